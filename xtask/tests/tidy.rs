@@ -1,0 +1,232 @@
+//! Repository rules that can be checked, checked as code (rust-analyzer's "tidy" tests).
+//!
+//! lease-core is what people vendor into their own workspaces: it must build without an async
+//! runtime, without AWS crates and without its workspace. The other crates share the
+//! workspace's lints; lease-core carries its own copy so that it builds alone.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Crates that lease-core must never depend on: they all sit above it.
+const WORKSPACE_CRATES_ABOVE_CORE: [&str; 4] = [
+    "lease-dynamo",
+    "lease-file",
+    "lessor-partition",
+    "lease-cli",
+];
+
+#[test]
+fn lease_core_default_build_has_no_runtime_no_aws_and_no_workspace_crate() {
+    let tree = cargo_stdout(&[
+        "tree",
+        "-p",
+        "lease-core",
+        "-e",
+        "normal",
+        "--prefix",
+        "none",
+    ]);
+    let mut offenders: Vec<&str> = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| {
+            name.starts_with("tokio")
+                || name.starts_with("aws-")
+                || WORKSPACE_CRATES_ABOVE_CORE.contains(name)
+        })
+        .collect();
+    offenders.sort_unstable();
+    offenders.dedup();
+    assert!(
+        offenders.is_empty(),
+        "lease-core (default features) must not depend on {offenders:?}; full tree:\n{tree}"
+    );
+}
+
+#[test]
+fn lease_core_folder_alone_builds_outside_the_workspace() {
+    let scratch = Scratch::new("lease-core-standalone");
+    let copy = scratch.path().join("lease-core");
+    copy_dir(&root().join("crates").join("lease-core"), &copy);
+    // The workspace's lock file pins the same versions, so `--offline` finds them all.
+    fs::copy(root().join("Cargo.lock"), copy.join("Cargo.lock")).expect("copy Cargo.lock");
+    let output = Command::new(cargo())
+        .args(["build", "--offline", "--quiet"])
+        .current_dir(&copy)
+        .env("CARGO_TARGET_DIR", scratch.path().join("target"))
+        .output()
+        .expect("run cargo build");
+    assert!(
+        output.status.success(),
+        "a copy of crates/lease-core alone does not build (are its package fields inherited?):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn lease_core_manifest_inherits_nothing_from_the_workspace() {
+    let manifest = read(&root().join("crates/lease-core/Cargo.toml"));
+    let inheriting: Vec<&str> = manifest
+        .lines()
+        .filter(|line| without_comment(line).contains("workspace"))
+        .collect();
+    assert!(
+        inheriting.is_empty(),
+        "crates/lease-core/Cargo.toml must spell every field out (it is vendored alone), found:\n{}",
+        inheriting.join("\n")
+    );
+}
+
+#[test]
+fn every_crate_but_lease_core_uses_the_workspace_lints() {
+    for manifest in crate_manifests() {
+        let text = read(&manifest);
+        let uses_workspace_lints = section(&text, "lints")
+            .iter()
+            .any(|line| is_workspace_true(line));
+        if manifest
+            .parent()
+            .and_then(Path::file_name)
+            .is_some_and(|name| name == "lease-core")
+        {
+            assert!(
+                !uses_workspace_lints,
+                "lease-core must carry its own [lints.*] (it builds outside the workspace)"
+            );
+        } else {
+            assert!(
+                uses_workspace_lints,
+                "{} lacks `[lints] workspace = true`",
+                manifest.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn lease_core_lints_are_at_least_the_workspace_lints() {
+    let workspace = read(&root().join("Cargo.toml"));
+    let core = read(&root().join("crates/lease-core/Cargo.toml"));
+    for tool in ["rust", "clippy"] {
+        let own = section(&core, &format!("lints.{tool}"));
+        assert!(
+            !own.is_empty(),
+            "crates/lease-core/Cargo.toml has no [lints.{tool}]"
+        );
+        for lint in section(&workspace, &format!("workspace.lints.{tool}")) {
+            assert!(
+                own.contains(&lint),
+                "lease-core's [lints.{tool}] drifted from the workspace: it lacks `{lint}`"
+            );
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask
+        .parent()
+        .expect("xtask sits in the workspace root")
+        .to_path_buf()
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
+
+fn cargo_stdout(args: &[&str]) -> String {
+    let output = Command::new(cargo())
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("run cargo");
+    assert!(
+        output.status.success(),
+        "cargo {} failed:\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("cargo prints UTF-8")
+}
+
+fn crate_manifests() -> Vec<PathBuf> {
+    let mut manifests: Vec<PathBuf> = fs::read_dir(root().join("crates"))
+        .expect("read crates/")
+        .map(|entry| entry.expect("read crates/ entry").path().join("Cargo.toml"))
+        .filter(|manifest| manifest.is_file())
+        .collect();
+    manifests.sort();
+    assert!(!manifests.is_empty(), "no crates under crates/");
+    manifests
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|error| panic!("read {}: {error}", path.display()))
+}
+
+/// The key/value lines of TOML table `[name]`, without comments and blank lines.
+fn section(toml: &str, name: &str) -> Vec<String> {
+    let header = format!("[{name}]");
+    toml.lines()
+        .map(|line| without_comment(line).trim())
+        .skip_while(|line| *line != header)
+        .skip(1)
+        .take_while(|line| !line.starts_with('['))
+        .filter(|line| !line.is_empty())
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+fn is_workspace_true(line: &str) -> bool {
+    line.replace(' ', "") == "workspace=true"
+}
+
+/// The line up to a `#` (good enough for manifests: they put no `#` inside strings that matter).
+fn without_comment(line: &str) -> &str {
+    line.split_once('#').map_or(line, |(code, _)| code)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).expect("create copy folder");
+    for entry in fs::read_dir(from).expect("read folder to copy") {
+        let entry = entry.expect("read folder entry");
+        let target = to.join(entry.file_name());
+        if entry.file_name() == "target" {
+            continue;
+        }
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            fs::copy(entry.path(), &target).expect("copy file");
+        }
+    }
+}
+
+/// A uniquely named folder under the system temp dir, outside any workspace, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(purpose: &str) -> Self {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "xtask-tidy-{purpose}-{}-{nanos}",
+            std::process::id()
+        ));
+        fs::create_dir_all(&path).expect("create scratch folder");
+        Self(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
