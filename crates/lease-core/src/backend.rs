@@ -1,0 +1,216 @@
+//! The contract between backends and callers.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{Clock, Holder, Lease, LeaseError, LeaseKey, LeaseRecord, LeaseToken, WaitOptions};
+
+/// A boxed, `Send` future: what the dyn-compatible contract returns, with no runtime attached.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Per-call options of [`LeaseBackend::try_acquire`]. `Default` asks for nothing special.
+///
+/// ```
+/// use lease_core::AcquireOptions;
+/// let options = AcquireOptions::default().with_owner("report-cron on host-3");
+/// assert_eq!(options.owner(), Some("report-cron on host-3"));
+/// ```
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct AcquireOptions {
+    owner: Option<String>,
+    token: Option<LeaseToken>,
+}
+
+impl AcquireOptions {
+    /// A human description of the new holder, shown to contenders in [`LeaseError::Held`].
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Use this owner token instead of a fresh one from the backend's token source. A caller that
+    /// retries an acquire whose reply was lost with the same token can recognise its own lease.
+    pub fn with_token(mut self, token: LeaseToken) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// The owner description.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// The caller-chosen token.
+    pub fn token(&self) -> Option<&LeaseToken> {
+        self.token.as_ref()
+    }
+}
+
+/// The backend contract: single-attempt operations on one lease store.
+///
+/// This is the *contract* between backends and callers, kept minimal and dyn-compatible
+/// (`Arc<dyn LeaseBackend>` works); convenience lives in [`LeaseBackendExt`], implemented for
+/// every backend. Each operation is one attempt: a backend may retry transient transport failures
+/// inside it (and must reconcile a write whose reply was lost), but never a failed condition.
+///
+/// Semantics every backend keeps (checked by the conformance suite):
+///
+/// * **try_acquire** succeeds iff the key has no holder, or its holder's lease expired (plus the
+///   backend's declared skew allowance). It issues a fencing token strictly greater than every
+///   earlier one for the key. Otherwise [`LeaseError::Held`] with what is known of the holder.
+/// * **renew** succeeds iff the store holds `lease`'s token and the lease has not expired; the
+///   fencing token is unchanged. Otherwise [`LeaseError::NotOwned`].
+/// * **release** succeeds iff the store holds `token` for `key` (expired or not): the key becomes
+///   free at once. Otherwise [`LeaseError::NotOwned`]; another owner's lease is never touched.
+/// * **inspect** reads the current record without changing it.
+/// * Invalid keys, tokens or durations fail with [`LeaseError::InvalidInput`] and write nothing.
+///
+/// The returned [`Lease`]'s deadline is computed from the monotonic instant *before* the request
+/// was sent (see [`holder_deadline`](crate::holder_deadline)).
+pub trait LeaseBackend: Send + Sync + fmt::Debug {
+    /// A short name for errors and traces (`"memory"`, `"file"`, `"dynamodb"`).
+    fn name(&self) -> &'static str;
+
+    /// The clock this backend reads; the keeper and waiting helpers use it too.
+    fn clock(&self) -> &dyn Clock;
+
+    /// One attempt to acquire `key` for `duration`.
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+        options: &'a AcquireOptions,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>>;
+
+    /// Extends a held lease to `duration` from now.
+    fn renew<'a>(
+        &'a self,
+        lease: &'a Lease,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>>;
+
+    /// Gives up the lease `key` held under `token`.
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        token: &'a LeaseToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>>;
+
+    /// Reads the record of `key`, or `None` if the store has never seen it.
+    fn inspect<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>>;
+}
+
+impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn clock(&self) -> &dyn Clock {
+        (**self).clock()
+    }
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+        options: &'a AcquireOptions,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        (**self).try_acquire(key, duration, options)
+    }
+    fn renew<'a>(
+        &'a self,
+        lease: &'a Lease,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        (**self).renew(lease, duration)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        token: &'a LeaseToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        (**self).release(key, token)
+    }
+    fn inspect<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
+        (**self).inspect(key)
+    }
+}
+
+/// Conveniences over [`LeaseBackend`], implemented for every backend.
+///
+/// Do not implement this trait yourself: the blanket implementation covers every
+/// `LeaseBackend`, including `dyn LeaseBackend`.
+///
+/// ```
+/// use lease_core::{LeaseBackendExt, LeaseKey, MemoryBackend, WaitOptions};
+/// use std::time::Duration;
+///
+/// let store = MemoryBackend::new();
+/// let key = LeaseKey::new("deploy")?;
+/// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+/// lease_core::block_on(store.release_lease(&lease))?;
+/// let again = lease_core::block_on(
+///     store.acquire_with_wait(&key, Duration::from_secs(10), &WaitOptions::new(Duration::from_secs(1))),
+/// )?;
+/// assert!(again.fencing_token() > lease.fencing_token());
+/// # Ok::<(), lease_core::LeaseError>(())
+/// ```
+pub trait LeaseBackendExt: LeaseBackend {
+    /// One attempt to acquire with default options (Go: `Acquire`).
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        Box::pin(async move {
+            self.try_acquire(key, duration, &AcquireOptions::default())
+                .await
+        })
+    }
+
+    /// Releases `lease` (Go: `Release`).
+    fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.release(lease.key(), lease.token())
+    }
+
+    /// Acquires, retrying while the lease is held (or the backend fails transiently) until
+    /// `wait.timeout`, with capped exponential backoff and full jitter. A retry never sleeps past
+    /// the moment the holder's lease expires, so an expired lease is taken over promptly.
+    /// Invalid input and permanent failures are returned at once.
+    ///
+    /// # Errors
+    /// [`LeaseError::Timeout`] naming the last holder seen when time runs out.
+    fn acquire_with_wait<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+        wait: &'a WaitOptions,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        Box::pin(crate::wait::acquire_with_wait(self, key, duration, wait))
+    }
+}
+
+impl<B: LeaseBackend + ?Sized> LeaseBackendExt for B {}
+
+/// What a waiting acquire reports while it waits (see [`WaitOptions::on_wait`]).
+#[derive(Debug)]
+pub struct WaitEvent<'a> {
+    /// The key waited for.
+    pub key: &'a LeaseKey,
+    /// The holder, as the last attempt saw it.
+    pub holder: Option<&'a Holder>,
+    /// How many attempts have failed so far.
+    pub attempts: u32,
+    /// How long until the next attempt.
+    pub next_attempt_in: Duration,
+    /// The error of the last attempt.
+    pub last_error: &'a LeaseError,
+}

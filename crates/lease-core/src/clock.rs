@@ -1,0 +1,423 @@
+//! Wall and monotonic time, injected.
+//!
+//! Every backend, the keeper and the waiting helpers read time only through a [`Clock`], so tests
+//! replace it with a [`ManualClock`] and advance time instead of sleeping.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::BoxFuture;
+use crate::sync::lock;
+
+/// A source of wall time, monotonic time and sleeps.
+///
+/// * [`Clock::now`] is wall time, the only kind a shared store can compare across hosts. It may
+///   jump (NTP steps, an operator); backends document how much skew they tolerate.
+/// * [`Clock::monotonic`] never goes backwards; holders measure their deadlines with it.
+/// * [`Clock::sleep`] waits on this clock's monotonic time. It needs no async runtime.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// Wall-clock time.
+    fn now(&self) -> SystemTime;
+    /// Monotonic time.
+    fn monotonic(&self) -> Instant;
+    /// A future that completes once `duration` of this clock's monotonic time has passed.
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()>;
+}
+
+/// The operating system's clocks. Sleeps are served by one shared timer thread, so they work
+/// inside any executor, or none.
+///
+/// ```
+/// use lease_core::{Clock, SystemClock};
+/// use std::time::Duration;
+///
+/// let clock = SystemClock;
+/// let before = clock.monotonic();
+/// lease_core::block_on(clock.sleep(Duration::from_millis(5)));
+/// assert!(clock.monotonic() - before >= Duration::from_millis(5));
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
+
+    fn monotonic(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        let deadline = Instant::now() + duration;
+        Box::pin(TimerSleep {
+            deadline,
+            state: None,
+        })
+    }
+}
+
+/// Shared between a sleeping future and whoever fires it.
+#[derive(Debug, Default)]
+struct SleepState {
+    fired: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl SleepState {
+    fn fire(&self) {
+        self.fired.store(true, Ordering::Release);
+        if let Some(waker) = lock(&self.waker).take() {
+            waker.wake();
+        }
+    }
+
+    fn poll(&self, cx: &Context<'_>) -> Poll<()> {
+        if self.fired.load(Ordering::Acquire) {
+            return Poll::Ready(());
+        }
+        *lock(&self.waker) = Some(cx.waker().clone());
+        // Re-check: the timer may have fired between the load and storing the waker.
+        if self.fired.load(Ordering::Acquire) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}
+
+struct TimerEntry {
+    deadline: Instant,
+    seq: u64,
+    state: Arc<SleepState>,
+}
+
+impl PartialEq for TimerEntry {
+    fn eq(&self, other: &Self) -> bool {
+        (self.deadline, self.seq) == (other.deadline, other.seq)
+    }
+}
+impl Eq for TimerEntry {}
+impl PartialOrd for TimerEntry {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for TimerEntry {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.deadline, self.seq).cmp(&(other.deadline, other.seq))
+    }
+}
+
+#[derive(Default)]
+struct Timer {
+    heap: Mutex<BinaryHeap<Reverse<TimerEntry>>>,
+    changed: Condvar,
+    seq: AtomicU64,
+}
+
+impl Timer {
+    /// The process-wide timer, or `None` if its thread could not be started.
+    fn global() -> Option<&'static Timer> {
+        static TIMER: OnceLock<Option<&'static Timer>> = OnceLock::new();
+        *TIMER.get_or_init(|| {
+            let timer: &'static Timer = Box::leak(Box::default());
+            match std::thread::Builder::new()
+                .name("lease-core-timer".into())
+                .spawn(move || timer.run())
+            {
+                Ok(_) => Some(timer),
+                Err(error) => {
+                    tracing::error!(%error, "cannot start the lease-core timer thread; sleeps will block");
+                    None
+                }
+            }
+        })
+    }
+
+    fn schedule(&self, deadline: Instant) -> Arc<SleepState> {
+        let state = Arc::new(SleepState::default());
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        lock(&self.heap).push(Reverse(TimerEntry {
+            deadline,
+            seq,
+            state: state.clone(),
+        }));
+        self.changed.notify_one();
+        state
+    }
+
+    fn run(&self) {
+        let mut heap = lock(&self.heap);
+        loop {
+            let now = Instant::now();
+            while heap.peek().is_some_and(|Reverse(e)| e.deadline <= now) {
+                if let Some(Reverse(entry)) = heap.pop() {
+                    entry.state.fire();
+                }
+            }
+            heap = match heap.peek() {
+                Some(Reverse(next)) => {
+                    let wait = next.deadline.saturating_duration_since(now);
+                    self.changed
+                        .wait_timeout(heap, wait)
+                        .map(|(guard, _)| guard)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner().0)
+                }
+                None => self
+                    .changed
+                    .wait(heap)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            };
+        }
+    }
+}
+
+struct TimerSleep {
+    deadline: Instant,
+    state: Option<Arc<SleepState>>,
+}
+
+impl Future for TimerSleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if Instant::now() >= self.deadline {
+            return Poll::Ready(());
+        }
+        if self.state.is_none() {
+            match Timer::global() {
+                Some(timer) => self.state = Some(timer.schedule(self.deadline)),
+                None => {
+                    std::thread::sleep(self.deadline.saturating_duration_since(Instant::now()));
+                    return Poll::Ready(());
+                }
+            }
+        }
+        match &self.state {
+            Some(state) => state.poll(cx),
+            None => Poll::Ready(()),
+        }
+    }
+}
+
+/// A clock that moves only when told to: for tests that wait for expiry without sleeping.
+///
+/// Monotonic and wall time advance together with [`ManualClock::advance`]; wall time alone can be
+/// stepped with [`ManualClock::step_wall`] to model NTP jumps and skew. Sleeps complete when the
+/// clock is advanced past their end, or at once, advancing the clock, when
+/// [`ManualClock::set_auto_advance`] is on.
+///
+/// ```
+/// use lease_core::{Clock, ManualClock};
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let t0 = clock.monotonic();
+/// clock.advance(Duration::from_secs(30));
+/// assert_eq!(clock.monotonic() - t0, Duration::from_secs(30));
+///
+/// clock.set_auto_advance(true);
+/// lease_core::block_on(clock.sleep(Duration::from_secs(5)));
+/// assert_eq!(clock.monotonic() - t0, Duration::from_secs(35));
+/// ```
+#[derive(Debug)]
+pub struct ManualClock {
+    base_instant: Instant,
+    base_wall: SystemTime,
+    state: Mutex<ManualState>,
+}
+
+#[derive(Debug, Default)]
+struct ManualState {
+    elapsed: Duration,
+    /// Wall time minus (base wall + elapsed), in nanoseconds.
+    wall_offset_nanos: i128,
+    auto_advance: bool,
+    sleepers: Vec<(Duration, Arc<SleepState>)>,
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ManualClock {
+    /// A manual clock whose wall time starts at 2030-01-01T00:00:00Z.
+    pub fn new() -> Self {
+        Self::starting_at(SystemTime::UNIX_EPOCH + Duration::from_secs(1_893_456_000))
+    }
+
+    /// A manual clock whose wall time starts at `wall`.
+    pub fn starting_at(wall: SystemTime) -> Self {
+        Self {
+            base_instant: Instant::now(),
+            base_wall: wall,
+            state: Mutex::new(ManualState::default()),
+        }
+    }
+
+    /// Moves monotonic and wall time forward by `by`, waking every sleep that ends by then.
+    pub fn advance(&self, by: Duration) {
+        let due = {
+            let mut state = lock(&self.state);
+            state.elapsed += by;
+            let elapsed = state.elapsed;
+            let (due, pending): (Vec<_>, Vec<_>) = state
+                .sleepers
+                .drain(..)
+                .partition(|(until, _)| *until <= elapsed);
+            state.sleepers = pending;
+            due
+        };
+        for (_, sleeper) in due {
+            sleeper.fire();
+        }
+    }
+
+    /// Steps wall time alone, forwards (`forward = true`) or backwards: a clock jump or skew.
+    pub fn step_wall(&self, by: Duration, forward: bool) {
+        let nanos = i128::try_from(by.as_nanos()).unwrap_or(i128::MAX);
+        let mut state = lock(&self.state);
+        state.wall_offset_nanos = if forward {
+            state.wall_offset_nanos.saturating_add(nanos)
+        } else {
+            state.wall_offset_nanos.saturating_sub(nanos)
+        };
+    }
+
+    /// When on, a sleep completes at once and advances the clock to its end.
+    pub fn set_auto_advance(&self, on: bool) {
+        lock(&self.state).auto_advance = on;
+    }
+
+    /// Monotonic time elapsed since the clock was made.
+    pub fn elapsed(&self) -> Duration {
+        lock(&self.state).elapsed
+    }
+
+    /// How many sleeps are waiting for the clock to advance (sleeps whose future was dropped do
+    /// not count).
+    pub fn pending_sleeps(&self) -> usize {
+        let mut state = lock(&self.state);
+        state.sleepers.retain(|(_, s)| Arc::strong_count(s) > 1);
+        state.sleepers.len()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> SystemTime {
+        let state = lock(&self.state);
+        let at = self.base_wall + state.elapsed;
+        let offset = state.wall_offset_nanos;
+        let magnitude =
+            Duration::from_nanos(u64::try_from(offset.unsigned_abs()).unwrap_or(u64::MAX));
+        if offset >= 0 {
+            at.checked_add(magnitude).unwrap_or(at)
+        } else {
+            at.checked_sub(magnitude).unwrap_or(SystemTime::UNIX_EPOCH)
+        }
+    }
+
+    fn monotonic(&self) -> Instant {
+        self.base_instant + lock(&self.state).elapsed
+    }
+
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        let state = Arc::new(SleepState::default());
+        let mut clock = lock(&self.state);
+        let until = clock.elapsed + duration;
+        if duration.is_zero() {
+            state.fire();
+        } else if clock.auto_advance {
+            drop(clock);
+            self.advance(duration);
+            state.fire();
+        } else {
+            clock.sleepers.retain(|(_, s)| Arc::strong_count(s) > 1);
+            clock.sleepers.push((until, state.clone()));
+        }
+        Box::pin(ManualSleep { state })
+    }
+}
+
+struct ManualSleep {
+    state: Arc<SleepState>,
+}
+
+impl Future for ManualSleep {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.state.poll(cx)
+    }
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> SystemTime {
+        (**self).now()
+    }
+    fn monotonic(&self) -> Instant {
+        (**self).monotonic()
+    }
+    fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+        (**self).sleep(duration)
+    }
+}
+
+/// Sleeps on `clock` until its monotonic time reaches `deadline` (at once if it has).
+pub fn sleep_until(clock: &dyn Clock, deadline: Instant) -> BoxFuture<'static, ()> {
+    clock.sleep(deadline.saturating_duration_since(clock.monotonic()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block_on;
+
+    #[test]
+    fn system_sleeps_overlap_on_one_timer_thread() {
+        let start = Instant::now();
+        let sleeps: Vec<_> = (0..20)
+            .map(|i| SystemClock.sleep(Duration::from_millis(20 + i)))
+            .collect();
+        block_on(crate::exec::join_all(sleeps));
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(39), "{took:?}");
+    }
+
+    #[test]
+    fn manual_sleep_waits_for_advance() {
+        let clock = Arc::new(ManualClock::new());
+        let c2 = clock.clone();
+        let waiter = std::thread::spawn(move || block_on(c2.sleep(Duration::from_secs(10))));
+        while clock.pending_sleeps() == 0 {
+            std::thread::yield_now();
+        }
+        clock.advance(Duration::from_secs(9));
+        assert_eq!(clock.pending_sleeps(), 1);
+        clock.advance(Duration::from_secs(1));
+        waiter.join().expect("sleeper thread");
+        assert_eq!(clock.pending_sleeps(), 0);
+    }
+
+    #[test]
+    fn wall_steps_do_not_move_monotonic_time() {
+        let clock = ManualClock::new();
+        let (w0, m0) = (clock.now(), clock.monotonic());
+        clock.step_wall(Duration::from_secs(3600), false);
+        assert_eq!(clock.monotonic(), m0);
+        assert_eq!(
+            w0.duration_since(clock.now()).ok(),
+            Some(Duration::from_secs(3600))
+        );
+    }
+}

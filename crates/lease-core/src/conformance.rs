@@ -1,0 +1,593 @@
+//! The conformance suite every backend passes, and a model checker for property tests.
+//!
+//! **Not API-stable**: this module changes with the contract. Enable it with the `conformance`
+//! feature in `[dev-dependencies]` only.
+//!
+//! A backend's test file builds a [`Subject`] (the backend under test, reading time from a
+//! [`ManualClock`] the suite advances) in a *harness* function, and lets
+//! [`conformance_tests!`](crate::conformance_tests) write one `#[test]` per case:
+//!
+//! ```
+//! use lease_core::conformance::{Case, Subject};
+//! use lease_core::{ManualClock, MemoryBackend};
+//! use std::sync::Arc;
+//!
+//! fn harness(_name: &str, case: Case) {
+//!     let clock = Arc::new(ManualClock::new());
+//!     let backend = MemoryBackend::new().with_clock(clock.clone());
+//!     let subject = Subject::new(Arc::new(backend), clock);
+//!     lease_core::block_on(case(&subject));
+//! }
+//!
+//! // In a test file: `lease_core::conformance_tests!(harness);`
+//! // Here, run one case by hand:
+//! harness("exclusive_acquire", lease_core::conformance::exclusive_acquire);
+//! ```
+//!
+//! Cases panic (with a message naming the broken rule) when the backend breaks the contract.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use crate::{
+    AcquireOptions, BoxFuture, Clock, KeeperOptions, Lease, LeaseBackend, LeaseBackendExt,
+    LeaseError, LeaseGuard, LeaseKey, LeaseToken, LossReason, ManualClock, NotOwnedReason,
+    WaitOptions,
+};
+
+/// One conformance case: a function of the subject returning the future that runs it.
+pub type Case = for<'a> fn(&'a Subject) -> BoxFuture<'a, ()>;
+
+/// Every case, by name, in the order [`conformance_tests!`](crate::conformance_tests) runs them.
+pub const CASES: &[(&str, Case)] = &[
+    ("exclusive_acquire", exclusive_acquire),
+    ("held_error_names_holder", held_error_names_holder),
+    (
+        "renew_and_release_by_owner_only",
+        renew_and_release_by_owner_only,
+    ),
+    (
+        "renew_after_takeover_is_not_owned",
+        renew_after_takeover_is_not_owned,
+    ),
+    ("expiry_then_takeover", expiry_then_takeover),
+    ("fencing_strictly_increasing", fencing_strictly_increasing),
+    (
+        "concurrent_contenders_one_winner",
+        concurrent_contenders_one_winner,
+    ),
+    ("validation_rejects_bad_input", validation_rejects_bad_input),
+    ("inspect_reports_the_record", inspect_reports_the_record),
+    ("wait_takes_over_after_expiry", wait_takes_over_after_expiry),
+    (
+        "guard_renews_and_reports_loss",
+        guard_renews_and_reports_loss,
+    ),
+];
+
+/// Writes one `#[test]` per conformance case, each calling `harness(name, case)`.
+///
+/// The harness builds a fresh [`Subject`] (or skips, printing why, when its store is not
+/// reachable) and drives `case(&subject)` to completion on whatever executor the backend needs.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($harness:path) => {
+        $crate::conformance_tests!(@cases $harness;
+            exclusive_acquire,
+            held_error_names_holder,
+            renew_and_release_by_owner_only,
+            renew_after_takeover_is_not_owned,
+            expiry_then_takeover,
+            fencing_strictly_increasing,
+            concurrent_contenders_one_winner,
+            validation_rejects_bad_input,
+            inspect_reports_the_record,
+            wait_takes_over_after_expiry,
+            guard_renews_and_reports_loss,
+        );
+    };
+    (@cases $harness:path; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $harness(stringify!($case), $crate::conformance::$case);
+            }
+        )*
+    };
+}
+
+/// The backend under test and the manual clock it reads.
+#[derive(Debug, Clone)]
+pub struct Subject {
+    backend: Arc<dyn LeaseBackend>,
+    clock: Arc<ManualClock>,
+    namespace: String,
+    takeover_delay: Duration,
+}
+
+static KEY_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl Subject {
+    /// `backend` must read wall and monotonic time from `clock`.
+    pub fn new(backend: Arc<dyn LeaseBackend>, clock: Arc<ManualClock>) -> Self {
+        let nonce = uuid::Uuid::new_v4().simple().to_string();
+        Self {
+            backend,
+            clock,
+            namespace: format!("conf-{}", &nonce[..12]),
+            takeover_delay: Duration::ZERO,
+        }
+    }
+
+    /// How long after `expires_at` the backend lets contenders take over (its clock-skew
+    /// allowance). Default zero.
+    pub fn with_takeover_delay(mut self, delay: Duration) -> Self {
+        self.takeover_delay = delay;
+        self
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn LeaseBackend> {
+        &self.backend
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<ManualClock> {
+        &self.clock
+    }
+
+    /// A key unique to this subject and call, so cases can share one store.
+    pub fn key(&self, name: &str) -> LeaseKey {
+        let seq = KEY_SEQ.fetch_add(1, Ordering::Relaxed);
+        LeaseKey::new(format!("{}-{name}-{seq}", self.namespace)).expect("valid test key")
+    }
+
+    /// Advances the clock past the expiry of a lease of `duration` and the takeover delay.
+    pub fn expire(&self, duration: Duration) {
+        self.clock
+            .advance(duration + self.takeover_delay + Duration::from_millis(1));
+    }
+}
+
+const D: Duration = Duration::from_secs(10);
+
+async fn acquire(s: &Subject, key: &LeaseKey) -> Result<Lease, LeaseError> {
+    s.backend.acquire(key, D).await
+}
+
+fn must<T>(result: Result<T, LeaseError>, what: &str) -> T {
+    match result {
+        Ok(value) => value,
+        Err(error) => panic!("{what}: unexpected error: {error}"),
+    }
+}
+
+fn forged(lease: &Lease) -> Lease {
+    Lease::new(
+        lease.key().clone(),
+        LeaseToken::new("forged-token-0000").expect("valid token"),
+        lease.fencing_token(),
+        lease.duration(),
+        lease.expires_at(),
+        lease.deadline(),
+    )
+}
+
+fn near(a: SystemTime, b: SystemTime, within: Duration) -> bool {
+    let diff = a.duration_since(b).or_else(|e| Ok::<_, ()>(e.duration()));
+    diff.is_ok_and(|d| d <= within)
+}
+
+/// A held key cannot be acquired again, not even by the same client.
+pub fn exclusive_acquire(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("exclusive");
+        let first = must(acquire(s, &key).await, "first acquire");
+        assert_eq!(first.key(), &key);
+        assert!(
+            first.is_trusted(s.clock.as_ref()),
+            "a fresh lease is trusted"
+        );
+        let second = acquire(s, &key).await;
+        assert!(
+            second.as_ref().is_err_and(LeaseError::is_held),
+            "second acquire of a held key must fail as held, got {second:?}"
+        );
+        s.clock.advance(D / 2);
+        let third = acquire(s, &key).await;
+        assert!(
+            third.is_err_and(|e| e.is_held()),
+            "still held halfway through"
+        );
+        let other = must(acquire(s, &s.key("exclusive-other")).await, "other key");
+        assert_ne!(
+            other.token(),
+            first.token(),
+            "every acquisition gets its own token"
+        );
+    })
+}
+
+/// The held error says who holds the lease and until when.
+pub fn held_error_names_holder(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("holder");
+        let options = AcquireOptions::default().with_owner("conformance-owner-alice");
+        let lease = must(s.backend.try_acquire(&key, D, &options).await, "acquire");
+        let err = acquire(s, &key).await.expect_err("held");
+        assert!(err.is_held(), "{err}");
+        let holder = err.holder().expect("held error names the holder");
+        assert_eq!(
+            holder.owner(),
+            Some("conformance-owner-alice"),
+            "owner label"
+        );
+        let expires = holder.expires_at().expect("held error tells the expiry");
+        assert!(
+            near(expires, lease.expires_at(), Duration::from_secs(1)),
+            "holder expiry {expires:?} vs lease {:?}",
+            lease.expires_at()
+        );
+        if let Some(fencing) = holder.fencing() {
+            assert_eq!(fencing, lease.fencing_token(), "holder's fencing token");
+        }
+        assert!(
+            !err.to_string().contains(lease.token().as_str()),
+            "the error message must not show the token"
+        );
+    })
+}
+
+/// Only the owner renews and releases; a released key is free at once.
+pub fn renew_and_release_by_owner_only(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("owner-only");
+        let lease = must(acquire(s, &key).await, "acquire");
+        let forgery = forged(&lease);
+        let err = s
+            .backend
+            .renew(&forgery, D)
+            .await
+            .expect_err("forged renew");
+        assert!(err.is_not_owned(), "forged renew must be not-owned: {err}");
+        let err = s
+            .backend
+            .release(&key, forgery.token())
+            .await
+            .expect_err("forged release");
+        assert!(
+            err.is_not_owned(),
+            "forged release must be not-owned: {err}"
+        );
+
+        s.clock.advance(D / 2);
+        let renewed = must(s.backend.renew(&lease, D).await, "owner renew");
+        assert_eq!(
+            renewed.fencing_token(),
+            lease.fencing_token(),
+            "renew keeps the fencing token"
+        );
+        assert_eq!(renewed.token(), lease.token());
+        assert!(
+            renewed.expires_at() > lease.expires_at(),
+            "renew extends expiry"
+        );
+        assert!(
+            renewed.deadline() > lease.deadline(),
+            "renew extends the deadline"
+        );
+        // Past the first expiry, the renewed lease still holds.
+        s.clock.advance(D / 2 + Duration::from_millis(10));
+        assert!(
+            acquire(s, &key).await.is_err_and(|e| e.is_held()),
+            "renewal held"
+        );
+
+        must(s.backend.release_lease(&renewed).await, "owner release");
+        let err = s
+            .backend
+            .release_lease(&renewed)
+            .await
+            .expect_err("double release");
+        assert!(err.is_not_owned(), "a second release is not-owned: {err}");
+        let err = s
+            .backend
+            .renew(&renewed, D)
+            .await
+            .expect_err("renew after release");
+        assert!(
+            err.is_not_owned(),
+            "renew after release is not-owned: {err}"
+        );
+        let next = must(acquire(s, &key).await, "acquire right after release");
+        assert!(next.fencing_token() > lease.fencing_token());
+    })
+}
+
+/// After another owner takes an expired lease, the old holder can neither renew nor release.
+pub fn renew_after_takeover_is_not_owned(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("takeover");
+        let old = must(acquire(s, &key).await, "acquire");
+        s.expire(D);
+        let err = s
+            .backend
+            .renew(&old, D)
+            .await
+            .expect_err("renew after expiry");
+        assert!(err.is_not_owned(), "renew after expiry is not-owned: {err}");
+        let new = must(acquire(s, &key).await, "takeover");
+        let err = s
+            .backend
+            .renew(&old, D)
+            .await
+            .expect_err("renew after takeover");
+        assert_eq!(
+            err.not_owned_reason(),
+            Some(NotOwnedReason::TakenOver),
+            "renew after takeover: {err}"
+        );
+        let err = s
+            .backend
+            .release_lease(&old)
+            .await
+            .expect_err("release after takeover");
+        assert!(err.is_not_owned(), "{err}");
+        let record = must(s.backend.inspect(&key).await, "inspect").expect("record");
+        let holder = record.holder().expect("new holder still there");
+        assert_eq!(
+            holder.token(),
+            Some(new.token()),
+            "old holder's release touched nothing"
+        );
+    })
+}
+
+/// A lease is held until it expires, then anyone may take it over with a greater fencing token.
+pub fn expiry_then_takeover(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("expiry");
+        let first = must(acquire(s, &key).await, "acquire");
+        s.clock.advance(D - Duration::from_millis(5));
+        assert!(
+            acquire(s, &key).await.is_err_and(|e| e.is_held()),
+            "held before expiry"
+        );
+        assert!(
+            !first.is_trusted(s.clock.as_ref()),
+            "holder stops trusting before expiry"
+        );
+        s.expire(Duration::from_millis(5));
+        let second = must(acquire(s, &key).await, "takeover after expiry");
+        assert!(
+            second.fencing_token() > first.fencing_token(),
+            "takeover fences"
+        );
+        assert_ne!(second.token(), first.token());
+    })
+}
+
+/// Fencing tokens grow across acquire, release, expiry and takeover.
+pub fn fencing_strictly_increasing(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("fencing");
+        let mut seen = Vec::new();
+        for round in 0..3 {
+            let lease = must(acquire(s, &key).await, "acquire");
+            seen.push(lease.fencing_token());
+            let renewed = must(s.backend.renew(&lease, D).await, "renew");
+            assert_eq!(renewed.fencing_token(), lease.fencing_token());
+            if round % 2 == 0 {
+                must(s.backend.release_lease(&renewed).await, "release");
+            } else {
+                s.expire(D);
+            }
+        }
+        let record = must(s.backend.inspect(&key).await, "inspect");
+        if let Some(record) = record {
+            assert!(record.fencing() >= *seen.last().expect("three rounds"));
+        }
+        assert!(
+            seen.windows(2).all(|w| w[0] < w[1]),
+            "fencing tokens must strictly increase: {seen:?}"
+        );
+    })
+}
+
+/// Many concurrent contenders for one free key: exactly one wins, the rest see it held.
+pub fn concurrent_contenders_one_winner(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        for round in 0..3 {
+            let key = s.key("race");
+            let options = AcquireOptions::default();
+            let attempts: Vec<_> = (0..16)
+                .map(|_| s.backend.try_acquire(&key, D, &options))
+                .collect();
+            let results = crate::join_all(attempts).await;
+            let winners = results.iter().filter(|r| r.is_ok()).count();
+            let held = results
+                .iter()
+                .filter(|r| r.as_ref().is_err_and(LeaseError::is_held))
+                .count();
+            assert_eq!(
+                winners, 1,
+                "round {round}: exactly one winner, got {results:?}"
+            );
+            assert_eq!(
+                held, 15,
+                "round {round}: the others see it held: {results:?}"
+            );
+        }
+    })
+}
+
+/// Bad durations and tokens fail as invalid input and write nothing.
+pub fn validation_rejects_bad_input(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("validation");
+        for bad in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_secs(400 * 24 * 3600),
+        ] {
+            let err = s
+                .backend
+                .acquire(&key, bad)
+                .await
+                .expect_err("bad duration");
+            assert!(err.is_invalid_input(), "duration {bad:?}: {err}");
+        }
+        assert!(
+            must(s.backend.inspect(&key).await, "inspect").is_none_or(|r| r.holder().is_none()),
+            "an invalid acquire writes nothing"
+        );
+        let lease = must(acquire(s, &key).await, "acquire");
+        let err = s
+            .backend
+            .renew(&lease, Duration::ZERO)
+            .await
+            .expect_err("zero renew");
+        assert!(err.is_invalid_input(), "{err}");
+        assert!(
+            acquire(s, &key).await.is_err_and(|e| e.is_held()),
+            "an invalid renew leaves the lease held"
+        );
+        assert!(LeaseKey::new("").is_err_and(|e| e.is_invalid_input()));
+    })
+}
+
+/// Inspect shows the holder and the fencing token, and changes nothing.
+pub fn inspect_reports_the_record(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("inspect");
+        assert!(must(s.backend.inspect(&key).await, "inspect unknown").is_none());
+        let lease = must(acquire(s, &key).await, "acquire");
+        let record = must(s.backend.inspect(&key).await, "inspect").expect("record");
+        assert_eq!(record.key(), &key);
+        assert_eq!(record.fencing(), lease.fencing_token());
+        let holder = record.holder().expect("holder");
+        assert_eq!(holder.token(), Some(lease.token()));
+        assert!(record.is_held_at(s.clock.now()));
+        assert!(
+            acquire(s, &key).await.is_err_and(|e| e.is_held()),
+            "inspect took nothing"
+        );
+        must(s.backend.release_lease(&lease).await, "release");
+        let after = must(s.backend.inspect(&key).await, "inspect after release");
+        if let Some(after) = after {
+            assert!(after.holder().is_none(), "released record has no holder");
+            assert_eq!(
+                after.fencing(),
+                lease.fencing_token(),
+                "fencing kept across release"
+            );
+        }
+    })
+}
+
+/// Waiting for a held lease succeeds right after it expires, and times out while it does not.
+pub fn wait_takes_over_after_expiry(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("wait");
+        let first = must(acquire(s, &key).await, "acquire");
+        s.clock.set_auto_advance(true);
+        let short = WaitOptions::new(D / 4)
+            .with_backoff(Duration::from_millis(10), Duration::from_millis(500));
+        let err = s
+            .backend
+            .acquire_with_wait(&key, D, &short)
+            .await
+            .expect_err("times out");
+        assert!(err.is_timeout(), "{err}");
+        assert!(err.holder().is_some(), "timeout names the last holder");
+        let long = WaitOptions::new(D * 3)
+            .with_backoff(Duration::from_millis(10), Duration::from_secs(60));
+        let before = s.clock.elapsed();
+        let second = must(
+            s.backend.acquire_with_wait(&key, D, &long).await,
+            "wait then take over",
+        );
+        s.clock.set_auto_advance(false);
+        let waited = s.clock.elapsed() - before;
+        assert!(second.fencing_token() > first.fencing_token());
+        assert!(
+            waited <= D + s.takeover_delay + Duration::from_secs(1),
+            "takeover promptly after expiry, waited {waited:?}"
+        );
+    })
+}
+
+/// A guard renews ahead of expiry and reports a takeover as a loss.
+pub fn guard_renews_and_reports_loss(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("guard");
+        let lease = must(acquire(s, &key).await, "acquire");
+        let (guard, task) =
+            LeaseGuard::new(s.backend.clone(), lease.clone(), KeeperOptions::default());
+        let script = async {
+            // Two renewals carry the lease well past its first expiry.
+            for _ in 0..2 {
+                let before = guard.lease().expires_at();
+                wait_for_sleepers(s).await;
+                s.clock.advance(D / 3 + Duration::from_millis(1));
+                wait_until(|| guard.lease().expires_at() > before).await;
+            }
+            assert!(s.clock.elapsed() > Duration::ZERO);
+            assert!(guard.check().is_ok(), "renewed lease is trusted");
+            assert!(acquire(s, &key).await.is_err_and(|e| e.is_held()));
+            // An operator breaks the lease and somebody else takes it.
+            must(
+                s.backend.release(&key, lease.token()).await,
+                "forced release",
+            );
+            let thief = must(acquire(s, &key).await, "thief");
+            wait_for_sleepers(s).await;
+            s.clock.advance(D / 3 + Duration::from_millis(1));
+            let reason = guard.lost().await;
+            assert!(
+                matches!(reason, LossReason::NotOwned(_)),
+                "loss must be reported as not-owned, got {reason:?}"
+            );
+            assert!(guard.check().is_err(), "a lost guard is not trusted");
+            assert!(thief.fencing_token() > guard.fencing_token());
+            must(s.backend.release_lease(&thief).await, "thief release");
+        };
+        let task: BoxFuture<'_, ()> = Box::pin(task);
+        let script: BoxFuture<'_, ()> = Box::pin(script);
+        // The keeper task ends once the loss is seen; the script then finishes.
+        crate::join_all(vec![task, script]).await;
+    })
+}
+
+/// Yields to the executor until `ready()` holds (bounded, so a broken backend fails the case).
+async fn wait_until(mut ready: impl FnMut() -> bool) {
+    for _ in 0..200_000 {
+        if ready() {
+            return;
+        }
+        yield_now().await;
+    }
+    panic!("condition not reached");
+}
+
+async fn wait_for_sleepers(s: &Subject) {
+    let clock = s.clock.clone();
+    wait_until(move || clock.pending_sleeps() > 0).await;
+}
+
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(move |cx| {
+        if yielded {
+            std::task::Poll::Ready(())
+        } else {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+}
+
+pub mod model;

@@ -1,0 +1,315 @@
+//! The one error type of the lease contract.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use crate::{FencingToken, LeaseKey, LeaseToken};
+
+/// What is known of the current holder of a lease.
+///
+/// Backends fill in what they know: the DynamoDB backend learns the holder's expiry and fencing
+/// token from the failed conditional write itself; the file backend adds the holder's pid and host
+/// as the `owner` description. Every field is optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holder {
+    token: Option<LeaseToken>,
+    owner: Option<String>,
+    acquired_at: Option<SystemTime>,
+    expires_at: Option<SystemTime>,
+    fencing: Option<FencingToken>,
+}
+
+impl Holder {
+    /// Nothing known yet; add what is known with the `with_*` methods.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The holder's owner token (kept for operators' forced release; printed redacted).
+    pub fn with_token(mut self, token: LeaseToken) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// A human description of the holder, such as `pid 4242 on build-7` or a worker id.
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// When the holder acquired the lease, by the store's wall clock.
+    pub fn with_acquired_at(mut self, at: SystemTime) -> Self {
+        self.acquired_at = Some(at);
+        self
+    }
+
+    /// When the lease expires, by the store's wall clock.
+    pub fn with_expires_at(mut self, at: SystemTime) -> Self {
+        self.expires_at = Some(at);
+        self
+    }
+
+    /// The holder's fencing token.
+    pub fn with_fencing(mut self, fencing: FencingToken) -> Self {
+        self.fencing = Some(fencing);
+        self
+    }
+
+    /// The holder's owner token.
+    pub fn token(&self) -> Option<&LeaseToken> {
+        self.token.as_ref()
+    }
+
+    /// The human description of the holder.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// When the holder acquired the lease.
+    pub fn acquired_at(&self) -> Option<SystemTime> {
+        self.acquired_at
+    }
+
+    /// When the lease expires, by the store's wall clock.
+    pub fn expires_at(&self) -> Option<SystemTime> {
+        self.expires_at
+    }
+
+    /// The holder's fencing token.
+    pub fn fencing(&self) -> Option<FencingToken> {
+        self.fencing
+    }
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(owner) = &self.owner {
+            parts.push(owner.clone());
+        }
+        if let Some(token) = &self.token {
+            parts.push(format!("token {token}"));
+        }
+        if let Some(fencing) = self.fencing {
+            parts.push(format!("fencing token {fencing}"));
+        }
+        if let Some(at) = self.expires_at {
+            parts.push(format!("expires at {}", crate::fmt_time(at)));
+        }
+        if parts.is_empty() {
+            f.write_str("unknown holder")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}
+
+/// Why an operation found that the caller does not own the lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotOwnedReason {
+    /// The lease expired; nobody has taken it yet, but it can no longer be renewed.
+    Expired,
+    /// Another owner acquired the lease.
+    TakenOver,
+    /// There is no current holder: the lease was released, or never held.
+    Missing,
+}
+
+impl fmt::Display for NotOwnedReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Expired => "the lease expired",
+            Self::TakenOver => "another owner took the lease",
+            Self::Missing => "the lease is not held (released or never acquired)",
+        })
+    }
+}
+
+/// Everything that can go wrong with a lease, by meaning.
+///
+/// Backends map their private errors into these variants, so callers branch on meaning whatever
+/// the store: [`is_held`](Self::is_held) and [`is_not_owned`](Self::is_not_owned) are the two
+/// common branches (the Go package's `IsLeaseHeld` and `IsLeaseNotOwned`).
+///
+/// ```
+/// use lease_core::{LeaseBackendExt, LeaseKey, MemoryBackend};
+/// use std::time::Duration;
+///
+/// let store = MemoryBackend::new();
+/// let key = LeaseKey::new("nightly-report")?;
+/// let _mine = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+/// let err = lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap_err();
+/// assert!(err.is_held());
+/// assert!(err.holder().and_then(|h| h.expires_at()).is_some());
+/// # Ok::<(), lease_core::LeaseError>(())
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LeaseError {
+    /// Another owner holds the lease and it has not expired.
+    #[error("lease {key} is held by another owner ({})", fmt_holder(holder.as_deref()))]
+    Held {
+        /// The contended key.
+        key: LeaseKey,
+        /// What is known of the holder.
+        holder: Option<Box<Holder>>,
+    },
+    /// The caller's token does not own the lease (any more).
+    #[error("lease {key} is not owned by this token: {reason}")]
+    NotOwned {
+        /// The key.
+        key: LeaseKey,
+        /// Why.
+        reason: NotOwnedReason,
+    },
+    /// The caller passed something no backend could accept. Never retried.
+    #[error("invalid {field}: {reason}")]
+    InvalidInput {
+        /// What was invalid (`"partition key"`, `"duration"`, ...).
+        field: &'static str,
+        /// Why, in words.
+        reason: String,
+    },
+    /// The backend failed to answer. Transient failures (throttling, timeouts, 5xx, interrupted
+    /// I/O) may be retried; the outcome of the failed operation is unknown.
+    #[error("{backend} backend failed{}: {source}", if *transient { " (transient)" } else { "" })]
+    Backend {
+        /// The backend's name (`"dynamodb"`, `"file"`, `"memory"`).
+        backend: &'static str,
+        /// Whether retrying may help.
+        transient: bool,
+        /// The backend's own error.
+        #[source]
+        source: Box<dyn StdError + Send + Sync>,
+    },
+    /// Waiting for the lease ran out of time.
+    #[error("timed out after {waited:?} waiting for lease {key} ({})", fmt_holder(holder.as_deref()))]
+    Timeout {
+        /// The key.
+        key: LeaseKey,
+        /// How long the caller waited.
+        waited: Duration,
+        /// The last holder seen.
+        holder: Option<Box<Holder>>,
+    },
+}
+
+fn fmt_holder(holder: Option<&Holder>) -> String {
+    holder.map_or_else(|| "holder unknown".to_owned(), ToString::to_string)
+}
+
+impl LeaseError {
+    /// An [`InvalidInput`](Self::InvalidInput) error.
+    pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidInput {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    /// A [`Held`](Self::Held) error.
+    pub fn held(key: LeaseKey, holder: Option<Holder>) -> Self {
+        Self::Held {
+            key,
+            holder: holder.map(Box::new),
+        }
+    }
+
+    /// A [`NotOwned`](Self::NotOwned) error.
+    pub fn not_owned(key: LeaseKey, reason: NotOwnedReason) -> Self {
+        Self::NotOwned { key, reason }
+    }
+
+    /// A [`Backend`](Self::Backend) error.
+    pub fn backend(
+        backend: &'static str,
+        transient: bool,
+        source: impl Into<Box<dyn StdError + Send + Sync>>,
+    ) -> Self {
+        Self::Backend {
+            backend,
+            transient,
+            source: source.into(),
+        }
+    }
+
+    /// Another owner holds the lease (Go: `IsLeaseHeld`).
+    pub fn is_held(&self) -> bool {
+        matches!(self, Self::Held { .. })
+    }
+
+    /// The caller does not own the lease (Go: `IsLeaseNotOwned`).
+    pub fn is_not_owned(&self) -> bool {
+        matches!(self, Self::NotOwned { .. })
+    }
+
+    /// The input was invalid; retrying cannot help.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, Self::InvalidInput { .. })
+    }
+
+    /// Waiting timed out.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Timeout { .. })
+    }
+
+    /// A backend failure that may succeed if retried.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::Backend {
+                transient: true,
+                ..
+            }
+        )
+    }
+
+    /// The holder named by a [`Held`](Self::Held) or [`Timeout`](Self::Timeout) error.
+    pub fn holder(&self) -> Option<&Holder> {
+        match self {
+            Self::Held { holder, .. } | Self::Timeout { holder, .. } => holder.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Why a [`NotOwned`](Self::NotOwned) error happened.
+    pub fn not_owned_reason(&self) -> Option<NotOwnedReason> {
+        match self {
+            Self::NotOwned { reason, .. } => Some(*reason),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_never_show_a_whole_token() {
+        let token = LeaseToken::new("0123456789abcdef0123456789abcdef").unwrap();
+        let err = LeaseError::held(
+            LeaseKey::new("k").unwrap(),
+            Some(
+                Holder::new()
+                    .with_token(token.clone())
+                    .with_owner("pid 7 on h"),
+            ),
+        );
+        let text = format!("{err} {err:?}");
+        assert!(!text.contains(token.as_str()), "{text}");
+        assert!(text.contains("pid 7 on h"), "{text}");
+    }
+
+    #[test]
+    fn helpers_classify() {
+        let key = LeaseKey::new("k").unwrap();
+        assert!(LeaseError::not_owned(key.clone(), NotOwnedReason::Expired).is_not_owned());
+        assert!(LeaseError::held(key, None).is_held());
+        assert!(LeaseError::backend("memory", true, "boom").is_transient());
+        assert!(!LeaseError::backend("memory", false, "boom").is_transient());
+        assert!(LeaseError::invalid("duration", "zero").is_invalid_input());
+    }
+}

@@ -1,0 +1,107 @@
+//! Two tiny executor helpers, so blocking code, doc examples and the conformance suite need no
+//! async runtime.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::{self, Thread};
+
+struct ThreadWaker(Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs a future to completion on the current thread, parking between polls.
+///
+/// Enough for the memory and file backends and for [`SystemClock`](crate::SystemClock) sleeps.
+/// A backend that does network I/O on a runtime (such as DynamoDB on tokio) must be driven by that
+/// runtime instead.
+///
+/// ```
+/// let answer = lease_core::block_on(async { 6 * 7 });
+/// assert_eq!(answer, 42);
+/// ```
+pub fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        thread::park();
+    }
+}
+
+/// Polls all futures concurrently and returns their outputs in order.
+///
+/// ```
+/// let outputs = lease_core::block_on(lease_core::join_all(vec![
+///     Box::pin(async { 1 }) as std::pin::Pin<Box<dyn std::future::Future<Output = i32>>>,
+///     Box::pin(async { 2 }),
+/// ]));
+/// assert_eq!(outputs, vec![1, 2]);
+/// ```
+pub fn join_all<F: Future + Unpin>(futures: Vec<F>) -> JoinAll<F> {
+    JoinAll {
+        slots: futures.into_iter().map(Slot::Pending).collect(),
+    }
+}
+
+enum Slot<F: Future> {
+    Pending(F),
+    Done(Option<F::Output>),
+}
+
+/// The future returned by [`join_all`].
+#[must_use = "futures do nothing unless polled"]
+pub struct JoinAll<F: Future> {
+    slots: Vec<Slot<F>>,
+}
+
+impl<F: Future> std::fmt::Debug for JoinAll<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinAll")
+            .field("len", &self.slots.len())
+            .finish()
+    }
+}
+
+// The futures are boxed or otherwise `Unpin`, and outputs are only moved out, never pinned.
+impl<F: Future> Unpin for JoinAll<F> {}
+
+impl<F: Future + Unpin> Future for JoinAll<F> {
+    type Output = Vec<F::Output>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut all_done = true;
+        for slot in &mut this.slots {
+            if let Slot::Pending(future) = slot {
+                match Pin::new(future).poll(cx) {
+                    Poll::Ready(output) => *slot = Slot::Done(Some(output)),
+                    Poll::Pending => all_done = false,
+                }
+            }
+        }
+        if !all_done {
+            return Poll::Pending;
+        }
+        let outputs = this
+            .slots
+            .iter_mut()
+            .filter_map(|slot| match slot {
+                Slot::Done(output) => output.take(),
+                Slot::Pending(_) => None,
+            })
+            .collect();
+        Poll::Ready(outputs)
+    }
+}

@@ -1,0 +1,566 @@
+//! Keeping a lease: renewal ahead of expiry, and a guard that knows when it can no longer trust it.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use crate::clock::sleep_until;
+use crate::sync::lock;
+use crate::{
+    Backoff, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseBackendExt, LeaseError, LeaseKey,
+    NotOwnedReason, WaitOptions,
+};
+
+/// Why a [`LeaseGuard`] stopped trusting its lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The store says this holder no longer owns the lease: another owner took it, or it expired
+    /// or vanished before a renewal landed.
+    NotOwned(NotOwnedReason),
+    /// Renewals kept failing until the holder-side deadline passed. The store may still name this
+    /// holder, but nothing proves the lease is live.
+    BackendFailing {
+        /// The last renewal error.
+        last_error: String,
+    },
+    /// The holder-side deadline passed before a renewal completed, with no error seen: the
+    /// process was paused or a renewal hung.
+    DeadlinePassed,
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotOwned(reason) => write!(f, "lease lost: {reason}"),
+            Self::BackendFailing { last_error } => write!(
+                f,
+                "lease can no longer be trusted: renewals failed until its deadline ({last_error})"
+            ),
+            Self::DeadlinePassed => {
+                f.write_str("lease can no longer be trusted: its deadline passed before a renewal")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LossReason {}
+
+/// A callback told once when the lease is lost.
+pub type LossCallback = Arc<dyn Fn(&LossReason) + Send + Sync>;
+
+/// How a keeper renews.
+///
+/// ```
+/// use lease_core::KeeperOptions;
+/// use std::time::Duration;
+///
+/// let options = KeeperOptions::default()
+///     .with_renew_every(Duration::from_secs(5))
+///     .on_lost(|reason| eprintln!("{reason}"));
+/// # let _ = options;
+/// ```
+#[derive(Clone, Default)]
+pub struct KeeperOptions {
+    renew_every: Option<Duration>,
+    duration: Option<Duration>,
+    retry: Option<(Duration, Duration)>,
+    on_lost: Option<LossCallback>,
+}
+
+impl fmt::Debug for KeeperOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeeperOptions")
+            .field("renew_every", &self.renew_every)
+            .field("duration", &self.duration)
+            .field("retry", &self.retry)
+            .field("on_lost", &self.on_lost.is_some())
+            .finish()
+    }
+}
+
+impl KeeperOptions {
+    /// Renew this often (default: a third of the lease duration).
+    pub fn with_renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// Renew for this duration (default: the lease's own duration).
+    pub fn with_duration(mut self, duration: Duration) -> Self {
+        self.duration = Some(duration);
+        self
+    }
+
+    /// Backoff between failed renewals (default: 20 ms doubling to a tenth of the duration).
+    pub fn with_retry_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.retry = Some((initial, max));
+        self
+    }
+
+    /// Calls `callback` once, from the keeper task, when the lease is lost: after
+    /// [`LeaseGuard::check`] starts failing and before [`LeaseGuard::lost`] completes.
+    pub fn on_lost(mut self, callback: impl Fn(&LossReason) + Send + Sync + 'static) -> Self {
+        self.on_lost = Some(Arc::new(callback));
+        self
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// The guard released the lease itself.
+    Released,
+    /// The guard was dropped: the task releases best-effort.
+    Dropped,
+}
+
+struct State {
+    lease: Lease,
+    lost: Option<LossReason>,
+    releasing: bool,
+    stop: Option<Stop>,
+    task_waker: Option<Waker>,
+    loss_wakers: Vec<Waker>,
+}
+
+struct Shared {
+    backend: Arc<dyn LeaseBackend>,
+    state: Mutex<State>,
+    on_lost: Option<LossCallback>,
+}
+
+impl Shared {
+    fn lease(&self) -> Lease {
+        lock(&self.state).lease.clone()
+    }
+
+    fn lose(&self, reason: LossReason) {
+        let wakers = {
+            let mut state = lock(&self.state);
+            if state.lost.is_some() || state.releasing || state.stop.is_some() {
+                return;
+            }
+            state.lost = Some(reason.clone());
+            std::mem::take(&mut state.loss_wakers)
+        };
+        let key = self.lease().key().clone();
+        tracing::warn!(%key, %reason, "lease lost");
+        // `check` fails from here on; the callback runs before `lost()` waiters wake, so whoever
+        // awaits the loss sees the callback's effects.
+        if let Some(callback) = &self.on_lost {
+            callback(&reason);
+        }
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    fn stop_requested(&self, cx: &Context<'_>) -> Option<Stop> {
+        let mut state = lock(&self.state);
+        if state.stop.is_none() {
+            state.task_waker = Some(cx.waker().clone());
+        }
+        state.stop
+    }
+
+    fn request_stop(&self, stop: Stop) {
+        let waker = {
+            let mut state = lock(&self.state);
+            if state.stop.is_none() {
+                state.stop = Some(stop);
+            }
+            state.task_waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// Holds a lease and keeps it alive through its [`KeeperTask`].
+///
+/// * [`check`](Self::check) says, synchronously and from the monotonic clock, whether the holder
+///   may still act: it fails the moment the lease is lost *or* its deadline passes, even if the
+///   keeper task has not run (a paused process learns it on its first check after resuming).
+/// * [`lost`](Self::lost) is a future that completes with the reason when the lease is lost.
+/// * [`release`](Self::release) gives the lease up; dropping the guard releases best-effort from
+///   the keeper task.
+///
+/// The guard owns an `Arc` of the backend, so it is `'static` and can move between tasks.
+///
+/// ```
+/// use lease_core::{KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseGuard, LeaseKey, MemoryBackend};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let store: Arc<dyn LeaseBackend> = Arc::new(MemoryBackend::new());
+/// let key = LeaseKey::new("leader")?;
+/// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(3)))?;
+/// let guard = LeaseGuard::spawn_thread(store.clone(), lease, KeeperOptions::default())
+///     .expect("spawn keeper thread");
+/// let fencing = guard.check().expect("freshly acquired");
+/// assert_eq!(fencing, guard.fencing_token());
+/// lease_core::block_on(guard.release())?;
+/// # Ok::<(), lease_core::LeaseError>(())
+/// ```
+#[must_use = "dropping the guard releases the lease"]
+pub struct LeaseGuard {
+    shared: Arc<Shared>,
+    done: bool,
+}
+
+impl fmt::Debug for LeaseGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = lock(&self.shared.state);
+        f.debug_struct("LeaseGuard")
+            .field("lease", &state.lease)
+            .field("lost", &state.lost)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The renewal loop of a [`LeaseGuard`]: a `Send + 'static` future to spawn on any executor.
+///
+/// It completes when the lease is released, lost, or the guard is dropped (after the best-effort
+/// release). If it is never polled, nothing renews the lease and the guard's
+/// [`check`](LeaseGuard::check) fails at the deadline.
+#[must_use = "the keeper task does nothing unless spawned or polled"]
+pub struct KeeperTask {
+    future: BoxFuture<'static, ()>,
+}
+
+impl fmt::Debug for KeeperTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeeperTask").finish_non_exhaustive()
+    }
+}
+
+impl Future for KeeperTask {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.future.as_mut().poll(cx)
+    }
+}
+
+impl LeaseGuard {
+    /// A guard for `lease` and the task that keeps it. Spawn the task on your executor.
+    pub fn new(
+        backend: Arc<dyn LeaseBackend>,
+        lease: Lease,
+        options: KeeperOptions,
+    ) -> (Self, KeeperTask) {
+        let shared = Arc::new(Shared {
+            backend,
+            state: Mutex::new(State {
+                lease,
+                lost: None,
+                releasing: false,
+                stop: None,
+                task_waker: None,
+                loss_wakers: Vec::new(),
+            }),
+            on_lost: options.on_lost.clone(),
+        });
+        let span = {
+            let lease = lock(&shared.state).lease.clone();
+            tracing::debug_span!("lease_keeper", key = %lease.key(), fencing = %lease.fencing_token())
+        };
+        let task = KeeperTask {
+            future: Box::pin(tracing::Instrument::instrument(
+                keep(shared.clone(), options),
+                span,
+            )),
+        };
+        (
+            Self {
+                shared,
+                done: false,
+            },
+            task,
+        )
+    }
+
+    /// Acquires `key` (waiting as `wait` says) and returns the guard and its task.
+    ///
+    /// # Errors
+    /// As [`LeaseBackendExt::acquire_with_wait`].
+    pub async fn acquire(
+        backend: Arc<dyn LeaseBackend>,
+        key: &LeaseKey,
+        duration: Duration,
+        wait: &WaitOptions,
+        options: KeeperOptions,
+    ) -> Result<(Self, KeeperTask), LeaseError> {
+        let lease = backend.acquire_with_wait(key, duration, wait).await?;
+        Ok(Self::new(backend, lease, options))
+    }
+
+    /// Like [`new`](Self::new), running the task on a thread of its own with
+    /// [`block_on`](crate::block_on): for backends that need no async runtime (memory, file).
+    ///
+    /// # Errors
+    /// If the thread cannot be spawned.
+    pub fn spawn_thread(
+        backend: Arc<dyn LeaseBackend>,
+        lease: Lease,
+        options: KeeperOptions,
+    ) -> std::io::Result<Self> {
+        let (guard, task) = Self::new(backend, lease, options);
+        std::thread::Builder::new()
+            .name(format!("lease-keeper-{}", guard.key()))
+            .spawn(move || crate::block_on(task))?;
+        Ok(guard)
+    }
+
+    /// Like [`new`](Self::new), spawning the task on the current tokio runtime.
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidInput`] (field `runtime`) when called outside a tokio runtime.
+    #[cfg(feature = "tokio")]
+    pub fn spawn(
+        backend: Arc<dyn LeaseBackend>,
+        lease: Lease,
+        options: KeeperOptions,
+    ) -> Result<Self, LeaseError> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|e| {
+            LeaseError::invalid("runtime", format!("spawn needs a tokio runtime: {e}"))
+        })?;
+        let (guard, task) = Self::new(backend, lease, options);
+        handle.spawn(task);
+        Ok(guard)
+    }
+
+    /// The key.
+    pub fn key(&self) -> LeaseKey {
+        self.shared.lease().key().clone()
+    }
+
+    /// The lease as of the last renewal.
+    pub fn lease(&self) -> Lease {
+        self.shared.lease()
+    }
+
+    /// The fencing token: pass it with every write to the protected resource.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.shared.lease().fencing_token()
+    }
+
+    /// `Ok(fencing token)` while the lease can be trusted; the loss reason once it cannot.
+    ///
+    /// # Errors
+    /// The [`LossReason`], or [`LossReason::DeadlinePassed`] when the deadline passed before the
+    /// keeper task noticed.
+    pub fn check(&self) -> Result<FencingToken, LossReason> {
+        let state = lock(&self.shared.state);
+        if let Some(reason) = &state.lost {
+            return Err(reason.clone());
+        }
+        if self.shared.backend.clock().monotonic() >= state.lease.deadline() {
+            return Err(LossReason::DeadlinePassed);
+        }
+        Ok(state.lease.fencing_token())
+    }
+
+    /// Whether [`check`](Self::check) succeeds.
+    pub fn is_trusted(&self) -> bool {
+        self.check().is_ok()
+    }
+
+    /// The holder-side deadline of the latest renewal.
+    pub fn deadline(&self) -> Instant {
+        self.shared.lease().deadline()
+    }
+
+    /// Completes with the reason when the lease is lost. Cancel-safe; any number may wait.
+    pub fn lost(&self) -> Lost {
+        Lost {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Releases the lease (one backend release call) and stops the keeper.
+    ///
+    /// Cancel safety: if this future is dropped before it completes, the guard's drop hands the
+    /// release to the keeper task, as for a dropped guard.
+    ///
+    /// # Errors
+    /// What the backend's release returns, such as [`LeaseError::NotOwned`] after a loss.
+    pub async fn release(mut self) -> Result<(), LeaseError> {
+        let lease = {
+            let mut state = lock(&self.shared.state);
+            state.releasing = true;
+            state.lease.clone()
+        };
+        let result = self
+            .shared
+            .backend
+            .release(lease.key(), lease.token())
+            .await;
+        self.done = true;
+        self.shared.request_stop(Stop::Released);
+        match &result {
+            Ok(()) => tracing::debug!(key = %lease.key(), "lease released"),
+            Err(error) => tracing::warn!(key = %lease.key(), %error, "lease release failed"),
+        }
+        result
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.shared.request_stop(Stop::Dropped);
+        }
+    }
+}
+
+/// The future of [`LeaseGuard::lost`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Lost {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lost").finish_non_exhaustive()
+    }
+}
+
+impl Future for Lost {
+    type Output = LossReason;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LossReason> {
+        let mut state = lock(&self.shared.state);
+        if let Some(reason) = &state.lost {
+            return Poll::Ready(reason.clone());
+        }
+        if !state.loss_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            state.loss_wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+}
+
+enum Event<T> {
+    Stop(Stop),
+    Done(T),
+    Timer,
+}
+
+/// Races a stop request, an optional piece of work and a timer.
+struct Race<'a, T> {
+    shared: &'a Shared,
+    work: Option<BoxFuture<'a, T>>,
+    timer: BoxFuture<'static, ()>,
+}
+
+impl<T> Future for Race<'_, T> {
+    type Output = Event<T>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Event<T>> {
+        if let Some(stop) = self.shared.stop_requested(cx) {
+            return Poll::Ready(Event::Stop(stop));
+        }
+        if let Some(work) = self.work.as_mut()
+            && let Poll::Ready(output) = work.as_mut().poll(cx)
+        {
+            return Poll::Ready(Event::Done(output));
+        }
+        match self.timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Event::Timer),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+async fn keep(shared: Arc<Shared>, options: KeeperOptions) {
+    let backend = shared.backend.clone();
+    let clock = backend.clock();
+    let first = shared.lease();
+    let duration = options.duration.unwrap_or(first.duration());
+    let every = options
+        .renew_every
+        .unwrap_or(duration / 3)
+        .max(Duration::from_millis(1));
+    let (retry_initial, retry_max) = options.retry.unwrap_or((
+        Duration::from_millis(20),
+        (duration / 10).max(Duration::from_millis(20)),
+    ));
+    let mut backoff = Backoff::new(retry_initial, retry_max);
+    let mut next_renew = clock.monotonic() + every;
+    let mut last_error: Option<String> = None;
+
+    let stop = loop {
+        let lease = shared.lease();
+        let deadline = lease.deadline();
+        let idle = Race::<()> {
+            shared: &shared,
+            work: None,
+            timer: sleep_until(clock, next_renew.min(deadline)),
+        };
+        if let Event::Stop(stop) = idle.await {
+            break stop;
+        }
+        if clock.monotonic() >= deadline {
+            lose_at_deadline(&shared, last_error.take()).await;
+            return;
+        }
+        let sent = clock.monotonic();
+        let renewal = Race {
+            shared: &shared,
+            work: Some(backend.renew(&lease, duration)),
+            timer: sleep_until(clock, deadline),
+        };
+        match renewal.await {
+            Event::Stop(stop) => break stop,
+            Event::Timer => {
+                lose_at_deadline(&shared, last_error.take()).await;
+                return;
+            }
+            Event::Done(Ok(renewed)) => {
+                tracing::trace!(key = %renewed.key(), "lease renewed");
+                lock(&shared.state).lease = renewed;
+                last_error = None;
+                backoff.reset();
+                next_renew = sent + every;
+            }
+            Event::Done(Err(error)) => {
+                if let Some(reason) = error.not_owned_reason() {
+                    shared.lose(LossReason::NotOwned(reason));
+                    return;
+                }
+                if error.is_held() {
+                    shared.lose(LossReason::NotOwned(NotOwnedReason::TakenOver));
+                    return;
+                }
+                tracing::warn!(key = %lease.key(), %error, "lease renewal failed; retrying");
+                last_error = Some(error.to_string());
+                next_renew = clock.monotonic() + backoff.next_delay();
+            }
+        }
+    };
+    if stop == Stop::Dropped {
+        let lease = shared.lease();
+        match backend.release(lease.key(), lease.token()).await {
+            Ok(()) => tracing::debug!(key = %lease.key(), "lease released on drop"),
+            Err(error) => tracing::warn!(key = %lease.key(), %error, "release on drop failed"),
+        }
+    }
+}
+
+/// The deadline passed: tell the holder, then release best-effort in case a renewal did land, so
+/// a live record of ours does not keep others waiting.
+async fn lose_at_deadline(shared: &Shared, last_error: Option<String>) {
+    shared.lose(match last_error {
+        Some(last_error) => LossReason::BackendFailing { last_error },
+        None => LossReason::DeadlinePassed,
+    });
+    let lease = shared.lease();
+    if let Err(error) = shared.backend.release(lease.key(), lease.token()).await {
+        tracing::debug!(key = %lease.key(), %error, "release after loss failed");
+    }
+}

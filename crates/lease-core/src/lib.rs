@@ -1,0 +1,95 @@
+//! The lease contract: what every backend of this project promises, and the tools to hold it to
+//! that promise.
+//!
+//! ```
+//! use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
+//! use std::time::Duration;
+//!
+//! let store = MemoryBackend::new();
+//! let key = LeaseKey::new("regenerate-sitemap")?;
+//!
+//! let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+//! // Somebody else is turned away, and told who holds the lease until when.
+//! let busy = lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap_err();
+//! assert!(busy.is_held());
+//!
+//! // Pass the fencing token with every write to the protected resource.
+//! let fencing = lease.fencing_token();
+//! let lease = lease_core::block_on(store.renew(&lease, Duration::from_secs(30)))?;
+//! assert_eq!(lease.fencing_token(), fencing);
+//! lease_core::block_on(store.release_lease(&lease))?;
+//! # Ok::<(), lease_core::LeaseError>(())
+//! ```
+//!
+//! # What is here
+//!
+//! * [`LeaseBackend`]: the small, dyn-compatible contract of single-attempt operations
+//!   (try-acquire, renew, release, inspect); [`LeaseBackendExt`] adds waiting and conveniences.
+//! * [`LeaseKey`], [`LeaseToken`], [`FencingToken`], [`Lease`], [`LeaseRecord`], [`Holder`].
+//! * [`LeaseError`]: one error enum by meaning, with [`LeaseError::is_held`] and
+//!   [`LeaseError::is_not_owned`].
+//! * [`Clock`] ([`SystemClock`], [`ManualClock`]) and [`TokenSource`] ([`RandomTokens`]):
+//!   time and randomness are injected.
+//! * [`LeaseGuard`]: keeps a lease alive and tells its holder the moment it can no longer trust it.
+//! * [`MemoryBackend`]: the reference backend.
+//! * `conformance` (feature `conformance`): the suite every backend passes. Not API-stable.
+//!
+//! This crate depends on no async runtime: its futures run on any executor, or on the tiny
+//! [`block_on`] for backends that need no I/O reactor. The `tokio` feature adds
+//! `LeaseGuard::spawn`.
+//!
+//! # Time
+//!
+//! A lease is a promise measured in two clocks. The store records `expires_at` on the **wall
+//! clock**, the only time other hosts can compare; the holder trusts the lease only until its
+//! **deadline on its own monotonic clock**: the instant the request was *sent*, plus the duration,
+//! minus a safety margin ([`holder_deadline`]). Since the store wrote `expires_at` after the send,
+//! a contender that waits for `expires_at` (plus the backend's skew allowance) can never take over
+//! while the holder still trusts the lease, as long as clocks drift less than the margin and wall
+//! clocks disagree by less than the declared skew. `docs/correctness.md` states each assumption.
+//!
+//! # Fencing
+//!
+//! No lease can stop a holder that was paused (GC, SIGSTOP, a VM migration) from acting after its
+//! lease ran out. Fencing tokens make that harmless: every acquisition of a key gets a
+//! [`FencingToken`] strictly greater than every earlier one for that key, across release, expiry
+//! and takeover. The protected resource keeps the highest token it has seen and refuses writes
+//! that carry a lower one, atomically with the write, for example:
+//!
+//! ```sql
+//! UPDATE reports SET body = $1, fence = $2 WHERE id = $3 AND fence <= $2
+//! ```
+//!
+//! or a DynamoDB `ConditionExpression: attribute_not_exists(fence) OR fence <= :token`. A write
+//! that updates zero rows came from a holder that lost its lease.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod backend;
+mod clock;
+mod error;
+mod exec;
+mod keeper;
+mod key;
+mod lease;
+mod memory;
+mod sync;
+mod token;
+mod wait;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use backend::{AcquireOptions, BoxFuture, LeaseBackend, LeaseBackendExt, WaitEvent};
+pub use clock::{Clock, ManualClock, SystemClock, sleep_until};
+pub use error::{Holder, LeaseError, NotOwnedReason};
+pub use exec::{JoinAll, block_on, join_all};
+pub use keeper::{KeeperOptions, KeeperTask, LeaseGuard, LossCallback, LossReason, Lost};
+pub use key::{LeaseKey, MAX_KEY_PART_BYTES};
+pub use lease::{
+    Lease, LeaseRecord, MAX_LEASE_DURATION, MIN_LEASE_DURATION, default_safety_margin, fmt_time,
+    holder_deadline, validate_duration,
+};
+pub use memory::MemoryBackend;
+pub use token::{FencingToken, LeaseToken, MAX_TOKEN_BYTES, RandomTokens, TokenSource};
+pub use wait::{Backoff, WaitCallback, WaitOptions};

@@ -1,0 +1,271 @@
+//! The reference in-process backend.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use crate::sync::lock;
+use crate::{
+    AcquireOptions, BoxFuture, Clock, FencingToken, Holder, Lease, LeaseBackend, LeaseError,
+    LeaseKey, LeaseRecord, LeaseToken, NotOwnedReason, RandomTokens, SystemClock, TokenSource,
+    default_safety_margin, holder_deadline, validate_duration,
+};
+
+/// Leases in a `HashMap` behind a mutex: the reference implementation of the contract.
+///
+/// Clones share the same store, so clones act as separate clients of one store. Expiry is judged
+/// by the backend's [`Clock`] at the moment of each operation. Every operation costs one mutex
+/// acquisition and no I/O. Used by the doc examples, the lessor's tests, and as the reference for
+/// the other backends.
+///
+/// ```
+/// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, ManualClock, MemoryBackend};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let clock = Arc::new(ManualClock::new());
+/// let store = MemoryBackend::new().with_clock(clock.clone());
+/// let key = LeaseKey::new("rebuild-index")?;
+///
+/// let first = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+/// clock.advance(Duration::from_secs(11));
+/// let second = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+/// assert!(second.fencing_token() > first.fencing_token());
+/// assert!(lease_core::block_on(store.renew(&first, Duration::from_secs(10))).unwrap_err().is_not_owned());
+/// # Ok::<(), lease_core::LeaseError>(())
+/// ```
+#[derive(Clone)]
+pub struct MemoryBackend {
+    entries: Arc<Mutex<HashMap<LeaseKey, Entry>>>,
+    clock: Arc<dyn Clock>,
+    tokens: Arc<dyn TokenSource>,
+    safety_margin: Option<Duration>,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    holder: Option<HolderEntry>,
+    fencing: u64,
+}
+
+#[derive(Clone, Debug)]
+struct HolderEntry {
+    token: LeaseToken,
+    owner: Option<String>,
+    acquired_at: SystemTime,
+    expires_at: SystemTime,
+}
+
+impl HolderEntry {
+    fn describe(&self, fencing: u64) -> Holder {
+        let mut holder = Holder::new()
+            .with_token(self.token.clone())
+            .with_acquired_at(self.acquired_at)
+            .with_expires_at(self.expires_at)
+            .with_fencing(FencingToken::new(fencing));
+        if let Some(owner) = &self.owner {
+            holder = holder.with_owner(owner.clone());
+        }
+        holder
+    }
+}
+
+impl fmt::Debug for MemoryBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBackend")
+            .field("keys", &lock(&self.entries).len())
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryBackend {
+    /// An empty store on the system clock with random tokens.
+    pub fn new() -> Self {
+        Self {
+            entries: Arc::default(),
+            clock: Arc::new(SystemClock),
+            tokens: Arc::new(RandomTokens),
+            safety_margin: None,
+        }
+    }
+
+    /// Uses `clock` for expiry and deadlines.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Uses `tokens` to make owner tokens.
+    pub fn with_token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// Overrides [`default_safety_margin`].
+    pub fn with_safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+
+    fn margin(&self, duration: Duration) -> Duration {
+        self.safety_margin
+            .unwrap_or_else(|| default_safety_margin(duration))
+    }
+
+    fn try_acquire_now(
+        &self,
+        key: &LeaseKey,
+        duration: Duration,
+        options: &AcquireOptions,
+    ) -> Result<Lease, LeaseError> {
+        validate_duration(duration)?;
+        let sent = self.clock.monotonic();
+        let now = self.clock.now();
+        let mut entries = lock(&self.entries);
+        let entry = entries.entry(key.clone()).or_insert(Entry {
+            holder: None,
+            fencing: 0,
+        });
+        if let Some(holder) = &entry.holder
+            && now < holder.expires_at
+        {
+            return Err(LeaseError::held(
+                key.clone(),
+                Some(holder.describe(entry.fencing)),
+            ));
+        }
+        let token = options
+            .token()
+            .cloned()
+            .unwrap_or_else(|| self.tokens.next_token());
+        entry.fencing += 1;
+        let expires_at = now + duration;
+        entry.holder = Some(HolderEntry {
+            token: token.clone(),
+            owner: options.owner().map(str::to_owned),
+            acquired_at: now,
+            expires_at,
+        });
+        tracing::debug!(%key, fencing = entry.fencing, token = %token, "memory lease acquired");
+        Ok(Lease::new(
+            key.clone(),
+            token,
+            FencingToken::new(entry.fencing),
+            duration,
+            expires_at,
+            holder_deadline(sent, duration, self.margin(duration)),
+        ))
+    }
+
+    fn renew_now(&self, lease: &Lease, duration: Duration) -> Result<Lease, LeaseError> {
+        validate_duration(duration)?;
+        let sent = self.clock.monotonic();
+        let now = self.clock.now();
+        let mut entries = lock(&self.entries);
+        let key = lease.key();
+        let entry = entries.get_mut(key);
+        let holder = entry.and_then(|e| e.holder.as_mut());
+        match holder {
+            None => Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing)),
+            Some(h) if h.token != *lease.token() => Err(LeaseError::not_owned(
+                key.clone(),
+                NotOwnedReason::TakenOver,
+            )),
+            Some(h) if now >= h.expires_at => {
+                Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Expired))
+            }
+            Some(h) => {
+                h.expires_at = now + duration;
+                Ok(Lease::new(
+                    key.clone(),
+                    lease.token().clone(),
+                    lease.fencing_token(),
+                    duration,
+                    h.expires_at,
+                    holder_deadline(sent, duration, self.margin(duration)),
+                ))
+            }
+        }
+    }
+
+    fn release_now(&self, key: &LeaseKey, token: &LeaseToken) -> Result<(), LeaseError> {
+        let mut entries = lock(&self.entries);
+        let entry = entries.get_mut(key);
+        match entry {
+            Some(e) if e.holder.as_ref().is_some_and(|h| h.token == *token) => {
+                e.holder = None;
+                tracing::debug!(%key, "memory lease released");
+                Ok(())
+            }
+            Some(Entry {
+                holder: Some(_), ..
+            }) => Err(LeaseError::not_owned(
+                key.clone(),
+                NotOwnedReason::TakenOver,
+            )),
+            _ => Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing)),
+        }
+    }
+
+    fn inspect_now(&self, key: &LeaseKey) -> Option<LeaseRecord> {
+        lock(&self.entries).get(key).map(|entry| {
+            LeaseRecord::new(
+                key.clone(),
+                entry.holder.as_ref().map(|h| h.describe(entry.fencing)),
+                FencingToken::new(entry.fencing),
+            )
+        })
+    }
+}
+
+impl LeaseBackend for MemoryBackend {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        &*self.clock
+    }
+
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+        options: &'a AcquireOptions,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        Box::pin(std::future::ready(
+            self.try_acquire_now(key, duration, options),
+        ))
+    }
+
+    fn renew<'a>(
+        &'a self,
+        lease: &'a Lease,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        Box::pin(std::future::ready(self.renew_now(lease, duration)))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        token: &'a LeaseToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(std::future::ready(self.release_now(key, token)))
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
+        Box::pin(std::future::ready(Ok(self.inspect_now(key))))
+    }
+}

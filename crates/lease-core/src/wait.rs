@@ -1,0 +1,222 @@
+//! Waiting for a held lease: capped exponential backoff with full jitter.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{AcquireOptions, Lease, LeaseBackend, LeaseError, LeaseKey, WaitEvent};
+
+/// A callback told about each failed attempt while waiting.
+pub type WaitCallback = Arc<dyn Fn(&WaitEvent<'_>) + Send + Sync>;
+
+/// How [`LeaseBackendExt::acquire_with_wait`](crate::LeaseBackendExt::acquire_with_wait) waits.
+///
+/// ```
+/// use lease_core::WaitOptions;
+/// use std::time::Duration;
+///
+/// let wait = WaitOptions::new(Duration::from_secs(60))
+///     .with_backoff(Duration::from_millis(50), Duration::from_secs(2))
+///     .on_wait(|event| eprintln!("waiting for {}: attempt {}", event.key, event.attempts));
+/// assert_eq!(wait.timeout(), Duration::from_secs(60));
+/// ```
+#[derive(Clone)]
+pub struct WaitOptions {
+    timeout: Duration,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    acquire: AcquireOptions,
+    on_wait: Option<WaitCallback>,
+}
+
+impl fmt::Debug for WaitOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WaitOptions")
+            .field("timeout", &self.timeout)
+            .field("initial_backoff", &self.initial_backoff)
+            .field("max_backoff", &self.max_backoff)
+            .field("acquire", &self.acquire)
+            .field("on_wait", &self.on_wait.is_some())
+            .finish()
+    }
+}
+
+impl WaitOptions {
+    /// Wait up to `timeout`; backoff from 25 ms doubling to at most 1 s.
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            initial_backoff: Duration::from_millis(25),
+            max_backoff: Duration::from_secs(1),
+            acquire: AcquireOptions::default(),
+            on_wait: None,
+        }
+    }
+
+    /// Sets the first backoff and the cap.
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial.max(Duration::from_millis(1));
+        self.max_backoff = max.max(self.initial_backoff);
+        self
+    }
+
+    /// Options for every attempt.
+    pub fn with_acquire_options(mut self, options: AcquireOptions) -> Self {
+        self.acquire = options;
+        self
+    }
+
+    /// Calls `callback` after each failed attempt, before sleeping.
+    pub fn on_wait(mut self, callback: impl Fn(&WaitEvent<'_>) + Send + Sync + 'static) -> Self {
+        self.on_wait = Some(Arc::new(callback));
+        self
+    }
+
+    /// The timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+/// Capped exponential backoff with full jitter: attempt `n` sleeps a uniformly random time in
+/// `[0, min(max, initial * 2^n)]`.
+///
+/// ```
+/// use lease_core::Backoff;
+/// use std::time::Duration;
+///
+/// let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(80));
+/// for _ in 0..10 {
+///     assert!(backoff.next_delay() <= Duration::from_millis(80));
+/// }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    attempt: u32,
+    rng: Jitter,
+}
+
+impl Backoff {
+    /// A backoff starting at `initial`, capped at `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Self {
+            initial,
+            max: max.max(initial),
+            attempt: 0,
+            rng: Jitter::new(),
+        }
+    }
+
+    /// The next delay.
+    pub fn next_delay(&mut self) -> Duration {
+        let ceiling = self
+            .initial
+            .saturating_mul(1u32.checked_shl(self.attempt.min(30)).unwrap_or(u32::MAX))
+            .min(self.max);
+        self.attempt = self.attempt.saturating_add(1);
+        self.rng.up_to(ceiling)
+    }
+
+    /// Starts over from the initial delay.
+    pub fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+/// A small xorshift generator seeded from the standard library's per-process random keys.
+#[derive(Debug, Clone)]
+struct Jitter(u64);
+
+impl Jitter {
+    fn new() -> Self {
+        let mut hasher = RandomState::new().build_hasher();
+        hasher.write_u64(0x9e37_79b9_7f4a_7c15);
+        Self(hasher.finish() | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    fn up_to(&mut self, ceiling: Duration) -> Duration {
+        let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
+        if nanos == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(self.next() % (nanos + 1))
+    }
+}
+
+pub(crate) async fn acquire_with_wait<B: LeaseBackend + ?Sized>(
+    backend: &B,
+    key: &LeaseKey,
+    duration: Duration,
+    wait: &WaitOptions,
+) -> Result<Lease, LeaseError> {
+    let clock = backend.clock();
+    let started = clock.monotonic();
+    let give_up = started + wait.timeout;
+    let mut backoff = Backoff::new(wait.initial_backoff, wait.max_backoff);
+    let mut attempts = 0u32;
+    loop {
+        let error = match backend.try_acquire(key, duration, &wait.acquire).await {
+            Ok(lease) => return Ok(lease),
+            Err(error) if error.is_held() || error.is_transient() => error,
+            Err(error) => return Err(error),
+        };
+        attempts = attempts.saturating_add(1);
+        let now = clock.monotonic();
+        if now >= give_up {
+            return Err(LeaseError::Timeout {
+                key: key.clone(),
+                waited: now - started,
+                holder: error.holder().cloned().map(Box::new),
+            });
+        }
+        let mut delay = backoff.next_delay().max(Duration::from_millis(1));
+        // Never sleep past the holder's expiry: take an abandoned lease over promptly.
+        if let Some(expires_at) = error.holder().and_then(|h| h.expires_at()) {
+            let until_expiry = expires_at
+                .duration_since(clock.now())
+                .unwrap_or(Duration::ZERO)
+                + Duration::from_millis(1);
+            delay = delay.min(until_expiry);
+        }
+        delay = delay.min(give_up - now);
+        if let Some(callback) = &wait.on_wait {
+            callback(&WaitEvent {
+                key,
+                holder: error.holder(),
+                attempts,
+                next_attempt_in: delay,
+                last_error: &error,
+            });
+        }
+        tracing::debug!(%key, attempts, ?delay, error = %error, "lease busy; waiting");
+        clock.sleep(delay).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_the_cap_and_jitters() {
+        let mut backoff = Backoff::new(Duration::from_millis(10), Duration::from_millis(100));
+        let delays: Vec<_> = (0..200).map(|_| backoff.next_delay()).collect();
+        assert!(delays.iter().all(|d| *d <= Duration::from_millis(100)));
+        let distinct: std::collections::HashSet<_> = delays.iter().collect();
+        assert!(distinct.len() > 50, "full jitter spreads the delays");
+        assert!(delays[150..].iter().any(|d| *d > Duration::from_millis(50)));
+    }
+}

@@ -1,0 +1,32 @@
+//! The memory backend passes the whole conformance suite.
+#![cfg(feature = "conformance")]
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use lease_core::conformance::{Case, Subject};
+use lease_core::{ManualClock, MemoryBackend};
+
+fn harness(_name: &str, case: Case) {
+    let clock = Arc::new(ManualClock::new());
+    let backend = MemoryBackend::new().with_clock(clock.clone());
+    let subject = Subject::new(Arc::new(backend), clock);
+    lease_core::block_on(case(&subject));
+}
+
+lease_core::conformance_tests!(harness);
+
+#[test]
+fn every_case_is_in_the_macro() {
+    // The macro and CASES list the same cases; a case added to one but not the other fails here.
+    let source = include_str!("../src/conformance.rs");
+    let (_, macro_body) = source
+        .split_once("macro_rules! conformance_tests")
+        .expect("macro present");
+    for (name, _) in lease_core::conformance::CASES {
+        assert!(
+            macro_body.contains(&format!("{name},")),
+            "{name} missing from the macro"
+        );
+    }
+}
