@@ -32,8 +32,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::{
     AcquireOptions, BoxFuture, Clock, KeeperOptions, Lease, LeaseBackend, LeaseBackendExt,
-    LeaseError, LeaseGuard, LeaseKey, LeaseToken, LossReason, ManualClock, NotOwnedReason,
-    WaitOptions,
+    LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseToken, LossReason, ManualClock,
+    NotOwnedReason, WaitOptions,
 };
 
 /// One conformance case: a function of the subject returning the future that runs it.
@@ -85,6 +85,7 @@ macro_rules! conformance_tests {
             inspect_reports_the_record,
             wait_takes_over_after_expiry,
             guard_renews_and_reports_loss,
+            listing_sees_every_sort_key,
         );
     };
     (@cases $harness:path; $($case:ident),* $(,)?) => {
@@ -101,6 +102,7 @@ macro_rules! conformance_tests {
 #[derive(Debug, Clone)]
 pub struct Subject {
     backend: Arc<dyn LeaseBackend>,
+    listing: Option<Arc<dyn LeaseListing>>,
     clock: Arc<ManualClock>,
     namespace: String,
     takeover_delay: Duration,
@@ -114,6 +116,7 @@ impl Subject {
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         Self {
             backend,
+            listing: None,
             clock,
             namespace: format!("conf-{}", &nonce[..12]),
             takeover_delay: Duration::ZERO,
@@ -124,6 +127,13 @@ impl Subject {
     /// allowance). Default zero.
     pub fn with_takeover_delay(mut self, delay: Duration) -> Self {
         self.takeover_delay = delay;
+        self
+    }
+
+    /// A listing backend under test: the same store as the subject's, seen through
+    /// [`LeaseListing`]. Every backend of this project supplies one.
+    pub fn with_listing(mut self, listing: Arc<dyn LeaseListing>) -> Self {
+        self.listing = Some(listing);
         self
     }
 
@@ -557,6 +567,41 @@ pub fn guard_renews_and_reports_loss(s: &Subject) -> BoxFuture<'_, ()> {
         let script: BoxFuture<'_, ()> = Box::pin(script);
         // The keeper task ends once the loss is seen; the script then finishes.
         crate::join_all(vec![task, script]).await;
+    })
+}
+
+/// Listing a partition returns every record under it, sorted, released ones included.
+pub fn listing_sees_every_sort_key(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let listing = s
+            .listing
+            .as_ref()
+            .expect("this backend supplies no LeaseListing: call Subject::with_listing");
+        let partition = s.key("listing").partition().to_owned();
+        assert!(must(listing.list_partition(&partition).await, "list empty").is_empty());
+        let mut leases = Vec::new();
+        for sort in ["c", "a", "b"] {
+            let key = LeaseKey::with_sort_key(partition.clone(), sort).expect("valid key");
+            leases.push(must(acquire(s, &key).await, "acquire"));
+        }
+        let other = LeaseKey::with_sort_key(format!("{partition}x"), "a").expect("valid key");
+        must(acquire(s, &other).await, "acquire other partition");
+        must(s.backend.release_lease(&leases[0]).await, "release c");
+        let records = must(listing.list_partition(&partition).await, "list");
+        let sorts: Vec<_> = records
+            .iter()
+            .map(|r| r.key().sort().unwrap_or(""))
+            .collect();
+        assert_eq!(sorts, ["a", "b", "c"], "sorted, own partition only");
+        assert!(
+            records[2].holder().is_none(),
+            "released record listed without holder"
+        );
+        assert_eq!(records[2].fencing(), leases[0].fencing_token());
+        assert_eq!(
+            records[0].holder().and_then(|h| h.token()),
+            Some(leases[1].token())
+        );
     })
 }
 

@@ -31,6 +31,7 @@
 //! * [`Clock`] ([`SystemClock`], [`ManualClock`]) and [`TokenSource`] ([`RandomTokens`]):
 //!   time and randomness are injected.
 //! * [`LeaseGuard`]: keeps a lease alive and tells its holder the moment it can no longer trust it.
+//! * [`LeaseListing`]: the optional extension that lists the records under one partition key.
 //! * [`MemoryBackend`]: the reference backend.
 //! * `conformance` (feature `conformance`): the suite every backend passes. Not API-stable.
 //!
@@ -72,6 +73,7 @@ mod exec;
 mod keeper;
 mod key;
 mod lease;
+mod listing;
 mod memory;
 mod sync;
 mod token;
@@ -90,6 +92,7 @@ pub use lease::{
     Lease, LeaseRecord, MAX_LEASE_DURATION, MIN_LEASE_DURATION, default_safety_margin, fmt_time,
     holder_deadline, validate_duration,
 };
+pub use listing::LeaseListing;
 pub use memory::MemoryBackend;
 pub use token::{FencingToken, LeaseToken, MAX_TOKEN_BYTES, RandomTokens, TokenSource};
 pub use wait::{Backoff, WaitCallback, WaitOptions};

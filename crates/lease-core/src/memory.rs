@@ -8,8 +8,8 @@ use std::time::{Duration, SystemTime};
 use crate::sync::lock;
 use crate::{
     AcquireOptions, BoxFuture, Clock, FencingToken, Holder, Lease, LeaseBackend, LeaseError,
-    LeaseKey, LeaseRecord, LeaseToken, NotOwnedReason, RandomTokens, SystemClock, TokenSource,
-    default_safety_margin, holder_deadline, validate_duration,
+    LeaseKey, LeaseListing, LeaseRecord, LeaseToken, NotOwnedReason, RandomTokens, SystemClock,
+    TokenSource, default_safety_margin, holder_deadline, validate_duration,
 };
 
 /// Leases in a `HashMap` behind a mutex: the reference implementation of the contract.
@@ -267,5 +267,21 @@ impl LeaseBackend for MemoryBackend {
         key: &'a LeaseKey,
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
         Box::pin(std::future::ready(Ok(self.inspect_now(key))))
+    }
+}
+
+impl LeaseListing for MemoryBackend {
+    fn list_partition<'a>(
+        &'a self,
+        partition: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LeaseRecord>, LeaseError>> {
+        let mut keys: Vec<LeaseKey> = lock(&self.entries)
+            .keys()
+            .filter(|k| k.partition() == partition)
+            .cloned()
+            .collect();
+        keys.sort();
+        let records = keys.iter().filter_map(|k| self.inspect_now(k)).collect();
+        Box::pin(std::future::ready(Ok(records)))
     }
 }

@@ -9,8 +9,8 @@ use lease_core::{ManualClock, MemoryBackend};
 
 fn harness(_name: &str, case: Case) {
     let clock = Arc::new(ManualClock::new());
-    let backend = MemoryBackend::new().with_clock(clock.clone());
-    let subject = Subject::new(Arc::new(backend), clock);
+    let backend = Arc::new(MemoryBackend::new().with_clock(clock.clone()));
+    let subject = Subject::new(backend.clone(), clock).with_listing(backend);
     lease_core::block_on(case(&subject));
 }
 
