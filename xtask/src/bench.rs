@@ -2,7 +2,9 @@
 //!
 //! Contract with the benches (`harness = false`): each writes one section,
 //! `$LEASE_BENCH_OUT/<NN-name>.md`, starting with a `##` heading; sections appear in the report
-//! in file name order. `LEASE_BENCH_QUICK=1` asks for fewer iterations.
+//! in file name order. `LEASE_BENCH_QUICK=1` asks for fewer iterations. `cargo xtask test` also
+//! runs every bench once, as a smoke test (`cargo test --all-targets`), with
+//! `LEASE_BENCH_QUICK=1` and without `LEASE_BENCH_OUT`: a bench then writes nothing.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -32,8 +34,8 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
 
     let mut steps = Steps::new("bench", 3);
     let dynamo = Dynamo::provision(&mut steps)?;
-    // `--benches`: only the bench targets; lib and bin targets have no benchmarks to run.
-    let mut command = with_dynamo(&dynamo, &["bench", "--workspace", "--benches"]);
+    // `--bench '*'`: the bench targets only, not every library's unit tests in release mode.
+    let mut command = with_dynamo(&dynamo, &["bench", "--workspace", "--bench", "*"]);
     command.env(OUT_VAR, &out);
     if quick {
         command.env(QUICK_VAR, "1");
@@ -46,7 +48,18 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
 
     let title = "report";
     let started = steps.announce(title);
-    let found = sections(&out)?;
+    let report = join_sections(&out, &header(quick, &dynamo_used))?;
+    let report_path = target.join("bench-report.md");
+    fs::write(&report_path, &report)?;
+    steps.finish(title, started);
+    steps.summary();
+    println!("\n{}:\n\n{report}", report_path.display());
+    Ok(())
+}
+
+/// `header` followed by every section in `out`, in file name order; an error if there is none.
+fn join_sections(out: &Path, header: &str) -> Result<String> {
+    let found = sections(out)?;
     if found.is_empty() {
         return Err(format!(
             "no benchmark wrote a section: expected <{OUT_VAR}>/<NN-name>.md files in {}",
@@ -54,22 +67,13 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
         )
         .into());
     }
-    let mut report = header(quick, &dynamo_used);
+    let mut report = header.to_owned();
     for section in &found {
         report.push('\n');
         report.push_str(fs::read_to_string(section)?.trim());
         report.push('\n');
     }
-    let report_path = target.join("bench-report.md");
-    fs::write(&report_path, &report)?;
-    steps.finish(title, started);
-    steps.summary();
-    println!(
-        "\n{} ({} sections):\n\n{report}",
-        report_path.display(),
-        found.len()
-    );
-    Ok(())
+    Ok(report)
 }
 
 /// The `*.md` files in `dir`, sorted by file name.
@@ -178,7 +182,26 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::civil_from_days;
+    use super::{civil_from_days, join_sections};
+
+    #[test]
+    fn report_joins_sections_in_file_name_order_and_needs_at_least_one() {
+        let out = std::env::temp_dir().join(format!("xtask-bench-report-{}", std::process::id()));
+        std::fs::create_dir_all(&out).expect("create scratch folder");
+        assert!(
+            join_sections(&out, "# H\n").is_err(),
+            "no section must be an error"
+        );
+        std::fs::write(out.join("20-b.md"), "## B\n").expect("write section");
+        std::fs::write(out.join("10-a.md"), "## A\n\n| x |\n").expect("write section");
+        std::fs::write(out.join("notes.txt"), "not a section").expect("write other file");
+        let report = join_sections(&out, "# H\n");
+        std::fs::remove_dir_all(&out).expect("remove scratch folder");
+        assert_eq!(
+            report.expect("two sections"),
+            "# H\n\n## A\n\n| x |\n\n## B\n"
+        );
+    }
 
     #[test]
     fn civil_from_days_matches_known_dates() {
