@@ -1,1 +1,95 @@
-fn main() {}
+//! `lease`: run a command under a lease, like `flock(1)` across processes and hosts.
+//!
+//! ```text
+//! lease run --key nightly-report --ttl 30s --wait 1m -- ./report.sh
+//! lease status --key nightly-report
+//! lease release --force --key nightly-report --yes-i-know
+//! lease demo
+//! ```
+//!
+//! Leases live in a directory of files by default (`$LEASE_DIR`, else `/tmp/lease-$UID`; `--file
+//! DIR` picks another), or in a DynamoDB table with `--dynamo TABLE`. Exit statuses are listed in
+//! the `exit` module: the command's own, 64 bad input, 69 backend error, 75 held or wait timed
+//! out, 76 lost while running, 126/127 command not executable/not found.
+//!
+//! Logs go to stderr through `tracing`; set `LEASE_LOG` (e.g. `LEASE_LOG=debug`) to see more.
+
+mod backend;
+mod cli;
+mod demo;
+mod duration;
+mod exit;
+mod run;
+mod status;
+mod stores;
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+
+use crate::cli::{Cli, Command, TableCommand};
+use crate::exit::Failure;
+
+fn main() -> ExitCode {
+    let cli = match Cli::parse_args(std::env::args_os()) {
+        Ok(cli) => cli,
+        Err(error) => {
+            let code = match error.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+                _ => exit::USAGE,
+            };
+            if let Err(print_error) = error.print() {
+                eprintln!("lease: {print_error}");
+            }
+            return ExitCode::from(code);
+        }
+    };
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("lease: cannot start the async runtime: {error}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    let result = runtime.block_on(dispatch(cli));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("lease: {failure}");
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<u8, Failure> {
+    match cli.command {
+        Command::Run(args) => run::run(args).await,
+        Command::Status(args) => status::status(args).await,
+        Command::Release(args) => status::release(args).await,
+        Command::Table(TableCommand::Create(args)) => status::table_create(args).await,
+        Command::Demo(args) => demo::demo(args).await,
+        Command::DemoWorker(args) => demo::worker(args).await,
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let installed = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
+    if let Err(error) = installed {
+        eprintln!("lease: cannot set up logging: {error}");
+    }
+}

@@ -1,0 +1,188 @@
+//! Opening the store named on the command line, behind one small abstraction.
+
+use std::fmt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use lease_core::{LeaseBackend, LeaseKey, LeaseListing};
+
+use crate::cli::BackendArgs;
+use crate::exit::Failure;
+
+/// Lists every key of a store that can enumerate them.
+pub(crate) type KeyLister = Arc<dyn Fn() -> Result<Vec<LeaseKey>, String> + Send + Sync>;
+
+/// An open store: the contract every command uses, and listing where the store offers it.
+#[derive(Clone)]
+pub(crate) struct Backend {
+    /// The lease operations.
+    pub(crate) leases: Arc<dyn LeaseBackend>,
+    /// Listing the records under one partition key, if the store can.
+    pub(crate) listing: Option<Arc<dyn LeaseListing>>,
+    /// Every key in the store, for stores that can enumerate them cheaply (a directory).
+    pub(crate) all_keys: Option<KeyLister>,
+    /// What to call the store in messages: `file store /tmp/lease-1000`.
+    pub(crate) description: String,
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Backend")
+            .field("leases", &self.leases)
+            .field("listing", &self.listing.is_some())
+            .field("description", &self.description)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backend {
+    /// A store that lists, from one value implementing both traits.
+    #[allow(dead_code)] // until the file and DynamoDB stores are wired in
+    pub(crate) fn listing<B: LeaseListing + 'static>(store: B, description: String) -> Self {
+        let store = Arc::new(store);
+        Self {
+            leases: store.clone(),
+            listing: Some(store),
+            all_keys: None,
+            description,
+        }
+    }
+
+    /// Opens the store `args` names: DynamoDB with `--dynamo`, else the file store.
+    pub(crate) async fn open(args: &BackendArgs) -> Result<Self, Failure> {
+        match &args.dynamo {
+            Some(table) => {
+                crate::stores::open_dynamo(table, args.endpoint.as_deref(), args.region.as_deref())
+                    .await
+            }
+            None => {
+                let dir = match &args.file {
+                    Some(dir) => prepare_dir(dir, false)?,
+                    None => prepare_dir(&default_dir(), true)?,
+                };
+                crate::stores::open_file(&dir)
+            }
+        }
+    }
+}
+
+/// The default file store directory: `$LEASE_DIR` if set, else `/tmp/lease-$UID`.
+///
+/// Deliberately not `$XDG_RUNTIME_DIR` or `$TMPDIR`: a cron job, a systemd unit and a login shell
+/// of the same user see different values of those, and would then not exclude each other.
+pub(crate) fn default_dir() -> PathBuf {
+    match std::env::var_os("LEASE_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(format!("/tmp/lease-{}", nix::unistd::getuid())),
+    }
+}
+
+/// Creates the store directory if needed and checks it can hold leases.
+///
+/// The shared default (`private`) is created mode 0700 and must belong to this user and be
+/// writable by nobody else: in `/tmp`, another user could otherwise create it first and read or
+/// break our leases.
+fn prepare_dir(dir: &Path, private: bool) -> Result<PathBuf, Failure> {
+    let cannot = |what: &str, error: &dyn fmt::Display| {
+        Failure::unavailable(format!(
+            "cannot use {} as the lease directory: {what}: {error}",
+            dir.display()
+        ))
+    };
+    if let Err(error) = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(if private { 0o700 } else { 0o777 })
+        .create(dir)
+    {
+        return Err(cannot("cannot create it", &error));
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| cannot("cannot read it", &e))?;
+    if !meta.is_dir() {
+        return Err(cannot("not a directory", &"exists as a file"));
+    }
+    if private {
+        let uid = nix::unistd::getuid().as_raw();
+        if meta.uid() != uid {
+            return Err(cannot(
+                "owned by another user",
+                &format!("uid {} (set LEASE_DIR or pass --file)", meta.uid()),
+            ));
+        }
+        if meta.permissions().mode() & 0o022 != 0 {
+            return Err(cannot(
+                "writable by other users",
+                &format!(
+                    "mode {:o} (chmod 700 it)",
+                    meta.permissions().mode() & 0o777
+                ),
+            ));
+        }
+    }
+    let probe = dir.join(format!(".lease-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| cannot("not writable", &e))?;
+    if let Err(error) = std::fs::remove_file(&probe) {
+        tracing::debug!(path = %probe.display(), %error, "could not remove probe file");
+    }
+    Ok(dir.to_path_buf())
+}
+
+/// Parses a key as written on the command line: `name`, or `partition#sort` (how keys print).
+pub(crate) fn parse_key(text: &str) -> Result<LeaseKey, Failure> {
+    let key = match text.split_once('#') {
+        Some((partition, sort)) => LeaseKey::with_sort_key(partition, sort),
+        None => LeaseKey::new(text),
+    };
+    key.map_err(|error| Failure::usage(format!("bad --key {text:?}: {error}")))
+}
+
+/// `pid 4242 on host build-7`: how this process describes itself as a holder.
+pub(crate) fn owner_description() -> String {
+    format!("pid {} on host {}", std::process::id(), hostname())
+}
+
+/// This host's name, or `unknown` if the system does not say.
+pub(crate) fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse_like_they_print() {
+        let key = parse_key("tenant#job").expect("valid");
+        assert_eq!(key.partition(), "tenant");
+        assert_eq!(key.sort(), Some("job"));
+        assert_eq!(key.to_string(), "tenant#job");
+        assert_eq!(parse_key("deploy").expect("valid").sort(), None);
+        assert_eq!(parse_key("").expect_err("empty").code, crate::exit::USAGE);
+        assert!(parse_key("a#").is_err());
+    }
+
+    #[test]
+    fn unusable_directories_are_refused_with_the_reason() {
+        let err = prepare_dir(Path::new("/proc/lease-cannot-be-here"), false).expect_err("/proc");
+        assert_eq!(err.code, crate::exit::UNAVAILABLE);
+        assert!(err.message.contains("/proc/lease-cannot-be-here"), "{err}");
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).expect("mkdir");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let err = prepare_dir(&shared, true).expect_err("world-writable default");
+        assert!(err.message.contains("writable by other users"), "{err}");
+
+        let private = dir.path().join("private");
+        prepare_dir(&private, true).expect("created");
+        let mode = std::fs::metadata(&private)
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+}

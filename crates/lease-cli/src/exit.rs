@@ -1,0 +1,86 @@
+//! Exit statuses of `lease`, and the failure type every command returns.
+//!
+//! | status | meaning |
+//! |---|---|
+//! | the command's own | `lease run`: the command ran under the lease and exited |
+//! | 128 + N | `lease run`: the command was killed by signal N |
+//! | 0 | other commands: done |
+//! | 64 | bad input: unknown flags, a flag combination that makes no sense, an unparsable duration or key, a missing command, a missing confirmation flag |
+//! | 69 | the backend failed or cannot be opened (unwritable directory, unreachable endpoint, missing table) |
+//! | 70 | an internal error (a bug, or the process could not start a thread) |
+//! | 75 | the lease is held by another owner (`--wait 0`), or waiting for it timed out |
+//! | 76 | the lease was lost (or could no longer be trusted) while the command ran; the command was stopped |
+//! | 126 | the command was found but could not be executed |
+//! | 127 | the command was not found |
+
+use std::fmt;
+
+use lease_core::LeaseError;
+
+/// Bad input (`EX_USAGE`).
+pub(crate) const USAGE: u8 = 64;
+/// The backend failed or cannot be opened (`EX_UNAVAILABLE`).
+pub(crate) const UNAVAILABLE: u8 = 69;
+/// An internal error (`EX_SOFTWARE`).
+pub(crate) const SOFTWARE: u8 = 70;
+/// Held by another owner, or waiting timed out (`EX_TEMPFAIL`: try again later).
+pub(crate) const HELD: u8 = 75;
+/// The lease was lost while the command ran.
+pub(crate) const LOST: u8 = 76;
+/// The command exists but cannot be executed (as in POSIX shells).
+pub(crate) const NOT_EXECUTABLE: u8 = 126;
+/// The command was not found (as in POSIX shells).
+pub(crate) const NOT_FOUND: u8 = 127;
+
+/// Why a command failed: a message for stderr and the exit status.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub(crate) code: u8,
+    pub(crate) message: String,
+}
+
+impl Failure {
+    pub(crate) fn new(code: u8, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
+        Self::new(USAGE, message)
+    }
+
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(UNAVAILABLE, message)
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self::new(SOFTWARE, message)
+    }
+
+    /// Maps a lease error to its status by meaning, prefixing `context`.
+    pub(crate) fn lease(context: &str, error: &LeaseError) -> Self {
+        let code = if error.is_invalid_input() {
+            USAGE
+        } else if error.is_held() || error.is_timeout() {
+            HELD
+        } else if error.is_not_owned() {
+            LOST
+        } else {
+            UNAVAILABLE
+        };
+        Self::new(code, format!("{context}: {error}"))
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The status of a process killed by `signal`, as shells report it.
+pub(crate) fn signal_status(signal: i32) -> u8 {
+    u8::try_from(128 + signal.clamp(0, 127)).unwrap_or(u8::MAX)
+}

@@ -1,0 +1,569 @@
+//! `lease run`: hold a lease while a command runs, and stop the command if the lease is lost.
+
+use std::ffi::OsString;
+use std::process::ExitStatus;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lease_core::{
+    AcquireOptions, Holder, KeeperOptions, Lease, LeaseBackendExt, LeaseError, LeaseGuard,
+    LeaseKey, LossReason, WaitOptions, fmt_time, validate_duration,
+};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::backend::{Backend, owner_description, parse_key};
+use crate::cli::RunArgs;
+use crate::duration::fmt_duration;
+use crate::exit::{self, Failure, signal_status};
+
+/// Environment variable that carries the fencing token to the command.
+pub(crate) const FENCING_ENV: &str = "LEASE_FENCING_TOKEN";
+/// Environment variable that carries the key to the command.
+pub(crate) const KEY_ENV: &str = "LEASE_KEY";
+
+/// What `lease run` was asked to do, validated.
+#[derive(Debug, Clone)]
+pub(crate) struct RunPlan {
+    pub(crate) key: LeaseKey,
+    pub(crate) ttl: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) grace: Duration,
+    pub(crate) foreground: bool,
+    pub(crate) command: Vec<OsString>,
+}
+
+impl RunPlan {
+    fn from_args(args: &RunArgs) -> Result<Self, Failure> {
+        let key = parse_key(&args.key)?;
+        validate_duration(args.ttl).map_err(|e| Failure::usage(format!("bad --ttl: {e}")))?;
+        if args.ttl < Duration::from_millis(100) {
+            return Err(Failure::usage(format!(
+                "bad --ttl: {} leaves no time to renew; use at least 100ms",
+                fmt_duration(args.ttl)
+            )));
+        }
+        if args
+            .command
+            .first()
+            .is_none_or(|program| program.is_empty())
+        {
+            return Err(Failure::usage(
+                "missing command: lease run --key KEY -- COMMAND [ARGS...]",
+            ));
+        }
+        Ok(Self {
+            key,
+            ttl: args.ttl,
+            wait: args.wait,
+            grace: args.grace,
+            foreground: args.foreground,
+            command: args.command.clone(),
+        })
+    }
+
+    fn program(&self) -> String {
+        self.command
+            .first()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// `lease run`: parses, opens the store, runs.
+pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
+    let plan = RunPlan::from_args(&args)?;
+    let backend = Backend::open(&args.backend).await?;
+    run_plan(&backend, &plan).await
+}
+
+/// Acquires, runs the command under the lease, releases. Returns the exit status.
+pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Failure> {
+    let mut signals = Signals::install()?;
+    let lease = tokio::select! {
+        lease = acquire(backend, plan) => lease?,
+        signal = signals.recv() => {
+            eprintln!("lease: interrupted by {signal} while waiting for lease {}", plan.key);
+            return Ok(signal_status(signal as i32));
+        }
+    };
+    let fencing = lease.fencing_token();
+    tracing::info!(key = %plan.key, %fencing, backend = backend.leases.name(), "lease acquired");
+    let guard = LeaseGuard::spawn(backend.leases.clone(), lease, KeeperOptions::default())
+        .map_err(|e| Failure::internal(format!("cannot start the lease keeper: {e}")))?;
+
+    let child = match spawn(plan, fencing.get()) {
+        Ok(child) => child,
+        Err(failure) => {
+            release(guard).await;
+            return Err(failure);
+        }
+    };
+    supervise(plan, guard, child, &mut signals).await
+}
+
+/// Acquires the lease, trying once (`--wait 0`) or waiting with visible progress.
+async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<Lease, Failure> {
+    let options = AcquireOptions::default().with_owner(owner_description());
+    let result = if plan.wait.is_zero() {
+        backend
+            .leases
+            .try_acquire(&plan.key, plan.ttl, &options)
+            .await
+    } else {
+        let announced: Arc<Mutex<Option<String>>> = Arc::default();
+        let seen = announced.clone();
+        let waiting_for = fmt_duration(plan.wait);
+        let wait = WaitOptions::new(plan.wait)
+            .with_acquire_options(options)
+            .with_backoff(Duration::from_millis(25), Duration::from_secs(1))
+            .on_wait(move |event| {
+                let Some(holder) = event.holder else {
+                    tracing::debug!(key = %event.key, error = %event.last_error, "acquire failed; retrying");
+                    return;
+                };
+                let description = describe_holder(holder);
+                let mut last = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                // Once per holder, not once per attempt.
+                if last.as_deref() != Some(description.as_str()) {
+                    eprintln!(
+                        "lease: waiting for lease {} held by {description} (waiting up to {waiting_for})",
+                        event.key
+                    );
+                    *last = Some(description);
+                }
+            });
+        let started = Instant::now();
+        let result = backend
+            .leases
+            .acquire_with_wait(&plan.key, plan.ttl, &wait)
+            .await;
+        let waited = announced
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some();
+        if let (Ok(lease), true) = (&result, waited) {
+            eprintln!(
+                "lease: acquired lease {} (fencing token {}) after {}",
+                plan.key,
+                lease.fencing_token(),
+                fmt_duration(started.elapsed())
+            );
+        }
+        result
+    };
+    result.map_err(|error| acquire_failure(&plan.key, &error))
+}
+
+fn acquire_failure(key: &LeaseKey, error: &LeaseError) -> Failure {
+    match error {
+        LeaseError::Held { .. } => Failure::new(
+            exit::HELD,
+            format!(
+                "lease {key} is held by {}",
+                holder_or_unknown(error.holder())
+            ),
+        ),
+        LeaseError::Timeout { waited, .. } => Failure::new(
+            exit::HELD,
+            format!(
+                "gave up after {} waiting for lease {key} held by {}",
+                fmt_duration(*waited),
+                holder_or_unknown(error.holder())
+            ),
+        ),
+        _ => Failure::lease(&format!("cannot acquire lease {key}"), error),
+    }
+}
+
+fn holder_or_unknown(holder: Option<&Holder>) -> String {
+    holder.map_or_else(|| "another owner".to_owned(), describe_holder)
+}
+
+/// `pid 4242 on host build-7 since T (until U, fencing token 9)`: a holder for people.
+pub(crate) fn describe_holder(holder: &Holder) -> String {
+    let mut text = holder.owner().unwrap_or("another owner").to_owned();
+    if let Some(since) = holder.acquired_at() {
+        text.push_str(&format!(" since {}", fmt_time(since)));
+    }
+    let mut details = Vec::new();
+    if let Some(until) = holder.expires_at() {
+        details.push(format!("until {}", fmt_time(until)));
+    }
+    if let Some(fencing) = holder.fencing() {
+        details.push(format!("fencing token {fencing}"));
+    }
+    if !details.is_empty() {
+        text.push_str(&format!(" ({})", details.join(", ")));
+    }
+    text
+}
+
+fn spawn(plan: &RunPlan, fencing: u64) -> Result<Child, Failure> {
+    let mut command = Command::new(&plan.command[0]);
+    command
+        .args(&plan.command[1..])
+        .env(KEY_ENV, plan.key.to_string())
+        .env(FENCING_ENV, fencing.to_string())
+        .kill_on_drop(false);
+    if !plan.foreground {
+        // Its own process group, so that stopping it on loss reaches everything it started.
+        command.process_group(0);
+    }
+    command.spawn().map_err(|error| {
+        let program = plan.program();
+        match error.kind() {
+            std::io::ErrorKind::NotFound => {
+                Failure::new(exit::NOT_FOUND, format!("{program}: command not found"))
+            }
+            std::io::ErrorKind::PermissionDenied => Failure::new(
+                exit::NOT_EXECUTABLE,
+                format!("{program}: cannot execute: {error}"),
+            ),
+            _ => Failure::new(
+                exit::NOT_EXECUTABLE,
+                format!("{program}: cannot start: {error}"),
+            ),
+        }
+    })
+}
+
+/// Where signals for the command go: its process group, or just the command.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    pid: i32,
+    group: bool,
+}
+
+impl Target {
+    fn of(child: &Child, foreground: bool) -> Option<Self> {
+        let pid = i32::try_from(child.id()?).ok()?;
+        Some(Self {
+            pid,
+            group: !foreground,
+        })
+    }
+
+    fn send(self, signal: Signal) {
+        let pid = if self.group { -self.pid } else { self.pid };
+        if let Err(error) = kill(Pid::from_raw(pid), signal) {
+            tracing::debug!(pid, %signal, %error, "could not signal the command");
+        }
+    }
+}
+
+/// Runs until the command exits or the lease is lost; returns lease's exit status.
+async fn supervise(
+    plan: &RunPlan,
+    guard: LeaseGuard,
+    mut child: Child,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
+    let target = Target::of(&child, plan.foreground);
+    let check_every = (plan.ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(250));
+    let mut check = tokio::time::interval(check_every);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let reason = loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.map_err(|e| Failure::internal(format!("waiting for the command: {e}")))?;
+                return finish(plan, guard, status).await;
+            }
+            reason = &mut lost => break reason,
+            _ = check.tick() => {
+                if let Err(reason) = guard.check() {
+                    break reason;
+                }
+            }
+            signal = signals.recv() => {
+                tracing::info!(%signal, "forwarding signal to the command");
+                if let Some(target) = target {
+                    target.send(signal);
+                }
+            }
+        }
+    };
+    stop(plan, guard, child, target, signals, &reason).await
+}
+
+/// The command exited on its own: release, and report its status.
+async fn finish(plan: &RunPlan, guard: LeaseGuard, status: ExitStatus) -> Result<u8, Failure> {
+    let code = status_code(status);
+    if let Err(reason) = guard.check() {
+        release(guard).await;
+        return Err(Failure::new(
+            exit::LOST,
+            format!(
+                "{} exited with status {code}, but lease {} was lost before it finished: {reason}",
+                plan.program(),
+                plan.key
+            ),
+        ));
+    }
+    release(guard).await;
+    tracing::info!(key = %plan.key, code, "command finished");
+    Ok(code)
+}
+
+/// The lease is lost: SIGTERM the command, SIGKILL it after the grace period, exit LOST.
+async fn stop(
+    plan: &RunPlan,
+    guard: LeaseGuard,
+    mut child: Child,
+    target: Option<Target>,
+    signals: &mut Signals,
+    reason: &LossReason,
+) -> Result<u8, Failure> {
+    let program = plan.program();
+    eprintln!(
+        "lease: {reason} (key {}); stopping {program}: SIGTERM now, SIGKILL after {}",
+        plan.key,
+        fmt_duration(plan.grace)
+    );
+    tracing::warn!(key = %plan.key, %reason, "lease lost while the command ran; stopping it");
+    let stopped_at = Instant::now();
+    if let Some(target) = target {
+        target.send(if plan.grace.is_zero() {
+            Signal::SIGKILL
+        } else {
+            Signal::SIGTERM
+        });
+    }
+    let grace = tokio::time::sleep(plan.grace);
+    tokio::pin!(grace);
+    let mut killed = plan.grace.is_zero();
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            () = &mut grace, if !killed => {
+                eprintln!("lease: {program} still running after {}; sending SIGKILL", fmt_duration(plan.grace));
+                if let Some(target) = target {
+                    target.send(Signal::SIGKILL);
+                }
+                if let Err(error) = child.start_kill() {
+                    tracing::debug!(%error, "start_kill failed");
+                }
+                killed = true;
+            }
+            signal = signals.recv() => {
+                if let Some(target) = target {
+                    target.send(signal);
+                }
+            }
+        }
+    };
+    if let Some(target) = target.filter(|t| t.group) {
+        // Stragglers in the group die with the leader: the lease that protected them is gone.
+        target.send(Signal::SIGKILL);
+    }
+    release(guard).await;
+    let how = match status {
+        Ok(status) => format!("status {}", status_code(status)),
+        Err(error) => format!("an unknown status ({error})"),
+    };
+    Err(Failure::new(
+        exit::LOST,
+        format!(
+            "lease {} was lost while {program} ran; it was stopped after {} with {how}",
+            plan.key,
+            fmt_duration(stopped_at.elapsed())
+        ),
+    ))
+}
+
+async fn release(guard: LeaseGuard) {
+    let key = guard.key();
+    match guard.release().await {
+        Ok(()) => tracing::debug!(%key, "lease released"),
+        Err(error) if error.is_not_owned() => {
+            tracing::debug!(%key, %error, "lease was no longer ours to release");
+        }
+        Err(error) => {
+            eprintln!("lease: could not release lease {key} (it will expire on its own): {error}");
+        }
+    }
+}
+
+/// A child's exit status as a shell reports it: its code, or 128 + the signal that killed it.
+pub(crate) fn status_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
+        (None, Some(signal)) => signal_status(signal),
+        (None, None) => exit::SOFTWARE,
+    }
+}
+
+/// The signals `lease run` forwards to the command.
+struct Signals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers. From here on these signals no longer kill `lease` itself.
+    fn install() -> Result<Self, Failure> {
+        let install = |kind: SignalKind| {
+            signal(kind).map_err(|e| Failure::internal(format!("cannot handle signals: {e}")))
+        };
+        Ok(Self {
+            interrupt: install(SignalKind::interrupt())?,
+            terminate: install(SignalKind::terminate())?,
+            hangup: install(SignalKind::hangup())?,
+            quit: install(SignalKind::quit())?,
+        })
+    }
+
+    /// The next signal received. Cancel-safe.
+    async fn recv(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.interrupt.recv() => Signal::SIGINT,
+            _ = self.terminate.recv() => Signal::SIGTERM,
+            _ = self.hangup.recv() => Signal::SIGHUP,
+            _ = self.quit.recv() => Signal::SIGQUIT,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lease_core::{LeaseBackend, MemoryBackend};
+
+    fn memory() -> (Arc<MemoryBackend>, Backend) {
+        let store = Arc::new(MemoryBackend::new());
+        let backend = Backend {
+            leases: store.clone(),
+            listing: Some(store.clone()),
+            all_keys: None,
+            description: "memory store".to_owned(),
+        };
+        (store, backend)
+    }
+
+    fn plan(key: &str, ttl_ms: u64, command: &[&str]) -> RunPlan {
+        RunPlan {
+            key: LeaseKey::new(key).expect("key"),
+            ttl: Duration::from_millis(ttl_ms),
+            wait: Duration::ZERO,
+            grace: Duration::from_millis(500),
+            foreground: false,
+            command: command.iter().map(OsString::from).collect(),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_command_sees_the_fencing_token_and_its_status_comes_back() {
+        let (store, backend) = memory();
+        let plan = plan(
+            "env",
+            2000,
+            &[
+                "sh",
+                "-c",
+                r#"test "$LEASE_KEY" = env && test "$LEASE_FENCING_TOKEN" = 1 && exit 7"#,
+            ],
+        );
+        assert_eq!(run_plan(&backend, &plan).await.expect("ran"), 7);
+        let record = store
+            .inspect(&plan.key)
+            .await
+            .expect("inspect")
+            .expect("record");
+        assert!(
+            record.holder().is_none(),
+            "released after the command: {record:?}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_lease_is_refused_at_once_with_the_holder_named() {
+        let (store, backend) = memory();
+        let plan = plan("busy", 2000, &["true"]);
+        let options = AcquireOptions::default().with_owner("pid 1 on host elsewhere");
+        let _held = store
+            .try_acquire(&plan.key, Duration::from_secs(30), &options)
+            .await
+            .expect("held");
+        let failure = run_plan(&backend, &plan).await.expect_err("held");
+        assert_eq!(failure.code, exit::HELD);
+        assert!(
+            failure.message.contains("pid 1 on host elsewhere"),
+            "{failure}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_missing_command_is_127_and_the_lease_is_released() {
+        let (store, backend) = memory();
+        let plan = plan("missing", 2000, &["/nonexistent/lease-test-command"]);
+        let failure = run_plan(&backend, &plan).await.expect_err("not found");
+        assert_eq!(failure.code, exit::NOT_FOUND);
+        let record = store
+            .inspect(&plan.key)
+            .await
+            .expect("inspect")
+            .expect("record");
+        assert!(record.holder().is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lost_lease_stops_the_command() {
+        let (store, backend) = memory();
+        let plan = plan("lost", 600, &["sleep", "30"]);
+        let key = plan.key.clone();
+        let started = Instant::now();
+        let running = tokio::spawn(async move { run_plan(&backend, &plan).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let record = store.inspect(&key).await.expect("inspect").expect("record");
+        let token = record
+            .holder()
+            .and_then(Holder::token)
+            .expect("held")
+            .clone();
+        store.release(&key, &token).await.expect("broken");
+        let failure = running.await.expect("joined").expect_err("lost");
+        assert_eq!(failure.code, exit::LOST, "{failure}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
+        let (store, backend) = memory();
+        let mut plan = plan(
+            "stubborn",
+            600,
+            &["sh", "-c", "trap '' TERM; sleep 30 & wait; sleep 30"],
+        );
+        plan.grace = Duration::from_millis(300);
+        let key = plan.key.clone();
+        let started = Instant::now();
+        let running = tokio::spawn(async move { run_plan(&backend, &plan).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let record = store.inspect(&key).await.expect("inspect").expect("record");
+        let token = record
+            .holder()
+            .and_then(Holder::token)
+            .expect("held")
+            .clone();
+        store.release(&key, &token).await.expect("broken");
+        let failure = running.await.expect("joined").expect_err("lost");
+        assert_eq!(failure.code, exit::LOST, "{failure}");
+        assert!(failure.message.contains("status 137"), "{failure}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}
