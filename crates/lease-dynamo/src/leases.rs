@@ -1,0 +1,368 @@
+//! The DynamoDB lease manager: configuration and construction.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use aws_smithy_types::retry::RetryConfig;
+use lease_core::{
+    Clock, LeaseError, LeaseKey, RandomTokens, SystemClock, TokenSource, default_safety_margin,
+};
+
+use crate::{AttributeNames, RetryPolicy};
+
+/// Default sort key of leases named by a partition key alone (Go: `LockSortKey`).
+pub const DEFAULT_LOCK_SORT_KEY: &str = "LOCK";
+/// Default time an item is kept after its lease ends before DynamoDB TTL may delete it.
+pub const DEFAULT_TTL_BUFFER: Duration = Duration::from_secs(3600);
+/// Longest owner description accepted, in bytes.
+pub const MAX_OWNER_BYTES: usize = 1024;
+/// DynamoDB's limit on a partition key value, in bytes.
+pub const MAX_PARTITION_KEY_BYTES: usize = 2048;
+/// DynamoDB's limit on a sort key value, in bytes.
+pub const MAX_SORT_KEY_BYTES: usize = 1024;
+
+/// Leases stored in one DynamoDB table, one item per lease: the Rust counterpart of the Go
+/// `lease` package's manager, implementing [`LeaseBackend`](lease_core::LeaseBackend) and
+/// [`LeaseListing`](lease_core::LeaseListing).
+///
+/// Cheap to clone (clones share one configuration). See the [crate documentation](crate) for the
+/// item layout, the request each operation sends, and the time model.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lease_core::LeaseError> {
+/// use lease_dynamo::DynamoLeases;
+/// use std::time::Duration;
+///
+/// let client = lease_dynamo::sdk_client(None, None).await;
+/// let leases = DynamoLeases::builder(client, "leases")
+///     .with_max_clock_skew(Duration::from_millis(500))
+///     .build()?;
+/// let lease = leases.acquire("nightly-report", Duration::from_secs(30)).await?;
+/// let lease = leases.refresh(&lease, Duration::from_secs(30)).await?;
+/// leases.release(&lease).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct DynamoLeases {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) table: String,
+    pub(crate) names: AttributeNames,
+    pub(crate) lock_sort_key: String,
+    pub(crate) include_ttl: bool,
+    pub(crate) ttl_buffer: Duration,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) tokens: Arc<dyn TokenSource>,
+    pub(crate) validate: bool,
+    pub(crate) max_clock_skew: Duration,
+    pub(crate) safety_margin: Option<Duration>,
+    pub(crate) retry: RetryPolicy,
+}
+
+impl fmt::Debug for DynamoLeases {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let i = &self.inner;
+        f.debug_struct("DynamoLeases")
+            .field("table", &i.table)
+            .field("names", &i.names)
+            .field("lock_sort_key", &i.lock_sort_key)
+            .field("include_ttl", &i.include_ttl)
+            .field("ttl_buffer", &i.ttl_buffer)
+            .field("max_clock_skew", &i.max_clock_skew)
+            .field("clock", &i.clock)
+            .field("retry", &i.retry)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`DynamoLeases`]; every option defaults to the Go package's value.
+///
+/// | option | default |
+/// |---|---|
+/// | [`with_attribute_names`](Self::with_attribute_names) | `pk`, `sk`, `lease_token`, `lease_expires_at`, `ttl`, `lease_fence`, `lease_owner`, `lease_acquired_at` |
+/// | [`with_lock_sort_key`](Self::with_lock_sort_key) | `LOCK` |
+/// | [`with_ttl`](Self::with_ttl) | on |
+/// | [`with_ttl_buffer`](Self::with_ttl_buffer) | 1 hour |
+/// | [`with_clock`](Self::with_clock) | [`SystemClock`] |
+/// | [`with_token_source`](Self::with_token_source) | [`RandomTokens`] |
+/// | [`with_input_validation`](Self::with_input_validation) | on |
+/// | [`with_max_clock_skew`](Self::with_max_clock_skew) | 0 |
+/// | [`with_safety_margin`](Self::with_safety_margin) | [`default_safety_margin`] |
+/// | [`with_retry_policy`](Self::with_retry_policy) | [`RetryPolicy::default`] |
+pub struct DynamoLeasesBuilder {
+    client: Client,
+    table: String,
+    names: AttributeNames,
+    lock_sort_key: String,
+    include_ttl: bool,
+    ttl_buffer: Duration,
+    clock: Arc<dyn Clock>,
+    tokens: Arc<dyn TokenSource>,
+    validate: bool,
+    max_clock_skew: Duration,
+    safety_margin: Option<Duration>,
+    retry: RetryPolicy,
+}
+
+impl fmt::Debug for DynamoLeasesBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DynamoLeasesBuilder")
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DynamoLeasesBuilder {
+    /// All attribute names at once.
+    pub fn with_attribute_names(mut self, names: AttributeNames) -> Self {
+        self.names = names;
+        self
+    }
+
+    /// The partition and sort key attribute names (Go: `WithKeyAttributeNames`).
+    pub fn with_key_attribute_names(
+        mut self,
+        partition: impl Into<String>,
+        sort: impl Into<String>,
+    ) -> Self {
+        self.names = self.names.with_partition_key(partition).with_sort_key(sort);
+        self
+    }
+
+    /// The token, expiry and TTL attribute names (Go: `WithLeaseAttributeNames`).
+    pub fn with_lease_attribute_names(
+        mut self,
+        token: impl Into<String>,
+        expires_at: impl Into<String>,
+        ttl: impl Into<String>,
+    ) -> Self {
+        self.names = self
+            .names
+            .with_token(token)
+            .with_expires_at(expires_at)
+            .with_ttl(ttl);
+        self
+    }
+
+    /// The fencing counter attribute name.
+    pub fn with_fencing_attribute(mut self, name: impl Into<String>) -> Self {
+        self.names = self.names.with_fencing(name);
+        self
+    }
+
+    /// The owner description attribute name.
+    pub fn with_owner_attribute(mut self, name: impl Into<String>) -> Self {
+        self.names = self.names.with_owner(name);
+        self
+    }
+
+    /// The sort key of leases named by a partition key alone (Go: `WithLockSortKey`).
+    pub fn with_lock_sort_key(mut self, sort: impl Into<String>) -> Self {
+        self.lock_sort_key = sort.into();
+        self
+    }
+
+    /// Whether to write the TTL attribute (Go: `WithTTL`/`WithoutTTL`).
+    pub fn with_ttl(mut self, include: bool) -> Self {
+        self.include_ttl = include;
+        self
+    }
+
+    /// How long after a lease ends DynamoDB TTL may delete its item (Go: `WithTTLBuffer`).
+    /// Must exceed the clock skew between any two hosts: see the crate docs, *Fencing*.
+    pub fn with_ttl_buffer(mut self, buffer: Duration) -> Self {
+        self.ttl_buffer = buffer;
+        self
+    }
+
+    /// The clock for timestamps and deadlines (Go: `WithNow`).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The owner token source (Go: `WithTokenGenerator`).
+    pub fn with_token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// Whether to validate durations and owner descriptions before sending (Go:
+    /// `WithInputValidation`); keys and tokens are always valid by construction.
+    pub fn with_input_validation(mut self, on: bool) -> Self {
+        self.validate = on;
+        self
+    }
+
+    /// How far apart the wall clocks of any two hosts may be. Contenders take over an expired
+    /// lease only once `expires_at + skew <= now` by their own clock.
+    pub fn with_max_clock_skew(mut self, skew: Duration) -> Self {
+        self.max_clock_skew = skew;
+        self
+    }
+
+    /// The part of each lease the holder does not trust (see
+    /// [`holder_deadline`](lease_core::holder_deadline)).
+    pub fn with_safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+
+    /// How transient failures are retried.
+    pub fn with_retry_policy(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Checks the configuration and builds the manager.
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidInput`] for an invalid table name, attribute names that are empty,
+    /// too long or clash, or an invalid lock sort key.
+    pub fn build(self) -> Result<DynamoLeases, LeaseError> {
+        validate_table_name(&self.table)?;
+        self.names.validate()?;
+        LeaseKey::with_sort_key("x", self.lock_sort_key.as_str()).map_err(|_| {
+            LeaseError::invalid(
+                "lock sort key",
+                "must be 1 to 1024 bytes with no control characters",
+            )
+        })?;
+        let mut config = self.client.config().to_builder();
+        // Retries happen in this crate, where a retried write can be reconciled.
+        config.set_retry_config(Some(RetryConfig::disabled()));
+        if let Some(timeout) = self.retry.attempt_timeout() {
+            let timeouts = self
+                .client
+                .config()
+                .timeout_config()
+                .map(|t| t.to_builder())
+                .unwrap_or_default()
+                .operation_attempt_timeout(timeout)
+                .build();
+            config.set_timeout_config(Some(timeouts));
+        }
+        Ok(DynamoLeases {
+            inner: Arc::new(Inner {
+                client: Client::from_conf(config.build()),
+                table: self.table,
+                names: self.names,
+                lock_sort_key: self.lock_sort_key,
+                include_ttl: self.include_ttl,
+                ttl_buffer: self.ttl_buffer,
+                clock: self.clock,
+                tokens: self.tokens,
+                validate: self.validate,
+                max_clock_skew: self.max_clock_skew,
+                safety_margin: self.safety_margin,
+                retry: self.retry,
+            }),
+        })
+    }
+}
+
+fn validate_table_name(table: &str) -> Result<(), LeaseError> {
+    let ok_chars = table
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !(3..=255).contains(&table.len()) || !ok_chars {
+        return Err(LeaseError::invalid(
+            "table name",
+            format!("`{table}` must be 3 to 255 characters of a-z, A-Z, 0-9, `_`, `-`, `.`"),
+        ));
+    }
+    Ok(())
+}
+
+impl DynamoLeases {
+    /// A builder with the Go package's defaults, on `client` and `table`.
+    ///
+    /// The manager keeps a copy of `client`'s configuration with the SDK's retries turned off
+    /// (it retries itself, so it can reconcile), and a per-attempt timeout from its
+    /// [`RetryPolicy`]; interceptors, credentials, endpoint and region are kept.
+    pub fn builder(client: Client, table: impl Into<String>) -> DynamoLeasesBuilder {
+        DynamoLeasesBuilder {
+            client,
+            table: table.into(),
+            names: AttributeNames::default(),
+            lock_sort_key: DEFAULT_LOCK_SORT_KEY.to_owned(),
+            include_ttl: true,
+            ttl_buffer: DEFAULT_TTL_BUFFER,
+            clock: Arc::new(SystemClock),
+            tokens: Arc::new(RandomTokens),
+            validate: true,
+            max_clock_skew: Duration::ZERO,
+            safety_margin: None,
+            retry: RetryPolicy::default(),
+        }
+    }
+
+    /// A manager with every default (Go: `NewManager(client, table)`).
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidInput`] for an invalid table name.
+    pub fn new(client: Client, table: impl Into<String>) -> Result<Self, LeaseError> {
+        Self::builder(client, table).build()
+    }
+
+    /// The table.
+    pub fn table(&self) -> &str {
+        &self.inner.table
+    }
+
+    /// The attribute names.
+    pub fn attribute_names(&self) -> &AttributeNames {
+        &self.inner.names
+    }
+
+    /// The sort key of leases named by a partition key alone.
+    pub fn lock_sort_key(&self) -> &str {
+        &self.inner.lock_sort_key
+    }
+
+    /// Whether the TTL attribute is written.
+    pub fn includes_ttl(&self) -> bool {
+        self.inner.include_ttl
+    }
+
+    /// How long after a lease ends its item may be deleted by TTL.
+    pub fn ttl_buffer(&self) -> Duration {
+        self.inner.ttl_buffer
+    }
+
+    /// The declared clock skew allowance.
+    pub fn max_clock_skew(&self) -> Duration {
+        self.inner.max_clock_skew
+    }
+
+    /// Whether inputs are validated before sending.
+    pub fn validates_input(&self) -> bool {
+        self.inner.validate
+    }
+
+    /// The retry policy.
+    pub fn retry_policy(&self) -> &RetryPolicy {
+        &self.inner.retry
+    }
+
+    /// The client this manager sends with (the SDK's retries off).
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    pub(crate) fn margin(&self, duration: Duration) -> Duration {
+        self.inner
+            .safety_margin
+            .unwrap_or_else(|| default_safety_margin(duration))
+    }
+
+    /// The sort key value a key is stored under.
+    pub(crate) fn sort_value<'a>(&'a self, key: &'a LeaseKey) -> &'a str {
+        key.sort().unwrap_or(&self.inner.lock_sort_key)
+    }
+}

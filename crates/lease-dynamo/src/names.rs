@@ -1,0 +1,107 @@
+//! Attribute names of the lease item, with the Go package's defaults.
+
+use lease_core::LeaseError;
+
+/// The attribute names of a lease item.
+///
+/// Defaults match the Go `lease` package: key attributes `pk` and `sk`, lease attributes
+/// `lease_token`, `lease_expires_at` and `ttl`; this crate adds `lease_fence` (the fencing
+/// counter), `lease_owner` (a human description of the holder) and `lease_acquired_at`.
+///
+/// ```
+/// use lease_dynamo::AttributeNames;
+/// let names = AttributeNames::default().with_token("owner_token");
+/// assert_eq!(names.token(), "owner_token");
+/// assert_eq!(names.partition_key(), "pk");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttributeNames {
+    partition_key: String,
+    sort_key: String,
+    token: String,
+    expires_at: String,
+    ttl: String,
+    fencing: String,
+    owner: String,
+    acquired_at: String,
+}
+
+impl Default for AttributeNames {
+    fn default() -> Self {
+        Self {
+            partition_key: "pk".into(),
+            sort_key: "sk".into(),
+            token: "lease_token".into(),
+            expires_at: "lease_expires_at".into(),
+            ttl: "ttl".into(),
+            fencing: "lease_fence".into(),
+            owner: "lease_owner".into(),
+            acquired_at: "lease_acquired_at".into(),
+        }
+    }
+}
+
+macro_rules! name_accessors {
+    ($($field:ident, $with:ident, $doc:literal;)*) => {
+        impl AttributeNames {
+            $(
+                #[doc = concat!("The ", $doc, " attribute.")]
+                pub fn $field(&self) -> &str {
+                    &self.$field
+                }
+
+                #[doc = concat!("Renames the ", $doc, " attribute.")]
+                pub fn $with(mut self, name: impl Into<String>) -> Self {
+                    self.$field = name.into();
+                    self
+                }
+            )*
+
+            fn all(&self) -> [(&'static str, &str); 8] {
+                [$((stringify!($field), self.$field.as_str())),*]
+            }
+        }
+    };
+}
+
+name_accessors! {
+    partition_key, with_partition_key, "partition key (string, `HASH`)";
+    sort_key, with_sort_key, "sort key (string, `RANGE`)";
+    token, with_token, "owner token (string)";
+    expires_at, with_expires_at, "expiry (number, epoch milliseconds)";
+    ttl, with_ttl, "DynamoDB TTL (number, epoch seconds)";
+    fencing, with_fencing, "fencing counter (number)";
+    owner, with_owner, "owner description (string)";
+    acquired_at, with_acquired_at, "acquisition time (number, epoch milliseconds)";
+}
+
+/// DynamoDB's limit on attribute names that are part of a key, in bytes.
+const MAX_KEY_ATTRIBUTE_NAME_BYTES: usize = 255;
+
+impl AttributeNames {
+    /// Checks that every name is non-empty, at most 255 bytes, and distinct from the others.
+    pub(crate) fn validate(&self) -> Result<(), LeaseError> {
+        let all = self.all();
+        for (i, (what, name)) in all.iter().enumerate() {
+            if name.is_empty() {
+                return Err(LeaseError::invalid(
+                    "attribute name",
+                    format!("the {what} attribute name is empty"),
+                ));
+            }
+            if name.len() > MAX_KEY_ATTRIBUTE_NAME_BYTES {
+                return Err(LeaseError::invalid(
+                    "attribute name",
+                    format!("the {what} attribute name is longer than 255 bytes"),
+                ));
+            }
+            if let Some((other, _)) = all[..i].iter().find(|(_, n)| n == name) {
+                return Err(LeaseError::invalid(
+                    "attribute name",
+                    format!("the {what} and {other} attributes are both named `{name}`"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,174 @@
+//! Retrying transient failures: full-jitter exponential backoff, capped by the time the lease
+//! can still be trusted.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_smithy_runtime_api::http::Response as HttpResponse;
+use lease_core::Clock;
+use tracing::Instrument;
+
+use crate::error::classify;
+
+/// How this crate retries requests that failed transiently (throttling, 5xx, timeouts, transport
+/// errors). A failed *condition* is never retried: it is an answer, not a failure.
+///
+/// The SDK's own retries are turned off for the client this crate uses, so every attempt is
+/// visible here, retried with the *same* request (same token, same timestamps) and reconciled
+/// if an earlier attempt landed but its reply was lost.
+///
+/// ```
+/// use lease_dynamo::RetryPolicy;
+/// use std::time::Duration;
+/// let policy = RetryPolicy::default().with_max_attempts(3).with_backoff(Duration::from_millis(10), Duration::from_millis(200));
+/// assert_eq!(policy.max_attempts(), 3);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    max_attempts: u32,
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    attempt_timeout: Option<Duration>,
+}
+
+impl Default for RetryPolicy {
+    /// 5 attempts, backoff from 25 ms up to 1 s, 2 s per attempt.
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            initial_backoff: Duration::from_millis(25),
+            max_backoff: Duration::from_secs(1),
+            attempt_timeout: Some(Duration::from_secs(2)),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries: one attempt per operation.
+    pub fn none() -> Self {
+        Self {
+            max_attempts: 1,
+            ..Self::default()
+        }
+    }
+
+    /// Attempts per operation, the first included (at least 1).
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// The backoff before the second attempt and the most any backoff may be; each retry draws
+    /// uniformly from zero to `initial * 2^(retry - 1)`, capped at `max` (full jitter).
+    pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.initial_backoff = initial;
+        self.max_backoff = max.max(initial);
+        self
+    }
+
+    /// The SDK's per-attempt timeout (`None`: the SDK's default, which has none).
+    pub fn with_attempt_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.attempt_timeout = timeout;
+        self
+    }
+
+    /// Attempts per operation.
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    /// The per-attempt timeout.
+    pub fn attempt_timeout(&self) -> Option<Duration> {
+        self.attempt_timeout
+    }
+
+    /// The jittered backoff before retry number `retry` (1 for the first retry).
+    pub(crate) fn backoff(&self, retry: u32) -> Duration {
+        let exp = self
+            .initial_backoff
+            .saturating_mul(1u32 << retry.saturating_sub(1).min(20));
+        let ceiling = exp.min(self.max_backoff);
+        let random = uuid::Uuid::new_v4().as_u128();
+        // 64 random bits scaled into [0, ceiling].
+        let fraction = (random as u64) as f64 / u64::MAX as f64;
+        ceiling.mul_f64(fraction)
+    }
+}
+
+/// The end of a sequence of attempts that did not succeed.
+#[derive(Debug)]
+pub(crate) struct Failed<E> {
+    /// The last attempt's error.
+    pub(crate) error: SdkError<E, HttpResponse>,
+    /// Whether an earlier attempt may have been applied by the server (its reply was lost).
+    pub(crate) uncertain: bool,
+    /// Attempts made.
+    pub(crate) attempts: u32,
+}
+
+/// Sends `attempt()` until it succeeds, fails permanently, fails its condition, runs out of
+/// attempts, or the next backoff would end after `trust_until` (by `clock`).
+pub(crate) async fn with_retries<T, E, F, Fut>(
+    policy: &RetryPolicy,
+    clock: &dyn Clock,
+    trust_until: Option<Instant>,
+    operation: &'static str,
+    mut attempt: F,
+) -> Result<T, Failed<E>>
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+{
+    let mut uncertain = false;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let span = tracing::debug_span!("dynamodb.request", operation, attempt = attempts);
+        let error = match attempt().instrument(span).await {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        let class = classify(&error);
+        let mut pause = policy.backoff(attempts);
+        let left = trust_until.map(|until| until.saturating_duration_since(clock.monotonic()));
+        if let Some(left) = left {
+            pause = pause.min(left);
+        }
+        if !class.transient || attempts >= policy.max_attempts || left == Some(Duration::ZERO) {
+            return Err(Failed {
+                error,
+                uncertain,
+                attempts,
+            });
+        }
+        tracing::warn!(
+            operation,
+            attempt = attempts,
+            backoff_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
+            error = %aws_smithy_types::error::display::DisplayErrorContext(&error),
+            "transient DynamoDB failure; retrying the same request"
+        );
+        uncertain |= !class.unapplied;
+        tokio::time::sleep(pause).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_jittered_and_capped() {
+        let policy = RetryPolicy::default()
+            .with_backoff(Duration::from_millis(10), Duration::from_millis(50));
+        for retry in 1..30 {
+            let pause = policy.backoff(retry);
+            assert!(pause <= Duration::from_millis(50), "{pause:?}");
+        }
+        assert!(policy.backoff(1) <= Duration::from_millis(10));
+        let draws: Vec<_> = (0..20).map(|_| policy.backoff(4)).collect();
+        assert!(draws.iter().any(|d| *d != draws[0]), "jittered: {draws:?}");
+    }
+}

@@ -1,0 +1,180 @@
+//! Table helpers: create the table and enable TTL.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::operation::create_table::CreateTableError;
+use aws_sdk_dynamodb::operation::update_time_to_live::UpdateTimeToLiveError;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
+    TimeToLiveSpecification,
+};
+use lease_core::LeaseError;
+use tracing::Instrument;
+
+use crate::DynamoLeases;
+use crate::error::{DynamoError, backend_error};
+
+/// How long [`DynamoLeases::create_table`] waits for the table to become `ACTIVE`.
+const ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn build_error(what: impl std::fmt::Display, table: &str) -> LeaseError {
+    LeaseError::backend(
+        "dynamodb",
+        false,
+        DynamoError::new("CreateTable", table, what.to_string()),
+    )
+}
+
+impl DynamoLeases {
+    /// Creates the table on demand (`PAY_PER_REQUEST`) with the key schema from the options
+    /// (partition and sort key, both strings) and waits until it is `ACTIVE`. A table that
+    /// already exists is left as it is (and waited for).
+    ///
+    /// Needs `dynamodb:CreateTable` and `dynamodb:DescribeTable`.
+    ///
+    /// # Errors
+    /// [`LeaseError::Backend`] naming the table, or a timeout after two minutes.
+    pub async fn create_table(&self) -> Result<(), LeaseError> {
+        let inner = &self.inner;
+        let table = inner.table.as_str();
+        let names = &inner.names;
+        let span = tracing::info_span!("lease_dynamo.create_table", table);
+        async {
+            let attribute = |name: &str| {
+                AttributeDefinition::builder()
+                    .attribute_name(name)
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .map_err(|e| build_error(e, table))
+            };
+            let element = |name: &str, kind| {
+                KeySchemaElement::builder()
+                    .attribute_name(name)
+                    .key_type(kind)
+                    .build()
+                    .map_err(|e| build_error(e, table))
+            };
+            let result = inner
+                .client
+                .create_table()
+                .table_name(table)
+                .billing_mode(BillingMode::PayPerRequest)
+                .attribute_definitions(attribute(names.partition_key())?)
+                .attribute_definitions(attribute(names.sort_key())?)
+                .key_schema(element(names.partition_key(), KeyType::Hash)?)
+                .key_schema(element(names.sort_key(), KeyType::Range)?)
+                .send()
+                .await;
+            match result {
+                Ok(_) => tracing::info!("table created"),
+                Err(e)
+                    if matches!(
+                        e.as_service_error(),
+                        Some(CreateTableError::ResourceInUseException(_))
+                    ) =>
+                {
+                    tracing::debug!("table exists");
+                }
+                Err(e) => return Err(backend_error("CreateTable", table, e)),
+            }
+            self.wait_active().await
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn wait_active(&self) -> Result<(), LeaseError> {
+        let inner = &self.inner;
+        let started = std::time::Instant::now();
+        loop {
+            let described = inner
+                .client
+                .describe_table()
+                .table_name(&inner.table)
+                .send()
+                .await
+                .map_err(|e| backend_error("DescribeTable", &inner.table, e))?;
+            let status = described.table().and_then(|t| t.table_status());
+            if status == Some(&TableStatus::Active) {
+                return Ok(());
+            }
+            if started.elapsed() > ACTIVE_TIMEOUT {
+                return Err(LeaseError::backend(
+                    "dynamodb",
+                    true,
+                    DynamoError::new(
+                        "DescribeTable",
+                        &inner.table,
+                        format!("table not ACTIVE after {ACTIVE_TIMEOUT:?} (status {status:?})"),
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Enables DynamoDB TTL on the TTL attribute. Already enabled is fine.
+    ///
+    /// Needs `dynamodb:UpdateTimeToLive`. TTL only collects items: correctness never depends on
+    /// it (DynamoDB may delete expired items days late).
+    ///
+    /// # Errors
+    /// [`LeaseError::Backend`] naming the table.
+    pub async fn enable_ttl(&self) -> Result<(), LeaseError> {
+        let inner = &self.inner;
+        let table = inner.table.as_str();
+        let span = tracing::info_span!(
+            "lease_dynamo.enable_ttl",
+            table,
+            attribute = inner.names.ttl()
+        );
+        async {
+            let spec = TimeToLiveSpecification::builder()
+                .enabled(true)
+                .attribute_name(inner.names.ttl())
+                .build()
+                .map_err(|e| build_error(e, table))?;
+            match inner
+                .client
+                .update_time_to_live()
+                .table_name(table)
+                .time_to_live_specification(spec)
+                .send()
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!("TTL enabled");
+                    Ok(())
+                }
+                Err(e) if is_already_enabled(&e) => Ok(()),
+                Err(e) => Err(backend_error("UpdateTimeToLive", table, e)),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// [`create_table`](Self::create_table), then [`enable_ttl`](Self::enable_ttl) when TTL is
+    /// on.
+    ///
+    /// # Errors
+    /// As those two.
+    pub async fn ensure_table(&self) -> Result<(), LeaseError> {
+        self.create_table().await?;
+        if self.inner.include_ttl {
+            self.enable_ttl().await?;
+        }
+        Ok(())
+    }
+}
+
+fn is_already_enabled(
+    e: &aws_sdk_dynamodb::error::SdkError<
+        UpdateTimeToLiveError,
+        aws_smithy_runtime_api::http::Response,
+    >,
+) -> bool {
+    use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+    e.code() == Some("ValidationException")
+        && e.message().is_some_and(|m| m.contains("already enabled"))
+}

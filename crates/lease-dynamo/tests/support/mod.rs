@@ -1,0 +1,332 @@
+//! Shared by every DynamoDB test file (and the benchmark): finding DynamoDB Local, building
+//! clients with request counting and fault injection, and making a fresh table per test.
+//!
+//! Endpoint, in this order: `LEASE_DYNAMO_ENDPOINT`; else, with the `testcontainers` feature and
+//! a Docker daemon that answers, an `amazon/dynamodb-local` container (one per test process);
+//! else the test prints `SKIPPED: <test>: ...` to stderr and returns, or fails when
+//! `LEASE_REQUIRE_DYNAMO=1`.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Builder, Region};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::http::{
+    HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpClient,
+    SharedHttpConnector,
+};
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+use aws_smithy_runtime_api::client::result::ConnectorError;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_runtime_api::http::{Response as HttpResponse, StatusCode};
+use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::config_bag::ConfigBag;
+use lease_dynamo::DynamoLeases;
+
+/// The environment variable naming the endpoint.
+pub const ENDPOINT_ENV: &str = lease_dynamo::ENDPOINT_ENV;
+/// Set to `1` to fail instead of skipping when no DynamoDB can be had.
+pub const REQUIRE_ENV: &str = "LEASE_REQUIRE_DYNAMO";
+
+/// The endpoint to test against, or `None` after printing why the test is skipped.
+///
+/// # Panics
+/// When none can be had and `LEASE_REQUIRE_DYNAMO=1`.
+pub fn endpoint(test: &str) -> Option<String> {
+    if let Ok(endpoint) = std::env::var(ENDPOINT_ENV)
+        && !endpoint.is_empty()
+    {
+        return Some(endpoint);
+    }
+    if let Some(endpoint) = container_endpoint() {
+        return Some(endpoint);
+    }
+    let why = format!(
+        "{test}: set {ENDPOINT_ENV} or run cargo xtask itest{}",
+        if cfg!(feature = "testcontainers") {
+            " (no Docker daemon answered)"
+        } else {
+            ""
+        }
+    );
+    if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
+        panic!("DynamoDB Local required ({REQUIRE_ENV}=1) but unavailable: {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+#[cfg(feature = "testcontainers")]
+fn container_endpoint() -> Option<String> {
+    use std::sync::OnceLock;
+    static ENDPOINT: OnceLock<Option<String>> = OnceLock::new();
+    ENDPOINT
+        .get_or_init(|| {
+            // The container must outlive every test of this process: start it on a thread
+            // whose runtime and handle are kept for the process lifetime.
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                use testcontainers::GenericImage;
+                use testcontainers::core::{IntoContainerPort, WaitFor};
+                use testcontainers::runners::AsyncRunner;
+                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    let _ = tx.send(None);
+                    return;
+                };
+                rt.block_on(async move {
+                    let image = GenericImage::new("amazon/dynamodb-local", "latest")
+                        .with_exposed_port(8000.tcp())
+                        .with_wait_for(WaitFor::message_on_stdout("CorsParams"));
+                    match image.start().await {
+                        Ok(container) => {
+                            let port = container.get_host_port_ipv4(8000).await.ok();
+                            let host = container.get_host().await.ok();
+                            let endpoint = match (host, port) {
+                                (Some(h), Some(p)) => Some(format!("http://{h}:{p}")),
+                                _ => None,
+                            };
+                            let _ = tx.send(endpoint);
+                            // Keep the container until the process exits.
+                            std::future::pending::<()>().await;
+                            drop(container);
+                        }
+                        Err(e) => {
+                            eprintln!("testcontainers: cannot start amazon/dynamodb-local: {e}");
+                            let _ = tx.send(None);
+                        }
+                    }
+                });
+            });
+            rx.recv().ok().flatten()
+        })
+        .clone()
+}
+
+#[cfg(not(feature = "testcontainers"))]
+fn container_endpoint() -> Option<String> {
+    None
+}
+
+/// Counts the requests sent (every attempt), by DynamoDB operation.
+#[derive(Debug, Default)]
+pub struct RequestCounter {
+    count: AtomicUsize,
+    operations: Mutex<Vec<String>>,
+}
+
+impl RequestCounter {
+    /// Requests sent so far.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// The operations sent so far (`UpdateItem`, ...), and forgets them.
+    pub fn take(&self) -> Vec<String> {
+        self.count.store(0, Ordering::SeqCst);
+        std::mem::take(&mut *self.operations.lock().unwrap())
+    }
+}
+
+fn operation_of(request: &HttpRequest) -> String {
+    request
+        .headers()
+        .get("x-amz-target")
+        .and_then(|t| t.rsplit('.').next())
+        .unwrap_or("?")
+        .to_owned()
+}
+
+#[derive(Debug)]
+struct CountingInterceptor(Arc<RequestCounter>);
+
+impl Intercept for CountingInterceptor {
+    fn name(&self) -> &'static str {
+        "RequestCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _components: &RuntimeComponents,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let op = operation_of(context.request());
+        self.0.operations.lock().unwrap().push(op);
+        self.0.count.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// Faults to inject into the next `UpdateItem` requests, at the transport.
+#[derive(Debug, Default)]
+pub struct Faults {
+    lose_replies: AtomicU32,
+    throttles: AtomicU32,
+    server_errors: AtomicU32,
+    lost: AtomicU32,
+    throttled: AtomicU32,
+}
+
+fn take(counter: &AtomicU32) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
+}
+
+impl Faults {
+    /// The next `n` `UpdateItem` requests reach the server, which applies them; their replies
+    /// are replaced by a connection reset.
+    pub fn lose_replies(&self, n: u32) {
+        self.lose_replies.store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` `UpdateItem` requests are answered `ThrottlingException` without reaching
+    /// the server.
+    pub fn throttle(&self, n: u32) {
+        self.throttles.store(n, Ordering::SeqCst);
+    }
+
+    /// The next `n` `UpdateItem` requests are answered `InternalServerError` (HTTP 500) without
+    /// reaching the server.
+    pub fn server_error(&self, n: u32) {
+        self.server_errors.store(n, Ordering::SeqCst);
+    }
+
+    /// Replies lost so far.
+    pub fn lost(&self) -> u32 {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// Throttling and 5xx responses injected so far.
+    pub fn throttled(&self) -> u32 {
+        self.throttled.load(Ordering::SeqCst)
+    }
+}
+
+fn error_response(status: u16, code: &str) -> HttpResponse {
+    let body = format!(
+        r#"{{"__type":"com.amazonaws.dynamodb.v20120810#{code}","message":"injected by the test"}}"#
+    );
+    let mut response = HttpResponse::new(
+        StatusCode::try_from(status).expect("valid status"),
+        SdkBody::from(body),
+    );
+    response
+        .headers_mut()
+        .insert("content-type", "application/x-amz-json-1.0");
+    response
+}
+
+#[derive(Debug)]
+struct FaultyConnector {
+    inner: SharedHttpConnector,
+    faults: Arc<Faults>,
+}
+
+impl HttpConnector for FaultyConnector {
+    fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
+        let faults = self.faults.clone();
+        let is_write = operation_of(&request) == "UpdateItem";
+        if is_write && take(&faults.throttles) {
+            faults.throttled.fetch_add(1, Ordering::SeqCst);
+            return HttpConnectorFuture::ready(Ok(error_response(400, "ThrottlingException")));
+        }
+        if is_write && take(&faults.server_errors) {
+            faults.throttled.fetch_add(1, Ordering::SeqCst);
+            return HttpConnectorFuture::ready(Ok(error_response(500, "InternalServerError")));
+        }
+        let reply = self.inner.call(request);
+        HttpConnectorFuture::new(async move {
+            let response = reply.await?;
+            if is_write && take(&faults.lose_replies) {
+                faults.lost.fetch_add(1, Ordering::SeqCst);
+                return Err(ConnectorError::io(
+                    "injected: connection reset after the server applied the request".into(),
+                ));
+            }
+            Ok(response)
+        })
+    }
+}
+
+#[derive(Debug)]
+struct FaultyClient {
+    inner: SharedHttpClient,
+    faults: Arc<Faults>,
+}
+
+impl HttpClient for FaultyClient {
+    fn http_connector(
+        &self,
+        settings: &HttpConnectorSettings,
+        components: &RuntimeComponents,
+    ) -> SharedHttpConnector {
+        SharedHttpConnector::new(FaultyConnector {
+            inner: self.inner.http_connector(settings, components),
+            faults: self.faults.clone(),
+        })
+    }
+}
+
+/// What to wire into a test client.
+#[derive(Clone, Debug, Default)]
+pub struct Wiring {
+    /// Count every request sent.
+    pub counter: Option<Arc<RequestCounter>>,
+    /// Inject faults at the transport.
+    pub faults: Option<Arc<Faults>>,
+}
+
+/// A client for `endpoint` with static credentials, region us-east-1, and `wiring`.
+pub fn client(endpoint: &str, wiring: &Wiring) -> Client {
+    let credentials =
+        aws_credential_types::Credentials::new("local", "local", None, None, "lease-dynamo-tests");
+    let mut config: Builder = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(credentials);
+    if let Some(counter) = &wiring.counter {
+        config = config.interceptor(CountingInterceptor(counter.clone()));
+    }
+    if let Some(faults) = &wiring.faults {
+        config = config.http_client(FaultyClient {
+            inner: aws_smithy_http_client::Builder::new().build_http(),
+            faults: faults.clone(),
+        });
+    }
+    Client::from_conf(config.build())
+}
+
+/// A unique table name for one test.
+pub fn table_name(prefix: &str) -> String {
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    format!("{prefix}-{}", &nonce[..16])
+}
+
+/// Creates a fresh table with the default layout (TTL on) and returns its name.
+pub async fn fresh_table(client: &Client, prefix: &str) -> String {
+    let table = table_name(prefix);
+    DynamoLeases::new(client.clone(), table.clone())
+        .expect("valid table name")
+        .ensure_table()
+        .await
+        .expect("create table on DynamoDB Local");
+    table
+}
+
+/// A current-thread runtime with I/O and time: the conformance cases poll with `yield_now`,
+/// which on this runtime drives the I/O driver between polls.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
