@@ -1,1 +1,121 @@
-//! placeholder
+//! Cross-process file leases: kernel locks where they work, heartbeats and race-free takeover
+//! where they do not, fencing generations always.
+//!
+//! ```
+//! use lease_file::{FileLock, FileLockOptions, LockMode};
+//! use std::time::Duration;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let options = FileLockOptions::default()
+//!     .with_label("report-cron")
+//!     .on_lease_lost(|reason| eprintln!("stop writing: {reason}"));
+//! let lock = FileLock::with_options(dir.path().join("report.lease"), options)?;
+//! assert_eq!(lock.mode(), LockMode::Kernel); // a local file system
+//!
+//! let fencing = lock.acquire()?;
+//! // ... pass `fencing` with every write to the protected resource, and check before acting:
+//! assert_eq!(lock.check()?, fencing);
+//! lock.release()?;
+//!
+//! // Waiting, with who holds it on timeout:
+//! let again = lock.acquire_timeout(Duration::from_secs(5))?;
+//! assert!(again > fencing);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Two surfaces share one record format and one critical-section protocol:
+//!
+//! * [`FileLock`]: a blocking lease on one path with the Go `kit/lockfile` `PIDLock` API
+//!   (`new`, `with_options`, `acquire`, `release`, `held`, `path`) and options, a heartbeat thread,
+//!   an on-lease-lost callback, and a blocking [`FileLock::acquire_timeout`]. No async runtime.
+//! * [`DirectoryStore`]: a directory of leases implementing lease-core's
+//!   [`LeaseBackend`](lease_core::LeaseBackend) and [`LeaseListing`](lease_core::LeaseListing)
+//!   (the whole conformance suite passes), so the lessor and the command line tool run on files.
+//!
+//! # The protocol
+//!
+//! For a lock at path `P`:
+//!
+//! * **`P`** holds a JSON [`LeaseFileRecord`]: schema version, owner id, pid, host, PID namespace,
+//!   boot id, process start time, heartbeat counter, timestamps, fencing generation. It is only
+//!   ever *replaced*: a temporary file in the same directory is created with
+//!   `O_EXCL|O_NOFOLLOW`, given the configured mode, written (and optionally fsynced), then
+//!   renamed over `P`. A reader sees the old record or the new one, never a truncated one.
+//! * **`P.lock`** is flocked for each *critical section*: read the record, decide, rename a new
+//!   record. It is never deleted or renamed, so the flock+unlink race (two processes locking two
+//!   different inodes under one name) cannot happen; each entry also checks, with one `lstat`,
+//!   that the locked inode is still the one at the path. Because takeover, heartbeat and release
+//!   all decide and write inside this section, two contenders can never both take over one stale
+//!   record, a release can never race a takeover, and a heartbeat can never resurrect a lease
+//!   another owner took.
+//! * **`P.owner`** is flocked by the holder for its whole tenure, and never deleted. The kernel
+//!   drops that lock when the holder's process dies, however it dies, so a contender that can
+//!   take it knows the holder is gone and takes over *at once* (the record says whether its
+//!   owner holds this lock: a new owner that took over from a hung holder cannot get it until
+//!   the old process lets go, and its heartbeat thread keeps trying).
+//! * A holder that is alive but hung (SIGSTOP, a stalled VM) keeps its kernel lock; contenders
+//!   then call it stale when its heartbeat counter has not changed for the stale threshold on
+//!   *their own monotonic clock*. Wall timestamps in the record are diagnostics: a wall-clock
+//!   jump makes nothing look stale or fresh. The holder trusts its tenure only until the start of
+//!   its last successful heartbeat plus the stale threshold minus a margin, which is before any
+//!   contender can have watched the counter stand still that long.
+//! * A pid probe is a fast path only when the record's host, PID namespace and boot id all match
+//!   ours, and the pid is either gone (`kill(pid, 0)` = `ESRCH`) or now belongs to a process with
+//!   another start time: never a bare pid.
+//! * The **fencing generation** is the previous record's generation plus one, decided inside the
+//!   critical section; release writes a *released* record that keeps it, so it increases
+//!   strictly across every acquisition, release and takeover. (Reclaiming an unparseable record
+//!   restarts it above any reachable counter, from the wall clock in microseconds.)
+//! * An unparseable record counts as held until it has been seen unchanged for the
+//!   invalid-record threshold (or its mtime is that old), then is reclaimed.
+//!
+//! ## Where kernel locks do not work
+//!
+//! On NFS and SMB/CIFS (detected with `statfs`), or where `flock` fails with `ENOLCK`,
+//! `EOPNOTSUPP` or `ENOSYS`, the lock runs in [`LockMode::HeartbeatOnly`] and says so through
+//! [`FileLock::mode`] (and [`FileLock::mode_reason`]); [`ModePreference::Kernel`] turns the
+//! fallback into an error instead. Critical sections are then epochs: entering creates
+//! `P.cs.<n+1>` with `O_EXCL` (only one process can), allowed when `P.cs.<n>.done` exists, or when
+//! epoch `n` has been stuck for the stale threshold on our monotonic clock, or its writer is
+//! provably gone on this host. Because a reclaim creates a *new* name rather than deleting and
+//! recreating one, two contenders can never both reclaim one stale epoch. A process that was
+//! paused *inside* a critical section for longer than the stale threshold checks, just before its
+//! rename, that no later epoch exists; the remaining window of a few microseconds is what
+//! fencing generations are for. Takeover of a crashed holder waits for the stale threshold.
+//!
+//! # Guarantees and limits
+//!
+//! * No two `FileLock`s (in any processes on the machine, or across hosts in heartbeat-only mode)
+//!   are ever both told they hold one path, provided monotonic clocks run at the same rate and
+//!   no process stays paused inside a microseconds-long critical section (kernel mode: a paused
+//!   process inside it only delays others, who give up with a transient error).
+//! * A holder paused past its deadline learns it on its first [`FileLock::check`] /
+//!   [`FileLock::held`] after resuming; its heartbeat then reports
+//!   [`LostReason::TakenOver`] if another owner took over, and the newer owner's fencing token is
+//!   greater. Only fencing protects the resource from the paused holder's in-flight writes.
+//! * Transient I/O errors are tolerated until the tenure's deadline, then reported as
+//!   [`LostReason::Untrusted`].
+//! * Symlinks are never followed (`O_NOFOLLOW` on every open), only regular files are read or
+//!   locked (`fstat` check; FIFOs cannot block the open thanks to `O_NONBLOCK`), records are read
+//!   up to [`MAX_RECORD_BYTES`], created files get exactly the configured mode.
+//! * Deleting `P` by hand restarts the fencing generation; deleting the companions is harmless.
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod cs;
+mod encode;
+mod error;
+mod fsio;
+mod ident;
+mod lock;
+mod record;
+mod store;
+
+pub use cs::{LockMode, ModePreference};
+pub use encode::{MAX_FILE_NAME_BYTES, RECORD_SUFFIX, decode_file_name, key_file_name};
+pub use error::{FileLockError, LostReason};
+pub use fsio::MAX_RECORD_BYTES;
+pub use ident::LivenessProbe;
+pub use lock::{FileLock, FileLockOptions, HolderInfo, LostCallback};
+pub use record::{LeaseFileRecord, RecordError, SCHEMA_VERSION};
+pub use store::DirectoryStore;

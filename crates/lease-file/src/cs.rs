@@ -1,0 +1,410 @@
+//! Critical sections (read record, decide, rename a new record) and the detection of whether
+//! kernel locks work.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{self, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::statfs::{NFS_SUPER_MAGIC, SMB_SUPER_MAGIC, statfs};
+
+use crate::fsio::{io_error, open_companion};
+use crate::{FileLockError, LeaseFileRecord, ident};
+
+/// How a lock keeps its critical sections and its tenure, as detected (or forced) for its
+/// directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockMode {
+    /// `flock` works here: critical sections take a short kernel lock on `<path>.lock`, and the
+    /// holder keeps a kernel lock on `<path>.owner` for its whole tenure, so a crashed holder's
+    /// lease is free at once.
+    Kernel,
+    /// `flock` does not work (or is not trusted) here, such as on NFS or SMB: critical sections
+    /// are epochs made by `O_EXCL` creation of `<path>.cs.<n>`, reclaimable once stale; a crashed
+    /// holder is detected by its heartbeat going stale (or, on this host, by its pid).
+    HeartbeatOnly,
+}
+
+/// Which mode to use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ModePreference {
+    /// Kernel locks where they work, heartbeat-only elsewhere (the default).
+    #[default]
+    Auto,
+    /// Kernel locks or an error: never fall back.
+    Kernel,
+    /// Heartbeat-only even where kernel locks work (for tests, or mixed fleets where some
+    /// contenders reach the directory over NFS).
+    HeartbeatOnly,
+}
+
+const CIFS_MAGIC: u64 = 0xFF53_4D42;
+const SMB2_MAGIC: u64 = 0xFE53_4D42;
+
+/// Decides the mode for a lock whose critical-section file is `probe`, in `dir`.
+pub(crate) fn detect(
+    dir: &Path,
+    probe: &Path,
+    file_mode: u32,
+    preference: ModePreference,
+) -> Result<(LockMode, String), FileLockError> {
+    if preference == ModePreference::HeartbeatOnly {
+        return Ok((
+            LockMode::HeartbeatOnly,
+            "heartbeat-only mode requested".into(),
+        ));
+    }
+    let network = match statfs(if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    }) {
+        Ok(fs) => {
+            let kind = fs.filesystem_type();
+            #[allow(clippy::cast_sign_loss, clippy::unnecessary_cast)]
+            let raw = (kind.0 as u64) & 0xffff_ffff;
+            if kind == NFS_SUPER_MAGIC {
+                Some("nfs")
+            } else if kind == SMB_SUPER_MAGIC || raw == CIFS_MAGIC || raw == SMB2_MAGIC {
+                Some("smb/cifs")
+            } else {
+                None
+            }
+        }
+        Err(_) => None,
+    };
+    let fallback = |reason: String| match preference {
+        ModePreference::Kernel => Err(FileLockError::Unsupported {
+            path: probe.to_owned(),
+            reason: reason.clone(),
+        }),
+        _ => {
+            tracing::warn!(path = %probe.display(), %reason, "kernel locks unusable; heartbeat-only mode");
+            Ok((LockMode::HeartbeatOnly, reason))
+        }
+    };
+    if let Some(kind) = network {
+        return fallback(format!(
+            "{kind} file system: flock is not reliable across hosts there"
+        ));
+    }
+    let file = open_companion(probe, file_mode)?;
+    match file.try_lock() {
+        Ok(()) => {
+            let _ = file.unlock();
+            Ok((LockMode::Kernel, "flock works".into()))
+        }
+        Err(TryLockError::WouldBlock) => Ok((LockMode::Kernel, "flock works (held)".into())),
+        Err(TryLockError::Error(e)) => match e.raw_os_error().map(Errno::from_raw) {
+            Some(Errno::ENOLCK | Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::EINVAL) => {
+                fallback(format!("flock failed: {e}"))
+            }
+            _ => Err(io_error("probe flock", probe, e)),
+        },
+    }
+}
+
+/// Exponential backoff for a busy critical section: 20 µs doubling to 2 ms.
+pub(crate) struct Backoff(Duration);
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Self(Duration::from_micros(20))
+    }
+    pub(crate) fn sleep(&mut self) {
+        std::thread::sleep(self.0);
+        self.0 = (self.0 * 2).min(Duration::from_millis(2));
+    }
+}
+
+/// A critical-section lock for one record.
+#[derive(Debug)]
+pub(crate) enum Cs {
+    /// `flock` on a companion file that is never deleted or renamed.
+    Kernel {
+        path: PathBuf,
+        mode: u32,
+        file: Mutex<Option<File>>,
+    },
+    /// `O_EXCL` epochs `<record>.cs.<n>`.
+    Files {
+        dir: PathBuf,
+        prefix: String,
+        mode: u32,
+        stale: Duration,
+        inner: Mutex<Option<(u64, Instant)>>,
+    },
+}
+
+/// Proof of being inside a critical section; leaving happens on drop.
+#[derive(Debug)]
+pub(crate) enum CsGuard<'a> {
+    Kernel(MutexGuard<'a, Option<File>>),
+    Files {
+        _guard: MutexGuard<'a, Option<(u64, Instant)>>,
+        dir: &'a Path,
+        prefix: &'a str,
+        mode: u32,
+        epoch: u64,
+    },
+}
+
+impl Cs {
+    pub(crate) fn kernel(path: PathBuf, mode: u32) -> Self {
+        Self::Kernel {
+            path,
+            mode,
+            file: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn files(record: &Path, mode: u32, stale: Duration) -> Self {
+        let dir = record.parent().map(Path::to_owned).unwrap_or_default();
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        let name = record
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Self::Files {
+            dir,
+            prefix: format!("{name}.cs."),
+            mode,
+            stale,
+            inner: Mutex::new(None),
+        }
+    }
+
+    /// Enters the critical section, waiting at most `wait`.
+    ///
+    /// Kernel mode: `flock(LOCK_EX|LOCK_NB)` (retried with backoff while busy) and one `lstat` to
+    /// check that the locked inode is still the one at the path (someone may have replaced the
+    /// companion file; then it is reopened). Files mode: one directory read and one `O_EXCL`
+    /// create, plus cleanup of old epochs.
+    pub(crate) fn enter(&self, wait: Duration) -> Result<CsGuard<'_>, FileLockError> {
+        let start = Instant::now();
+        let mut backoff = Backoff::new();
+        match self {
+            Self::Kernel { path, mode, file } => {
+                let mut slot = file
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                loop {
+                    if slot.is_none() {
+                        *slot = Some(open_companion(path, *mode)?);
+                    }
+                    let Some(f) = slot.as_ref() else { continue };
+                    match f.try_lock() {
+                        Ok(()) => {}
+                        Err(TryLockError::WouldBlock) => {
+                            if start.elapsed() >= wait {
+                                return Err(busy(path, wait));
+                            }
+                            backoff.sleep();
+                            continue;
+                        }
+                        Err(TryLockError::Error(e)) => {
+                            return Err(io_error("flock critical section", path, e));
+                        }
+                    }
+                    let held = f.metadata().map_err(|e| io_error("fstat", path, e))?;
+                    match std::fs::symlink_metadata(path) {
+                        Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                            return Ok(CsGuard::Kernel(slot));
+                        }
+                        _ => {
+                            tracing::warn!(path = %path.display(), "critical-section file was replaced; reopening");
+                            let _ = f.unlock();
+                            *slot = None;
+                        }
+                    }
+                }
+            }
+            Self::Files {
+                dir,
+                prefix,
+                mode,
+                stale,
+                inner,
+            } => {
+                let mut guard = inner
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                loop {
+                    let (max, done) = scan_epochs(dir, prefix)?;
+                    let may_take = match max {
+                        None => true,
+                        Some(_) if done => true,
+                        Some(epoch) => {
+                            let now = Instant::now();
+                            let first = match *guard {
+                                Some((seen, at)) if seen == epoch => at,
+                                _ => {
+                                    *guard = Some((epoch, now));
+                                    now
+                                }
+                            };
+                            now.duration_since(first) >= *stale
+                                || epoch_writer_gone(dir, prefix, epoch)
+                        }
+                    };
+                    if may_take {
+                        let next = max.map_or(1, |m| m + 1);
+                        let path = dir.join(format!("{prefix}{next}"));
+                        match create_exclusive(&path, *mode, &epoch_content()) {
+                            Ok(()) => {
+                                if let Some(max) = max {
+                                    if !done {
+                                        tracing::warn!(path = %path.display(), "reclaimed a stale critical section");
+                                    }
+                                    cleanup_epochs(dir, prefix, max);
+                                }
+                                return Ok(CsGuard::Files {
+                                    _guard: guard,
+                                    dir,
+                                    prefix,
+                                    mode: *mode,
+                                    epoch: next,
+                                });
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                            Err(e) => return Err(io_error("create critical section", &path, e)),
+                        }
+                    }
+                    if start.elapsed() >= wait {
+                        return Err(busy(&dir.join(prefix.as_str()), wait));
+                    }
+                    backoff.sleep();
+                }
+            }
+        }
+    }
+}
+
+impl CsGuard<'_> {
+    /// Files mode: checks nobody reclaimed this critical section as stale while we were inside
+    /// (a paused process), right before the rename. Kernel mode: always true.
+    pub(crate) fn still_exclusive(&self) -> bool {
+        match self {
+            Self::Kernel(_) => true,
+            Self::Files {
+                dir, prefix, epoch, ..
+            } => std::fs::symlink_metadata(dir.join(format!("{prefix}{}", epoch + 1))).is_err(),
+        }
+    }
+}
+
+impl Drop for CsGuard<'_> {
+    fn drop(&mut self) {
+        match self {
+            Self::Kernel(slot) => {
+                if let Some(f) = slot.as_ref() {
+                    let _ = f.unlock();
+                }
+            }
+            Self::Files {
+                dir,
+                prefix,
+                mode,
+                epoch,
+                ..
+            } => {
+                let path = dir.join(format!("{prefix}{epoch}.done"));
+                if let Err(error) = create_exclusive(&path, *mode, b"") {
+                    tracing::warn!(path = %path.display(), %error, "cannot mark critical section done");
+                }
+            }
+        }
+    }
+}
+
+fn busy(path: &Path, wait: Duration) -> FileLockError {
+    FileLockError::Io {
+        op: "enter critical section",
+        path: path.to_owned(),
+        transient: true,
+        source: io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!("still busy after {wait:?} (a process paused inside it?)"),
+        ),
+    }
+}
+
+fn create_exclusive(path: &Path, mode: u32, bytes: &[u8]) -> io::Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(OFlag::O_NOFOLLOW.bits())
+        .open(path)?;
+    file.write_all(bytes)
+}
+
+fn epoch_content() -> Vec<u8> {
+    let me = ident::current();
+    let record = serde_json::json!({
+        "version": 1, "pid": me.pid, "host": me.host, "pid_ns": me.pid_ns,
+        "boot_id": me.boot_id, "start_time": me.start_time, "generation": 0,
+    });
+    record.to_string().into_bytes()
+}
+
+fn epoch_writer_gone(dir: &Path, prefix: &str, epoch: u64) -> bool {
+    let path = dir.join(format!("{prefix}{epoch}"));
+    match crate::fsio::read_record_file(&path) {
+        Ok(Some(bytes)) => LeaseFileRecord::parse(&bytes.bytes)
+            .is_ok_and(|record| ident::writer_is_gone(&record, None)),
+        _ => false,
+    }
+}
+
+/// The highest epoch and whether it is done.
+fn scan_epochs(dir: &Path, prefix: &str) -> Result<(Option<u64>, bool), FileLockError> {
+    let mut max: Option<u64> = None;
+    let mut done_max: Option<u64> = None;
+    let entries = std::fs::read_dir(dir).map_err(|e| io_error("read directory", dir, e))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        let (digits, done) = match rest.strip_suffix(".done") {
+            Some(d) => (d, true),
+            None => (rest, false),
+        };
+        let Ok(n) = digits.parse::<u64>() else {
+            continue;
+        };
+        if done {
+            done_max = done_max.max(Some(n));
+        } else {
+            max = max.max(Some(n));
+        }
+    }
+    Ok((max, max.is_some() && done_max >= max))
+}
+
+fn cleanup_epochs(dir: &Path, prefix: &str, below: u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
+            continue;
+        };
+        let digits = rest.strip_suffix(".done").unwrap_or(rest);
+        if digits.parse::<u64>().is_ok_and(|n| n < below) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}

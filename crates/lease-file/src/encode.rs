@@ -1,0 +1,98 @@
+//! Lease keys to file names and back: a reversible encoding no key can escape the directory with.
+
+use lease_core::{LeaseError, LeaseKey};
+
+/// Suffix of record files in a [`DirectoryStore`](crate::DirectoryStore).
+pub const RECORD_SUFFIX: &str = ".lease";
+
+/// Longest record file name: `NAME_MAX` (255) minus room for the companion and temporary names.
+pub const MAX_FILE_NAME_BYTES: usize = 200;
+
+fn encode_part(part: &str, out: &mut String) {
+    for byte in part.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+}
+
+/// The record file name of `key`: each part percent-encoded (everything outside
+/// `[A-Za-z0-9_-]` becomes `%XX`), joined by `.`, plus [`RECORD_SUFFIX`]. The result never
+/// holds `/`, never starts with `.`, and is never `.` or `..`.
+///
+/// ```
+/// use lease_core::LeaseKey;
+/// use lease_file::{decode_file_name, key_file_name};
+///
+/// let key = LeaseKey::with_sort_key("../etc", "pass wd")?;
+/// let name = key_file_name(&key)?;
+/// assert_eq!(name, "%2E%2E%2Fetc.pass%20wd.lease");
+/// assert_eq!(decode_file_name(&name), Some(key));
+/// # Ok::<(), lease_core::LeaseError>(())
+/// ```
+///
+/// # Errors
+/// [`LeaseError::InvalidInput`] when the encoded name is longer than [`MAX_FILE_NAME_BYTES`].
+pub fn key_file_name(key: &LeaseKey) -> Result<String, LeaseError> {
+    let mut name = String::new();
+    encode_part(key.partition(), &mut name);
+    if let Some(sort) = key.sort() {
+        name.push('.');
+        encode_part(sort, &mut name);
+    }
+    name.push_str(RECORD_SUFFIX);
+    if name.len() > MAX_FILE_NAME_BYTES {
+        return Err(LeaseError::invalid(
+            "key",
+            format!(
+                "encodes to a {}-byte file name; the file backend allows {MAX_FILE_NAME_BYTES} \
+                 (bytes outside [A-Za-z0-9_-] take three each)",
+                name.len()
+            ),
+        ));
+    }
+    Ok(name)
+}
+
+fn decode_part(part: &str) -> Option<String> {
+    let bytes = part.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            if !hex
+                .bytes()
+                .all(|c| c.is_ascii_digit() || (b'A'..=b'F').contains(&c))
+            {
+                return None;
+            }
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+            out.push(b);
+            i += 1;
+        } else {
+            return None;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The key a record file name stands for, or `None` if it is not one (temporary and companion
+/// files, foreign files, non-canonical encodings).
+pub fn decode_file_name(name: &str) -> Option<LeaseKey> {
+    let stem = name.strip_suffix(RECORD_SUFFIX)?;
+    let mut parts = stem.split('.');
+    let partition = decode_part(parts.next()?)?;
+    let key = match (parts.next(), parts.next()) {
+        (None, _) => LeaseKey::new(partition).ok()?,
+        (Some(sort), None) => LeaseKey::with_sort_key(partition, decode_part(sort)?).ok()?,
+        _ => return None,
+    };
+    // Only the canonical spelling maps back, so one key never has two files.
+    (key_file_name(&key).ok()? == name).then_some(key)
+}

@@ -1,0 +1,234 @@
+//! Descriptor-level file work: no symlink is followed, only regular files are accepted, reads are
+//! capped, records are replaced by rename and never rewritten in place.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+
+use crate::FileLockError;
+
+/// Largest record accepted, in bytes. Anything larger is refused unread past the cap.
+pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+
+fn no_follow_flags() -> i32 {
+    // O_NONBLOCK keeps an open of a FIFO planted at the path from hanging; it has no effect on
+    // regular files. std adds O_CLOEXEC itself.
+    (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits()
+}
+
+/// Maps an I/O error on `path` to a [`FileLockError`], naming hostile situations clearly.
+pub(crate) fn io_error(op: &'static str, path: &Path, source: io::Error) -> FileLockError {
+    let hostile = match source.raw_os_error().map(Errno::from_raw) {
+        Some(Errno::ELOOP) => Some("it is a symbolic link; links are never followed".to_owned()),
+        Some(Errno::EISDIR) => Some("it is a directory, not a regular file".to_owned()),
+        Some(Errno::ENXIO) => Some("it is a FIFO or socket, not a regular file".to_owned()),
+        Some(Errno::EACCES | Errno::EPERM) => Some(format!(
+            "permission denied ({source}); check the file and directory modes"
+        )),
+        _ => None,
+    };
+    match hostile {
+        Some(reason) => FileLockError::Hostile {
+            path: path.to_owned(),
+            reason: format!("{op}: {reason}"),
+        },
+        None => {
+            let transient = matches!(
+                source.kind(),
+                io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) || matches!(
+                source.raw_os_error().map(Errno::from_raw),
+                Some(Errno::EAGAIN | Errno::ENOSPC | Errno::EIO | Errno::ESTALE | Errno::ENOLCK)
+            );
+            FileLockError::Io {
+                op,
+                path: path.to_owned(),
+                transient,
+                source,
+            }
+        }
+    }
+}
+
+fn require_regular(file: &File, path: &Path) -> Result<std::fs::Metadata, FileLockError> {
+    let meta = file.metadata().map_err(|e| io_error("fstat", path, e))?;
+    let kind = meta.file_type();
+    if kind.is_file() {
+        return Ok(meta);
+    }
+    let what = if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(FileLockError::Hostile {
+        path: path.to_owned(),
+        reason: format!("it is {what}; only regular files are used"),
+    })
+}
+
+/// Opens (creating with `mode` if missing) a companion file that is never deleted: the
+/// critical-section lock file and the tenure file. One `open` and one `fstat`.
+pub(crate) fn open_companion(path: &Path, mode: u32) -> Result<File, FileLockError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(mode)
+        .custom_flags(no_follow_flags())
+        .open(path)
+        .map_err(|e| io_error("open", path, e))?;
+    require_regular(&file, path)?;
+    Ok(file)
+}
+
+/// What a record file holds.
+#[derive(Debug)]
+pub(crate) struct RecordBytes {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) inode: (u64, u64),
+    pub(crate) modified: Option<std::time::SystemTime>,
+}
+
+/// Reads the record at `path`: `None` if there is none. One `open`, one `fstat`, one or two
+/// `read`s, one `close`. Refuses links, non-regular files and files over [`MAX_RECORD_BYTES`].
+pub(crate) fn read_record_file(path: &Path) -> Result<Option<RecordBytes>, FileLockError> {
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(no_follow_flags())
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_error("open record", path, e)),
+    };
+    let meta = require_regular(&file, path)?;
+    if meta.len() > MAX_RECORD_BYTES as u64 {
+        return Err(FileLockError::Hostile {
+            path: path.to_owned(),
+            reason: format!(
+                "the record is {} bytes; records are at most {MAX_RECORD_BYTES}",
+                meta.len()
+            ),
+        });
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).min(4096) + 1);
+    // Read one byte past the cap so a file that grew after fstat is still refused.
+    file.take(MAX_RECORD_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error("read record", path, e))?;
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(FileLockError::Hostile {
+            path: path.to_owned(),
+            reason: format!("the record is larger than {MAX_RECORD_BYTES} bytes"),
+        });
+    }
+    Ok(Some(RecordBytes {
+        bytes,
+        inode: (meta.dev(), meta.ino()),
+        modified: meta.modified().ok(),
+    }))
+}
+
+/// Replaces `path` atomically with `bytes`: a temporary file in the same directory, created with
+/// `O_EXCL|O_NOFOLLOW` and given exactly `mode`, written, optionally fsynced, renamed over
+/// `path`. Readers see the old record or the new one, never a partial one.
+///
+/// Syscalls: `open`, `fchmod`, `write`, (`fsync`), `close`, `rename` (+ directory `fsync`).
+pub(crate) fn replace_atomically(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    fsync: bool,
+) -> Result<(), FileLockError> {
+    let temp = temp_path(path);
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(OFlag::O_NOFOLLOW.bits())
+            .open(&temp)
+            .map_err(|e| io_error("create temporary record", &temp, e))?;
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+            .map_err(|e| io_error("chmod temporary record", &temp, e))?;
+        file.write_all(bytes)
+            .map_err(|e| io_error("write temporary record", &temp, e))?;
+        if fsync {
+            file.sync_all()
+                .map_err(|e| io_error("fsync temporary record", &temp, e))?;
+        }
+        drop(file);
+        std::fs::rename(&temp, path).map_err(|e| io_error("rename record", path, e))?;
+        if fsync && let Some(dir) = path.parent() {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io_error("fsync directory", dir, e))?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result
+}
+
+/// `.<name>.<pid>.<random>.tmp` next to `path`: hidden, unique, never a record name.
+fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
+    path.with_file_name(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        &nonce[..12]
+    ))
+}
+
+/// Creates `dir` (and parents) with `mode` if it does not exist.
+pub(crate) fn ensure_dir(dir: &Path, mode: u32) -> Result<(), FileLockError> {
+    if dir.as_os_str().is_empty() {
+        return Ok(());
+    }
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if meta.is_dir() => return Ok(()),
+        Ok(_) => {
+            return Err(FileLockError::Hostile {
+                path: dir.to_owned(),
+                reason: "the lock directory is not a directory".into(),
+            });
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_error("stat directory", dir, e)),
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)
+        .map_err(|e| io_error("create directory", dir, e))
+}
+
+/// `path` with `suffix` appended to its file name.
+pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}

@@ -1,0 +1,93 @@
+//! Who this process is, and whether the process named by a record is provably gone.
+
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Arc, Mutex};
+
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+
+use crate::LeaseFileRecord;
+
+/// This process as records describe it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub(crate) pid: u32,
+    pub(crate) host: String,
+    pub(crate) pid_ns: Option<u64>,
+    pub(crate) boot_id: Option<String>,
+    pub(crate) start_time: Option<u64>,
+}
+
+/// The current process's identity, cached per pid (a forked child recomputes it).
+pub(crate) fn current() -> Identity {
+    static CACHE: Mutex<Option<Identity>> = Mutex::new(None);
+    let pid = std::process::id();
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(id) = cache.as_ref().filter(|id| id.pid == pid) {
+        return id.clone();
+    }
+    let id = Identity {
+        pid,
+        host: nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_default(),
+        pid_ns: std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino()),
+        boot_id: std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .ok()
+            .map(|s| s.trim().to_owned()),
+        start_time: start_time_of("self"),
+    };
+    *cache = Some(id.clone());
+    id
+}
+
+/// Field 22 of `/proc/<pid>/stat`: the process start time in clock ticks since boot.
+pub(crate) fn start_time_of(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A caller-supplied liveness probe: `true` if the process with this pid is alive.
+pub type LivenessProbe = Arc<dyn Fn(u32) -> bool + Send + Sync>;
+
+/// Whether the record's writer is *provably* gone. Only answers `true` when the writer was on this
+/// host, in this PID namespace and boot, and either the probe says the pid is dead or the pid now
+/// belongs to a process with another start time (reused). Anything unknown counts as alive.
+pub(crate) fn writer_is_gone(record: &LeaseFileRecord, probe: Option<&LivenessProbe>) -> bool {
+    let me = current();
+    if record.host.is_empty() || record.host != me.host {
+        return false;
+    }
+    if record.pid_ns.is_none() || record.pid_ns != me.pid_ns {
+        return false;
+    }
+    if record.boot_id.is_none() || record.boot_id != me.boot_id {
+        return false;
+    }
+    if record.pid == me.pid {
+        return false;
+    }
+    if let Some(probe) = probe {
+        return !probe(record.pid);
+    }
+    let Ok(raw) = i32::try_from(record.pid) else {
+        return false;
+    };
+    if raw <= 0 {
+        return false;
+    }
+    match kill(Pid::from_raw(raw), None) {
+        Err(Errno::ESRCH) => true,
+        Ok(()) | Err(Errno::EPERM) => match (record.start_time, start_time_of(&raw.to_string())) {
+            (Some(recorded), Some(now)) => recorded != now,
+            _ => false,
+        },
+        Err(_) => false,
+    }
+}

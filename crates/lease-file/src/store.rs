@@ -1,0 +1,513 @@
+//! A directory of lease records implementing the lease-core contract.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use lease_core::{
+    AcquireOptions, BoxFuture, Clock, FencingToken, Holder, Lease, LeaseBackend, LeaseError,
+    LeaseKey, LeaseListing, LeaseRecord, LeaseToken, NotOwnedReason, RandomTokens, SystemClock,
+    TokenSource, default_safety_margin, holder_deadline, validate_duration,
+};
+
+use crate::cs::{Cs, LockMode, ModePreference, detect};
+use crate::fsio::{ensure_dir, replace_atomically, with_suffix};
+use crate::lock::{Read, read};
+use crate::{
+    FileLockError, LeaseFileRecord, SCHEMA_VERSION, decode_file_name, ident, key_file_name,
+};
+
+const NAME: &str = "file";
+
+/// Leases as files in one directory: the lease-core [`LeaseBackend`] and [`LeaseListing`] on a
+/// local (or, in heartbeat-only mode, network) file system.
+///
+/// Each key is one record file named by [`key_file_name`] plus a never-deleted `.lock` companion
+/// for critical sections. Expiry is judged, as the contract says, by the injected [`Clock`]'s
+/// wall time against the record's `expires_at`, so every process sharing the directory must have
+/// wall clocks that agree within the holders' safety margin (on one host they share one clock).
+/// Holder deadlines come from [`holder_deadline`] measured before each operation.
+///
+/// The futures do their file I/O inline when first polled: a few local syscalls (see
+/// [`FileLock`](crate::FileLock) for counts), no thread hop, no runtime needed.
+///
+/// ```
+/// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, LeaseListing};
+/// use lease_file::DirectoryStore;
+/// use std::time::Duration;
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = DirectoryStore::open(dir.path())?;
+/// let key = LeaseKey::with_sort_key("jobs", "nightly")?;
+/// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+/// assert!(lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap_err().is_held());
+/// let listed = lease_core::block_on(store.list_partition("jobs"))?;
+/// assert_eq!(listed.len(), 1);
+/// lease_core::block_on(store.release_lease(&lease))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct DirectoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    mode: LockMode,
+    clock: Arc<dyn Clock>,
+    tokens: Arc<dyn TokenSource>,
+    safety_margin: Option<Duration>,
+    file_mode: u32,
+    fsync: bool,
+    cs_wait: Duration,
+    /// Heartbeat-only mode keeps one critical-section object per key, so staleness of a
+    /// critical section is timed across calls.
+    file_cs: Mutex<HashMap<String, Arc<Cs>>>,
+}
+
+impl fmt::Debug for DirectoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectoryStore")
+            .field("dir", &self.inner.dir)
+            .field("mode", &self.inner.mode)
+            .field("clock", &self.inner.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DirectoryStore {
+    /// Opens (creating it if needed) the store in `dir`, detecting the [`LockMode`].
+    ///
+    /// # Errors
+    /// If the directory cannot be created or probed.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, FileLockError> {
+        Self::open_with_mode(dir, ModePreference::Auto)
+    }
+
+    /// Opens the store with a [`ModePreference`].
+    ///
+    /// # Errors
+    /// As [`open`](Self::open), plus [`FileLockError::Unsupported`] when kernel locks are
+    /// demanded and do not work.
+    pub fn open_with_mode(
+        dir: impl AsRef<Path>,
+        preference: ModePreference,
+    ) -> Result<Self, FileLockError> {
+        let dir = dir.as_ref().to_owned();
+        ensure_dir(&dir, 0o755)?;
+        let (mode, reason) = detect(&dir, &dir.join(".mode-probe.lock"), 0o644, preference)?;
+        tracing::debug!(dir = %dir.display(), ?mode, %reason, "directory store opened");
+        Ok(Self {
+            inner: Arc::new(Inner {
+                dir,
+                mode,
+                clock: Arc::new(SystemClock),
+                tokens: Arc::new(RandomTokens),
+                safety_margin: None,
+                file_mode: 0o644,
+                fsync: false,
+                cs_wait: Duration::from_secs(3),
+                file_cs: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    fn update(mut self, f: impl FnOnce(&mut Inner)) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            f(inner);
+        } else {
+            let old = &self.inner;
+            let mut inner = Inner {
+                dir: old.dir.clone(),
+                mode: old.mode,
+                clock: old.clock.clone(),
+                tokens: old.tokens.clone(),
+                safety_margin: old.safety_margin,
+                file_mode: old.file_mode,
+                fsync: old.fsync,
+                cs_wait: old.cs_wait,
+                file_cs: Mutex::new(HashMap::new()),
+            };
+            f(&mut inner);
+            self.inner = Arc::new(inner);
+        }
+        self
+    }
+
+    /// Uses `clock` for expiry and deadlines.
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        self.update(|i| i.clock = clock)
+    }
+
+    /// Uses `tokens` to make owner tokens.
+    pub fn with_token_source(self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.update(|i| i.tokens = tokens)
+    }
+
+    /// Overrides [`default_safety_margin`].
+    pub fn with_safety_margin(self, margin: Duration) -> Self {
+        self.update(|i| i.safety_margin = Some(margin))
+    }
+
+    /// Mode of created record and companion files (default 0644). Records hold owner tokens:
+    /// anyone who can write the directory can act as any owner anyway, so the directory's mode is
+    /// the access control.
+    pub fn with_file_mode(self, mode: u32) -> Self {
+        self.update(|i| i.file_mode = mode & 0o7777)
+    }
+
+    /// fsync records and the directory on every write (default off).
+    pub fn with_fsync(self, fsync: bool) -> Self {
+        self.update(|i| i.fsync = fsync)
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Which protocol guards critical sections here.
+    pub fn mode(&self) -> LockMode {
+        self.inner.mode
+    }
+
+    fn margin(&self, duration: Duration) -> Duration {
+        self.inner
+            .safety_margin
+            .unwrap_or_else(|| default_safety_margin(duration))
+    }
+
+    fn cs_for(&self, path: &Path, name: &str) -> Arc<Cs> {
+        match self.inner.mode {
+            LockMode::Kernel => {
+                Arc::new(Cs::kernel(with_suffix(path, ".lock"), self.inner.file_mode))
+            }
+            _ => self
+                .inner
+                .file_cs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(name.to_owned())
+                .or_insert_with(|| {
+                    Arc::new(Cs::files(path, self.inner.file_mode, self.inner.cs_wait))
+                })
+                .clone(),
+        }
+    }
+
+    /// Runs `f` inside the key's critical section with the current record.
+    fn with_record<T>(
+        &self,
+        key: &LeaseKey,
+        f: impl FnOnce(&Path, Read) -> Result<T, LeaseError>,
+    ) -> Result<T, LeaseError> {
+        let name = key_file_name(key)?;
+        let path = self.inner.dir.join(&name);
+        let cs = self.cs_for(&path, &name);
+        let guard = cs.enter(self.inner.cs_wait).map_err(backend_error)?;
+        let current = read(&path).map_err(backend_error)?;
+        let result = f(&path, current);
+        if result.is_ok() && !guard.still_exclusive() {
+            tracing::warn!(%key, "critical section was reclaimed while inside it");
+        }
+        result
+    }
+
+    fn write(&self, path: &Path, record: &LeaseFileRecord) -> Result<(), LeaseError> {
+        replace_atomically(
+            path,
+            &record.to_bytes(),
+            self.inner.file_mode,
+            self.inner.fsync,
+        )
+        .map_err(backend_error)
+    }
+
+    fn record(
+        &self,
+        key: &LeaseKey,
+        owner: Option<&LeaseToken>,
+        label: Option<String>,
+        generation: u64,
+        acquired_at: SystemTime,
+        expires_at: SystemTime,
+    ) -> LeaseFileRecord {
+        let me = ident::current();
+        LeaseFileRecord {
+            version: SCHEMA_VERSION,
+            owner: owner.map(|t| t.as_str().to_owned()),
+            label,
+            pid: me.pid,
+            host: me.host,
+            pid_ns: me.pid_ns,
+            boot_id: me.boot_id,
+            start_time: me.start_time,
+            heartbeat: 0,
+            written_at_ns: ns(self.inner.clock.now()),
+            acquired_at_ns: ns(acquired_at),
+            expires_at_ns: ns(expires_at),
+            generation,
+            tenure: false,
+            partition: Some(key.partition().to_owned()),
+            sort: key.sort().map(str::to_owned),
+        }
+    }
+
+    fn try_acquire_now(
+        &self,
+        key: &LeaseKey,
+        duration: Duration,
+        options: &AcquireOptions,
+    ) -> Result<Lease, LeaseError> {
+        validate_duration(duration)?;
+        let sent = self.inner.clock.monotonic();
+        self.with_record(key, |path, current| {
+            let now = self.inner.clock.now();
+            let previous = match current {
+                Read::Missing => 0,
+                Read::Valid(r) => {
+                    if r.owner.is_some() && now < time(r.expires_at_ns) {
+                        return Err(LeaseError::held(key.clone(), Some(holder_of(&r))));
+                    }
+                    r.generation
+                }
+                Read::Invalid { reason, .. } => return Err(corrupt(path, &reason)),
+            };
+            let generation = previous
+                .checked_add(1)
+                .ok_or_else(|| LeaseError::backend(NAME, false, "fencing generation exhausted"))?;
+            let token = options
+                .token()
+                .cloned()
+                .unwrap_or_else(|| self.inner.tokens.next_token());
+            let expires_at = now + duration;
+            let record = self.record(
+                key,
+                Some(&token),
+                options.owner().map(str::to_owned),
+                generation,
+                now,
+                expires_at,
+            );
+            self.write(path, &record)?;
+            tracing::debug!(%key, generation, token = %token, "file lease acquired");
+            Ok(Lease::new(
+                key.clone(),
+                token,
+                FencingToken::new(generation),
+                duration,
+                expires_at,
+                holder_deadline(sent, duration, self.margin(duration)),
+            ))
+        })
+    }
+
+    fn renew_now(&self, lease: &Lease, duration: Duration) -> Result<Lease, LeaseError> {
+        validate_duration(duration)?;
+        let sent = self.inner.clock.monotonic();
+        let key = lease.key();
+        self.with_record(key, |path, current| {
+            let now = self.inner.clock.now();
+            let mut record = match current {
+                Read::Valid(r) => r,
+                Read::Missing => {
+                    return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing));
+                }
+                Read::Invalid { reason, .. } => return Err(corrupt(path, &reason)),
+            };
+            match record.owner.as_deref() {
+                None => return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing)),
+                Some(owner) if owner != lease.token().as_str() => {
+                    return Err(LeaseError::not_owned(
+                        key.clone(),
+                        NotOwnedReason::TakenOver,
+                    ));
+                }
+                Some(_) if now >= time(record.expires_at_ns) => {
+                    return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Expired));
+                }
+                Some(_) => {}
+            }
+            let expires_at = now + duration;
+            record.expires_at_ns = ns(expires_at);
+            record.written_at_ns = ns(now);
+            record.heartbeat = record.heartbeat.saturating_add(1);
+            self.write(path, &record)?;
+            tracing::debug!(%key, generation = record.generation, "file lease renewed");
+            Ok(Lease::new(
+                key.clone(),
+                lease.token().clone(),
+                lease.fencing_token(),
+                duration,
+                expires_at,
+                holder_deadline(sent, duration, self.margin(duration)),
+            ))
+        })
+    }
+
+    fn release_now(&self, key: &LeaseKey, token: &LeaseToken) -> Result<(), LeaseError> {
+        self.with_record(key, |path, current| {
+            let mut record = match current {
+                Read::Valid(r) => r,
+                Read::Missing => {
+                    return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing));
+                }
+                Read::Invalid { reason, .. } => return Err(corrupt(path, &reason)),
+            };
+            match record.owner.as_deref() {
+                Some(owner) if owner == token.as_str() => {}
+                Some(_) => {
+                    return Err(LeaseError::not_owned(
+                        key.clone(),
+                        NotOwnedReason::TakenOver,
+                    ));
+                }
+                None => return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing)),
+            }
+            // Released, not deleted: the generation survives for the next acquisition.
+            record.owner = None;
+            record.label = None;
+            record.written_at_ns = ns(self.inner.clock.now());
+            self.write(path, &record)?;
+            tracing::debug!(%key, generation = record.generation, "file lease released");
+            Ok(())
+        })
+    }
+
+    fn inspect_now(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
+        let path = self.inner.dir.join(key_file_name(key)?);
+        record_of(key, &path)
+    }
+
+    fn list_now(&self, partition: &str) -> Result<Vec<LeaseRecord>, LeaseError> {
+        let entries = std::fs::read_dir(&self.inner.dir).map_err(|e| {
+            backend_error(crate::fsio::io_error("read directory", &self.inner.dir, e))
+        })?;
+        let mut keys: Vec<LeaseKey> = entries
+            .flatten()
+            .filter_map(|entry| decode_file_name(entry.file_name().to_str()?))
+            .filter(|key| key.partition() == partition)
+            .collect();
+        keys.sort();
+        let mut records = Vec::with_capacity(keys.len());
+        for key in keys {
+            let path = self.inner.dir.join(key_file_name(&key)?);
+            if let Some(record) = record_of(&key, &path)? {
+                records.push(record);
+            }
+        }
+        Ok(records)
+    }
+}
+
+fn record_of(key: &LeaseKey, path: &Path) -> Result<Option<LeaseRecord>, LeaseError> {
+    match read(path).map_err(backend_error)? {
+        Read::Missing => Ok(None),
+        Read::Valid(r) => Ok(Some(LeaseRecord::new(
+            key.clone(),
+            r.owner.is_some().then(|| holder_of(&r)),
+            FencingToken::new(r.generation),
+        ))),
+        Read::Invalid { reason, .. } => Err(corrupt(path, &reason)),
+    }
+}
+
+fn ns(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+fn time(ns: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
+}
+
+fn holder_of(record: &LeaseFileRecord) -> Holder {
+    let mut holder = Holder::new()
+        .with_owner(
+            record
+                .label
+                .clone()
+                .unwrap_or_else(|| format!("pid {} on {}", record.pid, record.host)),
+        )
+        .with_acquired_at(time(record.acquired_at_ns))
+        .with_expires_at(time(record.expires_at_ns))
+        .with_fencing(FencingToken::new(record.generation));
+    if let Some(token) = record
+        .owner
+        .as_deref()
+        .and_then(|t| LeaseToken::new(t).ok())
+    {
+        holder = holder.with_token(token);
+    }
+    holder
+}
+
+fn corrupt(path: &Path, reason: &str) -> LeaseError {
+    LeaseError::backend(
+        NAME,
+        false,
+        FileLockError::Hostile {
+            path: path.to_owned(),
+            reason: format!("unparseable lease record: {reason}"),
+        },
+    )
+}
+
+fn backend_error(error: FileLockError) -> LeaseError {
+    let transient = error.is_transient();
+    LeaseError::backend(NAME, transient, error)
+}
+
+impl LeaseBackend for DirectoryStore {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        &*self.inner.clock
+    }
+
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+        options: &'a AcquireOptions,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        Box::pin(async move { self.try_acquire_now(key, duration, options) })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        lease: &'a Lease,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        Box::pin(async move { self.renew_now(lease, duration) })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        token: &'a LeaseToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(async move { self.release_now(key, token) })
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
+        Box::pin(async move { self.inspect_now(key) })
+    }
+}
+
+impl LeaseListing for DirectoryStore {
+    fn list_partition<'a>(
+        &'a self,
+        partition: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LeaseRecord>, LeaseError>> {
+        Box::pin(async move { self.list_now(partition) })
+    }
+}

@@ -1,0 +1,54 @@
+//! The directory store passes the whole lease-core conformance suite, in both modes, and answers
+//! as the reference model does.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::ManualClock;
+use lease_core::conformance::model::{check_against_model, ops};
+use lease_core::conformance::{Case, Subject};
+use lease_file::{DirectoryStore, ModePreference};
+use proptest::prelude::*;
+
+fn subject(dir: &std::path::Path, mode: ModePreference) -> Subject {
+    let clock = Arc::new(ManualClock::new());
+    let store = Arc::new(
+        DirectoryStore::open_with_mode(dir, mode)
+            .unwrap()
+            .with_clock(clock.clone()),
+    );
+    Subject::new(store.clone(), clock).with_listing(store)
+}
+
+fn harness(_name: &str, case: Case) {
+    let dir = tempfile::tempdir().unwrap();
+    lease_core::block_on(case(&subject(dir.path(), ModePreference::Kernel)));
+}
+
+lease_core::conformance_tests!(harness);
+
+mod heartbeat_only {
+    use super::*;
+
+    fn harness(_name: &str, case: Case) {
+        let dir = tempfile::tempdir().unwrap();
+        lease_core::block_on(case(&subject(dir.path(), ModePreference::HeartbeatOnly)));
+    }
+
+    lease_core::conformance_tests!(harness);
+}
+
+const DURATION: Duration = Duration::from_millis(300);
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn directory_store_matches_the_model(ops in ops(3, 2, DURATION, 60)) {
+        let dir = tempfile::tempdir().unwrap();
+        let subject = subject(dir.path(), ModePreference::Auto);
+        let result = lease_core::block_on(check_against_model(&subject, DURATION, &ops));
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+}

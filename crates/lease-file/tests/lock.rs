@@ -1,0 +1,319 @@
+//! The blocking lock in one process: parity with the Go API, release fencing, loss reporting,
+//! hostile files.
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lease_file::{
+    FileLock, FileLockOptions, LeaseFileRecord, LockMode, LostReason, ModePreference,
+};
+
+fn fast() -> FileLockOptions {
+    FileLockOptions::default()
+        .with_heartbeat_interval(Duration::from_millis(20))
+        .with_stale_threshold(Duration::from_millis(300))
+        .with_invalid_record_stale(Duration::from_millis(300))
+        .with_retry_delay(Duration::from_millis(10))
+}
+
+fn read_record(path: &std::path::Path) -> LeaseFileRecord {
+    LeaseFileRecord::parse(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn acquire_release_held_path_and_fencing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sub/dir/a.lease");
+    let lock = FileLock::new(&path).unwrap();
+    assert_eq!(lock.path(), path);
+    assert_eq!(lock.mode(), LockMode::Kernel);
+    assert!(!lock.held());
+    let first = lock.acquire().unwrap();
+    assert!(lock.held());
+    assert!(lock.acquire().is_err());
+    let record = read_record(&path);
+    assert_eq!(record.pid, std::process::id());
+    assert!(record.tenure, "the holder holds the tenure kernel lock");
+    lock.release().unwrap();
+    assert!(!lock.held());
+    assert!(lock.release().unwrap_err().is_not_held());
+    let released = read_record(&path);
+    assert!(released.owner.is_none());
+    assert_eq!(
+        released.generation,
+        first.get(),
+        "release keeps the generation"
+    );
+    let second = lock.acquire().unwrap();
+    assert!(second > first);
+}
+
+#[test]
+fn held_error_names_pid_host_and_since() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let holder = FileLock::with_options(&path, fast().with_label("alice")).unwrap();
+    holder.acquire().unwrap();
+    let other = FileLock::with_options(&path, fast().with_acquire_retries(2)).unwrap();
+    let start = Instant::now();
+    let err = other.acquire().unwrap_err();
+    assert!(start.elapsed() >= Duration::from_millis(20), "retried");
+    assert!(err.is_held(), "{err}");
+    let h = err.holder().unwrap();
+    assert_eq!(h.pid, std::process::id());
+    assert_eq!(h.label.as_deref(), Some("alice"));
+    assert!(h.since.is_some());
+    let err = other
+        .acquire_timeout(Duration::from_millis(100))
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    assert!(err.to_string().contains("alice"), "{err}");
+}
+
+#[test]
+fn dropped_holder_frees_the_lock_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let holder = FileLock::with_options(&path, fast()).unwrap();
+    let g1 = holder.acquire().unwrap();
+    drop(holder);
+    let other = FileLock::with_options(&path, fast()).unwrap();
+    assert!(other.try_acquire().unwrap() > g1);
+}
+
+#[test]
+fn kernel_tenure_lets_a_contender_take_over_when_the_holder_vanishes() {
+    // Simulate a crash: the record names a holder that claims the tenure lock, nobody holds it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let holder = FileLock::with_options(&path, fast()).unwrap();
+    holder.acquire().unwrap();
+    let mut record = read_record(&path);
+    holder.release().unwrap();
+    record.owner = Some("crashed-owner".into());
+    record.generation += 1;
+    record.pid = 1; // alive (init), so only the kernel lock can prove the holder gone
+    record.host = "another-host".into();
+    record.tenure = true;
+    std::fs::write(&path, record.to_bytes()).unwrap();
+    let other = FileLock::with_options(&path, fast()).unwrap();
+    let start = Instant::now();
+    let g = other.try_acquire().unwrap();
+    assert!(start.elapsed() < Duration::from_millis(100));
+    assert_eq!(g.get(), record.generation + 1);
+}
+
+#[test]
+fn a_hung_holder_is_taken_over_after_the_stale_threshold_and_learns_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let seen: Arc<Mutex<Vec<LostReason>>> = Arc::default();
+    let seen2 = seen.clone();
+    let holder = FileLock::with_options(
+        &path,
+        fast().on_lease_lost(move |r| seen2.lock().unwrap().push(r.clone())),
+    )
+    .unwrap();
+    let g1 = holder.acquire().unwrap();
+    // Freeze the holder's heartbeat by hand: take its record away into a frozen copy that keeps
+    // the same counter (as a SIGSTOPped process would leave it).
+    let frozen = read_record(&path);
+    let contender = FileLock::with_options(&path, fast()).unwrap();
+    let err = contender.try_acquire().unwrap_err();
+    assert!(err.is_held(), "{err}");
+    // The live holder keeps beating: the contender never calls it stale.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(contender.try_acquire().unwrap_err().is_held());
+    assert!(holder.held());
+    drop(frozen);
+    // Now the real takeover path is covered by the process tests; here check a forced release
+    // by an operator is reported as TakenOver.
+    let mut record = read_record(&path);
+    record.owner = Some("operator".into());
+    record.generation += 10;
+    std::fs::write(&path, record.to_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while holder.held() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!holder.held());
+    assert!(matches!(holder.lost(), Some(LostReason::TakenOver { .. })));
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    let err = holder.release().unwrap_err();
+    assert!(err.is_not_held());
+    assert!(
+        read_record(&path).owner.as_deref() == Some("operator"),
+        "release touched nothing"
+    );
+    assert!(g1.get() < record.generation);
+}
+
+#[test]
+fn heartbeat_only_mode_works_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let a = FileLock::with_options(&path, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
+    assert_eq!(a.mode(), LockMode::HeartbeatOnly);
+    let b = FileLock::with_options(&path, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
+    let g1 = a.acquire().unwrap();
+    assert!(b.try_acquire().unwrap_err().is_held());
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(a.held());
+    a.release().unwrap();
+    assert!(b.try_acquire().unwrap() > g1);
+    // Old critical-section epochs are cleaned up.
+    let epochs = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".cs.")
+        })
+        .count();
+    assert!(epochs <= 4, "{epochs} epoch files left");
+}
+
+#[test]
+fn invalid_options_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = FileLock::with_options(
+        dir.path().join("a"),
+        FileLockOptions::default()
+            .with_heartbeat_interval(Duration::from_secs(2))
+            .with_stale_threshold(Duration::from_secs(3)),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("stale_threshold"), "{err}");
+}
+
+#[test]
+fn garbage_record_counts_as_held_until_the_invalid_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    std::fs::write(&path, b"{\"version\":1, \"pid\": tru").unwrap();
+    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let err = lock.try_acquire().unwrap_err();
+    assert!(err.is_held(), "{err}");
+    assert!(err.to_string().contains("unparseable"), "{err}");
+    let g = lock.acquire_timeout(Duration::from_secs(3)).unwrap();
+    assert!(
+        g.get() > 1_000_000_000_000,
+        "generation restarts above any counter"
+    );
+    // Empty (truncated) records too.
+    lock.release().unwrap();
+    std::fs::write(&path, b"").unwrap();
+    let other = FileLock::with_options(&path, fast()).unwrap();
+    assert!(other.try_acquire().unwrap_err().is_held());
+}
+
+#[test]
+fn symlink_at_the_lock_path_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("precious");
+    std::fs::write(&target, b"do not touch").unwrap();
+    let path = dir.path().join("a.lease");
+    std::os::unix::fs::symlink(&target, &path).unwrap();
+    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let err = lock.try_acquire().unwrap_err();
+    assert!(err.is_hostile(), "{err}");
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"do not touch");
+    // A symlinked companion is refused too.
+    let path2 = dir.path().join("b.lease");
+    std::os::unix::fs::symlink(&target, dir.path().join("b.lease.lock")).unwrap();
+    let err = FileLock::with_options(&path2, fast()).unwrap_err();
+    assert!(err.is_hostile(), "{err}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"do not touch");
+}
+
+#[test]
+fn directory_fifo_and_huge_files_are_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let as_dir = dir.path().join("d.lease");
+    std::fs::create_dir(&as_dir).unwrap();
+    let err = FileLock::with_options(&as_dir, fast())
+        .unwrap()
+        .try_acquire()
+        .unwrap_err();
+    assert!(
+        err.is_hostile() && err.to_string().contains("directory"),
+        "{err}"
+    );
+
+    let fifo = dir.path().join("f.lease");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+    let start = Instant::now();
+    let err = FileLock::with_options(&fifo, fast())
+        .unwrap()
+        .try_acquire()
+        .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "a FIFO must not block the open"
+    );
+    assert!(
+        err.is_hostile() && err.to_string().contains("FIFO"),
+        "{err}"
+    );
+
+    let huge = dir.path().join("h.lease");
+    std::fs::write(&huge, vec![b' '; 10 * 1024 * 1024]).unwrap();
+    let err = FileLock::with_options(&huge, fast())
+        .unwrap()
+        .try_acquire()
+        .unwrap_err();
+    assert!(
+        err.is_hostile() && err.to_string().contains("bytes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unreadable_record_gives_a_permission_error() {
+    if nix::unistd::geteuid().is_root() {
+        return; // root reads anything
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    std::fs::write(&path, b"{}").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let err = FileLock::with_options(&path, fast())
+        .unwrap()
+        .try_acquire()
+        .unwrap_err();
+    assert!(err.to_string().contains("permission"), "{err}");
+}
+
+#[test]
+fn creation_modes_are_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m/a.lease");
+    let lock =
+        FileLock::with_options(&path, fast().with_file_mode(0o600).with_dir_mode(0o700)).unwrap();
+    lock.acquire().unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(&dir.path().join("m/a.lease.lock")) & 0o077, 0);
+    assert_eq!(mode(&dir.path().join("m")) & 0o077, 0);
+}
+
+#[test]
+fn replaced_companion_is_detected_and_reopened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let a = FileLock::with_options(&path, fast()).unwrap();
+    let g = a.acquire().unwrap();
+    // Somebody deletes and recreates the critical-section file under our feet.
+    std::fs::remove_file(dir.path().join("a.lease.lock")).unwrap();
+    std::fs::write(dir.path().join("a.lease.lock"), b"").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(a.held());
+    a.release().unwrap();
+    let b = FileLock::with_options(&path, fast()).unwrap();
+    assert!(b.try_acquire().unwrap() > g);
+}
