@@ -7,6 +7,7 @@
 //! `LEASE_REQUIRE_DYNAMO=1`.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::Write as _;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -56,7 +57,9 @@ pub fn endpoint(test: &str) -> Option<String> {
     if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
         panic!("DynamoDB Local required ({REQUIRE_ENV}=1) but unavailable: {why}");
     }
-    eprintln!("SKIPPED: {why}");
+    // Written to the process's stderr directly: libtest captures `eprintln!` of passing tests,
+    // and a skip must be visible.
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
     None
 }
 
@@ -329,4 +332,22 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("tokio runtime")
+}
+
+/// A manager on a fresh table, built from a client with `wiring`; `configure` adjusts the
+/// builder. Requests made to create the table are forgotten by the counter.
+pub async fn leases(
+    endpoint: &str,
+    wiring: &Wiring,
+    configure: impl FnOnce(lease_dynamo::DynamoLeasesBuilder) -> lease_dynamo::DynamoLeasesBuilder,
+) -> (DynamoLeases, Client) {
+    let client = client(endpoint, wiring);
+    let table = fresh_table(&client, "t").await;
+    let leases = configure(DynamoLeases::builder(client.clone(), table))
+        .build()
+        .expect("valid configuration");
+    if let Some(counter) = &wiring.counter {
+        counter.take();
+    }
+    (leases, client)
 }

@@ -1,0 +1,268 @@
+//! Fault injection at the transport: replies lost after the server applied a write, throttling
+//! and 5xx answers. Shows retries with reconciliation, and that the SDK's own retries are off.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, ManualClock, RandomTokens, TokenSource};
+use lease_dynamo::{DynamoLeases, RetryPolicy};
+use support::{Faults, RequestCounter, Wiring};
+
+const D: Duration = Duration::from_secs(10);
+
+struct Rig {
+    leases: DynamoLeases,
+    counter: Arc<RequestCounter>,
+    faults: Arc<Faults>,
+    clock: Arc<ManualClock>,
+}
+
+async fn rig(endpoint: &str, retry: RetryPolicy) -> Rig {
+    let counter = Arc::new(RequestCounter::default());
+    let faults = Arc::new(Faults::default());
+    let clock = Arc::new(ManualClock::new());
+    let wiring = Wiring {
+        counter: Some(counter.clone()),
+        faults: Some(faults.clone()),
+    };
+    let (leases, _) = support::leases(endpoint, &wiring, |b| {
+        b.with_clock(clock.clone()).with_retry_policy(
+            retry.with_backoff(Duration::from_millis(1), Duration::from_millis(20)),
+        )
+    })
+    .await;
+    Rig {
+        leases,
+        counter,
+        faults,
+        clock,
+    }
+}
+
+fn run<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce(String) -> F) {
+    if let Some(endpoint) = support::endpoint(name) {
+        support::runtime().block_on(test(endpoint));
+    }
+}
+
+#[test]
+fn lost_acquire_reply_is_reconciled_from_all_old() {
+    run(
+        "lost_acquire_reply_is_reconciled_from_all_old",
+        |endpoint| async move {
+            let r = rig(&endpoint, RetryPolicy::default()).await;
+            let first = r.leases.acquire("k", D).await.unwrap();
+            r.leases.release(&first).await.unwrap();
+            r.counter.take();
+
+            r.faults.lose_replies(1);
+            let lease = r.leases.acquire("k", D).await.unwrap();
+            assert_eq!(r.faults.lost(), 1, "the first reply was lost");
+            assert_eq!(r.counter.count(), 2, "one retry, whose condition failed");
+            assert_eq!(
+                lease.fencing_token().get(),
+                first.fencing_token().get() + 1,
+                "the retry did not acquire a second time"
+            );
+            let record = LeaseBackend::inspect(&r.leases, &LeaseKey::new("k").unwrap())
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(record.holder().and_then(|h| h.token()), Some(lease.token()));
+            assert_eq!(record.fencing(), lease.fencing_token());
+            // We really hold it: renew and release work, others are turned away.
+            assert!(r.leases.acquire("k", D).await.unwrap_err().is_held());
+            let lease = r.leases.refresh(&lease, D).await.unwrap();
+            r.leases.release(&lease).await.unwrap();
+        },
+    );
+}
+
+#[test]
+fn lost_renew_reply_keeps_the_lease() {
+    run("lost_renew_reply_keeps_the_lease", |endpoint| async move {
+        let r = rig(&endpoint, RetryPolicy::default()).await;
+        let lease = r.leases.acquire("k", D).await.unwrap();
+        r.clock.advance(D / 2);
+        r.counter.take();
+        r.faults.lose_replies(1);
+        let renewed = r.leases.refresh(&lease, D).await.unwrap();
+        assert_eq!(r.faults.lost(), 1);
+        assert_eq!(r.counter.count(), 2);
+        assert!(renewed.expires_at() > lease.expires_at());
+        let record = LeaseBackend::inspect(&r.leases, lease.key())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            record.holder().and_then(|h| h.expires_at()),
+            Some(renewed.expires_at())
+        );
+        // Past the first expiry, still ours.
+        r.clock.advance(D / 2 + Duration::from_millis(5));
+        assert!(r.leases.acquire("k", D).await.unwrap_err().is_held());
+    });
+}
+
+#[test]
+fn lost_release_reply_is_reconciled() {
+    run("lost_release_reply_is_reconciled", |endpoint| async move {
+        let r = rig(&endpoint, RetryPolicy::default()).await;
+        // Go-style release, which knows the fencing token.
+        let lease = r.leases.acquire("a", D).await.unwrap();
+        r.counter.take();
+        r.faults.lose_replies(1);
+        r.leases.release(&lease).await.unwrap();
+        assert_eq!((r.faults.lost(), r.counter.take().len()), (1, 2));
+        let record = LeaseBackend::inspect(&r.leases, lease.key())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(record.holder().is_none());
+        assert_eq!(record.fencing(), lease.fencing_token(), "fencing kept");
+
+        // The trait's release(key, token).
+        let lease = r.leases.acquire("b", D).await.unwrap();
+        r.faults.lose_replies(1);
+        LeaseBackend::release(&r.leases, lease.key(), lease.token())
+            .await
+            .unwrap();
+        assert_eq!(r.faults.lost(), 2);
+
+        // Without a lost reply a second release is still refused: reconciliation needs doubt.
+        let err = r.leases.release(&lease).await.unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+    });
+}
+
+#[test]
+fn caller_retry_with_the_same_token_recognises_its_lease() {
+    run(
+        "caller_retry_with_the_same_token_recognises_its_lease",
+        |endpoint| async move {
+            let r = rig(&endpoint, RetryPolicy::none()).await;
+            let token = RandomTokens.next_token();
+            let options = AcquireOptions::default().with_token(token.clone());
+            let key = LeaseKey::new("k").unwrap();
+            r.faults.lose_replies(1);
+            let err = r.leases.try_acquire(&key, D, &options).await.unwrap_err();
+            assert!(
+                err.is_transient(),
+                "a lost reply is a transient failure: {err}"
+            );
+            let lease = r.leases.try_acquire(&key, D, &options).await.unwrap();
+            assert_eq!(lease.token(), &token);
+            assert!(r.leases.acquire("k", D).await.unwrap_err().is_held());
+        },
+    );
+}
+
+#[test]
+fn throttling_and_5xx_are_retried_with_backoff() {
+    run(
+        "throttling_and_5xx_are_retried_with_backoff",
+        |endpoint| async move {
+            let r = rig(&endpoint, RetryPolicy::default()).await;
+            let first = r.leases.acquire("k", D).await.unwrap();
+            r.leases.release(&first).await.unwrap();
+            r.counter.take();
+
+            r.faults.throttle(2);
+            let lease = r.leases.acquire("k", D).await.unwrap();
+            assert_eq!(r.faults.throttled(), 2);
+            assert_eq!(
+                r.counter.take().len(),
+                3,
+                "two throttled attempts, then success"
+            );
+            assert_eq!(lease.fencing_token().get(), first.fencing_token().get() + 1);
+
+            r.faults.server_error(1);
+            r.faults.throttle(1);
+            let lease = r.leases.refresh(&lease, D).await.unwrap();
+            assert_eq!(r.counter.take().len(), 3);
+            r.faults.server_error(1);
+            r.leases.release(&lease).await.unwrap();
+            assert_eq!(r.counter.take().len(), 2);
+        },
+    );
+}
+
+#[test]
+fn sdk_retries_are_off_and_persistent_throttling_is_transient() {
+    run(
+        "sdk_retries_are_off_and_persistent_throttling_is_transient",
+        |endpoint| async move {
+            // One attempt: the SDK's standard retry strategy would have retried throttling.
+            let r = rig(&endpoint, RetryPolicy::none()).await;
+            r.faults.throttle(1);
+            let err = r.leases.acquire("k", D).await.unwrap_err();
+            assert!(err.is_transient(), "{err}");
+            assert!(err.to_string().contains("ThrottlingException"), "{err}");
+            assert_eq!(r.counter.take().len(), 1, "exactly one request on the wire");
+            assert!(
+                LeaseBackend::inspect(&r.leases, &LeaseKey::new("k").unwrap())
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "nothing written"
+            );
+
+            let r = rig(&endpoint, RetryPolicy::default().with_max_attempts(3)).await;
+            r.faults.throttle(10);
+            let err = r.leases.acquire("k", D).await.unwrap_err();
+            assert!(err.is_transient(), "{err}");
+            assert_eq!(r.counter.take().len(), 3, "gave up after max attempts");
+        },
+    );
+}
+
+#[test]
+fn renew_retries_stop_at_the_lease_deadline() {
+    run(
+        "renew_retries_stop_at_the_lease_deadline",
+        |endpoint| async move {
+            let r = rig(&endpoint, RetryPolicy::default().with_max_attempts(10)).await;
+            let lease = r.leases.acquire("k", D).await.unwrap();
+            // Past the holder's deadline (duration minus margin) but before the store's expiry.
+            r.clock.advance(D - Duration::from_millis(500));
+            assert!(!lease.is_trusted(r.clock.as_ref()));
+            r.counter.take();
+            r.faults.throttle(5);
+            let err = r.leases.refresh(&lease, D).await.unwrap_err();
+            assert!(err.is_transient(), "{err}");
+            assert_eq!(
+                r.counter.take().len(),
+                1,
+                "no retry past the lease's deadline"
+            );
+        },
+    );
+}
+
+#[test]
+fn missing_table_is_a_permanent_error_naming_it() {
+    run(
+        "missing_table_is_a_permanent_error_naming_it",
+        |endpoint| async move {
+            let counter = Arc::new(RequestCounter::default());
+            let client = support::client(
+                &endpoint,
+                &Wiring {
+                    counter: Some(counter.clone()),
+                    faults: None,
+                },
+            );
+            let leases = DynamoLeases::new(client, "no-such-table-here").unwrap();
+            let err = leases.acquire("k", D).await.unwrap_err();
+            assert!(!err.is_transient(), "{err}");
+            let text = err.to_string();
+            assert!(text.contains("no-such-table-here"), "{text}");
+            assert!(text.contains("ResourceNotFoundException"), "{text}");
+            assert_eq!(counter.count(), 1, "a permanent error is not retried");
+        },
+    );
+}

@@ -1,0 +1,74 @@
+//! Every operation is exactly one request, counted by an SDK interceptor on the wire.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{LeaseBackend, LeaseKey, LeaseListing, ManualClock};
+use support::{RequestCounter, Wiring};
+
+const D: Duration = Duration::from_secs(10);
+
+#[test]
+fn one_request_per_operation() {
+    let Some(endpoint) = support::endpoint("one_request_per_operation") else {
+        return;
+    };
+    support::runtime().block_on(async {
+        let counter = Arc::new(RequestCounter::default());
+        let clock = Arc::new(ManualClock::new());
+        let wiring = Wiring {
+            counter: Some(counter.clone()),
+            faults: None,
+        };
+        let (leases, _) =
+            support::leases(&endpoint, &wiring, |b| b.with_clock(clock.clone())).await;
+
+        let expect = |what: &str, ops: &[&str]| {
+            let sent = counter.take();
+            assert_eq!(sent, ops, "{what}");
+            println!("{what}: {} request(s) {sent:?}", sent.len());
+        };
+
+        let lease = leases.acquire("job", D).await.unwrap();
+        expect("acquire (new item)", &["UpdateItem"]);
+
+        let err = leases.acquire("job", D).await.unwrap_err();
+        assert!(err.is_held());
+        assert!(err.holder().and_then(|h| h.expires_at()).is_some());
+        expect("contended acquire, holder reported", &["UpdateItem"]);
+
+        let lease = leases.refresh(&lease, D).await.unwrap();
+        expect("renew", &["UpdateItem"]);
+
+        leases.release(&lease).await.unwrap();
+        expect("release", &["UpdateItem"]);
+
+        let again = leases.acquire("job", D).await.unwrap();
+        expect("acquire (released item)", &["UpdateItem"]);
+
+        clock.advance(D + Duration::from_millis(1));
+        let taken = leases.acquire("job", D).await.unwrap();
+        assert!(taken.fencing_token() > again.fencing_token());
+        expect("takeover of an expired lease", &["UpdateItem"]);
+
+        let err = leases.refresh(&again, D).await.unwrap_err();
+        assert!(err.is_not_owned());
+        expect("renew after takeover", &["UpdateItem"]);
+
+        let err = leases.release(&again).await.unwrap_err();
+        assert!(err.is_not_owned());
+        expect("release after takeover", &["UpdateItem"]);
+
+        let key = LeaseKey::new("job").unwrap();
+        let record = LeaseBackend::inspect(&leases, &key).await.unwrap().unwrap();
+        assert_eq!(record.fencing(), taken.fencing_token());
+        expect("inspect", &["GetItem"]);
+
+        let records = leases.list_partition("job").await.unwrap();
+        assert_eq!(records.len(), 1);
+        expect("list a partition", &["Query"]);
+    });
+}
