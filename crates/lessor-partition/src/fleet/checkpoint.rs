@@ -1,0 +1,109 @@
+//! Per-unit checkpoints that only the current owner can write.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use lease_core::{BoxFuture, FencingToken};
+
+use crate::Error;
+
+/// Where a fleet keeps each unit's checkpoint, fenced by the unit's fencing token.
+///
+/// The store keeps, per unit, the highest fencing token it has seen, and must compare and update
+/// it atomically with each read or write (a DynamoDB `ConditionExpression: fence <= :token`, a SQL
+/// `WHERE fence <= $token`):
+///
+/// * [`load`](Self::load) raises the unit's fence to `fencing` and returns the checkpoint. The
+///   worker calls it when it gains a unit, so from then on every older owner is refused, even one
+///   that was paused and does not know it lost the unit.
+/// * [`save`](Self::save) stores `data` iff `fencing` is at least the fence.
+///
+/// Both fail with [`Error::Fenced`] when `fencing` is below the fence.
+pub trait CheckpointStore: Send + Sync + fmt::Debug {
+    /// Raises the fence of `unit` to `fencing` and returns its checkpoint.
+    fn load<'a>(
+        &'a self,
+        unit: &'a str,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, Error>>;
+
+    /// Stores `data` as the checkpoint of `unit` iff `fencing` is not older than the fence.
+    fn save<'a>(
+        &'a self,
+        unit: &'a str,
+        fencing: FencingToken,
+        data: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), Error>>;
+}
+
+/// Checkpoints in memory: the reference [`CheckpointStore`]. Clones share the store.
+///
+/// ```
+/// use lessor_partition::{CheckpointStore, MemoryCheckpoints};
+/// use lease_core::FencingToken;
+///
+/// let store = MemoryCheckpoints::new();
+/// lease_core::block_on(store.save("shard-7", FencingToken::new(3), b"offset=10"))?;
+/// // A new owner (token 4) loads, which fences out owner 3.
+/// let seen = lease_core::block_on(store.load("shard-7", FencingToken::new(4)))?;
+/// assert_eq!(seen.as_deref(), Some(&b"offset=10"[..]));
+/// assert!(lease_core::block_on(store.save("shard-7", FencingToken::new(3), b"late")).is_err());
+/// # Ok::<(), lessor_partition::Error>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct MemoryCheckpoints {
+    entries: Arc<Mutex<BTreeMap<String, (FencingToken, Option<Vec<u8>>)>>>,
+}
+
+impl MemoryCheckpoints {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn fenced(
+        &self,
+        unit: &str,
+        fencing: FencingToken,
+        write: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = entries
+            .entry(unit.to_owned())
+            .or_insert((FencingToken::new(0), None));
+        if fencing < entry.0 {
+            return Err(Error::Fenced {
+                unit: unit.to_owned(),
+                offered: fencing,
+                seen: entry.0,
+            });
+        }
+        entry.0 = fencing;
+        if let Some(data) = write {
+            entry.1 = Some(data.to_vec());
+        }
+        Ok(entry.1.clone())
+    }
+}
+
+impl CheckpointStore for MemoryCheckpoints {
+    fn load<'a>(
+        &'a self,
+        unit: &'a str,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, Error>> {
+        Box::pin(std::future::ready(self.fenced(unit, fencing, None)))
+    }
+
+    fn save<'a>(
+        &'a self,
+        unit: &'a str,
+        fencing: FencingToken,
+        data: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(std::future::ready(
+            self.fenced(unit, fencing, Some(data)).map(|_| ()),
+        ))
+    }
+}

@@ -1,0 +1,434 @@
+//! The LUCI-style lessor: lease the unleased part of a key range for the length of a callback.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use lease_core::{
+    AcquireOptions, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseKey, LeaseListing,
+    LeaseRecord, sleep_until, validate_duration,
+};
+
+use crate::{Error, Partition, PartitionSet};
+
+/// A lease store that can also list a partition key: what the lessor and the fleet need.
+///
+/// Implemented for every `LeaseBackend + LeaseListing` (the memory, file and DynamoDB backends);
+/// do not implement it yourself.
+pub trait LeaseStore: LeaseBackend + LeaseListing {}
+
+impl<T: LeaseBackend + LeaseListing + ?Sized> LeaseStore for T {}
+
+/// What [`Lessor::with_lease`] granted: the leased parts of the requested range and until when the
+/// callback may act on them.
+#[derive(Clone, Debug)]
+pub struct Grant {
+    partitions: PartitionSet,
+    deadline: Instant,
+    leases: Vec<(Partition, FencingToken)>,
+}
+
+impl Grant {
+    /// The leased keys: the requested range minus what others hold. May be empty.
+    pub fn partitions(&self) -> &PartitionSet {
+        &self.partitions
+    }
+
+    /// The instant, on the lessor's monotonic clock, before which every granted lease is still
+    /// trusted. The callback is dropped when it passes.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Each leased range with the fencing token of its lease, for fenced writes.
+    pub fn leases(&self) -> &[(Partition, FencingToken)] {
+        &self.leases
+    }
+}
+
+/// The callback of [`Lessor::with_lease`]: called once with the grant; its future is dropped if
+/// the grant's deadline passes first.
+pub type LeaseCallback<'a> = Box<dyn FnOnce(Grant) -> BoxFuture<'a, ()> + Send + 'a>;
+
+/// Leases parts of a keyspace for the length of a callback (LUCI's `lessor.Lessor`).
+///
+/// Sections are independent keyspaces: leases in one never affect another.
+pub trait Lessor: Send + Sync + fmt::Debug {
+    /// Leases the parts of `partition` that nobody holds in `section` (possibly nothing) for
+    /// `duration`, calls `callback` with them and a deadline that falls before the leases expire,
+    /// and releases the leases when the callback returns (or is dropped at the deadline).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad section or duration, [`Error::Lease`] when the store
+    /// fails, [`Error::DeadlineExceeded`] when the callback outlived the deadline.
+    fn with_lease<'a>(
+        &'a self,
+        section: &'a str,
+        partition: Partition,
+        duration: Duration,
+        callback: LeaseCallback<'a>,
+    ) -> BoxFuture<'a, Result<(), Error>>;
+}
+
+/// A [`Lessor`] over any [`LeaseStore`].
+///
+/// Each leased range is one lease record under partition key `lessor/<section>` with the range's
+/// text form as sort key. Acquiring is per key, and overlapping ranges have different keys, so the
+/// grant is made race-free by *acquire, then re-list*: after acquiring its candidate ranges, a
+/// caller lists the section again and gives back every range that overlaps a live record of
+/// someone else. Of two overlapping acquisitions, the later one's listing (by the store's order)
+/// sees the earlier, so at most one keeps the keys; when both see each other both give back, and
+/// the next round (up to four) retries what is still free.
+///
+/// Cost per call: one listing, one acquire per free piece, one more listing, one release per
+/// lease; another round only on a collision. A record is judged live until its `expires_at` plus
+/// the skew bound (default one second) has passed, so wall clocks of callers may disagree by that
+/// much. Released records stay in the store (they carry the fencing counter), so a section's
+/// listing grows with the number of distinct ranges ever leased in it.
+///
+/// ```
+/// use lessor_partition::{Lessor, Partition, StoreLessor};
+/// use lease_core::MemoryBackend;
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let lessor = StoreLessor::new(Arc::new(MemoryBackend::new()));
+/// let got = lease_core::block_on(lessor.with_lease(
+///     "tq-sweep",
+///     Partition::universe(),
+///     Duration::from_secs(30),
+///     Box::new(|grant| Box::pin(async move {
+///         assert_eq!(grant.partitions().as_slice(), &[Partition::universe()]);
+///     })),
+/// ));
+/// assert!(got.is_ok());
+/// ```
+#[derive(Debug, Clone)]
+pub struct StoreLessor {
+    store: Arc<dyn LeaseStore>,
+    skew: Duration,
+    rounds: u32,
+}
+
+impl StoreLessor {
+    /// A lessor over `store`.
+    pub fn new(store: Arc<dyn LeaseStore>) -> Self {
+        Self {
+            store,
+            skew: Duration::from_secs(1),
+            rounds: 4,
+        }
+    }
+
+    /// How far callers' wall clocks may disagree (default one second).
+    pub fn with_skew_bound(mut self, skew: Duration) -> Self {
+        self.skew = skew;
+        self
+    }
+
+    fn is_live(&self, record: &LeaseRecord, now: SystemTime) -> bool {
+        record.holder().is_some_and(|holder| {
+            holder
+                .expires_at()
+                .is_none_or(|expires| now < expires + self.skew)
+        })
+    }
+
+    /// The live leased ranges of `section` other than `mine`.
+    async fn held(
+        &self,
+        partition_key: &str,
+        mine: &BTreeMap<Partition, Lease>,
+    ) -> Result<PartitionSet, Error> {
+        let records = self.store.list_partition(partition_key).await?;
+        let now = self.store.clock().now();
+        let mut held = PartitionSet::new();
+        for record in &records {
+            let Some(range) = record
+                .key()
+                .sort()
+                .and_then(|s| s.parse::<Partition>().ok())
+            else {
+                continue;
+            };
+            let own = mine.get(&range).is_some_and(|lease| {
+                record.holder().and_then(|h| h.token()) == Some(lease.token())
+            });
+            if !own && self.is_live(record, now) {
+                held.insert(range);
+            }
+        }
+        Ok(held)
+    }
+
+    async fn release_all(&self, leases: &BTreeMap<Partition, Lease>) {
+        for lease in leases.values() {
+            if let Err(error) = self.store.release(lease.key(), lease.token()).await {
+                tracing::warn!(key = %lease.key(), %error, "lessor: release failed; the lease will expire");
+            }
+        }
+    }
+
+    async fn grant(
+        &self,
+        partition_key: &str,
+        partition: Partition,
+        duration: Duration,
+    ) -> Result<BTreeMap<Partition, Lease>, Error> {
+        let mut mine: BTreeMap<Partition, Lease> = BTreeMap::new();
+        let wanted = PartitionSet::of(partition);
+        for round in 0..self.rounds {
+            let held = self.held(partition_key, &mine).await?;
+            let mut covered = PartitionSet::new();
+            for range in mine.keys() {
+                covered.insert(*range);
+            }
+            let free = wanted.difference(&held).difference(&covered);
+            if free.is_empty() && round > 0 {
+                break;
+            }
+            let mut acquired_any = false;
+            for piece in free.iter() {
+                let key = LeaseKey::with_sort_key(partition_key, piece.to_string())?;
+                match self
+                    .store
+                    .try_acquire(
+                        &key,
+                        duration,
+                        &AcquireOptions::default().with_owner("lessor"),
+                    )
+                    .await
+                {
+                    Ok(lease) => {
+                        acquired_any = true;
+                        mine.insert(*piece, lease);
+                    }
+                    Err(error) if error.is_held() => {}
+                    Err(error) => {
+                        self.release_all(&mine).await;
+                        return Err(error.into());
+                    }
+                }
+            }
+            if !acquired_any {
+                break;
+            }
+            // Re-list: give back whatever overlaps someone else's live record.
+            let others = match self.held(partition_key, &mine).await {
+                Ok(others) => others,
+                Err(error) => {
+                    self.release_all(&mine).await;
+                    return Err(error);
+                }
+            };
+            let clashing: BTreeMap<Partition, Lease> = mine
+                .iter()
+                .filter(|(range, _)| others.overlaps(range))
+                .map(|(range, lease)| (*range, lease.clone()))
+                .collect();
+            if clashing.is_empty() {
+                break;
+            }
+            tracing::debug!(
+                section = partition_key,
+                clashes = clashing.len(),
+                round,
+                "lessor: overlapping grant, giving back"
+            );
+            self.release_all(&clashing).await;
+            mine.retain(|range, _| !clashing.contains_key(range));
+        }
+        Ok(mine)
+    }
+}
+
+impl Lessor for StoreLessor {
+    fn with_lease<'a>(
+        &'a self,
+        section: &'a str,
+        partition: Partition,
+        duration: Duration,
+        callback: LeaseCallback<'a>,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            validate_duration(duration)?;
+            let partition_key = format!("lessor/{section}");
+            // Validates the section as a key part before anything is written.
+            LeaseKey::new(partition_key.as_str())?;
+            let clock = self.store.clock();
+            let sent = clock.monotonic();
+            let leases = self.grant(&partition_key, partition, duration).await?;
+            let deadline = leases
+                .values()
+                .map(Lease::deadline)
+                .min()
+                .unwrap_or_else(|| {
+                    lease_core::holder_deadline(
+                        sent,
+                        duration,
+                        lease_core::default_safety_margin(duration),
+                    )
+                });
+            let grant = Grant {
+                partitions: leases.keys().copied().collect(),
+                deadline,
+                leases: leases
+                    .iter()
+                    .map(|(range, lease)| (*range, lease.fencing_token()))
+                    .collect(),
+            };
+            tracing::debug!(section, requested = %partition, granted = %grant.partitions, "lessor: granted");
+            let outcome = Race {
+                work: callback(grant),
+                timer: sleep_until(clock, deadline),
+            }
+            .await;
+            self.release_all(&leases).await;
+            if outcome {
+                Ok(())
+            } else {
+                tracing::warn!(
+                    section,
+                    "lessor: callback outlived its lease deadline and was dropped"
+                );
+                Err(Error::DeadlineExceeded)
+            }
+        })
+    }
+}
+
+/// Completes with `true` when `work` finishes first, `false` when `timer` does.
+struct Race<'a> {
+    work: BoxFuture<'a, ()>,
+    timer: BoxFuture<'static, ()>,
+}
+
+impl Future for Race<'_> {
+    type Output = bool;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        if self.work.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(true);
+        }
+        if self.timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(false);
+        }
+        Poll::Pending
+    }
+}
+
+/// Makes a lessor; registered under an id with [`Registry::register`] or [`register`].
+pub type LessorFactory = Arc<dyn Fn() -> Result<Arc<dyn Lessor>, Error> + Send + Sync>;
+
+/// Lessor implementations by id (LUCI's `lessor.Register` / `lessor.Get`).
+///
+/// ```
+/// use lessor_partition::{Registry, StoreLessor};
+/// use lease_core::MemoryBackend;
+/// use std::sync::Arc;
+///
+/// let registry = Registry::new();
+/// registry.register("memory", Arc::new(|| Ok(Arc::new(StoreLessor::new(Arc::new(MemoryBackend::new()))) as _)))?;
+/// assert!(registry.get("memory").is_ok());
+/// assert!(registry.get("spanner").is_err());
+/// assert!(registry.register("memory", Arc::new(|| Err(lessor_partition::Error::DeadlineExceeded))).is_err());
+/// # Ok::<(), lessor_partition::Error>(())
+/// ```
+#[derive(Default)]
+pub struct Registry {
+    factories: Mutex<BTreeMap<String, LessorFactory>>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("ids", &self.ids())
+            .finish()
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `factory` under `id`.
+    ///
+    /// # Errors
+    /// [`Error::DuplicateLessor`] if `id` is taken.
+    pub fn register(&self, id: impl Into<String>, factory: LessorFactory) -> Result<(), Error> {
+        let id = id.into();
+        let mut factories = self
+            .factories
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if factories.contains_key(&id) {
+            return Err(Error::DuplicateLessor { id });
+        }
+        tracing::debug!(%id, "lessor registered");
+        factories.insert(id, factory);
+        Ok(())
+    }
+
+    /// A lessor made by the factory registered under `id`.
+    ///
+    /// # Errors
+    /// [`Error::UnknownLessor`], or the factory's own error.
+    pub fn get(&self, id: &str) -> Result<Arc<dyn Lessor>, Error> {
+        let factory = self
+            .factories
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::UnknownLessor { id: id.to_owned() })?;
+        factory()
+    }
+
+    /// The registered ids, sorted.
+    pub fn ids(&self) -> Vec<String> {
+        self.factories
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect()
+    }
+}
+
+fn global() -> &'static Registry {
+    static GLOBAL: OnceLock<Registry> = OnceLock::new();
+    GLOBAL.get_or_init(Registry::new)
+}
+
+/// Registers `factory` under `id` in the process-wide registry.
+///
+/// # Errors
+/// [`Error::DuplicateLessor`] if `id` is taken.
+///
+/// ```
+/// use lessor_partition::StoreLessor;
+/// use lease_core::MemoryBackend;
+/// use std::sync::Arc;
+///
+/// lessor_partition::register("doc-memory", Arc::new(|| Ok(Arc::new(StoreLessor::new(Arc::new(MemoryBackend::new()))) as _)))?;
+/// let lessor = lessor_partition::get("doc-memory")?;
+/// # let _ = lessor;
+/// # Ok::<(), lessor_partition::Error>(())
+/// ```
+pub fn register(id: impl Into<String>, factory: LessorFactory) -> Result<(), Error> {
+    global().register(id, factory)
+}
+
+/// A lessor from the process-wide registry.
+///
+/// # Errors
+/// [`Error::UnknownLessor`], or the factory's own error.
+pub fn get(id: &str) -> Result<Arc<dyn Lessor>, Error> {
+    global().get(id)
+}
