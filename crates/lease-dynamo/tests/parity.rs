@@ -1,0 +1,378 @@
+//! Parity with the Go `lease` package: defaults, attribute names, the lock sort key, the TTL
+//! attribute, injected clock and token generator, input validation; plus the fencing seed.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use lease_core::{
+    AcquireOptions, Clock, LeaseBackend, LeaseKey, LeaseToken, ManualClock, TokenSource,
+};
+use lease_dynamo::{AttributeNames, DynamoLeases};
+use support::{RequestCounter, Wiring};
+
+const D: Duration = Duration::from_secs(30);
+
+fn run<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce(String) -> F) {
+    if let Some(endpoint) = support::endpoint(name) {
+        support::runtime().block_on(test(endpoint));
+    }
+}
+
+async fn raw_item(
+    client: &Client,
+    table: &str,
+    key: (&str, &str),
+    values: (&str, &str),
+) -> HashMap<String, AttributeValue> {
+    client
+        .get_item()
+        .table_name(table)
+        .key(key.0, AttributeValue::S(values.0.into()))
+        .key(key.1, AttributeValue::S(values.1.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item()
+        .cloned()
+        .expect("item exists")
+}
+
+fn num(item: &HashMap<String, AttributeValue>, name: &str) -> u64 {
+    item.get(name)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} missing in {item:?}"))
+}
+
+fn text<'a>(item: &'a HashMap<String, AttributeValue>, name: &str) -> Option<&'a str> {
+    item.get(name)
+        .and_then(|v| v.as_s().ok())
+        .map(String::as_str)
+}
+
+fn millis(at: SystemTime) -> u64 {
+    u64::try_from(
+        at.duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap()
+}
+
+/// Numbered tokens, like a Go `WithTokenGenerator` in tests.
+#[derive(Default)]
+struct Numbered(AtomicU32);
+
+impl TokenSource for Numbered {
+    fn next_token(&self) -> LeaseToken {
+        LeaseToken::new(format!("tok-{}", self.0.fetch_add(1, Ordering::SeqCst))).unwrap()
+    }
+}
+
+#[test]
+fn defaults_match_the_go_package() {
+    // No server needed: the builder alone.
+    let client = support::client("http://127.0.0.1:9", &Wiring::default());
+    let leases = DynamoLeases::new(client, "leases").unwrap();
+    let names = leases.attribute_names();
+    assert_eq!((names.partition_key(), names.sort_key()), ("pk", "sk"));
+    assert_eq!(
+        (names.token(), names.expires_at(), names.ttl()),
+        ("lease_token", "lease_expires_at", "ttl")
+    );
+    assert_eq!(leases.lock_sort_key(), "LOCK");
+    assert!(leases.includes_ttl());
+    assert_eq!(leases.ttl_buffer(), Duration::from_secs(3600));
+    assert!(leases.validates_input());
+    assert_eq!(leases.max_clock_skew(), Duration::ZERO);
+    assert_eq!(LeaseBackend::name(&leases), "dynamodb");
+}
+
+#[test]
+fn item_layout_ttl_clock_and_token_generator() {
+    run(
+        "item_layout_ttl_clock_and_token_generator",
+        |endpoint| async move {
+            let clock = Arc::new(ManualClock::new());
+            let (leases, client) = support::leases(&endpoint, &Wiring::default(), |b| {
+                b.with_clock(clock.clone())
+                    .with_token_source(Arc::new(Numbered::default()))
+            })
+            .await;
+            let now = clock.now();
+            let lease = leases.acquire("job", D).await.unwrap();
+            assert_eq!(
+                lease.token().as_str(),
+                "tok-0",
+                "the token generator is used"
+            );
+            assert_eq!(
+                lease.expires_at(),
+                now + D,
+                "expiry from the injected clock"
+            );
+
+            let item = raw_item(&client, leases.table(), ("pk", "sk"), ("job", "LOCK")).await;
+            assert_eq!(text(&item, "lease_token"), Some("tok-0"));
+            assert_eq!(
+                num(&item, "lease_expires_at"),
+                millis(now) + 30_000,
+                "epoch millis"
+            );
+            assert_eq!(num(&item, "lease_acquired_at"), millis(now));
+            assert_eq!(
+                num(&item, "ttl"),
+                (millis(now) + 30_000) / 1000 + 3600,
+                "ttl = expiry (epoch seconds) + 1 h buffer"
+            );
+            let seed = u64::try_from(
+                now.duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap()
+                    .as_micros(),
+            )
+            .unwrap();
+            assert_eq!(
+                num(&item, "lease_fence"),
+                seed + 1,
+                "counter seeded from the clock"
+            );
+            assert_eq!(lease.fencing_token().get(), seed + 1);
+            assert!(text(&item, "lease_owner").is_none());
+
+            // Renew moves expiry and ttl.
+            clock.advance(Duration::from_secs(10));
+            let lease = leases.refresh(&lease, D).await.unwrap();
+            let item = raw_item(&client, leases.table(), ("pk", "sk"), ("job", "LOCK")).await;
+            assert_eq!(num(&item, "lease_expires_at"), millis(now) + 40_000);
+            assert_eq!(num(&item, "ttl"), (millis(now) + 40_000) / 1000 + 3600);
+
+            // Release keeps the item and the counter; ttl = release time + buffer.
+            leases.release(&lease).await.unwrap();
+            let item = raw_item(&client, leases.table(), ("pk", "sk"), ("job", "LOCK")).await;
+            assert!(item.get("lease_token").is_none() && item.get("lease_expires_at").is_none());
+            assert_eq!(num(&item, "lease_fence"), seed + 1);
+            assert_eq!(num(&item, "ttl"), (millis(now) + 10_000) / 1000 + 3600);
+
+            // acquire_key with an explicit sort key, and an owner.
+            let key = LeaseKey::with_sort_key("tenant-1", "export").unwrap();
+            let options = AcquireOptions::default().with_owner("worker 7");
+            leases.acquire_with(&key, D, &options).await.unwrap();
+            let item = raw_item(
+                &client,
+                leases.table(),
+                ("pk", "sk"),
+                ("tenant-1", "export"),
+            )
+            .await;
+            assert_eq!(text(&item, "lease_owner"), Some("worker 7"));
+            let lease = leases
+                .acquire_key(&LeaseKey::with_sort_key("tenant-1", "import").unwrap(), D)
+                .await
+                .unwrap();
+            assert_eq!(lease.token().as_str(), "tok-2");
+        },
+    );
+}
+
+#[test]
+fn custom_names_sort_key_and_no_ttl() {
+    run("custom_names_sort_key_and_no_ttl", |endpoint| async move {
+        let client = support::client(&endpoint, &Wiring::default());
+        let names = AttributeNames::default()
+            .with_partition_key("PK")
+            .with_sort_key("SK")
+            .with_fencing("fence");
+        let table = support::table_name("names");
+        let leases = DynamoLeases::builder(client.clone(), table.clone())
+            .with_attribute_names(names)
+            .with_lease_attribute_names("owner_token", "expires_ms", "expire_at")
+            .with_owner_attribute("who")
+            .with_lock_sort_key("MUTEX")
+            .with_ttl(false)
+            .build()
+            .unwrap();
+        leases.ensure_table().await.unwrap();
+        let options = AcquireOptions::default().with_owner("me");
+        let lease = leases
+            .acquire_with(&LeaseKey::new("job").unwrap(), D, &options)
+            .await
+            .unwrap();
+        let item = raw_item(&client, &table, ("PK", "SK"), ("job", "MUTEX")).await;
+        assert_eq!(text(&item, "owner_token"), Some(lease.token().as_str()));
+        assert_eq!(num(&item, "expires_ms"), millis(lease.expires_at()));
+        assert_eq!(num(&item, "fence"), lease.fencing_token().get());
+        assert_eq!(text(&item, "who"), Some("me"));
+        assert!(
+            item.get("expire_at").is_none() && item.get("ttl").is_none(),
+            "TTL off"
+        );
+        let err = leases.acquire("job", D).await.unwrap_err();
+        assert_eq!(err.holder().and_then(|h| h.owner()), Some("me"));
+    });
+}
+
+#[test]
+fn invalid_input_is_rejected_before_sending() {
+    run(
+        "invalid_input_is_rejected_before_sending",
+        |endpoint| async move {
+            let counter = Arc::new(RequestCounter::default());
+            let wiring = Wiring {
+                counter: Some(counter.clone()),
+                faults: None,
+            };
+            let (leases, client) = support::leases(&endpoint, &wiring, |b| b).await;
+            let invalid = |r: Result<_, lease_core::LeaseError>| {
+                let err = r.err().expect("rejected");
+                assert!(err.is_invalid_input(), "{err}");
+                err.to_string()
+            };
+            let msg = invalid(leases.acquire("", D).await);
+            assert!(msg.contains("partition key"), "{msg}");
+            invalid(leases.acquire(&"x".repeat(2049), D).await);
+            invalid(leases.acquire("k", Duration::ZERO).await);
+            let msg = invalid(
+                leases
+                    .acquire("k", Duration::from_secs(31 * 24 * 3600))
+                    .await,
+            );
+            assert!(msg.contains("duration"), "{msg}");
+            let long_owner = AcquireOptions::default().with_owner("o".repeat(2000));
+            let msg = invalid(
+                leases
+                    .acquire_with(&LeaseKey::new("k").unwrap(), D, &long_owner)
+                    .await,
+            );
+            assert!(msg.contains("owner"), "{msg}");
+            assert_eq!(counter.count(), 0, "nothing was sent");
+
+            let bad_table = DynamoLeases::new(client.clone(), "a b");
+            assert!(bad_table.unwrap_err().to_string().contains("table name"));
+            let clash = DynamoLeases::builder(client.clone(), "leases")
+                .with_lease_attribute_names("pk", "e", "t")
+                .build();
+            assert!(clash.unwrap_err().to_string().contains("both named `pk`"));
+            let empty = DynamoLeases::builder(client.clone(), "leases")
+                .with_fencing_attribute("")
+                .build();
+            assert!(empty.unwrap_err().is_invalid_input());
+            let sort = DynamoLeases::builder(client, "leases")
+                .with_lock_sort_key("")
+                .build();
+            assert!(sort.unwrap_err().to_string().contains("lock sort key"));
+
+            // With validation off, bounds are left to DynamoDB (a 31-day lease is accepted).
+            let (lax, _) = support::leases(&endpoint, &Wiring::default(), |b| {
+                b.with_input_validation(false)
+            })
+            .await;
+            lax.acquire("k", Duration::from_secs(31 * 24 * 3600))
+                .await
+                .unwrap();
+        },
+    );
+}
+
+#[test]
+fn held_error_reports_the_holder_from_the_failed_write() {
+    run(
+        "held_error_reports_the_holder_from_the_failed_write",
+        |endpoint| async move {
+            let counter = Arc::new(RequestCounter::default());
+            let wiring = Wiring {
+                counter: Some(counter.clone()),
+                faults: None,
+            };
+            let (leases, _) = support::leases(&endpoint, &wiring, |b| b).await;
+            let key = LeaseKey::new("k").unwrap();
+            let options = AcquireOptions::default().with_owner("host-a pid 7");
+            let lease = leases.acquire_with(&key, D, &options).await.unwrap();
+            counter.take();
+            let err = leases.acquire("k", D).await.unwrap_err();
+            assert!(err.is_held());
+            assert_eq!(counter.count(), 1, "no extra read");
+            let holder = err.holder().unwrap();
+            assert_eq!(holder.owner(), Some("host-a pid 7"));
+            assert_eq!(holder.fencing(), Some(lease.fencing_token()));
+            assert_eq!(holder.expires_at(), Some(lease.expires_at()));
+            assert_eq!(holder.token(), Some(lease.token()));
+            assert!(!err.to_string().contains(lease.token().as_str()), "{err}");
+        },
+    );
+}
+
+#[test]
+fn fencing_keeps_growing_after_the_item_is_deleted() {
+    run(
+        "fencing_keeps_growing_after_the_item_is_deleted",
+        |endpoint| async move {
+            let clock = Arc::new(ManualClock::new());
+            let (leases, client) = support::leases(&endpoint, &Wiring::default(), |b| {
+                b.with_clock(clock.clone())
+            })
+            .await;
+            let mut last = 0;
+            for _ in 0..3 {
+                let lease = leases.acquire("k", D).await.unwrap();
+                assert!(lease.fencing_token().get() > last);
+                last = lease.fencing_token().get();
+                leases.release(&lease).await.unwrap();
+                clock.advance(Duration::from_micros(1));
+            }
+            // What TTL does, no earlier than the buffer after the release.
+            clock.advance(leases.ttl_buffer());
+            client
+                .delete_item()
+                .table_name(leases.table())
+                .key("pk", AttributeValue::S("k".into()))
+                .key("sk", AttributeValue::S("LOCK".into()))
+                .send()
+                .await
+                .unwrap();
+            let lease = leases.acquire("k", D).await.unwrap();
+            assert!(
+                lease.fencing_token().get() > last,
+                "re-seeded counter {} must exceed {last}",
+                lease.fencing_token()
+            );
+        },
+    );
+}
+
+#[test]
+fn skew_allowance_delays_takeover() {
+    run("skew_allowance_delays_takeover", |endpoint| async move {
+        let clock = Arc::new(ManualClock::new());
+        let skew = Duration::from_secs(2);
+        let (leases, _) = support::leases(&endpoint, &Wiring::default(), |b| {
+            b.with_clock(clock.clone()).with_max_clock_skew(skew)
+        })
+        .await;
+        let first = leases.acquire("k", D).await.unwrap();
+        clock.advance(D);
+        assert!(
+            leases.acquire("k", D).await.unwrap_err().is_held(),
+            "at expiry"
+        );
+        assert!(
+            leases.refresh(&first, D).await.unwrap_err().is_not_owned(),
+            "the holder cannot renew an expired lease"
+        );
+        clock.advance(skew - Duration::from_millis(1));
+        assert!(
+            leases.acquire("k", D).await.unwrap_err().is_held(),
+            "within the skew"
+        );
+        clock.advance(Duration::from_millis(1));
+        let second = leases.acquire("k", D).await.unwrap();
+        assert!(second.fencing_token() > first.fencing_token());
+    });
+}
