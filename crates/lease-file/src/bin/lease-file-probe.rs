@@ -1,0 +1,158 @@
+//! A small process driven by the crash, stress and benchmark harnesses of `lease-file`.
+//!
+//! ```text
+//! lease-file-probe hold <path> <stale_ms> <heartbeat_ms>
+//!     acquire (waiting up to 60 s), print `acquired <generation>`, hold until stdin closes
+//!     (then release) or the process is killed; a loss prints `lost taken_over <generation>` or
+//!     `lost untrusted`.
+//! lease-file-probe wait <path> <stale_ms> <heartbeat_ms> <retry_us> <timeout_ms> [hold]
+//!     print `waiting`, acquire with a timeout, print `acquired <generation> <unix_ns>`; release
+//!     at once, or with `hold` keep holding as `hold` does.
+//! lease-file-probe stress <path> <log> <rounds> <crash_at> <stale_ms> <heartbeat_ms>
+//!     `rounds` times: acquire, append `enter <generation> <pid>`, append
+//!     `exit <generation> <pid>`, release. At round `crash_at` (if not 0), exit with status 3
+//!     right after `enter`, without releasing.
+//! ```
+#![forbid(unsafe_code)]
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use lease_file::{FileLock, FileLockOptions, LostReason};
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize) -> Result<T, String> {
+    args.get(i)
+        .ok_or_else(|| format!("missing argument {i}"))?
+        .parse()
+        .map_err(|_| format!("bad argument {i}"))
+}
+
+fn options(stale_ms: u64, heartbeat_ms: u64) -> FileLockOptions {
+    FileLockOptions::default()
+        .with_stale_threshold(Duration::from_millis(stale_ms))
+        .with_heartbeat_interval(Duration::from_millis(heartbeat_ms))
+        .on_lease_lost(|reason| {
+            let line = match reason {
+                LostReason::TakenOver { holder } => format!(
+                    "lost taken_over {}",
+                    holder.as_ref().map_or(0, |h| h.generation)
+                ),
+                _ => "lost untrusted".to_owned(),
+            };
+            say(&line);
+        })
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn unix_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+fn hold_until_stdin_closes(lock: &FileLock) {
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        match line.as_deref() {
+            Ok("check") => say(&match lock.check() {
+                Ok(g) => format!("check ok {g}"),
+                Err(e) => format!("check lost {e}"),
+            }),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = lock.release();
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    let command = args.get(1).map(String::as_str).unwrap_or_default();
+    let path: String = arg(args, 2)?;
+    match command {
+        "hold" => {
+            let lock = FileLock::with_options(&path, options(arg(args, 3)?, arg(args, 4)?))
+                .map_err(|e| e.to_string())?;
+            let generation = lock
+                .acquire_timeout(Duration::from_secs(60))
+                .map_err(|e| e.to_string())?;
+            say(&format!("acquired {generation} {}", unix_ns()));
+            hold_until_stdin_closes(&lock);
+            Ok(())
+        }
+        "wait" => {
+            let retry: u64 = arg(args, 5)?;
+            let timeout: u64 = arg(args, 6)?;
+            let lock = FileLock::with_options(
+                &path,
+                options(arg(args, 3)?, arg(args, 4)?)
+                    .with_retry_delay(Duration::from_micros(retry)),
+            )
+            .map_err(|e| e.to_string())?;
+            say("waiting");
+            let generation = lock
+                .acquire_timeout(Duration::from_millis(timeout))
+                .map_err(|e| e.to_string())?;
+            say(&format!("acquired {generation} {}", unix_ns()));
+            if args.get(7).map(String::as_str) == Some("hold") {
+                hold_until_stdin_closes(&lock);
+            } else {
+                lock.release().map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        "stress" => {
+            let log: String = arg(args, 3)?;
+            let rounds: u64 = arg(args, 4)?;
+            let crash_at: u64 = arg(args, 5)?;
+            let lock = FileLock::with_options(
+                &path,
+                options(arg(args, 6)?, arg(args, 7)?).with_retry_delay(Duration::from_micros(500)),
+            )
+            .map_err(|e| e.to_string())?;
+            let mut log = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&log)
+                .map_err(|e| e.to_string())?;
+            let pid = std::process::id();
+            for round in 1..=rounds {
+                let generation = lock
+                    .acquire_timeout(Duration::from_secs(60))
+                    .map_err(|e| e.to_string())?;
+                // One write(2) per line on an O_APPEND file: lines never interleave.
+                log.write_all(format!("enter {generation} {pid}\n").as_bytes())
+                    .map_err(|e| e.to_string())?;
+                if round == crash_at {
+                    std::process::exit(3);
+                }
+                std::thread::yield_now();
+                if lock.check().is_err() {
+                    return Err("lost the lease inside the critical section".into());
+                }
+                log.write_all(format!("exit {generation} {pid}\n").as_bytes())
+                    .map_err(|e| e.to_string())?;
+                lock.release().map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        other => Err(format!("unknown command {other:?}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("lease-file-probe: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Real processes: SIGKILL a holder and time the takeover; SIGSTOP a holder past the stale
+//! threshold, let another take over, SIGCONT it and watch it learn; many processes contending
+//! with a checker that proves no overlap.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const PROBE: &str = env!("CARGO_BIN_EXE_lease-file-probe");
+
+struct Probe {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Probe {
+    fn spawn(args: &[&str]) -> Self {
+        let mut child = Command::new(PROBE)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout: ChildStdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    fn expect(&self, prefix: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(e) => panic!("no `{prefix}` line within {within:?}: {e}"),
+            }
+        }
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).unwrap())
+    }
+
+    fn say(&mut self, line: &str) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn field(line: &str, i: usize) -> u128 {
+    line.split_whitespace().nth(i).unwrap().parse().unwrap()
+}
+
+fn unix_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+#[test]
+fn sigkilled_holder_is_taken_over_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.lease");
+    let path = path.to_str().unwrap();
+    let mut takeovers = Vec::new();
+    for _ in 0..5 {
+        let holder = Probe::spawn(&["hold", path, "3000", "250"]);
+        let g1 = field(&holder.expect("acquired", Duration::from_secs(10)), 1);
+        let waiter = Probe::spawn(&["wait", path, "3000", "250", "200", "20000"]);
+        waiter.expect("waiting", Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(20));
+        let killed_at = unix_ns();
+        kill(holder.pid(), Signal::SIGKILL).unwrap();
+        let line = waiter.expect("acquired", Duration::from_secs(10));
+        let took = field(&line, 2).saturating_sub(killed_at);
+        assert!(field(&line, 1) > g1, "takeover fences: {line} vs {g1}");
+        takeovers.push(Duration::from_nanos(u64::try_from(took).unwrap()));
+        drop(holder);
+    }
+    takeovers.sort();
+    eprintln!("takeover after SIGKILL: {takeovers:?}");
+    // The stale threshold is 3 s: a takeover well under it came from the kernel lock.
+    assert!(takeovers[2] < Duration::from_millis(1000), "{takeovers:?}");
+}
+
+#[test]
+fn sigstopped_holder_is_taken_over_and_learns_it_after_sigcont() {
+    let dir = tempfile::tempdir().unwrap();
+    let path_buf = dir.path().join("s.lease");
+    let path = path_buf.to_str().unwrap();
+    let mut holder = Probe::spawn(&["hold", path, "800", "50"]);
+    let g1 = field(&holder.expect("acquired", Duration::from_secs(10)), 1);
+    kill(holder.pid(), Signal::SIGSTOP).unwrap();
+    let stopped = Instant::now();
+    let mut taker = Probe::spawn(&["wait", path, "800", "50", "5000", "20000", "hold"]);
+    let line = taker.expect("acquired", Duration::from_secs(10));
+    let waited = stopped.elapsed();
+    let g2 = field(&line, 1);
+    assert!(g2 > g1, "the new owner's fencing token is greater");
+    assert!(
+        waited >= Duration::from_millis(800),
+        "not before the stale threshold: {waited:?}"
+    );
+    let record = || lease_file::LeaseFileRecord::parse(&std::fs::read(&path_buf).unwrap()).unwrap();
+    assert!(
+        !record().tenure,
+        "the hung holder still has the tenure kernel lock"
+    );
+    kill(holder.pid(), Signal::SIGCONT).unwrap();
+    let lost = holder.expect("lost", Duration::from_secs(5));
+    assert_eq!(lost, format!("lost taken_over {g2}"));
+    holder.say("check");
+    let check = holder.expect("check", Duration::from_secs(5));
+    assert!(check.starts_with("check lost"), "{check}");
+    // The old holder let its kernel lock go; the new owner's heartbeat picks it up.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !record().tenure && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(record().tenure, "the new owner now holds the tenure lock");
+    assert_eq!(record().generation, u64::try_from(g2).unwrap());
+    taker.say("check");
+    assert!(
+        taker
+            .expect("check", Duration::from_secs(5))
+            .starts_with("check ok")
+    );
+}
+
+/// Parses the shared log and proves no two holders overlapped and generations rose strictly.
+/// Returns the number of completed rounds.
+fn check_log(log: &Path, crashed: &HashSet<u32>) -> usize {
+    let text = std::fs::read_to_string(log).unwrap();
+    let mut current: Option<(u64, u32)> = None;
+    let mut last_generation = 0u64;
+    let mut rounds = 0;
+    for (n, line) in text.lines().enumerate() {
+        let mut parts = line.split_whitespace();
+        let (kind, generation, pid) = (
+            parts.next().unwrap(),
+            parts.next().unwrap().parse::<u64>().unwrap(),
+            parts.next().unwrap().parse::<u32>().unwrap(),
+        );
+        match kind {
+            "enter" => {
+                if let Some((g, p)) = current {
+                    assert!(
+                        crashed.contains(&p),
+                        "line {n}: {pid} entered while {p} (generation {g}) was inside"
+                    );
+                }
+                assert!(
+                    generation > last_generation,
+                    "line {n}: generation {generation} not above {last_generation}"
+                );
+                last_generation = generation;
+                current = Some((generation, pid));
+            }
+            "exit" => {
+                assert_eq!(
+                    current,
+                    Some((generation, pid)),
+                    "line {n}: exit without matching enter"
+                );
+                current = None;
+                rounds += 1;
+            }
+            other => panic!("line {n}: unknown {other}"),
+        }
+    }
+    rounds
+}
+
+#[test]
+fn many_processes_never_overlap() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stress.lease");
+    let log = dir.path().join("stress.log");
+    let (path, log_s) = (
+        path.to_str().unwrap().to_owned(),
+        log.to_str().unwrap().to_owned(),
+    );
+    let processes = 8;
+    let batches = 3;
+    let rounds = 150;
+    let start = Instant::now();
+    let crashed: HashSet<u32> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..processes)
+            .map(|slot| {
+                let (path, log_s) = (&path, &log_s);
+                scope.spawn(move || {
+                    let mut crashed = Vec::new();
+                    for batch in 0..batches {
+                        // Every other batch of some slots crashes while holding, part way through.
+                        let crash_at = if (slot + batch) % 3 == 0 {
+                            (37 * (slot + 1)) % rounds + 1
+                        } else {
+                            0
+                        };
+                        let out = Command::new(PROBE)
+                            .args([
+                                "stress",
+                                path,
+                                log_s,
+                                &rounds.to_string(),
+                                &crash_at.to_string(),
+                                "3000",
+                                "100",
+                            ])
+                            .output()
+                            .unwrap();
+                        let pid = out.status.code();
+                        if crash_at > 0 {
+                            assert_eq!(pid, Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+                        } else {
+                            assert!(
+                                out.status.success(),
+                                "{}",
+                                String::from_utf8_lossy(&out.stderr)
+                            );
+                        }
+                        if crash_at > 0 {
+                            crashed.push(crash_at);
+                        }
+                    }
+                    crashed
+                })
+            })
+            .collect();
+        let _: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        // Crashed pids are read back from the log: a pid whose last line is an enter.
+        let text = std::fs::read_to_string(&log).unwrap();
+        let mut last: std::collections::HashMap<u32, &str> = Default::default();
+        for line in text.lines() {
+            let mut p = line.split_whitespace();
+            let kind = p.next().unwrap();
+            let pid = p.nth(1).unwrap().parse().unwrap();
+            last.insert(pid, kind);
+        }
+        last.into_iter()
+            .filter(|(_, k)| *k == "enter")
+            .map(|(p, _)| p)
+            .collect()
+    });
+    let completed = check_log(&log, &crashed);
+    eprintln!(
+        "stress: {processes} concurrent processes x {batches} batches, {completed} rounds completed, {} crashes while holding, in {:?}",
+        crashed.len(),
+        start.elapsed()
+    );
+    assert!(completed >= 2000, "{completed}");
+    assert!(!crashed.is_empty());
+}
