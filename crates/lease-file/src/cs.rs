@@ -188,8 +188,9 @@ impl Cs {
     ///
     /// Kernel mode: `flock(LOCK_EX|LOCK_NB)` (retried with backoff while busy) and one `lstat` to
     /// check that the locked inode is still the one at the path (someone may have replaced the
-    /// companion file; then it is reopened). Files mode: one directory read and one `O_EXCL`
-    /// create, plus cleanup of old epochs.
+    /// companion file; then it is reopened). Files mode: a directory read, one `O_EXCL` create,
+    /// a second directory read to check no higher epoch exists (a slow process can recreate an
+    /// old, cleaned-up epoch number), and cleanup of old epochs.
     pub(crate) fn enter(&self, wait: Duration) -> Result<CsGuard<'_>, FileLockError> {
         let start = Instant::now();
         let mut backoff = Backoff::new();
@@ -262,6 +263,13 @@ impl Cs {
                         let path = dir.join(format!("{prefix}{next}"));
                         match create_exclusive(&path, *mode, &epoch_content()) {
                             Ok(()) => {
+                                // A slow process may recreate an epoch number that was already
+                                // used and cleaned up: only the highest epoch is real.
+                                let (now_max, _) = scan_epochs(dir, prefix)?;
+                                if now_max.is_some_and(|m| m > next) {
+                                    let _ = std::fs::remove_file(&path);
+                                    continue;
+                                }
                                 if let Some(max) = max {
                                     if !done {
                                         tracing::warn!(path = %path.display(), "reclaimed a stale critical section");

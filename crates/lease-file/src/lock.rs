@@ -1,6 +1,7 @@
 //! The blocking lock for one path: Go `kit/lockfile` parity plus kernel tenure locks, race-free
 //! takeover and fencing generations.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{File, TryLockError};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -291,8 +292,14 @@ struct Tenure {
 struct State {
     tenure: Option<Tenure>,
     lost: Option<LostReason>,
-    observed: Option<Observed>,
     epoch: u64,
+}
+
+/// Observations are per process and per path, not per `FileLock`: a caller that makes a new
+/// `FileLock` for every attempt still sees a hung holder go stale.
+fn observations() -> MutexGuard<'static, BTreeMap<PathBuf, Observed>> {
+    static OBSERVED: Mutex<BTreeMap<PathBuf, Observed>> = Mutex::new(BTreeMap::new());
+    OBSERVED.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 struct Shared {
@@ -584,8 +591,8 @@ impl FileLock {
                     free = Some("the holder's process is gone (same host, pid namespace, boot)");
                 }
                 if free.is_none() {
-                    let mut state = lock(&shared.state);
-                    let first = match &state.observed {
+                    let mut observed = observations();
+                    let first = match observed.get(&shared.path) {
                         Some(Observed::Record {
                             owner,
                             generation,
@@ -598,12 +605,15 @@ impl FileLock {
                             *first_seen
                         }
                         _ => {
-                            state.observed = Some(Observed::Record {
-                                owner: r.owner.clone(),
-                                generation: r.generation,
-                                heartbeat: r.heartbeat,
-                                first_seen: seen_at,
-                            });
+                            observed.insert(
+                                shared.path.clone(),
+                                Observed::Record {
+                                    owner: r.owner.clone(),
+                                    generation: r.generation,
+                                    heartbeat: r.heartbeat,
+                                    first_seen: seen_at,
+                                },
+                            );
                             seen_at
                         }
                     };
@@ -629,17 +639,20 @@ impl FileLock {
                 fingerprint,
                 modified,
             } => {
-                let mut state = lock(&shared.state);
-                let first = match &state.observed {
+                let mut observed = observations();
+                let first = match observed.get(&shared.path) {
                     Some(Observed::Garbage {
                         fingerprint: f,
                         first_seen,
                     }) if f == fingerprint => *first_seen,
                     _ => {
-                        state.observed = Some(Observed::Garbage {
-                            fingerprint: *fingerprint,
-                            first_seen: seen_at,
-                        });
+                        observed.insert(
+                            shared.path.clone(),
+                            Observed::Garbage {
+                                fingerprint: *fingerprint,
+                                first_seen: seen_at,
+                            },
+                        );
                         seen_at
                     }
                 };
@@ -682,11 +695,11 @@ impl FileLock {
         }
         replace_atomically(&shared.path, &record.to_bytes(), opts.file_mode, opts.fsync)?;
         drop(cs);
+        observations().remove(&shared.path);
         let epoch = {
             let mut state = lock(&shared.state);
             state.epoch += 1;
             state.lost = None;
-            state.observed = None;
             state.tenure = Some(Tenure {
                 owner,
                 generation,

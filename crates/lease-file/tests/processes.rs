@@ -197,6 +197,34 @@ fn check_log(log: &Path, crashed: &HashSet<u32>) -> usize {
 
 #[test]
 fn many_processes_never_overlap() {
+    stress("kernel", 8, 3, 150, 2000);
+}
+
+#[test]
+fn many_processes_never_overlap_heartbeat_only() {
+    // Heartbeat-only takeover of a crashed holder goes through the pid fast path (same host).
+    stress("heartbeat-only", 8, 3, 100, 2000);
+}
+
+#[test]
+fn the_checker_catches_an_overlap() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    std::fs::write(&log, "enter 1 10\nenter 2 11\nexit 2 11\nexit 1 10\n").unwrap();
+    let caught = std::panic::catch_unwind(|| check_log(&log, &HashSet::new()));
+    assert!(caught.is_err(), "overlap must be caught");
+    std::fs::write(&log, "enter 2 10\nexit 2 10\nenter 2 11\nexit 2 11\n").unwrap();
+    let caught = std::panic::catch_unwind(|| check_log(&log, &HashSet::new()));
+    assert!(caught.is_err(), "a repeated generation must be caught");
+    std::fs::write(&log, "enter 1 10\nenter 2 11\nexit 2 11\n").unwrap();
+    assert_eq!(
+        check_log(&log, &HashSet::from([10])),
+        1,
+        "a crashed holder is no overlap"
+    );
+}
+
+fn stress(mode: &str, processes: usize, batches: usize, rounds: usize, min_rounds: usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stress.lease");
     let log = dir.path().join("stress.log");
@@ -204,9 +232,6 @@ fn many_processes_never_overlap() {
         path.to_str().unwrap().to_owned(),
         log.to_str().unwrap().to_owned(),
     );
-    let processes = 8;
-    let batches = 3;
-    let rounds = 150;
     let start = Instant::now();
     let crashed: HashSet<u32> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..processes)
@@ -222,6 +247,7 @@ fn many_processes_never_overlap() {
                             0
                         };
                         let out = Command::new(PROBE)
+                            .env("LEASE_FILE_PROBE_MODE", mode)
                             .args([
                                 "stress",
                                 path,
@@ -268,10 +294,45 @@ fn many_processes_never_overlap() {
     });
     let completed = check_log(&log, &crashed);
     eprintln!(
-        "stress: {processes} concurrent processes x {batches} batches, {completed} rounds completed, {} crashes while holding, in {:?}",
+        "stress ({mode}): {processes} concurrent processes x {batches} batches, {completed} rounds completed, {} crashes while holding, in {:?}",
         crashed.len(),
         start.elapsed()
     );
-    assert!(completed >= 2000, "{completed}");
+    assert!(completed >= min_rounds, "{completed}");
     assert!(!crashed.is_empty());
+}
+
+#[test]
+fn many_contenders_for_one_stale_holder_one_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    let path_buf = dir.path().join("m.lease");
+    let path = path_buf.to_str().unwrap();
+    let holder = Probe::spawn(&["hold", path, "600", "50"]);
+    let g1 = field(&holder.expect("acquired", Duration::from_secs(10)), 1);
+    kill(holder.pid(), Signal::SIGSTOP).unwrap();
+    let waiters: Vec<Probe> = (0..6)
+        .map(|_| Probe::spawn(&["wait", path, "600", "50", "1000", "20000", "hold"]))
+        .collect();
+    for w in &waiters {
+        w.expect("waiting", Duration::from_secs(10));
+    }
+    // Everyone judges the same record stale at about the same moment; one takes it.
+    std::thread::sleep(Duration::from_millis(1500));
+    let winners: Vec<String> = waiters
+        .iter()
+        .filter_map(|w| w.lines.recv_timeout(Duration::from_millis(300)).ok())
+        .filter(|l| l.starts_with("acquired"))
+        .collect();
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one contender takes over: {winners:?}"
+    );
+    assert!(field(&winners[0], 1) > g1);
+    kill(holder.pid(), Signal::SIGCONT).unwrap();
+    assert!(
+        holder
+            .expect("lost", Duration::from_secs(5))
+            .starts_with("lost taken_over")
+    );
 }

@@ -13,13 +13,16 @@
 //!     `exit <generation> <pid>`, release. At round `crash_at` (if not 0), exit with status 3
 //!     right after `enter`, without releasing.
 //! ```
+//!
+//! `LEASE_FILE_PROBE_MODE=heartbeat-only` runs the heartbeat-only protocol instead of kernel
+//! locks.
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use lease_file::{FileLock, FileLockOptions, LostReason};
+use lease_file::{FileLock, FileLockOptions, LostReason, ModePreference};
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize) -> Result<T, String> {
     args.get(i)
@@ -29,7 +32,12 @@ fn arg<T: std::str::FromStr>(args: &[String], i: usize) -> Result<T, String> {
 }
 
 fn options(stale_ms: u64, heartbeat_ms: u64) -> FileLockOptions {
+    let mode = match std::env::var("LEASE_FILE_PROBE_MODE").as_deref() {
+        Ok("heartbeat-only") => ModePreference::HeartbeatOnly,
+        _ => ModePreference::Auto,
+    };
     FileLockOptions::default()
+        .with_mode(mode)
         .with_stale_threshold(Duration::from_millis(stale_ms))
         .with_heartbeat_interval(Duration::from_millis(heartbeat_ms))
         .on_lease_lost(|reason| {
