@@ -26,9 +26,9 @@ pub(crate) struct MemberPlan {
 
 /// The plan for every member.
 ///
-/// * Quotas: with `L` placeable units and `W` members, every member gets `floor(L/W)` and the
-///   `L mod W` members holding the most units now (ties: lower id) get one more, so a balanced
-///   fleet stays as it is.
+/// * Quotas: with `L` placeable units and `W` members, every member gets `floor(L/W)` and
+///   `L mod W` members get one more: first those above `floor(L/W)` now, then by id, so a
+///   balanced fleet stays as it is.
 /// * Sticky: a member keeps its lowest-id units up to its quota; only the surplus moves.
 /// * The pool (free units first, then surplus) is dealt to members under quota in id order.
 pub(crate) fn plan(
@@ -57,7 +57,11 @@ pub(crate) fn plan(
     }
     let quota = placeable / members.len();
     let extra = placeable % members.len();
-    let mut by_load: Vec<(&str, usize)> = held.iter().map(|(m, l)| (*m, l.len())).collect();
+    // Members already above the quota keep their extra unit first (sticky); ties go by id. Only
+    // "above the quota or not" counts, never the exact load, so the ranking does not change while
+    // the plan is carried out: takers never rise above the quota unless ranked to, and givers
+    // that drop to the quota were not ranked.
+    let mut by_load: Vec<(&str, bool)> = held.iter().map(|(m, l)| (*m, l.len() > quota)).collect();
     by_load.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     let targets: BTreeMap<&str, usize> = by_load
         .iter()

@@ -818,6 +818,7 @@ impl Worker {
 
     async fn tick_inner(&mut self, report: &mut TickReport) -> Result<(), Error> {
         let events = &mut report.events;
+        let fresh = self.session.is_none();
         if !self.keep_session(events).await? {
             return Ok(());
         }
@@ -827,6 +828,11 @@ impl Worker {
         self.stats.records_read += sessions.len() as u64;
         self.observe(&sessions);
         self.keep_units(events).await;
+        if fresh {
+            // Let workers that start together see each other before anyone deals units:
+            // without this the first to start takes everything and hands most of it back.
+            return Ok(());
+        }
 
         let members = self.live_members();
         let changed = self.planned_members.as_ref() != Some(&members);

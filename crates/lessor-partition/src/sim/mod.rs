@@ -1,1 +1,454 @@
-//! sim
+//! A deterministic simulator of fleets: this crate's protocol on a [`MemoryBackend`] with a
+//! [`ManualClock`], and a model of KCL 2.x, driven through the same [`FleetModel`] interface.
+//!
+//! Time moves only from event to event (a worker's tick, the end of a pause), and every random
+//! choice (tick phases, KCL's lease picks) comes from a seeded [`Rng`], so a run is reproducible
+//! from its seed. After every tick, [`Simulation`] checks that no unit has two owners who both
+//! trust their ownership at that instant (paused workers included: a paused process still
+//! believes what it believed); violations are recorded, never panicked on.
+//!
+//! ```
+//! use lessor_partition::sim::{FleetModel, SimConfig, Simulation};
+//! use std::time::Duration;
+//!
+//! let mut sim = Simulation::new(SimConfig::new(64, 1));
+//! for _ in 0..4 {
+//!     sim.join();
+//! }
+//! let took = sim.run_until_balanced(Duration::from_secs(60));
+//! assert!(took.is_some());
+//! assert!(sim.violations().is_empty());
+//! ```
+
+mod kcl;
+mod rng;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{ManualClock, MemoryBackend};
+
+use crate::{Worker, WorkerStats};
+
+pub use kcl::{KclConfig, KclSimulation};
+pub use rng::Rng;
+
+/// Request and churn counters of a simulated fleet, summed over its workers.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Counters {
+    /// Requests sent to the lease store.
+    pub requests: u64,
+    /// Records returned by listings or scans.
+    pub records_read: u64,
+    /// Units that changed owner (gains).
+    pub moves: u64,
+    /// Worker ticks run (all kinds of timer for KCL).
+    pub ticks: u64,
+}
+
+impl Counters {
+    /// The difference `self - earlier`.
+    pub fn since(&self, earlier: &Self) -> Self {
+        Self {
+            requests: self.requests - earlier.requests,
+            records_read: self.records_read - earlier.records_read,
+            moves: self.moves - earlier.moves,
+            ticks: self.ticks - earlier.ticks,
+        }
+    }
+}
+
+/// What the benchmark and tests drive: a fleet of simulated workers on a simulated clock.
+pub trait FleetModel {
+    /// Adds a worker; returns its index.
+    fn join(&mut self) -> usize;
+    /// Stops worker `index` without any goodbye (it never runs again).
+    fn crash(&mut self, index: usize);
+    /// Stops worker `index` cleanly (its protocol's shutdown).
+    fn shutdown(&mut self, index: usize);
+    /// Runs the fleet for `duration` of simulated time.
+    fn run_for(&mut self, duration: Duration);
+    /// Simulated time since the start.
+    fn now(&self) -> Duration;
+    /// Every unit has exactly one running owner, and every running worker holds floor or ceil of
+    /// `units / running workers`.
+    fn is_balanced(&self) -> bool;
+    /// Every unit has a running owner.
+    fn all_owned(&self) -> bool;
+    /// Counters so far.
+    fn counters(&self) -> Counters;
+    /// The protocol's tick interval (KCL: its renewal interval).
+    fn interval(&self) -> Duration;
+    /// Workers that are running (not crashed, stopped or paused).
+    fn running(&self) -> Vec<usize>;
+    /// Runs one event; `false` if nothing is scheduled.
+    fn step(&mut self) -> bool;
+
+    /// Runs until `done` holds (checked after every event), for at most `limit`. Returns how
+    /// long it took.
+    fn run_until(
+        &mut self,
+        limit: Duration,
+        done: &mut dyn FnMut(&Self) -> bool,
+    ) -> Option<Duration>
+    where
+        Self: Sized,
+    {
+        let start = self.now();
+        loop {
+            if done(self) {
+                return Some(self.now() - start);
+            }
+            if self.now() - start >= limit || !self.step() {
+                return None;
+            }
+        }
+    }
+
+    /// Runs until [`is_balanced`](Self::is_balanced), for at most `limit`.
+    fn run_until_balanced(&mut self, limit: Duration) -> Option<Duration>
+    where
+        Self: Sized,
+    {
+        self.run_until(limit, &mut |m| m.is_balanced())
+    }
+
+    /// Runs until [`all_owned`](Self::all_owned), for at most `limit`.
+    fn run_until_all_owned(&mut self, limit: Duration) -> Option<Duration>
+    where
+        Self: Sized,
+    {
+        self.run_until(limit, &mut |m| m.all_owned())
+    }
+}
+
+/// Settings of a [`Simulation`].
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct SimConfig {
+    /// How many units the fleet divides.
+    pub units: usize,
+    /// The session lease duration.
+    pub session_duration: Duration,
+    /// The tick interval.
+    pub interval: Duration,
+    /// The per-tick move bound.
+    pub max_moves: usize,
+    /// A wall-clock skew bound for judging sessions dead, if any.
+    pub skew_bound: Option<Duration>,
+    /// The seed of every random choice.
+    pub seed: u64,
+}
+
+impl SimConfig {
+    /// `units` units with the worker's defaults (10 s sessions, 2.5 s interval, 256 moves).
+    pub fn new(units: usize, seed: u64) -> Self {
+        Self {
+            units,
+            session_duration: Duration::from_secs(10),
+            interval: Duration::from_millis(2500),
+            max_moves: 256,
+            skew_bound: None,
+            seed,
+        }
+    }
+
+    /// With a skew bound (see [`WorkerBuilder::clock_skew_bound`](crate::WorkerBuilder::clock_skew_bound)).
+    pub fn with_skew_bound(mut self, skew: Duration) -> Self {
+        self.skew_bound = Some(skew);
+        self
+    }
+
+    /// With a different move bound.
+    pub fn with_max_moves(mut self, moves: usize) -> Self {
+        self.max_moves = moves;
+        self
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Status {
+    Running,
+    Paused { until: Duration },
+    Crashed,
+    Stopped,
+}
+
+#[derive(Debug)]
+struct SimWorker {
+    worker: Worker,
+    status: Status,
+    next_tick: Duration,
+    /// Stats of the worker at the moment it stopped counting toward a live fleet.
+    final_stats: Option<WorkerStats>,
+}
+
+/// This crate's fleet protocol, simulated: real [`Worker`]s on one [`MemoryBackend`] and one
+/// [`ManualClock`].
+#[derive(Debug)]
+pub struct Simulation {
+    config: SimConfig,
+    clock: Arc<ManualClock>,
+    store: MemoryBackend,
+    rng: Rng,
+    units: Vec<String>,
+    workers: Vec<SimWorker>,
+    violations: Vec<String>,
+    errors: u64,
+}
+
+impl Simulation {
+    /// An empty fleet.
+    pub fn new(config: SimConfig) -> Self {
+        let clock = Arc::new(ManualClock::new());
+        let store = MemoryBackend::new().with_clock(clock.clone());
+        let width = config.units.to_string().len();
+        let units = (0..config.units).map(|i| format!("u{i:0width$}")).collect();
+        Self {
+            rng: Rng::new(config.seed),
+            config,
+            clock,
+            store,
+            units,
+            workers: Vec::new(),
+            violations: Vec::new(),
+            errors: 0,
+        }
+    }
+
+    /// Safety violations seen so far: a unit trusted by two workers at one instant.
+    pub fn violations(&self) -> &[String] {
+        &self.violations
+    }
+
+    /// Tick errors seen so far (none are expected on the memory backend).
+    pub fn errors(&self) -> u64 {
+        self.errors
+    }
+
+    /// Pauses worker `index` for `duration` (a GC pause, SIGSTOP): it does not tick, but still
+    /// believes what it believed.
+    pub fn pause(&mut self, index: usize, duration: Duration) {
+        let until = self.now() + duration;
+        if let Some(w) = self.workers.get_mut(index)
+            && w.status == Status::Running
+        {
+            w.status = Status::Paused { until };
+        }
+    }
+
+    /// Units no running worker trusts now, each with the store's record of it: for diagnosis.
+    pub fn unowned_units(&self) -> Vec<String> {
+        use lease_core::LeaseListing;
+        let mut owned = std::collections::BTreeSet::new();
+        for w in self.workers.iter().filter(|w| w.status == Status::Running) {
+            owned.extend(w.worker.owned_units().into_keys());
+        }
+        let records =
+            lease_core::block_on(self.store.list_partition("fleet/sim/units")).unwrap_or_default();
+        self.units
+            .iter()
+            .filter(|u| !owned.contains(*u))
+            .map(|u| {
+                let record = records.iter().find(|r| r.key().sort() == Some(u.as_str()));
+                format!(
+                    "{u}: {:?}",
+                    record.map(|r| r.holder().map(ToString::to_string))
+                )
+            })
+            .collect()
+    }
+
+    /// The view of worker `index`.
+    pub fn assignment(&self, index: usize) -> Option<crate::Assignment> {
+        self.workers.get(index).map(|w| w.worker.assignment())
+    }
+
+    /// How many units worker `index` trusts now.
+    pub fn owned_by(&self, index: usize) -> usize {
+        self.workers
+            .get(index)
+            .map_or(0, |w| w.worker.owned_units().len())
+    }
+
+    fn check_safety(&mut self) {
+        let mut owners: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+        for w in &self.workers {
+            if matches!(w.status, Status::Running | Status::Paused { .. }) {
+                for unit in w.worker.owned_units().into_keys() {
+                    owners.entry(unit).or_default().push(w.worker.id());
+                }
+            }
+        }
+        let now = self.now();
+        for (unit, who) in owners {
+            if who.len() > 1 {
+                let text = format!("at {now:?}: unit {unit} trusted by {who:?}");
+                self.violations.push(text);
+            }
+        }
+    }
+
+    fn counts(&self) -> Vec<usize> {
+        self.workers
+            .iter()
+            .filter(|w| w.status == Status::Running)
+            .map(|w| w.worker.owned_units().len())
+            .collect()
+    }
+}
+
+impl FleetModel for Simulation {
+    fn join(&mut self) -> usize {
+        let index = self.workers.len();
+        let mut builder = Worker::builder("sim", format!("w{index:03}"))
+            .store(self.store.clone())
+            .units(self.units.iter().cloned())
+            .session_duration(self.config.session_duration)
+            .interval(self.config.interval)
+            .max_moves_per_interval(self.config.max_moves);
+        if let Some(skew) = self.config.skew_bound {
+            builder = builder.clock_skew_bound(skew);
+        }
+        let phase = Duration::from_micros(
+            self.rng
+                .below(u64::try_from(self.config.interval.as_micros()).unwrap_or(1)),
+        );
+        match builder.build() {
+            Ok(worker) => self.workers.push(SimWorker {
+                worker,
+                status: Status::Running,
+                next_tick: self.now() + phase,
+                final_stats: None,
+            }),
+            Err(error) => {
+                self.violations
+                    .push(format!("cannot build a worker: {error}"));
+            }
+        }
+        index
+    }
+
+    fn crash(&mut self, index: usize) {
+        if let Some(w) = self.workers.get_mut(index) {
+            w.status = Status::Crashed;
+            w.final_stats = Some(w.worker.stats());
+        }
+    }
+
+    fn shutdown(&mut self, index: usize) {
+        if let Some(w) = self.workers.get_mut(index)
+            && matches!(w.status, Status::Running | Status::Paused { .. })
+        {
+            if lease_core::block_on(w.worker.shutdown()).is_err() {
+                self.errors += 1;
+            }
+            w.status = Status::Stopped;
+            w.final_stats = Some(w.worker.stats());
+        }
+    }
+
+    fn run_for(&mut self, duration: Duration) {
+        let end = self.now() + duration;
+        loop {
+            let next = self.next_event();
+            match next {
+                Some((_, at)) if at <= end => {
+                    self.step();
+                }
+                _ => break,
+            }
+        }
+        let now = self.now();
+        if end > now {
+            self.clock.advance(end - now);
+        }
+    }
+
+    fn now(&self) -> Duration {
+        self.clock.elapsed()
+    }
+
+    fn is_balanced(&self) -> bool {
+        let counts = self.counts();
+        if counts.is_empty() || !self.all_owned() {
+            return false;
+        }
+        let (lo, hi) = (
+            self.config.units / counts.len(),
+            self.config.units.div_ceil(counts.len()),
+        );
+        counts.iter().all(|c| (lo..=hi).contains(c))
+    }
+
+    fn all_owned(&self) -> bool {
+        let mut owned = std::collections::BTreeSet::new();
+        for w in self.workers.iter().filter(|w| w.status == Status::Running) {
+            owned.extend(w.worker.owned_units().into_keys());
+        }
+        owned.len() == self.config.units
+    }
+
+    fn counters(&self) -> Counters {
+        let mut out = Counters::default();
+        for w in &self.workers {
+            let s = w.final_stats.unwrap_or_else(|| w.worker.stats());
+            out.requests += s.requests;
+            out.records_read += s.records_read;
+            out.moves += s.gains;
+            out.ticks += s.ticks;
+        }
+        out
+    }
+
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    fn running(&self) -> Vec<usize> {
+        (0..self.workers.len())
+            .filter(|i| self.workers[*i].status == Status::Running)
+            .collect()
+    }
+
+    fn step(&mut self) -> bool {
+        let Some((index, at)) = self.next_event() else {
+            return false;
+        };
+        let now = self.now();
+        if at > now {
+            self.clock.advance(at - now);
+        }
+        let interval = self.config.interval;
+        let Some(w) = self.workers.get_mut(index) else {
+            return false;
+        };
+        if let Status::Paused { .. } = w.status {
+            w.status = Status::Running;
+            w.next_tick = at;
+        }
+        if lease_core::block_on(w.worker.tick()).is_err() {
+            self.errors += 1;
+        }
+        w.next_tick = at + interval;
+        self.check_safety();
+        true
+    }
+}
+
+impl Simulation {
+    /// The next event: (worker, when).
+    fn next_event(&self) -> Option<(usize, Duration)> {
+        self.workers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| match w.status {
+                Status::Running => Some((i, w.next_tick)),
+                Status::Paused { until } => Some((i, until.max(w.next_tick))),
+                Status::Crashed | Status::Stopped => None,
+            })
+            .min_by_key(|(i, at)| (*at, *i))
+    }
+}

@@ -1,0 +1,205 @@
+//! The fleet protocol under the deterministic simulator: safety, balance, speed, churn, cost.
+
+use std::time::Duration;
+
+use lessor_partition::sim::{FleetModel, KclConfig, KclSimulation, Rng, SimConfig, Simulation};
+
+const INTERVAL: Duration = Duration::from_millis(2500);
+const SESSION: Duration = Duration::from_secs(10);
+
+fn fleet(units: usize, workers: usize, seed: u64) -> Simulation {
+    let mut sim = Simulation::new(SimConfig::new(units, seed));
+    for _ in 0..workers {
+        sim.join();
+    }
+    sim
+}
+
+fn assert_safe(sim: &Simulation) {
+    assert!(
+        sim.violations().is_empty(),
+        "{:?}",
+        &sim.violations()[..sim.violations().len().min(5)]
+    );
+    assert_eq!(sim.errors(), 0);
+}
+
+#[test]
+fn cold_start_balances_within_a_few_intervals() {
+    for (units, workers) in [(64, 2), (64, 8), (256, 8), (100, 7), (5, 8)] {
+        let mut sim = fleet(units, workers, 11);
+        let took = sim
+            .run_until_balanced(INTERVAL * 20)
+            .unwrap_or_else(|| panic!("L={units} W={workers} did not balance"));
+        assert!(took <= INTERVAL * 6, "L={units} W={workers} took {took:?}");
+        // Minimum churn from an empty table is one move per unit; a few re-deals are allowed.
+        assert!(
+            sim.counters().moves <= units as u64 + workers as u64 * 2,
+            "{:?}",
+            sim.counters()
+        );
+        assert_safe(&sim);
+    }
+}
+
+#[test]
+fn a_balanced_fleet_stays_put_and_costs_two_requests_per_worker_per_interval() {
+    let mut sim = fleet(1024, 8, 3);
+    assert!(sim.run_until_balanced(INTERVAL * 20).is_some());
+    sim.run_for(INTERVAL * 10);
+    let before = sim.counters();
+    sim.run_for(INTERVAL * 80);
+    let spent = sim.counters().since(&before);
+    assert_eq!(spent.moves, 0, "no flapping: {spent:?}");
+    let per_worker_interval = spent.requests as f64 / (8.0 * 80.0);
+    // Two requests, plus the lowest-id member's units listing every eighth tick.
+    assert!(
+        per_worker_interval <= 2.0 + 1.0 / 8.0 / 8.0 + 0.01,
+        "{per_worker_interval}"
+    );
+    assert!(sim.is_balanced());
+    assert_safe(&sim);
+}
+
+#[test]
+fn a_joining_worker_takes_only_its_share_quickly() {
+    let mut sim = fleet(1024, 8, 5);
+    assert!(sim.run_until_balanced(INTERVAL * 20).is_some());
+    sim.run_for(INTERVAL * 4);
+    let before = sim.counters();
+    let new = sim.join();
+    let took = sim
+        .run_until_balanced(INTERVAL * 20)
+        .expect("balances after a join");
+    assert!(took <= INTERVAL * 5, "took {took:?}");
+    let moves = sim.counters().since(&before).moves;
+    // 1024 / 9 = 113.8: the newcomer takes 113 or 114, nobody else moves.
+    assert!((113..=114).contains(&moves), "moves {moves}");
+    assert!((113..=114).contains(&sim.owned_by(new)));
+    assert_safe(&sim);
+}
+
+#[test]
+fn a_crashed_workers_units_are_owned_again_within_the_session_plus_two_intervals() {
+    for seed in 0..4 {
+        let mut sim = fleet(512, 8, seed);
+        assert!(sim.run_until_balanced(INTERVAL * 20).is_some());
+        sim.run_for(INTERVAL * 3 + Duration::from_millis(seed * 700));
+        sim.crash(2);
+        let took = sim.run_until_all_owned(SESSION * 4).expect("reassigned");
+        assert!(took <= SESSION + INTERVAL * 2, "seed {seed}: took {took:?}");
+        assert!(sim.run_until_balanced(INTERVAL * 10).is_some());
+        assert_safe(&sim);
+    }
+}
+
+#[test]
+fn a_skew_bound_reassigns_sooner() {
+    let mut sim =
+        Simulation::new(SimConfig::new(256, 9).with_skew_bound(Duration::from_millis(200)));
+    for _ in 0..4 {
+        sim.join();
+    }
+    assert!(sim.run_until_balanced(INTERVAL * 20).is_some());
+    sim.run_for(INTERVAL * 2);
+    sim.crash(0);
+    let took = sim.run_until_all_owned(SESSION * 4).expect("reassigned");
+    assert!(
+        took <= SESSION + Duration::from_millis(200) + INTERVAL,
+        "took {took:?}"
+    );
+    assert_safe(&sim);
+}
+
+#[test]
+fn a_clean_shutdown_hands_over_within_two_intervals() {
+    let mut sim = fleet(512, 8, 21);
+    assert!(sim.run_until_balanced(INTERVAL * 20).is_some());
+    sim.run_for(INTERVAL * 2);
+    let before = sim.counters();
+    sim.shutdown(4);
+    let took = sim
+        .run_until_balanced(INTERVAL * 10)
+        .expect("balanced after a shutdown");
+    assert!(took <= INTERVAL * 2, "took {took:?}");
+    assert_eq!(
+        sim.counters().since(&before).moves,
+        64,
+        "only the leaver's units move"
+    );
+    assert_safe(&sim);
+}
+
+#[test]
+fn a_worker_paused_past_its_session_never_overlaps_the_new_owner() {
+    let mut sim = fleet(128, 4, 8);
+    assert!(sim.run_until_balanced(INTERVAL * 20).is_some());
+    sim.pause(1, SESSION * 3);
+    // While paused, the others take its units; the checker runs after every tick.
+    assert!(sim.run_until_all_owned(SESSION * 3).is_some());
+    sim.run_for(SESSION * 3);
+    assert!(sim.run_until_balanced(INTERVAL * 10).is_some());
+    assert_safe(&sim);
+}
+
+#[test]
+fn chaos_never_gives_a_unit_two_trusting_owners_and_always_converges() {
+    for seed in 0..6u64 {
+        let mut rng = Rng::new(seed);
+        let mut sim = fleet(96, 5, seed);
+        for _ in 0..40 {
+            let running = sim.running();
+            match rng.below(6) {
+                0 => {
+                    sim.join();
+                }
+                1 if running.len() > 1 => {
+                    sim.crash(running[rng.below(running.len() as u64) as usize])
+                }
+                2 if running.len() > 1 => {
+                    sim.shutdown(running[rng.below(running.len() as u64) as usize])
+                }
+                3 if !running.is_empty() => {
+                    let who = running[rng.below(running.len() as u64) as usize];
+                    sim.pause(who, Duration::from_millis(rng.below(30_000)));
+                }
+                _ => {}
+            }
+            sim.run_for(Duration::from_millis(rng.below(8_000)));
+        }
+        // Quiet: every pause ends, and the fleet must settle.
+        sim.run_for(SESSION * 4);
+        assert!(
+            sim.run_until_balanced(SESSION * 4).is_some(),
+            "seed {seed}: not balanced"
+        );
+        let before = sim.counters();
+        sim.run_for(INTERVAL * 20);
+        assert_eq!(
+            sim.counters().since(&before).moves,
+            0,
+            "seed {seed}: flapping"
+        );
+        assert_safe(&sim);
+    }
+}
+
+#[test]
+fn kcl_model_needs_one_steal_per_twenty_seconds() {
+    let mut kcl = KclSimulation::new(KclConfig::new(100, 1));
+    for _ in 0..4 {
+        kcl.join();
+    }
+    assert!(kcl.run_until_balanced(Duration::from_secs(3600)).is_some());
+    kcl.join();
+    // 100 / 5 = 20 leases, one steal per 20 s: about 400 s.
+    let took = kcl
+        .run_until_balanced(Duration::from_secs(3600))
+        .expect("balances");
+    assert!(took >= Duration::from_secs(300), "took {took:?}");
+    let mut ours = fleet(100, 4, 1);
+    assert!(ours.run_until_balanced(INTERVAL * 20).is_some());
+    ours.join();
+    let fast = ours.run_until_balanced(INTERVAL * 20).expect("balances");
+    assert!(fast * 20 < took, "{fast:?} vs KCL {took:?}");
+}
