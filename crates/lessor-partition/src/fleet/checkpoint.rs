@@ -37,6 +37,9 @@ pub trait CheckpointStore: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<(), Error>>;
 }
 
+/// A unit's fence and checkpoint.
+type Fenced = (FencingToken, Option<Vec<u8>>);
+
 /// Checkpoints in memory: the reference [`CheckpointStore`]. Clones share the store.
 ///
 /// ```
@@ -53,7 +56,7 @@ pub trait CheckpointStore: Send + Sync + fmt::Debug {
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct MemoryCheckpoints {
-    entries: Arc<Mutex<BTreeMap<String, (FencingToken, Option<Vec<u8>>)>>>,
+    entries: Arc<Mutex<BTreeMap<String, Fenced>>>,
 }
 
 impl MemoryCheckpoints {
