@@ -38,7 +38,6 @@ impl fmt::Debug for Backend {
 
 impl Backend {
     /// A store that lists, from one value implementing both traits.
-    #[allow(dead_code)] // until the file and DynamoDB stores are wired in
     pub(crate) fn listing<B: LeaseListing + 'static>(store: B, description: String) -> Self {
         let store = Arc::new(store);
         Self {

@@ -47,14 +47,14 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
-/// Formats a duration the way [`parse_duration`] reads it, for messages (`1m30s`, `250ms`).
+/// Formats a duration for people: `250ms`, `2.62s`, `1m30s`, `1h30m`.
 pub(crate) fn fmt_duration(duration: Duration) -> String {
     let millis = duration.as_millis();
-    if millis == 0 {
-        return "0s".to_owned();
-    }
-    if millis < 1000 || !millis.is_multiple_of(1000) && millis < 10_000 {
+    if millis < 1000 {
         return format!("{millis}ms");
+    }
+    if millis < 60_000 && !millis.is_multiple_of(1000) {
+        return format!("{:.2}s", duration.as_secs_f64());
     }
     let mut secs = duration.as_secs();
     let mut out = String::new();
@@ -115,8 +115,10 @@ mod tests {
     }
 
     #[test]
-    fn formats_round_trip() {
-        for text in ["250ms", "30s", "1m30s", "1h30m", "2d", "1500ms", "0s"] {
+    fn formats_for_people() {
+        assert_eq!(fmt_duration(Duration::from_millis(2621)), "2.62s");
+        assert_eq!(fmt_duration(Duration::ZERO), "0ms");
+        for text in ["250ms", "30s", "1m30s", "1h30m", "2d"] {
             let parsed = parse_duration(text).expect(text);
             assert_eq!(parse_duration(&fmt_duration(parsed)), Ok(parsed), "{text}");
         }

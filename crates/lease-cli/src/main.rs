@@ -12,11 +12,13 @@
 //! the `exit` module: the command's own, 64 bad input, 69 backend error, 75 held or wait timed
 //! out, 76 lost while running, 126/127 command not executable/not found.
 //!
-//! Logs go to stderr through `tracing`; set `LEASE_LOG` (e.g. `LEASE_LOG=debug`) to see more.
+//! Messages for people go to stderr prefixed `lease:`; diagnostics go to stderr through `tracing`,
+//! errors only by default: set `LEASE_LOG` (e.g. `LEASE_LOG=warn`, `LEASE_LOG=debug`) to see more.
 
 mod backend;
 mod cli;
 mod demo;
+mod demo_worker;
 mod duration;
 mod exit;
 mod run;
@@ -82,7 +84,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
 
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEASE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
     let installed = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -104,6 +104,13 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
     supervise(plan, guard, child, &mut signals).await
 }
 
+/// Who holds a lease, as far as a waiting message cares: owner, since, fencing token.
+type HolderIdentity = (
+    Option<String>,
+    Option<std::time::SystemTime>,
+    Option<lease_core::FencingToken>,
+);
+
 /// Acquires the lease, trying once (`--wait 0`) or waiting with visible progress.
 async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<Lease, Failure> {
     let options = AcquireOptions::default().with_owner(owner_description());
@@ -113,7 +120,7 @@ async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<Lease, Failure> {
             .try_acquire(&plan.key, plan.ttl, &options)
             .await
     } else {
-        let announced: Arc<Mutex<Option<String>>> = Arc::default();
+        let announced: Arc<Mutex<Option<HolderIdentity>>> = Arc::default();
         let seen = announced.clone();
         let waiting_for = fmt_duration(plan.wait);
         let wait = WaitOptions::new(plan.wait)
@@ -124,15 +131,20 @@ async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<Lease, Failure> {
                     tracing::debug!(key = %event.key, error = %event.last_error, "acquire failed; retrying");
                     return;
                 };
-                let description = describe_holder(holder);
+                // Once per holder, not once per attempt or renewal.
+                let identity = (
+                    holder.owner().map(str::to_owned),
+                    holder.acquired_at(),
+                    holder.fencing(),
+                );
                 let mut last = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                // Once per holder, not once per attempt.
-                if last.as_deref() != Some(description.as_str()) {
+                if last.as_ref() != Some(&identity) {
                     eprintln!(
-                        "lease: waiting for lease {} held by {description} (waiting up to {waiting_for})",
-                        event.key
+                        "lease: waiting for lease {} held by {} (waiting up to {waiting_for})",
+                        event.key,
+                        describe_holder(holder)
                     );
-                    *last = Some(description);
+                    *last = Some(identity);
                 }
             });
         let started = Instant::now();

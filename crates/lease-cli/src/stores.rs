@@ -1,38 +1,83 @@
 //! The concrete stores: the only module that names lease-file and lease-dynamo.
 
 use std::path::Path;
+use std::sync::Arc;
+
+use lease_core::LeaseKey;
 
 use crate::backend::Backend;
 use crate::exit::Failure;
 
 /// Opens the file store in `dir` (already created and checked).
 pub(crate) fn open_file(dir: &Path) -> Result<Backend, Failure> {
-    Err(Failure::unavailable(format!(
-        "the file backend (crate lease-file) is not wired in yet; cannot open {}",
-        dir.display()
-    )))
+    let store = lease_file::DirectoryStore::open(dir).map_err(|error| {
+        Failure::unavailable(format!(
+            "cannot open the lease directory {}: {error}",
+            dir.display()
+        ))
+    })?;
+    tracing::debug!(dir = %dir.display(), mode = ?store.mode(), "file store opened");
+    let mut backend = Backend::listing(store, format!("file store {}", dir.display()));
+    let dir = dir.to_path_buf();
+    backend.all_keys = Some(Arc::new(move || list_dir(&dir)));
+    Ok(backend)
 }
 
-/// Opens the DynamoDB store on `table`.
+/// Every key with a record file in `dir`, sorted: one directory read.
+fn list_dir(dir: &Path) -> Result<Vec<LeaseKey>, String> {
+    let entries = std::fs::read_dir(dir).map_err(|e| e.to_string())?;
+    let mut keys = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| e.to_string())?;
+        if let Some(key) = entry
+            .file_name()
+            .to_str()
+            .and_then(lease_file::decode_file_name)
+        {
+            keys.push(key);
+        }
+    }
+    keys.sort();
+    Ok(keys)
+}
+
+/// Opens the DynamoDB store on `table`. Sends nothing: a missing table or bad credentials show
+/// up on the first operation.
 pub(crate) async fn open_dynamo(
     table: &str,
     endpoint: Option<&str>,
     region: Option<&str>,
 ) -> Result<Backend, Failure> {
-    let _ = (endpoint, region);
-    Err(Failure::unavailable(format!(
-        "the DynamoDB backend (crate lease-dynamo) is not wired in yet; cannot open table {table}"
-    )))
+    let leases = dynamo(table, endpoint, region).await?;
+    Ok(Backend::listing(leases, format!("DynamoDB table {table}")))
 }
 
-/// Creates the DynamoDB table `table`.
+/// Creates the DynamoDB table `table` (and enables TTL on it), waiting until it is active.
 pub(crate) async fn create_table(
     table: &str,
     endpoint: Option<&str>,
     region: Option<&str>,
 ) -> Result<(), Failure> {
-    let _ = (endpoint, region);
-    Err(Failure::unavailable(format!(
-        "the DynamoDB backend (crate lease-dynamo) is not wired in yet; cannot create table {table}"
-    )))
+    dynamo(table, endpoint, region)
+        .await?
+        .ensure_table()
+        .await
+        .map_err(|e| Failure::lease(&format!("cannot create table {table}"), &e))
+}
+
+async fn dynamo(
+    table: &str,
+    endpoint: Option<&str>,
+    region: Option<&str>,
+) -> Result<lease_dynamo::DynamoLeases, Failure> {
+    // DynamoDB Local wants a region but ignores which; do not make its users set one.
+    let region = region.or_else(|| {
+        let configured = ["AWS_REGION", "AWS_DEFAULT_REGION"]
+            .iter()
+            .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()));
+        (endpoint.is_some() && !configured).then_some("us-east-1")
+    });
+    let client = lease_dynamo::sdk_client(endpoint, region).await;
+    lease_dynamo::DynamoLeases::new(client, table)
+        .map_err(|e| Failure::lease(&format!("bad --dynamo table {table:?}"), &e))
 }

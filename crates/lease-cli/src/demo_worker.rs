@@ -1,0 +1,88 @@
+//! `lease demo-worker`: one lessor-partition worker of `lease demo`, reporting what it owns.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use lessor_partition::Worker;
+use serde_json::json;
+
+use crate::backend::Backend;
+use crate::cli::DemoWorkerArgs;
+use crate::demo::unit_name;
+use crate::exit::Failure;
+
+/// Runs the worker until its stdin closes, printing one JSON line per interval:
+/// `{"worker":"worker-1","units":{"u00":3,"u01":1},"session":3,"members":4}` (unit to fencing
+/// token).
+pub(crate) async fn run(args: DemoWorkerArgs) -> Result<u8, Failure> {
+    let backend = Backend::open(&args.backend).await?;
+    let Some(store) = backend.listing.clone() else {
+        return Err(Failure::unavailable(format!(
+            "the {} cannot list partitions, which the fleet needs",
+            backend.description
+        )));
+    };
+    let worker = Worker::builder(args.fleet.clone(), args.id.clone())
+        .store(store)
+        .units((0..args.units).map(|unit| unit_name(unit, args.units)))
+        .session_duration(args.ttl)
+        .interval(args.interval)
+        // One host, one wall clock: judge a killed worker's session dead as soon as it expires.
+        .clock_skew_bound(Duration::from_millis(50))
+        .build()
+        .map_err(|e| Failure::usage(format!("cannot configure demo worker {}: {e}", args.id)))?;
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+
+    // The parent holds our stdin; when it closes (the parent is done, or died), stop cleanly.
+    let on_eof = handle.clone();
+    std::thread::Builder::new()
+        .name("stdin-watch".to_owned())
+        .spawn(move || {
+            let mut buf = [0u8; 256];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+            on_eof.stop();
+        })
+        .map_err(|e| Failure::internal(format!("cannot watch stdin: {e}")))?;
+
+    let mut tick = tokio::time::interval(args.interval);
+    tokio::pin!(running);
+    let stats = loop {
+        tokio::select! {
+            finished = &mut running => break finished,
+            _ = tick.tick() => {
+                let snapshot = handle.snapshot();
+                let line = json!({
+                    "worker": snapshot.worker_id,
+                    "units": snapshot
+                        .units
+                        .iter()
+                        .map(|(unit, fencing)| (unit.clone(), json!(fencing.get())))
+                        .collect::<serde_json::Map<_, _>>(),
+                    "session": snapshot.session.map(|f| f.get()),
+                    "members": snapshot.members.len(),
+                });
+                let mut stdout = std::io::stdout().lock();
+                if writeln!(stdout, "{line}").and_then(|()| stdout.flush()).is_err() {
+                    // Nobody is listening any more.
+                    handle.stop();
+                }
+            }
+        }
+    };
+    match stats {
+        Ok(Ok(stats)) => {
+            tracing::info!(worker = %args.id, ?stats, "demo worker stopped");
+            Ok(0)
+        }
+        Ok(Err(error)) => Err(Failure::unavailable(format!(
+            "demo worker {} failed: {error}",
+            args.id
+        ))),
+        Err(error) => Err(Failure::internal(format!(
+            "demo worker {} panicked: {error}",
+            args.id
+        ))),
+    }
+}
