@@ -317,3 +317,69 @@ fn replaced_companion_is_detected_and_reopened() {
     let b = FileLock::with_options(&path, fast()).unwrap();
     assert!(b.try_acquire().unwrap() > g);
 }
+
+#[test]
+fn failing_heartbeats_are_tolerated_until_the_deadline_then_untrusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let seen: Arc<Mutex<Vec<(Instant, LostReason)>>> = Arc::default();
+    let seen2 = seen.clone();
+    let lock = FileLock::with_options(
+        &path,
+        fast().on_lease_lost(move |r| seen2.lock().unwrap().push((Instant::now(), r.clone()))),
+    )
+    .unwrap();
+    lock.acquire().unwrap();
+    // Break the critical-section file: every heartbeat now fails with an I/O error.
+    let companion = dir.path().join("a.lease.lock");
+    std::fs::remove_file(&companion).unwrap();
+    std::fs::create_dir(&companion).unwrap();
+    let broken = Instant::now();
+    std::thread::sleep(Duration::from_millis(120));
+    assert!(lock.held(), "a few failed heartbeats are tolerated");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while seen.lock().unwrap().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (at, reason) = seen.lock().unwrap()[0].clone();
+    assert!(matches!(reason, LostReason::Untrusted { .. }), "{reason}");
+    assert!(
+        reason.to_string().contains("no longer be trusted"),
+        "{reason}"
+    );
+    assert!(
+        at.duration_since(broken) >= Duration::from_millis(150),
+        "not before the deadline"
+    );
+    assert!(!lock.held());
+    std::fs::remove_dir(&companion).unwrap();
+}
+
+#[test]
+fn store_keys_cannot_escape_the_directory() {
+    use lease_core::{LeaseBackendExt, LeaseKey};
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("store");
+    let store = lease_file::DirectoryStore::open(&dir).unwrap();
+    let key = LeaseKey::with_sort_key("../../escape", "/etc/passwd").unwrap();
+    let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
+    let names: Vec<String> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["store"], "nothing outside the store directory");
+    let inside: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        inside
+            .iter()
+            .any(|n| n == &lease_file::key_file_name(&key).unwrap()),
+        "{inside:?}"
+    );
+    lease_core::block_on(store.release_lease(&lease)).unwrap();
+    let long = LeaseKey::new("x".repeat(1000)).unwrap();
+    let err = lease_core::block_on(store.acquire(&long, Duration::from_secs(5))).unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+}

@@ -12,6 +12,14 @@
 //!     `rounds` times: acquire, append `enter <generation> <pid>`, append
 //!     `exit <generation> <pid>`, release. At round `crash_at` (if not 0), exit with status 3
 //!     right after `enter`, without releasing.
+//! lease-file-probe cycles <path> <n>
+//!     n uncontended FileLock try_acquire + release cycles (for syscall counting).
+//! lease-file-probe store-cycles <dir> <n>
+//!     n uncontended DirectoryStore try_acquire + release cycles.
+//! lease-file-probe rawhold <path>
+//!     the floor: flock a file, print `acquired`, hold until killed or stdin closes.
+//! lease-file-probe rawwait <path>
+//!     the floor: print `waiting`, block in flock, print `acquired 0 <unix_ns>`.
 //! ```
 //!
 //! `LEASE_FILE_PROBE_MODE=heartbeat-only` runs the heartbeat-only protocol instead of kernel
@@ -147,6 +155,48 @@ fn run(args: &[String]) -> Result<(), String> {
                 log.write_all(format!("exit {generation} {pid}\n").as_bytes())
                     .map_err(|e| e.to_string())?;
                 lock.release().map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        "cycles" => {
+            let n: u64 = arg(args, 3)?;
+            let lock = FileLock::new(&path).map_err(|e| e.to_string())?;
+            for _ in 0..n {
+                lock.try_acquire().map_err(|e| e.to_string())?;
+                lock.release().map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        "store-cycles" => {
+            use lease_core::{LeaseBackend, LeaseBackendExt};
+            let n: u64 = arg(args, 3)?;
+            let store = lease_file::DirectoryStore::open(&path).map_err(|e| e.to_string())?;
+            let key = lease_core::LeaseKey::new("bench").map_err(|e| e.to_string())?;
+            for _ in 0..n {
+                let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))
+                    .map_err(|e| e.to_string())?;
+                lease_core::block_on(store.release(lease.key(), lease.token()))
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        "rawhold" | "rawwait" => {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| e.to_string())?;
+            if command == "rawwait" {
+                say("waiting");
+            }
+            file.lock().map_err(|e| e.to_string())?;
+            say(&format!("acquired 0 {}", unix_ns()));
+            for line in std::io::stdin().lock().lines() {
+                if line.is_err() {
+                    break;
+                }
             }
             Ok(())
         }
