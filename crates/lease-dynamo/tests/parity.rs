@@ -157,7 +157,7 @@ fn item_layout_ttl_clock_and_token_generator() {
             // Release keeps the item and the counter; ttl = release time + buffer.
             leases.release(&lease).await.unwrap();
             let item = raw_item(&client, leases.table(), ("pk", "sk"), ("job", "LOCK")).await;
-            assert!(item.get("lease_token").is_none() && item.get("lease_expires_at").is_none());
+            assert!(!item.contains_key("lease_token") && !item.contains_key("lease_expires_at"));
             assert_eq!(num(&item, "lease_fence"), seed + 1);
             assert_eq!(num(&item, "ttl"), (millis(now) + 10_000) / 1000 + 3600);
 
@@ -211,7 +211,7 @@ fn custom_names_sort_key_and_no_ttl() {
         assert_eq!(num(&item, "fence"), lease.fencing_token().get());
         assert_eq!(text(&item, "who"), Some("me"));
         assert!(
-            item.get("expire_at").is_none() && item.get("ttl").is_none(),
+            !item.contains_key("expire_at") && !item.contains_key("ttl"),
             "TTL off"
         );
         let err = leases.acquire("job", D).await.unwrap_err();
@@ -231,7 +231,7 @@ fn invalid_input_is_rejected_before_sending() {
             };
             let (leases, client) = support::leases(&endpoint, &wiring, |b| b).await;
             let invalid = |r: Result<_, lease_core::LeaseError>| {
-                let err = r.err().expect("rejected");
+                let err = r.expect_err("rejected");
                 assert!(err.is_invalid_input(), "{err}");
                 err.to_string()
             };

@@ -77,14 +77,14 @@ async fn contender(
         let mut current = lease;
         // Work a little under the lease; sometimes renew, sometimes crash (abandon it).
         tokio::time::sleep(Duration::from_micros(200)).await;
-        if round % 5 == 0
+        if round.is_multiple_of(5)
             && let Ok(renewed) = leases.renew(&current, DURATION).await
         {
             tally.renewals.fetch_add(1, Ordering::Relaxed);
             until = renewed.deadline();
             current = renewed;
         }
-        if round % 97 == 0 {
+        if round.is_multiple_of(97) {
             tally.abandoned.fetch_add(1, Ordering::Relaxed);
         } else {
             until = until.min(Instant::now());
