@@ -90,6 +90,30 @@ impl KclSimulation {
         }
     }
 
+    /// Gives the leases to the running workers round-robin, as a balanced fleet holds them, and
+    /// lets every worker see the table: the steady state, without simulating KCL's slow start.
+    pub fn preassign(&mut self) {
+        let running = self.running();
+        if running.is_empty() {
+            return;
+        }
+        for (lease, record) in self.table.iter_mut().enumerate() {
+            let owner = running[lease % running.len()];
+            record.owner = Some(owner);
+            record.counter += 1;
+        }
+        let now = self.now;
+        for (index, worker) in self.workers.iter_mut().enumerate() {
+            worker.held.clear();
+            for (lease, record) in self.table.iter().enumerate() {
+                worker.view[lease] = Some((record.owner, record.counter, now));
+                if record.owner == Some(index) {
+                    worker.held.insert(lease);
+                }
+            }
+        }
+    }
+
     fn renew_every(&self) -> Duration {
         self.config.failover / 3
     }
