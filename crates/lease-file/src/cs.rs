@@ -30,6 +30,22 @@ pub enum LockMode {
     HeartbeatOnly,
 }
 
+impl LockMode {
+    /// The name written into records' `protocol` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Kernel => "kernel",
+            Self::HeartbeatOnly => "heartbeat-only",
+        }
+    }
+}
+
+impl std::fmt::Display for LockMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Which mode to use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -153,6 +153,26 @@ impl FileLockOptions {
         self.label = Some(label.into());
         self
     }
+    /// The acquire retry limit.
+    pub fn acquire_retries(&self) -> u32 {
+        self.acquire_retries
+    }
+    /// The delay between acquire retries.
+    pub fn retry_delay(&self) -> Duration {
+        self.retry_delay
+    }
+    /// The invalid-record stale threshold.
+    pub fn invalid_record_stale(&self) -> Duration {
+        self.invalid_record_stale
+    }
+    /// The file creation mode.
+    pub fn file_mode(&self) -> u32 {
+        self.file_mode
+    }
+    /// The directory creation mode.
+    pub fn dir_mode(&self) -> u32 {
+        self.dir_mode
+    }
     /// The heartbeat interval.
     pub fn heartbeat_interval(&self) -> Duration {
         self.heartbeat_interval
@@ -570,9 +590,29 @@ impl FileLock {
         }
         let opts = &shared.options;
         let cs = shared.cs.enter(opts.stale_threshold)?;
+        if lock(&shared.state).tenure.is_some() {
+            // Another thread acquired through this same lock meanwhile.
+            return Err(FileLockError::AlreadyHeld {
+                path: shared.path.clone(),
+            });
+        }
         let sent = Instant::now();
         let current = read(&shared.path)?;
         let seen_at = Instant::now();
+        if let Read::Valid(r) = &current
+            && r.owner.is_some()
+            && let Some(protocol) = r.protocol.as_deref()
+            && protocol != shared.mode.as_str()
+        {
+            return Err(FileLockError::Unsupported {
+                path: shared.path.clone(),
+                reason: format!(
+                    "the holder runs the {protocol} protocol and this lock the {} one: they would \
+                     not exclude each other (use one ModePreference for every process)",
+                    shared.mode
+                ),
+            });
+        }
         let mut tenure_file = None;
         let previous = match &current {
             Read::Missing => 0,
@@ -683,6 +723,7 @@ impl FileLock {
         let owner = uuid::Uuid::new_v4().simple().to_string();
         let now = SystemTime::now();
         let record = make_record(
+            shared.mode,
             opts,
             &owner,
             generation,
@@ -756,6 +797,7 @@ impl FileLock {
             if r.owner.as_deref() == Some(owner.as_str()) && r.generation == generation);
         if ours {
             let mut record = make_record(
+                shared.mode,
                 &shared.options,
                 &owner,
                 generation,
@@ -827,6 +869,7 @@ fn try_tenure(path: &Path, mode: u32) -> Result<Option<File>, FileLockError> {
 }
 
 fn make_record(
+    mode: LockMode,
     options: &FileLockOptions,
     owner: &str,
     generation: u64,
@@ -852,6 +895,7 @@ fn make_record(
         expires_at_ns: now.saturating_add(stale_ns),
         generation,
         tenure,
+        protocol: Some(mode.as_str().to_owned()),
         partition: None,
         sort: None,
     }
@@ -861,7 +905,7 @@ fn make_record(
 #[derive(Debug)]
 pub(crate) enum Read {
     Missing,
-    Valid(LeaseFileRecord),
+    Valid(Box<LeaseFileRecord>),
     Invalid {
         reason: String,
         fingerprint: u64,
@@ -874,7 +918,7 @@ pub(crate) fn read(path: &Path) -> Result<Read, FileLockError> {
         return Ok(Read::Missing);
     };
     Ok(match LeaseFileRecord::parse(&file.bytes) {
-        Ok(record) => Read::Valid(record),
+        Ok(record) => Read::Valid(Box::new(record)),
         Err(e) => {
             let mut hasher = DefaultHasher::new();
             file.bytes.hash(&mut hasher);
@@ -922,7 +966,9 @@ fn heartbeat_loop(shared: &Arc<Shared>, epoch: u64) {
 fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
     let opts = &shared.options;
     let result = (|| -> Result<Option<LostReason>, FileLockError> {
-        let cs = shared.cs.enter(opts.heartbeat_interval)?;
+        let cs = shared
+            .cs
+            .enter(opts.heartbeat_interval.max(opts.stale_threshold / 4))?;
         let sent = Instant::now();
         let (owner, generation, heartbeat, acquired_at_ns, has_tenure) = {
             let state = lock(&shared.state);
@@ -952,6 +998,7 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
             new_tenure = try_tenure(&shared.owner_path, opts.file_mode)?;
         }
         let record = make_record(
+            shared.mode,
             opts,
             &owner,
             generation,

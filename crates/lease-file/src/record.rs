@@ -56,6 +56,11 @@ pub struct LeaseFileRecord {
     /// Whether the owner holds the kernel lock on the tenure file (`<path>.owner`).
     #[serde(default)]
     pub tenure: bool,
+    /// The critical-section protocol of the writer: `"kernel"` or `"heartbeat-only"`. Processes
+    /// running different protocols on one path would not exclude each other, so a lock refuses
+    /// a held record written under the other one.
+    #[serde(default)]
+    pub protocol: Option<String>,
     /// The directory store's key: partition key.
     #[serde(default)]
     pub partition: Option<String>,

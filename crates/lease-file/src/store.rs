@@ -250,6 +250,7 @@ impl DirectoryStore {
             expires_at_ns: ns(expires_at),
             generation,
             tenure: false,
+            protocol: Some(self.inner.mode.as_str().to_owned()),
             partition: Some(key.partition().to_owned()),
             sort: key.sort().map(str::to_owned),
         }
@@ -311,7 +312,7 @@ impl DirectoryStore {
         self.with_record(key, |path, current| {
             let now = self.inner.clock.now();
             let mut record = match current {
-                Read::Valid(r) => r,
+                Read::Valid(r) => *r,
                 Read::Missing => {
                     return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing));
                 }
@@ -350,7 +351,7 @@ impl DirectoryStore {
     fn release_now(&self, key: &LeaseKey, token: &LeaseToken) -> Result<(), LeaseError> {
         self.with_record(key, |path, current| {
             let mut record = match current {
-                Read::Valid(r) => r,
+                Read::Valid(r) => *r,
                 Read::Missing => {
                     return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing));
                 }
