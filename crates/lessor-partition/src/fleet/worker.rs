@@ -196,7 +196,7 @@ impl WorkerBuilder {
     }
 
     /// How long a session lease lasts without renewal (default 10 s): a crashed worker's units
-    /// are owned again within about this plus two intervals.
+    /// are owned again within about this plus one interval (at most two).
     pub fn session_duration(mut self, duration: Duration) -> Self {
         self.session_duration = duration;
         self
