@@ -52,16 +52,13 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     } else {
         Dynamo::provision(&mut steps)?
     };
-    // `--all-targets` runs each bench binary once as a smoke test: quick, and writing no report.
     steps.run(
         "tests, all targets",
-        with_dynamo(&dynamo, &["test", "--workspace", "--all-targets"])
-            .env("LEASE_BENCH_QUICK", "1")
-            .env_remove("LEASE_BENCH_OUT"),
+        &mut test_command(&dynamo, &["test", "--workspace", "--all-targets"]),
     )?;
     steps.run(
         "doc tests",
-        &mut with_dynamo(&dynamo, &["test", "--workspace", "--doc"]),
+        &mut test_command(&dynamo, &["test", "--workspace", "--doc"]),
     )?;
     // Plain cargo: lease-core needs no DynamoDB, and the Docker feature is not one of its own.
     steps.run(
@@ -95,12 +92,22 @@ pub(crate) fn itest(flags: &[&str]) -> Result {
     for package in DYNAMO_PACKAGES {
         steps.run(
             &format!("{package} tests"),
-            &mut with_dynamo(&dynamo, &["test", "-p", package, "--all-targets"]),
+            &mut test_command(&dynamo, &["test", "-p", package, "--all-targets"]),
         )?;
     }
     drop(dynamo);
     steps.summary();
     Ok(())
+}
+
+/// [`with_dynamo`], and since `--all-targets` runs each bench binary once as a smoke test:
+/// quick, and writing no report section.
+fn test_command(dynamo: &Dynamo, args: &[&str]) -> Command {
+    let mut command = with_dynamo(dynamo, args);
+    command
+        .env("LEASE_BENCH_QUICK", "1")
+        .env_remove("LEASE_BENCH_OUT");
+    command
 }
 
 /// `cargo <args>` with what the DynamoDB suites need: environment and, with Docker, a feature.
