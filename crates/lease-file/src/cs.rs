@@ -62,6 +62,9 @@ pub enum ModePreference {
 
 const CIFS_MAGIC: u64 = 0xFF53_4D42;
 const SMB2_MAGIC: u64 = 0xFE53_4D42;
+const FUSE_MAGIC: u64 = 0x6573_5546;
+const V9FS_MAGIC: u64 = 0x0102_1997;
+const AFS_MAGIC: u64 = 0x5346_414F;
 
 /// Decides the mode for a lock whose critical-section file is `probe`, in `dir`.
 pub(crate) fn detect(
@@ -89,6 +92,13 @@ pub(crate) fn detect(
                 Some("nfs")
             } else if kind == SMB_SUPER_MAGIC || raw == CIFS_MAGIC || raw == SMB2_MAGIC {
                 Some("smb/cifs")
+            } else if raw == FUSE_MAGIC {
+                // sshfs, s3fs and friends: the kernel emulates flock for this host only.
+                Some("fuse")
+            } else if raw == V9FS_MAGIC {
+                Some("9p")
+            } else if raw == AFS_MAGIC {
+                Some("afs")
             } else {
                 None
             }
@@ -107,7 +117,8 @@ pub(crate) fn detect(
     };
     if let Some(kind) = network {
         return fallback(format!(
-            "{kind} file system: flock is not reliable across hosts there"
+            "{kind} file system: flock is not reliable across hosts there (force \
+             ModePreference::Kernel if every contender runs on this host)"
         ));
     }
     let file = open_companion(probe, file_mode)?;

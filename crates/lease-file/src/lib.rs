@@ -71,7 +71,7 @@
 //!
 //! ## Where kernel locks do not work
 //!
-//! On NFS and SMB/CIFS (detected with `statfs`), or where `flock` fails with `ENOLCK`,
+//! On NFS, SMB/CIFS, FUSE, 9p and AFS (detected with `statfs`), or where `flock` fails with `ENOLCK`,
 //! `EOPNOTSUPP` or `ENOSYS`, the lock runs in [`LockMode::HeartbeatOnly`] and says so through
 //! [`FileLock::mode`] (and [`FileLock::mode_reason`]); [`ModePreference::Kernel`] turns the
 //! fallback into an error instead. Critical sections are then epochs: entering creates

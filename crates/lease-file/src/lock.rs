@@ -313,6 +313,10 @@ struct State {
     tenure: Option<Tenure>,
     lost: Option<LostReason>,
     epoch: u64,
+    /// The heartbeat thread runs (it parks between tenures).
+    thread_started: bool,
+    /// The `FileLock` was dropped: the heartbeat thread ends.
+    closed: bool,
 }
 
 /// Observations are per process and per path, not per `FileLock`: a caller that makes a new
@@ -374,10 +378,12 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 /// | replace the record | `open(O_EXCL)`, `fchmod`, `write`, `close`, `rename`: 5 |
 /// | tenure kernel lock | `open`, `fstat`, `flock`: 3 (once per acquisition) |
 ///
-/// So an uncontended [`try_acquire`](Self::try_acquire) is about 17 syscalls plus one thread
-/// spawn, a heartbeat about 14, a [`release`](Self::release) about 15 (the tenure file's `close`
-/// drops its kernel lock), and a refused attempt on a held lock about 12. The benchmark
-/// (`benches/file_lease.rs`) measures them against a bare `O_EXCL` create and a bare `flock`.
+/// Measured with `strace -f -c` (`benches/file_lease.rs`), an uncontended
+/// [`try_acquire`](Self::try_acquire) plus [`release`](Self::release) is about 44 syscalls
+/// (std adds an `fcntl` and a `statx` here and there, `uuid` a `getrandom` per name), a heartbeat
+/// about 20, a refused attempt on a held lock about 15. The heartbeat thread is started once per
+/// `FileLock` (about 17 more syscalls, the first time) and parks between tenures. The benchmark
+/// compares them with a bare `O_EXCL` create (4) and a bare `flock` (2).
 pub struct FileLock {
     shared: Arc<Shared>,
 }
@@ -752,19 +758,32 @@ impl FileLock {
             });
             state.epoch
         };
-        tracing::info!(generation, tenure = record.tenure, "file lock acquired");
-        let thread_shared = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("lease-file-heartbeat".into())
-            .spawn(move || heartbeat_loop(&thread_shared, epoch));
-        if let Err(e) = spawned {
-            let _ = self.release();
-            return Err(FileLockError::Io {
-                op: "spawn heartbeat thread",
-                path: shared.path.clone(),
-                transient: true,
-                source: e,
-            });
+        tracing::info!(
+            generation,
+            epoch,
+            tenure = record.tenure,
+            "file lock acquired"
+        );
+        let start_thread = {
+            let mut state = lock(&shared.state);
+            !std::mem::replace(&mut state.thread_started, true)
+        };
+        shared.wake.notify_all();
+        if start_thread {
+            let thread_shared = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name("lease-file-heartbeat".into())
+                .spawn(move || heartbeat_loop(&thread_shared));
+            if let Err(e) = spawned {
+                lock(&shared.state).thread_started = false;
+                let _ = self.release();
+                return Err(FileLockError::Io {
+                    op: "spawn heartbeat thread",
+                    path: shared.path.clone(),
+                    transient: true,
+                    source: e,
+                });
+            }
         }
         Ok(FencingToken::new(generation))
     }
@@ -843,6 +862,7 @@ impl Drop for FileLock {
         }
         let mut state = lock(&self.shared.state);
         state.epoch += 1;
+        state.closed = true;
         self.shared.wake.notify_all();
     }
 }
@@ -932,32 +952,55 @@ pub(crate) fn read(path: &Path) -> Result<Read, FileLockError> {
     })
 }
 
-fn heartbeat_loop(shared: &Arc<Shared>, epoch: u64) {
+/// The lock's heartbeat thread: started at the first acquisition, parked between tenures, ended
+/// when the `FileLock` is dropped. One thread per lock, so a heartbeat stuck in slow I/O on one
+/// path never delays another lock's.
+fn heartbeat_loop(shared: &Arc<Shared>) {
     let span = tracing::debug_span!("file_lock_heartbeat", path = %shared.path.display());
     let _enter = span.enter();
     let interval = shared.options.heartbeat_interval;
-    let mut next = Instant::now() + interval;
     loop {
-        {
+        let epoch = {
             let mut state = lock(&shared.state);
             loop {
-                if state.epoch != epoch || state.tenure.is_none() {
+                if state.closed {
                     return;
                 }
-                let now = Instant::now();
-                if now >= next {
-                    break;
+                if state.tenure.is_some() && state.lost.is_none() {
+                    break state.epoch;
                 }
                 state = shared
                     .wake
-                    .wait_timeout(state, next - now)
-                    .map(|(s, _)| s)
-                    .unwrap_or_else(|p| p.into_inner().0);
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
             }
-        }
-        next = Instant::now() + interval;
-        if !heartbeat_once(shared, epoch) {
-            return;
+        };
+        let mut next = Instant::now() + interval;
+        'tenure: loop {
+            {
+                let mut state = lock(&shared.state);
+                loop {
+                    if state.closed {
+                        return;
+                    }
+                    if state.epoch != epoch || state.tenure.is_none() {
+                        break 'tenure;
+                    }
+                    let now = Instant::now();
+                    if now >= next {
+                        break;
+                    }
+                    state = shared
+                        .wake
+                        .wait_timeout(state, next - now)
+                        .map(|(s, _)| s)
+                        .unwrap_or_else(|p| p.into_inner().0);
+                }
+            }
+            next = Instant::now() + interval;
+            if !heartbeat_once(shared, epoch) {
+                break 'tenure;
+            }
         }
     }
 }
