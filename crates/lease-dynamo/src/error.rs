@@ -167,3 +167,62 @@ pub(crate) fn malformed(
 ) -> LeaseError {
     LeaseError::backend("dynamodb", false, DynamoError::new(operation, table, what))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+    use aws_smithy_runtime_api::client::result::ConnectorError;
+    use aws_smithy_runtime_api::http::StatusCode;
+    use aws_smithy_types::body::SdkBody;
+    use aws_smithy_types::error::ErrorMetadata;
+
+    fn service(code: &str, status: u16) -> SdkError<UpdateItemError, HttpResponse> {
+        let err =
+            UpdateItemError::generic(ErrorMetadata::builder().code(code).message("m").build());
+        let status = StatusCode::try_from(status).unwrap_or_else(|_| unreachable!());
+        SdkError::service_error(err, HttpResponse::new(status, SdkBody::empty()))
+    }
+
+    #[test]
+    fn classifies_by_meaning() {
+        for code in THROTTLING_CODES {
+            let class = classify(&service(code, 400));
+            assert!(class.transient && class.unapplied, "{code}");
+        }
+        let class = classify(&service("InternalServerError", 500));
+        assert!(class.transient && !class.unapplied, "5xx: outcome unknown");
+        assert!(classify(&service("SomethingNew", 503)).transient, "any 5xx");
+        for code in [
+            "ResourceNotFoundException",
+            "ValidationException",
+            "AccessDeniedException",
+        ] {
+            assert!(!classify(&service(code, 400)).transient, "{code}");
+        }
+        let io: SdkError<UpdateItemError, HttpResponse> =
+            SdkError::dispatch_failure(ConnectorError::io("reset".into()));
+        assert!(classify(&io).transient);
+        let timeout: SdkError<UpdateItemError, HttpResponse> = SdkError::timeout_error("slow");
+        assert!(classify(&timeout).transient);
+        let user: SdkError<UpdateItemError, HttpResponse> =
+            SdkError::dispatch_failure(ConnectorError::user("bad endpoint".into()));
+        assert!(!classify(&user).transient);
+    }
+
+    #[test]
+    fn message_names_operation_table_and_code() {
+        let err = backend_error(
+            "UpdateItem",
+            "leases",
+            service("ResourceNotFoundException", 400),
+        );
+        assert!(!err.is_transient());
+        let text = err.to_string();
+        assert!(
+            text.contains("UpdateItem on table `leases` failed: ResourceNotFoundException"),
+            "{text}"
+        );
+        assert!(text.contains("create_table"), "{text}");
+    }
+}

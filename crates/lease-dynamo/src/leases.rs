@@ -12,7 +12,7 @@ use lease_core::{
 
 use crate::{AttributeNames, RetryPolicy};
 
-/// Default sort key of leases named by a partition key alone (Go: `LockSortKey`).
+/// Default sort key of leases named by a partition key alone (the Go default).
 pub const DEFAULT_LOCK_SORT_KEY: &str = "LOCK";
 /// Default time an item is kept after its lease ends before DynamoDB TTL may delete it.
 pub const DEFAULT_TTL_BUFFER: Duration = Duration::from_secs(3600);
@@ -124,7 +124,7 @@ impl DynamoLeasesBuilder {
         self
     }
 
-    /// The partition and sort key attribute names (Go: `WithKeyAttributeNames`).
+    /// The partition and sort key attribute names (a Go option).
     pub fn with_key_attribute_names(
         mut self,
         partition: impl Into<String>,
@@ -134,7 +134,7 @@ impl DynamoLeasesBuilder {
         self
     }
 
-    /// The token, expiry and TTL attribute names (Go: `WithLeaseAttributeNames`).
+    /// The token, expiry and TTL attribute names (a Go option).
     pub fn with_lease_attribute_names(
         mut self,
         token: impl Into<String>,
@@ -161,39 +161,39 @@ impl DynamoLeasesBuilder {
         self
     }
 
-    /// The sort key of leases named by a partition key alone (Go: `WithLockSortKey`).
+    /// The sort key of leases named by a partition key alone (a Go option).
     pub fn with_lock_sort_key(mut self, sort: impl Into<String>) -> Self {
         self.lock_sort_key = sort.into();
         self
     }
 
-    /// Whether to write the TTL attribute (Go: `WithTTL`/`WithoutTTL`).
+    /// Whether to write the TTL attribute (a Go option).
     pub fn with_ttl(mut self, include: bool) -> Self {
         self.include_ttl = include;
         self
     }
 
-    /// How long after a lease ends DynamoDB TTL may delete its item (Go: `WithTTLBuffer`).
+    /// How long after a lease ends DynamoDB TTL may delete its item (a Go option).
     /// Must exceed the clock skew between any two hosts: see the crate docs, *Fencing*.
     pub fn with_ttl_buffer(mut self, buffer: Duration) -> Self {
         self.ttl_buffer = buffer;
         self
     }
 
-    /// The clock for timestamps and deadlines (Go: `WithNow`).
+    /// The clock for timestamps and deadlines (a Go option).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
 
-    /// The owner token source (Go: `WithTokenGenerator`).
+    /// The owner token source (a Go option).
     pub fn with_token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
         self.tokens = tokens;
         self
     }
 
-    /// Whether to validate durations and owner descriptions before sending (Go:
-    /// `WithInputValidation`); keys and tokens are always valid by construction.
+    /// Whether to validate durations and owner descriptions before sending (a Go
+    /// option); keys and tokens are always valid by construction.
     pub fn with_input_validation(mut self, on: bool) -> Self {
         self.validate = on;
         self
@@ -302,7 +302,7 @@ impl DynamoLeases {
         }
     }
 
-    /// A manager with every default (Go: `NewManager(client, table)`).
+    /// A manager with every default (the Go package's defaults).
     ///
     /// # Errors
     /// [`LeaseError::InvalidInput`] for an invalid table name.

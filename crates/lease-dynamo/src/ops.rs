@@ -549,7 +549,7 @@ impl DynamoLeases {
     }
 
     /// Releases `lease`: one conditional `UpdateItem` that removes the holder and keeps the item
-    /// with its fencing counter (Go: `Release`, which deleted the item).
+    /// with its fencing counter (the Go package deleted the item, and with it any counter).
     ///
     /// # Errors
     /// [`LeaseError::NotOwned`] if another owner holds the lease or nobody does;
