@@ -224,7 +224,8 @@ pub struct HolderInfo {
     pub since: Option<SystemTime>,
     /// When the holder last heartbeat, by its wall clock.
     pub last_heartbeat: Option<SystemTime>,
-    /// Set when the record could not be parsed: why.
+    /// Set when the holder is not described by a valid record (unparseable, or missing while
+    /// the tenure lock is held): why.
     pub unparseable: Option<String>,
 }
 
@@ -267,7 +268,7 @@ impl HolderInfo {
 impl fmt::Display for HolderInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(reason) = &self.unparseable {
-            return write!(f, "an unparseable record ({reason})");
+            return write!(f, "an unknown holder ({reason})");
         }
         if let Some(label) = &self.label {
             write!(f, "{label}, ")?;
@@ -515,7 +516,9 @@ impl FileLock {
             Read::Missing => Ok(None),
             Read::Valid(r) if r.owner.is_none() => Ok(None),
             Read::Valid(r) => Ok(Some(HolderInfo::from_record(&r))),
-            Read::Invalid { reason, .. } => Ok(Some(HolderInfo::unparseable(reason))),
+            Read::Invalid { reason, .. } => Ok(Some(HolderInfo::unparseable(format!(
+                "unparseable record: {reason}"
+            )))),
         }
     }
 
@@ -621,6 +624,24 @@ impl FileLock {
         }
         let mut tenure_file = None;
         let previous = match &current {
+            Read::Missing if shared.mode == LockMode::Kernel => {
+                // No record, but maybe a live holder whose record was deleted by hand: its
+                // tenure kernel lock says so, and its next heartbeat gives the lease up.
+                match try_tenure(&shared.owner_path, opts.file_mode)? {
+                    Some(file) => {
+                        tenure_file = Some(file);
+                        0
+                    }
+                    None => {
+                        return Err(FileLockError::Held {
+                            path: shared.path.clone(),
+                            holder: Box::new(HolderInfo::unparseable(
+                                "the record is missing but a holder keeps the tenure lock".into(),
+                            )),
+                        });
+                    }
+                }
+            }
             Read::Missing => 0,
             Read::Valid(r) if r.owner.is_none() => r.generation,
             Read::Valid(r) => {
@@ -708,7 +729,9 @@ impl FileLock {
                 if seen_at.duration_since(first) < opts.invalid_record_stale && !old_by_mtime {
                     return Err(FileLockError::Held {
                         path: shared.path.clone(),
-                        holder: Box::new(HolderInfo::unparseable(reason.clone())),
+                        holder: Box::new(HolderInfo::unparseable(format!(
+                            "unparseable record: {reason}"
+                        ))),
                     });
                 }
                 tracing::warn!(%reason, "reclaiming an unparseable record");

@@ -383,3 +383,25 @@ fn store_keys_cannot_escape_the_directory() {
     let err = lease_core::block_on(store.acquire(&long, Duration::from_secs(5))).unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
 }
+
+#[test]
+fn a_deleted_record_under_a_live_holder_is_not_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let holder = FileLock::with_options(&path, fast()).unwrap();
+    holder.acquire().unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let other = FileLock::with_options(&path, fast()).unwrap();
+    // Either the holder's heartbeat already noticed (and let the tenure lock go), or the contender
+    // is told a holder keeps the tenure lock: never two holders.
+    if let Err(e) = other.try_acquire() {
+        assert!(e.is_held() && e.to_string().contains("tenure lock"), "{e}");
+        let g = other.acquire_timeout(Duration::from_secs(2)).unwrap();
+        assert!(g.get() >= 1);
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while holder.held() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(matches!(holder.lost(), Some(LostReason::TakenOver { .. })));
+}
