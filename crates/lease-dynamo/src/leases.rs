@@ -62,6 +62,7 @@ pub(crate) struct Inner {
     pub(crate) max_clock_skew: Duration,
     pub(crate) safety_margin: Option<Duration>,
     pub(crate) retry: RetryPolicy,
+    pub(crate) list_page_size: Option<i32>,
 }
 
 impl fmt::Debug for DynamoLeases {
@@ -94,6 +95,7 @@ impl fmt::Debug for DynamoLeases {
 /// | [`with_max_clock_skew`](Self::with_max_clock_skew) | 0 |
 /// | [`with_safety_margin`](Self::with_safety_margin) | [`default_safety_margin`] |
 /// | [`with_retry_policy`](Self::with_retry_policy) | [`RetryPolicy::default`] |
+/// | [`with_list_page_size`](Self::with_list_page_size) | 1 MB pages |
 pub struct DynamoLeasesBuilder {
     client: Client,
     table: String,
@@ -107,6 +109,7 @@ pub struct DynamoLeasesBuilder {
     max_clock_skew: Duration,
     safety_margin: Option<Duration>,
     retry: RetryPolicy,
+    list_page_size: Option<i32>,
 }
 
 impl fmt::Debug for DynamoLeasesBuilder {
@@ -219,6 +222,13 @@ impl DynamoLeasesBuilder {
         self
     }
 
+    /// At most this many items per `Query` page when listing a partition (default: DynamoDB's
+    /// 1 MB pages). Smaller pages bound the read units and memory of each request.
+    pub fn with_list_page_size(mut self, items: u32) -> Self {
+        self.list_page_size = Some(i32::try_from(items.max(1)).unwrap_or(i32::MAX));
+        self
+    }
+
     /// Checks the configuration and builds the manager.
     ///
     /// # Errors
@@ -261,6 +271,7 @@ impl DynamoLeasesBuilder {
                 max_clock_skew: self.max_clock_skew,
                 safety_margin: self.safety_margin,
                 retry: self.retry,
+                list_page_size: self.list_page_size,
             }),
         })
     }
@@ -299,6 +310,7 @@ impl DynamoLeases {
             max_clock_skew: Duration::ZERO,
             safety_margin: None,
             retry: RetryPolicy::default(),
+            list_page_size: None,
         }
     }
 

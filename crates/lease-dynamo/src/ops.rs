@@ -461,6 +461,7 @@ impl DynamoLeases {
                     .key_condition_expression("#pk = :pk")
                     .expression_attribute_names("#pk", names.partition_key())
                     .expression_attribute_values(":pk", s(partition))
+                    .set_limit(inner.list_page_size)
                     .set_exclusive_start_key(start.take());
                 let output = with_retries(&inner.retry, &*inner.clock, None, "Query", || {
                     request.clone().send()

@@ -82,6 +82,22 @@ fn lost_acquire_reply_is_reconciled_from_all_old() {
 }
 
 #[test]
+fn lost_takeover_reply_is_reconciled() {
+    run("lost_takeover_reply_is_reconciled", |endpoint| async move {
+        let r = rig(&endpoint, RetryPolicy::default()).await;
+        let old = r.leases.acquire("k", D).await.unwrap();
+        r.clock.advance(D + Duration::from_millis(1));
+        r.faults.lose_replies(1);
+        let new = r.leases.acquire("k", D).await.unwrap();
+        assert_eq!(r.faults.lost(), 1);
+        assert_eq!(new.fencing_token().get(), old.fencing_token().get() + 1);
+        let err = r.leases.refresh(&old, D).await.unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+        r.leases.refresh(&new, D).await.unwrap();
+    });
+}
+
+#[test]
 fn lost_renew_reply_keeps_the_lease() {
     run("lost_renew_reply_keeps_the_lease", |endpoint| async move {
         let r = rig(&endpoint, RetryPolicy::default()).await;

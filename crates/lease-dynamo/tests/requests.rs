@@ -72,3 +72,29 @@ fn one_request_per_operation() {
         expect("list a partition", &["Query"]);
     });
 }
+
+#[test]
+fn listing_follows_query_pages() {
+    let Some(endpoint) = support::endpoint("listing_follows_query_pages") else {
+        return;
+    };
+    support::runtime().block_on(async {
+        let counter = Arc::new(RequestCounter::default());
+        let wiring = Wiring {
+            counter: Some(counter.clone()),
+            faults: None,
+        };
+        let (leases, _) = support::leases(&endpoint, &wiring, |b| b.with_list_page_size(2)).await;
+        for sort in ["e", "d", "b", "c", "a"] {
+            let key = LeaseKey::with_sort_key("paged", sort).unwrap();
+            leases.acquire_key(&key, D).await.unwrap();
+        }
+        leases.acquire("paged-not", D).await.unwrap();
+        counter.take();
+        let records = leases.list_partition("paged").await.unwrap();
+        let sorts: Vec<_> = records.iter().map(|r| r.key().sort().unwrap()).collect();
+        assert_eq!(sorts, ["a", "b", "c", "d", "e"]);
+        let pages = counter.take();
+        assert_eq!(pages, ["Query"; 3], "5 items, 2 per page");
+    });
+}
