@@ -47,10 +47,18 @@ pub(crate) fn current() -> Identity {
 
 /// Field 22 of `/proc/<pid>/stat`: the process start time in clock ticks since boot.
 pub(crate) fn start_time_of(pid: &str) -> Option<u64> {
+    proc_stat(pid).map(|(_, start)| start)
+}
+
+/// Fields 3 (state) and 22 (start time) of `/proc/<pid>/stat`.
+fn proc_stat(pid: &str) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
 }
 
 /// A caller-supplied liveness probe: `true` if the process with this pid is alive.
@@ -84,8 +92,10 @@ pub(crate) fn writer_is_gone(record: &LeaseFileRecord, probe: Option<&LivenessPr
     }
     match kill(Pid::from_raw(raw), None) {
         Err(Errno::ESRCH) => true,
-        Ok(()) | Err(Errno::EPERM) => match (record.start_time, start_time_of(&raw.to_string())) {
-            (Some(recorded), Some(now)) => recorded != now,
+        Ok(()) | Err(Errno::EPERM) => match (record.start_time, proc_stat(&raw.to_string())) {
+            // A zombie (or dying) process has closed its files; a different start time means
+            // the pid was reused.
+            (Some(recorded), Some((state, now))) => recorded != now || matches!(state, 'Z' | 'X'),
             _ => false,
         },
         Err(_) => false,

@@ -405,3 +405,62 @@ fn a_deleted_record_under_a_live_holder_is_not_free() {
     }
     assert!(matches!(holder.lost(), Some(LostReason::TakenOver { .. })));
 }
+
+fn plant_epoch(dir: &std::path::Path, name: &str, pid: u32, host: Option<&str>) {
+    // Start from a record this process wrote, so host, namespace and boot match ours.
+    let probe = dir.join("identity.lease");
+    let l =
+        FileLock::with_options(&probe, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
+    l.acquire().unwrap();
+    let mut r = read_record(&probe);
+    l.release().unwrap();
+    r.pid = pid;
+    if let Some(host) = host {
+        r.host = host.into();
+    }
+    let max = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let n = e.unwrap().file_name().to_string_lossy().into_owned();
+            n.strip_prefix(&format!("{name}.cs."))?.parse::<u64>().ok()
+        })
+        .max()
+        .unwrap_or(0);
+    std::fs::write(dir.join(format!("{name}.cs.{}", max + 1)), r.to_bytes()).unwrap();
+}
+
+#[test]
+fn heartbeat_only_reclaims_a_critical_section_left_by_a_dead_process_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let lock =
+        FileLock::with_options(&path, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
+    lock.acquire().unwrap();
+    lock.release().unwrap();
+    plant_epoch(dir.path(), "a.lease", 999_999, None);
+    let start = Instant::now();
+    lock.try_acquire().unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(250),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[test]
+fn heartbeat_only_reclaims_a_stuck_critical_section_after_the_stale_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let lock =
+        FileLock::with_options(&path, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
+    lock.acquire().unwrap();
+    lock.release().unwrap();
+    // Stuck on another host: nothing can prove it dead, so only time reclaims it.
+    plant_epoch(dir.path(), "a.lease", 1, Some("elsewhere"));
+    let start = Instant::now();
+    lock.try_acquire().unwrap();
+    let waited = start.elapsed();
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(waited < Duration::from_secs(2), "{waited:?}");
+    assert!(lock.held());
+}

@@ -22,7 +22,12 @@ struct Probe {
 
 impl Probe {
     fn spawn(args: &[&str]) -> Self {
+        Self::spawn_in_mode("kernel", args)
+    }
+
+    fn spawn_in_mode(mode: &str, args: &[&str]) -> Self {
         let mut child = Command::new(PROBE)
+            .env("LEASE_FILE_PROBE_MODE", mode)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -83,14 +88,25 @@ fn unix_ns() -> u128 {
 
 #[test]
 fn sigkilled_holder_is_taken_over_at_once() {
+    sigkill_takeover("kernel");
+}
+
+#[test]
+fn sigkilled_holder_is_taken_over_at_once_heartbeat_only() {
+    // No kernel lock: the pid probe (same host, namespace, boot; the zombie counts as dead)
+    // frees the lease long before the 3 s stale threshold.
+    sigkill_takeover("heartbeat-only");
+}
+
+fn sigkill_takeover(mode: &str) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("k.lease");
     let path = path.to_str().unwrap();
     let mut takeovers = Vec::new();
     for _ in 0..5 {
-        let holder = Probe::spawn(&["hold", path, "3000", "250"]);
+        let holder = Probe::spawn_in_mode(mode, &["hold", path, "3000", "250"]);
         let g1 = field(&holder.expect("acquired", Duration::from_secs(10)), 1);
-        let waiter = Probe::spawn(&["wait", path, "3000", "250", "200", "20000"]);
+        let waiter = Probe::spawn_in_mode(mode, &["wait", path, "3000", "250", "200", "20000"]);
         waiter.expect("waiting", Duration::from_secs(10));
         std::thread::sleep(Duration::from_millis(20));
         let killed_at = unix_ns();
@@ -102,7 +118,7 @@ fn sigkilled_holder_is_taken_over_at_once() {
         drop(holder);
     }
     takeovers.sort();
-    eprintln!("takeover after SIGKILL: {takeovers:?}");
+    eprintln!("takeover after SIGKILL ({mode}): {takeovers:?}");
     // The stale threshold is 3 s: a takeover well under it came from the kernel lock.
     assert!(takeovers[2] < Duration::from_millis(1000), "{takeovers:?}");
 }
