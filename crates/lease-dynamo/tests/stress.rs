@@ -154,8 +154,26 @@ fn checker_catches_overlap_and_reordered_fencing() {
 
 #[test]
 fn contenders_never_overlap_and_fencing_orders_holders() {
-    let Some(endpoint) = support::endpoint("contenders_never_overlap_and_fencing_orders_holders")
-    else {
+    stress(
+        "contenders_never_overlap_and_fencing_orders_holders",
+        target(),
+        false,
+    );
+}
+
+/// The same with faults: every few milliseconds a write's reply is lost after the server applied
+/// it, or a write is throttled. Reconciliation must keep every holder's view right.
+#[test]
+fn contenders_never_overlap_with_lost_replies_and_throttling() {
+    stress(
+        "contenders_never_overlap_with_lost_replies_and_throttling",
+        target() / 3,
+        true,
+    );
+}
+
+fn stress(name: &str, goal: usize, inject: bool) {
+    let Some(endpoint) = support::endpoint(name) else {
         return;
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -163,10 +181,25 @@ fn contenders_never_overlap_and_fencing_orders_holders() {
         .enable_all()
         .build()
         .unwrap();
-    let goal = target();
     let started = Instant::now();
+    let faults = Arc::new(support::Faults::default());
     let (log, tally, acquired) = rt.block_on(async {
-        let client = support::client(&endpoint, &support::Wiring::default());
+        let wiring = support::Wiring {
+            counter: None,
+            faults: inject.then(|| faults.clone()),
+        };
+        let client = support::client(&endpoint, &wiring);
+        if inject {
+            let faults = faults.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    faults.lose_replies(1);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    faults.throttle(1);
+                }
+            });
+        }
         let table = support::fresh_table(&client, "stress").await;
         let leases = DynamoLeases::new(client, table).unwrap();
         let keys: Arc<Vec<LeaseKey>> = Arc::new(
@@ -199,6 +232,11 @@ fn contenders_never_overlap_and_fencing_orders_holders() {
     let log = log.lock().unwrap();
     let intervals = check(&log).unwrap_or_else(|e| panic!("{e}"));
     let acquired = acquired.load(Ordering::Relaxed);
+    println!(
+        "{name}: {} lost replies, {} throttled",
+        faults.lost(),
+        faults.throttled()
+    );
     println!(
         "stress: {CONTENDERS} contenders, {KEYS} keys, {acquired} acquisitions ({intervals} trusted \
          intervals checked), {} attempts, {} held, {} transient, {} renewals, {} abandoned, in \
