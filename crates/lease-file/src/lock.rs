@@ -1077,6 +1077,7 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
         }
         replace_atomically(&shared.path, &record.to_bytes(), opts.file_mode, opts.fsync)?;
         drop(cs);
+        tracing::trace!(generation, heartbeat = heartbeat + 1, "heartbeat written");
         let mut state = lock(&shared.state);
         if let Some(t) = state.tenure.as_mut().filter(|t| t.epoch == epoch) {
             t.heartbeat = heartbeat + 1;

@@ -48,6 +48,25 @@ const NAME: &str = "file";
 /// lease_core::block_on(store.release_lease(&lease))?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// Kept alive by a lease-core [`LeaseGuard`](lease_core::LeaseGuard) on a thread of its own:
+///
+/// ```
+/// use lease_core::{KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseGuard, LeaseKey};
+/// use lease_file::DirectoryStore;
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let dir = tempfile::tempdir()?;
+/// let store: Arc<dyn LeaseBackend> = Arc::new(DirectoryStore::open(dir.path())?);
+/// let key = LeaseKey::new("leader")?;
+/// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(3)))?;
+/// let guard = LeaseGuard::spawn_thread(store.clone(), lease, KeeperOptions::default())?;
+/// let fencing = guard.check()?;
+/// assert_eq!(fencing, guard.fencing_token());
+/// lease_core::block_on(guard.release())?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct DirectoryStore {
     inner: Arc<Inner>,

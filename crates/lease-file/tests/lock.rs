@@ -464,3 +464,30 @@ fn heartbeat_only_reclaims_a_stuck_critical_section_after_the_stale_threshold() 
     assert!(waited < Duration::from_secs(2), "{waited:?}");
     assert!(lock.held());
 }
+
+#[test]
+fn readers_never_see_a_half_written_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let lock = FileLock::with_options(
+        &path,
+        FileLockOptions::default()
+            .with_heartbeat_interval(Duration::from_millis(1))
+            .with_stale_threshold(Duration::from_millis(300)),
+    )
+    .unwrap();
+    lock.acquire().unwrap();
+    let start = Instant::now();
+    let mut reads = 0;
+    let mut last = 0;
+    while start.elapsed() < Duration::from_millis(400) {
+        let bytes = std::fs::read(&path).unwrap();
+        let record = LeaseFileRecord::parse(&bytes)
+            .unwrap_or_else(|e| panic!("torn read after {reads} reads: {e}"));
+        assert!(record.heartbeat >= last, "heartbeats never go back");
+        last = record.heartbeat;
+        reads += 1;
+    }
+    assert!(last > 20, "the holder heartbeat {last} times meanwhile");
+    assert!(reads > 100);
+}
