@@ -7,6 +7,8 @@
 //! trust their ownership at that instant (paused workers included: a paused process still
 //! believes what it believed); violations are recorded, never panicked on.
 //!
+//! Public so the benchmark, the tests and users trying settings can drive it; not API-stable.
+//!
 //! ```
 //! use lessor_partition::sim::{FleetModel, SimConfig, Simulation};
 //! use std::time::Duration;
