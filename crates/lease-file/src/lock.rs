@@ -691,6 +691,11 @@ impl FileLock {
                 match free {
                     Some(why) => {
                         tracing::info!(generation = r.generation, pid = r.pid, host = %r.host, why, "taking over");
+                        if shared.mode == LockMode::Kernel {
+                            // Only critical-section holders write temporary records, and we hold
+                            // it: any left over belong to a writer that died mid-write.
+                            remove_stale_temps(&shared.path);
+                        }
                         r.generation
                     }
                     None => {
@@ -887,6 +892,29 @@ impl Drop for FileLock {
         state.epoch += 1;
         state.closed = true;
         self.shared.wake.notify_all();
+    }
+}
+
+fn remove_stale_temps(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        if file.starts_with(&prefix) && file.ends_with(".tmp") {
+            tracing::debug!(file = %file, "removing a temporary record left by a dead writer");
+            let _ = std::fs::remove_file(entry.path());
+        }
     }
 }
 

@@ -98,11 +98,18 @@ fn kernel_tenure_lets_a_contender_take_over_when_the_holder_vanishes() {
     record.host = "another-host".into();
     record.tenure = true;
     std::fs::write(&path, record.to_bytes()).unwrap();
+    // A writer that died between creating its temporary record and the rename left litter.
+    let litter = dir.path().join(".a.lease.4242.0123456789ab.tmp");
+    std::fs::write(&litter, b"{").unwrap();
     let other = FileLock::with_options(&path, fast()).unwrap();
     let start = Instant::now();
     let g = other.try_acquire().unwrap();
     assert!(start.elapsed() < Duration::from_millis(100));
     assert_eq!(g.get(), record.generation + 1);
+    assert!(
+        !litter.exists(),
+        "takeover cleans up a dead writer's temporary record"
+    );
 }
 
 #[test]
