@@ -31,9 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::{
-    AcquireOptions, BoxFuture, Clock, KeeperOptions, Lease, LeaseBackend, LeaseBackendExt,
-    LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseToken, LossReason, ManualClock,
-    NotOwnedReason, WaitOptions,
+    AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, KeeperOptions, Lease,
+    LeaseBackend, LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseToken,
+    LossReason, ManualClock, NotOwnedReason, WaitOptions,
 };
 
 /// One conformance case: a function of the subject returning the future that runs it.
@@ -86,6 +86,7 @@ macro_rules! conformance_tests {
             wait_takes_over_after_expiry,
             guard_renews_and_reports_loss,
             listing_sees_every_sort_key,
+            fenced_values_refuse_stale_writers,
         );
     };
     (@cases $harness:path; $($case:ident),* $(,)?) => {
@@ -103,6 +104,7 @@ macro_rules! conformance_tests {
 pub struct Subject {
     backend: Arc<dyn LeaseBackend>,
     listing: Option<Arc<dyn LeaseListing>>,
+    fenced: Option<Arc<dyn FencedValues>>,
     clock: Arc<ManualClock>,
     namespace: String,
     takeover_delay: Duration,
@@ -117,6 +119,7 @@ impl Subject {
         Self {
             backend,
             listing: None,
+            fenced: None,
             clock,
             namespace: format!("conf-{}", &nonce[..12]),
             takeover_delay: Duration::ZERO,
@@ -134,6 +137,12 @@ impl Subject {
     /// [`LeaseListing`]. Every backend of this project supplies one.
     pub fn with_listing(mut self, listing: Arc<dyn LeaseListing>) -> Self {
         self.listing = Some(listing);
+        self
+    }
+
+    /// The backend's [`FencedValues`] (same store). Every backend of this project supplies it.
+    pub fn with_fenced_values(mut self, fenced: Arc<dyn FencedValues>) -> Self {
+        self.fenced = Some(fenced);
         self
     }
 
@@ -601,6 +610,74 @@ pub fn listing_sees_every_sort_key(s: &Subject) -> BoxFuture<'_, ()> {
         assert_eq!(
             records[0].holder().and_then(|h| h.token()),
             Some(leases[1].token())
+        );
+    })
+}
+
+/// Fenced values: the newest token reads and writes, older ones are refused, values round-trip.
+pub fn fenced_values_refuse_stale_writers(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let fenced = s
+            .fenced
+            .as_ref()
+            .expect("this backend supplies no FencedValues: call Subject::with_fenced_values");
+        let name = s.key("fenced");
+        let t = FencingToken::new;
+        assert_eq!(
+            must(fenced.fence_and_read(&name, t(5)).await, "read empty"),
+            None
+        );
+        let big = vec![0xa5u8; 60 * 1024];
+        must(fenced.put_fenced(&name, t(5), &big).await, "put 60 KiB");
+        assert_eq!(
+            must(fenced.fence_and_read(&name, t(5)).await, "read back").as_deref(),
+            Some(&big[..])
+        );
+        must(
+            fenced.put_fenced(&name, t(6), b"six").await,
+            "newer token writes",
+        );
+        let stale = fenced.put_fenced(&name, t(5), b"five again").await;
+        assert_eq!(
+            stale.expect_err("stale write").not_owned_reason(),
+            Some(NotOwnedReason::Fenced),
+            "an older token is refused"
+        );
+        let seen = must(fenced.fence_and_read(&name, t(9)).await, "fence at 9");
+        assert_eq!(
+            seen.as_deref(),
+            Some(&b"six"[..]),
+            "the refused write changed nothing"
+        );
+        let err = fenced
+            .put_fenced(&name, t(8), b"eight")
+            .await
+            .expect_err("fenced out");
+        assert!(err.is_not_owned(), "{err}");
+        let err = fenced
+            .fence_and_read(&name, t(8))
+            .await
+            .expect_err("fenced read");
+        assert!(err.is_not_owned(), "{err}");
+        must(fenced.put_fenced(&name, t(9), b"").await, "empty value");
+        assert_eq!(
+            must(fenced.fence_and_read(&name, t(9)).await, "read").as_deref(),
+            Some(&b""[..])
+        );
+        let too_big = vec![0u8; crate::MAX_FENCED_VALUE_BYTES + 1];
+        let err = fenced
+            .put_fenced(&name, t(10), &too_big)
+            .await
+            .expect_err("too big");
+        assert!(err.is_invalid_input(), "{err}");
+        assert_eq!(
+            must(fenced.fence_and_read(&name, t(10)).await, "unchanged").as_deref(),
+            Some(&b""[..])
+        );
+        let other = s.key("fenced-other");
+        must(
+            fenced.put_fenced(&other, t(1), b"independent").await,
+            "names are independent",
         );
     })
 }

@@ -115,6 +115,8 @@ pub enum NotOwnedReason {
     TakenOver,
     /// There is no current holder: the lease was released, or never held.
     Missing,
+    /// A newer fencing token has touched the value ([`FencedValues`](crate::FencedValues)).
+    Fenced,
 }
 
 impl fmt::Display for NotOwnedReason {
@@ -123,6 +125,7 @@ impl fmt::Display for NotOwnedReason {
             Self::Expired => "the lease expired",
             Self::TakenOver => "another owner took the lease",
             Self::Missing => "the lease is not held (released or never acquired)",
+            Self::Fenced => "a newer fencing token has written here",
         })
     }
 }

@@ -32,6 +32,8 @@
 //!   time and randomness are injected.
 //! * [`LeaseGuard`]: keeps a lease alive and tells its holder the moment it can no longer trust it.
 //! * [`LeaseListing`]: the optional extension that lists the records under one partition key.
+//! * [`FencedValues`]: the optional extension that stores small values (checkpoints) only the
+//!   newest fencing token may write.
 //! * [`MemoryBackend`]: the reference backend.
 //! * `conformance` (feature `conformance`): the suite every backend passes. Not API-stable.
 //!
@@ -70,6 +72,7 @@ mod backend;
 mod clock;
 mod error;
 mod exec;
+mod fenced;
 mod keeper;
 mod key;
 mod lease;
@@ -86,6 +89,7 @@ pub use backend::{AcquireOptions, BoxFuture, LeaseBackend, LeaseBackendExt, Wait
 pub use clock::{Clock, ManualClock, SystemClock, sleep_until};
 pub use error::{Holder, LeaseError, NotOwnedReason};
 pub use exec::{JoinAll, block_on, join_all};
+pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES, validate_fenced_value};
 pub use keeper::{KeeperOptions, KeeperTask, LeaseGuard, LossCallback, LossReason, Lost};
 pub use key::{LeaseKey, MAX_KEY_PART_BYTES};
 pub use lease::{

@@ -7,9 +7,10 @@ use std::time::{Duration, SystemTime};
 
 use crate::sync::lock;
 use crate::{
-    AcquireOptions, BoxFuture, Clock, FencingToken, Holder, Lease, LeaseBackend, LeaseError,
-    LeaseKey, LeaseListing, LeaseRecord, LeaseToken, NotOwnedReason, RandomTokens, SystemClock,
-    TokenSource, default_safety_margin, holder_deadline, validate_duration,
+    AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Holder, Lease, LeaseBackend,
+    LeaseError, LeaseKey, LeaseListing, LeaseRecord, LeaseToken, NotOwnedReason, RandomTokens,
+    SystemClock, TokenSource, default_safety_margin, holder_deadline, validate_duration,
+    validate_fenced_value,
 };
 
 /// Leases in a `HashMap` behind a mutex: the reference implementation of the contract.
@@ -38,6 +39,7 @@ use crate::{
 #[derive(Clone)]
 pub struct MemoryBackend {
     entries: Arc<Mutex<HashMap<LeaseKey, Entry>>>,
+    values: Arc<Mutex<HashMap<LeaseKey, FencedEntry>>>,
     clock: Arc<dyn Clock>,
     tokens: Arc<dyn TokenSource>,
     safety_margin: Option<Duration>,
@@ -47,6 +49,12 @@ pub struct MemoryBackend {
 struct Entry {
     holder: Option<HolderEntry>,
     fencing: u64,
+}
+
+#[derive(Clone, Debug)]
+struct FencedEntry {
+    fence: FencingToken,
+    value: Option<Vec<u8>>,
 }
 
 #[derive(Clone, Debug)]
@@ -91,6 +99,7 @@ impl MemoryBackend {
     pub fn new() -> Self {
         Self {
             entries: Arc::default(),
+            values: Arc::default(),
             clock: Arc::new(SystemClock),
             tokens: Arc::new(RandomTokens),
             safety_margin: None,
@@ -283,5 +292,52 @@ impl LeaseListing for MemoryBackend {
         keys.sort();
         let records = keys.iter().filter_map(|k| self.inspect_now(k)).collect();
         Box::pin(std::future::ready(Ok(records)))
+    }
+}
+
+impl MemoryBackend {
+    fn fenced_write(
+        &self,
+        name: &LeaseKey,
+        fencing: FencingToken,
+        value: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, LeaseError> {
+        if let Some(value) = value {
+            validate_fenced_value(value)?;
+        }
+        let mut values = lock(&self.values);
+        let entry = values.entry(name.clone()).or_insert(FencedEntry {
+            fence: fencing,
+            value: None,
+        });
+        if entry.fence > fencing {
+            return Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced));
+        }
+        entry.fence = fencing;
+        if let Some(value) = value {
+            entry.value = Some(value.to_vec());
+        }
+        Ok(entry.value.clone())
+    }
+}
+
+impl FencedValues for MemoryBackend {
+    fn fence_and_read<'a>(
+        &'a self,
+        name: &'a LeaseKey,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, LeaseError>> {
+        Box::pin(std::future::ready(self.fenced_write(name, fencing, None)))
+    }
+
+    fn put_fenced<'a>(
+        &'a self,
+        name: &'a LeaseKey,
+        fencing: FencingToken,
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(std::future::ready(
+            self.fenced_write(name, fencing, Some(value)).map(drop),
+        ))
     }
 }

@@ -10,7 +10,9 @@ use lease_core::{ManualClock, MemoryBackend};
 fn harness(_name: &str, case: Case) {
     let clock = Arc::new(ManualClock::new());
     let backend = Arc::new(MemoryBackend::new().with_clock(clock.clone()));
-    let subject = Subject::new(backend.clone(), clock).with_listing(backend);
+    let subject = Subject::new(backend.clone(), clock)
+        .with_listing(backend.clone())
+        .with_fenced_values(backend);
     lease_core::block_on(case(&subject));
 }
 
