@@ -64,16 +64,21 @@
 //! also dead. A session whose record shows a *greater* fencing token, or no holder, has ended
 //! (released, or expired by the store's own judgement and acquired again).
 //!
-//! When membership changes, while it is below its share, and (for the member with the lowest id)
-//! every few ticks, a worker lists the units partition and computes the **plan**: a pure function
-//! of the sorted live members and the current owners, so every worker that saw the same state
-//! computes the same plan. With `L` units and `W` members each gets `floor(L/W)`, and the
-//! `L mod W` members holding most get one more (a balanced fleet stays put); each keeps its
-//! lowest-id units up to its share (sticky); the rest (free units, units of dead sessions, then
-//! the surplus of members above their share) is dealt to members below their share. A worker
+//! When membership changes, while it is below its share, after a units listing showed a free or
+//! dead-owned unit, and (for the member with the lowest id) every few ticks, a worker lists the
+//! units partition and computes the **plan**: a pure function of the sorted live members and the
+//! current owners, so every worker that saw the same state computes the same plan. With `L` units
+//! and `W` members each gets `floor(L/W)`, and the `L mod W` members with the lowest ids one
+//! more. These **targets depend on the member list alone** (never on who holds what, nor on when
+//! a worker looked), so workers that see the same members agree on them and they sum to `L`: while
+//! any unit is unowned, some member is below its target, keeps listing and planning every tick,
+//! and takes it as soon as it is free to take. A leave never lowers a survivor's target (survivors
+//! only take) and a join never raises an existing member's (they only give). Each member keeps its
+//! lowest-id units up to its target (sticky); the rest (free units, units of dead sessions, then
+//! the surplus of members above their target) is dealt to members below their target. A worker
 //! releases its surplus (telling the application first) and takes what the plan deals it, at most
-//! `max_moves_per_interval` of each per tick. A plan never moves a unit between two members that
-//! are both within their share, so a unit does not move back and forth.
+//! `max_moves_per_interval` of each per tick. Since the targets of a member list are fixed, a unit
+//! moves at most once per membership change and a settled fleet makes no moves.
 //!
 //! **Taking a unit of a dead session** is two conditional requests: release with the dead
 //! owner's token (fails if anyone changed the record since it was listed), then acquire
@@ -99,11 +104,35 @@
 //!    write after it happened, hence after `r.sent`; `X`'s deadline is `r.sent + d - margin`,
 //!    before `Y`'s judgement as long as clock rates differ by less than the margin;
 //! 3. `expires_at + skew` passed on `Y`'s wall clock: with wall clocks within `skew`, `X`'s
-//!    deadline (before `expires_at`) has passed.
+//!    deadline (before `expires_at`) has passed;
+//! 4. `s`'s record was missing from every sessions listing `Y` sent after it read the unit
+//!    record naming `s`, for a session duration `d` on `Y`'s clock (the record was deleted by an
+//!    operator or a TTL, or a listing dropped it). `X` acquired `s` before it took `u`, so before
+//!    `Y` read `u`'s record: a listing sent after that read which misses the record means the
+//!    record no longer existed when the store served it (at some instant `λ`). A renewal of `s`
+//!    that reaches the store after `λ` fails (the store must hold `s`'s token, and a re-created
+//!    record carries a new one), so `X`'s last successful renewal `r` was sent before `λ`, which
+//!    is before that listing's reply, where `Y` starts counting `d`. So `X`'s deadline
+//!    `r.sent + d - margin` has passed, as in 2. This needs listings that miss a record only when
+//!    it does not exist; a backend whose listing can drop a live record (one being rewritten)
+//!    must keep that rare and brief: `Y` needs it missing from every listing over `d`, at least
+//!    `d / interval` listings in a row, while a live `X` rewrites it every interval.
 //!
-//! A unit whose owner session is not in `Y`'s view at all is never judged dead (a view older than
-//! the unit's owner), and unknown owner tokens are never touched. The simulator checks this
-//! property after every step, with pauses that outlast sessions.
+//! A session not in `Y`'s view with no such run of misses (a view older than the unit's owner)
+//! is left alone.
+//!
+//! **A unit record whose token is not a fleet token** (corrupt, or written by something that does
+//! not follow this protocol) is released with that token and taken once `Y`'s units listings
+//! have shown the record unchanged (token, fencing, expiry) for a session duration. No worker
+//! trusts such a unit: a worker trusts only a unit whose store record holds the token it wrote,
+//! and every token a worker writes parses (`<uuid>.<fencing>.<id>`, ids without `.`); a worker
+//! whose unit record now shows another token lost it, by release or expiry, as above, before the
+//! record changed. So taking it cannot give a unit two trusting workers. The wait keeps the rule
+//! of 2 for a foreign holder that keeps renewing (changing the expiry): it is left alone. A holder
+//! whose token the store does not show cannot be released conditionally and is left alone.
+//!
+//! The simulator checks this property after every step, with pauses that outlast sessions,
+//! session records that vanish after a crash, and units held under garbage tokens.
 //!
 //! ## Cost, per worker per interval
 //!
@@ -112,7 +141,9 @@
 //!   unit lease renewals amortised over half the unit lease: `(L/W) * interval / (unit lease / 2)`
 //!   (0.0003 per unit at the defaults);
 //! * a membership change: one units listing per worker, then one release + one acquire per
-//!   moved unit (a dead owner's unit costs one more release).
+//!   moved unit (a dead owner's unit costs one more release); a worker below its target, or
+//!   whose last units listing showed a free or dead-owned unit, lists the units again on every
+//!   tick until it reaches its target and sees none.
 //!
 //! So a worker sends on average `2 + 1/(8W) + (L/W) / 17 280` requests per interval and reads
 //! `W + L/(8W)` records. KCL 2.x sends `L/W` renewals every 3.3 s and reads all `L` leases per
@@ -143,7 +174,10 @@
 //!   `d` later on its own clock. When `d` is a multiple of the interval (the default, `d = 4I`)
 //!   that is within `d + I` of the crash, with several observers usually much less (measured:
 //!   11.1 s for `d` = 10 s, `I` = 2.5 s); in general within `d + 2I`. With a skew bound it is
-//!   within `d + skew + I` of the last renewal.
+//!   within `d + skew + I` of the last renewal. A crashed worker whose session record vanished
+//!   from the listings loses its units about `d + 2I` after the others' first units listing that
+//!   names it (measured bound in the simulator: `d + 4I`); a unit under a foreign token is taken
+//!   `d` after the first units listing that showed its record.
 //! * A clean shutdown hands over within one to two intervals.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]

@@ -203,3 +203,207 @@ fn kcl_model_needs_one_steal_per_twenty_seconds() {
     let fast = ours.run_until_balanced(INTERVAL * 20).expect("balances");
     assert!(fast * 20 < took, "{fast:?} vs KCL {took:?}");
 }
+
+/// After a crash or a clean shutdown of any one worker, every unit is owned again and every
+/// survivor holds floor or ceil of `L / W` within a bounded time, and it stays so with no moves.
+///
+/// Regression: the remainder of `L / W` went to members ranked from each worker's own moment's
+/// view, so after a crash the survivors could settle on targets summing to less than `L` and
+/// stop planning with a unit free forever (`lease demo`, 32 units on 4 workers: 11/10/10).
+#[test]
+fn every_unit_is_owned_and_shares_settle_after_any_single_departure() {
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for units in [31usize, 32, 33, 50, 1025] {
+        for workers in [3usize, 4, 5, 7] {
+            for victim in 0..workers {
+                for crash in [true, false] {
+                    for seed in 0..3u64 {
+                        runs += 1;
+                        let seed = seed * 1000 + (units * 10 + workers) as u64 + victim as u64;
+                        if let Err(why) = depart_and_settle(units, workers, victim, crash, seed) {
+                            failures.push(format!(
+                                "L={units} W={workers} {} w{victim} seed {seed}: {why}",
+                                if crash { "crash" } else { "shutdown" }
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs failed:\n{}",
+        failures.len(),
+        failures[..failures.len().min(12)].join("\n")
+    );
+}
+
+fn depart_and_settle(
+    units: usize,
+    workers: usize,
+    victim: usize,
+    crash: bool,
+    seed: u64,
+) -> Result<(), String> {
+    let mut sim = fleet(units, workers, seed);
+    sim.run_until_balanced(INTERVAL * 20)
+        .ok_or("no first balance")?;
+    // Leave at a seeded moment between ticks.
+    sim.run_for(INTERVAL * 3 + Duration::from_millis(seed % 2500));
+    if crash {
+        sim.crash(victim);
+    } else {
+        sim.shutdown(victim);
+    }
+    // A crash is judged within a session plus two intervals; a shutdown within two intervals.
+    // Allow two more intervals to deal the remainder.
+    let limit = if crash {
+        SESSION + INTERVAL * 4
+    } else {
+        INTERVAL * 4
+    };
+    if let Err(why) = settle_checked(&mut sim, limit) {
+        let counts: Vec<usize> = sim.running().iter().map(|i| sim.owned_by(*i)).collect();
+        return Err(format!(
+            "{why}: counts {counts:?}, free {:?}",
+            sim.unowned_units()
+        ));
+    }
+    let before = sim.counters();
+    sim.run_for(INTERVAL * 24);
+    let moves = sim.counters().since(&before).moves;
+    if moves != 0 {
+        return Err(format!("{moves} moves after balancing"));
+    }
+    if !sim.is_balanced() {
+        return Err("unbalanced again".into());
+    }
+    if !sim.violations().is_empty() || sim.errors() != 0 {
+        return Err(format!("unsafe: {:?}", sim.violations()));
+    }
+    Ok(())
+}
+
+/// Runs until balanced, for at most `limit`, checking after every step the liveness invariant:
+/// once the running workers all see exactly the running workers as members (and each has ticked
+/// since, so it planned with that list), their targets sum to `L`, and every unit is owned
+/// within a session plus three intervals of that moment (a crashed owner whose record vanished
+/// is judged dead a session after the first listing that misses it).
+fn settle_checked(sim: &mut Simulation, limit: Duration) -> Result<Duration, String> {
+    let start = sim.now();
+    let mut settled_at: Option<Duration> = None;
+    loop {
+        if sim.membership_settled() {
+            let since = *settled_at.get_or_insert(sim.now());
+            if sim.now() - since > INTERVAL {
+                let targets = sim.targets();
+                let sum: Option<usize> = targets.iter().copied().sum();
+                if sum != Some(sim.units()) {
+                    return Err(format!(
+                        "at {:?}: targets {targets:?} do not sum to {}",
+                        sim.now(),
+                        sim.units()
+                    ));
+                }
+            }
+            if sim.now() - since > SESSION + INTERVAL * 3 && !sim.all_owned() {
+                return Err(format!(
+                    "at {:?}: a unit unowned {:?} after membership settled",
+                    sim.now(),
+                    sim.now() - since
+                ));
+            }
+        } else {
+            settled_at = None;
+        }
+        if sim.is_balanced() {
+            return Ok(sim.now() - start);
+        }
+        if sim.now() - start >= limit || !sim.step() {
+            return Err(format!("not balanced within {limit:?}"));
+        }
+    }
+}
+
+/// A crashed worker whose session record is gone from the listings (deleted by an operator or a
+/// TTL, or dropped by a listing) before the others judge it dead: its units are owned again.
+///
+/// Regression: an owner missing from the sessions listing was taken for "a session newer than
+/// my view" and its units were left alone forever.
+#[test]
+fn a_crashed_worker_whose_session_record_vanished_loses_its_units() {
+    for (units, workers) in [(32usize, 4usize), (50, 3), (1025, 7)] {
+        for seed in 0..3u64 {
+            let mut sim = fleet(units, workers, seed);
+            settle_checked(&mut sim, INTERVAL * 20).expect("first balance");
+            sim.run_for(INTERVAL * 2 + Duration::from_millis(seed * 900));
+            let victim = (seed as usize) % workers;
+            sim.crash(victim);
+            // Gone at once, or after some of the others already saw it stop changing.
+            if seed != 1 {
+                sim.hide_session(victim);
+            } else {
+                sim.run_for(INTERVAL * 2);
+                sim.hide_session(victim);
+            }
+            let took = settle_checked(&mut sim, SESSION * 2 + INTERVAL * 4).unwrap_or_else(|why| {
+                panic!(
+                    "L={units} W={workers} seed {seed}: {why}; free {:?}",
+                    sim.unowned_units()
+                )
+            });
+            assert!(took <= SESSION + INTERVAL * 4, "seed {seed}: took {took:?}");
+            let before = sim.counters();
+            sim.run_for(INTERVAL * 16);
+            assert_eq!(sim.counters().since(&before).moves, 0, "flapping");
+            assert!(sim.is_balanced());
+            assert_safe(&sim);
+        }
+    }
+}
+
+/// A unit held under a token that is not a fleet token (corrupt, written by something else) is
+/// taken once its record has stayed unchanged for a session duration, both at a cold start and
+/// when it was a crashed worker's unit.
+///
+/// Regression: unknown owner tokens were never touched, so such a unit stayed free forever.
+#[test]
+fn a_unit_held_under_an_unparseable_token_is_taken_after_a_session() {
+    for seed in 0..3u64 {
+        // Cold start, one unit already held under garbage.
+        let mut sim = Simulation::new(SimConfig::new(32, seed));
+        assert!(sim.hold_unit_with_token("u07", "corrupt-token"));
+        for _ in 0..4 {
+            sim.join();
+        }
+        let took = settle_checked(&mut sim, SESSION * 3).unwrap_or_else(|why| {
+            panic!("cold seed {seed}: {why}; free {:?}", sim.unowned_units())
+        });
+        assert!(took <= SESSION + INTERVAL * 6, "cold seed {seed}: {took:?}");
+        assert_safe(&sim);
+
+        // A crashed worker's unit whose record is then rewritten under garbage.
+        let mut sim = fleet(33, 4, seed);
+        settle_checked(&mut sim, INTERVAL * 20).expect("first balance");
+        let victim = seed as usize;
+        let unit = sim
+            .assignment(victim)
+            .and_then(|a| a.units.keys().next().cloned())
+            .expect("the victim owns a unit");
+        sim.crash(victim);
+        assert!(sim.hold_unit_with_token(&unit, "no.fleet"));
+        let took = settle_checked(&mut sim, SESSION * 3).unwrap_or_else(|why| {
+            panic!("crash seed {seed}: {why}; free {:?}", sim.unowned_units())
+        });
+        assert!(
+            took <= SESSION + INTERVAL * 6,
+            "crash seed {seed}: {took:?}"
+        );
+        let before = sim.counters();
+        sim.run_for(INTERVAL * 16);
+        assert_eq!(sim.counters().since(&before).moves, 0, "flapping");
+        assert_safe(&sim);
+    }
+}

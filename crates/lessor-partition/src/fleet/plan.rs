@@ -9,7 +9,9 @@ pub(crate) enum Holding {
     Free,
     /// A live member of the plan.
     Member(String),
-    /// Someone live this planner cannot place (a session newer than its view): left alone.
+    /// Someone this planner cannot place yet (a session newer than its view, one whose record is
+    /// missing but not yet for a session duration, a foreign token not yet unchanged for one):
+    /// left alone, but counted in the targets.
     Pinned,
 }
 
@@ -24,13 +26,33 @@ pub(crate) struct MemberPlan {
     pub(crate) take: Vec<String>,
 }
 
+/// The targets of `members` (sorted ids) for `units` units: every member gets `floor(L/W)` and
+/// the `L mod W` members with the lowest ids one more.
+///
+/// A function of the member list alone, so every worker that sees the same members computes the
+/// same targets, and they sum to `L`: while any unit is not held by a member, some member is
+/// below its target and keeps planning until the unit is taken. When a member leaves, no
+/// survivor's target falls (survivors only take); when one joins, no existing member's target
+/// rises (existing members only give).
+pub(crate) fn targets(units: usize, members: &[String]) -> BTreeMap<&str, usize> {
+    let Some(count) = std::num::NonZeroUsize::new(members.len()) else {
+        return BTreeMap::new();
+    };
+    let (quota, extra) = (units / count, units % count);
+    members
+        .iter()
+        .enumerate()
+        .map(|(rank, m)| (m.as_str(), quota + usize::from(rank < extra)))
+        .collect()
+}
+
 /// The plan for every member.
 ///
-/// * Quotas: with `L` placeable units and `W` members, every member gets `floor(L/W)` and
-///   `L mod W` members get one more: first those above `floor(L/W)` now, then by id, so a
-///   balanced fleet stays as it is.
-/// * Sticky: a member keeps its lowest-id units up to its quota; only the surplus moves.
-/// * The pool (free units first, then surplus) is dealt to members under quota in id order.
+/// * Targets: see [`targets`]; every unit counts, including units this planner cannot place
+///   yet ([`Holding::Pinned`]), so the targets of one member list always sum to `L`.
+/// * Sticky: a member keeps its lowest-id units up to its target; only the surplus moves.
+/// * The pool (free units first, then surplus) is dealt to members under target in id order.
+///   Pinned units are never dealt.
 pub(crate) fn plan(
     units: &[String],
     members: &[String],
@@ -43,31 +65,19 @@ pub(crate) fn plan(
     let mut held: BTreeMap<&str, Vec<&String>> =
         members.iter().map(|m| (m.as_str(), Vec::new())).collect();
     let mut free = Vec::new();
-    let mut placeable = 0usize;
     for unit in units {
         match holdings.get(unit).unwrap_or(&Holding::Free) {
-            Holding::Pinned => continue,
-            Holding::Member(m) => match held.get_mut(m.as_str()) {
-                Some(list) => list.push(unit),
-                None => continue,
-            },
+            Holding::Pinned => {}
+            Holding::Member(m) => {
+                if let Some(list) = held.get_mut(m.as_str()) {
+                    list.push(unit);
+                }
+            }
             Holding::Free => free.push(unit),
         }
-        placeable += 1;
     }
-    let quota = placeable / members.len();
-    let extra = placeable % members.len();
-    // Members already above the quota keep their extra unit first (sticky); ties go by id. Only
-    // "above the quota or not" counts, never the exact load, so the ranking does not change while
-    // the plan is carried out: takers never rise above the quota unless ranked to, and givers
-    // that drop to the quota were not ranked.
-    let mut by_load: Vec<(&str, bool)> = held.iter().map(|(m, l)| (*m, l.len() > quota)).collect();
-    by_load.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let targets: BTreeMap<&str, usize> = by_load
-        .iter()
-        .enumerate()
-        .map(|(rank, (m, _))| (*m, quota + usize::from(rank < extra)))
-        .collect();
+    let targets = targets(units.len(), members);
+    let quota = units.len() / members.len();
     let mut surplus = Vec::new();
     for (member, list) in &held {
         let target = targets.get(member).copied().unwrap_or(quota);
@@ -160,5 +170,48 @@ mod tests {
         let p = plan(&units, &members, &holdings);
         assert_eq!(p["w999"].take.len(), 3);
         assert_eq!(p.values().map(|mp| mp.give.len()).sum::<usize>(), 3);
+    }
+
+    #[test]
+    fn targets_sum_to_every_unit_even_with_pinned_ones() {
+        let units = names("u", 32);
+        let members = names("w", 3);
+        let mut holdings: BTreeMap<String, Holding> = units
+            .iter()
+            .enumerate()
+            .map(|(i, u)| (u.clone(), Holding::Member(members[i % 3].clone())))
+            .collect();
+        // Two units held by someone this planner cannot place yet.
+        holdings.insert(units[0].clone(), Holding::Pinned);
+        holdings.insert(units[5].clone(), Holding::Pinned);
+        let p = plan(&units, &members, &holdings);
+        assert_eq!(p.values().map(|mp| mp.target).sum::<usize>(), 32);
+        assert_eq!(
+            p.values().map(|mp| mp.target).collect::<Vec<_>>(),
+            [11, 11, 10]
+        );
+        // Pinned units are never dealt.
+        assert!(p.values().all(|mp| !mp.take.contains(&units[0])));
+    }
+
+    proptest! {
+        /// A leave never lowers a survivor's target; a join never raises an existing member's.
+        #[test]
+        fn targets_are_sticky_across_membership_changes(
+            units in 0usize..2000,
+            members in 2usize..12,
+            who in 0usize..12,
+        ) {
+            let all = names("w", members);
+            let who = who % members;
+            let fewer: Vec<String> =
+                all.iter().enumerate().filter(|(i, _)| *i != who).map(|(_, m)| m.clone()).collect();
+            let (big, small) = (targets(units, &all), targets(units, &fewer));
+            prop_assert_eq!(big.values().sum::<usize>(), units);
+            prop_assert_eq!(small.values().sum::<usize>(), units);
+            for (m, t) in &small {
+                prop_assert!(*t >= big[m], "{} falls from {} to {}", m, big[m], t);
+            }
+        }
     }
 }

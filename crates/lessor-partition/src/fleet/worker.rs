@@ -307,6 +307,9 @@ impl WorkerBuilder {
             checkpoints: self.checkpoints,
             session: None,
             view: BTreeMap::new(),
+            absent: BTreeMap::new(),
+            foreign: BTreeMap::new(),
+            relist: false,
             owned: BTreeMap::new(),
             target: None,
             planned_members: None,
@@ -345,9 +348,33 @@ struct Observed {
 /// Who holds a unit record, as parsed from its owner token.
 #[derive(Clone, Debug)]
 struct UnitHolder {
-    token: LeaseToken,
+    /// The holder's token, if the store shows it.
+    token: Option<LeaseToken>,
     /// `(worker id, session fencing)`, or `None` when the token is not a fleet token.
     owner: Option<(String, u64)>,
+    /// The record's fencing counter and expiry: with the token, what "unchanged" compares.
+    fencing: u64,
+    expires_at: Option<SystemTime>,
+}
+
+/// A unit owner's session that was missing from the sessions listing.
+#[derive(Clone, Copy, Debug)]
+struct Absence {
+    /// When the units listing that named this session returned (monotonic).
+    named_at: Instant,
+    /// When the first sessions listing *sent after* `named_at` that missed the record returned:
+    /// the start of the session duration after which the session counts as ended.
+    since: Option<Instant>,
+}
+
+/// A unit record held under a token that is not a fleet token, as first seen unchanged.
+#[derive(Clone, Debug)]
+struct Foreign {
+    token: LeaseToken,
+    fencing: u64,
+    expires_at: Option<SystemTime>,
+    /// When the units listing that first showed this exact record returned (monotonic).
+    since: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -393,8 +420,8 @@ impl WorkerHandle {
 ///
 /// Per tick, in steady state, it sends **two requests**: renew its session, list the sessions
 /// partition (`W` records). It lists the units partition (`L` records, one request) only when
-/// membership changed, while it is below its share, and, for the member with the lowest id,
-/// every `resync_every` ticks. Unit leases are renewed once per half unit-lease duration.
+/// membership changed, while it is below its share, after a listing showed a free or dead-owned
+/// unit, and, for the member with the lowest id, every `resync_every` ticks. Unit leases are renewed once per half unit-lease duration.
 /// Moves cost one release by the giver and one acquire by the taker (plus a release of the dead
 /// owner's token when the owner crashed).
 ///
@@ -429,6 +456,12 @@ pub struct Worker {
     checkpoints: Option<Arc<dyn CheckpointStore>>,
     session: Option<Lease>,
     view: BTreeMap<String, Observed>,
+    /// Unit owners' sessions missing from the sessions listing, by `(worker id, fencing)`.
+    absent: BTreeMap<(String, u64), Absence>,
+    /// Units held under tokens that are not fleet tokens, by unit.
+    foreign: BTreeMap<String, Foreign>,
+    /// The last units listing showed a unit free or a dead owner's: list again next tick.
+    relist: bool,
     owned: BTreeMap<String, Lease>,
     target: Option<usize>,
     planned_members: Option<Vec<(String, u64)>>,
@@ -665,7 +698,8 @@ impl Worker {
         Ok(self.session_trusted())
     }
 
-    fn observe(&mut self, records: &[LeaseRecord]) {
+    /// Takes in a sessions listing sent at `listed_at`.
+    fn observe(&mut self, records: &[LeaseRecord], listed_at: Instant) {
         let now = self.clock().monotonic();
         let mut seen = BTreeMap::new();
         for record in records {
@@ -696,13 +730,36 @@ impl Worker {
             );
         }
         self.view = seen;
+        // Owners missing from this listing: the absence counts only from a listing sent after
+        // the units listing that named them, which their session record preceded.
+        let view = &self.view;
+        self.absent.retain(|(worker, _), absence| {
+            if view.contains_key(worker) {
+                return false;
+            }
+            if absence.since.is_none() && listed_at >= absence.named_at {
+                absence.since = Some(now);
+            }
+            true
+        });
     }
 
-    /// Whether session `fencing` of `worker`, as observed, has certainly ended.
+    /// Whether session `fencing` of `worker`, named by a unit record read at `read_at`, has
+    /// certainly ended.
     fn session_ended(&self, worker: &str, fencing: u64) -> bool {
         let Some(seen) = self.view.get(worker) else {
-            // Not in the view: a session newer than the view, not a dead one.
-            return false;
+            // Not in the view: either a session newer than the view, or a record gone from the
+            // store (deleted by an operator or a TTL) or dropped by listings. Ended once sessions
+            // listings sent after a unit record naming it was read have missed it for a session
+            // duration (tracked in `absent` by `plan_and_move` and `observe`).
+            let now = self.clock().monotonic();
+            return self
+                .absent
+                .get(&(worker.to_owned(), fencing))
+                .and_then(|absence| absence.since)
+                .is_some_and(|since| {
+                    now.saturating_duration_since(since) >= self.config.session_duration
+                });
         };
         if seen.fencing != fencing {
             // Fencing only grows: a greater one proves the session ended (released, or expired by
@@ -769,24 +826,24 @@ impl Worker {
 
     fn parse_holder(record: &LeaseRecord) -> Option<UnitHolder> {
         let holder = record.holder()?;
-        let Some(token) = holder.token() else {
-            // A holder we cannot name: treat as live and leave it alone.
-            return Some(UnitHolder {
-                token: LeaseToken::new("unknown").ok()?,
-                owner: None,
-            });
-        };
-        let mut parts = token.as_str().splitn(3, '.');
-        let owner = match (parts.next(), parts.next(), parts.next()) {
-            (Some(_), Some(fencing), Some(worker)) => fencing
-                .parse::<u64>()
-                .ok()
-                .map(|fencing| (worker.to_owned(), fencing)),
-            _ => None,
-        };
+        let token = holder.token().cloned();
+        // A fleet token is `<random>.<session fencing>.<worker id>`: the random part is a simple
+        // UUID and worker ids contain no '.', so every token a worker writes parses.
+        let owner = token.as_ref().and_then(|token| {
+            let mut parts = token.as_str().splitn(3, '.');
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some(_), Some(fencing), Some(worker)) if !worker.is_empty() => fencing
+                    .parse::<u64>()
+                    .ok()
+                    .map(|fencing| (worker.to_owned(), fencing)),
+                _ => None,
+            }
+        });
         Some(UnitHolder {
-            token: token.clone(),
+            token,
             owner,
+            fencing: record.fencing().get(),
+            expires_at: holder.expires_at(),
         })
     }
 
@@ -824,9 +881,10 @@ impl Worker {
         }
         self.stats.requests += 1;
         self.stats.lists += 1;
+        let listed_at = self.clock().monotonic();
         let sessions = self.store.list_partition(&self.config.sessions).await?;
         self.stats.records_read += sessions.len() as u64;
-        self.observe(&sessions);
+        self.observe(&sessions, listed_at);
         self.keep_units(events).await;
         if fresh {
             // Let workers that start together see each other before anyone deals units:
@@ -841,11 +899,13 @@ impl Worker {
             .first()
             .is_some_and(|(m, _)| *m == self.config.worker_id);
         let resync = sweeper && self.ticks_since_plan + 1 >= self.config.resync_every;
-        if changed || under || resync {
+        if changed || under || resync || self.relist {
             report.planned = true;
             self.ticks_since_plan = 0;
             let records = self.list_units().await?;
-            self.plan_and_move(&members, &records, events).await;
+            let read_at = self.clock().monotonic();
+            self.plan_and_move(&members, &records, read_at, events)
+                .await;
             self.planned_members = Some(members);
         } else {
             self.ticks_since_plan += 1;
@@ -858,40 +918,79 @@ impl Worker {
         &mut self,
         members: &[(String, u64)],
         records: &BTreeMap<String, Option<UnitHolder>>,
+        read_at: Instant,
         events: &mut Vec<FleetEvent>,
     ) {
         let me = self.config.worker_id.clone();
         let live: BTreeMap<&str, u64> = members.iter().map(|(m, f)| (m.as_str(), *f)).collect();
+        let now = self.clock().monotonic();
+        let session_duration = self.config.session_duration;
         let mut holdings = BTreeMap::new();
         let mut dead: BTreeMap<String, LeaseToken> = BTreeMap::new();
         let mut stale = Vec::new();
+        let mut named = std::collections::BTreeSet::new();
+        let mut foreign = BTreeMap::new();
         for unit in &self.config.units {
             let holder = records.get(unit).and_then(Option::as_ref);
             let mine = self.owned.get(unit).map(Lease::token);
             let holding = match holder {
                 None => Holding::Free,
-                Some(h) => match &h.owner {
+                // A holder the store does not name: it cannot be released conditionally.
+                Some(UnitHolder { token: None, .. }) => Holding::Pinned,
+                Some(
+                    h @ UnitHolder {
+                        token: Some(token), ..
+                    },
+                ) => match &h.owner {
                     // Ours and tracked: ours.
-                    Some((worker, _)) if *worker == me && mine == Some(&h.token) => {
+                    Some((worker, _)) if *worker == me && mine == Some(token) => {
                         Holding::Member(me.clone())
                     }
                     // Ours by label but untracked (an earlier session, a lost reply): dead, since
                     // this worker does not trust it.
                     Some((worker, _)) if *worker == me => {
-                        dead.insert(unit.clone(), h.token.clone());
+                        dead.insert(unit.clone(), token.clone());
                         Holding::Free
                     }
                     Some((worker, fencing)) => {
                         if live.get(worker.as_str()) == Some(fencing) {
                             Holding::Member(worker.clone())
                         } else if self.session_ended(worker, *fencing) {
-                            dead.insert(unit.clone(), h.token.clone());
+                            dead.insert(unit.clone(), token.clone());
                             Holding::Free
                         } else {
+                            named.insert((worker.clone(), *fencing));
                             Holding::Pinned
                         }
                     }
-                    None => Holding::Pinned,
+                    // Not a fleet token: no worker trusts this record. Taken once it has stayed
+                    // unchanged for a session duration (see the crate docs).
+                    None => {
+                        let seen = match self.foreign.remove(unit) {
+                            Some(old)
+                                if old.token == *token
+                                    && old.fencing == h.fencing
+                                    && old.expires_at == h.expires_at =>
+                            {
+                                old
+                            }
+                            _ => Foreign {
+                                token: token.clone(),
+                                fencing: h.fencing,
+                                expires_at: h.expires_at,
+                                since: read_at,
+                            },
+                        };
+                        let unchanged_for = now.saturating_duration_since(seen.since);
+                        let holding = if unchanged_for >= session_duration {
+                            dead.insert(unit.clone(), token.clone());
+                            Holding::Free
+                        } else {
+                            Holding::Pinned
+                        };
+                        foreign.insert(unit.clone(), seen);
+                        holding
+                    }
                 },
             };
             if mine.is_some() && !matches!(&holding, Holding::Member(m) if *m == me) {
@@ -900,6 +999,18 @@ impl Worker {
             }
             holdings.insert(unit.clone(), holding);
         }
+        // Forget what this listing no longer shows.
+        self.foreign = foreign;
+        self.absent.retain(|owner, _| named.contains(owner));
+        for (worker, fencing) in named {
+            if !self.view.contains_key(&worker) {
+                self.absent.entry((worker, fencing)).or_insert(Absence {
+                    named_at: read_at,
+                    since: None,
+                });
+            }
+        }
+        self.relist = holdings.values().any(|h| *h == Holding::Free);
         for unit in stale {
             self.lose_unit(&unit, LossCause::TakenOver, events);
         }

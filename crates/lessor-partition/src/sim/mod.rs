@@ -25,11 +25,14 @@
 mod kcl;
 mod rng;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lease_core::{ManualClock, MemoryBackend};
+use lease_core::{
+    AcquireOptions, BoxFuture, Clock, Lease, LeaseBackend, LeaseError, LeaseKey, LeaseListing,
+    LeaseRecord, LeaseToken, ManualClock, MemoryBackend,
+};
 
 use crate::{Worker, WorkerStats};
 
@@ -170,6 +173,81 @@ impl SimConfig {
     }
 }
 
+/// The simulated store: a [`MemoryBackend`] whose listings and `inspect` can be made to miss
+/// chosen records, as when a record is deleted behind the protocol's back (an operator, a TTL) or
+/// a listing drops a record it reads mid-rewrite. The contract has no delete, so this is how the
+/// simulator models one.
+#[derive(Clone, Debug)]
+struct SimStore {
+    inner: MemoryBackend,
+    hidden: Arc<Mutex<BTreeSet<(String, String)>>>,
+}
+
+impl SimStore {
+    fn is_hidden(&self, key: &LeaseKey) -> bool {
+        let Some(sort) = key.sort() else {
+            return false;
+        };
+        self.hidden
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&(key.partition().to_owned(), sort.to_owned()))
+    }
+}
+
+impl LeaseBackend for SimStore {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn clock(&self) -> &dyn Clock {
+        self.inner.clock()
+    }
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+        options: &'a AcquireOptions,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        self.inner.try_acquire(key, duration, options)
+    }
+    fn renew<'a>(
+        &'a self,
+        lease: &'a Lease,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        self.inner.renew(lease, duration)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        token: &'a LeaseToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.inner.release(key, token)
+    }
+    fn inspect<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
+        if self.is_hidden(key) {
+            return Box::pin(std::future::ready(Ok(None)));
+        }
+        self.inner.inspect(key)
+    }
+}
+
+impl LeaseListing for SimStore {
+    fn list_partition<'a>(
+        &'a self,
+        partition: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<LeaseRecord>, LeaseError>> {
+        Box::pin(async move {
+            let mut records = self.inner.list_partition(partition).await?;
+            records.retain(|r| !self.is_hidden(r.key()));
+            Ok(records)
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Status {
     Running,
@@ -193,7 +271,7 @@ struct SimWorker {
 pub struct Simulation {
     config: SimConfig,
     clock: Arc<ManualClock>,
-    store: MemoryBackend,
+    store: SimStore,
     rng: Rng,
     units: Vec<String>,
     workers: Vec<SimWorker>,
@@ -205,7 +283,10 @@ impl Simulation {
     /// An empty fleet.
     pub fn new(config: SimConfig) -> Self {
         let clock = Arc::new(ManualClock::new());
-        let store = MemoryBackend::new().with_clock(clock.clone());
+        let store = SimStore {
+            inner: MemoryBackend::new().with_clock(clock.clone()),
+            hidden: Arc::default(),
+        };
         let width = config.units.to_string().len();
         let units = (0..config.units).map(|i| format!("u{i:0width$}")).collect();
         Self {
@@ -241,9 +322,84 @@ impl Simulation {
         }
     }
 
+    /// Makes worker `index`'s session record vanish from every listing and `inspect`, as if it
+    /// had been deleted (by an operator, a TTL) or a listing kept dropping it. Only sound for a
+    /// worker that no longer renews (crashed or stopped): a listing that hides a record its
+    /// owner keeps renewing defeats any protocol that judges liveness from listings.
+    pub fn hide_session(&mut self, index: usize) {
+        self.store
+            .hidden
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(("fleet/sim/sessions".to_owned(), format!("w{index:03}")));
+    }
+
+    /// Makes `unit` held, for a day, under `token`, which need not be a fleet token (a corrupt
+    /// record, an older version, a foreign tool). A holder that no running worker trusts is
+    /// released first with its own token, as a dead owner's unit would be. Returns whether the
+    /// unit is now held under `token`.
+    pub fn hold_unit_with_token(&mut self, unit: &str, token: &str) -> bool {
+        let Ok(key) = LeaseKey::with_sort_key("fleet/sim/units", unit) else {
+            return false;
+        };
+        let Ok(token) = LeaseToken::new(token) else {
+            return false;
+        };
+        let trusted = self
+            .workers
+            .iter()
+            .filter(|w| matches!(w.status, Status::Running | Status::Paused { .. }))
+            .any(|w| w.worker.owns(unit).is_some());
+        if trusted {
+            return false;
+        }
+        let store = &self.store.inner;
+        if let Ok(Some(record)) = lease_core::block_on(store.inspect(&key))
+            && let Some(old) = record.holder().and_then(|h| h.token())
+        {
+            let _ = lease_core::block_on(store.release(&key, old));
+        }
+        let options = AcquireOptions::default()
+            .with_owner("foreign")
+            .with_token(token);
+        lease_core::block_on(store.try_acquire(&key, Duration::from_secs(24 * 3600), &options))
+            .is_ok()
+    }
+
+    /// The targets of the running workers from their last plans (`None` for one that has not
+    /// planned since it started or since its membership view changed).
+    pub fn targets(&self) -> Vec<Option<usize>> {
+        self.workers
+            .iter()
+            .filter(|w| w.status == Status::Running)
+            .map(|w| w.worker.assignment().target)
+            .collect()
+    }
+
+    /// Whether every running worker sees the same live members, and those are exactly the
+    /// running workers.
+    pub fn membership_settled(&self) -> bool {
+        let running: Vec<String> = self
+            .workers
+            .iter()
+            .filter(|w| w.status == Status::Running)
+            .map(|w| w.worker.id().to_owned())
+            .collect();
+        !running.is_empty()
+            && self
+                .workers
+                .iter()
+                .filter(|w| w.status == Status::Running)
+                .all(|w| w.worker.assignment().members == running)
+    }
+
+    /// The number of units.
+    pub fn units(&self) -> usize {
+        self.config.units
+    }
+
     /// Units no running worker trusts now, each with the store's record of it: for diagnosis.
     pub fn unowned_units(&self) -> Vec<String> {
-        use lease_core::LeaseListing;
         let mut owned = std::collections::BTreeSet::new();
         for w in self.workers.iter().filter(|w| w.status == Status::Running) {
             owned.extend(w.worker.owned_units().into_keys());
