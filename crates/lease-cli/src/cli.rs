@@ -158,9 +158,9 @@ pub(crate) struct DemoArgs {
     /// How many worker processes to start.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(2..=16))]
     pub(crate) workers: u32,
-    /// How many units of work they share. The default divides evenly before and after the kill
-    /// (6 each for 4 workers, 8 each for 3).
-    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    /// How many units of work they share (default: 8 each for 4 workers, then 10 or 11 each for
+    /// the 3 left after the kill).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub(crate) units: u32,
     /// Run against this DynamoDB table instead of a temporary directory.
     #[arg(long, value_name = "TABLE")]
