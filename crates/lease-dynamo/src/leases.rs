@@ -85,7 +85,8 @@ impl fmt::Debug for DynamoLeases {
 ///
 /// | option | default |
 /// |---|---|
-/// | [`with_attribute_names`](Self::with_attribute_names) | `pk`, `sk`, `lease_token`, `lease_expires_at`, `ttl`, `lease_fence`, `lease_owner`, `lease_acquired_at` |
+/// | [`with_attribute_names`](Self::with_attribute_names) | `pk`, `sk`, `lease_token`, `lease_expires_at`, `ttl`, `lease_fence`, `lease_owner`, `lease_acquired_at`, `fenced_value`, `value_fence` |
+/// | [`with_fenced_value_attributes`](Self::with_fenced_value_attributes) | `fenced_value`, `value_fence` |
 /// | [`with_lock_sort_key`](Self::with_lock_sort_key) | `LOCK` |
 /// | [`with_ttl`](Self::with_ttl) | on |
 /// | [`with_ttl_buffer`](Self::with_ttl_buffer) | 1 hour |
@@ -161,6 +162,18 @@ impl DynamoLeasesBuilder {
     /// The owner description attribute name.
     pub fn with_owner_attribute(mut self, name: impl Into<String>) -> Self {
         self.names = self.names.with_owner(name);
+        self
+    }
+
+    /// The attribute names of [`FencedValues`](lease_core::FencedValues): the value (binary,
+    /// default `fenced_value`) and its fence (number, default `value_fence`). Like every
+    /// attribute name they must be non-empty and distinct from the lease attributes.
+    pub fn with_fenced_value_attributes(
+        mut self,
+        value: impl Into<String>,
+        fence: impl Into<String>,
+    ) -> Self {
+        self.names = self.names.with_fenced_value(value).with_value_fence(fence);
         self
     }
 

@@ -24,7 +24,9 @@
 //! # Ok(()) }
 //! ```
 //!
-//! [`DynamoLeases`] implements [`lease_core::LeaseBackend`] and [`lease_core::LeaseListing`], so
+//! [`DynamoLeases`] implements [`lease_core::LeaseBackend`], [`lease_core::LeaseListing`] and
+//! the optional [`lease_core::FencedValues`] (checkpoints only the newest fencing token writes:
+//! see *Fenced values* below), so
 //! [`lease_core::LeaseGuard`] keeps its leases alive and everything in `lease-core` works on it.
 //! It offers everything the Go `lease` package does ([`acquire`](DynamoLeases::acquire),
 //! [`acquire_key`](DynamoLeases::acquire_key), [`refresh`](DynamoLeases::refresh),
@@ -48,6 +50,8 @@
 //! | `lease_owner` | S | optional human description of the holder |
 //! | `lease_fence` | N | fencing counter: incremented by every acquisition, kept by release |
 //! | `ttl` | N | epoch **seconds**: expiry + TTL buffer (1 h), or release time + buffer |
+//! | `fenced_value` | B | a [`FencedValues`](lease_core::FencedValues) value (up to 64 KiB) |
+//! | `value_fence` | N | the highest fencing token that wrote or read `fenced_value` |
 //!
 //! # One request per operation
 //!
@@ -58,9 +62,13 @@
 //! | release | `UpdateItem` `REMOVE token, expires, owner, acquired SET ttl` | `#token = :token` | 1 request, 1 WCU |
 //! | inspect | `GetItem`, strongly consistent | | 1 request, 1 RCU |
 //! | list a partition | `Query` on `pk`, strongly consistent | | 1 request per 1 MB page, 1 RCU per 4 KB |
+//! | put_fenced | `UpdateItem` `SET #val = :v, #vfence = :t` | `attribute_not_exists(#vfence) OR #vfence <= :t` | 1 request, 1 WCU per KB of the item |
+//! | fence_and_read | `UpdateItem` `SET #vfence = :t`, `ReturnValues=ALL_NEW` | the same | 1 request, 1 WCU per KB of the item |
 //!
 //! Write units are for items up to 1 KB (a lease item is about 200 bytes plus key and owner
-//! lengths); a write whose condition fails still consumes its write units. Every conditional
+//! lengths); a write whose condition fails still consumes its write units. A fenced value makes
+//! its item bigger: every write to it, `fence_and_read` included, consumes 1 WCU per KB of the
+//! larger of the item's sizes before and after (about 60 WCU for a 60 KiB checkpoint). Every conditional
 //! write sets `ReturnValuesOnConditionCheckFailure=ALL_OLD`, which costs no extra request: a
 //! refused acquire reports the holder (owner, expiry, fencing token) from the reply itself.
 //!
@@ -86,6 +94,29 @@
 //!   still equal to our lease's (when the caller passed the lease, as
 //!   [`DynamoLeases::release`] does; the trait's `release(key, token)` has no fencing token and
 //!   accepts any free item).
+//!
+//! # Fenced values
+//!
+//! [`FencedValues`](lease_core::FencedValues) stores small values (up to 64 KiB, checked before
+//! sending) that only the newest fencing token may write: a new lease holder calls
+//! `fence_and_read(name, its_token)` first, after which every older holder's
+//! `put_fenced(name, old_token, ..)` is refused with
+//! [`NotOwnedReason::Fenced`](lease_core::NotOwnedReason::Fenced), learned from the `ALL_OLD`
+//! item of the same request. Each operation is one conditional `UpdateItem` on the item keyed
+//! like a lease (`pk` = partition, `sk` = sort key or the lock sort key) and touches only
+//! `fenced_value` and `value_fence` (renamed with
+//! [`with_fenced_value_attributes`](DynamoLeasesBuilder::with_fenced_value_attributes)).
+//!
+//! * Retries are safe: both writes are idempotent for the same `(token, value)`. A retry after a
+//!   lost reply passes its condition (the fence equals its token) and writes the same again; a
+//!   retried put whose `ALL_OLD` item shows our token and value is reported as stored.
+//! * The TTL attribute is never written by fenced operations, so a checkpoint item is never
+//!   deleted by TTL.
+//! * Names share the table's key space with leases: put them in a partition of their own (for
+//!   example `LeaseKey::with_sort_key("checkpoints", "shard-7")`). A name equal to a lease key
+//!   shares the lease's item; each side keeps to its own attributes (an item holding only a
+//!   fenced value is not a lease for `inspect` and listing), but the lease's TTL then deletes
+//!   the value with the item one TTL buffer after the lease ends.
 //!
 //! # Time
 //!
@@ -138,8 +169,10 @@
 //! }
 //! ```
 //!
-//! `GetItem` is needed only by `inspect`, `Query` only by listing; acquire, renew and release
-//! need `UpdateItem` alone.
+//! `GetItem` is needed only by `inspect`, `Query` only by listing; acquire, renew, release,
+//! `put_fenced` and `fence_and_read` need `UpdateItem` alone. To confine a principal that only
+//! keeps checkpoints to its partition, add the condition key `dynamodb:LeadingKeys` (for example
+//! `"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["checkpoints"]}`).
 //!
 //! # Measured
 //!
@@ -161,6 +194,7 @@
 
 mod client;
 mod error;
+mod fenced;
 mod item;
 mod leases;
 mod names;

@@ -6,7 +6,9 @@ use lease_core::LeaseError;
 ///
 /// Defaults match the Go `lease` package: key attributes `pk` and `sk`, lease attributes
 /// `lease_token`, `lease_expires_at` and `ttl`; this crate adds `lease_fence` (the fencing
-/// counter), `lease_owner` (a human description of the holder) and `lease_acquired_at`.
+/// counter), `lease_owner` (a human description of the holder) and `lease_acquired_at`, and the
+/// two attributes of [`FencedValues`](lease_core::FencedValues): `fenced_value` (the value,
+/// binary) and `value_fence` (the highest fencing token that touched it).
 ///
 /// ```
 /// use lease_dynamo::AttributeNames;
@@ -24,6 +26,8 @@ pub struct AttributeNames {
     fencing: String,
     owner: String,
     acquired_at: String,
+    fenced_value: String,
+    value_fence: String,
 }
 
 impl Default for AttributeNames {
@@ -37,6 +41,8 @@ impl Default for AttributeNames {
             fencing: "lease_fence".into(),
             owner: "lease_owner".into(),
             acquired_at: "lease_acquired_at".into(),
+            fenced_value: "fenced_value".into(),
+            value_fence: "value_fence".into(),
         }
     }
 }
@@ -57,7 +63,7 @@ macro_rules! name_accessors {
                 }
             )*
 
-            fn all(&self) -> [(&'static str, &str); 8] {
+            fn all(&self) -> [(&'static str, &str); 10] {
                 [$((stringify!($field), self.$field.as_str())),*]
             }
         }
@@ -73,6 +79,8 @@ name_accessors! {
     fencing, with_fencing, "fencing counter (number)";
     owner, with_owner, "owner description (string)";
     acquired_at, with_acquired_at, "acquisition time (number, epoch milliseconds)";
+    fenced_value, with_fenced_value, "fenced value (binary; see `FencedValues`)";
+    value_fence, with_value_fence, "value fence (number: the highest fencing token that wrote or read the fenced value)";
 }
 
 /// DynamoDB's limit on attribute names that are part of a key, in bytes.

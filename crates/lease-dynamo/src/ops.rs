@@ -23,7 +23,7 @@ use crate::retry::{Failed, with_retries};
 
 /// The item a failed condition returned (`ALL_OLD`; empty when there was no item), if the
 /// failure was a failed condition.
-fn condition_failed_item(err: &SdkError<UpdateItemError, HttpResponse>) -> Option<Item> {
+pub(crate) fn condition_failed_item(err: &SdkError<UpdateItemError, HttpResponse>) -> Option<Item> {
     match err.as_service_error() {
         Some(UpdateItemError::ConditionalCheckFailedException(e)) => {
             Some(e.item().cloned().unwrap_or_default())
@@ -41,7 +41,11 @@ fn not_owned_reason(old: &Decoded, ours: &LeaseToken) -> NotOwnedReason {
 }
 
 impl DynamoLeases {
-    fn check_input(&self, key: &LeaseKey, duration: Option<Duration>) -> Result<(), LeaseError> {
+    pub(crate) fn check_input(
+        &self,
+        key: &LeaseKey,
+        duration: Option<Duration>,
+    ) -> Result<(), LeaseError> {
         if !self.inner.validate {
             return Ok(());
         }
@@ -64,7 +68,7 @@ impl DynamoLeases {
         Ok(())
     }
 
-    fn key_item(&self, key: &LeaseKey) -> Item {
+    pub(crate) fn key_item(&self, key: &LeaseKey) -> Item {
         let names = &self.inner.names;
         HashMap::from([
             (names.partition_key().to_owned(), s(key.partition())),
@@ -433,9 +437,13 @@ impl DynamoLeases {
             })
             .await
             .map_err(|f| backend_error("GetItem", &inner.table, f.error))?;
+            // An item holding only a fenced value (`FencedValues` under the same key) has no
+            // lease: neither a holder nor a fencing counter.
             Ok(output
                 .item()
-                .map(|item| Decoded::from_item(&inner.names, item).record(key.clone())))
+                .map(|item| Decoded::from_item(&inner.names, item))
+                .filter(|d| d.token.is_some() || d.fencing.is_some())
+                .map(|d| d.record(key.clone())))
         }
         .instrument(span)
         .await

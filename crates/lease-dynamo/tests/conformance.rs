@@ -1,5 +1,6 @@
 //! `DynamoLeases` passes the whole lease-core conformance suite on DynamoDB Local, twice: with
-//! no clock-skew allowance, and with 250 ms (contenders wait `expires_at + 250 ms`).
+//! no clock-skew allowance, and with 250 ms (contenders wait `expires_at + 250 ms`), fenced
+//! values included.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -28,7 +29,8 @@ fn run(name: &str, case: Case, skew: Duration) {
         );
         let subject = Subject::new(leases.clone(), clock)
             .with_takeover_delay(skew)
-            .with_listing(leases);
+            .with_listing(leases.clone())
+            .with_fenced_values(leases);
         case(&subject).await;
     });
 }

@@ -7,7 +7,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, ManualClock, RandomTokens, TokenSource};
+use lease_core::{
+    AcquireOptions, FencedValues, FencingToken, LeaseBackend, LeaseKey, ManualClock,
+    NotOwnedReason, RandomTokens, TokenSource,
+};
 use lease_dynamo::{DynamoLeases, RetryPolicy};
 use support::{Faults, RequestCounter, Wiring};
 
@@ -279,6 +282,77 @@ fn missing_table_is_a_permanent_error_naming_it() {
             assert!(text.contains("no-such-table-here"), "{text}");
             assert!(text.contains("ResourceNotFoundException"), "{text}");
             assert_eq!(counter.count(), 1, "a permanent error is not retried");
+        },
+    );
+}
+
+#[test]
+fn lost_put_fenced_reply_is_reconciled() {
+    run(
+        "lost_put_fenced_reply_is_reconciled",
+        |endpoint| async move {
+            let t = FencingToken::new;
+            let r = rig(&endpoint, RetryPolicy::default()).await;
+            let name = LeaseKey::with_sort_key("checkpoints", "shard-1").unwrap();
+            r.leases.put_fenced(&name, t(4), b"offset=1").await.unwrap();
+            r.counter.take();
+
+            // The server applies the put, the reply is lost; the same request is sent again and
+            // passes its condition (the fence equals its token): idempotent.
+            r.faults.lose_replies(1);
+            r.leases
+                .put_fenced(&name, t(5), b"offset=42")
+                .await
+                .unwrap();
+            assert_eq!(r.faults.lost(), 1, "the first reply was lost");
+            assert_eq!(r.counter.take(), ["UpdateItem"; 2], "one retry");
+            let err = r.leases.put_fenced(&name, t(4), b"late").await.unwrap_err();
+            assert_eq!(err.not_owned_reason(), Some(NotOwnedReason::Fenced));
+            assert_eq!(
+                r.counter.take().len(),
+                1,
+                "a refusal is an answer, not retried"
+            );
+
+            // The same for fence_and_read: the retry reads what the lost attempt fenced.
+            r.faults.lose_replies(1);
+            let seen = r.leases.fence_and_read(&name, t(6)).await.unwrap();
+            assert_eq!(seen.as_deref(), Some(&b"offset=42"[..]));
+            assert_eq!(r.faults.lost(), 2);
+            assert_eq!(r.counter.take().len(), 2);
+
+            // Throttled, then stored.
+            r.faults.throttle(1);
+            r.leases
+                .put_fenced(&name, t(6), b"offset=43")
+                .await
+                .unwrap();
+            assert_eq!(r.counter.take().len(), 2);
+
+            // Without retries the caller sees a transient error and may repeat the same call.
+            let r = rig(&endpoint, RetryPolicy::none()).await;
+            r.faults.lose_replies(1);
+            let err = r.leases.put_fenced(&name, t(7), b"v7").await.unwrap_err();
+            assert!(
+                err.is_transient(),
+                "a lost reply is a transient failure: {err}"
+            );
+            r.leases.put_fenced(&name, t(7), b"v7").await.unwrap();
+            // A newer owner fenced the name between the lost reply and the repeat: refused.
+            r.faults.lose_replies(1);
+            let err = r.leases.put_fenced(&name, t(8), b"v8").await.unwrap_err();
+            assert!(err.is_transient(), "{err}");
+            assert_eq!(
+                r.leases
+                    .fence_and_read(&name, t(9))
+                    .await
+                    .unwrap()
+                    .as_deref(),
+                Some(&b"v8"[..]),
+                "the lost put landed"
+            );
+            let err = r.leases.put_fenced(&name, t(8), b"v8").await.unwrap_err();
+            assert_eq!(err.not_owned_reason(), Some(NotOwnedReason::Fenced));
         },
     );
 }

@@ -6,7 +6,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{LeaseBackend, LeaseKey, LeaseListing, ManualClock};
+use lease_core::{FencedValues, FencingToken, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
 use support::{RequestCounter, Wiring};
 
 const D: Duration = Duration::from_secs(10);
@@ -70,6 +70,37 @@ fn one_request_per_operation() {
         let records = leases.list_partition("job").await.unwrap();
         assert_eq!(records.len(), 1);
         expect("list a partition", &["Query"]);
+
+        let name = LeaseKey::with_sort_key("checkpoints", "job").unwrap();
+        let t = FencingToken::new;
+        assert_eq!(leases.fence_and_read(&name, t(2)).await.unwrap(), None);
+        expect("fence_and_read (new item)", &["UpdateItem"]);
+
+        leases.put_fenced(&name, t(2), b"offset=1").await.unwrap();
+        expect("put_fenced", &["UpdateItem"]);
+
+        let big = vec![7u8; 64 * 1024];
+        leases.put_fenced(&name, t(2), &big).await.unwrap();
+        expect("put_fenced (64 KiB)", &["UpdateItem"]);
+
+        let seen = leases.fence_and_read(&name, t(3)).await.unwrap();
+        assert_eq!(seen.as_deref(), Some(&big[..]));
+        expect("fence_and_read (raises the fence)", &["UpdateItem"]);
+
+        let err = leases.put_fenced(&name, t(2), b"stale").await.unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+        expect("put_fenced by a fenced-out token", &["UpdateItem"]);
+
+        let err = leases.fence_and_read(&name, t(1)).await.unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+        expect("fence_and_read by a fenced-out token", &["UpdateItem"]);
+
+        let err = leases
+            .put_fenced(&name, t(4), &vec![0u8; 64 * 1024 + 1])
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+        expect("put_fenced over 64 KiB", &[]);
     });
 }
 

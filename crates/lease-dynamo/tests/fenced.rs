@@ -1,0 +1,172 @@
+//! `FencedValues` beside leases: a name equal to a lease key shares its item without touching
+//! the lease's attributes (TTL included), attribute names are configurable and validated.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use lease_core::{FencedValues, FencingToken, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
+use lease_dynamo::{AttributeNames, DynamoLeases};
+use support::Wiring;
+
+const D: Duration = Duration::from_secs(10);
+
+async fn raw_item(
+    client: &aws_sdk_dynamodb::Client,
+    leases: &DynamoLeases,
+    pk: &str,
+    sk: &str,
+) -> std::collections::HashMap<String, AttributeValue> {
+    client
+        .get_item()
+        .table_name(leases.table())
+        .key("pk", AttributeValue::S(pk.into()))
+        .key("sk", AttributeValue::S(sk.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item()
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[test]
+fn fenced_value_and_lease_coexist_on_one_item() {
+    let Some(endpoint) = support::endpoint("fenced_value_and_lease_coexist_on_one_item") else {
+        return;
+    };
+    support::runtime().block_on(async {
+        let clock = Arc::new(ManualClock::new());
+        let (leases, client) = support::leases(&endpoint, &Wiring::default(), |b| {
+            b.with_clock(clock.clone())
+        })
+        .await;
+        let t = FencingToken::new;
+        let key = LeaseKey::new("shared").unwrap();
+
+        let lease = leases.acquire("shared", D).await.unwrap();
+        let before = raw_item(&client, &leases, "shared", "LOCK").await;
+        assert!(before.contains_key("ttl"));
+
+        // Fenced writes on the lease's own key: the lease attributes are untouched.
+        let fence = t(lease.fencing_token().get());
+        assert_eq!(leases.fence_and_read(&key, fence).await.unwrap(), None);
+        leases.put_fenced(&key, fence, b"progress").await.unwrap();
+        let after = raw_item(&client, &leases, "shared", "LOCK").await;
+        for attr in [
+            "lease_token",
+            "lease_expires_at",
+            "lease_acquired_at",
+            "lease_fence",
+            "ttl",
+        ] {
+            assert_eq!(after.get(attr), before.get(attr), "{attr} untouched");
+        }
+        assert_eq!(
+            after.get("fenced_value"),
+            Some(&AttributeValue::B(b"progress".as_slice().into()))
+        );
+        assert_eq!(
+            after.get("value_fence"),
+            Some(&AttributeValue::N(fence.get().to_string()))
+        );
+
+        // Lease operations do not touch the fenced attributes.
+        let lease = leases.refresh(&lease, D).await.unwrap();
+        leases.release(&lease).await.unwrap();
+        clock.advance(D);
+        let next = leases.acquire("shared", D).await.unwrap();
+        assert_eq!(next.fencing_token().get(), lease.fencing_token().get() + 1);
+        let record = LeaseBackend::inspect(&leases, &key).await.unwrap().unwrap();
+        assert_eq!(record.fencing(), next.fencing_token());
+        let seen = leases
+            .fence_and_read(&key, next.fencing_token())
+            .await
+            .unwrap();
+        assert_eq!(seen.as_deref(), Some(&b"progress"[..]));
+        let err = leases.put_fenced(&key, fence, b"stale").await.unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+
+        // A fenced-only item (a separate partition, as documented) is not a lease and never
+        // gets a TTL.
+        let name = LeaseKey::with_sort_key("checkpoints", "shared").unwrap();
+        leases.put_fenced(&name, t(1), b"cp").await.unwrap();
+        leases.fence_and_read(&name, t(2)).await.unwrap();
+        let item = raw_item(&client, &leases, "checkpoints", "shared").await;
+        assert!(!item.contains_key("ttl"), "checkpoints must not expire");
+        assert!(
+            LeaseBackend::inspect(&leases, &name)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            leases
+                .list_partition("checkpoints")
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // And a lease can still be taken on that key, keeping the value.
+        let l = leases.acquire_key(&name, D).await.unwrap();
+        leases.release(&l).await.unwrap();
+        assert_eq!(
+            leases.fence_and_read(&name, t(2)).await.unwrap().as_deref(),
+            Some(&b"cp"[..])
+        );
+    });
+}
+
+#[test]
+fn fenced_attribute_names_are_configurable() {
+    let Some(endpoint) = support::endpoint("fenced_attribute_names_are_configurable") else {
+        return;
+    };
+    support::runtime().block_on(async {
+        let (leases, client) = support::leases(&endpoint, &Wiring::default(), |b| {
+            b.with_fenced_value_attributes("cp_value", "cp_fence")
+        })
+        .await;
+        assert_eq!(leases.attribute_names().fenced_value(), "cp_value");
+        assert_eq!(leases.attribute_names().value_fence(), "cp_fence");
+        let name = LeaseKey::with_sort_key("checkpoints", "a").unwrap();
+        leases
+            .put_fenced(&name, FencingToken::new(3), b"x")
+            .await
+            .unwrap();
+        let item = raw_item(&client, &leases, "checkpoints", "a").await;
+        assert!(item.contains_key("cp_value") && item.contains_key("cp_fence"));
+        assert!(!item.contains_key("fenced_value") && !item.contains_key("value_fence"));
+    });
+}
+
+#[test]
+fn fenced_attribute_names_are_validated() {
+    let client = support::client("http://127.0.0.1:9", &Wiring::default());
+    let build = |value: &str, fence: &str| {
+        DynamoLeases::builder(client.clone(), "leases")
+            .with_fenced_value_attributes(value, fence)
+            .build()
+    };
+    for (value, fence) in [
+        ("", "value_fence"),
+        ("fenced_value", ""),
+        ("lease_fence", "value_fence"),
+        ("fenced_value", "ttl"),
+        ("pk", "value_fence"),
+        ("same", "same"),
+    ] {
+        let err = build(value, fence).unwrap_err();
+        assert!(err.is_invalid_input(), "{value}/{fence}: {err}");
+    }
+    build("cp", "cp_fence").unwrap();
+    let names = AttributeNames::default();
+    assert_eq!(
+        (names.fenced_value(), names.value_fence()),
+        ("fenced_value", "value_fence")
+    );
+}
