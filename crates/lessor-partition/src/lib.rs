@@ -34,7 +34,8 @@
 //! * [`Lessor`] (LUCI's interface): lease the unleased part of a range for the length of a
 //!   callback; [`StoreLessor`] implements it over any store; [`Registry`], [`register`], [`get`].
 //! * [`Worker`]: a member of a fleet that divides units (shard keys, ranges) among its live
-//!   workers, balanced, sticky and fenced; [`CheckpointStore`] for per-unit checkpoints.
+//!   workers, balanced, sticky and fenced; [`CheckpointStore`] for per-unit checkpoints, kept
+//!   durably in the lease store itself by [`StoreCheckpoints`].
 //! * [`sim`]: the deterministic simulator behind the tests and the benchmark, with a model of
 //!   KCL 2.x for comparison.
 //!
@@ -191,7 +192,7 @@ pub mod sim;
 pub use error::Error;
 pub use fleet::{
     Assignment, CheckpointStore, EventHandler, FleetEvent, LossCause, MemoryCheckpoints,
-    TickReport, Worker, WorkerBuilder, WorkerHandle, WorkerStats,
+    StoreCheckpoints, TickReport, Worker, WorkerBuilder, WorkerHandle, WorkerStats,
 };
 pub use lessor::{
     Grant, LeaseCallback, LeaseStore, Lessor, LessorFactory, Registry, StoreLessor, get, register,

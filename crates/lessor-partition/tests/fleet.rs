@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lease_core::{FencingToken, ManualClock, MemoryBackend};
-use lessor_partition::{CheckpointStore, Error, FleetEvent, LossCause, MemoryCheckpoints, Worker};
+use lessor_partition::{
+    CheckpointStore, Error, FleetEvent, LossCause, MemoryCheckpoints, StoreCheckpoints, Worker,
+};
 
 type Log = Arc<Mutex<Vec<(String, FleetEvent)>>>;
 
@@ -85,7 +87,22 @@ fn every_change_of_owner_raises_the_units_fencing_token() {
 fn only_the_current_owner_can_write_a_checkpoint() {
     let clock = Arc::new(ManualClock::new());
     let store = MemoryBackend::new().with_clock(clock.clone());
-    let checkpoints = Arc::new(MemoryCheckpoints::new());
+    checkpoints_follow_the_owner(&clock, &store, Arc::new(MemoryCheckpoints::new()));
+}
+
+#[test]
+fn checkpoints_kept_in_the_lease_store_follow_the_owner() {
+    let clock = Arc::new(ManualClock::new());
+    let store = MemoryBackend::new().with_clock(clock.clone());
+    let checkpoints = StoreCheckpoints::new(Arc::new(store.clone()), "cp").expect("checkpoints");
+    checkpoints_follow_the_owner(&clock, &store, Arc::new(checkpoints));
+}
+
+fn checkpoints_follow_the_owner(
+    clock: &ManualClock,
+    store: &MemoryBackend,
+    checkpoints: Arc<dyn CheckpointStore>,
+) {
     let log: Log = Arc::default();
     let make = |id: &str| {
         let log = log.clone();
@@ -99,7 +116,7 @@ fn only_the_current_owner_can_write_a_checkpoint() {
             .expect("worker")
     };
     let (mut a, mut b) = (make("a"), make("b"));
-    tick_all(&mut [&mut a, &mut b], &clock, 3);
+    tick_all(&mut [&mut a, &mut b], clock, 3);
     let (owner, other) = if a.owns("only").is_some() {
         (&mut a, &mut b)
     } else {
@@ -111,7 +128,7 @@ fn only_the_current_owner_can_write_a_checkpoint() {
     assert!(matches!(err, Error::NotOwner { .. }));
 
     // The owner pauses past its session; the other takes over and receives the checkpoint.
-    tick_all(&mut [other], &clock, 8);
+    tick_all(&mut [other], clock, 8);
     let new_fencing = other.owns("only").expect("taken over");
     assert!(new_fencing > old_fencing);
     let handed = log
@@ -127,7 +144,10 @@ fn only_the_current_owner_can_write_a_checkpoint() {
     // The paused owner no longer trusts the unit; even bypassing the worker, its token is fenced.
     assert!(owner.owns("only").is_none());
     let late = lease_core::block_on(checkpoints.save("only", old_fencing, b"late"));
-    assert!(matches!(late, Err(Error::Fenced { .. })), "{late:?}");
+    assert!(
+        matches!(late, Err(Error::Fenced { .. } | Error::NotOwner { .. })),
+        "{late:?}"
+    );
 }
 
 #[test]

@@ -110,3 +110,91 @@ impl CheckpointStore for MemoryCheckpoints {
         ))
     }
 }
+
+/// Checkpoints kept in the lease store itself through lease-core's
+/// [`FencedValues`](lease_core::FencedValues): durable on files and DynamoDB, shared by every
+/// worker of the fleet, and each read or write one conditional write on the store.
+///
+/// Checkpoints live under the partition key `fleet/<fleet>/checkpoints`, sort key = unit id, apart
+/// from the fleet's sessions and units. A write refused because a newer owner has fenced the unit
+/// fails with [`Error::NotOwner`].
+///
+/// ```
+/// use lease_core::{FencingToken, MemoryBackend};
+/// use lessor_partition::{CheckpointStore, StoreCheckpoints};
+/// use std::sync::Arc;
+///
+/// let store = Arc::new(MemoryBackend::new()); // or a lease_file::DirectoryStore, a DynamoLeases
+/// let checkpoints = StoreCheckpoints::new(store, "indexer")?;
+/// lease_core::block_on(checkpoints.save("shard-7", FencingToken::new(3), b"offset=10"))?;
+/// let seen = lease_core::block_on(checkpoints.load("shard-7", FencingToken::new(4)))?;
+/// assert_eq!(seen.as_deref(), Some(&b"offset=10"[..]));
+/// let late = lease_core::block_on(checkpoints.save("shard-7", FencingToken::new(3), b"late"));
+/// assert!(late.unwrap_err().is_not_owner());
+/// # Ok::<(), lessor_partition::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct StoreCheckpoints {
+    store: Arc<dyn lease_core::FencedValues>,
+    partition: String,
+}
+
+impl StoreCheckpoints {
+    /// Checkpoints of fleet `fleet` in `store`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] if the fleet name cannot form a key.
+    pub fn new(store: Arc<dyn lease_core::FencedValues>, fleet: &str) -> Result<Self, Error> {
+        let partition = format!("fleet/{fleet}/checkpoints");
+        lease_core::LeaseKey::new(partition.clone())?;
+        Ok(Self { store, partition })
+    }
+
+    fn name(&self, unit: &str) -> Result<lease_core::LeaseKey, Error> {
+        Ok(lease_core::LeaseKey::with_sort_key(
+            self.partition.clone(),
+            unit,
+        )?)
+    }
+
+    fn map(unit: &str, error: lease_core::LeaseError) -> Error {
+        if error.not_owned_reason() == Some(lease_core::NotOwnedReason::Fenced) {
+            Error::NotOwner {
+                unit: unit.to_owned(),
+            }
+        } else {
+            Error::Lease(error)
+        }
+    }
+}
+
+impl CheckpointStore for StoreCheckpoints {
+    fn load<'a>(
+        &'a self,
+        unit: &'a str,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, Error>> {
+        Box::pin(async move {
+            let name = self.name(unit)?;
+            self.store
+                .fence_and_read(&name, fencing)
+                .await
+                .map_err(|e| Self::map(unit, e))
+        })
+    }
+
+    fn save<'a>(
+        &'a self,
+        unit: &'a str,
+        fencing: FencingToken,
+        data: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            let name = self.name(unit)?;
+            self.store
+                .put_fenced(&name, fencing, data)
+                .await
+                .map_err(|e| Self::map(unit, e))
+        })
+    }
+}

@@ -6,7 +6,7 @@ mod checkpoint;
 pub(crate) mod plan;
 mod worker;
 
-pub use checkpoint::{CheckpointStore, MemoryCheckpoints};
+pub use checkpoint::{CheckpointStore, MemoryCheckpoints, StoreCheckpoints};
 pub use worker::{
     Assignment, EventHandler, FleetEvent, LossCause, TickReport, Worker, WorkerBuilder,
     WorkerHandle, WorkerStats,
