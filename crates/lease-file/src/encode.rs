@@ -96,3 +96,34 @@ pub fn decode_file_name(name: &str) -> Option<LeaseKey> {
     // Only the canonical spelling maps back, so one key never has two files.
     (key_file_name(&key).ok()? == name).then_some(key)
 }
+
+/// Prefix of fenced-value files ([`FencedValues`](lease_core::FencedValues)) in a
+/// [`DirectoryStore`](crate::DirectoryStore).
+///
+/// `~` is outside the key encoding's alphabet (`[A-Za-z0-9_%-]` and the `.` separator; a `~` in
+/// a key becomes `%7E`), so no lease record name, nor any name derived from one (its `.lock`
+/// companion, `.cs.<n>` epochs, temporary files), contains it, while every fenced-value name and
+/// every name derived from one does: the two namespaces can never collide.
+pub const FENCED_PREFIX: &str = "fenced~";
+
+/// The fenced-value file name of `name`: [`FENCED_PREFIX`] followed by the key encoded as
+/// [`key_file_name`] does, without [`RECORD_SUFFIX`].
+///
+/// ```
+/// use lease_core::LeaseKey;
+/// use lease_file::{decode_file_name, fenced_file_name};
+///
+/// let name = LeaseKey::with_sort_key("checkpoints", "shard 7")?;
+/// let file = fenced_file_name(&name)?;
+/// assert_eq!(file, "fenced~checkpoints.shard%207");
+/// assert_eq!(decode_file_name(&file), None); // never listed as a lease
+/// # Ok::<(), lease_core::LeaseError>(())
+/// ```
+///
+/// # Errors
+/// [`LeaseError::InvalidInput`] as [`key_file_name`].
+pub fn fenced_file_name(name: &LeaseKey) -> Result<String, LeaseError> {
+    let record = key_file_name(name)?;
+    let stem = record.strip_suffix(RECORD_SUFFIX).unwrap_or(&record);
+    Ok(format!("{FENCED_PREFIX}{stem}"))
+}

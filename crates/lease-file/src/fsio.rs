@@ -104,6 +104,17 @@ pub(crate) struct RecordBytes {
 /// Reads the record at `path`: `None` if there is none. One `open`, one `fstat`, one or two
 /// `read`s, one `close`. Refuses links, non-regular files and files over [`MAX_RECORD_BYTES`].
 pub(crate) fn read_record_file(path: &Path) -> Result<Option<RecordBytes>, FileLockError> {
+    read_capped_file(path, MAX_RECORD_BYTES, "record")
+}
+
+/// Reads the regular file at `path` (a `what`, for messages), at most `cap` bytes: `None` if
+/// there is none. One `open`, one `fstat`, one or two `read`s, one `close`. Refuses links,
+/// non-regular files and files over `cap`, reading no further than one byte past it.
+pub(crate) fn read_capped_file(
+    path: &Path,
+    cap: usize,
+    what: &str,
+) -> Result<Option<RecordBytes>, FileLockError> {
     let file = match OpenOptions::new()
         .read(true)
         .custom_flags(no_follow_flags())
@@ -114,24 +125,24 @@ pub(crate) fn read_record_file(path: &Path) -> Result<Option<RecordBytes>, FileL
         Err(e) => return Err(io_error("open record", path, e)),
     };
     let meta = require_regular(&file, path)?;
-    if meta.len() > MAX_RECORD_BYTES as u64 {
+    if meta.len() > cap as u64 {
         return Err(FileLockError::Hostile {
             path: path.to_owned(),
             reason: format!(
-                "the record is {} bytes; records are at most {MAX_RECORD_BYTES}",
+                "the {what} is {} bytes; {what}s are at most {cap}",
                 meta.len()
             ),
         });
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).min(4096) + 1);
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).min(cap) + 1);
     // Read one byte past the cap so a file that grew after fstat is still refused.
-    file.take(MAX_RECORD_BYTES as u64 + 1)
+    file.take(cap as u64 + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| io_error("read record", path, e))?;
-    if bytes.len() > MAX_RECORD_BYTES {
+    if bytes.len() > cap {
         return Err(FileLockError::Hostile {
             path: path.to_owned(),
-            reason: format!("the record is larger than {MAX_RECORD_BYTES} bytes"),
+            reason: format!("the {what} is larger than {cap} bytes"),
         });
     }
     Ok(Some(RecordBytes {

@@ -137,6 +137,7 @@
 mod cs;
 mod encode;
 mod error;
+mod fenced;
 mod fsio;
 mod ident;
 mod lock;
@@ -144,8 +145,12 @@ mod record;
 mod store;
 
 pub use cs::{LockMode, ModePreference};
-pub use encode::{MAX_FILE_NAME_BYTES, RECORD_SUFFIX, decode_file_name, key_file_name};
+pub use encode::{
+    FENCED_PREFIX, MAX_FILE_NAME_BYTES, RECORD_SUFFIX, decode_file_name, fenced_file_name,
+    key_file_name,
+};
 pub use error::{FileLockError, LostReason};
+pub use fenced::MAX_FENCED_FILE_BYTES;
 pub use fsio::MAX_RECORD_BYTES;
 pub use ident::LivenessProbe;
 pub use lock::{FileLock, FileLockOptions, HolderInfo, LostCallback};

@@ -7,16 +7,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use lease_core::{
-    AcquireOptions, BoxFuture, Clock, FencingToken, Holder, Lease, LeaseBackend, LeaseError,
-    LeaseKey, LeaseListing, LeaseRecord, LeaseToken, NotOwnedReason, RandomTokens, SystemClock,
-    TokenSource, default_safety_margin, holder_deadline, validate_duration,
+    AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Holder, Lease, LeaseBackend,
+    LeaseError, LeaseKey, LeaseListing, LeaseRecord, LeaseToken, NotOwnedReason, RandomTokens,
+    SystemClock, TokenSource, default_safety_margin, holder_deadline, validate_duration,
+    validate_fenced_value,
 };
 
 use crate::cs::{Cs, LockMode, ModePreference, detect};
-use crate::fsio::{ensure_dir, replace_atomically, with_suffix};
+use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
+use crate::fsio::{ensure_dir, read_capped_file, replace_atomically, with_suffix};
 use crate::lock::{Read, read};
 use crate::{
-    FileLockError, LeaseFileRecord, SCHEMA_VERSION, decode_file_name, ident, key_file_name,
+    FileLockError, LeaseFileRecord, SCHEMA_VERSION, decode_file_name, fenced_file_name, ident,
+    key_file_name,
 };
 
 const NAME: &str = "file";
@@ -422,6 +425,82 @@ impl DirectoryStore {
     }
 }
 
+impl DirectoryStore {
+    /// Both [`FencedValues`] operations: one read-check-replace of the name's fenced-value file
+    /// inside its critical section. `value` is `Some` for a put.
+    fn fenced_now(
+        &self,
+        name: &LeaseKey,
+        fencing: FencingToken,
+        value: Option<&[u8]>,
+    ) -> Result<Option<Vec<u8>>, LeaseError> {
+        if let Some(value) = value {
+            validate_fenced_value(value)?;
+        }
+        let file = fenced_file_name(name)?;
+        let path = self.inner.dir.join(&file);
+        let cs = self.cs_for(&path, &file);
+        let guard = cs.enter(self.inner.cs_wait).map_err(backend_error)?;
+        let current = match read_capped_file(&path, MAX_FENCED_FILE_BYTES, "fenced value")
+            .map_err(backend_error)?
+        {
+            None => None,
+            Some(bytes) => {
+                Some(fenced::parse(&bytes.bytes).map_err(|reason| corrupt_fenced(&path, &reason))?)
+            }
+        };
+        let fence = fencing.get();
+        if current.as_ref().is_some_and(|c| c.fence > fence) {
+            return Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced));
+        }
+        let (changed, stored) = match value {
+            Some(value) => (true, Some(value)),
+            None => (
+                current.as_ref().is_none_or(|c| c.fence < fence),
+                current.as_ref().and_then(|c| c.value.as_deref()),
+            ),
+        };
+        if changed {
+            // Heartbeat-only mode: if our critical section was reclaimed as stale while we were
+            // paused inside it, another writer may have raised the fence since our read.
+            if !guard.still_exclusive() {
+                return Err(LeaseError::backend(
+                    NAME,
+                    true,
+                    format!(
+                        "critical section of {} was reclaimed while inside it; nothing written",
+                        path.display()
+                    ),
+                ));
+            }
+            replace_atomically(
+                &path,
+                &fenced::encode(fence, stored),
+                self.inner.file_mode,
+                self.inner.fsync,
+            )
+            .map_err(backend_error)?;
+            tracing::debug!(%name, fence, put = value.is_some(), "fenced value written");
+        }
+        drop(guard);
+        Ok(match value {
+            Some(_) => None,
+            None => current.and_then(|c| c.value),
+        })
+    }
+}
+
+fn corrupt_fenced(path: &Path, reason: &str) -> LeaseError {
+    LeaseError::backend(
+        NAME,
+        false,
+        FileLockError::Hostile {
+            path: path.to_owned(),
+            reason: format!("corrupt fenced-value file: {reason}"),
+        },
+    )
+}
+
 fn record_of(key: &LeaseKey, path: &Path) -> Result<Option<LeaseRecord>, LeaseError> {
     match read(path).map_err(backend_error)? {
         Read::Missing => Ok(None),
@@ -529,5 +608,53 @@ impl LeaseListing for DirectoryStore {
         partition: &'a str,
     ) -> BoxFuture<'a, Result<Vec<LeaseRecord>, LeaseError>> {
         Box::pin(async move { self.list_now(partition) })
+    }
+}
+
+/// Fenced values live in the store directory, one file per name, named by
+/// [`fenced_file_name`](crate::fenced_file_name) (a namespace no lease record name can reach, so
+/// [`list_partition`](LeaseListing::list_partition) never returns them), in the binary format
+/// documented with [`MAX_FENCED_FILE_BYTES`](crate::MAX_FENCED_FILE_BYTES): fence, value (up to
+/// [`MAX_FENCED_VALUE_BYTES`](lease_core::MAX_FENCED_VALUE_BYTES)), checksum.
+///
+/// Each operation is one read-check-replace inside the name's critical section, the same
+/// protocol as lease records (a `.lock` companion flocked in kernel mode, `O_EXCL` epochs in
+/// heartbeat-only mode), so two writers can never both pass the fence check. The file is replaced
+/// atomically (temporary file + `rename`), opened with `O_NOFOLLOW` and read up to
+/// [`MAX_FENCED_FILE_BYTES`](crate::MAX_FENCED_FILE_BYTES); a file that is not a regular file
+/// (symbolic link, directory, FIFO), oversized or corrupt is a permanent
+/// [`LeaseError::Backend`] naming its path and is never overwritten.
+///
+/// Syscalls per operation, kernel mode: entering and leaving the critical section is an `open`
+/// of the `.lock` companion, two `fstat`s, `flock`, an `lstat`, `flock(LOCK_UN)` and a `close`
+/// (7); the read is an `open`, an `fstat`, two `read`s and a `close` (5, one `open` that fails
+/// with `ENOENT` for a new name); the replacement is an `open(O_EXCL)` of the temporary file,
+/// `fchmod`, `write`, `close` and `rename`, plus a `getrandom` and a `getpid` for the temporary
+/// name (7, plus two `fsync`s and a directory `open`/`close` with
+/// [`with_fsync`](DirectoryStore::with_fsync)). So 19 for [`put_fenced`](FencedValues::put_fenced)
+/// and for a [`fence_and_read`](FencedValues::fence_and_read) that raises the fence (15 for a name
+/// never written), and 12 for a `fence_and_read` at the current fence, which writes
+/// nothing. A refused (stale) call costs the 12 and writes nothing. A value over the limit is
+/// refused with [`LeaseError::InvalidInput`] before any syscall. Heartbeat-only mode replaces the
+/// 7 critical-section syscalls with its epoch protocol: three directory scans, two `O_EXCL`
+/// creations and the cleanup of the previous epoch, plus one `lstat` before the rename to check
+/// the section was not reclaimed meanwhile (if it was, nothing is written and the error is
+/// transient).
+impl FencedValues for DirectoryStore {
+    fn fence_and_read<'a>(
+        &'a self,
+        name: &'a LeaseKey,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, LeaseError>> {
+        Box::pin(async move { self.fenced_now(name, fencing, None) })
+    }
+
+    fn put_fenced<'a>(
+        &'a self,
+        name: &'a LeaseKey,
+        fencing: FencingToken,
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(async move { self.fenced_now(name, fencing, Some(value)).map(drop) })
     }
 }

@@ -18,7 +18,9 @@ fn subject(dir: &std::path::Path, mode: ModePreference) -> Subject {
             .unwrap()
             .with_clock(clock.clone()),
     );
-    Subject::new(store.clone(), clock).with_listing(store)
+    Subject::new(store.clone(), clock)
+        .with_listing(store.clone())
+        .with_fenced_values(store)
 }
 
 fn harness(_name: &str, case: Case) {

@@ -1,0 +1,376 @@
+//! Fenced values on the directory store: their namespace, hostile files, and racing writers.
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use lease_core::{
+    FencedValues, FencingToken, LeaseBackend, LeaseBackendExt, LeaseError, LeaseKey, LeaseListing,
+    MAX_FENCED_VALUE_BYTES, NotOwnedReason, block_on,
+};
+use lease_file::{
+    DirectoryStore, FENCED_PREFIX, MAX_FENCED_FILE_BYTES, ModePreference, decode_file_name,
+    fenced_file_name, key_file_name,
+};
+use proptest::prelude::*;
+
+const MODES: [ModePreference; 2] = [ModePreference::Kernel, ModePreference::HeartbeatOnly];
+
+fn t(n: u64) -> FencingToken {
+    FencingToken::new(n)
+}
+
+fn fenced_path(store: &DirectoryStore, name: &LeaseKey) -> PathBuf {
+    store.dir().join(fenced_file_name(name).unwrap())
+}
+
+fn key_strategy() -> impl Strategy<Value = LeaseKey> {
+    // Any text, biased towards the characters the encodings use or could be confused by.
+    let part = prop_oneof![
+        "[a-z~.%_-]{1,12}",
+        "fenced~[a-z.~]{0,8}",
+        any::<String>().prop_filter("non-empty", |s| !s.is_empty() && s.len() < 40),
+    ];
+    (part.clone(), proptest::option::of(part)).prop_filter_map("valid key", |(p, s)| match s {
+        None => LeaseKey::new(p).ok(),
+        Some(s) => LeaseKey::with_sort_key(p, s).ok(),
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
+
+    /// No lease record name (nor any name derived from one: companions, epochs, temporaries,
+    /// which only append `.`, digits, hex and fixed words, or prepend `.`) contains `~`, and every
+    /// fenced-value name does; fenced names never decode as lease keys. So the namespaces are
+    /// disjoint, and the fenced encoding is injective like the lease one.
+    #[test]
+    fn fenced_names_are_a_namespace_no_lease_key_reaches(a in key_strategy(), b in key_strategy()) {
+        if let (Ok(record), Ok(fenced)) = (key_file_name(&a), fenced_file_name(&a)) {
+            prop_assert!(!record.contains('~'), "{record}");
+            prop_assert!(fenced.starts_with(FENCED_PREFIX));
+            prop_assert!(fenced.contains('~'));
+            prop_assert!(!fenced.contains('/'));
+            prop_assert_eq!(decode_file_name(&fenced), None);
+            for derived in [".lock", ".cs.1", ".cs.1.done", ".owner"] {
+                prop_assert_eq!(decode_file_name(&format!("{fenced}{derived}")), None);
+            }
+            prop_assert!(fenced.len() <= 255 - 40, "room for companions and temporaries");
+            if let (Ok(record_b), Ok(fenced_b)) = (key_file_name(&b), fenced_file_name(&b)) {
+                prop_assert_ne!(&fenced, &record_b);
+                prop_assert_eq!(fenced == fenced_b, a == b);
+                prop_assert_eq!(record == record_b, a == b);
+            }
+        }
+    }
+}
+
+#[test]
+fn list_partition_never_returns_fenced_values_and_leases_are_independent() {
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let key = LeaseKey::with_sort_key("jobs", "nightly").unwrap();
+        block_on(store.put_fenced(&key, t(50), b"progress")).unwrap();
+        block_on(store.put_fenced(&LeaseKey::new("jobs").unwrap(), t(1), b"x")).unwrap();
+        assert!(block_on(store.list_partition("jobs")).unwrap().is_empty());
+        assert_eq!(block_on(store.inspect(&key)).unwrap(), None);
+        // A lease under the same key starts at generation 1, unaffected by the fence.
+        let lease = block_on(store.acquire(&key, Duration::from_secs(30))).unwrap();
+        assert_eq!(lease.fencing_token(), t(1));
+        let listed = block_on(store.list_partition("jobs")).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].key(), &key);
+        block_on(store.release_lease(&lease)).unwrap();
+        assert_eq!(
+            block_on(store.fence_and_read(&key, t(50))).unwrap(),
+            Some(b"progress".to_vec())
+        );
+    }
+}
+
+#[test]
+fn largest_value_round_trips_and_oversized_touches_nothing() {
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let name = LeaseKey::new("checkpoint").unwrap();
+        let big: Vec<u8> = (0..MAX_FENCED_VALUE_BYTES)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        block_on(store.put_fenced(&name, t(1), &big)).unwrap();
+        let path = fenced_path(&store, &name);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            MAX_FENCED_FILE_BYTES as u64
+        );
+        assert_eq!(
+            block_on(store.fence_and_read(&name, t(1))).unwrap(),
+            Some(big)
+        );
+
+        let other = LeaseKey::new("never-written").unwrap();
+        let before = listing(dir.path());
+        let err = block_on(store.put_fenced(&other, t(1), &vec![0; MAX_FENCED_VALUE_BYTES + 1]))
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+        assert_eq!(listing(dir.path()), before, "nothing created");
+    }
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn assert_permanent_naming(err: &LeaseError, path: &Path, what: &str) {
+    assert!(
+        matches!(
+            err,
+            LeaseError::Backend {
+                transient: false,
+                ..
+            }
+        ),
+        "{what}: want a permanent backend error, got {err:?}"
+    );
+    let shown = format!("{err} {err:?}");
+    assert!(
+        shown.contains(&path.display().to_string()),
+        "{what}: the error names the path: {shown}"
+    );
+}
+
+#[test]
+fn hostile_fenced_files_are_refused_and_left_alone() {
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+
+        // A valid fenced file elsewhere, reachable only through a link.
+        let target_store = DirectoryStore::open(outside.path()).unwrap();
+        let target_name = LeaseKey::new("target").unwrap();
+        block_on(target_store.put_fenced(&target_name, t(1), b"outside")).unwrap();
+        let target = fenced_path(&target_store, &target_name);
+        let target_bytes = std::fs::read(&target).unwrap();
+
+        // A valid file, to make truncated and flipped copies of.
+        let valid_name = LeaseKey::new("valid").unwrap();
+        block_on(store.put_fenced(&valid_name, t(7), b"some value")).unwrap();
+        let valid = std::fs::read(fenced_path(&store, &valid_name)).unwrap();
+        let mut flipped = valid.clone();
+        flipped[20] ^= 0x40;
+
+        type Plant = Box<dyn Fn(&Path)>;
+        let cases: Vec<(&str, Plant)> = vec![
+            (
+                "garbage",
+                Box::new(|p| std::fs::write(p, b"{not a fenced file").unwrap()),
+            ),
+            ("empty", Box::new(|p| std::fs::write(p, b"").unwrap())),
+            (
+                "a lease record",
+                Box::new(|p| {
+                    std::fs::write(p, br#"{"version":1,"pid":7,"generation":3}"#).unwrap()
+                }),
+            ),
+            ("truncated", {
+                let v = valid.clone();
+                Box::new(move |p| std::fs::write(p, &v[..v.len() - 3]).unwrap())
+            }),
+            ("bit flip", {
+                let v = flipped.clone();
+                Box::new(move |p| std::fs::write(p, &v).unwrap())
+            }),
+            (
+                "oversized",
+                Box::new(|p| std::fs::write(p, vec![b'x'; MAX_FENCED_FILE_BYTES + 1]).unwrap()),
+            ),
+            ("symlink", {
+                let target = target.clone();
+                Box::new(move |p| symlink(&target, p).unwrap())
+            }),
+            (
+                "dangling symlink",
+                Box::new(|p| symlink("/nonexistent/fenced", p).unwrap()),
+            ),
+            ("directory", Box::new(|p| std::fs::create_dir(p).unwrap())),
+            (
+                "fifo",
+                Box::new(|p| {
+                    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap()
+                }),
+            ),
+        ];
+        for (i, (what, plant)) in cases.iter().enumerate() {
+            let name = LeaseKey::with_sort_key("hostile", format!("case-{i}")).unwrap();
+            let path = fenced_path(&store, &name);
+            plant(&path);
+            let before = std::fs::symlink_metadata(&path).unwrap();
+            let read = block_on(store.fence_and_read(&name, t(100)));
+            assert_permanent_naming(&read.unwrap_err(), &path, what);
+            let put = block_on(store.put_fenced(&name, t(100), b"overwrite?"));
+            assert_permanent_naming(&put.unwrap_err(), &path, what);
+            let after = std::fs::symlink_metadata(&path).unwrap();
+            assert_eq!(
+                (before.ino(), before.file_type()),
+                (after.ino(), after.file_type()),
+                "{what}: left in place"
+            );
+            // Once removed by hand, the name works again.
+            if after.is_dir() {
+                std::fs::remove_dir(&path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+            }
+            block_on(store.put_fenced(&name, t(100), b"fresh")).unwrap();
+        }
+        assert_eq!(
+            std::fs::read(&target).unwrap(),
+            target_bytes,
+            "link target untouched"
+        );
+        let stray: Vec<_> = listing(dir.path())
+            .into_iter()
+            .filter(|n| n.ends_with(".tmp"))
+            .collect();
+        assert!(stray.is_empty(), "no temporary files left: {stray:?}");
+    }
+}
+
+use std::os::unix::fs::MetadataExt;
+
+/// One successful or refused put, timed on the monotonic clock.
+#[derive(Debug, Clone, Copy)]
+struct Attempt {
+    token: u64,
+    seq: u64,
+    started: Instant,
+    finished: Instant,
+    ok: bool,
+}
+
+fn race(mode: ModePreference) {
+    const WRITERS: u64 = 8;
+    const ROUNDS: u64 = 40;
+    let dir = tempfile::tempdir().unwrap();
+    let name = LeaseKey::with_sort_key("checkpoints", "raced").unwrap();
+    let barrier = Arc::new(Barrier::new(usize::try_from(WRITERS).unwrap()));
+    let threads: Vec<_> = (1..=WRITERS)
+        .map(|token| {
+            // A store per thread: its own descriptors and critical-section state, as a separate
+            // process would have.
+            let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+            let name = name.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let mut log = Vec::new();
+                for seq in 0..ROUNDS {
+                    let value = format!("token={token} seq={seq}");
+                    let started = Instant::now();
+                    let result = block_on(store.put_fenced(&name, t(token), value.as_bytes()));
+                    let finished = Instant::now();
+                    let ok = match result {
+                        Ok(()) => true,
+                        Err(e) if e.not_owned_reason() == Some(NotOwnedReason::Fenced) => false,
+                        Err(e) => panic!("token {token}: {e}"),
+                    };
+                    log.push(Attempt {
+                        token,
+                        seq,
+                        started,
+                        finished,
+                        ok,
+                    });
+                }
+                log
+            })
+        })
+        .collect();
+    let log: Vec<Attempt> = threads
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+
+    // The highest token is never refused, and its last value is what remains.
+    assert!(log.iter().filter(|a| a.token == WRITERS).all(|a| a.ok));
+    let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+    assert_eq!(
+        block_on(store.fence_and_read(&name, t(WRITERS))).unwrap(),
+        Some(format!("token={WRITERS} seq={}", ROUNDS - 1).into_bytes())
+    );
+    // Once a token is refused it stays refused: the fence never goes down.
+    for token in 1..WRITERS {
+        let mine: Vec<_> = log.iter().filter(|a| a.token == token).collect();
+        if let Some(first_refusal) = mine.iter().position(|a| !a.ok) {
+            assert!(
+                mine[first_refusal..].iter().all(|a| !a.ok),
+                "token {token} wrote again after being fenced out"
+            );
+        }
+    }
+    // No lower token's write lands after a higher token's write completed.
+    for higher in log.iter().filter(|a| a.ok) {
+        for lower in log.iter().filter(|a| a.ok && a.token < higher.token) {
+            assert!(
+                lower.started < higher.finished,
+                "token {} seq {} wrote after token {} seq {} had written",
+                lower.token,
+                lower.seq,
+                higher.token,
+                higher.seq
+            );
+        }
+    }
+    let refused = log.iter().filter(|a| !a.ok).count();
+    assert!(refused > 0, "the race refused somebody");
+    let stray: Vec<_> = listing(dir.path())
+        .into_iter()
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(stray.is_empty(), "{stray:?}");
+}
+
+#[test]
+fn racing_writers_highest_token_wins_kernel() {
+    race(ModePreference::Kernel);
+}
+
+#[test]
+fn racing_writers_highest_token_wins_heartbeat_only() {
+    race(ModePreference::HeartbeatOnly);
+}
+
+#[test]
+fn fence_only_then_value_then_empty() {
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let name = LeaseKey::new("n").unwrap();
+        assert_eq!(block_on(store.fence_and_read(&name, t(3))).unwrap(), None);
+        // The read fenced the name: an older writer is refused even though nothing was stored.
+        let err = block_on(store.put_fenced(&name, t(2), b"old")).unwrap_err();
+        assert_eq!(err.not_owned_reason(), Some(NotOwnedReason::Fenced));
+        assert_eq!(block_on(store.fence_and_read(&name, t(3))).unwrap(), None);
+        block_on(store.put_fenced(&name, t(3), b"")).unwrap();
+        assert_eq!(
+            block_on(store.fence_and_read(&name, t(3))).unwrap(),
+            Some(Vec::new())
+        );
+        // Another store on the directory sees the same fence.
+        let other = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        assert!(
+            block_on(other.fence_and_read(&name, t(2)))
+                .unwrap_err()
+                .is_not_owned()
+        );
+    }
+}
