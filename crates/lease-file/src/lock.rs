@@ -69,14 +69,15 @@ impl fmt::Debug for FileLockOptions {
 }
 
 impl Default for FileLockOptions {
-    /// Acquire retries 3, retry delay 100 ms, invalid-record stale threshold 3 s, file mode
+    /// The Go package's defaults: acquire retries 12, retry delay 20 ms, invalid-record stale
+    /// threshold 1.2 s, file mode
     /// 0644, directory mode 0755, signal-0 liveness probe, heartbeat every 250 ms, stale after
     /// 3 s, no callback, automatic mode, no fsync.
     fn default() -> Self {
         Self {
-            acquire_retries: 3,
-            retry_delay: Duration::from_millis(100),
-            invalid_record_stale: Duration::from_secs(3),
+            acquire_retries: 12,
+            retry_delay: Duration::from_millis(20),
+            invalid_record_stale: Duration::from_millis(1200),
             file_mode: 0o644,
             dir_mode: 0o755,
             liveness: None,
@@ -91,12 +92,12 @@ impl Default for FileLockOptions {
 }
 
 impl FileLockOptions {
-    /// How many times [`FileLock::acquire`] retries a held lock (Go: `AcquireRetries`).
+    /// How many times [`FileLock::acquire`] retries a transient race (Go: `AcquireRetryLimit`).
     pub fn with_acquire_retries(mut self, retries: u32) -> Self {
         self.acquire_retries = retries;
         self
     }
-    /// Delay between acquire retries (Go: `RetryDelay`).
+    /// Delay between acquire retries (Go: `AcquireRetryDelay`).
     pub fn with_retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
         self
@@ -522,16 +523,20 @@ impl FileLock {
         }
     }
 
-    /// Acquires, retrying a held lock `acquire_retries` times `retry_delay` apart (Go: `Acquire`).
+    /// Acquires (Go: `Acquire`): a lock held by a live owner fails at once with
+    /// [`FileLockError::Held`]; a transient race (the critical section reclaimed under us,
+    /// interrupted I/O) is retried up to `acquire_retries` times, `retry_delay` apart, as the Go
+    /// package retries its stale-removal races. To wait for a held lock, use
+    /// [`acquire_timeout`](Self::acquire_timeout).
     ///
     /// # Errors
-    /// [`FileLockError::Held`] naming the holder when every attempt found it held; other errors
-    /// at once.
+    /// [`FileLockError::Held`] naming the holder; a transient error once the retries are spent;
+    /// other errors at once.
     pub fn acquire(&self) -> Result<FencingToken, FileLockError> {
         let mut attempt = 0;
         loop {
             match self.try_acquire() {
-                Err(e) if e.is_held() && attempt < self.shared.options.acquire_retries => {
+                Err(e) if e.is_transient() && attempt < self.shared.options.acquire_retries => {
                     attempt += 1;
                     std::thread::sleep(self.shared.options.retry_delay);
                 }

@@ -33,9 +33,11 @@ fn defaults_match_the_go_package() {
     let o = FileLockOptions::default();
     assert_eq!(o.heartbeat_interval(), Duration::from_millis(250));
     assert_eq!(o.stale_threshold(), Duration::from_secs(3));
-    assert_eq!(o.acquire_retries(), 3);
-    assert_eq!(o.retry_delay(), Duration::from_millis(100));
-    assert_eq!(o.invalid_record_stale(), Duration::from_secs(3));
+    // kit/lockfile: defaultAcquireRetryLimit 12, defaultAcquireRetryDelay 20 ms,
+    // defaultInvalidLockStaleThreshold 1200 ms.
+    assert_eq!(o.acquire_retries(), 12);
+    assert_eq!(o.retry_delay(), Duration::from_millis(20));
+    assert_eq!(o.invalid_record_stale(), Duration::from_millis(1200));
     assert_eq!(o.file_mode(), 0o644);
     assert_eq!(o.dir_mode(), 0o755);
 }
