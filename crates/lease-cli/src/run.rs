@@ -459,6 +459,17 @@ mod tests {
         (store, backend)
     }
 
+    /// An operator breaks the lease: release it with the holder's own token.
+    async fn break_lease(store: &MemoryBackend, key: &LeaseKey) {
+        let record = store.inspect(key).await.expect("inspect").expect("record");
+        let token = record
+            .holder()
+            .and_then(Holder::token)
+            .expect("held")
+            .clone();
+        store.release(key, &token).await.expect("broken");
+    }
+
     fn plan(key: &str, ttl_ms: u64, command: &[&str]) -> RunPlan {
         RunPlan {
             key: LeaseKey::new(key).expect("key"),
@@ -533,13 +544,7 @@ mod tests {
         let started = Instant::now();
         let running = tokio::spawn(async move { run_plan(&backend, &plan).await });
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let record = store.inspect(&key).await.expect("inspect").expect("record");
-        let token = record
-            .holder()
-            .and_then(Holder::token)
-            .expect("held")
-            .clone();
-        store.release(&key, &token).await.expect("broken");
+        break_lease(&store, &key).await;
         let failure = running.await.expect("joined").expect_err("lost");
         assert_eq!(failure.code, exit::LOST, "{failure}");
         assert!(
@@ -562,13 +567,7 @@ mod tests {
         let started = Instant::now();
         let running = tokio::spawn(async move { run_plan(&backend, &plan).await });
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let record = store.inspect(&key).await.expect("inspect").expect("record");
-        let token = record
-            .holder()
-            .and_then(Holder::token)
-            .expect("held")
-            .clone();
-        store.release(&key, &token).await.expect("broken");
+        break_lease(&store, &key).await;
         let failure = running.await.expect("joined").expect_err("lost");
         assert_eq!(failure.code, exit::LOST, "{failure}");
         assert!(failure.message.contains("status 137"), "{failure}");
