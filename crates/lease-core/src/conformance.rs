@@ -194,8 +194,10 @@ fn forged(lease: &Lease) -> Lease {
 }
 
 fn near(a: SystemTime, b: SystemTime, within: Duration) -> bool {
-    let diff = a.duration_since(b).or_else(|e| Ok::<_, ()>(e.duration()));
-    diff.is_ok_and(|d| d <= within)
+    let diff = a
+        .duration_since(b)
+        .unwrap_or_else(|earlier| earlier.duration());
+    diff <= within
 }
 
 /// A held key cannot be acquired again, not even by the same client.
