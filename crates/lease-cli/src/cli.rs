@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::duration::parse_duration;
+use crate::duration::{parse_duration, parse_wait};
 
 /// Run a command under a lease, inspect and break leases, and watch a fleet share work.
 ///
@@ -80,8 +80,8 @@ pub(crate) struct RunArgs {
     /// Lease duration; renewed every third of it while the command runs.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub(crate) ttl: Duration,
-    /// How long to wait for a held lease (0: try once).
-    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
+    /// How long to wait for a held lease (0: try once; `forever`: no limit).
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_wait)]
     pub(crate) wait: Duration,
     /// After the lease is lost: how long the command has between SIGTERM and SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]

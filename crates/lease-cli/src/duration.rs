@@ -47,8 +47,21 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
-/// Formats a duration for people: `250ms`, `2.62s`, `1m30s`, `1h30m`.
+/// A wait: a duration as [`parse_duration`] reads it, or `forever` (also `inf`, `infinite`,
+/// `none`), which is [`Duration::MAX`]. Any duration longer than a century also means forever.
+pub(crate) fn parse_wait(text: &str) -> Result<Duration, String> {
+    match text {
+        "forever" | "inf" | "infinite" | "none" => Ok(Duration::MAX),
+        _ => parse_duration(text).map_err(|e| format!("{e}, or `forever`")),
+    }
+}
+
+/// Formats a duration for people: `250ms`, `2.62s`, `1m30s`, `1h30m`; a century or more is
+/// `forever`.
 pub(crate) fn fmt_duration(duration: Duration) -> String {
+    if duration >= lease_core::WaitOptions::MAX_TIMEOUT {
+        return "forever".to_owned();
+    }
     let millis = duration.as_millis();
     if millis < 1000 {
         return format!("{millis}ms");

@@ -59,8 +59,14 @@ impl Failure {
         Self::new(SOFTWARE, message)
     }
 
-    /// Maps a lease error to its status by meaning, prefixing `context`.
+    /// Maps a lease error to its status by meaning, prefixing `context`. A timeout whose last
+    /// attempt failed for another reason than a busy lease is reported by that reason.
     pub(crate) fn lease(context: &str, error: &LeaseError) -> Self {
+        if let Some(last) = error.last_error().filter(|last| !last.is_held()) {
+            let mut failure = Self::lease(context, last);
+            failure.message = format!("{context}: {error}");
+            return failure;
+        }
         let code = if error.is_invalid_input() {
             USAGE
         } else if error.is_held() || error.is_timeout() {

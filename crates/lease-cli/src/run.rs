@@ -178,14 +178,18 @@ fn acquire_failure(key: &LeaseKey, error: &LeaseError) -> Failure {
                 holder_or_unknown(error.holder())
             ),
         ),
-        LeaseError::Timeout { waited, .. } => Failure::new(
-            exit::HELD,
-            format!(
-                "gave up after {} waiting for lease {key} held by {}",
-                fmt_duration(*waited),
-                holder_or_unknown(error.holder())
-            ),
-        ),
+        LeaseError::Timeout { waited, .. }
+            if error.last_error().is_none_or(LeaseError::is_held) =>
+        {
+            Failure::new(
+                exit::HELD,
+                format!(
+                    "gave up after {} waiting for lease {key} held by {}",
+                    fmt_duration(*waited),
+                    holder_or_unknown(error.holder())
+                ),
+            )
+        }
         _ => Failure::lease(&format!("cannot acquire lease {key}"), error),
     }
 }
@@ -467,7 +471,10 @@ mod tests {
             .and_then(Holder::token)
             .expect("held")
             .clone();
-        store.release(key, &token).await.expect("broken");
+        store
+            .release(key, &token, record.fencing())
+            .await
+            .expect("broken");
     }
 
     fn plan(key: &str, ttl_ms: u64, command: &[&str]) -> RunPlan {

@@ -227,9 +227,14 @@ pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
             backend.description
         )));
     };
+    // Name the holder's tenure exactly: a lease taken over since the inspect is left alone.
+    let fencing = holder
+        .fencing()
+        .or_else(|| record.as_ref().map(LeaseRecord::fencing))
+        .unwrap_or(lease_core::FencingToken::NONE);
     backend
         .leases
-        .release(&key, token)
+        .release(&key, token, fencing)
         .await
         .map_err(|e| Failure::lease(&format!("cannot break lease {key}"), &e))?;
     tracing::warn!(%key, holder = %describe_holder(holder), "lease broken by an operator");

@@ -6,7 +6,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{Clock, Holder, Lease, LeaseError, LeaseKey, LeaseRecord, LeaseToken, WaitOptions};
+use crate::{
+    Clock, FencingToken, Holder, Lease, LeaseError, LeaseKey, LeaseRecord, LeaseToken, WaitOptions,
+};
 
 /// A boxed, `Send` future: what the dyn-compatible contract returns, with no runtime attached.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -32,8 +34,11 @@ impl AcquireOptions {
         self
     }
 
-    /// Use this owner token instead of a fresh one from the backend's token source. A caller that
-    /// retries an acquire whose reply was lost with the same token can recognise its own lease.
+    /// Use this owner token instead of a fresh one from the backend's token source.
+    ///
+    /// A token names one tenure, not one caller: acquiring a key that is held, even under this
+    /// same token, fails with [`LeaseError::Held`]. Backends reconcile their *own* retries after a
+    /// lost reply inside one call; a second call with the same token is a second contender.
     pub fn with_token(mut self, token: LeaseToken) -> Self {
         self.token = Some(token);
         self
@@ -61,13 +66,21 @@ impl AcquireOptions {
 ///
 /// * **try_acquire** succeeds iff the key has no holder, or its holder's lease expired (plus the
 ///   backend's declared skew allowance). It issues a fencing token strictly greater than every
-///   earlier one for the key. Otherwise [`LeaseError::Held`] with what is known of the holder.
-/// * **renew** succeeds iff the store holds `lease`'s token and the lease has not expired; the
-///   fencing token is unchanged. Otherwise [`LeaseError::NotOwned`].
-/// * **release** succeeds iff the store holds `token` for `key` (expired or not): the key becomes
-///   free at once. Otherwise [`LeaseError::NotOwned`]; another owner's lease is never touched.
+///   earlier one for the key. Otherwise [`LeaseError::Held`] with what is known of the holder,
+///   also when the holder's token is the one the caller asked for
+///   ([`AcquireOptions::with_token`]).
+/// * **renew** succeeds iff the store holds `lease`'s tenure (its token *and* fencing token) and
+///   the lease has not expired; the fencing token is unchanged. Otherwise
+///   [`LeaseError::NotOwned`].
+/// * **release** succeeds iff the store holds the tenure `(token, fencing)` for `key` (expired or
+///   not): the key becomes free at once. Otherwise [`LeaseError::NotOwned`]; another tenure is
+///   never touched, even one that reuses the same token.
 /// * **inspect** reads the current record without changing it.
 /// * Invalid keys, tokens or durations fail with [`LeaseError::InvalidInput`] and write nothing.
+/// * **Lost replies.** A backend that retries a request whose reply was lost reports success only
+///   when it can tell that *its own* earlier attempt in this call was applied: never because the
+///   store happens to be in the state the call asked for (a free key after a release, a token
+///   that some other call wrote).
 ///
 /// The returned [`Lease`]'s deadline is computed from the monotonic instant *before* the request
 /// was sent (see [`holder_deadline`](crate::holder_deadline)).
@@ -93,11 +106,14 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
         duration: Duration,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>>;
 
-    /// Gives up the lease `key` held under `token`.
+    /// Gives up the tenure of `key` identified by its owner `token` and `fencing` token (both as
+    /// the [`Lease`] or the store's [`Holder`] reports them). A record that no backend of this
+    /// project wrote may carry no fencing token; [`FencingToken::NONE`] names that case.
     fn release<'a>(
         &'a self,
         key: &'a LeaseKey,
         token: &'a LeaseToken,
+        fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>>;
 
     /// Reads the record of `key`, or `None` if the store has never seen it.
@@ -133,8 +149,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
         &'a self,
         key: &'a LeaseKey,
         token: &'a LeaseToken,
+        fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        (**self).release(key, token)
+        (**self).release(key, token, fencing)
     }
     fn inspect<'a>(
         &'a self,
@@ -178,7 +195,7 @@ pub trait LeaseBackendExt: LeaseBackend {
 
     /// Releases `lease` (Go: `Release`).
     fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.release(lease.key(), lease.token())
+        self.release(lease.key(), lease.token(), lease.fencing_token())
     }
 
     /// Acquires, retrying while the lease is held (or the backend fails transiently) until
@@ -187,7 +204,8 @@ pub trait LeaseBackendExt: LeaseBackend {
     /// Invalid input and permanent failures are returned at once.
     ///
     /// # Errors
-    /// [`LeaseError::Timeout`] naming the last holder seen when time runs out.
+    /// [`LeaseError::Timeout`] naming the last holder seen and carrying the last error when time
+    /// runs out. A timeout of [`WaitOptions::forever`] never runs out.
     fn acquire_with_wait<'a>(
         &'a self,
         key: &'a LeaseKey,

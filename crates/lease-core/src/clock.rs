@@ -56,7 +56,7 @@ impl Clock for SystemClock {
     }
 
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
-        let deadline = Instant::now() + duration;
+        let deadline = crate::lease::instant_after(Instant::now(), duration);
         Box::pin(TimerSleep {
             deadline,
             state: None,
@@ -269,7 +269,7 @@ impl ManualClock {
     pub fn advance(&self, by: Duration) {
         let due = {
             let mut state = lock(&self.state);
-            state.elapsed += by;
+            state.elapsed = state.elapsed.saturating_add(by);
             let elapsed = state.elapsed;
             let (due, pending): (Vec<_>, Vec<_>) = state
                 .sleepers
@@ -316,7 +316,10 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> SystemTime {
         let state = lock(&self.state);
-        let at = self.base_wall + state.elapsed;
+        let at = self
+            .base_wall
+            .checked_add(state.elapsed)
+            .unwrap_or(self.base_wall);
         let offset = state.wall_offset_nanos;
         let magnitude =
             Duration::from_nanos(u64::try_from(offset.unsigned_abs()).unwrap_or(u64::MAX));
@@ -328,13 +331,13 @@ impl Clock for ManualClock {
     }
 
     fn monotonic(&self) -> Instant {
-        self.base_instant + lock(&self.state).elapsed
+        crate::lease::instant_after(self.base_instant, lock(&self.state).elapsed)
     }
 
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
         let state = Arc::new(SleepState::default());
         let mut clock = lock(&self.state);
-        let until = clock.elapsed + duration;
+        let until = clock.elapsed.saturating_add(duration);
         if duration.is_zero() {
             state.fire();
         } else if clock.auto_advance {

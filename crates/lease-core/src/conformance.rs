@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::{
-    AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, KeeperOptions, Lease,
+    AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Holder, KeeperOptions, Lease,
     LeaseBackend, LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseToken,
     LossReason, ManualClock, NotOwnedReason, WaitOptions,
 };
@@ -64,6 +64,16 @@ pub const CASES: &[(&str, Case)] = &[
         "guard_renews_and_reports_loss",
         guard_renews_and_reports_loss,
     ),
+    ("listing_sees_every_sort_key", listing_sees_every_sort_key),
+    (
+        "fenced_values_refuse_stale_writers",
+        fenced_values_refuse_stale_writers,
+    ),
+    (
+        "same_token_is_a_second_contender",
+        same_token_is_a_second_contender,
+    ),
+    ("release_tells_the_truth", release_tells_the_truth),
 ];
 
 /// Writes one `#[test]` per conformance case, each calling `harness(name, case)`.
@@ -87,6 +97,8 @@ macro_rules! conformance_tests {
             guard_renews_and_reports_loss,
             listing_sees_every_sort_key,
             fenced_values_refuse_stale_writers,
+            same_token_is_a_second_contender,
+            release_tells_the_truth,
         );
     };
     (@cases $harness:path; $($case:ident),* $(,)?) => {
@@ -99,12 +111,25 @@ macro_rules! conformance_tests {
     };
 }
 
+/// Loses replies on purpose, for backends whose requests cross a network: the store applies a
+/// request and the backend never hears back, so it must retry and reconcile.
+pub trait ReplyFaults: Send + Sync + std::fmt::Debug {
+    /// The next write request reaches the store and is applied; then `meanwhile` runs to
+    /// completion (another client acting between the lost reply and the retry), and then the
+    /// backend sees a transport failure instead of the reply.
+    fn lose_next_reply(&self, meanwhile: Option<BoxFuture<'static, ()>>);
+
+    /// How many replies have been lost so far.
+    fn lost_replies(&self) -> u32;
+}
+
 /// The backend under test and the manual clock it reads.
 #[derive(Debug, Clone)]
 pub struct Subject {
     backend: Arc<dyn LeaseBackend>,
     listing: Option<Arc<dyn LeaseListing>>,
     fenced: Option<Arc<dyn FencedValues>>,
+    faults: Option<Arc<dyn ReplyFaults>>,
     clock: Arc<ManualClock>,
     namespace: String,
     takeover_delay: Duration,
@@ -120,6 +145,7 @@ impl Subject {
             backend,
             listing: None,
             fenced: None,
+            faults: None,
             clock,
             namespace: format!("conf-{}", &nonce[..12]),
             takeover_delay: Duration::ZERO,
@@ -143,6 +169,13 @@ impl Subject {
     /// The backend's [`FencedValues`] (same store). Every backend of this project supplies it.
     pub fn with_fenced_values(mut self, fenced: Arc<dyn FencedValues>) -> Self {
         self.fenced = Some(fenced);
+        self
+    }
+
+    /// A way to lose the backend's replies, for backends whose requests cross a network. The
+    /// cases that need it also run their fault-free part without it.
+    pub fn with_reply_faults(mut self, faults: Arc<dyn ReplyFaults>) -> Self {
+        self.faults = Some(faults);
         self
     }
 
@@ -274,7 +307,7 @@ pub fn renew_and_release_by_owner_only(s: &Subject) -> BoxFuture<'_, ()> {
         assert!(err.is_not_owned(), "forged renew must be not-owned: {err}");
         let err = s
             .backend
-            .release(&key, forgery.token())
+            .release(&key, forgery.token(), forgery.fencing_token())
             .await
             .expect_err("forged release");
         assert!(
@@ -559,7 +592,9 @@ pub fn guard_renews_and_reports_loss(s: &Subject) -> BoxFuture<'_, ()> {
             assert!(acquire(s, &key).await.is_err_and(|e| e.is_held()));
             // An operator breaks the lease and somebody else takes it.
             must(
-                s.backend.release(&key, lease.token()).await,
+                s.backend
+                    .release(&key, lease.token(), lease.fencing_token())
+                    .await,
                 "forced release",
             );
             let thief = must(acquire(s, &key).await, "thief");
@@ -715,3 +750,148 @@ async fn yield_now() {
 }
 
 pub mod model;
+
+/// A token names one tenure: a second caller with the same token is a second contender, and a
+/// later tenure under the same token is not the earlier one.
+pub fn same_token_is_a_second_contender(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("same-token");
+        let shared = LeaseToken::new(format!("{}-shared-token", s.namespace)).expect("valid token");
+        let options = AcquireOptions::default().with_token(shared.clone());
+        let first = must(s.backend.try_acquire(&key, D, &options).await, "first");
+        let second = s.backend.try_acquire(&key, D, &options).await;
+        assert!(
+            second.as_ref().is_err_and(LeaseError::is_held),
+            "a second caller with the holder's token must be told `Held`, got {second:?}"
+        );
+        s.clock.advance(D / 2);
+        let first = must(
+            s.backend.renew(&first, D).await,
+            "the first holder still renews",
+        );
+
+        s.expire(D);
+        let later = must(
+            s.backend.try_acquire(&key, D, &options).await,
+            "a new tenure under the same token once the first expired",
+        );
+        assert!(later.fencing_token() > first.fencing_token());
+        let err = s
+            .backend
+            .renew(&first, D)
+            .await
+            .expect_err("the old tenure renews the new one");
+        assert!(err.is_not_owned(), "{err}");
+        let err = s
+            .backend
+            .release_lease(&first)
+            .await
+            .expect_err("the old tenure releases the new one");
+        assert!(err.is_not_owned(), "{err}");
+        let record = must(s.backend.inspect(&key).await, "inspect").expect("record");
+        assert_eq!(
+            record
+                .holder()
+                .and_then(Holder::fencing)
+                .unwrap_or(record.fencing()),
+            later.fencing_token(),
+            "the new tenure is untouched"
+        );
+        must(s.backend.renew(&later, D).await, "the new tenure renews");
+        must(s.backend.release_lease(&later).await, "release");
+    })
+}
+
+/// Release succeeds only for the tenure it names, and says so truthfully when a reply is lost.
+pub fn release_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("release-truth");
+        let a = must(acquire(s, &key).await, "a");
+        let stranger = LeaseToken::new("never-held-this-key").expect("valid token");
+        let err = s
+            .backend
+            .release(&key, &stranger, a.fencing_token())
+            .await
+            .expect_err("a stranger's release");
+        assert!(err.is_not_owned(), "{err}");
+        let wrong_fencing = FencingToken::new(a.fencing_token().get() + 1);
+        let err = s
+            .backend
+            .release(&key, a.token(), wrong_fencing)
+            .await
+            .expect_err("the holder's token with another fencing token");
+        assert!(err.is_not_owned(), "{err}");
+        let a = must(s.backend.renew(&a, D).await, "a is untouched");
+
+        must(s.backend.release_lease(&a).await, "a releases");
+        let err = s.backend.release_lease(&a).await.expect_err("again");
+        assert_eq!(
+            err.not_owned_reason(),
+            Some(NotOwnedReason::Missing),
+            "{err}"
+        );
+        let c = must(acquire(s, &key).await, "c");
+        let err = s.backend.release_lease(&a).await.expect_err("a after c");
+        assert!(err.is_not_owned(), "{err}");
+        let c = must(s.backend.renew(&c, D).await, "c is untouched");
+
+        let Some(faults) = s.faults.clone() else {
+            must(s.backend.release_lease(&c).await, "c releases");
+            return;
+        };
+        // A release applied whose reply was lost: the retry proves it landed.
+        let lost = faults.lost_replies();
+        faults.lose_next_reply(None);
+        must(
+            s.backend.release_lease(&c).await,
+            "c's release with its reply lost",
+        );
+        assert_eq!(faults.lost_replies(), lost + 1, "the reply was lost");
+        let record = must(s.backend.inspect(&key).await, "inspect").expect("record");
+        assert!(record.holder().is_none(), "c's release landed");
+
+        // Releasing nothing, with the reply lost, is still not a success.
+        faults.lose_next_reply(None);
+        let err = s
+            .backend
+            .release_lease(&c)
+            .await
+            .expect_err("a second release of c with its reply lost");
+        assert!(err.is_not_owned(), "{err}");
+
+        // The release lands, its reply is lost, and somebody acquires before the retry.
+        let d = must(acquire(s, &key).await, "d");
+        let slot = Arc::new(std::sync::Mutex::new(None));
+        let meanwhile = {
+            let (backend, key, slot) = (s.backend.clone(), key.clone(), slot.clone());
+            Box::pin(async move {
+                let e = backend.acquire(&key, D).await;
+                *slot
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
+            })
+        };
+        faults.lose_next_reply(Some(meanwhile));
+        let result = s.backend.release_lease(&d).await;
+        let e = slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .expect("the other client ran between the lost reply and the retry");
+        let e = must(e, "e acquires the key d released");
+        assert!(
+            result.as_ref().is_err_and(LeaseError::is_not_owned),
+            "d's retry finds e's tenure and must not report success, got {result:?}"
+        );
+        // A stranger's release with the reply lost leaves e alone.
+        faults.lose_next_reply(None);
+        let err = s
+            .backend
+            .release(&key, &stranger, e.fencing_token())
+            .await
+            .expect_err("stranger");
+        assert!(err.is_not_owned(), "{err}");
+        let e = must(s.backend.renew(&e, D).await, "e is untouched");
+        must(s.backend.release_lease(&e).await, "e releases");
+    })
+}

@@ -86,7 +86,7 @@ impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
         if let Some(owner) = &self.owner {
-            parts.push(owner.clone());
+            parts.push(shorten(owner, MAX_SHOWN_OWNER_CHARS));
         }
         if let Some(token) = &self.token {
             parts.push(format!("token {token}"));
@@ -103,6 +103,29 @@ impl fmt::Display for Holder {
             f.write_str(&parts.join(", "))
         }
     }
+}
+
+/// How much of an owner description errors and `Display` show; the rest is summarised.
+const MAX_SHOWN_OWNER_CHARS: usize = 120;
+
+/// `text` up to `max` characters, control characters escaped, with what was left out counted.
+fn shorten(text: &str, max: usize) -> String {
+    let mut shown = String::new();
+    for c in text.chars().take(max) {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    let total = text.chars().count();
+    if total > max {
+        shown.push_str(&format!(
+            "… ({} more bytes)",
+            text.len() - text.chars().take(max).map(char::len_utf8).sum::<usize>()
+        ));
+    }
+    shown
 }
 
 /// Why an operation found that the caller does not own the lease.
@@ -188,7 +211,7 @@ pub enum LeaseError {
         source: Box<dyn StdError + Send + Sync>,
     },
     /// Waiting for the lease ran out of time.
-    #[error("timed out after {waited:?} waiting for lease {key} ({})", fmt_holder(holder.as_deref()))]
+    #[error("timed out after {waited:?} waiting for lease {key} ({}){}", fmt_holder(holder.as_deref()), fmt_last(last_error.as_deref()))]
     Timeout {
         /// The key.
         key: LeaseKey,
@@ -196,11 +219,23 @@ pub enum LeaseError {
         waited: Duration,
         /// The last holder seen.
         holder: Option<Box<Holder>>,
+        /// The last attempt's error: [`Held`](Self::Held) when the lease stayed busy, a transient
+        /// [`Backend`](Self::Backend) failure when the store did not answer.
+        #[source]
+        last_error: Option<Box<LeaseError>>,
     },
 }
 
 fn fmt_holder(holder: Option<&Holder>) -> String {
     holder.map_or_else(|| "holder unknown".to_owned(), ToString::to_string)
+}
+
+/// The last error of a timeout, unless it only repeats that the lease was held.
+fn fmt_last(last: Option<&LeaseError>) -> String {
+    match last {
+        Some(error) if !error.is_held() => format!("; last error: {error}"),
+        _ => String::new(),
+    }
 }
 
 impl LeaseError {
@@ -235,6 +270,25 @@ impl LeaseError {
             backend,
             transient,
             source: source.into(),
+        }
+    }
+
+    /// A [`Timeout`](Self::Timeout) after waiting `waited` for `key`, whose last attempt failed
+    /// with `last_error` (the holder is taken from it).
+    pub fn timeout(key: LeaseKey, waited: Duration, last_error: LeaseError) -> Self {
+        Self::Timeout {
+            key,
+            waited,
+            holder: last_error.holder().cloned().map(Box::new),
+            last_error: Some(Box::new(last_error)),
+        }
+    }
+
+    /// The last attempt's error of a [`Timeout`](Self::Timeout).
+    pub fn last_error(&self) -> Option<&LeaseError> {
+        match self {
+            Self::Timeout { last_error, .. } => last_error.as_deref(),
+            _ => None,
         }
     }
 
@@ -304,6 +358,42 @@ mod tests {
         let text = format!("{err} {err:?}");
         assert!(!text.contains(token.as_str()), "{text}");
         assert!(text.contains("pid 7 on h"), "{text}");
+    }
+
+    #[test]
+    fn a_huge_owner_is_shown_short() {
+        let owner = "x".repeat(300_000);
+        let err = LeaseError::held(
+            LeaseKey::new("k").unwrap(),
+            Some(Holder::new().with_owner(owner.clone())),
+        );
+        let text = err.to_string();
+        assert!(text.len() < 400, "{} bytes", text.len());
+        assert!(text.contains("299880 more bytes"), "{text}");
+        let held = err.holder().and_then(Holder::owner).unwrap();
+        assert_eq!(held.len(), owner.len(), "the holder keeps the whole owner");
+        let odd = Holder::new().with_owner("a\nb").to_string();
+        assert_eq!(odd, "a\\nb");
+    }
+
+    #[test]
+    fn a_timeout_keeps_its_last_error() {
+        let key = LeaseKey::new("k").unwrap();
+        let cause = LeaseError::backend("dynamodb", true, "connection refused");
+        let err = LeaseError::timeout(key.clone(), Duration::from_secs(3), cause);
+        assert!(err.is_timeout());
+        let text = err.to_string();
+        assert!(
+            text.contains("last error: dynamodb backend failed (transient): connection refused"),
+            "{text}"
+        );
+        assert!(err.last_error().is_some_and(LeaseError::is_transient));
+        assert!(std::error::Error::source(&err).is_some());
+        // A busy lease is already said by the holder; it is not repeated.
+        let held = LeaseError::held(key.clone(), Some(Holder::new().with_owner("alice")));
+        let err = LeaseError::timeout(key, Duration::from_secs(3), held);
+        assert!(err.to_string().ends_with("(alice)"), "{err}");
+        assert_eq!(err.holder().and_then(Holder::owner), Some("alice"));
     }
 
     #[test]

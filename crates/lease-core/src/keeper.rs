@@ -398,7 +398,7 @@ impl LeaseGuard {
         let result = self
             .shared
             .backend
-            .release(lease.key(), lease.token())
+            .release(lease.key(), lease.token(), lease.fencing_token())
             .await;
         self.done = true;
         self.shared.request_stop(Stop::Released);
@@ -491,7 +491,7 @@ async fn keep(shared: Arc<Shared>, options: KeeperOptions) {
         (duration / 10).max(Duration::from_millis(20)),
     ));
     let mut backoff = Backoff::new(retry_initial, retry_max);
-    let mut next_renew = clock.monotonic() + every;
+    let mut next_renew = crate::lease::instant_after(clock.monotonic(), every);
     let mut last_error: Option<String> = None;
 
     let stop = loop {
@@ -539,13 +539,16 @@ async fn keep(shared: Arc<Shared>, options: KeeperOptions) {
                 }
                 tracing::warn!(key = %lease.key(), %error, "lease renewal failed; retrying");
                 last_error = Some(error.to_string());
-                next_renew = clock.monotonic() + backoff.next_delay();
+                next_renew = crate::lease::instant_after(clock.monotonic(), backoff.next_delay());
             }
         }
     };
     if stop == Stop::Dropped {
         let lease = shared.lease();
-        match backend.release(lease.key(), lease.token()).await {
+        match backend
+            .release(lease.key(), lease.token(), lease.fencing_token())
+            .await
+        {
             Ok(()) => tracing::debug!(key = %lease.key(), "lease released on drop"),
             Err(error) => tracing::warn!(key = %lease.key(), %error, "release on drop failed"),
         }
@@ -560,7 +563,11 @@ async fn lose_at_deadline(shared: &Shared, last_error: Option<String>) {
         None => LossReason::DeadlinePassed,
     });
     let lease = shared.lease();
-    if let Err(error) = shared.backend.release(lease.key(), lease.token()).await {
+    if let Err(error) = shared
+        .backend
+        .release(lease.key(), lease.token(), lease.fencing_token())
+        .await
+    {
         tracing::debug!(key = %lease.key(), %error, "release after loss failed");
     }
 }

@@ -55,8 +55,20 @@ pub fn default_safety_margin(duration: Duration) -> Duration {
 ///
 /// Measuring from the send (not the reply) means the holder never trusts the lease longer than a
 /// contender, who measures from the store's write, could be made to wait.
+///
+/// Never panics: a deadline beyond what [`Instant`] can represent saturates to a century away.
 pub fn holder_deadline(sent_at: Instant, duration: Duration, margin: Duration) -> Instant {
-    sent_at + duration.saturating_sub(margin)
+    instant_after(sent_at, duration.saturating_sub(margin))
+}
+
+/// About a century: the stand-in for "never" where an [`Instant`] must be computed.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `at + after`, saturating at a century from `at` instead of panicking on overflow.
+pub(crate) fn instant_after(at: Instant, after: Duration) -> Instant {
+    at.checked_add(after.min(FAR_FUTURE))
+        .or_else(|| at.checked_add(Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(at)
 }
 
 /// One acquisition of a lease, as its holder sees it.
@@ -232,6 +244,13 @@ mod tests {
         assert_eq!(fmt_time(at(0)), "1970-01-01T00:00:00.000Z");
         assert_eq!(fmt_time(at(951_782_400)), "2000-02-29T00:00:00.000Z");
         assert_eq!(fmt_time(at(1_709_251_199)), "2024-02-29T23:59:59.000Z");
+    }
+
+    #[test]
+    fn a_deadline_never_overflows() {
+        let sent = Instant::now();
+        let far = holder_deadline(sent, Duration::MAX, Duration::ZERO);
+        assert!(far > sent + Duration::from_secs(50 * 365 * 24 * 3600));
     }
 
     #[test]

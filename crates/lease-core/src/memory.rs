@@ -180,11 +180,13 @@ impl MemoryBackend {
         let now = self.clock.now();
         let mut entries = lock(&self.entries);
         let key = lease.key();
-        let entry = entries.get_mut(key);
-        let holder = entry.and_then(|e| e.holder.as_mut());
-        match holder {
+        let Some(entry) = entries.get_mut(key) else {
+            return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing));
+        };
+        let same_tenure = entry.fencing == lease.fencing_token().get();
+        match entry.holder.as_mut() {
             None => Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing)),
-            Some(h) if h.token != *lease.token() => Err(LeaseError::not_owned(
+            Some(h) if h.token != *lease.token() || !same_tenure => Err(LeaseError::not_owned(
                 key.clone(),
                 NotOwnedReason::TakenOver,
             )),
@@ -205,11 +207,19 @@ impl MemoryBackend {
         }
     }
 
-    fn release_now(&self, key: &LeaseKey, token: &LeaseToken) -> Result<(), LeaseError> {
+    fn release_now(
+        &self,
+        key: &LeaseKey,
+        token: &LeaseToken,
+        fencing: FencingToken,
+    ) -> Result<(), LeaseError> {
         let mut entries = lock(&self.entries);
         let entry = entries.get_mut(key);
         match entry {
-            Some(e) if e.holder.as_ref().is_some_and(|h| h.token == *token) => {
+            Some(e)
+                if e.fencing == fencing.get()
+                    && e.holder.as_ref().is_some_and(|h| h.token == *token) =>
+            {
                 e.holder = None;
                 tracing::debug!(%key, "memory lease released");
                 Ok(())
@@ -267,8 +277,9 @@ impl LeaseBackend for MemoryBackend {
         &'a self,
         key: &'a LeaseKey,
         token: &'a LeaseToken,
+        fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        Box::pin(std::future::ready(self.release_now(key, token)))
+        Box::pin(std::future::ready(self.release_now(key, token, fencing)))
     }
 
     fn inspect<'a>(

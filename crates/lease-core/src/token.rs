@@ -52,18 +52,47 @@ impl LeaseToken {
         Ok(Self(value.into()))
     }
 
+    /// A token exactly as a store holds it, unchecked: the holder's token in a record that
+    /// another writer made (the Go `lease` package takes any string its token generator returns,
+    /// so it may be empty, long, or hold a newline). Backends use it so that such a holder can
+    /// still be shown (redacted) and its lease broken; tokens this project issues always pass
+    /// [`LeaseToken::new`].
+    ///
+    /// ```
+    /// use lease_core::LeaseToken;
+    /// let odd = LeaseToken::from_store("line\nbreak");
+    /// assert!(LeaseToken::new("line\nbreak").is_err());
+    /// assert_eq!(odd.as_str(), "line\nbreak");
+    /// assert_eq!(odd.to_string(), "line\\nbre…");
+    /// ```
+    pub fn from_store(value: impl Into<String>) -> Self {
+        Self(value.into().into())
+    }
+
     /// The whole token. Store it; do not log it.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
-    /// The first eight characters followed by `…`: what logs and errors show.
+    /// The first eight characters followed by `…`, control characters escaped: what logs and
+    /// errors show. An empty token shows as `""`.
     pub fn redacted(&self) -> String {
+        if self.0.is_empty() {
+            return "\"\"".to_owned();
+        }
         let prefix: String = self.0.chars().take(8).collect();
+        let mut shown = String::with_capacity(prefix.len());
+        for c in prefix.chars() {
+            if c.is_control() {
+                shown.extend(c.escape_default());
+            } else {
+                shown.push(c);
+            }
+        }
         if prefix.len() < self.0.len() {
-            format!("{prefix}…")
+            format!("{shown}…")
         } else {
-            prefix
+            shown
         }
     }
 }
@@ -101,6 +130,10 @@ impl fmt::Debug for LeaseToken {
 pub struct FencingToken(u64);
 
 impl FencingToken {
+    /// No fencing token: what a record carries when its writer issued none (an item the Go
+    /// `lease` package wrote). Every token a backend of this project issues is greater.
+    pub const NONE: Self = Self(0);
+
     /// Wraps a raw value.
     pub const fn new(value: u64) -> Self {
         Self(value)

@@ -20,11 +20,13 @@ pub type WaitCallback = Arc<dyn Fn(&WaitEvent<'_>) + Send + Sync>;
 /// let wait = WaitOptions::new(Duration::from_secs(60))
 ///     .with_backoff(Duration::from_millis(50), Duration::from_secs(2))
 ///     .on_wait(|event| eprintln!("waiting for {}: attempt {}", event.key, event.attempts));
-/// assert_eq!(wait.timeout(), Duration::from_secs(60));
+/// assert_eq!(wait.timeout(), Some(Duration::from_secs(60)));
+/// assert_eq!(WaitOptions::forever().timeout(), None);
+/// assert_eq!(WaitOptions::new(Duration::MAX).timeout(), None, "no panic: it means forever");
 /// ```
 #[derive(Clone)]
 pub struct WaitOptions {
-    timeout: Duration,
+    timeout: Option<Duration>,
     initial_backoff: Duration,
     max_backoff: Duration,
     acquire: AcquireOptions,
@@ -44,15 +46,26 @@ impl fmt::Debug for WaitOptions {
 }
 
 impl WaitOptions {
-    /// Wait up to `timeout`; backoff from 25 ms doubling to at most 1 s.
+    /// Longest finite timeout; anything longer (up to [`Duration::MAX`]) means
+    /// [`forever`](Self::forever).
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+    /// Wait up to `timeout` (longer than [`MAX_TIMEOUT`](Self::MAX_TIMEOUT): forever); backoff
+    /// from 25 ms doubling to at most 1 s.
     pub fn new(timeout: Duration) -> Self {
         Self {
-            timeout,
+            timeout: (timeout <= Self::MAX_TIMEOUT).then_some(timeout),
             initial_backoff: Duration::from_millis(25),
             max_backoff: Duration::from_secs(1),
             acquire: AcquireOptions::default(),
             on_wait: None,
         }
+    }
+
+    /// Wait for as long as it takes: [`LeaseBackendExt::acquire_with_wait`](crate::LeaseBackendExt::acquire_with_wait)
+    /// returns only with the lease or an error that waiting cannot cure.
+    pub fn forever() -> Self {
+        Self::new(Duration::MAX)
     }
 
     /// Sets the first backoff and the cap.
@@ -74,8 +87,8 @@ impl WaitOptions {
         self
     }
 
-    /// The timeout.
-    pub fn timeout(&self) -> Duration {
+    /// The timeout; `None` waits forever.
+    pub fn timeout(&self) -> Option<Duration> {
         self.timeout
     }
 }
@@ -164,7 +177,9 @@ pub(crate) async fn acquire_with_wait<B: LeaseBackend + ?Sized>(
 ) -> Result<Lease, LeaseError> {
     let clock = backend.clock();
     let started = clock.monotonic();
-    let give_up = started + wait.timeout;
+    let give_up = wait
+        .timeout
+        .map(|timeout| crate::lease::instant_after(started, timeout));
     let mut backoff = Backoff::new(wait.initial_backoff, wait.max_backoff);
     let mut attempts = 0u32;
     loop {
@@ -175,12 +190,12 @@ pub(crate) async fn acquire_with_wait<B: LeaseBackend + ?Sized>(
         };
         attempts = attempts.saturating_add(1);
         let now = clock.monotonic();
-        if now >= give_up {
-            return Err(LeaseError::Timeout {
-                key: key.clone(),
-                waited: now - started,
-                holder: error.holder().cloned().map(Box::new),
-            });
+        if give_up.is_some_and(|give_up| now >= give_up) {
+            return Err(LeaseError::timeout(
+                key.clone(),
+                now.saturating_duration_since(started),
+                error,
+            ));
         }
         let mut delay = backoff.next_delay().max(Duration::from_millis(1));
         // Never sleep past the holder's expiry: take an abandoned lease over promptly.
@@ -188,10 +203,12 @@ pub(crate) async fn acquire_with_wait<B: LeaseBackend + ?Sized>(
             let until_expiry = expires_at
                 .duration_since(clock.now())
                 .unwrap_or(Duration::ZERO)
-                + Duration::from_millis(1);
+                .saturating_add(Duration::from_millis(1));
             delay = delay.min(until_expiry);
         }
-        delay = delay.min(give_up - now);
+        if let Some(give_up) = give_up {
+            delay = delay.min(give_up.saturating_duration_since(now));
+        }
         if let Some(callback) = &wait.on_wait {
             callback(&WaitEvent {
                 key,
@@ -209,6 +226,28 @@ pub(crate) async fn acquire_with_wait<B: LeaseBackend + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn any_timeout_is_accepted_and_the_largest_mean_forever() {
+        use crate::{LeaseBackendExt, ManualClock, MemoryBackend};
+        let clock = Arc::new(ManualClock::new());
+        let store = MemoryBackend::new().with_clock(clock.clone());
+        let key = LeaseKey::new("k").unwrap_or_else(|_| unreachable!());
+        let d = Duration::from_secs(10);
+        for timeout in [Duration::MAX, WaitOptions::MAX_TIMEOUT, Duration::ZERO] {
+            let wait = WaitOptions::new(timeout);
+            let lease = crate::block_on(store.acquire_with_wait(&key, d, &wait));
+            let lease = lease.unwrap_or_else(|e| panic!("{timeout:?}: {e}"));
+            crate::block_on(store.release_lease(&lease)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        // Waiting forever on a held key outlasts any finite wait, and ends at its expiry.
+        let held = crate::block_on(store.acquire(&key, d)).unwrap_or_else(|e| panic!("{e}"));
+        clock.set_auto_advance(true);
+        let next = crate::block_on(store.acquire_with_wait(&key, d, &WaitOptions::forever()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(next.fencing_token() > held.fencing_token());
+        assert!(clock.elapsed() >= d);
+    }
 
     #[test]
     fn backoff_grows_to_the_cap_and_jitters() {

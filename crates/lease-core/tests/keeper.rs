@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{
-    AcquireOptions, BoxFuture, Clock, KeeperOptions, Lease, LeaseBackend, LeaseBackendExt,
-    LeaseError, LeaseGuard, LeaseKey, LeaseRecord, LeaseToken, LossReason, ManualClock,
-    MemoryBackend, NotOwnedReason,
+    AcquireOptions, BoxFuture, Clock, FencingToken, KeeperOptions, Lease, LeaseBackend,
+    LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseRecord, LeaseToken, LossReason,
+    ManualClock, MemoryBackend, NotOwnedReason,
 };
 
 /// Wraps the memory backend; renewals can be made to fail or hang.
@@ -71,9 +71,10 @@ impl LeaseBackend for Flaky {
         &'a self,
         key: &'a LeaseKey,
         token: &'a LeaseToken,
+        fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         self.releases.fetch_add(1, Ordering::SeqCst);
-        self.inner.release(key, token)
+        self.inner.release(key, token, fencing)
     }
     fn inspect<'a>(
         &'a self,
@@ -185,7 +186,12 @@ fn takeover_is_reported_as_not_owned() {
     let (clock, backend, lease) = setup();
     let guard =
         LeaseGuard::spawn_thread(backend.clone(), lease.clone(), KeeperOptions::default()).unwrap();
-    lease_core::block_on(backend.inner.release(lease.key(), lease.token())).unwrap();
+    lease_core::block_on(
+        backend
+            .inner
+            .release(lease.key(), lease.token(), lease.fencing_token()),
+    )
+    .unwrap();
     let thief = lease_core::block_on(backend.acquire(lease.key(), D)).unwrap();
     step(&clock, D / 3);
     assert_eq!(

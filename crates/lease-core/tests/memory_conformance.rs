@@ -31,4 +31,25 @@ fn every_case_is_in_the_macro() {
             "{name} missing from the macro"
         );
     }
+    // And the other way: every case the macro writes is in CASES.
+    let (_, list) = macro_body
+        .split_once("@cases $harness;")
+        .expect("the macro's case list");
+    let (list, _) = list.split_once(')').expect("end of the case list");
+    let in_macro: Vec<&str> = list
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| !word.is_empty())
+        .collect();
+    assert!(
+        in_macro.len() >= 10,
+        "parsed the macro's list: {in_macro:?}"
+    );
+    for name in in_macro {
+        assert!(
+            lease_core::conformance::CASES
+                .iter()
+                .any(|(n, _)| *n == name),
+            "{name} is in the macro but missing from CASES"
+        );
+    }
 }

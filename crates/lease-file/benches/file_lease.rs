@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
+use lease_core::{LeaseBackendExt, LeaseKey};
 use lease_file::{DirectoryStore, FileLock, FileLockOptions, LeaseFileRecord};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -207,7 +207,7 @@ fn main() {
     let key = LeaseKey::new("bench").unwrap();
     let store_cycle = time(n, || {
         let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap();
-        lease_core::block_on(store.release(lease.key(), lease.token())).unwrap();
+        lease_core::block_on(store.release_lease(&lease)).unwrap();
     });
 
     // Takeover after SIGKILL.

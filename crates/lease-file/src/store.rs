@@ -342,7 +342,10 @@ impl DirectoryStore {
             };
             match record.owner.as_deref() {
                 None => return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing)),
-                Some(owner) if owner != lease.token().as_str() => {
+                Some(owner)
+                    if owner != lease.token().as_str()
+                        || record.generation != lease.fencing_token().get() =>
+                {
                     return Err(LeaseError::not_owned(
                         key.clone(),
                         NotOwnedReason::TakenOver,
@@ -370,7 +373,12 @@ impl DirectoryStore {
         })
     }
 
-    fn release_now(&self, key: &LeaseKey, token: &LeaseToken) -> Result<(), LeaseError> {
+    fn release_now(
+        &self,
+        key: &LeaseKey,
+        token: &LeaseToken,
+        fencing: FencingToken,
+    ) -> Result<(), LeaseError> {
         self.with_record(key, |path, current| {
             let mut record = match current {
                 Read::Valid(r) => *r,
@@ -380,7 +388,7 @@ impl DirectoryStore {
                 Read::Invalid { reason, .. } => return Err(corrupt(path, &reason)),
             };
             match record.owner.as_deref() {
-                Some(owner) if owner == token.as_str() => {}
+                Some(owner) if owner == token.as_str() && record.generation == fencing.get() => {}
                 Some(_) => {
                     return Err(LeaseError::not_owned(
                         key.clone(),
@@ -590,8 +598,9 @@ impl LeaseBackend for DirectoryStore {
         &'a self,
         key: &'a LeaseKey,
         token: &'a LeaseToken,
+        fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        Box::pin(async move { self.release_now(key, token) })
+        Box::pin(async move { self.release_now(key, token, fencing) })
     }
 
     fn inspect<'a>(

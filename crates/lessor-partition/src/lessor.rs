@@ -167,7 +167,11 @@ impl StoreLessor {
 
     async fn release_all(&self, leases: &BTreeMap<Partition, Lease>) {
         for lease in leases.values() {
-            if let Err(error) = self.store.release(lease.key(), lease.token()).await {
+            if let Err(error) = self
+                .store
+                .release(lease.key(), lease.token(), lease.fencing_token())
+                .await
+            {
                 tracing::warn!(key = %lease.key(), %error, "lessor: release failed; the lease will expire");
             }
         }

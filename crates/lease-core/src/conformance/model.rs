@@ -197,7 +197,9 @@ pub async fn check_against_model(
                     .as_ref()
                     .is_some_and(|h| h.token == *lease.token());
                 let expect = if ours { Expect::Ok } else { Expect::NotOwned };
-                let result = backend.release(&keys[k], lease.token()).await;
+                let result = backend
+                    .release(&keys[k], lease.token(), lease.fencing_token())
+                    .await;
                 let got = outcome(&result).map_err(&fail)?;
                 if got != expect {
                     return Err(fail(format!("model says {expect:?}, backend {result:?}")));

@@ -168,15 +168,14 @@ fn run(args: &[String]) -> Result<(), String> {
             Ok(())
         }
         "store-cycles" => {
-            use lease_core::{LeaseBackend, LeaseBackendExt};
+            use lease_core::LeaseBackendExt;
             let n: u64 = arg(args, 3)?;
             let store = lease_file::DirectoryStore::open(&path).map_err(|e| e.to_string())?;
             let key = lease_core::LeaseKey::new("bench").map_err(|e| e.to_string())?;
             for _ in 0..n {
                 let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))
                     .map_err(|e| e.to_string())?;
-                lease_core::block_on(store.release(lease.key(), lease.token()))
-                    .map_err(|e| e.to_string())?;
+                lease_core::block_on(store.release_lease(&lease)).map_err(|e| e.to_string())?;
             }
             Ok(())
         }

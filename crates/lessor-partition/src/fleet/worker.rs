@@ -648,7 +648,10 @@ impl Worker {
                 self.session = None;
                 self.stats.requests += 1;
                 // Best effort: if the store still has it, others may take over at once.
-                let _ = self.store.release(session.key(), session.token()).await;
+                let _ = self
+                    .store
+                    .release(session.key(), session.token(), session.fencing_token())
+                    .await;
             } else {
                 self.stats.requests += 1;
                 match self
@@ -926,7 +929,7 @@ impl Worker {
         let now = self.clock().monotonic();
         let session_duration = self.config.session_duration;
         let mut holdings = BTreeMap::new();
-        let mut dead: BTreeMap<String, LeaseToken> = BTreeMap::new();
+        let mut dead: BTreeMap<String, (LeaseToken, FencingToken)> = BTreeMap::new();
         let mut stale = Vec::new();
         let mut named = std::collections::BTreeSet::new();
         let mut foreign = BTreeMap::new();
@@ -949,14 +952,17 @@ impl Worker {
                     // Ours by label but untracked (an earlier session, a lost reply): dead, since
                     // this worker does not trust it.
                     Some((worker, _)) if *worker == me => {
-                        dead.insert(unit.clone(), token.clone());
+                        dead.insert(unit.clone(), (token.clone(), FencingToken::new(h.fencing)));
                         Holding::Free
                     }
                     Some((worker, fencing)) => {
                         if live.get(worker.as_str()) == Some(fencing) {
                             Holding::Member(worker.clone())
                         } else if self.session_ended(worker, *fencing) {
-                            dead.insert(unit.clone(), token.clone());
+                            dead.insert(
+                                unit.clone(),
+                                (token.clone(), FencingToken::new(h.fencing)),
+                            );
                             Holding::Free
                         } else {
                             named.insert((worker.clone(), *fencing));
@@ -983,7 +989,10 @@ impl Worker {
                         };
                         let unchanged_for = now.saturating_duration_since(seen.since);
                         let holding = if unchanged_for >= session_duration {
-                            dead.insert(unit.clone(), token.clone());
+                            dead.insert(
+                                unit.clone(),
+                                (token.clone(), FencingToken::new(h.fencing)),
+                            );
                             Holding::Free
                         } else {
                             Holding::Pinned
@@ -1036,18 +1045,23 @@ impl Worker {
         }
     }
 
-    async fn take(&mut self, unit: &str, dead: Option<&LeaseToken>, events: &mut Vec<FleetEvent>) {
+    async fn take(
+        &mut self,
+        unit: &str,
+        dead: Option<&(LeaseToken, FencingToken)>,
+        events: &mut Vec<FleetEvent>,
+    ) {
         let Ok(key) = LeaseKey::with_sort_key(self.config.units_key.as_str(), unit) else {
             return;
         };
         let Some(session) = self.session.as_ref() else {
             return;
         };
-        if let Some(token) = dead {
-            // Conditional on the dead owner's token: of two takers, only one release succeeds,
+        if let Some((token, fencing)) = dead {
+            // Conditional on the dead owner's tenure: of two takers, only one release succeeds,
             // and the acquire below is conditional on the key being free.
             self.stats.requests += 1;
-            match self.store.release(&key, token).await {
+            match self.store.release(&key, token, *fencing).await {
                 Ok(()) => {
                     tracing::info!(worker = %self.config.worker_id, unit, dead = %token, "fleet: released a dead owner's unit");
                 }
@@ -1126,7 +1140,11 @@ impl Worker {
         for unit in give {
             if let Some(lease) = self.lose_unit(&unit, LossCause::HandedOver, events) {
                 self.stats.requests += 1;
-                if let Err(error) = self.store.release(lease.key(), lease.token()).await {
+                if let Err(error) = self
+                    .store
+                    .release(lease.key(), lease.token(), lease.fencing_token())
+                    .await
+                {
                     tracing::warn!(worker = %self.config.worker_id, unit, %error, "fleet: release of a handed-over unit failed");
                 }
             }
@@ -1152,7 +1170,11 @@ impl Worker {
         let mut events = Vec::new();
         for lease in self.lose_all(LossCause::Shutdown, &mut events) {
             self.stats.requests += 1;
-            if let Err(error) = self.store.release(lease.key(), lease.token()).await {
+            if let Err(error) = self
+                .store
+                .release(lease.key(), lease.token(), lease.fencing_token())
+                .await
+            {
                 tracing::warn!(worker = %self.config.worker_id, key = %lease.key(), %error, "fleet: release at shutdown failed");
             }
         }
@@ -1160,7 +1182,9 @@ impl Worker {
             Some(session) => {
                 self.stats.requests += 1;
                 tracing::info!(worker = %self.config.worker_id, "fleet: session ended");
-                self.store.release(session.key(), session.token()).await
+                self.store
+                    .release(session.key(), session.token(), session.fencing_token())
+                    .await
             }
             None => Ok(()),
         };

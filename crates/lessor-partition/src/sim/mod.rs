@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use lease_core::{
-    AcquireOptions, BoxFuture, Clock, Lease, LeaseBackend, LeaseError, LeaseKey, LeaseListing,
-    LeaseRecord, LeaseToken, ManualClock, MemoryBackend,
+    AcquireOptions, BoxFuture, Clock, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
+    LeaseListing, LeaseRecord, LeaseToken, ManualClock, MemoryBackend,
 };
 
 use crate::{Worker, WorkerStats};
@@ -221,8 +221,9 @@ impl LeaseBackend for SimStore {
         &'a self,
         key: &'a LeaseKey,
         token: &'a LeaseToken,
+        fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.inner.release(key, token)
+        self.inner.release(key, token, fencing)
     }
     fn inspect<'a>(
         &'a self,
@@ -357,7 +358,7 @@ impl Simulation {
         if let Ok(Some(record)) = lease_core::block_on(store.inspect(&key))
             && let Some(old) = record.holder().and_then(|h| h.token())
         {
-            let _ = lease_core::block_on(store.release(&key, old));
+            let _ = lease_core::block_on(store.release(&key, old, record.fencing()));
         }
         let options = AcquireOptions::default()
             .with_owner("foreign")
