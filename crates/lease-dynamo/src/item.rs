@@ -10,6 +10,10 @@ use crate::AttributeNames;
 
 pub(crate) type Item = HashMap<String, AttributeValue>;
 
+/// The largest fencing counter an item may hold before an acquisition: the next one is at most
+/// `i64::MAX`, so fencing tokens fit the signed 64-bit columns resources usually keep them in.
+pub(crate) const FENCE_LIMIT: u64 = i64::MAX as u64;
+
 /// Milliseconds since the Unix epoch (0 before it).
 pub(crate) fn epoch_millis(at: SystemTime) -> u64 {
     at.duration_since(SystemTime::UNIX_EPOCH)
@@ -27,15 +31,23 @@ pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The wall time `ms` milliseconds after the epoch.
+/// The wall time `ms` milliseconds after the epoch (saturating far in the future).
 pub(crate) fn from_millis(ms: u64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+    SystemTime::UNIX_EPOCH
+        .checked_add(Duration::from_millis(ms))
+        .unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
-/// The TTL value for an item whose lease ends at `expires_ms`: epoch seconds, rounded up, plus
-/// the buffer.
-pub(crate) fn ttl_seconds(expires_ms: u64, buffer: Duration) -> u64 {
-    expires_ms.div_ceil(1000).saturating_add(buffer.as_secs())
+/// Unix seconds of an expiry in milliseconds, rounded **up**: what the Go package reads, never
+/// earlier than the truth.
+pub(crate) fn seconds_up(ms: u64) -> u64 {
+    ms.div_ceil(1000)
+}
+
+/// The TTL value for an item whose lease ends (or was released) at `ms`: Unix seconds, rounded
+/// up, plus the buffer.
+pub(crate) fn ttl_seconds(ms: u64, buffer: Duration) -> u64 {
+    seconds_up(ms).saturating_add(buffer.as_secs())
 }
 
 pub(crate) fn n(value: u64) -> AttributeValue {
@@ -61,25 +73,83 @@ pub(crate) fn get_str<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
     }
 }
 
+/// An attribute's value as an operator would write it, for error messages: type and value,
+/// shortened.
+pub(crate) fn show(value: &AttributeValue) -> String {
+    let (kind, text) = match value {
+        AttributeValue::N(v) => ("N", v.clone()),
+        AttributeValue::S(v) => ("S", format!("{v:?}")),
+        AttributeValue::Bool(v) => ("BOOL", v.to_string()),
+        AttributeValue::Null(_) => ("NULL", "null".to_owned()),
+        AttributeValue::B(v) => ("B", format!("{} bytes", v.as_ref().len())),
+        other => ("?", format!("{other:?}")),
+    };
+    let short: String = text.chars().take(64).collect();
+    let ellipsis = if short.len() < text.len() { "…" } else { "" };
+    format!("{kind} {short}{ellipsis}")
+}
+
+/// What is wrong with an item, in a way no writer of this crate or the Go package leaves it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Malformed {
+    /// The fencing counter is not a whole number from 0 to [`FENCE_LIMIT`].
+    Fence(String),
+    /// A holder's token with no usable expiry (missing, or not a number).
+    Expiry(Option<String>),
+}
+
 /// What a lease item says, decoded.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Decoded {
+    /// The holder's token exactly as stored (it may break the rules of tokens this crate
+    /// issues: see [`LeaseToken::from_store`]).
     pub(crate) token: Option<LeaseToken>,
+    /// The expiry in milliseconds: `lease_expires_at_ms` when present, else the Go package's
+    /// `lease_expires_at` seconds.
     pub(crate) expires_ms: Option<u64>,
+    /// The fencing counter, when it is a valid one.
     pub(crate) fencing: Option<u64>,
+    /// Whether the item has a fencing counter attribute at all (valid or not).
+    pub(crate) fence_present: bool,
     pub(crate) owner: Option<String>,
     pub(crate) acquired_ms: Option<u64>,
+    /// The id of the request that last changed the holder.
+    pub(crate) request: Option<String>,
+    /// What is wrong with the item, if anything.
+    pub(crate) malformed: Option<Malformed>,
 }
 
 impl Decoded {
     pub(crate) fn from_item(names: &AttributeNames, item: &Item) -> Self {
+        let token = match item.get(names.token()) {
+            Some(AttributeValue::S(t)) => Some(LeaseToken::from_store(t.as_str())),
+            _ => None,
+        };
+        let seconds = get_u64(item, names.expires_at()).map(|s| s.saturating_mul(1000));
+        let expires_ms = get_u64(item, names.expires_at_ms()).or(seconds);
+        let fence = item.get(names.fencing());
+        let fencing = get_u64(item, names.fencing()).filter(|f| *f <= FENCE_LIMIT);
+        let mut malformed = None;
+        if let (Some(raw), None) = (fence, fencing) {
+            malformed = Some(Malformed::Fence(show(raw)));
+        } else if token.is_some() && expires_ms.is_none() {
+            malformed = Some(Malformed::Expiry(item.get(names.expires_at()).map(show)));
+        }
         Self {
-            token: get_str(item, names.token()).and_then(|t| LeaseToken::new(t).ok()),
-            expires_ms: get_u64(item, names.expires_at()),
-            fencing: get_u64(item, names.fencing()),
+            token,
+            expires_ms,
+            fencing,
+            fence_present: fence.is_some(),
             owner: get_str(item, names.owner()).map(str::to_owned),
             acquired_ms: get_u64(item, names.acquired_at()),
+            request: get_str(item, names.request()).map(str::to_owned),
+            malformed,
         }
+    }
+
+    /// Whether the item is a lease record at all (an item holding only a fenced value is not).
+    pub(crate) fn is_lease(&self) -> bool {
+        self.token.is_some() || self.fence_present
     }
 
     /// The holder, if the item has an owner token.
@@ -101,11 +171,93 @@ impl Decoded {
         Some(holder)
     }
 
+    /// The record; an item with no (valid) fencing counter reports [`FencingToken::NONE`].
     pub(crate) fn record(&self, key: LeaseKey) -> LeaseRecord {
         LeaseRecord::new(
             key,
             self.holder(),
-            FencingToken::new(self.fencing.unwrap_or(0)),
+            self.fencing.map_or(FencingToken::NONE, FencingToken::new),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(pairs: &[(&str, AttributeValue)]) -> Item {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn seconds_round_up_never_earlier() {
+        assert_eq!(seconds_up(1_000), 1);
+        assert_eq!(seconds_up(1_001), 2);
+        assert_eq!(seconds_up(0), 0);
+        assert_eq!(seconds_up(u64::MAX), u64::MAX.div_ceil(1000));
+    }
+
+    #[test]
+    fn go_items_are_read_in_seconds() {
+        let names = AttributeNames::default();
+        let go = item(&[
+            ("lease_token", s("go-token")),
+            ("lease_expires_at", n(1_700_000_000)),
+        ]);
+        let d = Decoded::from_item(&names, &go);
+        assert_eq!(d.expires_ms, Some(1_700_000_000_000));
+        assert_eq!(d.fencing, None);
+        assert_eq!(d.malformed, None);
+        assert_eq!(
+            d.record(LeaseKey::new("k").unwrap_or_else(|_| unreachable!()))
+                .fencing(),
+            FencingToken::NONE
+        );
+    }
+
+    #[test]
+    fn malformed_counters_and_expiries_are_named() {
+        let names = AttributeNames::default();
+        for bad in [
+            "-5",
+            "1.5",
+            "18446744073709551615",
+            "12345678901234567890123456789012345678",
+        ] {
+            let d = Decoded::from_item(
+                &names,
+                &item(&[("lease_fence", AttributeValue::N(bad.into()))]),
+            );
+            assert_eq!(
+                d.malformed,
+                Some(Malformed::Fence(format!("N {bad}"))),
+                "{bad}"
+            );
+        }
+        let d = Decoded::from_item(&names, &item(&[("lease_fence", s("7"))]));
+        assert_eq!(d.malformed, Some(Malformed::Fence("S \"7\"".into())));
+        let d = Decoded::from_item(&names, &item(&[("lease_token", s("t"))]));
+        assert_eq!(d.malformed, Some(Malformed::Expiry(None)));
+        let d = Decoded::from_item(
+            &names,
+            &item(&[("lease_token", s("t")), ("lease_expires_at", s("soon"))]),
+        );
+        assert_eq!(
+            d.malformed,
+            Some(Malformed::Expiry(Some("S \"soon\"".into())))
+        );
+        let odd = "x\n".repeat(300);
+        let d = Decoded::from_item(
+            &names,
+            &item(&[("lease_token", s(&odd)), ("lease_expires_at", n(5))]),
+        );
+        assert_eq!(
+            d.token.as_ref().map(LeaseToken::as_str),
+            Some(odd.as_str()),
+            "any stored token is kept"
+        );
     }
 }

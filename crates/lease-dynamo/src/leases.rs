@@ -189,8 +189,12 @@ impl DynamoLeasesBuilder {
         self
     }
 
-    /// How long after a lease ends DynamoDB TTL may delete its item (a Go option).
-    /// Must exceed the clock skew between any two hosts: see the crate docs, *Fencing*.
+    /// How long after a lease ends (or is released) DynamoDB TTL may delete its item (a Go
+    /// option). Zero writes no TTL attribute at all, as in the Go package. Otherwise it must be at
+    /// least one second and more than three times [`with_max_clock_skew`](Self::with_max_clock_skew):
+    /// the fencing counter restarts from the clock after a TTL deletion, and that stays above
+    /// every token issued before only under this bound (see the crate docs, *Fencing*);
+    /// [`build`](Self::build) checks it.
     pub fn with_ttl_buffer(mut self, buffer: Duration) -> Self {
         self.ttl_buffer = buffer;
         self
@@ -246,10 +250,12 @@ impl DynamoLeasesBuilder {
     ///
     /// # Errors
     /// [`LeaseError::InvalidInput`] for an invalid table name, attribute names that are empty,
-    /// too long or clash, or an invalid lock sort key.
+    /// too long or clash, an invalid lock sort key, or a TTL buffer that breaks the fencing
+    /// argument (see [`with_ttl_buffer`](Self::with_ttl_buffer)).
     pub fn build(self) -> Result<DynamoLeases, LeaseError> {
         validate_table_name(&self.table)?;
         self.names.validate()?;
+        validate_ttl_buffer(self.include_ttl, self.ttl_buffer, self.max_clock_skew)?;
         LeaseKey::with_sort_key("x", self.lock_sort_key.as_str()).map_err(|_| {
             LeaseError::invalid(
                 "lock sort key",
@@ -288,6 +294,29 @@ impl DynamoLeasesBuilder {
             }),
         })
     }
+}
+
+fn validate_ttl_buffer(include: bool, buffer: Duration, skew: Duration) -> Result<(), LeaseError> {
+    if !include || buffer.is_zero() {
+        return Ok(());
+    }
+    if buffer < Duration::from_secs(1) {
+        return Err(LeaseError::invalid(
+            "ttl buffer",
+            format!("{buffer:?} is under the one second TTL works in; use zero to write no TTL"),
+        ));
+    }
+    if buffer <= skew.saturating_mul(3) {
+        return Err(LeaseError::invalid(
+            "ttl buffer",
+            format!(
+                "{buffer:?} must exceed three times the clock skew allowance ({skew:?}): after a \
+                 TTL deletion fencing tokens restart from the clock, and only this bound keeps \
+                 them above the ones issued before"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn validate_table_name(table: &str) -> Result<(), LeaseError> {
@@ -378,6 +407,14 @@ impl DynamoLeases {
     /// The client this manager sends with (the SDK's retries off).
     pub fn client(&self) -> &Client {
         &self.inner.client
+    }
+
+    /// The TTL attribute for an item whose lease ends (or was released) at `ms`, or `None` when
+    /// no TTL is written: TTL off, or a zero buffer (as in the Go package).
+    pub(crate) fn ttl_at(&self, ms: u64) -> Option<u64> {
+        let inner = &self.inner;
+        (inner.include_ttl && !inner.ttl_buffer.is_zero())
+            .then(|| crate::item::ttl_seconds(ms, inner.ttl_buffer))
     }
 
     pub(crate) fn margin(&self, duration: Duration) -> Duration {

@@ -40,16 +40,20 @@
 //!
 //! One item per lease, key `(pk, sk)`; a key without a sort key is stored under `sk = "LOCK"`
 //! (so `LeaseKey::new("a")` and `LeaseKey::with_sort_key("a", "LOCK")` are the same lease).
+//! The layout is the Go package's, extended: a Go service and this crate can share a table,
+//! key by key, during a migration (see *Sharing a table with the Go package*).
 //!
 //! | attribute (default name) | type | meaning |
 //! |---|---|---|
 //! | `pk`, `sk` | S | the key |
 //! | `lease_token` | S | the holder's owner token; absent when released |
-//! | `lease_expires_at` | N | expiry, epoch **milliseconds**, by the acquirer's wall clock |
-//! | `lease_acquired_at` | N | acquisition time, epoch milliseconds |
+//! | `lease_expires_at` | N | expiry in Unix **seconds**, rounded up (Go's attribute and unit); 0 when released |
+//! | `lease_expires_at_ms` | N | the same expiry in Unix **milliseconds**; absent on items Go wrote, and when released |
+//! | `lease_acquired_at` | N | acquisition time, Unix milliseconds |
 //! | `lease_owner` | S | optional human description of the holder |
 //! | `lease_fence` | N | fencing counter: incremented by every acquisition, kept by release |
-//! | `ttl` | N | epoch **seconds**: expiry + TTL buffer (1 h), or release time + buffer |
+//! | `lease_request` | S | id of the acquire or release call that last changed the holder |
+//! | `ttl` | N | Unix seconds: expiry + TTL buffer (1 h), or release time + buffer; not written with a zero buffer |
 //! | `fenced_value` | B | a [`FencedValues`](lease_core::FencedValues) value (up to 64 KiB) |
 //! | `value_fence` | N | the highest fencing token that wrote or read `fenced_value` |
 //!
@@ -57,20 +61,23 @@
 //!
 //! | operation | request | condition | cost |
 //! |---|---|---|---|
-//! | acquire, takeover included | `UpdateItem` `SET token, expires, acquired, owner, ttl, fence = if_not_exists(fence, :seed) + 1`, `ReturnValues=ALL_NEW` | `attribute_not_exists(#token) OR #expires <= :now - max_clock_skew` | 1 request, 1 WCU |
-//! | renew | `UpdateItem` `SET expires, ttl` | `#token = :token AND #expires > :now` | 1 request, 1 WCU |
-//! | release | `UpdateItem` `REMOVE token, expires, owner, acquired SET ttl` | `#token = :token` | 1 request, 1 WCU |
+//! | acquire, takeover included | `UpdateItem` `SET token, expires, expires_ms, acquired, owner, request, ttl, fence = if_not_exists(fence, :seed) + 1`, `ReturnValues=ALL_NEW` | the counter is usable (absent, or a number in `[0, 2^63-1)`) **and** the key is free: `attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up)`, with `cutoff = now - max_clock_skew` | 1 request, 1 WCU |
+//! | renew | `UpdateItem` `SET expires, expires_ms, ttl` | `#token = :token AND #fence = :fence AND #expires_ms > :now` | 1 request, 1 WCU |
+//! | release | `UpdateItem` `SET expires = 0, request, ttl REMOVE token, expires_ms, owner, acquired` | `#token = :token AND #fence = :fence` (for a record with no counter: the token, and no usable counter) | 1 request, 1 WCU |
 //! | inspect | `GetItem`, strongly consistent | | 1 request, 1 RCU |
 //! | list a partition | `Query` on `pk`, strongly consistent | | 1 request per 1 MB page, 1 RCU per 4 KB |
 //! | put_fenced | `UpdateItem` `SET #val = :v, #vfence = :t` | `attribute_not_exists(#vfence) OR #vfence <= :t` | 1 request, 1 WCU per KB of the item |
 //! | fence_and_read | `UpdateItem` `SET #vfence = :t`, `ReturnValues=ALL_NEW` | the same | 1 request, 1 WCU per KB of the item |
 //!
-//! Write units are for items up to 1 KB (a lease item is about 200 bytes plus key and owner
+//! Write units are for items up to 1 KB (a lease item is about 250 bytes plus key and owner
 //! lengths); a write whose condition fails still consumes its write units. A fenced value makes
 //! its item bigger: every write to it, `fence_and_read` included, consumes 1 WCU per KB of the
-//! larger of the item's sizes before and after (about 60 WCU for a 60 KiB checkpoint). Every conditional
-//! write sets `ReturnValuesOnConditionCheckFailure=ALL_OLD`, which costs no extra request: a
-//! refused acquire reports the holder (owner, expiry, fencing token) from the reply itself.
+//! larger of the item's sizes before and after (about 60 WCU for a 60 KiB checkpoint). Every
+//! conditional write sets `ReturnValuesOnConditionCheckFailure=ALL_OLD`, which costs no extra
+//! request: a refused acquire reports the holder (owner, expiry, fencing token) from the reply
+//! itself. The one exception to "one request": an acquisition that finds a fractional fencing
+//! counter (which only a hand-edited item holds; DynamoDB conditions cannot test that a number
+//! is whole) is undone by a second `UpdateItem` and reported as an error.
 //!
 //! # Transient failures and lost replies
 //!
@@ -82,18 +89,25 @@
 //! once as [`LeaseError::Backend`](lease_core::LeaseError::Backend) naming the table. A failed
 //! condition is an answer, never retried.
 //!
-//! A retry sends the *same* request (same token and timestamps). If an earlier attempt was
-//! applied but its reply lost, the retry fails its condition and the `ALL_OLD` item tells what
-//! happened:
+//! A retry sends the *same* request (same token, timestamps and request id). If an earlier
+//! attempt was applied but its reply lost, the retry fails its condition and the `ALL_OLD` item
+//! tells what happened. A write counts as this call's own only when the item proves it:
 //!
-//! * acquire: the item holds **our token**: we hold the lease (with the fencing token and expiry
-//!   in the item). This also recognises a caller retrying with
-//!   [`AcquireOptions::with_token`](lease_core::AcquireOptions::with_token).
-//! * renew: our token and an expiry **at or after the one we wrote**: renewed.
-//! * release (after an attempt whose outcome is unknown): **no holder**, and the fencing counter
-//!   still equal to our lease's (when the caller passed the lease, as
-//!   [`DynamoLeases::release`] does; the trait's `release(key, token)` has no fencing token and
-//!   accepts any free item).
+//! * acquire and release: `lease_request` holds **this call's** request id, which nothing else
+//!   writes; then the acquisition (with the counter and expiry in the item) or the release
+//!   landed. Anything else is the truth of the item: `Held` for another holder (even one whose
+//!   token equals ours: a token names a tenure, not a caller), `NotOwned` for a release that
+//!   finds another tenure or none. A release that landed and was followed by another
+//!   acquisition before the retry reports `NotOwned(TakenOver)`: the lease is gone either way.
+//! * renew: our token, our fencing counter and an expiry **at or after the one we wrote**.
+//!
+//! Items that no writer of this crate or of the Go package leaves are reported, never acted on
+//! halfway: a fencing counter that is not a whole number in `[0, 2^63 - 1]` (or has run out),
+//! and a holder with no numeric expiry (held forever by both packages), each fail with a
+//! permanent error that names the attribute and its value. A holder token that breaks this
+//! crate's token rules (a Go token generator may return anything) is kept as stored
+//! ([`LeaseToken::from_store`](lease_core::LeaseToken::from_store)), so the holder is shown and
+//! a forced release can break it.
 //!
 //! # Fenced values
 //!
@@ -134,17 +148,48 @@
 //! * a clock that jumps forward by more than the skew allowance lets its host take over early;
 //!   only fencing tokens protect the resource then.
 //!
+//! # Sharing a table with the Go package
+//!
+//! The Go `lease` package writes `lease_expires_at` in whole Unix seconds (`time.Time.Unix()`,
+//! rounded down) and frees a key when `lease_expires_at <= now` in seconds. This crate writes
+//! the same attribute in seconds **rounded up**, so Go never sees a lease of ours expire before
+//! it does, and keeps its millisecond precision in `lease_expires_at_ms`, an attribute Go never
+//! reads. Judged from either side:
+//!
+//! * a Go item (no `lease_expires_at_ms`, no counter) is held until its whole second, exactly as
+//!   Go judges it; taking it over seeds a fencing counter from the clock (see *Fencing*);
+//! * an item of ours is free for Go at the first whole second at or after its expiry, at most
+//!   one second after it is free for us; a release sets `lease_expires_at` to 0, so Go takes the
+//!   key at once (main before 0.2 removed the attribute, which blocked Go until TTL);
+//! * Go's `Acquire` is a `PutItem`: it replaces the whole item, fencing counter included, and
+//!   its `Release` deletes the item. Our next acquisition reseeds the counter from the clock,
+//!   under the same condition as after a TTL deletion.
+//!
+//! Tokens name one tenure: handing a token this crate issued to a Go `Manager.Refresh` is not
+//! supported (a Go refresh of our item would move `lease_expires_at` but not
+//! `lease_expires_at_ms`, and our contenders could take over up to one second before Go's
+//! rule would). `tests/go_interop.rs` sends Go's three requests and conditions verbatim
+//! against items in every state.
+//!
 //! # Fencing
 //!
 //! The counter is incremented inside the acquiring write and never reset while the item exists
-//! (release keeps the item). When the item is missing it is seeded from the acquirer's wall
-//! clock in **microseconds since the epoch**, so tokens keep growing even after TTL deleted an
-//! expired item, under two conditions: (1) the deleted counter was below the new seed — true when
-//! the key saw fewer acquisitions than microseconds elapsed since it was first seeded (DynamoDB
-//! serialises writes to one item at well under one per microsecond), and (2) the new acquirer's
-//! clock is behind the clock that seeded the old item by less than the TTL buffer (default 1 h),
-//! since TTL deletes an item no earlier than one buffer after its last expiry or release. With
-//! TTL off, or items deleted only by this crate (never), the counter is never reset at all.
+//! (release keeps the item). When the item is missing (deleted by TTL, or replaced by a Go
+//! writer) it is seeded from the acquirer's wall clock in **microseconds since the epoch**. The
+//! new token is above every earlier one under two assumptions: (1) the key saw fewer
+//! acquisitions than microseconds passed since its counter was first seeded (DynamoDB
+//! serialises writes to one item at well under one per microsecond), so the old counter is at
+//! most the seeding clock's reading at the last write, `t_w + δ` in true time, where `δ` bounds
+//! every writer's clock error; and (2) for a TTL deletion: the `ttl` attribute was written on
+//! the **last writer's** clock, at least `t_w - δ + buffer`, and DynamoDB deletes no earlier
+//! than that, so the new acquirer's clock reads at least `t_w - 2δ + buffer`. The new seed is
+//! above the old counter when `buffer > 3δ`, which [`build`](DynamoLeasesBuilder::build)
+//! checks against `max_clock_skew` (a buffer of at least one second, more than three times the
+//! skew allowance; or zero, which writes no TTL). A Go writer replacing the item has no buffer
+//! to wait out: the order holds only when the Go writer's tenure lasted longer than the
+//! writers' clock disagreement, so give keys shared with Go a fenced resource that tolerates it,
+//! or finish the migration before relying on fencing across both. With TTL off and no Go
+//! writer, the counter is never reset at all.
 //!
 //! # IAM
 //!
@@ -192,8 +237,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod acquire;
 mod client;
 mod error;
+mod expr;
 mod fenced;
 mod item;
 mod leases;
@@ -201,6 +248,7 @@ mod names;
 mod ops;
 mod retry;
 mod table;
+mod tenure;
 
 pub use client::{ENDPOINT_ENV, sdk_client, sdk_client_from_env};
 pub use error::DynamoError;

@@ -5,10 +5,12 @@ use lease_core::LeaseError;
 /// The attribute names of a lease item.
 ///
 /// Defaults match the Go `lease` package: key attributes `pk` and `sk`, lease attributes
-/// `lease_token`, `lease_expires_at` and `ttl`; this crate adds `lease_fence` (the fencing
-/// counter), `lease_owner` (a human description of the holder) and `lease_acquired_at`, and the
-/// two attributes of [`FencedValues`](lease_core::FencedValues): `fenced_value` (the value,
-/// binary) and `value_fence` (the highest fencing token that touched it).
+/// `lease_token`, `lease_expires_at` (Unix seconds, as Go reads and writes it) and `ttl`; this
+/// crate adds `lease_expires_at_ms` (the same expiry in milliseconds), `lease_fence` (the fencing
+/// counter), `lease_owner` (a human description of the holder), `lease_acquired_at`,
+/// `lease_request` (which request last changed the holder: how a retry recognises its own write),
+/// and the two attributes of [`FencedValues`](lease_core::FencedValues): `fenced_value` (the
+/// value, binary) and `value_fence` (the highest fencing token that touched it).
 ///
 /// ```
 /// use lease_dynamo::AttributeNames;
@@ -22,10 +24,12 @@ pub struct AttributeNames {
     sort_key: String,
     token: String,
     expires_at: String,
+    expires_at_ms: String,
     ttl: String,
     fencing: String,
     owner: String,
     acquired_at: String,
+    request: String,
     fenced_value: String,
     value_fence: String,
 }
@@ -37,10 +41,12 @@ impl Default for AttributeNames {
             sort_key: "sk".into(),
             token: "lease_token".into(),
             expires_at: "lease_expires_at".into(),
+            expires_at_ms: "lease_expires_at_ms".into(),
             ttl: "ttl".into(),
             fencing: "lease_fence".into(),
             owner: "lease_owner".into(),
             acquired_at: "lease_acquired_at".into(),
+            request: "lease_request".into(),
             fenced_value: "fenced_value".into(),
             value_fence: "value_fence".into(),
         }
@@ -63,7 +69,7 @@ macro_rules! name_accessors {
                 }
             )*
 
-            fn all(&self) -> [(&'static str, &str); 10] {
+            fn all(&self) -> [(&'static str, &str); 12] {
                 [$((stringify!($field), self.$field.as_str())),*]
             }
         }
@@ -74,11 +80,13 @@ name_accessors! {
     partition_key, with_partition_key, "partition key (string, `HASH`)";
     sort_key, with_sort_key, "sort key (string, `RANGE`)";
     token, with_token, "owner token (string)";
-    expires_at, with_expires_at, "expiry (number, epoch milliseconds)";
+    expires_at, with_expires_at, "expiry (number, Unix seconds rounded up: the Go package's attribute)";
+    expires_at_ms, with_expires_at_ms, "precise expiry (number, Unix milliseconds; absent on items the Go package wrote)";
     ttl, with_ttl, "DynamoDB TTL (number, epoch seconds)";
     fencing, with_fencing, "fencing counter (number)";
     owner, with_owner, "owner description (string)";
     acquired_at, with_acquired_at, "acquisition time (number, epoch milliseconds)";
+    request, with_request, "last request (string: the id of the acquire or release that last changed the holder)";
     fenced_value, with_fenced_value, "fenced value (binary; see `FencedValues`)";
     value_fence, with_value_fence, "value fence (number: the highest fencing token that wrote or read the fenced value)";
 }

@@ -1,25 +1,23 @@
-//! The four operations, each one conditional request, and the listing query.
+//! Reading (inspect, list), the Go-shaped methods, and the trait implementations. The writes
+//! live in `acquire.rs` and `tenure.rs`.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_smithy_runtime_api::http::Response as HttpResponse;
 use lease_core::{
     AcquireOptions, BoxFuture, Clock, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
-    LeaseListing, LeaseRecord, LeaseToken, NotOwnedReason, holder_deadline, validate_duration,
+    LeaseListing, LeaseRecord, LeaseToken, validate_duration,
 };
 use tracing::Instrument;
 
 use crate::DynamoLeases;
-use crate::error::{backend_error, malformed};
-use crate::item::{
-    Decoded, Item, epoch_micros, epoch_millis, from_millis, get_str, millis, n, s, ttl_seconds,
-};
-use crate::leases::{MAX_OWNER_BYTES, MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES};
-use crate::retry::{Failed, with_retries};
+use crate::error::backend_error;
+use crate::item::{Decoded, Item, get_str, s};
+use crate::leases::{MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES};
+use crate::retry::with_retries;
 
 /// The item a failed condition returned (`ALL_OLD`; empty when there was no item), if the
 /// failure was a failed condition.
@@ -29,14 +27,6 @@ pub(crate) fn condition_failed_item(err: &SdkError<UpdateItemError, HttpResponse
             Some(e.item().cloned().unwrap_or_default())
         }
         _ => None,
-    }
-}
-
-fn not_owned_reason(old: &Decoded, ours: &LeaseToken) -> NotOwnedReason {
-    match &old.token {
-        None => NotOwnedReason::Missing,
-        Some(t) if t == ours => NotOwnedReason::Expired,
-        Some(_) => NotOwnedReason::TakenOver,
     }
 }
 
@@ -76,347 +66,6 @@ impl DynamoLeases {
         ])
     }
 
-    /// One conditional `UpdateItem`: take `key` if it has no holder or its holder's lease ended
-    /// at least `max_clock_skew` ago, incrementing the fencing counter in the same write.
-    pub(crate) async fn acquire_inner(
-        &self,
-        key: &LeaseKey,
-        duration: Duration,
-        options: &AcquireOptions,
-    ) -> Result<Lease, LeaseError> {
-        self.check_input(key, Some(duration))?;
-        if self.inner.validate && options.owner().is_some_and(|o| o.len() > MAX_OWNER_BYTES) {
-            return Err(LeaseError::invalid(
-                "owner",
-                format!("is longer than {MAX_OWNER_BYTES} bytes"),
-            ));
-        }
-        let inner = &self.inner;
-        let names = &inner.names;
-        let token = options
-            .token()
-            .cloned()
-            .unwrap_or_else(|| inner.tokens.next_token());
-        let span = tracing::debug_span!(
-            "lease_dynamo.acquire",
-            table = %inner.table,
-            %key,
-            %token,
-            fencing = tracing::field::Empty,
-        );
-        async {
-            let sent = inner.clock.monotonic();
-            let now = inner.clock.now();
-            let now_ms = epoch_millis(now);
-            let expires_ms = now_ms.saturating_add(millis(duration));
-            let cutoff_ms = now_ms.saturating_sub(millis(inner.max_clock_skew));
-            let trust_until = holder_deadline(sent, duration, self.margin(duration));
-
-            let mut set = vec![
-                "#token = :token",
-                "#expires = :expires",
-                "#acquired = :now",
-                "#fence = if_not_exists(#fence, :seed) + :one",
-            ];
-            let mut request = inner
-                .client
-                .update_item()
-                .table_name(&inner.table)
-                .set_key(Some(self.key_item(key)))
-                .condition_expression("attribute_not_exists(#token) OR #expires <= :cutoff")
-                .expression_attribute_names("#token", names.token())
-                .expression_attribute_names("#expires", names.expires_at())
-                .expression_attribute_names("#acquired", names.acquired_at())
-                .expression_attribute_names("#fence", names.fencing())
-                .expression_attribute_names("#owner", names.owner())
-                .expression_attribute_values(":token", s(token.as_str()))
-                .expression_attribute_values(":expires", n(expires_ms))
-                .expression_attribute_values(":now", n(now_ms))
-                .expression_attribute_values(":cutoff", n(cutoff_ms))
-                .expression_attribute_values(":seed", n(epoch_micros(now)))
-                .expression_attribute_values(":one", n(1))
-                .return_values(ReturnValue::AllNew)
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                );
-            if inner.include_ttl {
-                set.push("#ttl = :ttl");
-                request = request
-                    .expression_attribute_names("#ttl", names.ttl())
-                    .expression_attribute_values(
-                        ":ttl",
-                        n(ttl_seconds(expires_ms, inner.ttl_buffer)),
-                    );
-            }
-            let mut expression = format!("SET {}", set.join(", "));
-            match options.owner() {
-                Some(owner) => {
-                    expression.push_str(", #owner = :owner");
-                    request = request.expression_attribute_values(":owner", s(owner));
-                }
-                // A previous holder's description must not outlive its lease.
-                None => expression.push_str(" REMOVE #owner"),
-            }
-            let request = request.update_expression(expression);
-
-            let result = with_retries(
-                &inner.retry,
-                &*inner.clock,
-                Some(trust_until),
-                "UpdateItem",
-                || request.clone().send(),
-            )
-            .await;
-            match result {
-                Ok(output) => {
-                    let item = output.attributes().cloned().unwrap_or_default();
-                    let fencing = Decoded::from_item(names, &item).fencing.ok_or_else(|| {
-                        malformed(
-                            "UpdateItem",
-                            &inner.table,
-                            "the acquire reply lacks the fencing counter",
-                        )
-                    })?;
-                    tracing::Span::current().record("fencing", fencing);
-                    tracing::debug!("lease acquired");
-                    Ok(Lease::new(
-                        key.clone(),
-                        token.clone(),
-                        FencingToken::new(fencing),
-                        duration,
-                        from_millis(expires_ms),
-                        trust_until,
-                    ))
-                }
-                Err(Failed {
-                    error,
-                    uncertain,
-                    attempts,
-                }) => {
-                    let Some(old) = condition_failed_item(&error) else {
-                        return Err(backend_error("UpdateItem", &inner.table, error));
-                    };
-                    let old = Decoded::from_item(names, &old);
-                    if old.token.as_ref() == Some(&token) {
-                        // Our token is in the item: an earlier attempt (or an earlier call with
-                        // this caller-chosen token) took the lease.
-                        let fencing = old.fencing.ok_or_else(|| {
-                            malformed(
-                                "UpdateItem",
-                                &inner.table,
-                                "the item lacks the fencing counter",
-                            )
-                        })?;
-                        let stored_ms = old.expires_ms.unwrap_or(now_ms);
-                        let shortfall = Duration::from_millis(expires_ms.saturating_sub(stored_ms));
-                        tracing::Span::current().record("fencing", fencing);
-                        tracing::info!(
-                            uncertain,
-                            attempts,
-                            "acquire reconciled: our token is in the item"
-                        );
-                        return Ok(Lease::new(
-                            key.clone(),
-                            token.clone(),
-                            FencingToken::new(fencing),
-                            duration,
-                            from_millis(stored_ms),
-                            trust_until.checked_sub(shortfall).unwrap_or(sent),
-                        ));
-                    }
-                    let holder = old.holder();
-                    tracing::debug!(holder = ?holder, "lease held by another owner");
-                    Err(LeaseError::held(key.clone(), holder))
-                }
-            }
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// One conditional `UpdateItem` extending the expiry, if our token holds an unexpired lease.
-    pub(crate) async fn renew_inner(
-        &self,
-        lease: &Lease,
-        duration: Duration,
-    ) -> Result<Lease, LeaseError> {
-        let key = lease.key();
-        self.check_input(key, Some(duration))?;
-        let inner = &self.inner;
-        let names = &inner.names;
-        let token = lease.token();
-        let span = tracing::debug_span!(
-            "lease_dynamo.renew",
-            table = %inner.table,
-            %key,
-            %token,
-            fencing = lease.fencing_token().get(),
-        );
-        async {
-            let sent = inner.clock.monotonic();
-            let now_ms = epoch_millis(inner.clock.now());
-            let expires_ms = now_ms.saturating_add(millis(duration));
-            let mut request = inner
-                .client
-                .update_item()
-                .table_name(&inner.table)
-                .set_key(Some(self.key_item(key)))
-                .condition_expression("#token = :token AND #expires > :now")
-                .expression_attribute_names("#token", names.token())
-                .expression_attribute_names("#expires", names.expires_at())
-                .expression_attribute_values(":token", s(token.as_str()))
-                .expression_attribute_values(":expires", n(expires_ms))
-                .expression_attribute_values(":now", n(now_ms))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                );
-            request = if inner.include_ttl {
-                request
-                    .update_expression("SET #expires = :expires, #ttl = :ttl")
-                    .expression_attribute_names("#ttl", names.ttl())
-                    .expression_attribute_values(
-                        ":ttl",
-                        n(ttl_seconds(expires_ms, inner.ttl_buffer)),
-                    )
-            } else {
-                request.update_expression("SET #expires = :expires")
-            };
-            // Retries are capped by the lease being renewed: past its deadline it is lost anyway.
-            let result = with_retries(
-                &inner.retry,
-                &*inner.clock,
-                Some(lease.deadline()),
-                "UpdateItem",
-                || request.clone().send(),
-            )
-            .await;
-            let renewed = || {
-                Lease::new(
-                    key.clone(),
-                    token.clone(),
-                    lease.fencing_token(),
-                    duration,
-                    from_millis(expires_ms),
-                    holder_deadline(sent, duration, self.margin(duration)),
-                )
-            };
-            match result {
-                Ok(_) => {
-                    tracing::debug!("lease renewed");
-                    Ok(renewed())
-                }
-                Err(Failed {
-                    error,
-                    uncertain,
-                    attempts,
-                }) => {
-                    let Some(old) = condition_failed_item(&error) else {
-                        return Err(backend_error("UpdateItem", &inner.table, error));
-                    };
-                    let old = Decoded::from_item(names, &old);
-                    if old.token.as_ref() == Some(token)
-                        && old.expires_ms.is_some_and(|e| e >= expires_ms)
-                    {
-                        tracing::info!(
-                            uncertain,
-                            attempts,
-                            "renew reconciled: the item shows our expiry"
-                        );
-                        return Ok(renewed());
-                    }
-                    let reason = not_owned_reason(&old, token);
-                    tracing::debug!(%reason, "renew refused");
-                    Err(LeaseError::not_owned(key.clone(), reason))
-                }
-            }
-        }
-        .instrument(span)
-        .await
-    }
-
-    /// One conditional `UpdateItem` removing the holder (the item and its fencing counter stay).
-    pub(crate) async fn release_inner(
-        &self,
-        key: &LeaseKey,
-        token: &LeaseToken,
-        fencing: Option<FencingToken>,
-    ) -> Result<(), LeaseError> {
-        self.check_input(key, None)?;
-        let inner = &self.inner;
-        let names = &inner.names;
-        let span = tracing::debug_span!(
-            "lease_dynamo.release",
-            table = %inner.table,
-            %key,
-            %token,
-        );
-        async {
-            let now_ms = epoch_millis(inner.clock.now());
-            let remove = "REMOVE #token, #expires, #owner, #acquired";
-            let mut request = inner
-                .client
-                .update_item()
-                .table_name(&inner.table)
-                .set_key(Some(self.key_item(key)))
-                .condition_expression("#token = :token")
-                .expression_attribute_names("#token", names.token())
-                .expression_attribute_names("#expires", names.expires_at())
-                .expression_attribute_names("#owner", names.owner())
-                .expression_attribute_names("#acquired", names.acquired_at())
-                .expression_attribute_values(":token", s(token.as_str()))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                );
-            request = if inner.include_ttl {
-                // The released item (and its fencing counter) is collected a buffer from now.
-                request
-                    .update_expression(format!("{remove} SET #ttl = :ttl"))
-                    .expression_attribute_names("#ttl", names.ttl())
-                    .expression_attribute_values(":ttl", n(ttl_seconds(now_ms, inner.ttl_buffer)))
-            } else {
-                request.update_expression(remove)
-            };
-            let result = with_retries(&inner.retry, &*inner.clock, None, "UpdateItem", || {
-                request.clone().send()
-            })
-            .await;
-            match result {
-                Ok(_) => {
-                    tracing::debug!("lease released");
-                    Ok(())
-                }
-                Err(Failed {
-                    error,
-                    uncertain,
-                    attempts,
-                }) => {
-                    let Some(old) = condition_failed_item(&error) else {
-                        return Err(backend_error("UpdateItem", &inner.table, error));
-                    };
-                    let old = Decoded::from_item(names, &old);
-                    // An earlier attempt may have landed: no holder now, and (when known) the
-                    // counter still at our acquisition, so nobody acquired since.
-                    let landed = uncertain
-                        && old.token.is_none()
-                        && fencing.is_none_or(|f| old.fencing == Some(f.get()));
-                    if landed {
-                        tracing::info!(attempts, "release reconciled: the item has no holder");
-                        return Ok(());
-                    }
-                    let reason = match not_owned_reason(&old, token) {
-                        // Our token with a failed `#token = :token` cannot happen; be safe.
-                        NotOwnedReason::Expired => NotOwnedReason::TakenOver,
-                        other => other,
-                    };
-                    tracing::debug!(%reason, "release refused");
-                    Err(LeaseError::not_owned(key.clone(), reason))
-                }
-            }
-        }
-        .instrument(span)
-        .await
-    }
-
     /// One strongly consistent `GetItem`.
     pub(crate) async fn inspect_inner(
         &self,
@@ -442,7 +91,7 @@ impl DynamoLeases {
             Ok(output
                 .item()
                 .map(|item| Decoded::from_item(&inner.names, item))
-                .filter(|d| d.token.is_some() || d.fencing.is_some())
+                .filter(Decoded::is_lease)
                 .map(|d| d.record(key.clone())))
         }
         .instrument(span)
@@ -479,8 +128,9 @@ impl DynamoLeases {
                 pages += 1;
                 for item in output.items() {
                     let decoded = Decoded::from_item(names, item);
-                    // Items without a fencing counter were not written by this crate.
-                    if decoded.fencing.is_none() {
+                    // Items the Go package wrote (a holder, no fencing counter) are leases too;
+                    // an item holding only a fenced value is not.
+                    if !decoded.is_lease() {
                         continue;
                     }
                     let Some(sort) = get_str(item, names.sort_key()) else {
@@ -561,10 +211,10 @@ impl DynamoLeases {
     /// with its fencing counter (the Go package deleted the item, and with it any counter).
     ///
     /// # Errors
-    /// [`LeaseError::NotOwned`] if another owner holds the lease or nobody does;
+    /// [`LeaseError::NotOwned`] if another tenure holds the lease or nobody does;
     /// [`LeaseError::Backend`].
     pub async fn release(&self, lease: &Lease) -> Result<(), LeaseError> {
-        self.release_inner(lease.key(), lease.token(), Some(lease.fencing_token()))
+        self.release_inner(lease.key(), lease.token(), lease.fencing_token())
             .await
     }
 
@@ -607,8 +257,9 @@ impl LeaseBackend for DynamoLeases {
         &'a self,
         key: &'a LeaseKey,
         token: &'a LeaseToken,
+        fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        Box::pin(self.release_inner(key, token, None))
+        Box::pin(self.release_inner(key, token, fencing))
     }
 
     fn inspect<'a>(

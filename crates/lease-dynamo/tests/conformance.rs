@@ -1,6 +1,6 @@
 //! `DynamoLeases` passes the whole lease-core conformance suite on DynamoDB Local, twice: with
 //! no clock-skew allowance, and with 250 ms (contenders wait `expires_at + 250 ms`), fenced
-//! values included.
+//! values included, and with replies lost on purpose where a case asks for it.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -17,7 +17,12 @@ fn run(name: &str, case: Case, skew: Duration) {
         return;
     };
     support::runtime().block_on(async {
-        let client = support::client(&endpoint, &support::Wiring::default());
+        let faults = Arc::new(support::Faults::default());
+        let wiring = support::Wiring {
+            counter: None,
+            faults: Some(faults.clone()),
+        };
+        let client = support::client(&endpoint, &wiring);
         let table = support::fresh_table(&client, "conf").await;
         let clock = Arc::new(ManualClock::new());
         let leases = Arc::new(
@@ -30,7 +35,8 @@ fn run(name: &str, case: Case, skew: Duration) {
         let subject = Subject::new(leases.clone(), clock)
             .with_takeover_delay(skew)
             .with_listing(leases.clone())
-            .with_fenced_values(leases);
+            .with_fenced_values(leases)
+            .with_reply_faults(faults);
         case(&subject).await;
     });
 }

@@ -143,10 +143,10 @@ fn lost_release_reply_is_reconciled() {
         assert!(record.holder().is_none());
         assert_eq!(record.fencing(), lease.fencing_token(), "fencing kept");
 
-        // The trait's release(key, token).
+        // The trait's release(key, token, fencing).
         let lease = r.leases.acquire("b", D).await.unwrap();
         r.faults.lose_replies(1);
-        LeaseBackend::release(&r.leases, lease.key(), lease.token())
+        LeaseBackend::release(&r.leases, lease.key(), lease.token(), lease.fencing_token())
             .await
             .unwrap();
         assert_eq!(r.faults.lost(), 2);
@@ -157,24 +157,70 @@ fn lost_release_reply_is_reconciled() {
     });
 }
 
+/// Issue 11, point 3: on main before the fix, a release whose reply was lost counted "no
+/// holder" as its own success, so releasing a token that never held the key returned `Ok`.
 #[test]
-fn caller_retry_with_the_same_token_recognises_its_lease() {
+fn a_lost_reply_never_makes_a_strangers_release_succeed() {
     run(
-        "caller_retry_with_the_same_token_recognises_its_lease",
+        "a_lost_reply_never_makes_a_strangers_release_succeed",
+        |endpoint| async move {
+            let r = rig(&endpoint, RetryPolicy::default()).await;
+            let key = LeaseKey::new("free").unwrap();
+            let lease = r.leases.acquire_key(&key, D).await.unwrap();
+            r.leases.release(&lease).await.unwrap();
+            let stranger = RandomTokens.next_token();
+            for fencing in [lease.fencing_token(), FencingToken::NONE] {
+                r.faults.lose_replies(1);
+                let lost = r.faults.lost();
+                let err = LeaseBackend::release(&r.leases, &key, &stranger, fencing)
+                    .await
+                    .unwrap_err();
+                assert!(err.is_not_owned(), "{err}");
+                assert_eq!(r.faults.lost(), lost + 1, "the reply was lost");
+            }
+            // The released lease released again, its reply lost: still nothing to release.
+            r.faults.lose_replies(1);
+            let err = r.leases.release(&lease).await.unwrap_err();
+            assert!(err.is_not_owned(), "{err}");
+        },
+    );
+}
+
+/// Issue 11, point 2: on main before the fix, a second call with the holder's token "recognised"
+/// the live lease as its own and both callers got `Ok` with the same fencing token.
+#[test]
+fn a_second_call_with_the_holders_token_is_held() {
+    run(
+        "a_second_call_with_the_holders_token_is_held",
         |endpoint| async move {
             let r = rig(&endpoint, RetryPolicy::none()).await;
             let token = RandomTokens.next_token();
             let options = AcquireOptions::default().with_token(token.clone());
             let key = LeaseKey::new("k").unwrap();
+            // One caller's reply is lost; it cannot know it holds the lease...
             r.faults.lose_replies(1);
             let err = r.leases.try_acquire(&key, D, &options).await.unwrap_err();
             assert!(
                 err.is_transient(),
                 "a lost reply is a transient failure: {err}"
             );
-            let lease = r.leases.try_acquire(&key, D, &options).await.unwrap();
-            assert_eq!(lease.token(), &token);
-            assert!(r.leases.acquire("k", D).await.unwrap_err().is_held());
+            // ...and a second call under the same token is a second contender: `Held`, naming
+            // the holder's token, so a caller that chose the token can recognise it itself.
+            let err = r.leases.try_acquire(&key, D, &options).await.unwrap_err();
+            assert!(err.is_held(), "{err}");
+            let holder = err.holder().unwrap();
+            assert_eq!(holder.token(), Some(&token));
+            assert!(holder.fencing().is_some());
+
+            // Two managers sharing one token generator, as the Go option invites.
+            let key = LeaseKey::new("shared-generator").unwrap();
+            let first = r.leases.try_acquire(&key, D, &options).await.unwrap();
+            let second = r.leases.try_acquire(&key, D, &options).await;
+            assert!(
+                second.as_ref().is_err_and(lease_core::LeaseError::is_held),
+                "{second:?}"
+            );
+            r.leases.refresh(&first, D).await.unwrap();
         },
     );
 }

@@ -124,8 +124,13 @@ fn item_layout_ttl_clock_and_token_generator() {
             assert_eq!(text(&item, "lease_token"), Some("tok-0"));
             assert_eq!(
                 num(&item, "lease_expires_at"),
+                (millis(now) + 30_000).div_ceil(1000),
+                "Unix seconds, rounded up, where the Go package reads them"
+            );
+            assert_eq!(
+                num(&item, "lease_expires_at_ms"),
                 millis(now) + 30_000,
-                "epoch millis"
+                "the precise expiry in an attribute of this crate's own"
             );
             assert_eq!(num(&item, "lease_acquired_at"), millis(now));
             assert_eq!(
@@ -151,13 +156,19 @@ fn item_layout_ttl_clock_and_token_generator() {
             clock.advance(Duration::from_secs(10));
             let lease = leases.refresh(&lease, D).await.unwrap();
             let item = raw_item(&client, leases.table(), ("pk", "sk"), ("job", "LOCK")).await;
-            assert_eq!(num(&item, "lease_expires_at"), millis(now) + 40_000);
+            assert_eq!(
+                num(&item, "lease_expires_at"),
+                (millis(now) + 40_000).div_ceil(1000)
+            );
+            assert_eq!(num(&item, "lease_expires_at_ms"), millis(now) + 40_000);
             assert_eq!(num(&item, "ttl"), (millis(now) + 40_000) / 1000 + 3600);
 
-            // Release keeps the item and the counter; ttl = release time + buffer.
+            // Release keeps the item and the counter; ttl = release time + buffer. The expiry
+            // becomes 0, so the Go package's acquire condition sees the key free.
             leases.release(&lease).await.unwrap();
             let item = raw_item(&client, leases.table(), ("pk", "sk"), ("job", "LOCK")).await;
-            assert!(!item.contains_key("lease_token") && !item.contains_key("lease_expires_at"));
+            assert!(!item.contains_key("lease_token") && !item.contains_key("lease_expires_at_ms"));
+            assert_eq!(num(&item, "lease_expires_at"), 0);
             assert_eq!(num(&item, "lease_fence"), seed + 1);
             assert_eq!(num(&item, "ttl"), (millis(now) + 10_000) / 1000 + 3600);
 
@@ -193,7 +204,7 @@ fn custom_names_sort_key_and_no_ttl() {
         let table = support::table_name("names");
         let leases = DynamoLeases::builder(client.clone(), table.clone())
             .with_attribute_names(names)
-            .with_lease_attribute_names("owner_token", "expires_ms", "expire_at")
+            .with_lease_attribute_names("owner_token", "expires", "expire_at")
             .with_owner_attribute("who")
             .with_lock_sort_key("MUTEX")
             .with_ttl(false)
@@ -207,7 +218,14 @@ fn custom_names_sort_key_and_no_ttl() {
             .unwrap();
         let item = raw_item(&client, &table, ("PK", "SK"), ("job", "MUTEX")).await;
         assert_eq!(text(&item, "owner_token"), Some(lease.token().as_str()));
-        assert_eq!(num(&item, "expires_ms"), millis(lease.expires_at()));
+        assert_eq!(
+            num(&item, "expires"),
+            millis(lease.expires_at()).div_ceil(1000)
+        );
+        assert_eq!(
+            num(&item, "lease_expires_at_ms"),
+            millis(lease.expires_at())
+        );
         assert_eq!(num(&item, "fence"), lease.fencing_token().get());
         assert_eq!(text(&item, "who"), Some("me"));
         assert!(

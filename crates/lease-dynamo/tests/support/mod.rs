@@ -168,13 +168,35 @@ impl Intercept for CountingInterceptor {
 }
 
 /// Faults to inject into the next `UpdateItem` requests, at the transport.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Faults {
+    /// Runs after the next lost reply's request was applied, before the failure is returned.
+    meanwhile: std::sync::Mutex<Option<lease_core::BoxFuture<'static, ()>>>,
     lose_replies: AtomicU32,
     throttles: AtomicU32,
     server_errors: AtomicU32,
     lost: AtomicU32,
     throttled: AtomicU32,
+}
+
+impl std::fmt::Debug for Faults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Faults")
+            .field("lose_replies", &self.lose_replies)
+            .field("lost", &self.lost)
+            .finish_non_exhaustive()
+    }
+}
+
+impl lease_core::conformance::ReplyFaults for Faults {
+    fn lose_next_reply(&self, meanwhile: Option<lease_core::BoxFuture<'static, ()>>) {
+        *self.meanwhile.lock().unwrap() = meanwhile;
+        self.lose_replies(1);
+    }
+
+    fn lost_replies(&self) -> u32 {
+        self.lost()
+    }
 }
 
 fn take(counter: &AtomicU32) -> bool {
@@ -250,6 +272,10 @@ impl HttpConnector for FaultyConnector {
             let response = reply.await?;
             if is_write && take(&faults.lose_replies) {
                 faults.lost.fetch_add(1, Ordering::SeqCst);
+                let meanwhile = faults.meanwhile.lock().unwrap().take();
+                if let Some(meanwhile) = meanwhile {
+                    meanwhile.await;
+                }
                 return Err(ConnectorError::io(
                     "injected: connection reset after the server applied the request".into(),
                 ));

@@ -1,0 +1,305 @@
+//! Acquire: one conditional `UpdateItem` that takes a free or expired key and increments the
+//! fencing counter in the same write.
+
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+use lease_core::{
+    AcquireOptions, FencingToken, Lease, LeaseError, LeaseKey, LeaseToken, holder_deadline,
+};
+use tracing::Instrument;
+
+use crate::DynamoLeases;
+use crate::error::{backend_error, malformed};
+use crate::expr::{FENCE_USABLE, KEY_FREE, bind, common};
+use crate::item::{
+    Decoded, FENCE_LIMIT, Item, Malformed, epoch_micros, epoch_millis, from_millis, millis, n, s,
+    seconds_up,
+};
+use crate::leases::MAX_OWNER_BYTES;
+use crate::ops::condition_failed_item;
+use crate::retry::{Failed, with_retries};
+
+/// What one acquire call sends, and what it needs to read the reply.
+struct Attempt<'a> {
+    key: &'a LeaseKey,
+    token: LeaseToken,
+    duration: Duration,
+    /// Unique to this call: a reply-less retry finds it in the item if an attempt landed.
+    request: String,
+    expires_ms: u64,
+    sent: Instant,
+    trust_until: Instant,
+}
+
+impl DynamoLeases {
+    /// One conditional `UpdateItem`: take `key` if it has no holder or its holder's lease ended
+    /// at least `max_clock_skew` ago, incrementing the fencing counter in the same write.
+    pub(crate) async fn acquire_inner(
+        &self,
+        key: &LeaseKey,
+        duration: Duration,
+        options: &AcquireOptions,
+    ) -> Result<Lease, LeaseError> {
+        self.check_input(key, Some(duration))?;
+        if self.inner.validate && options.owner().is_some_and(|o| o.len() > MAX_OWNER_BYTES) {
+            return Err(LeaseError::invalid(
+                "owner",
+                format!("is longer than {MAX_OWNER_BYTES} bytes"),
+            ));
+        }
+        let inner = &self.inner;
+        let token = options
+            .token()
+            .cloned()
+            .unwrap_or_else(|| inner.tokens.next_token());
+        let span = tracing::debug_span!(
+            "lease_dynamo.acquire",
+            table = %inner.table,
+            %key,
+            %token,
+            fencing = tracing::field::Empty,
+        );
+        async {
+            let sent = inner.clock.monotonic();
+            let now_ms = epoch_millis(inner.clock.now());
+            let attempt = Attempt {
+                key,
+                token,
+                duration,
+                request: uuid::Uuid::new_v4().simple().to_string(),
+                expires_ms: now_ms.saturating_add(millis(duration)),
+                sent,
+                trust_until: holder_deadline(sent, duration, self.margin(duration)),
+            };
+            let request = self.acquire_request(&attempt, now_ms, options.owner());
+            let result = with_retries(
+                &inner.retry,
+                &*inner.clock,
+                Some(attempt.trust_until),
+                "UpdateItem",
+                || request.clone().send(),
+            )
+            .await;
+            match result {
+                Ok(output) => {
+                    let item = output.attributes().cloned().unwrap_or_default();
+                    self.acquired(&attempt, &item).await
+                }
+                Err(Failed {
+                    error, attempts, ..
+                }) => {
+                    let Some(old) = condition_failed_item(&error) else {
+                        return Err(backend_error("UpdateItem", &inner.table, error));
+                    };
+                    self.acquire_refused(&attempt, &old, attempts).await
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    fn acquire_request(
+        &self,
+        attempt: &Attempt<'_>,
+        now_ms: u64,
+        owner: Option<&str>,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        let inner = &self.inner;
+        let cutoff_ms = now_ms.saturating_sub(millis(inner.max_clock_skew));
+        let mut set = vec![
+            "#token = :token",
+            "#expires = :expires",
+            "#expires_ms = :expires_ms",
+            "#acquired = :now",
+            "#fence = if_not_exists(#fence, :seed) + :one",
+            "#request = :request",
+        ];
+        let mut remove = Vec::new();
+        let ttl = self.ttl_at(attempt.expires_ms);
+        match ttl {
+            Some(_) => set.push("#ttl = :ttl"),
+            None => remove.push("#ttl"),
+        }
+        match owner {
+            Some(_) => set.push("#owner = :owner"),
+            // A previous holder's description must not outlive its lease.
+            None => remove.push("#owner"),
+        }
+        let mut update = format!("SET {}", set.join(", "));
+        if !remove.is_empty() {
+            update.push_str(&format!(" REMOVE {}", remove.join(", ")));
+        }
+        let condition = format!("{FENCE_USABLE} AND {KEY_FREE}");
+        let (names, mut values) = common(&inner.names);
+        values.extend([
+            (":token", s(attempt.token.as_str())),
+            (":expires", n(seconds_up(attempt.expires_ms))),
+            (":expires_ms", n(attempt.expires_ms)),
+            (":now", n(now_ms)),
+            (":cutoff_ms", n(cutoff_ms)),
+            (":cutoff_s", n(cutoff_ms / 1000)),
+            (":cutoff_s_up", n(seconds_up(cutoff_ms))),
+            (":seed", n(epoch_micros(inner.clock.now()))),
+            (":request", s(&attempt.request)),
+            (":ttl", n(ttl.unwrap_or(0))),
+            (":owner", s(owner.unwrap_or(""))),
+        ]);
+        let request = inner
+            .client
+            .update_item()
+            .table_name(&inner.table)
+            .set_key(Some(self.key_item(attempt.key)))
+            .return_values(ReturnValue::AllNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        bind(request, &condition, &update, &names, values)
+    }
+
+    /// The write succeeded: the lease is ours, with the counter the write produced.
+    async fn acquired(&self, attempt: &Attempt<'_>, item: &Item) -> Result<Lease, LeaseError> {
+        let decoded = Decoded::from_item(&self.inner.names, item);
+        let Some(fencing) = decoded.fencing else {
+            // The condition passed a counter that is not whole (DynamoDB cannot test for that):
+            // give the key back rather than hold it under a token nobody can use.
+            let shown = match decoded.malformed {
+                Some(Malformed::Fence(value)) => value,
+                _ => "nothing".to_owned(),
+            };
+            self.undo_acquire(attempt).await;
+            return Err(self.bad_fence(attempt.key, &format!("{shown} after the increment")));
+        };
+        tracing::Span::current().record("fencing", fencing);
+        tracing::debug!("lease acquired");
+        Ok(Lease::new(
+            attempt.key.clone(),
+            attempt.token.clone(),
+            FencingToken::new(fencing),
+            attempt.duration,
+            from_millis(attempt.expires_ms),
+            attempt.trust_until,
+        ))
+    }
+
+    /// The condition failed: an earlier attempt of this call may have landed (its reply lost),
+    /// the item may be unusable, or somebody holds the key.
+    async fn acquire_refused(
+        &self,
+        attempt: &Attempt<'_>,
+        old: &Item,
+        attempts: u32,
+    ) -> Result<Lease, LeaseError> {
+        let old = Decoded::from_item(&self.inner.names, old);
+        if old.request.as_deref() == Some(attempt.request.as_str()) {
+            return self.reconciled(attempt, &old, attempts);
+        }
+        match &old.malformed {
+            Some(Malformed::Fence(value)) => return Err(self.bad_fence(attempt.key, value)),
+            Some(Malformed::Expiry(value)) => {
+                return Err(self.bad_expiry(attempt.key, value.as_deref()));
+            }
+            None => {}
+        }
+        if old.fencing.is_some_and(|f| f >= FENCE_LIMIT) {
+            return Err(self.bad_fence(attempt.key, &format!("N {FENCE_LIMIT} (exhausted)")));
+        }
+        let holder = old.holder();
+        tracing::debug!(holder = ?holder, "lease held by another owner");
+        Err(LeaseError::held(attempt.key.clone(), holder))
+    }
+
+    /// An earlier attempt of this very call wrote the item: the lease is ours.
+    fn reconciled(
+        &self,
+        attempt: &Attempt<'_>,
+        old: &Decoded,
+        attempts: u32,
+    ) -> Result<Lease, LeaseError> {
+        let fencing = old.fencing.ok_or_else(|| {
+            malformed(
+                "UpdateItem",
+                &self.inner.table,
+                "our acquisition landed but the item lacks a valid fencing counter",
+            )
+        })?;
+        let stored_ms = old.expires_ms.unwrap_or(attempt.expires_ms);
+        let shortfall = Duration::from_millis(attempt.expires_ms.saturating_sub(stored_ms));
+        tracing::Span::current().record("fencing", fencing);
+        tracing::info!(
+            attempts,
+            "acquire reconciled: our earlier attempt wrote the item"
+        );
+        Ok(Lease::new(
+            attempt.key.clone(),
+            attempt.token.clone(),
+            FencingToken::new(fencing),
+            attempt.duration,
+            from_millis(stored_ms),
+            attempt
+                .trust_until
+                .checked_sub(shortfall)
+                .unwrap_or(attempt.sent),
+        ))
+    }
+
+    /// Gives back a key this call took with an unusable counter (best effort, one request).
+    async fn undo_acquire(&self, attempt: &Attempt<'_>) {
+        let inner = &self.inner;
+        let (names, mut values) = common(&inner.names);
+        values.extend([
+            (":request", s(&attempt.request)),
+            (":undone", s(&format!("{}-undone", attempt.request))),
+        ]);
+        let request = inner
+            .client
+            .update_item()
+            .table_name(&inner.table)
+            .set_key(Some(self.key_item(attempt.key)));
+        let request = bind(
+            request,
+            "#request = :request",
+            "SET #expires = :zero, #request = :undone REMOVE #token, #owner, #acquired, #expires_ms",
+            &names,
+            values,
+        );
+        let result = with_retries(&inner.retry, &*inner.clock, None, "UpdateItem", || {
+            request.clone().send()
+        })
+        .await;
+        match result {
+            Ok(_) => tracing::warn!("acquisition undone: the fencing counter is not usable"),
+            Err(failed) => tracing::error!(
+                error = %backend_error("UpdateItem", &inner.table, failed.error),
+                "could not undo an acquisition with an unusable fencing counter"
+            ),
+        }
+    }
+
+    fn bad_fence(&self, key: &LeaseKey, value: &str) -> LeaseError {
+        malformed(
+            "UpdateItem",
+            &self.inner.table,
+            format!(
+                "lease {key}: attribute `{}` holds {value}, which is not a fencing counter \
+                 (a whole number from 0 to {FENCE_LIMIT}); nothing was acquired. Repair or \
+                 remove the attribute: fencing tokens then restart from the clock-seeded value",
+                self.inner.names.fencing()
+            ),
+        )
+    }
+
+    fn bad_expiry(&self, key: &LeaseKey, value: Option<&str>) -> LeaseError {
+        let found = value.map_or_else(|| "is missing".to_owned(), |v| format!("holds {v}"));
+        malformed(
+            "UpdateItem",
+            &self.inner.table,
+            format!(
+                "lease {key} has a holder token but attribute `{}` {found}, so it never \
+                 expires: neither this crate nor the Go package writes an item so. Check that \
+                 every writer uses the same attribute names, or break the lease with a forced \
+                 release of the holder's token",
+                self.inner.names.expires_at()
+            ),
+        )
+    }
+}
