@@ -1,0 +1,314 @@
+//! Items no writer of this crate leaves, planted on purpose: every one gets a clear error or is
+//! shown and breakable; none makes a write succeed halfway. Plus the configuration edges: the
+//! TTL buffer, and durations at their limits. Each test failed on main before issue 11's fixes.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::AttributeValue;
+use lease_core::{
+    Clock, FencingToken, LeaseBackend, LeaseBackendExt, LeaseKey, LeaseListing, LeaseToken,
+    ManualClock, WaitOptions,
+};
+use lease_dynamo::DynamoLeases;
+use support::Wiring;
+
+const D: Duration = Duration::from_secs(10);
+
+fn run<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce(String) -> F) {
+    if let Some(endpoint) = support::endpoint(name) {
+        support::runtime().block_on(test(endpoint));
+    }
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+fn n(v: &str) -> AttributeValue {
+    AttributeValue::N(v.to_owned())
+}
+
+/// Writes an item under `pk` (sort key `LOCK`) with exactly `attributes`.
+async fn plant(client: &Client, table: &str, pk: &str, attributes: &[(&str, AttributeValue)]) {
+    let mut item: HashMap<String, AttributeValue> =
+        HashMap::from([("pk".to_owned(), s(pk)), ("sk".to_owned(), s("LOCK"))]);
+    for (name, value) in attributes {
+        item.insert((*name).to_owned(), value.clone());
+    }
+    client
+        .put_item()
+        .table_name(table)
+        .set_item(Some(item))
+        .send()
+        .await
+        .unwrap();
+}
+
+async fn raw(client: &Client, table: &str, pk: &str) -> HashMap<String, AttributeValue> {
+    client
+        .get_item()
+        .table_name(table)
+        .key("pk", s(pk))
+        .key("sk", s("LOCK"))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn future_seconds(clock: &ManualClock) -> String {
+    let now = clock.now().duration_since(SystemTime::UNIX_EPOCH).unwrap();
+    (now.as_secs() + 3600).to_string()
+}
+
+async fn rig(endpoint: &str) -> (DynamoLeases, Client, Arc<ManualClock>) {
+    let clock = Arc::new(ManualClock::new());
+    let (leases, client) = support::leases(endpoint, &Wiring::default(), |b| {
+        b.with_clock(clock.clone())
+    })
+    .await;
+    (leases, client, clock)
+}
+
+/// Tokens a Go token generator may produce that break this crate's token rules: shown, held,
+/// and breakable with a forced release.
+#[test]
+fn foreign_tokens_are_shown_held_and_breakable() {
+    run(
+        "foreign_tokens_are_shown_held_and_breakable",
+        |endpoint| async move {
+            let (leases, client, clock) = rig(&endpoint).await;
+            let long = "t".repeat(300);
+            for (pk, token) in [("long", long.as_str()), ("newline", "a\nb"), ("empty", "")] {
+                plant(
+                    &client,
+                    leases.table(),
+                    pk,
+                    &[
+                        ("lease_token", s(token)),
+                        ("lease_expires_at", n(&future_seconds(&clock))),
+                    ],
+                )
+                .await;
+                let key = LeaseKey::new(pk).unwrap();
+                let err = leases.acquire_key(&key, D).await.unwrap_err();
+                assert!(err.is_held(), "{pk}: {err}");
+                let record = LeaseBackend::inspect(&leases, &key).await.unwrap().unwrap();
+                let holder = record
+                    .holder()
+                    .unwrap_or_else(|| panic!("{pk}: status must show the holder"));
+                assert_eq!(holder.token().unwrap().as_str(), token, "{pk}");
+                assert!(record.is_held_at(clock.now()), "{pk}");
+                assert!(
+                    !err.to_string().contains(&long),
+                    "{pk}: tokens stay redacted"
+                );
+                // An operator breaks it, naming the tenure as the record shows it.
+                LeaseBackend::release(&leases, &key, holder.token().unwrap(), record.fencing())
+                    .await
+                    .unwrap_or_else(|e| panic!("{pk}: cannot break: {e}"));
+                leases.acquire_key(&key, D).await.unwrap();
+            }
+        },
+    );
+}
+
+/// A holder token with no usable expiry is held forever by every writer: the error says why
+/// and names the attribute, and the lease can be broken.
+#[test]
+fn a_holder_without_a_usable_expiry_is_explained_and_breakable() {
+    run(
+        "a_holder_without_a_usable_expiry_is_explained_and_breakable",
+        |endpoint| async move {
+            let (leases, client, _clock) = rig(&endpoint).await;
+            for (pk, expiry) in [("missing", None), ("text", Some(s("tomorrow")))] {
+                let mut attributes = vec![("lease_token", s("go-token"))];
+                if let Some(expiry) = expiry {
+                    attributes.push(("lease_expires_at", expiry));
+                }
+                plant(&client, leases.table(), pk, &attributes).await;
+                let key = LeaseKey::new(pk).unwrap();
+                let wait = WaitOptions::new(Duration::from_secs(30));
+                let started = std::time::Instant::now();
+                let err = leases.acquire_with_wait(&key, D, &wait).await.unwrap_err();
+                assert!(
+                    started.elapsed() < Duration::from_secs(5),
+                    "{pk}: not retried until the timeout"
+                );
+                assert!(!err.is_transient() && !err.is_held(), "{pk}: {err}");
+                let text = err.to_string();
+                assert!(text.contains("`lease_expires_at`"), "{pk}: {text}");
+                assert!(text.contains("never expires"), "{pk}: {text}");
+                let record = LeaseBackend::inspect(&leases, &key).await.unwrap().unwrap();
+                let token = record.holder().and_then(|h| h.token()).unwrap().clone();
+                LeaseBackend::release(&leases, &key, &token, record.fencing())
+                    .await
+                    .unwrap();
+                leases.acquire_key(&key, D).await.unwrap();
+            }
+        },
+    );
+}
+
+/// A counter that is not a fencing token never lets an acquisition through halfway: the key is
+/// not left held by a token nobody has, and the error names the attribute and the value.
+#[test]
+fn a_malformed_fencing_counter_never_half_acquires() {
+    run(
+        "a_malformed_fencing_counter_never_half_acquires",
+        |endpoint| async move {
+            let (leases, client, _clock) = rig(&endpoint).await;
+            let cases = [
+                ("negative", n("-5"), "-5"),
+                ("fraction", n("1.5"), "2.5"),
+                ("u64-max", n("18446744073709551615"), "18446744073709551615"),
+                (
+                    "huge",
+                    n("12345678901234567890123456789012345678"),
+                    "12345678901234567890123456789012345678",
+                ),
+                ("text", s("7"), "\"7\""),
+            ];
+            for (pk, counter, shown) in cases {
+                plant(&client, leases.table(), pk, &[("lease_fence", counter)]).await;
+                let key = LeaseKey::new(pk).unwrap();
+                let err = leases.acquire_key(&key, D).await.unwrap_err();
+                assert!(!err.is_transient() && !err.is_held(), "{pk}: {err}");
+                let text = err.to_string();
+                assert!(
+                    text.contains("`lease_fence`") && text.contains(shown),
+                    "{pk}: {text}"
+                );
+                let item = raw(&client, leases.table(), pk).await;
+                assert!(
+                    !item.contains_key("lease_token"),
+                    "{pk}: nobody holds the key: {item:?}"
+                );
+                // Again: the same clear error, never a lease.
+                assert!(leases.acquire_key(&key, D).await.is_err(), "{pk}");
+            }
+            // The largest valid counter: the next token would not fit a signed 64-bit column.
+            plant(
+                &client,
+                leases.table(),
+                "exhausted",
+                &[("lease_fence", n("9223372036854775807"))],
+            )
+            .await;
+            let err = leases.acquire("exhausted", D).await.unwrap_err();
+            assert!(err.to_string().contains("exhausted"), "{err}");
+        },
+    );
+}
+
+/// A `Held` error shows a huge owner description short.
+#[test]
+fn a_huge_owner_makes_a_short_message() {
+    run(
+        "a_huge_owner_makes_a_short_message",
+        |endpoint| async move {
+            let (leases, client, clock) = rig(&endpoint).await;
+            plant(
+                &client,
+                leases.table(),
+                "big",
+                &[
+                    ("lease_token", s("go-token")),
+                    ("lease_expires_at", n(&future_seconds(&clock))),
+                    ("lease_owner", s(&"o".repeat(300_000))),
+                ],
+            )
+            .await;
+            let err = leases.acquire("big", D).await.unwrap_err();
+            assert!(err.is_held());
+            assert!(
+                err.to_string().len() < 500,
+                "{} bytes",
+                err.to_string().len()
+            );
+        },
+    );
+}
+
+/// `with_ttl_buffer(0)` writes no TTL attribute, as in Go, and removes one left behind; the
+/// buffer is checked against the fencing re-seed argument.
+#[test]
+fn a_zero_ttl_buffer_writes_no_ttl() {
+    run("a_zero_ttl_buffer_writes_no_ttl", |endpoint| async move {
+        let (leases, client, clock) = rig(&endpoint).await;
+        let table = leases.table().to_owned();
+        let lease = leases.acquire("k", D).await.unwrap();
+        assert!(raw(&client, &table, "k").await.contains_key("ttl"));
+        leases.release(&lease).await.unwrap();
+        let zero = DynamoLeases::builder(client.clone(), table.clone())
+            .with_clock(clock.clone())
+            .with_ttl_buffer(Duration::ZERO)
+            .build()
+            .unwrap();
+        let lease = zero.acquire("k", D).await.unwrap();
+        assert!(
+            !raw(&client, &table, "k").await.contains_key("ttl"),
+            "acquire removed the old ttl"
+        );
+        let lease = zero.refresh(&lease, D).await.unwrap();
+        assert!(!raw(&client, &table, "k").await.contains_key("ttl"));
+        zero.release(&lease).await.unwrap();
+        assert!(!raw(&client, &table, "k").await.contains_key("ttl"));
+
+        let build = |buffer: Duration, skew: Duration| {
+            DynamoLeases::builder(client.clone(), table.clone())
+                .with_ttl_buffer(buffer)
+                .with_max_clock_skew(skew)
+                .build()
+        };
+        assert!(
+            build(Duration::from_millis(500), Duration::ZERO)
+                .unwrap_err()
+                .is_invalid_input()
+        );
+        let err = build(Duration::from_secs(3), Duration::from_secs(1)).unwrap_err();
+        assert!(err.to_string().contains("three times"), "{err}");
+        assert!(build(Duration::from_secs(4), Duration::from_secs(1)).is_ok());
+        assert!(build(Duration::ZERO, Duration::from_secs(1)).is_ok());
+    });
+}
+
+/// No duration panics: the longest lease with validation off, and waiting forever.
+#[test]
+fn extreme_durations_never_panic() {
+    run("extreme_durations_never_panic", |endpoint| async move {
+        let (leases, client, clock) = rig(&endpoint).await;
+        let unvalidated = DynamoLeases::builder(client.clone(), leases.table())
+            .with_clock(clock.clone())
+            .with_input_validation(false)
+            .build()
+            .unwrap();
+        let lease = unvalidated.acquire("max", Duration::MAX).await.unwrap();
+        assert!(lease.is_trusted(clock.as_ref()));
+        let renewed = unvalidated.refresh(&lease, Duration::MAX).await.unwrap();
+        unvalidated.release(&renewed).await.unwrap();
+        let err = leases.acquire("max", Duration::MAX).await.unwrap_err();
+        assert!(err.is_invalid_input(), "validation on: {err}");
+
+        let key = LeaseKey::new("forever").unwrap();
+        let lease = leases
+            .acquire_with_wait(&key, D, &WaitOptions::new(Duration::MAX))
+            .await
+            .unwrap();
+        leases.release(&lease).await.unwrap();
+        let listed = leases.list_partition("forever").await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].holder(), None);
+        assert!(listed[0].fencing() > FencingToken::NONE);
+        let _ = LeaseToken::from_store("");
+    });
+}
