@@ -9,7 +9,7 @@ use lease_core::{
 use tracing::Instrument;
 
 use crate::DynamoLeases;
-use crate::error::{backend_error, malformed};
+use crate::error::{backend_error_in, malformed};
 use crate::item::{Item, get_u64, n};
 use crate::ops::condition_failed_item;
 use crate::retry::{Failed, with_retries};
@@ -115,7 +115,7 @@ impl DynamoLeases {
                     attempts,
                 }) => {
                     let Some(old) = condition_failed_item(&error) else {
-                        return Err(backend_error("UpdateItem", &inner.table, error));
+                        return Err(backend_error_in("UpdateItem", &self.error_context(), error));
                     };
                     let old = FencedItem::decode(self, &old)?;
                     // Unreachable with a numeric fence (an equal fence passes the condition),

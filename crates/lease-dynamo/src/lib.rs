@@ -86,8 +86,11 @@
 //! `RequestLimitExceeded`), `InternalServerError`/5xx, timeouts and transport failures itself,
 //! with full-jitter exponential backoff ([`RetryPolicy`]), never past the time the lease could
 //! still be trusted. Missing tables, validation and access errors are permanent and come back at
-//! once as [`LeaseError::Backend`](lease_core::LeaseError::Backend) naming the table. A failed
-//! condition is an answer, never retried.
+//! once as [`LeaseError::Backend`](lease_core::LeaseError::Backend) naming the table. So does a
+//! client that cannot send at all: no credentials, no region, an endpoint that is not a URL or
+//! whose host name does not exist; the message says which and what to set
+//! ([`DynamoError::is_table_missing`] tells a missing table apart). A failed condition is an
+//! answer, never retried.
 //!
 //! A retry sends the *same* request (same token, timestamps and request id). If an earlier
 //! attempt was applied but its reply lost, the retry fails its condition and the `ALL_OLD` item

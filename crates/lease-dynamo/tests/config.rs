@@ -1,0 +1,385 @@
+//! Misconfiguration against DynamoDB Local: a client that cannot send (no credentials, no
+//! region, an endpoint that is not a URL, a host name that does not exist), credentials the
+//! server refuses, a table that does not exist, and a table whose key schema is not the one the
+//! manager writes at operation time. Each fails at once, permanently, with a message that names the cause; a
+//! truly transient failure (connection refused) is still retried until the wait runs out.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_credential_types::provider::error::CredentialsError;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::config::{BehaviorVersion, Builder, Region};
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+};
+use lease_core::{
+    AcquireOptions, FencedValues, FencingToken, LeaseBackend, LeaseBackendExt, LeaseError,
+    LeaseKey, WaitOptions,
+};
+use lease_dynamo::{DynamoError, DynamoLeases, RetryPolicy};
+
+const D: Duration = Duration::from_secs(10);
+/// How long `acquire_with_wait` may wait: a permanent error must come back well before.
+const WAIT: Duration = Duration::from_secs(5);
+/// "At once": one request (or none), far below `WAIT`.
+const AT_ONCE: Duration = Duration::from_millis(1500);
+
+fn run<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce(String) -> F) {
+    if let Some(endpoint) = support::endpoint(name) {
+        support::runtime().block_on(test(endpoint));
+    }
+}
+
+fn credentials() -> Credentials {
+    Credentials::new("local", "local", None, None, "lease-dynamo-config-tests")
+}
+
+/// A config with nothing set but the behaviour version.
+fn bare() -> Builder {
+    aws_sdk_dynamodb::Config::builder().behavior_version(BehaviorVersion::latest())
+}
+
+/// Everything right except what `tweak` changes.
+fn configured(endpoint: &str) -> Builder {
+    bare()
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(credentials())
+}
+
+/// A manager on `config` (the table need not exist: the request fails before it matters),
+/// with quick retries so that a transient failure is retried a few times within the wait.
+fn manager(config: Builder) -> DynamoLeases {
+    DynamoLeases::builder(Client::from_conf(config.build()), "config-tests")
+        .with_retry_policy(
+            RetryPolicy::default()
+                .with_backoff(Duration::from_millis(5), Duration::from_millis(50))
+                .with_attempt_timeout(Some(Duration::from_secs(1))),
+        )
+        .build()
+        .expect("valid configuration")
+}
+
+fn key() -> LeaseKey {
+    LeaseKey::new("config-key").unwrap()
+}
+
+fn dynamo_error(error: &LeaseError) -> &DynamoError {
+    std::error::Error::source(error)
+        .and_then(|s| s.downcast_ref::<DynamoError>())
+        .unwrap_or_else(|| panic!("not a DynamoError: {error:?}"))
+}
+
+/// `try_acquire` and `acquire_with_wait` both fail at once, permanently, naming the cause.
+async fn fails_at_once(leases: &DynamoLeases, what: &str, needles: &[&str]) -> String {
+    let key = key();
+    let started = Instant::now();
+    let error = leases
+        .try_acquire(&key, D, &AcquireOptions::default())
+        .await
+        .expect_err(what);
+    let took = started.elapsed();
+    let text = error.to_string();
+    assert!(!error.is_transient(), "{what}: transient: {text}");
+    assert!(took < AT_ONCE, "{what}: try_acquire took {took:?}: {text}");
+    for needle in needles {
+        assert!(text.contains(needle), "{what}: no {needle:?} in: {text}");
+    }
+
+    let started = Instant::now();
+    let waited = leases
+        .acquire_with_wait(&key, D, &WaitOptions::new(WAIT))
+        .await
+        .expect_err(what);
+    let took = started.elapsed();
+    assert!(
+        matches!(waited, LeaseError::Backend { .. }),
+        "{what}: not a backend error: {waited}"
+    );
+    assert!(!waited.is_transient(), "{what}: {waited}");
+    assert!(took < AT_ONCE, "{what}: acquire_with_wait took {took:?}");
+    assert_eq!(waited.to_string(), text, "{what}: the same error both ways");
+    println!("{what}: {text}");
+    text
+}
+
+#[test]
+fn no_credentials_fail_at_once() {
+    run("no_credentials_fail_at_once", |endpoint| async move {
+        // A config with no credentials provider at all.
+        let leases = manager(
+            bare()
+                .region(Region::new("us-east-1"))
+                .endpoint_url(&endpoint),
+        );
+        let text = fails_at_once(
+            &leases,
+            "no credentials provider",
+            &[
+                "no AWS credentials found",
+                "AWS_ACCESS_KEY_ID",
+                "AWS_PROFILE",
+            ],
+        )
+        .await;
+        assert!(!text.contains("dispatch failure"), "{text}");
+        // What the default chain answers when no provider finds any.
+        let chain = SharedCredentialsProvider::new(
+            aws_credential_types::credential_fn::provide_credentials_fn(|| async {
+                Err(CredentialsError::not_loaded(
+                    "no credentials found in chain. Attempted:\n  Environment: environment variable not set\n  Profile: the credential provider was not enabled",
+                ))
+            }),
+        );
+        let leases = manager(configured(&endpoint).credentials_provider(chain));
+        let text = fails_at_once(
+            &leases,
+            "empty credentials chain",
+            &[
+                "no AWS credentials found",
+                "AWS_ACCESS_KEY_ID",
+                "Environment: environment variable not set",
+            ],
+        )
+        .await;
+        assert!(!text.contains('\n'), "one line: {text}");
+    });
+}
+
+#[test]
+fn no_region_fails_at_once() {
+    run("no_region_fails_at_once", |endpoint| async move {
+        let leases = manager(
+            bare()
+                .endpoint_url(&endpoint)
+                .credentials_provider(credentials()),
+        );
+        fails_at_once(
+            &leases,
+            "no region, endpoint set",
+            &["no AWS region configured", "AWS_REGION"],
+        )
+        .await;
+        // Without an endpoint the SDK cannot even work out the AWS endpoint.
+        let leases = manager(bare().credentials_provider(credentials()));
+        fails_at_once(
+            &leases,
+            "no region, no endpoint",
+            &["no AWS region configured", "AWS_REGION"],
+        )
+        .await;
+        let leases = manager(configured(&endpoint).region(Region::new("not a region")));
+        fails_at_once(
+            &leases,
+            "invalid region",
+            &["AWS region", "is not valid", "such as us-east-1"],
+        )
+        .await;
+    });
+}
+
+#[test]
+fn an_endpoint_that_is_not_a_url_fails_at_once() {
+    run(
+        "an_endpoint_that_is_not_a_url_fails_at_once",
+        |endpoint| async move {
+            for (url, why) in [
+                ("not a url", "not a valid URI"),
+                ("127.0.0.1:8000", "must contain scheme"),
+                ("http://[::1", "not a valid URI"),
+            ] {
+                let leases = manager(configured(&endpoint).endpoint_url(url));
+                let text = fails_at_once(
+                    &leases,
+                    url,
+                    &[&format!("endpoint `{url}` is not a valid URL"), why],
+                )
+                .await;
+                // The SDK's text carries the whole request; ours does not.
+                assert!(!text.contains("Request {"), "{text}");
+            }
+            let leases = manager(configured(&endpoint).endpoint_url("ftp://127.0.0.1:8000"));
+            fails_at_once(&leases, "ftp", &["unsupported scheme `ftp`"]).await;
+        },
+    );
+}
+
+#[test]
+fn an_unknown_host_fails_at_once() {
+    run("an_unknown_host_fails_at_once", |endpoint| async move {
+        let leases =
+            manager(configured(&endpoint).endpoint_url("http://no-such-host.invalid:8000"));
+        fails_at_once(
+            &leases,
+            "unknown host",
+            &["cannot resolve host", "does not exist"],
+        )
+        .await;
+    });
+}
+
+#[test]
+fn refused_credentials_fail_at_once_with_a_hint() {
+    run(
+        "refused_credentials_fail_at_once_with_a_hint",
+        |endpoint| async move {
+            // DynamoDB Local accepts any key but an empty one; it never says AccessDenied (the
+            // unit tests in error.rs cover that code).
+            let empty = Credentials::new("", "", None, None, "empty");
+            let leases = manager(configured(&endpoint).credentials_provider(empty));
+            let text = fails_at_once(
+                &leases,
+                "empty access key",
+                &[
+                    "UnrecognizedClientException",
+                    "access key ID or session token is not valid",
+                ],
+            )
+            .await;
+            assert!(
+                text.contains("UpdateItem on table `config-tests`"),
+                "{text}"
+            );
+        },
+    );
+}
+
+#[test]
+fn a_refused_connection_is_still_transient() {
+    run("a_refused_connection_is_still_transient", |_| async move {
+        // Nothing listens on port 1: worth retrying (a server restarting), so the wait runs out.
+        let leases = manager(configured("http://127.0.0.1:1"));
+        let error = leases
+            .try_acquire(&key(), D, &AcquireOptions::default())
+            .await
+            .expect_err("refused");
+        assert!(error.is_transient(), "{error}");
+        let started = Instant::now();
+        let error = leases
+            .acquire_with_wait(&key(), D, &WaitOptions::new(Duration::from_millis(500)))
+            .await
+            .expect_err("refused");
+        assert!(error.is_timeout(), "{error}");
+        assert!(started.elapsed() >= Duration::from_millis(500));
+    });
+}
+
+#[test]
+fn a_missing_table_is_named_with_its_region() {
+    run(
+        "a_missing_table_is_named_with_its_region",
+        |endpoint| async move {
+            let client = support::client(&endpoint, &support::Wiring::default());
+            let table = support::table_name("missing");
+            let leases = DynamoLeases::new(client, table.clone()).unwrap();
+            let text = fails_at_once(
+                &leases,
+                "missing table",
+                &[&format!("table `{table}` does not exist"), "cannot see it"],
+            )
+            .await;
+            // The library does not tell CLI users to call a Rust function.
+            assert!(!text.contains("create_table"), "{text}");
+            let error = leases.inspect(&key()).await.expect_err("missing");
+            assert!(dynamo_error(&error).is_table_missing(), "{error}");
+            assert_eq!(dynamo_error(&error).table(), table);
+
+            // Where the manager's region is at hand, the message names it.
+            let error = leases
+                .put_fenced(&key(), FencingToken::new(1), b"v")
+                .await
+                .expect_err("missing");
+            assert!(dynamo_error(&error).is_table_missing(), "{error}");
+            let text = error.to_string();
+            assert!(
+                text.contains(&format!(
+                    "table `{table}` does not exist in region us-east-1 (or the credentials cannot see it)"
+                )),
+                "{text}"
+            );
+            assert!(!error.is_transient());
+
+            // Other errors are not "missing table".
+            let leases = manager(configured(&endpoint).region(Region::new("not a region")));
+            let error = leases.inspect(&key()).await.expect_err("bad region");
+            assert!(!dynamo_error(&error).is_table_missing(), "{error}");
+        },
+    );
+}
+
+/// A key attribute: name, type, role.
+type KeyAttribute<'a> = (&'a str, ScalarAttributeType, KeyType);
+
+/// Creates `table` with the raw SDK.
+async fn raw_table(client: &Client, table: &str, keys: &[KeyAttribute<'_>]) {
+    let mut request = client
+        .create_table()
+        .table_name(table)
+        .billing_mode(BillingMode::PayPerRequest);
+    for (name, kind, role) in keys {
+        request = request
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name(*name)
+                    .attribute_type(kind.clone())
+                    .build()
+                    .unwrap(),
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name(*name)
+                    .key_type(role.clone())
+                    .build()
+                    .unwrap(),
+            );
+    }
+    request.send().await.expect("raw CreateTable");
+}
+
+#[test]
+fn operations_on_a_table_with_another_key_schema_say_which_keys_they_write() {
+    run(
+        "operations_on_a_table_with_another_key_schema_say_which_keys_they_write",
+        |endpoint| async move {
+            let client = support::client(&endpoint, &support::Wiring::default());
+            use KeyType::{Hash, Range};
+            use ScalarAttributeType::{N, S};
+            for keys in [
+                &[("id", S, Hash)][..],
+                &[("pk", S, Hash), ("sk", N, Range)][..],
+            ] {
+                let table = support::table_name("wrongkeys");
+                raw_table(&client, &table, keys).await;
+                let leases = DynamoLeases::new(client.clone(), table).unwrap();
+                let text = fails_at_once(
+                    &leases,
+                    "acquire on another key schema",
+                    &[
+                        "ValidationException",
+                        "does the table's key schema match?",
+                        "with_key_attribute_names",
+                    ],
+                )
+                .await;
+                assert!(text.contains("UpdateItem on table"), "{text}");
+                // Where the manager's names are at hand, the hint names them.
+                let error = leases
+                    .put_fenced(&key(), FencingToken::new(1), b"v")
+                    .await
+                    .expect_err("put_fenced on another key schema");
+                assert!(!error.is_transient(), "{error}");
+                assert!(
+                    error.to_string().contains(
+                        "this manager writes keys (pk, sk) as strings; does the table's key schema match? see with_key_attribute_names"
+                    ),
+                    "{error}"
+                );
+            }
+        },
+    );
+}
