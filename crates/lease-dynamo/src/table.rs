@@ -5,14 +5,14 @@ use std::time::Duration;
 use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::operation::update_time_to_live::UpdateTimeToLiveError;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus,
-    TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    TableDescription, TableStatus, TimeToLiveSpecification,
 };
 use lease_core::LeaseError;
 use tracing::Instrument;
 
 use crate::DynamoLeases;
-use crate::error::{DynamoError, backend_error};
+use crate::error::{DynamoError, backend_error_in};
 
 /// How long [`DynamoLeases::create_table`] waits for the table to become `ACTIVE`.
 const ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -28,12 +28,16 @@ fn build_error(what: impl std::fmt::Display, table: &str) -> LeaseError {
 impl DynamoLeases {
     /// Creates the table on demand (`PAY_PER_REQUEST`) with the key schema from the options
     /// (partition and sort key, both strings) and waits until it is `ACTIVE`. A table that
-    /// already exists is left as it is (and waited for).
+    /// already exists is left as it is (and waited for), if its key schema is the one this
+    /// manager writes.
     ///
     /// Needs `dynamodb:CreateTable` and `dynamodb:DescribeTable`.
     ///
     /// # Errors
-    /// [`LeaseError::Backend`] naming the table, or a timeout after two minutes.
+    /// [`LeaseError::Backend`] naming the table, or a timeout after two minutes. A table whose
+    /// key schema is not exactly (partition key: S HASH, sort key: S RANGE) under this manager's
+    /// [key attribute names](crate::DynamoLeasesBuilder::with_key_attribute_names) is a permanent
+    /// error that names both schemas.
     pub async fn create_table(&self) -> Result<(), LeaseError> {
         let inner = &self.inner;
         let table = inner.table.as_str();
@@ -75,15 +79,70 @@ impl DynamoLeases {
                 {
                     tracing::debug!("table exists");
                 }
-                Err(e) => return Err(backend_error("CreateTable", table, e)),
+                Err(e) => {
+                    return Err(backend_error_in("CreateTable", &self.error_context(), e));
+                }
             }
-            self.wait_active().await
+            let description = self.wait_active().await?;
+            self.check_key_schema(&description)
         }
         .instrument(span)
         .await
     }
 
-    async fn wait_active(&self) -> Result<(), LeaseError> {
+    /// Refuses a table whose key schema is not the one this manager writes.
+    fn check_key_schema(&self, description: &TableDescription) -> Result<(), LeaseError> {
+        let names = &self.inner.names;
+        let expected = [
+            (names.partition_key(), "S", "HASH"),
+            (names.sort_key(), "S", "RANGE"),
+        ];
+        let type_of = |name: &str| {
+            description
+                .attribute_definitions()
+                .iter()
+                .find(|d| d.attribute_name() == name)
+                .map_or("?", |d| d.attribute_type().as_str())
+        };
+        let actual: Vec<(&str, &str, &str)> = description
+            .key_schema()
+            .iter()
+            .map(|k| {
+                (
+                    k.attribute_name(),
+                    type_of(k.attribute_name()),
+                    k.key_type().as_str(),
+                )
+            })
+            .collect();
+        if actual == expected {
+            return Ok(());
+        }
+        let show = |schema: &[(&str, &str, &str)]| {
+            let parts: Vec<String> = schema
+                .iter()
+                .map(|(name, kind, role)| format!("{name}: {kind} {role}"))
+                .collect();
+            format!("({})", parts.join(", "))
+        };
+        let table = self.inner.table.as_str();
+        Err(LeaseError::backend(
+            "dynamodb",
+            false,
+            DynamoError::new(
+                "CreateTable",
+                table,
+                format!(
+                    "table `{table}` has key schema {} but this manager expects {}; use \
+                     with_key_attribute_names or another table",
+                    show(&actual),
+                    show(&expected),
+                ),
+            ),
+        ))
+    }
+
+    async fn wait_active(&self) -> Result<TableDescription, LeaseError> {
         let inner = &self.inner;
         let started = std::time::Instant::now();
         loop {
@@ -93,10 +152,12 @@ impl DynamoLeases {
                 .table_name(&inner.table)
                 .send()
                 .await
-                .map_err(|e| backend_error("DescribeTable", &inner.table, e))?;
+                .map_err(|e| backend_error_in("DescribeTable", &self.error_context(), e))?;
             let status = described.table().and_then(|t| t.table_status());
-            if status == Some(&TableStatus::Active) {
-                return Ok(());
+            if status == Some(&TableStatus::Active)
+                && let Some(description) = described.table()
+            {
+                return Ok(description.clone());
             }
             if started.elapsed() > ACTIVE_TIMEOUT {
                 return Err(LeaseError::backend(
@@ -147,7 +208,11 @@ impl DynamoLeases {
                     Ok(())
                 }
                 Err(e) if is_already_enabled(&e) => Ok(()),
-                Err(e) => Err(backend_error("UpdateTimeToLive", table, e)),
+                Err(e) => Err(backend_error_in(
+                    "UpdateTimeToLive",
+                    &self.error_context(),
+                    e,
+                )),
             }
         }
         .instrument(span)

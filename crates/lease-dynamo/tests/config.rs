@@ -1,7 +1,7 @@
 //! Misconfiguration against DynamoDB Local: a client that cannot send (no credentials, no
 //! region, an endpoint that is not a URL, a host name that does not exist), credentials the
 //! server refuses, a table that does not exist, and a table whose key schema is not the one the
-//! manager writes at operation time. Each fails at once, permanently, with a message that names the cause; a
+//! manager writes. Each fails at once, permanently, with a message that names the cause; a
 //! truly transient failure (connection refused) is still retried until the wait runs out.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -339,6 +339,71 @@ async fn raw_table(client: &Client, table: &str, keys: &[KeyAttribute<'_>]) {
             );
     }
     request.send().await.expect("raw CreateTable");
+}
+
+#[test]
+fn create_table_refuses_an_existing_table_with_another_key_schema() {
+    run(
+        "create_table_refuses_an_existing_table_with_another_key_schema",
+        |endpoint| async move {
+            let client = support::client(&endpoint, &support::Wiring::default());
+            use KeyType::{Hash, Range};
+            use ScalarAttributeType::{N, S};
+            let cases: [(&[KeyAttribute<'_>], &str); 3] = [
+                (&[("id", S, Hash)], "(id: S HASH)"),
+                (
+                    &[("pk", S, Hash), ("sk", N, Range)],
+                    "(pk: S HASH, sk: N RANGE)",
+                ),
+                (
+                    &[("sk", S, Hash), ("pk", S, Range)],
+                    "(sk: S HASH, pk: S RANGE)",
+                ),
+            ];
+            for (keys, shown) in cases {
+                let table = support::table_name("schema");
+                raw_table(&client, &table, keys).await;
+                let leases = DynamoLeases::new(client.clone(), table.clone()).unwrap();
+                let expected = format!(
+                    "table `{table}` has key schema {shown} but this manager expects (pk: S HASH, sk: S RANGE); use with_key_attribute_names or another table"
+                );
+                for (what, result) in [
+                    ("create_table", leases.create_table().await),
+                    ("ensure_table", leases.ensure_table().await),
+                ] {
+                    let error = result.expect_err(what);
+                    assert!(!error.is_transient(), "{what}: {error}");
+                    assert!(error.to_string().contains(&expected), "{what}: {error}");
+                }
+            }
+
+            // A table with the right schema, existing or made under other key names, is fine.
+            let table = support::fresh_table(&client, "schema").await;
+            let leases = DynamoLeases::new(client.clone(), table).unwrap();
+            leases.create_table().await.expect("existing, right schema");
+            leases.ensure_table().await.expect("existing, right schema");
+            let table = support::table_name("schema");
+            raw_table(&client, &table, &[("id", S, Hash), ("rk", S, Range)]).await;
+            let renamed = DynamoLeases::builder(client.clone(), table.clone())
+                .with_key_attribute_names("id", "rk")
+                .build()
+                .unwrap();
+            renamed.ensure_table().await.expect("renamed keys match");
+            renamed.acquire("k", D).await.expect("usable");
+            // And the default names on that table are refused, naming both schemas.
+            let error = DynamoLeases::new(client.clone(), table)
+                .unwrap()
+                .create_table()
+                .await
+                .expect_err("default names on an (id, rk) table");
+            assert!(
+                error.to_string().contains(
+                    "has key schema (id: S HASH, rk: S RANGE) but this manager expects (pk: S HASH, sk: S RANGE)"
+                ),
+                "{error}"
+            );
+        },
+    );
 }
 
 #[test]
