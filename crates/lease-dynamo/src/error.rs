@@ -298,11 +298,14 @@ fn joined(links: &[&(dyn StdError + 'static)]) -> String {
         text.push_str(part);
     }
     // Multi-line texts (the credential chain lists every provider tried) on one line.
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ")
+    let mut line = String::with_capacity(text.len());
+    for part in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if !line.is_empty() {
+            line.push_str(if line.ends_with(':') { " " } else { "; " });
+        }
+        line.push_str(part);
+    }
+    line
 }
 
 /// Recognises the failures of a client that cannot send (credentials, region, endpoint, host
@@ -608,7 +611,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("Attempted:; Environment: not set; Profile: not enabled"),
+            text.contains("Attempted: Environment: not set; Profile: not enabled"),
             "{text}"
         );
 
