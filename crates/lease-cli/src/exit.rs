@@ -59,13 +59,17 @@ impl Failure {
         Self::new(SOFTWARE, message)
     }
 
-    /// Maps a lease error to its status by meaning, prefixing `context`. A timeout whose last
-    /// attempt failed for another reason than a busy lease is reported by that reason.
+    /// Maps a lease error to its status by meaning, prefixing `context` and adding the CLI's
+    /// advice where it has some (how to create a missing table). A timeout whose last attempt
+    /// failed for another reason than a busy lease is reported by that reason.
     pub(crate) fn lease(context: &str, error: &LeaseError) -> Self {
-        if let Some(last) = error.last_error().filter(|last| !last.is_held()) {
-            let mut failure = Self::lease(context, last);
-            failure.message = format!("{context}: {error}");
-            return failure;
+        let cause = error.last_error().filter(|last| !last.is_held());
+        if let Some(last) = cause {
+            let code = Self::lease(context, last).code;
+            return match crate::stores::advice(last) {
+                Some(advice) => Self::new(code, format!("{context}: {error}; {advice}")),
+                None => Self::new(code, format!("{context}: {error}")),
+            };
         }
         let code = if error.is_invalid_input() {
             USAGE
@@ -76,7 +80,10 @@ impl Failure {
         } else {
             UNAVAILABLE
         };
-        Self::new(code, format!("{context}: {error}"))
+        match crate::stores::advice(error) {
+            Some(advice) => Self::new(code, format!("{context}: {error}; {advice}")),
+            None => Self::new(code, format!("{context}: {error}")),
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use lease_core::LeaseKey;
+use lease_core::{LeaseError, LeaseKey};
 
 use crate::backend::Backend;
 use crate::exit::Failure;
@@ -39,6 +39,19 @@ fn list_dir(dir: &Path) -> Result<Vec<LeaseKey>, String> {
     }
     keys.sort();
     Ok(keys)
+}
+
+/// What to do about a store's error, where the CLI knows better than the library: a missing
+/// DynamoDB table is made with `lease table create`.
+pub(crate) fn advice(error: &LeaseError) -> Option<String> {
+    let dynamo = std::error::Error::source(error)?.downcast_ref::<lease_dynamo::DynamoError>()?;
+    dynamo.is_table_missing().then(|| {
+        format!(
+            "create it with `lease table create --dynamo {}` (with this command's --endpoint and \
+             --region, if any)",
+            dynamo.table()
+        )
+    })
 }
 
 /// Opens the DynamoDB store on `table`. Sends nothing: a missing table or bad credentials show
@@ -80,4 +93,16 @@ async fn dynamo(
     let client = lease_dynamo::sdk_client(endpoint, region).await;
     lease_dynamo::DynamoLeases::new(client, table)
         .map_err(|e| Failure::lease(&format!("bad --dynamo table {table:?}"), &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_missing_dynamodb_table_gets_advice() {
+        assert_eq!(advice(&LeaseError::invalid("key", "empty")), None);
+        let other_backend = LeaseError::backend("file", false, std::io::Error::other("disk full"));
+        assert_eq!(advice(&other_backend), None);
+    }
 }

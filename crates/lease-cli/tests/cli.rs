@@ -457,3 +457,116 @@ fn dynamo_contention_and_fencing() {
     assert!(stdout(&out).contains("takeover time"), "{}", stdout(&out));
     eprintln!("demo on DynamoDB took {took:?}");
 }
+
+/// `LEASE_DYNAMO_ENDPOINT`, or `None` after saying visibly that `test` is skipped.
+fn dynamo_endpoint(test: &str) -> Option<String> {
+    let endpoint = std::env::var("LEASE_DYNAMO_ENDPOINT")
+        .ok()
+        .filter(|e| !e.is_empty());
+    if endpoint.is_none() {
+        assert!(
+            std::env::var("LEASE_REQUIRE_DYNAMO").as_deref() != Ok("1"),
+            "LEASE_REQUIRE_DYNAMO=1 but LEASE_DYNAMO_ENDPOINT is not set"
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: lease-cli {test} (set LEASE_DYNAMO_ENDPOINT)"
+        );
+    }
+    endpoint
+}
+
+/// A table name nobody created.
+fn unused_table(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    )
+}
+
+#[test]
+fn dynamo_missing_table_says_how_to_create_it() {
+    let Some(endpoint) = dynamo_endpoint("dynamo_missing_table_says_how_to_create_it") else {
+        return;
+    };
+    let store = tempfile::tempdir().expect("tempdir");
+    let table = unused_table("lease-cli-missing");
+    let backend = ["--dynamo", table.as_str(), "--endpoint", endpoint.as_str()];
+    let with_credentials = |command: &mut Command| {
+        command
+            .env("AWS_ACCESS_KEY_ID", "local")
+            .env("AWS_SECRET_ACCESS_KEY", "local");
+    };
+    let mut status = lease(store.path());
+    status.arg("status").args(backend).args(["--key", "k"]);
+    with_credentials(&mut status);
+    let mut run = lease(store.path());
+    run.arg("run")
+        .args(backend)
+        .args(["--key", "k", "--wait", "30s", "--", "true"]);
+    with_credentials(&mut run);
+    for command in [&mut status, &mut run] {
+        let started = Instant::now();
+        let out = output(command);
+        let text = stderr(&out);
+        assert_eq!(code(out.status), UNAVAILABLE, "{text}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{text}");
+        assert!(
+            text.contains(&format!("table `{table}` does not exist")),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "create it with `lease table create --dynamo {table}`"
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("create_table"), "no Rust advice: {text}");
+    }
+}
+
+#[test]
+fn dynamo_without_credentials_fails_at_once_and_says_so() {
+    let Some(endpoint) = dynamo_endpoint("dynamo_without_credentials_fails_at_once_and_says_so")
+    else {
+        return;
+    };
+    let store = tempfile::tempdir().expect("tempdir");
+    let home = tempfile::tempdir().expect("tempdir");
+    let table = unused_table("lease-cli-nocreds");
+    let mut run = lease(store.path());
+    run.args(["run", "--dynamo", &table, "--endpoint", &endpoint])
+        .args(["--key", "k", "--wait", "30s", "--", "true"])
+        .env("HOME", home.path())
+        .env("AWS_CONFIG_FILE", home.path().join("config"))
+        .env(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            home.path().join("credentials"),
+        )
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    for name in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_ARN",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ] {
+        run.env_remove(name);
+    }
+    let started = Instant::now();
+    let out = output(&mut run);
+    let took = started.elapsed();
+    let text = stderr(&out);
+    // It used to retry until --wait ran out, then report the lease as held (75).
+    assert_eq!(code(out.status), UNAVAILABLE, "{text}");
+    assert!(took < Duration::from_secs(10), "took {took:?}: {text}");
+    assert!(text.contains("no AWS credentials found"), "{text}");
+    assert!(text.contains("AWS_ACCESS_KEY_ID"), "{text}");
+    assert!(!text.contains("gave up"), "{text}");
+}
