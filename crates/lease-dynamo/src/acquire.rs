@@ -10,7 +10,7 @@ use lease_core::{
 use tracing::Instrument;
 
 use crate::DynamoLeases;
-use crate::error::{backend_error, malformed};
+use crate::error::{backend_error_in, malformed};
 use crate::expr::{FENCE_USABLE, KEY_FREE, bind, common};
 use crate::item::{
     Decoded, FENCE_LIMIT, Item, Malformed, epoch_micros, epoch_millis, from_millis, millis, n, s,
@@ -90,7 +90,7 @@ impl DynamoLeases {
                     error, attempts, ..
                 }) => {
                     let Some(old) = condition_failed_item(&error) else {
-                        return Err(backend_error("UpdateItem", &inner.table, error));
+                        return Err(backend_error_in("UpdateItem", &self.error_context(), error));
                     };
                     self.acquire_refused(&attempt, &old, attempts).await
                 }
@@ -269,7 +269,7 @@ impl DynamoLeases {
         match result {
             Ok(_) => tracing::warn!("acquisition undone: the fencing counter is not usable"),
             Err(failed) => tracing::error!(
-                error = %backend_error("UpdateItem", &inner.table, failed.error),
+                error = %backend_error_in("UpdateItem", &self.error_context(), failed.error),
                 "could not undo an acquisition with an unusable fencing counter"
             ),
         }

@@ -166,6 +166,7 @@ pub(crate) struct Context<'a> {
 
 impl<'a> Context<'a> {
     /// Only the table is known.
+    #[cfg(test)]
     pub(crate) fn table(table: &'a str) -> Self {
         Self {
             table,
@@ -455,6 +456,7 @@ fn service_hint(code: &str, message: &str, context: &Context<'_>) -> Option<Stri
 }
 
 /// Turns a failed request into a [`LeaseError::Backend`] naming the operation and table.
+#[cfg(test)]
 pub(crate) fn backend_error<E>(
     operation: &'static str,
     table: &str,

@@ -14,7 +14,7 @@ use lease_core::{
 use tracing::Instrument;
 
 use crate::DynamoLeases;
-use crate::error::backend_error;
+use crate::error::backend_error_in;
 use crate::item::{Decoded, Item, get_str, s};
 use crate::leases::{MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES};
 use crate::retry::with_retries;
@@ -85,7 +85,7 @@ impl DynamoLeases {
                 request.clone().send()
             })
             .await
-            .map_err(|f| backend_error("GetItem", &inner.table, f.error))?;
+            .map_err(|f| backend_error_in("GetItem", &self.error_context(), f.error))?;
             // An item holding only a fenced value (`FencedValues` under the same key) has no
             // lease: neither a holder nor a fencing counter.
             Ok(output
@@ -124,7 +124,7 @@ impl DynamoLeases {
                     request.clone().send()
                 })
                 .await
-                .map_err(|f| backend_error("Query", &inner.table, f.error))?;
+                .map_err(|f| backend_error_in("Query", &self.error_context(), f.error))?;
                 pages += 1;
                 for item in output.items() {
                     let decoded = Decoded::from_item(names, item);

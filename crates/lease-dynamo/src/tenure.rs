@@ -10,7 +10,7 @@ use lease_core::{
 use tracing::Instrument;
 
 use crate::DynamoLeases;
-use crate::error::backend_error;
+use crate::error::backend_error_in;
 use crate::expr::{TENURE, TENURE_UNFENCED, bind, common};
 use crate::item::{Decoded, epoch_millis, from_millis, millis, n, s, seconds_up};
 use crate::ops::condition_failed_item;
@@ -103,7 +103,7 @@ impl DynamoLeases {
                 }) => (error, attempts),
             };
             let Some(old) = condition_failed_item(&error) else {
-                return Err(backend_error("UpdateItem", &inner.table, error));
+                return Err(backend_error_in("UpdateItem", &self.error_context(), error));
             };
             let old = Decoded::from_item(&inner.names, &old);
             // Only this tenure writes this expiry: an earlier attempt of ours landed.
@@ -187,7 +187,7 @@ impl DynamoLeases {
                 }) => (error, attempts),
             };
             let Some(old) = condition_failed_item(&error) else {
-                return Err(backend_error("UpdateItem", &inner.table, error));
+                return Err(backend_error_in("UpdateItem", &self.error_context(), error));
             };
             let old = Decoded::from_item(&inner.names, &old);
             // Only this call writes its request id: an earlier attempt of ours landed, and
