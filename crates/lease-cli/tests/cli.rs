@@ -570,3 +570,116 @@ fn dynamo_without_credentials_fails_at_once_and_says_so() {
     assert!(text.contains("AWS_ACCESS_KEY_ID"), "{text}");
     assert!(!text.contains("gave up"), "{text}");
 }
+
+/// Any `--wait`, however large, is accepted; `forever` means no limit (issue 11, point 5: main
+/// panicked with exit 101 on `--wait 18446744073709551615`).
+#[test]
+fn any_wait_is_accepted_without_a_panic() {
+    let store = tempfile::tempdir().expect("tempdir");
+    for wait in ["18446744073709551615", "forever", "106751991167300d"] {
+        let out = output(
+            lease(store.path()).args(["run", "--key", "k", "--wait", wait, "--", "true"]),
+        );
+        assert_eq!(code(out.status), 0, "--wait {wait}: {}", stderr(&out));
+    }
+    let out = output(lease(store.path()).args(["run", "--key", "k", "--wait", "soon", "--", "true"]));
+    assert_eq!(code(out.status), USAGE);
+    assert!(stderr(&out).contains("forever"), "{}", stderr(&out));
+}
+
+/// A lease the Go `lease` package holds in a shared table: `run` waits for it, `status` shows
+/// it held until Go's expiry (main showed "free, expired 1970" and ran the command), and an
+/// operator can break it even when Go's token breaks this crate's token rules.
+#[test]
+fn dynamo_go_leases_are_held_shown_and_breakable() {
+    let Some(endpoint) = dynamo_endpoint("dynamo_go_leases_are_held_shown_and_breakable") else {
+        return;
+    };
+    let store = tempfile::tempdir().expect("tempdir");
+    let table = unused_table("lease-cli-go");
+    let credentials = |command: &mut Command| {
+        command
+            .env("AWS_ACCESS_KEY_ID", "local")
+            .env("AWS_SECRET_ACCESS_KEY", "local");
+    };
+    let mut create = lease(store.path());
+    create.args(["table", "create", "--dynamo", &table, "--endpoint", &endpoint]);
+    credentials(&mut create);
+    assert_eq!(code(output(&mut create).status), 0);
+
+    // Plant the item exactly as Go's Manager.Acquire writes it: seconds, no fencing counter,
+    // and a token from a generator that returned a line break.
+    let expires = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        + 600;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let client = lease_dynamo::sdk_client(Some(&endpoint), Some("us-east-1")).await;
+        use aws_sdk_dynamodb::types::AttributeValue::{N, S};
+        client
+            .put_item()
+            .table_name(&table)
+            .item("pk", S("nightly".into()))
+            .item("sk", S("LOCK".into()))
+            .item("lease_token", S("go\ntoken".into()))
+            .item("lease_expires_at", N(expires.to_string()))
+            .item("ttl", N((expires + 3600).to_string()))
+            .condition_expression("attribute_not_exists(#pk) OR #lease_expires_at <= :now")
+            .expression_attribute_names("#pk", "pk")
+            .expression_attribute_names("#lease_expires_at", "lease_expires_at")
+            .expression_attribute_values(":now", N((expires - 600).to_string()))
+            .send()
+            .await
+            .expect("planted as Go writes it");
+    });
+
+    let backend = ["--dynamo", table.as_str(), "--endpoint", endpoint.as_str()];
+    let mut run = lease(store.path());
+    run.arg("run")
+        .args(backend)
+        .args(["--key", "nightly", "--wait", "0", "--", "true"]);
+    credentials(&mut run);
+    let refused = output(&mut run);
+    assert_eq!(code(refused.status), HELD, "{}", stderr(&refused));
+
+    let mut status = lease(store.path());
+    status
+        .arg("status")
+        .args(backend)
+        .args(["--key", "nightly", "--json"]);
+    credentials(&mut status);
+    let shown = stdout(&output(&mut status));
+    assert!(shown.contains(r#""state":"held""#), "{shown}");
+    assert!(!shown.contains("1970"), "{shown}");
+
+    let mut list = lease(store.path());
+    list.arg("status")
+        .args(backend)
+        .args(["--all", "--partition", "nightly"]);
+    credentials(&mut list);
+    let listed = output(&mut list);
+    assert!(stdout(&listed).contains("nightly"), "{}{}", stdout(&listed), stderr(&listed));
+
+    let mut release = lease(store.path());
+    release
+        .arg("release")
+        .args(backend)
+        .args(["--key", "nightly", "--force", "--yes-i-know"]);
+    credentials(&mut release);
+    let broken = output(&mut release);
+    assert_eq!(code(broken.status), 0, "{}", stderr(&broken));
+    assert!(stdout(&broken).contains("released"), "{}", stdout(&broken));
+
+    let mut run = lease(store.path());
+    run.arg("run")
+        .args(backend)
+        .args(["--key", "nightly", "--wait", "0", "--", "true"]);
+    credentials(&mut run);
+    let ran = output(&mut run);
+    assert_eq!(code(ran.status), 0, "{}", stderr(&ran));
+}
