@@ -33,9 +33,16 @@ pub(crate) enum Command {
     ///
     /// The command sees LEASE_KEY and LEASE_FENCING_TOKEN in its environment: pass the fencing
     /// token with every write to the resource the lease protects. It runs in its own process
-    /// group (unless --foreground); SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to it. If
-    /// the lease is lost or can no longer be trusted, the command gets SIGTERM, then SIGKILL
-    /// after --grace, and lease exits 76.
+    /// group (unless --foreground); SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to it.
+    ///
+    /// The command never outlives its lease. If renewals fail for so long that the lease could
+    /// end, the command gets SIGTERM early enough that SIGKILL lands by the holder's deadline
+    /// (the lease's expiry minus its safety margin of min(ttl/10, 5s)), before anyone else can
+    /// be granted the lease, and lease exits 76. If lease itself dies (kill -9, the OOM
+    /// killer), a small guard process kills the command's whole process group at once, and
+    /// says so on stderr. When the command exits, processes it left in its group are stopped
+    /// (SIGTERM, SIGKILL after --grace) before the lease is released. With --foreground only
+    /// the command itself is tied to lease, not the processes it starts.
     Run(RunArgs),
     /// Show who holds a lease, since and until when, and its fencing token.
     Status(StatusArgs),
@@ -50,6 +57,24 @@ pub(crate) enum Command {
     /// One worker of `lease demo` (internal).
     #[command(hide = true)]
     DemoWorker(DemoWorkerArgs),
+    /// Runs COMMAND in this process group and kills the group if PARENT dies (internal: started
+    /// by `lease run`).
+    #[command(hide = true)]
+    Guard(LinkArgs),
+    /// Becomes COMMAND, linked to die with PARENT (internal: `lease run --foreground`).
+    #[command(hide = true)]
+    Exec(LinkArgs),
+}
+
+/// `lease guard` and `lease exec` (started by `lease run`).
+#[derive(Debug, Args)]
+pub(crate) struct LinkArgs {
+    /// The `lease run` process the command must not outlive.
+    #[arg(long)]
+    pub(crate) parent: i32,
+    /// The command and its arguments.
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
 }
 
 /// Where leases are kept.
@@ -83,9 +108,10 @@ pub(crate) struct RunArgs {
     /// How long to wait for a held lease (0: try once; `forever`: no limit).
     #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_wait)]
     pub(crate) wait: Duration,
-    /// After the lease is lost: how long the command has between SIGTERM and SIGKILL.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    pub(crate) grace: Duration,
+    /// How long the command has between SIGTERM and SIGKILL when it must stop [default: 10s,
+    /// or less to fit the lease: at most (2/3 ttl - margin)/2, minus the check interval].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) grace: Option<Duration>,
     /// Keep the command in lease's process group, so it can read from the terminal; signals
     /// then reach only the command itself, not its children.
     #[arg(long)]

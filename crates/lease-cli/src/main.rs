@@ -21,6 +21,7 @@ mod demo;
 mod demo_worker;
 mod duration;
 mod exit;
+mod guard;
 mod run;
 mod status;
 mod stores;
@@ -49,6 +50,12 @@ fn main() -> ExitCode {
         }
     };
     init_tracing();
+    if let Command::Exec(args) = &cli.command {
+        // No runtime: this process becomes the command.
+        let failure = guard::exec(args);
+        eprintln!("lease: {failure}");
+        return ExitCode::from(failure.code);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -79,6 +86,10 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Table(TableCommand::Create(args)) => status::table_create(args).await,
         Command::Demo(args) => demo::demo(args).await,
         Command::DemoWorker(args) => demo::worker(args).await,
+        Command::Guard(args) => guard::guard(args).await,
+        Command::Exec(_) => Err(Failure::internal(
+            "lease exec runs before the runtime starts",
+        )),
     }
 }
 

@@ -1,13 +1,14 @@
 //! `lease run`: hold a lease while a command runs, and stop the command if the lease is lost.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lease_core::{
     AcquireOptions, Holder, KeeperOptions, Lease, LeaseBackendExt, LeaseError, LeaseGuard,
-    LeaseKey, LossReason, WaitOptions, fmt_time, validate_duration,
+    LeaseKey, LossReason, WaitOptions, default_safety_margin, fmt_time, validate_duration,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -33,6 +34,31 @@ pub(crate) struct RunPlan {
     pub(crate) grace: Duration,
     pub(crate) foreground: bool,
     pub(crate) command: Vec<OsString>,
+    /// The `lease` binary, started again as the guard or exec step.
+    pub(crate) link_program: PathBuf,
+}
+
+/// The default grace between SIGTERM and SIGKILL, when the lease leaves room for it.
+const DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// How often the holder's deadline is checked while the command runs.
+pub(crate) fn check_interval(ttl: Duration) -> Duration {
+    (ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(250))
+}
+
+/// Time allowed for SIGKILL to take effect before the deadline.
+fn kill_slack(ttl: Duration) -> Duration {
+    (ttl / 20).min(Duration::from_millis(100))
+}
+
+/// The longest grace a lease of `ttl` leaves: stopping starts `grace + check + slack` before the
+/// holder's deadline, and must not start while renewals (every ttl/3) are healthy, with room
+/// for one failed renewal: half of `2/3 ttl - margin`.
+pub(crate) fn max_grace(ttl: Duration) -> Duration {
+    let margin = default_safety_margin(ttl);
+    ((ttl * 2 / 3).saturating_sub(margin) / 2)
+        .saturating_sub(check_interval(ttl))
+        .saturating_sub(kill_slack(ttl))
 }
 
 impl RunPlan {
@@ -54,13 +80,29 @@ impl RunPlan {
                 "missing command: lease run --key KEY -- COMMAND [ARGS...]",
             ));
         }
+        let most = max_grace(args.ttl);
+        let grace = match args.grace {
+            None => DEFAULT_GRACE.min(most),
+            Some(grace) if grace <= most => grace,
+            Some(grace) => {
+                return Err(Failure::usage(format!(
+                    "bad --grace: {} does not fit a {} lease: SIGKILL must land before the \
+                     holder's deadline, so stopping would begin while renewals are still \
+                     healthy; use --grace {} or less, or a longer --ttl",
+                    fmt_duration(grace),
+                    fmt_duration(args.ttl),
+                    fmt_duration(most)
+                )));
+            }
+        };
         Ok(Self {
             key,
             ttl: args.ttl,
             wait: args.wait,
-            grace: args.grace,
+            grace,
             foreground: args.foreground,
             command: args.command.clone(),
+            link_program: PathBuf::from("/proc/self/exe"),
         })
     }
 
@@ -217,10 +259,16 @@ pub(crate) fn describe_holder(holder: &Holder) -> String {
     text
 }
 
+/// Starts the command through the link step (see `guard.rs`): `lease guard` leading a new
+/// process group, or `lease exec` in the foreground.
 fn spawn(plan: &RunPlan, fencing: u64) -> Result<Child, Failure> {
-    let mut command = Command::new(&plan.command[0]);
+    let mut command = Command::new(&plan.link_program);
     command
-        .args(&plan.command[1..])
+        .arg(if plan.foreground { "exec" } else { "guard" })
+        .arg("--parent")
+        .arg(std::process::id().to_string())
+        .arg("--")
+        .args(&plan.command)
         .env(KEY_ENV, plan.key.to_string())
         .env(FENCING_ENV, fencing.to_string())
         .kill_on_drop(false);
@@ -228,22 +276,9 @@ fn spawn(plan: &RunPlan, fencing: u64) -> Result<Child, Failure> {
         // Its own process group, so that stopping it on loss reaches everything it started.
         command.process_group(0);
     }
-    command.spawn().map_err(|error| {
-        let program = plan.program();
-        match error.kind() {
-            std::io::ErrorKind::NotFound => {
-                Failure::new(exit::NOT_FOUND, format!("{program}: command not found"))
-            }
-            std::io::ErrorKind::PermissionDenied => Failure::new(
-                exit::NOT_EXECUTABLE,
-                format!("{program}: cannot execute: {error}"),
-            ),
-            _ => Failure::new(
-                exit::NOT_EXECUTABLE,
-                format!("{program}: cannot start: {error}"),
-            ),
-        }
-    })
+    command
+        .spawn()
+        .map_err(|error| crate::guard::start_failure(plan.link_program.as_os_str(), &error))
 }
 
 /// Where signals for the command go: its process group, or just the command.
@@ -268,6 +303,60 @@ impl Target {
             tracing::debug!(pid, %signal, %error, "could not signal the command");
         }
     }
+
+    /// Whether any process of the command's group is still alive (always false in the
+    /// foreground, where the group is `lease`'s own). Zombies waiting for a parent that does not
+    /// reap them (some container inits) count as gone: they run nothing.
+    fn group_alive(self) -> bool {
+        self.group
+            && kill(Pid::from_raw(-self.pid), None).is_ok()
+            && live_members(self.pid).is_none_or(|n| n > 0)
+    }
+}
+
+/// How many processes of group `pgid` are not zombies, from `/proc` (`None` if unreadable).
+fn live_members(pgid: i32) -> Option<usize> {
+    let mut live = 0;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let (Some(state), Some(_ppid), Some(group)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        if group.parse() == Ok(pgid) && state != "Z" && state != "X" {
+            live += 1;
+        }
+    }
+    Some(live)
+}
+
+/// Why `lease run` stops the command.
+enum Stop {
+    /// The keeper reports the lease lost or untrusted.
+    Lost(LossReason),
+    /// Renewals have failed for so long that waiting any longer would let SIGKILL land after
+    /// the holder's deadline.
+    Early { deadline_in: Duration },
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Lost(reason) => write!(f, "{reason}"),
+            Self::Early { deadline_in } => write!(
+                f,
+                "the lease could not be renewed and can be trusted for only {} more",
+                fmt_duration(*deadline_in)
+            ),
+        }
+    }
 }
 
 /// Runs until the command exits or the lease is lost; returns lease's exit status.
@@ -278,7 +367,9 @@ async fn supervise(
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
     let target = Target::of(&child, plan.foreground);
-    let check_every = (plan.ttl / 10).clamp(Duration::from_millis(10), Duration::from_millis(250));
+    let check_every = check_interval(plan.ttl);
+    // Stopping starts this long before the holder's deadline, so SIGKILL lands by it.
+    let stop_window = plan.grace + check_every + kill_slack(plan.ttl);
     let mut check = tokio::time::interval(check_every);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let lost = guard.lost();
@@ -287,12 +378,16 @@ async fn supervise(
         tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(|e| Failure::internal(format!("waiting for the command: {e}")))?;
-                return finish(plan, guard, status).await;
+                return finish(plan, guard, status, target, signals).await;
             }
-            reason = &mut lost => break reason,
+            reason = &mut lost => break Stop::Lost(reason),
             _ = check.tick() => {
                 if let Err(reason) = guard.check() {
-                    break reason;
+                    break Stop::Lost(reason);
+                }
+                let deadline_in = guard.deadline().saturating_duration_since(Instant::now());
+                if deadline_in <= stop_window {
+                    break Stop::Early { deadline_in };
                 }
             }
             signal = signals.recv() => {
@@ -306,9 +401,19 @@ async fn supervise(
     stop(plan, guard, child, target, signals, &reason).await
 }
 
-/// The command exited on its own: release, and report its status.
-async fn finish(plan: &RunPlan, guard: LeaseGuard, status: ExitStatus) -> Result<u8, Failure> {
+/// The command exited on its own: stop what it left in its group, release, and report its
+/// status.
+async fn finish(
+    plan: &RunPlan,
+    guard: LeaseGuard,
+    status: ExitStatus,
+    target: Option<Target>,
+    signals: &mut Signals,
+) -> Result<u8, Failure> {
     let code = status_code(status);
+    if let Some(target) = target.filter(|t| t.group_alive()) {
+        stop_stragglers(plan, &guard, target, signals).await;
+    }
     if let Err(reason) = guard.check() {
         release(guard).await;
         return Err(Failure::new(
@@ -325,14 +430,60 @@ async fn finish(plan: &RunPlan, guard: LeaseGuard, status: ExitStatus) -> Result
     Ok(code)
 }
 
-/// The lease is lost: SIGTERM the command, SIGKILL it after the grace period, exit LOST.
+/// Processes the command left in its group are stopped before the lease is released, so nothing
+/// of the command runs once another holder can be granted the lease: SIGTERM, then SIGKILL
+/// after the grace period (or by the holder's deadline, whichever comes first).
+async fn stop_stragglers(
+    plan: &RunPlan,
+    guard: &LeaseGuard,
+    target: Target,
+    signals: &mut Signals,
+) {
+    eprintln!(
+        "lease: {} exited but left processes in its group; stopping them before releasing \
+         lease {}: SIGTERM now, SIGKILL after {}",
+        plan.program(),
+        plan.key,
+        fmt_duration(plan.grace)
+    );
+    target.send(Signal::SIGTERM);
+    let slack = kill_slack(plan.ttl);
+    let kill_at = (Instant::now() + plan.grace).min(
+        guard
+            .deadline()
+            .checked_sub(slack)
+            .unwrap_or_else(Instant::now),
+    );
+    let mut poll = tokio::time::interval(Duration::from_millis(10));
+    loop {
+        tokio::select! {
+            _ = poll.tick() => {
+                if !target.group_alive() {
+                    return;
+                }
+                if Instant::now() >= kill_at {
+                    break;
+                }
+            }
+            signal = signals.recv() => target.send(signal),
+        }
+    }
+    target.send(Signal::SIGKILL);
+    let gone_by = Instant::now() + Duration::from_secs(5);
+    while target.group_alive() && Instant::now() < gone_by {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The lease is lost, or about to be: SIGTERM the command, SIGKILL it after the grace period,
+/// exit LOST.
 async fn stop(
     plan: &RunPlan,
     guard: LeaseGuard,
     mut child: Child,
     target: Option<Target>,
     signals: &mut Signals,
-    reason: &LossReason,
+    reason: &Stop,
 ) -> Result<u8, Failure> {
     let program = plan.program();
     eprintln!(
@@ -477,14 +628,29 @@ mod tests {
             .expect("broken");
     }
 
+    /// The `lease` binary beside this test binary (`target/debug/lease`; cargo builds it for
+    /// the integration tests of the same run): the guard step is that binary started again.
+    fn lease_binary() -> PathBuf {
+        let exe = std::env::current_exe().expect("test binary path");
+        let dir = exe
+            .parent()
+            .and_then(std::path::Path::parent)
+            .expect("target dir");
+        let lease = dir.join("lease");
+        assert!(lease.exists(), "{} is built by cargo test", lease.display());
+        lease
+    }
+
     fn plan(key: &str, ttl_ms: u64, command: &[&str]) -> RunPlan {
+        let ttl = Duration::from_millis(ttl_ms);
         RunPlan {
             key: LeaseKey::new(key).expect("key"),
-            ttl: Duration::from_millis(ttl_ms),
+            ttl,
             wait: Duration::ZERO,
-            grace: Duration::from_millis(500),
+            grace: max_grace(ttl),
             foreground: false,
             command: command.iter().map(OsString::from).collect(),
+            link_program: lease_binary(),
         }
     }
 
@@ -533,8 +699,9 @@ mod tests {
     async fn a_missing_command_is_127_and_the_lease_is_released() {
         let (store, backend) = memory();
         let plan = plan("missing", 2000, &["/nonexistent/lease-test-command"]);
-        let failure = run_plan(&backend, &plan).await.expect_err("not found");
-        assert_eq!(failure.code, exit::NOT_FOUND);
+        // The guard step reports it on stderr and exits 127, which lease passes on.
+        let code = run_plan(&backend, &plan).await.expect("ran the guard");
+        assert_eq!(code, exit::NOT_FOUND);
         let record = store
             .inspect(&plan.key)
             .await
@@ -566,7 +733,7 @@ mod tests {
         let (store, backend) = memory();
         let mut plan = plan(
             "stubborn",
-            600,
+            3000,
             &["sh", "-c", "trap '' TERM; sleep 30 & wait; sleep 30"],
         );
         plan.grace = Duration::from_millis(300);
@@ -583,5 +750,129 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    /// A store whose renewals fail (throttled) once the lease is held.
+    #[derive(Debug)]
+    struct FailingRenewals(Arc<MemoryBackend>);
+
+    impl LeaseBackend for FailingRenewals {
+        fn name(&self) -> &'static str {
+            "failing-renewals"
+        }
+        fn clock(&self) -> &dyn lease_core::Clock {
+            self.0.clock()
+        }
+        fn try_acquire<'a>(
+            &'a self,
+            key: &'a LeaseKey,
+            duration: Duration,
+            options: &'a AcquireOptions,
+        ) -> lease_core::BoxFuture<'a, Result<Lease, LeaseError>> {
+            self.0.try_acquire(key, duration, options)
+        }
+        fn renew<'a>(
+            &'a self,
+            _lease: &'a Lease,
+            _duration: Duration,
+        ) -> lease_core::BoxFuture<'a, Result<Lease, LeaseError>> {
+            Box::pin(std::future::ready(Err(LeaseError::backend(
+                "failing-renewals",
+                true,
+                "injected throttling",
+            ))))
+        }
+        fn release<'a>(
+            &'a self,
+            key: &'a LeaseKey,
+            token: &'a lease_core::LeaseToken,
+            fencing: lease_core::FencingToken,
+        ) -> lease_core::BoxFuture<'a, Result<(), LeaseError>> {
+            self.0.release(key, token, fencing)
+        }
+        fn inspect<'a>(
+            &'a self,
+            key: &'a LeaseKey,
+        ) -> lease_core::BoxFuture<'a, Result<Option<lease_core::LeaseRecord>, LeaseError>>
+        {
+            self.0.inspect(key)
+        }
+    }
+
+    /// Issue 10: with renewals failing, a command that ignores SIGTERM is SIGKILLed *before*
+    /// the holder's deadline (main waited for the deadline, then gave 10 s of grace: a 7 s
+    /// overlap with the next holder by default).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn failing_renewals_stop_the_command_before_the_deadline() {
+        let store = Arc::new(MemoryBackend::new());
+        let backend = Backend {
+            leases: Arc::new(FailingRenewals(store.clone())),
+            listing: None,
+            all_keys: None,
+            description: "failing store".to_owned(),
+        };
+        let ttl = Duration::from_millis(3000);
+        let plan = plan(
+            "renewals-fail",
+            3000,
+            &["sh", "-c", "trap '' TERM; sleep 30 & wait; sleep 30"],
+        );
+        assert_eq!(plan.grace, max_grace(ttl));
+        let started = Instant::now();
+        let failure = run_plan(&backend, &plan).await.expect_err("stopped");
+        let took = started.elapsed();
+        assert_eq!(failure.code, exit::LOST, "{failure}");
+        assert!(failure.message.contains("status 137"), "{failure}");
+        let deadline = ttl - default_safety_margin(ttl);
+        assert!(
+            took < deadline,
+            "the command was stopped after {took:?}, past the deadline {deadline:?}"
+        );
+        // It was given the grace it was promised, less only the check interval.
+        assert!(
+            took > deadline
+                - plan.grace
+                - check_interval(ttl)
+                - kill_slack(ttl)
+                - Duration::from_millis(50),
+            "{took:?}"
+        );
+    }
+
+    /// Processes the command leaves in its group are stopped before the lease is released.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn processes_left_in_the_group_are_stopped_before_release() {
+        let (store, backend) = memory();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pid_file = dir.path().join("pid");
+        let script = format!("sleep 30 & echo $! > {}; exit 3", pid_file.display());
+        let plan = plan("stragglers", 3000, &["sh", "-c", &script]);
+        let started = Instant::now();
+        assert_eq!(run_plan(&backend, &plan).await.expect("ran"), 3);
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .expect("pid")
+            .trim()
+            .parse()
+            .expect("pid");
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let running = state
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|s| s != "Z" && s != "X");
+        assert!(
+            !running,
+            "the background process must be gone before the lease is released: {state}"
+        );
+        let record = store
+            .inspect(&plan.key)
+            .await
+            .expect("inspect")
+            .expect("record");
+        assert!(record.holder().is_none());
     }
 }

@@ -1,0 +1,176 @@
+//! The link that makes a command die with `lease`, however `lease` dies.
+//!
+//! `lease run` does not start the command itself. It starts its own binary again as one of two
+//! small internal steps, which arm the kernel's parent-death signal (`PR_SET_PDEATHSIG`, set
+//! through nix's safe wrapper) *before* the command exists, then check that `lease` is still
+//! their parent, which covers the race where `lease` dies before the link is set:
+//!
+//! * `lease guard` (the default): the leader of a new process group, which starts the command in
+//!   that group and stays beside it. When `lease` dies (SIGKILL, the OOM killer, a panic), the
+//!   guard kills the whole group with SIGKILL, children of the command included.
+//! * `lease exec` (`--foreground`): sets the parent-death signal to SIGKILL and replaces itself
+//!   with the command (`execvp`), which stays in `lease`'s process group so it can use the
+//!   terminal. Only the command itself is linked; processes it starts are not.
+//!
+//! Both ignore the signals `lease` forwards (they are meant for the command), and exit with the
+//! command's status (128 + N when signal N killed it).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::time::Duration;
+
+use nix::sys::prctl::set_pdeathsig;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::{Pid, execvp, getpgrp, getppid};
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cli::LinkArgs;
+use crate::exit::{self, Failure};
+
+/// The signal the kernel sends the guard when `lease` dies. Anyone may send it too, so the guard
+/// acts on it only after checking that its parent really changed.
+const PARENT_DEATH: Signal = Signal::SIGUSR2;
+
+/// How often the guard also looks at its parent, in case the signal went astray.
+const PARENT_POLL: Duration = Duration::from_millis(50);
+
+/// Test-only fault point: wait this long before arming the link, so a test can kill `lease` in
+/// the window the parent check covers. Compiled into debug builds only.
+#[cfg(debug_assertions)]
+const ARM_DELAY_ENV: &str = "LEASE_FAULT_LINK_ARM_DELAY_MS";
+
+fn fault_arm_delay() {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var(ARM_DELAY_ENV)
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        std::thread::sleep(Duration::from_millis(ms));
+    }
+}
+
+fn parent_alive(parent: i32) -> bool {
+    getppid() == Pid::from_raw(parent)
+}
+
+/// `lease` is gone: nothing may run without the lease. Kills this process group, the guard with
+/// it. Returns only if the kill failed.
+fn parent_died(parent: i32) -> Failure {
+    let group = getpgrp();
+    eprintln!(
+        "lease: the lease process (pid {parent}) died; killing the command's process group \
+         {group} so nothing runs without the lease"
+    );
+    tracing::warn!(
+        parent,
+        group = group.as_raw(),
+        "lease died; killing the command group"
+    );
+    match killpg(group, Signal::SIGKILL) {
+        Ok(()) => Failure::new(exit::LOST, "the lease process died"),
+        Err(error) => Failure::internal(format!(
+            "lease died and the command's process group {group} could not be killed: {error}"
+        )),
+    }
+}
+
+/// Arms the parent-death signal (after the test-only delay). The caller checks the parent next.
+fn arm(death: Signal) -> Result<(), Failure> {
+    fault_arm_delay();
+    set_pdeathsig(death).map_err(|e| {
+        Failure::internal(format!("cannot link the command to the lease process: {e}"))
+    })
+}
+
+/// `lease guard --parent PID -- COMMAND...`: see the module docs.
+pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
+    let parent = args.parent;
+    arm(PARENT_DEATH)?;
+    let install = |kind: SignalKind| {
+        signal(kind).map_err(|e| Failure::internal(format!("cannot handle signals: {e}")))
+    };
+    let mut death = install(SignalKind::user_defined2())?;
+    // Forwarded by `lease` to the whole group: meant for the command, not for the guard.
+    let mut ignored = [
+        install(SignalKind::interrupt())?,
+        install(SignalKind::terminate())?,
+        install(SignalKind::hangup())?,
+        install(SignalKind::quit())?,
+    ];
+    if !parent_alive(parent) {
+        return Err(parent_died(parent));
+    }
+    let mut child = tokio::process::Command::new(&args.command[0])
+        .args(&args.command[1..])
+        .kill_on_drop(false)
+        .spawn()
+        .map_err(|error| start_failure(&args.command[0], &error))?;
+    let mut poll = tokio::time::interval(PARENT_POLL);
+    loop {
+        let [a, b, c, d] = &mut ignored;
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.map_err(|e| Failure::internal(format!("waiting for the command: {e}")))?;
+                return Ok(crate::run::status_code(status));
+            }
+            _ = death.recv() => {
+                if !parent_alive(parent) {
+                    return Err(parent_died(parent));
+                }
+            }
+            _ = poll.tick() => {
+                if !parent_alive(parent) {
+                    return Err(parent_died(parent));
+                }
+            }
+            _ = a.recv() => {}
+            _ = b.recv() => {}
+            _ = c.recv() => {}
+            _ = d.recv() => {}
+        }
+    }
+}
+
+/// `lease exec --parent PID -- COMMAND...`: see the module docs. Returns only on failure.
+pub(crate) fn exec(args: &LinkArgs) -> Failure {
+    if let Err(failure) = arm(Signal::SIGKILL) {
+        return failure;
+    }
+    if !parent_alive(args.parent) {
+        return Failure::new(
+            exit::LOST,
+            "the lease process died before the command started; not starting it",
+        );
+    }
+    let argv: Result<Vec<CString>, _> = args
+        .command
+        .iter()
+        .map(|arg| CString::new(arg.as_bytes()))
+        .collect();
+    let Ok(argv) = argv else {
+        return Failure::usage("the command contains a NUL byte");
+    };
+    let error = match execvp(&argv[0], &argv) {
+        Ok(never) => match never {},
+        Err(errno) => std::io::Error::from(errno),
+    };
+    start_failure(&args.command[0], &error)
+}
+
+/// Why a command could not start, as a shell reports it (127 not found, 126 not executable).
+pub(crate) fn start_failure(program: &std::ffi::OsStr, error: &std::io::Error) -> Failure {
+    let program = program.to_string_lossy();
+    match error.kind() {
+        std::io::ErrorKind::NotFound => {
+            Failure::new(exit::NOT_FOUND, format!("{program}: command not found"))
+        }
+        std::io::ErrorKind::PermissionDenied => Failure::new(
+            exit::NOT_EXECUTABLE,
+            format!("{program}: cannot execute: {error}"),
+        ),
+        _ => Failure::new(
+            exit::NOT_EXECUTABLE,
+            format!("{program}: cannot start: {error}"),
+        ),
+    }
+}
