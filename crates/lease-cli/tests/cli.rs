@@ -476,6 +476,31 @@ fn dynamo_endpoint(test: &str) -> Option<String> {
     endpoint
 }
 
+/// Dummy credentials for DynamoDB Local.
+fn local_credentials(command: &mut Command) {
+    command
+        .env("AWS_ACCESS_KEY_ID", "local")
+        .env("AWS_SECRET_ACCESS_KEY", "local");
+}
+
+/// A fresh table made with `lease table create`, named from `prefix`.
+fn created_table(dir: &Path, endpoint: &str, prefix: &str) -> String {
+    let table = unused_table(prefix);
+    let mut create = lease(dir);
+    create.args([
+        "table",
+        "create",
+        "--dynamo",
+        &table,
+        "--endpoint",
+        endpoint,
+    ]);
+    local_credentials(&mut create);
+    let created = output(&mut create);
+    assert_eq!(code(created.status), 0, "{}", stderr(&created));
+    table
+}
+
 /// A table name nobody created.
 fn unused_table(prefix: &str) -> String {
     format!(
@@ -495,19 +520,14 @@ fn dynamo_missing_table_says_how_to_create_it() {
     let store = tempfile::tempdir().expect("tempdir");
     let table = unused_table("lease-cli-missing");
     let backend = ["--dynamo", table.as_str(), "--endpoint", endpoint.as_str()];
-    let with_credentials = |command: &mut Command| {
-        command
-            .env("AWS_ACCESS_KEY_ID", "local")
-            .env("AWS_SECRET_ACCESS_KEY", "local");
-    };
     let mut status = lease(store.path());
     status.arg("status").args(backend).args(["--key", "k"]);
-    with_credentials(&mut status);
+    local_credentials(&mut status);
     let mut run = lease(store.path());
     run.arg("run")
         .args(backend)
         .args(["--key", "k", "--wait", "30s", "--", "true"]);
-    with_credentials(&mut run);
+    local_credentials(&mut run);
     for command in [&mut status, &mut run] {
         let started = Instant::now();
         let out = output(command);
@@ -596,23 +616,7 @@ fn dynamo_go_leases_are_held_shown_and_breakable() {
         return;
     };
     let store = tempfile::tempdir().expect("tempdir");
-    let table = unused_table("lease-cli-go");
-    let credentials = |command: &mut Command| {
-        command
-            .env("AWS_ACCESS_KEY_ID", "local")
-            .env("AWS_SECRET_ACCESS_KEY", "local");
-    };
-    let mut create = lease(store.path());
-    create.args([
-        "table",
-        "create",
-        "--dynamo",
-        &table,
-        "--endpoint",
-        &endpoint,
-    ]);
-    credentials(&mut create);
-    assert_eq!(code(output(&mut create).status), 0);
+    let table = created_table(store.path(), &endpoint, "lease-cli-go");
 
     // Plant the item exactly as Go's Manager.Acquire writes it: seconds, no fencing counter,
     // and a token from a generator that returned a line break.
@@ -650,7 +654,7 @@ fn dynamo_go_leases_are_held_shown_and_breakable() {
     run.arg("run")
         .args(backend)
         .args(["--key", "nightly", "--wait", "0", "--", "true"]);
-    credentials(&mut run);
+    local_credentials(&mut run);
     let refused = output(&mut run);
     assert_eq!(code(refused.status), HELD, "{}", stderr(&refused));
 
@@ -659,7 +663,7 @@ fn dynamo_go_leases_are_held_shown_and_breakable() {
         .arg("status")
         .args(backend)
         .args(["--key", "nightly", "--json"]);
-    credentials(&mut status);
+    local_credentials(&mut status);
     let shown = stdout(&output(&mut status));
     assert!(shown.contains(r#""state":"held""#), "{shown}");
     assert!(!shown.contains("1970"), "{shown}");
@@ -668,7 +672,7 @@ fn dynamo_go_leases_are_held_shown_and_breakable() {
     list.arg("status")
         .args(backend)
         .args(["--all", "--partition", "nightly"]);
-    credentials(&mut list);
+    local_credentials(&mut list);
     let listed = output(&mut list);
     assert!(
         stdout(&listed).contains("nightly"),
@@ -682,7 +686,7 @@ fn dynamo_go_leases_are_held_shown_and_breakable() {
         .arg("release")
         .args(backend)
         .args(["--key", "nightly", "--force", "--yes-i-know"]);
-    credentials(&mut release);
+    local_credentials(&mut release);
     let broken = output(&mut release);
     assert_eq!(code(broken.status), 0, "{}", stderr(&broken));
     assert!(stdout(&broken).contains("released"), "{}", stdout(&broken));
@@ -691,7 +695,7 @@ fn dynamo_go_leases_are_held_shown_and_breakable() {
     run.arg("run")
         .args(backend)
         .args(["--key", "nightly", "--wait", "0", "--", "true"]);
-    credentials(&mut run);
+    local_credentials(&mut run);
     let ran = output(&mut run);
     assert_eq!(code(ran.status), 0, "{}", stderr(&ran));
 }
@@ -841,26 +845,10 @@ fn kill_9_of_lease_kills_the_command_group_on_dynamodb() {
         return;
     };
     let store = tempfile::tempdir().expect("tempdir");
-    let table = unused_table("lease-cli-kill9");
-    let credentials = |command: &mut Command| {
-        command
-            .env("AWS_ACCESS_KEY_ID", "local")
-            .env("AWS_SECRET_ACCESS_KEY", "local");
-    };
-    let mut create = lease(store.path());
-    create.args([
-        "table",
-        "create",
-        "--dynamo",
-        &table,
-        "--endpoint",
-        &endpoint,
-    ]);
-    credentials(&mut create);
-    assert_eq!(code(output(&mut create).status), 0);
+    let table = created_table(store.path(), &endpoint, "lease-cli-kill9");
     killing_lease_kills_the_command_group(
         &["--dynamo", &table, "--endpoint", &endpoint],
-        &credentials,
+        &local_credentials,
     );
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::ReturnValue;
 use lease_core::{
     AcquireOptions, FencingToken, Lease, LeaseError, LeaseKey, LeaseToken, holder_deadline,
 };
@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::DynamoLeases;
 use crate::error::{backend_error_in, malformed};
-use crate::expr::{FENCE_USABLE, KEY_FREE, bind, common};
+use crate::expr::{FENCE_USABLE, KEY_FREE};
 use crate::item::{
     Decoded, FENCE_LIMIT, Item, Malformed, epoch_micros, epoch_millis, from_millis, millis, n, s,
     seconds_up,
@@ -132,8 +132,7 @@ impl DynamoLeases {
             update.push_str(&format!(" REMOVE {}", remove.join(", ")));
         }
         let condition = format!("{FENCE_USABLE} AND {KEY_FREE}");
-        let (names, mut values) = common(&inner.names);
-        values.extend([
+        let values = vec![
             (":token", s(attempt.token.as_str())),
             (":expires", n(seconds_up(attempt.expires_ms))),
             (":expires_ms", n(attempt.expires_ms)),
@@ -145,15 +144,9 @@ impl DynamoLeases {
             (":request", s(&attempt.request)),
             (":ttl", n(ttl.unwrap_or(0))),
             (":owner", s(owner.unwrap_or(""))),
-        ]);
-        let request = inner
-            .client
-            .update_item()
-            .table_name(&inner.table)
-            .set_key(Some(self.key_item(attempt.key)))
+        ];
+        self.conditional_update(attempt.key, &condition, &update, values)
             .return_values(ReturnValue::AllNew)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
-        bind(request, &condition, &update, &names, values)
     }
 
     /// The write succeeded: the lease is ours, with the counter the write produced.
@@ -245,21 +238,14 @@ impl DynamoLeases {
     /// Gives back a key this call took with an unusable counter (best effort, one request).
     async fn undo_acquire(&self, attempt: &Attempt<'_>) {
         let inner = &self.inner;
-        let (names, mut values) = common(&inner.names);
-        values.extend([
+        let values = vec![
             (":request", s(&attempt.request)),
             (":undone", s(&format!("{}-undone", attempt.request))),
-        ]);
-        let request = inner
-            .client
-            .update_item()
-            .table_name(&inner.table)
-            .set_key(Some(self.key_item(attempt.key)));
-        let request = bind(
-            request,
+        ];
+        let request = self.conditional_update(
+            attempt.key,
             "#request = :request",
             "SET #expires = :zero, #request = :undone REMOVE #token, #owner, #acquired, #expires_ms",
-            &names,
             values,
         );
         let result = with_retries(&inner.retry, &*inner.clock, None, "UpdateItem", || {

@@ -4,8 +4,11 @@
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::AttributeNames;
+use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
+use lease_core::LeaseKey;
+
 use crate::item::{FENCE_LIMIT, n, s};
+use crate::{AttributeNames, DynamoLeases};
 
 /// A fencing counter that is safe to increment: absent, or a number from 0 below the limit.
 /// (DynamoDB conditions cannot test that a number is whole; a fractional counter is caught in
@@ -84,6 +87,29 @@ pub(crate) fn bind(
     request
         .condition_expression(condition)
         .update_expression(update)
+}
+
+impl DynamoLeases {
+    /// An `UpdateItem` on `key`'s item with `condition` and `update`, the lease placeholders and
+    /// `values` bound where used, and the old item returned (`ALL_OLD`) when the condition fails.
+    pub(crate) fn conditional_update(
+        &self,
+        key: &LeaseKey,
+        condition: &str,
+        update: &str,
+        values: Values,
+    ) -> UpdateItemFluentBuilder {
+        let inner = &self.inner;
+        let (names, mut all) = common(&inner.names);
+        all.extend(values);
+        let request = inner
+            .client
+            .update_item()
+            .table_name(&inner.table)
+            .set_key(Some(self.key_item(key)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        bind(request, condition, update, &names, all)
+    }
 }
 
 #[cfg(test)]

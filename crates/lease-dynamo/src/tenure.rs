@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::ReturnValuesOnConditionCheckFailure;
 use lease_core::{
     FencingToken, Lease, LeaseError, LeaseKey, LeaseToken, NotOwnedReason, holder_deadline,
 };
@@ -11,7 +10,7 @@ use tracing::Instrument;
 
 use crate::DynamoLeases;
 use crate::error::backend_error_in;
-use crate::expr::{TENURE, TENURE_UNFENCED, bind, common};
+use crate::expr::{TENURE, TENURE_UNFENCED};
 use crate::item::{Decoded, epoch_millis, from_millis, millis, n, s, seconds_up};
 use crate::ops::condition_failed_item;
 use crate::retry::{Failed, with_retries};
@@ -55,25 +54,16 @@ impl DynamoLeases {
                 Some(_) => "SET #expires = :expires, #expires_ms = :expires_ms, #ttl = :ttl",
                 None => "SET #expires = :expires, #expires_ms = :expires_ms REMOVE #ttl",
             };
-            let (names, mut values) = common(&inner.names);
-            values.extend([
+            let values = vec![
                 (":token", s(token.as_str())),
                 (":fence", n(fencing.get())),
                 (":expires", n(seconds_up(expires_ms))),
                 (":expires_ms", n(expires_ms)),
                 (":now_ms", n(now_ms)),
                 (":ttl", n(ttl.unwrap_or(0))),
-            ]);
-            let request = inner
-                .client
-                .update_item()
-                .table_name(&inner.table)
-                .set_key(Some(self.key_item(key)))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                );
+            ];
             let condition = format!("{TENURE} AND #expires_ms > :now_ms");
-            let request = bind(request, &condition, update, &names, values);
+            let request = self.conditional_update(key, &condition, update, values);
             // Retries are capped by the lease being renewed: past its deadline it is lost anyway.
             let result = with_retries(
                 &inner.retry,
@@ -157,22 +147,13 @@ impl DynamoLeases {
             } else {
                 TENURE
             };
-            let (names, mut values) = common(&inner.names);
-            values.extend([
+            let values = vec![
                 (":token", s(token.as_str())),
                 (":fence", n(fencing.get())),
                 (":request", s(&request_id)),
                 (":ttl", n(ttl.unwrap_or(0))),
-            ]);
-            let request = inner
-                .client
-                .update_item()
-                .table_name(&inner.table)
-                .set_key(Some(self.key_item(key)))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                );
-            let request = bind(request, condition, &update, &names, values);
+            ];
+            let request = self.conditional_update(key, condition, &update, values);
             let result = with_retries(&inner.retry, &*inner.clock, None, "UpdateItem", || {
                 request.clone().send()
             })
