@@ -10,13 +10,19 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemInput;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef;
+use aws_smithy_types::config_bag::ConfigBag;
 use lease_core::{LeaseBackend, LeaseKey};
 use lease_dynamo::DynamoLeases;
 use support::{RequestCounter, Wiring};
@@ -80,11 +86,36 @@ fn now_ms() -> u64 {
     .unwrap()
 }
 
-/// The raw SDK calls with the same expressions and conditions this crate sends.
+/// The condition of an acquire (`FENCE_USABLE AND KEY_FREE` in `src/expr.rs`), verbatim.
+const ACQUIRE_CONDITION: &str = concat!(
+    "(attribute_not_exists(#fence) OR (attribute_type(#fence, :number) AND #fence >= :zero AND #fence < :fence_limit))",
+    " AND ",
+    "(attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up))",
+);
+const ACQUIRE_UPDATE: &str = "SET #token = :token, #expires = :expires, #expires_ms = :expires_ms, \
+     #acquired = :now, #fence = if_not_exists(#fence, :seed) + :one, #request = :request, \
+     #ttl = :ttl REMOVE #owner";
+/// `TENURE AND #expires_ms > :now_ms` in `src/tenure.rs`.
+const RENEW_CONDITION: &str = "#token = :token AND #fence = :fence AND #expires_ms > :now_ms";
+const RENEW_UPDATE: &str = "SET #expires = :expires, #expires_ms = :expires_ms, #ttl = :ttl";
+/// `TENURE` in `src/expr.rs`.
+const RELEASE_CONDITION: &str = "#token = :token AND #fence = :fence";
+const RELEASE_UPDATE: &str = "SET #expires = :zero, #request = :request, #ttl = :ttl \
+     REMOVE #token, #owner, #acquired, #expires_ms";
+/// The default TTL buffer.
+const TTL_BUFFER_S: u64 = 3600;
+
+/// The raw SDK calls: the same update and condition expressions, attribute names and values
+/// (the builder's defaults) that this crate sends, checked by [`Shapes`] on the first round.
 struct Raw<'a> {
     client: &'a Client,
     table: &'a str,
 }
+
+type UpdateResult = Result<
+    aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+    aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError>,
+>;
 
 impl Raw<'_> {
     fn update(
@@ -99,65 +130,146 @@ impl Raw<'_> {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
     }
 
-    async fn acquire(&self, pk: &str, token: &str) -> bool {
+    async fn acquire(&self, pk: &str, token: &str, request: &str) -> UpdateResult {
         let now = now_ms();
+        let expires = now + 60_000;
         self.update(pk)
-            .update_expression(
-                "SET #token = :token, #expires = :expires, #acquired = :now, \
-                 #fence = if_not_exists(#fence, :seed) + :one, #ttl = :ttl REMOVE #owner",
-            )
-            .condition_expression("attribute_not_exists(#token) OR #expires <= :cutoff")
+            .update_expression(ACQUIRE_UPDATE)
+            .condition_expression(ACQUIRE_CONDITION)
             .expression_attribute_names("#token", "lease_token")
             .expression_attribute_names("#expires", "lease_expires_at")
+            .expression_attribute_names("#expires_ms", "lease_expires_at_ms")
             .expression_attribute_names("#acquired", "lease_acquired_at")
             .expression_attribute_names("#fence", "lease_fence")
             .expression_attribute_names("#owner", "lease_owner")
+            .expression_attribute_names("#request", "lease_request")
             .expression_attribute_names("#ttl", "ttl")
-            .expression_attribute_values(":token", s(token))
-            .expression_attribute_values(":expires", n(now + 60_000))
-            .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":cutoff", n(now))
-            .expression_attribute_values(":seed", n(now * 1000))
+            .expression_attribute_values(":number", s("N"))
+            .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
-            .expression_attribute_values(":ttl", n(now / 1000 + 3660))
+            .expression_attribute_values(":fence_limit", n(i64::MAX as u64))
+            .expression_attribute_values(":token", s(token))
+            .expression_attribute_values(":expires", n(expires.div_ceil(1000)))
+            .expression_attribute_values(":expires_ms", n(expires))
+            .expression_attribute_values(":now", n(now))
+            .expression_attribute_values(":cutoff_ms", n(now))
+            .expression_attribute_values(":cutoff_s", n(now / 1000))
+            .expression_attribute_values(":cutoff_s_up", n(now.div_ceil(1000)))
+            .expression_attribute_values(":seed", n(now * 1000))
+            .expression_attribute_values(":request", s(request))
+            .expression_attribute_values(":ttl", n(expires.div_ceil(1000) + TTL_BUFFER_S))
             .return_values(ReturnValue::AllNew)
             .send()
             .await
-            .is_ok()
     }
 
-    async fn renew(&self, pk: &str, token: &str) -> bool {
+    async fn renew(&self, pk: &str, token: &str, fence: &str) -> UpdateResult {
         let now = now_ms();
+        let expires = now + 60_000;
         self.update(pk)
-            .update_expression("SET #expires = :expires, #ttl = :ttl")
-            .condition_expression("#token = :token AND #expires > :now")
+            .update_expression(RENEW_UPDATE)
+            .condition_expression(RENEW_CONDITION)
             .expression_attribute_names("#token", "lease_token")
             .expression_attribute_names("#expires", "lease_expires_at")
+            .expression_attribute_names("#expires_ms", "lease_expires_at_ms")
+            .expression_attribute_names("#fence", "lease_fence")
             .expression_attribute_names("#ttl", "ttl")
             .expression_attribute_values(":token", s(token))
-            .expression_attribute_values(":expires", n(now + 60_000))
-            .expression_attribute_values(":now", n(now))
-            .expression_attribute_values(":ttl", n(now / 1000 + 3660))
+            .expression_attribute_values(":fence", AttributeValue::N(fence.to_owned()))
+            .expression_attribute_values(":expires", n(expires.div_ceil(1000)))
+            .expression_attribute_values(":expires_ms", n(expires))
+            .expression_attribute_values(":now_ms", n(now))
+            .expression_attribute_values(":ttl", n(expires.div_ceil(1000) + TTL_BUFFER_S))
             .send()
             .await
-            .is_ok()
     }
 
-    async fn release(&self, pk: &str, token: &str) -> bool {
+    async fn release(&self, pk: &str, token: &str, fence: &str, request: &str) -> UpdateResult {
         let now = now_ms();
         self.update(pk)
-            .update_expression("REMOVE #token, #expires, #owner, #acquired SET #ttl = :ttl")
-            .condition_expression("#token = :token")
+            .update_expression(RELEASE_UPDATE)
+            .condition_expression(RELEASE_CONDITION)
             .expression_attribute_names("#token", "lease_token")
             .expression_attribute_names("#expires", "lease_expires_at")
-            .expression_attribute_names("#owner", "lease_owner")
+            .expression_attribute_names("#expires_ms", "lease_expires_at_ms")
             .expression_attribute_names("#acquired", "lease_acquired_at")
+            .expression_attribute_names("#fence", "lease_fence")
+            .expression_attribute_names("#owner", "lease_owner")
+            .expression_attribute_names("#request", "lease_request")
             .expression_attribute_names("#ttl", "ttl")
+            .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":token", s(token))
-            .expression_attribute_values(":ttl", n(now / 1000 + 3600))
+            .expression_attribute_values(":fence", AttributeValue::N(fence.to_owned()))
+            .expression_attribute_values(":request", s(request))
+            .expression_attribute_values(":ttl", n(now.div_ceil(1000) + TTL_BUFFER_S))
             .send()
             .await
-            .is_ok()
+    }
+}
+
+/// What identifies an `UpdateItem` request apart from its keys and the values that change per
+/// call: expressions, attribute names, value placeholders with their types, return options.
+#[derive(Debug, PartialEq)]
+struct Shape {
+    update: Option<String>,
+    condition: Option<String>,
+    names: BTreeMap<String, String>,
+    values: BTreeMap<String, &'static str>,
+    return_values: Option<ReturnValue>,
+    on_failure: Option<ReturnValuesOnConditionCheckFailure>,
+}
+
+/// Records the shape of every `UpdateItem` sent while `on`.
+#[derive(Debug, Default)]
+struct Shapes {
+    on: AtomicBool,
+    seen: Mutex<Vec<Shape>>,
+}
+
+#[derive(Debug)]
+struct ShapeInterceptor(Arc<Shapes>);
+
+impl Intercept for ShapeInterceptor {
+    fn name(&self) -> &'static str {
+        "Shapes"
+    }
+
+    fn read_before_execution(
+        &self,
+        context: &BeforeSerializationInterceptorContextRef<'_>,
+        _cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if !self.0.on.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let Some(input) = context.input().downcast_ref::<UpdateItemInput>() else {
+            return Ok(());
+        };
+        let kind = |v: &AttributeValue| match v {
+            AttributeValue::S(_) => "S",
+            AttributeValue::N(_) => "N",
+            _ => "other",
+        };
+        let shape = Shape {
+            update: input.update_expression().map(str::to_owned),
+            condition: input.condition_expression().map(str::to_owned),
+            names: input
+                .expression_attribute_names()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            values: input
+                .expression_attribute_values()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), kind(v)))
+                .collect(),
+            return_values: input.return_values().cloned(),
+            on_failure: input.return_values_on_condition_check_failure().cloned(),
+        };
+        self.0.seen.lock().unwrap().push(shape);
+        Ok(())
     }
 }
 
@@ -167,6 +279,19 @@ async fn timed<T>(f: impl std::future::Future<Output = T>) -> (T, Duration) {
     (out, start.elapsed())
 }
 
+/// The 32 hex digits of a token or request id, as `RandomTokens` and this crate make them.
+fn hex(v: u128) -> String {
+    format!("{v:032x}")
+}
+
+/// The fencing counter in an `ALL_NEW` reply.
+fn fence_of(reply: &aws_sdk_dynamodb::operation::update_item::UpdateItemOutput) -> String {
+    match reply.attributes().and_then(|a| a.get("lease_fence")) {
+        Some(AttributeValue::N(v)) => v.clone(),
+        other => panic!("raw acquire: no fencing counter in the reply: {other:?}"),
+    }
+}
+
 async fn run(endpoint: &str, iterations: usize) -> String {
     let counter = Arc::new(RequestCounter::default());
     let wiring = Wiring {
@@ -174,6 +299,14 @@ async fn run(endpoint: &str, iterations: usize) -> String {
         faults: None,
     };
     let client = support::client(endpoint, &wiring);
+    let shapes = Arc::new(Shapes::default());
+    let client = Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .interceptor(ShapeInterceptor(shapes.clone()))
+            .build(),
+    );
     let table = support::fresh_table(&client, "bench").await;
     let leases = DynamoLeases::new(client, table.clone()).unwrap();
     // The raw calls go through the manager's own client: same endpoint, same configuration.
@@ -185,9 +318,12 @@ async fn run(endpoint: &str, iterations: usize) -> String {
     let warmup = iterations / 10 + 5;
     for i in 0..warmup + iterations {
         let record = i >= warmup;
+        // The first round checks that the raw calls send what this crate sends.
+        shapes.on.store(i == 0, Ordering::SeqCst);
         let key = LeaseKey::new(format!("ours-{i}")).unwrap();
         let pk_raw = format!("raw-{i}");
-        let token = format!("raw-token-{i:08}");
+        let n = 4 * i as u128;
+        let (token, other, request, release_request) = (hex(n), hex(n + 1), hex(n + 2), hex(n + 3));
 
         counter.take();
         let (lease, t) = timed(leases.acquire_key(&key, D)).await;
@@ -203,15 +339,31 @@ async fn run(endpoint: &str, iterations: usize) -> String {
         released.unwrap();
         let req_rel = counter.take().len();
 
-        let (ok, r_acq) = timed(raw.acquire(&pk_raw, &token)).await;
-        assert!(ok);
-        let (ok, r_cont) = timed(raw.acquire(&pk_raw, "someone-else")).await;
-        assert!(!ok);
-        let (ok, r_renew) = timed(raw.renew(&pk_raw, &token)).await;
-        assert!(ok);
-        let (ok, r_rel) = timed(raw.release(&pk_raw, &token)).await;
-        assert!(ok);
+        let (acquired, r_acq) = timed(raw.acquire(&pk_raw, &token, &request)).await;
+        let fence = fence_of(&acquired.unwrap());
+        let (refused, r_cont) = timed(raw.acquire(&pk_raw, &other, &request)).await;
+        let refused = refused.unwrap_err().into_service_error();
+        assert!(refused.is_conditional_check_failed_exception(), "{refused}");
+        let (renewed, r_renew) = timed(raw.renew(&pk_raw, &token, &fence)).await;
+        renewed.unwrap();
+        let (released, r_rel) = timed(raw.release(&pk_raw, &token, &fence, &release_request)).await;
+        released.unwrap();
         counter.take();
+
+        if i == 0 {
+            let seen = std::mem::take(&mut *shapes.seen.lock().unwrap());
+            assert_eq!(seen.len(), 8, "one UpdateItem per operation, ours and raw");
+            let (ours, raws) = seen.split_at(4);
+            for (op, (o, r)) in ["acquire", "contended acquire", "renew", "release"]
+                .iter()
+                .zip(ours.iter().zip(raws))
+            {
+                assert_eq!(
+                    o, r,
+                    "{op}: the raw call must send the request this crate sends"
+                );
+            }
+        }
 
         if record {
             for (op, ours, raw_t, requests) in [
