@@ -1,10 +1,15 @@
-//! DynamoDB lease operations against the raw SDK call with the same condition, on DynamoDB
+//! DynamoDB lease operations against the raw SDK call carrying the same request, on DynamoDB
 //! Local, in one run: median and p99 of acquire, renew, release and contended acquire, and the
 //! requests each sends.
 //!
+//! DynamoDB Local (a JVM on SQLite) is slow until it has served thousands of requests, so the
+//! bench first runs warm-up batches of the measured rounds until every median is within 5 % of
+//! the previous batch's, and reports the batches. Ours and raw run back to back in every round,
+//! alternating which goes first, so drift falls on both alike.
+//!
 //! Writes `$LEASE_BENCH_OUT/30-lease-dynamo.md` when that variable is set, and prints the same
-//! section. `LEASE_BENCH_QUICK=1` runs fewer iterations. Without `LEASE_DYNAMO_ENDPOINT` it says
-//! it was skipped (and writes a section saying so).
+//! section. `LEASE_BENCH_QUICK=1` runs fewer and smaller batches. Without
+//! `LEASE_DYNAMO_ENDPOINT` it says it was skipped (and writes a section saying so).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 #[path = "../tests/support/mod.rs"]
@@ -32,14 +37,14 @@ const OPS: [&str; 4] = ["acquire", "renew", "release", "contended acquire"];
 
 fn main() {
     let quick = std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
-    let iterations = if quick { 30 } else { 400 };
+    let plan = Plan::new(quick);
     let section = match std::env::var(lease_dynamo::ENDPOINT_ENV) {
         Ok(endpoint) if !endpoint.is_empty() => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap();
-            rt.block_on(run(&endpoint, iterations))
+            rt.block_on(run(&endpoint, &plan))
         }
         _ => {
             let text = format!(
@@ -292,7 +297,199 @@ fn fence_of(reply: &aws_sdk_dynamodb::operation::update_item::UpdateItemOutput) 
     }
 }
 
-async fn run(endpoint: &str, iterations: usize) -> String {
+/// How long to warm up and how much to measure.
+struct Plan {
+    /// Rounds per warm-up batch.
+    batch: usize,
+    min_batches: usize,
+    max_batches: usize,
+    /// Warm-up stops when every median moved by at most this fraction from the previous batch.
+    tolerance: f64,
+    /// Rounds measured after the warm-up.
+    rounds: usize,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                batch: 25,
+                min_batches: 2,
+                max_batches: 4,
+                tolerance: 0.05,
+                rounds: 30,
+            }
+        } else {
+            Self {
+                batch: 200,
+                min_batches: 3,
+                max_batches: 25,
+                tolerance: 0.05,
+                rounds: 1000,
+            }
+        }
+    }
+}
+
+/// One round: each operation once through this crate and once as the raw call, in [`OPS`] order.
+struct Round {
+    ours: [Duration; 4],
+    raw: [Duration; 4],
+    /// Requests this crate sent, per operation.
+    requests: [usize; 4],
+    /// Requests sent in the round, both sides.
+    sent: usize,
+}
+
+struct Bench<'a> {
+    leases: &'a DynamoLeases,
+    raw: Raw<'a>,
+    counter: &'a RequestCounter,
+    shapes: &'a Shapes,
+    /// Rounds run so far (each uses fresh keys).
+    next: usize,
+}
+
+impl Bench<'_> {
+    async fn ours(&self, i: usize) -> ([Duration; 4], [usize; 4]) {
+        let (leases, counter) = (self.leases, self.counter);
+        let key = LeaseKey::new(format!("ours-{i}")).unwrap();
+        let (lease, t_acq) = timed(leases.acquire_key(&key, D)).await;
+        let lease = lease.unwrap();
+        let req_acq = counter.take().len();
+        let (held, t_cont) = timed(leases.acquire_key(&key, D)).await;
+        assert!(held.unwrap_err().is_held());
+        let req_cont = counter.take().len();
+        let (renewed, t_renew) = timed(leases.renew(&lease, D)).await;
+        let renewed = renewed.unwrap();
+        let req_renew = counter.take().len();
+        let (released, t_rel) = timed(leases.release(&renewed)).await;
+        released.unwrap();
+        let req_rel = counter.take().len();
+        (
+            [t_acq, t_renew, t_rel, t_cont],
+            [req_acq, req_renew, req_rel, req_cont],
+        )
+    }
+
+    /// The four raw calls, and the requests they sent.
+    async fn raw(&self, i: usize) -> ([Duration; 4], usize) {
+        let raw = &self.raw;
+        let pk = format!("raw-{i}");
+        let n = 4 * i as u128;
+        let (token, other, request, release_request) = (hex(n), hex(n + 1), hex(n + 2), hex(n + 3));
+        let (acquired, t_acq) = timed(raw.acquire(&pk, &token, &request)).await;
+        let fence = fence_of(&acquired.unwrap());
+        let (refused, t_cont) = timed(raw.acquire(&pk, &other, &request)).await;
+        let refused = refused.unwrap_err().into_service_error();
+        assert!(refused.is_conditional_check_failed_exception(), "{refused}");
+        let (renewed, t_renew) = timed(raw.renew(&pk, &token, &fence)).await;
+        renewed.unwrap();
+        let (released, t_rel) = timed(raw.release(&pk, &token, &fence, &release_request)).await;
+        released.unwrap();
+        ([t_acq, t_renew, t_rel, t_cont], self.counter.take().len())
+    }
+
+    /// Ours and raw back to back, alternating which goes first, so that any drift of DynamoDB
+    /// Local, and any effect of the order, falls on both alike.
+    async fn round(&mut self) -> Round {
+        let i = self.next;
+        self.next += 1;
+        // The first round checks that the raw calls send what this crate sends.
+        self.shapes.on.store(i == 0, Ordering::SeqCst);
+        self.counter.take();
+        let ((ours, requests), (raw, raw_sent)) = if i % 2 == 0 {
+            let ours = self.ours(i).await;
+            (ours, self.raw(i).await)
+        } else {
+            let raw = self.raw(i).await;
+            (self.ours(i).await, raw)
+        };
+        assert_eq!(raw_sent, 4, "one request per raw call");
+        let sent = requests.iter().sum::<usize>() + raw_sent;
+        if i == 0 {
+            let seen = std::mem::take(&mut *self.shapes.seen.lock().unwrap());
+            assert_eq!(seen.len(), 8, "one UpdateItem per operation, ours and raw");
+            let (ours, raws) = seen.split_at(4);
+            for (op, (o, r)) in ["acquire", "contended acquire", "renew", "release"]
+                .iter()
+                .zip(ours.iter().zip(raws))
+            {
+                assert_eq!(
+                    o, r,
+                    "{op}: the raw call must send the request this crate sends"
+                );
+            }
+        }
+        Round {
+            ours,
+            raw,
+            requests,
+            sent,
+        }
+    }
+}
+
+/// Medians of one warm-up batch: `[ours, raw]`, each in [`OPS`] order.
+type Medians = [[Duration; 4]; 2];
+
+/// The warm-up: batches until the medians settle.
+struct WarmUp {
+    batches: Vec<Medians>,
+    requests: usize,
+    converged: bool,
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    quantile(&v, 0.5)
+}
+
+/// The largest relative change of any median from `prev` to `next`.
+fn largest_change(prev: &Medians, next: &Medians) -> f64 {
+    prev.iter()
+        .flatten()
+        .zip(next.iter().flatten())
+        .map(|(p, n)| (n.as_secs_f64() - p.as_secs_f64()).abs() / p.as_secs_f64())
+        .fold(0.0, f64::max)
+}
+
+/// Runs batches of the same rounds as the measurement until every median (four operations,
+/// ours and raw) is within the tolerance of the previous batch's, between the minimum and the
+/// maximum number of batches. DynamoDB Local (a JVM on SQLite) needs thousands of requests
+/// before its latency settles.
+async fn warm_up(bench: &mut Bench<'_>, plan: &Plan) -> WarmUp {
+    let mut warm = WarmUp {
+        batches: Vec::new(),
+        requests: 0,
+        converged: false,
+    };
+    while warm.batches.len() < plan.max_batches {
+        let mut ours: [Vec<Duration>; 4] = Default::default();
+        let mut raw: [Vec<Duration>; 4] = Default::default();
+        for _ in 0..plan.batch {
+            let round = bench.round().await;
+            warm.requests += round.sent;
+            for op in 0..4 {
+                ours[op].push(round.ours[op]);
+                raw[op].push(round.raw[op]);
+            }
+        }
+        let medians = [ours.map(median), raw.map(median)];
+        let settled = warm
+            .batches
+            .last()
+            .is_some_and(|prev| largest_change(prev, &medians) <= plan.tolerance);
+        warm.batches.push(medians);
+        if settled && warm.batches.len() >= plan.min_batches {
+            warm.converged = true;
+            break;
+        }
+    }
+    warm
+}
+
+async fn run(endpoint: &str, plan: &Plan) -> String {
     let counter = Arc::new(RequestCounter::default());
     let wiring = Wiring {
         counter: Some(counter.clone()),
@@ -309,76 +506,30 @@ async fn run(endpoint: &str, iterations: usize) -> String {
     );
     let table = support::fresh_table(&client, "bench").await;
     let leases = DynamoLeases::new(client, table.clone()).unwrap();
-    // The raw calls go through the manager's own client: same endpoint, same configuration.
-    let raw = Raw {
-        client: leases.client(),
-        table: &table,
+    let mut bench = Bench {
+        leases: &leases,
+        // The raw calls go through the manager's own client: same endpoint, same configuration.
+        raw: Raw {
+            client: leases.client(),
+            table: &table,
+        },
+        counter: &counter,
+        shapes: &shapes,
+        next: 0,
     };
+    let started = Instant::now();
+    let warm = warm_up(&mut bench, plan).await;
+    let warm_time = started.elapsed();
     let mut samples = Samples::default();
-    let warmup = iterations / 10 + 5;
-    for i in 0..warmup + iterations {
-        let record = i >= warmup;
-        // The first round checks that the raw calls send what this crate sends.
-        shapes.on.store(i == 0, Ordering::SeqCst);
-        let key = LeaseKey::new(format!("ours-{i}")).unwrap();
-        let pk_raw = format!("raw-{i}");
-        let n = 4 * i as u128;
-        let (token, other, request, release_request) = (hex(n), hex(n + 1), hex(n + 2), hex(n + 3));
-
-        counter.take();
-        let (lease, t) = timed(leases.acquire_key(&key, D)).await;
-        let lease = lease.unwrap();
-        let req_acquire = counter.take().len();
-        let (held, t_cont) = timed(leases.acquire_key(&key, D)).await;
-        assert!(held.unwrap_err().is_held());
-        let req_cont = counter.take().len();
-        let (renewed, t_renew) = timed(leases.renew(&lease, D)).await;
-        let renewed = renewed.unwrap();
-        let req_renew = counter.take().len();
-        let (released, t_rel) = timed(leases.release(&renewed)).await;
-        released.unwrap();
-        let req_rel = counter.take().len();
-
-        let (acquired, r_acq) = timed(raw.acquire(&pk_raw, &token, &request)).await;
-        let fence = fence_of(&acquired.unwrap());
-        let (refused, r_cont) = timed(raw.acquire(&pk_raw, &other, &request)).await;
-        let refused = refused.unwrap_err().into_service_error();
-        assert!(refused.is_conditional_check_failed_exception(), "{refused}");
-        let (renewed, r_renew) = timed(raw.renew(&pk_raw, &token, &fence)).await;
-        renewed.unwrap();
-        let (released, r_rel) = timed(raw.release(&pk_raw, &token, &fence, &release_request)).await;
-        released.unwrap();
-        counter.take();
-
-        if i == 0 {
-            let seen = std::mem::take(&mut *shapes.seen.lock().unwrap());
-            assert_eq!(seen.len(), 8, "one UpdateItem per operation, ours and raw");
-            let (ours, raws) = seen.split_at(4);
-            for (op, (o, r)) in ["acquire", "contended acquire", "renew", "release"]
-                .iter()
-                .zip(ours.iter().zip(raws))
-            {
-                assert_eq!(
-                    o, r,
-                    "{op}: the raw call must send the request this crate sends"
-                );
-            }
-        }
-
-        if record {
-            for (op, ours, raw_t, requests) in [
-                ("acquire", t, r_acq, req_acquire),
-                ("renew", t_renew, r_renew, req_renew),
-                ("release", t_rel, r_rel, req_rel),
-                ("contended acquire", t_cont, r_cont, req_cont),
-            ] {
-                samples.ours.entry(op).or_default().push(ours);
-                samples.raw.entry(op).or_default().push(raw_t);
-                *samples.requests.entry(op).or_default() += requests;
-            }
+    for _ in 0..plan.rounds {
+        let round = bench.round().await;
+        for (i, op) in OPS.into_iter().enumerate() {
+            samples.ours.entry(op).or_default().push(round.ours[i]);
+            samples.raw.entry(op).or_default().push(round.raw[i]);
+            *samples.requests.entry(op).or_default() += round.requests[i];
         }
     }
-    report(&mut samples, iterations)
+    report(&mut samples, plan, &warm, warm_time)
 }
 
 fn quantile(sorted: &[Duration], q: f64) -> Duration {
@@ -386,13 +537,64 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-fn report(samples: &mut Samples, iterations: usize) -> String {
+/// Milliseconds with three decimals.
+fn ms(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1e3)
+}
+
+fn report(samples: &mut Samples, plan: &Plan, warm: &WarmUp, warm_time: Duration) -> String {
     let mut out = String::new();
     writeln!(out, "## lease-dynamo: DynamoDB Local\n").unwrap();
+    if cfg!(debug_assertions) {
+        writeln!(
+            out,
+            "Debug build: these figures say nothing about this crate's cost.\n"
+        )
+        .unwrap();
+    }
+    let outcome = if warm.converged {
+        format!("settled after {} batches", warm.batches.len())
+    } else {
+        format!(
+            "had **not** settled after the maximum of {} batches",
+            warm.batches.len()
+        )
+    };
     writeln!(
         out,
-        "{iterations} iterations per operation after warm-up, interleaved with the raw SDK call \
-         sending the same update and condition through the same client to the same endpoint.\n"
+        "Warm-up: batches of {} rounds (a round is each operation below through this crate and \
+         as the raw SDK call), until every median, four operations ours and raw, was within \
+         {:.0} % of the previous batch's (at least {}, at most {} batches). It {outcome}: {} \
+         requests in {:.1} s. Medians per batch in ms, ours / raw:\n",
+        plan.batch,
+        plan.tolerance * 100.0,
+        plan.min_batches,
+        plan.max_batches,
+        warm.requests,
+        warm_time.as_secs_f64(),
+    )
+    .unwrap();
+    writeln!(out, "| batch | {} | largest change |", OPS.join(" | ")).unwrap();
+    writeln!(out, "|---|---|---|---|---|---|").unwrap();
+    for (b, medians) in warm.batches.iter().enumerate() {
+        let cells: Vec<String> = (0..4)
+            .map(|op| format!("{} / {}", ms(medians[0][op]), ms(medians[1][op])))
+            .collect();
+        let change = match b {
+            0 => "–".to_owned(),
+            _ => format!(
+                "{:.1} %",
+                largest_change(&warm.batches[b - 1], medians) * 100.0
+            ),
+        };
+        writeln!(out, "| {} | {} | {change} |", b + 1, cells.join(" | ")).unwrap();
+    }
+    writeln!(
+        out,
+        "\nThen {} rounds measured, ours and raw back to back in each round, alternating which \
+         goes first; the raw SDK call sends the same update, condition, names and values through \
+         the same client to the same endpoint (checked on the first round). Times in ms:\n",
+        plan.rounds
     )
     .unwrap();
     writeln!(
@@ -408,10 +610,14 @@ fn report(samples: &mut Samples, iterations: usize) -> String {
         raw.sort();
         let (m, p) = (quantile(ours, 0.5), quantile(ours, 0.99));
         let (rm, rp) = (quantile(raw, 0.5), quantile(raw, 0.99));
-        let requests = samples.requests[op] as f64 / iterations as f64;
+        let requests = samples.requests[op] as f64 / plan.rounds as f64;
         writeln!(
             out,
-            "| {op} | {requests:.2} | {m:.2?} | {p:.2?} | {rm:.2?} | {rp:.2?} | {:.2}x | {:.2}x |",
+            "| {op} | {requests:.2} | {} | {} | {} | {} | {:.2}x | {:.2}x |",
+            ms(m),
+            ms(p),
+            ms(rm),
+            ms(rp),
             m.as_secs_f64() / rm.as_secs_f64(),
             p.as_secs_f64() / rp.as_secs_f64(),
         )
