@@ -8,7 +8,8 @@
 //! alternating which goes first, so drift falls on both alike.
 //!
 //! Writes `$LEASE_BENCH_OUT/30-lease-dynamo.md` when that variable is set, and prints the same
-//! section. `LEASE_BENCH_QUICK=1` runs fewer and smaller batches. Without
+//! section. `LEASE_BENCH_QUICK=1` runs fewer and smaller batches, and so does a run without
+//! `--bench` (`cargo test --benches` runs it so, as a smoke test). Without
 //! `LEASE_DYNAMO_ENDPOINT` it says it was skipped (and writes a section saying so).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -36,7 +37,10 @@ const D: Duration = Duration::from_secs(60);
 const OPS: [&str; 4] = ["acquire", "renew", "release", "contended acquire"];
 
 fn main() {
-    let quick = std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
+    // `cargo bench` passes `--bench`; `cargo test --benches` (or `--all-targets`) runs this
+    // binary without it, as a smoke test, which must stay short.
+    let smoke_test = !std::env::args().any(|a| a == "--bench");
+    let quick = smoke_test || std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
     let plan = Plan::new(quick);
     let section = match std::env::var(lease_dynamo::ENDPOINT_ENV) {
         Ok(endpoint) if !endpoint.is_empty() => {
@@ -299,6 +303,7 @@ fn fence_of(reply: &aws_sdk_dynamodb::operation::update_item::UpdateItemOutput) 
 
 /// How long to warm up and how much to measure.
 struct Plan {
+    quick: bool,
     /// Rounds per warm-up batch.
     batch: usize,
     min_batches: usize,
@@ -313,6 +318,7 @@ impl Plan {
     fn new(quick: bool) -> Self {
         if quick {
             Self {
+                quick,
                 batch: 25,
                 min_batches: 2,
                 max_batches: 4,
@@ -321,6 +327,7 @@ impl Plan {
             }
         } else {
             Self {
+                quick,
                 batch: 200,
                 min_batches: 3,
                 max_batches: 25,
@@ -549,6 +556,13 @@ fn report(samples: &mut Samples, plan: &Plan, warm: &WarmUp, warm_time: Duration
         writeln!(
             out,
             "Debug build: these figures say nothing about this crate's cost.\n"
+        )
+        .unwrap();
+    }
+    if plan.quick {
+        writeln!(
+            out,
+            "Quick run (`LEASE_BENCH_QUICK=1`, or without `--bench`): too short to settle.\n"
         )
         .unwrap();
     }
