@@ -4,7 +4,7 @@
 //!
 //! DynamoDB Local (a JVM on SQLite) is slow until it has served thousands of requests, so the
 //! bench first runs warm-up batches of the measured rounds until every median is within 5 % of
-//! the previous batch's, and reports the batches. Ours and raw run back to back in every round,
+//! the previous batch's, two batches in a row, and reports the batches. Ours and raw run back to back in every round,
 //! alternating which goes first, so drift falls on both alike.
 //!
 //! Writes `$LEASE_BENCH_OUT/30-lease-dynamo.md` when that variable is set, and prints the same
@@ -308,8 +308,10 @@ struct Plan {
     batch: usize,
     min_batches: usize,
     max_batches: usize,
-    /// Warm-up stops when every median moved by at most this fraction from the previous batch.
+    /// Warm-up stops when every median moved by at most this fraction from the previous batch's,
     tolerance: f64,
+    /// in this many batches in a row (one agreement can be luck when batch medians swing).
+    streak: usize,
     /// Rounds measured after the warm-up.
     rounds: usize,
 }
@@ -323,6 +325,7 @@ impl Plan {
                 min_batches: 2,
                 max_batches: 4,
                 tolerance: 0.05,
+                streak: 1,
                 rounds: 30,
             }
         } else {
@@ -332,6 +335,7 @@ impl Plan {
                 min_batches: 3,
                 max_batches: 25,
                 tolerance: 0.05,
+                streak: 2,
                 rounds: 1000,
             }
         }
@@ -462,8 +466,8 @@ fn largest_change(prev: &Medians, next: &Medians) -> f64 {
 }
 
 /// Runs batches of the same rounds as the measurement until every median (four operations,
-/// ours and raw) is within the tolerance of the previous batch's, between the minimum and the
-/// maximum number of batches. DynamoDB Local (a JVM on SQLite) needs thousands of requests
+/// ours and raw) is within the tolerance of the previous batch's, `streak` batches in a row,
+/// between the minimum and the maximum number of batches. DynamoDB Local (a JVM on SQLite) needs thousands of requests
 /// before its latency settles.
 async fn warm_up(bench: &mut Bench<'_>, plan: &Plan) -> WarmUp {
     let mut warm = WarmUp {
@@ -471,6 +475,7 @@ async fn warm_up(bench: &mut Bench<'_>, plan: &Plan) -> WarmUp {
         requests: 0,
         converged: false,
     };
+    let mut streak = 0;
     while warm.batches.len() < plan.max_batches {
         let mut ours: [Vec<Duration>; 4] = Default::default();
         let mut raw: [Vec<Duration>; 4] = Default::default();
@@ -487,8 +492,9 @@ async fn warm_up(bench: &mut Bench<'_>, plan: &Plan) -> WarmUp {
             .batches
             .last()
             .is_some_and(|prev| largest_change(prev, &medians) <= plan.tolerance);
+        streak = if settled { streak + 1 } else { 0 };
         warm.batches.push(medians);
-        if settled && warm.batches.len() >= plan.min_batches {
+        if streak >= plan.streak && warm.batches.len() >= plan.min_batches {
             warm.converged = true;
             break;
         }
@@ -524,6 +530,7 @@ async fn run(endpoint: &str, plan: &Plan) -> String {
         shapes: &shapes,
         next: 0,
     };
+    let load_before = load_average();
     let started = Instant::now();
     let warm = warm_up(&mut bench, plan).await;
     let warm_time = started.elapsed();
@@ -536,7 +543,18 @@ async fn run(endpoint: &str, plan: &Plan) -> String {
             *samples.requests.entry(op).or_default() += round.requests[i];
         }
     }
-    report(&mut samples, plan, &warm, warm_time)
+    let load = [load_before, load_average()];
+    report(&mut samples, plan, &warm, warm_time, load)
+}
+
+/// The one-minute load average (Linux), to show whether other work shared the machine.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn quantile(sorted: &[Duration], q: f64) -> Duration {
@@ -549,7 +567,13 @@ fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1e3)
 }
 
-fn report(samples: &mut Samples, plan: &Plan, warm: &WarmUp, warm_time: Duration) -> String {
+fn report(
+    samples: &mut Samples,
+    plan: &Plan,
+    warm: &WarmUp,
+    warm_time: Duration,
+    load: [Option<f64>; 2],
+) -> String {
     let mut out = String::new();
     writeln!(out, "## lease-dynamo: DynamoDB Local\n").unwrap();
     if cfg!(debug_assertions) {
@@ -578,10 +602,15 @@ fn report(samples: &mut Samples, plan: &Plan, warm: &WarmUp, warm_time: Duration
         out,
         "Warm-up: batches of {} rounds (a round is each operation below through this crate and \
          as the raw SDK call), until every median, four operations ours and raw, was within \
-         {:.0} % of the previous batch's (at least {}, at most {} batches). It {outcome}: {} \
-         requests in {:.1} s. Medians per batch in ms, ours / raw:\n",
+         {:.0} % of the previous batch's{} (at least {}, at most {} batches). It \
+         {outcome}: {} requests in {:.1} s. Medians per batch in ms, ours / raw:\n",
         plan.batch,
         plan.tolerance * 100.0,
+        if plan.streak == 1 {
+            String::new()
+        } else {
+            format!(" in {} batches in a row", plan.streak)
+        },
         plan.min_batches,
         plan.max_batches,
         warm.requests,
@@ -634,6 +663,15 @@ fn report(samples: &mut Samples, plan: &Plan, warm: &WarmUp, warm_time: Duration
             ms(rp),
             m.as_secs_f64() / rm.as_secs_f64(),
             p.as_secs_f64() / rp.as_secs_f64(),
+        )
+        .unwrap();
+    }
+    if let [Some(before), Some(after)] = load {
+        let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+        writeln!(
+            out,
+            "\n{cpus} CPUs, shared with DynamoDB Local; load average {before:.2} before the \
+             warm-up, {after:.2} at the end."
         )
         .unwrap();
     }
