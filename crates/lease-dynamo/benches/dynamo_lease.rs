@@ -409,7 +409,7 @@ impl Bench<'_> {
         // The first round checks that the raw calls send what this crate sends.
         self.shapes.on.store(i == 0, Ordering::SeqCst);
         self.counter.take();
-        let ((ours, requests), (raw, raw_sent)) = if i % 2 == 0 {
+        let ((ours, requests), (raw, raw_sent)) = if i.is_multiple_of(2) {
             let ours = self.ours(i).await;
             (ours, self.raw(i).await)
         } else {
