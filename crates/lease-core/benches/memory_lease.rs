@@ -33,7 +33,9 @@ fn measure(iterations: usize, mut op: impl FnMut(usize)) -> (Duration, Duration)
 }
 
 fn main() {
-    let quick = std::env::var_os("LEASE_BENCH_QUICK").is_some();
+    // `cargo test --all-targets` runs this without `--bench`: a quick smoke test then.
+    let quick = !std::env::args().any(|a| a == "--bench")
+        || std::env::var_os("LEASE_BENCH_QUICK").is_some();
     let iterations = if quick { 20_000 } else { 200_000 };
     let keys: Vec<LeaseKey> = (0..1024)
         .map(|i| LeaseKey::new(format!("bench-{i}")).unwrap())

@@ -69,7 +69,9 @@ impl Stat {
 }
 
 fn main() {
-    let quick = std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
+    // `cargo test --all-targets` runs this without `--bench`: a quick smoke test then.
+    let quick = !std::env::args().any(|a| a == "--bench")
+        || std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
     let seeds: u64 = if quick { 2 } else { 5 };
     let window: u32 = if quick { 24 } else { 96 };
     let started = Instant::now();
