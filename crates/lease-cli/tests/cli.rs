@@ -1013,3 +1013,33 @@ fn a_foreground_command_dies_with_lease() {
     }
     let _ = first.wait();
 }
+
+/// A store that keeps failing while `lease run` waits: the wait runs out and the message and
+/// status say the store failed, with its last error (main said "gave up waiting for lease k held
+/// by another owner" and exited 75).
+#[test]
+fn a_store_that_keeps_failing_is_reported_as_such_after_the_wait() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let mut run = lease(store.path());
+    run.args([
+        "run",
+        "--dynamo",
+        "t-refused",
+        "--endpoint",
+        "http://127.0.0.1:1",
+        "--region",
+        "us-east-1",
+        "--key",
+        "k",
+        "--wait",
+        "1s",
+        "--",
+        "true",
+    ]);
+    local_credentials(&mut run);
+    let out = output(&mut run);
+    let text = stderr(&out);
+    assert_eq!(code(out.status), UNAVAILABLE, "{text}");
+    assert!(text.contains("last error"), "{text}");
+    assert!(!text.contains("held by another owner"), "{text}");
+}

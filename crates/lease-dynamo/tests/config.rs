@@ -266,6 +266,16 @@ fn a_refused_connection_is_still_transient() {
             .expect_err("refused");
         assert!(error.is_timeout(), "{error}");
         assert!(started.elapsed() >= Duration::from_millis(500));
+        // The timeout keeps the cause (issue 11, point 4: main said only "holder unknown").
+        assert!(
+            error.last_error().is_some_and(LeaseError::is_transient),
+            "{error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("last error: dynamodb backend failed (transient)"),
+            "{text}"
+        );
     });
 }
 
