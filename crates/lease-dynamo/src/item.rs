@@ -132,7 +132,9 @@ impl Decoded {
         let mut malformed = None;
         if let (Some(raw), None) = (fence, fencing) {
             malformed = Some(Malformed::Fence(show(raw)));
-        } else if token.is_some() && expires_ms.is_none() {
+        } else if token.is_some() && seconds.is_none() {
+            // Every writer (Go's and ours) writes the seconds; the acquire condition reads them,
+            // so without them the lease never expires, whatever else the item says.
             malformed = Some(Malformed::Expiry(item.get(names.expires_at()).map(show)));
         }
         Self {

@@ -130,10 +130,18 @@ fn a_holder_without_a_usable_expiry_is_explained_and_breakable() {
         "a_holder_without_a_usable_expiry_is_explained_and_breakable",
         |endpoint| async move {
             let (leases, client, _clock) = rig(&endpoint).await;
-            for (pk, expiry) in [("missing", None), ("text", Some(s("tomorrow")))] {
+            let later = n("99999999999999");
+            for (pk, expiry) in [
+                ("missing", None),
+                ("text", Some(s("tomorrow"))),
+                ("ms-only", None),
+            ] {
                 let mut attributes = vec![("lease_token", s("go-token"))];
                 if let Some(expiry) = expiry {
                     attributes.push(("lease_expires_at", expiry));
+                }
+                if pk == "ms-only" {
+                    attributes.push(("lease_expires_at_ms", later.clone()));
                 }
                 plant(&client, leases.table(), pk, &attributes).await;
                 let key = LeaseKey::new(pk).unwrap();
