@@ -40,7 +40,8 @@ pub(crate) enum Command {
     /// (the lease's expiry minus its safety margin of min(ttl/10, 5s)), before anyone else can
     /// be granted the lease, and lease exits 76. If lease itself dies (kill -9, the OOM
     /// killer), a small guard process kills the command's whole process group at once, and
-    /// says so on stderr. When the command exits, processes it left in its group are stopped
+    /// says so on stderr; if lease stops without dying (SIGSTOP), the guard kills the group by
+    /// the holder's deadline. When the command exits, processes it left in its group are stopped
     /// (SIGTERM, SIGKILL after --grace) before the lease is released. With --foreground only
     /// the command itself is tied to lease, not the processes it starts.
     Run(RunArgs),
@@ -72,6 +73,16 @@ pub(crate) struct LinkArgs {
     /// The `lease run` process the command must not outlive.
     #[arg(long)]
     pub(crate) parent: i32,
+    /// Where `lease run` publishes the holder's deadline (see `relay.rs`); the guard kills the
+    /// group by it if `lease` stops renewing without dying.
+    #[arg(long)]
+    pub(crate) deadline_file: Option<std::path::PathBuf>,
+    /// How often the guard checks its parent and the deadline, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) poll_ms: u64,
+    /// The guard's SIGKILL lands this many milliseconds before the deadline.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) kill_before_ms: u64,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,

@@ -14,6 +14,10 @@
 //!
 //! Both ignore the signals `lease` forwards (they are meant for the command), and exit with the
 //! command's status (128 + N when signal N killed it).
+//!
+//! The guard also enforces the holder's deadline itself (`relay.rs`): if `lease` is alive but
+//! not running (SIGSTOP, a hung process) and the deadline it last published arrives, the guard
+//! kills the group with SIGKILL just before it. A healthy `lease` stops the command earlier.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -26,13 +30,11 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cli::LinkArgs;
 use crate::exit::{self, Failure};
+use crate::relay::DeadlineWatch;
 
 /// The signal the kernel sends the guard when `lease` dies. Anyone may send it too, so the guard
 /// acts on it only after checking that its parent really changed.
 const PARENT_DEATH: Signal = Signal::SIGUSR2;
-
-/// How often the guard also looks at its parent, in case the signal went astray.
-const PARENT_POLL: Duration = Duration::from_millis(50);
 
 /// Test-only fault point: wait this long before arming the link, so a test can kill `lease` in
 /// the window the parent check covers. Compiled into debug builds only.
@@ -75,6 +77,27 @@ fn parent_died(parent: i32) -> Failure {
 }
 
 /// Arms the parent-death signal (after the test-only delay). The caller checks the parent next.
+/// `lease` is alive but has not kept the lease (paused, or hung) and the holder's deadline is
+/// here: kills this process group, the guard with it. Returns only if the kill failed.
+fn deadline_reached(parent: i32) -> Failure {
+    let group = getpgrp();
+    eprintln!(
+        "lease: the lease process (pid {parent}) did not renew the lease by its deadline (is it \
+         stopped?); killing the command's process group {group} so nothing runs past it"
+    );
+    tracing::warn!(
+        parent,
+        group = group.as_raw(),
+        "deadline reached without lease; killing the command group"
+    );
+    match killpg(group, Signal::SIGKILL) {
+        Ok(()) => Failure::new(exit::LOST, "the lease's deadline passed"),
+        Err(error) => Failure::internal(format!(
+            "the deadline passed and the command's process group {group} could not be killed: {error}"
+        )),
+    }
+}
+
 fn arm(death: Signal) -> Result<(), Failure> {
     fault_arm_delay();
     set_pdeathsig(death).map_err(|e| {
@@ -105,7 +128,10 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
         .kill_on_drop(false)
         .spawn()
         .map_err(|error| start_failure(&args.command[0], &error))?;
-    let mut poll = tokio::time::interval(PARENT_POLL);
+    let mut watch = args.deadline_file.clone().map(DeadlineWatch::new);
+    let kill_before = Duration::from_millis(args.kill_before_ms);
+    // Also look at the parent on a timer, in case the signal went astray.
+    let mut poll = tokio::time::interval(Duration::from_millis(args.poll_ms.max(1)));
     loop {
         let [a, b, c, d] = &mut ignored;
         tokio::select! {
@@ -121,6 +147,12 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
             _ = poll.tick() => {
                 if !parent_alive(parent) {
                     return Err(parent_died(parent));
+                }
+                if let Some(watch) = watch.as_mut()
+                    && watch.left().is_some_and(|left| left <= kill_before)
+                {
+                    watch.clean_up();
+                    return Err(deadline_reached(parent));
                 }
             }
             _ = a.recv() => {}

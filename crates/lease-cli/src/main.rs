@@ -22,6 +22,7 @@ mod demo_worker;
 mod duration;
 mod exit;
 mod guard;
+mod relay;
 mod run;
 mod status;
 mod stores;

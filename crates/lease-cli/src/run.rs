@@ -136,14 +136,30 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
     let guard = LeaseGuard::spawn(backend.leases.clone(), lease, KeeperOptions::default())
         .map_err(|e| Failure::internal(format!("cannot start the lease keeper: {e}")))?;
 
-    let child = match spawn(plan, fencing.get()) {
+    let relay = if plan.foreground {
+        None
+    } else {
+        match crate::relay::DeadlineRelay::create() {
+            Ok(relay) => {
+                relay.publish(guard.deadline());
+                Some(relay)
+            }
+            Err(error) => {
+                release(guard).await;
+                return Err(Failure::internal(format!(
+                    "cannot create the deadline relay for the guard: {error}"
+                )));
+            }
+        }
+    };
+    let child = match spawn(plan, fencing.get(), relay.as_ref()) {
         Ok(child) => child,
         Err(failure) => {
             release(guard).await;
             return Err(failure);
         }
     };
-    supervise(plan, guard, child, &mut signals).await
+    supervise(plan, guard, child, &mut signals, relay.as_ref()).await
 }
 
 /// Who holds a lease, as far as a waiting message cares: owner, since, fencing token.
@@ -261,12 +277,29 @@ pub(crate) fn describe_holder(holder: &Holder) -> String {
 
 /// Starts the command through the link step (see `guard.rs`): `lease guard` leading a new
 /// process group, or `lease exec` in the foreground.
-fn spawn(plan: &RunPlan, fencing: u64) -> Result<Child, Failure> {
+fn spawn(
+    plan: &RunPlan,
+    fencing: u64,
+    relay: Option<&crate::relay::DeadlineRelay>,
+) -> Result<Child, Failure> {
     let mut command = Command::new(&plan.link_program);
     command
         .arg(if plan.foreground { "exec" } else { "guard" })
         .arg("--parent")
-        .arg(std::process::id().to_string())
+        .arg(std::process::id().to_string());
+    if let Some(relay) = relay {
+        let poll = check_interval(plan.ttl);
+        // Half the slack: lease's own SIGKILL comes first when lease is running.
+        let kill_before = kill_slack(plan.ttl) / 2;
+        command
+            .arg("--deadline-file")
+            .arg(relay.path())
+            .arg("--poll-ms")
+            .arg(poll.as_millis().to_string())
+            .arg("--kill-before-ms")
+            .arg(kill_before.as_millis().to_string());
+    }
+    command
         .arg("--")
         .args(&plan.command)
         .env(KEY_ENV, plan.key.to_string())
@@ -365,6 +398,7 @@ async fn supervise(
     guard: LeaseGuard,
     mut child: Child,
     signals: &mut Signals,
+    relay: Option<&crate::relay::DeadlineRelay>,
 ) -> Result<u8, Failure> {
     let target = Target::of(&child, plan.foreground);
     let check_every = check_interval(plan.ttl);
@@ -382,6 +416,9 @@ async fn supervise(
             }
             reason = &mut lost => break Stop::Lost(reason),
             _ = check.tick() => {
+                if let Some(relay) = relay {
+                    relay.publish(guard.deadline());
+                }
                 if let Err(reason) = guard.check() {
                     break Stop::Lost(reason);
                 }

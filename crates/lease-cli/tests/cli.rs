@@ -757,7 +757,20 @@ fn entries(log: &Path, what: &str) -> Vec<(u64, u128, String)> {
 /// ignores SIGTERM: a second `lease run` waiting on the key must never start its command while
 /// any process of the first command's group lives. On main before issue 10 the group was
 /// reparented to init and ran on; the second command started 1.3 to 4.6 s later beside it.
-fn killing_lease_kills_the_command_group(backend: &[&str], configure: &dyn Fn(&mut Command)) {
+/// How the first `lease` is taken out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    /// SIGKILL: the guard sees its parent die.
+    Kill,
+    /// SIGSTOP: `lease` lives but stops renewing; the guard enforces the deadline it published.
+    Stop,
+}
+
+fn killing_lease_kills_the_command_group(
+    backend: &[&str],
+    configure: &dyn Fn(&mut Command),
+    fault: Fault,
+) {
     let store = tempfile::tempdir().expect("tempdir");
     let log = store.path().join("history.log");
     let log_arg = log.to_str().expect("utf-8");
@@ -796,7 +809,13 @@ fn killing_lease_kills_the_command_group(backend: &[&str], configure: &dyn Fn(&m
     std::thread::sleep(Duration::from_millis(300));
     assert!(group_alive(pgid), "the first command runs");
 
-    first.kill().expect("kill -9 lease");
+    let first_pid = nix::unistd::Pid::from_raw(i32::try_from(first.id()).expect("pid"));
+    match fault {
+        Fault::Kill => first.kill().expect("kill -9 lease"),
+        Fault::Stop => {
+            nix::sys::signal::kill(first_pid, nix::sys::signal::Signal::SIGSTOP).expect("stop");
+        }
+    }
     let killed_at = Instant::now();
     while group_alive(pgid) {
         assert!(
@@ -806,9 +825,20 @@ fn killing_lease_kills_the_command_group(backend: &[&str], configure: &dyn Fn(&m
         std::thread::sleep(Duration::from_millis(1));
     }
     let gone_after = killed_at.elapsed();
-    let _ = first.wait();
     let (out, _) = finish(second, Duration::from_secs(40));
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    if fault == Fault::Stop {
+        nix::sys::signal::kill(first_pid, nix::sys::signal::Signal::SIGCONT).expect("continue");
+        let (out, _) = finish(first, Duration::from_secs(20));
+        assert_eq!(code(out.status), LOST, "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("did not renew the lease by its deadline"),
+            "{}",
+            stderr(&out)
+        );
+    } else {
+        let _ = first.wait();
+    }
 
     let (second_token, second_start, _) = entries(&log, "second")
         .into_iter()
@@ -828,14 +858,22 @@ fn killing_lease_kills_the_command_group(backend: &[&str], configure: &dyn Fn(&m
         (last_tick - second_start) / 1000
     );
     eprintln!(
-        "kill -9 of lease: command group gone after {gone_after:?}; the second command started {} ms after the last tick",
+        "{fault:?} of lease: command group gone after {gone_after:?}; the second command started {} ms after the last tick",
         (second_start - last_tick) / 1_000_000
     );
 }
 
 #[test]
 fn kill_9_of_lease_kills_the_command_group_on_files() {
-    killing_lease_kills_the_command_group(&[], &|_| {});
+    killing_lease_kills_the_command_group(&[], &|_| {}, Fault::Kill);
+}
+
+/// `lease` stopped (SIGSTOP) mid-command: it lives, so no parent-death signal comes, but it no
+/// longer renews. The guard kills the group by the deadline `lease` last published, before the
+/// lease can expire and a waiting `lease run` take it.
+#[test]
+fn a_stopped_lease_process_cannot_keep_its_command_running_on_files() {
+    killing_lease_kills_the_command_group(&[], &|_| {}, Fault::Stop);
 }
 
 #[test]
@@ -846,10 +884,13 @@ fn kill_9_of_lease_kills_the_command_group_on_dynamodb() {
     };
     let store = tempfile::tempdir().expect("tempdir");
     let table = created_table(store.path(), &endpoint, "lease-cli-kill9");
-    killing_lease_kills_the_command_group(
-        &["--dynamo", &table, "--endpoint", &endpoint],
-        &local_credentials,
-    );
+    for fault in [Fault::Kill, Fault::Stop] {
+        killing_lease_kills_the_command_group(
+            &["--dynamo", &table, "--endpoint", &endpoint],
+            &local_credentials,
+            fault,
+        );
+    }
 }
 
 /// `lease` killed after it started the link step but before the link was armed (a debug-only

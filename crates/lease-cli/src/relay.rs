@@ -1,0 +1,155 @@
+//! The holder's deadline, passed from `lease run` to its guard, so the guard can stop the
+//! command by the deadline even when `lease` is alive but not running (SIGSTOP, a debugger, a
+//! hung thread): a paused `lease` cannot renew, and its lease ends while the command would run on.
+//!
+//! `lease run` writes the deadline as an absolute `CLOCK_MONOTONIC` time in nanoseconds (one clock
+//! for every process on the host) into a file of its own private directory (mode 0700), twice on
+//! one line so a torn read is recognised; it rewrites the file at every check, recreating it if
+//! something deleted it. The guard reads it at the same interval and keeps the last value it
+//! could read.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::time::{ClockId, clock_gettime};
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds.
+pub(crate) fn monotonic_ns() -> u64 {
+    clock_gettime(ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        u64::try_from(t.tv_sec())
+            .unwrap_or(0)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::try_from(t.tv_nsec()).unwrap_or(0))
+    })
+}
+
+/// `at` as an absolute `CLOCK_MONOTONIC` time in nanoseconds (std's `Instant` reads that clock
+/// on Linux, but keeps its value private).
+pub(crate) fn instant_ns(at: Instant) -> u64 {
+    let now_ns = monotonic_ns();
+    let now = Instant::now();
+    match at.checked_duration_since(now) {
+        Some(ahead) => now_ns.saturating_add(u64::try_from(ahead.as_nanos()).unwrap_or(u64::MAX)),
+        None => now_ns
+            .saturating_sub(u64::try_from(now.duration_since(at).as_nanos()).unwrap_or(u64::MAX)),
+    }
+}
+
+/// The writing side, owned by `lease run`.
+#[derive(Debug)]
+pub(crate) struct DeadlineRelay {
+    dir: PathBuf,
+    file: PathBuf,
+}
+
+impl DeadlineRelay {
+    /// A fresh private directory under the system's temporary directory.
+    pub(crate) fn create() -> std::io::Result<Self> {
+        use lease_core::TokenSource;
+        use std::os::unix::fs::DirBuilderExt;
+        let nonce = lease_core::RandomTokens.next_token();
+        let nonce: String = nonce.as_str().chars().take(12).collect();
+        let dir = std::env::temp_dir().join(format!("lease-run-{}-{nonce}", std::process::id()));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let file = dir.join("deadline");
+        Ok(Self { dir, file })
+    }
+
+    /// The file the guard reads.
+    pub(crate) fn path(&self) -> &Path {
+        &self.file
+    }
+
+    /// Publishes `deadline`; recreates the directory if it was removed.
+    pub(crate) fn publish(&self, deadline: Instant) {
+        use std::os::unix::fs::DirBuilderExt;
+        let ns = instant_ns(deadline);
+        let line = format!("{ns} {ns}\n");
+        let write = || {
+            let tmp = self.dir.join("deadline.tmp");
+            std::fs::write(&tmp, &line)?;
+            std::fs::rename(&tmp, &self.file)
+        };
+        if write().is_err() {
+            let _ = std::fs::DirBuilder::new().mode(0o700).create(&self.dir);
+            if let Err(error) = write() {
+                tracing::warn!(%error, path = %self.file.display(), "cannot publish the deadline to the guard");
+            }
+        }
+    }
+}
+
+impl Drop for DeadlineRelay {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The reading side, in the guard: the last deadline it could read.
+#[derive(Debug)]
+pub(crate) struct DeadlineWatch {
+    file: PathBuf,
+    deadline_ns: Option<u64>,
+}
+
+impl DeadlineWatch {
+    pub(crate) fn new(file: PathBuf) -> Self {
+        Self {
+            file,
+            deadline_ns: None,
+        }
+    }
+
+    /// Rereads the file; returns how long is left before the deadline (zero once passed), or
+    /// `None` while no deadline was ever read.
+    pub(crate) fn left(&mut self) -> Option<Duration> {
+        if let Ok(text) = std::fs::read_to_string(&self.file)
+            && let Some((a, b)) = text.trim().split_once(' ')
+            && a == b
+            && let Ok(ns) = a.parse::<u64>()
+        {
+            self.deadline_ns = Some(ns);
+        }
+        let deadline = self.deadline_ns?;
+        Some(Duration::from_nanos(
+            deadline.saturating_sub(monotonic_ns()),
+        ))
+    }
+
+    /// Removes the relay's directory (the guard's last act when `lease` is gone).
+    pub(crate) fn clean_up(&self) {
+        if let Some(dir) = self.file.parent() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_published_deadline_is_read_back_and_a_torn_one_ignored() {
+        let relay = DeadlineRelay::create().expect("relay");
+        let mut watch = DeadlineWatch::new(relay.path().to_owned());
+        assert_eq!(watch.left(), None);
+        relay.publish(Instant::now() + Duration::from_secs(10));
+        let left = watch.left().expect("read");
+        assert!(
+            left > Duration::from_secs(9) && left <= Duration::from_secs(10),
+            "{left:?}"
+        );
+        std::fs::write(relay.path(), "1 2\n").expect("torn");
+        let still = watch.left().expect("kept");
+        assert!(
+            still > Duration::from_secs(9),
+            "a torn line keeps the last value"
+        );
+        std::fs::remove_dir_all(relay.path().parent().expect("dir")).expect("deleted by a cleaner");
+        relay.publish(Instant::now() + Duration::from_secs(20));
+        assert!(watch.left().expect("recreated") > Duration::from_secs(19));
+        let dir = relay.path().parent().expect("dir").to_owned();
+        drop(relay);
+        assert!(!dir.exists());
+    }
+}
