@@ -35,6 +35,15 @@ pub(crate) fn instant_ns(at: Instant) -> u64 {
     }
 }
 
+/// Whether `dir` is a real directory (not a symlink) of this user that nobody else can write:
+/// a directory somebody planted under the same name must not carry the deadline.
+fn private_dir(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir).is_ok_and(|m| {
+        m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o077 == 0
+    })
+}
+
 /// The writing side, owned by `lease run`.
 #[derive(Debug)]
 pub(crate) struct DeadlineRelay {
@@ -70,11 +79,17 @@ impl DeadlineRelay {
             std::fs::write(&tmp, &line)?;
             std::fs::rename(&tmp, &self.file)
         };
-        if write().is_err() {
+        if !private_dir(&self.dir) {
+            // Deleted by a cleaner: recreate it; planted by someone else: write nothing (the
+            // guard then enforces the last deadline it read).
             let _ = std::fs::DirBuilder::new().mode(0o700).create(&self.dir);
-            if let Err(error) = write() {
-                tracing::warn!(%error, path = %self.file.display(), "cannot publish the deadline to the guard");
+            if !private_dir(&self.dir) {
+                tracing::warn!(path = %self.dir.display(), "the deadline relay directory is not ours; not publishing");
+                return;
             }
+        }
+        if let Err(error) = write() {
+            tracing::warn!(%error, path = %self.file.display(), "cannot publish the deadline to the guard");
         }
     }
 }
@@ -103,7 +118,9 @@ impl DeadlineWatch {
     /// Rereads the file; returns how long is left before the deadline (zero once passed), or
     /// `None` while no deadline was ever read.
     pub(crate) fn left(&mut self) -> Option<Duration> {
-        if let Ok(text) = std::fs::read_to_string(&self.file)
+        let trusted = self.file.parent().is_some_and(private_dir);
+        if trusted
+            && let Ok(text) = std::fs::read_to_string(&self.file)
             && let Some((a, b)) = text.trim().split_once(' ')
             && a == b
             && let Ok(ns) = a.parse::<u64>()
@@ -148,7 +165,18 @@ mod tests {
         std::fs::remove_dir_all(relay.path().parent().expect("dir")).expect("deleted by a cleaner");
         relay.publish(Instant::now() + Duration::from_secs(20));
         assert!(watch.left().expect("recreated") > Duration::from_secs(19));
+        // A directory planted under the name (here: one others can write) carries nothing.
         let dir = relay.path().parent().expect("dir").to_owned();
+        std::fs::remove_dir_all(&dir).expect("deleted");
+        std::fs::create_dir(&dir).expect("planted");
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .expect("chmod");
+        std::fs::write(relay.path(), "99999999999999999 99999999999999999\n").expect("plant");
+        let kept = watch.left().expect("kept");
+        assert!(
+            kept < Duration::from_secs(21),
+            "the planted deadline was ignored: {kept:?}"
+        );
         drop(relay);
         assert!(!dir.exists());
     }
