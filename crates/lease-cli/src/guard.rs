@@ -55,49 +55,44 @@ fn parent_alive(parent: i32) -> bool {
     getppid() == Pid::from_raw(parent)
 }
 
-/// `lease` is gone: nothing may run without the lease. Kills this process group, the guard with
-/// it. Returns only if the kill failed.
-fn parent_died(parent: i32) -> Failure {
+/// Why the guard kills the command's group.
+#[derive(Clone, Copy, Debug)]
+enum Cause {
+    /// `lease` died.
+    ParentDied,
+    /// `lease` lives but did not renew by the deadline it published (stopped, or hung).
+    DeadlineReached,
+}
+
+/// Nothing may run without the lease: kills this process group, the guard with it, after
+/// saying why on stderr. Returns only if the kill failed.
+fn kill_group(parent: i32, cause: Cause) -> Failure {
     let group = getpgrp();
+    let why = match cause {
+        Cause::ParentDied => format!("the lease process (pid {parent}) died"),
+        Cause::DeadlineReached => format!(
+            "the lease process (pid {parent}) did not renew the lease by its deadline (is it \
+             stopped?)"
+        ),
+    };
     eprintln!(
-        "lease: the lease process (pid {parent}) died; killing the command's process group \
-         {group} so nothing runs without the lease"
+        "lease: {why}; killing the command's process group {group} so nothing runs without the lease"
     );
     tracing::warn!(
         parent,
         group = group.as_raw(),
-        "lease died; killing the command group"
+        ?cause,
+        "killing the command group"
     );
     match killpg(group, Signal::SIGKILL) {
-        Ok(()) => Failure::new(exit::LOST, "the lease process died"),
+        Ok(()) => Failure::new(exit::LOST, why),
         Err(error) => Failure::internal(format!(
-            "lease died and the command's process group {group} could not be killed: {error}"
+            "{why}, and the command's process group {group} could not be killed: {error}"
         )),
     }
 }
 
 /// Arms the parent-death signal (after the test-only delay). The caller checks the parent next.
-/// `lease` is alive but has not kept the lease (paused, or hung) and the holder's deadline is
-/// here: kills this process group, the guard with it. Returns only if the kill failed.
-fn deadline_reached(parent: i32) -> Failure {
-    let group = getpgrp();
-    eprintln!(
-        "lease: the lease process (pid {parent}) did not renew the lease by its deadline (is it \
-         stopped?); killing the command's process group {group} so nothing runs past it"
-    );
-    tracing::warn!(
-        parent,
-        group = group.as_raw(),
-        "deadline reached without lease; killing the command group"
-    );
-    match killpg(group, Signal::SIGKILL) {
-        Ok(()) => Failure::new(exit::LOST, "the lease's deadline passed"),
-        Err(error) => Failure::internal(format!(
-            "the deadline passed and the command's process group {group} could not be killed: {error}"
-        )),
-    }
-}
-
 fn arm(death: Signal) -> Result<(), Failure> {
     fault_arm_delay();
     set_pdeathsig(death).map_err(|e| {
@@ -121,7 +116,7 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
         install(SignalKind::quit())?,
     ];
     if !parent_alive(parent) {
-        return Err(parent_died(parent));
+        return Err(kill_group(parent, Cause::ParentDied));
     }
     let mut child = tokio::process::Command::new(&args.command[0])
         .args(&args.command[1..])
@@ -141,18 +136,18 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
             }
             _ = death.recv() => {
                 if !parent_alive(parent) {
-                    return Err(parent_died(parent));
+                    return Err(kill_group(parent, Cause::ParentDied));
                 }
             }
             _ = poll.tick() => {
                 if !parent_alive(parent) {
-                    return Err(parent_died(parent));
+                    return Err(kill_group(parent, Cause::ParentDied));
                 }
                 if let Some(watch) = watch.as_mut()
                     && watch.left().is_some_and(|left| left <= kill_before)
                 {
                     watch.clean_up();
-                    return Err(deadline_reached(parent));
+                    return Err(kill_group(parent, Cause::DeadlineReached));
                 }
             }
             _ = a.recv() => {}

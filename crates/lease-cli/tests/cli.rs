@@ -736,6 +736,16 @@ fn group_alive(pgid: i32) -> bool {
         })
 }
 
+/// Waits up to 5 s for every process of group `pgid` to be gone; how long it took.
+fn wait_until_gone(pgid: i32, failure: &str) -> Duration {
+    let started = Instant::now();
+    while group_alive(pgid) {
+        assert!(started.elapsed() < Duration::from_secs(5), "{failure}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    started.elapsed()
+}
+
 /// Lines of `log` starting with `what`, as (fencing token, wall ns, rest).
 fn entries(log: &Path, what: &str) -> Vec<(u64, u128, String)> {
     std::fs::read_to_string(log)
@@ -816,15 +826,7 @@ fn killing_lease_kills_the_command_group(
             nix::sys::signal::kill(first_pid, nix::sys::signal::Signal::SIGSTOP).expect("stop");
         }
     }
-    let killed_at = Instant::now();
-    while group_alive(pgid) {
-        assert!(
-            killed_at.elapsed() < Duration::from_secs(5),
-            "the command group outlived lease"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let gone_after = killed_at.elapsed();
+    let gone_after = wait_until_gone(pgid, "the command group outlived lease");
     let (out, _) = finish(second, Duration::from_secs(40));
     assert_eq!(code(out.status), 0, "{}", stderr(&out));
     if fault == Fault::Stop {
@@ -994,19 +996,9 @@ fn nested_lease_runs_die_together() {
         std::thread::sleep(Duration::from_millis(10));
     };
     outer.kill().expect("kill -9 the outer lease");
-    let killed_at = Instant::now();
-    while group_alive(pgid) {
-        assert!(
-            killed_at.elapsed() < Duration::from_secs(5),
-            "the inner command outlived both leases"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let gone_after = wait_until_gone(pgid, "the inner command outlived both leases");
     let _ = outer.wait();
-    eprintln!(
-        "nested: inner command group gone {:?} after kill -9 of the outer lease",
-        killed_at.elapsed()
-    );
+    eprintln!("nested: inner command group gone {gone_after:?} after kill -9 of the outer lease");
 }
 
 /// `--foreground`: the command stays in lease's process group for the terminal, and is itself
