@@ -127,33 +127,41 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
     let kill_before = Duration::from_millis(args.kill_before_ms);
     // Also look at the parent on a timer, in case the signal went astray.
     let mut poll = tokio::time::interval(Duration::from_millis(args.poll_ms.max(1)));
+    // Fires exactly at the last deadline read minus `kill_before`, not at the next poll.
+    let kill_timer = tokio::time::sleep(Duration::MAX);
+    tokio::pin!(kill_timer);
     loop {
         let [a, b, c, d] = &mut ignored;
-        tokio::select! {
+        let due = tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(|e| Failure::internal(format!("waiting for the command: {e}")))?;
                 return Ok(crate::run::status_code(status));
             }
-            _ = death.recv() => {
-                if !parent_alive(parent) {
-                    return Err(kill_group(parent, Cause::ParentDied));
-                }
+            _ = death.recv() => false,
+            _ = poll.tick() => false,
+            () = &mut kill_timer => true,
+            _ = a.recv() => false,
+            _ = b.recv() => false,
+            _ = c.recv() => false,
+            _ = d.recv() => false,
+        };
+        if !parent_alive(parent) {
+            return Err(kill_group(parent, Cause::ParentDied));
+        }
+        if let Some(watch) = watch.as_mut()
+            && let Some(left) = watch.left()
+        {
+            if left <= kill_before {
+                watch.clean_up();
+                return Err(kill_group(parent, Cause::DeadlineReached));
             }
-            _ = poll.tick() => {
-                if !parent_alive(parent) {
-                    return Err(kill_group(parent, Cause::ParentDied));
-                }
-                if let Some(watch) = watch.as_mut()
-                    && watch.left().is_some_and(|left| left <= kill_before)
-                {
-                    watch.clean_up();
-                    return Err(kill_group(parent, Cause::DeadlineReached));
-                }
-            }
-            _ = a.recv() => {}
-            _ = b.recv() => {}
-            _ = c.recv() => {}
-            _ = d.recv() => {}
+            kill_timer
+                .as_mut()
+                .reset(tokio::time::Instant::now() + (left - kill_before));
+        } else if due {
+            kill_timer
+                .as_mut()
+                .reset(tokio::time::Instant::now() + Duration::from_secs(3600));
         }
     }
 }

@@ -5,8 +5,8 @@
 //! `lease run` writes the deadline as an absolute `CLOCK_MONOTONIC` time in nanoseconds (one clock
 //! for every process on the host) into a file of its own private directory (mode 0700), twice on
 //! one line so a torn read is recognised; it rewrites the file at every check, recreating it if
-//! something deleted it. The guard reads it at the same interval and keeps the last value it
-//! could read.
+//! something deleted it. The guard reads it at the same interval, keeps the last value it
+//! could read, and sets a timer for that deadline so it acts on time, not at its next read.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
