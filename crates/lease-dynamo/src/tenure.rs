@@ -49,21 +49,7 @@ impl DynamoLeases {
             let sent = inner.clock.monotonic();
             let now_ms = epoch_millis(inner.clock.now());
             let expires_ms = now_ms.saturating_add(millis(duration));
-            let ttl = self.ttl_at(expires_ms);
-            let update = match ttl {
-                Some(_) => "SET #expires = :expires, #expires_ms = :expires_ms, #ttl = :ttl",
-                None => "SET #expires = :expires, #expires_ms = :expires_ms REMOVE #ttl",
-            };
-            let values = vec![
-                (":token", s(token.as_str())),
-                (":fence", n(fencing.get())),
-                (":expires", n(seconds_up(expires_ms))),
-                (":expires_ms", n(expires_ms)),
-                (":now_ms", n(now_ms)),
-                (":ttl", n(ttl.unwrap_or(0))),
-            ];
-            let condition = format!("{TENURE} AND #expires_ms > :now_ms");
-            let request = self.conditional_update(key, &condition, update, values);
+            let request = self.renew_request(lease, now_ms, expires_ms);
             // Retries are capped by the lease being renewed: past its deadline it is lost anyway.
             let result = with_retries(
                 &inner.retry,
@@ -110,6 +96,31 @@ impl DynamoLeases {
         }
         .instrument(span)
         .await
+    }
+
+    /// The renewal request: `SET` the expiry (seconds and milliseconds) and TTL, if the item
+    /// holds `lease`'s tenure and it has not expired.
+    fn renew_request(
+        &self,
+        lease: &Lease,
+        now_ms: u64,
+        expires_ms: u64,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        let ttl = self.ttl_at(expires_ms);
+        let update = match ttl {
+            Some(_) => "SET #expires = :expires, #expires_ms = :expires_ms, #ttl = :ttl",
+            None => "SET #expires = :expires, #expires_ms = :expires_ms REMOVE #ttl",
+        };
+        let values = vec![
+            (":token", s(lease.token().as_str())),
+            (":fence", n(lease.fencing_token().get())),
+            (":expires", n(seconds_up(expires_ms))),
+            (":expires_ms", n(expires_ms)),
+            (":now_ms", n(now_ms)),
+            (":ttl", n(ttl.unwrap_or(0))),
+        ];
+        let condition = format!("{TENURE} AND #expires_ms > :now_ms");
+        self.conditional_update(lease.key(), &condition, update, values)
     }
 
     /// One conditional `UpdateItem` removing the holder of the tenure `(token, fencing)`. The
