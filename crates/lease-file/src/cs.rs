@@ -268,7 +268,11 @@ impl Cs {
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
                 loop {
-                    let (max, done) = scan_epochs(dir, prefix)?;
+                    let Epochs {
+                        max,
+                        done,
+                        next_done,
+                    } = scan_epochs(dir, prefix)?;
                     let may_take = match max {
                         None => true,
                         Some(_) if done => true,
@@ -286,30 +290,39 @@ impl Cs {
                         }
                     };
                     if may_take {
-                        let next = max.map_or(1, |m| m + 1);
+                        let next = next_epoch(dir, prefix, max)?;
                         let path = dir.join(format!("{prefix}{next}"));
                         match create_exclusive(&path, *mode, &epoch_content()) {
                             Ok(()) => {
+                                if next_done {
+                                    // Planted: nobody finishes an epoch before it exists. Left
+                                    // there, it would let others in while we are inside.
+                                    let _ = std::fs::remove_file(
+                                        dir.join(format!("{prefix}{next}.done")),
+                                    );
+                                }
                                 // A slow process may recreate an epoch number that was already
-                                // used and cleaned up: only the highest epoch is real.
-                                let (now_max, _) = scan_epochs(dir, prefix)?;
+                                // used and cleaned up: only the highest epoch is real. Then wait
+                                // and retry like any busy section (never a `continue` past the
+                                // timeout check below).
+                                let now_max = scan_epochs(dir, prefix)?.max;
                                 if now_max.is_some_and(|m| m > next) {
                                     let _ = std::fs::remove_file(&path);
-                                    continue;
-                                }
-                                if let Some(max) = max {
-                                    if !done {
-                                        tracing::warn!(path = %path.display(), "reclaimed a stale critical section");
+                                } else {
+                                    if let Some(max) = max {
+                                        if !done {
+                                            tracing::warn!(path = %path.display(), "reclaimed a stale critical section");
+                                        }
+                                        cleanup_epochs(dir, prefix, max);
                                     }
-                                    cleanup_epochs(dir, prefix, max);
+                                    return Ok(CsGuard::Files {
+                                        _guard: guard,
+                                        dir,
+                                        prefix,
+                                        mode: *mode,
+                                        epoch: next,
+                                    });
                                 }
-                                return Ok(CsGuard::Files {
-                                    _guard: guard,
-                                    dir,
-                                    prefix,
-                                    mode: *mode,
-                                    epoch: next,
-                                });
                             }
                             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                             Err(e) => return Err(io_error("create critical section", &path, e)),
@@ -333,7 +346,10 @@ impl CsGuard<'_> {
             Self::Kernel(_) => true,
             Self::Files {
                 dir, prefix, epoch, ..
-            } => std::fs::symlink_metadata(dir.join(format!("{prefix}{}", epoch + 1))).is_err(),
+            } => {
+                std::fs::symlink_metadata(dir.join(format!("{prefix}{}", epoch.saturating_add(1))))
+                    .is_err()
+            }
         }
     }
 }
@@ -402,30 +418,81 @@ fn epoch_writer_gone(dir: &Path, prefix: &str, epoch: u64) -> bool {
     }
 }
 
-/// The highest epoch and whether it is done.
-fn scan_epochs(dir: &Path, prefix: &str) -> Result<(Option<u64>, bool), FileLockError> {
+/// The highest epoch number the protocol uses. Epochs count critical sections from 1, one at a
+/// time, so no process reaches it (at a million critical sections a second it takes 290,000
+/// years); names above it were planted, and are ignored rather than added to.
+pub(crate) const MAX_EPOCH: u64 = i64::MAX as u64;
+
+/// The epoch number in a file name's tail: only the canonical decimal form this crate writes
+/// (no sign, no leading zero, no spaces, ASCII digits), from 1 to [`MAX_EPOCH`]. Anything else
+/// is not an epoch of ours: it is ignored, and never deleted.
+fn parse_epoch(digits: &str) -> Option<u64> {
+    if digits.is_empty()
+        || digits.len() > 19
+        || digits.starts_with('0')
+        || !digits.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    digits.parse::<u64>().ok().filter(|n| *n <= MAX_EPOCH)
+}
+
+/// The epoch after `max`, or a typed error when a planted file took the range's top.
+fn next_epoch(dir: &Path, prefix: &str, max: Option<u64>) -> Result<u64, FileLockError> {
+    match max {
+        None => Ok(1),
+        Some(max) if max < MAX_EPOCH => Ok(max + 1),
+        Some(max) => Err(FileLockError::Hostile {
+            path: dir.join(format!("{prefix}{max}")),
+            reason: format!(
+                "critical-section epoch {max} is the last one this protocol can number (no \
+                 process counts that far: the file was planted); remove the {prefix}* files \
+                 while no process uses the lock"
+            ),
+        }),
+    }
+}
+
+/// What a scan of the epoch files found.
+struct Epochs {
+    /// The highest epoch.
+    max: Option<u64>,
+    /// `<prefix><max>.done` exists: a done file of any other number says nothing about the
+    /// highest epoch.
+    done: bool,
+    /// A done file for the epoch after the highest exists: planted (or a scan racing the next
+    /// epoch's whole life), and removed by whoever creates that epoch.
+    next_done: bool,
+}
+
+fn scan_epochs(dir: &Path, prefix: &str) -> Result<Epochs, FileLockError> {
     let mut max: Option<u64> = None;
-    let mut done_max: Option<u64> = None;
+    let mut done = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| io_error("read directory", dir, e))?;
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
             continue;
         };
-        let (digits, done) = match rest.strip_suffix(".done") {
+        let (digits, is_done) = match rest.strip_suffix(".done") {
             Some(d) => (d, true),
             None => (rest, false),
         };
-        let Ok(n) = digits.parse::<u64>() else {
+        let Some(n) = parse_epoch(digits) else {
             continue;
         };
-        if done {
-            done_max = done_max.max(Some(n));
+        if is_done {
+            done.push(n);
         } else {
             max = max.max(Some(n));
         }
     }
-    Ok((max, max.is_some() && done_max >= max))
+    let next = max.map_or(Some(1), |m| m.checked_add(1));
+    Ok(Epochs {
+        max,
+        done: max.is_some_and(|m| done.contains(&m)),
+        next_done: next.is_some_and(|n| done.contains(&n)),
+    })
 }
 
 fn cleanup_epochs(dir: &Path, prefix: &str, below: u64) {
@@ -438,8 +505,38 @@ fn cleanup_epochs(dir: &Path, prefix: &str, below: u64) {
             continue;
         };
         let digits = rest.strip_suffix(".done").unwrap_or(rest);
-        if digits.parse::<u64>().is_ok_and(|n| n < below) {
+        if parse_epoch(digits).is_some_and(|n| n < below) {
             let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_canonical_epochs_in_range_parse() {
+        assert_eq!(parse_epoch("1"), Some(1));
+        assert_eq!(parse_epoch("42"), Some(42));
+        assert_eq!(parse_epoch(&MAX_EPOCH.to_string()), Some(MAX_EPOCH));
+        for bad in [
+            "",
+            "0",
+            "007",
+            "+7",
+            "-1",
+            " 1",
+            "1 ",
+            "0x10",
+            "1e3",
+            "١",
+            "9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551616",
+            "99999999999999999999999",
+        ] {
+            assert_eq!(parse_epoch(bad), None, "{bad:?}");
         }
     }
 }

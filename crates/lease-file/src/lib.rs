@@ -98,6 +98,15 @@
 //! * Symlinks are never followed (`O_NOFOLLOW` on every open), only regular files are read or
 //!   locked (`fstat` check; FIFOs cannot block the open thanks to `O_NONBLOCK`), records are read
 //!   up to [`MAX_RECORD_BYTES`], created files get exactly the configured mode.
+//! * Planted files of any name, size or number give a typed error or are ignored, never a panic
+//!   or a spin. A directory, symbolic link, FIFO or oversized file at `P` or a companion path is
+//!   [`FileLockError::Hostile`]; a garbage record counts as held (see above). Epoch files count
+//!   only under the canonical decimal names this crate writes, `P.cs.1` to `P.cs.<2^63-1>`:
+//!   other names (`P.cs.007`, `P.cs.+7`, `P.cs.18446744073709551615`) are ignored and never
+//!   deleted; a done marker counts only for the highest epoch, and one planted for the next
+//!   epoch is removed by whoever creates that epoch; a planted epoch at the very top of the
+//!   range is refused as [`FileLockError::Hostile`] naming it. A stuck epoch makes
+//!   [`FileLock::acquire_timeout`] give up at its timeout, not at the stale threshold.
 //! * Deleting `P` by hand restarts the fencing generation; deleting the companions is harmless
 //!   (a replaced critical-section file is detected and reopened).
 //! * Every process sharing a path must run the same protocol: a lock refuses a held record

@@ -547,14 +547,17 @@ impl FileLock {
 
     /// Acquires, retrying every `retry_delay` until `timeout`. A hung holder is taken over once
     /// its heartbeat has been unchanged for the stale threshold, so pass a timeout above it to
-    /// wait that out.
+    /// wait that out. No attempt waits for a busy critical section past the timeout.
     ///
     /// # Errors
-    /// [`FileLockError::Timeout`] naming the last holder seen (pid, host, since).
+    /// [`FileLockError::Timeout`] naming the last holder seen (pid, host, since); the last
+    /// transient error when the critical section itself stayed busy until the timeout; other
+    /// errors at once.
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<FencingToken, FileLockError> {
         let start = Instant::now();
         loop {
-            match self.try_acquire() {
+            let remaining = timeout.saturating_sub(start.elapsed());
+            match self.try_acquire_within(self.shared.options.stale_threshold.min(remaining)) {
                 Err(FileLockError::Held { holder, .. }) => {
                     let waited = start.elapsed();
                     if waited >= timeout {
@@ -573,7 +576,8 @@ impl FileLock {
                     std::thread::sleep(delay);
                 }
                 Err(e) if e.is_transient() && start.elapsed() < timeout => {
-                    std::thread::sleep(self.shared.options.retry_delay);
+                    let remaining = timeout.saturating_sub(start.elapsed());
+                    std::thread::sleep(self.shared.options.retry_delay.min(remaining));
                 }
                 other => return other,
             }
@@ -586,6 +590,11 @@ impl FileLock {
     /// [`FileLockError::Held`] when a live owner holds it; [`FileLockError::AlreadyHeld`] when
     /// this lock does; I/O errors and hostile files.
     pub fn try_acquire(&self) -> Result<FencingToken, FileLockError> {
+        self.try_acquire_within(self.shared.options.stale_threshold)
+    }
+
+    /// One attempt, waiting at most `cs_wait` for the critical section.
+    fn try_acquire_within(&self, cs_wait: Duration) -> Result<FencingToken, FileLockError> {
         let shared = &self.shared;
         let span = tracing::debug_span!("file_lock_acquire", path = %shared.path.display());
         let _enter = span.enter();
@@ -603,7 +612,7 @@ impl FileLock {
             }
         }
         let opts = &shared.options;
-        let cs = shared.cs.enter(opts.stale_threshold)?;
+        let cs = shared.cs.enter(cs_wait)?;
         if lock(&shared.state).tenure.is_some() {
             // Another thread acquired through this same lock meanwhile.
             return Err(FileLockError::AlreadyHeld {

@@ -1,0 +1,330 @@
+//! Hostile input placed on purpose: planted epoch, record and companion files of any name, size
+//! or number; extreme option values; temporary files of a lock whose name extends another's.
+//!
+//! Every test here failed (panicked, spun or deleted another lock's files) before the fixes of
+//! issue 9; each says what happened.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use lease_core::{LeaseBackendExt, LeaseKey};
+use lease_file::{
+    DirectoryStore, FileLock, FileLockOptions, LockMode, ModePreference, key_file_name,
+};
+
+fn fast() -> FileLockOptions {
+    FileLockOptions::default()
+        .with_heartbeat_interval(Duration::from_millis(20))
+        .with_stale_threshold(Duration::from_millis(300))
+        .with_invalid_record_stale(Duration::from_millis(300))
+        .with_retry_delay(Duration::from_millis(10))
+}
+
+fn heartbeat_only() -> FileLockOptions {
+    fast().with_mode(ModePreference::HeartbeatOnly)
+}
+
+/// Runs `f` on a thread and fails if it neither returns nor panics within `limit`: a spinning
+/// loop fails the test instead of hanging it.
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(value) => value,
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            // The closure panicked: re-raise its panic here.
+            match handle.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => unreachable!("the closure returned without sending"),
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("still running after {limit:?}: spinning or ignoring its timeout")
+        }
+    }
+}
+
+fn epoch_files(dir: &Path, name: &str) -> Vec<String> {
+    let prefix = format!("{name}.cs.");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+/// An epoch file as a live process on another host would leave it: nothing proves it dead.
+fn plant_stuck_epoch(dir: &Path, name: &str, epoch: u64) {
+    let record = serde_json::json!({
+        "version": 1, "pid": 1, "host": "elsewhere", "generation": 0,
+    });
+    std::fs::write(dir.join(format!("{name}.cs.{epoch}")), record.to_string()).unwrap();
+}
+
+/// Item 7. Before: `P.cs.18446744073709551615` made the next epoch `u64::MAX + 1`, which panicked
+/// with "attempt to add with overflow" in debug builds; in release it wrapped to `P.cs.0`, the
+/// re-scan saw a higher epoch, deleted it and `continue`d past the timeout check: 100 % CPU
+/// forever, `acquire_timeout` never returned. Now epoch names beyond the protocol's range, and
+/// names that are not canonical decimal numbers, are ignored.
+#[test]
+fn planted_epoch_files_with_extreme_or_garbage_names_are_ignored() {
+    let planted = [
+        "18446744073709551615",
+        "18446744073709551614",
+        "18446744073709551616",
+        "99999999999999999999999999999999999999",
+        "9223372036854775808",
+        "+7",
+        "007",
+        "-1",
+        "0x10",
+        "",
+        "1 ",
+        "١٢",
+        "5.done.done",
+        "5.tmp",
+        "18446744073709551615.done.x",
+    ];
+    for name in planted {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.lease");
+        std::fs::write(dir.path().join(format!("a.lease.cs.{name}")), b"planted").unwrap();
+        let lock = FileLock::with_options(&path, heartbeat_only()).unwrap();
+        assert_eq!(lock.mode(), LockMode::HeartbeatOnly);
+        let lock = within(Duration::from_secs(5), move || {
+            let first = lock.acquire_timeout(Duration::from_secs(2));
+            (lock, first)
+        });
+        let (lock, first) = lock;
+        let first = first.unwrap_or_else(|e| panic!("planted {name:?}: {e}"));
+        // Mutual exclusion still works, and the next tenure's generation is greater.
+        let other = FileLock::with_options(&path, heartbeat_only()).unwrap();
+        assert!(other.try_acquire().unwrap_err().is_held(), "{name:?}");
+        lock.release().unwrap();
+        assert!(other.try_acquire().unwrap() > first, "{name:?}");
+        other.release().unwrap();
+        // The planted file is left alone: it is not ours.
+        assert!(
+            dir.path().join(format!("a.lease.cs.{name}")).exists(),
+            "{name:?} was deleted"
+        );
+    }
+}
+
+/// Item 7. Before: a planted `P.cs.18446744073709551615.done` made every epoch look done
+/// (`done_max >= max`), so a process entered a critical section another process was still
+/// inside, at once. Now only `P.cs.<n>.done` for the highest epoch `n` itself counts.
+#[test]
+fn a_planted_done_file_with_a_huge_number_does_not_open_a_busy_critical_section() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let lock = FileLock::with_options(&path, heartbeat_only()).unwrap();
+    lock.acquire().unwrap();
+    lock.release().unwrap();
+    std::fs::write(dir.path().join("a.lease.cs.18446744073709551615.done"), b"").unwrap();
+    std::fs::write(dir.path().join("a.lease.cs.999.done"), b"").unwrap();
+    plant_stuck_epoch(dir.path(), "a.lease", 5);
+    let start = Instant::now();
+    let lock = within(Duration::from_secs(5), move || {
+        let got = lock.try_acquire();
+        (lock, got)
+    });
+    lock.1.unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300),
+        "entered a busy critical section after {waited:?}"
+    );
+}
+
+/// Item 7. The top of the epoch range cannot be used: a planted epoch there gives a typed error
+/// (no panic, no spin) naming the file, at once.
+#[test]
+fn a_planted_epoch_at_the_top_of_the_range_gives_a_typed_error() {
+    for top in [i64::MAX as u64, i64::MAX as u64 - 1] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.lease");
+        std::fs::write(dir.path().join(format!("a.lease.cs.{top}")), b"").unwrap();
+        std::fs::write(dir.path().join(format!("a.lease.cs.{top}.done")), b"").unwrap();
+        let lock = FileLock::with_options(&path, heartbeat_only()).unwrap();
+        let start = Instant::now();
+        let got = within(Duration::from_secs(5), move || {
+            lock.acquire_timeout(Duration::from_secs(2))
+        });
+        if top == i64::MAX as u64 {
+            let err = got.unwrap_err();
+            assert!(err.is_hostile(), "{err}");
+            assert!(err.to_string().contains(&top.to_string()), "{err}");
+            assert!(
+                start.elapsed() < Duration::from_secs(1),
+                "{:?}",
+                start.elapsed()
+            );
+        } else {
+            // One epoch left: this critical section uses it, the next one is refused.
+            got.unwrap();
+        }
+    }
+}
+
+/// Item 7. Many planted files (garbage names, done files, stale epochs, a directory where an
+/// epoch goes, a huge epoch file) are scanned, ignored or reclaimed: the lock works, and
+/// `acquire_timeout` returns within its timeout.
+#[test]
+fn many_and_odd_planted_epoch_files_are_survived() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    for i in 0..500u64 {
+        std::fs::write(dir.path().join(format!("a.lease.cs.x{i}")), b"").unwrap();
+        std::fs::write(dir.path().join(format!("a.lease.cs.{}.done", i * 7)), b"").unwrap();
+    }
+    // A directory and a huge file as epochs nobody finished: stuck until the stale threshold.
+    std::fs::create_dir(dir.path().join("a.lease.cs.40")).unwrap();
+    std::fs::write(dir.path().join("a.lease.cs.41"), vec![b'x'; 1 << 20]).unwrap();
+    let lock = FileLock::with_options(&path, heartbeat_only()).unwrap();
+    let (lock, got) = within(Duration::from_secs(10), move || {
+        let got = lock.acquire_timeout(Duration::from_secs(3));
+        (lock, got)
+    });
+    got.unwrap();
+    lock.release().unwrap();
+    assert!(epoch_files(dir.path(), "a.lease").len() < 2000);
+}
+
+/// Item 7. `acquire_timeout` honours its timeout when the critical section is stuck (a planted
+/// epoch nobody can prove dead) and the stale threshold is longer than the timeout. Before, each
+/// attempt waited for the whole stale threshold (here 3 s) whatever the timeout.
+#[test]
+fn acquire_timeout_is_honoured_while_the_critical_section_is_stuck() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    plant_stuck_epoch(dir.path(), "a.lease", 3);
+    let options = heartbeat_only()
+        .with_heartbeat_interval(Duration::from_millis(200))
+        .with_stale_threshold(Duration::from_secs(3));
+    let lock = FileLock::with_options(&path, options).unwrap();
+    let start = Instant::now();
+    let got = within(Duration::from_secs(10), move || {
+        lock.acquire_timeout(Duration::from_millis(300))
+    });
+    let waited = start.elapsed();
+    let err = got.unwrap_err();
+    assert!(err.is_timeout() || err.is_transient(), "{err}");
+    assert!(waited < Duration::from_millis(1000), "waited {waited:?}");
+}
+
+fn plant_hostile(at: &Path, what: &str, target: &Path) {
+    match what {
+        "huge" => std::fs::write(at, vec![b' '; 4 << 20]).unwrap(),
+        "garbage" => std::fs::write(at, b"\x00\xff{\"version\":1,").unwrap(),
+        "directory" => std::fs::create_dir(at).unwrap(),
+        "symlink" => std::os::unix::fs::symlink(target, at).unwrap(),
+        "fifo" => {
+            nix::unistd::mkfifo(at, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        }
+        other => unreachable!("{other}"),
+    }
+}
+
+/// Item 7. A planted huge, garbage, directory, symlink or FIFO at the record path or a companion
+/// path, in both modes: a typed error (hostile, or held by an unparseable record), never a panic
+/// or a hang, and the symlink's target is never touched.
+#[test]
+fn planted_records_and_companions_give_typed_errors_in_both_modes() {
+    for mode in [ModePreference::Kernel, ModePreference::HeartbeatOnly] {
+        for suffix in ["", ".lock", ".owner"] {
+            if mode == ModePreference::HeartbeatOnly && !suffix.is_empty() {
+                continue; // heartbeat-only mode has no companions but the epochs (above)
+            }
+            for what in ["huge", "garbage", "directory", "symlink", "fifo"] {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("a.lease");
+                let target = dir.path().join("precious");
+                std::fs::write(&target, b"do not touch").unwrap();
+                let at = PathBuf::from(format!("{}{suffix}", path.display()));
+                plant_hostile(&at, what, &target);
+                let options = fast().with_mode(mode);
+                let result = within(Duration::from_secs(5), move || {
+                    FileLock::with_options(&path, options).and_then(|lock| {
+                        let got = lock.try_acquire();
+                        // The record and the companions exist for a holder: release then.
+                        if got.is_ok() {
+                            lock.release()?;
+                        }
+                        got
+                    })
+                });
+                let context = format!("{mode:?} {what} at P{suffix}");
+                match (what, suffix, result) {
+                    // Garbage in a companion is harmless: companions are never read.
+                    ("huge" | "garbage", ".lock" | ".owner", Ok(_)) => {}
+                    ("garbage", "", Err(e)) => {
+                        assert!(e.is_held(), "{context}: {e}");
+                        assert!(e.to_string().contains("unparseable"), "{context}: {e}");
+                    }
+                    (_, _, Err(e)) => assert!(e.is_hostile(), "{context}: {e}"),
+                    (_, _, Ok(_)) => panic!("{context}: acquired"),
+                }
+                assert_eq!(
+                    std::fs::read(&target).unwrap(),
+                    b"do not touch",
+                    "{context}"
+                );
+            }
+        }
+    }
+}
+
+/// Item 7, the store: planted epoch files with extreme numbers are ignored there too.
+#[test]
+fn the_store_ignores_planted_extreme_epochs() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = LeaseKey::new("jobs").unwrap();
+    let name = key_file_name(&key).unwrap();
+    for planted in ["18446744073709551615", "18446744073709551615.done", "+3"] {
+        std::fs::write(dir.path().join(format!("{name}.cs.{planted}")), b"").unwrap();
+    }
+    let store = DirectoryStore::open_with_mode(dir.path(), ModePreference::HeartbeatOnly).unwrap();
+    let lease = within(Duration::from_secs(10), move || {
+        lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).map(|l| (store, l))
+    });
+    let (store, lease) = lease.unwrap();
+    lease_core::block_on(store.release_lease(&lease)).unwrap();
+}
+
+/// Item 7. Before: a planted `P.cs.<n>.done` for an epoch not yet reached made epoch `n` look
+/// finished from the moment its owner created it, so any other process could enter while the
+/// owner was still inside (and the owner's own done marker then failed, leaving the planted
+/// file). Now the creator of epoch `n` removes a done file that predates it.
+#[test]
+fn a_planted_done_file_for_a_future_epoch_is_removed_by_the_epochs_creator() {
+    for (planted, next) in [(None, 1), (Some(4), 5)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.lease");
+        if let Some(epoch) = planted {
+            plant_stuck_epoch(dir.path(), "a.lease", epoch);
+            std::fs::write(dir.path().join(format!("a.lease.cs.{epoch}.done")), b"").unwrap();
+        }
+        let future = dir.path().join(format!("a.lease.cs.{next}.done"));
+        std::fs::write(&future, b"planted").unwrap();
+        // Heartbeats far apart: the acquisition is the only critical section meanwhile.
+        let options = heartbeat_only()
+            .with_heartbeat_interval(Duration::from_secs(1))
+            .with_stale_threshold(Duration::from_secs(3));
+        let lock = FileLock::with_options(&path, options).unwrap();
+        lock.acquire().unwrap();
+        assert!(
+            dir.path().join(format!("a.lease.cs.{next}")).exists(),
+            "the acquisition used epoch {next}"
+        );
+        // Its owner's own (empty) done marker, not the planted one.
+        assert_eq!(std::fs::read(&future).unwrap(), b"", "epoch {next}");
+        lock.release().unwrap();
+    }
+}
