@@ -107,6 +107,12 @@
 //!   epoch is removed by whoever creates that epoch; a planted epoch at the very top of the
 //!   range is refused as [`FileLockError::Hostile`] naming it. A stuck epoch makes
 //!   [`FileLock::acquire_timeout`] give up at its timeout, not at the stale threshold.
+//! * No option value panics. Every duration option of [`FileLockOptions`] beyond
+//!   [`MAX_LEASE_DURATION`](lease_core::MAX_LEASE_DURATION), a zero heartbeat interval or stale
+//!   threshold, is refused by [`FileLock::with_options`] as [`FileLockError::InvalidOption`]
+//!   naming the option; a [`DirectoryStore`] safety margin that leaves nothing of a lease to
+//!   trust, or an injected clock so late that the lease's end cannot be represented, fails the
+//!   operation with lease-core's `InvalidInput` naming `safety_margin` or `clock`.
 //! * Deleting `P` by hand restarts the fencing generation; deleting the companions is harmless
 //!   (a replaced critical-section file is detected and reopened).
 //! * Every process sharing a path must run the same protocol: a lock refuses a held record

@@ -97,12 +97,14 @@ impl FileLockOptions {
         self.acquire_retries = retries;
         self
     }
-    /// Delay between acquire retries (Go: `AcquireRetryDelay`).
+    /// Delay between acquire retries (Go: `AcquireRetryDelay`). Zero retries at once; more than
+    /// [`MAX_LEASE_DURATION`](lease_core::MAX_LEASE_DURATION) is refused by
+    /// [`FileLock::with_options`] as [`FileLockError::InvalidOption`], as for every duration here.
     pub fn with_retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
         self
     }
-    /// How long an unparseable record counts as held before it is reclaimed.
+    /// How long an unparseable record counts as held before it is reclaimed (zero: at once).
     pub fn with_invalid_record_stale(mut self, threshold: Duration) -> Self {
         self.invalid_record_stale = threshold;
         self
@@ -123,12 +125,13 @@ impl FileLockOptions {
         self.liveness = Some(Arc::new(alive));
         self
     }
-    /// How often the holder heartbeats (default 250 ms).
+    /// How often the holder heartbeats (default 250 ms; above zero).
     pub fn with_heartbeat_interval(mut self, interval: Duration) -> Self {
         self.heartbeat_interval = interval;
         self
     }
-    /// How long a heartbeat may stay unchanged before contenders call the lease stale (3 s).
+    /// How long a heartbeat may stay unchanged before contenders call the lease stale (3 s; at
+    /// least twice the heartbeat interval).
     pub fn with_stale_threshold(mut self, threshold: Duration) -> Self {
         self.stale_threshold = threshold;
         self
@@ -183,14 +186,36 @@ impl FileLockOptions {
         self.stale_threshold
     }
 
+    /// Every `Duration` option at most [`MAX_LEASE_DURATION`](lease_core::MAX_LEASE_DURATION)
+    /// (so no `Instant + Duration` can overflow), the heartbeat interval and stale threshold
+    /// above zero, the stale threshold at least twice the heartbeat interval.
     fn validate(&self) -> Result<(), FileLockError> {
-        if self.heartbeat_interval.is_zero() {
-            return Err(FileLockError::InvalidOption {
-                option: "heartbeat_interval",
-                reason: "must be greater than zero".into(),
-            });
+        let max = lease_core::MAX_LEASE_DURATION;
+        for (option, value) in [
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("stale_threshold", self.stale_threshold),
+            ("retry_delay", self.retry_delay),
+            ("invalid_record_stale", self.invalid_record_stale),
+        ] {
+            if value > max {
+                return Err(FileLockError::InvalidOption {
+                    option,
+                    reason: format!("{value:?} is longer than the maximum {max:?} (30 days)"),
+                });
+            }
         }
-        if self.stale_threshold < self.heartbeat_interval * 2 {
+        for (option, value) in [
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("stale_threshold", self.stale_threshold),
+        ] {
+            if value.is_zero() {
+                return Err(FileLockError::InvalidOption {
+                    option,
+                    reason: "must be greater than zero".into(),
+                });
+            }
+        }
+        if self.stale_threshold < self.heartbeat_interval.saturating_mul(2) {
             return Err(FileLockError::InvalidOption {
                 option: "stale_threshold",
                 reason: format!(
@@ -413,8 +438,10 @@ impl FileLock {
     /// A lock for `path` with `options` (Go: `NewWithOptions`).
     ///
     /// # Errors
-    /// As [`new`](Self::new), plus invalid options, plus [`FileLockError::Unsupported`] when
-    /// kernel locks are demanded and do not work.
+    /// As [`new`](Self::new), plus [`FileLockError::InvalidOption`] naming the option (a
+    /// duration beyond [`MAX_LEASE_DURATION`](lease_core::MAX_LEASE_DURATION), a zero heartbeat
+    /// interval or stale threshold, a stale threshold under twice the heartbeat interval), plus
+    /// [`FileLockError::Unsupported`] when kernel locks are demanded and do not work.
     pub fn with_options(
         path: impl Into<PathBuf>,
         options: FileLockOptions,

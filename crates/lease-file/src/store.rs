@@ -168,7 +168,9 @@ impl DirectoryStore {
         self.update(|i| i.tokens = tokens)
     }
 
-    /// Overrides [`default_safety_margin`].
+    /// Overrides [`default_safety_margin`]. Zero trusts the whole lease; a margin as long as a
+    /// lease or longer (such as `Duration::MAX`) makes acquiring or renewing it fail with
+    /// [`LeaseError::InvalidInput`] naming `safety_margin`, writing nothing.
     pub fn with_safety_margin(self, margin: Duration) -> Self {
         self.update(|i| i.safety_margin = Some(margin))
     }
@@ -195,10 +197,35 @@ impl DirectoryStore {
         self.inner.mode
     }
 
-    fn margin(&self, duration: Duration) -> Duration {
-        self.inner
+    /// The safety margin for a lease of `duration`: it must leave some of the lease to trust.
+    fn margin(&self, duration: Duration) -> Result<Duration, LeaseError> {
+        let margin = self
+            .inner
             .safety_margin
-            .unwrap_or_else(|| default_safety_margin(duration))
+            .unwrap_or_else(|| default_safety_margin(duration));
+        if margin >= duration {
+            return Err(LeaseError::invalid(
+                "safety_margin",
+                format!(
+                    "{margin:?} leaves nothing of a {duration:?} lease to trust; it must be \
+                     shorter than the lease"
+                ),
+            ));
+        }
+        Ok(margin)
+    }
+
+    /// `now + duration`, or an error naming the clock when that is past what [`SystemTime`] can
+    /// hold (an injected clock at the end of time).
+    fn expiry(now: SystemTime, duration: Duration) -> Result<SystemTime, LeaseError> {
+        now.checked_add(duration).ok_or_else(|| {
+            LeaseError::invalid(
+                "clock",
+                format!(
+                    "the clock reads {now:?}: a lease of {duration:?} from then has no end time"
+                ),
+            )
+        })
     }
 
     fn cs_for(&self, path: &Path, name: &str) -> Arc<Cs> {
@@ -285,9 +312,11 @@ impl DirectoryStore {
         options: &AcquireOptions,
     ) -> Result<Lease, LeaseError> {
         validate_duration(duration)?;
+        let margin = self.margin(duration)?;
         let sent = self.inner.clock.monotonic();
         self.with_record(key, |path, current| {
             let now = self.inner.clock.now();
+            let expires_at = Self::expiry(now, duration)?;
             let previous = match current {
                 Read::Missing => 0,
                 Read::Valid(r) => {
@@ -305,7 +334,6 @@ impl DirectoryStore {
                 .token()
                 .cloned()
                 .unwrap_or_else(|| self.inner.tokens.next_token());
-            let expires_at = now + duration;
             let record = self.record(
                 key,
                 Some(&token),
@@ -322,17 +350,19 @@ impl DirectoryStore {
                 FencingToken::new(generation),
                 duration,
                 expires_at,
-                holder_deadline(sent, duration, self.margin(duration)),
+                holder_deadline(sent, duration, margin),
             ))
         })
     }
 
     fn renew_now(&self, lease: &Lease, duration: Duration) -> Result<Lease, LeaseError> {
         validate_duration(duration)?;
+        let margin = self.margin(duration)?;
         let sent = self.inner.clock.monotonic();
         let key = lease.key();
         self.with_record(key, |path, current| {
             let now = self.inner.clock.now();
+            let expires_at = Self::expiry(now, duration)?;
             let mut record = match current {
                 Read::Valid(r) => *r,
                 Read::Missing => {
@@ -356,7 +386,6 @@ impl DirectoryStore {
                 }
                 Some(_) => {}
             }
-            let expires_at = now + duration;
             record.expires_at_ns = ns(expires_at);
             record.written_at_ns = ns(now);
             record.heartbeat = record.heartbeat.saturating_add(1);
@@ -368,7 +397,7 @@ impl DirectoryStore {
                 lease.fencing_token(),
                 duration,
                 expires_at,
-                holder_deadline(sent, duration, self.margin(duration)),
+                holder_deadline(sent, duration, margin),
             ))
         })
     }

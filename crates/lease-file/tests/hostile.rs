@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use lease_core::{LeaseBackendExt, LeaseKey};
+use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
 use lease_file::{
-    DirectoryStore, FileLock, FileLockOptions, LockMode, ModePreference, key_file_name,
+    DirectoryStore, FileLock, FileLockError, FileLockOptions, LockMode, ModePreference,
+    key_file_name,
 };
 
 fn fast() -> FileLockOptions {
@@ -327,4 +328,154 @@ fn a_planted_done_file_for_a_future_epoch_is_removed_by_the_epochs_creator() {
         assert_eq!(std::fs::read(&future).unwrap(), b"", "epoch {next}");
         lock.release().unwrap();
     }
+}
+
+fn invalid_option(result: Result<FileLock, FileLockError>, option: &str) {
+    match result {
+        Err(FileLockError::InvalidOption { option: named, .. }) => {
+            assert_eq!(named, option);
+        }
+        Err(other) => panic!("{option}: {other}"),
+        Ok(_) => panic!("{option}: accepted"),
+    }
+}
+
+/// Item 8. Before: `with_heartbeat_interval(Duration::MAX)` panicked in option validation
+/// ("overflow when multiplying duration by scalar"); `with_stale_threshold(Duration::MAX)`
+/// panicked on the first acquire ("overflow when adding duration to instant"); a huge retry
+/// delay slept that long after a transient error. Now every `Duration` option beyond
+/// `lease_core::MAX_LEASE_DURATION` is `InvalidOption` naming it, and so is zero where it means
+/// nothing (heartbeat interval, stale threshold).
+#[test]
+fn extreme_lock_options_are_invalid_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let open = |options: FileLockOptions| {
+        let path = path.clone();
+        within(Duration::from_secs(5), move || {
+            let lock = FileLock::with_options(&path, options)?;
+            // Acquire, so a bad value reaches the arithmetic it feeds.
+            lock.acquire()?;
+            lock.release()?;
+            Ok(lock)
+        })
+    };
+    for extreme in [
+        Duration::MAX,
+        Duration::from_secs(u64::MAX),
+        Duration::from_secs(1 << 40),
+    ] {
+        invalid_option(
+            open(FileLockOptions::default().with_heartbeat_interval(extreme)),
+            "heartbeat_interval",
+        );
+        invalid_option(
+            open(FileLockOptions::default().with_stale_threshold(extreme)),
+            "stale_threshold",
+        );
+        invalid_option(
+            open(FileLockOptions::default().with_retry_delay(extreme)),
+            "retry_delay",
+        );
+        invalid_option(
+            open(FileLockOptions::default().with_invalid_record_stale(extreme)),
+            "invalid_record_stale",
+        );
+    }
+    invalid_option(
+        open(FileLockOptions::default().with_heartbeat_interval(Duration::ZERO)),
+        "heartbeat_interval",
+    );
+    invalid_option(
+        open(
+            FileLockOptions::default()
+                .with_heartbeat_interval(Duration::from_millis(1))
+                .with_stale_threshold(Duration::ZERO),
+        ),
+        "stale_threshold",
+    );
+    // Zero means something for these two: retry at once; reclaim an unparseable record at once.
+    open(fast().with_retry_delay(Duration::ZERO)).unwrap();
+    std::fs::write(&path, b"garbage").unwrap();
+    open(fast().with_invalid_record_stale(Duration::ZERO)).unwrap();
+    // The largest accepted values work (no overflow anywhere on the way).
+    let max = lease_core::MAX_LEASE_DURATION;
+    open(
+        FileLockOptions::default()
+            .with_heartbeat_interval(max / 2)
+            .with_stale_threshold(max)
+            .with_retry_delay(max)
+            .with_invalid_record_stale(max),
+    )
+    .unwrap();
+    // acquire_timeout takes any timeout.
+    let lock = FileLock::with_options(&path, fast()).unwrap();
+    lock.acquire_timeout(Duration::MAX).unwrap();
+    let other = FileLock::with_options(&path, fast()).unwrap();
+    assert!(
+        other
+            .acquire_timeout(Duration::ZERO)
+            .unwrap_err()
+            .is_timeout()
+    );
+}
+
+/// Item 8, the store. Before: `with_safety_margin(Duration::MAX)` was accepted and every lease
+/// came back with a deadline already passed; a clock far in the future panicked on
+/// `SystemTime + Duration`. Now a margin that leaves nothing of the lease to trust is
+/// `LeaseError::InvalidInput` naming `safety_margin`, and nothing is written.
+#[test]
+fn extreme_store_options_are_invalid_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = LeaseKey::new("jobs").unwrap();
+    let duration = Duration::from_secs(5);
+    for margin in [Duration::MAX, duration, Duration::from_secs(1 << 40)] {
+        let store = DirectoryStore::open(dir.path())
+            .unwrap()
+            .with_safety_margin(margin);
+        let err = lease_core::block_on(store.acquire(&key, duration)).unwrap_err();
+        assert!(err.is_invalid_input(), "{margin:?}: {err}");
+        assert!(err.to_string().contains("safety_margin"), "{err}");
+        assert!(lease_core::block_on(store.inspect(&key)).unwrap().is_none());
+    }
+    // Zero: trust the whole lease.
+    let store = DirectoryStore::open(dir.path())
+        .unwrap()
+        .with_safety_margin(Duration::ZERO);
+    let lease = lease_core::block_on(store.acquire(&key, duration)).unwrap();
+    // Renewing with a margin that eats the lease is refused too.
+    let eager = store.clone().with_safety_margin(Duration::MAX);
+    let err = lease_core::block_on(eager.renew(&lease, duration)).unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    lease_core::block_on(store.release_lease(&lease)).unwrap();
+}
+
+/// Item 8, the store: a clock at the end of time gives an error, not a panic.
+#[test]
+fn a_clock_at_the_end_of_time_is_an_error_not_a_panic() {
+    #[derive(Debug)]
+    struct EndOfTime;
+    impl lease_core::Clock for EndOfTime {
+        fn now(&self) -> std::time::SystemTime {
+            // The last representable instant: any `now + duration` overflows.
+            std::time::SystemTime::UNIX_EPOCH + Duration::new(i64::MAX as u64, 999_999_999)
+        }
+        fn monotonic(&self) -> Instant {
+            Instant::now()
+        }
+        fn sleep(&self, duration: Duration) -> lease_core::BoxFuture<'static, ()> {
+            lease_core::SystemClock.sleep(duration)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let key = LeaseKey::new("jobs").unwrap();
+    let store = DirectoryStore::open(dir.path())
+        .unwrap()
+        .with_clock(std::sync::Arc::new(EndOfTime));
+    let err = within(Duration::from_secs(5), move || {
+        lease_core::block_on(store.acquire(&key, Duration::from_secs(5)))
+    })
+    .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(err.to_string().contains("clock"), "{err}");
 }
