@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{self, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -390,6 +390,8 @@ fn busy(path: &Path, wait: Duration) -> FileLockError {
     }
 }
 
+/// Creates `path` with `O_EXCL|O_NOFOLLOW`, gives it exactly `mode` (`fchmod`: the umask does
+/// not apply) and writes `bytes`. A failure after the create removes the file again.
 fn create_exclusive(path: &Path, mode: u32, bytes: &[u8]) -> io::Result<()> {
     let mut file = OpenOptions::new()
         .write(true)
@@ -397,7 +399,13 @@ fn create_exclusive(path: &Path, mode: u32, bytes: &[u8]) -> io::Result<()> {
         .mode(mode)
         .custom_flags(OFlag::O_NOFOLLOW.bits())
         .open(path)?;
-    file.write_all(bytes)
+    let written = file
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .and_then(|()| file.write_all(bytes));
+    if written.is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+    written
 }
 
 fn epoch_content() -> Vec<u8> {

@@ -77,20 +77,72 @@ fn require_regular(file: &File, path: &Path) -> Result<std::fs::Metadata, FileLo
     })
 }
 
-/// Opens (creating with `mode` if missing) a companion file that is never deleted: the
-/// critical-section lock file and the tenure file. One `open` and one `fstat`.
+/// Opens (creating it if missing) a companion file that is never deleted: the critical-section
+/// lock file and the tenure file. An existing file is opened as it is: one `open` and one
+/// `fstat`. A missing one is created with `O_EXCL` and given exactly `mode` by `fchmod`, so the
+/// umask never narrows it (a companion another user cannot open breaks a shared lock): one more
+/// `open` and an `fchmod`, once per path.
 pub(crate) fn open_companion(path: &Path, mode: u32) -> Result<File, FileLockError> {
-    let file = OpenOptions::new()
+    // Someone deleting the file between our two opens sends us round again; a few rounds only.
+    for _ in 0..8 {
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(no_follow_flags())
+            .open(path)
+        {
+            Ok(file) => {
+                require_regular(&file, path)?;
+                return Ok(file);
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("open", path, e)),
+        }
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(no_follow_flags())
+            .open(path)
+        {
+            Ok(file) => {
+                // Never deleted, even if this fails: another process may have opened it already.
+                file.set_permissions(std::fs::Permissions::from_mode(mode))
+                    .map_err(|e| io_error("chmod", path, e))?;
+                return Ok(file);
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_error("create", path, e)),
+        }
+    }
+    Err(FileLockError::Io {
+        op: "open",
+        path: path.to_owned(),
+        transient: true,
+        source: io::Error::other("the file keeps being created and deleted by someone else"),
+    })
+}
+
+/// Gives the regular file at `path` exactly `mode` if this user owns it and its mode differs;
+/// best effort (the store's mode probe, created before the store's file mode was set).
+pub(crate) fn chmod_if_own(path: &Path, mode: u32) {
+    let Ok(file) = OpenOptions::new()
         .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(mode)
         .custom_flags(no_follow_flags())
         .open(path)
-        .map_err(|e| io_error("open", path, e))?;
-    require_regular(&file, path)?;
-    Ok(file)
+    else {
+        return;
+    };
+    let Ok(meta) = file.metadata() else {
+        return;
+    };
+    if meta.is_file()
+        && meta.uid() == nix::unistd::geteuid().as_raw()
+        && meta.mode() & 0o7777 != mode
+    {
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(mode));
+    }
 }
 
 /// What a record file holds.

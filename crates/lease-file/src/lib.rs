@@ -97,7 +97,12 @@
 //!   [`LostReason::Untrusted`].
 //! * Symlinks are never followed (`O_NOFOLLOW` on every open), only regular files are read or
 //!   locked (`fstat` check; FIFOs cannot block the open thanks to `O_NONBLOCK`), records are read
-//!   up to [`MAX_RECORD_BYTES`], created files get exactly the configured mode.
+//!   up to [`MAX_RECORD_BYTES`].
+//! * Every file the crate creates (records and their temporaries, companions, epoch files and
+//!   their done markers, fenced values, the store's mode probe) gets exactly the configured mode
+//!   by `fchmod` after an exclusive create, whatever the umask, so users sharing a lock through
+//!   a group-writable mode can all open it. Existing files keep their mode. Created directories
+//!   are subject to the umask, as `mkdir(2)`.
 //! * Planted files of any name, size or number give a typed error or are ignored, never a panic
 //!   or a spin. A directory, symbolic link, FIFO or oversized file at `P` or a companion path is
 //!   [`FileLockError::Hostile`]; a garbage record counts as held (see above). Epoch files count

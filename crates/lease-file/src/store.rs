@@ -24,6 +24,9 @@ use crate::{
 
 const NAME: &str = "file";
 
+/// The file [`DirectoryStore::open`] flocks to learn whether kernel locks work in the directory.
+const PROBE: &str = ".mode-probe.lock";
+
 /// Leases as files in one directory: the lease-core [`LeaseBackend`] and [`LeaseListing`] on a
 /// local (or, in heartbeat-only mode, network) file system.
 ///
@@ -119,7 +122,7 @@ impl DirectoryStore {
     ) -> Result<Self, FileLockError> {
         let dir = dir.as_ref().to_owned();
         ensure_dir(&dir, 0o755)?;
-        let (mode, reason) = detect(&dir, &dir.join(".mode-probe.lock"), 0o644, preference)?;
+        let (mode, reason) = detect(&dir, &dir.join(PROBE), 0o644, preference)?;
         tracing::debug!(dir = %dir.display(), ?mode, %reason, "directory store opened");
         Ok(Self {
             inner: Arc::new(Inner {
@@ -175,11 +178,15 @@ impl DirectoryStore {
         self.update(|i| i.safety_margin = Some(margin))
     }
 
-    /// Mode of created record and companion files (default 0644). Records hold owner tokens:
-    /// anyone who can write the directory can act as any owner anyway, so the directory's mode is
-    /// the access control.
+    /// Mode of created record, companion, epoch and fenced-value files (default 0644), exactly:
+    /// the umask does not apply. Records hold owner tokens: anyone who can write the directory
+    /// can act as any owner anyway, so the directory's mode is the access control. The mode probe
+    /// [`open`](Self::open) created (`.mode-probe.lock`, 0644) is given this mode too, if this
+    /// user owns it.
     pub fn with_file_mode(self, mode: u32) -> Self {
-        self.update(|i| i.file_mode = mode & 0o7777)
+        let mode = mode & 0o7777;
+        crate::fsio::chmod_if_own(&self.inner.dir.join(PROBE), mode);
+        self.update(|i| i.file_mode = mode)
     }
 
     /// fsync records and the directory on every write (default off).
