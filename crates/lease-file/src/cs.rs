@@ -219,10 +219,10 @@ impl Cs {
     /// a second directory read to check no higher epoch exists (a slow process can recreate an
     /// old, cleaned-up epoch number), and cleanup of old epochs.
     pub(crate) fn enter(&self, wait: Duration) -> Result<CsGuard<'_>, FileLockError> {
-        let start = Instant::now();
         let mut backoff = Backoff::new();
         match self {
             Self::Kernel { path, mode, file } => {
+                let start = Instant::now();
                 let mut slot = file
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -267,25 +267,31 @@ impl Cs {
                 let mut guard = inner
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // The wait is timed from our first look, the instant a stuck epoch is first seen
+                // at: so with `wait` equal to the stale threshold, the last look before giving up
+                // always finds that epoch stale (timing the wait from before the first scan
+                // gave up a few microseconds early, now and then).
+                let mut first_look = None;
                 loop {
                     let Epochs {
                         max,
                         done,
                         next_done,
                     } = scan_epochs(dir, prefix)?;
+                    let looked = Instant::now();
+                    let start = *first_look.get_or_insert(looked);
                     let may_take = match max {
                         None => true,
                         Some(_) if done => true,
                         Some(epoch) => {
-                            let now = Instant::now();
                             let first = match *guard {
                                 Some((seen, at)) if seen == epoch => at,
                                 _ => {
-                                    *guard = Some((epoch, now));
-                                    now
+                                    *guard = Some((epoch, looked));
+                                    looked
                                 }
                             };
-                            now.duration_since(first) >= *stale
+                            looked.duration_since(first) >= *stale
                                 || epoch_writer_gone(dir, prefix, epoch)
                         }
                     };
@@ -328,7 +334,7 @@ impl Cs {
                             Err(e) => return Err(io_error("create critical section", &path, e)),
                         }
                     }
-                    if start.elapsed() >= wait {
+                    if looked.duration_since(start) >= wait {
                         return Err(busy(&dir.join(prefix.as_str()), wait));
                     }
                     backoff.sleep();
