@@ -1,8 +1,10 @@
 //! Descriptor-level file work: no symlink is followed, only regular files are accepted, reads are
 //! capped, records are replaced by rename and never rewritten in place.
 
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -252,18 +254,41 @@ pub(crate) fn replace_atomically(
     result
 }
 
-/// `.<name>.<pid>.<random>.tmp` next to `path`: hidden, unique, never a record name.
+/// `.<name>.<pid>.<nonce>.tmp` next to `path`, the nonce 12 lowercase hex digits: hidden and
+/// unique. Built from the name's bytes (not a lossy string, which would give two non-UTF-8
+/// names one prefix); [`is_temp_of`] recognises exactly these names.
 fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let nonce = uuid::Uuid::new_v4().simple().to_string();
-    path.with_file_name(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        &nonce[..12]
-    ))
+    let mut name = OsString::from(".");
+    name.push(path.file_name().unwrap_or_default());
+    name.push(format!(".{}.{}.tmp", std::process::id(), &nonce[..12]));
+    path.with_file_name(name)
+}
+
+/// Whether `file` is a temporary record of the record named `name`, exactly as [`temp_path`]
+/// makes them: `.`, the name, `.`, a decimal pid, `.`, 12 lowercase hex digits, `.tmp`. The pid
+/// and nonce hold no dot and the nonce has a fixed length, so one file name matches one record
+/// name only: the temporaries of `a.b` are never those of `a`.
+pub(crate) fn is_temp_of(file: &OsStr, name: &OsStr) -> bool {
+    let Some(rest) = file
+        .as_bytes()
+        .strip_prefix(b".")
+        .and_then(|r| r.strip_prefix(name.as_bytes()))
+        .and_then(|r| r.strip_prefix(b"."))
+        .and_then(|r| r.strip_suffix(b".tmp"))
+    else {
+        return false;
+    };
+    let Some(dot) = rest.iter().position(|b| *b == b'.') else {
+        return false;
+    };
+    let (pid, nonce) = (&rest[..dot], &rest[dot + 1..]);
+    !pid.is_empty()
+        && pid.iter().all(u8::is_ascii_digit)
+        && nonce.len() == 12
+        && nonce
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
 }
 
 /// Creates `dir` (and parents) with `mode` if it does not exist.
@@ -294,4 +319,46 @@ pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_names_belong_to_one_record_only() {
+        for name in ["a", "a.b", "a.b.c", ".a", "x.1.0123456789ab", "a\u{e9}"] {
+            let temp = temp_path(&Path::new("/d").join(name));
+            let file = temp.file_name().unwrap_or_default();
+            for other in [
+                "a",
+                "a.b",
+                "a.b.c",
+                ".a",
+                "x.1.0123456789ab",
+                "x",
+                "",
+                "a\u{e9}",
+            ] {
+                assert_eq!(
+                    is_temp_of(file, OsStr::new(other)),
+                    name == other,
+                    "{file:?} of {name:?} vs {other:?}"
+                );
+            }
+        }
+        for not_temp in [
+            ".a.1.0123456789ab",
+            ".a.x.0123456789ab.tmp",
+            ".a.1.0123456789AB.tmp",
+            ".a.1.0123456789a.tmp",
+            ".a..0123456789ab.tmp",
+            "a.1.0123456789ab.tmp",
+        ] {
+            assert!(
+                !is_temp_of(OsStr::new(not_temp), OsStr::new("a")),
+                "{not_temp}"
+            );
+        }
+    }
 }

@@ -38,9 +38,12 @@
 //!
 //! * **`P`** holds a JSON [`LeaseFileRecord`]: schema version, owner id, pid, host, PID namespace,
 //!   boot id, process start time, heartbeat counter, timestamps, fencing generation. It is only
-//!   ever *replaced*: a temporary file in the same directory is created with
-//!   `O_EXCL|O_NOFOLLOW`, given the configured mode, written (and optionally fsynced), then
-//!   renamed over `P`. A reader sees the old record or the new one, never a truncated one.
+//!   ever *replaced*: a temporary file `.<name>.<pid>.<nonce>.tmp` in the same directory is
+//!   created with `O_EXCL|O_NOFOLLOW`, given the configured mode, written (and optionally
+//!   fsynced), then renamed over `P`. A reader sees the old record or the new one, never a
+//!   truncated one. A kernel-mode takeover removes the temporaries a dead writer left of `P`,
+//!   matched exactly (pid digits, 12 hex digits), so those of another lock whose name extends
+//!   `P`'s (`a.b` for `a`) are never touched.
 //! * **`P.lock`** is flocked for each *critical section*: read the record, decide, rename a new
 //!   record. It is never deleted or renamed, so the flock+unlink race (two processes locking two
 //!   different inodes under one name) cannot happen; each entry also checks, with one `lstat`,

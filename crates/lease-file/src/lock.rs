@@ -936,6 +936,8 @@ impl Drop for FileLock {
     }
 }
 
+/// Removes the temporary records of `path` (and of no other record) left by writers that died
+/// mid-write: names are matched exactly by [`is_temp_of`](crate::fsio::is_temp_of).
 fn remove_stale_temps(path: &Path) {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
         return;
@@ -945,15 +947,12 @@ fn remove_stale_temps(path: &Path) {
     } else {
         dir
     };
-    let prefix = format!(".{}.", name.to_string_lossy());
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
-        let file = entry.file_name();
-        let file = file.to_string_lossy();
-        if file.starts_with(&prefix) && file.ends_with(".tmp") {
-            tracing::debug!(file = %file, "removing a temporary record left by a dead writer");
+        if crate::fsio::is_temp_of(&entry.file_name(), name) {
+            tracing::debug!(file = ?entry.file_name(), "removing a temporary record left by a dead writer");
             let _ = std::fs::remove_file(entry.path());
         }
     }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
 use lease_file::{
-    DirectoryStore, FileLock, FileLockError, FileLockOptions, LockMode, ModePreference,
-    key_file_name,
+    DirectoryStore, FileLock, FileLockError, FileLockOptions, LeaseFileRecord, LockMode,
+    ModePreference, key_file_name,
 };
 
 fn fast() -> FileLockOptions {
@@ -498,4 +498,52 @@ fn a_stuck_epoch_is_reclaimed_by_a_wait_of_exactly_the_stale_threshold() {
             .unwrap_or_else(|e| panic!("round {round}: {e}"));
         lock.release().unwrap();
     }
+}
+
+/// Item 10. Before: taking over lock `a` removed every `.a.*.tmp` in the directory, which
+/// includes `.a.b.<pid>.<nonce>.tmp`, the temporary record of lock `a.b` being written at that
+/// moment (its writer then failed its rename, or a dead writer's file of another lock vanished).
+/// Now the cleanup matches `.<name>.<pid>.<nonce>.tmp` exactly, for its own name only.
+#[test]
+fn taking_over_a_does_not_delete_the_temporaries_of_a_b() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    let ab = dir.path().join("a.b");
+    // Temporary records as writers of `a.b` and `a.b.c` leave them mid-write, and one of `a`'s.
+    let theirs = [
+        dir.path().join(".a.b.4242.0123456789ab.tmp"),
+        dir.path().join(".a.b.c.4242.0123456789ab.tmp"),
+        dir.path().join(".a.4242.tmp"),
+        dir.path().join(".a.x.0123456789ab.tmp"),
+    ];
+    let ours = dir.path().join(".a.4242.0123456789ab.tmp");
+    for file in theirs.iter().chain([&ours]) {
+        std::fs::write(file, b"{\"version\":1").unwrap();
+    }
+    // `a.b` is held (its own record, companions and temporaries are in the same directory).
+    let holder_ab = FileLock::with_options(&ab, fast()).unwrap();
+    holder_ab.acquire().unwrap();
+    // `a` is held by a process that vanished: its record names a tenure lock nobody holds.
+    let dead = FileLock::with_options(&a, fast()).unwrap();
+    dead.acquire().unwrap();
+    let mut record = LeaseFileRecord::parse(&std::fs::read(&a).unwrap()).unwrap();
+    drop(dead);
+    record.owner = Some("vanished".into());
+    record.tenure = true;
+    record.pid = 1;
+    record.host = "elsewhere".into();
+    std::fs::write(&a, record.to_bytes()).unwrap();
+    // The takeover of `a`.
+    let taker = FileLock::with_options(&a, fast()).unwrap();
+    taker.try_acquire().unwrap();
+    for file in &theirs {
+        assert!(
+            file.exists(),
+            "{} was deleted by the takeover of a",
+            file.display()
+        );
+    }
+    assert!(!ours.exists(), "a's own dead temporary is cleaned up");
+    assert!(holder_ab.held());
+    holder_ab.release().unwrap();
 }
