@@ -54,8 +54,13 @@
 //! with pauses, whatever the threshold. A belief, on the other hand, demands that a deadline has
 //! *not* yet passed; the model ignores the holder-side margin (`stale_threshold / 10` in
 //! `lock.rs`) and so lets holders trust a little longer than the code does; an overlap it
-//! reports is real when its holder's stamp was taken more than that margin after the
-//! contender's first observation, which pauses can again always arrange. Not modelled: the
+//! reports is real provided the holder's stamp came more than that margin after the
+//! contender's first observation (a pause between the two arranges that).
+//!
+//! For "finds nothing" to mean something, a model must also not miss runs: stale judgements are
+//! offered whenever the code could make them, and beliefs last at least as long as in the code.
+//! One known gap in [`heartbeat_only`]: a heartbeat that fails before its deadline has surely
+//! passed is always retried, never given up. Not modelled: the
 //! pid-probe fast path (`writer_is_gone`: it only lets a contender act earlier on a crashed
 //! writer, which the stale judgement also allows), unparseable records, kernel mode.
 //!
