@@ -83,15 +83,26 @@
 //! provably gone on this host. Because a reclaim creates a *new* name rather than deleting and
 //! recreating one, two contenders can never both reclaim one stale epoch. A process that was
 //! paused *inside* a critical section for longer than the stale threshold checks, just before its
-//! rename, that no later epoch exists; the remaining window of a few microseconds is what
-//! fencing generations are for. Takeover of a crashed holder waits for the stale threshold.
+//! rename, that no later epoch exists. Takeover of a crashed holder waits for the stale threshold.
+//!
+//! **Known defect (issue 9): heartbeat-only mode can issue a fencing generation twice.** A pause
+//! between that check and the rename can last any length, and the later epoch files the check
+//! looks for are deleted by cleanup and by contenders that lost a race, so a paused process can
+//! rename its old record over a newer owner's. The exhaustive model checker in
+//! `tests/model_check.rs` finds it in 18 steps with three processes (and in 22 steps even when
+//! the check and the rename are made one atomic step), and the issue reproduced it with real
+//! processes stopped for 1 s. Until the protocol is redesigned, do not rely on heartbeat-only
+//! mode (NFS, SMB, FUSE, 9p, AFS) where a process can be paused; kernel mode is not affected by
+//! this defect: a process paused inside its critical section holds the kernel lock and only
+//! delays the others.
 //!
 //! # Guarantees and limits
 //!
 //! * No two `FileLock`s (in any processes on the machine, or across hosts in heartbeat-only mode)
-//!   are ever both told they hold one path, provided monotonic clocks run at the same rate and
-//!   no process stays paused inside a microseconds-long critical section (kernel mode: a paused
-//!   process inside it only delays others, who give up with a transient error).
+//!   are ever both told they hold one path, provided monotonic clocks run at the same rate and,
+//!   in heartbeat-only mode, no process is paused inside a critical section (see the known
+//!   defect above; kernel mode: a paused process inside it only delays others, who give up with
+//!   a transient error).
 //! * A holder paused past its deadline learns it on its first [`FileLock::check`] /
 //!   [`FileLock::held`] after resuming; its heartbeat then reports
 //!   [`LostReason::TakenOver`] if another owner took over, and the newer owner's fencing token is
