@@ -359,19 +359,7 @@ fn the_demo_runs_to_completion() {
 /// `--dynamo` against `LEASE_DYNAMO_ENDPOINT` (e.g. DynamoDB Local), skipped visibly without it.
 #[test]
 fn dynamo_contention_and_fencing() {
-    let Some(endpoint) = std::env::var("LEASE_DYNAMO_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-    else {
-        assert!(
-            std::env::var("LEASE_REQUIRE_DYNAMO").as_deref() != Ok("1"),
-            "LEASE_REQUIRE_DYNAMO=1 but LEASE_DYNAMO_ENDPOINT is not set"
-        );
-        // Straight to the process's stderr, past libtest's capture, so the skip is seen.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: lease-cli dynamo_contention_and_fencing (set LEASE_DYNAMO_ENDPOINT)"
-        );
+    let Some(endpoint) = dynamo_endpoint("dynamo_contention_and_fencing") else {
         return;
     };
     let store = tempfile::tempdir().expect("tempdir");
@@ -468,6 +456,7 @@ fn dynamo_endpoint(test: &str) -> Option<String> {
             std::env::var("LEASE_REQUIRE_DYNAMO").as_deref() != Ok("1"),
             "LEASE_REQUIRE_DYNAMO=1 but LEASE_DYNAMO_ENDPOINT is not set"
         );
+        // Straight to the process's stderr, past libtest's capture, so the skip is seen.
         let _ = writeln!(
             std::io::stderr(),
             "SKIPPED: lease-cli {test} (set LEASE_DYNAMO_ENDPOINT)"
