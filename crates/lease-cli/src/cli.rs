@@ -119,8 +119,10 @@ pub(crate) struct RunArgs {
     /// How long to wait for a held lease (0: try once; `forever`: no limit).
     #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_wait)]
     pub(crate) wait: Duration,
-    /// How long the command has between SIGTERM and SIGKILL when it must stop [default: 10s,
-    /// or less to fit the lease: at most (2/3 ttl - margin)/2, minus the check interval].
+    /// How long the command has between SIGTERM and SIGKILL when it must stop. At most
+    /// (2/3 ttl - margin)/2 minus the check interval and kill slack (8.15s for a 30s lease)
+    /// [default: 10s or half that bound, whichever is less; each second of grace is a second
+    /// less of tolerance for a late renewal].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) grace: Option<Duration>,
     /// Keep the command in lease's process group, so it can read from the terminal; signals

@@ -82,7 +82,9 @@ impl RunPlan {
         }
         let most = max_grace(args.ttl);
         let grace = match args.grace {
-            None => DEFAULT_GRACE.min(most),
+            // Half the room by default: the other half tolerates late renewals (a slow store)
+            // before the command must be stopped.
+            None => DEFAULT_GRACE.min(most / 2),
             Some(grace) if grace <= most => grace,
             Some(grace) => {
                 return Err(Failure::usage(format!(
@@ -911,5 +913,69 @@ mod tests {
             .expect("inspect")
             .expect("record");
         assert!(record.holder().is_none());
+    }
+
+    /// A store whose renewals answer `delay` late but succeed.
+    #[derive(Debug)]
+    struct SlowRenewals(Arc<MemoryBackend>, Duration);
+
+    impl LeaseBackend for SlowRenewals {
+        fn name(&self) -> &'static str {
+            "slow-renewals"
+        }
+        fn clock(&self) -> &dyn lease_core::Clock {
+            self.0.clock()
+        }
+        fn try_acquire<'a>(
+            &'a self,
+            key: &'a LeaseKey,
+            duration: Duration,
+            options: &'a AcquireOptions,
+        ) -> lease_core::BoxFuture<'a, Result<Lease, LeaseError>> {
+            self.0.try_acquire(key, duration, options)
+        }
+        fn renew<'a>(
+            &'a self,
+            lease: &'a Lease,
+            duration: Duration,
+        ) -> lease_core::BoxFuture<'a, Result<Lease, LeaseError>> {
+            Box::pin(async move {
+                // The store applies the renewal at once; its reply is slow.
+                let renewed = self.0.renew(lease, duration).await;
+                tokio::time::sleep(self.1).await;
+                renewed
+            })
+        }
+        fn release<'a>(
+            &'a self,
+            key: &'a LeaseKey,
+            token: &'a lease_core::LeaseToken,
+            fencing: lease_core::FencingToken,
+        ) -> lease_core::BoxFuture<'a, Result<(), LeaseError>> {
+            self.0.release(key, token, fencing)
+        }
+        fn inspect<'a>(
+            &'a self,
+            key: &'a LeaseKey,
+        ) -> lease_core::BoxFuture<'a, Result<Option<lease_core::LeaseRecord>, LeaseError>>
+        {
+            self.0.inspect(key)
+        }
+    }
+
+    /// The other side of stopping early: with the default grace, renewals that answer 700 ms
+    /// late on a 3 s lease (well inside the tolerance the grace leaves) never stop the command.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slow_but_healthy_renewals_do_not_stop_the_command() {
+        let store = Arc::new(MemoryBackend::new());
+        let backend = Backend {
+            leases: Arc::new(SlowRenewals(store, Duration::from_millis(700))),
+            listing: None,
+            all_keys: None,
+            description: "slow store".to_owned(),
+        };
+        let mut plan = plan("slow", 3000, &["sleep", "4"]);
+        plan.grace = max_grace(plan.ttl) / 2;
+        assert_eq!(run_plan(&backend, &plan).await.expect("ran to the end"), 0);
     }
 }
