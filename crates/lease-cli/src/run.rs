@@ -791,13 +791,34 @@ mod tests {
         );
     }
 
-    /// A store whose renewals fail (throttled) once the lease is held.
-    #[derive(Debug)]
-    struct FailingRenewals(Arc<MemoryBackend>);
+    /// What happens to renewals in [`Renewals`].
+    #[derive(Debug, Clone, Copy)]
+    enum RenewalFault {
+        /// Every renewal fails as throttled.
+        Fail,
+        /// The store applies each renewal at once; its reply comes this late.
+        Delay(Duration),
+    }
 
-    impl LeaseBackend for FailingRenewals {
+    /// A memory store whose renewals suffer `RenewalFault`; everything else passes through.
+    #[derive(Debug)]
+    struct Renewals(Arc<MemoryBackend>, RenewalFault);
+
+    impl Renewals {
+        /// A `Backend` on such a store, as `lease run` opens one.
+        fn backend(fault: RenewalFault) -> Backend {
+            Backend {
+                leases: Arc::new(Self(Arc::new(MemoryBackend::new()), fault)),
+                listing: None,
+                all_keys: None,
+                description: "faulty store".to_owned(),
+            }
+        }
+    }
+
+    impl LeaseBackend for Renewals {
         fn name(&self) -> &'static str {
-            "failing-renewals"
+            "renewal-faults"
         }
         fn clock(&self) -> &dyn lease_core::Clock {
             self.0.clock()
@@ -812,14 +833,23 @@ mod tests {
         }
         fn renew<'a>(
             &'a self,
-            _lease: &'a Lease,
-            _duration: Duration,
+            lease: &'a Lease,
+            duration: Duration,
         ) -> lease_core::BoxFuture<'a, Result<Lease, LeaseError>> {
-            Box::pin(std::future::ready(Err(LeaseError::backend(
-                "failing-renewals",
-                true,
-                "injected throttling",
-            ))))
+            Box::pin(async move {
+                match self.1 {
+                    RenewalFault::Fail => Err(LeaseError::backend(
+                        "renewal-faults",
+                        true,
+                        "injected throttling",
+                    )),
+                    RenewalFault::Delay(delay) => {
+                        let renewed = self.0.renew(lease, duration).await;
+                        tokio::time::sleep(delay).await;
+                        renewed
+                    }
+                }
+            })
         }
         fn release<'a>(
             &'a self,
@@ -843,13 +873,7 @@ mod tests {
     /// overlap with the next holder by default).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn failing_renewals_stop_the_command_before_the_deadline() {
-        let store = Arc::new(MemoryBackend::new());
-        let backend = Backend {
-            leases: Arc::new(FailingRenewals(store.clone())),
-            listing: None,
-            all_keys: None,
-            description: "failing store".to_owned(),
-        };
+        let backend = Renewals::backend(RenewalFault::Fail);
         let ttl = Duration::from_millis(3000);
         let plan = plan(
             "renewals-fail",
@@ -915,65 +939,11 @@ mod tests {
         assert!(record.holder().is_none());
     }
 
-    /// A store whose renewals answer `delay` late but succeed.
-    #[derive(Debug)]
-    struct SlowRenewals(Arc<MemoryBackend>, Duration);
-
-    impl LeaseBackend for SlowRenewals {
-        fn name(&self) -> &'static str {
-            "slow-renewals"
-        }
-        fn clock(&self) -> &dyn lease_core::Clock {
-            self.0.clock()
-        }
-        fn try_acquire<'a>(
-            &'a self,
-            key: &'a LeaseKey,
-            duration: Duration,
-            options: &'a AcquireOptions,
-        ) -> lease_core::BoxFuture<'a, Result<Lease, LeaseError>> {
-            self.0.try_acquire(key, duration, options)
-        }
-        fn renew<'a>(
-            &'a self,
-            lease: &'a Lease,
-            duration: Duration,
-        ) -> lease_core::BoxFuture<'a, Result<Lease, LeaseError>> {
-            Box::pin(async move {
-                // The store applies the renewal at once; its reply is slow.
-                let renewed = self.0.renew(lease, duration).await;
-                tokio::time::sleep(self.1).await;
-                renewed
-            })
-        }
-        fn release<'a>(
-            &'a self,
-            key: &'a LeaseKey,
-            token: &'a lease_core::LeaseToken,
-            fencing: lease_core::FencingToken,
-        ) -> lease_core::BoxFuture<'a, Result<(), LeaseError>> {
-            self.0.release(key, token, fencing)
-        }
-        fn inspect<'a>(
-            &'a self,
-            key: &'a LeaseKey,
-        ) -> lease_core::BoxFuture<'a, Result<Option<lease_core::LeaseRecord>, LeaseError>>
-        {
-            self.0.inspect(key)
-        }
-    }
-
     /// The other side of stopping early: with the default grace, renewals that answer 700 ms
     /// late on a 3 s lease (well inside the tolerance the grace leaves) never stop the command.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn slow_but_healthy_renewals_do_not_stop_the_command() {
-        let store = Arc::new(MemoryBackend::new());
-        let backend = Backend {
-            leases: Arc::new(SlowRenewals(store, Duration::from_millis(700))),
-            listing: None,
-            all_keys: None,
-            description: "slow store".to_owned(),
-        };
+        let backend = Renewals::backend(RenewalFault::Delay(Duration::from_millis(700)));
         let mut plan = plan("slow", 3000, &["sleep", "4"]);
         plan.grace = max_grace(plan.ttl) / 2;
         assert_eq!(run_plan(&backend, &plan).await.expect("ran to the end"), 0);
