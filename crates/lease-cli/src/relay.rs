@@ -49,6 +49,8 @@ fn private_dir(dir: &Path) -> bool {
 pub(crate) struct DeadlineRelay {
     dir: PathBuf,
     file: PathBuf,
+    /// The deadline last written, so an unchanged one costs one `lstat`, not a rewrite.
+    published: std::sync::Mutex<Option<Instant>>,
 }
 
 impl DeadlineRelay {
@@ -61,7 +63,11 @@ impl DeadlineRelay {
         let dir = std::env::temp_dir().join(format!("lease-run-{}-{nonce}", std::process::id()));
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let file = dir.join("deadline");
-        Ok(Self { dir, file })
+        Ok(Self {
+            dir,
+            file,
+            published: std::sync::Mutex::new(None),
+        })
     }
 
     /// The file the guard reads.
@@ -69,9 +75,17 @@ impl DeadlineRelay {
         &self.file
     }
 
-    /// Publishes `deadline`; recreates the directory if it was removed.
+    /// Publishes `deadline`; recreates the directory if it was removed. An unchanged deadline
+    /// whose file is still there is not written again.
     pub(crate) fn publish(&self, deadline: Instant) {
         use std::os::unix::fs::DirBuilderExt;
+        let mut published = self
+            .published
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *published == Some(deadline) && std::fs::symlink_metadata(&self.file).is_ok() {
+            return;
+        }
         let ns = instant_ns(deadline);
         let line = format!("{ns} {ns}\n");
         let write = || {
@@ -88,8 +102,11 @@ impl DeadlineRelay {
                 return;
             }
         }
-        if let Err(error) = write() {
-            tracing::warn!(%error, path = %self.file.display(), "cannot publish the deadline to the guard");
+        match write() {
+            Ok(()) => *published = Some(deadline),
+            Err(error) => {
+                tracing::warn!(%error, path = %self.file.display(), "cannot publish the deadline to the guard");
+            }
         }
     }
 }
@@ -162,8 +179,14 @@ mod tests {
             still > Duration::from_secs(9),
             "a torn line keeps the last value"
         );
+        let later = Instant::now() + Duration::from_secs(20);
+        relay.publish(later);
         std::fs::remove_dir_all(relay.path().parent().expect("dir")).expect("deleted by a cleaner");
-        relay.publish(Instant::now() + Duration::from_secs(20));
+        relay.publish(later);
+        assert!(
+            relay.path().exists(),
+            "an unchanged deadline is written again once deleted"
+        );
         assert!(watch.left().expect("recreated") > Duration::from_secs(19));
         // A directory planted under the name (here: one others can write) carries nothing.
         let dir = relay.path().parent().expect("dir").to_owned();
