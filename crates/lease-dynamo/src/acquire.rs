@@ -62,7 +62,8 @@ impl DynamoLeases {
         );
         async {
             let sent = inner.clock.monotonic();
-            let now_ms = epoch_millis(inner.clock.now());
+            let now = inner.clock.now();
+            let now_ms = epoch_millis(now);
             let attempt = Attempt {
                 key,
                 token,
@@ -72,7 +73,7 @@ impl DynamoLeases {
                 sent,
                 trust_until: holder_deadline(sent, duration, self.margin(duration)),
             };
-            let request = self.acquire_request(&attempt, now_ms, options.owner());
+            let request = self.acquire_request(&attempt, now, options.owner());
             let result = with_retries(
                 &inner.retry,
                 &*inner.clock,
@@ -103,10 +104,11 @@ impl DynamoLeases {
     fn acquire_request(
         &self,
         attempt: &Attempt<'_>,
-        now_ms: u64,
+        now: std::time::SystemTime,
         owner: Option<&str>,
     ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
         let inner = &self.inner;
+        let now_ms = epoch_millis(now);
         let cutoff_ms = now_ms.saturating_sub(millis(inner.max_clock_skew));
         let mut set = vec![
             "#token = :token",
@@ -140,7 +142,7 @@ impl DynamoLeases {
             (":cutoff_ms", n(cutoff_ms)),
             (":cutoff_s", n(cutoff_ms / 1000)),
             (":cutoff_s_up", n(seconds_up(cutoff_ms))),
-            (":seed", n(epoch_micros(inner.clock.now()))),
+            (":seed", n(epoch_micros(now))),
             (":request", s(&attempt.request)),
             (":ttl", n(ttl.unwrap_or(0))),
             (":owner", s(owner.unwrap_or(""))),
