@@ -20,17 +20,8 @@ async fn raw_item(
     pk: &str,
     sk: &str,
 ) -> std::collections::HashMap<String, AttributeValue> {
-    client
-        .get_item()
-        .table_name(leases.table())
-        .key("pk", AttributeValue::S(pk.into()))
-        .key("sk", AttributeValue::S(sk.into()))
-        .consistent_read(true)
-        .send()
+    support::raw_item(client, leases.table(), ("pk", "sk"), (pk, sk))
         .await
-        .unwrap()
-        .item()
-        .cloned()
         .unwrap_or_default()
 }
 

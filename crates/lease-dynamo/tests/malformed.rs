@@ -51,17 +51,8 @@ async fn plant(client: &Client, table: &str, pk: &str, attributes: &[(&str, Attr
 }
 
 async fn raw(client: &Client, table: &str, pk: &str) -> HashMap<String, AttributeValue> {
-    client
-        .get_item()
-        .table_name(table)
-        .key("pk", s(pk))
-        .key("sk", s("LOCK"))
-        .consistent_read(true)
-        .send()
+    support::raw_item(client, table, ("pk", "sk"), (pk, "LOCK"))
         .await
-        .unwrap()
-        .item()
-        .cloned()
         .unwrap_or_default()
 }
 

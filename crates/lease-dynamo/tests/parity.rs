@@ -31,17 +31,8 @@ async fn raw_item(
     key: (&str, &str),
     values: (&str, &str),
 ) -> HashMap<String, AttributeValue> {
-    client
-        .get_item()
-        .table_name(table)
-        .key(key.0, AttributeValue::S(values.0.into()))
-        .key(key.1, AttributeValue::S(values.1.into()))
-        .consistent_read(true)
-        .send()
+    support::raw_item(client, table, key, values)
         .await
-        .unwrap()
-        .item()
-        .cloned()
         .expect("item exists")
 }
 

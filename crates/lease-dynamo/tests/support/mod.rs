@@ -334,6 +334,28 @@ pub fn client(endpoint: &str, wiring: &Wiring) -> Client {
     Client::from_conf(config.build())
 }
 
+/// The item at `(pk, sk)` read back with a strongly consistent `GetItem` on `key_attributes`
+/// (partition and sort key attribute names), or `None` when there is none.
+pub async fn raw_item(
+    client: &Client,
+    table: &str,
+    key_attributes: (&str, &str),
+    key: (&str, &str),
+) -> Option<std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    client
+        .get_item()
+        .table_name(table)
+        .key(key_attributes.0, AttributeValue::S(key.0.into()))
+        .key(key_attributes.1, AttributeValue::S(key.1.into()))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .item()
+        .cloned()
+}
+
 /// A unique table name for one test.
 pub fn table_name(prefix: &str) -> String {
     let nonce = uuid::Uuid::new_v4().simple().to_string();
