@@ -110,20 +110,9 @@ const MAX_SHOWN_OWNER_CHARS: usize = 120;
 
 /// `text` up to `max` characters, control characters escaped, with what was left out counted.
 fn shorten(text: &str, max: usize) -> String {
-    let mut shown = String::new();
-    for c in text.chars().take(max) {
-        if c.is_control() {
-            shown.extend(c.escape_default());
-        } else {
-            shown.push(c);
-        }
-    }
-    let total = text.chars().count();
-    if total > max {
-        shown.push_str(&format!(
-            "… ({} more bytes)",
-            text.len() - text.chars().take(max).map(char::len_utf8).sum::<usize>()
-        ));
+    let (mut shown, rest) = crate::token::printable_prefix(text, max);
+    if !rest.is_empty() {
+        shown.push_str(&format!("… ({} more bytes)", rest.len()));
     }
     shown
 }

@@ -80,21 +80,32 @@ impl LeaseToken {
         if self.0.is_empty() {
             return "\"\"".to_owned();
         }
-        let prefix: String = self.0.chars().take(8).collect();
-        let mut shown = String::with_capacity(prefix.len());
-        for c in prefix.chars() {
-            if c.is_control() {
-                shown.extend(c.escape_default());
-            } else {
-                shown.push(c);
-            }
-        }
-        if prefix.len() < self.0.len() {
-            format!("{shown}…")
-        } else {
+        let (shown, rest) = printable_prefix(&self.0, 8);
+        if rest.is_empty() {
             shown
+        } else {
+            format!("{shown}…")
         }
     }
+}
+
+/// The first `max` characters of `text` with control characters escaped, for logs and errors,
+/// and the part of `text` left out.
+pub(crate) fn printable_prefix(text: &str, max: usize) -> (String, &str) {
+    let cut = text
+        .char_indices()
+        .nth(max)
+        .map_or(text.len(), |(at, _)| at);
+    let (prefix, rest) = text.split_at(cut);
+    let mut shown = String::with_capacity(prefix.len());
+    for c in prefix.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    (shown, rest)
 }
 
 impl fmt::Display for LeaseToken {
