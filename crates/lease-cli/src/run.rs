@@ -345,30 +345,28 @@ impl Target {
     fn group_alive(self) -> bool {
         self.group
             && kill(Pid::from_raw(-self.pid), None).is_ok()
-            && live_members(self.pid).is_none_or(|n| n > 0)
+            && has_live_member(self.pid).unwrap_or(true)
     }
 }
 
-/// How many processes of group `pgid` are not zombies, from `/proc` (`None` if unreadable).
-fn live_members(pgid: i32) -> Option<usize> {
-    let mut live = 0;
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+/// Whether a process of group `pgid` that is not a zombie exists, from `/proc` (`None` if
+/// unreadable). Stops at the first one found.
+fn has_live_member(pgid: i32) -> Option<bool> {
+    let live = std::fs::read_dir("/proc").ok()?.flatten().any(|entry| {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
+            return false;
         };
         // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
         let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
+            return false;
         };
         let mut fields = rest.split_whitespace();
         let (Some(state), Some(_ppid), Some(group)) = (fields.next(), fields.next(), fields.next())
         else {
-            continue;
+            return false;
         };
-        if group.parse() == Ok(pgid) && state != "Z" && state != "X" {
-            live += 1;
-        }
-    }
+        group.parse() == Ok(pgid) && state != "Z" && state != "X"
+    });
     Some(live)
 }
 
