@@ -17,7 +17,6 @@ use crate::item::{
     seconds_up,
 };
 use crate::leases::MAX_OWNER_BYTES;
-use crate::ops::condition_failed_item;
 use crate::retry::{Failed, with_retries};
 
 /// What one acquire call sends, and what it needs to read the reply.
@@ -90,9 +89,7 @@ impl DynamoLeases {
                 Err(Failed {
                     error, attempts, ..
                 }) => {
-                    let Some(old) = condition_failed_item(&error) else {
-                        return Err(backend_error_in("UpdateItem", &self.error_context(), error));
-                    };
+                    let old = self.refused_item(error)?;
                     self.acquire_refused(&attempt, &old, attempts).await
                 }
             }

@@ -9,9 +9,8 @@ use lease_core::{
 use tracing::Instrument;
 
 use crate::DynamoLeases;
-use crate::error::{backend_error_in, malformed};
+use crate::error::malformed;
 use crate::item::{Item, get_u64, n};
-use crate::ops::condition_failed_item;
 use crate::retry::{Failed, with_retries};
 
 /// The condition of both fenced writes: no newer token has touched the name.
@@ -114,9 +113,7 @@ impl DynamoLeases {
                     uncertain,
                     attempts,
                 }) => {
-                    let Some(old) = condition_failed_item(&error) else {
-                        return Err(backend_error_in("UpdateItem", &self.error_context(), error));
-                    };
+                    let old = self.refused_item(error)?;
                     let old = FencedItem::decode(self, &old)?;
                     // Unreachable with a numeric fence (an equal fence passes the condition),
                     // kept so that a put whose earlier attempt landed is never reported refused.

@@ -19,14 +19,19 @@ use crate::item::{Decoded, Item, get_str, s};
 use crate::leases::{MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES};
 use crate::retry::with_retries;
 
-/// The item a failed condition returned (`ALL_OLD`; empty when there was no item), if the
-/// failure was a failed condition.
-pub(crate) fn condition_failed_item(err: &SdkError<UpdateItemError, HttpResponse>) -> Option<Item> {
-    match err.as_service_error() {
-        Some(UpdateItemError::ConditionalCheckFailedException(e)) => {
-            Some(e.item().cloned().unwrap_or_default())
+impl DynamoLeases {
+    /// The item a failed condition returned (`ALL_OLD`; empty when there was no item), or, when
+    /// the request failed otherwise, that failure as a [`LeaseError::Backend`].
+    pub(crate) fn refused_item(
+        &self,
+        err: SdkError<UpdateItemError, HttpResponse>,
+    ) -> Result<Item, LeaseError> {
+        match err.as_service_error() {
+            Some(UpdateItemError::ConditionalCheckFailedException(e)) => {
+                Ok(e.item().cloned().unwrap_or_default())
+            }
+            _ => Err(backend_error_in("UpdateItem", &self.error_context(), err)),
         }
-        _ => None,
     }
 }
 

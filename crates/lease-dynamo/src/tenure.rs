@@ -9,10 +9,8 @@ use lease_core::{
 use tracing::Instrument;
 
 use crate::DynamoLeases;
-use crate::error::backend_error_in;
 use crate::expr::{TENURE, TENURE_UNFENCED};
 use crate::item::{Decoded, epoch_millis, from_millis, millis, n, s, seconds_up};
-use crate::ops::condition_failed_item;
 use crate::retry::{Failed, with_retries};
 
 /// Why a write conditioned on `(token, fencing)` failed, from the item it found.
@@ -78,9 +76,7 @@ impl DynamoLeases {
                     error, attempts, ..
                 }) => (error, attempts),
             };
-            let Some(old) = condition_failed_item(&error) else {
-                return Err(backend_error_in("UpdateItem", &self.error_context(), error));
-            };
+            let old = self.refused_item(error)?;
             let old = Decoded::from_item(&inner.names, &old);
             // Only this tenure writes this expiry: an earlier attempt of ours landed.
             if old.token.as_ref() == Some(token)
@@ -178,9 +174,7 @@ impl DynamoLeases {
                     error, attempts, ..
                 }) => (error, attempts),
             };
-            let Some(old) = condition_failed_item(&error) else {
-                return Err(backend_error_in("UpdateItem", &self.error_context(), error));
-            };
+            let old = self.refused_item(error)?;
             let old = Decoded::from_item(&inner.names, &old);
             // Only this call writes its request id: an earlier attempt of ours landed, and
             // nothing has changed the holder since.
