@@ -651,6 +651,12 @@ mod tests {
         (store, backend)
     }
 
+    /// The store shows no holder of `key`: `lease run` released it.
+    async fn assert_released(store: &MemoryBackend, key: &LeaseKey) {
+        let record = store.inspect(key).await.expect("inspect").expect("record");
+        assert!(record.holder().is_none(), "released: {record:?}");
+    }
+
     /// An operator breaks the lease: release it with the holder's own token.
     async fn break_lease(store: &MemoryBackend, key: &LeaseKey) {
         let record = store.inspect(key).await.expect("inspect").expect("record");
@@ -704,15 +710,7 @@ mod tests {
             ],
         );
         assert_eq!(run_plan(&backend, &plan).await.expect("ran"), 7);
-        let record = store
-            .inspect(&plan.key)
-            .await
-            .expect("inspect")
-            .expect("record");
-        assert!(
-            record.holder().is_none(),
-            "released after the command: {record:?}"
-        );
+        assert_released(&store, &plan.key).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -739,12 +737,7 @@ mod tests {
         // The guard step reports it on stderr and exits 127, which lease passes on.
         let code = run_plan(&backend, &plan).await.expect("ran the guard");
         assert_eq!(code, exit::NOT_FOUND);
-        let record = store
-            .inspect(&plan.key)
-            .await
-            .expect("inspect")
-            .expect("record");
-        assert!(record.holder().is_none());
+        assert_released(&store, &plan.key).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -929,12 +922,7 @@ mod tests {
             !running,
             "the background process must be gone before the lease is released: {state}"
         );
-        let record = store
-            .inspect(&plan.key)
-            .await
-            .expect("inspect")
-            .expect("record");
-        assert!(record.holder().is_none());
+        assert_released(&store, &plan.key).await;
     }
 
     /// The other side of stopping early: with the default grace, renewals that answer 700 ms
