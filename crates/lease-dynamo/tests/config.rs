@@ -29,12 +29,6 @@ const WAIT: Duration = Duration::from_secs(5);
 /// "At once": one request (or none), far below `WAIT`.
 const AT_ONCE: Duration = Duration::from_millis(1500);
 
-fn run<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce(String) -> F) {
-    if let Some(endpoint) = support::endpoint(name) {
-        support::runtime().block_on(test(endpoint));
-    }
-}
-
 fn credentials() -> Credentials {
     Credentials::new("local", "local", None, None, "lease-dynamo-config-tests")
 }
@@ -110,7 +104,7 @@ async fn fails_at_once(leases: &DynamoLeases, what: &str, needles: &[&str]) -> S
 
 #[test]
 fn no_credentials_fail_at_once() {
-    run("no_credentials_fail_at_once", |endpoint| async move {
+    support::run("no_credentials_fail_at_once", |endpoint| async move {
         // A config with no credentials provider at all.
         let leases = manager(
             bare()
@@ -153,7 +147,7 @@ fn no_credentials_fail_at_once() {
 
 #[test]
 fn no_region_fails_at_once() {
-    run("no_region_fails_at_once", |endpoint| async move {
+    support::run("no_region_fails_at_once", |endpoint| async move {
         let leases = manager(
             bare()
                 .endpoint_url(&endpoint)
@@ -185,7 +179,7 @@ fn no_region_fails_at_once() {
 
 #[test]
 fn an_endpoint_that_is_not_a_url_fails_at_once() {
-    run(
+    support::run(
         "an_endpoint_that_is_not_a_url_fails_at_once",
         |endpoint| async move {
             for (url, why) in [
@@ -211,7 +205,7 @@ fn an_endpoint_that_is_not_a_url_fails_at_once() {
 
 #[test]
 fn an_unknown_host_fails_at_once() {
-    run("an_unknown_host_fails_at_once", |endpoint| async move {
+    support::run("an_unknown_host_fails_at_once", |endpoint| async move {
         let leases =
             manager(configured(&endpoint).endpoint_url("http://no-such-host.invalid:8000"));
         fails_at_once(
@@ -225,7 +219,7 @@ fn an_unknown_host_fails_at_once() {
 
 #[test]
 fn refused_credentials_fail_at_once_with_a_hint() {
-    run(
+    support::run(
         "refused_credentials_fail_at_once_with_a_hint",
         |endpoint| async move {
             // DynamoDB Local accepts any key but an empty one; it never says AccessDenied (the
@@ -251,7 +245,7 @@ fn refused_credentials_fail_at_once_with_a_hint() {
 
 #[test]
 fn a_refused_connection_is_still_transient() {
-    run("a_refused_connection_is_still_transient", |_| async move {
+    support::run("a_refused_connection_is_still_transient", |_| async move {
         // Nothing listens on port 1: worth retrying (a server restarting), so the wait runs out.
         let leases = manager(configured("http://127.0.0.1:1"));
         let error = leases
@@ -281,7 +275,7 @@ fn a_refused_connection_is_still_transient() {
 
 #[test]
 fn a_missing_table_is_named_with_its_region() {
-    run(
+    support::run(
         "a_missing_table_is_named_with_its_region",
         |endpoint| async move {
             let client = support::client(&endpoint, &support::Wiring::default());
@@ -353,7 +347,7 @@ async fn raw_table(client: &Client, table: &str, keys: &[KeyAttribute<'_>]) {
 
 #[test]
 fn create_table_refuses_an_existing_table_with_another_key_schema() {
-    run(
+    support::run(
         "create_table_refuses_an_existing_table_with_another_key_schema",
         |endpoint| async move {
             let client = support::client(&endpoint, &support::Wiring::default());
@@ -418,7 +412,7 @@ fn create_table_refuses_an_existing_table_with_another_key_schema() {
 
 #[test]
 fn operations_on_a_table_with_another_key_schema_say_which_keys_they_write() {
-    run(
+    support::run(
         "operations_on_a_table_with_another_key_schema_say_which_keys_they_write",
         |endpoint| async move {
             let client = support::client(&endpoint, &support::Wiring::default());

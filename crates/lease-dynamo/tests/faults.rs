@@ -45,15 +45,9 @@ async fn rig(endpoint: &str, retry: RetryPolicy) -> Rig {
     }
 }
 
-fn run<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce(String) -> F) {
-    if let Some(endpoint) = support::endpoint(name) {
-        support::runtime().block_on(test(endpoint));
-    }
-}
-
 #[test]
 fn lost_acquire_reply_is_reconciled_from_all_old() {
-    run(
+    support::run(
         "lost_acquire_reply_is_reconciled_from_all_old",
         |endpoint| async move {
             let r = rig(&endpoint, RetryPolicy::default()).await;
@@ -86,7 +80,7 @@ fn lost_acquire_reply_is_reconciled_from_all_old() {
 
 #[test]
 fn lost_takeover_reply_is_reconciled() {
-    run("lost_takeover_reply_is_reconciled", |endpoint| async move {
+    support::run("lost_takeover_reply_is_reconciled", |endpoint| async move {
         let r = rig(&endpoint, RetryPolicy::default()).await;
         let old = r.leases.acquire("k", D).await.unwrap();
         r.clock.advance(D + Duration::from_millis(1));
@@ -102,7 +96,7 @@ fn lost_takeover_reply_is_reconciled() {
 
 #[test]
 fn lost_renew_reply_keeps_the_lease() {
-    run("lost_renew_reply_keeps_the_lease", |endpoint| async move {
+    support::run("lost_renew_reply_keeps_the_lease", |endpoint| async move {
         let r = rig(&endpoint, RetryPolicy::default()).await;
         let lease = r.leases.acquire("k", D).await.unwrap();
         r.clock.advance(D / 2);
@@ -128,7 +122,7 @@ fn lost_renew_reply_keeps_the_lease() {
 
 #[test]
 fn lost_release_reply_is_reconciled() {
-    run("lost_release_reply_is_reconciled", |endpoint| async move {
+    support::run("lost_release_reply_is_reconciled", |endpoint| async move {
         let r = rig(&endpoint, RetryPolicy::default()).await;
         // Go-style release, which knows the fencing token.
         let lease = r.leases.acquire("a", D).await.unwrap();
@@ -161,7 +155,7 @@ fn lost_release_reply_is_reconciled() {
 /// holder" as its own success, so releasing a token that never held the key returned `Ok`.
 #[test]
 fn a_lost_reply_never_makes_a_strangers_release_succeed() {
-    run(
+    support::run(
         "a_lost_reply_never_makes_a_strangers_release_succeed",
         |endpoint| async move {
             let r = rig(&endpoint, RetryPolicy::default()).await;
@@ -190,7 +184,7 @@ fn a_lost_reply_never_makes_a_strangers_release_succeed() {
 /// the live lease as its own and both callers got `Ok` with the same fencing token.
 #[test]
 fn a_second_call_with_the_holders_token_is_held() {
-    run(
+    support::run(
         "a_second_call_with_the_holders_token_is_held",
         |endpoint| async move {
             let r = rig(&endpoint, RetryPolicy::none()).await;
@@ -227,7 +221,7 @@ fn a_second_call_with_the_holders_token_is_held() {
 
 #[test]
 fn throttling_and_5xx_are_retried_with_backoff() {
-    run(
+    support::run(
         "throttling_and_5xx_are_retried_with_backoff",
         |endpoint| async move {
             let r = rig(&endpoint, RetryPolicy::default()).await;
@@ -258,7 +252,7 @@ fn throttling_and_5xx_are_retried_with_backoff() {
 
 #[test]
 fn sdk_retries_are_off_and_persistent_throttling_is_transient() {
-    run(
+    support::run(
         "sdk_retries_are_off_and_persistent_throttling_is_transient",
         |endpoint| async move {
             // One attempt: the SDK's standard retry strategy would have retried throttling.
@@ -287,7 +281,7 @@ fn sdk_retries_are_off_and_persistent_throttling_is_transient() {
 
 #[test]
 fn renew_retries_stop_at_the_lease_deadline() {
-    run(
+    support::run(
         "renew_retries_stop_at_the_lease_deadline",
         |endpoint| async move {
             let r = rig(&endpoint, RetryPolicy::default().with_max_attempts(10)).await;
@@ -310,7 +304,7 @@ fn renew_retries_stop_at_the_lease_deadline() {
 
 #[test]
 fn missing_table_is_a_permanent_error_naming_it() {
-    run(
+    support::run(
         "missing_table_is_a_permanent_error_naming_it",
         |endpoint| async move {
             let counter = Arc::new(RequestCounter::default());
@@ -334,7 +328,7 @@ fn missing_table_is_a_permanent_error_naming_it() {
 
 #[test]
 fn lost_put_fenced_reply_is_reconciled() {
-    run(
+    support::run(
         "lost_put_fenced_reply_is_reconciled",
         |endpoint| async move {
             let t = FencingToken::new;

@@ -26,12 +26,6 @@ const GO_RELEASE: &str = "#lease_token = :token";
 
 const D: Duration = Duration::from_secs(10);
 
-fn run<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce(String) -> F) {
-    if let Some(endpoint) = support::endpoint(name) {
-        support::runtime().block_on(test(endpoint));
-    }
-}
-
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
 }
@@ -201,7 +195,7 @@ async fn rig(endpoint: &str) -> Rig {
 
 #[test]
 fn a_live_go_lease_is_held_and_shown_with_its_expiry() {
-    run(
+    support::run(
         "a_live_go_lease_is_held_and_shown_with_its_expiry",
         |endpoint| async move {
             let r = rig(&endpoint).await;
@@ -252,7 +246,7 @@ fn a_live_go_lease_is_held_and_shown_with_its_expiry() {
 
 #[test]
 fn go_takes_over_after_a_release_or_an_expiry_and_never_earlier() {
-    run(
+    support::run(
         "go_takes_over_after_a_release_or_an_expiry_and_never_earlier",
         |endpoint| async move {
             let r = rig(&endpoint).await;
@@ -333,7 +327,7 @@ async fn check(go: &Go, token: &str, at: SystemTime, expect: (&str, bool, bool, 
 /// Go's three conditions, sent verbatim, against items this crate wrote in every state.
 #[test]
 fn go_conditions_judge_items_this_crate_wrote() {
-    run(
+    support::run(
         "go_conditions_judge_items_this_crate_wrote",
         |endpoint| async move {
             let r = rig(&endpoint).await;

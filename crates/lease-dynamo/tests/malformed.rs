@@ -20,12 +20,6 @@ use support::Wiring;
 
 const D: Duration = Duration::from_secs(10);
 
-fn run<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce(String) -> F) {
-    if let Some(endpoint) = support::endpoint(name) {
-        support::runtime().block_on(test(endpoint));
-    }
-}
-
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
 }
@@ -74,7 +68,7 @@ async fn rig(endpoint: &str) -> (DynamoLeases, Client, Arc<ManualClock>) {
 /// and breakable with a forced release.
 #[test]
 fn foreign_tokens_are_shown_held_and_breakable() {
-    run(
+    support::run(
         "foreign_tokens_are_shown_held_and_breakable",
         |endpoint| async move {
             let (leases, client, clock) = rig(&endpoint).await;
@@ -117,7 +111,7 @@ fn foreign_tokens_are_shown_held_and_breakable() {
 /// and names the attribute, and the lease can be broken.
 #[test]
 fn a_holder_without_a_usable_expiry_is_explained_and_breakable() {
-    run(
+    support::run(
         "a_holder_without_a_usable_expiry_is_explained_and_breakable",
         |endpoint| async move {
             let (leases, client, _clock) = rig(&endpoint).await;
@@ -162,7 +156,7 @@ fn a_holder_without_a_usable_expiry_is_explained_and_breakable() {
 /// not left held by a token nobody has, and the error names the attribute and the value.
 #[test]
 fn a_malformed_fencing_counter_never_half_acquires() {
-    run(
+    support::run(
         "a_malformed_fencing_counter_never_half_acquires",
         |endpoint| async move {
             let (leases, client, _clock) = rig(&endpoint).await;
@@ -212,7 +206,7 @@ fn a_malformed_fencing_counter_never_half_acquires() {
 /// A `Held` error shows a huge owner description short.
 #[test]
 fn a_huge_owner_makes_a_short_message() {
-    run(
+    support::run(
         "a_huge_owner_makes_a_short_message",
         |endpoint| async move {
             let (leases, client, clock) = rig(&endpoint).await;
@@ -242,7 +236,7 @@ fn a_huge_owner_makes_a_short_message() {
 /// buffer is checked against the fencing re-seed argument.
 #[test]
 fn a_zero_ttl_buffer_writes_no_ttl() {
-    run("a_zero_ttl_buffer_writes_no_ttl", |endpoint| async move {
+    support::run("a_zero_ttl_buffer_writes_no_ttl", |endpoint| async move {
         let (leases, client, clock) = rig(&endpoint).await;
         let table = leases.table().to_owned();
         let lease = leases.acquire("k", D).await.unwrap();
@@ -284,7 +278,7 @@ fn a_zero_ttl_buffer_writes_no_ttl() {
 /// No duration panics: the longest lease with validation off, and waiting forever.
 #[test]
 fn extreme_durations_never_panic() {
-    run("extreme_durations_never_panic", |endpoint| async move {
+    support::run("extreme_durations_never_panic", |endpoint| async move {
         let (leases, client, clock) = rig(&endpoint).await;
         let unvalidated = DynamoLeases::builder(client.clone(), leases.table())
             .with_clock(clock.clone())

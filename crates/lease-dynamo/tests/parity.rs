@@ -19,12 +19,6 @@ use support::{RequestCounter, Wiring};
 
 const D: Duration = Duration::from_secs(30);
 
-fn run<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce(String) -> F) {
-    if let Some(endpoint) = support::endpoint(name) {
-        support::runtime().block_on(test(endpoint));
-    }
-}
-
 async fn raw_item(
     client: &Client,
     table: &str,
@@ -89,7 +83,7 @@ fn defaults_match_the_go_package() {
 
 #[test]
 fn item_layout_ttl_clock_and_token_generator() {
-    run(
+    support::run(
         "item_layout_ttl_clock_and_token_generator",
         |endpoint| async move {
             let clock = Arc::new(ManualClock::new());
@@ -186,7 +180,7 @@ fn item_layout_ttl_clock_and_token_generator() {
 
 #[test]
 fn custom_names_sort_key_and_no_ttl() {
-    run("custom_names_sort_key_and_no_ttl", |endpoint| async move {
+    support::run("custom_names_sort_key_and_no_ttl", |endpoint| async move {
         let client = support::client(&endpoint, &Wiring::default());
         let names = AttributeNames::default()
             .with_partition_key("PK")
@@ -230,7 +224,7 @@ fn custom_names_sort_key_and_no_ttl() {
 
 #[test]
 fn invalid_input_is_rejected_before_sending() {
-    run(
+    support::run(
         "invalid_input_is_rejected_before_sending",
         |endpoint| async move {
             let counter = Arc::new(RequestCounter::default());
@@ -292,7 +286,7 @@ fn invalid_input_is_rejected_before_sending() {
 
 #[test]
 fn held_error_reports_the_holder_from_the_failed_write() {
-    run(
+    support::run(
         "held_error_reports_the_holder_from_the_failed_write",
         |endpoint| async move {
             let counter = Arc::new(RequestCounter::default());
@@ -320,7 +314,7 @@ fn held_error_reports_the_holder_from_the_failed_write() {
 
 #[test]
 fn fencing_keeps_growing_after_the_item_is_deleted() {
-    run(
+    support::run(
         "fencing_keeps_growing_after_the_item_is_deleted",
         |endpoint| async move {
             let clock = Arc::new(ManualClock::new());
@@ -358,7 +352,7 @@ fn fencing_keeps_growing_after_the_item_is_deleted() {
 
 #[test]
 fn skew_allowance_delays_takeover() {
-    run("skew_allowance_delays_takeover", |endpoint| async move {
+    support::run("skew_allowance_delays_takeover", |endpoint| async move {
         let clock = Arc::new(ManualClock::new());
         let skew = Duration::from_secs(2);
         let (leases, _) = support::leases(&endpoint, &Wiring::default(), |b| {

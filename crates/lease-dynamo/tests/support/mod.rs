@@ -356,6 +356,14 @@ pub async fn raw_item(
         .cloned()
 }
 
+/// Runs `test` with DynamoDB Local's endpoint on a fresh runtime, or skips it visibly (see
+/// [`endpoint`]).
+pub fn run<F: std::future::Future<Output = ()>>(name: &str, test: impl FnOnce(String) -> F) {
+    if let Some(endpoint) = endpoint(name) {
+        runtime().block_on(test(endpoint));
+    }
+}
+
 /// A unique table name for one test.
 pub fn table_name(prefix: &str) -> String {
     let nonce = uuid::Uuid::new_v4().simple().to_string();
