@@ -29,6 +29,30 @@ pub trait Clock: Send + Sync + fmt::Debug {
     fn monotonic(&self) -> Instant;
     /// A future that completes once `duration` of this clock's monotonic time has passed.
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()>;
+
+    /// This clock's monotonic time on a scale that other clocks (in other processes too) may
+    /// share, as `(scale, time since the scale's origin)`: two readings with the same scale are
+    /// directly comparable, whoever took them. `None` (the default) when no other clock can
+    /// share this one's scale; a backend then times expiry by observation instead.
+    ///
+    /// [`ManualClock`] answers with a scale of its own, so every store reading one manual clock
+    /// agrees on it. (The file backend reads the host's `CLOCK_MONOTONIC` itself when it runs
+    /// on the system clock; lease-core has no access to it.)
+    ///
+    /// ```
+    /// use lease_core::{Clock, ManualClock, SystemClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let (scale, before) = clock.shared_monotonic().unwrap();
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(clock.shared_monotonic(), Some((scale, before + Duration::from_secs(1))));
+    /// assert_ne!(ManualClock::new().shared_monotonic().unwrap().0, scale);
+    /// assert_eq!(SystemClock.shared_monotonic(), None);
+    /// ```
+    fn shared_monotonic(&self) -> Option<(u64, Duration)> {
+        None
+    }
 }
 
 /// The operating system's clocks. Sleeps are served by one shared timer thread, so they work
@@ -230,6 +254,7 @@ impl Future for TimerSleep {
 /// ```
 #[derive(Debug)]
 pub struct ManualClock {
+    scale: u64,
     base_instant: Instant,
     base_wall: SystemTime,
     state: Mutex<ManualState>,
@@ -258,7 +283,11 @@ impl ManualClock {
 
     /// A manual clock whose wall time starts at `wall`.
     pub fn starting_at(wall: SystemTime) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Self {
+            // Unique per clock in this process, and (with the pid) never another process's.
+            scale: (u64::from(std::process::id()) << 32) ^ n ^ 0x4d41_4e55_0000_0000,
             base_instant: Instant::now(),
             base_wall: wall,
             state: Mutex::new(ManualState::default()),
@@ -334,6 +363,10 @@ impl Clock for ManualClock {
         crate::lease::instant_after(self.base_instant, lock(&self.state).elapsed)
     }
 
+    fn shared_monotonic(&self) -> Option<(u64, Duration)> {
+        Some((self.scale, lock(&self.state).elapsed))
+    }
+
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
         let state = Arc::new(SleepState::default());
         let mut clock = lock(&self.state);
@@ -373,6 +406,9 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     }
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
         (**self).sleep(duration)
+    }
+    fn shared_monotonic(&self) -> Option<(u64, Duration)> {
+        (**self).shared_monotonic()
     }
 }
 

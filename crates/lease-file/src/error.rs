@@ -84,6 +84,16 @@ pub enum FileLockError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The path holds another lock protocol's file (a lease-file 0.1 record, an unknown
+    /// format). It is never taken over or deleted: stop the processes that use it, then remove
+    /// it by hand.
+    #[error("refusing {}: {reason}", path.display())]
+    Foreign {
+        /// The lock's path.
+        path: PathBuf,
+        /// What was found and what to do.
+        reason: String,
+    },
     /// An option is out of range.
     #[error("invalid option {option}: {reason}")]
     InvalidOption {
@@ -134,6 +144,11 @@ impl FileLockError {
     /// A hostile or malformed file was refused.
     pub fn is_hostile(&self) -> bool {
         matches!(self, Self::Hostile { .. })
+    }
+
+    /// Another lock protocol's file sits at the path.
+    pub fn is_foreign(&self) -> bool {
+        matches!(self, Self::Foreign { .. })
     }
 
     /// The holder named by a [`Held`](Self::Held) or [`Timeout`](Self::Timeout) error.

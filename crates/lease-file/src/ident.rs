@@ -3,11 +3,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex};
 
-use nix::errno::Errno;
-use nix::sys::signal::kill;
-use nix::unistd::Pid;
 
-use crate::LeaseFileRecord;
 
 /// This process as records describe it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,41 +59,3 @@ fn proc_stat(pid: &str) -> Option<(char, u64)> {
 
 /// A caller-supplied liveness probe: `true` if the process with this pid is alive.
 pub type LivenessProbe = Arc<dyn Fn(u32) -> bool + Send + Sync>;
-
-/// Whether the record's writer is *provably* gone. Only answers `true` when the writer was on this
-/// host, in this PID namespace and boot, and either the probe says the pid is dead or the pid now
-/// belongs to a process with another start time (reused). Anything unknown counts as alive.
-pub(crate) fn writer_is_gone(record: &LeaseFileRecord, probe: Option<&LivenessProbe>) -> bool {
-    let me = current();
-    if record.host.is_empty() || record.host != me.host {
-        return false;
-    }
-    if record.pid_ns.is_none() || record.pid_ns != me.pid_ns {
-        return false;
-    }
-    if record.boot_id.is_none() || record.boot_id != me.boot_id {
-        return false;
-    }
-    if record.pid == me.pid {
-        return false;
-    }
-    if let Some(probe) = probe {
-        return !probe(record.pid);
-    }
-    let Ok(raw) = i32::try_from(record.pid) else {
-        return false;
-    };
-    if raw <= 0 {
-        return false;
-    }
-    match kill(Pid::from_raw(raw), None) {
-        Err(Errno::ESRCH) => true,
-        Ok(()) | Err(Errno::EPERM) => match (record.start_time, proc_stat(&raw.to_string())) {
-            // A zombie (or dying) process has closed its files; a different start time means
-            // the pid was reused.
-            (Some(recorded), Some((state, now))) => recorded != now || matches!(state, 'Z' | 'X'),
-            _ => false,
-        },
-        Err(_) => false,
-    }
-}

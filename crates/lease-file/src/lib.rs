@@ -168,10 +168,15 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+mod chain;
 mod cs;
 mod encode;
+mod engine;
 mod error;
+#[cfg(feature = "failpoints")]
+mod faults;
 mod fenced;
+mod foreign;
 mod fsio;
 mod ident;
 mod lock;

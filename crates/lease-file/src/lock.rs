@@ -1,18 +1,17 @@
 //! The blocking lock for one path: Go `kit/lockfile` parity plus kernel tenure locks, race-free
 //! takeover and fencing generations.
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::{File, TryLockError};
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_core::FencingToken;
 
-use crate::cs::{Cs, LockMode, ModePreference, detect};
-use crate::fsio::{ensure_dir, open_companion, read_record_file, replace_atomically, with_suffix};
+use crate::chain::{self, Held, KeyDir, Kind, Modes};
+use crate::cs::{LockMode, ModePreference, detect};
+use crate::engine::{self, Attempt, Claim, Observations, Timebase};
+use crate::fsio::ensure_dir;
 use crate::ident::{self, LivenessProbe};
 use crate::{FileLockError, LeaseFileRecord, LostReason, SCHEMA_VERSION};
 
@@ -250,9 +249,12 @@ pub struct HolderInfo {
     pub since: Option<SystemTime>,
     /// When the holder last heartbeat, by its wall clock.
     pub last_heartbeat: Option<SystemTime>,
-    /// Set when the holder is not described by a valid record (unparseable, or missing while
-    /// the tenure lock is held): why.
+    /// Set when the holder is not described by a record of this crate (another protocol's lock
+    /// file, or a holder still writing its description): what is known.
     pub unparseable: Option<String>,
+    /// Whether the holder holds the kernel lock on the lock directory (kernel mode): then its
+    /// death frees the lock at once, and waiters are woken by the kernel.
+    pub kernel_lock: bool,
 }
 
 fn wall_ns(at: SystemTime) -> u64 {
@@ -266,27 +268,33 @@ fn from_ns(ns: u64) -> Option<SystemTime> {
 }
 
 impl HolderInfo {
-    pub(crate) fn from_record(record: &LeaseFileRecord) -> Self {
-        Self {
-            pid: record.pid,
-            host: record.host.clone(),
-            label: record.label.clone(),
-            generation: record.generation,
-            since: from_ns(record.acquired_at_ns),
-            last_heartbeat: from_ns(record.written_at_ns),
-            unparseable: None,
-        }
-    }
-
-    fn unparseable(reason: String) -> Self {
-        Self {
-            pid: 0,
-            host: String::new(),
-            label: None,
-            generation: 0,
-            since: None,
-            last_heartbeat: None,
-            unparseable: Some(reason),
+    /// The holder of `held`, described by `record` when that record is this very tenure's.
+    pub(crate) fn of(held: &Held, record: Option<LeaseFileRecord>) -> Self {
+        let record = record.filter(|r| {
+            r.generation == held.generation
+                && r.owner.as_deref().map(|t| chain::fnv(t.as_bytes())) == Some(held.token)
+        });
+        match record {
+            Some(record) => Self {
+                pid: record.pid,
+                host: record.host.clone(),
+                label: record.label.clone(),
+                generation: held.generation,
+                since: from_ns(record.acquired_at_ns),
+                last_heartbeat: from_ns(record.written_at_ns),
+                unparseable: None,
+                kernel_lock: held.kernel.is_some(),
+            },
+            None => Self {
+                pid: 0,
+                host: String::new(),
+                label: None,
+                generation: held.generation,
+                since: None,
+                last_heartbeat: None,
+                unparseable: Some("a holder still writing its description".into()),
+                kernel_lock: held.kernel.is_some(),
+            },
         }
     }
 }
@@ -308,30 +316,17 @@ impl fmt::Display for HolderInfo {
     }
 }
 
-/// What a contender remembers of the record it saw last, to time staleness on its own
-/// monotonic clock.
-#[derive(Debug, Clone)]
-enum Observed {
-    Record {
-        owner: Option<String>,
-        generation: u64,
-        heartbeat: u64,
-        first_seen: Instant,
-    },
-    Garbage {
-        fingerprint: u64,
-        first_seen: Instant,
-    },
-}
-
+/// The current tenure.
 #[derive(Debug)]
 struct Tenure {
-    owner: String,
-    generation: u64,
-    heartbeat: u64,
-    acquired_at_ns: u64,
+    token: String,
+    held: Held,
+    /// The state entry's name: every renewal and the release rename from it.
+    name: String,
+    /// The lock directory (holding its kernel lock in kernel mode); taken out by the heartbeat
+    /// for the duration of its I/O.
+    dir: Option<KeyDir>,
     deadline: Instant,
-    tenure_file: Option<File>,
     epoch: u64,
 }
 
@@ -346,22 +341,26 @@ struct State {
     closed: bool,
 }
 
-/// Observations are per process and per path, not per `FileLock`: a caller that makes a new
-/// `FileLock` for every attempt still sees a hung holder go stale.
-fn observations() -> MutexGuard<'static, BTreeMap<PathBuf, Observed>> {
-    static OBSERVED: Mutex<BTreeMap<PathBuf, Observed>> = Mutex::new(BTreeMap::new());
-    OBSERVED.lock().unwrap_or_else(PoisonError::into_inner)
+/// Observations are per process, not per `FileLock`: a caller that makes a new `FileLock` for
+/// every attempt still sees a hung holder on another host go stale.
+fn observations() -> &'static Observations {
+    static OBSERVED: std::sync::OnceLock<Observations> = std::sync::OnceLock::new();
+    OBSERVED.get_or_init(Observations::default)
 }
+
+/// A thread blocked in `flock` on the lock directory, for a waiter: the kernel wakes it when the
+/// holder releases or dies.
+type Waiter = mpsc::Receiver<Result<Option<KeyDir>, FileLockError>>;
 
 struct Shared {
     path: PathBuf,
-    owner_path: PathBuf,
     options: FileLockOptions,
     mode: LockMode,
     mode_reason: String,
-    cs: Cs,
+    time: Timebase,
     state: Mutex<State>,
     wake: Condvar,
+    waiter: Mutex<Option<Waiter>>,
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -391,26 +390,22 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 ///
 /// # Files
 ///
-/// * `P` holds the JSON [`LeaseFileRecord`]; it is only ever replaced by `rename(2)`.
-/// * `P.lock` is flocked for the few microseconds of a critical section; never deleted.
-/// * `P.owner` is flocked by the holder for its whole tenure; never deleted.
-/// * In [`LockMode::HeartbeatOnly`], `P.cs.<n>` files mark critical-section epochs.
+/// The path `P` is a directory holding one state entry whose name is the lease state
+/// (`free.<generation>` or `held.<generation>.<renewal>...`, see the crate docs); the holder's
+/// diagnostic record (pid, host, label, times) is that entry's content. Nothing else is created.
 ///
-/// # Costs (kernel mode, no fsync)
+/// # Costs (kernel mode)
+///
+/// Counted with `strace -f -c` by `benches/file_lease.rs`:
 ///
 /// | operation | syscalls |
 /// |---|---|
-/// | critical section | `flock(LOCK_EX\|LOCK_NB)`, `fstat`, `lstat` ... `flock(LOCK_UN)`: 4 |
-/// | read the record | `open`, `fstat`, `read` x2, `close`: 5 |
-/// | replace the record | `open(O_EXCL)`, `fchmod`, `write`, `close`, `rename`: 5 |
-/// | tenure kernel lock | `open`, `fstat`, `flock`: 3 (once per acquisition) |
-///
-/// Measured with `strace -f -c` (`benches/file_lease.rs`), an uncontended
-/// [`try_acquire`](Self::try_acquire) plus [`release`](Self::release) is about 44 syscalls
-/// (std adds an `fcntl` and a `statx` here and there, `uuid` a `getrandom` per name), a heartbeat
-/// about 20, a refused attempt on a held lock about 15. The heartbeat thread is started once per
-/// `FileLock` (about 17 more syscalls, the first time) and parks between tenures. The benchmark
-/// compares them with a bare `O_EXCL` create (4) and a bare `flock` (2).
+/// | open the lock directory | `open`, `fstat` (once per tenure) |
+/// | take the kernel lock | `flock` |
+/// | read the state | `openat`, `getdents64` x2, `close` |
+/// | acquire | one `rename`, then `openat`, `write`, `close` for the description |
+/// | heartbeat | one `rename` (plus a `flock` try while a takeover from a hung holder waits for it) |
+/// | release | one `rename`, `flock(LOCK_UN)` |
 pub struct FileLock {
     shared: Arc<Shared>,
 }
@@ -430,7 +425,7 @@ impl FileLock {
     /// needed and detects the [`LockMode`].
     ///
     /// # Errors
-    /// If the directory cannot be created, or a hostile file sits at a companion path.
+    /// If the directory cannot be created.
     pub fn new(path: impl Into<PathBuf>) -> Result<Self, FileLockError> {
         Self::with_options(path, FileLockOptions::default())
     }
@@ -456,29 +451,23 @@ impl FileLock {
         }
         let dir = path.parent().map(Path::to_owned).unwrap_or_default();
         ensure_dir(&dir, options.dir_mode)?;
-        let lock_path = with_suffix(&path, ".lock");
-        let owner_path = with_suffix(&path, ".owner");
-        let (mode, mode_reason) = detect(&dir, &lock_path, options.file_mode, options.mode)?;
-        let cs = match mode {
-            LockMode::Kernel => Cs::kernel(lock_path, options.file_mode),
-            _ => Cs::files(&path, options.file_mode, options.stale_threshold),
-        };
+        let (mode, mode_reason) = detect(&dir, options.mode)?;
         tracing::debug!(path = %path.display(), ?mode, %mode_reason, "file lock ready");
         Ok(Self {
             shared: Arc::new(Shared {
                 path,
-                owner_path,
                 options,
                 mode,
                 mode_reason,
-                cs,
+                time: Timebase::system(),
                 state: Mutex::new(State::default()),
                 wake: Condvar::new(),
+                waiter: Mutex::new(None),
             }),
         })
     }
 
-    /// The record's path (Go: `Path`).
+    /// The lock's path (Go: `Path`).
     pub fn path(&self) -> &Path {
         &self.shared.path
     }
@@ -518,7 +507,7 @@ impl FileLock {
             Some(t) if Instant::now() >= t.deadline => Err(not_held(Some(LostReason::Untrusted {
                 reason: "the deadline passed without a heartbeat (paused or I/O stalled)".into(),
             }))),
-            Some(t) => Ok(FencingToken::new(t.generation)),
+            Some(t) => Ok(FencingToken::new(t.held.generation)),
         }
     }
 
@@ -532,26 +521,29 @@ impl FileLock {
         lock(&self.shared.state)
             .tenure
             .as_ref()
-            .map(|t| FencingToken::new(t.generation))
+            .map(|t| FencingToken::new(t.held.generation))
     }
 
-    /// Reads the record: the current holder, or `None` if free (released or never held).
+    /// The current holder, or `None` if free (released or never held).
     ///
     /// # Errors
     /// I/O errors and hostile files.
     pub fn holder(&self) -> Result<Option<HolderInfo>, FileLockError> {
-        match read(&self.shared.path)? {
-            Read::Missing => Ok(None),
-            Read::Valid(r) if r.owner.is_none() => Ok(None),
-            Read::Valid(r) => Ok(Some(HolderInfo::from_record(&r))),
-            Read::Invalid { reason, .. } => Ok(Some(HolderInfo::unparseable(format!(
-                "unparseable record: {reason}"
-            )))),
-        }
+        let kd = match KeyDir::open(&self.shared.path, Kind::Lease, None) {
+            Ok(Some(kd)) => kd,
+            Ok(None) => return Ok(None),
+            Err(FileLockError::Held { holder, .. }) => return Ok(Some(*holder)),
+            Err(e) => return Err(e),
+        };
+        let found = kd.state()?;
+        Ok(match &found.state {
+            chain::State::Free(_) => None,
+            chain::State::Held(held) => Some(HolderInfo::of(held, kd.description(&found.name))),
+        })
     }
 
     /// Acquires (Go: `Acquire`): a lock held by a live owner fails at once with
-    /// [`FileLockError::Held`]; a transient race (the critical section reclaimed under us,
+    /// [`FileLockError::Held`]; a transient race (the state changing under every look,
     /// interrupted I/O) is retried up to `acquire_retries` times, `retry_delay` apart, as the Go
     /// package retries its stale-removal races. To wait for a held lock, use
     /// [`acquire_timeout`](Self::acquire_timeout).
@@ -572,19 +564,19 @@ impl FileLock {
         }
     }
 
-    /// Acquires, retrying every `retry_delay` until `timeout`. A hung holder is taken over once
-    /// its heartbeat has been unchanged for the stale threshold, so pass a timeout above it to
-    /// wait that out. No attempt waits for a busy critical section past the timeout.
+    /// Acquires, waiting until `timeout`. In kernel mode a waiter for a holder that holds the
+    /// kernel lock blocks in `flock` and is woken by the kernel the moment the holder releases or
+    /// dies; otherwise (and for a hung holder, taken over once its lease stood still for its
+    /// duration) it looks again every `retry_delay`.
     ///
     /// # Errors
     /// [`FileLockError::Timeout`] naming the last holder seen (pid, host, since); the last
-    /// transient error when the critical section itself stayed busy until the timeout; other
-    /// errors at once.
+    /// transient error when that persisted until the timeout; other errors at once.
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<FencingToken, FileLockError> {
         let start = Instant::now();
+        let mut locked = None;
         loop {
-            let remaining = timeout.saturating_sub(start.elapsed());
-            match self.try_acquire_within(self.shared.options.stale_threshold.min(remaining)) {
+            match self.try_acquire_with(locked.take()) {
                 Err(FileLockError::Held { holder, .. }) => {
                     let waited = start.elapsed();
                     if waited >= timeout {
@@ -594,13 +586,22 @@ impl FileLock {
                             holder: Some(holder),
                         });
                     }
-                    let delay = self
+                    let poll = self
                         .shared
                         .options
                         .retry_delay
                         .min(timeout - waited)
                         .max(Duration::from_micros(100));
-                    std::thread::sleep(delay);
+                    if self.shared.mode == LockMode::Kernel && holder.kernel_lock {
+                        // The kernel wakes us when the holder lets go; a hung holder keeps its
+                        // lock, so look again at least once per `stale_threshold / 4`.
+                        let wait = (self.shared.options.stale_threshold / 4)
+                            .max(poll)
+                            .min(timeout - waited);
+                        locked = self.wait_for_kernel_lock(wait)?;
+                    } else {
+                        std::thread::sleep(poll);
+                    }
                 }
                 Err(e) if e.is_transient() && start.elapsed() < timeout => {
                     let remaining = timeout.saturating_sub(start.elapsed());
@@ -611,17 +612,50 @@ impl FileLock {
         }
     }
 
+    /// Waits up to `wait` for a thread blocked in `flock` on the lock directory (one per lock,
+    /// kept across calls) to get the kernel lock, and hands its descriptor over.
+    fn wait_for_kernel_lock(&self, wait: Duration) -> Result<Option<KeyDir>, FileLockError> {
+        let mut waiter = self
+            .shared
+            .waiter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let rx = waiter.get_or_insert_with(|| {
+            let (tx, rx) = mpsc::channel();
+            let path = self.shared.path.clone();
+            std::thread::spawn(move || {
+                let got = KeyDir::open(&path, Kind::Lease, None).and_then(|kd| {
+                    kd.map(|mut kd| kd.lock_blocking().map(|()| kd))
+                        .transpose()
+                });
+                let _ = tx.send(got);
+            });
+            rx
+        });
+        match rx.recv_timeout(wait) {
+            Ok(got) => {
+                *waiter = None;
+                got
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                *waiter = None;
+                Ok(None)
+            }
+        }
+    }
+
     /// One attempt to acquire.
     ///
     /// # Errors
     /// [`FileLockError::Held`] when a live owner holds it; [`FileLockError::AlreadyHeld`] when
     /// this lock does; I/O errors and hostile files.
     pub fn try_acquire(&self) -> Result<FencingToken, FileLockError> {
-        self.try_acquire_within(self.shared.options.stale_threshold)
+        self.try_acquire_with(None)
     }
 
-    /// One attempt, waiting at most `cs_wait` for the critical section.
-    fn try_acquire_within(&self, cs_wait: Duration) -> Result<FencingToken, FileLockError> {
+    /// One attempt, through `dir` if given (already holding the kernel lock).
+    fn try_acquire_with(&self, dir: Option<KeyDir>) -> Result<FencingToken, FileLockError> {
         let shared = &self.shared;
         let span = tracing::debug_span!("file_lock_acquire", path = %shared.path.display());
         let _enter = span.enter();
@@ -639,227 +673,87 @@ impl FileLock {
             }
         }
         let opts = &shared.options;
-        let cs = shared.cs.enter(cs_wait)?;
-        if lock(&shared.state).tenure.is_some() {
-            // Another thread acquired through this same lock meanwhile.
-            return Err(FileLockError::AlreadyHeld {
-                path: shared.path.clone(),
-            });
-        }
-        let sent = Instant::now();
-        let current = read(&shared.path)?;
-        let seen_at = Instant::now();
-        if let Read::Valid(r) = &current
-            && r.owner.is_some()
-            && let Some(protocol) = r.protocol.as_deref()
-            && protocol != shared.mode.as_str()
-        {
-            return Err(FileLockError::Unsupported {
-                path: shared.path.clone(),
-                reason: format!(
-                    "the holder runs the {protocol} protocol and this lock the {} one: they would \
-                     not exclude each other (use one ModePreference for every process)",
-                    shared.mode
-                ),
-            });
-        }
-        let mut tenure_file = None;
-        let previous = match &current {
-            Read::Missing if shared.mode == LockMode::Kernel => {
-                // No record, but maybe a live holder whose record was deleted by hand: its
-                // tenure kernel lock says so, and its next heartbeat gives the lease up.
-                match try_tenure(&shared.owner_path, opts.file_mode)? {
-                    Some(file) => {
-                        tenure_file = Some(file);
-                        0
-                    }
-                    None => {
-                        return Err(FileLockError::Held {
-                            path: shared.path.clone(),
-                            holder: Box::new(HolderInfo::unparseable(
-                                "the record is missing but a holder keeps the tenure lock".into(),
-                            )),
-                        });
-                    }
-                }
-            }
-            Read::Missing => 0,
-            Read::Valid(r) if r.owner.is_none() => r.generation,
-            Read::Valid(r) => {
-                let mut free = None;
-                if shared.mode == LockMode::Kernel
-                    && let Some(file) = try_tenure(&shared.owner_path, opts.file_mode)?
-                {
-                    if r.tenure {
-                        free = Some("the holder's kernel lock is free: its process exited");
-                    }
-                    tenure_file = Some(file);
-                }
-                if free.is_none() && ident::writer_is_gone(r, opts.liveness.as_ref()) {
-                    free = Some("the holder's process is gone (same host, pid namespace, boot)");
-                }
-                if free.is_none() {
-                    let mut observed = observations();
-                    let first = match observed.get(&shared.path) {
-                        Some(Observed::Record {
-                            owner,
-                            generation,
-                            heartbeat,
-                            first_seen,
-                        }) if *owner == r.owner
-                            && *generation == r.generation
-                            && *heartbeat == r.heartbeat =>
-                        {
-                            *first_seen
-                        }
-                        _ => {
-                            observed.insert(
-                                shared.path.clone(),
-                                Observed::Record {
-                                    owner: r.owner.clone(),
-                                    generation: r.generation,
-                                    heartbeat: r.heartbeat,
-                                    first_seen: seen_at,
-                                },
-                            );
-                            seen_at
-                        }
-                    };
-                    if seen_at.duration_since(first) >= opts.stale_threshold {
-                        free = Some("the heartbeat stopped for the stale threshold");
-                    }
-                }
-                match free {
-                    Some(why) => {
-                        tracing::info!(generation = r.generation, pid = r.pid, host = %r.host, why, "taking over");
-                        if shared.mode == LockMode::Kernel {
-                            // Only critical-section holders write temporary records, and we hold
-                            // it: any left over belong to a writer that died mid-write.
-                            remove_stale_temps(&shared.path);
-                        }
-                        r.generation
-                    }
-                    None => {
-                        return Err(FileLockError::Held {
-                            path: shared.path.clone(),
-                            holder: Box::new(HolderInfo::from_record(r)),
-                        });
-                    }
-                }
-            }
-            Read::Invalid {
-                reason,
-                fingerprint,
-                modified,
-            } => {
-                let mut observed = observations();
-                let first = match observed.get(&shared.path) {
-                    Some(Observed::Garbage {
-                        fingerprint: f,
-                        first_seen,
-                    }) if f == fingerprint => *first_seen,
-                    _ => {
-                        observed.insert(
-                            shared.path.clone(),
-                            Observed::Garbage {
-                                fingerprint: *fingerprint,
-                                first_seen: seen_at,
-                            },
-                        );
-                        seen_at
-                    }
-                };
-                let old_by_mtime = modified
-                    .and_then(|m| SystemTime::now().duration_since(m).ok())
-                    .is_some_and(|age| age >= opts.invalid_record_stale);
-                if seen_at.duration_since(first) < opts.invalid_record_stale && !old_by_mtime {
-                    return Err(FileLockError::Held {
-                        path: shared.path.clone(),
-                        holder: Box::new(HolderInfo::unparseable(format!(
-                            "unparseable record: {reason}"
-                        ))),
-                    });
-                }
-                tracing::warn!(%reason, "reclaiming an unparseable record");
-                // The old generation is unknown: continue above any counter this crate could
-                // have reached, from the wall clock in microseconds.
-                wall_ns(SystemTime::now()) / 1000
-            }
+        let modes = Modes {
+            file: opts.file_mode,
+            dir: opts.file_mode | ((opts.file_mode & 0o444) >> 2),
         };
-        let generation = previous
-            .checked_add(1)
-            .ok_or_else(|| FileLockError::Hostile {
-                path: shared.path.clone(),
-                reason: "the fencing generation is exhausted".into(),
-            })?;
-        if shared.mode == LockMode::Kernel && tenure_file.is_none() {
-            tenure_file = try_tenure(&shared.owner_path, opts.file_mode)?;
-        }
-        let owner = uuid::Uuid::new_v4().simple().to_string();
-        let now = SystemTime::now();
-        let record = make_record(
-            shared.mode,
-            opts,
-            &owner,
-            generation,
-            0,
-            wall_ns(now),
-            tenure_file.is_some(),
-        );
-        if !cs.still_exclusive() {
-            return Err(busy_lost(&shared.path));
-        }
-        replace_atomically(&shared.path, &record.to_bytes(), opts.file_mode, opts.fsync)?;
-        drop(cs);
-        observations().remove(&shared.path);
-        let epoch = {
-            let mut state = lock(&shared.state);
-            state.epoch += 1;
-            state.lost = None;
-            state.tenure = Some(Tenure {
-                owner,
-                generation,
-                heartbeat: 0,
-                acquired_at_ns: record.acquired_at_ns,
-                deadline: sent + opts.stale_threshold.saturating_sub(opts.margin()),
-                tenure_file,
-                epoch: state.epoch,
-            });
-            state.epoch
-        };
-        tracing::info!(
-            generation,
-            epoch,
-            tenure = record.tenure,
-            "file lock acquired"
-        );
-        let start_thread = {
-            let mut state = lock(&shared.state);
-            !std::mem::replace(&mut state.thread_started, true)
-        };
-        shared.wake.notify_all();
-        if start_thread {
-            let thread_shared = shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name("lease-file-heartbeat".into())
-                .spawn(move || heartbeat_loop(&thread_shared));
-            if let Err(e) = spawned {
-                lock(&shared.state).thread_started = false;
-                let _ = self.release();
-                return Err(FileLockError::Io {
-                    op: "spawn heartbeat thread",
+        let mut kd = match dir {
+            Some(kd) => kd,
+            None => KeyDir::open(&shared.path, Kind::Lease, Some(modes))?.ok_or_else(|| {
+                FileLockError::Io {
+                    op: "open lock directory",
                     path: shared.path.clone(),
                     transient: true,
-                    source: e,
+                    source: std::io::Error::other("removed while being created"),
+                }
+            })?,
+        };
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let claim = Claim {
+            token: &token,
+            duration: opts.stale_threshold,
+            kernel: shared.mode == LockMode::Kernel,
+            record: make_record(shared.mode, opts, &token),
+        };
+        match engine::try_acquire(&mut kd, &claim, &shared.time, observations())? {
+            Attempt::Busy { found, holder } => {
+                let chain::State::Held(held) = &found.state else {
+                    return Err(FileLockError::Io {
+                        op: "acquire",
+                        path: shared.path.clone(),
+                        transient: true,
+                        source: std::io::Error::other("the lease state changed"),
+                    });
+                };
+                Err(FileLockError::Held {
+                    path: shared.path.clone(),
+                    holder: Box::new(HolderInfo::of(held, holder)),
+                })
+            }
+            Attempt::Won { held, name, now } => {
+                let generation = held.generation;
+                if !kd.still_at_path() {
+                    // The directory was moved away or replaced while we took it: nobody else
+                    // can see this tenure, so do not trust it.
+                    let _ = engine::release(&mut kd, &name, generation);
+                    return Err(FileLockError::Io {
+                        op: "acquire",
+                        path: shared.path.clone(),
+                        transient: true,
+                        source: std::io::Error::other("the lock directory was replaced"),
+                    });
+                }
+                let kernel = held.kernel.is_some();
+                let mut state = lock(&shared.state);
+                state.epoch += 1;
+                let epoch = state.epoch;
+                state.lost = None;
+                state.tenure = Some(Tenure {
+                    token,
+                    held,
+                    name,
+                    dir: Some(kd),
+                    deadline: now.mono + opts.stale_threshold.saturating_sub(opts.margin()),
+                    epoch,
                 });
+                if !state.thread_started {
+                    state.thread_started = true;
+                    let shared = self.shared.clone();
+                    std::thread::Builder::new()
+                        .name("lease-file-heartbeat".into())
+                        .spawn(move || heartbeat_loop(&shared))
+                        .map_err(|e| crate::fsio::io_error("spawn heartbeat", &self.shared.path, e))?;
+                }
+                shared.wake.notify_all();
+                tracing::info!(generation, kernel, "file lock acquired");
+                Ok(FencingToken::new(generation))
             }
         }
-        Ok(FencingToken::new(generation))
     }
 
-    /// Releases the lease (Go: `Release`): under the critical section, and only if the record
-    /// still names this tenure, writes a released record that keeps the fencing generation, then
-    /// drops the tenure lock. Never touches another owner's record.
+    /// Releases the lease (Go: `Release`): one rename of this tenure's state entry to
+    /// `free.<generation>`, which succeeds only if the state is still exactly this tenure's, then
+    /// drops the kernel lock. Never touches another owner's state.
     ///
     /// # Errors
     /// [`FileLockError::NotHeld`] if this lock does not hold the lease (never acquired, already
@@ -868,57 +762,55 @@ impl FileLock {
         let shared = &self.shared;
         let span = tracing::debug_span!("file_lock_release", path = %shared.path.display());
         let _enter = span.enter();
-        let cs = shared.cs.enter(shared.options.stale_threshold)?;
-        let (owner, generation, heartbeat, acquired_at_ns) = {
-            let state = lock(&shared.state);
-            match &state.tenure {
-                Some(t) => (t.owner.clone(), t.generation, t.heartbeat, t.acquired_at_ns),
-                None => {
-                    return Err(FileLockError::NotHeld {
+        let mut state = lock(&shared.state);
+        loop {
+            if state.lost.is_some() || state.tenure.is_none() {
+                if state.tenure.take().is_some() {
+                    state.epoch += 1;
+                }
+                return Err(FileLockError::NotHeld {
+                    path: shared.path.clone(),
+                    lost: state.lost.clone(),
+                });
+            }
+            // A heartbeat in flight has the directory: wait for it to come back.
+            if state.tenure.as_ref().is_some_and(|t| t.dir.is_some()) {
+                break;
+            }
+            state = shared.wake.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+        let Some(tenure) = state.tenure.as_mut() else {
+            return Err(busy(&shared.path));
+        };
+        let generation = tenure.held.generation;
+        let name = tenure.name.clone();
+        let mut kd = tenure.dir.take().ok_or_else(|| busy(&shared.path))?;
+        let released = engine::release(&mut kd, &name, generation);
+        match released {
+            Err(e) => {
+                if let Some(t) = state.tenure.as_mut() {
+                    t.dir = Some(kd);
+                }
+                Err(e)
+            }
+            Ok(ours) => {
+                state.tenure = None;
+                state.epoch += 1;
+                let lost = state.lost.clone();
+                drop(state);
+                drop(kd);
+                shared.wake.notify_all();
+                if ours {
+                    tracing::info!(generation, "file lock released");
+                    Ok(())
+                } else {
+                    tracing::warn!(generation, "release found the lease no longer ours");
+                    Err(FileLockError::NotHeld {
                         path: shared.path.clone(),
-                        lost: state.lost.clone(),
-                    });
+                        lost: lost.or(Some(LostReason::TakenOver { holder: None })),
+                    })
                 }
             }
-        };
-        let ours = matches!(read(&shared.path)?, Read::Valid(ref r)
-            if r.owner.as_deref() == Some(owner.as_str()) && r.generation == generation);
-        if ours {
-            let mut record = make_record(
-                shared.mode,
-                &shared.options,
-                &owner,
-                generation,
-                heartbeat + 1,
-                acquired_at_ns,
-                false,
-            );
-            record.owner = None;
-            if !cs.still_exclusive() {
-                return Err(busy_lost(&shared.path));
-            }
-            replace_atomically(
-                &shared.path,
-                &record.to_bytes(),
-                shared.options.file_mode,
-                shared.options.fsync,
-            )?;
-        }
-        let mut state = lock(&shared.state);
-        state.tenure = None; // closes the tenure file: its kernel lock goes with it
-        state.epoch += 1;
-        drop(cs);
-        shared.wake.notify_all();
-        if ours {
-            tracing::info!(generation, "file lock released");
-            Ok(())
-        } else {
-            tracing::warn!(generation, "release found the lease no longer ours");
-            let lost = state.lost.clone();
-            Err(FileLockError::NotHeld {
-                path: shared.path.clone(),
-                lost: lost.or(Some(LostReason::TakenOver { holder: None })),
-            })
         }
     }
 }
@@ -936,111 +828,38 @@ impl Drop for FileLock {
     }
 }
 
-/// Removes the temporary records of `path` (and of no other record) left by writers that died
-/// mid-write: names are matched exactly by [`is_temp_of`](crate::fsio::is_temp_of).
-fn remove_stale_temps(path: &Path) {
-    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-        return;
-    };
-    let dir = if dir.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        dir
-    };
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if crate::fsio::is_temp_of(&entry.file_name(), name) {
-            tracing::debug!(file = ?entry.file_name(), "removing a temporary record left by a dead writer");
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
-}
-
-fn busy_lost(path: &Path) -> FileLockError {
+fn busy(path: &Path) -> FileLockError {
     FileLockError::Io {
-        op: "rename record",
+        op: "release",
         path: path.to_owned(),
         transient: true,
-        source: std::io::Error::other(
-            "another process reclaimed the critical section while this one was inside it",
-        ),
+        source: std::io::Error::other("a heartbeat is in flight"),
     }
 }
 
-/// Tries the tenure file's kernel lock: `Some(file)` holding it, `None` if somebody holds it.
-fn try_tenure(path: &Path, mode: u32) -> Result<Option<File>, FileLockError> {
-    let file = open_companion(path, mode)?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
-        Err(TryLockError::WouldBlock) => Ok(None),
-        Err(TryLockError::Error(e)) => Err(crate::fsio::io_error("flock tenure", path, e)),
-    }
-}
-
-fn make_record(
-    mode: LockMode,
-    options: &FileLockOptions,
-    owner: &str,
-    generation: u64,
-    heartbeat: u64,
-    acquired_at_ns: u64,
-    tenure: bool,
-) -> LeaseFileRecord {
+fn make_record(mode: LockMode, options: &FileLockOptions, token: &str) -> LeaseFileRecord {
     let me = ident::current();
     let now = wall_ns(SystemTime::now());
     let stale_ns = u64::try_from(options.stale_threshold.as_nanos()).unwrap_or(u64::MAX);
     LeaseFileRecord {
         version: SCHEMA_VERSION,
-        owner: Some(owner.to_owned()),
+        owner: Some(token.to_owned()),
         label: options.label.clone(),
         pid: me.pid,
         host: me.host,
         pid_ns: me.pid_ns,
         boot_id: me.boot_id,
         start_time: me.start_time,
-        heartbeat,
+        heartbeat: 0,
         written_at_ns: now,
-        acquired_at_ns,
+        acquired_at_ns: now,
         expires_at_ns: now.saturating_add(stale_ns),
-        generation,
-        tenure,
+        generation: 0,
+        tenure: mode == LockMode::Kernel,
         protocol: Some(mode.as_str().to_owned()),
         partition: None,
         sort: None,
     }
-}
-
-/// A record as read.
-#[derive(Debug)]
-pub(crate) enum Read {
-    Missing,
-    Valid(Box<LeaseFileRecord>),
-    Invalid {
-        reason: String,
-        fingerprint: u64,
-        modified: Option<SystemTime>,
-    },
-}
-
-pub(crate) fn read(path: &Path) -> Result<Read, FileLockError> {
-    let Some(file) = read_record_file(path)? else {
-        return Ok(Read::Missing);
-    };
-    Ok(match LeaseFileRecord::parse(&file.bytes) {
-        Ok(record) => Read::Valid(Box::new(record)),
-        Err(e) => {
-            let mut hasher = DefaultHasher::new();
-            file.bytes.hash(&mut hasher);
-            file.inode.hash(&mut hasher);
-            Read::Invalid {
-                reason: e.to_string(),
-                fingerprint: hasher.finish(),
-                modified: file.modified,
-            }
-        }
-    })
 }
 
 /// The lock's heartbeat thread: started at the first acquisition, parked between tenures, ended
@@ -1099,93 +918,80 @@ fn heartbeat_loop(shared: &Arc<Shared>) {
 /// One heartbeat; false when the tenure is over.
 fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
     let opts = &shared.options;
-    let result = (|| -> Result<Option<LostReason>, FileLockError> {
-        let cs = shared
-            .cs
-            .enter(opts.heartbeat_interval.max(opts.stale_threshold / 4))?;
-        let sent = Instant::now();
-        let (owner, generation, heartbeat, acquired_at_ns, has_tenure) = {
-            let state = lock(&shared.state);
-            match &state.tenure {
-                Some(t) if t.epoch == epoch => (
-                    t.owner.clone(),
-                    t.generation,
-                    t.heartbeat,
-                    t.acquired_at_ns,
-                    t.tenure_file.is_some(),
-                ),
-                _ => return Ok(None),
-            }
-        };
-        match read(&shared.path)? {
-            Read::Valid(r)
-                if r.owner.as_deref() == Some(owner.as_str()) && r.generation == generation => {}
-            Read::Valid(r) if r.owner.is_some() => {
-                return Ok(Some(LostReason::TakenOver {
-                    holder: Some(Box::new(HolderInfo::from_record(&r))),
-                }));
-            }
-            _ => return Ok(Some(LostReason::TakenOver { holder: None })),
-        }
-        let mut new_tenure = None;
-        if shared.mode == LockMode::Kernel && !has_tenure {
-            new_tenure = try_tenure(&shared.owner_path, opts.file_mode)?;
-        }
-        let record = make_record(
-            shared.mode,
-            opts,
-            &owner,
-            generation,
-            heartbeat + 1,
-            acquired_at_ns,
-            has_tenure || new_tenure.is_some(),
-        );
-        if !cs.still_exclusive() {
-            return Err(busy_lost(&shared.path));
-        }
-        replace_atomically(&shared.path, &record.to_bytes(), opts.file_mode, opts.fsync)?;
-        drop(cs);
-        tracing::trace!(generation, heartbeat = heartbeat + 1, "heartbeat written");
+    let (mut kd, name, held, token) = {
         let mut state = lock(&shared.state);
-        if let Some(t) = state.tenure.as_mut().filter(|t| t.epoch == epoch) {
-            t.heartbeat = heartbeat + 1;
-            t.deadline = sent + opts.stale_threshold.saturating_sub(opts.margin());
-            if new_tenure.is_some() {
-                tracing::info!(generation, "tenure kernel lock obtained");
-                t.tenure_file = new_tenure;
-            }
-        }
-        Ok(None)
-    })();
-    let reason = match result {
-        Ok(None) => return true,
-        Ok(Some(reason)) => reason,
-        Err(error) => {
-            let state = lock(&shared.state);
-            match &state.tenure {
-                Some(t) if t.epoch == epoch && Instant::now() < t.deadline => {
-                    tracing::warn!(%error, "heartbeat failed; retrying until the deadline");
-                    return true;
-                }
-                Some(t) if t.epoch == epoch => LostReason::Untrusted {
-                    reason: format!("heartbeats failed until the deadline: {error}"),
-                },
-                _ => return false,
-            }
+        match state.tenure.as_mut() {
+            Some(t) if t.epoch == epoch => match t.dir.take() {
+                Some(kd) => (kd, t.name.clone(), t.held.clone(), t.token.clone()),
+                None => return true,
+            },
+            _ => return false,
         }
     };
-    {
-        let mut state = lock(&shared.state);
-        if state.epoch != epoch || state.tenure.is_none() {
-            return false;
+    let result = (|| -> Result<Result<(Held, String, Instant), LostReason>, FileLockError> {
+        if !kd.still_at_path() {
+            return Ok(Err(LostReason::TakenOver { holder: None }));
         }
-        state.lost = Some(reason.clone());
-        // Keep the tenure's generation visible, but let the kernel lock go to the new owner.
-        if let Some(t) = state.tenure.as_mut() {
-            t.tenure_file = None;
-            t.deadline = Instant::now();
+        let kernel = shared.mode == LockMode::Kernel;
+        if let Some((next, next_name, now)) =
+            engine::renew(&mut kd, &name, &held, opts.stale_threshold, kernel, &shared.time)?
+        {
+            return Ok(Ok((next, next_name, now.mono)));
         }
+        let found = kd.state()?;
+        Ok(Err(match engine::mismatch(&found, held.generation, &token) {
+            None | Some(engine::Gone::Expired) => LostReason::Untrusted {
+                reason: "the lease state changed under the heartbeat".into(),
+            },
+            Some(engine::Gone::Released) => LostReason::TakenOver { holder: None },
+            Some(engine::Gone::TakenOver) => LostReason::TakenOver {
+                holder: match &found.state {
+                    chain::State::Held(h) => Some(Box::new(HolderInfo::of(
+                        h,
+                        kd.description(&found.name),
+                    ))),
+                    chain::State::Free(_) => None,
+                },
+            },
+        }))
+    })();
+    let mut state = lock(&shared.state);
+    let Some(t) = state.tenure.as_mut().filter(|t| t.epoch == epoch) else {
+        shared.wake.notify_all();
+        return false;
+    };
+    let reason = match result {
+        Ok(Ok((next, next_name, sent))) => {
+            if next.kernel.is_some() && t.held.kernel.is_none() {
+                tracing::info!(generation = next.generation, "tenure kernel lock obtained");
+            }
+            t.held = next;
+            t.name = next_name;
+            t.deadline = sent + opts.stale_threshold.saturating_sub(opts.margin());
+            t.dir = Some(kd);
+            tracing::trace!(generation = t.held.generation, seq = t.held.seq, "heartbeat written");
+            shared.wake.notify_all();
+            return true;
+        }
+        Ok(Err(reason)) => reason,
+        Err(error) if Instant::now() < t.deadline => {
+            tracing::warn!(%error, "heartbeat failed; retrying until the deadline");
+            t.dir = Some(kd);
+            shared.wake.notify_all();
+            return true;
+        }
+        Err(error) => LostReason::Untrusted {
+            reason: format!("heartbeats failed until the deadline: {error}"),
+        },
+    };
+    state.lost = Some(reason.clone());
+    // Keep the tenure's generation visible, but let the kernel lock go to the new owner.
+    if let Some(t) = state.tenure.as_mut() {
+        t.deadline = Instant::now();
     }
+    drop(kd);
+    drop(state);
+    shared.wake.notify_all();
     tracing::warn!(path = %shared.path.display(), %reason, "file lock lost");
     if let Some(callback) = &opts.on_lease_lost {
         callback(&reason);

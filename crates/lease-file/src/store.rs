@@ -9,23 +9,21 @@ use std::time::{Duration, SystemTime};
 use lease_core::{
     AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Holder, Lease, LeaseBackend,
     LeaseError, LeaseKey, LeaseListing, LeaseRecord, LeaseToken, NotOwnedReason, RandomTokens,
-    SystemClock, TokenSource, default_safety_margin, holder_deadline, validate_duration,
+    TokenSource, default_safety_margin, holder_deadline, validate_duration,
     validate_fenced_value,
 };
 
-use crate::cs::{Cs, LockMode, ModePreference, detect};
+use crate::chain::{Found, Kind, KeyDir, Modes, State, Value, data_name, entry_names, fnv};
+use crate::cs::{LockMode, ModePreference, detect};
+use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase, nanos};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
-use crate::fsio::{ensure_dir, read_capped_file, replace_atomically, with_suffix};
-use crate::lock::{Read, read};
+use crate::fsio::ensure_dir;
 use crate::{
     FileLockError, LeaseFileRecord, SCHEMA_VERSION, decode_file_name, fenced_file_name, ident,
     key_file_name,
 };
 
 const NAME: &str = "file";
-
-/// The file [`DirectoryStore::open`] flocks to learn whether kernel locks work in the directory.
-const PROBE: &str = ".mode-probe.lock";
 
 /// Leases as files in one directory: the lease-core [`LeaseBackend`] and [`LeaseListing`] on a
 /// local (or, in heartbeat-only mode, network) file system.
@@ -81,15 +79,16 @@ pub struct DirectoryStore {
 struct Inner {
     dir: PathBuf,
     mode: LockMode,
-    clock: Arc<dyn Clock>,
+    time: Timebase,
     tokens: Arc<dyn TokenSource>,
     safety_margin: Option<Duration>,
     file_mode: u32,
+    dir_mode: u32,
     fsync: bool,
-    cs_wait: Duration,
-    /// Heartbeat-only mode keeps one critical-section object per key, so staleness of a
-    /// critical section is timed across calls.
-    file_cs: Mutex<HashMap<String, Arc<Cs>>>,
+    /// Expiry timed by observation, for holders whose clock this store does not share.
+    seen: Arc<Observations>,
+    /// The kernel locks of the leases this store acquired, by lock directory.
+    tenures: Arc<Mutex<HashMap<PathBuf, KeyDir>>>,
 }
 
 impl fmt::Debug for DirectoryStore {
@@ -97,7 +96,7 @@ impl fmt::Debug for DirectoryStore {
         f.debug_struct("DirectoryStore")
             .field("dir", &self.inner.dir)
             .field("mode", &self.inner.mode)
-            .field("clock", &self.inner.clock)
+            .field("clock", self.inner.time.clock())
             .finish_non_exhaustive()
     }
 }
@@ -122,19 +121,20 @@ impl DirectoryStore {
     ) -> Result<Self, FileLockError> {
         let dir = dir.as_ref().to_owned();
         ensure_dir(&dir, 0o755)?;
-        let (mode, reason) = detect(&dir, &dir.join(PROBE), 0o644, preference)?;
+        let (mode, reason) = detect(&dir, preference)?;
         tracing::debug!(dir = %dir.display(), ?mode, %reason, "directory store opened");
         Ok(Self {
             inner: Arc::new(Inner {
                 dir,
                 mode,
-                clock: Arc::new(SystemClock),
+                time: Timebase::system(),
                 tokens: Arc::new(RandomTokens),
                 safety_margin: None,
                 file_mode: 0o644,
+                dir_mode: 0o755,
                 fsync: false,
-                cs_wait: Duration::from_secs(3),
-                file_cs: Mutex::new(HashMap::new()),
+                seen: Arc::default(),
+                tenures: Arc::default(),
             }),
         })
     }
@@ -147,13 +147,14 @@ impl DirectoryStore {
             let mut inner = Inner {
                 dir: old.dir.clone(),
                 mode: old.mode,
-                clock: old.clock.clone(),
+                time: old.time.clone(),
                 tokens: old.tokens.clone(),
                 safety_margin: old.safety_margin,
                 file_mode: old.file_mode,
+                dir_mode: old.dir_mode,
                 fsync: old.fsync,
-                cs_wait: old.cs_wait,
-                file_cs: Mutex::new(HashMap::new()),
+                seen: Arc::default(),
+                tenures: Arc::default(),
             };
             f(&mut inner);
             self.inner = Arc::new(inner);
@@ -161,9 +162,11 @@ impl DirectoryStore {
         self
     }
 
-    /// Uses `clock` for expiry and deadlines.
+    /// Uses `clock` for deadlines and expiry. Processes share expiry judgements through
+    /// [`Clock::shared_monotonic`] when the clock offers it, and time them by observation
+    /// otherwise.
     pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
-        self.update(|i| i.clock = clock)
+        self.update(|i| i.time = Timebase::injected(clock))
     }
 
     /// Uses `tokens` to make owner tokens.
@@ -178,18 +181,19 @@ impl DirectoryStore {
         self.update(|i| i.safety_margin = Some(margin))
     }
 
-    /// Mode of created record, companion, epoch and fenced-value files (default 0644), exactly:
-    /// the umask does not apply. Records hold owner tokens: anyone who can write the directory
-    /// can act as any owner anyway, so the directory's mode is the access control. The mode probe
-    /// [`open`](Self::open) created (`.mode-probe.lock`, 0644) is given this mode too, if this
-    /// user owns it.
+    /// Mode of created files (default 0644), exactly: the umask does not apply. Lock
+    /// directories get the same mode plus the matching search (`x`) bits. Anyone who can write
+    /// a lock directory can act as any owner, so the modes are the access control.
     pub fn with_file_mode(self, mode: u32) -> Self {
         let mode = mode & 0o7777;
-        crate::fsio::chmod_if_own(&self.inner.dir.join(PROBE), mode);
-        self.update(|i| i.file_mode = mode)
+        let dir_mode = mode | ((mode & 0o444) >> 2);
+        self.update(|i| {
+            i.file_mode = mode;
+            i.dir_mode = dir_mode;
+        })
     }
 
-    /// fsync records and the directory on every write (default off).
+    /// fsync fenced values when written (default off).
     pub fn with_fsync(self, fsync: bool) -> Self {
         self.update(|i| i.fsync = fsync)
     }
@@ -199,9 +203,21 @@ impl DirectoryStore {
         &self.inner.dir
     }
 
-    /// Which protocol guards critical sections here.
+    /// Whether holders take the kernel lock here.
     pub fn mode(&self) -> LockMode {
         self.inner.mode
+    }
+
+    /// The keys with a lock directory in the store, in no particular order (fenced-value names
+    /// are not keys and are not listed).
+    ///
+    /// # Errors
+    /// If the directory cannot be read.
+    pub fn keys(&self) -> Result<Vec<LeaseKey>, FileLockError> {
+        Ok(entry_names(&self.inner.dir)?
+            .iter()
+            .filter_map(|name| decode_file_name(name.to_str()?))
+            .collect())
     }
 
     /// The safety margin for a lease of `duration`: it must leave some of the lease to trust.
@@ -235,65 +251,24 @@ impl DirectoryStore {
         })
     }
 
-    fn cs_for(&self, path: &Path, name: &str) -> Arc<Cs> {
-        match self.inner.mode {
-            LockMode::Kernel => {
-                Arc::new(Cs::kernel(with_suffix(path, ".lock"), self.inner.file_mode))
-            }
-            _ => self
-                .inner
-                .file_cs
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .entry(name.to_owned())
-                .or_insert_with(|| {
-                    Arc::new(Cs::files(path, self.inner.file_mode, self.inner.cs_wait))
-                })
-                .clone(),
+    fn modes(&self) -> Modes {
+        Modes {
+            file: self.inner.file_mode,
+            dir: self.inner.dir_mode,
         }
     }
 
-    /// Runs `f` inside the key's critical section with the current record.
-    fn with_record<T>(
-        &self,
-        key: &LeaseKey,
-        f: impl FnOnce(&Path, Read) -> Result<T, LeaseError>,
-    ) -> Result<T, LeaseError> {
-        let name = key_file_name(key)?;
-        let path = self.inner.dir.join(&name);
-        let cs = self.cs_for(&path, &name);
-        let guard = cs.enter(self.inner.cs_wait).map_err(backend_error)?;
-        let current = read(&path).map_err(backend_error)?;
-        let result = f(&path, current);
-        if result.is_ok() && !guard.still_exclusive() {
-            tracing::warn!(%key, "critical section was reclaimed while inside it");
-        }
-        result
+    fn lease_dir(&self, key: &LeaseKey, create: bool) -> Result<Option<KeyDir>, LeaseError> {
+        let path = self.inner.dir.join(key_file_name(key)?);
+        KeyDir::open(&path, Kind::Lease, create.then(|| self.modes())).map_err(|e| held_or(key, e))
     }
 
-    fn write(&self, path: &Path, record: &LeaseFileRecord) -> Result<(), LeaseError> {
-        replace_atomically(
-            path,
-            &record.to_bytes(),
-            self.inner.file_mode,
-            self.inner.fsync,
-        )
-        .map_err(backend_error)
-    }
-
-    fn record(
-        &self,
-        key: &LeaseKey,
-        owner: Option<&LeaseToken>,
-        label: Option<String>,
-        generation: u64,
-        acquired_at: SystemTime,
-        expires_at: SystemTime,
-    ) -> LeaseFileRecord {
+    fn describe(&self, key: &LeaseKey, token: &LeaseToken, label: Option<String>, now: &Now, duration: Duration) -> LeaseFileRecord {
         let me = ident::current();
+        let wall = ns(now.wall);
         LeaseFileRecord {
             version: SCHEMA_VERSION,
-            owner: owner.map(|t| t.as_str().to_owned()),
+            owner: Some(token.as_str().to_owned()),
             label,
             pid: me.pid,
             host: me.host,
@@ -301,11 +276,11 @@ impl DirectoryStore {
             boot_id: me.boot_id,
             start_time: me.start_time,
             heartbeat: 0,
-            written_at_ns: ns(self.inner.clock.now()),
-            acquired_at_ns: ns(acquired_at),
-            expires_at_ns: ns(expires_at),
-            generation,
-            tenure: false,
+            written_at_ns: wall,
+            acquired_at_ns: wall,
+            expires_at_ns: wall.saturating_add(nanos(duration)),
+            generation: 0,
+            tenure: self.inner.mode == LockMode::Kernel,
             protocol: Some(self.inner.mode.as_str().to_owned()),
             partition: Some(key.partition().to_owned()),
             sort: key.sort().map(str::to_owned),
@@ -320,93 +295,81 @@ impl DirectoryStore {
     ) -> Result<Lease, LeaseError> {
         validate_duration(duration)?;
         let margin = self.margin(duration)?;
-        let sent = self.inner.clock.monotonic();
-        self.with_record(key, |path, current| {
-            let now = self.inner.clock.now();
-            let expires_at = Self::expiry(now, duration)?;
-            let previous = match current {
-                Read::Missing => 0,
-                Read::Valid(r) => {
-                    if r.owner.is_some() && now < time(r.expires_at_ns) {
-                        return Err(LeaseError::held(key.clone(), Some(holder_of(&r))));
-                    }
-                    r.generation
+        Self::expiry(self.inner.time.now().wall, duration)?;
+        let mut kd = self.lease_dir(key, true)?.ok_or_else(|| missing(key))?;
+        let token = options
+            .token()
+            .cloned()
+            .unwrap_or_else(|| self.inner.tokens.next_token());
+        let start = self.inner.time.now();
+        let claim = Claim {
+            token: token.as_str(),
+            duration,
+            kernel: self.inner.mode == LockMode::Kernel,
+            record: self.describe(key, &token, options.owner().map(str::to_owned), &start, duration),
+        };
+        match engine::try_acquire(&mut kd, &claim, &self.inner.time, &self.inner.seen)
+            .map_err(backend_error)?
+        {
+            Attempt::Won { held, now, .. } => {
+                tracing::debug!(%key, generation = held.generation, token = %token, "file lease acquired");
+                let lease = Lease::new(
+                    key.clone(),
+                    token,
+                    FencingToken::new(held.generation),
+                    duration,
+                    Self::expiry(now.wall, duration)?,
+                    holder_deadline(now.mono, duration, margin),
+                );
+                if kd.locked() {
+                    let mut tenures = self.inner.tenures.lock().unwrap_or_else(PoisonError::into_inner);
+                    tenures.insert(kd.path().to_owned(), kd);
                 }
-                Read::Invalid { reason, .. } => return Err(corrupt(path, &reason)),
-            };
-            let generation = previous
-                .checked_add(1)
-                .ok_or_else(|| LeaseError::backend(NAME, false, "fencing generation exhausted"))?;
-            let token = options
-                .token()
-                .cloned()
-                .unwrap_or_else(|| self.inner.tokens.next_token());
-            let record = self.record(
-                key,
-                Some(&token),
-                options.owner().map(str::to_owned),
-                generation,
-                now,
-                expires_at,
-            );
-            self.write(path, &record)?;
-            tracing::debug!(%key, generation, token = %token, "file lease acquired");
-            Ok(Lease::new(
+                Ok(lease)
+            }
+            Attempt::Busy { found, holder } => Err(LeaseError::held(
                 key.clone(),
-                token,
-                FencingToken::new(generation),
-                duration,
-                expires_at,
-                holder_deadline(sent, duration, margin),
-            ))
-        })
+                Some(holder_of(&found, holder.as_ref(), &self.inner.time.now())),
+            )),
+        }
     }
 
     fn renew_now(&self, lease: &Lease, duration: Duration) -> Result<Lease, LeaseError> {
         validate_duration(duration)?;
         let margin = self.margin(duration)?;
-        let sent = self.inner.clock.monotonic();
+        Self::expiry(self.inner.time.now().wall, duration)?;
         let key = lease.key();
-        self.with_record(key, |path, current| {
-            let now = self.inner.clock.now();
-            let expires_at = Self::expiry(now, duration)?;
-            let mut record = match current {
-                Read::Valid(r) => *r,
-                Read::Missing => {
-                    return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing));
-                }
-                Read::Invalid { reason, .. } => return Err(corrupt(path, &reason)),
-            };
-            match record.owner.as_deref() {
-                None => return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing)),
-                Some(owner)
-                    if owner != lease.token().as_str()
-                        || record.generation != lease.fencing_token().get() =>
-                {
-                    return Err(LeaseError::not_owned(
-                        key.clone(),
-                        NotOwnedReason::TakenOver,
-                    ));
-                }
-                Some(_) if now >= time(record.expires_at_ns) => {
-                    return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Expired));
-                }
-                Some(_) => {}
+        let generation = lease.fencing_token().get();
+        let mut kd = self.lease_dir(key, false)?.ok_or_else(|| missing(key))?;
+        for _ in 0..4 {
+            let found = kd.state().map_err(backend_error)?;
+            if let Some(gone) = engine::mismatch(&found, generation, lease.token().as_str()) {
+                return Err(not_owned(key, gone));
             }
-            record.expires_at_ns = ns(expires_at);
-            record.written_at_ns = ns(now);
-            record.heartbeat = record.heartbeat.saturating_add(1);
-            self.write(path, &record)?;
-            tracing::debug!(%key, generation = record.generation, "file lease renewed");
-            Ok(Lease::new(
-                key.clone(),
-                lease.token().clone(),
-                lease.fencing_token(),
-                duration,
-                expires_at,
-                holder_deadline(sent, duration, margin),
-            ))
-        })
+            let State::Held(held) = &found.state else {
+                return Err(not_owned(key, Gone::Released));
+            };
+            let now = self.inner.time.now();
+            let same_scale = held.scale.is_some() && held.scale == now.shared.map(|(s, _)| s);
+            if same_scale && now.shared.is_some_and(|(_, at)| at >= held.deadline_ns) {
+                return Err(not_owned(key, Gone::Expired));
+            }
+            if let Some((next, _, now)) =
+                engine::renew(&mut kd, &found.name, held, duration, false, &self.inner.time)
+                    .map_err(backend_error)?
+            {
+                tracing::debug!(%key, generation, seq = next.seq, "file lease renewed");
+                return Ok(Lease::new(
+                    key.clone(),
+                    lease.token().clone(),
+                    lease.fencing_token(),
+                    duration,
+                    Self::expiry(now.wall, duration)?,
+                    holder_deadline(now.mono, duration, margin),
+                ));
+            }
+        }
+        Err(LeaseError::backend(NAME, true, "the lease state kept changing under the renewal"))
     }
 
     fn release_now(
@@ -415,53 +378,56 @@ impl DirectoryStore {
         token: &LeaseToken,
         fencing: FencingToken,
     ) -> Result<(), LeaseError> {
-        self.with_record(key, |path, current| {
-            let mut record = match current {
-                Read::Valid(r) => *r,
-                Read::Missing => {
-                    return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing));
-                }
-                Read::Invalid { reason, .. } => return Err(corrupt(path, &reason)),
-            };
-            match record.owner.as_deref() {
-                Some(owner) if owner == token.as_str() && record.generation == fencing.get() => {}
-                Some(_) => {
-                    return Err(LeaseError::not_owned(
-                        key.clone(),
-                        NotOwnedReason::TakenOver,
-                    ));
-                }
-                None => return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing)),
+        let mut kd = self.lease_dir(key, false)?.ok_or_else(|| missing(key))?;
+        for _ in 0..4 {
+            let found = kd.state().map_err(backend_error)?;
+            if let Some(gone) = engine::mismatch(&found, fencing.get(), token.as_str()) {
+                return Err(not_owned(key, gone));
             }
-            // Released, not deleted: the generation survives for the next acquisition.
-            record.owner = None;
-            record.label = None;
-            record.written_at_ns = ns(self.inner.clock.now());
-            self.write(path, &record)?;
-            tracing::debug!(%key, generation = record.generation, "file lease released");
-            Ok(())
-        })
+            if engine::release(&mut kd, &found.name, fencing.get()).map_err(backend_error)? {
+                // Its kernel lock goes with it.
+                self.inner
+                    .tenures
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(kd.path());
+                return Ok(());
+            }
+        }
+        Err(LeaseError::backend(NAME, true, "the lease state kept changing under the release"))
     }
 
     fn inspect_now(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
-        let path = self.inner.dir.join(key_file_name(key)?);
-        record_of(key, &path)
+        let Some(kd) = self.lease_dir(key, false)? else {
+            return Ok(None);
+        };
+        let found = kd.state().map_err(backend_error)?;
+        let holder = match &found.state {
+            State::Free(_) => None,
+            State::Held(_) => Some(holder_of(
+                &found,
+                kd.description(&found.name).as_ref(),
+                &self.inner.time.now(),
+            )),
+        };
+        Ok(Some(LeaseRecord::new(
+            key.clone(),
+            holder,
+            FencingToken::new(found.state.generation()),
+        )))
     }
 
     fn list_now(&self, partition: &str) -> Result<Vec<LeaseRecord>, LeaseError> {
-        let entries = std::fs::read_dir(&self.inner.dir).map_err(|e| {
-            backend_error(crate::fsio::io_error("read directory", &self.inner.dir, e))
-        })?;
-        let mut keys: Vec<LeaseKey> = entries
-            .flatten()
-            .filter_map(|entry| decode_file_name(entry.file_name().to_str()?))
+        let mut keys: Vec<LeaseKey> = self
+            .keys()
+            .map_err(backend_error)?
+            .into_iter()
             .filter(|key| key.partition() == partition)
             .collect();
         keys.sort();
         let mut records = Vec::with_capacity(keys.len());
         for key in keys {
-            let path = self.inner.dir.join(key_file_name(&key)?);
-            if let Some(record) = record_of(&key, &path)? {
+            if let Some(record) = self.inspect_now(&key)? {
                 records.push(record);
             }
         }
@@ -470,68 +436,117 @@ impl DirectoryStore {
 }
 
 impl DirectoryStore {
-    /// Both [`FencedValues`] operations: one read-check-replace of the name's fenced-value file
-    /// inside its critical section. `value` is `Some` for a put.
-    fn fenced_now(
+    fn value_dir(&self, name: &LeaseKey) -> Result<KeyDir, LeaseError> {
+        let path = self.inner.dir.join(fenced_file_name(name)?);
+        KeyDir::open(&path, Kind::Value, Some(self.modes()))
+            .map_err(backend_error)?
+            .ok_or_else(|| missing(name))
+    }
+
+    /// [`FencedValues::fence_and_read`]: one rename that raises the fence, after opening the
+    /// data file the chain entry names (an unlinked file stays readable).
+    fn fence_and_read_now(
         &self,
         name: &LeaseKey,
         fencing: FencingToken,
-        value: Option<&[u8]>,
     ) -> Result<Option<Vec<u8>>, LeaseError> {
-        if let Some(value) = value {
-            validate_fenced_value(value)?;
-        }
-        let file = fenced_file_name(name)?;
-        let path = self.inner.dir.join(&file);
-        let cs = self.cs_for(&path, &file);
-        let guard = cs.enter(self.inner.cs_wait).map_err(backend_error)?;
-        let current = match read_capped_file(&path, MAX_FENCED_FILE_BYTES, "fenced value")
-            .map_err(backend_error)?
-        {
-            None => None,
-            Some(bytes) => {
-                Some(fenced::parse(&bytes.bytes).map_err(|reason| corrupt_fenced(&path, &reason))?)
-            }
-        };
+        let kd = self.value_dir(name)?;
         let fence = fencing.get();
-        if current.as_ref().is_some_and(|c| c.fence > fence) {
-            return Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced));
-        }
-        let (changed, stored) = match value {
-            Some(value) => (true, Some(value)),
-            None => (
-                current.as_ref().is_none_or(|c| c.fence < fence),
-                current.as_ref().and_then(|c| c.value.as_deref()),
-            ),
-        };
-        if changed {
-            // Heartbeat-only mode: if our critical section was reclaimed as stale while we were
-            // paused inside it, another writer may have raised the fence since our read.
-            if !guard.still_exclusive() {
-                return Err(LeaseError::backend(
-                    NAME,
-                    true,
-                    format!(
-                        "critical section of {} was reclaimed while inside it; nothing written",
-                        path.display()
-                    ),
-                ));
+        for _ in 0..8 {
+            let value = kd.value().map_err(backend_error)?;
+            if value.fence > fence {
+                return Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced));
             }
-            replace_atomically(
-                &path,
-                &fenced::encode(fence, stored),
-                self.inner.file_mode,
-                self.inner.fsync,
-            )
-            .map_err(backend_error)?;
-            tracing::debug!(%name, fence, put = value.is_some(), "fenced value written");
+            let file = match value.nonce {
+                None => None,
+                Some(nonce) => match kd.open_file(&data_name(nonce)).map_err(backend_error)? {
+                    Some(file) => Some(file),
+                    None => continue, // replaced since we listed: look again
+                },
+            };
+            if value.fence < fence {
+                let raised = Value {
+                    fence,
+                    seq: value.seq.saturating_add(1),
+                    nonce: value.nonce,
+                };
+                if !kd.swap(&value.name(), &raised.name()).map_err(backend_error)? {
+                    continue;
+                }
+                tracing::debug!(%name, fence, "fence raised");
+            }
+            return match file {
+                None => Ok(None),
+                Some(file) => read_value(kd.path(), file),
+            };
         }
-        drop(guard);
-        Ok(match value {
-            Some(_) => None,
-            None => current.and_then(|c| c.value),
-        })
+        Err(LeaseError::backend(NAME, true, "the fenced value kept changing under the read"))
     }
+
+    /// [`FencedValues::put_fenced`]: the value is written to a new data file first, then one
+    /// rename makes the chain entry name it.
+    fn put_fenced_now(
+        &self,
+        name: &LeaseKey,
+        fencing: FencingToken,
+        bytes: &[u8],
+    ) -> Result<(), LeaseError> {
+        validate_fenced_value(bytes)?;
+        let kd = self.value_dir(name)?;
+        let fence = fencing.get();
+        let nonce = uuid::Uuid::new_v4().as_u64_pair().0;
+        let data = data_name(nonce);
+        let mut created = false;
+        let result = (|| {
+            for _ in 0..8 {
+                let value = kd.value().map_err(backend_error)?;
+                if value.fence > fence {
+                    return Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced));
+                }
+                if !created {
+                    kd.create(
+                        &data,
+                        self.inner.file_mode,
+                        &fenced::encode(fence, Some(bytes)),
+                        self.inner.fsync,
+                    )
+                    .map_err(backend_error)?;
+                    created = true;
+                }
+                let next = Value {
+                    fence,
+                    seq: value.seq.saturating_add(1),
+                    nonce: Some(nonce),
+                };
+                if kd.swap(&value.name(), &next.name()).map_err(backend_error)? {
+                    if let Some(old) = value.nonce {
+                        kd.remove(&data_name(old));
+                    }
+                    tracing::debug!(%name, fence, "fenced value written");
+                    return Ok(true);
+                }
+            }
+            Err(LeaseError::backend(NAME, true, "the fenced value kept changing under the write"))
+        })();
+        if created && !matches!(result, Ok(true)) {
+            kd.remove(&data);
+        }
+        result.map(drop)
+    }
+}
+
+fn read_value(dir: &Path, mut file: std::fs::File) -> Result<Option<Vec<u8>>, LeaseError> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    (&mut file)
+        .take(MAX_FENCED_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| backend_error(crate::fsio::io_error("read fenced value", dir, e)))?;
+    if bytes.len() > MAX_FENCED_FILE_BYTES {
+        return Err(corrupt_fenced(dir, "larger than the limit"));
+    }
+    let parsed = fenced::parse(&bytes).map_err(|reason| corrupt_fenced(dir, &reason))?;
+    Ok(parsed.value)
 }
 
 fn corrupt_fenced(path: &Path, reason: &str) -> LeaseError {
@@ -545,15 +560,27 @@ fn corrupt_fenced(path: &Path, reason: &str) -> LeaseError {
     )
 }
 
-fn record_of(key: &LeaseKey, path: &Path) -> Result<Option<LeaseRecord>, LeaseError> {
-    match read(path).map_err(backend_error)? {
-        Read::Missing => Ok(None),
-        Read::Valid(r) => Ok(Some(LeaseRecord::new(
+fn missing(key: &LeaseKey) -> LeaseError {
+    LeaseError::not_owned(key.clone(), NotOwnedReason::Missing)
+}
+
+fn not_owned(key: &LeaseKey, gone: Gone) -> LeaseError {
+    let reason = match gone {
+        Gone::Released => NotOwnedReason::Missing,
+        Gone::TakenOver => NotOwnedReason::TakenOver,
+        Gone::Expired => NotOwnedReason::Expired,
+    };
+    LeaseError::not_owned(key.clone(), reason)
+}
+
+/// A foreign lock file at a key's path (a Go `PIDLock`) is `Held`; anything else an error.
+fn held_or(key: &LeaseKey, error: FileLockError) -> LeaseError {
+    match error {
+        FileLockError::Held { holder, .. } => LeaseError::held(
             key.clone(),
-            r.owner.is_some().then(|| holder_of(&r)),
-            FencingToken::new(r.generation),
-        ))),
-        Read::Invalid { reason, .. } => Err(corrupt(path, &reason)),
+            Some(Holder::new().with_owner(holder.to_string())),
+        ),
+        other => backend_error(other),
     }
 }
 
@@ -567,17 +594,39 @@ fn time(ns: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
 }
 
-fn holder_of(record: &LeaseFileRecord) -> Holder {
-    let mut holder = Holder::new()
+/// The holder of the state `found`, as its name and (when it describes this very tenure) its
+/// diagnostic record say.
+fn holder_of(found: &Found, record: Option<&LeaseFileRecord>, now: &Now) -> Holder {
+    let mut holder = Holder::new().with_fencing(FencingToken::new(found.state.generation()));
+    let State::Held(held) = &found.state else {
+        return holder;
+    };
+    let record = record.filter(|r| {
+        r.generation == held.generation
+            && r.owner.as_deref().map(|t| fnv(t.as_bytes())) == Some(held.token)
+    });
+    match now.shared {
+        Some((scale, at)) if held.scale == Some(scale) => {
+            let left = Duration::from_nanos(held.deadline_ns.saturating_sub(at));
+            holder = holder.with_expires_at(now.wall.checked_add(left).unwrap_or(now.wall));
+        }
+        _ => {
+            if let Some(r) = record {
+                holder = holder.with_expires_at(time(r.expires_at_ns));
+            }
+        }
+    }
+    let Some(record) = record else {
+        return holder.with_owner("a holder still writing its description");
+    };
+    holder = holder
         .with_owner(
             record
                 .label
                 .clone()
                 .unwrap_or_else(|| format!("pid {} on {}", record.pid, record.host)),
         )
-        .with_acquired_at(time(record.acquired_at_ns))
-        .with_expires_at(time(record.expires_at_ns))
-        .with_fencing(FencingToken::new(record.generation));
+        .with_acquired_at(time(record.acquired_at_ns));
     if let Some(token) = record
         .owner
         .as_deref()
@@ -586,17 +635,6 @@ fn holder_of(record: &LeaseFileRecord) -> Holder {
         holder = holder.with_token(token);
     }
     holder
-}
-
-fn corrupt(path: &Path, reason: &str) -> LeaseError {
-    LeaseError::backend(
-        NAME,
-        false,
-        FileLockError::Hostile {
-            path: path.to_owned(),
-            reason: format!("unparseable lease record: {reason}"),
-        },
-    )
 }
 
 fn backend_error(error: FileLockError) -> LeaseError {
@@ -610,7 +648,7 @@ impl LeaseBackend for DirectoryStore {
     }
 
     fn clock(&self) -> &dyn Clock {
-        &*self.inner.clock
+        self.inner.time.clock().as_ref()
     }
 
     fn try_acquire<'a>(
@@ -691,7 +729,7 @@ impl FencedValues for DirectoryStore {
         name: &'a LeaseKey,
         fencing: FencingToken,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, LeaseError>> {
-        Box::pin(async move { self.fenced_now(name, fencing, None) })
+        Box::pin(async move { self.fence_and_read_now(name, fencing) })
     }
 
     fn put_fenced<'a>(
@@ -700,6 +738,6 @@ impl FencedValues for DirectoryStore {
         fencing: FencingToken,
         value: &'a [u8],
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        Box::pin(async move { self.fenced_now(name, fencing, Some(value)).map(drop) })
+        Box::pin(async move { self.put_fenced_now(name, fencing, value) })
     }
 }

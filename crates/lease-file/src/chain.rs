@@ -1,0 +1,722 @@
+//! The on-disk protocol: one directory per lock whose single *state entry's name* is the whole
+//! lease state, changed only by `rename(2)` from the exact name last observed.
+//!
+//! A rename whose source name is gone fails with `ENOENT`. With exactly one state entry per
+//! directory and names that never repeat (the generation only grows, and within a generation the
+//! renewal counter only grows), `rename(observed, next)` therefore succeeds iff the state is still
+//! exactly the one observed: a compare-and-swap on the name. A process paused for any length of
+//! time between looking and renaming finds its source gone, so no decision can ever be replayed
+//! on a state that changed. See the crate docs for the argument in full.
+
+use std::ffi::OsStr;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, renameat};
+use nix::sys::stat::Mode;
+
+use crate::fsio::{MAX_RECORD_BYTES, io_error};
+use crate::{FileLockError, LeaseFileRecord};
+
+/// A state entry while the lock is free: `free.<generation>`.
+const FREE: &str = "free.";
+/// A state entry while the lock is held: `held.<gen>.<seq>.<token>.<kernel>.<scale>.<deadline>.<duration>`.
+const HELD: &str = "held.";
+/// A fenced value's chain entry: `value.<fence>.<seq>.<nonce>`.
+const VALUE: &str = "value.";
+/// A fenced value's bytes: `data.<nonce>`.
+const DATA: &str = "data.";
+/// Descriptions are padded to this size, so that a shorter one overwrites a longer one in place.
+const DESCRIPTION_BYTES: usize = 1024;
+/// The most entries a lock directory is scanned for (planted junk beyond it is refused).
+const MAX_ENTRIES: usize = 4096;
+
+/// 64-bit FNV-1a: stable across builds and Rust versions (names are shared between processes).
+pub(crate) fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A held lease, as its state entry's name says.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Held {
+    /// Fencing generation.
+    pub(crate) generation: u64,
+    /// Renewal counter within the generation.
+    pub(crate) seq: u64,
+    /// [`fnv`] of the holder's token.
+    pub(crate) token: u64,
+    /// Identity of the lock directory on which the holder holds the kernel lock (`flock`), or
+    /// `None` when it does not hold it (heartbeat-only mode, or a takeover from a hung holder).
+    pub(crate) kernel: Option<u64>,
+    /// The holder's monotonic time scale (host boot and time namespace, or a test clock), if it
+    /// can be shared: then `deadline_ns` is on that scale.
+    pub(crate) scale: Option<u64>,
+    /// When the lease ends, in nanoseconds on `scale`.
+    pub(crate) deadline_ns: u64,
+    /// The duration granted by the last acquire or renewal.
+    pub(crate) duration_ns: u64,
+}
+
+/// The lease state a directory's state entry names.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum State {
+    /// Released (or never acquired); the generation the next holder continues from.
+    Free(u64),
+    /// Held.
+    Held(Held),
+}
+
+impl State {
+    /// The state entry's name.
+    pub(crate) fn name(&self) -> String {
+        match self {
+            Self::Free(generation) => format!("{FREE}{generation}"),
+            Self::Held(h) => format!(
+                "{HELD}{}.{}.{:016x}.{}.{}.{}.{}",
+                h.generation,
+                h.seq,
+                h.token,
+                hex_or_n(h.kernel),
+                hex_or_n(h.scale),
+                h.deadline_ns,
+                h.duration_ns
+            ),
+        }
+    }
+
+    /// Parses a state entry's name; `None` for anything not in the canonical form this crate
+    /// writes (planted or foreign names are ignored, never trusted).
+    pub(crate) fn parse(name: &str) -> Option<Self> {
+        let state = if let Some(rest) = name.strip_prefix(FREE) {
+            Self::Free(decimal(rest)?)
+        } else {
+            let rest = name.strip_prefix(HELD)?;
+            let mut fields = rest.split('.');
+            let held = Held {
+                generation: decimal(fields.next()?)?,
+                seq: decimal(fields.next()?)?,
+                token: hex(fields.next()?)?,
+                kernel: optional_hex(fields.next()?)?,
+                scale: optional_hex(fields.next()?)?,
+                deadline_ns: decimal(fields.next()?)?,
+                duration_ns: decimal(fields.next()?)?,
+            };
+            if fields.next().is_some() || held.generation == 0 {
+                return None;
+            }
+            Self::Held(held)
+        };
+        // Only the canonical spelling counts: `free.007` or upper-case hex are someone else's.
+        (state.name() == name).then_some(state)
+    }
+
+    /// The fencing generation this state carries.
+    pub(crate) fn generation(&self) -> u64 {
+        match self {
+            Self::Free(g) => *g,
+            Self::Held(h) => h.generation,
+        }
+    }
+}
+
+fn hex_or_n(value: Option<u64>) -> String {
+    value.map_or_else(|| "n".to_owned(), |v| format!("{v:016x}"))
+}
+
+fn decimal(s: &str) -> Option<u64> {
+    let canonical = !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && (s == "0" || !s.starts_with('0'));
+    canonical.then(|| s.parse().ok()).flatten()
+}
+
+fn hex(s: &str) -> Option<u64> {
+    let canonical = s.len() == 16 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    canonical.then(|| u64::from_str_radix(s, 16).ok()).flatten()
+}
+
+fn optional_hex(s: &str) -> Option<Option<u64>> {
+    if s == "n" { Some(None) } else { hex(s).map(Some) }
+}
+
+/// A fenced value's chain entry: the fence, a counter, and the nonce of its data file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Value {
+    pub(crate) fence: u64,
+    pub(crate) seq: u64,
+    /// `None` before the first write.
+    pub(crate) nonce: Option<u64>,
+}
+
+impl Value {
+    pub(crate) fn name(&self) -> String {
+        format!(
+            "{VALUE}{}.{}.{}",
+            self.fence,
+            self.seq,
+            self.nonce
+                .map_or_else(|| "none".to_owned(), |n| format!("{n:016x}"))
+        )
+    }
+
+    fn parse(name: &str) -> Option<Self> {
+        let mut fields = name.strip_prefix(VALUE)?.split('.');
+        let fence = decimal(fields.next()?)?;
+        let seq = decimal(fields.next()?)?;
+        let nonce = match fields.next()? {
+            "none" => None,
+            other => Some(hex(other)?),
+        };
+        let value = Self { fence, seq, nonce };
+        (fields.next().is_none() && value.name() == name).then_some(value)
+    }
+}
+
+/// The name of a fenced value's data file.
+pub(crate) fn data_name(nonce: u64) -> String {
+    format!("{DATA}{nonce:016x}")
+}
+
+/// What a lock directory is for: what its first entry is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A lease: starts as `free.0`.
+    Lease,
+    /// A fenced value: starts as `value.0.0.none`.
+    Value,
+}
+
+/// How created files and directories are made.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Modes {
+    pub(crate) file: u32,
+    pub(crate) dir: u32,
+}
+
+/// One lock directory, opened. Every operation goes through its descriptor, so the state read,
+/// the kernel lock taken and the rename made are all in the same directory even if the path is
+/// replaced meanwhile.
+#[derive(Debug)]
+pub(crate) struct KeyDir {
+    path: PathBuf,
+    file: File,
+    /// [`fnv`] of the directory's device and inode numbers.
+    id: u64,
+    dev_ino: (u64, u64),
+    locked: bool,
+}
+
+/// A state entry as found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub(crate) name: String,
+    pub(crate) state: State,
+}
+
+impl KeyDir {
+    /// Opens the lock directory at `path`, creating it (atomically, already holding its first
+    /// state entry) when `create` says how and it is missing. `Ok(None)`: missing, not created.
+    ///
+    /// # Errors
+    /// [`FileLockError::Foreign`] when `path` is a file of another lock protocol (a Go
+    /// `kit/lockfile` record, a lease-file 0.1 record): never taken over, never deleted.
+    /// [`FileLockError::Hostile`] for a symbolic link or anything else that is not a directory.
+    pub(crate) fn open(
+        path: &Path,
+        kind: Kind,
+        create: Option<Modes>,
+    ) -> Result<Option<Self>, FileLockError> {
+        for _ in 0..8 {
+            match OpenOptions::new()
+                .read(true)
+                .custom_flags((OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW).bits())
+                .open(path)
+            {
+                Ok(file) => {
+                    let meta = file.metadata().map_err(|e| io_error("fstat", path, e))?;
+                    let dev_ino = (meta.dev(), meta.ino());
+                    let mut id_bytes = [0u8; 16];
+                    id_bytes[..8].copy_from_slice(&dev_ino.0.to_le_bytes());
+                    id_bytes[8..].copy_from_slice(&dev_ino.1.to_le_bytes());
+                    return Ok(Some(Self {
+                        path: path.to_owned(),
+                        file,
+                        id: fnv(&id_bytes),
+                        dev_ino,
+                        locked: false,
+                    }));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => match create {
+                    None => return Ok(None),
+                    Some(modes) => init(path, kind, modes)?,
+                },
+                Err(e) => return Err(not_a_directory(path, e)),
+            }
+        }
+        Err(FileLockError::Io {
+            op: "open lock directory",
+            path: path.to_owned(),
+            transient: true,
+            source: io::Error::other("the directory keeps being created and removed by someone else"),
+        })
+    }
+
+    /// The directory's path.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The identity a holder records when it holds this directory's kernel lock.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether this handle holds the kernel lock.
+    pub(crate) fn locked(&self) -> bool {
+        self.locked
+    }
+
+    /// Tries the kernel lock (`flock(LOCK_EX|LOCK_NB)` on the directory): true if now held.
+    ///
+    /// # Errors
+    /// An I/O error other than "held by someone else".
+    pub(crate) fn try_lock(&mut self) -> Result<bool, FileLockError> {
+        if self.locked {
+            return Ok(true);
+        }
+        match self.file.try_lock() {
+            Ok(()) => self.locked = true,
+            Err(std::fs::TryLockError::WouldBlock) => {}
+            Err(std::fs::TryLockError::Error(e)) => return Err(io_error("flock", &self.path, e)),
+        }
+        Ok(self.locked)
+    }
+
+    /// Blocks until this handle holds the kernel lock (the kernel wakes it).
+    ///
+    /// # Errors
+    /// An I/O error.
+    pub(crate) fn lock_blocking(&mut self) -> Result<(), FileLockError> {
+        if !self.locked {
+            self.file
+                .lock()
+                .map_err(|e| io_error("flock", &self.path, e))?;
+            self.locked = true;
+        }
+        Ok(())
+    }
+
+    /// Drops the kernel lock (also dropped when the handle is).
+    pub(crate) fn unlock(&mut self) {
+        if self.locked {
+            let _ = self.file.unlock();
+            self.locked = false;
+        }
+    }
+
+    /// Whether the path still names this directory (not removed, moved or replaced).
+    pub(crate) fn still_at_path(&self) -> bool {
+        std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino)
+    }
+
+    /// The entries' names, capped at [`MAX_ENTRIES`].
+    fn names(&self) -> Result<Vec<String>, FileLockError> {
+        let mut dir = Dir::openat(
+            self.file.as_fd(),
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io_error("open lock directory", &self.path, e.into()))?;
+        let mut names = Vec::new();
+        for entry in dir.iter() {
+            let entry = entry.map_err(|e| io_error("read lock directory", &self.path, e.into()))?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if names.len() == MAX_ENTRIES {
+                return Err(FileLockError::Hostile {
+                    path: self.path.clone(),
+                    reason: format!("more than {MAX_ENTRIES} entries in a lock directory"),
+                });
+            }
+            if let Ok(name) = std::str::from_utf8(name) {
+                names.push(name.to_owned());
+            }
+        }
+        Ok(names)
+    }
+
+    /// The lease state: the one state entry. Names that are not canonical state names are
+    /// ignored.
+    ///
+    /// # Errors
+    /// [`FileLockError::Hostile`] when there is no state entry or more than one (files deleted or
+    /// planted by hand): never guessed, never repaired.
+    pub(crate) fn state(&self) -> Result<Found, FileLockError> {
+        let mut found: Option<Found> = None;
+        for name in self.names()? {
+            let Some(state) = State::parse(&name) else {
+                continue;
+            };
+            if let Some(first) = &found {
+                return Err(FileLockError::Hostile {
+                    path: self.path.clone(),
+                    reason: format!(
+                        "two lease states, {} and {name}: planted by hand? Remove the directory \
+                         once no process uses it",
+                        first.name
+                    ),
+                });
+            }
+            found = Some(Found { name, state });
+        }
+        found.ok_or_else(|| FileLockError::Hostile {
+            path: self.path.clone(),
+            reason: "the lease state entry is missing (deleted by hand or by a cleaner?); remove \
+                     the directory once no process uses it"
+                .into(),
+        })
+    }
+
+    /// The fenced value's chain entry.
+    ///
+    /// # Errors
+    /// As [`state`](Self::state).
+    pub(crate) fn value(&self) -> Result<Value, FileLockError> {
+        let mut found: Option<Value> = None;
+        for name in self.names()? {
+            let Some(value) = Value::parse(&name) else {
+                continue;
+            };
+            if found.is_some() {
+                return Err(FileLockError::Hostile {
+                    path: self.path.clone(),
+                    reason: "two fenced value entries: planted by hand?".into(),
+                });
+            }
+            found = Some(value);
+        }
+        found.ok_or_else(|| FileLockError::Hostile {
+            path: self.path.clone(),
+            reason: "the fenced value entry is missing (deleted by hand or by a cleaner?)".into(),
+        })
+    }
+
+    /// `rename(from, to)` inside this directory: the compare-and-swap. `Ok(false)` when `from`
+    /// is gone (the state moved on) and `to` is not there either (so the rename was not ours
+    /// with a lost reply, which a network file system can produce).
+    ///
+    /// # Errors
+    /// I/O errors other than `ENOENT`.
+    pub(crate) fn swap(&self, from: &str, to: &str) -> Result<bool, FileLockError> {
+        #[cfg(feature = "failpoints")]
+        crate::faults::pause_at(from, to);
+        match renameat(self.file.as_fd(), from, self.file.as_fd(), to) {
+            Ok(()) => Ok(true),
+            Err(Errno::ENOENT) => self.exists(to),
+            Err(e) => Err(io_error("rename lease state", &self.path, e.into())),
+        }
+    }
+
+    fn exists(&self, name: &str) -> Result<bool, FileLockError> {
+        match nix::sys::stat::fstatat(
+            self.file.as_fd(),
+            name,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(_) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(io_error("stat lease state", &self.path, e.into())),
+        }
+    }
+
+    /// Writes the diagnostic record into the state entry `name` (best effort: if the state moved
+    /// on meanwhile, there is nothing to describe). Records are padded with spaces to
+    /// [`DESCRIPTION_BYTES`] and written over the old one in place: truncating a file with data
+    /// would make ext4 flush it on close (`auto_da_alloc`), which costs more than the rest of an
+    /// acquisition. Only a record longer than that (a very long label) truncates.
+    pub(crate) fn describe(&self, name: &str, record: &LeaseFileRecord) {
+        let mut bytes = record.to_bytes();
+        let mut flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        if bytes.len() <= DESCRIPTION_BYTES {
+            bytes.resize(DESCRIPTION_BYTES, b' ');
+        } else {
+            flags |= OFlag::O_TRUNC;
+        }
+        if let Ok(fd) = nix::fcntl::openat(self.file.as_fd(), name, flags, Mode::empty()) {
+            let _ = File::from(fd).write_all(&bytes);
+        }
+    }
+
+    /// Reads the diagnostic record of the state entry `name`, if it describes that state (the
+    /// record is written just after the rename that made the state, so it may still be the
+    /// previous holder's, or empty).
+    pub(crate) fn description(&self, name: &str) -> Option<LeaseFileRecord> {
+        let bytes = self.read_file(name).ok()??;
+        LeaseFileRecord::parse(&bytes).ok()
+    }
+
+    /// Reads a regular file of this directory, capped; `Ok(None)` if missing.
+    pub(crate) fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>, FileLockError> {
+        let fd = match nix::fcntl::openat(
+            self.file.as_fd(),
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(io_error("open", &self.path.join(name), e.into())),
+        };
+        read_capped(File::from(fd), &self.path.join(name)).map(Some)
+    }
+
+    /// Opens a file of this directory for reading, if it exists.
+    pub(crate) fn open_file(&self, name: &str) -> Result<Option<File>, FileLockError> {
+        match nix::fcntl::openat(
+            self.file.as_fd(),
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => Ok(Some(File::from(fd))),
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(io_error("open", &self.path.join(name), e.into())),
+        }
+    }
+
+    /// Creates the file `name` exclusively with exactly `mode` and `bytes`.
+    ///
+    /// # Errors
+    /// I/O errors, `EEXIST` included.
+    pub(crate) fn create(
+        &self,
+        name: &str,
+        mode: u32,
+        bytes: &[u8],
+        fsync: bool,
+    ) -> Result<(), FileLockError> {
+        let path = self.path.join(name);
+        let fd = nix::fcntl::openat(
+            self.file.as_fd(),
+            name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(mode),
+        )
+        .map_err(|e| io_error("create", &path, e.into()))?;
+        let mut file = File::from(fd);
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+            .and_then(|()| file.write_all(bytes))
+            .and_then(|()| if fsync { file.sync_all() } else { Ok(()) })
+            .map_err(|e| io_error("write", &path, e))
+    }
+
+    /// Removes the file `name` (best effort).
+    pub(crate) fn remove(&self, name: &str) {
+        let _ = nix::unistd::unlinkat(
+            self.file.as_fd(),
+            name,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+}
+
+/// Reads at most [`MAX_RECORD_BYTES`] (or [`crate::MAX_FENCED_FILE_BYTES`]) of a regular file.
+fn read_capped(file: File, path: &Path) -> Result<Vec<u8>, FileLockError> {
+    let meta = file.metadata().map_err(|e| io_error("fstat", path, e))?;
+    if !meta.is_file() {
+        return Err(FileLockError::Hostile {
+            path: path.to_owned(),
+            reason: "not a regular file".into(),
+        });
+    }
+    let cap = MAX_RECORD_BYTES.max(crate::MAX_FENCED_FILE_BYTES);
+    let mut bytes = Vec::new();
+    file.take(cap as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error("read", path, e))?;
+    if bytes.len() > cap {
+        return Err(FileLockError::Hostile {
+            path: path.to_owned(),
+            reason: format!("larger than {cap} bytes"),
+        });
+    }
+    Ok(bytes)
+}
+
+/// Creates the lock directory atomically with its first entry: a private temporary directory
+/// holding it is renamed into place. A plain rename refuses a non-empty target, so of several
+/// creators exactly one wins, and a creator paused for any time can never reset a directory in
+/// use (an empty directory planted at the path is replaced: it holds no state).
+fn init(path: &Path, kind: Kind, modes: Modes) -> Result<(), FileLockError> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(FileLockError::InvalidOption {
+            option: "path",
+            reason: format!("{} names no file", path.display()),
+        });
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let mut temp_name = OsStr::new(".").to_owned();
+    temp_name.push(name);
+    temp_name.push(format!(".init.{:016x}", uuid::Uuid::new_v4().as_u64_pair().0));
+    let temp = parent.join(temp_name);
+    std::fs::DirBuilder::new()
+        .mode(modes.dir)
+        .create(&temp)
+        .map_err(|e| io_error("create lock directory", &temp, e))?;
+    let result = (|| {
+        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(modes.dir))
+            .map_err(|e| io_error("chmod", &temp, e))?;
+        let first = match kind {
+            Kind::Lease => State::Free(0).name(),
+            Kind::Value => Value {
+                fence: 0,
+                seq: 0,
+                nonce: None,
+            }
+            .name(),
+        };
+        let file = temp.join(&first);
+        let created = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(modes.file)
+            .open(&file)
+            .map_err(|e| io_error("create", &file, e))?;
+        created
+            .set_permissions(std::fs::Permissions::from_mode(modes.file))
+            .map_err(|e| io_error("chmod", &file, e))?;
+        drop(created);
+        match std::fs::rename(&temp, path) {
+            Ok(()) => {
+                tracing::debug!(path = %path.display(), "lock directory created");
+                Ok(true)
+            }
+            Err(e) => match e.raw_os_error().map(Errno::from_raw) {
+                // Someone else created it first, or a file sits there (looked at by the caller).
+                Some(Errno::EEXIST | Errno::ENOTEMPTY | Errno::ENOTDIR | Errno::EISDIR) => {
+                    let _ = std::fs::remove_file(&file);
+                    Ok(false)
+                }
+                _ => {
+                    let _ = std::fs::remove_file(&file);
+                    Err(io_error("rename lock directory into place", path, e))
+                }
+            },
+        }
+    })();
+    if !matches!(result, Ok(true)) {
+        let _ = std::fs::remove_dir(&temp);
+    }
+    if matches!(result, Ok(false)) {
+        // Whatever is at the path now is looked at by the next open.
+        let meta = std::fs::symlink_metadata(path);
+        if let Ok(meta) = meta
+            && !meta.is_dir()
+        {
+            return Err(not_a_directory(path, io::Error::from_raw_os_error(Errno::ENOTDIR as i32)));
+        }
+    }
+    result.map(|_| ())
+}
+
+/// Explains what sits at a lock path that is not a directory: another protocol's lock file
+/// (refused, never touched), or something hostile.
+fn not_a_directory(path: &Path, error: io::Error) -> FileLockError {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return io_error("open lock directory", path, error);
+    };
+    if meta.file_type().is_symlink() {
+        return FileLockError::Hostile {
+            path: path.to_owned(),
+            reason: "it is a symbolic link; links are never followed".into(),
+        };
+    }
+    if !meta.is_file() {
+        return FileLockError::Hostile {
+            path: path.to_owned(),
+            reason: "it is neither a lock directory nor a regular file".into(),
+        };
+    }
+    let bytes = OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
+        .open(path)
+        .ok()
+        .and_then(|f| read_capped(f, path).ok());
+    crate::foreign::classify(path, bytes.as_deref().unwrap_or_default(), &meta)
+}
+
+/// The store's keys: lock directory names in `dir`.
+pub(crate) fn entry_names(dir: &Path) -> Result<Vec<std::ffi::OsString>, FileLockError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_error("list", dir, e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| io_error("list", dir, e))?;
+        let name = entry.file_name();
+        if !name.as_bytes().starts_with(b".") {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_only_canonical_names_parse() {
+        let held = State::Held(Held {
+            generation: 7,
+            seq: 3,
+            token: 0xdead_beef,
+            kernel: Some(1),
+            scale: None,
+            deadline_ns: 12,
+            duration_ns: 3_000_000_000,
+        });
+        for state in [State::Free(0), State::Free(u64::MAX), held] {
+            assert_eq!(State::parse(&state.name()), Some(state.clone()));
+        }
+        for junk in [
+            "free.007",
+            "free.",
+            "free.-1",
+            "free.18446744073709551616",
+            "held.0.0.00000000deadbeef.n.n.0.0",
+            "held.1.0.00000000DEADBEEF.n.n.0.0",
+            "held.1.0.00000000deadbeef.n.n.0.0.9",
+            "held.1.0.deadbeef.n.n.0.0",
+            "lock",
+        ] {
+            assert_eq!(State::parse(junk), None, "{junk}");
+        }
+        let value = Value {
+            fence: 4,
+            seq: 9,
+            nonce: Some(77),
+        };
+        assert_eq!(Value::parse(&value.name()), Some(value));
+        assert_eq!(Value::parse("value.0.0.none").map(|v| v.nonce), Some(None));
+        assert_eq!(Value::parse("value.01.0.none"), None);
+    }
+}

@@ -1,0 +1,309 @@
+//! The one lease protocol both faces run: [`DirectoryStore`](crate::DirectoryStore) calls it
+//! per operation, [`FileLock`](crate::FileLock) from its caller and its heartbeat thread.
+//!
+//! Every decision is a [`KeyDir::swap`] from the state entry name it was made on, so it takes
+//! effect only if nothing changed since it was observed.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use lease_core::Clock;
+
+use crate::chain::{Found, Held, KeyDir, State, fnv};
+use crate::{FileLockError, LeaseFileRecord};
+
+/// Where time comes from: an injected clock, or the operating system's (whose monotonic clock
+/// other processes on this host share, read as raw `CLOCK_MONOTONIC`).
+#[derive(Clone, Debug)]
+pub(crate) struct Timebase {
+    clock: Arc<dyn Clock>,
+    system: bool,
+}
+
+/// One reading of every clock the protocol uses.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Now {
+    /// The caller's monotonic clock: holder deadlines and observations.
+    pub(crate) mono: Instant,
+    /// Wall time: for display only.
+    pub(crate) wall: SystemTime,
+    /// The shared monotonic scale and the reading on it, if this clock has one.
+    pub(crate) shared: Option<(u64, u64)>,
+}
+
+impl Timebase {
+    /// The operating system's clocks.
+    pub(crate) fn system() -> Self {
+        Self {
+            clock: Arc::new(lease_core::SystemClock),
+            system: true,
+        }
+    }
+
+    /// An injected clock (shared with other processes only through
+    /// [`Clock::shared_monotonic`]).
+    pub(crate) fn injected(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            clock,
+            system: false,
+        }
+    }
+
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Reads the clocks: the monotonic instant first, so that every deadline computed from the
+    /// shared reading ends no earlier than the one computed from the instant.
+    pub(crate) fn now(&self) -> Now {
+        let mono = self.clock.monotonic();
+        let shared = if self.system {
+            system_shared()
+        } else {
+            self.clock
+                .shared_monotonic()
+                .map(|(scale, at)| (scale, nanos(at)))
+        };
+        Now {
+            mono,
+            wall: self.clock.now(),
+            shared,
+        }
+    }
+}
+
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// This host's shared monotonic scale: `CLOCK_MONOTONIC` of this boot, in this time namespace.
+fn system_shared() -> Option<(u64, u64)> {
+    static SCALE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let scale = (*SCALE.get_or_init(|| {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let time_ns = std::fs::read_link("/proc/self/ns/time")
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        Some(fnv(format!("monotonic/{}/{time_ns}", boot.trim()).as_bytes()))
+    }))?;
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).ok()?;
+    let ns = u64::try_from(now.tv_sec())
+        .ok()?
+        .checked_mul(1_000_000_000)?
+        .checked_add(u64::try_from(now.tv_nsec()).ok()?)?;
+    Some((scale, ns))
+}
+
+/// What a contender has seen of each lock, to time expiry on its own monotonic clock when the
+/// holder's clock is not shared with it.
+#[derive(Debug, Default)]
+pub(crate) struct Observations(Mutex<HashMap<PathBuf, (String, Instant)>>);
+
+impl Observations {
+    /// When this exact state entry name was first seen at `path` (now, if it is new).
+    fn first_seen(&self, path: &Path, name: &str, now: Instant) -> Instant {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if map.len() > 4096 {
+            map.clear();
+        }
+        let entry = map
+            .entry(path.to_owned())
+            .or_insert_with(|| (name.to_owned(), now));
+        if entry.0 != name {
+            *entry = (name.to_owned(), now);
+        }
+        entry.1
+    }
+}
+
+/// Whether the holder of `held` may be taken over now, and why.
+pub(crate) fn expired(
+    kd: &KeyDir,
+    found_name: &str,
+    held: &Held,
+    now: &Now,
+    seen: &Observations,
+) -> Option<&'static str> {
+    let my_scale = now.shared.map(|(scale, _)| scale);
+    let same_scale = held.scale.is_some() && held.scale == my_scale;
+    // The kernel lock speaks only for holders on this host (same scale) that took it on this
+    // very directory (same device and inode): never across mounts or hosts.
+    if kd.locked() && same_scale && held.kernel == Some(kd.id()) {
+        return Some("its process is gone (its kernel lock was free)");
+    }
+    if same_scale {
+        let (_, at) = now.shared?;
+        return (at >= held.deadline_ns).then_some("its deadline passed");
+    }
+    let first = seen.first_seen(kd.path(), found_name, now.mono);
+    let waited = now.mono.saturating_duration_since(first);
+    (waited >= Duration::from_nanos(held.duration_ns))
+        .then_some("it stood still for its whole duration")
+}
+
+/// What an acquisition attempt asks for.
+#[derive(Debug)]
+pub(crate) struct Claim<'a> {
+    pub(crate) token: &'a str,
+    pub(crate) duration: Duration,
+    /// Take the kernel lock (kernel mode).
+    pub(crate) kernel: bool,
+    /// The diagnostic record to describe the new state with (generation filled in here).
+    pub(crate) record: LeaseFileRecord,
+}
+
+/// The outcome of one acquisition attempt.
+#[derive(Debug)]
+pub(crate) enum Attempt {
+    /// Acquired: the state entry is `name`; trust runs from `now.mono`.
+    Won {
+        held: Held,
+        name: String,
+        now: Now,
+    },
+    /// Held by someone else (or by this token, a second contender).
+    Busy {
+        found: Found,
+        holder: Option<LeaseFileRecord>,
+    },
+}
+
+/// One attempt to acquire through `kd`; a state that changes under the attempt is looked at
+/// again (a few times), never acted on from memory.
+///
+/// # Errors
+/// I/O errors, hostile or missing state entries, an exhausted generation.
+pub(crate) fn try_acquire(
+    kd: &mut KeyDir,
+    claim: &Claim<'_>,
+    time: &Timebase,
+    seen: &Observations,
+) -> Result<Attempt, FileLockError> {
+    let token = fnv(claim.token.as_bytes());
+    for _ in 0..8 {
+        if claim.kernel {
+            kd.try_lock()?;
+        }
+        let found = kd.state()?;
+        let now = time.now();
+        if let State::Held(held) = &found.state {
+            let stale = expired(kd, &found.name, held, &now, seen);
+            // Live: held (by this very token too: that is a second contender, not a renewal).
+            if stale.is_none() {
+                let holder = kd.description(&found.name);
+                return Ok(Attempt::Busy { found, holder });
+            }
+            tracing::info!(
+                path = %kd.path().display(),
+                generation = held.generation,
+                why = stale.unwrap_or_default(),
+                "taking over a lease"
+            );
+        }
+        let generation =
+            found
+                .state
+                .generation()
+                .checked_add(1)
+                .ok_or_else(|| FileLockError::Hostile {
+                    path: kd.path().to_owned(),
+                    reason: "the fencing generation is exhausted".into(),
+                })?;
+        let held = Held {
+            generation,
+            seq: 0,
+            token,
+            kernel: kd.locked().then(|| kd.id()),
+            scale: now.shared.map(|(scale, _)| scale),
+            deadline_ns: now
+                .shared
+                .map_or(0, |(_, at)| at.saturating_add(nanos(claim.duration))),
+            duration_ns: nanos(claim.duration),
+        };
+        let name = State::Held(held.clone()).name();
+        if kd.swap(&found.name, &name)? {
+            let mut record = claim.record.clone();
+            record.generation = generation;
+            kd.describe(&name, &record);
+            tracing::debug!(path = %kd.path().display(), generation, "lease acquired");
+            return Ok(Attempt::Won { held, name, now });
+        }
+    }
+    Err(FileLockError::Io {
+        op: "acquire",
+        path: kd.path().to_owned(),
+        transient: true,
+        source: std::io::Error::other("the lease state kept changing under the attempt"),
+    })
+}
+
+/// How a renewal or release found the lease gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gone {
+    /// Released by its holder (this generation, free).
+    Released,
+    /// Another tenure holds or held it since.
+    TakenOver,
+    /// Still this tenure by name, but its deadline passed.
+    Expired,
+}
+
+/// Renews the tenure whose state entry is `name`: one rename to the next renewal. `Ok(None)`:
+/// the state moved on; the caller reads it to say how.
+///
+/// # Errors
+/// I/O errors.
+pub(crate) fn renew(
+    kd: &mut KeyDir,
+    name: &str,
+    held: &Held,
+    duration: Duration,
+    kernel: bool,
+    time: &Timebase,
+) -> Result<Option<(Held, String, Now)>, FileLockError> {
+    if kernel && held.kernel.is_none() {
+        // A takeover from a hung holder could not get the kernel lock; once that holder lets go,
+        // say so, so that contenders may again notice this process's death at once.
+        kd.try_lock()?;
+    }
+    let now = time.now();
+    let next = Held {
+        seq: held.seq.saturating_add(1),
+        kernel: held.kernel.or_else(|| kd.locked().then(|| kd.id())),
+        scale: now.shared.map(|(scale, _)| scale),
+        deadline_ns: now
+            .shared
+            .map_or(0, |(_, at)| at.saturating_add(nanos(duration))),
+        duration_ns: nanos(duration),
+        ..held.clone()
+    };
+    let next_name = State::Held(next.clone()).name();
+    Ok(kd
+        .swap(name, &next_name)?
+        .then_some((next, next_name, now)))
+}
+
+/// Why the tenure `(generation, token)` no longer matches `found`, or `None` if it does.
+pub(crate) fn mismatch(found: &Found, generation: u64, token: &str) -> Option<Gone> {
+    match &found.state {
+        State::Held(h) if h.generation == generation && h.token == fnv(token.as_bytes()) => None,
+        State::Free(g) if *g == generation => Some(Gone::Released),
+        _ => Some(Gone::TakenOver),
+    }
+}
+
+/// Releases the tenure whose state entry is `name`: one rename to `free.<generation>`.
+/// `Ok(false)`: the state had moved on.
+///
+/// # Errors
+/// I/O errors.
+pub(crate) fn release(kd: &mut KeyDir, name: &str, generation: u64) -> Result<bool, FileLockError> {
+    let released = kd.swap(name, &State::Free(generation).name())?;
+    kd.unlock();
+    if released {
+        tracing::debug!(path = %kd.path().display(), generation, "lease released");
+    }
+    Ok(released)
+}

@@ -1,0 +1,28 @@
+//! Named fault points before every state rename (feature `failpoints`, tests only).
+//!
+//! | fault point | the rename it precedes |
+//! |---|---|
+//! | `lease-file/before-acquire` | `free.<g>` to `held.<g+1>...` |
+//! | `lease-file/before-takeover` | `held.<g>...` to `held.<g+1>...` |
+//! | `lease-file/before-renew` | `held.<g>.<n>...` to `held.<g>.<n+1>...` (heartbeats too) |
+//! | `lease-file/before-release` | `held.<g>...` to `free.<g>` |
+//! | `lease-file/before-fence` | a fenced value's entry to a higher fence, same data |
+//! | `lease-file/before-put` | a fenced value's entry to a new data file |
+//!
+//! Configure them with the `fail` crate: `FAILPOINTS='lease-file/before-takeover=1*sleep(5000)'`
+//! in a process that called `fail::FailScenario::setup()`, or `fail::cfg` in-process.
+
+/// Runs the fault point for the rename `from` to `to`.
+pub(crate) fn pause_at(from: &str, to: &str) {
+    let same_generation = |a: &str, b: &str| a.split('.').nth(1) == b.split('.').nth(1);
+    let same_data = |a: &str, b: &str| a.rsplit('.').next() == b.rsplit('.').next();
+    match (from.split('.').next(), to.split('.').next()) {
+        (Some("free"), _) => fail::fail_point!("lease-file/before-acquire"),
+        (Some("held"), Some("free")) => fail::fail_point!("lease-file/before-release"),
+        (Some("held"), _) if same_generation(from, to) => fail::fail_point!("lease-file/before-renew"),
+        (Some("held"), _) => fail::fail_point!("lease-file/before-takeover"),
+        (Some("value"), _) if same_data(from, to) => fail::fail_point!("lease-file/before-fence"),
+        (Some("value"), _) => fail::fail_point!("lease-file/before-put"),
+        _ => {}
+    }
+}

@@ -1,0 +1,93 @@
+//! Lock files of other protocols at a lock path: recognised, named, never taken over.
+//!
+//! * A Go `kit/lockfile` `PIDLock` holds its lock as a regular file at the path, created with
+//!   `O_EXCL` and removed on release. While it is there, this crate reports the lock
+//!   [`Held`](crate::FileLockError::Held) by it; once the Go process removes it, this crate
+//!   creates its lock directory in its place. The Go package, for its part, cannot read a
+//!   directory as a record and fails its `Acquire` with an error while this crate's directory
+//!   exists. So the two never both hold the path, and neither deletes the other's lock.
+//! * A lease-file 0.1 record (the previous on-disk format) is refused as
+//!   [`Foreign`](crate::FileLockError::Foreign) with what to do.
+
+use std::fs::Metadata;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use serde::Deserialize;
+
+use crate::{FileLockError, HolderInfo, LeaseFileRecord};
+
+/// The record a Go `kit/lockfile` `PIDLock` writes (`lockFileLeaseRecord`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GoRecord {
+    version: i64,
+    #[serde(rename = "ownerID")]
+    owner_id: String,
+    pid: i64,
+    last_heartbeat_unix_nano: i64,
+}
+
+/// Whether `bytes` is a record as the Go package writes and accepts it.
+fn go_record(bytes: &[u8]) -> Option<GoRecord> {
+    let record: GoRecord = serde_json::from_slice(bytes).ok()?;
+    let valid = record.version == 1
+        && !record.owner_id.trim().is_empty()
+        && record.pid > 0
+        && record.last_heartbeat_unix_nano > 0;
+    valid.then_some(record)
+}
+
+/// What a regular file at a lock path means for this crate.
+pub(crate) fn classify(path: &Path, bytes: &[u8], meta: &Metadata) -> FileLockError {
+    let held = |pid: u32, since: Option<SystemTime>, what: String| FileLockError::Held {
+        path: path.to_owned(),
+        holder: Box::new(HolderInfo {
+            pid,
+            host: String::new(),
+            label: Some("Go kit/lockfile PIDLock".into()),
+            generation: 0,
+            since: None,
+            last_heartbeat: since,
+            unparseable: Some(what),
+            kernel_lock: false,
+        }),
+    };
+    if let Some(go) = go_record(bytes) {
+        let at = SystemTime::UNIX_EPOCH
+            + Duration::from_nanos(u64::try_from(go.last_heartbeat_unix_nano).unwrap_or(0));
+        return held(
+            u32::try_from(go.pid).unwrap_or(0),
+            Some(at),
+            format!(
+                "a Go kit/lockfile PIDLock record (owner {}, pid {}): this crate never takes \
+                 over another protocol's lock; the path is free once the Go process releases \
+                 it, or once the file is removed by hand when no Go process uses it",
+                go.owner_id, go.pid
+            ),
+        );
+    }
+    if bytes.is_empty() && meta.len() == 0 {
+        // A Go PIDLock between its O_EXCL create and its write.
+        return held(
+            0,
+            None,
+            "an empty regular file (a Go kit/lockfile PIDLock being created?)".into(),
+        );
+    }
+    if LeaseFileRecord::parse(bytes).is_ok() {
+        return FileLockError::Foreign {
+            path: path.to_owned(),
+            reason: "a lease-file 0.1 record (the previous on-disk format); stop every process \
+                     using it, then remove it and its .lock and .owner companions"
+                .into(),
+        };
+    }
+    FileLockError::Foreign {
+        path: path.to_owned(),
+        reason: format!(
+            "a regular file of {} bytes in no format this crate knows; a lock is a directory",
+            meta.len()
+        ),
+    }
+}
