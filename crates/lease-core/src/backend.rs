@@ -121,6 +121,15 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
         &'a self,
         key: &'a LeaseKey,
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>>;
+
+    /// A future that completes when `key`'s holder may have let go, sooner than polling would
+    /// notice: the file backend's kernel lock wakes it the moment the holder releases or dies.
+    /// `None` (the default) when the backend has no such signal. The waiting helpers race it
+    /// against their backoff, so it only ever shortens a wait; completing early is harmless.
+    fn changed<'a>(&'a self, key: &'a LeaseKey) -> Option<BoxFuture<'a, ()>> {
+        let _ = key;
+        None
+    }
 }
 
 impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
@@ -158,6 +167,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
         key: &'a LeaseKey,
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
         (**self).inspect(key)
+    }
+    fn changed<'a>(&'a self, key: &'a LeaseKey) -> Option<BoxFuture<'a, ()>> {
+        (**self).changed(key)
     }
 }
 

@@ -6,7 +6,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{AcquireOptions, Lease, LeaseBackend, LeaseError, LeaseKey, WaitEvent};
+use crate::{AcquireOptions, BoxFuture, Lease, LeaseBackend, LeaseError, LeaseKey, WaitEvent};
 
 /// A callback told about each failed attempt while waiting.
 pub type WaitCallback = Arc<dyn Fn(&WaitEvent<'_>) + Send + Sync>;
@@ -219,7 +219,34 @@ pub(crate) async fn acquire_with_wait<B: LeaseBackend + ?Sized>(
             });
         }
         tracing::debug!(%key, attempts, ?delay, error = %error, "lease busy; waiting");
-        clock.sleep(delay).await;
+        let sleep = clock.sleep(delay);
+        match backend.changed(key) {
+            Some(changed) => First(Some(sleep), Some(changed)).await,
+            None => sleep.await,
+        }
+    }
+}
+
+/// Completes when either future does (the other is dropped).
+struct First<'a>(Option<BoxFuture<'static, ()>>, Option<BoxFuture<'a, ()>>);
+
+impl std::future::Future for First<'_> {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        let this = &mut *self;
+        let done = this.0.as_mut().is_some_and(|f| f.as_mut().poll(cx).is_ready())
+            || this.1.as_mut().is_some_and(|f| f.as_mut().poll(cx).is_ready());
+        if done {
+            this.0 = None;
+            this.1 = None;
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
     }
 }
 

@@ -182,6 +182,7 @@ mod ident;
 mod lock;
 mod record;
 mod store;
+mod wake;
 
 pub use cs::{LockMode, ModePreference};
 pub use encode::{

@@ -18,6 +18,7 @@ use crate::cs::{LockMode, ModePreference, detect};
 use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase, nanos};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
 use crate::fsio::ensure_dir;
+use crate::wake::Waiters;
 use crate::{
     FileLockError, LeaseFileRecord, SCHEMA_VERSION, decode_file_name, fenced_file_name, ident,
     key_file_name,
@@ -89,6 +90,8 @@ struct Inner {
     seen: Arc<Observations>,
     /// The kernel locks of the leases this store acquired, by lock directory.
     tenures: Arc<Mutex<HashMap<PathBuf, KeyDir>>>,
+    /// Threads blocked in `flock` for waiting acquisitions.
+    waiters: Waiters,
 }
 
 impl fmt::Debug for DirectoryStore {
@@ -135,6 +138,7 @@ impl DirectoryStore {
                 fsync: false,
                 seen: Arc::default(),
                 tenures: Arc::default(),
+                waiters: Waiters::default(),
             }),
         })
     }
@@ -155,6 +159,7 @@ impl DirectoryStore {
                 fsync: old.fsync,
                 seen: Arc::default(),
                 tenures: Arc::default(),
+                waiters: Waiters::default(),
             };
             f(&mut inner);
             self.inner = Arc::new(inner);
@@ -682,6 +687,19 @@ impl LeaseBackend for DirectoryStore {
         key: &'a LeaseKey,
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
         Box::pin(async move { self.inspect_now(key) })
+    }
+
+    /// In kernel mode, when the holder holds the kernel lock: a thread blocked in `flock` on the
+    /// lock directory (one per directory, shared by every waiter of this store) completes it the
+    /// moment the holder releases or dies, so a waiting acquisition takes over at kernel speed
+    /// instead of at its next poll.
+    fn changed<'a>(&'a self, key: &'a LeaseKey) -> Option<BoxFuture<'a, ()>> {
+        if self.inner.mode != LockMode::Kernel {
+            return None;
+        }
+        let path = self.inner.dir.join(key_file_name(key).ok()?);
+        let woken = self.inner.waiters.when_released(&path)?;
+        Some(Box::pin(woken))
     }
 }
 

@@ -1,0 +1,63 @@
+//! Waiters are woken by the kernel, not by polling: with polling slowed to seconds, a waiter
+//! still takes the lock within milliseconds of its holder letting go, on both faces.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, WaitOptions};
+use lease_file::{DirectoryStore, FileLock, FileLockOptions, LockMode};
+
+/// Far longer than the wake-up the test allows: only a kernel wake-up can beat it.
+const SLOW_POLL: Duration = Duration::from_secs(5);
+const ALLOWED: Duration = Duration::from_millis(500);
+
+#[test]
+fn a_waiting_directory_store_acquisition_is_woken_by_the_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = DirectoryStore::open(dir.path()).unwrap();
+    assert_eq!(holder.mode(), LockMode::Kernel);
+    let waiter: Arc<dyn LeaseBackend> = Arc::new(DirectoryStore::open(dir.path()).unwrap());
+    let key = LeaseKey::new("woken").unwrap();
+    let lease = lease_core::block_on(holder.acquire(&key, Duration::from_secs(60))).unwrap();
+    let thread = {
+        let key = key.clone();
+        std::thread::spawn(move || {
+            let wait = WaitOptions::new(Duration::from_secs(30)).with_backoff(SLOW_POLL, SLOW_POLL);
+            let lease =
+                lease_core::block_on(waiter.acquire_with_wait(&key, Duration::from_secs(60), &wait))
+                    .unwrap();
+            (Instant::now(), lease)
+        })
+    };
+    // Let the waiter make its first attempt and block.
+    std::thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    lease_core::block_on(holder.release_lease(&lease)).unwrap();
+    let (acquired, second) = thread.join().unwrap();
+    let took = acquired.duration_since(released);
+    assert!(took < ALLOWED, "the waiter took {took:?} after the release");
+    assert!(second.fencing_token() > lease.fencing_token());
+}
+
+#[test]
+fn a_waiting_file_lock_is_woken_by_the_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("woken.lease");
+    let options = FileLockOptions::default().with_retry_delay(SLOW_POLL);
+    let holder = FileLock::with_options(&path, options.clone()).unwrap();
+    assert_eq!(holder.mode(), LockMode::Kernel);
+    let fencing = holder.acquire().unwrap();
+    let thread = std::thread::spawn(move || {
+        let waiter = FileLock::with_options(&path, options).unwrap();
+        let got = waiter.acquire_timeout(Duration::from_secs(30)).unwrap();
+        (Instant::now(), got, waiter)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    holder.release().unwrap();
+    let (acquired, second, _waiter) = thread.join().unwrap();
+    let took = acquired.duration_since(released);
+    assert!(took < ALLOWED, "the waiter took {took:?} after the release");
+    assert!(second > fencing);
+}
