@@ -10,6 +10,10 @@ use lease_core::{LeaseBackend, LeaseKey, LeaseListing};
 use crate::cli::BackendArgs;
 use crate::exit::Failure;
 
+/// A descriptor sharing a held lease's kernel lock, for the command to inherit (file store).
+pub(crate) type LockSharer =
+    Arc<dyn Fn(&lease_core::Lease) -> Option<std::os::fd::OwnedFd> + Send + Sync>;
+
 /// Lists every key of a store that can enumerate them.
 pub(crate) type KeyLister = Arc<dyn Fn() -> Result<Vec<LeaseKey>, String> + Send + Sync>;
 
@@ -24,6 +28,8 @@ pub(crate) struct Backend {
     pub(crate) all_keys: Option<KeyLister>,
     /// What to call the store in messages: `file store /tmp/lease-1000`.
     pub(crate) description: String,
+    /// Shares a held lease's kernel lock with the command (file store, kernel mode).
+    pub(crate) kernel_lock: Option<LockSharer>,
 }
 
 impl fmt::Debug for Backend {
@@ -45,6 +51,7 @@ impl Backend {
             listing: Some(store),
             all_keys: None,
             description,
+            kernel_lock: None,
         }
     }
 

@@ -154,7 +154,17 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
             }
         }
     };
-    let child = match spawn(plan, fencing.get(), relay.as_ref()) {
+    // The command inherits the lease's kernel lock (file store), so that the lock outlives
+    // `lease` itself until the command is gone: a contender can then never notice our death
+    // while the command still runs.
+    let inherited = backend
+        .kernel_lock
+        .as_ref()
+        .and_then(|share| share(&guard.lease()))
+        .and_then(inheritable);
+    let child = spawn(plan, fencing.get(), relay.as_ref());
+    drop(inherited);
+    let child = match child {
         Ok(child) => child,
         Err(failure) => {
             release(guard).await;
@@ -275,6 +285,18 @@ pub(crate) fn describe_holder(holder: &Holder) -> String {
         text.push_str(&format!(" ({})", details.join(", ")));
     }
     text
+}
+
+/// `fd` with close-on-exec cleared, so that the next child inherits it.
+fn inheritable(fd: std::os::fd::OwnedFd) -> Option<std::os::fd::OwnedFd> {
+    use nix::fcntl::{F_SETFD, FdFlag, fcntl};
+    match fcntl(&fd, F_SETFD(FdFlag::empty())) {
+        Ok(_) => Some(fd),
+        Err(error) => {
+            tracing::warn!(%error, "cannot pass the kernel lock to the command");
+            None
+        }
+    }
 }
 
 /// Starts the command through the link step (see `guard.rs`): `lease guard` leading a new
@@ -647,6 +669,7 @@ mod tests {
             listing: Some(store.clone()),
             all_keys: None,
             description: "memory store".to_owned(),
+            kernel_lock: None,
         };
         (store, backend)
     }
@@ -803,6 +826,7 @@ mod tests {
                 listing: None,
                 all_keys: None,
                 description: "faulty store".to_owned(),
+                kernel_lock: None,
             }
         }
     }

@@ -17,7 +17,9 @@ pub(crate) fn open_file(dir: &Path) -> Result<Backend, Failure> {
         ))
     })?;
     tracing::debug!(dir = %dir.display(), mode = ?store.mode(), "file store opened");
+    let sharer = store.clone();
     let mut backend = Backend::listing(store, format!("file store {}", dir.display()));
+    backend.kernel_lock = Some(Arc::new(move |lease| sharer.kernel_lock_descriptor(lease)));
     let dir = dir.to_path_buf();
     backend.all_keys = Some(Arc::new(move || list_dir(&dir)));
     Ok(backend)

@@ -238,8 +238,14 @@ impl std::future::Future for First<'_> {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<()> {
         let this = &mut *self;
-        let done = this.0.as_mut().is_some_and(|f| f.as_mut().poll(cx).is_ready())
-            || this.1.as_mut().is_some_and(|f| f.as_mut().poll(cx).is_ready());
+        let done = this
+            .0
+            .as_mut()
+            .is_some_and(|f| f.as_mut().poll(cx).is_ready())
+            || this
+                .1
+                .as_mut()
+                .is_some_and(|f| f.as_mut().poll(cx).is_ready());
         if done {
             this.0 = None;
             this.1 = None;

@@ -132,9 +132,8 @@ fn hex_or_n(value: Option<u64>) -> String {
 }
 
 fn decimal(s: &str) -> Option<u64> {
-    let canonical = !s.is_empty()
-        && s.bytes().all(|b| b.is_ascii_digit())
-        && (s == "0" || !s.starts_with('0'));
+    let canonical =
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'));
     canonical.then(|| s.parse().ok()).flatten()
 }
 
@@ -144,7 +143,11 @@ fn hex(s: &str) -> Option<u64> {
 }
 
 fn optional_hex(s: &str) -> Option<Option<u64>> {
-    if s == "n" { Some(None) } else { hex(s).map(Some) }
+    if s == "n" {
+        Some(None)
+    } else {
+        hex(s).map(Some)
+    }
 }
 
 /// A fenced value's chain entry: the fence, a counter, and the nonce of its data file.
@@ -265,7 +268,9 @@ impl KeyDir {
             op: "open lock directory",
             path: path.to_owned(),
             transient: true,
-            source: io::Error::other("the directory keeps being created and removed by someone else"),
+            source: io::Error::other(
+                "the directory keeps being created and removed by someone else",
+            ),
         })
     }
 
@@ -312,6 +317,12 @@ impl KeyDir {
             self.locked = true;
         }
         Ok(())
+    }
+
+    /// Another descriptor of this directory, sharing its open file description and so its
+    /// kernel lock (`O_CLOEXEC`, like every descriptor here).
+    pub(crate) fn share(&self) -> io::Result<std::os::fd::OwnedFd> {
+        self.file.try_clone().map(std::os::fd::OwnedFd::from)
     }
 
     /// Drops the kernel lock (also dropped when the handle is).
@@ -572,7 +583,10 @@ fn init(path: &Path, kind: Kind, modes: Modes) -> Result<(), FileLockError> {
     };
     let mut temp_name = OsStr::new(".").to_owned();
     temp_name.push(name);
-    temp_name.push(format!(".init.{:016x}", uuid::Uuid::new_v4().as_u64_pair().0));
+    temp_name.push(format!(
+        ".init.{:016x}",
+        uuid::Uuid::new_v4().as_u64_pair().0
+    ));
     let temp = parent.join(temp_name);
     std::fs::DirBuilder::new()
         .mode(modes.dir)
@@ -628,7 +642,10 @@ fn init(path: &Path, kind: Kind, modes: Modes) -> Result<(), FileLockError> {
         if let Ok(meta) = meta
             && !meta.is_dir()
         {
-            return Err(not_a_directory(path, io::Error::from_raw_os_error(Errno::ENOTDIR as i32)));
+            return Err(not_a_directory(
+                path,
+                io::Error::from_raw_os_error(Errno::ENOTDIR as i32),
+            ));
         }
     }
     result.map(|_| ())

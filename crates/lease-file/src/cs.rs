@@ -139,4 +139,3 @@ pub(crate) fn detect(
         },
     }
 }
-

@@ -86,7 +86,9 @@ fn system_shared() -> Option<(u64, u64)> {
         let time_ns = std::fs::read_link("/proc/self/ns/time")
             .map(|p| p.display().to_string())
             .unwrap_or_default();
-        Some(fnv(format!("monotonic/{}/{time_ns}", boot.trim()).as_bytes()))
+        Some(fnv(
+            format!("monotonic/{}/{time_ns}", boot.trim()).as_bytes()
+        ))
     }))?;
     let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).ok()?;
     let ns = u64::try_from(now.tv_sec())
@@ -158,11 +160,7 @@ pub(crate) struct Claim<'a> {
 #[derive(Debug)]
 pub(crate) enum Attempt {
     /// Acquired: the state entry is `name`; trust runs from `now.mono`.
-    Won {
-        held: Held,
-        name: String,
-        now: Now,
-    },
+    Won { held: Held, name: String, now: Now },
     /// Held by someone else (or by this token, a second contender).
     Busy {
         found: Found,
@@ -280,9 +278,7 @@ pub(crate) fn renew(
         ..held.clone()
     };
     let next_name = State::Held(next.clone()).name();
-    Ok(kd
-        .swap(name, &next_name)?
-        .then_some((next, next_name, now)))
+    Ok(kd.swap(name, &next_name)?.then_some((next, next_name, now)))
 }
 
 /// Why the tenure `(generation, token)` no longer matches `found`, or `None` if it does.

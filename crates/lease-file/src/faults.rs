@@ -19,7 +19,9 @@ pub(crate) fn pause_at(from: &str, to: &str) {
     match (from.split('.').next(), to.split('.').next()) {
         (Some("free"), _) => fail::fail_point!("lease-file/before-acquire"),
         (Some("held"), Some("free")) => fail::fail_point!("lease-file/before-release"),
-        (Some("held"), _) if same_generation(from, to) => fail::fail_point!("lease-file/before-renew"),
+        (Some("held"), _) if same_generation(from, to) => {
+            fail::fail_point!("lease-file/before-renew")
+        }
         (Some("held"), _) => fail::fail_point!("lease-file/before-takeover"),
         (Some("value"), _) if same_data(from, to) => fail::fail_point!("lease-file/before-fence"),
         (Some("value"), _) => fail::fail_point!("lease-file/before-put"),

@@ -3,8 +3,6 @@
 use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex};
 
-
-
 /// This process as records describe it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Identity {

@@ -624,10 +624,8 @@ impl FileLock {
             let (tx, rx) = mpsc::channel();
             let path = self.shared.path.clone();
             std::thread::spawn(move || {
-                let got = KeyDir::open(&path, Kind::Lease, None).and_then(|kd| {
-                    kd.map(|mut kd| kd.lock_blocking().map(|()| kd))
-                        .transpose()
-                });
+                let got = KeyDir::open(&path, Kind::Lease, None)
+                    .and_then(|kd| kd.map(|mut kd| kd.lock_blocking().map(|()| kd)).transpose());
                 let _ = tx.send(got);
             });
             rx
@@ -742,7 +740,9 @@ impl FileLock {
                     std::thread::Builder::new()
                         .name("lease-file-heartbeat".into())
                         .spawn(move || heartbeat_loop(&shared))
-                        .map_err(|e| crate::fsio::io_error("spawn heartbeat", &self.shared.path, e))?;
+                        .map_err(|e| {
+                            crate::fsio::io_error("spawn heartbeat", &self.shared.path, e)
+                        })?;
                 }
                 shared.wake.notify_all();
                 tracing::info!(generation, kernel, "file lock acquired");
@@ -777,7 +777,10 @@ impl FileLock {
             if state.tenure.as_ref().is_some_and(|t| t.dir.is_some()) {
                 break;
             }
-            state = shared.wake.wait(state).unwrap_or_else(PoisonError::into_inner);
+            state = shared
+                .wake
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
         }
         let Some(tenure) = state.tenure.as_mut() else {
             return Err(busy(&shared.path));
@@ -933,27 +936,33 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
             return Ok(Err(LostReason::TakenOver { holder: None }));
         }
         let kernel = shared.mode == LockMode::Kernel;
-        if let Some((next, next_name, now)) =
-            engine::renew(&mut kd, &name, &held, opts.stale_threshold, kernel, &shared.time)?
-        {
+        if let Some((next, next_name, now)) = engine::renew(
+            &mut kd,
+            &name,
+            &held,
+            opts.stale_threshold,
+            kernel,
+            &shared.time,
+        )? {
             return Ok(Ok((next, next_name, now.mono)));
         }
         let found = kd.state()?;
-        Ok(Err(match engine::mismatch(&found, held.generation, &token) {
-            None | Some(engine::Gone::Expired) => LostReason::Untrusted {
-                reason: "the lease state changed under the heartbeat".into(),
-            },
-            Some(engine::Gone::Released) => LostReason::TakenOver { holder: None },
-            Some(engine::Gone::TakenOver) => LostReason::TakenOver {
-                holder: match &found.state {
-                    chain::State::Held(h) => Some(Box::new(HolderInfo::of(
-                        h,
-                        kd.description(&found.name),
-                    ))),
-                    chain::State::Free(_) => None,
+        Ok(Err(
+            match engine::mismatch(&found, held.generation, &token) {
+                None | Some(engine::Gone::Expired) => LostReason::Untrusted {
+                    reason: "the lease state changed under the heartbeat".into(),
+                },
+                Some(engine::Gone::Released) => LostReason::TakenOver { holder: None },
+                Some(engine::Gone::TakenOver) => LostReason::TakenOver {
+                    holder: match &found.state {
+                        chain::State::Held(h) => {
+                            Some(Box::new(HolderInfo::of(h, kd.description(&found.name))))
+                        }
+                        chain::State::Free(_) => None,
+                    },
                 },
             },
-        }))
+        ))
     })();
     let mut state = lock(&shared.state);
     let Some(t) = state.tenure.as_mut().filter(|t| t.epoch == epoch) else {
@@ -969,7 +978,11 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
             t.name = next_name;
             t.deadline = sent + opts.stale_threshold.saturating_sub(opts.margin());
             t.dir = Some(kd);
-            tracing::trace!(generation = t.held.generation, seq = t.held.seq, "heartbeat written");
+            tracing::trace!(
+                generation = t.held.generation,
+                seq = t.held.seq,
+                "heartbeat written"
+            );
             shared.wake.notify_all();
             return true;
         }

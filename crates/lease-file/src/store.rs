@@ -9,11 +9,10 @@ use std::time::{Duration, SystemTime};
 use lease_core::{
     AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Holder, Lease, LeaseBackend,
     LeaseError, LeaseKey, LeaseListing, LeaseRecord, LeaseToken, NotOwnedReason, RandomTokens,
-    TokenSource, default_safety_margin, holder_deadline, validate_duration,
-    validate_fenced_value,
+    TokenSource, default_safety_margin, holder_deadline, validate_duration, validate_fenced_value,
 };
 
-use crate::chain::{Found, Kind, KeyDir, Modes, State, Value, data_name, entry_names, fnv};
+use crate::chain::{Found, KeyDir, Kind, Modes, State, Value, data_name, entry_names, fnv};
 use crate::cs::{LockMode, ModePreference, detect};
 use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase, nanos};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
@@ -88,8 +87,9 @@ struct Inner {
     fsync: bool,
     /// Expiry timed by observation, for holders whose clock this store does not share.
     seen: Arc<Observations>,
-    /// The kernel locks of the leases this store acquired, by lock directory.
-    tenures: Arc<Mutex<HashMap<PathBuf, KeyDir>>>,
+    /// The kernel locks of the leases this store acquired, by lock directory, with their
+    /// generations.
+    tenures: Arc<Mutex<HashMap<PathBuf, (u64, KeyDir)>>>,
     /// Threads blocked in `flock` for waiting acquisitions.
     waiters: Waiters,
 }
@@ -225,6 +225,37 @@ impl DirectoryStore {
             .collect())
     }
 
+    /// A descriptor that shares the kernel lock of `lease` (kernel mode, acquired through this
+    /// store and not released), for a child process to inherit: the lock is then dropped by the
+    /// kernel only when every process holding a copy has exited, so a contender cannot notice
+    /// the holder's death while a process started under the lease still runs. The descriptor is
+    /// close-on-exec; clear that flag on the copy a child should inherit. `None` when this store
+    /// holds no kernel lock for `lease`.
+    ///
+    /// ```
+    /// use lease_core::{LeaseBackendExt, LeaseKey};
+    /// use lease_file::DirectoryStore;
+    /// use std::time::Duration;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = DirectoryStore::open(dir.path())?;
+    /// let lease = lease_core::block_on(store.acquire(&LeaseKey::new("job")?, Duration::from_secs(30)))?;
+    /// assert!(store.kernel_lock_descriptor(&lease).is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn kernel_lock_descriptor(&self, lease: &Lease) -> Option<std::os::fd::OwnedFd> {
+        let path = self.inner.dir.join(key_file_name(lease.key()).ok()?);
+        let tenures = self
+            .inner
+            .tenures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (generation, kd) = tenures.get(&path)?;
+        (*generation == lease.fencing_token().get())
+            .then(|| kd.share().ok())
+            .flatten()
+    }
+
     /// The safety margin for a lease of `duration`: it must leave some of the lease to trust.
     fn margin(&self, duration: Duration) -> Result<Duration, LeaseError> {
         let margin = self
@@ -268,7 +299,14 @@ impl DirectoryStore {
         KeyDir::open(&path, Kind::Lease, create.then(|| self.modes())).map_err(|e| held_or(key, e))
     }
 
-    fn describe(&self, key: &LeaseKey, token: &LeaseToken, label: Option<String>, now: &Now, duration: Duration) -> LeaseFileRecord {
+    fn describe(
+        &self,
+        key: &LeaseKey,
+        token: &LeaseToken,
+        label: Option<String>,
+        now: &Now,
+        duration: Duration,
+    ) -> LeaseFileRecord {
         let me = ident::current();
         let wall = ns(now.wall);
         LeaseFileRecord {
@@ -311,7 +349,13 @@ impl DirectoryStore {
             token: token.as_str(),
             duration,
             kernel: self.inner.mode == LockMode::Kernel,
-            record: self.describe(key, &token, options.owner().map(str::to_owned), &start, duration),
+            record: self.describe(
+                key,
+                &token,
+                options.owner().map(str::to_owned),
+                &start,
+                duration,
+            ),
         };
         match engine::try_acquire(&mut kd, &claim, &self.inner.time, &self.inner.seen)
             .map_err(backend_error)?
@@ -327,8 +371,12 @@ impl DirectoryStore {
                     holder_deadline(now.mono, duration, margin),
                 );
                 if kd.locked() {
-                    let mut tenures = self.inner.tenures.lock().unwrap_or_else(PoisonError::into_inner);
-                    tenures.insert(kd.path().to_owned(), kd);
+                    let mut tenures = self
+                        .inner
+                        .tenures
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    tenures.insert(kd.path().to_owned(), (held.generation, kd));
                 }
                 Ok(lease)
             }
@@ -359,9 +407,15 @@ impl DirectoryStore {
             if same_scale && now.shared.is_some_and(|(_, at)| at >= held.deadline_ns) {
                 return Err(not_owned(key, Gone::Expired));
             }
-            if let Some((next, _, now)) =
-                engine::renew(&mut kd, &found.name, held, duration, false, &self.inner.time)
-                    .map_err(backend_error)?
+            if let Some((next, _, now)) = engine::renew(
+                &mut kd,
+                &found.name,
+                held,
+                duration,
+                false,
+                &self.inner.time,
+            )
+            .map_err(backend_error)?
             {
                 tracing::debug!(%key, generation, seq = next.seq, "file lease renewed");
                 return Ok(Lease::new(
@@ -374,7 +428,11 @@ impl DirectoryStore {
                 ));
             }
         }
-        Err(LeaseError::backend(NAME, true, "the lease state kept changing under the renewal"))
+        Err(LeaseError::backend(
+            NAME,
+            true,
+            "the lease state kept changing under the renewal",
+        ))
     }
 
     fn release_now(
@@ -399,7 +457,11 @@ impl DirectoryStore {
                 return Ok(());
             }
         }
-        Err(LeaseError::backend(NAME, true, "the lease state kept changing under the release"))
+        Err(LeaseError::backend(
+            NAME,
+            true,
+            "the lease state kept changing under the release",
+        ))
     }
 
     fn inspect_now(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
@@ -475,7 +537,10 @@ impl DirectoryStore {
                     seq: value.seq.saturating_add(1),
                     nonce: value.nonce,
                 };
-                if !kd.swap(&value.name(), &raised.name()).map_err(backend_error)? {
+                if !kd
+                    .swap(&value.name(), &raised.name())
+                    .map_err(backend_error)?
+                {
                     continue;
                 }
                 tracing::debug!(%name, fence, "fence raised");
@@ -485,7 +550,11 @@ impl DirectoryStore {
                 Some(file) => read_value(kd.path(), file),
             };
         }
-        Err(LeaseError::backend(NAME, true, "the fenced value kept changing under the read"))
+        Err(LeaseError::backend(
+            NAME,
+            true,
+            "the fenced value kept changing under the read",
+        ))
     }
 
     /// [`FencedValues::put_fenced`]: the value is written to a new data file first, then one
@@ -523,7 +592,10 @@ impl DirectoryStore {
                     seq: value.seq.saturating_add(1),
                     nonce: Some(nonce),
                 };
-                if kd.swap(&value.name(), &next.name()).map_err(backend_error)? {
+                if kd
+                    .swap(&value.name(), &next.name())
+                    .map_err(backend_error)?
+                {
                     if let Some(old) = value.nonce {
                         kd.remove(&data_name(old));
                     }
@@ -531,7 +603,11 @@ impl DirectoryStore {
                     return Ok(true);
                 }
             }
-            Err(LeaseError::backend(NAME, true, "the fenced value kept changing under the write"))
+            Err(LeaseError::backend(
+                NAME,
+                true,
+                "the fenced value kept changing under the write",
+            ))
         })();
         if created && !matches!(result, Ok(true)) {
             kd.remove(&data);

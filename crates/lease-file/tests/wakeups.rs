@@ -24,9 +24,12 @@ fn a_waiting_directory_store_acquisition_is_woken_by_the_release() {
         let key = key.clone();
         std::thread::spawn(move || {
             let wait = WaitOptions::new(Duration::from_secs(30)).with_backoff(SLOW_POLL, SLOW_POLL);
-            let lease =
-                lease_core::block_on(waiter.acquire_with_wait(&key, Duration::from_secs(60), &wait))
-                    .unwrap();
+            let lease = lease_core::block_on(waiter.acquire_with_wait(
+                &key,
+                Duration::from_secs(60),
+                &wait,
+            ))
+            .unwrap();
             (Instant::now(), lease)
         })
     };
