@@ -23,148 +23,150 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Two surfaces share one record format and one critical-section protocol:
+//! Two faces run one protocol, one code path (`engine.rs`):
 //!
 //! * [`FileLock`]: a blocking lease on one path with the Go `kit/lockfile` `PIDLock` API
 //!   (`new`, `with_options`, `acquire`, `release`, `held`, `path`) and options, a heartbeat thread,
 //!   an on-lease-lost callback, and a blocking [`FileLock::acquire_timeout`]. No async runtime.
 //! * [`DirectoryStore`]: a directory of leases implementing lease-core's
-//!   [`LeaseBackend`](lease_core::LeaseBackend) and [`LeaseListing`](lease_core::LeaseListing)
-//!   (the whole conformance suite passes), so the lessor and the command line tool run on files.
+//!   [`LeaseBackend`](lease_core::LeaseBackend), [`LeaseListing`](lease_core::LeaseListing) and
+//!   [`FencedValues`](lease_core::FencedValues) (the whole conformance suite passes, in both
+//!   modes), so the fleet and the command line tool run on files.
 //!
 //! # The protocol
 //!
-//! For a lock at path `P`:
+//! A lock is a **directory** `P` (a `FileLock`'s path, or a store key's entry in the store's
+//! directory) holding exactly one **state entry** whose *name* is the whole lease state:
 //!
-//! * **`P`** holds a JSON [`LeaseFileRecord`]: schema version, owner id, pid, host, PID namespace,
-//!   boot id, process start time, heartbeat counter, timestamps, fencing generation. It is only
-//!   ever *replaced*: a temporary file `.<name>.<pid>.<nonce>.tmp` in the same directory is
-//!   created with `O_EXCL|O_NOFOLLOW`, given the configured mode, written (and optionally
-//!   fsynced), then renamed over `P`. A reader sees the old record or the new one, never a
-//!   truncated one. A kernel-mode takeover removes the temporaries a dead writer left of `P`,
-//!   matched exactly (pid digits, 12 hex digits), so those of another lock whose name extends
-//!   `P`'s (`a.b` for `a`) are never touched.
-//! * **`P.lock`** is flocked for each *critical section*: read the record, decide, rename a new
-//!   record. It is never deleted or renamed, so the flock+unlink race (two processes locking two
-//!   different inodes under one name) cannot happen; each entry also checks, with one `lstat`,
-//!   that the locked inode is still the one at the path. Because takeover, heartbeat and release
-//!   all decide and write inside this section, two contenders can never both take over one stale
-//!   record, a release can never race a takeover, and a heartbeat can never resurrect a lease
-//!   another owner took.
-//! * **`P.owner`** is flocked by the holder for its whole tenure, and never deleted. The kernel
-//!   drops that lock when the holder's process dies, however it dies, so a contender that can
-//!   take it knows the holder is gone and takes over *at once* (the record says whether its
-//!   owner holds this lock: a new owner that took over from a hung holder cannot get it until
-//!   the old process lets go, and its heartbeat thread keeps trying).
-//! * A holder that is alive but hung (SIGSTOP, a stalled VM) keeps its kernel lock; contenders
-//!   then call it stale when its heartbeat counter has not changed for the stale threshold on
-//!   *their own monotonic clock*. Wall timestamps in the record are diagnostics: a wall-clock
-//!   jump makes nothing look stale or fresh. The holder trusts its tenure only until the start of
-//!   its last successful heartbeat plus the stale threshold minus a margin, which is before any
-//!   contender can have watched the counter stand still that long.
-//! * A pid probe is a fast path only when the record's host, PID namespace and boot id all match
-//!   ours, and the pid is either gone (`kill(pid, 0)` = `ESRCH`) or now belongs to a process with
-//!   another start time: never a bare pid.
-//! * The **fencing generation** is the previous record's generation plus one, decided inside the
-//!   critical section; release writes a *released* record that keeps it, so it increases
-//!   strictly across every acquisition, release and takeover. (Reclaiming an unparseable record
-//!   restarts it above any reachable counter, from the wall clock in microseconds.)
-//! * An unparseable record counts as held until it has been seen unchanged for the
-//!   invalid-record threshold (or its mtime is that old), then is reclaimed.
+//! * `free.<g>`: released, or never acquired (`free.0`); `g` is the last fencing generation.
+//! * `held.<g>.<n>.<token>.<kernel>.<scale>.<deadline>.<duration>`: held by the tenure with
+//!   fencing generation `g`, renewed `n` times; `token` is a hash of the holder's token;
+//!   `kernel` identifies the directory (device and inode) whose kernel lock the holder holds,
+//!   or `n`; `scale` names the holder's monotonic clock (this boot and time namespace of this
+//!   host, or a test clock) and `deadline` is when the lease ends on it; `duration` is the
+//!   length granted.
 //!
-//! ## Where kernel locks do not work
+//! **Every change of state is one `rename(2)` from the exact name observed to the next**:
+//! acquire `free.<g>` → `held.<g+1>.0...`, takeover `held.<g>...` → `held.<g+1>.0...`, renew and
+//! heartbeat `held.<g>.<n>...` → `held.<g>.<n+1>...`, release `held.<g>...` → `free.<g>`. The
+//! holder's description (pid, host, label, times, owner token) is written into the entry right
+//! after, for display. `P` is created atomically: a private temporary directory already holding
+//! `free.0` is renamed into place (a rename never replaces a non-empty directory).
 //!
-//! On NFS, SMB/CIFS, FUSE, 9p and AFS (detected with `statfs`), or where `flock` fails with `ENOLCK`,
-//! `EOPNOTSUPP` or `ENOSYS`, the lock runs in [`LockMode::HeartbeatOnly`] and says so through
-//! [`FileLock::mode`] (and [`FileLock::mode_reason`]); [`ModePreference::Kernel`] turns the
-//! fallback into an error instead. Critical sections are then epochs: entering creates
-//! `P.cs.<n+1>` with `O_EXCL` (only one process can), allowed when `P.cs.<n>.done` exists, or when
-//! epoch `n` has been stuck for the stale threshold on our monotonic clock, or its writer is
-//! provably gone on this host. Because a reclaim creates a *new* name rather than deleting and
-//! recreating one, two contenders can never both reclaim one stale epoch. A process that was
-//! paused *inside* a critical section for longer than the stale threshold checks, just before its
-//! rename, that no later epoch exists. Takeover of a crashed holder waits for the stale threshold.
+//! ## Why a generation can never be issued twice, whatever the pauses
 //!
-//! **Known defect (issue 9): heartbeat-only mode can issue a fencing generation twice.** A pause
-//! between that check and the rename can last any length, and the later epoch files the check
-//! looks for are deleted by cleanup and by contenders that lost a race, so a paused process can
-//! rename its old record over a newer owner's. The exhaustive model checker in
-//! `tests/model_check.rs` finds it in 18 steps with three processes (and in 22 steps even when
-//! the check and the rename are made one atomic step), and the issue reproduced it with real
-//! processes stopped for 1 s. Until the protocol is redesigned, do not rely on heartbeat-only
-//! mode (NFS, SMB, FUSE, 9p, AFS) where a process can be paused; kernel mode is not affected by
-//! this defect: a process paused inside its critical section holds the kernel lock and only
-//! delays the others.
+//! 1. There is exactly one state entry: the directory is created with one, and a rename moves it
+//!    without adding one.
+//! 2. Names never repeat: the generation only grows, within a generation the renewal counter only
+//!    grows, and `free.<g>` is made only from `held.<g>...`, which is made only once.
+//! 3. So `rename(observed, next)` succeeds iff the state is still exactly `observed`: if it
+//!    changed, the source name is gone (`ENOENT`) and nothing happens. It is a compare-and-swap,
+//!    carried out by the kernel (or the NFS server) in one step.
+//! 4. Generation `g+1` is issued only by a rename whose source carries generation `g`, and only
+//!    one rename can consume that source. A process paused *anywhere*, for *any* length of time,
+//!    that resumes and renames an old name fails: there is no read-decide-write sequence to
+//!    replay. Generations are therefore issued once each, in increasing order. No timing
+//!    assumption is involved; `tests/model_check.rs` explores every interleaving of three
+//!    processes with pauses and crashes at every step and finds no violation (and finds the old
+//!    protocol's duplicate).
+//!
+//! Fenced values use the same construction: one chain entry `value.<fence>.<n>.<nonce>` naming a
+//! data file `data.<nonce>` that was written in full, with `O_EXCL`, *before* the rename that
+//! publishes it. A writer whose fence is below the current one is refused; a paused writer's
+//! rename from an old entry fails. So no value is ever replaced by an older writer's, in either
+//! mode. [`FencedValues::fence_and_read`](lease_core::FencedValues::fence_and_read) opens the
+//! data file before the rename that raises the fence, so it returns the value that was current
+//! when the fence went up even if a newer writer replaces it right after.
+//!
+//! ## Why two holders never both trust a lease
+//!
+//! A takeover needs the holder's lease to have ended, judged one of three ways, from the name
+//! the takeover's rename will consume:
+//!
+//! * **Same clock** (the holder's `scale` is ours: same host, same boot, same time namespace, or
+//!   the same test clock): the holder's `deadline` has passed on the shared monotonic clock. The
+//!   holder trusts its lease only until `start + duration - margin` on the same clock, where
+//!   `start` was read *before* the rename that made the name, and `deadline = start + duration`.
+//! * **Another clock** (another host over NFS): the name has stood unchanged for its `duration`
+//!   on *our* monotonic clock since we first saw it. We first saw it after the holder's `start`,
+//!   so with clocks running at the same rate the holder's trust (`duration - margin` from
+//!   `start`) has ended by then. *Assumption:* monotonic clock rates differ by less than
+//!   `margin / duration` (10 % by default); wall clocks are never compared.
+//! * **Death** (kernel mode): the holder took the kernel lock (`flock`) on the directory
+//!   *before* its rename and holds it for its tenure; the state names that directory's device and
+//!   inode. A contender that takes the lock on that very directory, on the same host (same
+//!   scale), knows every process holding it has exited. The kernel lock speaks for nothing else:
+//!   never across hosts or mounts (device and inode differ), never for a holder that did not take
+//!   it (`n`).
+//!
+//! If the holder renewed meanwhile, the name changed and the takeover's rename fails. A process
+//! paused between judging and renaming only renames later, which keeps the judgement true.
+//!
+//! ## Modes
+//!
+//! [`LockMode::Kernel`] (local file systems) adds the kernel lock: a crashed holder's lease is
+//! free at once, and waiters block in `flock` and are woken by the kernel. Where `flock` does not
+//! work or is not trusted (NFS, SMB/CIFS, FUSE, 9p, AFS, detected with `statfs`, or `flock`
+//! failing), [`LockMode::HeartbeatOnly`] runs the same protocol without it: a crashed holder's
+//! lease ends after its duration. Safety never rests on the kernel lock, so processes in
+//! different modes on one path (an NFS client and a process on the server) exclude each other
+//! correctly; they only lose the fast path. [`ModePreference::Kernel`] turns the fallback into an
+//! error instead.
+//!
+//! ## Other lock protocols on the same path
+//!
+//! * **Go `kit/lockfile` `PIDLock`** keeps its lock as a *file* at the path. While it is there,
+//!   this crate reports the lock [`FileLockError::Held`] by it (pid and owner named) and never
+//!   takes it over or deletes it; once the Go process releases (removes the file), this crate
+//!   creates its directory. Go's `Acquire` cannot read a directory as a record and fails with an
+//!   error while this crate's directory exists. The two never both hold the path.
+//! * **lease-file 0.1** records (a file at the path, `.lock` and `.owner` companions) are refused
+//!   as [`FileLockError::Foreign`]: stop the old processes, then remove them.
 //!
 //! # Guarantees and limits
 //!
-//! * No two `FileLock`s (in any processes on the machine, or across hosts in heartbeat-only mode)
-//!   are ever both told they hold one path, provided monotonic clocks run at the same rate and,
-//!   in heartbeat-only mode, no process is paused inside a critical section (see the known
-//!   defect above; kernel mode: a paused process inside it only delays others, who give up with
-//!   a transient error).
-//! * A holder paused past its deadline learns it on its first [`FileLock::check`] /
-//!   [`FileLock::held`] after resuming; its heartbeat then reports
-//!   [`LostReason::TakenOver`] if another owner took over, and the newer owner's fencing token is
-//!   greater. Only fencing protects the resource from the paused holder's in-flight writes.
+//! * No two holders (`FileLock`s or store leases, in any processes on the host, or across hosts
+//!   sharing an NFS directory) trust one lease at once, under the clock-rate assumption above,
+//!   whatever the pauses. A holder paused past its deadline learns it on its first
+//!   [`FileLock::check`] / [`LeaseGuard::check`](lease_core::LeaseGuard::check) after resuming;
+//!   only fencing protects the resource from a paused holder's in-flight writes.
+//! * Fencing generations are issued once each, increasing, in both modes, assuming nothing about
+//!   time.
 //! * Transient I/O errors are tolerated until the tenure's deadline, then reported as
 //!   [`LostReason::Untrusted`].
-//! * Symlinks are never followed (`O_NOFOLLOW` on every open), only regular files are read or
-//!   locked (`fstat` check; FIFOs cannot block the open thanks to `O_NONBLOCK`), records are read
-//!   up to [`MAX_RECORD_BYTES`].
-//! * Every file the crate creates (records and their temporaries, companions, epoch files and
-//!   their done markers, fenced values, the store's mode probe) gets exactly the configured mode
-//!   by `fchmod` after an exclusive create, whatever the umask, so users sharing a lock through
-//!   a group-writable mode can all open it. Existing files keep their mode. Created directories
-//!   are subject to the umask, as `mkdir(2)`.
+//! * Symlinks are never followed; the lock directory is opened with `O_DIRECTORY|O_NOFOLLOW` and
+//!   every operation goes through its descriptor (so the state read, the kernel lock and the
+//!   rename are all in one directory even if the path is replaced; a holder whose directory was
+//!   moved or replaced loses its tenure at the next heartbeat).
 //! * Planted files of any name, size or number give a typed error or are ignored, never a panic
-//!   or a spin. A directory, symbolic link, FIFO or oversized file at `P` or a companion path is
-//!   [`FileLockError::Hostile`]; a garbage record counts as held (see above). Epoch files count
-//!   only under the canonical decimal names this crate writes, `P.cs.1` to `P.cs.<2^63-1>`:
-//!   other names (`P.cs.007`, `P.cs.+7`, `P.cs.18446744073709551615`) are ignored and never
-//!   deleted; a done marker counts only for the highest epoch, and one planted for the next
-//!   epoch is removed by whoever creates that epoch; a planted epoch at the very top of the
-//!   range is refused as [`FileLockError::Hostile`] naming it. A stuck epoch makes
-//!   [`FileLock::acquire_timeout`] give up at its timeout, not at the stale threshold.
-//! * No option value panics. Every duration option of [`FileLockOptions`] beyond
-//!   [`MAX_LEASE_DURATION`](lease_core::MAX_LEASE_DURATION), a zero heartbeat interval or stale
-//!   threshold, is refused by [`FileLock::with_options`] as [`FileLockError::InvalidOption`]
-//!   naming the option; a [`DirectoryStore`] safety margin that leaves nothing of a lease to
-//!   trust, or an injected clock so late that the lease's end cannot be represented, fails the
-//!   operation with lease-core's `InvalidInput` naming `safety_margin` or `clock`.
-//! * Deleting `P` by hand restarts the fencing generation; deleting the companions is harmless
-//!   (a replaced critical-section file is detected and reopened).
-//! * Every process sharing a path must run the same protocol: a lock refuses a held record
-//!   written under the other one (the record's `protocol` field) with
-//!   [`FileLockError::Unsupported`] rather than fail open.
+//!   or a spin: only canonical state names count (`free.007` is not one), two state entries or a
+//!   missing one are [`FileLockError::Hostile`] (never guessed or repaired), a directory with more
+//!   than 4096 entries is refused.
+//! * Every file and directory the crate creates gets exactly the configured mode, whatever the
+//!   umask; temporary names carry a random nonce and nothing is ever deleted by prefix.
+//! * No option value panics: out-of-range options are [`FileLockError::InvalidOption`] naming
+//!   the option; a [`DirectoryStore`] safety margin that leaves nothing of a lease to trust is
+//!   lease-core's `InvalidInput`.
+//! * Deleting a lock directory by hand (or by a `/tmp` cleaner, after it sat idle long enough)
+//!   restarts its fencing generation at 1, and deleting it *while held* lets a contender in at
+//!   once while the holder trusts its lease until its next heartbeat notices (at most its
+//!   deadline): keep locks out of directories that are cleaned.
 //!
 //! # Design choices
 //!
-//! * **Two companions, not one.** The critical-section lock is held for microseconds by anyone;
-//!   the tenure lock for the whole tenure by the holder only. One file cannot do both: a holder
-//!   keeping the critical-section lock would lock out the contenders that must read its record to
-//!   judge it stale.
-//! * **A released record instead of `unlink`.** Deleting the record would lose the fencing
-//!   generation and reopen the unlink races; rewriting it as released keeps both closed.
-//! * **A heartbeat counter, not a timestamp.** Contenders time how long the counter stands still
-//!   on their own monotonic clock (as Kubernetes leader election does), so wall-clock jumps and
-//!   skew between containers never make a live lease look stale.
-//! * **One heartbeat thread per lock**, started at the first acquisition and parked between
-//!   tenures: a heartbeat stuck in slow I/O on one path never delays another lock's (the Java
-//!   DynamoDB lock client's single renewal thread does). The cost is one parked thread per
-//!   `FileLock`.
-//! * **The blocking lock reads the operating system's clocks** (`Instant`, `SystemTime`): it
-//!   coordinates real processes, and its tests use real processes with short thresholds. The
-//!   [`DirectoryStore`] reads the injected [`Clock`](lease_core::Clock), as the contract requires,
-//!   so the conformance suite drives it with a manual clock.
-//! * **Inline I/O in the store's futures.** The operations are a few local syscalls (about 40 per
-//!   acquire + release, measured by the benchmark), shorter than a thread hop, so the futures do
-//!   them when first polled and need no runtime; on a network file system they can block the
-//!   executor thread for the duration of the I/O.
-//! * **Costs** (`benches/file_lease.rs`, ext4): an uncontended acquire + release is about ten
-//!   `O_EXCL` lock-file cycles (two atomic record replacements, each a create + write + rename),
-//!   takeover after SIGKILL of the holder takes about a millisecond (two to three times a process
-//!   blocked in `flock`), and a held lease heartbeating every 250 ms costs 0.1 to 0.2% of a core.
+//! * **A name, not a record, is the state.** Only a rename from an exact name is atomic *and*
+//!   conditional on every file system, NFS included; rewriting a record (even by rename) is not
+//!   conditional on what it replaces.
+//! * **The kernel lock is on the lock directory itself**, taken before the state is read: no
+//!   companion file that a cleaner could delete or replace under a holder.
+//! * **Observation, not wall clocks**, for holders on other clocks, as Kubernetes leader
+//!   election does; the wall time is display only.
+//! * **One heartbeat thread per `FileLock`**, started at the first acquisition and parked between
+//!   tenures: a heartbeat stuck in slow I/O on one path never delays another lock's.
+//! * **Inline I/O in the store's futures.** The operations are a few local syscalls, shorter
+//!   than a thread hop, so the futures do them when first polled and need no runtime; on a
+//!   network file system they can block the executor thread for the duration of the I/O.
+//! * **Costs**: see [`FileLock`]'s table and `benches/file_lease.rs`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
