@@ -49,7 +49,15 @@ proptest! {
     #[test]
     fn directory_store_matches_the_model(ops in ops(3, 2, DURATION, 60)) {
         let dir = tempfile::tempdir().unwrap();
-        let subject = subject(dir.path(), ModePreference::Auto);
+        let subject = subject(dir.path(), ModePreference::Kernel);
+        let result = lease_core::block_on(check_against_model(&subject, DURATION, &ops));
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
+
+    #[test]
+    fn directory_store_matches_the_model_heartbeat_only(ops in ops(3, 2, DURATION, 60)) {
+        let dir = tempfile::tempdir().unwrap();
+        let subject = subject(dir.path(), ModePreference::HeartbeatOnly);
         let result = lease_core::block_on(check_against_model(&subject, DURATION, &ops));
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }

@@ -1,0 +1,103 @@
+//! The blocking face against a model, in both modes: random sequences of acquisitions, releases,
+//! checks and dropped locks over several `FileLock`s on one path must agree with a model in which
+//! at most one lock holds the path and every acquisition gets a greater fencing generation. (The
+//! store face runs the lease-core conformance suite and its model in both modes:
+//! `tests/conformance.rs`; both faces run one engine.)
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use lease_file::{FileLock, FileLockOptions, ModePreference};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Op {
+    TryAcquire(usize),
+    Release(usize),
+    Check(usize),
+    /// Drop the lock object (releasing if held) and make a new one for the same path.
+    Replace(usize),
+}
+
+fn op(locks: usize) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0..locks).prop_map(Op::TryAcquire),
+        2 => (0..locks).prop_map(Op::Release),
+        1 => (0..locks).prop_map(Op::Check),
+        1 => (0..locks).prop_map(Op::Replace),
+    ]
+}
+
+fn options(mode: ModePreference) -> FileLockOptions {
+    // Long enough that no lease expires during a case: the model has no time.
+    FileLockOptions::default()
+        .with_mode(mode)
+        .with_heartbeat_interval(Duration::from_millis(500))
+        .with_stale_threshold(Duration::from_secs(30))
+}
+
+fn run(mode: ModePreference, ops: &[Op]) -> Result<(), TestCaseError> {
+    const LOCKS: usize = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("face.lease");
+    let make = || FileLock::with_options(&path, options(mode)).unwrap();
+    let mut locks: Vec<FileLock> = (0..LOCKS).map(|_| make()).collect();
+    let mut holder: Option<usize> = None;
+    let mut last = 0u64;
+    for op in ops {
+        match *op {
+            Op::TryAcquire(i) => match locks[i].try_acquire() {
+                Ok(fencing) => {
+                    prop_assert_eq!(holder, None, "{:?}: acquired while {:?} holds", op, holder);
+                    prop_assert!(fencing.get() > last, "fencing {} after {}", fencing.get(), last);
+                    last = fencing.get();
+                    holder = Some(i);
+                }
+                Err(e) if e.is_held() => {
+                    prop_assert!(holder.is_some_and(|h| h != i), "{:?}: {}", op, e);
+                    prop_assert_eq!(e.holder().map(|h| h.generation), Some(last));
+                }
+                Err(e) => {
+                    prop_assert_eq!(holder, Some(i), "{:?}: {}", op, e);
+                    let already = matches!(e, lease_file::FileLockError::AlreadyHeld { .. });
+                    prop_assert!(already, "{:?}: {}", op, e);
+                }
+            },
+            Op::Release(i) => {
+                let released = locks[i].release();
+                prop_assert_eq!(released.is_ok(), holder == Some(i), "{:?}: {:?}", op, released);
+                if holder == Some(i) {
+                    holder = None;
+                }
+            }
+            Op::Check(i) => {
+                let check = locks[i].check();
+                prop_assert_eq!(check.is_ok(), holder == Some(i), "{:?}", op);
+                if let Ok(fencing) = check {
+                    prop_assert_eq!(fencing.get(), last);
+                }
+            }
+            Op::Replace(i) => {
+                locks[i] = make();
+                if holder == Some(i) {
+                    holder = None;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn file_locks_match_the_model_in_kernel_mode(ops in prop::collection::vec(op(3), 1..40)) {
+        run(ModePreference::Kernel, &ops)?;
+    }
+
+    #[test]
+    fn file_locks_match_the_model_heartbeat_only(ops in prop::collection::vec(op(3), 1..40)) {
+        run(ModePreference::HeartbeatOnly, &ops)?;
+    }
+}
