@@ -49,7 +49,12 @@ fn run(mode: ModePreference, ops: &[Op]) -> Result<(), TestCaseError> {
             Op::TryAcquire(i) => match locks[i].try_acquire() {
                 Ok(fencing) => {
                     prop_assert_eq!(holder, None, "{:?}: acquired while {:?} holds", op, holder);
-                    prop_assert!(fencing.get() > last, "fencing {} after {}", fencing.get(), last);
+                    prop_assert!(
+                        fencing.get() > last,
+                        "fencing {} after {}",
+                        fencing.get(),
+                        last
+                    );
                     last = fencing.get();
                     holder = Some(i);
                 }
@@ -65,7 +70,13 @@ fn run(mode: ModePreference, ops: &[Op]) -> Result<(), TestCaseError> {
             },
             Op::Release(i) => {
                 let released = locks[i].release();
-                prop_assert_eq!(released.is_ok(), holder == Some(i), "{:?}: {:?}", op, released);
+                prop_assert_eq!(
+                    released.is_ok(),
+                    holder == Some(i),
+                    "{:?}: {:?}",
+                    op,
+                    released
+                );
                 if holder == Some(i) {
                     holder = None;
                 }

@@ -1,0 +1,97 @@
+//! Expiry without wall clocks (issue 9, item 11): a wall-clock step never ends a lease early; a
+//! holder on a clock this process does not share is timed by observation on the contender's own
+//! monotonic clock, restarted by every renewal.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, ManualClock};
+use lease_file::DirectoryStore;
+
+const D: Duration = Duration::from_secs(10);
+
+fn store(dir: &std::path::Path, clock: &Arc<ManualClock>) -> DirectoryStore {
+    DirectoryStore::open(dir).unwrap().with_clock(clock.clone())
+}
+
+#[test]
+fn a_forward_wall_clock_step_never_ends_a_lease_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new());
+    let holder = store(dir.path(), &clock);
+    let contender = store(dir.path(), &clock);
+    let key = LeaseKey::new("stepped").unwrap();
+    let lease = lease_core::block_on(holder.acquire(&key, D)).unwrap();
+    clock.step_wall(Duration::from_secs(3600), true);
+    let err = lease_core::block_on(contender.acquire(&key, D)).unwrap_err();
+    assert!(
+        err.is_held(),
+        "a wall step of an hour ended the lease: {err}"
+    );
+    clock.advance(D + Duration::from_millis(1));
+    let second = lease_core::block_on(contender.acquire(&key, D)).unwrap();
+    assert!(second.fencing_token() > lease.fencing_token());
+}
+
+#[test]
+fn a_holder_on_another_clock_is_timed_by_observation_and_renewals_restart_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two manual clocks have two scales: like two hosts, neither can read the other's deadline.
+    let holder_clock = Arc::new(ManualClock::new());
+    let contender_clock = Arc::new(ManualClock::new());
+    let holder = store(dir.path(), &holder_clock);
+    let contender = store(dir.path(), &contender_clock);
+    let key = LeaseKey::new("observed").unwrap();
+    let lease = lease_core::block_on(holder.acquire(&key, D)).unwrap();
+
+    // The contender's own clock runs far ahead: nothing is expired before it has watched the
+    // lease stand still for its duration.
+    contender_clock.advance(Duration::from_secs(3600));
+    assert!(
+        lease_core::block_on(contender.acquire(&key, D))
+            .unwrap_err()
+            .is_held()
+    );
+    contender_clock.advance(D - Duration::from_millis(1));
+    assert!(
+        lease_core::block_on(contender.acquire(&key, D))
+            .unwrap_err()
+            .is_held()
+    );
+
+    // A renewal changes the state's name: the observation starts again.
+    let renewed = lease_core::block_on(holder.renew(&lease, D)).unwrap();
+    contender_clock.advance(Duration::from_millis(2));
+    assert!(
+        lease_core::block_on(contender.acquire(&key, D))
+            .unwrap_err()
+            .is_held()
+    );
+    contender_clock.advance(D - Duration::from_millis(1));
+    assert!(
+        lease_core::block_on(contender.acquire(&key, D))
+            .unwrap_err()
+            .is_held()
+    );
+    contender_clock.advance(Duration::from_millis(1));
+    let taken = lease_core::block_on(contender.acquire(&key, D)).unwrap();
+    assert!(taken.fencing_token() > renewed.fencing_token());
+
+    // The old holder learns it at its next renewal.
+    let err = lease_core::block_on(holder.renew(&renewed, D)).unwrap_err();
+    assert!(err.is_not_owned(), "{err}");
+}
+
+#[test]
+fn a_lease_released_on_another_clock_is_free_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let holder = store(dir.path(), &Arc::new(ManualClock::new()));
+    let contender: Arc<dyn LeaseBackend> =
+        Arc::new(store(dir.path(), &Arc::new(ManualClock::new())));
+    let key = LeaseKey::new("released").unwrap();
+    let lease = lease_core::block_on(holder.acquire(&key, D)).unwrap();
+    lease_core::block_on(holder.release_lease(&lease)).unwrap();
+    let second = lease_core::block_on(contender.acquire(&key, D)).unwrap();
+    assert!(second.fencing_token() > lease.fencing_token());
+}
