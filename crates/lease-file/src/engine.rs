@@ -20,6 +20,10 @@ use crate::{FileLockError, LeaseFileRecord};
 pub(crate) struct Timebase {
     clock: Arc<dyn Clock>,
     system: bool,
+    /// One reading of every clock, taken once: the fixed mapping from monotonic readings to
+    /// wall times for display, so that a lease's displayed expiry changes only when the lease
+    /// does (listers such as the fleet compare it between listings).
+    anchor: Now,
 }
 
 /// One reading of every clock the protocol uses.
@@ -36,18 +40,23 @@ pub(crate) struct Now {
 impl Timebase {
     /// The operating system's clocks.
     pub(crate) fn system() -> Self {
+        let clock: Arc<dyn Clock> = Arc::new(lease_core::SystemClock);
+        let anchor = read(clock.as_ref(), true);
         Self {
-            clock: Arc::new(lease_core::SystemClock),
+            clock,
             system: true,
+            anchor,
         }
     }
 
     /// An injected clock (shared with other processes only through
     /// [`Clock::shared_monotonic`]).
     pub(crate) fn injected(clock: Arc<dyn Clock>) -> Self {
+        let anchor = read(clock.as_ref(), false);
         Self {
             clock,
             system: false,
+            anchor,
         }
     }
 
@@ -55,22 +64,62 @@ impl Timebase {
         &self.clock
     }
 
-    /// Reads the clocks: the monotonic instant first, so that every deadline computed from the
-    /// shared reading ends no earlier than the one computed from the instant.
+    /// Reads the clocks.
     pub(crate) fn now(&self) -> Now {
-        let mono = self.clock.monotonic();
-        let shared = if self.system {
-            system_shared()
-        } else {
-            self.clock
-                .shared_monotonic()
-                .map(|(scale, at)| (scale, nanos(at)))
+        read(self.clock.as_ref(), self.system)
+    }
+
+    /// The wall time at which `held` ends, for display: stable for one state (it moves only
+    /// when the state's name does). On a shared scale, from its deadline; otherwise from when
+    /// this process first saw the name.
+    pub(crate) fn display_expiry(
+        &self,
+        path: &Path,
+        name: &str,
+        held: &Held,
+        seen: &Observations,
+    ) -> SystemTime {
+        let anchor = &self.anchor;
+        let shift = |base: SystemTime, ahead: u64, behind: u64| {
+            if ahead >= behind {
+                base.checked_add(Duration::from_nanos(ahead - behind))
+            } else {
+                base.checked_sub(Duration::from_nanos(behind - ahead))
+            }
+            .unwrap_or(base)
         };
-        Now {
-            mono,
-            wall: self.clock.now(),
-            shared,
+        match anchor.shared {
+            Some((scale, at)) if held.scale == Some(scale) => {
+                shift(anchor.wall, held.deadline_ns, at)
+            }
+            _ => {
+                let first = seen.first_seen(path, name, self.clock.monotonic());
+                let end = first + Duration::from_nanos(held.duration_ns);
+                if end >= anchor.mono {
+                    shift(anchor.wall, nanos(end - anchor.mono), 0)
+                } else {
+                    shift(anchor.wall, 0, nanos(anchor.mono - end))
+                }
+            }
         }
+    }
+}
+
+/// Reads the clocks: the monotonic instant first, so that every deadline computed from the
+/// shared reading ends no earlier than the one computed from the instant.
+fn read(clock: &dyn Clock, system: bool) -> Now {
+    let mono = clock.monotonic();
+    let shared = if system {
+        system_shared()
+    } else {
+        clock
+            .shared_monotonic()
+            .map(|(scale, at)| (scale, nanos(at)))
+    };
+    Now {
+        mono,
+        wall: clock.now(),
+        shared,
     }
 }
 

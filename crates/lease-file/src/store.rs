@@ -12,7 +12,7 @@ use lease_core::{
     TokenSource, default_safety_margin, holder_deadline, validate_duration, validate_fenced_value,
 };
 
-use crate::chain::{Found, KeyDir, Kind, Modes, State, Value, data_name, entry_names, fnv};
+use crate::chain::{self, Found, KeyDir, Kind, Modes, State, Value, data_name, entry_names, fnv};
 use crate::cs::{LockMode, ModePreference, detect};
 use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase, nanos};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
@@ -382,7 +382,7 @@ impl DirectoryStore {
             }
             Attempt::Busy { found, holder } => Err(LeaseError::held(
                 key.clone(),
-                Some(holder_of(&found, holder.as_ref(), &self.inner.time.now())),
+                Some(self.holder(&kd, &found, holder.as_ref())),
             )),
         }
     }
@@ -468,20 +468,44 @@ impl DirectoryStore {
         let Some(kd) = self.lease_dir(key, false)? else {
             return Ok(None);
         };
+        let mut kd = kd;
         let found = kd.state().map_err(backend_error)?;
         let holder = match &found.state {
             State::Free(_) => None,
-            State::Held(_) => Some(holder_of(
-                &found,
-                kd.description(&found.name).as_ref(),
-                &self.inner.time.now(),
-            )),
+            // A holder whose kernel lock is free on this host has exited: the key is free, as
+            // the next acquisition will find (it takes the lock first, as this check does).
+            State::Held(held) if self.holder_is_gone(&mut kd, held) => None,
+            State::Held(_) => Some(self.holder(&kd, &found, kd.description(&found.name).as_ref())),
         };
         Ok(Some(LeaseRecord::new(
             key.clone(),
             holder,
             FencingToken::new(found.state.generation()),
         )))
+    }
+
+    fn holder(&self, kd: &KeyDir, found: &Found, record: Option<&LeaseFileRecord>) -> Holder {
+        let expires_at = match &found.state {
+            State::Held(held) => Some(self.inner.time.display_expiry(
+                kd.path(),
+                &found.name,
+                held,
+                &self.inner.seen,
+            )),
+            State::Free(_) => None,
+        };
+        holder_of(found, record, expires_at)
+    }
+
+    /// Kernel mode: whether `held`'s holder is on this host and its kernel lock on `kd` is free.
+    fn holder_is_gone(&self, kd: &mut KeyDir, held: &chain::Held) -> bool {
+        if self.inner.mode != LockMode::Kernel || held.kernel != Some(kd.id()) {
+            return false;
+        }
+        let same_host = self.inner.time.now().shared.map(|(scale, _)| scale) == held.scale;
+        let gone = same_host && kd.try_lock().unwrap_or(false);
+        kd.unlock();
+        gone
     }
 
     fn list_now(&self, partition: &str) -> Result<Vec<LeaseRecord>, LeaseError> {
@@ -676,27 +700,23 @@ fn time(ns: u64) -> SystemTime {
 }
 
 /// The holder of the state `found`, as its name and (when it describes this very tenure) its
-/// diagnostic record say.
-fn holder_of(found: &Found, record: Option<&LeaseFileRecord>, now: &Now) -> Holder {
+/// diagnostic record say; its expiry as [`Timebase::display_expiry`] shows it.
+fn holder_of(
+    found: &Found,
+    record: Option<&LeaseFileRecord>,
+    expires_at: Option<SystemTime>,
+) -> Holder {
     let mut holder = Holder::new().with_fencing(FencingToken::new(found.state.generation()));
     let State::Held(held) = &found.state else {
         return holder;
     };
+    if let Some(at) = expires_at {
+        holder = holder.with_expires_at(at);
+    }
     let record = record.filter(|r| {
         r.generation == held.generation
             && r.owner.as_deref().map(|t| fnv(t.as_bytes())) == Some(held.token)
     });
-    match now.shared {
-        Some((scale, at)) if held.scale == Some(scale) => {
-            let left = Duration::from_nanos(held.deadline_ns.saturating_sub(at));
-            holder = holder.with_expires_at(now.wall.checked_add(left).unwrap_or(now.wall));
-        }
-        _ => {
-            if let Some(r) = record {
-                holder = holder.with_expires_at(time(r.expires_at_ns));
-            }
-        }
-    }
     let Some(record) = record else {
         return holder.with_owner("a holder still writing its description");
     };
