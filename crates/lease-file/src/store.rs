@@ -370,12 +370,14 @@ impl DirectoryStore {
                     Self::expiry(now.wall, duration)?,
                     holder_deadline(now.mono, duration, margin),
                 );
+                // An older tenure of this key through this store is over: its kernel lock goes.
+                let mut tenures = self
+                    .inner
+                    .tenures
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                tenures.remove(kd.path());
                 if kd.locked() {
-                    let mut tenures = self
-                        .inner
-                        .tenures
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
                     tenures.insert(kd.path().to_owned(), (held.generation, kd));
                 }
                 Ok(lease)
