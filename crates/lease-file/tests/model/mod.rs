@@ -60,9 +60,11 @@
 //! For "finds nothing" to mean something, a model must also not miss runs: stale judgements are
 //! offered whenever the code could make them, and beliefs last at least as long as in the code.
 //! One known gap in [`heartbeat_only`]: a heartbeat that fails before its deadline has surely
-//! passed is always retried, never given up. Not modelled: the
+//! passed is always retried, never given up. Not modelled there: the
 //! pid-probe fast path (`writer_is_gone`: it only lets a contender act earlier on a crashed
 //! writer, which the stale judgement also allows), unparseable records, kernel mode.
+//! [`cas_chain`] models the proposed compare-and-swap protocol, kernel mode included, and its
+//! fenced values; its module docs say what it leaves out.
 //!
 //! # Adding a protocol
 //!
@@ -81,10 +83,12 @@
 //!    file lock: `check()` returns `Ok`), using [`Time::passed`] for deadlines.
 //!
 //! Then `explore(&model, &Bounds::default())` and assert on the [`Report`]. See
-//! [`heartbeat_only`] for today's heartbeat-only protocol and [`toys`] for small examples.
+//! [`heartbeat_only`] for today's heartbeat-only protocol, [`cas_chain`] for the proposed
+//! compare-and-swap protocol and [`toys`] for small examples.
 
 #![allow(dead_code)]
 
+pub(crate) mod cas_chain;
 pub(crate) mod fs;
 pub(crate) mod heartbeat_only;
 pub(crate) mod toys;
