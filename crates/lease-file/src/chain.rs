@@ -34,6 +34,9 @@ const VALUE: &str = "value.";
 const DATA: &str = "data.";
 /// Descriptions are padded to this size, so that a shorter one overwrites a longer one in place.
 const DESCRIPTION_BYTES: usize = 1024;
+/// How many times a listing with zero or two state entries is taken again before it is
+/// believed (a listing taken during a rename may show either).
+const LISTING_RETRIES: u32 = 6;
 /// The most entries a lock directory is scanned for (planted junk beyond it is refused).
 const MAX_ENTRIES: usize = 4096;
 
@@ -370,57 +373,83 @@ impl KeyDir {
     /// The lease state: the one state entry. Names that are not canonical state names are
     /// ignored.
     ///
+    /// A directory listing is not atomic: one taken while a rename is under way may show the old
+    /// name, the new one, neither or both. So zero or two state entries are looked at again a few
+    /// times before they are believed.
+    ///
     /// # Errors
-    /// [`FileLockError::Hostile`] when there is no state entry or more than one (files deleted or
-    /// planted by hand): never guessed, never repaired.
+    /// [`FileLockError::Hostile`] when there is still no state entry, or more than one (files
+    /// deleted or planted by hand): never guessed, never repaired.
     pub(crate) fn state(&self) -> Result<Found, FileLockError> {
-        let mut found: Option<Found> = None;
-        for name in self.names()? {
-            let Some(state) = State::parse(&name) else {
-                continue;
-            };
-            if let Some(first) = &found {
-                return Err(FileLockError::Hostile {
-                    path: self.path.clone(),
-                    reason: format!(
-                        "two lease states, {} and {name}: planted by hand? Remove the directory \
-                         once no process uses it",
-                        first.name
-                    ),
-                });
+        let mut attempt = 0;
+        loop {
+            let found: Vec<Found> = self
+                .names()?
+                .into_iter()
+                .filter_map(|name| State::parse(&name).map(|state| Found { name, state }))
+                .collect();
+            match <[Found; 1]>::try_from(found) {
+                Ok([one]) => return Ok(one),
+                Err(found) if attempt < LISTING_RETRIES => {
+                    let _ = found;
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_micros(50 << attempt));
+                }
+                Err(found) if found.is_empty() => {
+                    return Err(FileLockError::Hostile {
+                        path: self.path.clone(),
+                        reason: "the lease state entry is missing (deleted by hand or by a \
+                                 cleaner?); remove the directory once no process uses it"
+                            .into(),
+                    });
+                }
+                Err(found) => {
+                    let names: Vec<&str> = found.iter().map(|f| f.name.as_str()).collect();
+                    return Err(FileLockError::Hostile {
+                        path: self.path.clone(),
+                        reason: format!(
+                            "{} lease states ({}): planted by hand? Remove the directory once \
+                             no process uses it",
+                            found.len(),
+                            names.join(", ")
+                        ),
+                    });
+                }
             }
-            found = Some(Found { name, state });
         }
-        found.ok_or_else(|| FileLockError::Hostile {
-            path: self.path.clone(),
-            reason: "the lease state entry is missing (deleted by hand or by a cleaner?); remove \
-                     the directory once no process uses it"
-                .into(),
-        })
     }
 
-    /// The fenced value's chain entry.
+    /// The fenced value's chain entry, looked at again a few times like [`state`](Self::state).
     ///
     /// # Errors
     /// As [`state`](Self::state).
     pub(crate) fn value(&self) -> Result<Value, FileLockError> {
-        let mut found: Option<Value> = None;
-        for name in self.names()? {
-            let Some(value) = Value::parse(&name) else {
-                continue;
-            };
-            if found.is_some() {
-                return Err(FileLockError::Hostile {
-                    path: self.path.clone(),
-                    reason: "two fenced value entries: planted by hand?".into(),
-                });
+        let mut attempt = 0;
+        loop {
+            let found: Vec<Value> = self
+                .names()?
+                .iter()
+                .filter_map(|name| Value::parse(name))
+                .collect();
+            match <[Value; 1]>::try_from(found) {
+                Ok([one]) => return Ok(one),
+                Err(_) if attempt < LISTING_RETRIES => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_micros(50 << attempt));
+                }
+                Err(found) => {
+                    return Err(FileLockError::Hostile {
+                        path: self.path.clone(),
+                        reason: if found.is_empty() {
+                            "the fenced value entry is missing (deleted by hand or by a cleaner?)"
+                                .into()
+                        } else {
+                            format!("{} fenced value entries: planted by hand?", found.len())
+                        },
+                    });
+                }
             }
-            found = Some(value);
         }
-        found.ok_or_else(|| FileLockError::Hostile {
-            path: self.path.clone(),
-            reason: "the fenced value entry is missing (deleted by hand or by a cleaner?)".into(),
-        })
     }
 
     /// `rename(from, to)` inside this directory: the compare-and-swap. `Ok(false)` when `from`
