@@ -13,7 +13,7 @@ const DYNAMO_PACKAGES: [&str; 2] = ["lease-dynamo", "lessor-partition"];
 pub(crate) fn test(flags: &[&str]) -> Result {
     let given = parse_flags("test", flags, &["--no-dynamo", "--quick"])?;
     let (no_dynamo, quick) = (given[0], given[1]);
-    let total = 3 + usize::from(!no_dynamo) + if quick { 0 } else { 5 };
+    let total = 4 + usize::from(!no_dynamo) + if quick { 0 } else { 6 };
     let mut steps = Steps::new("test", total);
 
     if !quick {
@@ -44,6 +44,20 @@ pub(crate) fn test(flags: &[&str]) -> Result {
                 "warnings",
             ]),
         )?;
+        steps.run(
+            "clippy, lease-file --features failpoints",
+            &mut cargo(&[
+                "clippy",
+                "-p",
+                "lease-file",
+                "--features",
+                "failpoints",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        )?;
     }
 
     let dynamo = if no_dynamo {
@@ -64,6 +78,12 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     steps.run(
         "tests, lease-core --all-features",
         &mut cargo(&["test", "-p", "lease-core", "--all-features"]),
+    )?;
+    // The named fault points exist only with this feature: real processes paused before every
+    // rename of the file protocol, checked from the history they write.
+    steps.run(
+        "pause injection, lease-file --features failpoints",
+        &mut cargo(&["test", "-p", "lease-file", "--features", "failpoints", "--test", "pauses"]),
     )?;
     // Stops DynamoDB Local (if this run started it) before the docs: they do not need it.
     drop(dynamo);
