@@ -1,13 +1,18 @@
 //! The blocking lock in one process: parity with the Go API, release fencing, loss reporting,
-//! hostile files.
+//! hostile files. A lock at `P` is a directory whose one state entry's name is the lease state
+//! (read here with `lease_dir`, independently of the crate's code).
 #![allow(clippy::unwrap_used)]
 
-use std::os::unix::fs::PermissionsExt;
+mod lease_dir;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lease_dir::{Held, State, fnv, monotonic_ns};
 use lease_file::{
-    FileLock, FileLockOptions, LeaseFileRecord, LockMode, LostReason, ModePreference,
+    FileLock, FileLockError, FileLockOptions, LeaseFileRecord, LockMode, LostReason, ModePreference,
 };
 
 fn fast() -> FileLockOptions {
@@ -18,8 +23,38 @@ fn fast() -> FileLockOptions {
         .with_retry_delay(Duration::from_millis(10))
 }
 
-fn read_record(path: &std::path::Path) -> LeaseFileRecord {
-    LeaseFileRecord::parse(&std::fs::read(path).unwrap()).unwrap()
+/// The held state of the lock at `path` (panics if it is free).
+fn held(path: &Path) -> (String, Held) {
+    match lease_dir::state(path) {
+        (name, State::Held(h)) => (name, h),
+        (name, State::Free(_)) => panic!("{} is free ({name})", path.display()),
+    }
+}
+
+/// Renames the state entry of a lock whose holder keeps renewing it (so its name keeps
+/// changing) to `to`, and returns the name it had.
+fn rename_state(path: &Path, to: &str) -> String {
+    loop {
+        let (name, _) = lease_dir::state(path);
+        match std::fs::rename(path.join(&name), path.join(to)) {
+            Ok(()) => return name,
+            // The heartbeat renamed it first: look again.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// Waits until `cond` holds, for at most `limit`.
+fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    true
 }
 
 #[test]
@@ -32,22 +67,37 @@ fn acquire_release_held_path_and_fencing() {
     assert!(!lock.held());
     let first = lock.acquire().unwrap();
     assert!(lock.held());
-    assert!(lock.acquire().is_err());
-    let record = read_record(&path);
+    assert!(matches!(
+        lock.acquire().unwrap_err(),
+        FileLockError::AlreadyHeld { .. }
+    ));
+    let (_, state) = held(&path);
+    assert_eq!(state.generation, first.get());
+    assert!(state.kernel.is_some(), "the holder holds the kernel lock");
+    assert!(
+        state.scale.is_some() && state.deadline_ns > monotonic_ns(),
+        "a deadline ahead on this host's monotonic clock: {state:?}"
+    );
+    let record = lease_dir::description(&path);
     assert_eq!(record.pid, std::process::id());
-    assert!(record.tenure, "the holder holds the tenure kernel lock");
+    assert_eq!(record.generation, first.get());
+    assert_eq!(
+        fnv(record.owner.as_deref().unwrap().as_bytes()),
+        state.token,
+        "the description is this tenure's"
+    );
+    assert!(record.tenure);
     lock.release().unwrap();
     assert!(!lock.held());
     assert!(lock.release().unwrap_err().is_not_held());
-    let released = read_record(&path);
-    assert!(released.owner.is_none());
     assert_eq!(
-        released.generation,
-        first.get(),
+        lease_dir::state(&path).1,
+        State::Free(first.get()),
         "release keeps the generation"
     );
     let second = lock.acquire().unwrap();
     assert!(second > first);
+    assert_eq!(held(&path).1.generation, second.get());
 }
 
 #[test]
@@ -76,6 +126,7 @@ fn held_error_names_pid_host_and_since() {
     assert_eq!(h.pid, std::process::id());
     assert_eq!(h.label.as_deref(), Some("alice"));
     assert!(h.since.is_some());
+    assert!(h.kernel_lock);
     let err = other
         .acquire_timeout(Duration::from_millis(100))
         .unwrap_err();
@@ -90,41 +141,73 @@ fn dropped_holder_frees_the_lock_at_once() {
     let holder = FileLock::with_options(&path, fast()).unwrap();
     let g1 = holder.acquire().unwrap();
     drop(holder);
+    assert_eq!(lease_dir::state(&path).1, State::Free(g1.get()));
     let other = FileLock::with_options(&path, fast()).unwrap();
     assert!(other.try_acquire().unwrap() > g1);
 }
 
 #[test]
 fn kernel_tenure_lets_a_contender_take_over_when_the_holder_vanishes() {
-    // Simulate a crash: the record names a holder that claims the tenure lock, nobody holds it.
+    // Simulate a crash: the state names a holder on this host that claims the kernel lock of
+    // this very directory, with a deadline an hour away, and nobody holds that lock.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let holder = FileLock::with_options(&path, fast()).unwrap();
     holder.acquire().unwrap();
-    let mut record = read_record(&path);
+    let (_, real) = held(&path);
     holder.release().unwrap();
-    record.owner = Some("crashed-owner".into());
-    record.generation += 1;
-    record.pid = 1; // alive (init), so only the kernel lock can prove the holder gone
-    record.host = "another-host".into();
-    record.tenure = true;
-    std::fs::write(&path, record.to_bytes()).unwrap();
-    // A writer that died between creating its temporary record and the rename left litter.
-    let litter = dir.path().join(".a.lease.4242.0123456789ab.tmp");
-    std::fs::write(&litter, b"{").unwrap();
+    let kernel = real.kernel.unwrap();
+    let crashed = Held {
+        generation: real.generation + 1,
+        seq: 3,
+        token: fnv(b"crashed-owner"),
+        deadline_ns: monotonic_ns() + 3_600_000_000_000,
+        ..real.clone()
+    };
+    let mut current = format!("free.{}", real.generation);
     let other = FileLock::with_options(&path, fast()).unwrap();
+    // The kernel lock speaks only for this very directory and this host's clock: a claim on
+    // another directory, or from another boot or host, proves nothing.
+    for (what, claim) in [
+        (
+            "another directory",
+            Held {
+                kernel: Some(kernel ^ 1),
+                ..crashed.clone()
+            },
+        ),
+        (
+            "another host's clock",
+            Held {
+                scale: Some(real.scale.unwrap() ^ 1),
+                ..crashed.clone()
+            },
+        ),
+        (
+            "no shared clock",
+            Held {
+                scale: None,
+                ..crashed.clone()
+            },
+        ),
+    ] {
+        std::fs::rename(path.join(&current), path.join(claim.name())).unwrap();
+        current = claim.name();
+        let err = other.try_acquire().unwrap_err();
+        assert!(err.is_held(), "{what}: {err}");
+        assert_eq!(lease_dir::state(&path).0, current, "{what}: untouched");
+    }
+    std::fs::rename(path.join(&current), path.join(crashed.name())).unwrap();
     let start = Instant::now();
     let g = other.try_acquire().unwrap();
     assert!(start.elapsed() < Duration::from_millis(100));
-    assert_eq!(g.get(), record.generation + 1);
-    assert!(
-        !litter.exists(),
-        "takeover cleans up a dead writer's temporary record"
-    );
+    assert_eq!(g.get(), crashed.generation + 1);
+    let (_, now) = held(&path);
+    assert_eq!(now.kernel, Some(kernel), "the new holder holds it in turn");
 }
 
 #[test]
-fn a_hung_holder_is_taken_over_after_the_stale_threshold_and_learns_it() {
+fn a_live_holder_is_never_stale_and_learns_when_its_state_is_taken() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let seen: Arc<Mutex<Vec<LostReason>>> = Arc::default();
@@ -135,37 +218,37 @@ fn a_hung_holder_is_taken_over_after_the_stale_threshold_and_learns_it() {
     )
     .unwrap();
     let g1 = holder.acquire().unwrap();
-    // Freeze the holder's heartbeat by hand: take its record away into a frozen copy that keeps
-    // the same counter (as a SIGSTOPped process would leave it).
-    let frozen = read_record(&path);
     let contender = FileLock::with_options(&path, fast()).unwrap();
-    let err = contender.try_acquire().unwrap_err();
-    assert!(err.is_held(), "{err}");
-    // The live holder keeps beating: the contender never calls it stale.
+    assert!(contender.try_acquire().unwrap_err().is_held());
+    // The live holder keeps renewing past the stale threshold: the contender never calls it stale.
     std::thread::sleep(Duration::from_millis(500));
     assert!(contender.try_acquire().unwrap_err().is_held());
     assert!(holder.held());
-    drop(frozen);
-    // Now the real takeover path is covered by the process tests; here check a forced release
-    // by an operator is reported as TakenOver.
-    let mut record = read_record(&path);
-    record.owner = Some("operator".into());
-    record.generation += 10;
-    std::fs::write(&path, record.to_bytes()).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while holder.held() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(!holder.held());
-    assert!(matches!(holder.lost(), Some(LostReason::TakenOver { .. })));
-    assert_eq!(seen.lock().unwrap().len(), 1);
+    let (_, now) = held(&path);
+    assert_eq!(now.generation, g1.get());
+    assert!(now.seq >= 5, "renewed meanwhile: {now:?}");
+    // An operator forces the lease to another owner by renaming the state: the holder's next
+    // renewal finds its name gone and reports TakenOver.
+    let operator = Held {
+        token: fnv(b"operator"),
+        ..Held::hung(g1.get() + 10, Duration::from_millis(300))
+    };
+    rename_state(&path, &operator.name());
+    assert!(wait_for(Duration::from_secs(2), || !holder.held()));
+    assert!(
+        matches!(holder.lost(), Some(LostReason::TakenOver { holder: Some(ref h) }) if h.generation == g1.get() + 10),
+        "{:?}",
+        holder.lost()
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(seen.lock().unwrap().len(), 1, "told once");
     let err = holder.release().unwrap_err();
     assert!(err.is_not_held());
-    assert!(
-        read_record(&path).owner.as_deref() == Some("operator"),
+    assert_eq!(
+        lease_dir::state(&path).0,
+        operator.name(),
         "release touched nothing"
     );
-    assert!(g1.get() < record.generation);
 }
 
 #[test]
@@ -176,23 +259,24 @@ fn heartbeat_only_mode_works_and_says_so() {
     assert_eq!(a.mode(), LockMode::HeartbeatOnly);
     let b = FileLock::with_options(&path, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
     let g1 = a.acquire().unwrap();
-    assert!(b.try_acquire().unwrap_err().is_held());
+    let err = b.try_acquire().unwrap_err();
+    assert!(err.is_held(), "{err}");
+    assert!(!err.holder().unwrap().kernel_lock);
     std::thread::sleep(Duration::from_millis(100));
     assert!(a.held());
+    let (_, state) = held(&path);
+    assert_eq!(
+        state.kernel, None,
+        "heartbeat-only never claims a kernel lock"
+    );
+    assert!(state.seq >= 2, "renewed meanwhile: {state:?}");
+    assert_eq!(
+        lease_dir::description(&path).protocol.as_deref(),
+        Some("heartbeat-only")
+    );
     a.release().unwrap();
     assert!(b.try_acquire().unwrap() > g1);
-    // Old critical-section epochs are cleaned up.
-    let epochs = std::fs::read_dir(dir.path())
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .contains(".cs.")
-        })
-        .count();
-    assert!(epochs <= 4, "{epochs} epoch files left");
+    assert_eq!(lease_dir::entries(&path).len(), 1, "nothing but the state");
 }
 
 #[test]
@@ -209,31 +293,54 @@ fn invalid_options_are_refused() {
 }
 
 #[test]
-fn garbage_record_counts_as_held_until_the_invalid_threshold() {
+fn garbage_file_at_the_path_is_foreign_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("a.lease");
-    std::fs::write(&path, b"{\"version\":1, \"pid\": tru").unwrap();
-    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let lock_at = |name: &str| FileLock::with_options(dir.path().join(name), fast()).unwrap();
+    // Garbage, and a lease-file 0.1 record (the old format): refused at once, never reclaimed,
+    // whatever the invalid-record threshold.
+    let old = LeaseFileRecord::parse(br#"{"version":1,"pid":7,"generation":3,"owner":"x"}"#)
+        .unwrap()
+        .to_bytes();
+    for (name, bytes, says) in [
+        (
+            "garbage.lease",
+            &b"{\"version\":1, \"pid\": tru"[..],
+            "no format",
+        ),
+        ("old.lease", &old[..], "lease-file 0.1"),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let lock = lock_at(name);
+        let err = lock.try_acquire().unwrap_err();
+        assert!(err.is_foreign(), "{err}");
+        assert!(err.to_string().contains(says), "{err}");
+        let start = Instant::now();
+        let err = lock.acquire_timeout(Duration::from_secs(2)).unwrap_err();
+        assert!(err.is_foreign(), "{err}");
+        assert!(start.elapsed() < Duration::from_secs(1), "not waited for");
+        std::thread::sleep(Duration::from_millis(350));
+        assert!(lock.try_acquire().unwrap_err().is_foreign());
+        assert!(path.is_file());
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "left untouched");
+    }
+    // An empty file is a Go kit/lockfile PIDLock being created: held, and never reclaimed.
+    let path = dir.path().join("empty.lease");
+    std::fs::write(&path, b"").unwrap();
+    let lock = lock_at("empty.lease");
     let err = lock.try_acquire().unwrap_err();
     assert!(err.is_held(), "{err}");
-    assert!(err.to_string().contains("unparseable"), "{err}");
-    let g = lock.acquire_timeout(Duration::from_secs(3)).unwrap();
-    assert!(
-        g.get() > 1_000_000_000_000,
-        "generation restarts above any counter"
-    );
-    // Empty (truncated) records too.
-    lock.release().unwrap();
-    std::fs::write(&path, b"").unwrap();
-    let other = FileLock::with_options(&path, fast()).unwrap();
-    assert!(other.try_acquire().unwrap_err().is_held());
+    std::thread::sleep(Duration::from_millis(350));
+    assert!(lock.try_acquire().unwrap_err().is_held());
+    assert!(path.is_file() && std::fs::read(&path).unwrap().is_empty());
 }
 
 #[test]
-fn symlink_at_the_lock_path_is_not_followed() {
+fn symlinks_are_never_followed() {
     let dir = tempfile::tempdir().unwrap();
     let target = dir.path().join("precious");
     std::fs::write(&target, b"do not touch").unwrap();
+    // A symlink at the lock path, to a file or to a real lock directory.
     let path = dir.path().join("a.lease");
     std::os::unix::fs::symlink(&target, &path).unwrap();
     let lock = FileLock::with_options(&path, fast()).unwrap();
@@ -241,69 +348,108 @@ fn symlink_at_the_lock_path_is_not_followed() {
     assert!(err.is_hostile(), "{err}");
     assert!(err.to_string().contains("symbolic link"), "{err}");
     assert_eq!(std::fs::read(&target).unwrap(), b"do not touch");
-    // A symlinked companion is refused too.
-    let path2 = dir.path().join("b.lease");
-    std::os::unix::fs::symlink(&target, dir.path().join("b.lease.lock")).unwrap();
-    let err = FileLock::with_options(&path2, fast()).unwrap_err();
+    let real = dir.path().join("real.lease");
+    let owner = FileLock::with_options(&real, fast()).unwrap();
+    owner.acquire().unwrap();
+    owner.release().unwrap();
+    let link = dir.path().join("link.lease");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let err = FileLock::with_options(&link, fast())
+        .unwrap()
+        .try_acquire()
+        .unwrap_err();
     assert!(err.is_hostile(), "{err}");
+    assert_eq!(lease_dir::state(&real).1, State::Free(1), "not acquired");
+    // A state entry that is a symlink: its name is the state; its target is never written.
+    let name = lease_dir::state(&real).0;
+    std::fs::remove_file(real.join(&name)).unwrap();
+    std::os::unix::fs::symlink(&target, real.join(&name)).unwrap();
+    owner.acquire().unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    owner.release().unwrap();
     assert_eq!(std::fs::read(&target).unwrap(), b"do not touch");
+    let (name, state) = lease_dir::state(&real);
+    assert_eq!(state, State::Free(2));
+    assert!(
+        std::fs::symlink_metadata(real.join(name))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
 }
 
 #[test]
-fn directory_fifo_and_huge_files_are_refused_clearly() {
+fn planted_directories_fifos_and_huge_files_are_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
-    let as_dir = dir.path().join("d.lease");
-    std::fs::create_dir(&as_dir).unwrap();
-    let err = FileLock::with_options(&as_dir, fast())
-        .unwrap()
-        .try_acquire()
-        .unwrap_err();
+    let try_at = |path: &Path| {
+        FileLock::with_options(path, fast())
+            .unwrap()
+            .try_acquire()
+            .unwrap_err()
+    };
+    // A directory with no state entry (an empty one, or only junk): never guessed, never
+    // repaired.
+    let empty = dir.path().join("empty.lease");
+    std::fs::create_dir(&empty).unwrap();
+    let err = try_at(&empty);
     assert!(
-        err.is_hostile() && err.to_string().contains("directory"),
+        err.is_hostile() && err.to_string().contains("missing"),
         "{err}"
     );
+    assert!(lease_dir::entries(&empty).is_empty());
+    let junk = dir.path().join("junk.lease");
+    lease_dir::plant(&junk, "free.007", b"");
+    let err = try_at(&junk);
+    assert!(
+        err.is_hostile() && err.to_string().contains("missing"),
+        "{err}"
+    );
+    assert_eq!(lease_dir::entries(&junk), ["free.007"]);
+    // Two state entries.
+    let two = dir.path().join("two.lease");
+    lease_dir::plant(&two, "free.1", b"");
+    std::fs::write(two.join("free.2"), b"").unwrap();
+    let err = try_at(&two);
+    assert!(
+        err.is_hostile() && err.to_string().contains("two lease states"),
+        "{err}"
+    );
+    assert_eq!(lease_dir::entries(&two), ["free.1", "free.2"]);
 
+    // A FIFO at the path must not block the open.
     let fifo = dir.path().join("f.lease");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
     let start = Instant::now();
-    let err = FileLock::with_options(&fifo, fast())
-        .unwrap()
-        .try_acquire()
-        .unwrap_err();
+    let err = try_at(&fifo);
     assert!(
         start.elapsed() < Duration::from_secs(1),
         "a FIFO must not block the open"
     );
-    assert!(
-        err.is_hostile() && err.to_string().contains("FIFO"),
-        "{err}"
-    );
+    assert!(err.is_hostile(), "{err}");
 
     let huge = dir.path().join("h.lease");
     std::fs::write(&huge, vec![b' '; 10 * 1024 * 1024]).unwrap();
-    let err = FileLock::with_options(&huge, fast())
-        .unwrap()
-        .try_acquire()
-        .unwrap_err();
+    let err = try_at(&huge);
     assert!(
-        err.is_hostile() && err.to_string().contains("bytes"),
+        err.is_foreign() && err.to_string().contains("bytes"),
         "{err}"
     );
+    assert_eq!(std::fs::metadata(&huge).unwrap().len(), 10 * 1024 * 1024);
 }
 
 #[test]
-fn unreadable_record_gives_a_permission_error() {
+fn unreadable_lock_directory_gives_a_permission_error() {
     if nix::unistd::geteuid().is_root() {
         return; // root reads anything
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    std::fs::write(&path, b"{}").unwrap();
+    let lock = FileLock::with_options(&path, fast()).unwrap();
+    lock.acquire().unwrap();
+    lock.release().unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
-    let err = FileLock::with_options(&path, fast())
-        .unwrap()
-        .try_acquire()
-        .unwrap_err();
+    let err = lock.try_acquire().unwrap_err();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert!(err.to_string().contains("permission"), "{err}");
 }
 
@@ -314,26 +460,109 @@ fn creation_modes_are_honoured() {
     let lock =
         FileLock::with_options(&path, fast().with_file_mode(0o600).with_dir_mode(0o700)).unwrap();
     lock.acquire().unwrap();
-    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
-    assert_eq!(mode(&path), 0o600);
-    assert_eq!(mode(&dir.path().join("m/a.lease.lock")) & 0o077, 0);
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    // The lock directory gets the file mode plus search where it grants read, exactly.
+    assert_eq!(mode(&path), 0o700);
+    let (name, _) = lease_dir::state(&path);
+    assert_eq!(mode(&path.join(name)), 0o600);
     assert_eq!(mode(&dir.path().join("m")) & 0o077, 0);
+    lock.release().unwrap();
+    // A group-shared lock.
+    let shared = dir.path().join("m/shared.lease");
+    let lock = FileLock::with_options(&shared, fast().with_file_mode(0o664)).unwrap();
+    lock.acquire().unwrap();
+    assert_eq!(mode(&shared), 0o775);
+    assert_eq!(mode(&shared.join(lease_dir::state(&shared).0)), 0o664);
 }
 
 #[test]
-fn replaced_companion_is_detected_and_reopened() {
+fn a_moved_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
+    let moved = dir.path().join("moved.lease");
     let a = FileLock::with_options(&path, fast()).unwrap();
     let g = a.acquire().unwrap();
-    // Somebody deletes and recreates the critical-section file under our feet.
-    std::fs::remove_file(dir.path().join("a.lease.lock")).unwrap();
-    std::fs::write(dir.path().join("a.lease.lock"), b"").unwrap();
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(a.held());
-    a.release().unwrap();
+    std::fs::rename(&path, &moved).unwrap();
+    // Under its new name the directory still holds a's tenure and a's kernel lock: a contender
+    // there is turned away until a lets go.
+    let b = FileLock::with_options(&moved, fast()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let gb = loop {
+        match b.try_acquire() {
+            Ok(gb) => break gb,
+            Err(e) if e.is_held() && Instant::now() < deadline => {}
+            Err(e) => panic!("{e}"),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert!(!a.held(), "b acquired while a still trusted its tenure");
+    assert!(
+        matches!(a.lost(), Some(LostReason::TakenOver { .. })),
+        "the heartbeat noticed: {:?}",
+        a.lost()
+    );
+    assert_eq!(
+        gb.get(),
+        g.get() + 1,
+        "fencing continues in the moved directory"
+    );
+    assert!(a.release().unwrap_err().is_not_held());
+    assert_eq!(
+        held(&moved).1.generation,
+        gb.get(),
+        "a's release touched nothing"
+    );
+}
+
+#[test]
+fn a_replaced_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let old = dir.path().join("old.lease");
+    let a = FileLock::with_options(&path, fast()).unwrap();
+    let g = a.acquire().unwrap();
+    // Replace the directory by a copy of itself (a restore from backup, a sync tool): a new
+    // inode whose state still names a's tenure, but not a kernel lock on itself.
+    std::fs::rename(&path, &old).unwrap();
+    let copy = dir.path().join(".copy");
+    std::fs::create_dir(&copy).unwrap();
+    loop {
+        let (name, _) = lease_dir::state(&old);
+        if std::fs::copy(old.join(&name), copy.join(&name)).is_ok() {
+            break;
+        }
+    }
+    std::fs::rename(&copy, &path).unwrap();
+    let replaced = Instant::now();
     let b = FileLock::with_options(&path, fast()).unwrap();
-    assert!(b.try_acquire().unwrap() > g);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let gb = loop {
+        match b.try_acquire() {
+            Ok(gb) => break gb,
+            Err(e) if e.is_held() && Instant::now() < deadline => {}
+            Err(e) => panic!("{e}"),
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert!(!a.held(), "b acquired while a still trusted its tenure");
+    assert!(
+        matches!(a.lost(), Some(LostReason::TakenOver { .. })),
+        "{:?}",
+        a.lost()
+    );
+    assert!(
+        replaced.elapsed() >= Duration::from_millis(200),
+        "only a's deadline frees the copy: {:?}",
+        replaced.elapsed()
+    );
+    assert_eq!(
+        gb.get(),
+        g.get() + 1,
+        "fencing continues from the copied state"
+    );
+    // The old directory keeps a's last state; nobody renames in it any more.
+    let (_, last) = held(&old);
+    assert_eq!(last.generation, g.get());
 }
 
 #[test]
@@ -347,18 +576,27 @@ fn failing_heartbeats_are_tolerated_until_the_deadline_then_untrusted() {
         fast().on_lease_lost(move |r| seen2.lock().unwrap().push((Instant::now(), r.clone()))),
     )
     .unwrap();
-    lock.acquire().unwrap();
-    // Break the critical-section file: every heartbeat now fails with an I/O error.
-    let companion = dir.path().join("a.lease.lock");
-    std::fs::remove_file(&companion).unwrap();
-    std::fs::create_dir(&companion).unwrap();
-    let broken = Instant::now();
+    let g = lock.acquire().unwrap();
+    // Take the state entry away: every renewal now fails (and contenders are refused).
+    let name = rename_state(&path, "stash");
     std::thread::sleep(Duration::from_millis(120));
     assert!(lock.held(), "a few failed heartbeats are tolerated");
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while seen.lock().unwrap().is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let other = FileLock::with_options(&path, fast()).unwrap();
+    assert!(other.try_acquire().unwrap_err().is_hostile());
+    // Put it back in time: renewals resume from the name the holder last wrote.
+    std::fs::rename(path.join("stash"), path.join(&name)).unwrap();
+    let stuck = lease_dir::parse(&name).unwrap();
+    assert!(wait_for(Duration::from_secs(1), || {
+        held(&path).1.seq > stuck.held().unwrap().seq
+    }));
+    assert!(lock.held());
+    // Now for good.
+    rename_state(&path, "stash");
+    let broken = Instant::now();
+    assert!(wait_for(Duration::from_secs(3), || !seen
+        .lock()
+        .unwrap()
+        .is_empty()));
     let (at, reason) = seen.lock().unwrap()[0].clone();
     assert!(matches!(reason, LostReason::Untrusted { .. }), "{reason}");
     assert!(
@@ -370,7 +608,9 @@ fn failing_heartbeats_are_tolerated_until_the_deadline_then_untrusted() {
         "not before the deadline"
     );
     assert!(!lock.held());
-    std::fs::remove_dir(&companion).unwrap();
+    assert_eq!(lease_dir::entries(&path), ["stash"], "nothing repaired");
+    assert!(other.try_acquire().unwrap_err().is_hostile());
+    assert_eq!(lock.fencing_token(), Some(g));
 }
 
 #[test]
@@ -403,88 +643,47 @@ fn store_keys_cannot_escape_the_directory() {
 }
 
 #[test]
-fn a_deleted_record_under_a_live_holder_is_not_free() {
+fn a_deleted_state_entry_under_a_live_holder_is_refused_never_free() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let holder = FileLock::with_options(&path, fast()).unwrap();
     holder.acquire().unwrap();
-    std::fs::remove_file(&path).unwrap();
+    loop {
+        let (name, _) = lease_dir::state(&path);
+        if std::fs::remove_file(path.join(name)).is_ok() {
+            break;
+        }
+    }
     let other = FileLock::with_options(&path, fast()).unwrap();
-    // Either the holder's heartbeat already noticed (and let the tenure lock go), or the contender
-    // is told a holder keeps the tenure lock: never two holders.
-    if let Err(e) = other.try_acquire() {
-        assert!(e.is_held() && e.to_string().contains("tenure lock"), "{e}");
-        let g = other.acquire_timeout(Duration::from_secs(2)).unwrap();
-        assert!(g.get() >= 1);
-    }
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while holder.held() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(matches!(holder.lost(), Some(LostReason::TakenOver { .. })));
-}
-
-fn plant_epoch(dir: &std::path::Path, name: &str, pid: u32, host: Option<&str>) {
-    // Start from a record this process wrote, so host, namespace and boot match ours.
-    let probe = dir.join("identity.lease");
-    let l =
-        FileLock::with_options(&probe, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
-    l.acquire().unwrap();
-    let mut r = read_record(&probe);
-    l.release().unwrap();
-    r.pid = pid;
-    if let Some(host) = host {
-        r.host = host.into();
-    }
-    let max = std::fs::read_dir(dir)
-        .unwrap()
-        .filter_map(|e| {
-            let n = e.unwrap().file_name().to_string_lossy().into_owned();
-            n.strip_prefix(&format!("{name}.cs."))?.parse::<u64>().ok()
-        })
-        .max()
-        .unwrap_or(0);
-    std::fs::write(dir.join(format!("{name}.cs.{}", max + 1)), r.to_bytes()).unwrap();
-}
-
-#[test]
-fn heartbeat_only_reclaims_a_critical_section_left_by_a_dead_process_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("a.lease");
-    let lock =
-        FileLock::with_options(&path, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
-    lock.acquire().unwrap();
-    lock.release().unwrap();
-    plant_epoch(dir.path(), "a.lease", 999_999, None);
-    let start = Instant::now();
-    lock.try_acquire().unwrap();
+    let err = other.try_acquire().unwrap_err();
     assert!(
-        start.elapsed() < Duration::from_millis(250),
-        "{:?}",
-        start.elapsed()
+        err.is_hostile() && err.to_string().contains("missing"),
+        "{err}"
     );
-}
-
-#[test]
-fn heartbeat_only_reclaims_a_stuck_critical_section_after_the_stale_threshold() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("a.lease");
-    let lock =
-        FileLock::with_options(&path, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
-    lock.acquire().unwrap();
-    lock.release().unwrap();
-    // Stuck on another host: nothing can prove it dead, so only time reclaims it.
-    plant_epoch(dir.path(), "a.lease", 1, Some("elsewhere"));
     let start = Instant::now();
-    lock.try_acquire().unwrap();
-    let waited = start.elapsed();
-    assert!(waited >= Duration::from_millis(300), "{waited:?}");
-    assert!(waited < Duration::from_secs(2), "{waited:?}");
-    assert!(lock.held());
+    let err = other.acquire_timeout(Duration::from_secs(2)).unwrap_err();
+    assert!(err.is_hostile(), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "refused, not waited for"
+    );
+    // The holder cannot renew: it stops trusting its tenure at its deadline.
+    assert!(wait_for(Duration::from_secs(2), || holder.lost().is_some()));
+    assert!(!holder.held());
+    assert!(
+        matches!(holder.lost(), Some(LostReason::Untrusted { .. })),
+        "{:?}",
+        holder.lost()
+    );
+    assert!(
+        other.try_acquire().unwrap_err().is_hostile(),
+        "never repaired"
+    );
+    assert!(lease_dir::entries(&path).is_empty());
 }
 
 #[test]
-fn readers_never_see_a_half_written_record() {
+fn readers_always_see_exactly_one_state_entry() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let lock = FileLock::with_options(
@@ -494,18 +693,37 @@ fn readers_never_see_a_half_written_record() {
             .with_stale_threshold(Duration::from_millis(300)),
     )
     .unwrap();
-    lock.acquire().unwrap();
+    let g = lock.acquire().unwrap();
     let start = Instant::now();
     let mut reads = 0;
+    let mut described = 0;
     let mut last = 0;
     while start.elapsed() < Duration::from_millis(400) {
-        let bytes = std::fs::read(&path).unwrap();
-        let record = LeaseFileRecord::parse(&bytes)
-            .unwrap_or_else(|e| panic!("torn read after {reads} reads: {e}"));
-        assert!(record.heartbeat >= last, "heartbeats never go back");
-        last = record.heartbeat;
+        // Every listing sees one state: renewals are renames, never a delete and a create.
+        let (name, state) = held(&path);
+        assert_eq!(state.generation, g.get());
+        assert!(state.seq >= last, "renewals never go back");
+        last = state.seq;
+        match std::fs::read(path.join(&name)) {
+            Ok(bytes) => {
+                let record = LeaseFileRecord::parse(&bytes)
+                    .unwrap_or_else(|e| panic!("torn description after {reads} reads: {e}"));
+                assert_eq!(record.generation, g.get());
+                assert_eq!(fnv(record.owner.unwrap().as_bytes()), state.token);
+                described += 1;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {} // renewed meanwhile
+            Err(e) => panic!("{e}"),
+        }
         reads += 1;
     }
-    assert!(last > 20, "the holder heartbeat {last} times meanwhile");
-    assert!(reads > 100);
+    assert!(last > 20, "the holder renewed {last} times meanwhile");
+    assert!(
+        reads > 100 && described > 0,
+        "{reads} reads, {described} described"
+    );
+    // The directory itself is never replaced.
+    let ino = std::fs::metadata(&path).unwrap().ino();
+    lock.release().unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().ino(), ino);
 }

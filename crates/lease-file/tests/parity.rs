@@ -1,10 +1,15 @@
 //! Parity with the Go `kit/lockfile` PIDLock: the same API, options, defaults and behaviours,
 //! each checked here by name; plus the races the Go package has and this one must not.
+//! (Interoperation with a Go process on the same path: `go_interop.rs`.)
 #![allow(clippy::unwrap_used)]
 
+mod lease_dir;
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use lease_file::{FileLock, FileLockOptions, LeaseFileRecord, ModePreference};
+use lease_dir::{Held, State, fnv, monotonic_ns};
+use lease_file::{FileLock, FileLockOptions, LockMode, ModePreference};
 
 fn fast() -> FileLockOptions {
     FileLockOptions::default()
@@ -13,19 +18,30 @@ fn fast() -> FileLockOptions {
         .with_retry_delay(Duration::from_millis(10))
 }
 
-fn record(path: &std::path::Path) -> LeaseFileRecord {
-    LeaseFileRecord::parse(&std::fs::read(path).unwrap()).unwrap()
+/// The held state of the lock at `path` (panics if it is free).
+fn held(path: &Path) -> Held {
+    lease_dir::state(path).1.held().unwrap().clone()
 }
 
-/// Writes a record for a holder this process can neither probe (another host) nor prove dead
-/// (no tenure claim), whose heartbeat never moves: a hung holder.
-fn plant_hung_holder(path: &std::path::Path, generation: u64, written_at_ns: u64) {
-    let text = serde_json::json!({
-        "version": 1, "owner": "hung-owner", "pid": 1, "host": "elsewhere",
-        "heartbeat": 7, "generation": generation, "written_at_ns": written_at_ns,
-        "acquired_at_ns": written_at_ns, "tenure": false,
-    });
-    std::fs::write(path, text.to_string()).unwrap();
+/// A diagnostic record claiming a holder by wall-clock timestamps only.
+fn record_written_at(written_at_ns: u64, pid: u32, host: &str) -> Vec<u8> {
+    serde_json::json!({
+        "version": 1, "owner": "hung-owner", "pid": pid, "host": host,
+        "heartbeat": 7, "generation": 1, "written_at_ns": written_at_ns,
+        "acquired_at_ns": written_at_ns, "expires_at_ns": written_at_ns, "tenure": false,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// Plants a holder on a clock nobody shares, holding no kernel lock, whose state never changes:
+/// a hung holder on another host, expired only once seen unchanged for `duration`.
+fn plant_hung_holder(path: &Path, generation: u64, duration: Duration, written_at_ns: u64) {
+    lease_dir::plant(
+        path,
+        &Held::hung(generation, duration).name(),
+        &record_written_at(written_at_ns, 1, "elsewhere"),
+    );
 }
 
 #[test]
@@ -47,13 +63,21 @@ fn record_has_schema_version_owner_pid_and_heartbeat() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let lock = FileLock::with_options(&path, fast()).unwrap();
-    lock.acquire().unwrap();
-    let r = record(&path);
+    let g = lock.acquire().unwrap();
+    let state = held(&path);
+    let r = lease_dir::description(&path);
     assert_eq!(r.version, lease_file::SCHEMA_VERSION);
-    assert!(r.owner.is_some());
+    assert_eq!(
+        fnv(r.owner.as_deref().unwrap().as_bytes()),
+        state.token,
+        "the owner id is the one the state names"
+    );
     assert_eq!(r.pid, std::process::id());
-    assert!(r.written_at_ns > 0);
+    assert!(r.written_at_ns > 0 && r.acquired_at_ns > 0);
+    assert_eq!(r.generation, g.get());
     assert_eq!(r.protocol.as_deref(), Some("kernel"));
+    // The lease runs for the stale threshold; renewals count in the name (`seq`).
+    assert_eq!(state.duration_ns, 400_000_000);
 }
 
 #[test]
@@ -62,18 +86,29 @@ fn owners_heartbeat_while_held() {
     let path = dir.path().join("a.lease");
     let lock = FileLock::with_options(&path, fast()).unwrap();
     lock.acquire().unwrap();
-    let before = record(&path).heartbeat;
+    let before = held(&path);
     std::thread::sleep(Duration::from_millis(150));
-    let after = record(&path).heartbeat;
-    assert!(after >= before + 3, "heartbeat {before} -> {after}");
+    let after = held(&path);
+    assert!(
+        after.seq >= before.seq + 3,
+        "renewal {} -> {}",
+        before.seq,
+        after.seq
+    );
+    assert!(
+        after.deadline_ns > before.deadline_ns,
+        "each renewal moves the deadline"
+    );
+    assert_eq!(after.generation, before.generation);
     assert!(lock.held());
 }
 
 #[test]
-fn a_stale_lease_is_taken_over_after_the_threshold_not_before() {
+fn a_stale_lease_is_taken_over_after_its_duration_not_before() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    plant_hung_holder(&path, 41, 1);
+    // The holder's own duration decides (600 ms), not this contender's stale threshold (400 ms).
+    plant_hung_holder(&path, 41, Duration::from_millis(600), 1);
     let lock = FileLock::with_options(&path, fast()).unwrap();
     let start = Instant::now();
     assert!(
@@ -82,34 +117,61 @@ fn a_stale_lease_is_taken_over_after_the_threshold_not_before() {
     );
     let generation = lock.acquire_timeout(Duration::from_secs(5)).unwrap();
     let waited = start.elapsed();
-    assert!(waited >= Duration::from_millis(400), "{waited:?}");
-    assert!(waited < Duration::from_millis(1500), "{waited:?}");
+    assert!(waited >= Duration::from_millis(600), "{waited:?}");
+    assert!(waited < Duration::from_millis(2000), "{waited:?}");
     assert_eq!(generation.get(), 42);
+    assert_eq!(held(&path).generation, 42);
 }
 
 #[test]
 fn wall_clock_timestamps_do_not_decide_staleness() {
     // A record stamped an hour in the future (a clock jump) is still taken over on time, and one
-    // stamped in 1970 is not taken over early: only the heartbeat counter, timed on our
+    // stamped in 1970 is not taken over early: only the state name standing still, timed on our
     // monotonic clock, counts.
     for written_at_ns in [1u64, u64::MAX / 2] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.lease");
-        plant_hung_holder(&path, 1, written_at_ns);
+        plant_hung_holder(&path, 1, Duration::from_millis(400), written_at_ns);
         let lock = FileLock::with_options(&path, fast()).unwrap();
         assert!(lock.try_acquire().unwrap_err().is_held());
         let start = Instant::now();
         lock.acquire_timeout(Duration::from_secs(5)).unwrap();
         assert!(start.elapsed() >= Duration::from_millis(300));
     }
+    // A holder on this host's monotonic clock: its deadline decides, to the millisecond, whatever
+    // its wall timestamps and however long its duration.
+    let dir = tempfile::tempdir().unwrap();
+    let probe = dir.path().join("probe.lease");
+    let lock = FileLock::with_options(&probe, fast()).unwrap();
+    lock.acquire().unwrap();
+    let scale = held(&probe).scale;
+    assert!(scale.is_some());
+    lock.release().unwrap();
+    let path = dir.path().join("a.lease");
+    let deadline = monotonic_ns() + 500_000_000;
+    let holder = Held {
+        scale,
+        deadline_ns: deadline,
+        duration_ns: 3_600_000_000_000,
+        ..Held::hung(5, Duration::ZERO)
+    };
+    lease_dir::plant(&path, &holder.name(), &record_written_at(1, 1, "elsewhere"));
+    let lock = FileLock::with_options(&path, fast()).unwrap();
+    assert!(lock.try_acquire().unwrap_err().is_held());
+    let g = lock.acquire_timeout(Duration::from_secs(5)).unwrap();
+    let at = monotonic_ns();
+    assert!(at >= deadline, "not before the holder's deadline");
+    assert!(at < deadline + 1_000_000_000, "soon after it");
+    assert_eq!(g.get(), 6);
 }
 
 #[test]
 fn a_fresh_lock_object_per_attempt_still_sees_staleness() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    plant_hung_holder(&path, 1, 1);
-    let deadline = Instant::now() + Duration::from_secs(5);
+    plant_hung_holder(&path, 1, Duration::from_millis(400), 1);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(5);
     loop {
         let lock = FileLock::with_options(&path, fast()).unwrap();
         match lock.try_acquire() {
@@ -120,51 +182,33 @@ fn a_fresh_lock_object_per_attempt_still_sees_staleness() {
             Err(e) => panic!("{e}"),
         }
     }
+    assert!(start.elapsed() >= Duration::from_millis(400));
 }
 
 #[test]
-fn pid_probe_only_on_the_same_host_and_namespace() {
-    // A dead pid on another host proves nothing: the lease stays held.
+fn pids_never_decide_only_the_kernel_lock_or_time() {
+    // The Go package frees a lock whose pid is dead. Here a recorded pid proves nothing (it may
+    // be another host's, another namespace's, or reused): a holder described as a dead pid of
+    // this very host, with a liveness override saying dead, stays held until its duration ran.
     let dir = tempfile::tempdir().unwrap();
+    let probe = dir.path().join("probe.lease");
+    let lock = FileLock::with_options(&probe, fast()).unwrap();
+    lock.acquire().unwrap();
+    let host = lease_dir::description(&probe).host;
+    drop(lock);
     let path = dir.path().join("a.lease");
-    plant_hung_holder(&path, 1, 1);
+    lease_dir::plant(
+        &path,
+        &Held::hung(1, Duration::from_millis(400)).name(),
+        &record_written_at(1, 999_999, &host),
+    );
     let lock = FileLock::with_options(&path, fast().with_liveness(|_| false)).unwrap();
+    let start = Instant::now();
     assert!(lock.try_acquire().unwrap_err().is_held());
-
-    // The same record from this host and namespace, with a liveness override saying dead: free.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("b.lease");
-    let holder = FileLock::with_options(&path, fast()).unwrap();
-    holder.acquire().unwrap();
-    let mut r = record(&path);
-    drop(holder);
-    r.owner = Some("crashed".into());
-    r.pid = 999_999;
-    r.tenure = false;
-    std::fs::write(&path, r.to_bytes()).unwrap();
-    let lock = FileLock::with_options(&path, fast().with_liveness(|pid| pid != 999_999)).unwrap();
-    assert!(
-        lock.try_acquire().is_ok(),
-        "same host + namespace + dead pid: taken over at once"
-    );
-
-    // A recorded start time that does not match the live pid's: the pid was reused.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.lease");
-    let holder = FileLock::with_options(&path, fast()).unwrap();
-    holder.acquire().unwrap();
-    let mut r = record(&path);
-    drop(holder);
-    r.owner = Some("reused".into());
-    r.pid = 1; // alive, but not the process that wrote the record
-    r.start_time = Some(u64::MAX);
-    r.tenure = false;
-    std::fs::write(&path, r.to_bytes()).unwrap();
-    let lock = FileLock::with_options(&path, fast()).unwrap();
-    assert!(
-        lock.try_acquire().is_ok(),
-        "a reused pid is not a live holder"
-    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(lock.try_acquire().unwrap_err().is_held());
+    lock.acquire_timeout(Duration::from_secs(5)).unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(400));
 }
 
 #[test]
@@ -177,27 +221,46 @@ fn release_is_fenced_by_ownership_and_never_deletes() {
     let g = a.acquire().unwrap();
     assert!(b.release().unwrap_err().is_not_held());
     assert!(a.held());
+    assert_eq!(
+        held(&path).generation,
+        g.get(),
+        "b's release touched nothing"
+    );
     a.release().unwrap();
     assert!(
-        path.exists(),
-        "the record stays, released, with its generation"
+        path.is_dir(),
+        "the lock directory stays, released, with its generation"
     );
-    assert_eq!(record(&path).generation, g.get());
-    assert!(dir.path().join("a.lease.lock").exists() && dir.path().join("a.lease.owner").exists());
+    assert_eq!(lease_dir::state(&path).1, State::Free(g.get()));
+    // No companions, epoch or temporary files: the lock is the directory alone.
+    assert_eq!(lease_dir::entries(dir.path()), ["a.lease"]);
 }
 
 #[test]
-fn mixed_protocols_on_one_path_are_refused() {
+fn mixed_modes_on_one_path_exclude_each_other() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let hb =
         FileLock::with_options(&path, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
-    hb.acquire().unwrap();
     let kernel = FileLock::with_options(&path, fast()).unwrap();
+    assert_eq!(kernel.mode(), LockMode::Kernel);
+    let g1 = hb.acquire().unwrap();
     let err = kernel.try_acquire().unwrap_err();
-    assert!(err.to_string().contains("protocol"), "{err}");
+    assert!(err.is_held(), "{err}");
+    assert!(!err.holder().unwrap().kernel_lock);
+    // The heartbeat-only holder's renewals keep it live for the kernel-mode contender, which
+    // gets the (unused) kernel lock but must not read that as the holder's death.
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(kernel.try_acquire().unwrap_err().is_held());
+    assert!(hb.held());
     hb.release().unwrap();
-    kernel.try_acquire().unwrap();
+    let g2 = kernel.try_acquire().unwrap();
+    assert!(g2 > g1);
+    let err = hb.try_acquire().unwrap_err();
+    assert!(err.is_held(), "{err}");
+    assert!(err.holder().unwrap().kernel_lock);
+    kernel.release().unwrap();
+    assert!(hb.try_acquire().unwrap() > g2);
 }
 
 #[test]

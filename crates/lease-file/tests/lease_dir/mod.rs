@@ -1,0 +1,157 @@
+//! Reads and plants lock directories the way the protocol writes them, independently of the
+//! crate's own code: a lock at `P` is a directory holding exactly one state entry whose *name*
+//! is the lease state, `free.<gen>` or
+//! `held.<gen>.<seq>.<token16hex>.<kernel16hex|n>.<scale16hex|n>.<deadline_ns>.<duration_ns>`,
+//! and whose content is the holder's diagnostic record.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use lease_file::LeaseFileRecord;
+
+/// A held lease as its state entry's name says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub generation: u64,
+    pub seq: u64,
+    pub token: u64,
+    pub kernel: Option<u64>,
+    pub scale: Option<u64>,
+    pub deadline_ns: u64,
+    pub duration_ns: u64,
+}
+
+/// The lease state a directory's state entry names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    Free(u64),
+    Held(Held),
+}
+
+impl State {
+    pub fn generation(&self) -> u64 {
+        match self {
+            Self::Free(g) => *g,
+            Self::Held(h) => h.generation,
+        }
+    }
+
+    pub fn held(&self) -> Option<&Held> {
+        match self {
+            Self::Free(_) => None,
+            Self::Held(h) => Some(h),
+        }
+    }
+}
+
+fn hex_or_n(value: Option<u64>) -> String {
+    value.map_or_else(|| "n".to_owned(), |v| format!("{v:016x}"))
+}
+
+impl Held {
+    /// A hung holder on a clock nobody shares (`scale` = `n`): it can only expire by being
+    /// observed unchanged for `duration`.
+    pub fn hung(generation: u64, duration: Duration) -> Self {
+        Self {
+            generation,
+            seq: 7,
+            token: fnv(b"hung-owner"),
+            kernel: None,
+            scale: None,
+            deadline_ns: 0,
+            duration_ns: u64::try_from(duration.as_nanos()).unwrap(),
+        }
+    }
+
+    pub fn name(&self) -> String {
+        format!(
+            "held.{}.{}.{:016x}.{}.{}.{}.{}",
+            self.generation,
+            self.seq,
+            self.token,
+            hex_or_n(self.kernel),
+            hex_or_n(self.scale),
+            self.deadline_ns,
+            self.duration_ns
+        )
+    }
+}
+
+/// Parses a state entry name; `None` for anything else.
+pub fn parse(name: &str) -> Option<State> {
+    if let Some(g) = name.strip_prefix("free.") {
+        return g.parse().ok().map(State::Free);
+    }
+    let fields: Vec<&str> = name.strip_prefix("held.")?.split('.').collect();
+    let [generation, seq, token, kernel, scale, deadline, duration] = fields[..] else {
+        return None;
+    };
+    let hex = |s: &str| (s.len() == 16).then(|| u64::from_str_radix(s, 16).ok())?;
+    let opt = |s: &str| {
+        if s == "n" {
+            Some(None)
+        } else {
+            hex(s).map(Some)
+        }
+    };
+    Some(State::Held(Held {
+        generation: generation.parse().ok()?,
+        seq: seq.parse().ok()?,
+        token: hex(token)?,
+        kernel: opt(kernel)?,
+        scale: opt(scale)?,
+        deadline_ns: deadline.parse().ok()?,
+        duration_ns: duration.parse().ok()?,
+    }))
+}
+
+/// Every entry of the lock directory, sorted.
+pub fn entries(path: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The state entry of the lock directory at `path`: panics unless there is exactly one entry
+/// and it is a state entry.
+pub fn state(path: &Path) -> (String, State) {
+    let names = entries(path);
+    assert_eq!(
+        names.len(),
+        1,
+        "one state entry in {}: {names:?}",
+        path.display()
+    );
+    let state = parse(&names[0]).unwrap_or_else(|| panic!("not a state entry: {}", names[0]));
+    (names[0].clone(), state)
+}
+
+/// The diagnostic record in the state entry (padded with spaces after the JSON).
+pub fn description(path: &Path) -> LeaseFileRecord {
+    let (name, _) = state(path);
+    LeaseFileRecord::parse(&std::fs::read(path.join(name)).unwrap()).unwrap()
+}
+
+/// Creates the lock directory `path` holding the single state entry `name` (content `bytes`),
+/// as another process would have left it.
+pub fn plant(path: &Path, name: &str, bytes: &[u8]) {
+    std::fs::create_dir(path).unwrap();
+    std::fs::write(path.join(name), bytes).unwrap();
+}
+
+/// 64-bit FNV-1a, as state names hash owner tokens.
+pub fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// This host's `CLOCK_MONOTONIC`, the scale holders on this host write deadlines on.
+pub fn monotonic_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    u64::try_from(now.tv_sec()).unwrap() * 1_000_000_000 + u64::try_from(now.tv_nsec()).unwrap()
+}
