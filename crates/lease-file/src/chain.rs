@@ -485,16 +485,23 @@ impl KeyDir {
     /// [`DESCRIPTION_BYTES`] and written over the old one in place: truncating a file with data
     /// would make ext4 flush it on close (`auto_da_alloc`), which costs more than the rest of an
     /// acquisition. Only a record longer than that (a very long label) truncates.
+    ///
+    /// Only a regular file is written: a planted FIFO (or device) under a state name is renamed
+    /// like any state entry but never described, and `O_NONBLOCK` keeps the open of a FIFO with
+    /// no reader from blocking the acquisition for ever.
     pub(crate) fn describe(&self, name: &str, record: &LeaseFileRecord) {
         let mut bytes = record.to_bytes();
-        let mut flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let mut flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         if bytes.len() <= DESCRIPTION_BYTES {
             bytes.resize(DESCRIPTION_BYTES, b' ');
         } else {
             flags |= OFlag::O_TRUNC;
         }
         if let Ok(fd) = nix::fcntl::openat(self.file.as_fd(), name, flags, Mode::empty()) {
-            let _ = File::from(fd).write_all(&bytes);
+            let mut file = File::from(fd);
+            if file.metadata().is_ok_and(|m| m.is_file()) {
+                let _ = file.write_all(&bytes);
+            }
         }
     }
 

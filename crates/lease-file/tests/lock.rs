@@ -5,8 +5,9 @@
 
 mod lease_dir;
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,17 @@ fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(2));
     }
     true
+}
+
+/// Runs `f` on a thread and fails if it does not return within `limit` (a blocked open fails
+/// the test instead of hanging it).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("still blocked after {limit:?}"))
 }
 
 #[test]
@@ -435,6 +447,41 @@ fn planted_directories_fifos_and_huge_files_are_refused_clearly() {
         "{err}"
     );
     assert_eq!(std::fs::metadata(&huge).unwrap().len(), 10 * 1024 * 1024);
+}
+
+#[test]
+fn a_fifo_as_the_state_entry_never_blocks() {
+    // Its name is a state like any other; writing the description into it must not wait for a
+    // reader (before the fix, the acquisition blocked in open(2) for ever, in both the lock and
+    // the directory store).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    std::fs::create_dir(&path).unwrap();
+    nix::unistd::mkfifo(
+        &path.join("free.4"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+    let at = path.clone();
+    let g = within(Duration::from_secs(5), move || {
+        let lock = FileLock::with_options(&at, fast()).unwrap();
+        let g = lock.try_acquire().map(|g| g.get()).ok();
+        let holder = FileLock::with_options(&at, fast())
+            .unwrap()
+            .try_acquire()
+            .unwrap_err();
+        drop(lock);
+        (g, holder.is_held())
+    });
+    assert_eq!(g, (Some(5), true));
+    let (name, state) = lease_dir::state(&path);
+    assert_eq!(state, State::Free(5));
+    assert!(
+        std::fs::symlink_metadata(path.join(name))
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
 }
 
 #[test]
