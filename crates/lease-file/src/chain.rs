@@ -264,7 +264,9 @@ impl KeyDir {
                     None => return Ok(None),
                     Some(modes) => init(path, kind, modes)?,
                 },
-                Err(e) => return Err(not_a_directory(path, e)),
+                // Another protocol's file, or something hostile; or it changed under the look
+                // (a Go lock released, or this lock's directory created meanwhile): look again.
+                Err(e) => not_a_directory(path, e)?,
             }
         }
         Err(FileLockError::Io {
@@ -580,6 +582,11 @@ impl KeyDir {
 
 /// Reads at most [`MAX_RECORD_BYTES`] (or [`crate::MAX_FENCED_FILE_BYTES`]) of a regular file.
 fn read_capped(file: File, path: &Path) -> Result<Vec<u8>, FileLockError> {
+    read_capped_ref(&file, path)
+}
+
+/// [`read_capped`], leaving the file open.
+fn read_capped_ref(file: &File, path: &Path) -> Result<Vec<u8>, FileLockError> {
     let meta = file.metadata().map_err(|e| io_error("fstat", path, e))?;
     if !meta.is_file() {
         return Err(FileLockError::Hostile {
@@ -678,40 +685,76 @@ fn init(path: &Path, kind: Kind, modes: Modes) -> Result<(), FileLockError> {
         if let Ok(meta) = meta
             && !meta.is_dir()
         {
-            return Err(not_a_directory(
-                path,
-                io::Error::from_raw_os_error(Errno::ENOTDIR as i32),
-            ));
+            not_a_directory(path, io::Error::from_raw_os_error(Errno::ENOTDIR as i32))?;
         }
     }
     result.map(|_| ())
 }
 
-/// Explains what sits at a lock path that is not a directory: another protocol's lock file
-/// (refused, never touched), or something hostile.
-fn not_a_directory(path: &Path, error: io::Error) -> FileLockError {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return io_error("open lock directory", path, error);
+/// Explains what sits at a lock path that the directory open failed on with `error`: another
+/// protocol's lock file (refused, never touched), or something hostile.
+///
+/// Another protocol's lock comes and goes: a Go `PIDLock` is removed on release and rewritten in
+/// place (truncated, then written) on every heartbeat. So its type, its size and its bytes are
+/// all taken from one descriptor, an empty read counts as a file being written, and `Ok(())`
+/// says the path changed under the look (gone, or a directory now): the caller looks again.
+fn not_a_directory(path: &Path, error: io::Error) -> Result<(), FileLockError> {
+    if !matches!(
+        error.raw_os_error().map(Errno::from_raw),
+        Some(Errno::ENOTDIR | Errno::ELOOP)
+    ) {
+        return Err(io_error("open lock directory", path, error));
+    }
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error("stat lock path", path, e)),
     };
     if meta.file_type().is_symlink() {
-        return FileLockError::Hostile {
+        return Err(FileLockError::Hostile {
             path: path.to_owned(),
             reason: "it is a symbolic link; links are never followed".into(),
-        };
+        });
+    }
+    if meta.is_dir() {
+        return Ok(());
     }
     if !meta.is_file() {
-        return FileLockError::Hostile {
+        return Err(FileLockError::Hostile {
             path: path.to_owned(),
             reason: "it is neither a lock directory nor a regular file".into(),
-        };
+        });
     }
-    let bytes = OpenOptions::new()
+    let file = match OpenOptions::new()
         .read(true)
         .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
         .open(path)
-        .ok()
-        .and_then(|f| read_capped(f, path).ok());
-    crate::foreign::classify(path, bytes.as_deref().unwrap_or_default(), &meta)
+    {
+        Ok(file) => file,
+        // Removed, or replaced by a link, a FIFO or a socket since the stat: look again.
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                || matches!(
+                    e.raw_os_error().map(Errno::from_raw),
+                    Some(Errno::ELOOP | Errno::ENXIO)
+                ) =>
+        {
+            return Ok(());
+        }
+        Err(e) => return Err(io_error("open", path, e)),
+    };
+    let meta = file.metadata().map_err(|e| io_error("fstat", path, e))?;
+    if !meta.is_file() {
+        return Ok(());
+    }
+    let cap = MAX_RECORD_BYTES.max(crate::MAX_FENCED_FILE_BYTES);
+    if meta.len() > cap as u64 {
+        return Err(crate::foreign::unknown(path, meta.len()));
+    }
+    let bytes = read_capped_ref(&file, path)?;
+    // The modification time after the read: no older than any write the read saw.
+    let modified = file.metadata().and_then(|m| m.modified()).ok();
+    Err(crate::foreign::classify(path, &bytes, modified))
 }
 
 /// The store's keys: lock directory names in `dir`.

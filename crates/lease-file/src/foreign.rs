@@ -6,16 +6,22 @@
 //!   creates its lock directory in its place. The Go package, for its part, cannot read a
 //!   directory as a record and fails its `Acquire` with an error while this crate's directory
 //!   exists. So the two never both hold the path, and neither deletes the other's lock.
-//! * A lease-file 0.1 record (the previous on-disk format) is refused as
-//!   [`Foreign`](crate::FileLockError::Foreign) with what to do.
+//!   A Go lock file is rewritten in place, so it can be read empty or cut short: such a file
+//!   counts as held while it is fresh (see [`classify`]).
+//! * A lease-file 0.1 record (the previous on-disk format), or a file in no format known and
+//!   not modified for 1.2 s, is refused as [`Foreign`](crate::FileLockError::Foreign) with what
+//!   to do.
 
-use std::fs::Metadata;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 
 use crate::{FileLockError, HolderInfo, LeaseFileRecord};
+
+/// How long the Go package counts an unparseable lock file as held, by its modification time
+/// (`InvalidPIDLockStaleThreshold`'s default): a Go holder rewrites its file every 250 ms.
+pub(crate) const GO_INVALID_STALE: Duration = Duration::from_millis(1200);
 
 /// The record a Go `kit/lockfile` `PIDLock` writes (`lockFileLeaseRecord`).
 #[derive(Deserialize)]
@@ -39,7 +45,13 @@ fn go_record(bytes: &[u8]) -> Option<GoRecord> {
 }
 
 /// What a regular file at a lock path means for this crate.
-pub(crate) fn classify(path: &Path, bytes: &[u8], meta: &Metadata) -> FileLockError {
+///
+/// `bytes` were read through the descriptor whose type was checked, `modified` taken from it
+/// after the read. A Go `PIDLock` is written in place, so a read can see it empty (between its
+/// `O_EXCL` create and its write, or between the truncate and the write of a heartbeat) or cut
+/// short (during the write): an empty file, or an unparseable one modified less than
+/// [`GO_INVALID_STALE`] ago, is a Go lock being written, held, as the Go package counts it.
+pub(crate) fn classify(path: &Path, bytes: &[u8], modified: Option<SystemTime>) -> FileLockError {
     let held = |pid: u32, since: Option<SystemTime>, what: String| FileLockError::Held {
         path: path.to_owned(),
         holder: Box::new(HolderInfo {
@@ -67,12 +79,11 @@ pub(crate) fn classify(path: &Path, bytes: &[u8], meta: &Metadata) -> FileLockEr
             ),
         );
     }
-    if bytes.is_empty() && meta.len() == 0 {
-        // A Go PIDLock between its O_EXCL create and its write.
+    if bytes.is_empty() {
         return held(
             0,
             None,
-            "an empty regular file (a Go kit/lockfile PIDLock being created?)".into(),
+            "an empty regular file (a Go kit/lockfile PIDLock being created or rewritten?)".into(),
         );
     }
     if LeaseFileRecord::parse(bytes).is_ok() {
@@ -83,11 +94,29 @@ pub(crate) fn classify(path: &Path, bytes: &[u8], meta: &Metadata) -> FileLockEr
                 .into(),
         };
     }
+    // How far the modification time is from now, either way (a skewed clock, a planted time).
+    let distance = modified.map(|at| at.elapsed().unwrap_or_else(|e| e.duration()));
+    if let Some(age) = distance.filter(|d| *d < GO_INVALID_STALE) {
+        return held(
+            0,
+            None,
+            format!(
+                "an unparseable regular file modified {}ms ago (a Go kit/lockfile PIDLock being \
+                 written?); refused as foreign if it stays so for {}ms",
+                age.as_millis(),
+                GO_INVALID_STALE.as_millis()
+            ),
+        );
+    }
+    unknown(path, bytes.len() as u64)
+}
+
+/// A regular file of `len` bytes in no format this crate knows.
+pub(crate) fn unknown(path: &Path, len: u64) -> FileLockError {
     FileLockError::Foreign {
         path: path.to_owned(),
         reason: format!(
-            "a regular file of {} bytes in no format this crate knows; a lock is a directory",
-            meta.len()
+            "a regular file of {len} bytes in no format this crate knows; a lock is a directory"
         ),
     }
 }

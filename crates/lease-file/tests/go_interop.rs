@@ -270,6 +270,83 @@ fn a_go_process_can_never_acquire_while_the_lock_directory_exists() {
 }
 
 #[test]
+fn a_go_lock_being_rewritten_or_removed_reads_as_held_never_as_foreign() {
+    // A Go holder heartbeating far faster than its 250 ms (truncate + write, over and over) and
+    // then releasing: every look this crate takes meanwhile must say held (or acquire once the
+    // file is gone), never mistake a file caught between truncate and write, or removed between
+    // two looks, for a foreign one.
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..20 {
+        let path = dir.path().join(format!("{round}.lock"));
+        let go = GoHolder::start(
+            &path,
+            "go-owner-4",
+            std::process::id(),
+            Duration::from_micros(50),
+            Duration::from_millis(40),
+        );
+        let lock = FileLock::with_options(&path, fast()).unwrap();
+        let mut looks = 0;
+        loop {
+            looks += 1;
+            match lock.try_acquire() {
+                Ok(_) => break,
+                Err(e) if e.is_held() => {}
+                Err(e) => panic!("round {round}, look {looks}: {e}"),
+            }
+        }
+        let report = go.join();
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+        assert!(report.released_at.is_some());
+        assert!(path.is_dir());
+    }
+}
+
+#[test]
+fn go_locks_taken_and_released_in_turn_read_as_held_never_as_foreign() {
+    // Go processes taking the path in turn (create, remove, create...): between two looks of
+    // this crate the file may vanish or reappear. Each look says held, or takes the path once it
+    // is free; a path that keeps changing under every look may say so as a transient error.
+    let dir = tempfile::tempdir().unwrap();
+    let mut turns = 0;
+    for round in 0..10 {
+        let path = dir.path().join(format!("{round}.lock"));
+        let go_path = path.clone();
+        let churn = std::thread::spawn(move || {
+            let record = go_record("go-owner-5", std::process::id(), SystemTime::now());
+            let mut turns = 0;
+            let start = Instant::now();
+            // Churns for 100 ms at most, so that this crate gets the path in the end.
+            while start.elapsed() < Duration::from_millis(100) {
+                match go_create(&go_path, &record) {
+                    Ok(_) => {
+                        turns += 1;
+                        std::fs::remove_file(&go_path).unwrap();
+                    }
+                    // This crate's directory is there: every Go Acquire fails from now on.
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return turns,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            turns
+        });
+        let lock = FileLock::with_options(&path, fast()).unwrap();
+        let mut looks = 0;
+        loop {
+            looks += 1;
+            match lock.try_acquire() {
+                Ok(_) => break,
+                Err(e) if e.is_held() || e.is_transient() => {}
+                Err(e) => panic!("round {round}, look {looks}: {e}"),
+            }
+        }
+        turns += churn.join().unwrap();
+        assert!(path.is_dir());
+    }
+    assert!(turns > 0);
+}
+
+#[test]
 fn mixed_modes_on_one_path_never_hold_together_and_fence_strictly() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lock");

@@ -9,7 +9,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use lease_dir::{Held, State, fnv, monotonic_ns};
 use lease_file::{
@@ -308,6 +308,10 @@ fn invalid_options_are_refused() {
 fn garbage_file_at_the_path_is_foreign_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let lock_at = |name: &str| FileLock::with_options(dir.path().join(name), fast()).unwrap();
+    let age = |path: &Path, by: Duration| {
+        let file = std::fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(SystemTime::now() - by).unwrap();
+    };
     // Garbage, and a lease-file 0.1 record (the old format): refused at once, never reclaimed,
     // whatever the invalid-record threshold.
     let old = LeaseFileRecord::parse(br#"{"version":1,"pid":7,"generation":3,"owner":"x"}"#)
@@ -323,6 +327,7 @@ fn garbage_file_at_the_path_is_foreign_and_left_untouched() {
     ] {
         let path = dir.path().join(name);
         std::fs::write(&path, bytes).unwrap();
+        age(&path, Duration::from_secs(2));
         let lock = lock_at(name);
         let err = lock.try_acquire().unwrap_err();
         assert!(err.is_foreign(), "{err}");
@@ -336,9 +341,22 @@ fn garbage_file_at_the_path_is_foreign_and_left_untouched() {
         assert!(path.is_file());
         assert_eq!(std::fs::read(&path).unwrap(), bytes, "left untouched");
     }
+    // Garbage modified a moment ago may be a Go lock file caught mid-write: held (as the Go
+    // package counts it) until it has stood unparseable for 1.2 s, then foreign.
+    let path = dir.path().join("fresh.lease");
+    let bytes = b"{\"version\":1,\"ownerID\":\"go-ow";
+    std::fs::write(&path, bytes).unwrap();
+    let lock = lock_at("fresh.lease");
+    let err = lock.try_acquire().unwrap_err();
+    assert!(err.is_held(), "{err}");
+    assert!(err.to_string().contains("being written"), "{err}");
+    age(&path, Duration::from_millis(1300));
+    assert!(lock.try_acquire().unwrap_err().is_foreign());
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "left untouched");
     // An empty file is a Go kit/lockfile PIDLock being created: held, and never reclaimed.
     let path = dir.path().join("empty.lease");
     std::fs::write(&path, b"").unwrap();
+    age(&path, Duration::from_secs(2));
     let lock = lock_at("empty.lease");
     let err = lock.try_acquire().unwrap_err();
     assert!(err.is_held(), "{err}");
