@@ -1,30 +1,29 @@
-//! Hostile input placed on purpose: planted epoch, record and companion files of any name, size
-//! or number; extreme option values; temporary files of a lock whose name extends another's.
+//! Hostile input placed on purpose: names planted in a lock directory, files of other protocols
+//! (or of no protocol) at a lock path, a state entry deleted or a lock directory replaced under a
+//! live holder, extreme option values, lock names that extend each other's.
 //!
-//! Every test here failed (panicked, spun or deleted another lock's files) before the fixes of
-//! issue 9; each says what happened.
+//! Whatever is planted, of any name, size or number, gives a typed error or is ignored: never a
+//! panic, a spin, a second holder, or a change to a file this crate did not create.
 #![allow(clippy::unwrap_used)]
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
 use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
 use lease_file::{
-    DirectoryStore, FileLock, FileLockError, FileLockOptions, LeaseFileRecord, LockMode,
-    ModePreference, key_file_name,
+    DirectoryStore, FileLock, FileLockError, FileLockOptions, LostReason, ModePreference,
+    key_file_name,
 };
+
+const MODES: [ModePreference; 2] = [ModePreference::Kernel, ModePreference::HeartbeatOnly];
 
 fn fast() -> FileLockOptions {
     FileLockOptions::default()
         .with_heartbeat_interval(Duration::from_millis(20))
         .with_stale_threshold(Duration::from_millis(300))
-        .with_invalid_record_stale(Duration::from_millis(300))
         .with_retry_delay(Duration::from_millis(10))
-}
-
-fn heartbeat_only() -> FileLockOptions {
-    fast().with_mode(ModePreference::HeartbeatOnly)
 }
 
 /// Runs `f` on a thread and fails if it neither returns nor panics within `limit`: a spinning
@@ -49,284 +48,775 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
     }
 }
 
-fn epoch_files(dir: &Path, name: &str) -> Vec<String> {
-    let prefix = format!("{name}.cs.");
+/// The names in a directory, sorted.
+fn entries(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&prefix))
         .collect();
     names.sort();
     names
 }
 
-/// An epoch file as a live process on another host would leave it: nothing proves it dead.
-fn plant_stuck_epoch(dir: &Path, name: &str, epoch: u64) {
-    let record = serde_json::json!({
-        "version": 1, "pid": 1, "host": "elsewhere", "generation": 0,
-    });
-    std::fs::write(dir.join(format!("{name}.cs.{epoch}")), record.to_string()).unwrap();
+/// The lock directory's state entries this crate made: `free.`/`held.` names other than
+/// `planted`.
+fn states(dir: &Path, planted: &[String]) -> Vec<String> {
+    entries(dir)
+        .into_iter()
+        .filter(|n| (n.starts_with("free.") || n.starts_with("held.")) && !planted.contains(n))
+        .collect()
 }
 
-/// Item 7. Before: `P.cs.18446744073709551615` made the next epoch `u64::MAX + 1`, which panicked
-/// with "attempt to add with overflow" in debug builds; in release it wrapped to `P.cs.0`, the
-/// re-scan saw a higher epoch, deleted it and `continue`d past the timeout check: 100 % CPU
-/// forever, `acquire_timeout` never returned. Now epoch names beyond the protocol's range, and
-/// names that are not canonical decimal numbers, are ignored.
-#[test]
-fn planted_epoch_files_with_extreme_or_garbage_names_are_ignored() {
-    let planted = [
-        "18446744073709551615",
-        "18446744073709551614",
-        "18446744073709551616",
-        "99999999999999999999999999999999999999",
-        "9223372036854775808",
-        "+7",
-        "007",
-        "-1",
-        "0x10",
-        "",
-        "1 ",
-        "١٢",
-        "5.done.done",
-        "5.tmp",
-        "18446744073709551615.done.x",
-    ];
-    for name in planted {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a.lease");
-        std::fs::write(dir.path().join(format!("a.lease.cs.{name}")), b"planted").unwrap();
-        let lock = FileLock::with_options(&path, heartbeat_only()).unwrap();
-        assert_eq!(lock.mode(), LockMode::HeartbeatOnly);
-        let lock = within(Duration::from_secs(5), move || {
-            let first = lock.acquire_timeout(Duration::from_secs(2));
-            (lock, first)
-        });
-        let (lock, first) = lock;
-        let first = first.unwrap_or_else(|e| panic!("planted {name:?}: {e}"));
-        // Mutual exclusion still works, and the next tenure's generation is greater.
-        let other = FileLock::with_options(&path, heartbeat_only()).unwrap();
-        assert!(other.try_acquire().unwrap_err().is_held(), "{name:?}");
-        lock.release().unwrap();
-        assert!(other.try_acquire().unwrap() > first, "{name:?}");
-        other.release().unwrap();
-        // The planted file is left alone: it is not ours.
-        assert!(
-            dir.path().join(format!("a.lease.cs.{name}")).exists(),
-            "{name:?} was deleted"
-        );
+/// The one state entry of a lock directory nobody planted anything in.
+fn state(dir: &Path) -> String {
+    let found = states(dir, &[]);
+    assert_eq!(found.len(), 1, "{found:?}");
+    found.into_iter().next().unwrap()
+}
+
+/// Field `i` of a state entry name (`held.<gen>.<seq>.<token>.<kernel>.<scale>.<deadline>.<duration>`).
+fn field(name: &str, i: usize) -> &str {
+    name.split('.').nth(i).unwrap()
+}
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds: the scale deadlines in state names are on.
+fn monotonic_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
+    u64::try_from(now.tv_sec()).unwrap() * 1_000_000_000 + u64::try_from(now.tv_nsec()).unwrap()
+}
+
+/// Everything about a path that a write, a rename, a chmod or a removal would change.
+#[derive(Debug, PartialEq, Eq)]
+struct Snapshot {
+    ino: u64,
+    kind: String,
+    mode: u32,
+    len: u64,
+    mtime_ns: i64,
+    bytes: Option<Vec<u8>>,
+    link: Option<PathBuf>,
+    children: Vec<(String, Snapshot)>,
+}
+
+fn snapshot(path: &Path) -> Snapshot {
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    let kind = format!("{:?}", meta.file_type());
+    let children = if meta.is_dir() {
+        entries(path)
+            .into_iter()
+            .map(|n| {
+                let child = snapshot(&path.join(&n));
+                (n, child)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Snapshot {
+        ino: meta.ino(),
+        kind,
+        mode: meta.mode(),
+        len: meta.len(),
+        mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        bytes: meta.is_file().then(|| std::fs::read(path).unwrap()),
+        link: meta
+            .file_type()
+            .is_symlink()
+            .then(|| std::fs::read_link(path).unwrap()),
+        children,
     }
 }
 
-/// Item 7. Before: a planted `P.cs.18446744073709551615.done` made every epoch look done
-/// (`done_max >= max`), so a process entered a critical section another process was still
-/// inside, at once. Now only `P.cs.<n>.done` for the highest epoch `n` itself counts.
+/// Names a process planting files by hand might choose that look like lease states but are not
+/// in the one canonical form this crate writes (or are not state names at all).
+const NOT_STATES: &[&str] = &[
+    "free.007",
+    "free.",
+    "free.-1",
+    "free.+1",
+    "free.0x1",
+    "free.1 ",
+    "free.١",
+    "free.18446744073709551616",
+    "free.99999999999999999999999999999999999999",
+    "free.1.done",
+    "FREE.1",
+    ".free.1",
+    "held.garbage",
+    "held.1",
+    "held.0.0.00000000deadbeef.n.n.0.0",
+    "held.1.0.00000000DEADBEEF.n.n.0.0",
+    "held.1.0.00000000deadbeef.n.n.0.0.9",
+    "held.1.0.deadbeef.n.n.0.0",
+    "held.1.00.00000000deadbeef.n.n.0.0",
+    "value.1.1.none",
+    "data.00000000deadbeef",
+    "lock",
+];
+
+/// Planted names that are not canonical state names are ignored, in both modes: the lock works,
+/// excludes, fences upwards, and leaves the planted files exactly as they were. (Replaces the
+/// planted-epoch tests of the old protocol: its `P.cs.<n>` epochs made the next epoch
+/// `u64::MAX + 1` and panicked, or wrapped and spun.)
 #[test]
-fn a_planted_done_file_with_a_huge_number_does_not_open_a_busy_critical_section() {
+fn planted_state_like_names_in_a_lock_directory_are_ignored() {
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.lease");
+        let setup = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        setup.acquire().unwrap();
+        setup.release().unwrap();
+        let mut planted: Vec<String> = NOT_STATES.iter().map(|s| (*s).to_owned()).collect();
+        for name in &planted {
+            std::fs::write(path.join(name), b"planted").unwrap();
+        }
+        // A huge file under a state-like name is not read either.
+        std::fs::write(path.join("held.x"), vec![b'x'; 4 << 20]).unwrap();
+        planted.push("held.x".into());
+        let before: Vec<Snapshot> = planted.iter().map(|n| snapshot(&path.join(n))).collect();
+
+        let (lock, other, first) = within(Duration::from_secs(10), move || {
+            let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+            let first = lock.acquire_timeout(Duration::from_secs(2)).unwrap();
+            let other = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+            assert!(other.try_acquire().unwrap_err().is_held(), "{mode:?}");
+            (lock, other, first)
+        });
+        assert_eq!(first.get(), 2, "{mode:?}: continues from free.1");
+        std::thread::sleep(Duration::from_millis(60)); // a few heartbeats among the junk
+        assert!(lock.held(), "{mode:?}");
+        lock.release().unwrap();
+        assert!(other.try_acquire().unwrap() > first, "{mode:?}");
+        other.release().unwrap();
+        let path = dir.path().join("a.lease");
+        assert_eq!(states(&path, &planted), ["free.3"], "{mode:?}");
+        let after: Vec<Snapshot> = planted.iter().map(|n| snapshot(&path.join(n))).collect();
+        assert_eq!(before, after, "{mode:?}: planted files are left alone");
+    }
+}
+
+/// The directory store ignores them too.
+#[test]
+fn the_store_ignores_planted_state_like_names() {
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let key = LeaseKey::new("jobs").unwrap();
+        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
+        lease_core::block_on(store.release_lease(&lease)).unwrap();
+        let lock_dir = dir.path().join(key_file_name(&key).unwrap());
+        for name in NOT_STATES {
+            std::fs::write(lock_dir.join(name), b"planted").unwrap();
+        }
+        let (store, lease) = within(Duration::from_secs(10), move || {
+            let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
+            (store, lease)
+        });
+        assert_eq!(lease.fencing_token().get(), 2);
+        let record = lease_core::block_on(store.inspect(lease.key()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(record.fencing().get(), 2);
+        assert!(record.holder().is_some());
+        lease_core::block_on(store.release_lease(&lease)).unwrap();
+        for name in NOT_STATES {
+            assert_eq!(std::fs::read(lock_dir.join(name)).unwrap(), b"planted");
+        }
+    }
+}
+
+/// A directory, a symbolic link or a regular file planted under a valid state name makes two
+/// states: contenders get a clear `Hostile` error at once (no spin until their timeout), never
+/// the lease; the holder keeps heartbeating; nothing planted is followed or changed.
+#[test]
+fn a_second_valid_state_entry_is_hostile_and_never_makes_a_second_holder() {
+    for mode in MODES {
+        for what in ["directory", "symlink", "file"] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("a.lease");
+            let precious = dir.path().join("precious");
+            std::fs::write(&precious, b"do not touch").unwrap();
+            let holder = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+            let generation = holder.acquire().unwrap();
+            // `free.1` is the holder's own release target; `free.0` what it came from.
+            let planted = match what {
+                "directory" => "free.1",
+                "symlink" => "held.7.0.00000000deadbeef.n.n.0.1000000000",
+                _ => "free.0",
+            };
+            let at = path.join(planted);
+            match what {
+                "directory" => std::fs::create_dir(&at).unwrap(),
+                "symlink" => std::os::unix::fs::symlink(&precious, &at).unwrap(),
+                _ => std::fs::write(&at, b"").unwrap(),
+            }
+            let context = format!("{mode:?} {what} {planted}");
+            let before = snapshot(&at);
+            let seq_before: u64 = field(&states(&path, &[planted.into()])[0], 2)
+                .parse()
+                .unwrap();
+
+            let contender = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+            let start = Instant::now();
+            let (contender, got, waited) = within(Duration::from_secs(5), move || {
+                let got = contender.try_acquire();
+                let waited = contender.acquire_timeout(Duration::from_secs(2));
+                (contender, got, waited)
+            });
+            for err in [got.unwrap_err(), waited.unwrap_err()] {
+                assert!(err.is_hostile(), "{context}: {err}");
+                assert!(
+                    err.to_string().contains("two lease states"),
+                    "{context}: {err}"
+                );
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(1),
+                "{context}: {:?}",
+                start.elapsed()
+            );
+
+            // The holder is unaffected: its heartbeats rename its own entry.
+            std::thread::sleep(Duration::from_millis(100));
+            assert_eq!(holder.check().unwrap(), generation, "{context}");
+            let now = states(&path, &[planted.into()]);
+            let seq_now: u64 = field(&now[0], 2).parse().unwrap();
+            assert!(seq_now > seq_before, "{context}: heartbeats go on: {now:?}");
+
+            if what == "directory" {
+                // Its release target is taken: a typed error, the tenure kept.
+                let err = holder.release().unwrap_err();
+                assert!(err.is_hostile(), "{context}: {err}");
+                assert!(holder.held(), "{context}");
+            }
+            assert_eq!(snapshot(&at), before, "{context}: left alone");
+            assert_eq!(
+                std::fs::read(&precious).unwrap(),
+                b"do not touch",
+                "{context}"
+            );
+            // Removed by hand, the lock works again.
+            if what == "directory" {
+                std::fs::remove_dir(&at).unwrap();
+            } else {
+                std::fs::remove_file(&at).unwrap();
+            }
+            holder.release().unwrap();
+            assert!(contender.try_acquire().unwrap() > generation, "{context}");
+            contender.release().unwrap();
+        }
+    }
+}
+
+/// A symbolic link as the only state entry is renamed like any entry and never followed: its
+/// target is never opened, written or changed.
+#[test]
+fn a_symbolic_link_as_the_state_entry_is_never_followed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let lock = FileLock::with_options(&path, heartbeat_only()).unwrap();
-    lock.acquire().unwrap();
-    lock.release().unwrap();
-    std::fs::write(dir.path().join("a.lease.cs.18446744073709551615.done"), b"").unwrap();
-    std::fs::write(dir.path().join("a.lease.cs.999.done"), b"").unwrap();
-    plant_stuck_epoch(dir.path(), "a.lease", 5);
-    let start = Instant::now();
-    let lock = within(Duration::from_secs(5), move || {
-        let got = lock.try_acquire();
-        (lock, got)
-    });
-    lock.1.unwrap();
-    let waited = start.elapsed();
+    let precious = dir.path().join("precious");
+    std::fs::write(&precious, b"do not touch").unwrap();
+    std::fs::create_dir(&path).unwrap();
+    std::os::unix::fs::symlink(&precious, path.join("free.0")).unwrap();
+    for mode in MODES {
+        let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        lock.acquire().unwrap();
+        let other = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        assert!(other.try_acquire().unwrap_err().is_held());
+        std::thread::sleep(Duration::from_millis(60));
+        lock.release().unwrap();
+    }
+    assert_eq!(std::fs::read(&precious).unwrap(), b"do not touch");
+    assert_eq!(entries(&path), ["free.2"]);
     assert!(
-        waited >= Duration::from_millis(300),
-        "entered a busy critical section after {waited:?}"
+        std::fs::symlink_metadata(path.join("free.2"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
     );
 }
 
-/// Item 7. The top of the epoch range cannot be used: a planted epoch there gives a typed error
-/// (no panic, no spin) naming the file, at once.
+/// Junk in a lock directory is ignored up to a bound, and beyond it refused with a clear
+/// `Hostile` error at once: never a scan without end, never a second holder. A live holder is
+/// unaffected either way (it renames its own entry without listing).
 #[test]
-fn a_planted_epoch_at_the_top_of_the_range_gives_a_typed_error() {
-    for top in [i64::MAX as u64, i64::MAX as u64 - 1] {
+fn many_junk_entries_are_ignored_and_too_many_are_refused() {
+    for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.lease");
-        std::fs::write(dir.path().join(format!("a.lease.cs.{top}")), b"").unwrap();
-        std::fs::write(dir.path().join(format!("a.lease.cs.{top}.done")), b"").unwrap();
-        let lock = FileLock::with_options(&path, heartbeat_only()).unwrap();
-        let start = Instant::now();
-        let got = within(Duration::from_secs(5), move || {
-            lock.acquire_timeout(Duration::from_secs(2))
+        let holder = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        holder.acquire().unwrap();
+        for i in 0..500 {
+            std::fs::write(path.join(format!("junk{i}")), b"").unwrap();
+            std::fs::write(path.join(format!("free.0{i}")), b"").unwrap();
+        }
+        std::fs::create_dir(path.join("free.x")).unwrap();
+        std::fs::write(path.join("held.huge"), vec![b'x'; 1 << 20]).unwrap();
+        let contender = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let contender = within(Duration::from_secs(5), move || {
+            assert!(contender.try_acquire().unwrap_err().is_held());
+            contender
         });
-        if top == i64::MAX as u64 {
-            let err = got.unwrap_err();
-            assert!(err.is_hostile(), "{err}");
-            assert!(err.to_string().contains(&top.to_string()), "{err}");
-            assert!(
-                start.elapsed() < Duration::from_secs(1),
-                "{:?}",
-                start.elapsed()
-            );
-        } else {
-            // One epoch left: this critical section uses it, the next one is refused.
-            got.unwrap();
+
+        for i in 500..10_000 {
+            std::fs::write(path.join(format!("junk{i}")), b"").unwrap();
         }
+        let start = Instant::now();
+        let (contender, err) = within(Duration::from_secs(10), move || {
+            let err = contender
+                .acquire_timeout(Duration::from_secs(5))
+                .unwrap_err();
+            (contender, err)
+        });
+        assert!(err.is_hostile(), "{mode:?}: {err}");
+        assert!(err.to_string().contains("entries"), "{mode:?}: {err}");
+        assert!(
+            start.elapsed() < Duration::from_secs(3),
+            "{mode:?}: {:?}",
+            start.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(holder.held(), "{mode:?}");
+        holder.release().unwrap();
+        assert!(
+            contender.try_acquire().unwrap_err().is_hostile(),
+            "{mode:?}"
+        );
+        assert_eq!(
+            entries(&path).len(),
+            10_000 + 500 + 3,
+            "{mode:?}: nothing removed"
+        );
     }
 }
 
-/// Item 7. Many planted files (garbage names, done files, stale epochs, a directory where an
-/// epoch goes, a huge epoch file) are scanned, ignored or reclaimed: the lock works, and
-/// `acquire_timeout` returns within its timeout.
+/// The top of the generation range cannot be passed: a planted `free.<u64::MAX>` gives a typed
+/// error at once, and `free.<u64::MAX - 1>` one last tenure. (The old protocol's equivalent was an
+/// epoch planted at the top of its range.)
 #[test]
-fn many_and_odd_planted_epoch_files_are_survived() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("a.lease");
-    for i in 0..500u64 {
-        std::fs::write(dir.path().join(format!("a.lease.cs.x{i}")), b"").unwrap();
-        std::fs::write(dir.path().join(format!("a.lease.cs.{}.done", i * 7)), b"").unwrap();
-    }
-    // A directory and a huge file as epochs nobody finished: stuck until the stale threshold.
-    std::fs::create_dir(dir.path().join("a.lease.cs.40")).unwrap();
-    std::fs::write(dir.path().join("a.lease.cs.41"), vec![b'x'; 1 << 20]).unwrap();
-    let lock = FileLock::with_options(&path, heartbeat_only()).unwrap();
-    let (lock, got) = within(Duration::from_secs(10), move || {
-        let got = lock.acquire_timeout(Duration::from_secs(3));
-        (lock, got)
-    });
-    got.unwrap();
-    lock.release().unwrap();
-    assert!(epoch_files(dir.path(), "a.lease").len() < 2000);
-}
-
-/// Item 7. `acquire_timeout` honours its timeout when the critical section is stuck (a planted
-/// epoch nobody can prove dead) and the stale threshold is longer than the timeout. Before, each
-/// attempt waited for the whole stale threshold (here 3 s) whatever the timeout.
-#[test]
-fn acquire_timeout_is_honoured_while_the_critical_section_is_stuck() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("a.lease");
-    plant_stuck_epoch(dir.path(), "a.lease", 3);
-    let options = heartbeat_only()
-        .with_heartbeat_interval(Duration::from_millis(200))
-        .with_stale_threshold(Duration::from_secs(3));
-    let lock = FileLock::with_options(&path, options).unwrap();
-    let start = Instant::now();
-    let got = within(Duration::from_secs(10), move || {
-        lock.acquire_timeout(Duration::from_millis(300))
-    });
-    let waited = start.elapsed();
-    let err = got.unwrap_err();
-    assert!(err.is_timeout() || err.is_transient(), "{err}");
-    assert!(waited < Duration::from_millis(1000), "waited {waited:?}");
-}
-
-fn plant_hostile(at: &Path, what: &str, target: &Path) {
-    match what {
-        "huge" => std::fs::write(at, vec![b' '; 4 << 20]).unwrap(),
-        "garbage" => std::fs::write(at, b"\x00\xff{\"version\":1,").unwrap(),
-        "directory" => std::fs::create_dir(at).unwrap(),
-        "symlink" => std::os::unix::fs::symlink(target, at).unwrap(),
-        "fifo" => {
-            nix::unistd::mkfifo(at, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
-        }
-        other => unreachable!("{other}"),
-    }
-}
-
-/// Item 7. A planted huge, garbage, directory, symlink or FIFO at the record path or a companion
-/// path, in both modes: a typed error (hostile, or held by an unparseable record), never a panic
-/// or a hang, and the symlink's target is never touched.
-#[test]
-fn planted_records_and_companions_give_typed_errors_in_both_modes() {
-    for mode in [ModePreference::Kernel, ModePreference::HeartbeatOnly] {
-        for suffix in ["", ".lock", ".owner"] {
-            if mode == ModePreference::HeartbeatOnly && !suffix.is_empty() {
-                continue; // heartbeat-only mode has no companions but the epochs (above)
-            }
-            for what in ["huge", "garbage", "directory", "symlink", "fifo"] {
-                let dir = tempfile::tempdir().unwrap();
-                let path = dir.path().join("a.lease");
-                let target = dir.path().join("precious");
-                std::fs::write(&target, b"do not touch").unwrap();
-                let at = PathBuf::from(format!("{}{suffix}", path.display()));
-                plant_hostile(&at, what, &target);
-                let options = fast().with_mode(mode);
-                let result = within(Duration::from_secs(5), move || {
-                    FileLock::with_options(&path, options).and_then(|lock| {
-                        let got = lock.try_acquire();
-                        // The record and the companions exist for a holder: release then.
-                        if got.is_ok() {
-                            lock.release()?;
-                        }
-                        got
-                    })
-                });
-                let context = format!("{mode:?} {what} at P{suffix}");
-                match (what, suffix, result) {
-                    // Garbage in a companion is harmless: companions are never read.
-                    ("huge" | "garbage", ".lock" | ".owner", Ok(_)) => {}
-                    ("garbage", "", Err(e)) => {
-                        assert!(e.is_held(), "{context}: {e}");
-                        assert!(e.to_string().contains("unparseable"), "{context}: {e}");
-                    }
-                    (_, _, Err(e)) => assert!(e.is_hostile(), "{context}: {e}"),
-                    (_, _, Ok(_)) => panic!("{context}: acquired"),
-                }
-                assert_eq!(
-                    std::fs::read(&target).unwrap(),
-                    b"do not touch",
-                    "{context}"
-                );
-            }
-        }
-    }
-}
-
-/// Item 7, the store: planted epoch files with extreme numbers are ignored there too.
-#[test]
-fn the_store_ignores_planted_extreme_epochs() {
-    let dir = tempfile::tempdir().unwrap();
-    let key = LeaseKey::new("jobs").unwrap();
-    let name = key_file_name(&key).unwrap();
-    for planted in ["18446744073709551615", "18446744073709551615.done", "+3"] {
-        std::fs::write(dir.path().join(format!("{name}.cs.{planted}")), b"").unwrap();
-    }
-    let store = DirectoryStore::open_with_mode(dir.path(), ModePreference::HeartbeatOnly).unwrap();
-    let lease = within(Duration::from_secs(10), move || {
-        lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).map(|l| (store, l))
-    });
-    let (store, lease) = lease.unwrap();
-    lease_core::block_on(store.release_lease(&lease)).unwrap();
-}
-
-/// Item 7. Before: a planted `P.cs.<n>.done` for an epoch not yet reached made epoch `n` look
-/// finished from the moment its owner created it, so any other process could enter while the
-/// owner was still inside (and the owner's own done marker then failed, leaving the planted
-/// file). Now the creator of epoch `n` removes a done file that predates it.
-#[test]
-fn a_planted_done_file_for_a_future_epoch_is_removed_by_the_epochs_creator() {
-    for (planted, next) in [(None, 1), (Some(4), 5)] {
+fn the_top_of_the_generation_range_gives_a_typed_error() {
+    for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.lease");
-        if let Some(epoch) = planted {
-            plant_stuck_epoch(dir.path(), "a.lease", epoch);
-            std::fs::write(dir.path().join(format!("a.lease.cs.{epoch}.done")), b"").unwrap();
-        }
-        let future = dir.path().join(format!("a.lease.cs.{next}.done"));
-        std::fs::write(&future, b"planted").unwrap();
-        // Heartbeats far apart: the acquisition is the only critical section meanwhile.
-        let options = heartbeat_only()
-            .with_heartbeat_interval(Duration::from_secs(1))
-            .with_stale_threshold(Duration::from_secs(3));
-        let lock = FileLock::with_options(&path, options).unwrap();
-        lock.acquire().unwrap();
-        assert!(
-            dir.path().join(format!("a.lease.cs.{next}")).exists(),
-            "the acquisition used epoch {next}"
-        );
-        // Its owner's own (empty) done marker, not the planted one.
-        assert_eq!(std::fs::read(&future).unwrap(), b"", "epoch {next}");
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join(format!("free.{}", u64::MAX - 1)), b"").unwrap();
+        let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        assert_eq!(lock.acquire().unwrap().get(), u64::MAX);
+        let other = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        assert!(other.try_acquire().unwrap_err().is_held());
         lock.release().unwrap();
+        let start = Instant::now();
+        let err = within(Duration::from_secs(5), move || {
+            other.acquire_timeout(Duration::from_secs(2)).unwrap_err()
+        });
+        assert!(err.is_hostile(), "{mode:?}: {err}");
+        assert!(err.to_string().contains("exhausted"), "{mode:?}: {err}");
+        assert!(start.elapsed() < Duration::from_secs(1), "{mode:?}");
+        assert_eq!(entries(&path), [format!("free.{}", u64::MAX)]);
+    }
+}
+
+/// A held state from a clock this process does not share (another host) is timed by
+/// observation: `acquire_timeout` returns at its timeout when that is shorter than the holder's
+/// duration, without spinning. (Replaces the old stuck-critical-section test.)
+#[test]
+fn acquire_timeout_is_honoured_while_a_holder_elsewhere_holds() {
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.lease");
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("held.1.0.00000000000000aa.n.n.0.3000000000"), b"").unwrap();
+        let lock = FileLock::with_options(
+            &path,
+            fast()
+                .with_mode(mode)
+                .with_heartbeat_interval(Duration::from_millis(200))
+                .with_stale_threshold(Duration::from_secs(3)),
+        )
+        .unwrap();
+        let start = Instant::now();
+        let err = within(Duration::from_secs(10), move || {
+            lock.acquire_timeout(Duration::from_millis(300))
+                .unwrap_err()
+        });
+        let waited = start.elapsed();
+        assert!(err.is_timeout(), "{mode:?}: {err}");
+        assert_eq!(err.holder().map(|h| h.generation), Some(1));
+        assert!(
+            waited < Duration::from_millis(1000),
+            "{mode:?}: waited {waited:?}"
+        );
+    }
+}
+
+/// A holder whose clock this process does not share is taken over once its state has stood
+/// still for its whole duration on this process's monotonic clock, and not at first sight, every
+/// time. (Replaces the old test of a stuck epoch reclaimed after exactly the stale threshold.)
+#[test]
+fn a_holder_on_another_clock_is_taken_over_after_its_duration_by_observation() {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..100 {
+        let path = dir.path().join(format!("a{round}.lease"));
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("held.1.0.00000000000000aa.n.n.0.5000000"), b"").unwrap();
+        let mode = MODES[round % 2];
+        let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let err = lock.try_acquire().unwrap_err();
+        assert!(err.is_held(), "round {round}: first sight: {err}");
+        std::thread::sleep(Duration::from_millis(6));
+        assert_eq!(
+            lock.try_acquire()
+                .unwrap_or_else(|e| panic!("round {round}: {e}"))
+                .get(),
+            2
+        );
+        lock.release().unwrap();
+    }
+}
+
+fn go_record(pid: u32) -> Vec<u8> {
+    format!(
+        r#"{{"version":1,"ownerID":"go-owner","pid":{pid},"lastHeartbeatUnixNano":1700000000000000000}}"#
+    )
+    .into_bytes()
+}
+
+/// What sits at a lock path instead of a lock directory, in both modes: a Go `kit/lockfile`
+/// `PIDLock` record (or its empty file, between create and write) counts as held by it; a
+/// lease-file 0.1 record, garbage or a huge file is `Foreign`; a symbolic link, FIFO or a
+/// directory that holds no state is `Hostile`. No panic, no hang, and nothing is modified,
+/// followed or created next to it.
+#[test]
+fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
+    let cases: [(&str, &str); 11] = [
+        ("go pidlock", "held"),
+        ("empty file", "held"),
+        ("0.1 record", "foreign"),
+        ("0.1 held record", "foreign"),
+        ("garbage", "foreign"),
+        ("huge", "foreign"),
+        ("symlink", "hostile"),
+        ("dangling symlink", "hostile"),
+        ("fifo", "hostile"),
+        ("empty directory", "hostile"),
+        ("unrelated directory", "hostile"),
+    ];
+    for mode in MODES {
+        for (what, expected) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("a.lease");
+            let precious = dir.path().join("precious");
+            std::fs::write(&precious, b"do not touch").unwrap();
+            match what {
+                "go pidlock" => std::fs::write(&path, go_record(4242)).unwrap(),
+                "empty file" => std::fs::write(&path, b"").unwrap(),
+                "0.1 record" => {
+                    std::fs::write(&path, br#"{"version":1,"pid":7,"generation":3}"#).unwrap()
+                }
+                "0.1 held record" => std::fs::write(
+                    &path,
+                    br#"{"version":1,"owner":"x","pid":7,"host":"h","generation":3,"tenure":true}"#,
+                )
+                .unwrap(),
+                "garbage" => std::fs::write(&path, b"\x00\xff{\"version\":1,").unwrap(),
+                "huge" => std::fs::write(&path, vec![b' '; 4 << 20]).unwrap(),
+                "symlink" => std::os::unix::fs::symlink(&precious, &path).unwrap(),
+                "dangling symlink" => {
+                    std::os::unix::fs::symlink("/nonexistent/lock", &path).unwrap();
+                }
+                "fifo" => {
+                    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o644))
+                        .unwrap()
+                }
+                "empty directory" => std::fs::create_dir(&path).unwrap(),
+                _ => {
+                    std::fs::create_dir(&path).unwrap();
+                    std::fs::write(path.join("notes.txt"), b"mine").unwrap();
+                }
+            }
+            let before = snapshot(dir.path());
+            let context = format!("{mode:?} {what}");
+            let (result, waited, holder) = {
+                let path = path.clone();
+                within(Duration::from_secs(5), move || {
+                    let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+                    let got = lock.try_acquire();
+                    let waited = lock.acquire_timeout(Duration::from_millis(50));
+                    (got, waited, lock.holder())
+                })
+            };
+            let err = match result {
+                Ok(_) => panic!("{context}: acquired"),
+                Err(e) => e,
+            };
+            let waited = match waited {
+                Ok(_) => panic!("{context}: acquired by waiting"),
+                Err(e) => e,
+            };
+            // Waiting for a foreign holder times out; anything else is refused at once.
+            assert_eq!(
+                waited.is_timeout(),
+                expected == "held",
+                "{context}: {waited}"
+            );
+            match expected {
+                "held" => {
+                    assert!(err.is_held(), "{context}: {err}");
+                    let info = err.holder().unwrap();
+                    assert!(!info.kernel_lock, "{context}");
+                    assert!(info.unparseable.is_some(), "{context}");
+                    if what == "go pidlock" {
+                        assert_eq!(info.pid, 4242, "{context}");
+                        assert!(err.to_string().contains("go-owner"), "{context}: {err}");
+                    }
+                    assert_eq!(
+                        holder.unwrap().map(|h| h.pid),
+                        Some(info.pid),
+                        "{context}: holder() agrees"
+                    );
+                }
+                "foreign" => {
+                    assert!(err.is_foreign(), "{context}: {err}");
+                    assert!(holder.unwrap_err().is_foreign(), "{context}");
+                }
+                _ => {
+                    assert!(err.is_hostile(), "{context}: {err}");
+                    assert!(holder.unwrap_err().is_hostile(), "{context}");
+                }
+            }
+            assert!(
+                err.to_string().contains("a.lease"),
+                "{context}: names the path: {err}"
+            );
+            assert_eq!(
+                snapshot(dir.path()),
+                before,
+                "{context}: nothing modified or created"
+            );
+
+            // The store: a Go lock file at a key's path is held by it, the rest are errors.
+            let key = LeaseKey::new("a").unwrap();
+            assert_eq!(dir.path().join(key_file_name(&key).unwrap()), path);
+            let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+            let err = within(Duration::from_secs(5), move || {
+                lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap_err()
+            });
+            match expected {
+                "held" => assert!(err.is_held(), "store {context}: {err}"),
+                _ => assert!(
+                    !err.is_held() && !err.is_transient(),
+                    "store {context}: {err:?}"
+                ),
+            }
+            assert_eq!(
+                std::fs::read(&precious).unwrap(),
+                b"do not touch",
+                "{context}"
+            );
+        }
+    }
+}
+
+/// Once the Go process removes its lock file, the path is free for this crate.
+#[test]
+fn a_go_lock_file_removed_by_its_owner_frees_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    std::fs::write(&path, go_record(4242)).unwrap();
+    let lock = FileLock::with_options(&path, fast()).unwrap();
+    assert!(lock.try_acquire().unwrap_err().is_held());
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(lock.try_acquire().unwrap().get(), 1);
+    assert!(path.is_dir());
+    lock.release().unwrap();
+}
+
+/// The state entry deleted by hand (or by a cleaner) under a live holder: contenders get a clear
+/// `Hostile` error, before and after the holder's deadline, in both modes; nobody ever takes the
+/// lease over or writes a state in its place; the holder stops trusting its tenure at its
+/// deadline. (In kernel mode the holder's kernel lock is free by then: it is not read as the
+/// holder's death.)
+#[test]
+fn a_state_entry_deleted_under_a_live_holder_is_never_taken_over() {
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.lease");
+        let (tx, rx) = mpsc::channel();
+        let holder = FileLock::with_options(
+            &path,
+            fast().with_mode(mode).on_lease_lost(move |reason| {
+                let _ = tx.send(reason.clone());
+            }),
+        )
+        .unwrap();
+        holder.acquire().unwrap();
+        let name = state(&path);
+        std::fs::remove_file(path.join(&name)).unwrap();
+        let deleted = Instant::now();
+        let contender = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let contender = within(Duration::from_secs(5), move || {
+            let err = contender
+                .acquire_timeout(Duration::from_secs(2))
+                .unwrap_err();
+            assert!(err.is_hostile(), "{err}");
+            assert!(err.to_string().contains("missing"), "{err}");
+            contender
+        });
+        // The holder's tenure ends by its deadline (300 ms stale threshold), as untrusted.
+        let reason = rx.recv_timeout(Duration::from_secs(2)).unwrap();
+        assert!(
+            matches!(reason, LostReason::Untrusted { .. }),
+            "{mode:?}: {reason}"
+        );
+        assert!(deleted.elapsed() < Duration::from_secs(1), "{mode:?}");
+        assert!(!holder.held());
+        // Past the holder's deadline, with its kernel lock let go: still refused.
+        std::thread::sleep(Duration::from_millis(400));
+        for _ in 0..3 {
+            let err = contender.try_acquire().unwrap_err();
+            assert!(err.is_hostile(), "{mode:?}: {err}");
+        }
+        assert!(entries(&path).is_empty(), "{mode:?}: nobody wrote a state");
+        assert!(holder.release().unwrap_err().is_not_held());
+        // Removed by hand, the path starts afresh.
+        std::fs::remove_dir(&path).unwrap();
+        assert_eq!(contender.try_acquire().unwrap().get(), 1);
+        contender.release().unwrap();
+    }
+}
+
+/// Makes a copy of a lock directory at `to`: its entries' names and contents, in a new
+/// directory (a restore from backup, an `rsync`).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir(to).unwrap();
+    for name in entries(from) {
+        std::fs::write(to.join(&name), std::fs::read(from.join(&name)).unwrap()).unwrap();
+    }
+}
+
+/// The lock directory renamed away and a fresh one created at the path under a live holder: the
+/// contender on the fresh directory may acquire it (a new directory starts the generations
+/// afresh), but the old holder learns at its next heartbeat that its tenure is over, long before
+/// its deadline, and renews nothing after that.
+#[test]
+fn a_lock_directory_replaced_under_a_live_holder_ends_its_tenure_at_the_next_heartbeat() {
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.lease");
+        let moved = dir.path().join("a.lease.moved");
+        let (tx, rx) = mpsc::channel();
+        let stale = Duration::from_secs(2);
+        let holder = FileLock::with_options(
+            &path,
+            fast()
+                .with_mode(mode)
+                .with_heartbeat_interval(Duration::from_millis(50))
+                .with_stale_threshold(stale)
+                .on_lease_lost(move |reason| {
+                    let _ = tx.send((Instant::now(), reason.clone()));
+                }),
+        )
+        .unwrap();
+        let g1 = holder.acquire().unwrap();
+        std::thread::sleep(Duration::from_millis(120));
+        if mode == ModePreference::Kernel {
+            assert_ne!(
+                field(&state(&path), 4),
+                "n",
+                "the holder holds the kernel lock"
+            );
+        }
+        let replaced = Instant::now();
+        std::fs::rename(&path, &moved).unwrap();
+        let at_replacement = state(&moved);
+        let contender = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        assert_eq!(contender.try_acquire().unwrap().get(), 1, "{mode:?}");
+
+        let (lost_at, reason) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(
+            matches!(reason, LostReason::TakenOver { holder: None }),
+            "{mode:?}: {reason}"
+        );
+        // Learnt by the next heartbeat, 50 ms apart; its deadline was at least 1.8 s away.
+        let overlap = lost_at - replaced;
+        assert!(
+            overlap < Duration::from_millis(1000),
+            "{mode:?}: {overlap:?}"
+        );
+        assert!(holder.check().unwrap_err().is_not_held());
+        // At most one renewal was in flight at the replacement; none after the loss.
+        let last = state(&moved);
+        let seq = |name: &str| field(name, 2).parse::<u64>().unwrap();
+        assert!(
+            seq(&last) <= seq(&at_replacement) + 1,
+            "{mode:?}: {at_replacement} then {last}"
+        );
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(state(&moved), last, "{mode:?}: no heartbeat after the loss");
+        // The old holder's release touches neither directory.
+        assert!(holder.release().unwrap_err().is_not_held());
+        assert_eq!(state(&moved), last);
+        assert!(contender.held());
+        assert_eq!(field(&state(&path), 1), "1");
+        contender.release().unwrap();
+        assert_eq!(g1.get(), 1);
+    }
+}
+
+/// A copy of a live holder's lock directory put in its place (a restore from backup) names the
+/// holder's kernel lock on *another* directory: a kernel-mode contender gets the copy's kernel
+/// lock at once but never reads that as the holder's death; it takes over only after the
+/// copied deadline. The holder learns at its next heartbeat.
+#[test]
+fn a_restored_copy_of_a_lock_directory_is_not_mistaken_for_a_dead_holder() {
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.lease");
+        let (tx, rx) = mpsc::channel();
+        let holder = FileLock::with_options(
+            &path,
+            fast()
+                .with_mode(mode)
+                .with_heartbeat_interval(Duration::from_millis(50))
+                .with_stale_threshold(Duration::from_millis(600))
+                .on_lease_lost(move |reason| {
+                    let _ = tx.send(reason.clone());
+                }),
+        )
+        .unwrap();
+        let g1 = holder.acquire().unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+        let copy = dir.path().join("a.lease.copy");
+        copy_dir(&path, &copy);
+        std::fs::rename(&path, dir.path().join("a.lease.old")).unwrap();
+        std::fs::rename(&copy, &path).unwrap();
+        let copied = state(&path);
+        let deadline_ns: u64 = field(&copied, 7).parse().unwrap();
+
+        let contender = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let err = contender.try_acquire().unwrap_err();
+        assert!(err.is_held(), "{mode:?}: {err}");
+        assert_eq!(
+            err.holder().unwrap().kernel_lock,
+            mode == ModePreference::Kernel,
+            "{mode:?}"
+        );
+        let reason = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(
+            matches!(reason, LostReason::TakenOver { .. }),
+            "{mode:?}: {reason}"
+        );
+        let (contender, got) = within(Duration::from_secs(5), move || {
+            let got = contender.acquire_timeout(Duration::from_secs(3));
+            (contender, got)
+        });
+        let at = monotonic_ns();
+        assert!(got.unwrap() > g1, "{mode:?}");
+        assert!(
+            at >= deadline_ns,
+            "{mode:?}: taken over before the copied deadline"
+        );
+        contender.release().unwrap();
     }
 }
 
@@ -340,12 +830,9 @@ fn invalid_option(result: Result<FileLock, FileLockError>, option: &str) {
     }
 }
 
-/// Item 8. Before: `with_heartbeat_interval(Duration::MAX)` panicked in option validation
-/// ("overflow when multiplying duration by scalar"); `with_stale_threshold(Duration::MAX)`
-/// panicked on the first acquire ("overflow when adding duration to instant"); a huge retry
-/// delay slept that long after a transient error. Now every `Duration` option beyond
-/// `lease_core::MAX_LEASE_DURATION` is `InvalidOption` naming it, and so is zero where it means
-/// nothing (heartbeat interval, stale threshold).
+/// Every `Duration` option beyond `lease_core::MAX_LEASE_DURATION` is `InvalidOption` naming
+/// it, and so is zero where it means nothing (heartbeat interval, stale threshold); the largest
+/// accepted values work. (Before issue 9, `Duration::MAX` options panicked on overflow.)
 #[test]
 fn extreme_lock_options_are_invalid_input() {
     let dir = tempfile::tempdir().unwrap();
@@ -394,20 +881,22 @@ fn extreme_lock_options_are_invalid_input() {
         ),
         "stale_threshold",
     );
-    // Zero means something for these two: retry at once; reclaim an unparseable record at once.
+    // Zero means something for these two: retry at once; (no longer used) reclaim at once.
     open(fast().with_retry_delay(Duration::ZERO)).unwrap();
-    std::fs::write(&path, b"garbage").unwrap();
     open(fast().with_invalid_record_stale(Duration::ZERO)).unwrap();
-    // The largest accepted values work (no overflow anywhere on the way).
+    // The largest accepted values work (no overflow anywhere on the way), in both modes.
     let max = lease_core::MAX_LEASE_DURATION;
-    open(
-        FileLockOptions::default()
-            .with_heartbeat_interval(max / 2)
-            .with_stale_threshold(max)
-            .with_retry_delay(max)
-            .with_invalid_record_stale(max),
-    )
-    .unwrap();
+    for mode in MODES {
+        open(
+            FileLockOptions::default()
+                .with_mode(mode)
+                .with_heartbeat_interval(max / 2)
+                .with_stale_threshold(max)
+                .with_retry_delay(max)
+                .with_invalid_record_stale(max),
+        )
+        .unwrap();
+    }
     // acquire_timeout takes any timeout.
     let lock = FileLock::with_options(&path, fast()).unwrap();
     lock.acquire_timeout(Duration::MAX).unwrap();
@@ -418,12 +907,26 @@ fn extreme_lock_options_are_invalid_input() {
             .unwrap_err()
             .is_timeout()
     );
+    // A path that names no file is an invalid option, not a panic.
+    invalid_option(FileLock::with_options("/", fast()), "path");
+    invalid_option(FileLock::with_options("a/..", fast()), "path");
 }
 
-/// Item 8, the store. Before: `with_safety_margin(Duration::MAX)` was accepted and every lease
-/// came back with a deadline already passed; a clock far in the future panicked on
-/// `SystemTime + Duration`. Now a margin that leaves nothing of the lease to trust is
-/// `LeaseError::InvalidInput` naming `safety_margin`, and nothing is written.
+/// A lock name so long that its temporary directory's name cannot exist is a typed error, and
+/// leaves nothing behind.
+#[test]
+fn a_lock_name_too_long_for_its_temporary_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x".repeat(250));
+    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let err = within(Duration::from_secs(5), move || lock.acquire().unwrap_err());
+    assert!(matches!(err, FileLockError::Io { .. }), "{err}");
+    assert!(entries(dir.path()).is_empty());
+}
+
+/// A safety margin that leaves nothing of a lease to trust is `LeaseError::InvalidInput` naming
+/// `safety_margin`, and nothing is written. (Before issue 9 it was accepted and every lease came
+/// back with a deadline already passed.)
 #[test]
 fn extreme_store_options_are_invalid_input() {
     let dir = tempfile::tempdir().unwrap();
@@ -450,7 +953,7 @@ fn extreme_store_options_are_invalid_input() {
     lease_core::block_on(store.release_lease(&lease)).unwrap();
 }
 
-/// Item 8, the store: a clock at the end of time gives an error, not a panic.
+/// A clock at the end of time gives an error, not a panic.
 #[test]
 fn a_clock_at_the_end_of_time_is_an_error_not_a_panic() {
     #[derive(Debug)]
@@ -471,7 +974,7 @@ fn a_clock_at_the_end_of_time_is_an_error_not_a_panic() {
     let key = LeaseKey::new("jobs").unwrap();
     let store = DirectoryStore::open(dir.path())
         .unwrap()
-        .with_clock(std::sync::Arc::new(EndOfTime));
+        .with_clock(Arc::new(EndOfTime));
     let err = within(Duration::from_secs(5), move || {
         lease_core::block_on(store.acquire(&key, Duration::from_secs(5)))
     })
@@ -480,70 +983,155 @@ fn a_clock_at_the_end_of_time_is_an_error_not_a_panic() {
     assert!(err.to_string().contains("clock"), "{err}");
 }
 
-/// A stuck epoch is reclaimed by a `try_acquire` that waits exactly the stale threshold for it,
-/// every time. Before, the wait was timed from before the first scan and the staleness from
-/// after it, so now and then the last look found the epoch a few microseconds short of stale
-/// and the attempt failed with "still busy" (seen once in `tests/lock.rs` under load).
+/// Locks whose names extend one another's (`a`, `a.b`, `a.init`, `a.init.x`) are created, all
+/// at once from many threads, as separate directories: a temporary directory is
+/// `.<name>.init.<16 hex>`, so two names' temporaries can never be the same name, and nothing
+/// ever removes another lock's temporary. Temporaries left by a crashed creator stay where they
+/// are (and are never taken for a lock); a successful creation leaves none of its own.
 #[test]
-fn a_stuck_epoch_is_reclaimed_by_a_wait_of_exactly_the_stale_threshold() {
-    let dir = tempfile::tempdir().unwrap();
-    let options = heartbeat_only()
-        .with_heartbeat_interval(Duration::from_millis(2))
-        .with_stale_threshold(Duration::from_millis(5));
-    for round in 0..100 {
-        let name = format!("a{round}.lease");
-        plant_stuck_epoch(dir.path(), &name, 1);
-        let lock = FileLock::with_options(dir.path().join(&name), options.clone()).unwrap();
-        lock.try_acquire()
-            .unwrap_or_else(|e| panic!("round {round}: {e}"));
-        lock.release().unwrap();
+fn locks_whose_names_extend_each_other_never_share_temporary_names() {
+    let names = ["a", "a.b", "a.init", "a.init.x", "a.init.0123456789abcdef"];
+    for round in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        // Temporaries crashed creators of `a`, `a.b`, `a.init.x` and `a.init` left behind
+        // (the first is also the name of the lock `a.init.0123456789abcdef` with a dot
+        // before it): none of them is a lock, none is ever removed.
+        let crashed = [
+            ".a.init.0123456789abcdef",
+            ".a.b.init.0123456789abcdef",
+            ".a.init.x.init.0123456789abcdef",
+            ".a.init.init.0123456789abcdef",
+        ];
+        for name in crashed {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+            std::fs::write(dir.path().join(name).join("free.0"), b"").unwrap();
+        }
+        let before: Vec<Snapshot> = crashed
+            .iter()
+            .map(|n| snapshot(&dir.path().join(n)))
+            .collect();
+        let threads = names.len() * 3;
+        let barrier = Arc::new(Barrier::new(threads));
+        let handles: Vec<_> = (0..threads)
+            .map(|i| {
+                let path = dir.path().join(names[i % names.len()]);
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    let mode = MODES[i % 2];
+                    let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+                    barrier.wait();
+                    let got = lock.try_acquire();
+                    // Hold until every thread has tried.
+                    barrier.wait();
+                    if got.is_ok() {
+                        lock.release().unwrap();
+                    }
+                    got.map(|g| g.get()).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        let results: Vec<Result<u64, String>> =
+            handles.into_iter().map(|h| h.join().unwrap()).collect();
+        for (i, name) in names.iter().enumerate() {
+            let mine: Vec<_> = results.iter().skip(i).step_by(names.len()).collect();
+            // One holder per name: the others were told it is held (by their own name's).
+            let won: Vec<_> = mine.iter().filter(|r| r.is_ok()).collect();
+            assert_eq!(won, [&&Ok(1)], "round {round} {name}: {mine:?}");
+            assert!(
+                mine.iter().all(|r| r.as_ref().is_ok_and(|_| true)
+                    || r.as_ref().is_err_and(|e| e.contains("is held by"))),
+                "round {round} {name}: {mine:?}"
+            );
+            let path = dir.path().join(name);
+            assert_eq!(
+                entries(&path),
+                ["free.1"],
+                "round {round} {name}: its own directory"
+            );
+        }
+        let after: Vec<Snapshot> = crashed
+            .iter()
+            .map(|n| snapshot(&dir.path().join(n)))
+            .collect();
+        assert_eq!(
+            before, after,
+            "round {round}: crashed temporaries left alone"
+        );
+        let mut expected: Vec<String> = names
+            .iter()
+            .map(|n| (*n).to_owned())
+            .chain(crashed.iter().map(|n| (*n).to_owned()))
+            .collect();
+        expected.sort();
+        assert_eq!(
+            entries(dir.path()),
+            expected,
+            "round {round}: no temporary left"
+        );
     }
 }
 
-/// Item 10. Before: taking over lock `a` removed every `.a.*.tmp` in the directory, which
-/// includes `.a.b.<pid>.<nonce>.tmp`, the temporary record of lock `a.b` being written at that
-/// moment (its writer then failed its rename, or a dead writer's file of another lock vanished).
-/// Now the cleanup matches `.<name>.<pid>.<nonce>.tmp` exactly, for its own name only.
+/// Many processes' worth of creators of one lock at once: one directory, one holder, no
+/// temporary left.
 #[test]
-fn taking_over_a_does_not_delete_the_temporaries_of_a_b() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = dir.path().join("a");
-    let ab = dir.path().join("a.b");
-    // Temporary records as writers of `a.b` and `a.b.c` leave them mid-write, and one of `a`'s.
-    let theirs = [
-        dir.path().join(".a.b.4242.0123456789ab.tmp"),
-        dir.path().join(".a.b.c.4242.0123456789ab.tmp"),
-        dir.path().join(".a.4242.tmp"),
-        dir.path().join(".a.x.0123456789ab.tmp"),
-    ];
-    let ours = dir.path().join(".a.4242.0123456789ab.tmp");
-    for file in theirs.iter().chain([&ours]) {
-        std::fs::write(file, b"{\"version\":1").unwrap();
+fn concurrent_creators_of_one_lock_make_one_directory_and_one_holder() {
+    for round in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.lease");
+        let barrier = Arc::new(Barrier::new(8));
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let path = path.clone();
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    let lock =
+                        FileLock::with_options(&path, fast().with_mode(MODES[i % 2])).unwrap();
+                    barrier.wait();
+                    let got = lock.try_acquire();
+                    // Hold until everyone has tried (then the drop releases).
+                    barrier.wait();
+                    got.map(|g| g.get()).map_err(|e| e.to_string())
+                })
+            })
+            .collect();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let won: Vec<_> = results.iter().filter(|r| r.is_ok()).collect();
+        assert_eq!(won, [&Ok(1)], "round {round}: {results:?}");
+        assert_eq!(entries(dir.path()), ["a.lease"], "round {round}");
+        assert_eq!(entries(&path), ["free.1"], "round {round}");
     }
-    // `a.b` is held (its own record, companions and temporaries are in the same directory).
-    let holder_ab = FileLock::with_options(&ab, fast()).unwrap();
-    holder_ab.acquire().unwrap();
-    // `a` is held by a process that vanished: its record names a tenure lock nobody holds.
-    let dead = FileLock::with_options(&a, fast()).unwrap();
-    dead.acquire().unwrap();
-    let mut record = LeaseFileRecord::parse(&std::fs::read(&a).unwrap()).unwrap();
-    drop(dead);
-    record.owner = Some("vanished".into());
-    record.tenure = true;
-    record.pid = 1;
-    record.host = "elsewhere".into();
-    std::fs::write(&a, record.to_bytes()).unwrap();
-    // The takeover of `a`.
-    let taker = FileLock::with_options(&a, fast()).unwrap();
-    taker.try_acquire().unwrap();
-    for file in &theirs {
-        assert!(
-            file.exists(),
-            "{} was deleted by the takeover of a",
-            file.display()
-        );
-    }
-    assert!(!ours.exists(), "a's own dead temporary is cleaned up");
-    assert!(holder_ab.held());
-    holder_ab.release().unwrap();
 }
+
+/// The store's lock directories of keys `a`, `a`/`b` and `a.b` and the fenced value of `a`
+/// never share a name, nor a temporary's.
+#[test]
+fn store_keys_that_extend_each_other_are_separate_directories() {
+    use lease_core::FencedValues;
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirectoryStore::open(dir.path()).unwrap();
+    let keys = [
+        LeaseKey::new("a").unwrap(),
+        LeaseKey::with_sort_key("a", "b").unwrap(),
+        LeaseKey::new("a.b").unwrap(),
+        LeaseKey::new("a.lease").unwrap(),
+    ];
+    let leases: Vec<_> = keys
+        .iter()
+        .map(|k| lease_core::block_on(store.acquire(k, Duration::from_secs(5))).unwrap())
+        .collect();
+    lease_core::block_on(store.put_fenced(&keys[0], lease_core::FencingToken::new(1), b"v"))
+        .unwrap();
+    assert!(leases.iter().all(|l| l.fencing_token().get() == 1));
+    assert_eq!(
+        entries(dir.path()).len(),
+        keys.len() + 1,
+        "{:?}",
+        entries(dir.path())
+    );
+    for lease in &leases {
+        lease_core::block_on(store.release_lease(lease)).unwrap();
+    }
+    assert!(entries(dir.path()).iter().all(|n| !n.starts_with('.')));
+    assert_eq!(store.keys().unwrap().len(), keys.len());
+}
+
