@@ -575,9 +575,18 @@ impl FileLock {
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<FencingToken, FileLockError> {
         let start = Instant::now();
         let mut locked = None;
+        // The generation of a holder whose state claims a kernel lock that, once we held this
+        // directory's, still did not prove it gone (it names another directory's lock, or a
+        // clock not shared with us): the kernel lock is free and blocking on it returns at once,
+        // so waiting for it again would spin. Poll that holder instead.
+        let mut kernel_lock_silent = None;
         loop {
+            let had_kernel_lock = locked.is_some();
             match self.try_acquire_with(locked.take()) {
                 Err(FileLockError::Held { holder, .. }) => {
+                    if had_kernel_lock {
+                        kernel_lock_silent = Some(holder.generation);
+                    }
                     let waited = start.elapsed();
                     if waited >= timeout {
                         return Err(FileLockError::Timeout {
@@ -592,7 +601,10 @@ impl FileLock {
                         .retry_delay
                         .min(timeout - waited)
                         .max(Duration::from_micros(100));
-                    if self.shared.mode == LockMode::Kernel && holder.kernel_lock {
+                    if self.shared.mode == LockMode::Kernel
+                        && holder.kernel_lock
+                        && kernel_lock_silent != Some(holder.generation)
+                    {
                         // The kernel wakes us when the holder lets go; a hung holder keeps its
                         // lock, so look again at least once per `stale_threshold / 4`.
                         let wait = (self.shared.options.stale_threshold / 4)

@@ -1135,3 +1135,45 @@ fn store_keys_that_extend_each_other_are_separate_directories() {
     assert_eq!(store.keys().unwrap().len(), keys.len());
 }
 
+/// CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
+    Duration::new(
+        u64::try_from(t.tv_sec()).unwrap(),
+        u32::try_from(t.tv_nsec()).unwrap(),
+    )
+}
+
+/// A state that says its holder holds the kernel lock of *another* directory (a restored copy;
+/// here planted, from a clock this process does not share) leaves this directory's kernel lock
+/// free, and free proves nothing. A kernel-mode waiter must then look again every
+/// `retry_delay`: it used to block for the kernel lock again at once, get it at once, find the
+/// holder still not provably gone, and go round without ever sleeping, a core at 100 % until the
+/// holder's duration had passed.
+#[test]
+fn waiting_for_a_holder_whose_kernel_lock_is_elsewhere_does_not_spin() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    std::fs::create_dir(&path).unwrap();
+    std::fs::write(
+        path.join("held.1.0.00000000000000aa.00000000000000ff.n.0.1000000000"),
+        b"",
+    )
+    .unwrap();
+    let lock = FileLock::with_options(&path, fast().with_mode(ModePreference::Kernel)).unwrap();
+    let (got, waited, cpu) = within(Duration::from_secs(10), move || {
+        let start = Instant::now();
+        let cpu = thread_cpu();
+        let got = lock
+            .acquire_timeout(Duration::from_secs(5))
+            .map(|g| g.get());
+        (got, start.elapsed(), thread_cpu() - cpu)
+    });
+    assert_eq!(got.unwrap(), 2);
+    assert!(waited >= Duration::from_secs(1), "{waited:?}");
+    // Polling every 10 ms costs a few milliseconds; the spin took all the CPU it was given.
+    assert!(
+        cpu < Duration::from_millis(80),
+        "{cpu:?} of CPU to wait {waited:?}: spinning"
+    );
+}
