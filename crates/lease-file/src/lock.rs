@@ -948,14 +948,14 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
             return Ok(Err(LostReason::TakenOver { holder: None }));
         }
         let kernel = shared.mode == LockMode::Kernel;
-        if let Some((next, next_name, now)) = engine::renew(
-            &mut kd,
-            &name,
-            &held,
-            opts.stale_threshold,
-            kernel,
-            &shared.time,
-        )? {
+        if let Some((next, next_name, now)) =
+            engine::renew(&mut kd, &name, &held, opts.stale_threshold, kernel, &shared.time)?
+        {
+            // Replaced between the look above and the rename: the renewal is in a directory
+            // nobody else sees, and must not extend the deadline.
+            if !kd.still_at_path() {
+                return Ok(Err(LostReason::TakenOver { holder: None }));
+            }
             return Ok(Ok((next, next_name, now.mono)));
         }
         let found = kd.state()?;
