@@ -1,7 +1,7 @@
 //! Fenced values on the directory store: their namespace, hostile files, and racing writers.
 #![allow(clippy::unwrap_used)]
 
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{MetadataExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -42,10 +42,10 @@ fn key_strategy() -> impl Strategy<Value = LeaseKey> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
 
-    /// No lease record name (nor any name derived from one: companions, epochs, temporaries,
-    /// which only append `.`, digits, hex and fixed words, or prepend `.`) contains `~`, and every
-    /// fenced-value name does; fenced names never decode as lease keys. So the namespaces are
-    /// disjoint, and the fenced encoding is injective like the lease one.
+    /// No lease record name (nor the name of its temporary directory, `.<name>.init.<16 hex>`)
+    /// contains `~`, and every fenced-value name does; fenced names never decode as lease keys,
+    /// nor do the temporaries of either. So the namespaces are disjoint, and the fenced encoding
+    /// is injective like the lease one.
     #[test]
     fn fenced_names_are_a_namespace_no_lease_key_reaches(a in key_strategy(), b in key_strategy()) {
         if let (Ok(record), Ok(fenced)) = (key_file_name(&a), fenced_file_name(&a)) {
@@ -54,10 +54,10 @@ proptest! {
             prop_assert!(fenced.contains('~'));
             prop_assert!(!fenced.contains('/'));
             prop_assert_eq!(decode_file_name(&fenced), None);
-            for derived in [".lock", ".cs.1", ".cs.1.done", ".owner"] {
-                prop_assert_eq!(decode_file_name(&format!("{fenced}{derived}")), None);
+            for name in [&record, &fenced] {
+                prop_assert_eq!(decode_file_name(&format!(".{name}.init.0123456789abcdef")), None);
             }
-            prop_assert!(fenced.len() <= 255 - 40, "room for companions and temporaries");
+            prop_assert!(fenced.len() <= 255 - 23, "room for the temporary directory's name");
             if let (Ok(record_b), Ok(fenced_b)) = (key_file_name(&b), fenced_file_name(&b)) {
                 prop_assert_ne!(&fenced, &record_b);
                 prop_assert_eq!(fenced == fenced_b, a == b);
@@ -101,9 +101,10 @@ fn largest_value_round_trips_and_oversized_touches_nothing() {
             .map(|i| (i % 251) as u8)
             .collect();
         block_on(store.put_fenced(&name, t(1), &big)).unwrap();
-        let path = fenced_path(&store, &name);
+        let data = data_files(&fenced_path(&store, &name));
+        assert_eq!(data.len(), 1, "{data:?}");
         assert_eq!(
-            std::fs::metadata(&path).unwrap().len(),
+            std::fs::metadata(&data[0]).unwrap().len(),
             MAX_FENCED_FILE_BYTES as u64
         );
         assert_eq!(
@@ -129,6 +130,60 @@ fn listing(dir: &Path) -> Vec<String> {
     names
 }
 
+/// The data files (`data.<nonce>`) in a fenced value's directory.
+fn data_files(dir: &Path) -> Vec<PathBuf> {
+    listing(dir)
+        .into_iter()
+        .filter(|n| n.starts_with("data."))
+        .map(|n| dir.join(n))
+        .collect()
+}
+
+/// The chain entries (`value.<fence>.<seq>.<nonce>`) in a fenced value's directory.
+fn chain(dir: &Path) -> Vec<String> {
+    listing(dir)
+        .into_iter()
+        .filter(|n| n.starts_with("value."))
+        .collect()
+}
+
+/// Everything about a path (and what is under it) that a write, rename or removal would change.
+fn snapshot(path: &Path) -> Vec<(String, u64, String, Option<Vec<u8>>)> {
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    let mut out = vec![(
+        path.display().to_string(),
+        meta.ino(),
+        format!("{:?}", meta.file_type()),
+        meta.is_file().then(|| std::fs::read(path).unwrap()),
+    )];
+    if meta.is_dir() {
+        for name in listing(path) {
+            out.extend(snapshot(&path.join(name)));
+        }
+    }
+    out
+}
+
+/// No temporary directory left in the store, and in every fenced value's directory no data file
+/// but the one its chain entry names.
+fn assert_no_strays(dir: &Path) {
+    for name in listing(dir) {
+        assert!(!name.starts_with('.'), "temporary left: {name}");
+        if name.starts_with(FENCED_PREFIX) {
+            let value_dir = dir.join(&name);
+            let entries = chain(&value_dir);
+            assert_eq!(entries.len(), 1, "{name}: {entries:?}");
+            let nonce = entries[0].rsplit('.').next().unwrap();
+            let expected: Vec<PathBuf> = if nonce == "none" {
+                Vec::new()
+            } else {
+                vec![value_dir.join(format!("data.{nonce}"))]
+            };
+            assert_eq!(data_files(&value_dir), expected, "{name}");
+        }
+    }
+}
+
 fn assert_permanent_naming(err: &LeaseError, path: &Path, what: &str) {
     assert!(
         matches!(
@@ -147,24 +202,26 @@ fn assert_permanent_naming(err: &LeaseError, path: &Path, what: &str) {
     );
 }
 
+/// Whatever sits at a fenced value's path instead of its directory (a regular file of any
+/// content, a symbolic link, a FIFO, a directory without a chain entry) is a permanent error
+/// naming the path, for reads and writes alike, and is left exactly as it was; once removed by
+/// hand, the name works again.
 #[test]
-fn hostile_fenced_files_are_refused_and_left_alone() {
+fn hostile_files_at_a_fenced_path_are_refused_and_left_alone() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
 
-        // A valid fenced file elsewhere, reachable only through a link.
+        // A valid fenced value elsewhere, reachable only through a link.
         let target_store = DirectoryStore::open(outside.path()).unwrap();
         let target_name = LeaseKey::new("target").unwrap();
         block_on(target_store.put_fenced(&target_name, t(1), b"outside")).unwrap();
         let target = fenced_path(&target_store, &target_name);
-        let target_bytes = std::fs::read(&target).unwrap();
+        let target_before = snapshot(&target);
 
-        // A valid file, to make truncated and flipped copies of.
-        let valid_name = LeaseKey::new("valid").unwrap();
-        block_on(store.put_fenced(&valid_name, t(7), b"some value")).unwrap();
-        let valid = std::fs::read(fenced_path(&store, &valid_name)).unwrap();
+        // A valid data file, to plant whole, truncated and flipped as the value's path.
+        let valid = std::fs::read(&data_files(&target)[0]).unwrap();
         let mut flipped = valid.clone();
         flipped[20] ^= 0x40;
 
@@ -181,6 +238,10 @@ fn hostile_fenced_files_are_refused_and_left_alone() {
                     std::fs::write(p, br#"{"version":1,"pid":7,"generation":3}"#).unwrap()
                 }),
             ),
+            ("a fenced file of the old format", {
+                let v = valid.clone();
+                Box::new(move |p| std::fs::write(p, &v).unwrap())
+            }),
             ("truncated", {
                 let v = valid.clone();
                 Box::new(move |p| std::fs::write(p, &v[..v.len() - 3]).unwrap())
@@ -201,7 +262,17 @@ fn hostile_fenced_files_are_refused_and_left_alone() {
                 "dangling symlink",
                 Box::new(|p| symlink("/nonexistent/fenced", p).unwrap()),
             ),
-            ("directory", Box::new(|p| std::fs::create_dir(p).unwrap())),
+            (
+                "empty directory",
+                Box::new(|p| std::fs::create_dir(p).unwrap()),
+            ),
+            (
+                "directory of something else",
+                Box::new(|p| {
+                    std::fs::create_dir(p).unwrap();
+                    std::fs::write(p.join("data.0000000000000001"), b"mine").unwrap();
+                }),
+            ),
             (
                 "fifo",
                 Box::new(|p| {
@@ -213,39 +284,29 @@ fn hostile_fenced_files_are_refused_and_left_alone() {
             let name = LeaseKey::with_sort_key("hostile", format!("case-{i}")).unwrap();
             let path = fenced_path(&store, &name);
             plant(&path);
-            let before = std::fs::symlink_metadata(&path).unwrap();
+            let before = snapshot(&path);
             let read = block_on(store.fence_and_read(&name, t(100)));
             assert_permanent_naming(&read.unwrap_err(), &path, what);
             let put = block_on(store.put_fenced(&name, t(100), b"overwrite?"));
             assert_permanent_naming(&put.unwrap_err(), &path, what);
-            let after = std::fs::symlink_metadata(&path).unwrap();
-            assert_eq!(
-                (before.ino(), before.file_type()),
-                (after.ino(), after.file_type()),
-                "{what}: left in place"
-            );
+            assert_eq!(snapshot(&path), before, "{what}: left in place");
             // Once removed by hand, the name works again.
-            if after.is_dir() {
-                std::fs::remove_dir(&path).unwrap();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                std::fs::remove_dir_all(&path).unwrap();
             } else {
                 std::fs::remove_file(&path).unwrap();
             }
             block_on(store.put_fenced(&name, t(100), b"fresh")).unwrap();
+            assert_eq!(
+                block_on(store.fence_and_read(&name, t(100))).unwrap(),
+                Some(b"fresh".to_vec())
+            );
         }
-        assert_eq!(
-            std::fs::read(&target).unwrap(),
-            target_bytes,
-            "link target untouched"
-        );
-        let stray: Vec<_> = listing(dir.path())
-            .into_iter()
-            .filter(|n| n.ends_with(".tmp"))
-            .collect();
-        assert!(stray.is_empty(), "no temporary files left: {stray:?}");
+        assert_eq!(snapshot(&target), target_before, "link target untouched");
+        assert_no_strays(dir.path());
     }
 }
-
-use std::os::unix::fs::MetadataExt;
 
 /// One successful or refused put, timed on the monotonic clock.
 #[derive(Debug, Clone, Copy)]
@@ -332,11 +393,8 @@ fn race(mode: ModePreference) {
     }
     let refused = log.iter().filter(|a| !a.ok).count();
     assert!(refused > 0, "the race refused somebody");
-    let stray: Vec<_> = listing(dir.path())
-        .into_iter()
-        .filter(|n| n.ends_with(".tmp"))
-        .collect();
-    assert!(stray.is_empty(), "{stray:?}");
+    // Every refused writer removed its data file; every replaced value's file is gone.
+    assert_no_strays(dir.path());
 }
 
 #[test]
@@ -372,5 +430,66 @@ fn fence_only_then_value_then_empty() {
                 .unwrap_err()
                 .is_not_owned()
         );
+    }
+}
+
+/// Writer A holds fence 3; writer B, with the newer fencing token 4, fences the name and writes
+/// while A is paused (between A's read and its write: here a barrier). A's write is refused,
+/// and B's value is what remains, whatever A wrote before; a fence without a write refuses A
+/// just the same and keeps A's older value.
+#[test]
+fn a_writer_behind_a_newer_fence_is_refused_and_the_newer_value_stays() {
+    for mode in MODES {
+        for b_writes in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let name = LeaseKey::new("checkpoint").unwrap();
+            let barrier = Arc::new(Barrier::new(2));
+            let a = {
+                let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+                let (name, barrier) = (name.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    assert_eq!(block_on(store.fence_and_read(&name, t(3))).unwrap(), None);
+                    block_on(store.put_fenced(&name, t(3), b"a1")).unwrap();
+                    barrier.wait(); // A's first write is in
+                    barrier.wait(); // A was paused until B fenced (and wrote)
+                    let put = block_on(store.put_fenced(&name, t(3), b"a2"));
+                    let read = block_on(store.fence_and_read(&name, t(3)));
+                    (put, read)
+                })
+            };
+            let b = {
+                let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+                let (name, barrier) = (name.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let seen = block_on(store.fence_and_read(&name, t(4))).unwrap();
+                    if b_writes {
+                        block_on(store.put_fenced(&name, t(4), b"b")).unwrap();
+                    }
+                    barrier.wait();
+                    seen
+                })
+            };
+            assert_eq!(b.join().unwrap(), Some(b"a1".to_vec()), "B read A's value");
+            let (put, read) = a.join().unwrap();
+            let context = format!("{mode:?} b_writes={b_writes}");
+            for err in [put.unwrap_err(), read.unwrap_err()] {
+                assert_eq!(
+                    err.not_owned_reason(),
+                    Some(NotOwnedReason::Fenced),
+                    "{context}: {err}"
+                );
+            }
+            let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+            let expected: &[u8] = if b_writes { b"b" } else { b"a1" };
+            assert_eq!(
+                block_on(store.fence_and_read(&name, t(4))).unwrap(),
+                Some(expected.to_vec()),
+                "{context}"
+            );
+            let value_dir = fenced_path(&store, &name);
+            assert!(chain(&value_dir)[0].starts_with("value.4."), "{context}");
+            assert_no_strays(dir.path());
+        }
     }
 }
