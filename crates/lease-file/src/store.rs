@@ -536,8 +536,8 @@ impl DirectoryStore {
             .ok_or_else(|| missing(name))
     }
 
-    /// [`FencedValues::fence_and_read`]: one rename that raises the fence, after opening the
-    /// data file the chain entry names (an unlinked file stays readable).
+    /// [`FencedValues::fence_and_read`]: the value the chain entry names, read and checked, then
+    /// one rename that raises the fence.
     fn fence_and_read_now(
         &self,
         name: &LeaseKey,
@@ -550,12 +550,10 @@ impl DirectoryStore {
             if value.fence > fence {
                 return Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced));
             }
-            let file = match value.nonce {
-                None => None,
-                Some(nonce) => match kd.open_file(&data_name(nonce)).map_err(backend_error)? {
-                    Some(file) => Some(file),
-                    None => continue, // replaced since we listed: look again
-                },
+            // Read before raising the fence, so a corrupt value is refused with nothing written.
+            // A data file never changes once named: this is the value of the entry observed.
+            let Some(current) = current_value(&kd, &value)? else {
+                continue; // replaced since we listed: look again
             };
             if value.fence < fence {
                 let raised = Value {
@@ -571,10 +569,7 @@ impl DirectoryStore {
                 }
                 tracing::debug!(%name, fence, "fence raised");
             }
-            return match file {
-                None => Ok(None),
-                Some(file) => read_value(kd.path(), file),
-            };
+            return Ok(current);
         }
         Err(LeaseError::backend(
             NAME,
@@ -602,6 +597,11 @@ impl DirectoryStore {
                 let value = kd.value().map_err(backend_error)?;
                 if value.fence > fence {
                     return Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced));
+                }
+                // The value replaced must be intact: a corrupt or lost one is refused as a read
+                // of it is, never replaced (its file would be deleted with it).
+                if current_value(&kd, &value)?.is_none() {
+                    continue;
                 }
                 if !created {
                     kd.create(
@@ -642,17 +642,43 @@ impl DirectoryStore {
     }
 }
 
-fn read_value(dir: &Path, mut file: std::fs::File) -> Result<Option<Vec<u8>>, LeaseError> {
+/// The value the chain entry `value` names, read and checked: `Some(None)` for a name only
+/// fenced, `None` when the entry was replaced meanwhile (its data file goes with it: look again).
+///
+/// # Errors
+/// A permanent [`LeaseError::Backend`] naming the data file when it is not a regular file,
+/// oversized or corrupt, or missing while the entry still names it.
+fn current_value(kd: &KeyDir, value: &Value) -> Result<Option<Option<Vec<u8>>>, LeaseError> {
+    let Some(nonce) = value.nonce else {
+        return Ok(Some(None));
+    };
+    let data = data_name(nonce);
+    let path = kd.path().join(&data);
+    match kd.open_file(&data).map_err(backend_error)? {
+        Some(file) => read_value(&path, file).map(Some),
+        None if kd.value().map_err(backend_error)? == *value => Err(corrupt_fenced(
+            &path,
+            "missing, though the value entry names it (deleted by hand or by a cleaner?)",
+        )),
+        None => Ok(None),
+    }
+}
+
+fn read_value(path: &Path, mut file: std::fs::File) -> Result<Option<Vec<u8>>, LeaseError> {
     use std::io::Read as _;
+    let io = |e| backend_error(crate::fsio::io_error("read fenced value", path, e));
+    if !file.metadata().map_err(io)?.is_file() {
+        return Err(corrupt_fenced(path, "not a regular file"));
+    }
     let mut bytes = Vec::new();
     (&mut file)
         .take(MAX_FENCED_FILE_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| backend_error(crate::fsio::io_error("read fenced value", dir, e)))?;
+        .map_err(io)?;
     if bytes.len() > MAX_FENCED_FILE_BYTES {
-        return Err(corrupt_fenced(dir, "larger than the limit"));
+        return Err(corrupt_fenced(path, "larger than the limit"));
     }
-    let parsed = fenced::parse(&bytes).map_err(|reason| corrupt_fenced(dir, &reason))?;
+    let parsed = fenced::parse(&bytes).map_err(|reason| corrupt_fenced(path, &reason))?;
     Ok(parsed.value)
 }
 
@@ -810,35 +836,34 @@ impl LeaseListing for DirectoryStore {
     }
 }
 
-/// Fenced values live in the store directory, one file per name, named by
-/// [`fenced_file_name`](crate::fenced_file_name) (a namespace no lease record name can reach, so
-/// [`list_partition`](LeaseListing::list_partition) never returns them), in the binary format
-/// documented with [`MAX_FENCED_FILE_BYTES`](crate::MAX_FENCED_FILE_BYTES): fence, value (up to
+/// Fenced values live in the store directory, one directory per name, named by
+/// [`fenced_file_name`](crate::fenced_file_name) (a namespace no lease key's name can reach, so
+/// [`list_partition`](LeaseListing::list_partition) never returns them). The directory holds one
+/// chain entry `value.<fence>.<seq>.<nonce>`, whose name is the fence, and the data file
+/// `data.<nonce>` it names, in the binary format documented with
+/// [`MAX_FENCED_FILE_BYTES`](crate::MAX_FENCED_FILE_BYTES): fence, value (up to
 /// [`MAX_FENCED_VALUE_BYTES`](lease_core::MAX_FENCED_VALUE_BYTES)), checksum.
 ///
-/// Each operation is one read-check-replace inside the name's critical section, the same
-/// protocol as lease records (a `.lock` companion flocked in kernel mode, `O_EXCL` epochs in
-/// heartbeat-only mode), so two writers can never both pass the fence check. The file is replaced
-/// atomically (temporary file + `rename`), opened with `O_NOFOLLOW` and read up to
-/// [`MAX_FENCED_FILE_BYTES`](crate::MAX_FENCED_FILE_BYTES); a file that is not a regular file
-/// (symbolic link, directory, FIFO), oversized or corrupt is a permanent
-/// [`LeaseError::Backend`] naming its path and is never overwritten.
+/// Each operation reads the chain entry and the value it names, then makes at most one rename
+/// from that exact entry name, the compare-and-swap lease states use:
+/// [`fence_and_read`](FencedValues::fence_and_read) renames it to the higher fence;
+/// [`put_fenced`](FencedValues::put_fenced) first creates a new data file with `O_EXCL` (with
+/// the configured mode, fsynced with [`with_fsync`](DirectoryStore::with_fsync)), renames the
+/// entry to name it, then removes the old data file. A rename from a name that changed meanwhile
+/// fails and the operation looks again, so two writers can never both pass the fence check, and a
+/// writer paused for any length of time never replaces a value written under a newer fence.
 ///
-/// Syscalls per operation, kernel mode: entering and leaving the critical section is an `open`
-/// of the `.lock` companion, two `fstat`s, `flock`, an `lstat`, `flock(LOCK_UN)` and a `close`
-/// (7); the read is an `open`, an `fstat`, two `read`s and a `close` (5, one `open` that fails
-/// with `ENOENT` for a new name); the replacement is an `open(O_EXCL)` of the temporary file,
-/// `fchmod`, `write`, `close` and `rename`, plus a `getrandom` and a `getpid` for the temporary
-/// name (7, plus two `fsync`s and a directory `open`/`close` with
-/// [`with_fsync`](DirectoryStore::with_fsync)). So 19 for [`put_fenced`](FencedValues::put_fenced)
-/// and for a [`fence_and_read`](FencedValues::fence_and_read) that raises the fence (15 for a name
-/// never written), and 12 for a `fence_and_read` at the current fence, which writes
-/// nothing. A refused (stale) call costs the 12 and writes nothing. A value over the limit is
-/// refused with [`LeaseError::InvalidInput`] before any syscall. Heartbeat-only mode replaces the
-/// 7 critical-section syscalls with its epoch protocol: three directory scans, two `O_EXCL`
-/// creations and the cleanup of the previous epoch, plus one `lstat` before the rename to check
-/// the section was not reclaimed meanwhile (if it was, nothing is written and the error is
-/// transient).
+/// Links are never followed (`O_NOFOLLOW` on every open). Anything but a directory at the name's
+/// path, a second chain entry or none, and a data file that is not a regular file, oversized,
+/// corrupt or missing, is a permanent [`LeaseError::Backend`] naming its path, for reads and
+/// writes alike, and nothing is written, renamed or removed: the fence is not raised, the
+/// damaged value not replaced. Remove the name's directory by hand to start it afresh. A value
+/// over the limit is refused with [`LeaseError::InvalidInput`] before any syscall.
+///
+/// Costs: opening the name's directory and listing it, then opening, checking and reading the
+/// current data file, for every operation; plus one `rename` for a `fence_and_read` that raises
+/// the fence (none at the current fence); plus, for `put_fenced`, the new data file's creation,
+/// `fchmod`, `write` and `close`, the `rename` and the old file's `unlink`.
 impl FencedValues for DirectoryStore {
     fn fence_and_read<'a>(
         &'a self,

@@ -493,3 +493,110 @@ fn a_writer_behind_a_newer_fence_is_refused_and_the_newer_value_stays() {
         }
     }
 }
+
+/// What is planted or lost inside a fenced value's directory: its data file corrupt (garbage,
+/// truncated, a flipped bit, empty, oversized), replaced by a link, a directory or a FIFO, or
+/// missing; a second chain entry; the chain entry gone. Reads and writes alike get a permanent
+/// error naming the directory, at once, and nothing there is written, renamed or removed: the
+/// fence is not raised, the corrupt file is not replaced. (Before, a write replaced a corrupt or
+/// missing value and deleted the corrupt file, a read raised the fence before finding the value
+/// corrupt, and a missing data file was retried eight times and reported as transient.)
+#[test]
+fn a_corrupt_or_missing_value_inside_its_directory_is_refused_and_left_alone() {
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let elsewhere = outside.path().join("data");
+        std::fs::write(&elsewhere, b"do not touch").unwrap();
+
+        type Plant = Box<dyn Fn(&Path, &Path)>;
+        let rewrite = |f: fn(Vec<u8>) -> Vec<u8>| -> Plant {
+            Box::new(move |_, data| {
+                let bytes = std::fs::read(data).unwrap();
+                std::fs::write(data, f(bytes)).unwrap();
+            })
+        };
+        let cases: Vec<(&str, Plant)> = vec![
+            ("garbage", rewrite(|_| b"{not a fenced file".to_vec())),
+            ("truncated", rewrite(|b| b[..b.len() - 3].to_vec())),
+            (
+                "bit flip",
+                rewrite(|mut b| {
+                    b[20] ^= 0x40;
+                    b
+                }),
+            ),
+            ("empty", rewrite(|_| Vec::new())),
+            (
+                "oversized",
+                rewrite(|_| vec![b'x'; MAX_FENCED_FILE_BYTES + 1]),
+            ),
+            ("symlink", {
+                let elsewhere = elsewhere.clone();
+                Box::new(move |_, data| {
+                    std::fs::remove_file(data).unwrap();
+                    symlink(&elsewhere, data).unwrap();
+                })
+            }),
+            (
+                "directory",
+                Box::new(|_, data| {
+                    std::fs::remove_file(data).unwrap();
+                    std::fs::create_dir(data).unwrap();
+                }),
+            ),
+            (
+                "fifo",
+                Box::new(|_, data| {
+                    std::fs::remove_file(data).unwrap();
+                    nix::unistd::mkfifo(data, nix::sys::stat::Mode::from_bits_truncate(0o644))
+                        .unwrap();
+                }),
+            ),
+            (
+                "missing",
+                Box::new(|_, data| std::fs::remove_file(data).unwrap()),
+            ),
+            (
+                "two chain entries",
+                Box::new(|value_dir, _| {
+                    std::fs::write(value_dir.join("value.9.1.none"), b"").unwrap();
+                }),
+            ),
+            (
+                "no chain entry",
+                Box::new(|value_dir, _| {
+                    let entry = chain(value_dir).remove(0);
+                    std::fs::remove_file(value_dir.join(entry)).unwrap();
+                }),
+            ),
+        ];
+        for (i, (what, plant)) in cases.iter().enumerate() {
+            let name = LeaseKey::with_sort_key("inside", format!("case-{i}")).unwrap();
+            block_on(store.put_fenced(&name, t(7), b"some value")).unwrap();
+            let value_dir = fenced_path(&store, &name);
+            let data = data_files(&value_dir).remove(0);
+            plant(&value_dir, &data);
+            let before = snapshot(&value_dir);
+            let context = format!("{mode:?} {what}");
+            let read = block_on(store.fence_and_read(&name, t(100)));
+            assert_permanent_naming(&read.unwrap_err(), &value_dir, &context);
+            let put = block_on(store.put_fenced(&name, t(100), b"overwrite?"));
+            assert_permanent_naming(&put.unwrap_err(), &value_dir, &context);
+            let same = block_on(store.put_fenced(&name, t(7), b"same fence"));
+            assert_permanent_naming(&same.unwrap_err(), &value_dir, &context);
+            assert_eq!(snapshot(&value_dir), before, "{context}: left in place");
+            // Once removed by hand, the name works again (from a fresh fence).
+            std::fs::remove_dir_all(&value_dir).unwrap();
+            block_on(store.put_fenced(&name, t(100), b"fresh")).unwrap();
+            assert_eq!(
+                block_on(store.fence_and_read(&name, t(100))).unwrap(),
+                Some(b"fresh".to_vec()),
+                "{context}"
+            );
+        }
+        assert_eq!(std::fs::read(&elsewhere).unwrap(), b"do not touch");
+        assert_no_strays(dir.path());
+    }
+}
