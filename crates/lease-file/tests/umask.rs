@@ -1,5 +1,7 @@
-//! Item 9 of issue 9: every file the crate creates gets exactly the configured mode, whatever the
-//! umask. The umask is process-wide, so this binary holds this single test.
+//! Item 9 of issue 9: every file and directory the crate creates gets exactly the configured
+//! mode, whatever the umask: files the file mode, lock and fenced-value directories the file mode
+//! plus the matching search bits (0664 gives 0775, 0600 gives 0700). The umask is process-wide,
+//! so this binary holds this single test.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -7,103 +9,148 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use lease_core::{FencedValues, FencingToken, LeaseBackendExt, LeaseKey};
-use lease_file::{DirectoryStore, FileLock, FileLockOptions, LockMode, ModePreference};
+use lease_core::{FencedValues, FencingToken, LeaseBackend, LeaseBackendExt, LeaseKey};
+use lease_file::{DirectoryStore, FileLock, FileLockOptions, ModePreference};
 use nix::sys::stat::{Mode, umask};
 
-/// Every regular file in `dir` with its permission bits.
-fn modes(dir: &Path) -> BTreeMap<String, u32> {
-    std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap())
-        .filter(|e| e.file_type().unwrap().is_file())
-        .map(|e| {
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                e.metadata().unwrap().permissions().mode() & 0o7777,
-            )
-        })
-        .collect()
+/// Every file and directory under `root` (not `root` itself), by path relative to it, with its
+/// kind and permission bits.
+fn modes(root: &Path) -> BTreeMap<String, (bool, u32)> {
+    let mut found = BTreeMap::new();
+    let mut pending = vec![root.to_owned()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let meta = std::fs::symlink_metadata(entry.path()).unwrap();
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+            let name = entry
+                .path()
+                .strip_prefix(root)
+                .unwrap()
+                .display()
+                .to_string();
+            found.insert(name, (meta.is_dir(), meta.permissions().mode() & 0o7777));
+        }
+    }
+    found
 }
 
-fn show(modes: &BTreeMap<String, u32>) -> String {
+fn show(modes: &BTreeMap<String, (bool, u32)>) -> String {
     modes
         .iter()
-        .map(|(name, mode)| format!("{name} {mode:o}"))
+        .map(|(name, (dir, mode))| format!("{name}{} {mode:o}", if *dir { "/" } else { "" }))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-fn assert_all(dir: &Path, expected: u32, at_least: &[&str]) {
-    let modes = modes(dir);
-    for name in at_least {
+/// Every file under `root` has `file_mode`, every directory `dir_mode`, and each name of
+/// `at_least` (a prefix of a path) is among them.
+fn assert_all(root: &Path, file_mode: u32, dir_mode: u32, at_least: &[&str], context: &str) {
+    let modes = modes(root);
+    eprintln!("{context}: {}", show(&modes));
+    for prefix in at_least {
         assert!(
-            modes.contains_key(*name),
-            "{name} missing from {}",
+            modes.keys().any(|name| name.starts_with(prefix)),
+            "{context}: nothing like {prefix} in {}",
             show(&modes)
         );
     }
-    for (name, mode) in &modes {
+    for (name, (dir, mode)) in &modes {
+        let expected = if *dir { dir_mode } else { file_mode };
         assert_eq!(
             *mode,
             expected,
-            "{name} has mode {mode:o}, configured {expected:o} (all: {})",
+            "{context}: {name} has mode {mode:o}, configured {expected:o} (all: {})",
             show(&modes)
         );
     }
 }
 
-/// Before: under umask 077, `P.lock` and `P.owner` came out 0600 and the epoch files
-/// `P.cs.<n>` / `P.cs.<n>.done` 0600 (and under 022, a configured 0664 came out 0644), so a lock
-/// shared by the users of a group failed with "permission denied" for everyone but the first.
-/// The record alone got its mode (by `fchmod`). Now every created file gets `fchmod`ed.
+/// Before: under umask 077 the old protocol's `P.lock` and `P.owner` companions and its epoch
+/// files came out 0600 (and under 022 a configured 0664 came out 0644), so a lock shared by the
+/// users of a group failed with "permission denied" for everyone but the first. Now the lock
+/// directory, its state entries (which keep the mode through every rename), fenced-value
+/// directories and their data files all get their mode by `chmod` after an exclusive create.
 #[test]
-fn every_created_file_gets_exactly_the_configured_mode_under_a_restrictive_umask() {
-    umask(Mode::from_bits_truncate(0o077));
-    for file_mode in [0o644, 0o664, 0o600] {
-        for preference in [ModePreference::Kernel, ModePreference::HeartbeatOnly] {
-            // FileLock.
-            let dir = tempfile::tempdir().unwrap();
-            let path = dir.path().join("a.lease");
-            let options = FileLockOptions::default()
-                .with_heartbeat_interval(Duration::from_millis(10))
-                .with_stale_threshold(Duration::from_millis(300))
-                .with_file_mode(file_mode)
-                .with_mode(preference);
-            let lock = FileLock::with_options(&path, options).unwrap();
-            lock.acquire().unwrap();
-            std::thread::sleep(Duration::from_millis(50)); // a few heartbeats
-            lock.release().unwrap();
-            let expected: &[&str] = match lock.mode() {
-                LockMode::Kernel => &["a.lease", "a.lease.lock", "a.lease.owner"],
-                _ => &["a.lease", "a.lease.cs.1", "a.lease.cs.1.done"],
-            };
-            let context = format!("FileLock {file_mode:o} {preference:?}");
-            eprintln!("{context}: {}", show(&modes(dir.path())));
-            assert_all(dir.path(), file_mode, &expected[..1]);
-            if lock.mode() == LockMode::Kernel {
-                assert_all(dir.path(), file_mode, expected);
-            } else {
-                assert!(
-                    modes(dir.path()).keys().any(|n| n.contains(".cs.")),
-                    "{context}: no epoch file left to check"
+fn every_created_file_and_directory_gets_exactly_the_configured_mode() {
+    // Made before the umask changes: under umask 777 a new temporary directory could not even
+    // be entered. The crate creates nothing but in them.
+    let roots: Vec<_> = (0..48).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut roots = roots.iter();
+    for mask in [0o077, 0o022, 0o777] {
+        umask(Mode::from_bits_truncate(mask));
+        for (file_mode, dir_mode) in [
+            (0o644, 0o755),
+            (0o664, 0o775),
+            (0o600, 0o700),
+            (0o640, 0o750),
+        ] {
+            for preference in [ModePreference::Kernel, ModePreference::HeartbeatOnly] {
+                let context = format!("umask {mask:03o}, mode {file_mode:o}, {preference:?}");
+                // FileLock: the lock directory and its state entry, through acquisition,
+                // heartbeats, release and a second tenure.
+                let dir = roots.next().unwrap();
+                let path = dir.path().join("a.lease");
+                let options = FileLockOptions::default()
+                    .with_heartbeat_interval(Duration::from_millis(10))
+                    .with_stale_threshold(Duration::from_millis(300))
+                    .with_file_mode(file_mode)
+                    .with_mode(preference);
+                let lock = FileLock::with_options(&path, options.clone()).unwrap();
+                lock.acquire().unwrap();
+                std::thread::sleep(Duration::from_millis(50)); // a few heartbeats
+                lock.release().unwrap();
+                let other = FileLock::with_options(&path, options).unwrap();
+                other.acquire().unwrap();
+                assert_all(
+                    dir.path(),
+                    file_mode,
+                    dir_mode,
+                    &["a.lease/held."],
+                    &format!("FileLock held, {context}"),
+                );
+                other.release().unwrap();
+                assert_all(
+                    dir.path(),
+                    file_mode,
+                    dir_mode,
+                    &["a.lease/free.2"],
+                    &format!("FileLock, {context}"),
+                );
+
+                // DirectoryStore: lock directories, state entries, fenced-value directories
+                // and their data files.
+                let dir = roots.next().unwrap();
+                let store = DirectoryStore::open_with_mode(dir.path(), preference)
+                    .unwrap()
+                    .with_file_mode(file_mode);
+                let key = LeaseKey::new("jobs").unwrap();
+                let lease =
+                    lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
+                let lease =
+                    lease_core::block_on(store.renew(&lease, Duration::from_secs(5))).unwrap();
+                lease_core::block_on(store.put_fenced(&key, FencingToken::new(1), b"v")).unwrap();
+                lease_core::block_on(store.put_fenced(&key, FencingToken::new(2), b"w")).unwrap();
+                let only_fenced = LeaseKey::new("fenced-only").unwrap();
+                lease_core::block_on(store.fence_and_read(&only_fenced, FencingToken::new(3)))
+                    .unwrap();
+                lease_core::block_on(store.release_lease(&lease)).unwrap();
+                assert_all(
+                    dir.path(),
+                    file_mode,
+                    dir_mode,
+                    &[
+                        "jobs.lease/free.1",
+                        "fenced~jobs/data.",
+                        "fenced~jobs/value.2.",
+                        "fenced~fenced-only/value.3.",
+                    ],
+                    &format!("store, {context}"),
                 );
             }
-
-            // DirectoryStore: records, companions, fenced values, the mode probe.
-            let dir = tempfile::tempdir().unwrap();
-            let store = DirectoryStore::open_with_mode(dir.path(), preference)
-                .unwrap()
-                .with_file_mode(file_mode);
-            let key = LeaseKey::new("jobs").unwrap();
-            let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
-            lease_core::block_on(store.put_fenced(&key, FencingToken::new(1), b"v")).unwrap();
-            lease_core::block_on(store.release_lease(&lease)).unwrap();
-            eprintln!(
-                "store {file_mode:o} {preference:?}: {}",
-                show(&modes(dir.path()))
-            );
-            assert_all(dir.path(), file_mode, &["jobs.lease"]);
         }
     }
+    umask(Mode::from_bits_truncate(0o022));
 }
