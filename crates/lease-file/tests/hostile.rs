@@ -791,7 +791,7 @@ fn a_restored_copy_of_a_lock_directory_is_not_mistaken_for_a_dead_holder() {
         std::fs::rename(&path, dir.path().join("a.lease.old")).unwrap();
         std::fs::rename(&copy, &path).unwrap();
         let copied = state(&path);
-        let deadline_ns: u64 = field(&copied, 7).parse().unwrap();
+        let deadline_ns: u64 = field(&copied, 6).parse().unwrap();
 
         let contender = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
         let err = contender.try_acquire().unwrap_err();
