@@ -349,8 +349,13 @@ fn observations() -> &'static Observations {
 }
 
 /// A thread blocked in `flock` on the lock directory, for a waiter: the kernel wakes it when the
-/// holder releases or dies.
-type Waiter = mpsc::Receiver<Result<Option<KeyDir>, FileLockError>>;
+/// holder releases or dies. It hands the locked directory over only while a caller of
+/// [`FileLock::acquire_timeout`] wants it, and otherwise lets the kernel lock go at once.
+#[derive(Debug)]
+struct Waiter {
+    rx: mpsc::Receiver<Result<Option<KeyDir>, FileLockError>>,
+    wanted: Arc<Mutex<bool>>,
+}
 
 struct Shared {
     path: PathBuf,
@@ -573,6 +578,30 @@ impl FileLock {
     /// [`FileLockError::Timeout`] naming the last holder seen (pid, host, since); the last
     /// transient error when that persisted until the timeout; other errors at once.
     pub fn acquire_timeout(&self, timeout: Duration) -> Result<FencingToken, FileLockError> {
+        let result = self.wait_to_acquire(timeout);
+        // A thread still blocked in `flock` for us is not wanted any more: when it gets the
+        // kernel lock, it lets it go at once (it is kept for the next call). Handing it over
+        // to nobody, it would keep the kernel lock for as long as this `FileLock` lives, from
+        // whoever holds the lease next, this lock's own tenure included.
+        let mut waiter = self
+            .shared
+            .waiter
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(w) = waiter.as_ref() {
+            let mut wanted = w.wanted.lock().unwrap_or_else(PoisonError::into_inner);
+            *wanted = false;
+            // It may have handed the lock over just before: let that go too.
+            let done = !matches!(w.rx.try_recv(), Err(mpsc::TryRecvError::Empty));
+            drop(wanted);
+            if done {
+                *waiter = None;
+            }
+        }
+        result
+    }
+
+    fn wait_to_acquire(&self, timeout: Duration) -> Result<FencingToken, FileLockError> {
         let start = Instant::now();
         let mut locked = None;
         // The generation of a holder whose state claims a kernel lock that, once we held this
@@ -625,24 +654,33 @@ impl FileLock {
     }
 
     /// Waits up to `wait` for a thread blocked in `flock` on the lock directory (one per lock,
-    /// kept across calls) to get the kernel lock, and hands its descriptor over.
+    /// kept across the calls of one `acquire_timeout`) to get the kernel lock, and hands its
+    /// descriptor over.
     fn wait_for_kernel_lock(&self, wait: Duration) -> Result<Option<KeyDir>, FileLockError> {
         let mut waiter = self
             .shared
             .waiter
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let rx = waiter.get_or_insert_with(|| {
+        let w = waiter.get_or_insert_with(|| {
             let (tx, rx) = mpsc::channel();
+            let wanted = Arc::new(Mutex::new(true));
             let path = self.shared.path.clone();
+            let still_wanted = wanted.clone();
             std::thread::spawn(move || {
-                let got = KeyDir::open(&path, Kind::Lease, None)
-                    .and_then(|kd| kd.map(|mut kd| kd.lock_blocking().map(|()| kd)).transpose());
-                let _ = tx.send(got);
+                let got = KeyDir::open(&path, Kind::Lease, None).and_then(|kd| {
+                    kd.map(|mut kd| kd.lock_blocking().map(|()| kd))
+                        .transpose()
+                });
+                let wanted = still_wanted.lock().unwrap_or_else(PoisonError::into_inner);
+                if *wanted {
+                    let _ = tx.send(got);
+                } // else the lock goes with `got`, here
             });
-            rx
+            Waiter { rx, wanted }
         });
-        match rx.recv_timeout(wait) {
+        *w.wanted.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        match w.rx.recv_timeout(wait) {
             Ok(got) => {
                 *waiter = None;
                 got

@@ -1177,3 +1177,70 @@ fn waiting_for_a_holder_whose_kernel_lock_is_elsewhere_does_not_spin() {
         "{cpu:?} of CPU to wait {waited:?}: spinning"
     );
 }
+
+/// A kernel-mode waiter that gave up never keeps the kernel lock. `acquire_timeout` waits for a
+/// holder's kernel lock on a thread blocked in `flock`; that thread used to outlive the call, get
+/// the lock when the holder let it go, and keep it for as long as the `FileLock` lived: from
+/// whoever held the lease next after a timeout (so their crash would not be noticed at once),
+/// and from this very lock's tenure after taking over a hung holder (its heartbeat could never
+/// take the kernel lock it is meant to pick up once the hung holder lets go).
+#[test]
+fn a_waiter_that_gave_up_never_keeps_the_kernel_lock() {
+    let kernel = || fast().with_mode(ModePreference::Kernel);
+    let holds_kernel_lock = |path: &Path| {
+        let name = state(path);
+        name.starts_with("held.") && field(&name, 4) != "n"
+    };
+
+    // After a timeout.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let holder = FileLock::with_options(&path, kernel()).unwrap();
+    holder.acquire().unwrap();
+    let waiter = FileLock::with_options(&path, kernel()).unwrap();
+    let err = waiter
+        .acquire_timeout(Duration::from_millis(100))
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    holder.release().unwrap();
+    std::thread::sleep(Duration::from_millis(50)); // a waiting thread would have the lock now
+    let next = FileLock::with_options(&path, kernel()).unwrap();
+    next.acquire().unwrap();
+    assert!(
+        holds_kernel_lock(&path),
+        "after a timeout: {}",
+        state(&path)
+    );
+    next.release().unwrap();
+    drop(waiter);
+
+    // After taking over a hung holder: one that keeps the kernel lock of this very directory
+    // (here, this test) but renews nothing, on a clock not shared with us.
+    let path = dir.path().join("b.lease");
+    std::fs::create_dir(&path).unwrap();
+    std::fs::write(
+        path.join("held.1.0.00000000000000aa.00000000000000ff.n.0.300000000"),
+        b"",
+    )
+    .unwrap();
+    let hung = std::fs::File::open(&path).unwrap();
+    hung.lock().unwrap();
+    let taker = FileLock::with_options(&path, kernel()).unwrap();
+    assert_eq!(
+        taker.acquire_timeout(Duration::from_secs(5)).unwrap().get(),
+        2
+    );
+    assert!(!holds_kernel_lock(&path), "the hung holder still has it");
+    drop(hung);
+    let until = Instant::now() + Duration::from_secs(2);
+    while !holds_kernel_lock(&path) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        holds_kernel_lock(&path),
+        "the new owner's heartbeat never got the kernel lock: {}",
+        state(&path)
+    );
+    assert!(taker.held());
+    taker.release().unwrap();
+}
