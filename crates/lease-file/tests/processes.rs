@@ -21,10 +21,6 @@ struct Probe {
 }
 
 impl Probe {
-    fn spawn(args: &[&str]) -> Self {
-        Self::spawn_in_mode("kernel", args)
-    }
-
     fn spawn_in_mode(mode: &str, args: &[&str]) -> Self {
         let mut child = Command::new(PROBE)
             .env("LEASE_FILE_PROBE_MODE", mode)
@@ -86,65 +82,141 @@ fn unix_ns() -> u128 {
         .as_nanos()
 }
 
+/// The lock directory's state entry name: `free.<gen>` or
+/// `held.<gen>.<seq>.<token>.<kernel>.<scale>.<deadline_ns>.<duration_ns>`.
+fn state(lock: &Path) -> String {
+    let states: Vec<String> = std::fs::read_dir(lock)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("free.") || n.starts_with("held."))
+        .collect();
+    assert_eq!(states.len(), 1, "{states:?}");
+    states.into_iter().next().unwrap()
+}
+
+/// Whether a held state says its holder holds the kernel lock.
+fn holds_kernel_lock(name: &str) -> bool {
+    name.starts_with("held.") && name.split('.').nth(4) != Some("n")
+}
+
+/// The generation and the deadline a held state names, on `CLOCK_MONOTONIC` like the probe's
+/// `acquired <generation> <unix_ns> <monotonic_ns>` lines.
+fn held(name: &str) -> (u128, u128) {
+    assert!(name.starts_with("held."), "{name}");
+    let field = |i| name.split('.').nth(i).unwrap().parse().unwrap();
+    (field(1), field(6))
+}
+
 #[test]
 fn sigkilled_holder_is_taken_over_at_once() {
-    sigkill_takeover("kernel");
+    sigkill_takeover("kernel", 3000, 250);
 }
 
 #[test]
-fn sigkilled_holder_is_taken_over_at_once_heartbeat_only() {
-    // No kernel lock: the pid probe (same host, namespace, boot; the zombie counts as dead)
-    // frees the lease long before the 3 s stale threshold.
-    sigkill_takeover("heartbeat-only");
+fn sigkilled_holder_is_taken_over_at_its_deadline_heartbeat_only() {
+    sigkill_takeover("heartbeat-only", 1000, 100);
 }
 
-fn sigkill_takeover(mode: &str) {
+/// SIGKILLs a holder while another process waits, five times. Kernel mode: the kernel lock the
+/// holder held is free at once, so the waiter takes over within a fraction of the stale threshold,
+/// before the dead holder's deadline. Heartbeat-only mode: nothing says the holder is dead, so
+/// the waiter takes over only once the deadline of the holder's last state has passed, and soon
+/// after.
+fn sigkill_takeover(mode: &str, stale_ms: u64, heartbeat_ms: u64) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("k.lease");
-    let path = path.to_str().unwrap();
+    let path_buf = dir.path().join("k.lease");
+    let path = path_buf.to_str().unwrap();
+    let (stale, heartbeat) = (stale_ms.to_string(), heartbeat_ms.to_string());
     let mut takeovers = Vec::new();
     for _ in 0..5 {
-        let holder = Probe::spawn_in_mode(mode, &["hold", path, "3000", "250"]);
+        let mut holder = Probe::spawn_in_mode(mode, &["hold", path, &stale, &heartbeat]);
         let g1 = field(&holder.expect("acquired", Duration::from_secs(10)), 1);
-        let waiter = Probe::spawn_in_mode(mode, &["wait", path, "3000", "250", "200", "20000"]);
+        let waiter =
+            Probe::spawn_in_mode(mode, &["wait", path, &stale, &heartbeat, "200", "20000"]);
         waiter.expect("waiting", Duration::from_secs(10));
         std::thread::sleep(Duration::from_millis(20));
+        // The holder's deadline now (a heartbeat before the kill can only move it later).
+        let (_, deadline_before) = held(&state(&path_buf));
         let killed_at = unix_ns();
         kill(holder.pid(), Signal::SIGKILL).unwrap();
+        holder.child.wait().unwrap();
+        // Heartbeat-only: nobody may take over before the deadline, so this is the dead
+        // holder's last state.
+        let last = (mode == "heartbeat-only").then(|| state(&path_buf));
         let line = waiter.expect("acquired", Duration::from_secs(10));
-        let took = field(&line, 2).saturating_sub(killed_at);
         assert!(field(&line, 1) > g1, "takeover fences: {line} vs {g1}");
+        let took = field(&line, 2).saturating_sub(killed_at);
         takeovers.push(Duration::from_nanos(u64::try_from(took).unwrap()));
+        let taken_at = field(&line, 3);
+        match last {
+            None => assert!(
+                taken_at < deadline_before,
+                "kernel mode takes over before the dead holder's deadline: {line}"
+            ),
+            Some(last) => {
+                let (_, deadline) = held(&last);
+                assert!(
+                    taken_at >= deadline,
+                    "taken over {} ns before the deadline of {last}",
+                    deadline - taken_at
+                );
+                assert!(taken_at - deadline < 1_000_000_000, "{last}: {line}");
+            }
+        }
         drop(holder);
     }
     takeovers.sort();
     eprintln!("takeover after SIGKILL ({mode}): {takeovers:?}");
-    // The stale threshold is 3 s: a takeover well under it came from the kernel lock.
-    assert!(takeovers[2] < Duration::from_millis(1000), "{takeovers:?}");
+    if mode == "kernel" {
+        // A takeover well under the stale threshold came from the kernel lock.
+        assert!(takeovers[2] < Duration::from_millis(1000), "{takeovers:?}");
+    } else {
+        // The deadline is the last heartbeat before the kill plus the stale threshold.
+        let earliest = Duration::from_millis(stale_ms - heartbeat_ms - 100);
+        assert!(takeovers[0] >= earliest, "{takeovers:?}");
+    }
 }
 
 #[test]
 fn sigstopped_holder_is_taken_over_and_learns_it_after_sigcont() {
+    sigstop_takeover("kernel");
+}
+
+#[test]
+fn sigstopped_holder_is_taken_over_and_learns_it_after_sigcont_heartbeat_only() {
+    sigstop_takeover("heartbeat-only");
+}
+
+/// SIGSTOPs a holder: it keeps its kernel lock (kernel mode) but renews nothing, so a waiter
+/// takes over once its deadline has passed, not before; the new owner holds no kernel lock while
+/// the stopped process keeps it. After SIGCONT the old holder learns the loss from its next
+/// heartbeat, with the new owner's generation, lets its kernel lock go, and the new owner's
+/// heartbeat picks it up.
+fn sigstop_takeover(mode: &str) {
     let dir = tempfile::tempdir().unwrap();
     let path_buf = dir.path().join("s.lease");
     let path = path_buf.to_str().unwrap();
-    let mut holder = Probe::spawn(&["hold", path, "800", "50"]);
+    let mut holder = Probe::spawn_in_mode(mode, &["hold", path, "800", "50"]);
     let g1 = field(&holder.expect("acquired", Duration::from_secs(10)), 1);
     kill(holder.pid(), Signal::SIGSTOP).unwrap();
-    let stopped = Instant::now();
-    let mut taker = Probe::spawn(&["wait", path, "800", "50", "5000", "20000", "hold"]);
+    std::thread::sleep(Duration::from_millis(30));
+    let stopped_state = state(&path_buf);
+    let (generation, deadline) = held(&stopped_state);
+    assert_eq!(generation, g1);
+    assert_eq!(holds_kernel_lock(&stopped_state), mode == "kernel");
+    let mut taker =
+        Probe::spawn_in_mode(mode, &["wait", path, "800", "50", "5000", "20000", "hold"]);
     let line = taker.expect("acquired", Duration::from_secs(10));
-    let waited = stopped.elapsed();
     let g2 = field(&line, 1);
     assert!(g2 > g1, "the new owner's fencing token is greater");
     assert!(
-        waited >= Duration::from_millis(800),
-        "not before the stale threshold: {waited:?}"
+        field(&line, 3) >= deadline,
+        "taken over before the stopped holder's deadline: {stopped_state} {line}"
     );
-    let record = || lease_file::LeaseFileRecord::parse(&std::fs::read(&path_buf).unwrap()).unwrap();
     assert!(
-        !record().tenure,
-        "the hung holder still has the tenure kernel lock"
+        !holds_kernel_lock(&state(&path_buf)),
+        "the hung holder still has the kernel lock: {}",
+        state(&path_buf)
     );
     kill(holder.pid(), Signal::SIGCONT).unwrap();
     let lost = holder.expect("lost", Duration::from_secs(5));
@@ -152,13 +224,21 @@ fn sigstopped_holder_is_taken_over_and_learns_it_after_sigcont() {
     holder.say("check");
     let check = holder.expect("check", Duration::from_secs(5));
     assert!(check.starts_with("check lost"), "{check}");
-    // The old holder let its kernel lock go; the new owner's heartbeat picks it up.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !record().tenure && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
+    if mode == "kernel" {
+        // The old holder let its kernel lock go; the new owner's heartbeat picks it up.
+        let until = Instant::now() + Duration::from_secs(3);
+        while !holds_kernel_lock(&state(&path_buf)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            holds_kernel_lock(&state(&path_buf)),
+            "the new owner now holds the kernel lock"
+        );
+    } else {
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!holds_kernel_lock(&state(&path_buf)));
     }
-    assert!(record().tenure, "the new owner now holds the tenure lock");
-    assert_eq!(record().generation, u64::try_from(g2).unwrap());
+    assert_eq!(held(&state(&path_buf)).0, g2);
     taker.say("check");
     assert!(
         taker
@@ -213,13 +293,14 @@ fn check_log(log: &Path, crashed: &HashSet<u32>) -> usize {
 
 #[test]
 fn many_processes_never_overlap() {
-    stress("kernel", 8, 3, 150, 2000);
+    stress("kernel", 8, 3, 150, 2000, 3000);
 }
 
 #[test]
 fn many_processes_never_overlap_heartbeat_only() {
-    // Heartbeat-only takeover of a crashed holder goes through the pid fast path (same host).
-    stress("heartbeat-only", 8, 3, 100, 2000);
+    // Each crash while holding stops everyone until the crashed holder's deadline: a shorter
+    // stale threshold keeps the test short.
+    stress("heartbeat-only", 8, 3, 100, 2000, 1000);
 }
 
 #[test]
@@ -240,7 +321,14 @@ fn the_checker_catches_an_overlap() {
     );
 }
 
-fn stress(mode: &str, processes: usize, batches: usize, rounds: usize, min_rounds: usize) {
+fn stress(
+    mode: &str,
+    processes: usize,
+    batches: usize,
+    rounds: usize,
+    min_rounds: usize,
+    stale_ms: u64,
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("stress.lease");
     let log = dir.path().join("stress.log");
@@ -270,7 +358,7 @@ fn stress(mode: &str, processes: usize, batches: usize, rounds: usize, min_round
                                 log_s,
                                 &rounds.to_string(),
                                 &crash_at.to_string(),
-                                "3000",
+                                &stale_ms.to_string(),
                                 "100",
                             ])
                             .output()
@@ -320,14 +408,24 @@ fn stress(mode: &str, processes: usize, batches: usize, rounds: usize, min_round
 
 #[test]
 fn many_contenders_for_one_stale_holder_one_winner() {
+    many_contenders("kernel");
+}
+
+#[test]
+fn many_contenders_for_one_stale_holder_one_winner_heartbeat_only() {
+    many_contenders("heartbeat-only");
+}
+
+/// Six waiters judge one stopped holder stale at about the same moment: exactly one takes over.
+fn many_contenders(mode: &str) {
     let dir = tempfile::tempdir().unwrap();
     let path_buf = dir.path().join("m.lease");
     let path = path_buf.to_str().unwrap();
-    let holder = Probe::spawn(&["hold", path, "600", "50"]);
+    let holder = Probe::spawn_in_mode(mode, &["hold", path, "600", "50"]);
     let g1 = field(&holder.expect("acquired", Duration::from_secs(10)), 1);
     kill(holder.pid(), Signal::SIGSTOP).unwrap();
     let waiters: Vec<Probe> = (0..6)
-        .map(|_| Probe::spawn(&["wait", path, "600", "50", "1000", "20000", "hold"]))
+        .map(|_| Probe::spawn_in_mode(mode, &["wait", path, "600", "50", "1000", "20000", "hold"]))
         .collect();
     for w in &waiters {
         w.expect("waiting", Duration::from_secs(10));

@@ -2,12 +2,14 @@
 //!
 //! ```text
 //! lease-file-probe hold <path> <stale_ms> <heartbeat_ms>
-//!     acquire (waiting up to 60 s), print `acquired <generation>`, hold until stdin closes
+//!     acquire (waiting up to 60 s), print `acquired <generation> <unix_ns> <monotonic_ns>`,
+//!     hold until stdin closes
 //!     (then release) or the process is killed; a loss prints `lost taken_over <generation>` or
 //!     `lost untrusted`.
 //! lease-file-probe wait <path> <stale_ms> <heartbeat_ms> <retry_us> <timeout_ms> [hold]
-//!     print `waiting`, acquire with a timeout, print `acquired <generation> <unix_ns>`; release
-//!     at once, or with `hold` keep holding as `hold` does.
+//!     print `waiting`, acquire with a timeout, print
+//!     `acquired <generation> <unix_ns> <monotonic_ns>`; release at once, or with `hold` keep
+//!     holding as `hold` does.
 //! lease-file-probe stress <path> <log> <rounds> <crash_at> <stale_ms> <heartbeat_ms>
 //!     `rounds` times: acquire, append `enter <generation> <pid>`, append
 //!     `exit <generation> <pid>`, release. At round `crash_at` (if not 0), exit with status 3
@@ -21,6 +23,10 @@
 //! lease-file-probe rawwait <path>
 //!     the floor: print `waiting`, block in flock, print `acquired 0 <unix_ns>`.
 //! ```
+//!
+//! `<monotonic_ns>` is `CLOCK_MONOTONIC`, the scale of the deadlines in lock state names, read
+//! just after the acquisition. On stdin, `check` makes a holder print `check ok <generation>` or
+//! `check lost <why>`.
 //!
 //! `LEASE_FILE_PROBE_MODE=heartbeat-only` runs the heartbeat-only protocol instead of kernel
 //! locks.
@@ -73,6 +79,17 @@ fn unix_ns() -> u128 {
         .unwrap_or(0)
 }
 
+fn monotonic_ns() -> i128 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+        i128::from(t.tv_sec()) * 1_000_000_000 + i128::from(t.tv_nsec())
+    })
+}
+
+fn acquired(generation: impl std::fmt::Display) {
+    let mono = monotonic_ns();
+    say(&format!("acquired {generation} {} {mono}", unix_ns()));
+}
+
 fn hold_until_stdin_closes(lock: &FileLock) {
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
@@ -98,7 +115,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let generation = lock
                 .acquire_timeout(Duration::from_secs(60))
                 .map_err(|e| e.to_string())?;
-            say(&format!("acquired {generation} {}", unix_ns()));
+            acquired(generation);
             hold_until_stdin_closes(&lock);
             Ok(())
         }
@@ -115,7 +132,7 @@ fn run(args: &[String]) -> Result<(), String> {
             let generation = lock
                 .acquire_timeout(Duration::from_millis(timeout))
                 .map_err(|e| e.to_string())?;
-            say(&format!("acquired {generation} {}", unix_ns()));
+            acquired(generation);
             if args.get(7).map(String::as_str) == Some("hold") {
                 hold_until_stdin_closes(&lock);
             } else {
