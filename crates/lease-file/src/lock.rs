@@ -108,12 +108,15 @@ impl FileLockOptions {
         self.invalid_record_stale = threshold;
         self
     }
-    /// Mode of created files (exactly this mode, whatever the umask).
+    /// Mode of created files (exactly this mode, whatever the umask). The lock directory gets
+    /// it too, plus the matching search (`x`) bits: 0664 gives 0775, 0600 gives 0700.
     pub fn with_file_mode(mut self, mode: u32) -> Self {
         self.file_mode = mode & 0o7777;
         self
     }
-    /// Mode of created directories (subject to the umask, as `mkdir(2)`).
+    /// Mode of the missing parent directories of the lock's path, created as the Go package
+    /// creates them (subject to the umask, as `mkdir(2)`). Not the lock directory itself: see
+    /// [`with_file_mode`](Self::with_file_mode).
     pub fn with_dir_mode(mut self, mode: u32) -> Self {
         self.dir_mode = mode & 0o7777;
         self
