@@ -83,7 +83,15 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     // rename of the file protocol, checked from the history they write.
     steps.run(
         "pause injection, lease-file --features failpoints",
-        &mut cargo(&["test", "-p", "lease-file", "--features", "failpoints", "--test", "pauses"]),
+        &mut cargo(&[
+            "test",
+            "-p",
+            "lease-file",
+            "--features",
+            "failpoints",
+            "--test",
+            "pauses",
+        ]),
     )?;
     // Stops DynamoDB Local (if this run started it) before the docs: they do not need it.
     drop(dynamo);

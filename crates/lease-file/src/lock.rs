@@ -671,10 +671,8 @@ impl FileLock {
             let path = self.shared.path.clone();
             let still_wanted = wanted.clone();
             std::thread::spawn(move || {
-                let got = KeyDir::open(&path, Kind::Lease, None).and_then(|kd| {
-                    kd.map(|mut kd| kd.lock_blocking().map(|()| kd))
-                        .transpose()
-                });
+                let got = KeyDir::open(&path, Kind::Lease, None)
+                    .and_then(|kd| kd.map(|mut kd| kd.lock_blocking().map(|()| kd)).transpose());
                 let wanted = still_wanted.lock().unwrap_or_else(PoisonError::into_inner);
                 if *wanted {
                     let _ = tx.send(got);
@@ -989,9 +987,14 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
             return Ok(Err(LostReason::TakenOver { holder: None }));
         }
         let kernel = shared.mode == LockMode::Kernel;
-        if let Some((next, next_name, now)) =
-            engine::renew(&mut kd, &name, &held, opts.stale_threshold, kernel, &shared.time)?
-        {
+        if let Some((next, next_name, now)) = engine::renew(
+            &mut kd,
+            &name,
+            &held,
+            opts.stale_threshold,
+            kernel,
+            &shared.time,
+        )? {
             // Replaced between the look above and the rename: the renewal is in a directory
             // nobody else sees, and must not extend the deadline.
             if !kd.still_at_path() {
