@@ -91,6 +91,8 @@ pub(crate) fn test(flags: &[&str]) -> Result {
             "failpoints",
             "--test",
             "pauses",
+            "--test",
+            "fault_points",
         ]),
     )?;
     // Stops DynamoDB Local (if this run started it) before the docs: they do not need it.
