@@ -353,13 +353,16 @@ impl KeyDir {
         )
         .map_err(|e| io_error("open lock directory", &self.path, e.into()))?;
         let mut names = Vec::new();
+        let mut seen = 0;
         for entry in dir.iter() {
             let entry = entry.map_err(|e| io_error("read lock directory", &self.path, e.into()))?;
             let name = entry.file_name().to_bytes();
             if name == b"." || name == b".." {
                 continue;
             }
-            if names.len() == MAX_ENTRIES {
+            // Every entry counts towards the cap, names that are not UTF-8 too.
+            seen += 1;
+            if seen > MAX_ENTRIES {
                 return Err(FileLockError::Hostile {
                     path: self.path.clone(),
                     reason: format!("more than {MAX_ENTRIES} entries in a lock directory"),
@@ -410,9 +413,8 @@ impl KeyDir {
                     return Err(FileLockError::Hostile {
                         path: self.path.clone(),
                         reason: format!(
-                            "{} lease states ({}): planted by hand? Remove the directory once \
-                             no process uses it",
-                            found.len(),
+                            "two lease states or more ({}): planted by hand? Remove the \
+                             directory once no process uses it",
                             names.join(", ")
                         ),
                     });

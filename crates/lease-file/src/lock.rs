@@ -1005,6 +1005,16 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
         let found = kd.state()?;
         Ok(Err(
             match engine::mismatch(&found, held.generation, &token) {
+                // Still this tenure's state: the rename missed it (the entry was briefly away,
+                // or a listing raced), which is a failed heartbeat, retried until the deadline.
+                None if found.name == name => {
+                    return Err(FileLockError::Io {
+                        op: "heartbeat",
+                        path: shared.path.clone(),
+                        transient: true,
+                        source: std::io::Error::other("the lease state was briefly missing"),
+                    });
+                }
                 None | Some(engine::Gone::Expired) => LostReason::Untrusted {
                     reason: "the lease state changed under the heartbeat".into(),
                 },

@@ -399,6 +399,7 @@ impl DirectoryStore {
         for _ in 0..4 {
             let found = kd.state().map_err(backend_error)?;
             if let Some(gone) = engine::mismatch(&found, generation, lease.token().as_str()) {
+                self.forget_tenure(kd.path(), generation);
                 return Err(not_owned(key, gone));
             }
             let State::Held(held) = &found.state else {
@@ -407,6 +408,7 @@ impl DirectoryStore {
             let now = self.inner.time.now();
             let same_scale = held.scale.is_some() && held.scale == now.shared.map(|(s, _)| s);
             if same_scale && now.shared.is_some_and(|(_, at)| at >= held.deadline_ns) {
+                self.forget_tenure(kd.path(), generation);
                 return Err(not_owned(key, Gone::Expired));
             }
             if let Some((next, _, now)) = engine::renew(
@@ -467,8 +469,20 @@ impl DirectoryStore {
     }
 
     fn inspect_now(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
-        let Some(kd) = self.lease_dir(key, false)? else {
-            return Ok(None);
+        let path = self.inner.dir.join(key_file_name(key)?);
+        let kd = match KeyDir::open(&path, Kind::Lease, None) {
+            Ok(Some(kd)) => kd,
+            Ok(None) => return Ok(None),
+            // Another protocol's lock file (a Go PIDLock) holds the key: shown as held, with
+            // no fencing token of ours.
+            Err(FileLockError::Held { holder, .. }) => {
+                return Ok(Some(LeaseRecord::new(
+                    key.clone(),
+                    Some(Holder::new().with_owner(holder.to_string())),
+                    FencingToken::NONE,
+                )));
+            }
+            Err(e) => return Err(backend_error(e)),
         };
         let mut kd = kd;
         let found = kd.state().map_err(backend_error)?;
@@ -484,6 +498,19 @@ impl DirectoryStore {
             holder,
             FencingToken::new(found.state.generation()),
         )))
+    }
+
+    /// Drops the kernel lock this store holds for tenure `generation` at `path`, if any: the
+    /// tenure is over, and the next one should be able to take the lock.
+    fn forget_tenure(&self, path: &Path, generation: u64) {
+        let mut tenures = self
+            .inner
+            .tenures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if tenures.get(path).is_some_and(|(g, _)| *g == generation) {
+            tenures.remove(path);
+        }
     }
 
     fn holder(&self, kd: &KeyDir, found: &Found, record: Option<&LeaseFileRecord>) -> Holder {

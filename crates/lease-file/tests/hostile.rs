@@ -534,6 +534,17 @@ fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
                     std::fs::write(path.join("notes.txt"), b"mine").unwrap();
                 }
             }
+            // Planted long ago: an unparseable file younger than the Go package's
+            // invalid-record threshold may be a Go lock being written, and reads as held.
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+                let old = std::time::SystemTime::now() - Duration::from_secs(3600);
+                std::fs::File::options()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_modified(old)
+                    .unwrap();
+            }
             let before = snapshot(dir.path());
             let context = format!("{mode:?} {what}");
             let (result, waited, holder) = {
