@@ -205,6 +205,8 @@ pub(crate) enum Kind {
 pub(crate) struct Modes {
     pub(crate) file: u32,
     pub(crate) dir: u32,
+    /// fsync the parent directory once the lock directory is in place.
+    pub(crate) fsync: bool,
 }
 
 /// One lock directory, opened. Every operation goes through its descriptor, so the state read,
@@ -218,6 +220,8 @@ pub(crate) struct KeyDir {
     id: u64,
     dev_ino: (u64, u64),
     locked: bool,
+    /// fsync the directory after every rename.
+    durable: bool,
 }
 
 /// A state entry as found.
@@ -258,6 +262,7 @@ impl KeyDir {
                         id: fnv(&id_bytes),
                         dev_ino,
                         locked: false,
+                        durable: false,
                     }));
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => match create {
@@ -277,6 +282,13 @@ impl KeyDir {
                 "the directory keeps being created and removed by someone else",
             ),
         })
+    }
+
+    /// fsync the directory after every rename, so that a state (and its generation) survives
+    /// a power loss once the call that made it returned.
+    pub(crate) fn durable(mut self, on: bool) -> Self {
+        self.durable = on;
+        self
     }
 
     /// The directory's path.
@@ -466,6 +478,11 @@ impl KeyDir {
         #[cfg(feature = "failpoints")]
         crate::faults::pause_at(from, to);
         match renameat(self.file.as_fd(), from, self.file.as_fd(), to) {
+            Ok(()) if self.durable => self
+                .file
+                .sync_all()
+                .map(|()| true)
+                .map_err(|e| io_error("fsync lock directory", &self.path, e)),
             Ok(()) => Ok(true),
             Err(Errno::ENOENT) => self.exists(to),
             Err(e) => Err(io_error("rename lease state", &self.path, e.into())),
@@ -663,6 +680,11 @@ fn init(path: &Path, kind: Kind, modes: Modes) -> Result<(), FileLockError> {
         match std::fs::rename(&temp, path) {
             Ok(()) => {
                 tracing::debug!(path = %path.display(), "lock directory created");
+                if modes.fsync {
+                    File::open(parent)
+                        .and_then(|dir| dir.sync_all())
+                        .map_err(|e| io_error("fsync directory", parent, e))?;
+                }
                 Ok(true)
             }
             Err(e) => match e.raw_os_error().map(Errno::from_raw) {

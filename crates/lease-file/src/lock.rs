@@ -103,7 +103,10 @@ impl FileLockOptions {
         self.retry_delay = delay;
         self
     }
-    /// How long an unparseable record counts as held before it is reclaimed (zero: at once).
+    /// Go parity (`InvalidPIDLockStaleThreshold`); accepted and validated, but this protocol
+    /// has no unparseable records to reclaim: its state is a name, and a file of another
+    /// protocol at the path is never taken over (an unparseable one younger than the Go
+    /// package's own 1.2 s reads as a Go lock being written).
     pub fn with_invalid_record_stale(mut self, threshold: Duration) -> Self {
         self.invalid_record_stale = threshold;
         self
@@ -121,8 +124,9 @@ impl FileLockOptions {
         self.dir_mode = mode & 0o7777;
         self
     }
-    /// Replaces the signal-0 probe of a holder's pid (consulted only for holders on this host, in
-    /// this PID namespace and boot).
+    /// Go parity (`ProcessAppearsAlive`, which the Go package itself ignores); accepted but
+    /// never called: this crate never judges a holder by a pid, which may be reused or live in
+    /// another PID namespace. A holder's death is known from the kernel lock it holds.
     pub fn with_liveness(mut self, alive: impl Fn(u32) -> bool + Send + Sync + 'static) -> Self {
         self.liveness = Some(Arc::new(alive));
         self
@@ -148,8 +152,9 @@ impl FileLockOptions {
         self.mode = mode;
         self
     }
-    /// fsync records and the directory on every write (default off: leases do not outlive a
-    /// power loss anyway, but fencing generations then may repeat; turn it on if they must not).
+    /// fsync the lock directory after every rename, and its parent when it is created (default
+    /// off: leases do not outlive a power loss anyway, but a fencing generation issued just
+    /// before one may then be issued again; turn it on if generations must never repeat).
     pub fn with_fsync(mut self, fsync: bool) -> Self {
         self.fsync = fsync;
         self
@@ -725,8 +730,9 @@ impl FileLock {
         let modes = Modes {
             file: opts.file_mode,
             dir: opts.file_mode | ((opts.file_mode & 0o444) >> 2),
+            fsync: opts.fsync,
         };
-        let mut kd = match dir {
+        let kd = match dir {
             Some(kd) => kd,
             None => KeyDir::open(&shared.path, Kind::Lease, Some(modes))?.ok_or_else(|| {
                 FileLockError::Io {
@@ -737,6 +743,7 @@ impl FileLock {
                 }
             })?,
         };
+        let mut kd = kd.durable(opts.fsync);
         let token = uuid::Uuid::new_v4().simple().to_string();
         let claim = Claim {
             token: &token,

@@ -198,7 +198,10 @@ impl DirectoryStore {
         })
     }
 
-    /// fsync fenced values when written (default off).
+    /// fsync every change (default off): lock and value directories after each rename, data
+    /// files when written, and the store directory when a lock directory is created. Leases do
+    /// not outlive a power loss anyway, but without it a fencing generation issued just before
+    /// one may be issued again after it; turn it on if generations must never repeat.
     pub fn with_fsync(self, fsync: bool) -> Self {
         self.update(|i| i.fsync = fsync)
     }
@@ -291,12 +294,15 @@ impl DirectoryStore {
         Modes {
             file: self.inner.file_mode,
             dir: self.inner.dir_mode,
+            fsync: self.inner.fsync,
         }
     }
 
     fn lease_dir(&self, key: &LeaseKey, create: bool) -> Result<Option<KeyDir>, LeaseError> {
         let path = self.inner.dir.join(key_file_name(key)?);
-        KeyDir::open(&path, Kind::Lease, create.then(|| self.modes())).map_err(|e| held_or(key, e))
+        KeyDir::open(&path, Kind::Lease, create.then(|| self.modes()))
+            .map(|kd| kd.map(|kd| kd.durable(self.inner.fsync)))
+            .map_err(|e| held_or(key, e))
     }
 
     fn describe(
@@ -560,6 +566,7 @@ impl DirectoryStore {
         let path = self.inner.dir.join(fenced_file_name(name)?);
         KeyDir::open(&path, Kind::Value, Some(self.modes()))
             .map_err(backend_error)?
+            .map(|kd| kd.durable(self.inner.fsync))
             .ok_or_else(|| missing(name))
     }
 

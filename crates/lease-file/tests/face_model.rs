@@ -112,3 +112,31 @@ proptest! {
         run(ModePreference::HeartbeatOnly, &ops)?;
     }
 }
+
+/// `with_fsync` on both faces: every rename is followed by an fsync of the lock directory; the
+/// protocol behaves the same.
+#[test]
+fn both_faces_work_with_fsync() {
+    use lease_core::{FencedValues, FencingToken, LeaseBackendExt, LeaseKey};
+    let dir = tempfile::tempdir().unwrap();
+    let lock = FileLock::with_options(
+        dir.path().join("durable.lease"),
+        options(ModePreference::Kernel).with_fsync(true),
+    )
+    .unwrap();
+    let first = lock.acquire().unwrap();
+    lock.release().unwrap();
+    assert!(lock.acquire().unwrap() > first);
+    lock.release().unwrap();
+
+    let store = lease_file::DirectoryStore::open(dir.path().join("store"))
+        .unwrap()
+        .with_fsync(true);
+    let key = LeaseKey::new("durable").unwrap();
+    let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap();
+    let name = LeaseKey::new("checkpoint").unwrap();
+    lease_core::block_on(store.put_fenced(&name, lease.fencing_token(), b"v1")).unwrap();
+    let read = lease_core::block_on(store.fence_and_read(&name, FencingToken::new(9))).unwrap();
+    assert_eq!(read.as_deref(), Some(&b"v1"[..]));
+    lease_core::block_on(store.release_lease(&lease)).unwrap();
+}
