@@ -1,112 +1,141 @@
-//! File lease costs as ratios to the raw floor measured in the same run.
+//! File lease costs as ratios to raw floors measured in the same run, on ext4 and on tmpfs.
 //!
-//! * uncontended acquire + release vs `open(O_CREAT|O_EXCL)` + `write` + `close` + `unlink`
-//!   (the classic lock file) and vs `flock` + unlock on an open descriptor;
-//! * takeover after SIGKILL of the holder vs a process blocked in `flock` on the same file;
-//! * heartbeat CPU per held lease vs the CPU of one `O_EXCL` floor cycle;
-//! * syscalls per operation, counted with `strace -f -c` when it is installed.
+//! 1. Uncontended acquire + release, kernel mode and heartbeat-only mode, both faces
+//!    ([`FileLock`], [`DirectoryStore`]), against a bare `open(O_CREAT|O_EXCL)` + `close` +
+//!    `unlink` in the same directory (the floor). Every variant runs one batch per round, rounds
+//!    repeat until each variant's median has settled (the warm-up), then the measured rounds
+//!    give the medians; a ratio is the median of the per-round ratios, so variants measured in
+//!    the same second share that second's noise. Target: kernel mode at most 2.5x the floor.
+//! 2. Takeover after SIGKILL of the holder, default options: time from the SIGKILL to the
+//!    waiter's acquisition for `FileLock::acquire_timeout`, for `DirectoryStore` through
+//!    lease-core's `acquire_with_wait`, and for the `lease run` command line tool, against a
+//!    process blocked in `flock` on a plain file whose holder is SIGKILLed (the floor). Target:
+//!    at most 2x the floor.
+//! 3. A held lease's heartbeat cost: CPU time of the holder process over wall time while it
+//!    holds, at the default 250 ms heartbeat. Target: at most 0.05 % of one core.
+//! 4. Syscalls per operation (acquire, release, heartbeat, refused attempt) of both faces, from
+//!    `strace -f` traces with a marker between operations, and acquire + release per cycle
+//!    by `strace -f -c` as a cross-check.
+//!
+//! The processes are this very binary started again as a helper (`__lease_bench_helper ...`),
+//! and the `lease` binary of crates/lease-cli (built with `cargo build -p lease-cli --release`
+//! by a full run; a quick run uses it only if it is already next to this binary).
 //!
 //! Writes `$LEASE_BENCH_OUT/20-lease-file.md` when that variable is set, prints the section
-//! always; `LEASE_BENCH_QUICK=1` runs fewer iterations.
+//! always; `LEASE_BENCH_QUICK=1` (and `cargo test --all-targets`, which runs this without
+//! `--bench`) runs a few iterations of everything, as a smoke test.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_core::{LeaseBackendExt, LeaseKey};
-use lease_file::{DirectoryStore, FileLock, FileLockOptions, LeaseFileRecord};
+use lease_file::{DirectoryStore, FileLock, FileLockOptions, ModePreference};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-const PROBE: &str = env!("CARGO_BIN_EXE_lease-file-probe");
+/// First argument that makes this binary a helper process.
+const HELPER: &str = "__lease_bench_helper";
+/// Path prefix of the marker `stat` calls that split a syscall trace into operations.
+const MARK: &str = "/.lease-bench-mark/";
 
-/// CPU time of this process, all threads (also exited ones), in nanoseconds.
-fn cpu_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
-        .map(|t| {
-            u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
-                + u64::try_from(t.tv_nsec()).unwrap_or(0)
-        })
-        .unwrap_or(0)
-}
-
-struct Timed {
-    wall_ns: f64,
-    cpu_ns: f64,
-}
-
-fn time(n: u32, mut f: impl FnMut()) -> Timed {
-    for _ in 0..n / 10 {
-        f();
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(HELPER) {
+        std::process::exit(helper::run(&args[2..]));
     }
-    let (cpu0, start) = (cpu_ns(), Instant::now());
-    for _ in 0..n {
-        f();
-    }
-    let wall = start.elapsed().as_nanos() as f64 / f64::from(n);
-    let cpu = (cpu_ns().saturating_sub(cpu0)) as f64 / f64::from(n);
-    Timed {
-        wall_ns: wall,
-        cpu_ns: cpu,
+    // `cargo test --all-targets` runs this without `--bench`: a quick smoke test then.
+    let quick = !args.iter().any(|a| a == "--bench")
+        || std::env::var("LEASE_BENCH_QUICK").as_deref() == Ok("1");
+    let cfg = Config::new(quick);
+    let load_before = load_average();
+    let started = Instant::now();
+    let filesystems = filesystems();
+    let cli = lease_cli(quick);
+
+    let uncontended: Vec<_> = filesystems
+        .iter()
+        .map(|fs| uncontended(&cfg, fs.dir.path()))
+        .collect();
+    let takeover = takeover(&cfg, &filesystems, cli.as_deref().map_err(String::as_str));
+    let heartbeat = heartbeat_cpu(&cfg, &filesystems);
+    let syscalls = syscalls(&cfg, filesystems[0].dir.path());
+
+    let md = report(&Report {
+        cfg: &cfg,
+        load_before,
+        load_after: load_average(),
+        took: started.elapsed(),
+        filesystems: &filesystems,
+        cli: cli.as_ref().map_err(String::as_str),
+        uncontended: &uncontended,
+        takeover: &takeover,
+        heartbeat: &heartbeat,
+        syscalls: &syscalls,
+    });
+    print!("{md}");
+    if let Ok(out) = std::env::var("LEASE_BENCH_OUT") {
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(Path::new(&out).join("20-lease-file.md"), md).unwrap();
     }
 }
 
-struct Probe {
-    child: Child,
-    lines: mpsc::Receiver<String>,
+/// How much of everything to run.
+struct Config {
+    quick: bool,
+    /// Operations per timed batch.
+    batch: u32,
+    /// Warm-up rounds: at least, at most.
+    warm_min: usize,
+    warm_max: usize,
+    /// Measured rounds.
+    rounds: usize,
+    /// Takeover trials per waiter and file system.
+    trials: usize,
+    /// Settling time before, and length of, the heartbeat CPU window.
+    settle: Duration,
+    window: Duration,
+    /// Operations per syscall count.
+    ops: u32,
 }
 
-impl Probe {
-    fn spawn(args: &[&str]) -> Self {
-        let mut child = Command::new(PROBE)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
+impl Config {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                quick,
+                batch: 20,
+                warm_min: 2,
+                warm_max: 3,
+                rounds: 3,
+                trials: 1,
+                settle: Duration::from_millis(100),
+                window: Duration::from_millis(300),
+                ops: 5,
             }
-        });
-        Self { child, lines }
-    }
-
-    fn expect(&self, prefix: &str) -> String {
-        loop {
-            let line = self
-                .lines
-                .recv_timeout(Duration::from_secs(30))
-                .unwrap_or_else(|e| panic!("probe gave no `{prefix}`: {e}"));
-            if line.starts_with(prefix) {
-                return line;
+        } else {
+            Self {
+                quick,
+                batch: 100,
+                warm_min: 10,
+                warm_max: 300,
+                rounds: 41,
+                trials: 15,
+                settle: Duration::from_secs(1),
+                window: Duration::from_secs(10),
+                ops: 200,
             }
         }
     }
-
-    fn kill9(&self) {
-        kill(
-            Pid::from_raw(i32::try_from(self.child.id()).unwrap()),
-            Signal::SIGKILL,
-        )
-        .unwrap();
-    }
 }
 
-impl Drop for Probe {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+// ---------------------------------------------------------------------------------------------
+// Small tools.
 
 fn unix_ns() -> u128 {
     SystemTime::now()
@@ -115,259 +144,1276 @@ fn unix_ns() -> u128 {
         .as_nanos()
 }
 
-/// Median time from SIGKILL of a holder to a waiter's acquisition, in microseconds.
-fn takeover_us(trials: usize, holder: &[&str], waiter: &[&str]) -> f64 {
-    let mut samples = Vec::new();
-    for _ in 0..trials {
-        let h = Probe::spawn(holder);
-        h.expect("acquired");
-        let w = Probe::spawn(waiter);
-        w.expect("waiting");
-        std::thread::sleep(Duration::from_millis(20));
-        let killed = unix_ns();
-        h.kill9();
-        let line = w.expect("acquired");
-        let at: u128 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
-        samples.push(at.saturating_sub(killed) as f64 / 1000.0);
+fn clock_ns(id: nix::time::ClockId) -> u64 {
+    nix::time::clock_gettime(id)
+        .map(|t| {
+            u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000_000
+                + u64::try_from(t.tv_nsec()).unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+/// CPU time of this process, all threads (exited ones too), in nanoseconds.
+fn cpu_ns() -> u64 {
+    clock_ns(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn median(values: &[f64]) -> f64 {
+    quantile(values, 0.5)
+}
+
+fn quantile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
     }
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let at = q * (sorted.len() - 1) as f64;
+    let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (at - lo as f64)
 }
 
-/// Syscalls per cycle of a probe command, by `strace -f -c` at two cycle counts.
-fn syscalls_per_cycle(command: &str, target: &Path) -> Option<f64> {
-    let count = |n: u32| -> Option<u64> {
-        let out = target.with_extension(format!("strace{n}"));
-        let status = Command::new("strace")
-            .args(["-f", "-c", "-o"])
-            .arg(&out)
-            .arg(PROBE)
-            .arg(command)
-            .arg(target)
-            .arg(n.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .ok()?;
-        if !status.success() {
-            return None;
-        }
-        let text = std::fs::read_to_string(&out).ok()?;
-        let total = text.lines().find(|l| l.trim_end().ends_with("total"))?;
-        // `% time  seconds  usecs/call  calls  errors  total`
-        total.split_whitespace().nth(3)?.parse().ok()
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn fs_kind(path: &Path) -> String {
+    use nix::sys::statfs::{
+        BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, OVERLAYFS_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC,
+        statfs,
     };
-    let (zero, many) = (count(0)?, count(200)?);
-    Some(many.saturating_sub(zero) as f64 / 200.0)
+    statfs(path)
+        .map(|s| match s.filesystem_type() {
+            TMPFS_MAGIC => "tmpfs".to_owned(),
+            EXT4_SUPER_MAGIC => "ext4".to_owned(),
+            OVERLAYFS_SUPER_MAGIC => "overlayfs".to_owned(),
+            XFS_SUPER_MAGIC => "xfs".to_owned(),
+            BTRFS_SUPER_MAGIC => "btrfs".to_owned(),
+            other => format!("{other:?}"),
+        })
+        .unwrap_or_else(|_| "unknown".into())
 }
 
-fn main() {
-    // `cargo test --all-targets` runs this without `--bench`: a quick smoke test then.
-    let quick = !std::env::args().any(|a| a == "--bench")
-        || std::env::var("LEASE_BENCH_QUICK").as_deref() == Ok("1");
-    let n: u32 = if quick { 200 } else { 5000 };
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// A file system to measure on: a fresh temporary directory in it.
+struct Fs {
+    kind: String,
+    dir: tempfile::TempDir,
+}
 
-    // The floors.
+/// The crate's target directory (ext4 here) and `/dev/shm` (tmpfs), when present.
+fn filesystems() -> Vec<Fs> {
+    let mut found = Vec::new();
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(target).unwrap();
+    for base in [target, Path::new("/dev/shm")] {
+        if base.is_dir()
+            && let Ok(dir) = tempfile::Builder::new()
+                .prefix("lease-file-bench-")
+                .tempdir_in(base)
+        {
+            found.push(Fs {
+                kind: format!("{} ({})", fs_kind(dir.path()), base.display()),
+                dir,
+            });
+        }
+    }
+    found
+}
+
+/// The `lease` binary: built (a full run) or found next to this binary (any run).
+fn lease_cli(quick: bool) -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    // target/<profile>/deps/file_lease-<hash>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("no target directory")?;
+    if !quick {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "lease-cli", "--release"])
+            .current_dir(&workspace)
+            .status()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !status.success() {
+            return Err(format!("cargo build -p lease-cli --release: {status}"));
+        }
+        let built = profile_dir.parent().ok_or("no target directory")?;
+        let lease = built.join("release/lease");
+        return if lease.is_file() {
+            Ok(lease)
+        } else {
+            Err(format!("{} not built", lease.display()))
+        };
+    }
+    let lease = profile_dir.join("lease");
+    if lease.is_file() {
+        Ok(lease)
+    } else {
+        Err(format!(
+            "{} not built (quick run; `cargo build -p lease-cli` first)",
+            lease.display()
+        ))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Uncontended acquire + release.
+
+fn variant<'a>(name: &'static str, op: Box<dyn FnMut() + 'a>) -> Variant<'a> {
+    Variant {
+        name,
+        op,
+        wall: Vec::new(),
+        cpu: Vec::new(),
+    }
+}
+
+struct Variant<'a> {
+    name: &'static str,
+    op: Box<dyn FnMut() + 'a>,
+    /// Wall and CPU nanoseconds per operation, one per round.
+    wall: Vec<f64>,
+    cpu: Vec<f64>,
+}
+
+impl Variant<'_> {
+    fn batch(&mut self, n: u32) {
+        let (cpu0, start) = (cpu_ns(), Instant::now());
+        for _ in 0..n {
+            (self.op)();
+        }
+        self.wall
+            .push(start.elapsed().as_nanos() as f64 / f64::from(n));
+        self.cpu
+            .push(cpu_ns().saturating_sub(cpu0) as f64 / f64::from(n));
+    }
+
+    /// Whether the median of the last five batches is within 5 % of the five before.
+    fn settled(&self) -> bool {
+        let n = self.wall.len();
+        n >= 10 && {
+            let (a, b) = (
+                median(&self.wall[n - 5..]),
+                median(&self.wall[n - 10..n - 5]),
+            );
+            (a - b).abs() <= 0.05 * b
+        }
+    }
+}
+
+/// One row of the uncontended table.
+struct Row {
+    name: &'static str,
+    wall: f64,
+    cpu: f64,
+    /// Median and quartiles of the per-round ratio to the floor.
+    ratio: (f64, f64, f64),
+}
+
+struct Uncontended {
+    rows: Vec<Row>,
+    warm_rounds: usize,
+    settled: bool,
+}
+
+fn uncontended(cfg: &Config, d: &Path) -> Uncontended {
     let excl_path = d.join("floor.excl");
-    let body = LeaseFileRecord::parse(br#"{"version":1,"pid":1,"generation":1}"#)
-        .unwrap()
-        .to_bytes();
-    let excl = time(n, || {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&excl_path)
-            .unwrap();
-        f.write_all(&body).unwrap();
-        drop(f);
-        std::fs::remove_file(&excl_path).unwrap();
-    });
-    let flock_file = std::fs::File::create(d.join("floor.flock")).unwrap();
-    let flock = time(n, || {
-        flock_file.lock().unwrap();
-        flock_file.unlock().unwrap();
-    });
-
-    // Uncontended acquire + release.
-    let lock = FileLock::new(d.join("bench.lease")).unwrap();
-    let lock_cycle = time(n, || {
-        lock.try_acquire().unwrap();
-        lock.release().unwrap();
-    });
+    let lock = FileLock::new(d.join("lock-kernel")).unwrap();
     let hb_lock = FileLock::with_options(
-        d.join("bench-hb.lease"),
-        FileLockOptions::default().with_mode(lease_file::ModePreference::HeartbeatOnly),
+        d.join("lock-heartbeat-only"),
+        FileLockOptions::default().with_mode(ModePreference::HeartbeatOnly),
     )
     .unwrap();
-    let hb_cycle = time(n, || {
-        hb_lock.try_acquire().unwrap();
-        hb_lock.release().unwrap();
-    });
-    let store = DirectoryStore::open(d.join("store")).unwrap();
-    let key = LeaseKey::new("bench").unwrap();
-    let store_cycle = time(n, || {
-        let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap();
-        lease_core::block_on(store.release_lease(&lease)).unwrap();
-    });
-
-    // Takeover after SIGKILL.
-    let trials = if quick { 3 } else { 15 };
-    let lease_path = d.join("takeover.lease");
-    let lp = lease_path.to_str().unwrap();
-    let takeover = takeover_us(
-        trials,
-        &["hold", lp, "3000", "250"],
-        &["wait", lp, "3000", "250", "100", "20000"],
+    let store = DirectoryStore::open(d).unwrap();
+    let hb_store = DirectoryStore::open_with_mode(d, ModePreference::HeartbeatOnly).unwrap();
+    let (key, hb_key) = (
+        LeaseKey::new("store-kernel").unwrap(),
+        LeaseKey::new("store-heartbeat-only").unwrap(),
     );
-    let raw_path = d.join("takeover.flock");
-    let rp = raw_path.to_str().unwrap();
-    let raw_takeover = takeover_us(trials, &["rawhold", rp], &["rawwait", rp]);
-
-    // Heartbeat CPU per held lease: many leases heartbeating fast, CPU of the whole process.
-    let leases = if quick { 5 } else { 40 };
-    let hold_for = Duration::from_millis(if quick { 300 } else { 3000 });
-    let interval = Duration::from_millis(10);
-    let held: Vec<FileLock> = (0..leases)
-        .map(|i| {
-            let l = FileLock::with_options(
-                d.join(format!("hb-{i}.lease")),
-                FileLockOptions::default()
-                    .with_heartbeat_interval(interval)
-                    .with_stale_threshold(Duration::from_millis(500)),
-            )
-            .unwrap();
-            l.try_acquire().unwrap();
-            l
-        })
-        .collect();
-    let beats_before: u64 = (0..leases)
-        .map(|i| heartbeat_of(&d.join(format!("hb-{i}.lease"))))
-        .sum();
-    let cpu0 = cpu_ns();
-    std::thread::sleep(hold_for);
-    let cpu = cpu_ns().saturating_sub(cpu0);
-    let beats: u64 = (0..leases)
-        .map(|i| heartbeat_of(&d.join(format!("hb-{i}.lease"))))
-        .sum::<u64>()
-        - beats_before;
-    drop(held);
-    let per_beat_ns = cpu as f64 / beats.max(1) as f64;
-    // At the default 250 ms interval, a held lease beats 4 times a second.
-    let default_share = per_beat_ns * 4.0 / 1e9 * 100.0;
-
-    let syscalls = if quick {
-        None
-    } else {
-        syscalls_per_cycle("cycles", &d.join("sys.lease"))
-            .zip(syscalls_per_cycle("store-cycles", &d.join("sys-store")))
+    let ttl = Duration::from_secs(30);
+    let store_cycle = |store: &DirectoryStore, key: &LeaseKey| {
+        let lease = lease_core::block_on(store.acquire(key, ttl)).unwrap();
+        lease_core::block_on(store.release_lease(&lease)).unwrap();
     };
-
-    let fs = nix::sys::statfs::statfs(d)
-        .map(|s| {
-            let kind = s.filesystem_type();
-            match kind {
-                nix::sys::statfs::TMPFS_MAGIC => "tmpfs".to_owned(),
-                nix::sys::statfs::EXT4_SUPER_MAGIC => "ext4".to_owned(),
-                nix::sys::statfs::OVERLAYFS_SUPER_MAGIC => "overlayfs".to_owned(),
-                nix::sys::statfs::XFS_SUPER_MAGIC => "xfs".to_owned(),
-                nix::sys::statfs::BTRFS_SUPER_MAGIC => "btrfs".to_owned(),
-                other => format!("{other:?}"),
+    let mut variants = vec![
+        variant(
+            "floor: `open(O_CREAT|O_EXCL)` + `close` + `unlink`",
+            Box::new(|| {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&excl_path)
+                    .unwrap();
+                drop(f);
+                std::fs::remove_file(&excl_path).unwrap();
+            }),
+        ),
+        variant(
+            "`FileLock` try_acquire + release, kernel mode",
+            Box::new(|| {
+                lock.try_acquire().unwrap();
+                lock.release().unwrap();
+            }),
+        ),
+        variant(
+            "`DirectoryStore` acquire + release, kernel mode",
+            Box::new(|| store_cycle(&store, &key)),
+        ),
+        variant(
+            "`FileLock`, heartbeat-only mode",
+            Box::new(|| {
+                hb_lock.try_acquire().unwrap();
+                hb_lock.release().unwrap();
+            }),
+        ),
+        variant(
+            "`DirectoryStore`, heartbeat-only mode",
+            Box::new(|| store_cycle(&hb_store, &hb_key)),
+        ),
+    ];
+    let count = variants.len();
+    let mut round = 0;
+    let run_round = |variants: &mut Vec<Variant<'_>>, round: usize| {
+        // Rotate the order so that no variant always runs right after another.
+        for i in 0..count {
+            variants[(i + round) % count].batch(cfg.batch);
+        }
+    };
+    // Warm-up: until every variant's median settles.
+    let settled = loop {
+        run_round(&mut variants, round);
+        round += 1;
+        let settled = variants.iter().all(Variant::settled);
+        if (round >= cfg.warm_min && settled) || round >= cfg.warm_max {
+            break settled;
+        }
+    };
+    let warm_rounds = round;
+    for v in &mut variants {
+        v.wall.clear();
+        v.cpu.clear();
+    }
+    for _ in 0..cfg.rounds {
+        run_round(&mut variants, round);
+        round += 1;
+    }
+    let floor = variants[0].wall.clone();
+    let rows = variants
+        .iter()
+        .map(|v| {
+            let ratios: Vec<f64> = v.wall.iter().zip(&floor).map(|(a, b)| a / b).collect();
+            Row {
+                name: v.name,
+                wall: median(&v.wall),
+                cpu: median(&v.cpu),
+                ratio: (
+                    median(&ratios),
+                    quantile(&ratios, 0.25),
+                    quantile(&ratios, 0.75),
+                ),
             }
         })
-        .unwrap_or_else(|_| "unknown".into());
+        .collect();
+    Uncontended {
+        rows,
+        warm_rounds,
+        settled,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes.
+
+/// A helper or `lease` process, its output lines (stdout and stderr) each with the wall time
+/// they arrived at.
+struct Proc {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    fn helper(args: &[&str]) -> Self {
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        command.arg(HELPER).args(args);
+        Self::spawn(command)
+    }
+
+    fn spawn(mut command: Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        let err = child.stderr.take().unwrap();
+        for reader in [
+            Box::new(out) as Box<dyn std::io::Read + Send>,
+            Box::new(err) as Box<dyn std::io::Read + Send>,
+        ] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(reader).lines().map_while(Result::ok) {
+                    if tx.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        Self {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+        }
+    }
+
+    /// The first line containing `needle`.
+    fn expect(&self, needle: &str) -> String {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("no line with `{needle}` came: {e}"));
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    }
+
+    fn say(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).unwrap())
+    }
+
+    /// Closes stdin (a helper then releases and exits) and waits for the process.
+    fn finish(mut self) {
+        self.stdin = None;
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Takeover after SIGKILL.
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Waiter {
+    Floor,
+    Lock,
+    Store,
+    Cli,
+}
+
+impl Waiter {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Floor => "floor: a process blocked in `flock` on a plain file",
+            Self::Lock => "`FileLock::acquire_timeout`",
+            Self::Store => "`DirectoryStore` + lease-core `acquire_with_wait`",
+            Self::Cli => "`lease run --file` (lease-cli, release build)",
+        }
+    }
+}
+
+/// Median microseconds from SIGKILL to acquisition, per file system and waiter.
+type Takeover = Vec<BTreeMap<Waiter, Vec<f64>>>;
+
+fn takeover(cfg: &Config, filesystems: &[Fs], cli: Result<&Path, &str>) -> Takeover {
+    let mut waiters = vec![Waiter::Floor, Waiter::Lock, Waiter::Store];
+    if cli.is_ok() {
+        waiters.push(Waiter::Cli);
+    }
+    let mut results: Takeover = filesystems.iter().map(|_| BTreeMap::new()).collect();
+    for trial in 0..cfg.trials {
+        for (fs, result) in filesystems.iter().zip(&mut results) {
+            for i in 0..waiters.len() {
+                let waiter = waiters[(i + trial) % waiters.len()];
+                let us = takeover_once(cfg, waiter, fs.dir.path(), cli.ok());
+                result.entry(waiter).or_default().push(us);
+            }
+        }
+    }
+    results
+}
+
+/// One trial: start a holder and a waiter, SIGKILL the holder, time the waiter's acquisition.
+fn takeover_once(cfg: &Config, waiter: Waiter, d: &Path, cli: Option<&Path>) -> f64 {
+    let settle = Duration::from_millis(if cfg.quick { 50 } else { 150 });
+    let plain = d.join("takeover.flock");
+    let lock = d.join("takeover.lock");
+    let store = d.join("takeover-store");
+    let cli_dir = d.join("takeover-cli");
+    let (p, l, s) = (
+        plain.to_str().unwrap(),
+        lock.to_str().unwrap(),
+        store.to_str().unwrap(),
+    );
+    let lease_run = |args: &[&str]| {
+        let mut command = Command::new(cli.unwrap());
+        command
+            .args(["run", "--file"])
+            .arg(&cli_dir)
+            .args(["--key", "takeover", "--wait", "1m", "--"])
+            .arg(std::env::current_exe().unwrap())
+            .arg(HELPER)
+            .args(args)
+            .env("LEASE_LOG", "info");
+        Proc::spawn(command)
+    };
+    let (holder, w) = match waiter {
+        Waiter::Floor => {
+            let h = Proc::helper(&["raw-hold", p]);
+            h.expect("acquired");
+            let w = Proc::helper(&["raw-wait", p]);
+            (h, w)
+        }
+        Waiter::Lock => {
+            let h = Proc::helper(&["hold-lock", l, "kernel"]);
+            h.expect("acquired");
+            (h, Proc::helper(&["wait-lock", l]))
+        }
+        Waiter::Store => {
+            let h = Proc::helper(&["hold-store", s, "kernel", "0"]);
+            h.expect("acquired");
+            (h, Proc::helper(&["wait-store", s]))
+        }
+        Waiter::Cli => {
+            // The command inherits the lease's kernel lock: wait until it runs.
+            let h = lease_run(&["sleeper"]);
+            h.expect("running");
+            (h, lease_run(&["exit"]))
+        }
+    };
+    w.expect("waiting");
+    std::thread::sleep(settle);
+    let killed = unix_ns();
+    kill(holder.pid(), Signal::SIGKILL).unwrap();
+    let at = if waiter == Waiter::Cli {
+        // `LEASE_LOG=info`: `2026-11-23T05:41:47.123456Z  INFO lease acquired ...`, stamped
+        // by `lease` itself when the acquisition returned.
+        let line = w.expect("lease acquired");
+        let of_day = time_of_day_ns(&line).unwrap_or_else(|| panic!("no time in {line:?}"));
+        let day = 86_400 * 1_000_000_000u128;
+        killed - killed % day + of_day + if of_day < killed % day { day } else { 0 }
+    } else {
+        let line = w.expect("acquired");
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    drop(holder);
+    w.finish();
+    at.saturating_sub(killed) as f64 / 1000.0
+}
+
+/// Nanoseconds since midnight UTC of a `YYYY-MM-DDTHH:MM:SS.fffZ` timestamp at a line's start.
+fn time_of_day_ns(line: &str) -> Option<u128> {
+    let stamp = line.split_whitespace().next()?;
+    let time = stamp.split_once('T')?.1.trim_end_matches('Z');
+    let mut parts = time.split(':');
+    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+    let (whole, frac) = s.split_once('.').unwrap_or((s, "0"));
+    let mut frac_ns: String = frac.chars().take(9).collect();
+    while frac_ns.len() < 9 {
+        frac_ns.push('0');
+    }
+    let secs = h.parse::<u128>().ok()? * 3600
+        + m.parse::<u128>().ok()? * 60
+        + whole.parse::<u128>().ok()?;
+    Some(secs * 1_000_000_000 + frac_ns.parse::<u128>().ok()?)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Heartbeat CPU of a held lease.
+
+struct Cpu {
+    holder: String,
+    fs: String,
+    share_pct: f64,
+    beats_per_s: f64,
+    cpu_per_beat_us: f64,
+}
+
+/// The renewal counter in a lock directory's state entry name (`held.<gen>.<seq>....`).
+fn renewals(lock_dir: &Path) -> u64 {
+    std::fs::read_dir(lock_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_prefix("held.")?.split('.').nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+fn heartbeat_cpu(cfg: &Config, filesystems: &[Fs]) -> Vec<Cpu> {
+    // (label, fs, process, lock directory)
+    let mut holders: Vec<(String, String, Proc, Option<PathBuf>)> = Vec::new();
+    holders.push((
+        "baseline: an idle helper process holding nothing".into(),
+        "-".into(),
+        Proc::helper(&["idle"]),
+        None,
+    ));
+    for fs in filesystems {
+        let d = fs.dir.path();
+        let lock = d.join("cpu.lock");
+        let hb = d.join("cpu-hb.lock");
+        let store = d.join("cpu-store");
+        let store_key =
+            store.join(lease_file::key_file_name(&LeaseKey::new("held").unwrap()).unwrap());
+        for (label, args, dir) in [
+            (
+                "`FileLock`, kernel mode, default options (heartbeat every 250 ms)",
+                vec!["hold-lock", lock.to_str().unwrap(), "kernel"],
+                lock.clone(),
+            ),
+            (
+                "`FileLock`, heartbeat-only mode, default options",
+                vec!["hold-lock", hb.to_str().unwrap(), "heartbeat-only"],
+                hb.clone(),
+            ),
+            (
+                "`DirectoryStore` + `LeaseGuard::spawn_thread` renewing every 250 ms (30 s lease)",
+                vec!["hold-store", store.to_str().unwrap(), "kernel", "250"],
+                store_key,
+            ),
+        ] {
+            let p = Proc::helper(&args);
+            p.expect("acquired");
+            holders.push((label.into(), fs.kind.clone(), p, Some(dir)));
+        }
+    }
+    std::thread::sleep(cfg.settle);
+    let sample = |holders: &mut Vec<(String, String, Proc, Option<PathBuf>)>| {
+        holders
+            .iter_mut()
+            .map(|(_, _, p, dir)| {
+                p.say("cpu");
+                let line = p.expect("cpu ");
+                let mut fields = line.split_whitespace().skip(1);
+                let cpu: u64 = fields.next().unwrap().parse().unwrap();
+                let mono: u64 = fields.next().unwrap().parse().unwrap();
+                (cpu, mono, dir.as_deref().map_or(0, renewals))
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = sample(&mut holders);
+    std::thread::sleep(cfg.window);
+    let after = sample(&mut holders);
+    holders
+        .into_iter()
+        .zip(before.iter().zip(&after))
+        .map(|((label, fs, p, _), (b, a))| {
+            p.finish();
+            let cpu = a.0.saturating_sub(b.0) as f64;
+            let wall = a.1.saturating_sub(b.1) as f64;
+            let beats = a.2.saturating_sub(b.2) as f64;
+            Cpu {
+                holder: label,
+                fs,
+                share_pct: cpu / wall * 100.0,
+                beats_per_s: beats / (wall / 1e9),
+                cpu_per_beat_us: if beats > 0.0 {
+                    cpu / beats / 1e3
+                } else {
+                    f64::NAN
+                },
+            }
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Syscalls per operation.
+
+/// Syscalls per operation of one face and mode: operation -> (total, by syscall name).
+type Counts = BTreeMap<String, (f64, BTreeMap<String, f64>)>;
+
+struct Syscalls {
+    /// (face and mode, counts) from marked `strace -f` traces.
+    traced: Vec<(String, Counts)>,
+    /// (face, acquire + release per cycle by `strace -f -c`).
+    counted: Vec<(String, f64)>,
+    missing: Option<String>,
+}
+
+fn syscalls(cfg: &Config, d: &Path) -> Syscalls {
+    let mut result = Syscalls {
+        traced: Vec::new(),
+        counted: Vec::new(),
+        missing: None,
+    };
+    if Command::new("strace")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .status()
+        .is_err()
+    {
+        result.missing = Some("strace is not installed".into());
+        return result;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let n = cfg.ops.to_string();
+    for (face, mode) in [
+        ("lock", "kernel"),
+        ("store", "kernel"),
+        ("lock", "heartbeat-only"),
+        ("store", "heartbeat-only"),
+    ] {
+        let work = d.join(format!("sys-{face}-{mode}"));
+        let trace = d.join(format!("sys-{face}-{mode}.trace"));
+        let out = Command::new("strace")
+            .args(["-f", "-qq", "-o"])
+            .arg(&trace)
+            .arg(&exe)
+            .args([HELPER, "syscalls", face, mode])
+            .arg(&work)
+            .arg(&n)
+            .stderr(Stdio::inherit())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "strace of the {face} {mode} helper failed"
+        );
+        let beats: f64 = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("beats ")?.trim().parse().ok())
+            .unwrap_or(0.0);
+        let text = std::fs::read_to_string(&trace).unwrap();
+        let face_name = if face == "lock" {
+            "`FileLock`"
+        } else {
+            "`DirectoryStore`"
+        };
+        result.traced.push((
+            format!("{face_name}, {mode}"),
+            per_operation(&text, f64::from(cfg.ops), beats),
+        ));
+    }
+    for face in ["lock", "store"] {
+        let count = |n: u32| -> Option<u64> {
+            let out = d.join(format!("sys-{face}-{n}.count"));
+            let status = Command::new("strace")
+                .args(["-f", "-c", "-o"])
+                .arg(&out)
+                .arg(&exe)
+                .args([HELPER, "cycles", face])
+                .arg(d.join(format!("cycles-{face}-{n}")))
+                .arg(n.to_string())
+                .status()
+                .ok()?;
+            if !status.success() {
+                return None;
+            }
+            let text = std::fs::read_to_string(&out).ok()?;
+            let total = text.lines().find(|l| l.trim_end().ends_with("total"))?;
+            // `% time  seconds  usecs/call  calls  errors  total`
+            total.split_whitespace().nth(3)?.parse().ok()
+        };
+        if let (Some(zero), Some(many)) = (count(0), count(cfg.ops)) {
+            let face_name = if face == "lock" {
+                "`FileLock`"
+            } else {
+                "`DirectoryStore`"
+            };
+            result.counted.push((
+                face_name.into(),
+                many.saturating_sub(zero) as f64 / f64::from(cfg.ops),
+            ));
+        }
+    }
+    result
+}
+
+/// Splits a `strace -f` trace at the marker calls and counts the syscalls of each operation.
+/// The heartbeat window counts the other threads only (the marking thread sleeps), per beat.
+fn per_operation(text: &str, ops: f64, beats: f64) -> Counts {
+    let mut phase: Option<(String, String)> = None; // (operation, marking thread)
+    let mut counts: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    for line in text.lines() {
+        let Some((tid, call)) = line.split_once(' ') else {
+            continue;
+        };
+        let call = call.trim_start();
+        if call.starts_with("<...") || call.starts_with("+++") || call.starts_with("---") {
+            continue;
+        }
+        let Some((name, _)) = call.split_once('(') else {
+            continue;
+        };
+        if let Some(at) = call.find(MARK) {
+            let op: String = call[at + MARK.len()..]
+                .chars()
+                .take_while(|c| *c != '"')
+                .collect();
+            phase = (op != "idle").then(|| (op, tid.to_owned()));
+            continue;
+        }
+        let Some((op, marker)) = &phase else {
+            continue;
+        };
+        if op == "heartbeat-window" && tid == marker {
+            continue;
+        }
+        *counts
+            .entry(op.clone())
+            .or_default()
+            .entry(name.to_owned())
+            .or_default() += 1.0;
+    }
+    counts
+        .into_iter()
+        .map(|(op, by_name)| {
+            let (op, per) = if op == "heartbeat-window" {
+                ("heartbeat".to_owned(), beats.max(1.0))
+            } else {
+                (op, ops)
+            };
+            let by_name: BTreeMap<String, f64> =
+                by_name.into_iter().map(|(k, v)| (k, v / per)).collect();
+            (op, (by_name.values().sum(), by_name))
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report.
+
+struct Report<'a> {
+    cfg: &'a Config,
+    load_before: String,
+    load_after: String,
+    took: Duration,
+    filesystems: &'a [Fs],
+    cli: Result<&'a PathBuf, &'a str>,
+    uncontended: &'a [Uncontended],
+    takeover: &'a Takeover,
+    heartbeat: &'a [Cpu],
+    syscalls: &'a Syscalls,
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "met" } else { "**missed**" }
+}
+
+fn report(r: &Report<'_>) -> String {
+    let cfg = r.cfg;
     let mut md = String::new();
     let _ = writeln!(md, "## lease-file: cross-process file leases\n");
     let _ = writeln!(
         md,
-        "File system `{fs}` (temporary directory), kernel-lock mode, no fsync; {} iterations per row{}.\n",
-        n,
-        if quick { " (quick)" } else { "" }
+        "{} run: load average `{}` at the start, `{}` at the end ({} cores, {:.0} s). Ratios are \
+         to a floor measured in the same run.{}\n",
+        if cfg.quick {
+            "Quick (smoke test)"
+        } else {
+            "Full"
+        },
+        r.load_before,
+        r.load_after,
+        std::thread::available_parallelism().map_or(0, usize::from),
+        r.took.as_secs_f64(),
+        if cfg.quick {
+            " Quick figures are not measurements."
+        } else {
+            ""
+        }
     );
+
+    // 1.
     let _ = writeln!(
         md,
-        "| operation | wall per op | CPU per op | vs O_EXCL floor | vs flock floor |"
+        "### Uncontended acquire + release\n\nMedian per operation (wall; CPU of the whole \
+         process) over {} rounds of {} operations, after warm-up rounds until every median \
+         settled within 5 %; ratio = median of the per-round ratios to the floor [quartiles]. \
+         No fsync. Target: kernel mode at most 2.5x the floor.\n",
+        cfg.rounds, cfg.batch
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|");
-    let row = |md: &mut String, name: &str, t: &Timed| {
+    let mut head = "| operation |".to_owned();
+    let mut rule = "|---|".to_owned();
+    for (fs, u) in r.filesystems.iter().zip(r.uncontended) {
+        let _ = write!(
+            head,
+            " {} (warm-up {} rounds{}) | vs floor |",
+            fs.kind,
+            u.warm_rounds,
+            if u.settled { "" } else { ", not settled" }
+        );
+        rule.push_str("---:|---:|");
+    }
+    let _ = writeln!(md, "{head}\n{rule}");
+    for i in 0..r.uncontended.first().map_or(0, |u| u.rows.len()) {
+        let _ = write!(md, "| {} |", r.uncontended[0].rows[i].name);
+        for u in r.uncontended {
+            let row = &u.rows[i];
+            let _ = write!(
+                md,
+                " {:.1} µs (CPU {:.1}) | {:.2}x [{:.2}-{:.2}] |",
+                row.wall / 1e3,
+                row.cpu / 1e3,
+                row.ratio.0,
+                row.ratio.1,
+                row.ratio.2
+            );
+        }
+        let _ = writeln!(md);
+    }
+    let _ = writeln!(md);
+    for (fs, u) in r.filesystems.iter().zip(r.uncontended) {
         let _ = writeln!(
             md,
-            "| {name} | {:.1} µs | {:.1} µs | {:.2}x | {:.1}x |",
-            t.wall_ns / 1e3,
-            t.cpu_ns / 1e3,
-            t.wall_ns / excl.wall_ns,
-            t.wall_ns / flock.wall_ns
+            "- {}: kernel-mode target (2.5x) for `FileLock` {} ({:.2}x), for `DirectoryStore` {} \
+             ({:.2}x).",
+            fs.kind,
+            verdict(u.rows[1].ratio.0 <= 2.5),
+            u.rows[1].ratio.0,
+            verdict(u.rows[2].ratio.0 <= 2.5),
+            u.rows[2].ratio.0
         );
-    };
-    row(
-        &mut md,
-        "floor: open(O_EXCL) + write + close + unlink",
-        &excl,
-    );
-    row(&mut md, "floor: flock + unlock on an open fd", &flock);
-    row(
-        &mut md,
-        "`FileLock` try_acquire + release (uncontended)",
-        &lock_cycle,
-    );
-    row(&mut md, "`FileLock` heartbeat-only mode, same", &hb_cycle);
-    row(
-        &mut md,
-        "`DirectoryStore` acquire + release (uncontended)",
-        &store_cycle,
-    );
+    }
     let _ = writeln!(md);
+
+    // 2.
     let _ = writeln!(
         md,
-        "| takeover after SIGKILL of the holder (median of {trials}) | time | vs floor |"
+        "### Takeover after SIGKILL of the holder\n\nTime from the SIGKILL to the waiter's \
+         acquisition (stamped by the waiter), median of {} trials per waiter, waiters \
+         interleaved; default options (`FileLock`: retry delay 20 ms, stale threshold 3 s; \
+         `acquire_with_wait`: backoff 25 ms to 1 s, 30 s lease; `lease run`: its defaults, \
+         the holder's command inheriting the kernel lock). Target: at most 2x the floor.\n",
+        cfg.trials
     );
-    let _ = writeln!(md, "|---|---:|---:|");
-    let _ = writeln!(
-        md,
-        "| floor: waiter blocked in flock | {raw_takeover:.0} µs | 1.0x |"
-    );
-    let _ = writeln!(
-        md,
-        "| `FileLock::acquire_timeout` (retry every 100 µs, stale threshold 3 s) | {takeover:.0} µs | {:.1}x |",
-        takeover / raw_takeover
-    );
-    let _ = writeln!(md);
-    let _ = writeln!(
-        md,
-        "Heartbeat CPU: {leases} held leases beating every {interval:?} for {hold_for:?}: {beats} heartbeats, \
-         {:.1} µs CPU per heartbeat ({:.1}x the CPU of one O_EXCL floor cycle); at the default 250 ms \
-         interval a held lease costs {default_share:.4}% of one core.\n",
-        per_beat_ns / 1e3,
-        per_beat_ns / excl.cpu_ns.max(1.0)
-    );
-    match syscalls {
-        Some((lock_calls, store_calls)) => {
-            let _ = writeln!(
+    if let Err(why) = r.cli {
+        let _ = writeln!(md, "`lease run` not measured: {why}.\n");
+    }
+    let mut head = "| waiter |".to_owned();
+    let mut rule = "|---|".to_owned();
+    for fs in r.filesystems {
+        let _ = write!(head, " {} | vs floor |", fs.kind);
+        rule.push_str("---:|---:|");
+    }
+    let _ = writeln!(md, "{head}\n{rule}");
+    let waiters: Vec<Waiter> = r
+        .takeover
+        .first()
+        .map(|m| m.keys().copied().collect())
+        .unwrap_or_default();
+    for waiter in &waiters {
+        let _ = write!(md, "| {} |", waiter.label());
+        for per_fs in r.takeover {
+            let us = median(&per_fs[waiter]);
+            let floor = median(&per_fs[&Waiter::Floor]);
+            let _ = write!(
                 md,
-                "Syscalls per acquire + release (strace -f -c): `FileLock` {lock_calls:.0} (its heartbeat thread \
-                 starts once per lock and parks between tenures), `DirectoryStore` {store_calls:.0}; the O_EXCL \
-                 floor is 4 and the flock floor 2. Most of the gap to the floor is the two record replacements \
-                 (temporary file + rename) that acquisition and release each need to keep the fencing generation.\n"
+                " {us:.0} µs [{:.0}-{:.0}] | {:.1}x |",
+                quantile(&per_fs[waiter], 0.25),
+                quantile(&per_fs[waiter], 0.75),
+                us / floor
             );
         }
-        None => {
-            let _ = writeln!(
-                md,
-                "Syscalls per operation: not counted (quick run or no strace); see the `FileLock` docs.\n"
-            );
+        let _ = writeln!(md);
+    }
+    let _ = writeln!(md);
+    for (fs, per_fs) in r.filesystems.iter().zip(r.takeover) {
+        let floor = median(&per_fs[&Waiter::Floor]);
+        let verdicts: Vec<String> = waiters
+            .iter()
+            .filter(|w| **w != Waiter::Floor)
+            .map(|w| {
+                let ratio = median(&per_fs[w]) / floor;
+                format!("{} {} ({ratio:.1}x)", w.label(), verdict(ratio <= 2.0))
+            })
+            .collect();
+        let _ = writeln!(md, "- {}: target (2x): {}.", fs.kind, verdicts.join("; "));
+    }
+    let _ = writeln!(md);
+
+    // 3.
+    let _ = writeln!(
+        md,
+        "### Heartbeat cost of a held lease\n\nCPU time of the holder process (all threads) \
+         over wall time, over {:?} after {:?} of holding; every holder runs at once. Target: \
+         `FileLock` in kernel mode at most 0.05 % of one core.\n",
+        cfg.window, cfg.settle
+    );
+    let _ = writeln!(
+        md,
+        "| holder | file system | renewals/s | CPU per renewal | share of one core |\n|---|---|---:|---:|---:|"
+    );
+    for c in r.heartbeat {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.1} | {} | {:.4} % |",
+            c.holder,
+            c.fs,
+            c.beats_per_s,
+            if c.cpu_per_beat_us.is_nan() {
+                "-".to_owned()
+            } else {
+                format!("{:.0} µs", c.cpu_per_beat_us)
+            },
+            c.share_pct
+        );
+    }
+    let target: Vec<String> = r
+        .heartbeat
+        .iter()
+        .filter(|c| c.holder.starts_with("`FileLock`, kernel"))
+        .map(|c| {
+            format!(
+                "{} {} ({:.4} %)",
+                c.fs,
+                verdict(c.share_pct <= 0.05),
+                c.share_pct
+            )
+        })
+        .collect();
+    let _ = writeln!(md, "\n- target (0.05 %): {}.\n", target.join("; "));
+
+    // 4.
+    let s = r.syscalls;
+    let _ = writeln!(md, "### Syscalls per operation\n");
+    if let Some(why) = &s.missing {
+        let _ = writeln!(md, "Not counted: {why}.\n");
+        return md;
+    }
+    let _ = writeln!(
+        md,
+        "From `strace -f` traces of a helper process ({} operations each, after one warm-up \
+         cycle; {}), split at marker calls; a heartbeat is `FileLock`'s thread (interval 2 ms, \
+         counted per renewal) or one `DirectoryStore::renew`; refused = an attempt on a lease \
+         another holder holds. The floor is `openat(O_CREAT|O_EXCL)`, `close`, `unlink`: 3.\n",
+        cfg.ops, r.filesystems[0].kind
+    );
+    let ops = ["acquire", "release", "heartbeat", "refused"];
+    let _ = writeln!(
+        md,
+        "| face, mode | {} |\n|---|{}",
+        ops.join(" | "),
+        "---:|".repeat(ops.len())
+    );
+    for (label, counts) in &s.traced {
+        let cells: Vec<String> = ops
+            .iter()
+            .map(|op| {
+                counts
+                    .get(*op)
+                    .map_or("-".into(), |(t, _)| format!("{t:.1}"))
+            })
+            .collect();
+        let _ = writeln!(md, "| {label} | {} |", cells.join(" | "));
+    }
+    let _ = writeln!(md);
+    for (label, counts) in &s.traced {
+        for op in ops {
+            if let Some((total, by_name)) = counts.get(op) {
+                let calls: Vec<String> = by_name
+                    .iter()
+                    .filter(|(_, n)| **n >= 0.05)
+                    .map(|(name, n)| {
+                        if (*n - 1.0).abs() < 0.05 {
+                            name.clone()
+                        } else {
+                            format!("{name} x{n:.1}")
+                        }
+                    })
+                    .collect();
+                let _ = writeln!(md, "- {label}, {op} ({total:.1}): {}", calls.join(", "));
+            }
         }
     }
-    print!("{md}");
-    if let Ok(out) = std::env::var("LEASE_BENCH_OUT") {
-        std::fs::create_dir_all(&out).unwrap();
-        std::fs::write(Path::new(&out).join("20-lease-file.md"), md).unwrap();
+    if !s.counted.is_empty() {
+        let counted: Vec<String> = s
+            .counted
+            .iter()
+            .map(|(face, n)| format!("{face} {n:.1}"))
+            .collect();
+        let _ = writeln!(
+            md,
+            "\nCross-check, acquire + release per cycle by `strace -f -c` (difference of {} \
+             cycles and none, kernel mode): {}.",
+            cfg.ops,
+            counted.join(", ")
+        );
     }
+    let _ = writeln!(md);
+    md
 }
 
-fn heartbeat_of(path: &Path) -> u64 {
-    std::fs::read(path)
-        .ok()
-        .and_then(|b| LeaseFileRecord::parse(&b).ok())
-        .map_or(0, |r| r.heartbeat)
+// ---------------------------------------------------------------------------------------------
+// The helper processes.
+
+mod helper {
+    use std::io::{BufRead, Write};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use lease_core::{
+        KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseGuard, LeaseKey, WaitOptions,
+    };
+    use lease_file::{DirectoryStore, FileLock, FileLockOptions, ModePreference};
+
+    use super::{MARK, cpu_ns, unix_ns};
+
+    fn say(line: &str) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+
+    fn mode(name: &str) -> ModePreference {
+        if name == "heartbeat-only" {
+            ModePreference::HeartbeatOnly
+        } else {
+            ModePreference::Auto
+        }
+    }
+
+    /// Answers `cpu` with `cpu <process CPU ns> <monotonic ns>` until stdin closes.
+    fn serve() {
+        for line in std::io::stdin().lock().lines() {
+            match line.as_deref() {
+                Ok("cpu") => say(&format!(
+                    "cpu {} {}",
+                    cpu_ns(),
+                    super::clock_ns(nix::time::ClockId::CLOCK_MONOTONIC)
+                )),
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn mark(op: &str) {
+        let _ = std::fs::symlink_metadata(format!("{MARK}{op}"));
+    }
+
+    const TTL: Duration = Duration::from_secs(30);
+
+    pub(super) fn run(args: &[String]) -> i32 {
+        let arg = |i: usize| args.get(i).map_or("", String::as_str);
+        let key = LeaseKey::new("held").unwrap();
+        match arg(0) {
+            "idle" => serve(),
+            "raw-hold" | "raw-wait" => {
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(arg(1))
+                    .unwrap();
+                if arg(0) == "raw-wait" {
+                    say("waiting");
+                }
+                file.lock().unwrap();
+                say(&format!("acquired {}", unix_ns()));
+                serve();
+            }
+            "hold-lock" => {
+                let lock = FileLock::with_options(
+                    arg(1),
+                    FileLockOptions::default().with_mode(mode(arg(2))),
+                )
+                .unwrap();
+                lock.acquire_timeout(Duration::from_secs(60)).unwrap();
+                say(&format!("acquired {}", unix_ns()));
+                serve();
+                lock.release().unwrap();
+            }
+            "wait-lock" => {
+                let lock = FileLock::new(arg(1)).unwrap();
+                assert!(lock.try_acquire().unwrap_err().is_held());
+                say("waiting");
+                lock.acquire_timeout(Duration::from_secs(60)).unwrap();
+                say(&format!("acquired {}", unix_ns()));
+                lock.release().unwrap();
+            }
+            "hold-store" => {
+                let store = Arc::new(DirectoryStore::open_with_mode(arg(1), mode(arg(2))).unwrap());
+                let wait = WaitOptions::new(Duration::from_secs(60));
+                let lease =
+                    lease_core::block_on(store.acquire_with_wait(&key, TTL, &wait)).unwrap();
+                let every: u64 = arg(3).parse().unwrap();
+                say(&format!("acquired {}", unix_ns()));
+                if every > 0 {
+                    let backend: Arc<dyn LeaseBackend> = store.clone();
+                    let guard = LeaseGuard::spawn_thread(
+                        backend,
+                        lease,
+                        KeeperOptions::default().with_renew_every(Duration::from_millis(every)),
+                    )
+                    .unwrap();
+                    serve();
+                    lease_core::block_on(guard.release()).unwrap();
+                } else {
+                    serve();
+                    lease_core::block_on(store.release_lease(&lease)).unwrap();
+                }
+            }
+            "wait-store" => {
+                let store = DirectoryStore::open(arg(1)).unwrap();
+                assert!(
+                    lease_core::block_on(store.acquire(&key, TTL))
+                        .unwrap_err()
+                        .is_held()
+                );
+                say("waiting");
+                let wait = WaitOptions::new(Duration::from_secs(60));
+                let lease =
+                    lease_core::block_on(store.acquire_with_wait(&key, TTL, &wait)).unwrap();
+                say(&format!("acquired {}", unix_ns()));
+                lease_core::block_on(store.release_lease(&lease)).unwrap();
+            }
+            // Commands run by `lease run`.
+            "sleeper" => {
+                say("running");
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+            "exit" => {}
+            "cycles" => {
+                let n: u32 = arg(3).parse().unwrap();
+                cycles(arg(1), arg(2), n);
+            }
+            "syscalls" => {
+                let n: u32 = arg(4).parse().unwrap();
+                std::fs::create_dir_all(arg(3)).unwrap();
+                let dir = std::path::Path::new(arg(3));
+                if arg(1) == "lock" {
+                    lock_syscalls(dir, mode(arg(2)), n);
+                } else {
+                    store_syscalls(dir, mode(arg(2)), n);
+                }
+            }
+            other => {
+                eprintln!("unknown helper command {other:?}");
+                return 2;
+            }
+        }
+        0
+    }
+
+    /// `n` uncontended acquire + release cycles (one before, so that `n = 0` has the setup).
+    fn cycles(face: &str, dir: &str, n: u32) {
+        std::fs::create_dir_all(dir).unwrap();
+        if face == "lock" {
+            let lock = FileLock::new(std::path::Path::new(dir).join("a")).unwrap();
+            for _ in 0..=n {
+                lock.try_acquire().unwrap();
+                lock.release().unwrap();
+            }
+        } else {
+            let store = DirectoryStore::open(dir).unwrap();
+            let key = LeaseKey::new("a").unwrap();
+            for _ in 0..=n {
+                let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+                lease_core::block_on(store.release_lease(&lease)).unwrap();
+            }
+        }
+    }
+
+    fn floor(dir: &std::path::Path, n: u32) {
+        let path = dir.join("floor.excl");
+        for _ in 0..n {
+            mark("floor");
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .unwrap();
+            drop(f);
+            std::fs::remove_file(&path).unwrap();
+        }
+        mark("idle");
+    }
+
+    fn lock_syscalls(dir: &std::path::Path, mode: ModePreference, n: u32) {
+        let options = || FileLockOptions::default().with_mode(mode);
+        let a = FileLock::with_options(dir.join("a"), options()).unwrap();
+        let b = FileLock::with_options(dir.join("a"), options()).unwrap();
+        a.try_acquire().unwrap();
+        a.release().unwrap();
+        // Let the heartbeat thread finish starting before anything is counted.
+        std::thread::sleep(Duration::from_millis(20));
+        floor(dir, n);
+        for _ in 0..n {
+            mark("acquire");
+            a.try_acquire().unwrap();
+            mark("release");
+            a.release().unwrap();
+        }
+        mark("idle");
+        a.try_acquire().unwrap();
+        for _ in 0..n {
+            mark("refused");
+            assert!(b.try_acquire().unwrap_err().is_held());
+        }
+        mark("idle");
+        a.release().unwrap();
+        // Heartbeats: a lock beating every 2 ms, counted by its renewal counter.
+        let c = FileLock::with_options(
+            dir.join("c"),
+            options()
+                .with_heartbeat_interval(Duration::from_millis(2))
+                .with_stale_threshold(Duration::from_secs(3)),
+        )
+        .unwrap();
+        c.try_acquire().unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+        let before = super::renewals(&dir.join("c"));
+        mark("heartbeat-window");
+        std::thread::sleep(Duration::from_millis(2) * n.max(1));
+        mark("idle");
+        let after = super::renewals(&dir.join("c"));
+        c.release().unwrap();
+        say(&format!("beats {}", after.saturating_sub(before)));
+    }
+
+    fn store_syscalls(dir: &std::path::Path, mode: ModePreference, n: u32) {
+        let store = DirectoryStore::open_with_mode(dir, mode).unwrap();
+        let key = LeaseKey::new("a").unwrap();
+        let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+        lease_core::block_on(store.release_lease(&lease)).unwrap();
+        floor(dir, n);
+        for _ in 0..n {
+            mark("acquire");
+            let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+            mark("release");
+            lease_core::block_on(store.release_lease(&lease)).unwrap();
+        }
+        mark("idle");
+        let mut lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+        for _ in 0..n {
+            mark("heartbeat");
+            lease = lease_core::block_on(store.renew(&lease, TTL)).unwrap();
+        }
+        for _ in 0..n {
+            mark("refused");
+            assert!(
+                lease_core::block_on(store.acquire(&key, TTL))
+                    .unwrap_err()
+                    .is_held()
+            );
+        }
+        mark("idle");
+        lease_core::block_on(store.release_lease(&lease)).unwrap();
+    }
 }
