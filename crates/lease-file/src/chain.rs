@@ -15,6 +15,7 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use nix::dir::Dir;
 use nix::errno::Errno;
@@ -222,6 +223,10 @@ pub(crate) struct KeyDir {
     locked: bool,
     /// fsync the directory after every rename.
     durable: bool,
+    /// A directory stream on a duplicate of `file`, made at the first listing and rewound after
+    /// each: a listing is then `getdents64` twice and an `lseek`, instead of also opening,
+    /// checking and closing a stream every time.
+    stream: Mutex<Option<Dir>>,
 }
 
 /// A state entry as found.
@@ -263,6 +268,7 @@ impl KeyDir {
                         dev_ino,
                         locked: false,
                         durable: false,
+                        stream: Mutex::new(None),
                     }));
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => match create {
@@ -357,15 +363,26 @@ impl KeyDir {
 
     /// The entries' names, capped at [`MAX_ENTRIES`].
     fn names(&self) -> Result<Vec<String>, FileLockError> {
-        let mut dir = Dir::openat(
-            self.file.as_fd(),
-            ".",
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| io_error("open lock directory", &self.path, e.into()))?;
+        let mut stream = self.stream.lock().unwrap_or_else(PoisonError::into_inner);
+        let dir = match stream.as_mut() {
+            Some(dir) => dir,
+            None => {
+                // A duplicate shares the open file description (and so its kernel lock, which
+                // closing the duplicate never drops while `file` is open).
+                let dup = self
+                    .file
+                    .try_clone()
+                    .map_err(|e| io_error("open lock directory", &self.path, e))?;
+                stream.insert(
+                    Dir::from_fd(dup.into())
+                        .map_err(|e| io_error("open lock directory", &self.path, e.into()))?,
+                )
+            }
+        };
         let mut names = Vec::new();
         let mut seen = 0;
+        // The iterator rewinds the stream when dropped, so every listing reads the directory
+        // afresh from its start.
         for entry in dir.iter() {
             let entry = entry.map_err(|e| io_error("read lock directory", &self.path, e.into()))?;
             let name = entry.file_name().to_bytes();
@@ -614,7 +631,9 @@ fn read_capped_ref(file: &File, path: &Path) -> Result<Vec<u8>, FileLockError> {
         });
     }
     let cap = MAX_RECORD_BYTES.max(crate::MAX_FENCED_FILE_BYTES);
-    let mut bytes = Vec::new();
+    // Sized from `fstat`: two `read`s for a file that did not grow, not a doubling series.
+    let mut bytes =
+        Vec::with_capacity(usize::try_from(meta.len()).map_or(cap, |len| len.min(cap)) + 1);
     file.take(cap as u64 + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| io_error("read", path, e))?;
