@@ -336,6 +336,8 @@ struct Tenure {
     dir: Option<KeyDir>,
     deadline: Instant,
     epoch: u64,
+    /// When the heartbeat thread renews next.
+    next_beat: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -345,6 +347,11 @@ struct State {
     epoch: u64,
     /// The heartbeat thread runs (it parks between tenures).
     thread_started: bool,
+    /// The heartbeat thread waits for a tenure, so an acquisition must wake it. Otherwise it
+    /// wakes by itself at its tenure's next beat and finds out then whether that tenure (or a
+    /// newer one) is current: neither release nor acquisition wakes it, which would cost two
+    /// context switches per uncontended acquire + release.
+    parked: bool,
     /// The `FileLock` was dropped: the heartbeat thread ends.
     closed: bool,
 }
@@ -374,6 +381,9 @@ struct Shared {
     state: Mutex<State>,
     wake: Condvar,
     waiter: Mutex<Option<Waiter>>,
+    /// The lock directory between tenures, kept open (and its directory stream) so that the next
+    /// acquisition need not open it again; checked against the path as an opened one is.
+    idle: Mutex<Option<KeyDir>>,
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -476,6 +486,7 @@ impl FileLock {
                 state: Mutex::new(State::default()),
                 wake: Condvar::new(),
                 waiter: Mutex::new(None),
+                idle: Mutex::new(None),
             }),
         })
     }
@@ -726,23 +737,58 @@ impl FileLock {
                 state.epoch += 1;
             }
         }
-        let opts = &shared.options;
+        match dir {
+            Some(kd) => self.attempt(kd, false),
+            None => {
+                let idle = self
+                    .shared
+                    .idle
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take();
+                match idle {
+                    Some(kd) => self.attempt(kd, true),
+                    None => self.attempt(self.open_dir()?, false),
+                }
+            }
+        }
+    }
+
+    /// Opens (creating it if needed) the lock directory.
+    fn open_dir(&self) -> Result<KeyDir, FileLockError> {
+        let opts = &self.shared.options;
         let modes = Modes {
             file: opts.file_mode,
             dir: opts.file_mode | ((opts.file_mode & 0o444) >> 2),
             fsync: opts.fsync,
         };
-        let kd = match dir {
-            Some(kd) => kd,
-            None => KeyDir::open(&shared.path, Kind::Lease, Some(modes))?.ok_or_else(|| {
-                FileLockError::Io {
-                    op: "open lock directory",
-                    path: shared.path.clone(),
-                    transient: true,
-                    source: std::io::Error::other("removed while being created"),
-                }
-            })?,
-        };
+        KeyDir::open(&self.shared.path, Kind::Lease, Some(modes))?
+            .map(|kd| kd.durable(opts.fsync))
+            .ok_or_else(|| FileLockError::Io {
+                op: "open lock directory",
+                path: self.shared.path.clone(),
+                transient: true,
+                source: std::io::Error::other("removed while being created"),
+            })
+    }
+
+    /// Keeps `kd` (not holding the kernel lock) for the next acquisition.
+    fn keep_idle(&self, mut kd: KeyDir) {
+        kd.unlock();
+        *self
+            .shared
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(kd);
+    }
+
+    /// One attempt through `kd`. A directory kept from an earlier tenure (`cached`) that no
+    /// longer is the one at the path (removed or replaced by hand), or that fails, is dropped
+    /// and the attempt made again through a freshly opened one.
+    fn attempt(&self, kd: KeyDir, cached: bool) -> Result<FencingToken, FileLockError> {
+        let shared = &self.shared;
+        let opts = &shared.options;
+        // A directory handed over by the waiting thread was opened without the option.
         let mut kd = kd.durable(opts.fsync);
         let token = uuid::Uuid::new_v4().simple().to_string();
         let claim = Claim {
@@ -751,8 +797,16 @@ impl FileLock {
             kernel: shared.mode == LockMode::Kernel,
             record: make_record(shared.mode, opts, &token),
         };
-        match engine::try_acquire(&mut kd, &claim, &shared.time, observations())? {
+        let attempt = match engine::try_acquire(&mut kd, &claim, &shared.time, observations()) {
+            Err(_) if cached => return self.attempt(self.open_dir()?, false),
+            other => other?,
+        };
+        match attempt {
             Attempt::Busy { found, holder } => {
+                if cached && !kd.still_at_path() {
+                    return self.attempt(self.open_dir()?, false);
+                }
+                self.keep_idle(kd);
                 let chain::State::Held(held) = &found.state else {
                     return Err(FileLockError::Io {
                         op: "acquire",
@@ -772,6 +826,9 @@ impl FileLock {
                     // The directory was moved away or replaced while we took it: nobody else
                     // can see this tenure, so do not trust it.
                     let _ = engine::release(&mut kd, &name, generation);
+                    if cached {
+                        return self.attempt(self.open_dir()?, false);
+                    }
                     return Err(FileLockError::Io {
                         op: "acquire",
                         path: shared.path.clone(),
@@ -791,6 +848,7 @@ impl FileLock {
                     dir: Some(kd),
                     deadline: now.mono + opts.stale_threshold.saturating_sub(opts.margin()),
                     epoch,
+                    next_beat: now.mono + opts.heartbeat_interval,
                 });
                 if !state.thread_started {
                     state.thread_started = true;
@@ -801,8 +859,9 @@ impl FileLock {
                         .map_err(|e| {
                             crate::fsio::io_error("spawn heartbeat", &self.shared.path, e)
                         })?;
+                } else if state.parked {
+                    shared.wake.notify_all();
                 }
-                shared.wake.notify_all();
                 tracing::info!(generation, kernel, "file lock acquired");
                 Ok(FencingToken::new(generation))
             }
@@ -859,8 +918,8 @@ impl FileLock {
                 state.epoch += 1;
                 let lost = state.lost.clone();
                 drop(state);
-                drop(kd);
-                shared.wake.notify_all();
+                // The heartbeat thread is not woken: it finds the tenure gone at its next beat.
+                self.keep_idle(kd);
                 if ours {
                     tracing::info!(generation, "file lock released");
                     Ok(())
@@ -926,53 +985,64 @@ fn make_record(mode: LockMode, options: &FileLockOptions, token: &str) -> LeaseF
 /// The lock's heartbeat thread: started at the first acquisition, parked between tenures, ended
 /// when the `FileLock` is dropped. One thread per lock, so a heartbeat stuck in slow I/O on one
 /// path never delays another lock's.
+///
+/// It sleeps until the current tenure's next beat and looks again when it wakes: a tenure that
+/// ended meanwhile is noticed then (release does not wake it), and a newer tenure is beaten on
+/// that tenure's own schedule, which starts at its acquisition, so its first beat is never late
+/// even though the acquisition did not wake the thread either. Only a parked thread (no tenure
+/// for a whole interval) is woken, by the next acquisition.
 fn heartbeat_loop(shared: &Arc<Shared>) {
     let span = tracing::debug_span!("file_lock_heartbeat", path = %shared.path.display());
     let _enter = span.enter();
     let interval = shared.options.heartbeat_interval;
+    let mut state = lock(&shared.state);
+    // Whether the thread already waited one interval without a tenure: only then does it park.
+    // Parking at once would have every acquisition of a lock taken and released in a loop wake
+    // it, only for it to find the tenure gone again.
+    let mut lingered = false;
     loop {
-        let epoch = {
-            let mut state = lock(&shared.state);
-            loop {
-                if state.closed {
-                    return;
-                }
-                if state.tenure.is_some() && state.lost.is_none() {
-                    break state.epoch;
-                }
+        if state.closed {
+            return;
+        }
+        let current = state
+            .tenure
+            .as_ref()
+            .filter(|_| state.lost.is_none())
+            .map(|t| (t.epoch, t.next_beat));
+        let Some((epoch, due)) = current else {
+            if lingered {
+                state.parked = true;
                 state = shared
                     .wake
                     .wait(state)
                     .unwrap_or_else(PoisonError::into_inner);
+                state.parked = false;
+                lingered = false;
+            } else {
+                // A tenure that starts meanwhile is due an interval after it starts, so after
+                // this wait: its first beat is not late.
+                state = shared
+                    .wake
+                    .wait_timeout(state, interval)
+                    .map(|(s, _)| s)
+                    .unwrap_or_else(|p| p.into_inner().0);
+                lingered = true;
             }
+            continue;
         };
-        let mut next = Instant::now() + interval;
-        'tenure: loop {
-            {
-                let mut state = lock(&shared.state);
-                loop {
-                    if state.closed {
-                        return;
-                    }
-                    if state.epoch != epoch || state.tenure.is_none() {
-                        break 'tenure;
-                    }
-                    let now = Instant::now();
-                    if now >= next {
-                        break;
-                    }
-                    state = shared
-                        .wake
-                        .wait_timeout(state, next - now)
-                        .map(|(s, _)| s)
-                        .unwrap_or_else(|p| p.into_inner().0);
-                }
-            }
-            next = Instant::now() + interval;
-            if !heartbeat_once(shared, epoch) {
-                break 'tenure;
-            }
+        lingered = false;
+        let now = Instant::now();
+        if now < due {
+            state = shared
+                .wake
+                .wait_timeout(state, due - now)
+                .map(|(s, _)| s)
+                .unwrap_or_else(|p| p.into_inner().0);
+            continue;
         }
+        drop(state);
+        heartbeat_once(shared, epoch);
+        state = lock(&shared.state);
     }
 }
 
@@ -982,10 +1052,14 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
     let (mut kd, name, held, token) = {
         let mut state = lock(&shared.state);
         match state.tenure.as_mut() {
-            Some(t) if t.epoch == epoch => match t.dir.take() {
-                Some(kd) => (kd, t.name.clone(), t.held.clone(), t.token.clone()),
-                None => return true,
-            },
+            Some(t) if t.epoch == epoch => {
+                // The next beat is due an interval after this one starts, however long it takes.
+                t.next_beat = Instant::now() + opts.heartbeat_interval;
+                match t.dir.take() {
+                    Some(kd) => (kd, t.name.clone(), t.held.clone(), t.token.clone()),
+                    None => return true,
+                }
+            }
             _ => return false,
         }
     };
