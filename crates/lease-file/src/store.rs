@@ -12,7 +12,9 @@ use lease_core::{
     TokenSource, default_safety_margin, holder_deadline, validate_duration, validate_fenced_value,
 };
 
-use crate::chain::{self, Found, KeyDir, Kind, Modes, State, Value, data_name, entry_names, fnv};
+use crate::chain::{
+    self, Found, Held, KeyDir, Kind, Modes, State, Value, data_name, entry_names, fnv,
+};
 use crate::cs::{LockMode, ModePreference, detect};
 use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase, nanos};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
@@ -24,6 +26,22 @@ use crate::{
 };
 
 const NAME: &str = "file";
+/// The most released lock directories a store keeps open for the next acquisition of their key
+/// (each is three descriptors: the directory, its stream, its state entry).
+const IDLE_DIRS: usize = 32;
+
+/// A lease this store acquired and holds the kernel lock of.
+#[derive(Debug)]
+struct Tenure {
+    generation: u64,
+    /// The lock directory, holding the kernel lock.
+    kd: KeyDir,
+    /// The state entry's name as this store last renamed it (acquisition or renewal), and what
+    /// it says: the state is still exactly that unless someone else moved it on, which a rename
+    /// from it finds out (`ENOENT`), so a renewal or release need not list the directory first.
+    name: String,
+    held: Held,
+}
 
 /// Leases as files in one directory: the lease-core [`LeaseBackend`] and [`LeaseListing`] on a
 /// local (or, in heartbeat-only mode, network) file system.
@@ -87,9 +105,11 @@ struct Inner {
     fsync: bool,
     /// Expiry timed by observation, for holders whose clock this store does not share.
     seen: Arc<Observations>,
-    /// The kernel locks of the leases this store acquired, by lock directory, with their
-    /// generations.
-    tenures: Arc<Mutex<HashMap<PathBuf, (u64, KeyDir)>>>,
+    /// The kernel locks of the leases this store acquired, by lock directory.
+    tenures: Arc<Mutex<HashMap<PathBuf, Tenure>>>,
+    /// Released lock directories kept open for the next acquisition of their key (at most
+    /// [`IDLE_DIRS`]).
+    idle: Arc<Mutex<HashMap<PathBuf, KeyDir>>>,
     /// Threads blocked in `flock` for waiting acquisitions.
     waiters: Waiters,
 }
@@ -138,6 +158,7 @@ impl DirectoryStore {
                 fsync: false,
                 seen: Arc::default(),
                 tenures: Arc::default(),
+                idle: Arc::default(),
                 waiters: Waiters::default(),
             }),
         })
@@ -159,6 +180,7 @@ impl DirectoryStore {
                 fsync: old.fsync,
                 seen: Arc::default(),
                 tenures: Arc::default(),
+                idle: Arc::default(),
                 waiters: Waiters::default(),
             };
             f(&mut inner);
@@ -253,9 +275,9 @@ impl DirectoryStore {
             .tenures
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let (generation, kd) = tenures.get(&path)?;
-        (*generation == lease.fencing_token().get())
-            .then(|| kd.share().ok())
+        let tenure = tenures.get(&path)?;
+        (tenure.generation == lease.fencing_token().get())
+            .then(|| tenure.kd.share().ok())
             .flatten()
     }
 
@@ -336,6 +358,29 @@ impl DirectoryStore {
         }
     }
 
+    /// A released lock directory kept for `path`, if any.
+    fn take_idle(&self, path: &Path) -> Option<KeyDir> {
+        self.inner
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(path)
+    }
+
+    /// Keeps `kd` (without its kernel lock) for the next acquisition of its key, if there is
+    /// room.
+    fn keep_idle(&self, mut kd: KeyDir) {
+        kd.unlock();
+        let mut idle = self
+            .inner
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < IDLE_DIRS || idle.contains_key(kd.path()) {
+            idle.insert(kd.path().to_owned(), kd);
+        }
+    }
+
     fn try_acquire_now(
         &self,
         key: &LeaseKey,
@@ -345,7 +390,7 @@ impl DirectoryStore {
         validate_duration(duration)?;
         let margin = self.margin(duration)?;
         Self::expiry(self.inner.time.now().wall, duration)?;
-        let mut kd = self.lease_dir(key, true)?.ok_or_else(|| missing(key))?;
+        let path = self.inner.dir.join(key_file_name(key)?);
         let token = options
             .token()
             .cloned()
@@ -363,35 +408,71 @@ impl DirectoryStore {
                 duration,
             ),
         };
-        match engine::try_acquire(&mut kd, &claim, &self.inner.time, &self.inner.seen)
-            .map_err(backend_error)?
-        {
-            Attempt::Won { held, now, .. } => {
-                tracing::debug!(%key, generation = held.generation, token = %token, "file lease acquired");
-                let lease = Lease::new(
-                    key.clone(),
-                    token,
-                    FencingToken::new(held.generation),
-                    duration,
-                    Self::expiry(now.wall, duration)?,
-                    holder_deadline(now.mono, duration, margin),
-                );
-                // An older tenure of this key through this store is over: its kernel lock goes.
-                let mut tenures = self
-                    .inner
-                    .tenures
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                tenures.remove(kd.path());
-                if kd.locked() {
-                    tenures.insert(kd.path().to_owned(), (held.generation, kd));
+        // A directory kept from an earlier tenure is checked against the path as a freshly
+        // opened one would be; one that was removed or replaced, or fails, is dropped and the
+        // attempt made again through a fresh one.
+        let mut kept = self.take_idle(&path);
+        loop {
+            let cached = kept.is_some();
+            let mut kd = match kept.take() {
+                Some(kd) => kd,
+                None => self.lease_dir(key, true)?.ok_or_else(|| missing(key))?,
+            };
+            let attempt =
+                match engine::try_acquire(&mut kd, &claim, &self.inner.time, &self.inner.seen) {
+                    Err(_) if cached => continue,
+                    other => other.map_err(backend_error)?,
+                };
+            return match attempt {
+                Attempt::Won { held, name, now } => {
+                    if cached && !kd.still_at_path() {
+                        let _ = engine::release(&mut kd, &name, held.generation);
+                        continue;
+                    }
+                    tracing::debug!(%key, generation = held.generation, token = %token, "file lease acquired");
+                    let lease = Lease::new(
+                        key.clone(),
+                        token,
+                        FencingToken::new(held.generation),
+                        duration,
+                        Self::expiry(now.wall, duration)?,
+                        holder_deadline(now.mono, duration, margin),
+                    );
+                    // An older tenure of this key through this store is over: its kernel lock
+                    // goes.
+                    let mut tenures = self
+                        .inner
+                        .tenures
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    tenures.remove(&path);
+                    if kd.locked() {
+                        tenures.insert(
+                            path,
+                            Tenure {
+                                generation: held.generation,
+                                kd,
+                                name,
+                                held,
+                            },
+                        );
+                    } else {
+                        drop(tenures);
+                        // Heartbeat-only mode: nothing to hold, but the next acquisition of the
+                        // key may use the directory.
+                        self.keep_idle(kd);
+                    }
+                    Ok(lease)
                 }
-                Ok(lease)
-            }
-            Attempt::Busy { found, holder } => Err(LeaseError::held(
-                key.clone(),
-                Some(self.holder(&kd, &found, holder.as_ref())),
-            )),
+                Attempt::Busy { found, holder } => {
+                    if cached && !kd.still_at_path() {
+                        continue;
+                    }
+                    let holder = self.holder(&kd, &found, holder.as_ref());
+                    self.keep_idle(kd);
+                    Err(LeaseError::held(key.clone(), Some(holder)))
+                }
+            };
         }
     }
 
@@ -400,42 +481,120 @@ impl DirectoryStore {
         let margin = self.margin(duration)?;
         Self::expiry(self.inner.time.now().wall, duration)?;
         let key = lease.key();
-        let generation = lease.fencing_token().get();
+        let path = self.inner.dir.join(key_file_name(key)?);
+        let mut tenures = self
+            .inner
+            .tenures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = tenures
+            .get_mut(&path)
+            .filter(|t| t.generation == lease.fencing_token().get())
+        {
+            let own = t.held.token == fnv(lease.token().as_str().as_bytes());
+            // The directory this store holds the kernel lock on, and the name it last gave the
+            // state: if the state is still exactly that, one rename renews it. Past its
+            // deadline, the state is looked at below, to say whether it was also taken over.
+            if own
+                && !self.past_deadline(&t.held)
+                && let Some((next, next_name, now)) = engine::renew(
+                    &mut t.kd,
+                    &t.name,
+                    &t.held,
+                    duration,
+                    false,
+                    &self.inner.time,
+                )
+                .map_err(backend_error)?
+            {
+                tracing::debug!(%key, generation = t.generation, seq = next.seq, "file lease renewed");
+                t.held = next;
+                t.name = next_name;
+                return self.renewed(lease, duration, margin, &now);
+            }
+            // Moved on, past its deadline, or another token: look at it.
+            return match self.renew_in(&mut t.kd, lease, duration) {
+                Ok((next, next_name, now)) => {
+                    t.held = next;
+                    t.name = next_name;
+                    self.renewed(lease, duration, margin, &now)
+                }
+                Err(e) => {
+                    // The tenure is over: its kernel lock goes, so that the next one can take it.
+                    // Not for another token's renewal, which says nothing about this tenure:
+                    // freeing the lock would let a contender take over a live holder at once.
+                    if e.is_not_owned() && own {
+                        tenures.remove(&path);
+                    }
+                    Err(e)
+                }
+            };
+        }
+        drop(tenures);
         let mut kd = self.lease_dir(key, false)?.ok_or_else(|| missing(key))?;
+        match self.renew_in(&mut kd, lease, duration) {
+            Ok((_, _, now)) => self.renewed(lease, duration, margin, &now),
+            Err(e) => {
+                if e.is_not_owned() {
+                    self.forget_tenure(&path, lease.fencing_token().get(), lease.token());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether this store's clock says the deadline of `held` passed (when it can tell).
+    fn past_deadline(&self, held: &Held) -> bool {
+        let now = self.inner.time.now();
+        let same_scale = held.scale.is_some() && held.scale == now.shared.map(|(s, _)| s);
+        same_scale && now.shared.is_some_and(|(_, at)| at >= held.deadline_ns)
+    }
+
+    /// `lease` renewed for `duration` at `now`.
+    fn renewed(
+        &self,
+        lease: &Lease,
+        duration: Duration,
+        margin: Duration,
+        now: &Now,
+    ) -> Result<Lease, LeaseError> {
+        Ok(Lease::new(
+            lease.key().clone(),
+            lease.token().clone(),
+            lease.fencing_token(),
+            duration,
+            Self::expiry(now.wall, duration)?,
+            holder_deadline(now.mono, duration, margin),
+        ))
+    }
+
+    /// The renewal through `kd`: one rename from the state observed, if it is this tenure's and
+    /// not past its deadline. Returns the new state and its name.
+    fn renew_in(
+        &self,
+        kd: &mut KeyDir,
+        lease: &Lease,
+        duration: Duration,
+    ) -> Result<(Held, String, Now), LeaseError> {
+        let key = lease.key();
+        let generation = lease.fencing_token().get();
         for _ in 0..4 {
             let found = kd.state().map_err(backend_error)?;
             if let Some(gone) = engine::mismatch(&found, generation, lease.token().as_str()) {
-                self.forget_tenure(kd.path(), generation);
                 return Err(not_owned(key, gone));
             }
             let State::Held(held) = &found.state else {
                 return Err(not_owned(key, Gone::Released));
             };
-            let now = self.inner.time.now();
-            let same_scale = held.scale.is_some() && held.scale == now.shared.map(|(s, _)| s);
-            if same_scale && now.shared.is_some_and(|(_, at)| at >= held.deadline_ns) {
-                self.forget_tenure(kd.path(), generation);
+            if self.past_deadline(held) {
                 return Err(not_owned(key, Gone::Expired));
             }
-            if let Some((next, _, now)) = engine::renew(
-                &mut kd,
-                &found.name,
-                held,
-                duration,
-                false,
-                &self.inner.time,
-            )
-            .map_err(backend_error)?
+            if let Some(renewed) =
+                engine::renew(kd, &found.name, held, duration, false, &self.inner.time)
+                    .map_err(backend_error)?
             {
-                tracing::debug!(%key, generation, seq = next.seq, "file lease renewed");
-                return Ok(Lease::new(
-                    key.clone(),
-                    lease.token().clone(),
-                    lease.fencing_token(),
-                    duration,
-                    Self::expiry(now.wall, duration)?,
-                    holder_deadline(now.mono, duration, margin),
-                ));
+                tracing::debug!(%key, generation, seq = renewed.0.seq, "file lease renewed");
+                return Ok(renewed);
             }
         }
         Err(LeaseError::backend(
@@ -451,19 +610,68 @@ impl DirectoryStore {
         token: &LeaseToken,
         fencing: FencingToken,
     ) -> Result<(), LeaseError> {
-        let mut kd = self.lease_dir(key, false)?.ok_or_else(|| missing(key))?;
+        let path = self.inner.dir.join(key_file_name(key)?);
+        let mut tenures = self
+            .inner
+            .tenures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = tenures
+            .get_mut(&path)
+            .filter(|t| t.generation == fencing.get())
+        {
+            // The directory this store holds the kernel lock on, and the name it last gave the
+            // state: if the state is still exactly that, one rename releases it. Otherwise (or
+            // for another token) the state is looked at. The kernel lock goes with a release,
+            // and only then: a release refused (another token, say) must not free the holder's
+            // lock.
+            let released = t.held.token == fnv(token.as_str().as_bytes())
+                && engine::release(&mut t.kd, &t.name, fencing.get()).map_err(backend_error)?;
+            let result = if released {
+                tracing::debug!(%key, generation = fencing.get(), "file lease released");
+                Ok(())
+            } else {
+                Self::release_in(&mut t.kd, key, token, fencing)
+            };
+            if result.is_ok()
+                && let Some(t) = tenures.remove(&path)
+            {
+                drop(tenures);
+                self.keep_idle(t.kd);
+            }
+            return result;
+        }
+        drop(tenures);
+        let mut kd = match self.take_idle(&path) {
+            Some(kd) if kd.still_at_path() => kd,
+            _ => self.lease_dir(key, false)?.ok_or_else(|| missing(key))?,
+        };
+        let result = Self::release_in(&mut kd, key, token, fencing);
+        if result.is_ok() {
+            // Its kernel lock goes with it (held by another handle of this store, if any).
+            self.inner
+                .tenures
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&path);
+            self.keep_idle(kd);
+        }
+        result
+    }
+
+    /// The release through `kd`: one rename from the state observed, if it is this tenure's.
+    fn release_in(
+        kd: &mut KeyDir,
+        key: &LeaseKey,
+        token: &LeaseToken,
+        fencing: FencingToken,
+    ) -> Result<(), LeaseError> {
         for _ in 0..4 {
             let found = kd.state().map_err(backend_error)?;
             if let Some(gone) = engine::mismatch(&found, fencing.get(), token.as_str()) {
                 return Err(not_owned(key, gone));
             }
-            if engine::release(&mut kd, &found.name, fencing.get()).map_err(backend_error)? {
-                // Its kernel lock goes with it.
-                self.inner
-                    .tenures
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(kd.path());
+            if engine::release(kd, &found.name, fencing.get()).map_err(backend_error)? {
                 return Ok(());
             }
         }
@@ -506,15 +714,18 @@ impl DirectoryStore {
         )))
     }
 
-    /// Drops the kernel lock this store holds for tenure `generation` at `path`, if any: the
-    /// tenure is over, and the next one should be able to take the lock.
-    fn forget_tenure(&self, path: &Path, generation: u64) {
+    /// Drops the kernel lock this store holds for tenure `generation` at `path`, if `token` is
+    /// that tenure's: the tenure is over, and the next one should be able to take the lock. A
+    /// call with another token (a forged or mistaken lease) leaves it: the holder is alive.
+    fn forget_tenure(&self, path: &Path, generation: u64, token: &LeaseToken) {
         let mut tenures = self
             .inner
             .tenures
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if tenures.get(path).is_some_and(|(g, _)| *g == generation) {
+        if tenures.get(path).is_some_and(|t| {
+            t.generation == generation && t.held.token == fnv(token.as_str().as_bytes())
+        }) {
             tenures.remove(path);
         }
     }

@@ -1,0 +1,121 @@
+//! Lock directories kept open between tenures (by `FileLock` and by `DirectoryStore`) are
+//! trusted only while they are still the directory at the path: one moved away or removed by
+//! hand is dropped and the path opened afresh, whether the kept one looks free or held.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::time::Duration;
+
+use lease_core::{LeaseBackendExt, LeaseKey};
+use lease_file::{DirectoryStore, FileLock, key_file_name};
+
+const TTL: Duration = Duration::from_secs(30);
+
+#[test]
+fn a_file_lock_never_acquires_through_a_kept_directory_that_was_moved_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.lease");
+    let a = FileLock::new(&path).unwrap();
+    let b = FileLock::new(&path).unwrap();
+    a.try_acquire().unwrap();
+    a.release().unwrap();
+
+    // Moved away while kept: `a` must not win in the old directory while `b` holds the new one.
+    std::fs::rename(&path, dir.path().join("old.lease")).unwrap();
+    let held = b.try_acquire().unwrap();
+    let err = a.try_acquire().unwrap_err();
+    assert!(err.is_held(), "{err}");
+    assert_eq!(err.holder().map(|h| h.generation), Some(held.get()));
+    b.release().unwrap();
+    assert!(a.try_acquire().unwrap() > held);
+    a.release().unwrap();
+
+    // Removed while kept: a fresh directory, not an error.
+    std::fs::remove_dir_all(&path).unwrap();
+    a.try_acquire().unwrap();
+    assert!(b.try_acquire().unwrap_err().is_held());
+    a.release().unwrap();
+}
+
+#[test]
+fn a_file_lock_is_not_refused_by_a_kept_directory_that_was_moved_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.lease");
+    let a = FileLock::new(&path).unwrap();
+    let b = FileLock::new(&path).unwrap();
+    a.try_acquire().unwrap();
+    a.release().unwrap();
+    b.try_acquire().unwrap();
+    assert!(a.try_acquire().unwrap_err().is_held());
+
+    // `b` holds the old directory, moved away: the path names a new, free lock.
+    std::fs::rename(&path, dir.path().join("old.lease")).unwrap();
+    a.try_acquire().unwrap();
+    assert!(a.held());
+    a.release().unwrap();
+}
+
+#[test]
+fn a_store_never_acquires_through_a_kept_directory_that_was_moved_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = LeaseKey::new("job").unwrap();
+    let path = dir.path().join(key_file_name(&key).unwrap());
+    let a = DirectoryStore::open(dir.path()).unwrap();
+    let b = DirectoryStore::open(dir.path()).unwrap();
+    let lease = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+    lease_core::block_on(a.release_lease(&lease)).unwrap();
+
+    std::fs::rename(&path, dir.path().join("moved")).unwrap();
+    let held = lease_core::block_on(b.acquire(&key, TTL)).unwrap();
+    let err = lease_core::block_on(a.acquire(&key, TTL)).unwrap_err();
+    assert!(err.is_held(), "{err}");
+    lease_core::block_on(b.release_lease(&held)).unwrap();
+    let again = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+    assert!(again.fencing_token() > held.fencing_token());
+    lease_core::block_on(a.release_lease(&again)).unwrap();
+
+    std::fs::remove_dir_all(&path).unwrap();
+    let fresh = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+    assert!(
+        lease_core::block_on(b.acquire(&key, TTL))
+            .unwrap_err()
+            .is_held()
+    );
+    lease_core::block_on(a.release_lease(&fresh)).unwrap();
+
+    // Refused through a kept directory held in a moved-away copy: the path is free.
+    let lease = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+    lease_core::block_on(a.release_lease(&lease)).unwrap();
+    let _held = lease_core::block_on(b.acquire(&key, TTL)).unwrap();
+    assert!(
+        lease_core::block_on(a.acquire(&key, TTL))
+            .unwrap_err()
+            .is_held()
+    );
+    std::fs::rename(&path, dir.path().join("moved-again")).unwrap();
+    lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+}
+
+#[test]
+fn a_store_renews_and_releases_by_the_name_it_gave_and_notices_a_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = LeaseKey::new("job").unwrap();
+    let store = DirectoryStore::open(dir.path()).unwrap();
+    let other = DirectoryStore::open(dir.path()).unwrap();
+    let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+    // Renewed through another handle of the same directory: the name this store remembers is
+    // gone, so it looks, and carries on.
+    let renewed =
+        lease_core::block_on(lease_core::LeaseBackend::renew(&other, &lease, TTL)).unwrap();
+    let renewed =
+        lease_core::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL)).unwrap();
+    let renewed =
+        lease_core::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL)).unwrap();
+    lease_core::block_on(store.release_lease(&renewed)).unwrap();
+    assert!(
+        lease_core::block_on(store.release_lease(&renewed))
+            .unwrap_err()
+            .is_not_owned()
+    );
+    let next = lease_core::block_on(other.acquire(&key, TTL)).unwrap();
+    assert!(next.fencing_token() > lease.fencing_token());
+}
