@@ -352,6 +352,9 @@ struct State {
     /// newer one) is current: neither release nor acquisition wakes it, which would cost two
     /// context switches per uncontended acquire + release.
     parked: bool,
+    /// Releases waiting for a heartbeat in flight to hand the directory back: only then does a
+    /// heartbeat wake anyone when it is done.
+    awaiting_dir: u32,
     /// The `FileLock` was dropped: the heartbeat thread ends.
     closed: bool,
 }
@@ -894,10 +897,12 @@ impl FileLock {
             if state.tenure.as_ref().is_some_and(|t| t.dir.is_some()) {
                 break;
             }
+            state.awaiting_dir += 1;
             state = shared
                 .wake
                 .wait(state)
                 .unwrap_or_else(PoisonError::into_inner);
+            state.awaiting_dir -= 1;
         }
         let Some(tenure) = state.tenure.as_mut() else {
             return Err(busy(&shared.path));
@@ -1130,7 +1135,9 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
                 seq = t.held.seq,
                 "heartbeat written"
             );
-            shared.wake.notify_all();
+            if state.awaiting_dir > 0 {
+                shared.wake.notify_all();
+            }
             return true;
         }
         Ok(Err(reason)) => reason,
