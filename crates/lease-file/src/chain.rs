@@ -13,7 +13,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
@@ -227,6 +227,11 @@ pub(crate) struct KeyDir {
     /// each: a listing is then `getdents64` twice and an `lseek`, instead of also opening,
     /// checking and closing a stream every time.
     stream: Mutex<Option<Dir>>,
+    /// The state entry, opened at the first description and kept with its inode number: the
+    /// entry is one file renamed from state to state, so while a listing shows that inode under
+    /// the state's name, a description is one `pwrite` to it (an open file's inode number is
+    /// never reused by another file).
+    entry: Mutex<Option<(u64, File)>>,
 }
 
 /// A state entry as found.
@@ -234,6 +239,8 @@ pub(crate) struct KeyDir {
 pub(crate) struct Found {
     pub(crate) name: String,
     pub(crate) state: State,
+    /// Its inode number, as the listing gave it.
+    pub(crate) ino: u64,
 }
 
 impl KeyDir {
@@ -269,6 +276,7 @@ impl KeyDir {
                         locked: false,
                         durable: false,
                         stream: Mutex::new(None),
+                        entry: Mutex::new(None),
                     }));
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => match create {
@@ -361,8 +369,8 @@ impl KeyDir {
         std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino)
     }
 
-    /// The entries' names, capped at [`MAX_ENTRIES`].
-    fn names(&self) -> Result<Vec<String>, FileLockError> {
+    /// The entries' names and inode numbers, capped at [`MAX_ENTRIES`].
+    fn names(&self) -> Result<Vec<(String, u64)>, FileLockError> {
         let mut stream = self.stream.lock().unwrap_or_else(PoisonError::into_inner);
         let dir = match stream.as_mut() {
             Some(dir) => dir,
@@ -398,7 +406,7 @@ impl KeyDir {
                 });
             }
             if let Ok(name) = std::str::from_utf8(name) {
-                names.push(name.to_owned());
+                names.push((name.to_owned(), entry.ino()));
             }
         }
         Ok(names)
@@ -420,7 +428,9 @@ impl KeyDir {
             let found: Vec<Found> = self
                 .names()?
                 .into_iter()
-                .filter_map(|name| State::parse(&name).map(|state| Found { name, state }))
+                .filter_map(|(name, ino)| {
+                    State::parse(&name).map(|state| Found { name, state, ino })
+                })
                 .collect();
             match <[Found; 1]>::try_from(found) {
                 Ok([one]) => return Ok(one),
@@ -462,7 +472,7 @@ impl KeyDir {
             let found: Vec<Value> = self
                 .names()?
                 .iter()
-                .filter_map(|name| Value::parse(name))
+                .filter_map(|(name, _)| Value::parse(name))
                 .collect();
             match <[Value; 1]>::try_from(found) {
                 Ok([one]) => return Ok(one),
@@ -518,27 +528,43 @@ impl KeyDir {
         }
     }
 
-    /// Writes the diagnostic record into the state entry `name` (best effort: if the state moved
-    /// on meanwhile, there is nothing to describe). Records are padded with spaces to
-    /// [`DESCRIPTION_BYTES`] and written over the old one in place: truncating a file with data
-    /// would make ext4 flush it on close (`auto_da_alloc`), which costs more than the rest of an
-    /// acquisition. Only a record longer than that (a very long label) truncates.
+    /// Writes the diagnostic record into the state entry `name`, which a rename just gave the
+    /// entry listed as inode `ino` (best effort: if the state moved on meanwhile, there is
+    /// nothing to describe). Records are padded with spaces to [`DESCRIPTION_BYTES`] and written
+    /// over the old one in place: truncating a file with data would make ext4 flush it on close
+    /// (`auto_da_alloc`), which costs more than the rest of an acquisition. Only a record longer
+    /// than that (a very long label) truncates.
     ///
-    /// Only a regular file is written: a planted FIFO (or device) under a state name is renamed
-    /// like any state entry but never described, and `O_NONBLOCK` keeps the open of a FIFO with
-    /// no reader from blocking the acquisition for ever.
-    pub(crate) fn describe(&self, name: &str, record: &LeaseFileRecord) {
+    /// The entry opened for the last description is kept: while it is still inode `ino`, the
+    /// write needs no `open` and `close`. Only a regular file is written (and kept): a planted
+    /// FIFO (or device) under a state name is renamed like any state entry but never described,
+    /// and `O_NONBLOCK` keeps the open of a FIFO with no reader from blocking the acquisition.
+    pub(crate) fn describe(&self, name: &str, ino: u64, record: &LeaseFileRecord) {
         let mut bytes = record.to_bytes();
         let mut flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        if bytes.len() <= DESCRIPTION_BYTES {
+        let fits = bytes.len() <= DESCRIPTION_BYTES;
+        let mut entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
+        if fits {
             bytes.resize(DESCRIPTION_BYTES, b' ');
+            if let Some((kept, file)) = entry.as_ref()
+                && *kept == ino
+            {
+                let _ = file.write_all_at(&bytes, 0);
+                return;
+            }
         } else {
             flags |= OFlag::O_TRUNC;
         }
         if let Ok(fd) = nix::fcntl::openat(self.file.as_fd(), name, flags, Mode::empty()) {
-            let mut file = File::from(fd);
-            if file.metadata().is_ok_and(|m| m.is_file()) {
-                let _ = file.write_all(&bytes);
+            let file = File::from(fd);
+            let Ok(meta) = file.metadata() else {
+                return;
+            };
+            if meta.is_file() {
+                let _ = file.write_all_at(&bytes, 0);
+                if meta.ino() == ino {
+                    *entry = Some((ino, file));
+                }
             }
         }
     }

@@ -206,6 +206,9 @@ pub(crate) struct Claim<'a> {
 }
 
 /// The outcome of one acquisition attempt.
+// Returned once per attempt and matched at once, never stored: boxing the larger variant would
+// only add an allocation to every refusal.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Attempt {
     /// Acquired: the state entry is `name`; trust runs from `now.mono`.
@@ -273,7 +276,7 @@ pub(crate) fn try_acquire(
         if kd.swap(&found.name, &name)? {
             let mut record = claim.record.clone();
             record.generation = generation;
-            kd.describe(&name, &record);
+            kd.describe(&name, found.ino, &record);
             tracing::debug!(path = %kd.path().display(), generation, "lease acquired");
             return Ok(Attempt::Won { held, name, now });
         }

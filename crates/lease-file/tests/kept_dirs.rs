@@ -119,3 +119,50 @@ fn a_store_renews_and_releases_by_the_name_it_gave_and_notices_a_change() {
     let next = lease_core::block_on(other.acquire(&key, TTL)).unwrap();
     assert!(next.fencing_token() > lease.fencing_token());
 }
+
+/// The label of the holder another lock on `path` is refused by.
+fn holder_label(path: &std::path::Path) -> Option<String> {
+    FileLock::new(path)
+        .unwrap()
+        .try_acquire()
+        .unwrap_err()
+        .holder()
+        .and_then(|h| h.label.clone())
+}
+
+#[test]
+fn descriptions_follow_the_state_entry_even_when_it_is_replaced_by_a_copy() {
+    use lease_file::FileLockOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.lease");
+    let labelled =
+        |label: &str| FileLock::with_options(&path, FileLockOptions::default().with_label(label));
+    let (a, b) = (labelled("a").unwrap(), labelled("b").unwrap());
+    for round in 0..3 {
+        let fencing = a.try_acquire().unwrap();
+        assert_eq!(holder_label(&path).as_deref(), Some("a"), "round {round}");
+        a.release().unwrap();
+        assert!(b.try_acquire().unwrap() > fencing);
+        assert_eq!(holder_label(&path).as_deref(), Some("b"), "round {round}");
+        b.release().unwrap();
+    }
+    // The free state entry replaced by hand with a copy (another inode, same name): the next
+    // description goes to the copy, which is the state entry now.
+    let entry = std::fs::read_dir(&path)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("free.")
+        })
+        .unwrap();
+    let copy = dir.path().join("copy");
+    std::fs::copy(&entry, &copy).unwrap();
+    std::fs::rename(&copy, &entry).unwrap();
+    a.try_acquire().unwrap();
+    assert_eq!(holder_label(&path).as_deref(), Some("a"));
+    a.release().unwrap();
+}
