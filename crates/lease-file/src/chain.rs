@@ -268,6 +268,10 @@ impl KeyDir {
                     let mut id_bytes = [0u8; 16];
                     id_bytes[..8].copy_from_slice(&dev_ino.0.to_le_bytes());
                     id_bytes[8..].copy_from_slice(&dev_ino.1.to_le_bytes());
+                    // Made now rather than at the first listing, which every use of a lock
+                    // directory starts with: a waiter that opens the directory before blocking
+                    // in `flock` then lists it without this cost once woken.
+                    let stream = stream_of(&file).ok();
                     return Ok(Some(Self {
                         path: path.to_owned(),
                         file,
@@ -275,7 +279,7 @@ impl KeyDir {
                         dev_ino,
                         locked: false,
                         durable: false,
-                        stream: Mutex::new(None),
+                        stream: Mutex::new(stream),
                         entry: Mutex::new(None),
                     }));
                 }
@@ -374,18 +378,10 @@ impl KeyDir {
         let mut stream = self.stream.lock().unwrap_or_else(PoisonError::into_inner);
         let dir = match stream.as_mut() {
             Some(dir) => dir,
-            None => {
-                // A duplicate shares the open file description (and so its kernel lock, which
-                // closing the duplicate never drops while `file` is open).
-                let dup = self
-                    .file
-                    .try_clone()
-                    .map_err(|e| io_error("open lock directory", &self.path, e))?;
-                stream.insert(
-                    Dir::from_fd(dup.into())
-                        .map_err(|e| io_error("open lock directory", &self.path, e.into()))?,
-                )
-            }
+            None => stream.insert(
+                stream_of(&self.file)
+                    .map_err(|e| io_error("open lock directory", &self.path, e))?,
+            ),
         };
         let mut names = Vec::new();
         let mut seen = 0;
@@ -640,6 +636,12 @@ impl KeyDir {
             nix::unistd::UnlinkatFlags::NoRemoveDir,
         );
     }
+}
+
+/// A directory stream on a duplicate of `dir`: the duplicate shares the open file description
+/// (and so its kernel lock, which closing the duplicate never drops while `dir` is open).
+fn stream_of(dir: &File) -> io::Result<Dir> {
+    Dir::from_fd(dir.try_clone()?.into()).map_err(io::Error::from)
 }
 
 /// Reads at most [`MAX_RECORD_BYTES`] (or [`crate::MAX_FENCED_FILE_BYTES`]) of a regular file.
