@@ -519,6 +519,10 @@ enum Waiter {
     Lock,
     Store,
     Cli,
+    /// Diagnostic: `lease run` holding, a process blocked in `flock` on the lock directory
+    /// waiting. Its gap to the floor is what the holder's side costs: the guard must kill the
+    /// command, which inherited the kernel lock, before the kernel lets it go.
+    CliHolderOnly,
 }
 
 impl Waiter {
@@ -528,6 +532,9 @@ impl Waiter {
             Self::Lock => "`FileLock::acquire_timeout`",
             Self::Store => "`DirectoryStore` + lease-core `acquire_with_wait`",
             Self::Cli => "`lease run --file` (lease-cli, release build)",
+            Self::CliHolderOnly => {
+                "(diagnostic) `lease run` holder, waiter blocked in `flock` on its lock directory"
+            }
         }
     }
 }
@@ -538,7 +545,7 @@ type Takeover = Vec<BTreeMap<Waiter, Vec<f64>>>;
 fn takeover(cfg: &Config, filesystems: &[Fs], cli: Result<&Path, &str>) -> Takeover {
     let mut waiters = vec![Waiter::Floor, Waiter::Lock, Waiter::Store];
     if cli.is_ok() {
-        waiters.push(Waiter::Cli);
+        waiters.extend([Waiter::Cli, Waiter::CliHolderOnly]);
     }
     let mut results: Takeover = filesystems.iter().map(|_| BTreeMap::new()).collect();
     for trial in 0..cfg.trials {
@@ -599,6 +606,16 @@ fn takeover_once(cfg: &Config, waiter: Waiter, d: &Path, cli: Option<&Path>) -> 
             let h = lease_run(&["sleeper"]);
             h.expect("running");
             (h, lease_run(&["exit"]))
+        }
+        Waiter::CliHolderOnly => {
+            let h = lease_run(&["sleeper"]);
+            h.expect("running");
+            let key = LeaseKey::new("takeover").unwrap();
+            let lock_dir = cli_dir.join(lease_file::key_file_name(&key).unwrap());
+            (
+                h,
+                Proc::helper(&["raw-wait-dir", lock_dir.to_str().unwrap()]),
+            )
         }
     };
     w.expect("waiting");
@@ -1036,7 +1053,7 @@ fn report(r: &Report<'_>) -> String {
         let floor = median(&per_fs[&Waiter::Floor]);
         let verdicts: Vec<String> = waiters
             .iter()
-            .filter(|w| **w != Waiter::Floor)
+            .filter(|w| !matches!(w, Waiter::Floor | Waiter::CliHolderOnly))
             .map(|w| {
                 let ratio = median(&per_fs[w]) / floor;
                 format!("{} {} ({ratio:.1}x)", w.label(), verdict(ratio <= 2.0))
@@ -1227,6 +1244,12 @@ mod helper {
                 file.lock().unwrap();
                 say(&format!("acquired {}", unix_ns()));
                 serve();
+            }
+            "raw-wait-dir" => {
+                let dir = std::fs::File::open(arg(1)).unwrap();
+                say("waiting");
+                dir.lock().unwrap();
+                say(&format!("acquired {}", unix_ns()));
             }
             "hold-lock" => {
                 let lock = FileLock::with_options(
