@@ -661,6 +661,8 @@ impl FileLock {
                         let wait = (self.shared.options.stale_threshold / 4)
                             .max(poll)
                             .min(timeout - waited);
+                        // Start the heartbeat thread now, not in the middle of the takeover.
+                        self.start_heartbeat()?;
                         locked = self.wait_for_kernel_lock(wait)?;
                     } else {
                         std::thread::sleep(poll);
@@ -775,6 +777,25 @@ impl FileLock {
             })
     }
 
+    /// Starts the heartbeat thread if it is not running (it parks until a tenure starts).
+    fn start_heartbeat(&self) -> Result<(), FileLockError> {
+        let mut state = lock(&self.shared.state);
+        if state.thread_started {
+            return Ok(());
+        }
+        self.spawn_heartbeat(&mut state)
+    }
+
+    fn spawn_heartbeat(&self, state: &mut State) -> Result<(), FileLockError> {
+        state.thread_started = true;
+        let shared = self.shared.clone();
+        std::thread::Builder::new()
+            .name("lease-file-heartbeat".into())
+            .spawn(move || heartbeat_loop(&shared))
+            .map(drop)
+            .map_err(|e| crate::fsio::io_error("spawn heartbeat", &self.shared.path, e))
+    }
+
     /// Keeps `kd` (not holding the kernel lock) for the next acquisition.
     fn keep_idle(&self, mut kd: KeyDir) {
         kd.unlock();
@@ -854,14 +875,7 @@ impl FileLock {
                     next_beat: now.mono + opts.heartbeat_interval,
                 });
                 if !state.thread_started {
-                    state.thread_started = true;
-                    let shared = self.shared.clone();
-                    std::thread::Builder::new()
-                        .name("lease-file-heartbeat".into())
-                        .spawn(move || heartbeat_loop(&shared))
-                        .map_err(|e| {
-                            crate::fsio::io_error("spawn heartbeat", &self.shared.path, e)
-                        })?;
+                    self.spawn_heartbeat(&mut state)?;
                 } else if state.parked {
                     shared.wake.notify_all();
                 }
