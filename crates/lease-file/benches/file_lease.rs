@@ -680,14 +680,13 @@ fn renewals(lock_dir: &Path) -> u64 {
 }
 
 fn heartbeat_cpu(cfg: &Config, filesystems: &[Fs]) -> Vec<Cpu> {
-    // (label, fs, process, lock directory)
-    let mut holders: Vec<(String, String, Proc, Option<PathBuf>)> = Vec::new();
-    holders.push((
+    // (label, file system, helper arguments, lock directory)
+    let mut holders: Vec<(String, String, Vec<String>, Option<PathBuf>)> = vec![(
         "baseline: an idle helper process holding nothing".into(),
         "-".into(),
-        Proc::helper(&["idle"]),
+        vec!["idle".into()],
         None,
-    ));
+    )];
     for fs in filesystems {
         let d = fs.dir.path();
         let lock = d.join("cpu.lock");
@@ -695,53 +694,56 @@ fn heartbeat_cpu(cfg: &Config, filesystems: &[Fs]) -> Vec<Cpu> {
         let store = d.join("cpu-store");
         let store_key =
             store.join(lease_file::key_file_name(&LeaseKey::new("held").unwrap()).unwrap());
+        let arg = |p: &Path| p.to_str().unwrap().to_owned();
         for (label, args, dir) in [
             (
                 "`FileLock`, kernel mode, default options (heartbeat every 250 ms)",
-                vec!["hold-lock", lock.to_str().unwrap(), "kernel"],
+                vec!["hold-lock".into(), arg(&lock), "kernel".into()],
                 lock.clone(),
             ),
             (
                 "`FileLock`, heartbeat-only mode, default options",
-                vec!["hold-lock", hb.to_str().unwrap(), "heartbeat-only"],
+                vec!["hold-lock".into(), arg(&hb), "heartbeat-only".into()],
                 hb.clone(),
             ),
             (
                 "`DirectoryStore` + `LeaseGuard::spawn_thread` renewing every 250 ms (30 s lease)",
-                vec!["hold-store", store.to_str().unwrap(), "kernel", "250"],
+                vec![
+                    "hold-store".into(),
+                    arg(&store),
+                    "kernel".into(),
+                    "250".into(),
+                ],
                 store_key,
             ),
         ] {
-            let p = Proc::helper(&args);
-            p.expect("acquired");
-            holders.push((label.into(), fs.kind.clone(), p, Some(dir)));
+            holders.push((label.into(), fs.kind.clone(), args, Some(dir)));
         }
     }
-    std::thread::sleep(cfg.settle);
-    let sample = |holders: &mut Vec<(String, String, Proc, Option<PathBuf>)>| {
-        holders
-            .iter_mut()
-            .map(|(_, _, p, dir)| {
+    // One holder at a time: holders beating together share warm caches, and the first to wake
+    // would pay for the others.
+    holders
+        .into_iter()
+        .map(|(label, fs, args, dir)| {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut p = Proc::helper(&args);
+            p.expect("acquired");
+            std::thread::sleep(cfg.settle);
+            let mut sample = || {
                 p.say("cpu");
                 let line = p.expect("cpu ");
                 let mut fields = line.split_whitespace().skip(1);
                 let cpu: u64 = fields.next().unwrap().parse().unwrap();
                 let mono: u64 = fields.next().unwrap().parse().unwrap();
                 (cpu, mono, dir.as_deref().map_or(0, renewals))
-            })
-            .collect::<Vec<_>>()
-    };
-    let before = sample(&mut holders);
-    std::thread::sleep(cfg.window);
-    let after = sample(&mut holders);
-    holders
-        .into_iter()
-        .zip(before.iter().zip(&after))
-        .map(|((label, fs, p, _), (b, a))| {
+            };
+            let before = sample();
+            std::thread::sleep(cfg.window);
+            let after = sample();
             p.finish();
-            let cpu = a.0.saturating_sub(b.0) as f64;
-            let wall = a.1.saturating_sub(b.1) as f64;
-            let beats = a.2.saturating_sub(b.2) as f64;
+            let cpu = after.0.saturating_sub(before.0) as f64;
+            let wall = after.1.saturating_sub(before.1) as f64;
+            let beats = after.2.saturating_sub(before.2) as f64;
             Cpu {
                 holder: label,
                 fs,
@@ -1067,7 +1069,7 @@ fn report(r: &Report<'_>) -> String {
     let _ = writeln!(
         md,
         "### Heartbeat cost of a held lease\n\nCPU time of the holder process (all threads) \
-         over wall time, over {:?} after {:?} of holding; every holder runs at once. Target: \
+         over wall time, over {:?} after {:?} of holding; one holder at a time. Target: \
          `FileLock` in kernel mode at most 0.05 % of one core.\n",
         cfg.window, cfg.settle
     );
@@ -1229,7 +1231,10 @@ mod helper {
         let arg = |i: usize| args.get(i).map_or("", String::as_str);
         let key = LeaseKey::new("held").unwrap();
         match arg(0) {
-            "idle" => serve(),
+            "idle" => {
+                say("acquired nothing");
+                serve();
+            }
             "raw-hold" | "raw-wait" => {
                 let file = std::fs::OpenOptions::new()
                     .read(true)
