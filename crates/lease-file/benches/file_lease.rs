@@ -674,6 +674,9 @@ fn renewals(lock_dir: &Path) -> u64 {
         .flatten()
         .find_map(|e| {
             let name = e.file_name().into_string().ok()?;
+            if let Some(n) = name.strip_prefix("tick.") {
+                return n.parse().ok();
+            }
             name.strip_prefix("held.")?.split('.').nth(1)?.parse().ok()
         })
         .unwrap_or(0)
@@ -681,12 +684,20 @@ fn renewals(lock_dir: &Path) -> u64 {
 
 fn heartbeat_cpu(cfg: &Config, filesystems: &[Fs]) -> Vec<Cpu> {
     // (label, file system, helper arguments, lock directory)
-    let mut holders: Vec<(String, String, Vec<String>, Option<PathBuf>)> = vec![(
-        "baseline: an idle helper process holding nothing".into(),
-        "-".into(),
-        vec!["idle".into()],
-        None,
-    )];
+    let mut holders: Vec<(String, String, Vec<String>, Option<PathBuf>)> = vec![
+        (
+            "baseline: an idle helper process holding nothing".into(),
+            "-".into(),
+            vec!["idle".into()],
+            None,
+        ),
+        (
+            "floor: a thread waking every 250 ms, doing nothing".into(),
+            "-".into(),
+            vec!["ticker".into()],
+            None,
+        ),
+    ];
     for fs in filesystems {
         let d = fs.dir.path();
         let lock = d.join("cpu.lock");
@@ -696,6 +707,11 @@ fn heartbeat_cpu(cfg: &Config, filesystems: &[Fs]) -> Vec<Cpu> {
             store.join(lease_file::key_file_name(&LeaseKey::new("held").unwrap()).unwrap());
         let arg = |p: &Path| p.to_str().unwrap().to_owned();
         for (label, args, dir) in [
+            (
+                "floor: a thread waking every 250 ms to rename one file",
+                vec!["ticker".into(), arg(&d.join("ticker"))],
+                d.join("ticker"),
+            ),
             (
                 "`FileLock`, kernel mode, default options (heartbeat every 250 ms)",
                 vec!["hold-lock".into(), arg(&lock), "kernel".into()],
@@ -1075,12 +1091,18 @@ fn report(r: &Report<'_>) -> String {
     );
     let _ = writeln!(
         md,
-        "| holder | file system | renewals/s | CPU per renewal | share of one core |\n|---|---|---:|---:|---:|"
+        "| holder | file system | renewals/s | CPU per renewal | share of one core | vs rename floor |\n|---|---|---:|---:|---:|---:|"
     );
+    let rename_floor = |fs: &str| {
+        r.heartbeat
+            .iter()
+            .find(|c| c.fs == fs && c.holder.contains("to rename one file"))
+            .map(|c| c.share_pct)
+    };
     for c in r.heartbeat {
         let _ = writeln!(
             md,
-            "| {} | {} | {:.1} | {} | {:.4} % |",
+            "| {} | {} | {:.1} | {} | {:.4} % | {} |",
             c.holder,
             c.fs,
             c.beats_per_s,
@@ -1089,7 +1111,8 @@ fn report(r: &Report<'_>) -> String {
             } else {
                 format!("{:.0} µs", c.cpu_per_beat_us)
             },
-            c.share_pct
+            c.share_pct,
+            rename_floor(&c.fs).map_or("-".to_owned(), |f| format!("{:.2}x", c.share_pct / f))
         );
     }
     let target: Vec<String> = r
@@ -1232,6 +1255,39 @@ mod helper {
         let key = LeaseKey::new("held").unwrap();
         match arg(0) {
             "idle" => {
+                say("acquired nothing");
+                serve();
+            }
+            // The floors of a heartbeat: a thread woken every 250 ms by a timed condition
+            // variable wait, as `FileLock`'s is, doing nothing or renaming one file
+            // (`tick.<n>` to `tick.<n+1>`) in the directory given.
+            "ticker" => {
+                let dir = args.get(1).map(std::path::PathBuf::from);
+                if let Some(dir) = &dir {
+                    std::fs::create_dir_all(dir).unwrap();
+                    std::fs::write(dir.join("tick.0"), b"").unwrap();
+                }
+                // Renamed relative to the directory's descriptor, as the lease state is.
+                let dir = dir.map(|d| std::fs::File::open(d).unwrap());
+                std::thread::spawn(move || {
+                    let pair = (std::sync::Mutex::new(()), std::sync::Condvar::new());
+                    let mut guard = pair.0.lock().unwrap();
+                    for n in 0u64.. {
+                        guard = pair
+                            .1
+                            .wait_timeout(guard, Duration::from_millis(250))
+                            .unwrap()
+                            .0;
+                        if let Some(dir) = &dir {
+                            let _ = nix::fcntl::renameat(
+                                dir,
+                                format!("tick.{n}").as_str(),
+                                dir,
+                                format!("tick.{}", n + 1).as_str(),
+                            );
+                        }
+                    }
+                });
                 say("acquired nothing");
                 serve();
             }
