@@ -516,6 +516,10 @@ impl Drop for Proc {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 enum Waiter {
     Floor,
+    /// Diagnostic: the floor's `flock` made by a helper thread that hands the file to the main
+    /// thread, as any wait with a timeout must (a blocked `flock` cannot time out): what that
+    /// second wakeup costs.
+    FloorHandedOver,
     Lock,
     Store,
     Cli,
@@ -529,6 +533,9 @@ impl Waiter {
     fn label(self) -> &'static str {
         match self {
             Self::Floor => "floor: a process blocked in `flock` on a plain file",
+            Self::FloorHandedOver => {
+                "(diagnostic) the same `flock` in a helper thread, handed to the main thread"
+            }
             Self::Lock => "`FileLock::acquire_timeout`",
             Self::Store => "`DirectoryStore` + lease-core `acquire_with_wait`",
             Self::Cli => "`lease run --file` (lease-cli, release build)",
@@ -543,7 +550,12 @@ impl Waiter {
 type Takeover = Vec<BTreeMap<Waiter, Vec<f64>>>;
 
 fn takeover(cfg: &Config, filesystems: &[Fs], cli: Result<&Path, &str>) -> Takeover {
-    let mut waiters = vec![Waiter::Floor, Waiter::Lock, Waiter::Store];
+    let mut waiters = vec![
+        Waiter::Floor,
+        Waiter::FloorHandedOver,
+        Waiter::Lock,
+        Waiter::Store,
+    ];
     if cli.is_ok() {
         waiters.extend([Waiter::Cli, Waiter::CliHolderOnly]);
     }
@@ -589,6 +601,12 @@ fn takeover_once(cfg: &Config, waiter: Waiter, d: &Path, cli: Option<&Path>) -> 
             let h = Proc::helper(&["raw-hold", p]);
             h.expect("acquired");
             let w = Proc::helper(&["raw-wait", p]);
+            (h, w)
+        }
+        Waiter::FloorHandedOver => {
+            let h = Proc::helper(&["raw-hold", p]);
+            h.expect("acquired");
+            let w = Proc::helper(&["raw-wait-thread", p]);
             (h, w)
         }
         Waiter::Lock => {
@@ -1071,7 +1089,12 @@ fn report(r: &Report<'_>) -> String {
         let floor = median(&per_fs[&Waiter::Floor]);
         let verdicts: Vec<String> = waiters
             .iter()
-            .filter(|w| !matches!(w, Waiter::Floor | Waiter::CliHolderOnly))
+            .filter(|w| {
+                !matches!(
+                    w,
+                    Waiter::Floor | Waiter::FloorHandedOver | Waiter::CliHolderOnly
+                )
+            })
             .map(|w| {
                 let ratio = median(&per_fs[w]) / floor;
                 format!("{} {} ({ratio:.1}x)", w.label(), verdict(ratio <= 2.0))
@@ -1305,6 +1328,22 @@ mod helper {
                 file.lock().unwrap();
                 say(&format!("acquired {}", unix_ns()));
                 serve();
+            }
+            "raw-wait-thread" => {
+                let path = arg(1).to_owned();
+                let (tx, rx) = std::sync::mpsc::channel();
+                say("waiting");
+                std::thread::spawn(move || {
+                    let file = std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(path)
+                        .unwrap();
+                    file.lock().unwrap();
+                    let _ = tx.send(file);
+                });
+                let _file = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+                say(&format!("acquired {}", unix_ns()));
             }
             "raw-wait-dir" => {
                 let dir = std::fs::File::open(arg(1)).unwrap();
