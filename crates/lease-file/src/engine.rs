@@ -242,8 +242,10 @@ pub(crate) fn try_acquire(
             let stale = expired(kd, &found.name, held, &now, seen);
             // Live: held (by this very token too: that is a second contender, not a renewal).
             if stale.is_none() {
-                let holder = kd.description(&found.name);
-                return Ok(Attempt::Busy { found, holder });
+                return Ok(Attempt::Busy {
+                    holder: describe_tenure(kd, &found),
+                    found,
+                });
             }
             tracing::info!(
                 path = %kd.path().display(),
@@ -286,6 +288,23 @@ pub(crate) fn try_acquire(
         path: kd.path().to_owned(),
         transient: true,
         source: std::io::Error::other("the lease state kept changing under the attempt"),
+    })
+}
+
+/// The description of the tenure `found` names. A heartbeat may rename the entry between the
+/// listing and the read: then the tenure's next name is read, once.
+pub(crate) fn describe_tenure(kd: &KeyDir, found: &Found) -> Option<LeaseFileRecord> {
+    kd.description(&found.name).or_else(|| {
+        let again = kd.state().ok()?;
+        let same_tenure = match (&again.state, &found.state) {
+            (State::Held(a), State::Held(b)) => a.generation == b.generation && a.token == b.token,
+            _ => false,
+        };
+        if same_tenure {
+            kd.description(&again.name)
+        } else {
+            None
+        }
     })
 }
 

@@ -565,7 +565,9 @@ impl FileLock {
         let found = kd.state()?;
         Ok(match &found.state {
             chain::State::Free(_) => None,
-            chain::State::Held(held) => Some(HolderInfo::of(held, kd.description(&found.name))),
+            chain::State::Held(held) => {
+                Some(HolderInfo::of(held, engine::describe_tenure(&kd, &found)))
+            }
         })
     }
 
@@ -1121,9 +1123,10 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
                 Some(engine::Gone::Released) => LostReason::TakenOver { holder: None },
                 Some(engine::Gone::TakenOver) => LostReason::TakenOver {
                     holder: match &found.state {
-                        chain::State::Held(h) => {
-                            Some(Box::new(HolderInfo::of(h, kd.description(&found.name))))
-                        }
+                        chain::State::Held(h) => Some(Box::new(HolderInfo::of(
+                            h,
+                            engine::describe_tenure(&kd, &found),
+                        ))),
                         chain::State::Free(_) => None,
                     },
                 },

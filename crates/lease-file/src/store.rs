@@ -705,7 +705,9 @@ impl DirectoryStore {
             // A holder whose kernel lock is free on this host has exited: the key is free, as
             // the next acquisition will find (it takes the lock first, as this check does).
             State::Held(held) if self.holder_is_gone(&mut kd, held) => None,
-            State::Held(_) => Some(self.holder(&kd, &found, kd.description(&found.name).as_ref())),
+            State::Held(_) => {
+                Some(self.holder(&kd, &found, engine::describe_tenure(&kd, &found).as_ref()))
+            }
         };
         Ok(Some(LeaseRecord::new(
             key.clone(),
