@@ -1085,23 +1085,24 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
         }
     };
     let result = (|| -> Result<Result<(Held, String, Instant), LostReason>, FileLockError> {
-        if !kd.still_at_path() {
-            return Ok(Err(LostReason::TakenOver { holder: None }));
-        }
+        // The path is checked after the rename, not before: a renewal counts only if the path
+        // still names the directory once it is made (a directory replaced before or during this
+        // heartbeat fails that check as it would fail one made before). A rename that did not
+        // happen, or failed, is checked too, before anything else is judged: a directory moved
+        // away or removed is a loss now, not a failing heartbeat retried until the deadline.
         let kernel = shared.mode == LockMode::Kernel;
-        if let Some((next, next_name, now)) = engine::renew(
+        let renewed = engine::renew(
             &mut kd,
             &name,
             &held,
             opts.stale_threshold,
             kernel,
             &shared.time,
-        )? {
-            // Replaced between the look above and the rename: the renewal is in a directory
-            // nobody else sees, and must not extend the deadline.
-            if !kd.still_at_path() {
-                return Ok(Err(LostReason::TakenOver { holder: None }));
-            }
+        );
+        if !kd.still_at_path() {
+            return Ok(Err(LostReason::TakenOver { holder: None }));
+        }
+        if let Some((next, next_name, now)) = renewed? {
             return Ok(Ok((next, next_name, now.mono)));
         }
         let found = kd.state()?;

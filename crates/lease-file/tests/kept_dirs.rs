@@ -166,3 +166,37 @@ fn descriptions_follow_the_state_entry_even_when_it_is_replaced_by_a_copy() {
     assert_eq!(holder_label(&path).as_deref(), Some("a"));
     a.release().unwrap();
 }
+
+#[test]
+fn a_holder_whose_directory_is_removed_or_moved_loses_at_its_next_heartbeat() {
+    use lease_file::{FileLockOptions, LostReason};
+    for remove in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job.lease");
+        let lock = FileLock::with_options(
+            &path,
+            FileLockOptions::default()
+                .with_heartbeat_interval(Duration::from_millis(20))
+                .with_stale_threshold(Duration::from_secs(3)),
+        )
+        .unwrap();
+        lock.try_acquire().unwrap();
+        if remove {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::rename(&path, dir.path().join("moved")).unwrap();
+        }
+        // Long before the deadline (2.7 s): the loss is the removal, not failing heartbeats.
+        let started = std::time::Instant::now();
+        while lock.lost().is_none() && started.elapsed() < Duration::from_secs(1) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            matches!(lock.lost(), Some(LostReason::TakenOver { .. })),
+            "remove {remove}: {:?} after {:?}",
+            lock.lost(),
+            started.elapsed()
+        );
+        assert!(!lock.held());
+    }
+}
