@@ -18,8 +18,9 @@
 //!    by `strace -f -c` as a cross-check.
 //!
 //! The processes are this very binary started again as a helper (`__lease_bench_helper ...`),
-//! and the `lease` binary of crates/lease-cli (built with `cargo build -p lease-cli --release`
-//! by a full run; a quick run uses it only if it is already next to this binary).
+//! and the `lease` binary of crates/lease-cli (built by a full run with
+//! `cargo build -p lease-cli --profile bench`, release optimizations with the dependencies the
+//! bench run already built; a quick run uses it only if it is already next to this binary).
 //!
 //! Writes `$LEASE_BENCH_OUT/20-lease-file.md` when that variable is set, prints the section
 //! always; `LEASE_BENCH_QUICK=1` (and `cargo test --all-targets`, which runs this without
@@ -233,13 +234,18 @@ fn lease_cli(quick: bool) -> Result<PathBuf, String> {
     if !quick {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").to_owned());
         let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        // The bench profile (release optimizations, written to target/release): a bench run has
+        // already built every dependency with it, so only lease-cli itself is compiled here; a
+        // `--release` build would compile the AWS SDK again.
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "lease-cli", "--release"])
+            .args(["build", "--quiet", "-p", "lease-cli", "--profile", "bench"])
             .current_dir(&workspace)
             .status()
             .map_err(|e| format!("cannot run cargo: {e}"))?;
         if !status.success() {
-            return Err(format!("cargo build -p lease-cli --release: {status}"));
+            return Err(format!(
+                "cargo build -p lease-cli --profile bench: {status}"
+            ));
         }
         let built = profile_dir.parent().ok_or("no target directory")?;
         let lease = built.join("release/lease");
@@ -538,7 +544,7 @@ impl Waiter {
             }
             Self::Lock => "`FileLock::acquire_timeout`",
             Self::Store => "`DirectoryStore` + lease-core `acquire_with_wait`",
-            Self::Cli => "`lease run --file` (lease-cli, release build)",
+            Self::Cli => "`lease run --file` (lease-cli, optimized build)",
             Self::CliHolderOnly => {
                 "(diagnostic) `lease run` holder, waiter blocked in `flock` on its lock directory"
             }
