@@ -46,10 +46,13 @@ struct Tenure {
 /// Leases as files in one directory: the lease-core [`LeaseBackend`] and [`LeaseListing`] on a
 /// local (or, in heartbeat-only mode, network) file system.
 ///
-/// Each key is one record file named by [`key_file_name`] plus a never-deleted `.lock` companion
-/// for critical sections. Expiry is judged, as the contract says, by the injected [`Clock`]'s
-/// wall time against the record's `expires_at`, so every process sharing the directory must have
-/// wall clocks that agree within the holders' safety margin (on one host they share one clock).
+/// Each key is one lock directory named by [`key_file_name`], run by the crate's one protocol
+/// (see the crate docs): every change is one `rename` of its state entry from the exact name
+/// observed. Expiry never reads the wall clock: a holder on the same clock scale (this host's
+/// `CLOCK_MONOTONIC`, or one injected [`Clock`] with
+/// [`shared_monotonic`](Clock::shared_monotonic)) is expired once its deadline on that scale has
+/// passed; any other holder once its state has stood still for its duration on this store's
+/// monotonic clock; in kernel mode, a holder on this host whose kernel lock is free, at once.
 /// Holder deadlines come from [`holder_deadline`] measured before each operation.
 ///
 /// The futures do their file I/O inline when first polled: a few local syscalls (acquire and
