@@ -425,20 +425,31 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 /// Syscalls counted with `strace -f` by `benches/file_lease.rs` (marked traces, 200 operations
 /// each; the same on ext4 and tmpfs), the directory being kept open between tenures:
 ///
-/// | operation | syscalls | count |
-/// |---|---|---:|
-/// | acquire | `flock(LOCK_EX\|LOCK_NB)`; list the state: `getdents64` x2, `lseek`; `getrandom` and `getpid` for the owner token and record; one `renameat`; the description: one `pwrite`; `statx`: the path still names the directory | 9 |
-/// | release | one `renameat`, `flock(LOCK_UN)` | 2 |
-/// | heartbeat (its thread) | the timed `futex` wait, one `renameat`, `statx` (path check) (plus a `flock` try while a takeover from a hung holder waits for it) | 3 |
-/// | refused attempt | `flock` (refused), the listing (3), `getrandom`, `getpid`, the holder's description (`openat`, `statx`, `read` x2, `close`), `statx` (path check) | 12 |
-/// | first acquisition, or after the directory was replaced | also `openat` and `statx` of the directory, a stream on it (`fcntl` x3, `newfstatat`), and `openat`, `statx` of the state entry for the description | +8 |
+/// | operation | syscalls |
+/// |---|---:|
+/// | acquire | 9 |
+/// | release | 2 |
+/// | heartbeat (its thread) | 3 |
+/// | refused attempt | 12 |
+/// | first acquisition, or after the directory was replaced | +8 |
+///
+/// * acquire: `flock(LOCK_EX|LOCK_NB)`; the listing, `getdents64` x2 and `lseek`; `getrandom`
+///   and `getpid` for the owner token and record; one `renameat`; one `pwrite` of the
+///   description; `statx`, that the path still names the directory.
+/// * release: one `renameat`, `flock(LOCK_UN)`.
+/// * heartbeat: the timed `futex` wait, one `renameat`, `statx` (the path check); plus a `flock`
+///   try while a takeover from a hung holder waits for its kernel lock.
+/// * refused: `flock` (refused), the listing (3), `getrandom`, `getpid`, the holder's
+///   description (`openat`, `statx`, `read` x2, `close`), `statx` (the path check).
+/// * first acquisition: also `openat` and `statx` of the directory, a stream on it (`fcntl` x3,
+///   `newfstatat`), and `openat`, `statx` of the state entry for the description.
 ///
 /// The floor, `open(O_CREAT|O_EXCL)` + `close` + `unlink`, is 3. Heartbeat-only mode is the
 /// same without `flock`; [`with_fsync`](FileLockOptions::with_fsync) adds an `fsync` of the
-/// directory after each rename. Measured by the same bench (two runs, 2026-11-23, see the crate
-/// docs' "Costs" for the conditions): an uncontended acquire + release takes 21 to 23 µs on
-/// tmpfs, 2.0 to 2.1 times that floor measured in the same run, and 30 to 32 µs on ext4;
-/// takeover after SIGKILL of the holder 0.48 to 0.70 ms, 1.5 to 2.0 times a process blocked in
+/// directory after each rename. Measured by the same bench (three runs, 2026-11-23, see the
+/// crate docs' "Costs" for the conditions): an uncontended acquire + release takes 21 to 23 µs
+/// on tmpfs, 2.0 to 2.1 times that floor measured in the same run, and 30 to 32 µs on ext4;
+/// takeover after SIGKILL of the holder 0.44 to 0.70 ms, 1.5 to 2.0 times a process blocked in
 /// `flock`; a held lease with the default 250 ms heartbeat 0.037 to 0.044 % of a core.
 pub struct FileLock {
     shared: Arc<Shared>,
