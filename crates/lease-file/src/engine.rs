@@ -169,6 +169,26 @@ impl Observations {
     }
 }
 
+impl Now {
+    /// Whether `held`'s deadline is on this reading's shared scale (same host and boot, or the
+    /// same test clock), so the two compare directly.
+    pub(crate) fn shares_scale(&self, held: &Held) -> bool {
+        held.scale.is_some() && held.scale == self.shared.map(|(scale, _)| scale)
+    }
+
+    /// Whether `held`'s deadline has passed on the shared scale (never when it is not shared).
+    pub(crate) fn past_deadline(&self, held: &Held) -> bool {
+        self.shares_scale(held) && self.shared.is_some_and(|(_, at)| at >= held.deadline_ns)
+    }
+}
+
+/// Whether `held`'s holder has exited: `kd` holds the kernel lock the holder took on this very
+/// directory (same device and inode), on this host (same scale). The kernel lock speaks for
+/// nothing else: never across mounts or hosts, never for a holder that did not take it.
+pub(crate) fn holder_died(kd: &KeyDir, held: &Held, now: &Now) -> bool {
+    kd.locked() && now.shares_scale(held) && held.kernel == Some(kd.id())
+}
+
 /// Whether the holder of `held` may be taken over now, and why.
 pub(crate) fn expired(
     kd: &KeyDir,
@@ -177,16 +197,11 @@ pub(crate) fn expired(
     now: &Now,
     seen: &Observations,
 ) -> Option<&'static str> {
-    let my_scale = now.shared.map(|(scale, _)| scale);
-    let same_scale = held.scale.is_some() && held.scale == my_scale;
-    // The kernel lock speaks only for holders on this host (same scale) that took it on this
-    // very directory (same device and inode): never across mounts or hosts.
-    if kd.locked() && same_scale && held.kernel == Some(kd.id()) {
+    if holder_died(kd, held, now) {
         return Some("its process is gone (its kernel lock was free)");
     }
-    if same_scale {
-        let (_, at) = now.shared?;
-        return (at >= held.deadline_ns).then_some("its deadline passed");
+    if now.shares_scale(held) {
+        return now.past_deadline(held).then_some("its deadline passed");
     }
     let first = seen.first_seen(kd.path(), found_name, now.mono);
     let waited = now.mono.saturating_duration_since(first);

@@ -551,9 +551,7 @@ impl DirectoryStore {
 
     /// Whether this store's clock says the deadline of `held` passed (when it can tell).
     fn past_deadline(&self, held: &Held) -> bool {
-        let now = self.inner.time.now();
-        let same_scale = held.scale.is_some() && held.scale == now.shared.map(|(s, _)| s);
-        same_scale && now.shared.is_some_and(|(_, at)| at >= held.deadline_ns)
+        self.inner.time.now().past_deadline(held)
     }
 
     /// `lease` renewed for `duration` at `now`.
@@ -751,13 +749,14 @@ impl DirectoryStore {
         holder_of(found, record, expires_at)
     }
 
-    /// Kernel mode: whether `held`'s holder is on this host and its kernel lock on `kd` is free.
+    /// Kernel mode: whether `held`'s holder has exited, by the rule a takeover uses
+    /// ([`engine::holder_died`]), with the kernel lock taken for the look and let go at once.
     fn holder_is_gone(&self, kd: &mut KeyDir, held: &chain::Held) -> bool {
         if self.inner.mode != LockMode::Kernel || held.kernel != Some(kd.id()) {
             return false;
         }
-        let same_host = self.inner.time.now().shared.map(|(scale, _)| scale) == held.scale;
-        let gone = same_host && kd.try_lock().unwrap_or(false);
+        let gone =
+            kd.try_lock().unwrap_or(false) && engine::holder_died(kd, held, &self.inner.time.now());
         kd.unlock();
         gone
     }
