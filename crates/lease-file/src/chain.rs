@@ -575,17 +575,10 @@ impl KeyDir {
 
     /// Reads a regular file of this directory, capped; `Ok(None)` if missing.
     pub(crate) fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>, FileLockError> {
-        let fd = match nix::fcntl::openat(
-            self.file.as_fd(),
-            name,
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => fd,
-            Err(Errno::ENOENT) => return Ok(None),
-            Err(e) => return Err(io_error("open", &self.path.join(name), e.into())),
-        };
-        read_capped(File::from(fd), &self.path.join(name)).map(Some)
+        match self.open_file(name)? {
+            Some(file) => read_capped(&file, &self.path.join(name)).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Opens a file of this directory for reading, if it exists.
@@ -644,13 +637,9 @@ fn stream_of(dir: &File) -> io::Result<Dir> {
     Dir::from_fd(dir.try_clone()?.into()).map_err(io::Error::from)
 }
 
-/// Reads at most [`MAX_RECORD_BYTES`] (or [`crate::MAX_FENCED_FILE_BYTES`]) of a regular file.
-fn read_capped(file: File, path: &Path) -> Result<Vec<u8>, FileLockError> {
-    read_capped_ref(&file, path)
-}
-
-/// [`read_capped`], leaving the file open.
-fn read_capped_ref(file: &File, path: &Path) -> Result<Vec<u8>, FileLockError> {
+/// Reads at most [`MAX_RECORD_BYTES`] (or [`crate::MAX_FENCED_FILE_BYTES`]) of a regular file,
+/// leaving it open.
+fn read_capped(file: &File, path: &Path) -> Result<Vec<u8>, FileLockError> {
     let meta = file.metadata().map_err(|e| io_error("fstat", path, e))?;
     if !meta.is_file() {
         return Err(FileLockError::Hostile {
@@ -822,7 +811,7 @@ fn not_a_directory(path: &Path, error: io::Error) -> Result<(), FileLockError> {
     if meta.len() > cap as u64 {
         return Err(crate::foreign::unknown(path, meta.len()));
     }
-    let bytes = read_capped_ref(&file, path)?;
+    let bytes = read_capped(&file, path)?;
     // The modification time after the read: no older than any write the read saw.
     let modified = file.metadata().and_then(|m| m.modified()).ok();
     Err(crate::foreign::classify(path, &bytes, modified))

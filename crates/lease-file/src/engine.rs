@@ -127,6 +127,11 @@ pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// `at` in nanoseconds since the Unix epoch, as records show wall times (0 before the epoch).
+pub(crate) fn wall_ns(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, nanos)
+}
+
 /// This host's shared monotonic scale: `CLOCK_MONOTONIC` of this boot, in this time namespace.
 fn system_shared() -> Option<(u64, u64)> {
     static SCALE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();

@@ -33,12 +33,6 @@ pub(crate) struct FencedFile {
     pub(crate) value: Option<Vec<u8>>,
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
-        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 /// The file's bytes for `fence` and `value` (`value` at most [`MAX_FENCED_VALUE_BYTES`], checked
 /// by the caller).
 pub(crate) fn encode(fence: u64, value: Option<&[u8]>) -> Vec<u8> {
@@ -50,7 +44,7 @@ pub(crate) fn encode(fence: u64, value: Option<&[u8]>) -> Vec<u8> {
     bytes.push(u8::from(value.is_some()));
     bytes.extend_from_slice(&len.to_be_bytes());
     bytes.extend_from_slice(data);
-    let sum = fnv1a(&bytes);
+    let sum = crate::chain::fnv(&bytes);
     bytes.extend_from_slice(&sum.to_be_bytes());
     bytes
 }
@@ -77,7 +71,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<FencedFile, String> {
         return Err("bad magic: not a fenced-value file (version 1)".into());
     }
     let (body, sum) = bytes.split_at(bytes.len() - TRAILER);
-    if fnv1a(body) != be_u64(sum) {
+    if crate::chain::fnv(body) != be_u64(sum) {
         return Err("checksum mismatch".into());
     }
     let fence = be_u64(&body[8..16]);

@@ -265,12 +265,6 @@ pub struct HolderInfo {
     pub kernel_lock: bool,
 }
 
-fn wall_ns(at: SystemTime) -> u64 {
-    at.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 fn from_ns(ns: u64) -> Option<SystemTime> {
     (ns > 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_nanos(ns))
 }
@@ -999,7 +993,7 @@ fn busy(path: &Path) -> FileLockError {
 
 fn make_record(mode: LockMode, options: &FileLockOptions, token: &str) -> LeaseFileRecord {
     let me = ident::current();
-    let now = wall_ns(SystemTime::now());
+    let now = engine::wall_ns(SystemTime::now());
     let stale_ns = u64::try_from(options.stale_threshold.as_nanos()).unwrap_or(u64::MAX);
     LeaseFileRecord {
         version: SCHEMA_VERSION,

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use lease_core::{
@@ -276,15 +276,27 @@ impl DirectoryStore {
     /// ```
     pub fn kernel_lock_descriptor(&self, lease: &Lease) -> Option<std::os::fd::OwnedFd> {
         let path = self.inner.dir.join(key_file_name(lease.key()).ok()?);
-        let tenures = self
-            .inner
-            .tenures
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let tenures = self.tenures();
         let tenure = tenures.get(&path)?;
         (tenure.generation == lease.fencing_token().get())
             .then(|| tenure.kd.share().ok())
             .flatten()
+    }
+
+    /// The leases this store holds the kernel lock of, by lock directory.
+    fn tenures(&self) -> MutexGuard<'_, HashMap<PathBuf, Tenure>> {
+        self.inner
+            .tenures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The released lock directories kept open.
+    fn idle(&self) -> MutexGuard<'_, HashMap<PathBuf, KeyDir>> {
+        self.inner
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The safety margin for a lease of `duration`: it must leave some of the lease to trust.
@@ -342,7 +354,7 @@ impl DirectoryStore {
         duration: Duration,
     ) -> LeaseFileRecord {
         let me = ident::current();
-        let wall = ns(now.wall);
+        let wall = engine::wall_ns(now.wall);
         LeaseFileRecord {
             version: SCHEMA_VERSION,
             owner: Some(token.as_str().to_owned()),
@@ -366,22 +378,14 @@ impl DirectoryStore {
 
     /// A released lock directory kept for `path`, if any.
     fn take_idle(&self, path: &Path) -> Option<KeyDir> {
-        self.inner
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(path)
+        self.idle().remove(path)
     }
 
     /// Keeps `kd` (without its kernel lock) for the next acquisition of its key, if there is
     /// room.
     fn keep_idle(&self, mut kd: KeyDir) {
         kd.unlock();
-        let mut idle = self
-            .inner
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut idle = self.idle();
         if idle.len() < IDLE_DIRS || idle.contains_key(kd.path()) {
             idle.insert(kd.path().to_owned(), kd);
         }
@@ -446,11 +450,7 @@ impl DirectoryStore {
                     );
                     // An older tenure of this key through this store is over: its kernel lock
                     // goes.
-                    let mut tenures = self
-                        .inner
-                        .tenures
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
+                    let mut tenures = self.tenures();
                     tenures.remove(&path);
                     if kd.locked() {
                         tenures.insert(
@@ -488,11 +488,7 @@ impl DirectoryStore {
         Self::expiry(self.inner.time.now().wall, duration)?;
         let key = lease.key();
         let path = self.inner.dir.join(key_file_name(key)?);
-        let mut tenures = self
-            .inner
-            .tenures
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut tenures = self.tenures();
         if let Some(t) = tenures
             .get_mut(&path)
             .filter(|t| t.generation == lease.fencing_token().get())
@@ -615,11 +611,7 @@ impl DirectoryStore {
         fencing: FencingToken,
     ) -> Result<(), LeaseError> {
         let path = self.inner.dir.join(key_file_name(key)?);
-        let mut tenures = self
-            .inner
-            .tenures
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut tenures = self.tenures();
         if let Some(t) = tenures
             .get_mut(&path)
             .filter(|t| t.generation == fencing.get())
@@ -653,11 +645,7 @@ impl DirectoryStore {
         let result = Self::release_in(&mut kd, key, token, fencing);
         if result.is_ok() {
             // Its kernel lock goes with it (held by another handle of this store, if any).
-            self.inner
-                .tenures
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&path);
+            self.tenures().remove(&path);
             self.keep_idle(kd);
         }
         result
@@ -724,11 +712,7 @@ impl DirectoryStore {
     /// that tenure's: the tenure is over, and the next one should be able to take the lock. A
     /// call with another token (a forged or mistaken lease) leaves it: the holder is alive.
     fn forget_tenure(&self, path: &Path, generation: u64, token: &LeaseToken) {
-        let mut tenures = self
-            .inner
-            .tenures
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut tenures = self.tenures();
         if tenures.get(path).is_some_and(|t| {
             t.generation == generation && t.held.token == fnv(token.as_str().as_bytes())
         }) {
@@ -967,12 +951,6 @@ fn held_or(key: &LeaseKey, error: FileLockError) -> LeaseError {
         ),
         other => backend_error(other),
     }
-}
-
-fn ns(at: SystemTime) -> u64 {
-    at.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 fn time(ns: u64) -> SystemTime {
