@@ -214,6 +214,38 @@ pub(crate) fn expired(
         .then_some("it stood still for its whole duration")
 }
 
+/// The description of a new tenure held by this process, acquired at wall time `at` for
+/// `duration` (its generation is filled in by [`try_acquire`]; the store adds its key).
+pub(crate) fn holder_record(
+    mode: crate::LockMode,
+    token: &str,
+    label: Option<String>,
+    at: SystemTime,
+    duration: Duration,
+) -> LeaseFileRecord {
+    let me = crate::ident::current();
+    let wall = wall_ns(at);
+    LeaseFileRecord {
+        version: crate::SCHEMA_VERSION,
+        owner: Some(token.to_owned()),
+        label,
+        pid: me.pid,
+        host: me.host,
+        pid_ns: me.pid_ns,
+        boot_id: me.boot_id,
+        start_time: me.start_time,
+        heartbeat: 0,
+        written_at_ns: wall,
+        acquired_at_ns: wall,
+        expires_at_ns: wall.saturating_add(nanos(duration)),
+        generation: 0,
+        tenure: mode == crate::LockMode::Kernel,
+        protocol: Some(mode.as_str().to_owned()),
+        partition: None,
+        sort: None,
+    }
+}
+
 /// What an acquisition attempt asks for.
 #[derive(Debug)]
 pub(crate) struct Claim<'a> {

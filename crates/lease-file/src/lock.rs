@@ -12,8 +12,8 @@ use crate::chain::{self, Held, KeyDir, Kind, Modes};
 use crate::cs::{LockMode, ModePreference, detect};
 use crate::engine::{self, Attempt, Claim, Observations, Timebase};
 use crate::fsio::ensure_dir;
-use crate::ident::{self, LivenessProbe};
-use crate::{FileLockError, LeaseFileRecord, LostReason, SCHEMA_VERSION};
+use crate::ident::LivenessProbe;
+use crate::{FileLockError, LeaseFileRecord, LostReason};
 
 /// A callback told once when a held lease is lost.
 pub type LostCallback = Arc<dyn Fn(&LostReason) + Send + Sync>;
@@ -834,7 +834,13 @@ impl FileLock {
             token: &token,
             duration: opts.stale_threshold,
             kernel: shared.mode == LockMode::Kernel,
-            record: make_record(shared.mode, opts, &token),
+            record: engine::holder_record(
+                shared.mode,
+                &token,
+                opts.label.clone(),
+                SystemTime::now(),
+                opts.stale_threshold,
+            ),
         };
         let attempt = match engine::try_acquire(&mut kd, &claim, &shared.time, observations()) {
             Err(_) if cached => return self.attempt(self.open_dir()?, false),
@@ -988,31 +994,6 @@ fn busy(path: &Path) -> FileLockError {
         path: path.to_owned(),
         transient: true,
         source: std::io::Error::other("a heartbeat is in flight"),
-    }
-}
-
-fn make_record(mode: LockMode, options: &FileLockOptions, token: &str) -> LeaseFileRecord {
-    let me = ident::current();
-    let now = engine::wall_ns(SystemTime::now());
-    let stale_ns = u64::try_from(options.stale_threshold.as_nanos()).unwrap_or(u64::MAX);
-    LeaseFileRecord {
-        version: SCHEMA_VERSION,
-        owner: Some(token.to_owned()),
-        label: options.label.clone(),
-        pid: me.pid,
-        host: me.host,
-        pid_ns: me.pid_ns,
-        boot_id: me.boot_id,
-        start_time: me.start_time,
-        heartbeat: 0,
-        written_at_ns: now,
-        acquired_at_ns: now,
-        expires_at_ns: now.saturating_add(stale_ns),
-        generation: 0,
-        tenure: mode == LockMode::Kernel,
-        protocol: Some(mode.as_str().to_owned()),
-        partition: None,
-        sort: None,
     }
 }
 

@@ -16,14 +16,11 @@ use crate::chain::{
     self, Found, Held, KeyDir, Kind, Modes, State, Value, data_name, entry_names, fnv,
 };
 use crate::cs::{LockMode, ModePreference, detect};
-use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase, nanos};
+use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
 use crate::fsio::ensure_dir;
 use crate::wake::Waiters;
-use crate::{
-    FileLockError, LeaseFileRecord, SCHEMA_VERSION, decode_file_name, fenced_file_name, ident,
-    key_file_name,
-};
+use crate::{FileLockError, LeaseFileRecord, decode_file_name, fenced_file_name, key_file_name};
 
 const NAME: &str = "file";
 /// The most released lock directories a store keeps open for the next acquisition of their key
@@ -353,27 +350,11 @@ impl DirectoryStore {
         now: &Now,
         duration: Duration,
     ) -> LeaseFileRecord {
-        let me = ident::current();
-        let wall = engine::wall_ns(now.wall);
-        LeaseFileRecord {
-            version: SCHEMA_VERSION,
-            owner: Some(token.as_str().to_owned()),
-            label,
-            pid: me.pid,
-            host: me.host,
-            pid_ns: me.pid_ns,
-            boot_id: me.boot_id,
-            start_time: me.start_time,
-            heartbeat: 0,
-            written_at_ns: wall,
-            acquired_at_ns: wall,
-            expires_at_ns: wall.saturating_add(nanos(duration)),
-            generation: 0,
-            tenure: self.inner.mode == LockMode::Kernel,
-            protocol: Some(self.inner.mode.as_str().to_owned()),
-            partition: Some(key.partition().to_owned()),
-            sort: key.sort().map(str::to_owned),
-        }
+        let mut record =
+            engine::holder_record(self.inner.mode, token.as_str(), label, now.wall, duration);
+        record.partition = Some(key.partition().to_owned());
+        record.sort = key.sort().map(str::to_owned);
+        record
     }
 
     /// A released lock directory kept for `path`, if any.
