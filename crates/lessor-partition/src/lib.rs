@@ -191,8 +191,8 @@ pub mod sim;
 
 pub use error::Error;
 pub use fleet::{
-    Assignment, CheckpointStore, EventHandler, FleetEvent, LossCause, MemoryCheckpoints,
-    StoreCheckpoints, TickReport, Worker, WorkerBuilder, WorkerHandle, WorkerStats,
+    Assignment, CheckpointStore, FleetEvent, LossCause, MemoryCheckpoints, StoreCheckpoints,
+    TickReport, UnitTask, Worker, WorkerBuilder, WorkerHandle, WorkerStats,
 };
 pub use lessor::{
     Grant, LeaseCallback, LeaseStore, Lessor, LessorFactory, Registry, StoreLessor, get, register,

@@ -96,9 +96,14 @@ fn eight_workers_share_256_units_on_dynamodb_local() {
                 .units((0..UNITS).map(|u| format!("unit-{u:03}")))
                 .session_duration(SESSION)
                 .interval(INTERVAL)
-                .on_event(move |e| log.lock().expect("log").push((index, e.clone())))
                 .build()
                 .expect("worker");
+            let events = worker.handle();
+            tokio::spawn(async move {
+                while let Some(e) = events.next_event().await {
+                    log.lock().expect("log").push((index, e));
+                }
+            });
             handles.insert(index, worker.handle());
             tasks.insert(index, tokio::spawn(worker.run()));
         }

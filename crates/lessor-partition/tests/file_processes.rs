@@ -42,11 +42,15 @@ fn child_worker() {
         .units((0..UNITS).map(|u| format!("u{u:02}")))
         .session_duration(SESSION)
         .interval(INTERVAL)
-        .on_event(move |event| {
-            let line = match event {
+        .build()
+        .expect("worker");
+    let events = worker.handle();
+    std::thread::spawn(move || {
+        while let Some(event) = lease_core::block_on(events.next_event()) {
+            let line = match &event {
                 FleetEvent::Gained { unit, fencing, .. } => format!("gained {unit} {fencing}"),
                 FleetEvent::Lost { unit, fencing, .. } => format!("lost {unit} {fencing}"),
-                _ => return,
+                _ => continue,
             };
             let mut log = std::fs::OpenOptions::new()
                 .create(true)
@@ -54,9 +58,8 @@ fn child_worker() {
                 .open(&log_path)
                 .expect("event log");
             writeln!(log, "{} {line}", millis_now()).expect("write event");
-        })
-        .build()
-        .expect("worker");
+        }
+    });
     let handle = worker.handle();
     let (_, thread) = worker.spawn_thread().expect("thread");
     let stop = dir.join(format!("stop-{id}"));

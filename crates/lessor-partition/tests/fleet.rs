@@ -8,19 +8,43 @@ use std::time::{Duration, Instant};
 use lease_core::{FencingToken, ManualClock, MemoryBackend};
 use lessor_partition::{
     CheckpointStore, Error, FleetEvent, LossCause, MemoryCheckpoints, StoreCheckpoints, Worker,
+    WorkerHandle,
 };
 
-type Log = Arc<Mutex<Vec<(String, FleetEvent)>>>;
+/// Every event of the watched workers, read from their handles' queues.
+#[derive(Default)]
+struct Events {
+    handles: Vec<(String, WorkerHandle)>,
+    seen: Vec<(String, FleetEvent)>,
+}
+
+type Log = Arc<Mutex<Events>>;
+
+fn watch(log: &Log, worker: &Worker) {
+    let mut log = log.lock().expect("log");
+    log.handles.push((worker.id().to_owned(), worker.handle()));
+}
+
+/// Every event so far, in the order each worker queued them.
+fn events(log: &Log) -> Vec<(String, FleetEvent)> {
+    let mut log = log.lock().expect("log");
+    let Events { handles, seen } = &mut *log;
+    for (id, handle) in handles.iter() {
+        while let Some(event) = handle.try_next_event() {
+            seen.push((id.clone(), event));
+        }
+    }
+    seen.clone()
+}
 
 fn worker(store: &MemoryBackend, id: &str, units: usize, log: &Log) -> Worker {
-    let log = log.clone();
-    let me = id.to_owned();
-    Worker::builder("t", id)
+    let worker = Worker::builder("t", id)
         .store(store.clone())
         .units((0..units).map(|u| format!("u{u:02}")))
-        .on_event(move |e| log.lock().expect("log").push((me.clone(), e.clone())))
         .build()
-        .expect("worker")
+        .expect("worker");
+    watch(log, &worker);
+    worker
 }
 
 fn tick_all(workers: &mut [&mut Worker], clock: &ManualClock, rounds: usize) {
@@ -61,7 +85,7 @@ fn every_change_of_owner_raises_the_units_fencing_token() {
 
     let mut last: BTreeMap<String, FencingToken> = BTreeMap::new();
     let mut gains = 0;
-    for (who, event) in log.lock().expect("log").iter() {
+    for (who, event) in events(&log).iter() {
         if let FleetEvent::Gained { unit, fencing, .. } = event {
             gains += 1;
             if let Some(before) = last.get(unit) {
@@ -74,7 +98,7 @@ fn every_change_of_owner_raises_the_units_fencing_token() {
         }
     }
     assert!(gains > 12 + 6, "owners changed: {gains} gains");
-    assert!(log.lock().expect("log").iter().any(|(_, e)| matches!(
+    assert!(events(&log).iter().any(|(_, e)| matches!(
         e,
         FleetEvent::Lost {
             cause: LossCause::Shutdown,
@@ -105,15 +129,14 @@ fn checkpoints_follow_the_owner(
 ) {
     let log: Log = Arc::default();
     let make = |id: &str| {
-        let log = log.clone();
-        let me = id.to_owned();
-        Worker::builder("cp", id)
+        let worker = Worker::builder("cp", id)
             .store(store.clone())
             .units(["only"])
             .checkpoints(checkpoints.clone())
-            .on_event(move |e| log.lock().expect("log").push((me.clone(), e.clone())))
             .build()
-            .expect("worker")
+            .expect("worker");
+        watch(&log, &worker);
+        worker
     };
     let (mut a, mut b) = (make("a"), make("b"));
     tick_all(&mut [&mut a, &mut b], clock, 3);
@@ -131,15 +154,10 @@ fn checkpoints_follow_the_owner(
     tick_all(&mut [other], clock, 8);
     let new_fencing = other.owns("only").expect("taken over");
     assert!(new_fencing > old_fencing);
-    let handed = log
-        .lock()
-        .expect("log")
-        .iter()
-        .rev()
-        .find_map(|(who, e)| match e {
-            FleetEvent::Gained { checkpoint, .. } if who == other.id() => Some(checkpoint.clone()),
-            _ => None,
-        });
+    let handed = events(&log).iter().rev().find_map(|(who, e)| match e {
+        FleetEvent::Gained { checkpoint, .. } if who == other.id() => Some(checkpoint.clone()),
+        _ => None,
+    });
     assert_eq!(handed, Some(Some(b"offset=41".to_vec())));
     // The paused owner no longer trusts the unit; even bypassing the worker, its token is fenced.
     assert!(owner.owns("only").is_none());

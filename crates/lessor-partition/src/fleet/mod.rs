@@ -2,12 +2,16 @@
 //!
 //! See the crate documentation for the protocol and why it is safe.
 
+mod builder;
 mod checkpoint;
 pub(crate) mod plan;
+mod shared;
+mod types;
+mod view;
 mod worker;
 
+pub use builder::WorkerBuilder;
 pub use checkpoint::{CheckpointStore, MemoryCheckpoints, StoreCheckpoints};
-pub use worker::{
-    Assignment, EventHandler, FleetEvent, LossCause, TickReport, Worker, WorkerBuilder,
-    WorkerHandle, WorkerStats,
-};
+pub use shared::{UnitTask, WorkerHandle};
+pub use types::{Assignment, FleetEvent, LossCause, TickReport, WorkerStats};
+pub use worker::Worker;

@@ -4,417 +4,22 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use lease_core::{
     AcquireOptions, BoxFuture, Clock, FencingToken, Lease, LeaseKey, LeaseRecord, LeaseToken,
-    RandomTokens, TokenSource, sleep_until, validate_duration,
+    RandomTokens, TokenSource, sleep_until,
 };
 
+use super::builder::{Config, WorkerBuilder};
 use super::checkpoint::CheckpointStore;
 use super::plan::{Holding, plan};
-use crate::{Error, LeaseStore, PartitionSet};
-
-/// Longest worker id accepted, in bytes (it travels inside owner tokens of at most 256 bytes).
-const MAX_WORKER_ID_BYTES: usize = 180;
-
-/// What a worker tells the application.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FleetEvent {
-    /// The worker now owns `unit`. Pass `fencing` with every write the unit's work makes.
-    Gained {
-        /// The unit.
-        unit: String,
-        /// The unit's fencing token for this ownership: greater than every earlier owner's.
-        fencing: FencingToken,
-        /// The unit's checkpoint, when a [`CheckpointStore`] is configured (loading it fenced out
-        /// every earlier owner).
-        checkpoint: Option<Vec<u8>>,
-    },
-    /// The worker no longer owns `unit`: stop working on it before the callback returns.
-    Lost {
-        /// The unit.
-        unit: String,
-        /// The fencing token of the ownership that ended.
-        fencing: FencingToken,
-        /// Why.
-        cause: LossCause,
-    },
-}
-
-/// Why a worker lost a unit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LossCause {
-    /// The plan gave it to another worker; it is released right after the event.
-    HandedOver,
-    /// The worker's session could no longer be trusted (renewals failed, the process was paused):
-    /// every unit goes at once.
-    SessionLost,
-    /// The store says another worker took it.
-    TakenOver,
-    /// Its unit lease expired before a renewal landed.
-    Expired,
-    /// The worker is shutting down; it is released right after the event.
-    Shutdown,
-}
-
-/// Receives [`FleetEvent`]s, synchronously, from the worker's tick.
-pub type EventHandler = Arc<dyn Fn(&FleetEvent) + Send + Sync>;
-
-/// Request counts of one worker, for cost reports.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct WorkerStats {
-    /// Ticks run.
-    pub ticks: u64,
-    /// Every request sent to the lease store.
-    pub requests: u64,
-    /// Of which listings (one request each, whatever their size).
-    pub lists: u64,
-    /// Records returned by listings.
-    pub records_read: u64,
-    /// Of which unit-partition listings (planning rounds).
-    pub unit_lists: u64,
-    /// Units gained.
-    pub gains: u64,
-    /// Units lost or handed over.
-    pub losses: u64,
-    /// Requests sent to the checkpoint store.
-    pub checkpoint_requests: u64,
-}
-
-/// What one [`Worker::tick`] did.
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct TickReport {
-    /// The events it told the application, in order.
-    pub events: Vec<FleetEvent>,
-    /// Whether it listed the units and planned.
-    pub planned: bool,
-    /// Whether it holds a trusted session after the tick.
-    pub has_session: bool,
-}
-
-/// A snapshot of a worker's view: what it owns and whom it sees.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Assignment {
-    /// The worker.
-    pub worker_id: String,
-    /// The fencing token of its session, if it has one.
-    pub session: Option<FencingToken>,
-    /// The units it owns, with their fencing tokens.
-    pub units: BTreeMap<String, FencingToken>,
-    /// The live members it sees, sorted.
-    pub members: Vec<String>,
-    /// Its share from the last plan.
-    pub target: Option<usize>,
-}
-
-/// Configures a [`Worker`].
-///
-/// ```
-/// use lessor_partition::{Partition, Worker};
-/// use lease_core::MemoryBackend;
-/// use std::time::Duration;
-///
-/// let shards = Partition::universe().split(16);
-/// let worker = Worker::builder("indexer", "host-1")
-///     .store(MemoryBackend::new())
-///     .partitions(&shards)
-///     .session_duration(Duration::from_secs(10))
-///     .interval(Duration::from_millis(2500))
-///     .on_event(|event| println!("{event:?}"))
-///     .build()?;
-/// # let _ = worker;
-/// # Ok::<(), lessor_partition::Error>(())
-/// ```
-#[must_use]
-pub struct WorkerBuilder {
-    fleet: String,
-    worker_id: String,
-    store: Option<Arc<dyn LeaseStore>>,
-    units: Vec<String>,
-    session_duration: Duration,
-    interval: Option<Duration>,
-    unit_duration: Duration,
-    skew: Option<Duration>,
-    max_moves: usize,
-    resync_every: u32,
-    on_event: Option<EventHandler>,
-    checkpoints: Option<Arc<dyn CheckpointStore>>,
-}
-
-impl fmt::Debug for WorkerBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WorkerBuilder")
-            .field("fleet", &self.fleet)
-            .field("worker_id", &self.worker_id)
-            .field("units", &self.units.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl WorkerBuilder {
-    /// The lease store the fleet shares.
-    pub fn store(self, store: impl LeaseStore + 'static) -> Self {
-        self.store_arc(Arc::new(store))
-    }
-
-    /// The lease store the fleet shares, already shared.
-    pub fn store_arc(mut self, store: Arc<dyn LeaseStore>) -> Self {
-        self.store = Some(store);
-        self
-    }
-
-    /// The units (shard keys) the fleet divides; every worker must be given the same set.
-    pub fn units<I, S>(mut self, units: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.units.extend(units.into_iter().map(Into::into));
-        self
-    }
-
-    /// Key ranges as units, named by their text form.
-    pub fn partitions<'a>(
-        self,
-        partitions: impl IntoIterator<Item = &'a crate::Partition>,
-    ) -> Self {
-        self.units(partitions.into_iter().map(ToString::to_string))
-    }
-
-    /// The ranges of a set as units.
-    pub fn partition_set(self, set: &PartitionSet) -> Self {
-        self.partitions(set.iter())
-    }
-
-    /// How long a session lease lasts without renewal (default 10 s): a crashed worker's units
-    /// are owned again within about this plus one interval (at most two).
-    pub fn session_duration(mut self, duration: Duration) -> Self {
-        self.session_duration = duration;
-        self
-    }
-
-    /// How often the worker ticks (default a quarter of the session duration; at most half).
-    pub fn interval(mut self, interval: Duration) -> Self {
-        self.interval = Some(interval);
-        self
-    }
-
-    /// How long each unit lease lasts (default 24 h). Unit leases are renewed when half is used,
-    /// so this sets their amortised renewal cost; takeover never waits for them (see the crate
-    /// documentation).
-    pub fn unit_lease_duration(mut self, duration: Duration) -> Self {
-        self.unit_duration = duration;
-        self
-    }
-
-    /// Also judge a session dead once its store-side `expires_at` plus `skew` has passed on this
-    /// worker's wall clock. Without it (the default) a session is judged dead only after its
-    /// record stayed unchanged for a whole session duration on this worker's monotonic clock.
-    pub fn clock_skew_bound(mut self, skew: Duration) -> Self {
-        self.skew = Some(skew);
-        self
-    }
-
-    /// Most units given away, and most taken, per tick (default 256).
-    pub fn max_moves_per_interval(mut self, moves: usize) -> Self {
-        self.max_moves = moves.max(1);
-        self
-    }
-
-    /// The member with the lowest id lists the units at least this often, in ticks (default 8),
-    /// to catch anything the membership changes did not reveal.
-    pub fn resync_every(mut self, ticks: u32) -> Self {
-        self.resync_every = ticks.max(1);
-        self
-    }
-
-    /// Called with every [`FleetEvent`], from inside the tick.
-    pub fn on_event(mut self, handler: impl Fn(&FleetEvent) + Send + Sync + 'static) -> Self {
-        self.on_event = Some(Arc::new(handler));
-        self
-    }
-
-    /// Keeps per-unit checkpoints in `store`.
-    pub fn checkpoints(mut self, store: Arc<dyn CheckpointStore>) -> Self {
-        self.checkpoints = Some(store);
-        self
-    }
-
-    /// Checks the configuration and makes the worker. Sends nothing.
-    ///
-    /// # Errors
-    /// [`Error::InvalidInput`] for a missing store, an invalid fleet name, worker id or unit, or
-    /// durations that cannot work together.
-    pub fn build(self) -> Result<Worker, Error> {
-        let store = self
-            .store
-            .ok_or_else(|| Error::invalid("store", "a worker needs a lease store"))?;
-        if self.worker_id.len() > MAX_WORKER_ID_BYTES || self.worker_id.contains('.') {
-            return Err(Error::invalid(
-                "worker id",
-                format!("must be at most {MAX_WORKER_ID_BYTES} bytes with no '.'"),
-            ));
-        }
-        let sessions = format!("fleet/{}/sessions", self.fleet);
-        let units_key = format!("fleet/{}/units", self.fleet);
-        let session_key = LeaseKey::with_sort_key(sessions.as_str(), self.worker_id.as_str())?;
-        let mut units = self.units;
-        units.sort();
-        units.dedup();
-        for unit in &units {
-            LeaseKey::with_sort_key(units_key.as_str(), unit.as_str())?;
-        }
-        validate_duration(self.session_duration)?;
-        validate_duration(self.unit_duration)?;
-        let interval = self.interval.unwrap_or(self.session_duration / 4);
-        if interval.is_zero() || interval > self.session_duration / 2 {
-            return Err(Error::invalid(
-                "interval",
-                "must be positive and at most half the session duration",
-            ));
-        }
-        if self.unit_duration < self.session_duration {
-            return Err(Error::invalid(
-                "unit lease duration",
-                "must be at least the session duration",
-            ));
-        }
-        Ok(Worker {
-            config: Config {
-                worker_id: self.worker_id,
-                sessions,
-                units_key,
-                session_key,
-                units,
-                session_duration: self.session_duration,
-                interval,
-                unit_duration: self.unit_duration,
-                skew: self.skew,
-                max_moves: self.max_moves,
-                resync_every: self.resync_every,
-            },
-            store,
-            on_event: self.on_event,
-            checkpoints: self.checkpoints,
-            session: None,
-            view: BTreeMap::new(),
-            absent: BTreeMap::new(),
-            foreign: BTreeMap::new(),
-            relist: false,
-            owned: BTreeMap::new(),
-            target: None,
-            planned_members: None,
-            ticks_since_plan: 0,
-            stats: WorkerStats::default(),
-            shared: Arc::new(Shared::default()),
-        })
-    }
-}
-
-#[derive(Debug)]
-struct Config {
-    worker_id: String,
-    sessions: String,
-    units_key: String,
-    session_key: LeaseKey,
-    units: Vec<String>,
-    session_duration: Duration,
-    interval: Duration,
-    unit_duration: Duration,
-    skew: Option<Duration>,
-    max_moves: usize,
-    resync_every: u32,
-}
-
-/// One session record as this worker last saw it.
-#[derive(Clone, Debug)]
-struct Observed {
-    fencing: u64,
-    held: bool,
-    expires_at: Option<SystemTime>,
-    /// When this worker first saw this (fencing, expires_at), on its monotonic clock.
-    since: Instant,
-}
-
-/// Who holds a unit record, as parsed from its owner token.
-#[derive(Clone, Debug)]
-struct UnitHolder {
-    /// The holder's token, if the store shows it.
-    token: Option<LeaseToken>,
-    /// `(worker id, session fencing)`, or `None` when the token is not a fleet token.
-    owner: Option<(String, u64)>,
-    /// The record's fencing counter and expiry: with the token, what "unchanged" compares.
-    fencing: u64,
-    expires_at: Option<SystemTime>,
-}
-
-/// A unit owner's session that was missing from the sessions listing.
-#[derive(Clone, Copy, Debug)]
-struct Absence {
-    /// When the units listing that named this session returned (monotonic).
-    named_at: Instant,
-    /// When the first sessions listing *sent after* `named_at` that missed the record returned:
-    /// the start of the session duration after which the session counts as ended.
-    since: Option<Instant>,
-}
-
-/// A unit record held under a token that is not a fleet token, as first seen unchanged.
-#[derive(Clone, Debug)]
-struct Foreign {
-    token: LeaseToken,
-    fencing: u64,
-    expires_at: Option<SystemTime>,
-    /// When the units listing that first showed this exact record returned (monotonic).
-    since: Instant,
-}
-
-#[derive(Debug, Default)]
-struct Shared {
-    snapshot: Mutex<Assignment>,
-    stop: AtomicBool,
-    waker: Mutex<Option<Waker>>,
-}
-
-/// Observes a running [`Worker`] and stops it. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct WorkerHandle {
-    shared: Arc<Shared>,
-}
-
-impl WorkerHandle {
-    /// The worker's view after its latest tick.
-    pub fn snapshot(&self) -> Assignment {
-        self.shared
-            .snapshot
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// Asks [`Worker::run`] to shut down cleanly (release every unit, then the session) and
-    /// return.
-    pub fn stop(&self) {
-        self.shared.stop.store(true, Ordering::Release);
-        if let Some(waker) = self
-            .shared
-            .waker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            waker.wake();
-        }
-    }
-}
+use super::shared::{Shared, SharedUnit, UnitTask, WorkerHandle};
+use super::types::{Assignment, FleetEvent, LossCause, TickReport, WorkerStats};
+use super::view::{Absence, Foreign, Observed, UnitHolder};
+use crate::{Error, LeaseStore};
 
 /// A fleet worker. Drive it with [`Worker::tick`] every interval, or let [`Worker::run`] do it.
 ///
@@ -452,7 +57,6 @@ impl WorkerHandle {
 pub struct Worker {
     config: Config,
     store: Arc<dyn LeaseStore>,
-    on_event: Option<EventHandler>,
     checkpoints: Option<Arc<dyn CheckpointStore>>,
     session: Option<Lease>,
     view: BTreeMap<String, Observed>,
@@ -484,20 +88,7 @@ impl fmt::Debug for Worker {
 impl Worker {
     /// Starts configuring worker `worker_id` of fleet `fleet`.
     pub fn builder(fleet: impl Into<String>, worker_id: impl Into<String>) -> WorkerBuilder {
-        WorkerBuilder {
-            fleet: fleet.into(),
-            worker_id: worker_id.into(),
-            store: None,
-            units: Vec::new(),
-            session_duration: Duration::from_secs(10),
-            interval: None,
-            unit_duration: Duration::from_secs(24 * 3600),
-            skew: None,
-            max_moves: 256,
-            resync_every: 8,
-            on_event: None,
-            checkpoints: None,
-        }
+        WorkerBuilder::new(fleet.into(), worker_id.into())
     }
 
     /// The worker id.
@@ -510,7 +101,35 @@ impl Worker {
         self.config.interval
     }
 
-    /// A handle to observe this worker and stop [`Worker::run`].
+    pub(crate) fn from_config(
+        config: Config,
+        store: Arc<dyn LeaseStore>,
+        checkpoints: Option<Arc<dyn CheckpointStore>>,
+    ) -> Self {
+        let shared = Arc::new(Shared::new(
+            config.worker_id.clone(),
+            store.clone(),
+            checkpoints.clone(),
+        ));
+        Self {
+            config,
+            store,
+            checkpoints,
+            session: None,
+            view: BTreeMap::new(),
+            absent: BTreeMap::new(),
+            foreign: BTreeMap::new(),
+            relist: false,
+            owned: BTreeMap::new(),
+            target: None,
+            planned_members: None,
+            ticks_since_plan: 0,
+            stats: WorkerStats::default(),
+            shared,
+        }
+    }
+
+    /// A handle to observe this worker and act for the application while it runs.
     pub fn handle(&self) -> WorkerHandle {
         WorkerHandle {
             shared: self.shared.clone(),
@@ -527,69 +146,46 @@ impl Worker {
     }
 
     fn session_trusted(&self) -> bool {
-        self.session
-            .as_ref()
-            .is_some_and(|s| s.is_trusted(self.clock()))
+        let now = self.clock().monotonic();
+        self.shared
+            .lock()
+            .session
+            .is_some_and(|(_, deadline)| now < deadline)
     }
 
     /// The fencing token of `unit` if this worker owns it and may act on it *now*: its session
     /// and the unit's lease are both within their holder-side deadlines. Check it (or use the
-    /// fencing token at the resource) before every act, since a paused process learns of its
-    /// loss only at its next tick.
+    /// fencing token at the resource) before every act; [`WorkerHandle::owns`] answers the same
+    /// while the worker runs.
     pub fn owns(&self, unit: &str) -> Option<FencingToken> {
-        if !self.session_trusted() {
-            return None;
-        }
-        self.owned
-            .get(unit)
-            .filter(|lease| lease.is_trusted(self.clock()))
-            .map(Lease::fencing_token)
+        self.shared.owns(unit)
     }
 
     /// Until when, on the store's monotonic clock, this worker may trust what it owns, unless a
-    /// tick renews the session first.
+    /// renewal of its session lands first.
     pub fn deadline(&self) -> Option<Instant> {
-        self.session.as_ref().map(Lease::deadline)
+        self.handle().deadline()
     }
 
     /// The units it trusts now, with their fencing tokens.
     pub fn owned_units(&self) -> BTreeMap<String, FencingToken> {
-        self.owned
-            .keys()
-            .filter_map(|unit| self.owns(unit).map(|f| (unit.clone(), f)))
-            .collect()
+        self.handle().owned_units()
     }
 
     /// Its current view.
     pub fn assignment(&self) -> Assignment {
-        Assignment {
-            worker_id: self.config.worker_id.clone(),
-            session: self
-                .session
-                .as_ref()
-                .filter(|_| self.session_trusted())
-                .map(Lease::fencing_token),
-            units: self.owned_units(),
-            members: self.live_members().into_iter().map(|(m, _)| m).collect(),
-            target: self.target,
-        }
+        self.handle().snapshot()
     }
 
-    /// Stores `data` as the checkpoint of `unit`, fenced by this worker's fencing token for it.
+    /// Stores `data` as the checkpoint of `unit`, fenced by this worker's fencing token for it
+    /// (see [`WorkerHandle::save_checkpoint`]).
     ///
     /// # Errors
-    /// [`Error::NotOwner`] unless this worker trusts its ownership now; [`Error::Fenced`] if a
-    /// newer owner exists; [`Error::InvalidInput`] without a checkpoint store.
+    /// [`Error::NotOwner`] unless this worker trusts its ownership now or if a newer owner fenced
+    /// it; [`Error::InvalidInput`] without a checkpoint store.
     pub async fn save_checkpoint(&mut self, unit: &str, data: &[u8]) -> Result<(), Error> {
-        let store = self
-            .checkpoints
-            .clone()
-            .ok_or_else(|| Error::invalid("checkpoints", "no checkpoint store configured"))?;
-        let fencing = self.owns(unit).ok_or_else(|| Error::NotOwner {
-            unit: unit.to_owned(),
-        })?;
         self.stats.checkpoint_requests += 1;
-        store.save(unit, fencing, data).await
+        self.handle().save_checkpoint(unit, data).await
     }
 
     fn emit(&mut self, event: FleetEvent, events: &mut Vec<FleetEvent>) {
@@ -607,10 +203,72 @@ impl Worker {
                 tracing::info!(worker = %self.config.worker_id, unit, %fencing, ?cause, "fleet: lost unit");
             }
         }
-        if let Some(handler) = &self.on_event {
-            handler(&event);
-        }
+        self.shared.push_event(event.clone());
         events.push(event);
+    }
+
+    /// Records a new session lease (or none), and the deadline until which it is trusted.
+    fn set_session(&mut self, session: Option<Lease>) {
+        let shared = session.as_ref().map(|s| (s.fencing_token(), s.deadline()));
+        self.session = session;
+        self.shared.update(|state| state.session = shared);
+    }
+
+    /// Records a renewed unit lease.
+    fn keep_unit(&mut self, unit: String, lease: Lease) {
+        let deadline = lease.deadline();
+        let fencing = lease.fencing_token();
+        self.shared.update(|state| {
+            if let Some(owned) = state.units.get_mut(&unit)
+                && owned.fencing == fencing
+            {
+                owned.deadline = deadline;
+            }
+        });
+        self.owned.insert(unit, lease);
+    }
+
+    /// Makes a gained unit trusted, hands it to the application as a task if it takes tasks, and
+    /// tells it.
+    fn gain_unit(
+        &mut self,
+        unit: &str,
+        lease: Lease,
+        checkpoint: Option<Vec<u8>>,
+        events: &mut Vec<FleetEvent>,
+    ) {
+        let fencing = lease.fencing_token();
+        let shared = self.shared.clone();
+        self.shared.update(|state| {
+            let task_alive = state.tasks_wanted;
+            state.units.insert(
+                unit.to_owned(),
+                SharedUnit {
+                    fencing,
+                    deadline: lease.deadline(),
+                    handoff: None,
+                    task_alive,
+                    ended: None,
+                },
+            );
+            if task_alive {
+                state.new_tasks.push_back(UnitTask {
+                    unit: unit.to_owned(),
+                    fencing,
+                    checkpoint: checkpoint.clone(),
+                    shared,
+                });
+            }
+        });
+        self.owned.insert(unit.to_owned(), lease);
+        self.emit(
+            FleetEvent::Gained {
+                unit: unit.to_owned(),
+                fencing,
+                checkpoint,
+            },
+            events,
+        );
     }
 
     fn lose_unit(
@@ -620,6 +278,14 @@ impl Worker {
         events: &mut Vec<FleetEvent>,
     ) -> Option<Lease> {
         let lease = self.owned.remove(unit)?;
+        self.shared.update(|state| {
+            if let Some(owned) = state.units.get_mut(unit) {
+                owned.ended = Some(cause);
+                if !owned.task_alive {
+                    state.units.remove(unit);
+                }
+            }
+        });
         self.emit(
             FleetEvent::Lost {
                 unit: unit.to_owned(),
@@ -645,7 +311,7 @@ impl Worker {
             if !session.is_trusted(self.clock()) {
                 tracing::warn!(worker = %self.config.worker_id, "fleet: session deadline passed before a renewal; dropping every unit");
                 self.lose_all(LossCause::SessionLost, events);
-                self.session = None;
+                self.set_session(None);
                 self.stats.requests += 1;
                 // Best effort: if the store still has it, others may take over at once.
                 let _ = self
@@ -659,11 +325,11 @@ impl Worker {
                     .renew(&session, self.config.session_duration)
                     .await
                 {
-                    Ok(renewed) => self.session = Some(renewed),
+                    Ok(renewed) => self.set_session(Some(renewed)),
                     Err(error) if error.is_not_owned() => {
                         tracing::warn!(worker = %self.config.worker_id, %error, "fleet: session lost; dropping every unit");
                         self.lose_all(LossCause::SessionLost, events);
-                        self.session = None;
+                        self.set_session(None);
                     }
                     Err(error) => {
                         tracing::warn!(worker = %self.config.worker_id, %error, "fleet: session renewal failed; trusting it until its deadline");
@@ -688,7 +354,7 @@ impl Worker {
             {
                 Ok(lease) => {
                     tracing::info!(worker = %self.config.worker_id, fencing = %lease.fencing_token(), "fleet: session started");
-                    self.session = Some(lease);
+                    self.set_session(Some(lease));
                     self.planned_members = None;
                 }
                 Err(error) if error.is_held() => {
@@ -814,9 +480,7 @@ impl Worker {
             }
             self.stats.requests += 1;
             match self.store.renew(&lease, self.config.unit_duration).await {
-                Ok(renewed) => {
-                    self.owned.insert(unit, renewed);
-                }
+                Ok(renewed) => self.keep_unit(unit, renewed),
                 Err(error) if error.is_not_owned() => {
                     self.lose_unit(&unit, LossCause::TakenOver, events);
                 }
@@ -1094,7 +758,6 @@ impl Worker {
         {
             Ok(lease) => {
                 let fencing = lease.fencing_token();
-                self.owned.insert(unit.to_owned(), lease);
                 let checkpoint = match self.checkpoints.clone() {
                     Some(store) => {
                         self.stats.checkpoint_requests += 1;
@@ -1108,14 +771,7 @@ impl Worker {
                     }
                     None => None,
                 };
-                self.emit(
-                    FleetEvent::Gained {
-                        unit: unit.to_owned(),
-                        fencing,
-                        checkpoint,
-                    },
-                    events,
-                );
+                self.gain_unit(unit, lease, checkpoint, events);
             }
             Err(error) if error.is_held() => {
                 tracing::debug!(worker = %self.config.worker_id, unit, "fleet: unit taken by someone else first");
@@ -1152,12 +808,12 @@ impl Worker {
     }
 
     fn publish(&self) {
-        let snapshot = self.assignment();
-        *self
-            .shared
-            .snapshot
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = snapshot;
+        let members = self.live_members().into_iter().map(|(m, _)| m).collect();
+        let target = self.target;
+        self.shared.update(|state| {
+            state.members = members;
+            state.target = target;
+        });
     }
 
     /// Hands every unit over and ends the session, so the others take over on their next tick
@@ -1206,7 +862,7 @@ impl Worker {
     /// A failure to release the session at shutdown.
     pub async fn run(mut self) -> Result<WorkerStats, Error> {
         loop {
-            if self.shared.stop.load(Ordering::Acquire) {
+            if self.shared.lock().stop {
                 break;
             }
             let started = self.clock().monotonic();
@@ -1258,13 +914,12 @@ impl Future for StopOrSleep<'_> {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        *self
-            .shared
-            .waker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
-        if self.shared.stop.load(Ordering::Acquire) {
-            return Poll::Ready(());
+        {
+            let mut state = self.shared.lock();
+            if state.stop {
+                return Poll::Ready(());
+            }
+            state.worker_waker = Some(cx.waker().clone());
         }
         self.sleep.as_mut().poll(cx)
     }

@@ -1,0 +1,226 @@
+//! Configuring a worker.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{LeaseKey, validate_duration};
+
+use super::checkpoint::CheckpointStore;
+use super::worker::Worker;
+
+/// Longest worker id accepted, in bytes (it travels inside owner tokens of at most 256 bytes).
+const MAX_WORKER_ID_BYTES: usize = 180;
+use crate::{Error, LeaseStore, PartitionSet};
+
+/// Configures a [`Worker`].
+///
+/// ```
+/// use lessor_partition::{Partition, Worker};
+/// use lease_core::MemoryBackend;
+/// use std::time::Duration;
+///
+/// let shards = Partition::universe().split(16);
+/// let worker = Worker::builder("indexer", "host-1")
+///     .store(MemoryBackend::new())
+///     .partitions(&shards)
+///     .session_duration(Duration::from_secs(10))
+///     .interval(Duration::from_millis(2500))
+///     .build()?;
+/// # let _ = worker;
+/// # Ok::<(), lessor_partition::Error>(())
+/// ```
+#[must_use]
+pub struct WorkerBuilder {
+    fleet: String,
+    worker_id: String,
+    store: Option<Arc<dyn LeaseStore>>,
+    units: Vec<String>,
+    session_duration: Duration,
+    interval: Option<Duration>,
+    unit_duration: Duration,
+    skew: Option<Duration>,
+    max_moves: usize,
+    resync_every: u32,
+    checkpoints: Option<Arc<dyn CheckpointStore>>,
+}
+
+impl fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("fleet", &self.fleet)
+            .field("worker_id", &self.worker_id)
+            .field("units", &self.units.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerBuilder {
+    pub(crate) fn new(fleet: String, worker_id: String) -> Self {
+        Self {
+            fleet,
+            worker_id,
+            store: None,
+            units: Vec::new(),
+            session_duration: Duration::from_secs(10),
+            interval: None,
+            unit_duration: Duration::from_secs(24 * 3600),
+            skew: None,
+            max_moves: 256,
+            resync_every: 8,
+            checkpoints: None,
+        }
+    }
+
+    /// The lease store the fleet shares.
+    pub fn store(self, store: impl LeaseStore + 'static) -> Self {
+        self.store_arc(Arc::new(store))
+    }
+
+    /// The lease store the fleet shares, already shared.
+    pub fn store_arc(mut self, store: Arc<dyn LeaseStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The units (shard keys) the fleet divides; every worker must be given the same set.
+    pub fn units<I, S>(mut self, units: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.units.extend(units.into_iter().map(Into::into));
+        self
+    }
+
+    /// Key ranges as units, named by their text form.
+    pub fn partitions<'a>(
+        self,
+        partitions: impl IntoIterator<Item = &'a crate::Partition>,
+    ) -> Self {
+        self.units(partitions.into_iter().map(ToString::to_string))
+    }
+
+    /// The ranges of a set as units.
+    pub fn partition_set(self, set: &PartitionSet) -> Self {
+        self.partitions(set.iter())
+    }
+
+    /// How long a session lease lasts without renewal (default 10 s): a crashed worker's units
+    /// are owned again within about this plus one interval (at most two).
+    pub fn session_duration(mut self, duration: Duration) -> Self {
+        self.session_duration = duration;
+        self
+    }
+
+    /// How often the worker ticks (default a quarter of the session duration; at most half).
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = Some(interval);
+        self
+    }
+
+    /// How long each unit lease lasts (default 24 h). Unit leases are renewed when half is used,
+    /// so this sets their amortised renewal cost; takeover never waits for them (see the crate
+    /// documentation).
+    pub fn unit_lease_duration(mut self, duration: Duration) -> Self {
+        self.unit_duration = duration;
+        self
+    }
+
+    /// Also judge a session dead once its store-side `expires_at` plus `skew` has passed on this
+    /// worker's wall clock. Without it (the default) a session is judged dead only after its
+    /// record stayed unchanged for a whole session duration on this worker's monotonic clock.
+    pub fn clock_skew_bound(mut self, skew: Duration) -> Self {
+        self.skew = Some(skew);
+        self
+    }
+
+    /// Most units given away, and most taken, per tick (default 256).
+    pub fn max_moves_per_interval(mut self, moves: usize) -> Self {
+        self.max_moves = moves.max(1);
+        self
+    }
+
+    /// The member with the lowest id lists the units at least this often, in ticks (default 8),
+    /// to catch anything the membership changes did not reveal.
+    pub fn resync_every(mut self, ticks: u32) -> Self {
+        self.resync_every = ticks.max(1);
+        self
+    }
+
+    /// Keeps per-unit checkpoints in `store`.
+    pub fn checkpoints(mut self, store: Arc<dyn CheckpointStore>) -> Self {
+        self.checkpoints = Some(store);
+        self
+    }
+
+    /// Checks the configuration and makes the worker. Sends nothing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a missing store, an invalid fleet name, worker id or unit, or
+    /// durations that cannot work together.
+    pub fn build(self) -> Result<Worker, Error> {
+        let store = self
+            .store
+            .ok_or_else(|| Error::invalid("store", "a worker needs a lease store"))?;
+        if self.worker_id.len() > MAX_WORKER_ID_BYTES || self.worker_id.contains('.') {
+            return Err(Error::invalid(
+                "worker id",
+                format!("must be at most {MAX_WORKER_ID_BYTES} bytes with no '.'"),
+            ));
+        }
+        let sessions = format!("fleet/{}/sessions", self.fleet);
+        let units_key = format!("fleet/{}/units", self.fleet);
+        let session_key = LeaseKey::with_sort_key(sessions.as_str(), self.worker_id.as_str())?;
+        let mut units = self.units;
+        units.sort();
+        units.dedup();
+        for unit in &units {
+            LeaseKey::with_sort_key(units_key.as_str(), unit.as_str())?;
+        }
+        validate_duration(self.session_duration)?;
+        validate_duration(self.unit_duration)?;
+        let interval = self.interval.unwrap_or(self.session_duration / 4);
+        if interval.is_zero() || interval > self.session_duration / 2 {
+            return Err(Error::invalid(
+                "interval",
+                "must be positive and at most half the session duration",
+            ));
+        }
+        if self.unit_duration < self.session_duration {
+            return Err(Error::invalid(
+                "unit lease duration",
+                "must be at least the session duration",
+            ));
+        }
+        let config = Config {
+            worker_id: self.worker_id,
+            sessions,
+            units_key,
+            session_key,
+            units,
+            session_duration: self.session_duration,
+            interval,
+            unit_duration: self.unit_duration,
+            skew: self.skew,
+            max_moves: self.max_moves,
+            resync_every: self.resync_every,
+        };
+        Ok(Worker::from_config(config, store, self.checkpoints))
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) worker_id: String,
+    pub(crate) sessions: String,
+    pub(crate) units_key: String,
+    pub(crate) session_key: LeaseKey,
+    pub(crate) units: Vec<String>,
+    pub(crate) session_duration: Duration,
+    pub(crate) interval: Duration,
+    pub(crate) unit_duration: Duration,
+    pub(crate) skew: Option<Duration>,
+    pub(crate) max_moves: usize,
+    pub(crate) resync_every: u32,
+}

@@ -1,0 +1,490 @@
+//! What a running worker shares with the application: who it trusts, until when, its events and
+//! its new units, behind one mutex, read through [`WorkerHandle`] and [`UnitTask`] while the worker
+//! runs on its own.
+//!
+//! Trust is stored as deadlines on the store's monotonic clock, and every reader compares them with
+//! the clock *when it reads*: a paused or starved worker's units stop being trusted at their
+//! deadline, not at its next tick.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use lease_core::{BoxFuture, Clock, FencingToken, sleep_until};
+
+use super::checkpoint::CheckpointStore;
+use super::types::{Assignment, FleetEvent, LossCause};
+use crate::{Error, LeaseStore};
+
+/// Events kept for a consumer that has not read them yet; older ones are dropped (and counted).
+const EVENT_QUEUE: usize = 65_536;
+
+/// One unit the worker owns, as the application sees it.
+#[derive(Debug)]
+pub(crate) struct SharedUnit {
+    pub(crate) fencing: FencingToken,
+    /// The unit lease's holder-side deadline.
+    pub(crate) deadline: Instant,
+    /// Set when the worker asked the application to hand the unit over (or is shutting down):
+    /// the unit is still owned until it is released, and released once the task is dropped or
+    /// this instant passes.
+    pub(crate) handoff: Option<(LossCause, Instant)>,
+    /// Whether the application holds a [`UnitTask`] for this ownership (handed out, not dropped).
+    pub(crate) task_alive: bool,
+    /// Why the ownership ended, once it has (kept until the unit's task is told).
+    pub(crate) ended: Option<LossCause>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) worker_id: String,
+    /// The session's fencing token and the instant until which it may be trusted.
+    pub(crate) session: Option<(FencingToken, Instant)>,
+    pub(crate) units: BTreeMap<String, SharedUnit>,
+    pub(crate) members: Vec<String>,
+    pub(crate) target: Option<usize>,
+    pub(crate) stop: bool,
+    pub(crate) events: VecDeque<FleetEvent>,
+    pub(crate) events_dropped: u64,
+    /// Whether the application takes units as tasks ([`WorkerHandle::next_unit`]): only then does a
+    /// handoff wait for the task to finish.
+    pub(crate) tasks_wanted: bool,
+    pub(crate) new_tasks: VecDeque<UnitTask>,
+    /// Bumped on every change; futures waiting for a change compare it.
+    pub(crate) generation: u64,
+    wakers: Vec<Waker>,
+    /// The worker's own sleep, woken when the application stops it or finishes a task.
+    pub(crate) worker_waker: Option<Waker>,
+}
+
+/// The state a worker shares with its handles and tasks.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn LeaseStore>,
+    pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
+    state: Mutex<State>,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("store", &self.store.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(
+        worker_id: String,
+        store: Arc<dyn LeaseStore>,
+        checkpoints: Option<Arc<dyn CheckpointStore>>,
+    ) -> Self {
+        Self {
+            store,
+            checkpoints,
+            state: Mutex::new(State {
+                worker_id,
+                ..State::default()
+            }),
+        }
+    }
+
+    pub(crate) fn clock(&self) -> &dyn Clock {
+        self.store.clock()
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `change` under the lock, then wakes everyone waiting for a change.
+    pub(crate) fn update<T>(&self, change: impl FnOnce(&mut State) -> T) -> T {
+        let (out, wakers) = {
+            let mut state = self.lock();
+            let out = change(&mut state);
+            state.generation += 1;
+            (out, std::mem::take(&mut state.wakers))
+        };
+        for waker in wakers {
+            waker.wake();
+        }
+        out
+    }
+
+    /// Wakes the worker's sleep (a stop, a finished task).
+    pub(crate) fn wake_worker(&self) {
+        let waker = self.update(|state| state.worker_waker.take());
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    pub(crate) fn push_event(&self, event: FleetEvent) {
+        self.update(|state| {
+            if state.events.len() >= EVENT_QUEUE {
+                state.events.pop_front();
+                state.events_dropped += 1;
+            }
+            state.events.push_back(event);
+        });
+    }
+
+    /// The fencing token of `unit` if it is owned and trusted at `now`.
+    pub(crate) fn owns_at(state: &State, unit: &str, now: Instant) -> Option<FencingToken> {
+        let (_, session_deadline) = state.session?;
+        let owned = state.units.get(unit)?;
+        (now < session_deadline && now < owned.deadline && owned.ended.is_none())
+            .then_some(owned.fencing)
+    }
+
+    pub(crate) fn owns(&self, unit: &str) -> Option<FencingToken> {
+        let now = self.clock().monotonic();
+        Self::owns_at(&self.lock(), unit, now)
+    }
+
+    /// A future that completes at the next change after `seen` (a generation).
+    fn changed(self: &Arc<Self>, seen: u64) -> Changed {
+        Changed {
+            shared: self.clone(),
+            seen,
+        }
+    }
+}
+
+/// Completes once the shared state's generation moves past `seen`.
+struct Changed {
+    shared: Arc<Shared>,
+    seen: u64,
+}
+
+impl Future for Changed {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.shared.lock();
+        if state.generation != self.seen {
+            return Poll::Ready(());
+        }
+        state.wakers.push(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+/// Completes when either future does.
+struct Either<A, B>(A, B);
+
+impl<A: Future<Output = ()> + Unpin, B: Future<Output = ()> + Unpin> Future for Either<A, B> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if Pin::new(&mut self.0).poll(cx).is_ready() {
+            return Poll::Ready(());
+        }
+        Pin::new(&mut self.1).poll(cx)
+    }
+}
+
+impl Unpin for Changed {}
+
+/// Waits until the state changes after generation `seen` or the clock reaches `until`.
+async fn change_or(shared: &Arc<Shared>, seen: u64, until: Option<Instant>) {
+    let changed = Box::pin(shared.changed(seen));
+    match until {
+        Some(until) => {
+            let sleep: BoxFuture<'static, ()> = sleep_until(shared.clock(), until);
+            Either(changed, sleep).await;
+        }
+        None => changed.await,
+    }
+}
+
+/// Observes a running [`Worker`](crate::Worker) and acts for the application while it runs: which
+/// units it may act on now, fenced checkpoint saves, its events and its new units as tasks, and
+/// stopping it. Cheap to clone; usable from any thread or task.
+///
+/// ```
+/// use lessor_partition::Worker;
+/// use lease_core::{ManualClock, MemoryBackend};
+/// use std::sync::Arc;
+///
+/// let clock = Arc::new(ManualClock::new());
+/// let store = MemoryBackend::new().with_clock(clock.clone());
+/// let mut worker = Worker::builder("demo", "a").store(store).units(["u1", "u2"]).build()?;
+/// let handle = worker.handle();
+/// for _ in 0..3 {
+///     lease_core::block_on(worker.tick())?;
+///     clock.advance(worker.interval());
+/// }
+/// // The handle answers without the worker: it owns both units, each with a fencing token.
+/// assert!(handle.owns("u1").is_some());
+/// assert_eq!(handle.snapshot().units.len(), 2);
+/// // Events were queued for whoever reads them.
+/// assert!(handle.try_next_event().is_some());
+/// # Ok::<(), lessor_partition::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct WorkerHandle {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl WorkerHandle {
+    /// The fencing token of `unit` if the worker owns it and may act on it *now*: its session and
+    /// the unit's lease are both within their holder-side deadlines, read on the store's clock at
+    /// this call. Check it (or pass the fencing token to the resource) before every act.
+    pub fn owns(&self, unit: &str) -> Option<FencingToken> {
+        self.shared.owns(unit)
+    }
+
+    /// The units the worker may act on now, with their fencing tokens.
+    pub fn owned_units(&self) -> BTreeMap<String, FencingToken> {
+        let now = self.shared.clock().monotonic();
+        let state = self.shared.lock();
+        state
+            .units
+            .keys()
+            .filter_map(|unit| Shared::owns_at(&state, unit, now).map(|f| (unit.clone(), f)))
+            .collect()
+    }
+
+    /// The worker's view now: what it may act on and whom it sees.
+    pub fn snapshot(&self) -> Assignment {
+        let now = self.shared.clock().monotonic();
+        let state = self.shared.lock();
+        let units = state
+            .units
+            .keys()
+            .filter_map(|unit| Shared::owns_at(&state, unit, now).map(|f| (unit.clone(), f)))
+            .collect();
+        Assignment {
+            worker_id: state.worker_id.clone(),
+            session: state
+                .session
+                .filter(|(_, deadline)| now < *deadline)
+                .map(|(fencing, _)| fencing),
+            units,
+            members: state.members.clone(),
+            target: state.target,
+        }
+    }
+
+    /// Until when, on the store's monotonic clock, the worker may trust what it owns unless its
+    /// session is renewed first.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.shared.lock().session.map(|(_, deadline)| deadline)
+    }
+
+    /// Stores `data` as the checkpoint of `unit`, fenced by the worker's fencing token for it.
+    ///
+    /// # Errors
+    /// [`Error::NotOwner`] unless the worker owns the unit now, or if a newer owner fenced it;
+    /// [`Error::InvalidInput`] without a checkpoint store; [`Error::Lease`] for a store failure.
+    pub async fn save_checkpoint(&self, unit: &str, data: &[u8]) -> Result<(), Error> {
+        let fencing = self.owns(unit).ok_or_else(|| Error::NotOwner {
+            unit: unit.to_owned(),
+        })?;
+        save_fenced(&self.shared, unit, fencing, data).await
+    }
+
+    /// The next [`FleetEvent`], waiting for one; `None` once the worker has stopped and every
+    /// event was read. Events are queued by the worker without waiting for the application, so a
+    /// slow consumer never delays a renewal (past 65 536 unread events the oldest are dropped).
+    pub async fn next_event(&self) -> Option<FleetEvent> {
+        loop {
+            let seen = {
+                let mut state = self.shared.lock();
+                if let Some(event) = state.events.pop_front() {
+                    return Some(event);
+                }
+                if state.stop && state.session.is_none() && state.units.is_empty() {
+                    return None;
+                }
+                state.generation
+            };
+            change_or(&self.shared, seen, None).await;
+        }
+    }
+
+    /// The next queued [`FleetEvent`], if any, without waiting.
+    pub fn try_next_event(&self) -> Option<FleetEvent> {
+        self.shared.lock().events.pop_front()
+    }
+
+    /// Events dropped because nobody read them (see [`next_event`](Self::next_event)).
+    pub fn events_dropped(&self) -> u64 {
+        self.shared.lock().events_dropped
+    }
+
+    /// The next unit this worker gained, as a [`UnitTask`] to run; `None` once the worker has
+    /// stopped. From the first call on, the worker hands units over gracefully: when the plan moves
+    /// a unit away (or at shutdown), the unit's task is told through [`UnitTask::lost`] and the
+    /// unit is released only once the task is dropped or the handoff timeout passes, so the task
+    /// can save a final checkpoint that the next owner reads.
+    pub async fn next_unit(&self) -> Option<UnitTask> {
+        loop {
+            let seen = {
+                let mut state = self.shared.lock();
+                state.tasks_wanted = true;
+                if let Some(task) = state.new_tasks.pop_front() {
+                    return Some(task);
+                }
+                if state.stop && state.session.is_none() && state.units.is_empty() {
+                    return None;
+                }
+                state.generation
+            };
+            change_or(&self.shared, seen, None).await;
+        }
+    }
+
+    /// Asks [`Worker::run`](crate::Worker::run) to shut down cleanly (hand every unit over, then
+    /// end the session) and return.
+    pub fn stop(&self) {
+        self.shared.update(|state| state.stop = true);
+        self.shared.wake_worker();
+    }
+}
+
+async fn save_fenced(
+    shared: &Shared,
+    unit: &str,
+    fencing: FencingToken,
+    data: &[u8],
+) -> Result<(), Error> {
+    let store = shared
+        .checkpoints
+        .clone()
+        .ok_or_else(|| Error::invalid("checkpoints", "no checkpoint store configured"))?;
+    store.save(unit, fencing, data).await
+}
+
+/// One unit the worker gained, for the application to work on (typically as its own async task):
+/// the unit's fencing token for every write, the checkpoint read when the unit was gained (which
+/// fenced out every earlier owner), and [`lost`](Self::lost), which completes when the ownership
+/// ends, at the latest at its deadline.
+///
+/// Dropping the task tells the worker the application is done with the unit: during a handoff the
+/// worker then releases it at once.
+pub struct UnitTask {
+    pub(crate) unit: String,
+    pub(crate) fencing: FencingToken,
+    pub(crate) checkpoint: Option<Vec<u8>>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for UnitTask {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UnitTask")
+            .field("unit", &self.unit)
+            .field("fencing", &self.fencing)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UnitTask {
+    /// The unit.
+    pub fn unit(&self) -> &str {
+        &self.unit
+    }
+
+    /// The fencing token of this ownership: pass it with every write the unit's work makes.
+    pub fn fencing(&self) -> FencingToken {
+        self.fencing
+    }
+
+    /// The checkpoint stored when the unit was gained (`None`: none was ever saved, or no
+    /// checkpoint store is configured). Reading it raised the unit's fence, so every earlier
+    /// owner's saves are refused.
+    pub fn checkpoint(&self) -> Option<&[u8]> {
+        self.checkpoint.as_deref()
+    }
+
+    /// Whether the worker may act on the unit now (see [`WorkerHandle::owns`]).
+    pub fn is_owned(&self) -> bool {
+        self.shared.owns(&self.unit) == Some(self.fencing)
+    }
+
+    /// Stores `data` as the unit's checkpoint, fenced by this ownership's token.
+    ///
+    /// # Errors
+    /// [`Error::NotOwner`] once the ownership ended or a newer owner fenced it; see
+    /// [`WorkerHandle::save_checkpoint`].
+    pub async fn save_checkpoint(&self, data: &[u8]) -> Result<(), Error> {
+        if !self.is_owned() {
+            return Err(Error::NotOwner {
+                unit: self.unit.clone(),
+            });
+        }
+        save_fenced(&self.shared, &self.unit, self.fencing, data).await
+    }
+
+    /// Completes when this ownership ends or must end, with why:
+    ///
+    /// * [`LossCause::HandedOver`] or [`LossCause::Shutdown`]: the worker asks for the unit back.
+    ///   It is still owned: save a final checkpoint, then drop the task, within the handoff
+    ///   timeout.
+    /// * any other cause: the ownership is over (at the latest when its deadline passed, on the
+    ///   store's clock, even if the worker was paused or starved): stop at once.
+    pub async fn lost(&self) -> LossCause {
+        loop {
+            let (seen, wake_at) = {
+                let now = self.shared.clock().monotonic();
+                let state = self.shared.lock();
+                match Self::verdict(&state, &self.unit, self.fencing, now) {
+                    Ok(wake_at) => (state.generation, wake_at),
+                    Err(cause) => return cause,
+                }
+            };
+            change_or(&self.shared, seen, Some(wake_at)).await;
+        }
+    }
+
+    /// `Err(cause)` if the ownership ended or a handoff was asked; else the instant to look again.
+    fn verdict(
+        state: &State,
+        unit: &str,
+        fencing: FencingToken,
+        now: Instant,
+    ) -> Result<Instant, LossCause> {
+        let Some(owned) = state.units.get(unit).filter(|u| u.fencing == fencing) else {
+            return Err(LossCause::TakenOver);
+        };
+        if let Some(cause) = owned.ended {
+            return Err(cause);
+        }
+        let Some((_, session_deadline)) = state.session else {
+            return Err(LossCause::SessionLost);
+        };
+        if now >= session_deadline {
+            return Err(LossCause::SessionLost);
+        }
+        if now >= owned.deadline {
+            return Err(LossCause::Expired);
+        }
+        if let Some((cause, _)) = owned.handoff {
+            return Err(cause);
+        }
+        Ok(session_deadline.min(owned.deadline))
+    }
+}
+
+impl Drop for UnitTask {
+    fn drop(&mut self) {
+        // Tell the worker the application is done with this ownership, and wake it so a handoff
+        // in progress completes now rather than at the next tick.
+        let handing_over = self
+            .shared
+            .update(|state| match state.units.get_mut(&self.unit) {
+                Some(owned) if owned.fencing == self.fencing => {
+                    owned.task_alive = false;
+                    owned.handoff.is_some()
+                }
+                _ => false,
+            });
+        if handing_over {
+            self.shared.wake_worker();
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! The types a worker shows the application: events, loss causes, counters, snapshots.
+
+use std::collections::BTreeMap;
+
+use lease_core::FencingToken;
+
+/// What a worker tells the application.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FleetEvent {
+    /// The worker now owns `unit`. Pass `fencing` with every write the unit's work makes.
+    Gained {
+        /// The unit.
+        unit: String,
+        /// The unit's fencing token for this ownership: greater than every earlier owner's.
+        fencing: FencingToken,
+        /// The unit's checkpoint, when a [`CheckpointStore`] is configured (loading it fenced out
+        /// every earlier owner).
+        checkpoint: Option<Vec<u8>>,
+    },
+    /// The worker no longer owns `unit`: stop working on it before the callback returns.
+    Lost {
+        /// The unit.
+        unit: String,
+        /// The fencing token of the ownership that ended.
+        fencing: FencingToken,
+        /// Why.
+        cause: LossCause,
+    },
+}
+
+/// Why a worker lost a unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossCause {
+    /// The plan gave it to another worker; it is released right after the event.
+    HandedOver,
+    /// The worker's session could no longer be trusted (renewals failed, the process was paused):
+    /// every unit goes at once.
+    SessionLost,
+    /// The store says another worker took it.
+    TakenOver,
+    /// Its unit lease expired before a renewal landed.
+    Expired,
+    /// The worker is shutting down; it is released right after the event.
+    Shutdown,
+}
+
+/// Request counts of one worker, for cost reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerStats {
+    /// Ticks run.
+    pub ticks: u64,
+    /// Every request sent to the lease store.
+    pub requests: u64,
+    /// Of which listings (one request each, whatever their size).
+    pub lists: u64,
+    /// Records returned by listings.
+    pub records_read: u64,
+    /// Of which unit-partition listings (planning rounds).
+    pub unit_lists: u64,
+    /// Units gained.
+    pub gains: u64,
+    /// Units lost or handed over.
+    pub losses: u64,
+    /// Requests sent to the checkpoint store.
+    pub checkpoint_requests: u64,
+}
+
+/// What one [`Worker::tick`] did.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct TickReport {
+    /// The events it told the application, in order.
+    pub events: Vec<FleetEvent>,
+    /// Whether it listed the units and planned.
+    pub planned: bool,
+    /// Whether it holds a trusted session after the tick.
+    pub has_session: bool,
+}
+
+/// A snapshot of a worker's view: what it owns and whom it sees.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Assignment {
+    /// The worker.
+    pub worker_id: String,
+    /// The fencing token of its session, if it has one.
+    pub session: Option<FencingToken>,
+    /// The units it owns, with their fencing tokens.
+    pub units: BTreeMap<String, FencingToken>,
+    /// The live members it sees, sorted.
+    pub members: Vec<String>,
+    /// Its share from the last plan.
+    pub target: Option<usize>,
+}
