@@ -17,7 +17,7 @@ use std::time::Instant;
 use lease_core::{BoxFuture, Clock, FencingToken, sleep_until};
 
 use super::checkpoint::CheckpointStore;
-use super::types::{Assignment, FleetEvent, LossCause};
+use super::types::{Assignment, FleetEvent, LossCause, WorkerStats};
 use crate::{Error, LeaseStore};
 
 /// Events kept for a consumer that has not read them yet; older ones are dropped (and counted).
@@ -47,6 +47,7 @@ pub(crate) struct State {
     pub(crate) units: BTreeMap<String, SharedUnit>,
     pub(crate) members: Vec<String>,
     pub(crate) target: Option<usize>,
+    pub(crate) stats: WorkerStats,
     pub(crate) stop: bool,
     pub(crate) events: VecDeque<FleetEvent>,
     pub(crate) events_dropped: u64,
@@ -310,6 +311,11 @@ impl WorkerHandle {
     /// The next queued [`FleetEvent`], if any, without waiting.
     pub fn try_next_event(&self) -> Option<FleetEvent> {
         self.shared.lock().events.pop_front()
+    }
+
+    /// The worker's request counters as of its latest tick.
+    pub fn stats(&self) -> WorkerStats {
+        self.shared.lock().stats
     }
 
     /// Events dropped because nobody read them (see [`next_event`](Self::next_event)).

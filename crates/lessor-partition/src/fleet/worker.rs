@@ -810,9 +810,11 @@ impl Worker {
     fn publish(&self) {
         let members = self.live_members().into_iter().map(|(m, _)| m).collect();
         let target = self.target;
+        let stats = self.stats;
         self.shared.update(|state| {
             state.members = members;
             state.target = target;
+            state.stats = stats;
         });
     }
 
