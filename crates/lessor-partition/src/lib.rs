@@ -37,7 +37,8 @@
 //!   workers, balanced, sticky and fenced; [`CheckpointStore`] for per-unit checkpoints, kept
 //!   durably in the lease store itself by [`StoreCheckpoints`].
 //! * [`sim`]: the deterministic simulator behind the tests and the benchmark, with a model of
-//!   KCL 2.x for comparison.
+//!   KCL 2.x for comparison, and [`sim::latency`], in which every request takes time and workers
+//!   interleave request by request, with pauses, crashes and mixed configurations.
 //!
 //! The crate depends on `lease-core` only: a backend comes in through [`LeaseStore`]
 //! (`LeaseBackend + LeaseListing`), so a fleet on files never compiles the AWS SDK.
