@@ -60,6 +60,8 @@ pub(crate) struct State {
     wakers: Vec<Waker>,
     /// The worker's own sleep, woken when the application stops it or finishes a task.
     pub(crate) worker_waker: Option<Waker>,
+    /// Bumped each time the application wakes the worker.
+    pub(crate) pokes: u64,
 }
 
 /// The state a worker shares with its handles and tasks.
@@ -117,7 +119,10 @@ impl Shared {
 
     /// Wakes the worker's sleep (a stop, a finished task).
     pub(crate) fn wake_worker(&self) {
-        let waker = self.update(|state| state.worker_waker.take());
+        let waker = self.update(|state| {
+            state.pokes += 1;
+            state.worker_waker.take()
+        });
         if let Some(waker) = waker {
             waker.wake();
         }

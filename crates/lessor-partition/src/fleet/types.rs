@@ -66,6 +66,10 @@ pub struct WorkerStats {
     pub losses: u64,
     /// Requests sent to the checkpoint store.
     pub checkpoint_requests: u64,
+    /// Units given back because their checkpoint could not be fenced and read.
+    pub checkpoint_failures: u64,
+    /// Times a live peer was seen configured with a different unit list.
+    pub mismatches: u64,
 }
 
 /// What one [`Worker::tick`] did.
