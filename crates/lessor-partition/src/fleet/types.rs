@@ -14,8 +14,9 @@ pub enum FleetEvent {
         unit: String,
         /// The unit's fencing token for this ownership: greater than every earlier owner's.
         fencing: FencingToken,
-        /// The unit's checkpoint, when a [`CheckpointStore`] is configured (loading it fenced out
-        /// every earlier owner).
+        /// The unit's checkpoint, when a [`CheckpointStore`](crate::CheckpointStore) is
+        /// configured: loading it fenced out every earlier owner before this event, and `None`
+        /// means no checkpoint was ever saved (a failed load gives the unit back instead).
         checkpoint: Option<Vec<u8>>,
     },
     /// The worker no longer owns `unit`: stop working on it before the callback returns.
@@ -72,7 +73,7 @@ pub struct WorkerStats {
     pub mismatches: u64,
 }
 
-/// What one [`Worker::tick`] did.
+/// What one [`Worker::tick`](crate::Worker::tick) did.
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct TickReport {
