@@ -7,7 +7,7 @@ use std::time::Duration;
 use lease_core::{LeaseKey, RandomTokens, TokenSource, default_safety_margin, validate_duration};
 
 use super::checkpoint::CheckpointStore;
-use super::view::SessionTag;
+use super::view::{EPOCH_SORT_KEY, SessionTag};
 use super::worker::Worker;
 
 /// Longest worker id accepted, in bytes (it travels inside owner tokens of at most 256 bytes).
@@ -244,7 +244,9 @@ impl WorkerBuilder {
                 "must be positive and at most a third of the session duration",
             ));
         }
+        let epoch_key = LeaseKey::with_sort_key(sessions.as_str(), EPOCH_SORT_KEY)?;
         let config = Config {
+            epoch_key,
             units_hash: units_hash(&units),
             worker_id: self.worker_id,
             sessions,
@@ -292,6 +294,7 @@ pub(crate) struct Config {
     pub(crate) max_units: Option<usize>,
     pub(crate) tokens: Arc<dyn TokenSource>,
     pub(crate) units_hash: u64,
+    pub(crate) epoch_key: LeaseKey,
 }
 
 impl fmt::Debug for Config {

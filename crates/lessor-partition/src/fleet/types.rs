@@ -45,6 +45,9 @@ pub enum LossCause {
     Expired,
     /// The worker is shutting down; it is released right after the event.
     Shutdown,
+    /// The application retired the unit ([`UnitTask::retire`](crate::UnitTask::retire)): its
+    /// record was deleted and no worker takes it again.
+    Retired,
 }
 
 /// Request counts of one worker, for cost reports.

@@ -8,6 +8,7 @@ use std::time::Instant;
 use lease_core::{AcquireOptions, FencingToken, Lease, LeaseKey, LeaseToken};
 
 use super::plan::{Holding, plan};
+use super::shared::touch;
 use super::types::{FleetEvent, LossCause};
 use super::view::{Listing, UnitHolder, UnitOwner};
 use super::worker::Worker;
@@ -64,7 +65,17 @@ impl Worker {
     ) -> Reading {
         let mut reading = Reading::default();
         let mut foreign_seen = BTreeSet::new();
-        self.known_units.extend(records.keys().cloned());
+        // The unit set is shared state: this worker's configured units and every unit the store
+        // shows (added at run time, or configured on a peer), less the ones retired here.
+        self.known_units = self
+            .config
+            .units
+            .iter()
+            .chain(records.keys())
+            .chain(self.owned.keys())
+            .filter(|u| !self.retired.contains(*u))
+            .cloned()
+            .collect();
         for unit in self.known_units.clone() {
             let holder = records.get(&unit).and_then(Option::as_ref);
             if records.contains_key(&unit) {
@@ -373,6 +384,9 @@ impl Worker {
             .take(self.config.max_moves)
             .cloned()
             .collect();
+        if missing.is_empty() {
+            return;
+        }
         for unit in missing {
             if !self.keep_session(events).await {
                 return;
@@ -387,6 +401,44 @@ impl Worker {
                     .store
                     .release(lease.key(), lease.token(), lease.fencing_token())
                     .await;
+            }
+        }
+        // Every worker lists the units again on its next tick.
+        self.stats.requests += 2;
+        let _ = touch(&*self.store, &self.config.epoch_key).await;
+    }
+
+    /// The sweeper's housekeeping: deletes session records released long ago (ten session
+    /// durations unchanged) that no unit record names, so listings stay the size of the live
+    /// fleet. A store without delete keeps them.
+    pub(crate) async fn sweep_sessions(&mut self, records: &BTreeMap<String, Option<UnitHolder>>) {
+        let named: BTreeSet<&str> = records
+            .values()
+            .flatten()
+            .filter_map(|h| h.owner.as_ref().map(|o| o.worker.as_str()))
+            .collect();
+        let stale = self.view.released_for(self.config.session_duration * 10);
+        for (worker, fencing) in stale {
+            if named.contains(worker.as_str()) || worker == self.config.worker_id {
+                continue;
+            }
+            let Ok(key) = LeaseKey::with_sort_key(self.config.sessions.as_str(), worker.as_str())
+            else {
+                continue;
+            };
+            self.stats.requests += 1;
+            match self
+                .store
+                .delete(&key, None, FencingToken::new(fencing))
+                .await
+            {
+                Ok(()) => {
+                    tracing::info!(worker = %self.config.worker_id, gone = %worker, "fleet: deleted a departed worker's session record")
+                }
+                Err(error) if error.is_unsupported() => return,
+                Err(error) => {
+                    tracing::debug!(worker = %self.config.worker_id, gone = %worker, %error, "fleet: session record changed; kept")
+                }
             }
         }
     }

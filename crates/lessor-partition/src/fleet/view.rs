@@ -12,6 +12,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use lease_core::{LeaseRecord, LeaseToken};
 
+/// The sort key, in the sessions partition, of the record whose fencing counter is the unit-set
+/// epoch (worker ids contain no '.', so it is never a worker's).
+pub(crate) const EPOCH_SORT_KEY: &str = ".units";
+
 /// When a listing was sent and answered.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Listing {
@@ -196,6 +200,8 @@ pub(crate) struct View {
     sessions: BTreeMap<String, Seen<SessionVersion>>,
     absent: BTreeMap<(String, u64), Absence>,
     foreign: BTreeMap<String, Seen<ForeignVersion>>,
+    /// The fencing counter of the unit-set epoch record, as last listed.
+    epoch: Option<u64>,
 }
 
 impl View {
@@ -206,6 +212,7 @@ impl View {
             sessions: BTreeMap::new(),
             absent: BTreeMap::new(),
             foreign: BTreeMap::new(),
+            epoch: None,
         }
     }
 
@@ -216,6 +223,13 @@ impl View {
             let Some(worker) = record.key().sort() else {
                 continue;
             };
+            if worker.contains('.') {
+                // Not a worker (worker ids have no '.'): the unit-set epoch.
+                if worker == EPOCH_SORT_KEY {
+                    self.epoch = Some(record.fencing().get());
+                }
+                continue;
+            }
             let holder = record.holder();
             let version = SessionVersion {
                 fencing: record.fencing().get(),
@@ -245,6 +259,21 @@ impl View {
             }
             true
         });
+    }
+
+    /// The unit-set epoch as last listed: it moves whenever units are added or retired.
+    pub(crate) fn epoch(&self) -> Option<u64> {
+        self.epoch
+    }
+
+    /// Workers whose session record has been released and unchanged for `age` by listings, with
+    /// the record's fencing counter: records nobody needs any more.
+    pub(crate) fn released_for(&self, age: Duration) -> Vec<(String, u64)> {
+        self.sessions
+            .iter()
+            .filter(|(_, seen)| !Self::held(seen) && seen.unchanged_for(age))
+            .map(|(worker, seen)| (worker.clone(), seen.version.fencing))
+            .collect()
     }
 
     fn held(seen: &Seen<SessionVersion>) -> bool {

@@ -71,6 +71,10 @@ pub struct Worker {
     pub(crate) next_verdict: Option<Instant>,
     /// A live peer is configured with a different unit list.
     pub(crate) mismatch: bool,
+    /// Units retired through this worker: never planned over again.
+    pub(crate) retired: BTreeSet<String>,
+    /// The unit-set epoch of the latest plan.
+    pub(crate) planned_epoch: Option<u64>,
     pub(crate) target: Option<usize>,
     pub(crate) planned_members: Option<Vec<(String, u64)>>,
     pub(crate) ticks_since_plan: u32,
@@ -107,6 +111,7 @@ impl Worker {
             config.worker_id.clone(),
             store.clone(),
             checkpoints.clone(),
+            (config.units_key.clone(), config.epoch_key.clone()),
         ));
         Self {
             view: View::new(config.session_duration, config.skew),
@@ -121,6 +126,8 @@ impl Worker {
             relist: false,
             next_verdict: None,
             mismatch: false,
+            retired: BTreeSet::new(),
+            planned_epoch: None,
             target: None,
             planned_members: None,
             ticks_since_plan: 0,
@@ -254,6 +261,8 @@ impl Worker {
                 unit.to_owned(),
                 SharedUnit {
                     fencing,
+                    token: lease.token().clone(),
+                    retiring: false,
                     deadline: lease.deadline(),
                     handoff: None,
                     task_alive,
@@ -395,6 +404,7 @@ impl Worker {
         }
         let first = self.planned_members.is_none() && self.ticks_since_plan == 0;
         self.observe_sessions().await?;
+        self.drop_retired(events);
         self.finish_handoffs(events).await;
         self.keep_units(events).await;
         if first {
@@ -408,8 +418,12 @@ impl Worker {
             self.ticks_since_plan = 0;
             let (records, listing) = self.list_units().await?;
             self.stats.records_read += records.len() as u64;
+            self.planned_epoch = self.view.epoch();
             self.plan_and_move(&records, listing, events).await;
             self.planned_members = Some(self.members.clone());
+            if self.is_sweeper() {
+                self.sweep_sessions(&records).await;
+            }
         } else {
             self.ticks_since_plan += 1;
             self.give_surplus(events).await;
@@ -419,11 +433,9 @@ impl Worker {
 
     /// Whether this tick lists the units and plans.
     fn should_plan(&self) -> bool {
-        let changed = self.planned_members.as_ref() != Some(&self.members);
-        let sweeper = self
-            .members
-            .first()
-            .is_some_and(|(m, _)| *m == self.config.worker_id);
+        let changed = self.planned_members.as_ref() != Some(&self.members)
+            || self.planned_epoch != self.view.epoch();
+        let sweeper = self.is_sweeper();
         let due = self.ticks_since_plan + 1;
         let resync = sweeper && due >= self.config.resync_every;
         let verdict_due = self
@@ -437,6 +449,13 @@ impl Worker {
             || self.mismatch && due >= self.config.resync_every
     }
 
+    /// The member with the lowest id resyncs and sweeps.
+    fn is_sweeper(&self) -> bool {
+        self.members
+            .first()
+            .is_some_and(|(m, _)| *m == self.config.worker_id)
+    }
+
     pub(crate) fn publish(&self) {
         let members = self.members.iter().map(|(m, _)| m.clone()).collect();
         let target = self.target;
@@ -446,6 +465,17 @@ impl Worker {
             state.target = target;
             state.stats = stats;
         });
+    }
+
+    /// Drops the units the application retired: their records are gone, so there is nothing to
+    /// release.
+    fn drop_retired(&mut self, events: &mut Vec<FleetEvent>) {
+        let retired = std::mem::take(&mut self.shared.lock().retired);
+        for unit in retired {
+            self.lose_unit(&unit, LossCause::Retired, events);
+            self.known_units.remove(&unit);
+            self.retired.insert(unit);
+        }
     }
 
     /// Asks the application to finish with `unit` (its task sees [`UnitTask::lost`] complete),
@@ -607,6 +637,7 @@ impl Worker {
                     break;
                 }
                 let mut events = Vec::new();
+                self.drop_retired(&mut events);
                 if self.keep_session(&mut events).await {
                     self.finish_handoffs(&mut events).await;
                 }
