@@ -1,12 +1,19 @@
 //! The deterministic, sticky assignment every worker computes from the same inputs.
 //!
-//! One entry point, [`plan_with`]: every member gets a target number of units, a function of the
-//! member list alone (see [`capped_targets`]), keeps its lowest-id units up to it and hands the
-//! surplus to members below theirs.
+//! One entry point, [`plan_with`], in one of two modes chosen from what every planner sees alike
+//! (the member list):
+//!
+//! * **count** (the default, and whenever some member reports no load): every member gets a
+//!   target number of units, a function of the member list alone (see [`capped_targets`]), keeps
+//!   its lowest-id units up to it and hands the surplus to members below theirs;
+//! * **load** (every member reports a load): members balance the sum of their units' loads, as
+//!   KCL 3.x balances worker utilisation (see the `load` module).
 //!
 //! [`plan`] and [`targets`] are the count mode without caps, as the worker has always used it.
 
 use std::collections::BTreeMap;
+
+mod load;
 
 /// Who holds a unit, as the planner sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,9 +31,11 @@ pub(crate) enum Holding {
 /// One member's part of the plan.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct MemberPlan {
-    /// How many units the member should end with.
+    /// How many units the member should end with. In load mode: how many it holds once this
+    /// round's `give` and `take` are done (see the `load` module).
     pub(crate) target: usize,
-    /// Units it holds and should give away (highest ids first to go).
+    /// Units it holds and should give away. Count mode: highest ids go first. Load mode: in the
+    /// order to release them; any prefix of the list is itself a valid give.
     pub(crate) give: Vec<String>,
     /// Units it should take, free ones first, then ones others give away.
     pub(crate) take: Vec<String>,
@@ -156,7 +165,8 @@ pub(crate) fn plan(
 ///
 /// `members` in any order (planned in id order); `holdings` as the last units listing showed
 /// them (a unit missing is free); `own_loads` the load of each unit `me` holds, known to `me`
-/// only. Count mode for now: `own_loads`, `me` and the members' loads are for the load mode.
+/// only. Count mode unless every member reports a load, then load mode (the `load` module);
+/// `own_loads` and `me` matter in load mode only.
 ///
 /// Count mode:
 ///
@@ -178,8 +188,10 @@ pub(crate) fn plan_with(
     sorted.sort_by(|a, b| a.id.cmp(&b.id));
     sorted.dedup_by(|a, b| a.id == b.id);
     let split = Split::new(units, &sorted, holdings);
-    let _ = (own_loads, me);
-    count_plan(units.len(), &sorted, &split)
+    match load::shared_loads(&sorted) {
+        Some(loads) => load::plan(&sorted, &loads, &split, own_loads, me),
+        None => count_plan(units.len(), &sorted, &split),
+    }
 }
 
 /// The count mode of [`plan_with`] for `members` in id order.
