@@ -34,6 +34,8 @@ pub(crate) struct SharedUnit {
     pub(crate) token: LeaseToken,
     /// Set while the application retires the unit: not trusted from then on.
     pub(crate) retiring: bool,
+    /// The load the application reported for the unit (1 until it does).
+    pub(crate) load: f64,
     /// The unit lease's holder-side deadline.
     pub(crate) deadline: Instant,
     /// Set when the worker asked the application to hand the unit over (or is shutting down):
@@ -392,6 +394,16 @@ impl WorkerHandle {
         Ok(added)
     }
 
+    /// Reports the load of `unit`, owned by this worker (see [`UnitTask::report_load`]).
+    pub fn report_load(&self, unit: &str, load: f64) {
+        if !load.is_finite() || load < 0.0 {
+            return;
+        }
+        if let Some(owned) = self.shared.lock().units.get_mut(unit) {
+            owned.load = load;
+        }
+    }
+
     /// The next unit gained as a [`UnitTask`], if one is waiting, without waiting. Like
     /// [`next_unit`](Self::next_unit), the first call switches the worker to handing units out
     /// as tasks (and to graceful handoffs).
@@ -501,6 +513,21 @@ impl UnitTask {
             });
         }
         save_fenced(&self.shared, &self.unit, self.fencing, data).await
+    }
+
+    /// Reports the unit's load (any non-negative figure: records per second, CPU share), for a
+    /// fleet that balances by load ([`WorkerBuilder::balance_by_load`](crate::WorkerBuilder::balance_by_load)).
+    /// Until reported, a unit counts 1. Negative or non-finite figures are ignored.
+    pub fn report_load(&self, load: f64) {
+        if !load.is_finite() || load < 0.0 {
+            return;
+        }
+        let mut state = self.shared.lock();
+        if let Some(owned) = state.units.get_mut(&self.unit)
+            && owned.fencing == self.fencing
+        {
+            owned.load = load;
+        }
     }
 
     /// Retires the unit for good (KCL: a shard that reached its end): stops trusting it at once,
