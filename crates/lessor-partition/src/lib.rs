@@ -119,6 +119,27 @@
 //! ([`WorkerBuilder::handoff_timeout`], as KCL 3.x's graceful handoff). The next owner reads that
 //! checkpoint when it takes the unit. Without tasks, a unit is released at once.
 //!
+//! **Limits and load** (KCL parity). [`WorkerBuilder::max_units`] caps a worker; the cap travels
+//! in its session token, and the targets fill members up to their caps like water (lowest ids
+//! first), so they still depend on the member list alone; when the caps add up to fewer than the
+//! units, the rest stay unowned. With [`WorkerBuilder::balance_by_load`], each worker publishes
+//! the sum of its units' reported loads ([`UnitTask::report_load`]) and its unit count in a
+//! `<worker>.load` record of the sessions partition, so the figures arrive with the listing every
+//! worker already makes. Free units go to the least loaded member; the most loaded member gives
+//! a unit only when that leaves it above the receiver by more than a tenth of the fair share plus
+//! the unit's load (so a unit never comes back), and only while every published figure matches
+//! the units the listing shows its worker holding. The fleet plans by count whenever a live
+//! member publishes no load.
+//!
+//! **Units at run time** (KCL's shard sync). The unit set is the configured units plus every unit
+//! record in the store. [`WorkerHandle::add_units`] makes records for new units and moves the
+//! *unit-set epoch*, a `.units` record of the sessions partition (no worker id contains a '.'),
+//! whose change makes every worker list the units on its next tick. [`UnitTask::retire`] ends a
+//! finished unit: trust ends at once, the record is deleted with the owner's token (the store's
+//! compare-and-delete: DynamoDB and memory; elsewhere the call fails and the unit is trusted
+//! again), and the epoch moves. The lowest-id member also deletes session records released for
+//! ten session durations that no unit names, so listings stay the size of the live fleet.
+//!
 //! ## Why no unit ever has two trusting owners
 //!
 //! Suppose worker `X` trusts unit `u` at instant `t`: it holds `u`'s lease under session `s`, and
