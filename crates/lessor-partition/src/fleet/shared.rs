@@ -82,6 +82,8 @@ pub(crate) struct Shared {
     pub(crate) units_key: String,
     /// The record whose fencing counter moves whenever the unit set changes.
     pub(crate) epoch_key: LeaseKey,
+    /// Where the random parts of tokens come from.
+    pub(crate) tokens: Arc<dyn TokenSource>,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
     state: Mutex<State>,
 }
@@ -100,9 +102,11 @@ impl Shared {
         store: Arc<dyn LeaseStore>,
         checkpoints: Option<Arc<dyn CheckpointStore>>,
         keys: (String, LeaseKey),
+        tokens: Arc<dyn TokenSource>,
     ) -> Self {
         Self {
             store,
+            tokens,
             units_key: keys.0,
             epoch_key: keys.1,
             checkpoints,
@@ -385,11 +389,16 @@ impl WorkerHandle {
         for unit in units {
             let unit = unit.into();
             let key = LeaseKey::with_sort_key(self.shared.units_key.as_str(), unit.as_str())?;
-            if touch(&*self.shared.store, &key).await? {
+            if touch(&*self.shared.store, &*self.shared.tokens, &key).await? {
                 added += 1;
             }
         }
-        touch(&*self.shared.store, &self.shared.epoch_key).await?;
+        touch(
+            &*self.shared.store,
+            &*self.shared.tokens,
+            &self.shared.epoch_key,
+        )
+        .await?;
         tracing::info!(added, "fleet: units added");
         Ok(added)
     }
@@ -424,8 +433,12 @@ impl WorkerHandle {
 /// Makes sure `key` has a record, and moves its fencing counter: acquire (under a token that is
 /// not a fleet token) and release at once. `true` if the record was free or new, `false` if
 /// someone holds it.
-pub(crate) async fn touch(store: &dyn LeaseStore, key: &LeaseKey) -> Result<bool, Error> {
-    let token = lease_core::RandomTokens.next_token();
+pub(crate) async fn touch(
+    store: &dyn LeaseStore,
+    tokens: &dyn TokenSource,
+    key: &LeaseKey,
+) -> Result<bool, Error> {
+    let token = tokens.next_token();
     let options = AcquireOptions::default()
         .with_owner("fleet admin")
         .with_token(token);
@@ -568,7 +581,7 @@ impl UnitTask {
         self.shared
             .update(|state| state.retired.push(self.unit.clone()));
         self.shared.wake_worker();
-        touch(store, &self.shared.epoch_key).await?;
+        touch(store, &*self.shared.tokens, &self.shared.epoch_key).await?;
         Ok(())
     }
 

@@ -524,7 +524,7 @@ impl Worker {
         }
         // Every worker lists the units again on its next tick.
         self.stats.requests += 2;
-        let _ = touch(&*self.store, &self.config.epoch_key).await;
+        let _ = touch(&*self.store, &*self.config.tokens, &self.config.epoch_key).await;
     }
 
     /// The sweeper's housekeeping: deletes session records released long ago (ten session

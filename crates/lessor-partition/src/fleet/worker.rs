@@ -122,6 +122,7 @@ impl Worker {
             store.clone(),
             checkpoints.clone(),
             (config.units_key.clone(), config.epoch_key.clone()),
+            config.tokens.clone(),
         ));
         Self {
             view: View::new(config.session_duration, config.skew),
@@ -460,7 +461,9 @@ impl Worker {
         self.publish_load(true).await;
         if std::mem::take(&mut self.gave_by_load) {
             self.stats.requests += 2;
-            let _ = super::shared::touch(&*self.store, &self.config.epoch_key).await;
+            let _ =
+                super::shared::touch(&*self.store, &*self.config.tokens, &self.config.epoch_key)
+                    .await;
         }
     }
 
