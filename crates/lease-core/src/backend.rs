@@ -76,6 +76,11 @@ impl AcquireOptions {
 ///   not): the key becomes free at once. Otherwise [`LeaseError::NotOwned`]; another tenure is
 ///   never touched, even one that reuses the same token.
 /// * **inspect** reads the current record without changing it.
+/// * **delete** (optional: the default returns [`LeaseError::Unsupported`]) removes the record
+///   iff it is in exactly the state the caller names, `(Some(token), fencing)` for a holder
+///   (expired or not) or `(None, fencing)` for a free record; otherwise, a missing record
+///   included, [`LeaseError::NotOwned`] and nothing is deleted. Afterwards the key is absent
+///   and its fencing counter starts again from the beginning.
 /// * Invalid keys, tokens or durations fail with [`LeaseError::InvalidInput`] and write nothing.
 /// * **Lost replies.** A backend that retries a request whose reply was lost reports success only
 ///   when it can tell that *its own* earlier attempt in this call was applied: never because the
@@ -121,6 +126,78 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
         &'a self,
         key: &'a LeaseKey,
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>>;
+
+    /// Deletes the record of `key` if it is in exactly the state the caller names: held by
+    /// `holder` with fencing token `fencing` (`holder: Some(token)`), or not held with fencing
+    /// counter `fencing` (`holder: None`), as [`inspect`](Self::inspect) or
+    /// [`list_partition`](crate::LeaseListing::list_partition) reported it. This is a
+    /// compare-and-delete: a record that changed since the caller read it (acquired, renewed
+    /// by another tenure, released, taken over, or released and acquired again) is never
+    /// deleted. [`LeaseBackendExt::delete_record`] deletes exactly what a record says.
+    ///
+    /// * A holder whose lease expired but was not released still holds the record, as for
+    ///   [`release`](Self::release): name it with `Some(token)`; `None` is refused.
+    /// * A record the store gave no fencing counter (see [`release`](Self::release)) is named
+    ///   with [`FencingToken::NONE`].
+    /// * After a delete, `inspect` returns `None` and `list_partition` omits the key, as if the
+    ///   store had never seen it. The next [`try_acquire`](Self::try_acquire) creates the record
+    ///   afresh **with its fencing counter started again from the beginning**, as for a key the
+    ///   store never saw (at 1 in memory; DynamoDB seeds it from the clock): tokens issued after
+    ///   the delete may repeat, or fall below, tokens issued before it. A resource that kept an
+    ///   old, higher token then refuses the new holder, and a paused holder of the old record
+    ///   may pass a resource that saw only the new ones. So delete only records that nobody
+    ///   will acquire again: a retired unit, the session of a worker that left for good.
+    /// * Values kept by [`FencedValues`](crate::FencedValues) under the same key stay.
+    ///
+    /// Costs what a `release` costs in the backends that offer it (one conditional write).
+    ///
+    /// ```
+    /// use lease_core::{Holder, LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
+    /// use std::time::Duration;
+    ///
+    /// let store = MemoryBackend::new();
+    /// let key = LeaseKey::with_sort_key("units", "retired-7")?;
+    /// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+    /// // Named as the record stands: held by `lease`'s token at its fencing token.
+    /// let stale = lease_core::block_on(store.delete(&key, None, lease.fencing_token()));
+    /// assert!(stale.unwrap_err().is_not_owned(), "held, not free: nothing deleted");
+    /// lease_core::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))?;
+    /// assert!(lease_core::block_on(store.inspect(&key))?.is_none());
+    /// // A second delete finds no record in the state it names.
+    /// let again = lease_core::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()));
+    /// assert!(again.unwrap_err().is_not_owned());
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// * [`LeaseError::NotOwned`] (the error `release` gives a tenure that does not hold the
+    ///   lease) when the record is in any other state, and also when there is no record at all:
+    ///   the caller named a state, and "absent" is not it. Reason
+    ///   [`Missing`](crate::NotOwnedReason::Missing) when there is no record, or `holder` was
+    ///   `Some` and the record has no holder; [`TakenOver`](crate::NotOwnedReason::TakenOver)
+    ///   when another tenure holds the record or came and went since (another token, another
+    ///   fencing token, or a holder where `None` was named). Nothing is deleted.
+    /// * [`LeaseError::Unsupported`] from a backend that does not offer delete (this default);
+    ///   nothing is sent.
+    /// * [`LeaseError::InvalidInput`] for a key the backend cannot store; nothing is sent.
+    /// * [`LeaseError::Backend`]: the outcome is unknown; read the record again.
+    ///
+    /// A backend that retries after a lost reply reports success only when it can tell that its
+    /// own attempt deleted the record. A deleted record keeps no trace of who deleted it, so a
+    /// retry that finds the record gone usually cannot tell, and reports `NotOwned` with reason
+    /// `Missing`: the record is gone either way, but perhaps not by this call.
+    fn delete<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: Option<&'a LeaseToken>,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        let _ = (key, holder, fencing);
+        Box::pin(std::future::ready(Err(LeaseError::unsupported(
+            self.name(),
+            "delete",
+        ))))
+    }
 
     /// A future that completes when `key`'s holder may have let go, sooner than polling would
     /// notice: the file backend's kernel lock wakes it the moment the holder releases or dies.
@@ -168,6 +245,14 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
         (**self).inspect(key)
     }
+    fn delete<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: Option<&'a LeaseToken>,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        (**self).delete(key, holder, fencing)
+    }
     fn changed<'a>(&'a self, key: &'a LeaseKey) -> Option<BoxFuture<'a, ()>> {
         (**self).changed(key)
     }
@@ -208,6 +293,33 @@ pub trait LeaseBackendExt: LeaseBackend {
     /// Releases `lease` (Go: `Release`).
     fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), LeaseError>> {
         self.release(lease.key(), lease.token(), lease.fencing_token())
+    }
+
+    /// Deletes `record`'s key if it is still exactly as `record` shows it: held by the same
+    /// token at the same fencing token, or free at the same fencing counter
+    /// ([`LeaseBackend::delete`], whose rules and errors apply). A held record whose holder's
+    /// token the backend does not report is named as free, and so refused.
+    ///
+    /// ```
+    /// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, LeaseListing, MemoryBackend};
+    /// use std::time::Duration;
+    ///
+    /// let store = MemoryBackend::new();
+    /// let key = LeaseKey::with_sort_key("sessions", "worker-3")?;
+    /// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+    /// lease_core::block_on(store.release_lease(&lease))?;
+    /// for record in lease_core::block_on(store.list_partition("sessions"))? {
+    ///     lease_core::block_on(store.delete_record(&record))?;
+    /// }
+    /// assert!(lease_core::block_on(store.list_partition("sessions"))?.is_empty());
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    fn delete_record<'a>(
+        &'a self,
+        record: &'a LeaseRecord,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        let holder = record.holder().and_then(Holder::token);
+        self.delete(record.key(), holder, record.fencing())
     }
 
     /// Acquires, retrying while the lease is held (or the backend fails transiently) until

@@ -74,6 +74,15 @@ pub const CASES: &[(&str, Case)] = &[
         same_token_is_a_second_contender,
     ),
     ("release_tells_the_truth", release_tells_the_truth),
+    (
+        "delete_removes_the_named_record",
+        delete_removes_the_named_record,
+    ),
+    (
+        "delete_refuses_any_other_state",
+        delete_refuses_any_other_state,
+    ),
+    ("delete_tells_the_truth", delete_tells_the_truth),
 ];
 
 /// Writes one `#[test]` per conformance case, each calling `harness(name, case)`.
@@ -99,6 +108,9 @@ macro_rules! conformance_tests {
             fenced_values_refuse_stale_writers,
             same_token_is_a_second_contender,
             release_tells_the_truth,
+            delete_removes_the_named_record,
+            delete_refuses_any_other_state,
+            delete_tells_the_truth,
         );
     };
     (@cases $harness:path; $($case:ident),* $(,)?) => {
@@ -893,5 +905,309 @@ pub fn release_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
         assert!(err.is_not_owned(), "{err}");
         let e = must(s.backend.renew(&e, D).await, "e is untouched");
         must(s.backend.release_lease(&e).await, "e releases");
+    })
+}
+
+/// Whether the backend offers [`LeaseBackend::delete`], asked of a key it never saw. A backend
+/// that keeps the default answers [`LeaseError::Unsupported`], and the delete cases then return
+/// at once, checking nothing (and saying nothing): there is no delete to hold to the contract.
+/// One that offers it must refuse, as not-owned with reason `Missing`: there is no record in the
+/// state named.
+async fn offers_delete(s: &Subject) -> bool {
+    let key = s.key("delete-probe");
+    let probe = LeaseToken::new("delete-probe-token").expect("valid token");
+    let result = s
+        .backend
+        .delete(&key, Some(&probe), FencingToken::new(1))
+        .await;
+    if result.as_ref().is_err_and(LeaseError::is_unsupported) {
+        return false;
+    }
+    for (named, result) in [
+        ("a holder", result),
+        (
+            "a free record",
+            s.backend.delete(&key, None, FencingToken::new(1)).await,
+        ),
+    ] {
+        let err = result.expect_err("a delete of a key the store never saw must be refused");
+        assert_eq!(
+            err.not_owned_reason(),
+            Some(NotOwnedReason::Missing),
+            "a delete naming {named} of a key never seen: {err}"
+        );
+    }
+    assert!(
+        must(
+            s.backend.inspect(&key).await,
+            "inspect after refused deletes"
+        )
+        .is_none(),
+        "a refused delete creates nothing"
+    );
+    true
+}
+
+/// Delete refused: not-owned, with nothing deleted.
+fn refused(result: Result<(), LeaseError>, what: &str) -> LeaseError {
+    match result {
+        Ok(()) => panic!("{what}: the delete must be refused, but it succeeded"),
+        Err(err) if err.is_not_owned() => err,
+        Err(err) => panic!("{what}: the delete must be refused as not-owned, got {err}"),
+    }
+}
+
+/// Delete removes a record in exactly the state named, held (expired or not) or free: the key is
+/// then absent from inspect and listing, and acquiring it starts afresh.
+pub fn delete_removes_the_named_record(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        if !offers_delete(s).await {
+            return;
+        }
+        let partition = s.key("delete").partition().to_owned();
+        let key = |sort: &str| LeaseKey::with_sort_key(partition.clone(), sort).expect("key");
+        let (held, free, expired, kept) = (key("held"), key("free"), key("expired"), key("kept"));
+
+        let lease = must(acquire(s, &held).await, "acquire");
+        must(
+            s.backend
+                .delete(&held, Some(lease.token()), lease.fencing_token())
+                .await,
+            "the holder deletes its held record",
+        );
+        assert!(
+            must(s.backend.inspect(&held).await, "inspect").is_none(),
+            "a deleted record is absent"
+        );
+        let err = refused(
+            s.backend
+                .delete(&held, Some(lease.token()), lease.fencing_token())
+                .await,
+            "a second delete",
+        );
+        assert_eq!(
+            err.not_owned_reason(),
+            Some(NotOwnedReason::Missing),
+            "{err}"
+        );
+        let err = refused(
+            s.backend.renew(&lease, D).await.map(drop),
+            "renew after delete",
+        );
+        assert!(err.is_not_owned(), "{err}");
+
+        let gone = must(acquire(s, &free).await, "acquire");
+        must(s.backend.release_lease(&gone).await, "release");
+        let record = must(s.backend.inspect(&free).await, "inspect").expect("released record");
+        must(
+            s.backend.delete_record(&record).await,
+            "delete a free record as inspect shows it",
+        );
+        assert!(must(s.backend.inspect(&free).await, "inspect").is_none());
+
+        // An expired holder that never released still holds the record, and is named so.
+        let late = must(acquire(s, &expired).await, "acquire");
+        must(acquire(s, &kept).await, "acquire");
+        s.expire(D);
+        refused(
+            s.backend.delete(&expired, None, late.fencing_token()).await,
+            "an expired holder named as free",
+        );
+        must(
+            s.backend
+                .delete(&expired, Some(late.token()), late.fencing_token())
+                .await,
+            "delete the record of an expired holder",
+        );
+
+        if let Some(listing) = &s.listing {
+            let listed = must(listing.list_partition(&partition).await, "list");
+            let keys: Vec<&LeaseKey> = listed.iter().map(|r| r.key()).collect();
+            assert_eq!(keys, [&kept], "listing omits deleted records");
+        }
+
+        // A deleted key is acquired afresh, like one the store never saw.
+        let again = must(acquire(s, &held).await, "acquire after delete");
+        assert!(again.is_trusted(s.clock.as_ref()));
+        assert!(
+            acquire(s, &held).await.is_err_and(|e| e.is_held()),
+            "the new record is held like any other"
+        );
+        let record = must(s.backend.inspect(&held).await, "inspect").expect("new record");
+        assert_eq!(
+            record.holder().and_then(Holder::token),
+            Some(again.token()),
+            "the new holder"
+        );
+        assert_eq!(record.fencing(), again.fencing_token());
+        let again = must(s.backend.renew(&again, D).await, "the new tenure renews");
+        must(s.backend.release_lease(&again).await, "and releases");
+    })
+}
+
+/// Delete is a compare-and-delete: a record in any state but the one named (another token,
+/// another fencing token, held where free was named or free where held was named) is refused as
+/// not-owned and left exactly as it was.
+pub fn delete_refuses_any_other_state(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        if !offers_delete(s).await {
+            return;
+        }
+        let key = s.key("delete-refused");
+        let a = must(acquire(s, &key).await, "a");
+        let f = a.fencing_token();
+        let stranger = LeaseToken::new("never-held-this-key").expect("valid token");
+        let other_fencing = FencingToken::new(f.get() + 1);
+        for (what, holder, fencing) in [
+            ("a stranger's token", Some(&stranger), f),
+            (
+                "the holder's token, another fencing token",
+                Some(a.token()),
+                other_fencing,
+            ),
+            (
+                "the holder's token, no fencing token",
+                Some(a.token()),
+                FencingToken::NONE,
+            ),
+            ("free, while held", None, f),
+        ] {
+            let err = refused(s.backend.delete(&key, holder, fencing).await, what);
+            assert_eq!(
+                err.not_owned_reason(),
+                Some(NotOwnedReason::TakenOver),
+                "{what}: {err}"
+            );
+        }
+        let a = must(s.backend.renew(&a, D).await, "a is untouched");
+        let record = must(s.backend.inspect(&key).await, "inspect").expect("record");
+        assert_eq!(record.holder().and_then(Holder::token), Some(a.token()));
+
+        must(s.backend.release_lease(&a).await, "a releases");
+        let err = refused(
+            s.backend.delete(&key, Some(a.token()), f).await,
+            "held, while free",
+        );
+        assert_eq!(
+            err.not_owned_reason(),
+            Some(NotOwnedReason::Missing),
+            "{err}"
+        );
+        refused(
+            s.backend.delete(&key, None, other_fencing).await,
+            "free at another fencing token",
+        );
+
+        // The record the caller read changes under it: a tenure comes, and goes.
+        let b = must(acquire(s, &key).await, "b");
+        refused(
+            s.backend.delete(&key, None, f).await,
+            "free at f, now held by b",
+        );
+        must(s.backend.release_lease(&b).await, "b releases");
+        let err = refused(
+            s.backend.delete(&key, None, f).await,
+            "free at f, now free at b's fencing token",
+        );
+        assert_eq!(
+            err.not_owned_reason(),
+            Some(NotOwnedReason::TakenOver),
+            "{err}"
+        );
+        let record = must(s.backend.inspect(&key).await, "inspect").expect("record intact");
+        assert!(record.holder().is_none());
+        assert_eq!(record.fencing(), b.fencing_token(), "record intact");
+        must(
+            s.backend.delete(&key, None, b.fencing_token()).await,
+            "the state as it stands is deleted",
+        );
+    })
+}
+
+/// A delete whose reply is lost reports success only when the backend can tell its own attempt
+/// deleted the record; otherwise not-owned (the record is gone either way), and never a record
+/// created since. Only for backends whose requests cross a network
+/// ([`Subject::with_reply_faults`]), and that offer delete.
+pub fn delete_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let Some(faults) = s.faults.clone() else {
+            return;
+        };
+        if !offers_delete(s).await {
+            return;
+        }
+        let key = s.key("delete-truth");
+        // The delete lands and its reply is lost: the retry finds the record gone.
+        let a = must(acquire(s, &key).await, "a");
+        let lost = faults.lost_replies();
+        faults.lose_next_reply(None);
+        let result = s
+            .backend
+            .delete(&key, Some(a.token()), a.fencing_token())
+            .await;
+        assert_eq!(faults.lost_replies(), lost + 1, "the reply was lost");
+        assert!(
+            result.is_ok()
+                || result.as_ref().err().and_then(LeaseError::not_owned_reason)
+                    == Some(NotOwnedReason::Missing),
+            "a's delete landed: success, or not-owned because the record is missing, got {result:?}"
+        );
+        assert!(must(s.backend.inspect(&key).await, "inspect").is_none());
+
+        // Deleting nothing, with the reply lost, is still not a success.
+        faults.lose_next_reply(None);
+        let err = refused(
+            s.backend
+                .delete(&key, Some(a.token()), a.fencing_token())
+                .await,
+            "a second delete of a's record with its reply lost",
+        );
+        assert_eq!(
+            err.not_owned_reason(),
+            Some(NotOwnedReason::Missing),
+            "{err}"
+        );
+
+        // The delete lands, its reply is lost, and somebody acquires the key afresh before the
+        // retry: the new record must survive, whatever the retry reports.
+        let b = must(acquire(s, &key).await, "b");
+        let slot = Arc::new(std::sync::Mutex::new(None));
+        let meanwhile = {
+            let (backend, key, slot) = (s.backend.clone(), key.clone(), slot.clone());
+            Box::pin(async move {
+                let c = backend.acquire(&key, D).await;
+                *slot
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(c);
+            })
+        };
+        faults.lose_next_reply(Some(meanwhile));
+        let result = s
+            .backend
+            .delete(&key, Some(b.token()), b.fencing_token())
+            .await;
+        let c = slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .expect("the other client ran between the lost reply and the retry");
+        let c = must(c, "c acquires the key b's delete removed");
+        assert!(
+            result.is_ok() || result.as_ref().is_err_and(LeaseError::is_not_owned),
+            "b's delete landed; its retry may say so or refuse, nothing else: {result:?}"
+        );
+        let c = must(s.backend.renew(&c, D).await, "c's new record is untouched");
+
+        // A stranger's delete with its reply lost leaves c alone.
+        let stranger = LeaseToken::new("never-held-this-key").expect("valid token");
+        faults.lose_next_reply(None);
+        refused(
+            s.backend
+                .delete(&key, Some(&stranger), c.fencing_token())
+                .await,
+            "a stranger's delete with its reply lost",
+        );
+        let c = must(s.backend.renew(&c, D).await, "c is untouched");
+        must(s.backend.release_lease(&c).await, "c releases");
     })
 }

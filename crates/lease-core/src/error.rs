@@ -213,6 +213,16 @@ pub enum LeaseError {
         #[source]
         last_error: Option<Box<LeaseError>>,
     },
+    /// The backend does not offer this operation: an optional method of the contract (such as
+    /// [`LeaseBackend::delete`](crate::LeaseBackend::delete)) that it leaves at its default.
+    /// Nothing was sent or written; retrying cannot help.
+    #[error("the {backend} backend does not support {operation}")]
+    Unsupported {
+        /// The backend's name (`"file"`, ...).
+        backend: &'static str,
+        /// The operation refused (`"delete"`, ...).
+        operation: &'static str,
+    },
 }
 
 fn fmt_holder(holder: Option<&Holder>) -> String {
@@ -262,6 +272,11 @@ impl LeaseError {
         }
     }
 
+    /// An [`Unsupported`](Self::Unsupported) error: `backend` does not offer `operation`.
+    pub fn unsupported(backend: &'static str, operation: &'static str) -> Self {
+        Self::Unsupported { backend, operation }
+    }
+
     /// A [`Timeout`](Self::Timeout) after waiting `waited` for `key`, whose last attempt failed
     /// with `last_error` (the holder is taken from it).
     pub fn timeout(key: LeaseKey, waited: Duration, last_error: LeaseError) -> Self {
@@ -294,6 +309,24 @@ impl LeaseError {
     /// The input was invalid; retrying cannot help.
     pub fn is_invalid_input(&self) -> bool {
         matches!(self, Self::InvalidInput { .. })
+    }
+
+    /// The backend does not offer the operation; retrying cannot help. A caller that can do
+    /// without it (leaving a record in place instead of deleting it, say) branches here.
+    ///
+    /// ```
+    /// use lease_core::LeaseError;
+    ///
+    /// fn delete_or_keep(err: LeaseError) -> Result<(), LeaseError> {
+    ///     if err.is_unsupported() {
+    ///         return Ok(()); // this store keeps its records: nothing to clean up
+    ///     }
+    ///     Err(err)
+    /// }
+    /// assert!(delete_or_keep(LeaseError::unsupported("file", "delete")).is_ok());
+    /// ```
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, Self::Unsupported { .. })
     }
 
     /// Waiting timed out.
@@ -393,5 +426,12 @@ mod tests {
         assert!(LeaseError::backend("memory", true, "boom").is_transient());
         assert!(!LeaseError::backend("memory", false, "boom").is_transient());
         assert!(LeaseError::invalid("duration", "zero").is_invalid_input());
+        let unsupported = LeaseError::unsupported("file", "delete");
+        assert!(unsupported.is_unsupported());
+        assert!(!unsupported.is_transient() && !unsupported.is_not_owned());
+        assert_eq!(
+            unsupported.to_string(),
+            "the file backend does not support delete"
+        );
     }
 }

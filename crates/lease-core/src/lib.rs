@@ -24,10 +24,11 @@
 //! # What is here
 //!
 //! * [`LeaseBackend`]: the small, dyn-compatible contract of single-attempt operations
-//!   (try-acquire, renew, release, inspect); [`LeaseBackendExt`] adds waiting and conveniences.
+//!   (try-acquire, renew, release, inspect, and the optional compare-and-delete
+//!   [`LeaseBackend::delete`]); [`LeaseBackendExt`] adds waiting and conveniences.
 //! * [`LeaseKey`], [`LeaseToken`], [`FencingToken`], [`Lease`], [`LeaseRecord`], [`Holder`].
-//! * [`LeaseError`]: one error enum by meaning, with [`LeaseError::is_held`] and
-//!   [`LeaseError::is_not_owned`].
+//! * [`LeaseError`]: one error enum by meaning, with [`LeaseError::is_held`],
+//!   [`LeaseError::is_not_owned`] and [`LeaseError::is_unsupported`].
 //! * [`Clock`] ([`SystemClock`], [`ManualClock`]) and [`TokenSource`] ([`RandomTokens`]):
 //!   time and randomness are injected.
 //! * [`LeaseGuard`]: keeps a lease alive and tells its holder the moment it can no longer trust it.

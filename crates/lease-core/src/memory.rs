@@ -234,6 +234,26 @@ impl MemoryBackend {
         }
     }
 
+    /// The compare-and-delete, under the mutex: the entry goes iff it is in the named state.
+    fn delete_now(
+        &self,
+        key: &LeaseKey,
+        holder: Option<&LeaseToken>,
+        fencing: FencingToken,
+    ) -> Result<(), LeaseError> {
+        let mut entries = lock(&self.entries);
+        let refused = match entries.get(key) {
+            None => Some(NotOwnedReason::Missing),
+            Some(entry) => delete_refusal(entry, holder, fencing),
+        };
+        if let Some(reason) = refused {
+            return Err(LeaseError::not_owned(key.clone(), reason));
+        }
+        entries.remove(key);
+        tracing::debug!(%key, fencing = fencing.get(), held = holder.is_some(), "memory lease record deleted");
+        Ok(())
+    }
+
     fn inspect_now(&self, key: &LeaseKey) -> Option<LeaseRecord> {
         lock(&self.entries).get(key).map(|entry| {
             LeaseRecord::new(
@@ -242,6 +262,22 @@ impl MemoryBackend {
                 FencingToken::new(entry.fencing),
             )
         })
+    }
+}
+
+/// Why `entry` is not in the state `(holder, fencing)` a delete names, or `None` if it is. An
+/// expired holder still holds the entry, as for release.
+fn delete_refusal(
+    entry: &Entry,
+    holder: Option<&LeaseToken>,
+    fencing: FencingToken,
+) -> Option<NotOwnedReason> {
+    let same_fencing = entry.fencing == fencing.get();
+    match (&entry.holder, holder) {
+        (Some(h), Some(token)) if h.token == *token && same_fencing => None,
+        (None, None) if same_fencing => None,
+        (None, Some(_)) => Some(NotOwnedReason::Missing),
+        _ => Some(NotOwnedReason::TakenOver),
     }
 }
 
@@ -287,6 +323,17 @@ impl LeaseBackend for MemoryBackend {
         key: &'a LeaseKey,
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
         Box::pin(std::future::ready(Ok(self.inspect_now(key))))
+    }
+
+    /// One mutex acquisition: the entry is removed iff it is in the named state. Fenced values
+    /// are kept apart and stay.
+    fn delete<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: Option<&'a LeaseToken>,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(std::future::ready(self.delete_now(key, holder, fencing)))
     }
 }
 

@@ -82,6 +82,14 @@ impl LeaseBackend for Flaky {
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
         self.inner.inspect(key)
     }
+    fn delete<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: Option<&'a LeaseToken>,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.inner.delete(key, holder, fencing)
+    }
 }
 
 const D: Duration = Duration::from_secs(9);

@@ -4,8 +4,13 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use lease_core::conformance::{Case, Subject};
-use lease_core::{ManualClock, MemoryBackend};
+use lease_core::{
+    AcquireOptions, BoxFuture, Clock, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
+    LeaseRecord, LeaseToken, ManualClock, MemoryBackend,
+};
 
 fn harness(_name: &str, case: Case) {
     let clock = Arc::new(ManualClock::new());
@@ -51,5 +56,81 @@ fn every_case_is_in_the_macro() {
                 .any(|(n, _)| *n == name),
             "{name} is in the macro but missing from CASES"
         );
+    }
+}
+
+/// A third-party backend written before `delete` existed: it keeps the default.
+#[derive(Debug)]
+struct NoDelete(MemoryBackend);
+
+impl LeaseBackend for NoDelete {
+    fn name(&self) -> &'static str {
+        "no-delete"
+    }
+    fn clock(&self) -> &dyn Clock {
+        self.0.clock()
+    }
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+        options: &'a AcquireOptions,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        self.0.try_acquire(key, duration, options)
+    }
+    fn renew<'a>(
+        &'a self,
+        lease: &'a Lease,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        self.0.renew(lease, duration)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        token: &'a LeaseToken,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.0.release(key, token, fencing)
+    }
+    fn inspect<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
+        self.0.inspect(key)
+    }
+}
+
+#[test]
+fn a_backend_without_delete_says_unsupported_and_passes_the_delete_cases() {
+    let clock = Arc::new(ManualClock::new());
+    let backend = Arc::new(NoDelete(MemoryBackend::new().with_clock(clock.clone())));
+    let key = LeaseKey::new("kept").unwrap();
+    let lease = lease_core::block_on(lease_core::LeaseBackendExt::acquire(
+        &*backend,
+        &key,
+        Duration::from_secs(10),
+    ))
+    .unwrap();
+    let dyn_backend: Arc<dyn LeaseBackend> = backend.clone();
+    let err =
+        lease_core::block_on(dyn_backend.delete(&key, Some(lease.token()), lease.fencing_token()))
+            .unwrap_err();
+    assert!(err.is_unsupported(), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "the no-delete backend does not support delete"
+    );
+    assert!(
+        lease_core::block_on(backend.inspect(&key))
+            .unwrap()
+            .is_some(),
+        "nothing deleted"
+    );
+    let subject = Subject::new(backend, clock);
+    for (name, case) in lease_core::conformance::CASES {
+        if name.starts_with("delete_") {
+            lease_core::block_on(case(&subject));
+        }
     }
 }

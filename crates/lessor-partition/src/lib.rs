@@ -34,8 +34,9 @@
 //! * [`Lessor`] (LUCI's interface): lease the unleased part of a range for the length of a
 //!   callback; [`StoreLessor`] implements it over any store; [`Registry`], [`register`], [`get`].
 //! * [`Worker`]: a member of a fleet that divides units (shard keys, ranges) among its live
-//!   workers, balanced, sticky and fenced; [`CheckpointStore`] for per-unit checkpoints, kept
-//!   durably in the lease store itself by [`StoreCheckpoints`].
+//!   workers, balanced, sticky and fenced; [`WorkerHandle`] and [`UnitTask`] for the application
+//!   while it runs; [`CheckpointStore`] for per-unit checkpoints, kept durably in the lease store
+//!   itself by [`StoreCheckpoints`].
 //! * [`sim`]: the deterministic simulator behind the tests and the benchmark, with a model of
 //!   KCL 2.x for comparison, and [`sim::latency`], in which every request takes time and workers
 //!   interleave request by request, with pauses, crashes and mixed configurations.
@@ -48,93 +49,162 @@
 //! Three kinds of record, under two partition keys of the store (fleet `F`):
 //!
 //! * **Sessions** — `fleet/F/sessions`, sort key = worker id. Each worker holds one session
-//!   lease (default 10 s) and renews it every interval (default 2.5 s).
+//!   lease (default 10 s) and renews it every interval (default 2.5 s). Its token names the
+//!   holder's configuration: `<random>.<session duration ms>.<max units or ->.<unit-list hash>`,
+//!   so that workers configured differently judge each other by the *holder's* settings.
 //! * **Units** — `fleet/F/units`, sort key = unit id. The owner of a unit holds a *long* lease on
-//!   it (default 24 h) whose owner token names the worker and the fencing token of the session it
-//!   was taken under (`<random>.<session fencing>.<worker id>`).
+//!   it (default 24 h) whose token names the worker, the fencing token of the session it was
+//!   taken under and that session's duration (`<random>.<session fencing>.<duration ms>.<worker
+//!   id>`).
+//! * **Checkpoints** (optional) — fenced values, one per unit ([`StoreCheckpoints`]).
 //!
-//! A worker **trusts a unit** only while it holds the unit lease *and* its session lease is
-//! within its holder-side deadline (the monotonic instant the renewal was sent plus the duration
-//! minus the safety margin). So one session renewal per interval keeps all of a worker's units,
-//! however many: that is where the cost goes from `O(L/W)` renewals per worker (KCL) to `O(1)`.
+//! A worker **trusts a unit** only while it holds the unit lease *and* its session is within its
+//! **trust deadline**: the instant the newest session renewal *whose reply came back within half
+//! the safety margin* was sent, plus the session duration, minus the margin (default a tenth of
+//! the duration). A renewal that answers later extends nothing, and a session whose trust has
+//! lapsed is never renewed again: the worker drops every unit, releases it and starts a new
+//! session (with a greater fencing token). Trust is kept as deadlines that every reader
+//! ([`Worker::owns`], [`WorkerHandle::owns`], [`UnitTask::lost`]) compares with the clock when it
+//! reads, so a paused or starved worker stops trusting at its deadline, not at its next tick. One
+//! session renewal per interval keeps all of a worker's units, however many: that is where the
+//! cost goes from `O(L/W)` renewals per worker (KCL) to `O(1)`.
 //!
-//! Each tick a worker renews its session and lists the sessions partition (`W` records). From
-//! what it sees it keeps a view of each session record: a member is **live** while its record is
-//! held and has changed within one session duration *on this worker's monotonic clock* (the
-//! Kubernetes/KCL observation rule, immune to wall-clock skew); with
-//! [`WorkerBuilder::clock_skew_bound`] a record whose store-side `expires_at + skew` has passed is
-//! also dead. A session whose record shows a *greater* fencing token, or no holder, has ended
-//! (released, or expired by the store's own judgement and acquired again).
+//! The session is renewed **on its own schedule**: before every request a tick makes (each take,
+//! checkpoint read, unit renewal, release), the worker renews the session if a renewal is due.
+//! So unit work of any length (hundreds of takes on a slow store) never starves the session.
 //!
-//! When membership changes, while it is below its share, after a units listing showed a free or
-//! dead-owned unit, and (for the member with the lowest id) every few ticks, a worker lists the
-//! units partition and computes the **plan**: a pure function of the sorted live members and the
-//! current owners, so every worker that saw the same state computes the same plan. With `L` units
-//! and `W` members each gets `floor(L/W)`, and the `L mod W` members with the lowest ids one
-//! more. These **targets depend on the member list alone** (never on who holds what, nor on when
-//! a worker looked), so workers that see the same members agree on them and they sum to `L`: while
-//! any unit is unowned, some member is below its target, keeps listing and planning every tick,
-//! and takes it as soon as it is free to take. A leave never lowers a survivor's target (survivors
-//! only take) and a join never raises an existing member's (they only give). Each member keeps its
-//! lowest-id units up to its target (sticky); the rest (free units, units of dead sessions, then
-//! the surplus of members above their target) is dealt to members below their target. A worker
-//! releases its surplus (telling the application first) and takes what the plan deals it, at most
-//! `max_moves_per_interval` of each per tick. Since the targets of a member list are fixed, a unit
-//! moves at most once per membership change and a settled fleet makes no moves.
+//! Each tick a worker renews its session and lists the sessions partition (`W` records). Every
+//! listing is stamped on the worker's monotonic clock with the instant it was **sent** and the
+//! instant it **answered**. For each record version (fencing, token, expiry) the worker keeps
+//! `since`, the answer of the first listing that showed it (the version was written before), and
+//! `confirmed`, the send of the newest listing that still showed it (the version was still there
+//! after). A member is **live** while its record is held and `confirmed - since` is below the
+//! holder's session duration; with [`WorkerBuilder::clock_skew_bound`] a record whose store-side
+//! `expires_at + skew` had passed on this worker's wall clock when `confirmed`'s listing was sent
+//! is also dead. A session whose record shows a *greater* fencing token, or no holder, has ended.
+//! **Every verdict is a function of listing timestamps alone**: when it is used, and how long the
+//! requests between the listing and its use took, cannot change it.
 //!
-//! **Taking a unit of a dead session** is two conditional requests: release with the dead
-//! owner's token (fails if anyone changed the record since it was listed), then acquire
-//! (fails unless the key is free). Two takers cannot both win, and the fencing token of the unit
-//! grows with every new owner.
+//! When membership changes, after a units listing offered something to take, when a unit pinned
+//! by a pending verdict could first be judged (a session or foreign record reaching a duration
+//! unchanged), and (for the member with the lowest id, or anyone below its share) every
+//! `resync_every` ticks, a worker lists the units partition and computes the **plan**: a pure
+//! function of the sorted live members and the current owners, so every worker that saw the same
+//! state computes the same plan. The units planned over are the worker's configured units **and
+//! every unit a listing shows**: the unit set is shared state in the store. A worker that sees a
+//! live peer whose unit-list hash differs from its own logs an error, counts it
+//! ([`WorkerStats::mismatches`]) and creates the records of its configured units that no listing
+//! shows, so every worker plans over the union and no unit is left to workers that do not know
+//! it. With `L` units and `W` members each gets `floor(L/W)`, and the `L mod W` members with the
+//! lowest ids one more. These **targets depend on the member list alone** (never on who holds
+//! what, nor on when a worker looked), so workers that see the same members agree on them and
+//! they sum to `L`. A leave never lowers a survivor's target (survivors only take) and a join
+//! never raises an existing member's (they only give). Each member keeps its lowest-id units up
+//! to its target (sticky); the rest (free units, units of dead sessions, then the surplus of
+//! members above their target) is dealt to members below their target. A worker hands its
+//! surplus over and takes what the plan deals it, at most `max_moves_per_interval` of each per
+//! tick. Since the targets of a member list are fixed, a unit moves at most once per membership
+//! change and a settled fleet makes no moves.
 //!
-//! **Clean shutdown** ([`Worker::shutdown`], the end of [`Worker::run`]) releases every unit and
-//! then the session: the others see the released session on their next tick and take the units
-//! at once, with no expiry to wait for.
+//! **Taking a unit** is: release a dead owner's hold with its token (fails if anyone changed the
+//! record since it was listed), acquire (fails unless the key is free), then, with checkpoints,
+//! fence and read the unit's checkpoint (retried three times). Only then is the unit trusted and
+//! reported [`FleetEvent::Gained`] (with the checkpoint: `None` means none was ever saved). A
+//! checkpoint that cannot be read gives the unit back: no unit is ever reported gained with its
+//! fence not raised, so an earlier owner's late save is always refused once a new owner works.
+//!
+//! **Handing over** ([`LossCause::HandedOver`], and [`LossCause::Shutdown`] at shutdown): when the
+//! application takes units as [`UnitTask`]s ([`WorkerHandle::next_unit`]), the task's
+//! [`UnitTask::lost`] completes, the unit stays owned while the task saves a final checkpoint,
+//! and the worker releases it once the task is dropped or the handoff timeout passes
+//! ([`WorkerBuilder::handoff_timeout`], as KCL 3.x's graceful handoff). The next owner reads that
+//! checkpoint when it takes the unit. Without tasks, a unit is released at once.
+//!
+//! **Limits and load** (KCL parity). [`WorkerBuilder::max_units`] caps a worker; the cap travels
+//! in its session token, and the targets fill members up to their caps like water (lowest ids
+//! first), so they still depend on the member list alone; when the caps add up to fewer than the
+//! units, the rest stay unowned. With [`WorkerBuilder::balance_by_load`], each worker publishes
+//! the sum of its units' reported loads ([`UnitTask::report_load`]) and its unit count in a
+//! `<worker>.load` record of the sessions partition, so the figures arrive with the listing every
+//! worker already makes. Free units go to the least loaded member; the most loaded member gives
+//! a unit only when that leaves it above the receiver by more than a tenth of the fair share plus
+//! the unit's load (so a unit never comes back), and only while every published figure matches
+//! the units the listing shows its worker holding. The fleet plans by count whenever a live
+//! member publishes no load.
+//!
+//! **Units at run time** (KCL's shard sync). The unit set is the configured units plus every unit
+//! record in the store. [`WorkerHandle::add_units`] makes records for new units and moves the
+//! *unit-set epoch*, a `.units` record of the sessions partition (no worker id contains a '.'),
+//! whose change makes every worker list the units on its next tick. [`UnitTask::retire`] ends a
+//! finished unit: trust ends at once, the record is deleted with the owner's token (the store's
+//! compare-and-delete: DynamoDB and memory; elsewhere the call fails and the unit is trusted
+//! again), and the epoch moves. The lowest-id member also deletes session records released for
+//! ten session durations that no unit names, so listings stay the size of the live fleet.
 //!
 //! ## Why no unit ever has two trusting owners
 //!
 //! Suppose worker `X` trusts unit `u` at instant `t`: it holds `u`'s lease under session `s`, and
-//! `t` is before the deadline of its last session renewal `r` (sent at `r.sent`). Another worker
-//! `Y` can own `u` only by acquiring it, which the store allows only after `X`'s unit lease was
-//! released or expired. `X` releases only after telling the application (it stops trusting
-//! first), and the unit lease is renewed long before expiry. So `Y` must have released `X`'s
-//! token itself, having judged `s` ended. It judged so on one of:
+//! `t` is before its trust deadline. Another worker `Y` can own `u` only by acquiring it, which
+//! the store allows only after `X`'s unit lease was released or expired. `X` releases only after
+//! it stopped trusting (it reports the loss first), and the unit lease is renewed long before
+//! expiry. So `Y` must have released `X`'s token itself, having judged `s` ended. It judged so on
+//! one of:
 //!
 //! 1. the record shows a greater fencing or no holder: `s` was released (by `X`, after it stopped
-//!    trusting) or expired by the store (whose contract says `X`'s deadline had passed);
-//! 2. the record stayed unchanged for a session duration `d` on `Y`'s clock: `Y` first saw `r`'s
-//!    write after it happened, hence after `r.sent`; `X`'s deadline is `r.sent + d - margin`,
-//!    before `Y`'s judgement as long as clock rates differ by less than the margin;
-//! 3. `expires_at + skew` passed on `Y`'s wall clock: with wall clocks within `skew`, `X`'s
-//!    deadline (before `expires_at`) has passed;
-//! 4. `s`'s record was missing from every sessions listing `Y` sent after it read the unit
-//!    record naming `s`, for a session duration `d` on `Y`'s clock (the record was deleted by an
-//!    operator or a TTL, or a listing dropped it). `X` acquired `s` before it took `u`, so before
-//!    `Y` read `u`'s record: a listing sent after that read which misses the record means the
-//!    record no longer existed when the store served it (at some instant `λ`). A renewal of `s`
-//!    that reaches the store after `λ` fails (the store must hold `s`'s token, and a re-created
-//!    record carries a new one), so `X`'s last successful renewal `r` was sent before `λ`, which
-//!    is before that listing's reply, where `Y` starts counting `d`. So `X`'s deadline
-//!    `r.sent + d - margin` has passed, as in 2. This needs listings that miss a record only when
-//!    it does not exist; a backend whose listing can drop a live record (one being rewritten)
-//!    must keep that rare and brief: `Y` needs it missing from every listing over `d`, at least
-//!    `d / interval` listings in a row, while a live `X` rewrites it every interval.
+//!    trusting) or expired by the store (whose contract says `X`'s deadline had passed), and a
+//!    lapsed or released session is never renewed again;
+//! 2. a listing sent at `c` still showed the version `v` that a listing answered at `a` first
+//!    showed, with `c - a ≥ d_X` (the holder's duration, from its token). `v` was written by a
+//!    renewal (or the acquisition) `r` of `X`, sent before `a`, so the trust `r` gave ends before
+//!    `a + d_X - m_X ≤ c - m_X`. A later renewal `r'` extends trust only if `X` sent it while
+//!    still trusted (before `c - m_X`) and its reply came back within `m_X / 2`, so it landed
+//!    before `c - m_X / 2`, before the listing sent at `c` was served; but every renewal changes
+//!    the record's expiry, so that listing would not have shown `v`. Hence no renewal after `r`
+//!    extended `X`'s trust, which ended before `c - m_X`, and `X` never renews a lapsed session.
+//!    This holds whatever the requests cost: a verdict made at `c` stays true however late `Y`
+//!    acts on it. Assumptions: clock rates differ by less than `m / (2d)` (5 % at the default
+//!    margin), a worker has one session renewal in flight at a time, and the store's clock
+//!    advances between two writes of one record;
+//! 3. `expires_at + skew` had passed on `Y`'s wall clock at the send `c` of a listing that showed
+//!    `v`: with wall clocks within `skew`, `r`'s trust (before `expires_at`) ended before `c`, and
+//!    later renewals are excluded as in 2;
+//! 4. `s`'s record was missing from every sessions listing `Y` sent after a units listing naming
+//!    `s` answered, from the first such listing (answered at `f`) to one sent at `c` with
+//!    `c - f ≥ d_X` (the record was deleted by an operator or a TTL, or a listing dropped it). `X`
+//!    acquired `s` before it took `u`, so before `Y` read `u`'s record: a listing sent after that
+//!    which misses the record means the record no longer existed when the store served it,
+//!    before `f`. A renewal landing after that fails (the store must hold `s`'s token, and a
+//!    re-created record carries a new one), so `X`'s last successful renewal was sent before `f`
+//!    and its trust ended before `f + d_X - m_X < c`. This needs listings that miss a record only
+//!    when it does not exist, or rarely and briefly: `Y` needs it missing from every listing over
+//!    `d_X`, while a live `X` rewrites it every interval.
 //!
 //! A session not in `Y`'s view with no such run of misses (a view older than the unit's owner)
 //! is left alone.
 //!
 //! **A unit record whose token is not a fleet token** (corrupt, or written by something that does
 //! not follow this protocol) is released with that token and taken once `Y`'s units listings
-//! have shown the record unchanged (token, fencing, expiry) for a session duration. No worker
-//! trusts such a unit: a worker trusts only a unit whose store record holds the token it wrote,
-//! and every token a worker writes parses (`<uuid>.<fencing>.<id>`, ids without `.`); a worker
-//! whose unit record now shows another token lost it, by release or expiry, as above, before the
-//! record changed. So taking it cannot give a unit two trusting workers. The wait keeps the rule
-//! of 2 for a foreign holder that keeps renewing (changing the expiry): it is left alone. A holder
-//! whose token the store does not show cannot be released conditionally and is left alone.
+//! have shown the record unchanged (token, fencing, expiry) for a session duration, by the same
+//! listing timestamps. No worker trusts such a unit: a worker trusts only a unit whose store
+//! record holds the token it wrote, and every token a worker writes parses; a worker whose unit
+//! record now shows another token lost it, by release or expiry, as above, before the record
+//! changed. The wait keeps the rule of 2 for a foreign holder that keeps renewing (changing the
+//! expiry): it is left alone. A holder whose token the store does not show cannot be released
+//! conditionally and is left alone.
 //!
-//! The simulator checks this property after every step, with pauses that outlast sessions,
-//! session records that vanish after a crash, and units held under garbage tokens.
+//! Two simulators check this property: [`sim`] after every tick, and the latency simulator (`sim::latency`), in which
+//! every request takes time and the workers interleave request by request, after every request.
+//!
+//! ## Slow stores
+//!
+//! A session renewal extends trust only when its reply comes back within `m / 2` (half the safety
+//! margin: 500 ms at the defaults, `d = 10 s`, `m = 1 s`). So **a fleet keeps its sessions on a
+//! store whose requests answer within `m / 2`**; on a slower one no session is ever trusted and
+//! nothing is owned (safe, not live). Below that bound, latency and throttling slow the moves but
+//! never cost ownership: the session is renewed between any two unit requests, so a worker taking
+//! `T` units at `ℓ` per request spends about `T × (2 + c) × ℓ` (two requests per take, `c = 1`
+//! with checkpoints, one more for a dead owner's unit) plus one renewal per interval, and keeps
+//! everything it holds meanwhile.
 //!
 //! ## Cost, per worker per interval
 //!
@@ -143,15 +213,15 @@
 //!   unit lease renewals amortised over half the unit lease: `(L/W) * interval / (unit lease / 2)`
 //!   (0.0003 per unit at the defaults);
 //! * a membership change: one units listing per worker, then one release + one acquire per
-//!   moved unit (a dead owner's unit costs one more release); a worker below its target, or
-//!   whose last units listing showed a free or dead-owned unit, lists the units again on every
-//!   tick until it reaches its target and sees none.
+//!   moved unit (a dead owner's unit costs one more release, a checkpoint one fenced read); a
+//!   worker whose last units listing offered it something lists again on the next tick, and one
+//!   below its share with nothing offered lists again when a pending verdict falls due or after
+//!   `resync_every` ticks.
 //!
 //! So a worker sends on average `2 + 1/(8W) + (L/W) / 17 280` requests per interval and reads
 //! `W + L/(8W)` records. KCL 2.x sends `L/W` renewals every 3.3 s and reads all `L` leases per
-//! worker every 20 s. Measured by the benchmark (`benches/fleet.rs`), requests per worker per
-//! minute, ours vs KCL: L = 1024, W = 8: 48 vs 2 307; L = 8192, W = 2: 50 vs 73 731. Only when a
-//! worker holds about one unit (L = 64, W = 32: 48 vs 39) is KCL cheaper.
+//! worker every 20 s. The benchmark (`benches/fleet.rs`) measures both, in steady state and under
+//! churn; its figures are in the crate README.
 //!
 //! ## Running a worker
 //!
@@ -159,13 +229,14 @@
 //! let [`Worker::run`] tick every interval on the store's clock until [`WorkerHandle::stop`], then
 //! shut down cleanly. `run` is a `Send` future that needs no particular runtime (spawn it on
 //! tokio for DynamoDB); [`Worker::spawn_thread`] runs it on a thread for the memory and file
-//! backends. [`WorkerHandle::snapshot`] shows what the worker owns and whom it sees, and
-//! [`WorkerBuilder::on_event`] reports every gain (with the unit's fencing token and checkpoint)
-//! and every loss as it happens.
+//! backends. While it runs, the application acts through its [`WorkerHandle`]: [`owns`]
+//! (`WorkerHandle::owns`) before every act, fenced checkpoint saves, a snapshot, the request
+//! counters, the queue of [`FleetEvent`]s (a slow consumer never delays a renewal) and the units
+//! it gains as [`UnitTask`]s, each with its fencing token, its checkpoint and a loss signal that
+//! fires at the deadline. A restarted worker reusing its id waits until its previous session
+//! expires in the store.
 //!
-//! A worker learns of its own pause or of failing renewals at its next tick; between ticks,
-//! check [`Worker::owns`] (or rely on the fencing token at the resource) before acting. A
-//! restarted worker reusing its id waits until its previous session expires in the store.
+//! [`owns`]: WorkerHandle::owns
 //!
 //! ## Timing
 //!
@@ -173,14 +244,14 @@
 //!   listing, they release, it takes), more if its share exceeds the move bound.
 //! * A crashed worker's units are owned again about one session duration `d` after its last
 //!   renewal: an observer first sees that renewal at its next tick and judges the session dead
-//!   `d` later on its own clock. When `d` is a multiple of the interval (the default, `d = 4I`)
-//!   that is within `d + I` of the crash, with several observers usually much less (measured:
-//!   11.1 s for `d` = 10 s, `I` = 2.5 s); in general within `d + 2I`. With a skew bound it is
-//!   within `d + skew + I` of the last renewal. A crashed worker whose session record vanished
+//!   once a listing sent `d` after that answer still shows it. That is within `d + 2I` of the
+//!   crash (`I` the observer's interval), plus the time to take the units. With a skew bound it
+//!   is within `d + skew + I` of the last renewal. A crashed worker whose session record vanished
 //!   from the listings loses its units about `d + 2I` after the others' first units listing that
-//!   names it (measured bound in the simulator: `d + 4I`); a unit under a foreign token is taken
-//!   `d` after the first units listing that showed its record.
-//! * A clean shutdown hands over within one to two intervals.
+//!   names it; a unit under a foreign token is taken `d` after the first units listing that
+//!   showed its record.
+//! * A clean shutdown hands over within one to two intervals (plus the handoff timeout when
+//!   tasks are still saving).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 

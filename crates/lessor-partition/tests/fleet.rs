@@ -209,3 +209,231 @@ fn run_loops_on_the_system_clock_and_hands_over_on_stop() {
         assert!(stats.ticks > 0);
     }
 }
+
+fn dynamic(store: &MemoryBackend, id: &str) -> Worker {
+    Worker::builder("dyn", id)
+        .store(store.clone())
+        .build()
+        .expect("worker")
+}
+
+fn owned_total(workers: &[&Worker]) -> (usize, Vec<usize>) {
+    let counts: Vec<usize> = workers.iter().map(|w| w.owned_units().len()).collect();
+    let mut all: Vec<String> = workers
+        .iter()
+        .flat_map(|w| w.owned_units().into_keys())
+        .collect();
+    all.sort();
+    all.dedup();
+    (all.len(), counts)
+}
+
+/// Units added at run time reach every worker through the unit-set epoch, and a retired unit's
+/// record is deleted, taken by nobody, and its share rebalanced.
+#[test]
+fn units_added_and_retired_at_run_time_are_planned_by_every_worker() {
+    let clock = Arc::new(ManualClock::new());
+    let store = MemoryBackend::new().with_clock(clock.clone());
+    let (mut a, mut b) = (dynamic(&store, "a"), dynamic(&store, "b"));
+    tick_all(&mut [&mut a, &mut b], &clock, 3);
+    assert_eq!(owned_total(&[&a, &b]).0, 0, "no units yet");
+
+    let added =
+        lease_core::block_on(a.handle().add_units((0..6).map(|u| format!("s{u}")))).expect("add");
+    assert_eq!(added, 6);
+    tick_all(&mut [&mut a, &mut b], &clock, 3);
+    assert_eq!(owned_total(&[&a, &b]), (6, vec![3, 3]));
+    // Adding what exists adds nothing.
+    let again = lease_core::block_on(b.handle().add_units(["s0", "s9"])).expect("add");
+    assert_eq!(again, 1);
+    tick_all(&mut [&mut a, &mut b], &clock, 3);
+    assert_eq!(owned_total(&[&a, &b]).0, 7);
+
+    // The owner of s0 retires it: its record is deleted and nobody takes it again.
+    let (owner, handle) = if a.owns("s0").is_some() {
+        ("a", a.handle())
+    } else {
+        ("b", b.handle())
+    };
+    assert!(
+        handle.try_next_unit().is_none(),
+        "tasks are handed out from now on"
+    );
+    let key = lease_core::LeaseKey::with_sort_key("fleet/dyn/units", "s0").expect("key");
+    // A task for a unit gained from now on; for s0, retire through a task made by a handoff-free
+    // path: lose it to the other worker first, then retire there.
+    let holder = if owner == "a" { &mut a } else { &mut b };
+    lease_core::block_on(holder.shutdown()).expect("shutdown");
+    let other = if owner == "a" { &mut b } else { &mut a };
+    let other_handle = other.handle();
+    assert!(other_handle.try_next_unit().is_none());
+    tick_all(&mut [&mut *other], &clock, 3);
+    let mut task = None;
+    while let Some(t) = other_handle.try_next_unit() {
+        if t.unit() == "s0" {
+            task = Some(t);
+        }
+    }
+    let task = task.expect("the survivor gained s0 as a task");
+    lease_core::block_on(task.retire()).expect("retire");
+    assert!(!task.is_owned());
+    assert_eq!(
+        lease_core::block_on(lease_core::LeaseBackend::inspect(&store, &key)).expect("inspect"),
+        None,
+        "the retired unit's record is deleted"
+    );
+    tick_all(&mut [&mut *other], &clock, 3);
+    assert!(other.owns("s0").is_none());
+    assert_eq!(other.owned_units().len(), 6, "the other units stay owned");
+    let cause = lease_core::block_on(task.lost());
+    assert_eq!(cause, LossCause::Retired);
+}
+
+/// A unit being handed over stays with its task until the task has saved a final checkpoint and
+/// dropped; the next owner reads exactly that checkpoint.
+#[test]
+fn a_handoff_waits_for_the_tasks_final_checkpoint() {
+    let clock = Arc::new(ManualClock::new());
+    let store = MemoryBackend::new().with_clock(clock.clone());
+    let checkpoints: Arc<dyn CheckpointStore> = Arc::new(MemoryCheckpoints::new());
+    let make = |id: &str| {
+        Worker::builder("handoff", id)
+            .store(store.clone())
+            .units(["only"])
+            .checkpoints(checkpoints.clone())
+            .build()
+            .expect("worker")
+    };
+    let mut a = make("a");
+    let handle = a.handle();
+    assert!(handle.try_next_unit().is_none());
+    tick_all(&mut [&mut a], &clock, 3);
+    let task = handle.try_next_unit().expect("a task for the unit");
+    lease_core::block_on(task.save_checkpoint(b"1")).expect("save");
+
+    // "b" joins with a lower... no: "0b" sorts first, so the single unit's target moves to it.
+    let mut b = make("0b");
+    tick_all(&mut [&mut a, &mut b], &clock, 3);
+    assert!(
+        a.owns("only").is_some(),
+        "still a's while its task finishes"
+    );
+    assert!(b.owns("only").is_none());
+    assert_eq!(lease_core::block_on(task.lost()), LossCause::HandedOver);
+    assert!(
+        task.is_owned(),
+        "a handoff leaves the unit owned until the task is done"
+    );
+    lease_core::block_on(task.save_checkpoint(b"final")).expect("final save");
+    drop(task);
+    tick_all(&mut [&mut a, &mut b], &clock, 3);
+    assert!(a.owns("only").is_none());
+    assert!(b.owns("only").is_some());
+    let gained = b.handle().try_next_event();
+    let mut checkpoint = None;
+    let mut next = gained;
+    while let Some(event) = next {
+        if let FleetEvent::Gained { checkpoint: c, .. } = event {
+            checkpoint = c;
+        }
+        next = b.handle().try_next_event();
+    }
+    assert_eq!(checkpoint.as_deref(), Some(&b"final"[..]));
+}
+
+/// A departed worker's released session record is deleted by the sweeper once it has stayed
+/// released for ten session durations.
+#[test]
+fn departed_workers_session_records_are_deleted() {
+    let clock = Arc::new(ManualClock::new());
+    let store = MemoryBackend::new().with_clock(clock.clone());
+    let log: Log = Arc::default();
+    let (mut a, mut z) = (worker(&store, "a", 4, &log), worker(&store, "z", 4, &log));
+    tick_all(&mut [&mut a, &mut z], &clock, 4);
+    lease_core::block_on(z.shutdown()).expect("shutdown");
+    let key = lease_core::LeaseKey::with_sort_key("fleet/t/sessions", "z").expect("key");
+    let exists = || {
+        lease_core::block_on(lease_core::LeaseBackend::inspect(&store, &key))
+            .expect("inspect")
+            .is_some()
+    };
+    tick_all(&mut [&mut a], &clock, 8);
+    assert!(exists(), "kept while recently released");
+    tick_all(&mut [&mut a], &clock, 48);
+    assert!(!exists(), "deleted after ten session durations released");
+    assert_eq!(a.owned_units().len(), 4);
+}
+
+/// A worker's unit limit travels in its session token: every planner honours it, and the others
+/// share the rest.
+#[test]
+fn a_workers_unit_limit_is_honoured_by_the_whole_fleet() {
+    let clock = Arc::new(ManualClock::new());
+    let store = MemoryBackend::new().with_clock(clock.clone());
+    let make = |id: &str, cap: Option<usize>| {
+        let builder = Worker::builder("caps", id)
+            .store(store.clone())
+            .units((0..12).map(|u| format!("u{u:02}")));
+        match cap {
+            Some(cap) => builder.max_units(cap),
+            None => builder,
+        }
+        .build()
+        .expect("worker")
+    };
+    let (mut a, mut b, mut c) = (make("a", Some(2)), make("b", None), make("c", None));
+    tick_all(&mut [&mut a, &mut b, &mut c], &clock, 8);
+    assert_eq!(owned_total(&[&a, &b, &c]), (12, vec![2, 5, 5]));
+    // Limits below the units leave the rest unowned, by design.
+    let (mut x, mut y) = (make("x", Some(3)), make("y", Some(4)));
+    drop((a, b, c));
+    clock.advance(Duration::from_secs(30));
+    tick_all(&mut [&mut x, &mut y], &clock, 10);
+    assert_eq!(owned_total(&[&x, &y]), (7, vec![3, 4]));
+}
+
+/// Balancing by load: the worker holding a heavy unit ends up with fewer units, and the fleet
+/// stops moving once balanced.
+#[test]
+fn balancing_by_load_gives_the_heavy_units_owner_fewer_units() {
+    let clock = Arc::new(ManualClock::new());
+    let store = MemoryBackend::new().with_clock(clock.clone());
+    let make = |id: &str| {
+        Worker::builder("load", id)
+            .store(store.clone())
+            .units((0..8).map(|u| format!("u{u}")))
+            .balance_by_load()
+            .build()
+            .expect("worker")
+    };
+    let (mut a, mut b) = (make("a"), make("b"));
+    for round in 0..12 {
+        tick_all(&mut [&mut a, &mut b], &clock, 1);
+        eprintln!(
+            "round {round}: {:?} {:?} {:?}",
+            owned_total(&[&a, &b]),
+            a.assignment(),
+            b.assignment()
+        );
+    }
+    assert_eq!(owned_total(&[&a, &b]), (8, vec![4, 4]));
+    let heavy = if a.owns("u0").is_some() { &a } else { &b };
+    heavy.handle().report_load("u0", 5.0);
+    tick_all(&mut [&mut a, &mut b], &clock, 40);
+    let (total, counts) = owned_total(&[&a, &b]);
+    assert_eq!(total, 8);
+    let (with_heavy, other) = if a.owns("u0").is_some() {
+        (counts[0], counts[1])
+    } else {
+        (counts[1], counts[0])
+    };
+    // Loads 5 + k against 8 - 1 - k: balanced within a unit when k = 1 (6 against 6).
+    assert!(with_heavy < other, "{with_heavy} vs {other}");
+    let moves = a.stats().gains + b.stats().gains;
+    tick_all(&mut [&mut a, &mut b], &clock, 40);
+    assert_eq!(
+        a.stats().gains + b.stats().gains,
+        moves,
+        "settled: no more moves"
+    );
+}

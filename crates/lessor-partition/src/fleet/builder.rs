@@ -4,9 +4,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{LeaseKey, validate_duration};
+use lease_core::{LeaseKey, RandomTokens, TokenSource, default_safety_margin, validate_duration};
 
 use super::checkpoint::CheckpointStore;
+use super::view::{EPOCH_SORT_KEY, LOAD_SUFFIX, SessionTag};
 use super::worker::Worker;
 
 /// Longest worker id accepted, in bytes (it travels inside owner tokens of at most 256 bytes).
@@ -43,6 +44,11 @@ pub struct WorkerBuilder {
     max_moves: usize,
     resync_every: u32,
     checkpoints: Option<Arc<dyn CheckpointStore>>,
+    margin: Option<Duration>,
+    handoff_timeout: Duration,
+    max_units: Option<usize>,
+    tokens: Arc<dyn TokenSource>,
+    by_load: bool,
 }
 
 impl fmt::Debug for WorkerBuilder {
@@ -69,6 +75,11 @@ impl WorkerBuilder {
             max_moves: 256,
             resync_every: 8,
             checkpoints: None,
+            margin: None,
+            handoff_timeout: Duration::from_secs(5),
+            max_units: None,
+            tokens: Arc::new(RandomTokens),
+            by_load: false,
         }
     }
 
@@ -154,6 +165,51 @@ impl WorkerBuilder {
         self
     }
 
+    /// The part of each session the worker does not trust (default a tenth, at most 5 s). It
+    /// covers clock-rate drift between workers and slow replies: a session renewal extends trust
+    /// only if its reply came back within half the margin, so a store slower than that cannot
+    /// keep a session (see the crate docs, "Slow stores"). At most a third of the session.
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.margin = Some(margin);
+        self
+    }
+
+    /// How long the application's [`UnitTask`](crate::UnitTask) of a unit being handed over (or
+    /// released at shutdown) may keep it to save a final checkpoint before it is released anyway
+    /// (default 5 s). Only applies to applications that take units with
+    /// [`WorkerHandle::next_unit`](crate::WorkerHandle::next_unit).
+    pub fn handoff_timeout(mut self, timeout: Duration) -> Self {
+        self.handoff_timeout = timeout;
+        self
+    }
+
+    /// The most units this worker owns at once (KCL's `maxLeasesForWorker`; default no limit).
+    /// Every worker learns it from this worker's session record, so the fleet plans with it; when
+    /// the limits of all live workers add up to fewer than the units, the rest stay unowned.
+    pub fn max_units(mut self, units: usize) -> Self {
+        self.max_units = Some(units);
+        self
+    }
+
+    /// Balances the load the application reports for each unit
+    /// ([`UnitTask::report_load`](crate::UnitTask::report_load)) instead of the unit count, as
+    /// KCL 3.x balances worker utilisation. Each worker publishes the sum of its units' loads
+    /// (a unit without a report counts 1) in a record of the sessions partition, at most every
+    /// four ticks unless it changed by more than 5 % (two requests); the most loaded member gives
+    /// units to the least loaded when that narrows the gap by more than a tenth of the fair share.
+    /// The fleet plans by load only while every live member publishes one, and by count otherwise.
+    pub fn balance_by_load(mut self) -> Self {
+        self.by_load = true;
+        self
+    }
+
+    /// Where the random parts of session and unit tokens come from (default
+    /// [`RandomTokens`]): inject one for reproducible tests.
+    pub fn token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
     /// Checks the configuration and makes the worker. Sends nothing.
     ///
     /// # Errors
@@ -193,7 +249,24 @@ impl WorkerBuilder {
                 "must be at least the session duration",
             ));
         }
+        let margin = self
+            .margin
+            .unwrap_or_else(|| default_safety_margin(self.session_duration));
+        if margin.is_zero() || margin > self.session_duration / 3 {
+            return Err(Error::invalid(
+                "safety margin",
+                "must be positive and at most a third of the session duration",
+            ));
+        }
+        let epoch_key = LeaseKey::with_sort_key(sessions.as_str(), EPOCH_SORT_KEY)?;
+        let load_key = LeaseKey::with_sort_key(
+            sessions.as_str(),
+            format!("{}{LOAD_SUFFIX}", self.worker_id),
+        )?;
         let config = Config {
+            epoch_key,
+            load_key: self.by_load.then_some(load_key),
+            units_hash: units_hash(&units),
             worker_id: self.worker_id,
             sessions,
             units_key,
@@ -205,12 +278,24 @@ impl WorkerBuilder {
             skew: self.skew,
             max_moves: self.max_moves,
             resync_every: self.resync_every,
+            margin,
+            handoff_timeout: self.handoff_timeout,
+            max_units: self.max_units,
+            tokens: self.tokens,
         };
         Ok(Worker::from_config(config, store, self.checkpoints))
     }
 }
 
-#[derive(Debug)]
+/// FNV-1a over the sorted unit list: equal lists, equal hashes.
+fn units_hash(units: &[String]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in units.iter().flat_map(|u| u.bytes().chain([0])) {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
+}
+
 pub(crate) struct Config {
     pub(crate) worker_id: String,
     pub(crate) sessions: String,
@@ -223,4 +308,39 @@ pub(crate) struct Config {
     pub(crate) skew: Option<Duration>,
     pub(crate) max_moves: usize,
     pub(crate) resync_every: u32,
+    pub(crate) margin: Duration,
+    pub(crate) handoff_timeout: Duration,
+    pub(crate) max_units: Option<usize>,
+    pub(crate) tokens: Arc<dyn TokenSource>,
+    pub(crate) units_hash: u64,
+    pub(crate) epoch_key: LeaseKey,
+    /// This worker's load record, when it balances by load.
+    pub(crate) load_key: Option<LeaseKey>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("worker_id", &self.worker_id)
+            .field("units", &self.units.len())
+            .field("session_duration", &self.session_duration)
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// A renewal whose reply takes longer than this does not extend trust.
+    pub(crate) fn reply_bound(&self) -> Duration {
+        self.margin / 2
+    }
+
+    /// What this worker's session token tells its peers.
+    pub(crate) fn tag(&self) -> SessionTag {
+        SessionTag {
+            duration: self.session_duration,
+            max_units: self.max_units,
+            units_hash: self.units_hash,
+        }
+    }
 }

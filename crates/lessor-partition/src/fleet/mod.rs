@@ -5,8 +5,10 @@
 mod builder;
 mod checkpoint;
 pub(crate) mod plan;
+mod session;
 mod shared;
 mod types;
+mod units;
 mod view;
 mod worker;
 

@@ -14,7 +14,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use lease_core::{BoxFuture, Clock, FencingToken, sleep_until};
+use lease_core::{
+    AcquireOptions, BoxFuture, Clock, FencingToken, LeaseBackend, LeaseKey, LeaseToken,
+    TokenSource, sleep_until,
+};
 
 use super::checkpoint::CheckpointStore;
 use super::types::{Assignment, FleetEvent, LossCause, WorkerStats};
@@ -27,6 +30,12 @@ const EVENT_QUEUE: usize = 65_536;
 #[derive(Debug)]
 pub(crate) struct SharedUnit {
     pub(crate) fencing: FencingToken,
+    /// The unit lease's token, for a retirement's conditional delete.
+    pub(crate) token: LeaseToken,
+    /// Set while the application retires the unit: not trusted from then on.
+    pub(crate) retiring: bool,
+    /// The load the application reported for the unit (1 until it does).
+    pub(crate) load: f64,
     /// The unit lease's holder-side deadline.
     pub(crate) deadline: Instant,
     /// Set when the worker asked the application to hand the unit over (or is shutting down):
@@ -60,11 +69,21 @@ pub(crate) struct State {
     wakers: Vec<Waker>,
     /// The worker's own sleep, woken when the application stops it or finishes a task.
     pub(crate) worker_waker: Option<Waker>,
+    /// Bumped each time the application wakes the worker.
+    pub(crate) pokes: u64,
+    /// Units the application retired (their records deleted), for the worker to drop.
+    pub(crate) retired: Vec<String>,
 }
 
 /// The state a worker shares with its handles and tasks.
 pub(crate) struct Shared {
     pub(crate) store: Arc<dyn LeaseStore>,
+    /// The partition of the unit records.
+    pub(crate) units_key: String,
+    /// The record whose fencing counter moves whenever the unit set changes.
+    pub(crate) epoch_key: LeaseKey,
+    /// Where the random parts of tokens come from.
+    pub(crate) tokens: Arc<dyn TokenSource>,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
     state: Mutex<State>,
 }
@@ -82,9 +101,14 @@ impl Shared {
         worker_id: String,
         store: Arc<dyn LeaseStore>,
         checkpoints: Option<Arc<dyn CheckpointStore>>,
+        keys: (String, LeaseKey),
+        tokens: Arc<dyn TokenSource>,
     ) -> Self {
         Self {
             store,
+            tokens,
+            units_key: keys.0,
+            epoch_key: keys.1,
             checkpoints,
             state: Mutex::new(State {
                 worker_id,
@@ -117,7 +141,10 @@ impl Shared {
 
     /// Wakes the worker's sleep (a stop, a finished task).
     pub(crate) fn wake_worker(&self) {
-        let waker = self.update(|state| state.worker_waker.take());
+        let waker = self.update(|state| {
+            state.pokes += 1;
+            state.worker_waker.take()
+        });
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -137,8 +164,8 @@ impl Shared {
     pub(crate) fn owns_at(state: &State, unit: &str, now: Instant) -> Option<FencingToken> {
         let (_, session_deadline) = state.session?;
         let owned = state.units.get(unit)?;
-        (now < session_deadline && now < owned.deadline && owned.ended.is_none())
-            .then_some(owned.fencing)
+        let trusted = now < session_deadline && now < owned.deadline;
+        (trusted && owned.ended.is_none() && !owned.retiring).then_some(owned.fencing)
     }
 
     pub(crate) fn owns(&self, unit: &str) -> Option<FencingToken> {
@@ -345,11 +372,86 @@ impl WorkerHandle {
         }
     }
 
+    /// Adds units to the fleet at run time (KCL's shard sync: new shards appear): makes a record
+    /// for each unit the store does not have yet, then moves the fleet's unit-set epoch so every
+    /// worker lists the units and plans over them on its next tick. Returns how many were new.
+    /// Two requests per new unit, two for the epoch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a unit that cannot form a key; [`Error::Lease`] for a store
+    /// failure (units made before it stay).
+    pub async fn add_units<I, S>(&self, units: I) -> Result<usize, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let mut added = 0;
+        for unit in units {
+            let unit = unit.into();
+            let key = LeaseKey::with_sort_key(self.shared.units_key.as_str(), unit.as_str())?;
+            if touch(&*self.shared.store, &*self.shared.tokens, &key).await? {
+                added += 1;
+            }
+        }
+        touch(
+            &*self.shared.store,
+            &*self.shared.tokens,
+            &self.shared.epoch_key,
+        )
+        .await?;
+        tracing::info!(added, "fleet: units added");
+        Ok(added)
+    }
+
+    /// Reports the load of `unit`, owned by this worker (see [`UnitTask::report_load`]).
+    pub fn report_load(&self, unit: &str, load: f64) {
+        if !load.is_finite() || load < 0.0 {
+            return;
+        }
+        if let Some(owned) = self.shared.lock().units.get_mut(unit) {
+            owned.load = load;
+        }
+    }
+
+    /// The next unit gained as a [`UnitTask`], if one is waiting, without waiting. Like
+    /// [`next_unit`](Self::next_unit), the first call switches the worker to handing units out
+    /// as tasks (and to graceful handoffs).
+    pub fn try_next_unit(&self) -> Option<UnitTask> {
+        let mut state = self.shared.lock();
+        state.tasks_wanted = true;
+        state.new_tasks.pop_front()
+    }
+
     /// Asks [`Worker::run`](crate::Worker::run) to shut down cleanly (hand every unit over, then
     /// end the session) and return.
     pub fn stop(&self) {
         self.shared.update(|state| state.stop = true);
         self.shared.wake_worker();
+    }
+}
+
+/// Makes sure `key` has a record, and moves its fencing counter: acquire (under a token that is
+/// not a fleet token) and release at once. `true` if the record was free or new, `false` if
+/// someone holds it.
+pub(crate) async fn touch(
+    store: &dyn LeaseStore,
+    tokens: &dyn TokenSource,
+    key: &LeaseKey,
+) -> Result<bool, Error> {
+    let token = tokens.next_token();
+    let options = AcquireOptions::default()
+        .with_owner("fleet admin")
+        .with_token(token);
+    let duration = std::time::Duration::from_secs(10);
+    match store.try_acquire(key, duration, &options).await {
+        Ok(lease) => {
+            store
+                .release(lease.key(), lease.token(), lease.fencing_token())
+                .await?;
+            Ok(true)
+        }
+        Err(error) if error.is_held() => Ok(false),
+        Err(error) => Err(error.into()),
     }
 }
 
@@ -424,6 +526,63 @@ impl UnitTask {
             });
         }
         save_fenced(&self.shared, &self.unit, self.fencing, data).await
+    }
+
+    /// Reports the unit's load (any non-negative figure: records per second, CPU share), for a
+    /// fleet that balances by load ([`WorkerBuilder::balance_by_load`](crate::WorkerBuilder::balance_by_load)).
+    /// Until reported, a unit counts 1. Negative or non-finite figures are ignored.
+    pub fn report_load(&self, load: f64) {
+        if !load.is_finite() || load < 0.0 {
+            return;
+        }
+        let mut state = self.shared.lock();
+        if let Some(owned) = state.units.get_mut(&self.unit)
+            && owned.fencing == self.fencing
+        {
+            owned.load = load;
+        }
+    }
+
+    /// Retires the unit for good (KCL: a shard that reached its end): stops trusting it at once,
+    /// deletes its record with this ownership's token, and moves the fleet's unit-set epoch, so
+    /// no worker takes it again. The worker then reports it lost ([`LossCause::Retired`]).
+    ///
+    /// Only for units that no worker is configured with (units added with
+    /// [`WorkerHandle::add_units`]): a worker configured with a retired unit would make it again.
+    /// Never reuse a retired unit's id: its checkpoint's fence stays where it was.
+    ///
+    /// # Errors
+    /// [`Error::NotOwner`] unless this ownership is current; [`Error::Lease`] if the store cannot
+    /// delete (a backend without delete: `is_unsupported()`) or the record changed; the unit is
+    /// then trusted again, as before the call.
+    pub async fn retire(&self) -> Result<(), Error> {
+        let token = self.shared.update(|state| {
+            let owned = state.units.get_mut(&self.unit)?;
+            if owned.fencing != self.fencing || owned.ended.is_some() || owned.retiring {
+                return None;
+            }
+            owned.retiring = true;
+            Some(owned.token.clone())
+        });
+        let token = token.ok_or_else(|| Error::NotOwner {
+            unit: self.unit.clone(),
+        })?;
+        let key = LeaseKey::with_sort_key(self.shared.units_key.as_str(), self.unit.as_str())?;
+        let store = &*self.shared.store;
+        if let Err(error) = store.delete(&key, Some(&token), self.fencing).await {
+            self.shared.update(|state| {
+                if let Some(owned) = state.units.get_mut(&self.unit) {
+                    owned.retiring = false;
+                }
+            });
+            return Err(error.into());
+        }
+        tracing::info!(unit = %self.unit, "fleet: unit retired");
+        self.shared
+            .update(|state| state.retired.push(self.unit.clone()));
+        self.shared.wake_worker();
+        touch(store, &*self.shared.tokens, &self.shared.epoch_key).await?;
+        Ok(())
     }
 
     /// Completes when this ownership ends or must end, with why:

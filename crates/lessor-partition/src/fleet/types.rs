@@ -14,8 +14,9 @@ pub enum FleetEvent {
         unit: String,
         /// The unit's fencing token for this ownership: greater than every earlier owner's.
         fencing: FencingToken,
-        /// The unit's checkpoint, when a [`CheckpointStore`] is configured (loading it fenced out
-        /// every earlier owner).
+        /// The unit's checkpoint, when a [`CheckpointStore`](crate::CheckpointStore) is
+        /// configured: loading it fenced out every earlier owner before this event, and `None`
+        /// means no checkpoint was ever saved (a failed load gives the unit back instead).
         checkpoint: Option<Vec<u8>>,
     },
     /// The worker no longer owns `unit`: stop working on it before the callback returns.
@@ -44,6 +45,9 @@ pub enum LossCause {
     Expired,
     /// The worker is shutting down; it is released right after the event.
     Shutdown,
+    /// The application retired the unit ([`UnitTask::retire`](crate::UnitTask::retire)): its
+    /// record was deleted and no worker takes it again.
+    Retired,
 }
 
 /// Request counts of one worker, for cost reports.
@@ -66,9 +70,13 @@ pub struct WorkerStats {
     pub losses: u64,
     /// Requests sent to the checkpoint store.
     pub checkpoint_requests: u64,
+    /// Units given back because their checkpoint could not be fenced and read.
+    pub checkpoint_failures: u64,
+    /// Times a live peer was seen configured with a different unit list.
+    pub mismatches: u64,
 }
 
-/// What one [`Worker::tick`] did.
+/// What one [`Worker::tick`](crate::Worker::tick) did.
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
 pub struct TickReport {

@@ -229,6 +229,14 @@ impl LeaseBackend for SimStore {
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         self.inner.release(key, token, fencing)
     }
+    fn delete<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: Option<&'a LeaseToken>,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.inner.delete(key, holder, fencing)
+    }
     fn inspect<'a>(
         &'a self,
         key: &'a LeaseKey,
