@@ -227,6 +227,18 @@ impl LeaseBackend for LatencyStore {
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
         Box::pin(async move { Ok(self.send(|s| s.inspect(key)).await?.0) })
     }
+    fn delete<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: Option<&'a LeaseToken>,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(async move {
+            self.send(|s| s.delete(key, holder, fencing))
+                .await
+                .map(|((), _)| ())
+        })
+    }
 }
 
 impl LeaseListing for LatencyStore {

@@ -304,6 +304,8 @@ fn zip(a: &WorkerStats, b: &WorkerStats, f: impl Fn(u64, u64) -> u64) -> WorkerS
         gains: f(a.gains, b.gains),
         losses: f(a.losses, b.losses),
         checkpoint_requests: f(a.checkpoint_requests, b.checkpoint_requests),
+        checkpoint_failures: f(a.checkpoint_failures, b.checkpoint_failures),
+        mismatches: f(a.mismatches, b.mismatches),
     }
 }
 

@@ -64,6 +64,29 @@ fn a_request_lands_halfway_and_its_deadline_counts_from_the_send() {
     assert_eq!(lease.deadline(), sent + Duration::from_secs(9));
 }
 
+/// Every operation of the contract goes through, each taking its latency (the optional ones
+/// too: a wrapper that forgot one would answer `Unsupported` and change the protocol's path).
+#[test]
+fn every_operation_reaches_the_store_and_takes_its_latency() -> Result<(), LeaseError> {
+    use lease_core::{LeaseBackendExt, LeaseListing};
+    let clock = Arc::new(ManualClock::new());
+    clock.set_auto_advance(true);
+    let store = MemoryBackend::new().with_clock(clock.clone());
+    let slow = LatencyStore::new(store, new_link(Latency::fixed(ms(20)), 1));
+    let key = LeaseKey::with_sort_key("p", "k")?;
+    let ten = Duration::from_secs(10);
+    let lease = lease_core::block_on(slow.acquire(&key, ten))?;
+    let lease = lease_core::block_on(slow.renew(&lease, ten))?;
+    assert_eq!(lease_core::block_on(slow.list_partition("p"))?.len(), 1);
+    lease_core::block_on(slow.release_lease(&lease))?;
+    let lease = lease_core::block_on(slow.acquire(&key, ten))?;
+    let token = lease.token();
+    lease_core::block_on(slow.delete(&key, Some(token), lease.fencing_token()))?;
+    assert_eq!(lease_core::block_on(slow.inspect(&key))?, None);
+    assert_eq!(clock.elapsed(), ms(7 * 20));
+    Ok(())
+}
+
 #[test]
 fn a_throttled_request_fails_transiently_without_reaching_the_store() {
     let (clock, store, mut task) = acquire_later(Latency::fixed(ms(20)).with_throttling(1.0));
