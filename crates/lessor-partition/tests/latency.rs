@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lessor_partition::sim::Rng;
 use lessor_partition::sim::latency::{
-    CheckpointKind, Fault, Latency, LatencySim, Violation, WorkerSpec, recovery_bound,
+    CheckpointKind, Disruption, Fault, Latency, LatencySim, Violation, WorkerSpec, recovery_bound,
 };
 
 fn ms(n: u64) -> Duration {
@@ -314,7 +314,8 @@ fn listing_stays_rare_under_churn_and_foreign_holders() {
 }
 
 /// Seeded chaos: sixteen workers, 256 units, 2 to 40 ms per request, checkpoints saved every
-/// 2 s; random pauses (some longer than a session), crashes with a restart under the same id,
+/// 2 s; random pauses (some longer than a session, preferably with a checkpoint save on its way),
+/// crashes with a restart under the same id,
 /// immediate restarts; a worker leaving and coming back every 30 s; and a rolling configuration
 /// change from 10 s to 20 s sessions. No double trust, no checkpoint going backwards, and after
 /// every fault every unit owned again within [`recovery_bound`] of the latest fault.
@@ -325,44 +326,46 @@ fn chaos_keeps_every_promise() {
         .with_saves_every(secs(2));
     let latency = Latency::uniform(ms(2), ms(40));
     let mut sim = fleet(256, 16, latency.clone(), &spec, 7);
-    let mut rng = Rng::new(7);
-    let mut at = secs(40);
-    while at < secs(560) {
-        let worker = rng.below(15) as usize;
-        let fault = match rng.below(4) {
-            0 | 1 => Fault::Pause {
-                worker,
-                duration: ms(100 + rng.below(24_900)),
-            },
-            2 => {
-                let back = at + ms(1000 + rng.below(20_000));
-                sim.schedule(back, Fault::Start { worker, spec: None });
-                Fault::Crash { worker }
-            }
-            _ => Fault::Restart { worker, spec: None },
-        };
-        sim.schedule(at, fault);
-        at += ms(30_000 + rng.below(20_000));
-    }
     sim.schedule_flapping(15, secs(50), secs(30), secs(560));
     sim.schedule_rolling(secs(300), secs(15), |_, spec| {
         spec.clone().with_session(secs(20))
     });
-    sim.run_for(secs(600));
+    let mut rng = Rng::new(7);
+    let mut at = secs(40);
+    while at < secs(560) {
+        sim.run_for(at - sim.now());
+        let worker = rng.below(15) as usize;
+        match rng.below(4) {
+            0 | 1 => {
+                // Preferably with a checkpoint save on its way, which lands when it resumes.
+                sim.run_until(secs(3), |s| !s.pending_saves(worker).is_empty());
+                let duration = ms(100 + rng.below(24_900));
+                sim.pause(worker, duration);
+            }
+            2 => {
+                let back = sim.now() + ms(1000 + rng.below(20_000));
+                sim.schedule(back, Fault::Start { worker, spec: None });
+                sim.crash(worker);
+            }
+            _ => sim.restart(worker),
+        }
+        at += ms(30_000 + rng.below(20_000));
+    }
+    sim.run_for(secs(600) - sim.now());
 
     let bound = recovery_bound(secs(20), secs(5), 32, 256, latency.worst(), 3);
     let faults: Vec<Duration> = sim.disruptions().iter().map(|d| d.at).collect();
+    // Each recovery, from the latest fault before it (faults that overlap extend each other).
+    let recovery = |d: &Disruption| {
+        let recovered = d.at + d.all_owned_after?;
+        let latest = faults.iter().filter(|at| **at <= recovered).max().copied();
+        Some(recovered - latest.unwrap_or(d.at))
+    };
+    let slowest = sim.disruptions().iter().filter_map(recovery).max();
     let slow: Vec<String> = sim
         .disruptions()
         .iter()
-        .filter(|d| match d.all_owned_after {
-            None => true,
-            Some(after) => {
-                let recovered = d.at + after;
-                let latest = faults.iter().filter(|at| **at <= recovered).max().copied();
-                recovered - latest.unwrap_or(d.at) > bound
-            }
-        })
+        .filter(|d| recovery(d).is_none_or(|took| took > bound))
         .map(|d| {
             format!(
                 "{} at {:?}: all owned after {:?}",
@@ -372,8 +375,8 @@ fn chaos_keeps_every_promise() {
         .collect();
     let m = sim.metrics();
     println!(
-        "chaos: {} faults, {:.1} s of double trust, {} saves accepted, {} refused, bound {bound:?}, \
-         {} slow recoveries; {}",
+        "chaos: {} faults, {:.1} s of double trust, {} saves accepted, {} refused, slowest \
+         recovery {slowest:?}, bound {bound:?}, {} slow recoveries; {}",
         faults.len(),
         m.double_trust_time.as_secs_f64(),
         m.saves_accepted,
