@@ -477,9 +477,15 @@ mod tests {
         let short = clock.sleep(Duration::from_secs(1));
         let long = clock.sleep(Duration::from_secs(3));
         let _zero = clock.sleep(Duration::ZERO);
-        assert_eq!(clock.next_sleep_deadline(), Some(t0 + Duration::from_secs(1)));
+        assert_eq!(
+            clock.next_sleep_deadline(),
+            Some(t0 + Duration::from_secs(1))
+        );
         drop(short);
-        assert_eq!(clock.next_sleep_deadline(), Some(t0 + Duration::from_secs(3)));
+        assert_eq!(
+            clock.next_sleep_deadline(),
+            Some(t0 + Duration::from_secs(3))
+        );
         clock.advance(Duration::from_secs(3));
         assert_eq!(clock.next_sleep_deadline(), None);
         block_on(long);

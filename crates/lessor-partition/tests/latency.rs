@@ -42,6 +42,15 @@ fn double_trusts(sim: &LatencySim) -> Vec<Violation> {
         .collect()
 }
 
+/// The simulator itself worked: every fault applied, and its checker's premise held.
+fn assert_sound(sim: &LatencySim) {
+    assert!(
+        sim.errors().is_empty(),
+        "simulator errors: {:?}",
+        sim.errors()
+    );
+}
+
 /// The first few violations, for a failure message.
 fn first(violations: &[Violation]) -> String {
     let shown: Vec<String> = violations.iter().take(3).map(ToString::to_string).collect();
@@ -67,6 +76,7 @@ fn a_peer_coming_out_of_a_pause_is_never_taken_from_while_it_trusts() {
         assert!(renewal.is_some(), "worker 1 renews its session");
         sim.pause(1, pause);
         sim.run_for(secs(30));
+        assert_sound(&sim);
         let doubles = double_trusts(&sim);
         if !doubles.is_empty() {
             let m = sim.metrics();
@@ -105,6 +115,7 @@ fn a_slow_store_does_not_livelock_the_fleet() {
         }
         let mut sim = fleet(1024, 4, Latency::fixed(latency), &spec, 2);
         let took = sim.run_until_all_owned(secs(120));
+        assert_sound(&sim);
         let m = sim.metrics();
         let what = format!(
             "{latency:?} per request, checkpoints {checkpoints:?}: all owned after {took:?} \
@@ -137,6 +148,7 @@ fn workers_with_different_session_durations_do_not_break_each_other() {
         spec.clone().with_session(secs(44))
     });
     sim.run_for(secs(300));
+    assert_sound(&sim);
     let m = sim.metrics();
     let rolling = format!(
         "rolling 10 s -> 44 s: {:.1} s of double trust ({} units, {:.0} unit-s), {} moves",
@@ -158,6 +170,7 @@ fn workers_with_different_session_durations_do_not_break_each_other() {
     sim.run_for(secs(90));
     let before = sim.metrics();
     sim.run_for(secs(210));
+    assert_sound(&sim);
     let m = sim.metrics().since(&before);
     let unowned = m.unowned_unit_time.as_secs_f64() / (256.0 * 210.0);
     let starved = format!(
@@ -197,6 +210,7 @@ fn a_failed_checkpoint_load_never_lets_the_old_owner_write() {
     let took = sim.run_until(secs(60), owns);
     sim.resume(0);
     sim.run_for(secs(10));
+    assert_sound(&sim);
     let m = sim.metrics();
     let new = sim.handle(1).and_then(|h| h.owns(&unit));
     println!(
@@ -234,6 +248,7 @@ fn workers_with_different_unit_lists_converge() {
         let unowned = sim.unowned();
         let before = sim.costs();
         sim.run_for(secs(100));
+        assert_sound(&sim);
         let fractions: Vec<f64> = sim
             .costs()
             .iter()
@@ -273,6 +288,7 @@ fn listing_stays_rare_under_churn_and_foreign_holders() {
     sim.run_for(secs(60));
     let (fleet_before, before) = (sim.fleet_cost(), sim.costs());
     sim.run_for(secs(240));
+    assert_sound(&sim);
     let fleet_cost = sim.fleet_cost().since(&fleet_before);
     let costs: Vec<_> = sim
         .costs()
@@ -384,7 +400,7 @@ fn chaos_keeps_every_promise() {
         slow.len(),
         first(&sim.violations())
     );
-    assert!(sim.errors().is_empty(), "{:?}", sim.errors());
+    assert_sound(&sim);
     assert!(sim.violations().is_empty(), "{}", first(&sim.violations()));
     assert!(
         slow.is_empty(),

@@ -125,6 +125,7 @@ pub struct LatencySim {
     disruptions: Vec<Disruption>,
     recovered: usize,
     errors: Vec<String>,
+    next_audit: Duration,
 }
 
 impl fmt::Debug for LatencySim {
@@ -163,6 +164,7 @@ impl LatencySim {
             disruptions: Vec::new(),
             recovered: 0,
             errors: Vec::new(),
+            next_audit: Duration::ZERO,
         }
     }
 

@@ -100,7 +100,8 @@ impl LatencySim {
         &self.disruptions
     }
 
-    /// Faults that could not be applied (a worker that could not be built), in words.
+    /// Faults that could not be applied (a worker that could not be built) and breaches of the
+    /// checker's premise (a worker trusting a unit it never reported gaining), in words.
     pub fn errors(&self) -> &[String] {
         &self.errors
     }
@@ -278,6 +279,24 @@ impl LatencySim {
         lock_ledger(&self.ledger).forget_pending(&slot.id);
     }
 
+    /// Verifies the checker's premise, once per simulated second: a worker trusts only units
+    /// it reported gaining and has not reported losing. A breach is an error of the simulator.
+    fn audit(&mut self) {
+        for slot in &self.workers {
+            let Some(handle) = &slot.handle else {
+                continue;
+            };
+            for unit in handle.owned_units().into_keys() {
+                if !slot.held.contains_key(&unit) && self.errors.len() < 100 {
+                    self.errors.push(format!(
+                        "{} trusts {unit} without a Gained event the simulator saw",
+                        slot.id
+                    ));
+                }
+            }
+        }
+    }
+
     /// The next instant anything happens on its own: a sleep ends, a pause ends, a scheduled
     /// fault is due, or a live process's session deadline passes.
     fn next_wakeup(&self) -> Option<Duration> {
@@ -333,6 +352,10 @@ impl LatencySim {
     /// Checks the property at this instant, and notes recoveries.
     fn check(&mut self) {
         let now = self.now();
+        if now >= self.next_audit {
+            self.audit();
+            self.next_audit = now + Duration::from_secs(1);
+        }
         let handles: Vec<Option<(&str, &WorkerHandle)>> = self
             .workers
             .iter()

@@ -196,4 +196,5 @@ fn pauses_and_crashes_move_units_and_count_as_disruptions() {
             .all(|d| d.all_owned_after.is_some())
     );
     assert!(sim.violations().is_empty(), "{:?}", sim.violations());
+    assert!(sim.errors().is_empty(), "{:?}", sim.errors());
 }
