@@ -569,7 +569,13 @@ impl UnitTask {
         })?;
         let key = LeaseKey::with_sort_key(self.shared.units_key.as_str(), self.unit.as_str())?;
         let store = &*self.shared.store;
-        if let Err(error) = store.delete(&key, Some(&token), self.fencing).await {
+        let outcome = store.delete(&key, Some(&token), self.fencing).await;
+        // A lost reply retried finds the record gone and cannot prove whose delete that was;
+        // either way the record is gone, which is all a retirement needs.
+        let gone = |e: &lease_core::LeaseError| {
+            e.not_owned_reason() == Some(lease_core::NotOwnedReason::Missing)
+        };
+        if let Err(error) = outcome.or_else(|e| if gone(&e) { Ok(()) } else { Err(e) }) {
             self.shared.update(|state| {
                 if let Some(owned) = state.units.get_mut(&self.unit) {
                     owned.retiring = false;
