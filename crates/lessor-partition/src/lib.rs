@@ -192,7 +192,7 @@
 //! expiry): it is left alone. A holder whose token the store does not show cannot be released
 //! conditionally and is left alone.
 //!
-//! Two simulators check this property: [`sim`] after every tick, and the latency simulator (`sim::latency`), in which
+//! Two simulators check this property: [`sim`] after every tick, and [`sim::latency`], in which
 //! every request takes time and the workers interleave request by request, after every request.
 //!
 //! ## Slow stores
