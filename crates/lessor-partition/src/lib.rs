@@ -206,6 +206,25 @@
 //! with checkpoints, one more for a dead owner's unit) plus one renewal per interval, and keeps
 //! everything it holds meanwhile.
 //!
+//! Measured in the latency simulator (`tests/latency.rs`, `cargo test -p lessor-partition --test
+//! latency -- --nocapture`; every request takes the stated time, half before it lands): four
+//! workers, 64 units, defaults: every unit owned after 4.4 s at 100 ms per request, 7.5 s at
+//! 250 ms, 12.4 s at 450 ms, with no session loss; at 550 ms nothing is owned after 120 s and
+//! nothing is ever doubly trusted. Four workers, 1,024 units: all owned after 12.9 s at 20 ms per
+//! request with checkpoints in the lease store, 13.0 s at 40 ms without, 1,024 moves and no
+//! session loss (the protocol before this rule never owned them all: 52 session losses, 8,056
+//! moves in 120 s).
+//!
+//! ## Chaos, measured
+//!
+//! `tests/latency.rs::chaos_keeps_every_promise` (seeded, 600 simulated seconds): 16 workers,
+//! 256 units, 2 to 40 ms per request, checkpoints saved every 2 s, random pauses of 0.1 to 25 s
+//! (preferably with a save in flight), crashes with restarts under the same id, a worker
+//! flapping every 30 s and a rolling change from 10 s to 20 s sessions: 48 faults, 0 s of double
+//! trust, 62,941 checkpoint saves accepted and 4 stale ones refused, none backwards, and every
+//! unit owned again at most 14.1 s after each fault (the bound
+//! [`sim::latency::recovery_bound`] gives for it: 34 s).
+//!
 //! ## Cost, per worker per interval
 //!
 //! * steady state: **2 requests** (session renew + sessions listing of `W` records), plus

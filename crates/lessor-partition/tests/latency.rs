@@ -407,3 +407,34 @@ fn chaos_keeps_every_promise() {
         "recoveries slower than {bound:?}: {slow:?}"
     );
 }
+
+/// The slowest store the fleet converges on, as the crate docs state it: a session renewal
+/// extends trust only if it answers within half the safety margin (500 ms at the defaults,
+/// `d` = 10 s). Just below that bound four workers own all 64 units with no session loss; just
+/// above it no session is ever trusted, so nothing is owned, and nothing is ever doubly trusted.
+#[test]
+fn the_slowest_store_that_keeps_sessions_answers_within_half_the_margin() {
+    let spec = WorkerSpec::new();
+    for latency in [ms(100), ms(250), ms(450)] {
+        let mut sim = fleet(64, 4, Latency::fixed(latency), &spec, 7);
+        let took = sim.run_until_all_owned(secs(120));
+        assert_sound(&sim);
+        let m = sim.metrics();
+        println!(
+            "slow store: {latency:?} per request: all owned after {took:?}, {} session losses",
+            m.session_losses
+        );
+        assert!(took.is_some(), "{latency:?}: not all owned within 120 s");
+        assert_eq!(m.session_losses, 0, "{latency:?}");
+        assert!(double_trusts(&sim).is_empty(), "{latency:?}");
+    }
+    let mut sim = fleet(64, 4, Latency::fixed(ms(550)), &spec, 7);
+    sim.run_for(secs(120));
+    assert_sound(&sim);
+    println!(
+        "slow store: 550ms per request: {} of 64 unowned after 120 s",
+        sim.unowned()
+    );
+    assert_eq!(sim.unowned(), 64, "a session was trusted beyond the bound");
+    assert!(double_trusts(&sim).is_empty());
+}
