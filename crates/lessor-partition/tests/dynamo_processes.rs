@@ -461,8 +461,10 @@ fn wait(fleet: &Fleet, what: &str, limit: Duration, mut done: impl FnMut() -> bo
     while !done() {
         assert!(
             start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}; status files: {}",
-            fleet.describe()
+            "timed out after {limit:?} waiting for {what}; status files: {} (save log kept in \
+             {})",
+            fleet.describe(),
+            fleet.dir.display()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -796,7 +798,12 @@ fn eight_processes_checkpoint_through_kill_pause_and_restart_on_dynamodb_local()
             .expect("table on DynamoDB Local");
         leases
     });
-    let mut dir = tempfile::tempdir().expect("tempdir");
+    // Kept unless the test passes: the save log and status files are for whoever investigates.
+    let dir = tempfile::Builder::new()
+        .prefix("lessor-processes-")
+        .disable_cleanup(true)
+        .tempdir()
+        .expect("tempdir");
     let mut fleet = Fleet::new(dir.path(), &endpoint, &table);
     let started = Instant::now();
     for id in WORKERS {
@@ -833,10 +840,6 @@ fn eight_processes_checkpoint_through_kill_pause_and_restart_on_dynamodb_local()
             report.units
         ));
     }
-    if !failures.is_empty() {
-        // The save log and status files stay for whoever investigates.
-        dir.disable_cleanup(true);
-    }
     assert!(
         failures.is_empty(),
         "{} violations of the checkpoint order; failures (save log kept in {}):\n{}",
@@ -844,6 +847,7 @@ fn eight_processes_checkpoint_through_kill_pause_and_restart_on_dynamodb_local()
         dir.path().display(),
         failures.join("\n")
     );
+    let _ = std::fs::remove_dir_all(dir.path());
 }
 
 // ---------------------------------------------------------------------------------------------
