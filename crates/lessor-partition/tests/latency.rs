@@ -7,9 +7,8 @@
 
 use std::time::Duration;
 
-use lessor_partition::sim::Rng;
 use lessor_partition::sim::latency::{
-    CheckpointKind, Disruption, Fault, Latency, LatencySim, Violation, WorkerSpec, recovery_bound,
+    CheckpointKind, Latency, LatencySim, Violation, WorkerSpec, chaos,
 };
 
 fn ms(n: u64) -> Duration {
@@ -337,74 +336,27 @@ fn listing_stays_rare_under_churn_and_foreign_holders() {
 /// every fault every unit owned again within [`recovery_bound`] of the latest fault.
 #[test]
 fn chaos_keeps_every_promise() {
-    let spec = WorkerSpec::new()
-        .with_checkpoints(CheckpointKind::Store)
-        .with_saves_every(secs(2));
-    let latency = Latency::uniform(ms(2), ms(40));
-    let mut sim = fleet(256, 16, latency.clone(), &spec, 7);
-    sim.schedule_flapping(15, secs(50), secs(30), secs(560));
-    sim.schedule_rolling(secs(300), secs(15), |_, spec| {
-        spec.clone().with_session(secs(20))
-    });
-    let mut rng = Rng::new(7);
-    let mut at = secs(40);
-    while at < secs(560) {
-        sim.run_for(at - sim.now());
-        let worker = rng.below(15) as usize;
-        match rng.below(4) {
-            0 | 1 => {
-                // Preferably with a checkpoint save on its way, which lands when it resumes.
-                sim.run_until(secs(3), |s| !s.pending_saves(worker).is_empty());
-                let duration = ms(100 + rng.below(24_900));
-                sim.pause(worker, duration);
-            }
-            2 => {
-                let back = sim.now() + ms(1000 + rng.below(20_000));
-                sim.schedule(back, Fault::Start { worker, spec: None });
-                sim.crash(worker);
-            }
-            _ => sim.restart(worker),
-        }
-        at += ms(30_000 + rng.below(20_000));
-    }
-    sim.run_for(secs(600) - sim.now());
-
-    let bound = recovery_bound(secs(20), secs(5), 32, 256, latency.worst(), 3);
-    let faults: Vec<Duration> = sim.disruptions().iter().map(|d| d.at).collect();
-    // Each recovery, from the latest fault before it (faults that overlap extend each other).
-    let recovery = |d: &Disruption| {
-        let recovered = d.at + d.all_owned_after?;
-        let latest = faults.iter().filter(|at| **at <= recovered).max().copied();
-        Some(recovered - latest.unwrap_or(d.at))
-    };
-    let slowest = sim.disruptions().iter().filter_map(recovery).max();
-    let slow: Vec<String> = sim
-        .disruptions()
-        .iter()
-        .filter(|d| recovery(d).is_none_or(|took| took > bound))
-        .map(|d| {
-            format!(
-                "{} at {:?}: all owned after {:?}",
-                d.fault, d.at, d.all_owned_after
-            )
-        })
-        .collect();
-    let m = sim.metrics();
+    let r = chaos(7);
     println!(
-        "chaos: {} faults, {:.1} s of double trust, {} saves accepted, {} refused, slowest \
-         recovery {slowest:?}, bound {bound:?}, {} slow recoveries; {}",
-        faults.len(),
-        m.double_trust_time.as_secs_f64(),
-        m.saves_accepted,
-        m.saves_refused,
-        slow.len(),
-        first(&sim.violations())
+        "chaos: {} faults, {:.1} s of double trust, {} saves accepted, {} refused, {} moves, \
+         slowest recovery {:?}, bound {:?}, {} slow recoveries; {}",
+        r.faults,
+        r.double_trust.as_secs_f64(),
+        r.saves_accepted,
+        r.saves_refused,
+        r.moves,
+        r.slowest_recovery,
+        r.bound,
+        r.slow.len(),
+        first(&r.violations)
     );
-    assert_sound(&sim);
-    assert!(sim.violations().is_empty(), "{}", first(&sim.violations()));
+    assert!(r.errors.is_empty(), "simulator errors: {:?}", r.errors);
+    assert!(r.violations.is_empty(), "{}", first(&r.violations));
     assert!(
-        slow.is_empty(),
-        "recoveries slower than {bound:?}: {slow:?}"
+        r.slow.is_empty(),
+        "recoveries slower than {:?}: {:?}",
+        r.bound,
+        r.slow
     );
 }
 

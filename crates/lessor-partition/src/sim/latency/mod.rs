@@ -44,6 +44,7 @@
 //!
 //! Time units: everything is simulated time since the simulation started.
 
+mod chaos;
 mod check;
 mod checkpoints;
 mod faults;
@@ -63,6 +64,7 @@ use lease_core::{Clock, FencingToken, ManualClock, MemoryBackend};
 
 use crate::{CheckpointStore, Error, Worker, WorkerHandle, WorkerStats};
 
+pub use chaos::{ChaosReport, chaos};
 pub use check::{Metrics, Violation};
 pub use checkpoints::CheckpointKind;
 pub use link::{Latency, LatencyStore};
