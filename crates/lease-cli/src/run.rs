@@ -881,6 +881,14 @@ mod tests {
         {
             self.0.inspect(key)
         }
+        fn delete<'a>(
+            &'a self,
+            key: &'a LeaseKey,
+            holder: Option<&'a lease_core::LeaseToken>,
+            fencing: lease_core::FencingToken,
+        ) -> lease_core::BoxFuture<'a, Result<(), LeaseError>> {
+            self.0.delete(key, holder, fencing)
+        }
     }
 
     /// Issue 10: with renewals failing, a command that ignores SIGTERM is SIGKILLed *before*

@@ -66,7 +66,7 @@ impl AcquireOptions {
 ///
 /// * **try_acquire** succeeds iff the key has no holder, or its holder's lease expired (plus the
 ///   backend's declared skew allowance). It issues a fencing token strictly greater than every
-///   earlier one for the key. Otherwise [`LeaseError::Held`] with what is known of the holder,
+///   earlier one for the key since its record was last deleted. Otherwise [`LeaseError::Held`] with what is known of the holder,
 ///   also when the holder's token is the one the caller asked for
 ///   ([`AcquireOptions::with_token`]).
 /// * **renew** succeeds iff the store holds `lease`'s tenure (its token *and* fencing token) and

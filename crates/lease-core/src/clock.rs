@@ -340,6 +340,28 @@ impl ManualClock {
         state.sleepers.retain(|(_, s)| Arc::strong_count(s) > 1);
         state.sleepers.len()
     }
+
+    /// When the earliest pending sleep ends, on this clock's monotonic time, or `None` if no
+    /// sleep is pending (sleeps whose future was dropped do not count). A single-threaded
+    /// simulator advances the clock to it when none of its futures can make progress.
+    ///
+    /// ```
+    /// use lease_core::{Clock, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// assert_eq!(clock.next_sleep_deadline(), None);
+    /// let _later = clock.sleep(Duration::from_secs(5));
+    /// let _sooner = clock.sleep(Duration::from_secs(2));
+    /// let next = clock.next_sleep_deadline().unwrap();
+    /// assert_eq!(next - clock.monotonic(), Duration::from_secs(2));
+    /// ```
+    pub fn next_sleep_deadline(&self) -> Option<Instant> {
+        let mut state = lock(&self.state);
+        state.sleepers.retain(|(_, s)| Arc::strong_count(s) > 1);
+        let until = state.sleepers.iter().map(|(until, _)| *until).min()?;
+        Some(crate::lease::instant_after(self.base_instant, until))
+    }
 }
 
 impl Clock for ManualClock {
@@ -446,6 +468,27 @@ mod tests {
         clock.advance(Duration::from_secs(1));
         waiter.join().expect("sleeper thread");
         assert_eq!(clock.pending_sleeps(), 0);
+    }
+
+    #[test]
+    fn the_next_sleep_deadline_skips_fired_and_dropped_sleeps() {
+        let clock = ManualClock::new();
+        let t0 = clock.monotonic();
+        let short = clock.sleep(Duration::from_secs(1));
+        let long = clock.sleep(Duration::from_secs(3));
+        let _zero = clock.sleep(Duration::ZERO);
+        assert_eq!(
+            clock.next_sleep_deadline(),
+            Some(t0 + Duration::from_secs(1))
+        );
+        drop(short);
+        assert_eq!(
+            clock.next_sleep_deadline(),
+            Some(t0 + Duration::from_secs(3))
+        );
+        clock.advance(Duration::from_secs(3));
+        assert_eq!(clock.next_sleep_deadline(), None);
+        block_on(long);
     }
 
     #[test]

@@ -57,7 +57,8 @@
 //! No lease can stop a holder that was paused (GC, SIGSTOP, a VM migration) from acting after its
 //! lease ran out. Fencing tokens make that harmless: every acquisition of a key gets a
 //! [`FencingToken`] strictly greater than every earlier one for that key, across release, expiry
-//! and takeover. The protected resource keeps the highest token it has seen and refuses writes
+//! and takeover (not across a [`delete`](LeaseBackend::delete) of the key's record, which starts
+//! the counter afresh). The protected resource keeps the highest token it has seen and refuses writes
 //! that carry a lower one, atomically with the write, for example:
 //!
 //! ```sql

@@ -123,7 +123,8 @@ impl fmt::Debug for LeaseToken {
 /// A number that grows with every acquisition of a key.
 ///
 /// Every successful acquisition of a key yields a fencing token strictly greater than every
-/// earlier one for that key: across release, expiry and takeover. Pass it with every write to the
+/// earlier one for that key: across release, expiry and takeover, though not across a
+/// [`delete`](crate::LeaseBackend::delete) of the key's record. Pass it with every write to the
 /// resource the lease protects, and have that resource reject a write whose token is lower than
 /// the highest it has seen (see the crate documentation, *Fencing*). This is what keeps a holder
 /// that was paused past its lease from corrupting data: no lease library can stop the paused

@@ -30,7 +30,7 @@ pub(crate) const TENURE: &str = "#token = :token AND #fence = :fence";
 pub(crate) const TENURE_UNFENCED: &str = "#token = :token AND (attribute_not_exists(#fence) OR NOT (attribute_type(#fence, :number) AND #fence >= :zero AND #fence <= :fence_limit))";
 
 /// Whether `expression` uses `placeholder` (a whole word: `#expires` is not in `#expires_ms`).
-fn mentions(expression: &str, placeholder: &str) -> bool {
+pub(crate) fn mentions(expression: &str, placeholder: &str) -> bool {
     expression.match_indices(placeholder).any(|(at, _)| {
         expression[at + placeholder.len()..]
             .chars()

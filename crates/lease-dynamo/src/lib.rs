@@ -64,6 +64,7 @@
 //! | acquire, takeover included | `UpdateItem` `SET token, expires, expires_ms, acquired, owner, request, ttl, fence = if_not_exists(fence, :seed) + 1`, `ReturnValues=ALL_NEW` | the counter is usable (absent, or a number in `[0, 2^63-1)`) **and** the key is free: `attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up)`, with `cutoff = now - max_clock_skew` | 1 request, 1 WCU |
 //! | renew | `UpdateItem` `SET expires, expires_ms, ttl` | `#token = :token AND #fence = :fence AND #expires_ms > :now` | 1 request, 1 WCU |
 //! | release | `UpdateItem` `SET expires = 0, request, ttl REMOVE token, expires_ms, owner, acquired` | `#token = :token AND #fence = :fence` (for a record with no counter: the token, and no usable counter) | 1 request, 1 WCU |
+//! | delete | `DeleteItem` | the state named, as release names a tenure (`#token = :token AND #fence = :fence`), or for a free record `attribute_not_exists(#token) AND #fence = :fence`; **and** `attribute_not_exists(value_fence)` | 1 request, 1 WCU; 2 when a fenced value shares the item (see *Delete*) |
 //! | inspect | `GetItem`, strongly consistent | | 1 request, 1 RCU |
 //! | list a partition | `Query` on `pk`, strongly consistent | | 1 request per 1 MB page, 1 RCU per 4 KB |
 //! | put_fenced | `UpdateItem` `SET #val = :v, #vfence = :t` | `attribute_not_exists(#vfence) OR #vfence <= :t` | 1 request, 1 WCU per KB of the item |
@@ -103,6 +104,10 @@
 //!   finds another tenure or none. A release that landed and was followed by another
 //!   acquisition before the retry reports `NotOwned(TakenOver)`: the lease is gone either way.
 //! * renew: our token, our fencing counter and an expiry **at or after the one we wrote**.
+//! * delete: never. A deleted item keeps no trace of who deleted it, so a retry that finds the
+//!   item gone reports `NotOwned(Missing)`, as a delete of a key with no record does: the record
+//!   is gone either way, perhaps not by this call. A retry that finds a record created since
+//!   (acquired afresh) refuses it and leaves it alone.
 //!
 //! Items that no writer of this crate or of the Go package leaves are reported, never acted on
 //! halfway: a fencing counter that is not a whole number in `[0, 2^63 - 1]` (or has run out),
@@ -134,6 +139,21 @@
 //!   shares the lease's item; each side keeps to its own attributes (an item holding only a
 //!   fenced value is not a lease for `inspect` and listing), but the lease's TTL then deletes
 //!   the value with the item one TTL buffer after the lease ends.
+//!
+//! # Delete
+//!
+//! [`LeaseBackend::delete`](lease_core::LeaseBackend::delete) removes a lease item with one
+//! conditional `DeleteItem` naming the exact state the caller read, so an item that changed
+//! since is never deleted; the `ALL_OLD` item of a refusal tells why (`NotOwned`, with
+//! `Missing` or `TakenOver` as for release). A lease that shares its item with a fenced value
+//! (a name equal to the lease's key) must not take the value with it: a stale writer would then
+//! find no fence to refuse it. So the `DeleteItem` also requires that no `value_fence` exists;
+//! when the refusal shows the named state and a fenced value, a second `UpdateItem`, conditioned
+//! on the same state, removes only the lease attributes and the TTL, leaving an item that is not
+//! a lease (absent from `inspect` and listing) and that TTL never deletes. Deleting the item
+//! deletes its fencing counter: the next acquisition seeds a new one from its clock with no TTL
+//! buffer waited out, so its tokens may fall below earlier ones (see *Fencing*). Delete only keys
+//! that nobody acquires again.
 //!
 //! # Time
 //!
@@ -191,12 +211,14 @@
 //! skew allowance; or zero, which writes no TTL). A Go writer replacing the item has no buffer
 //! to wait out: the order holds only when the Go writer's tenure lasted longer than the
 //! writers' clock disagreement, so give keys shared with Go a fenced resource that tolerates it,
-//! or finish the migration before relying on fencing across both. With TTL off and no Go
-//! writer, the counter is never reset at all.
+//! or finish the migration before relying on fencing across both. A
+//! [`delete`](lease_core::LeaseBackend::delete) removes the counter with no buffer to wait out,
+//! so neither assumption covers the next acquisition: the order is not promised across a
+//! delete. With TTL off, no Go writer and no delete, the counter is never reset at all.
 //!
 //! # IAM
 //!
-//! The least privilege for leases, listing and the table helpers:
+//! The least privilege for leases, listing and the table helpers (delete: see below):
 //!
 //! ```json
 //! {
@@ -218,7 +240,9 @@
 //! ```
 //!
 //! `GetItem` is needed only by `inspect`, `Query` only by listing; acquire, renew, release,
-//! `put_fenced` and `fence_and_read` need `UpdateItem` alone. To confine a principal that only
+//! `put_fenced` and `fence_and_read` need `UpdateItem` alone. Delete needs `dynamodb:DeleteItem`
+//! (add it to the first statement where records are deleted), and `UpdateItem` when a fenced
+//! value shares the item. To confine a principal that only
 //! keeps checkpoints to its partition, add the condition key `dynamodb:LeadingKeys` (for example
 //! `"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["checkpoints"]}`).
 //!
@@ -256,6 +280,7 @@
 
 mod acquire;
 mod client;
+mod delete;
 mod error;
 mod expr;
 mod fenced;

@@ -273,6 +273,22 @@ impl LeaseBackend for DynamoLeases {
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
         Box::pin(self.inspect_inner(key))
     }
+
+    /// One conditional `DeleteItem` naming the state (`#token = :token AND #fence = :fence`
+    /// for a holder, `attribute_not_exists(#token) AND #fence = :fence` for a free record) and
+    /// `attribute_not_exists(value_fence)`: 1 request, 1 WCU. When a
+    /// [`FencedValues`](lease_core::FencedValues) value shares the item, a second conditional
+    /// `UpdateItem` on the same state removes only the lease attributes and the TTL, so the
+    /// value stays and is never collected by TTL. IAM: `dynamodb:DeleteItem` (and
+    /// `dynamodb:UpdateItem`). See the crate docs, *Delete*, for lost replies.
+    fn delete<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: Option<&'a LeaseToken>,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(self.delete_inner(key, holder, fencing))
+    }
 }
 
 impl LeaseListing for DynamoLeases {

@@ -396,3 +396,67 @@ fn lost_put_fenced_reply_is_reconciled() {
         },
     );
 }
+
+#[test]
+fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
+    support::run(
+        "delete_retries_transient_failures_and_never_claims_a_lost_one",
+        |endpoint| async move {
+            let r = rig(&endpoint, RetryPolicy::default()).await;
+            let key = LeaseKey::new("gone").unwrap();
+            let lease = r.leases.acquire("gone", D).await.unwrap();
+            r.counter.take();
+
+            // Throttled and 5xx answers never reached the table: the retry deletes, and says so.
+            r.faults.throttle(1);
+            r.faults.server_error(1);
+            LeaseBackend::delete(&r.leases, &key, Some(lease.token()), lease.fencing_token())
+                .await
+                .unwrap();
+            assert_eq!(r.counter.take(), ["DeleteItem"; 3]);
+            assert!(
+                LeaseBackend::inspect(&r.leases, &key)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+
+            // Applied, reply lost: the retry finds the item gone and cannot prove it was ours.
+            let lease = r.leases.acquire("gone", D).await.unwrap();
+            r.counter.take();
+            r.faults.lose_replies(1);
+            let err =
+                LeaseBackend::delete(&r.leases, &key, Some(lease.token()), lease.fencing_token())
+                    .await
+                    .unwrap_err();
+            assert_eq!(
+                err.not_owned_reason(),
+                Some(NotOwnedReason::Missing),
+                "{err}"
+            );
+            assert_eq!(r.faults.lost(), 1);
+            assert_eq!(r.counter.take(), ["DeleteItem"; 2]);
+            assert!(
+                LeaseBackend::inspect(&r.leases, &key)
+                    .await
+                    .unwrap()
+                    .is_none(),
+                "the first attempt deleted it"
+            );
+
+            // With retries off, a lost reply is a transient failure: the outcome is unknown.
+            let once = rig(&endpoint, RetryPolicy::none()).await;
+            let lease = once.leases.acquire("gone", D).await.unwrap();
+            once.faults.lose_replies(1);
+            let err = LeaseBackend::delete(
+                &once.leases,
+                &key,
+                Some(lease.token()),
+                lease.fencing_token(),
+            )
+            .await
+            .unwrap_err();
+            assert!(err.is_transient(), "{err}");
+        },
+    );
+}

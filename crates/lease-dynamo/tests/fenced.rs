@@ -112,6 +112,82 @@ fn fenced_value_and_lease_coexist_on_one_item() {
     });
 }
 
+/// Deleting a lease whose item holds a fenced value too removes the lease and keeps the value
+/// and its fence, without a TTL: a stale writer is still refused afterwards.
+#[test]
+fn delete_keeps_a_fenced_value_that_shares_the_item() {
+    let Some(endpoint) = support::endpoint("delete_keeps_a_fenced_value_that_shares_the_item")
+    else {
+        return;
+    };
+    support::runtime().block_on(async {
+        let counter = Arc::new(support::RequestCounter::default());
+        let wiring = Wiring {
+            counter: Some(counter.clone()),
+            faults: None,
+        };
+        let (leases, client) = support::leases(&endpoint, &wiring, |b| b).await;
+        let key = LeaseKey::with_sort_key("units", "retired").unwrap();
+        let lease = leases.acquire_key(&key, D).await.unwrap();
+        let fence = lease.fencing_token();
+        leases.put_fenced(&key, fence, b"final").await.unwrap();
+        counter.take();
+
+        let err = LeaseBackend::delete(&leases, &key, None, fence)
+            .await
+            .unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+        assert_eq!(
+            counter.take(),
+            ["DeleteItem"],
+            "a refused delete is one request"
+        );
+
+        LeaseBackend::delete(&leases, &key, Some(lease.token()), fence)
+            .await
+            .unwrap();
+        assert_eq!(
+            counter.take(),
+            ["DeleteItem", "UpdateItem"],
+            "the DeleteItem is refused for the value's sake, then the lease attributes go"
+        );
+        let item = raw_item(&client, &leases, "units", "retired").await;
+        let mut attributes: Vec<_> = item.keys().map(String::as_str).collect();
+        attributes.sort_unstable();
+        assert_eq!(
+            attributes,
+            ["fenced_value", "pk", "sk", "value_fence"],
+            "only the value is left, with no TTL"
+        );
+        assert!(
+            LeaseBackend::inspect(&leases, &key)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(leases.list_partition("units").await.unwrap().is_empty());
+        let stale = FencingToken::new(fence.get() - 1);
+        let err = leases.put_fenced(&key, stale, b"late").await.unwrap_err();
+        assert!(err.is_not_owned(), "the fence outlives the lease: {err}");
+        assert_eq!(
+            leases.fence_and_read(&key, fence).await.unwrap().as_deref(),
+            Some(&b"final"[..])
+        );
+
+        // A second delete finds no lease, and leaves the value alone.
+        let err = LeaseBackend::delete(&leases, &key, Some(lease.token()), fence)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.not_owned_reason(),
+            Some(lease_core::NotOwnedReason::Missing),
+            "{err}"
+        );
+        let item = raw_item(&client, &leases, "units", "retired").await;
+        assert!(item.contains_key("fenced_value"));
+    });
+}
+
 #[test]
 fn fenced_attribute_names_are_configurable() {
     let Some(endpoint) = support::endpoint("fenced_attribute_names_are_configurable") else {

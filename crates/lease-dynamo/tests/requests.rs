@@ -1,4 +1,5 @@
-//! Every operation is exactly one request, counted by an SDK interceptor on the wire.
+//! Every operation is exactly one request, counted by an SDK interceptor on the wire (a delete of
+//! a lease that shares its item with a fenced value is two: `tests/fenced.rs`).
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -70,6 +71,23 @@ fn one_request_per_operation() {
         let records = leases.list_partition("job").await.unwrap();
         assert_eq!(records.len(), 1);
         expect("list a partition", &["Query"]);
+
+        let err = LeaseBackend::delete(&leases, &key, None, taken.fencing_token())
+            .await
+            .unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+        expect("delete refused (held, named free)", &["DeleteItem"]);
+
+        LeaseBackend::delete(&leases, &key, Some(taken.token()), taken.fencing_token())
+            .await
+            .unwrap();
+        expect("delete", &["DeleteItem"]);
+
+        let err = LeaseBackend::delete(&leases, &key, Some(taken.token()), taken.fencing_token())
+            .await
+            .unwrap_err();
+        assert!(err.is_not_owned(), "{err}");
+        expect("delete of a deleted record", &["DeleteItem"]);
 
         let name = LeaseKey::with_sort_key("checkpoints", "job").unwrap();
         let t = FencingToken::new;

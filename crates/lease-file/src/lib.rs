@@ -151,6 +151,9 @@
 //!   restarts its fencing generation at 1, and deleting it *while held* lets a contender in at
 //!   once while the holder trusts its lease until its next heartbeat notices (at most its
 //!   deadline): keep locks out of directories that are cleaned.
+//! * No delete: [`DirectoryStore`] keeps lease-core's default
+//!   [`LeaseBackend::delete`](lease_core::LeaseBackend::delete), which returns
+//!   `LeaseError::Unsupported` and removes nothing (see [`DirectoryStore`], *Delete*, for why).
 //!
 //! # Design choices
 //!

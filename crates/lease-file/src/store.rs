@@ -92,6 +92,48 @@ struct Tenure {
 /// lease_core::block_on(guard.release())?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// # Delete
+///
+/// The store does not offer [`LeaseBackend::delete`]: it keeps the contract's default, which
+/// returns [`LeaseError::Unsupported`] and touches nothing. A safe delete does not fit the
+/// protocol without changes that its exhaustive model check (`tests/model_check.rs`) does not
+/// yet cover:
+///
+/// * The protocol's compare-and-swap is sound because a lock directory always holds exactly one
+///   state entry and its names never repeat. A delete must end that directory (renaming its
+///   state to a tombstone, then removing it), and the next acquirer creates a new one at the
+///   same path starting again from `free.0`, so the same names recur at the same path. Expiry
+///   by observation (for holders on another clock, as in heartbeat-only mode on a network file
+///   system) remembers names by path: a new tenure whose name repeats an old one's could be
+///   timed from the old one's first sighting and taken over while its holder still trusts it.
+/// * Every reader (acquisitions, renewals, releases, `inspect`, listing, [`FileLock`](crate::FileLock)
+///   on the same path, the kernel-lock waiters) treats a directory with no state entry as
+///   damaged ([`FileLockError::Hostile`]); a tombstone needs a new rule in each, and a rule for
+///   who may remove a directory that a crashed deleter left behind.
+/// * On a network file system a file still open in another process is silly-renamed when
+///   removed, so the directory cannot be removed while any process has its state entry open
+///   (this store keeps it open to write descriptions): tombstoned directories would linger, and
+///   acquirers would have to replace them safely.
+///
+/// To drop a key for good, remove its lock directory by hand once no process uses it (the
+/// fencing generation then restarts at 1, as a delete's would: see the crate docs).
+///
+/// ```
+/// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
+/// use lease_file::DirectoryStore;
+/// use std::time::Duration;
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = DirectoryStore::open(dir.path())?;
+/// let key = LeaseKey::new("retired")?;
+/// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+/// let err = lease_core::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))
+///     .unwrap_err();
+/// assert!(err.is_unsupported());
+/// assert!(lease_core::block_on(store.inspect(&key))?.is_some(), "nothing removed");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct DirectoryStore {
     inner: Arc<Inner>,

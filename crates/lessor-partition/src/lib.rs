@@ -38,7 +38,8 @@
 //!   while it runs; [`CheckpointStore`] for per-unit checkpoints, kept durably in the lease store
 //!   itself by [`StoreCheckpoints`].
 //! * [`sim`]: the deterministic simulator behind the tests and the benchmark, with a model of
-//!   KCL 2.x for comparison.
+//!   KCL 2.x for comparison, and [`sim::latency`], in which every request takes time and workers
+//!   interleave request by request, with pauses, crashes and mixed configurations.
 //!
 //! The crate depends on `lease-core` only: a backend comes in through [`LeaseStore`]
 //! (`LeaseBackend + LeaseListing`), so a fleet on files never compiles the AWS SDK.
@@ -119,6 +120,27 @@
 //! ([`WorkerBuilder::handoff_timeout`], as KCL 3.x's graceful handoff). The next owner reads that
 //! checkpoint when it takes the unit. Without tasks, a unit is released at once.
 //!
+//! **Limits and load** (KCL parity). [`WorkerBuilder::max_units`] caps a worker; the cap travels
+//! in its session token, and the targets fill members up to their caps like water (lowest ids
+//! first), so they still depend on the member list alone; when the caps add up to fewer than the
+//! units, the rest stay unowned. With [`WorkerBuilder::balance_by_load`], each worker publishes
+//! the sum of its units' reported loads ([`UnitTask::report_load`]) and its unit count in a
+//! `<worker>.load` record of the sessions partition, so the figures arrive with the listing every
+//! worker already makes. Free units go to the least loaded member; the most loaded member gives
+//! a unit only when that leaves it above the receiver by more than a tenth of the fair share plus
+//! the unit's load (so a unit never comes back), and only while every published figure matches
+//! the units the listing shows its worker holding. The fleet plans by count whenever a live
+//! member publishes no load.
+//!
+//! **Units at run time** (KCL's shard sync). The unit set is the configured units plus every unit
+//! record in the store. [`WorkerHandle::add_units`] makes records for new units and moves the
+//! *unit-set epoch*, a `.units` record of the sessions partition (no worker id contains a '.'),
+//! whose change makes every worker list the units on its next tick. [`UnitTask::retire`] ends a
+//! finished unit: trust ends at once, the record is deleted with the owner's token (the store's
+//! compare-and-delete: DynamoDB and memory; elsewhere the call fails and the unit is trusted
+//! again), and the epoch moves. The lowest-id member also deletes session records released for
+//! ten session durations that no unit names, so listings stay the size of the live fleet.
+//!
 //! ## Why no unit ever has two trusting owners
 //!
 //! Suppose worker `X` trusts unit `u` at instant `t`: it holds `u`'s lease under session `s`, and
@@ -170,7 +192,7 @@
 //! expiry): it is left alone. A holder whose token the store does not show cannot be released
 //! conditionally and is left alone.
 //!
-//! Two simulators check this property: [`sim`] after every tick, and the latency simulator (`sim::latency`), in which
+//! Two simulators check this property: [`sim`] after every tick, and [`sim::latency`], in which
 //! every request takes time and the workers interleave request by request, after every request.
 //!
 //! ## Slow stores
@@ -183,6 +205,25 @@
 //! `T` units at `ℓ` per request spends about `T × (2 + c) × ℓ` (two requests per take, `c = 1`
 //! with checkpoints, one more for a dead owner's unit) plus one renewal per interval, and keeps
 //! everything it holds meanwhile.
+//!
+//! Measured in the latency simulator (`tests/latency.rs`, `cargo test -p lessor-partition --test
+//! latency -- --nocapture`; every request takes the stated time, half before it lands): four
+//! workers, 64 units, defaults: every unit owned after 4.4 s at 100 ms per request, 7.5 s at
+//! 250 ms, 12.4 s at 450 ms, with no session loss; at 550 ms nothing is owned after 120 s and
+//! nothing is ever doubly trusted. Four workers, 1,024 units: all owned after 12.9 s at 20 ms per
+//! request with checkpoints in the lease store, 13.0 s at 40 ms without, 1,024 moves and no
+//! session loss (the protocol before this rule never owned them all: 52 session losses, 8,056
+//! moves in 120 s).
+//!
+//! ## Chaos, measured
+//!
+//! `tests/latency.rs::chaos_keeps_every_promise` (seeded, 600 simulated seconds): 16 workers,
+//! 256 units, 2 to 40 ms per request, checkpoints saved every 2 s, random pauses of 0.1 to 25 s
+//! (preferably with a save in flight), crashes with restarts under the same id, a worker
+//! flapping every 30 s and a rolling change from 10 s to 20 s sessions: 48 faults, 0 s of double
+//! trust, 62,941 checkpoint saves accepted and 4 stale ones refused, none backwards, and every
+//! unit owned again at most 14.1 s after each fault (the bound
+//! [`sim::latency::recovery_bound`] gives for it: 34 s).
 //!
 //! ## Cost, per worker per interval
 //!

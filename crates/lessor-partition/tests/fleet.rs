@@ -363,3 +363,77 @@ fn departed_workers_session_records_are_deleted() {
     assert!(!exists(), "deleted after ten session durations released");
     assert_eq!(a.owned_units().len(), 4);
 }
+
+/// A worker's unit limit travels in its session token: every planner honours it, and the others
+/// share the rest.
+#[test]
+fn a_workers_unit_limit_is_honoured_by_the_whole_fleet() {
+    let clock = Arc::new(ManualClock::new());
+    let store = MemoryBackend::new().with_clock(clock.clone());
+    let make = |id: &str, cap: Option<usize>| {
+        let builder = Worker::builder("caps", id)
+            .store(store.clone())
+            .units((0..12).map(|u| format!("u{u:02}")));
+        match cap {
+            Some(cap) => builder.max_units(cap),
+            None => builder,
+        }
+        .build()
+        .expect("worker")
+    };
+    let (mut a, mut b, mut c) = (make("a", Some(2)), make("b", None), make("c", None));
+    tick_all(&mut [&mut a, &mut b, &mut c], &clock, 8);
+    assert_eq!(owned_total(&[&a, &b, &c]), (12, vec![2, 5, 5]));
+    // Limits below the units leave the rest unowned, by design.
+    let (mut x, mut y) = (make("x", Some(3)), make("y", Some(4)));
+    drop((a, b, c));
+    clock.advance(Duration::from_secs(30));
+    tick_all(&mut [&mut x, &mut y], &clock, 10);
+    assert_eq!(owned_total(&[&x, &y]), (7, vec![3, 4]));
+}
+
+/// Balancing by load: the worker holding a heavy unit ends up with fewer units, and the fleet
+/// stops moving once balanced.
+#[test]
+fn balancing_by_load_gives_the_heavy_units_owner_fewer_units() {
+    let clock = Arc::new(ManualClock::new());
+    let store = MemoryBackend::new().with_clock(clock.clone());
+    let make = |id: &str| {
+        Worker::builder("load", id)
+            .store(store.clone())
+            .units((0..8).map(|u| format!("u{u}")))
+            .balance_by_load()
+            .build()
+            .expect("worker")
+    };
+    let (mut a, mut b) = (make("a"), make("b"));
+    for round in 0..12 {
+        tick_all(&mut [&mut a, &mut b], &clock, 1);
+        eprintln!(
+            "round {round}: {:?} {:?} {:?}",
+            owned_total(&[&a, &b]),
+            a.assignment(),
+            b.assignment()
+        );
+    }
+    assert_eq!(owned_total(&[&a, &b]), (8, vec![4, 4]));
+    let heavy = if a.owns("u0").is_some() { &a } else { &b };
+    heavy.handle().report_load("u0", 5.0);
+    tick_all(&mut [&mut a, &mut b], &clock, 40);
+    let (total, counts) = owned_total(&[&a, &b]);
+    assert_eq!(total, 8);
+    let (with_heavy, other) = if a.owns("u0").is_some() {
+        (counts[0], counts[1])
+    } else {
+        (counts[1], counts[0])
+    };
+    // Loads 5 + k against 8 - 1 - k: balanced within a unit when k = 1 (6 against 6).
+    assert!(with_heavy < other, "{with_heavy} vs {other}");
+    let moves = a.stats().gains + b.stats().gains;
+    tick_all(&mut [&mut a, &mut b], &clock, 40);
+    assert_eq!(
+        a.stats().gains + b.stats().gains,
+        moves,
+        "settled: no more moves"
+    );
+}

@@ -167,7 +167,7 @@ impl Intercept for CountingInterceptor {
     }
 }
 
-/// Faults to inject into the next `UpdateItem` requests, at the transport.
+/// Faults to inject into the next write requests (`UpdateItem`, `DeleteItem`), at the transport.
 #[derive(Default)]
 pub struct Faults {
     /// Runs after the next lost reply's request was applied, before the failure is returned.
@@ -206,19 +206,19 @@ fn take(counter: &AtomicU32) -> bool {
 }
 
 impl Faults {
-    /// The next `n` `UpdateItem` requests reach the server, which applies them; their replies
+    /// The next `n` write requests reach the server, which applies them; their replies
     /// are replaced by a connection reset.
     pub fn lose_replies(&self, n: u32) {
         self.lose_replies.store(n, Ordering::SeqCst);
     }
 
-    /// The next `n` `UpdateItem` requests are answered `ThrottlingException` without reaching
+    /// The next `n` write requests are answered `ThrottlingException` without reaching
     /// the server.
     pub fn throttle(&self, n: u32) {
         self.throttles.store(n, Ordering::SeqCst);
     }
 
-    /// The next `n` `UpdateItem` requests are answered `InternalServerError` (HTTP 500) without
+    /// The next `n` write requests are answered `InternalServerError` (HTTP 500) without
     /// reaching the server.
     pub fn server_error(&self, n: u32) {
         self.server_errors.store(n, Ordering::SeqCst);
@@ -258,7 +258,7 @@ struct FaultyConnector {
 impl HttpConnector for FaultyConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let faults = self.faults.clone();
-        let is_write = operation_of(&request) == "UpdateItem";
+        let is_write = matches!(operation_of(&request).as_str(), "UpdateItem" | "DeleteItem");
         if is_write && take(&faults.throttles) {
             faults.throttled.fetch_add(1, Ordering::SeqCst);
             return HttpConnectorFuture::ready(Ok(error_response(400, "ThrottlingException")));

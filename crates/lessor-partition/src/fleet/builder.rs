@@ -7,7 +7,7 @@ use std::time::Duration;
 use lease_core::{LeaseKey, RandomTokens, TokenSource, default_safety_margin, validate_duration};
 
 use super::checkpoint::CheckpointStore;
-use super::view::{EPOCH_SORT_KEY, SessionTag};
+use super::view::{EPOCH_SORT_KEY, LOAD_SUFFIX, SessionTag};
 use super::worker::Worker;
 
 /// Longest worker id accepted, in bytes (it travels inside owner tokens of at most 256 bytes).
@@ -48,6 +48,7 @@ pub struct WorkerBuilder {
     handoff_timeout: Duration,
     max_units: Option<usize>,
     tokens: Arc<dyn TokenSource>,
+    by_load: bool,
 }
 
 impl fmt::Debug for WorkerBuilder {
@@ -78,6 +79,7 @@ impl WorkerBuilder {
             handoff_timeout: Duration::from_secs(5),
             max_units: None,
             tokens: Arc::new(RandomTokens),
+            by_load: false,
         }
     }
 
@@ -189,6 +191,18 @@ impl WorkerBuilder {
         self
     }
 
+    /// Balances the load the application reports for each unit
+    /// ([`UnitTask::report_load`](crate::UnitTask::report_load)) instead of the unit count, as
+    /// KCL 3.x balances worker utilisation. Each worker publishes the sum of its units' loads
+    /// (a unit without a report counts 1) in a record of the sessions partition, at most every
+    /// four ticks unless it changed by more than 5 % (two requests); the most loaded member gives
+    /// units to the least loaded when that narrows the gap by more than a tenth of the fair share.
+    /// The fleet plans by load only while every live member publishes one, and by count otherwise.
+    pub fn balance_by_load(mut self) -> Self {
+        self.by_load = true;
+        self
+    }
+
     /// Where the random parts of session and unit tokens come from (default
     /// [`RandomTokens`]): inject one for reproducible tests.
     pub fn token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
@@ -245,8 +259,13 @@ impl WorkerBuilder {
             ));
         }
         let epoch_key = LeaseKey::with_sort_key(sessions.as_str(), EPOCH_SORT_KEY)?;
+        let load_key = LeaseKey::with_sort_key(
+            sessions.as_str(),
+            format!("{}{LOAD_SUFFIX}", self.worker_id),
+        )?;
         let config = Config {
             epoch_key,
+            load_key: self.by_load.then_some(load_key),
             units_hash: units_hash(&units),
             worker_id: self.worker_id,
             sessions,
@@ -295,6 +314,8 @@ pub(crate) struct Config {
     pub(crate) tokens: Arc<dyn TokenSource>,
     pub(crate) units_hash: u64,
     pub(crate) epoch_key: LeaseKey,
+    /// This worker's load record, when it balances by load.
+    pub(crate) load_key: Option<LeaseKey>,
 }
 
 impl fmt::Debug for Config {

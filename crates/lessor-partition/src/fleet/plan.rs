@@ -56,6 +56,7 @@ pub(crate) struct Member {
 
 impl Member {
     /// A member with no cap that reports no load: what [`plan`] and [`targets`] plan with.
+    #[cfg(test)]
     pub(crate) fn new(id: impl Into<String>) -> Self {
         Member {
             id: id.into(),
@@ -152,6 +153,7 @@ fn water_fill(units: usize, caps: &[Option<usize>]) -> Vec<usize> {
 }
 
 /// The count plan without caps for `members`: [`plan_with`] with every member [`Member::new`].
+#[cfg(test)]
 pub(crate) fn plan(
     units: &[String],
     members: &[String],

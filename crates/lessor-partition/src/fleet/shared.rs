@@ -34,6 +34,8 @@ pub(crate) struct SharedUnit {
     pub(crate) token: LeaseToken,
     /// Set while the application retires the unit: not trusted from then on.
     pub(crate) retiring: bool,
+    /// The load the application reported for the unit (1 until it does).
+    pub(crate) load: f64,
     /// The unit lease's holder-side deadline.
     pub(crate) deadline: Instant,
     /// Set when the worker asked the application to hand the unit over (or is shutting down):
@@ -80,6 +82,8 @@ pub(crate) struct Shared {
     pub(crate) units_key: String,
     /// The record whose fencing counter moves whenever the unit set changes.
     pub(crate) epoch_key: LeaseKey,
+    /// Where the random parts of tokens come from.
+    pub(crate) tokens: Arc<dyn TokenSource>,
     pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
     state: Mutex<State>,
 }
@@ -98,9 +102,11 @@ impl Shared {
         store: Arc<dyn LeaseStore>,
         checkpoints: Option<Arc<dyn CheckpointStore>>,
         keys: (String, LeaseKey),
+        tokens: Arc<dyn TokenSource>,
     ) -> Self {
         Self {
             store,
+            tokens,
             units_key: keys.0,
             epoch_key: keys.1,
             checkpoints,
@@ -383,13 +389,28 @@ impl WorkerHandle {
         for unit in units {
             let unit = unit.into();
             let key = LeaseKey::with_sort_key(self.shared.units_key.as_str(), unit.as_str())?;
-            if touch(&*self.shared.store, &key).await? {
+            if touch(&*self.shared.store, &*self.shared.tokens, &key).await? {
                 added += 1;
             }
         }
-        touch(&*self.shared.store, &self.shared.epoch_key).await?;
+        touch(
+            &*self.shared.store,
+            &*self.shared.tokens,
+            &self.shared.epoch_key,
+        )
+        .await?;
         tracing::info!(added, "fleet: units added");
         Ok(added)
+    }
+
+    /// Reports the load of `unit`, owned by this worker (see [`UnitTask::report_load`]).
+    pub fn report_load(&self, unit: &str, load: f64) {
+        if !load.is_finite() || load < 0.0 {
+            return;
+        }
+        if let Some(owned) = self.shared.lock().units.get_mut(unit) {
+            owned.load = load;
+        }
     }
 
     /// The next unit gained as a [`UnitTask`], if one is waiting, without waiting. Like
@@ -412,8 +433,12 @@ impl WorkerHandle {
 /// Makes sure `key` has a record, and moves its fencing counter: acquire (under a token that is
 /// not a fleet token) and release at once. `true` if the record was free or new, `false` if
 /// someone holds it.
-pub(crate) async fn touch(store: &dyn LeaseStore, key: &LeaseKey) -> Result<bool, Error> {
-    let token = lease_core::RandomTokens.next_token();
+pub(crate) async fn touch(
+    store: &dyn LeaseStore,
+    tokens: &dyn TokenSource,
+    key: &LeaseKey,
+) -> Result<bool, Error> {
+    let token = tokens.next_token();
     let options = AcquireOptions::default()
         .with_owner("fleet admin")
         .with_token(token);
@@ -503,6 +528,21 @@ impl UnitTask {
         save_fenced(&self.shared, &self.unit, self.fencing, data).await
     }
 
+    /// Reports the unit's load (any non-negative figure: records per second, CPU share), for a
+    /// fleet that balances by load ([`WorkerBuilder::balance_by_load`](crate::WorkerBuilder::balance_by_load)).
+    /// Until reported, a unit counts 1. Negative or non-finite figures are ignored.
+    pub fn report_load(&self, load: f64) {
+        if !load.is_finite() || load < 0.0 {
+            return;
+        }
+        let mut state = self.shared.lock();
+        if let Some(owned) = state.units.get_mut(&self.unit)
+            && owned.fencing == self.fencing
+        {
+            owned.load = load;
+        }
+    }
+
     /// Retires the unit for good (KCL: a shard that reached its end): stops trusting it at once,
     /// deletes its record with this ownership's token, and moves the fleet's unit-set epoch, so
     /// no worker takes it again. The worker then reports it lost ([`LossCause::Retired`]).
@@ -529,7 +569,13 @@ impl UnitTask {
         })?;
         let key = LeaseKey::with_sort_key(self.shared.units_key.as_str(), self.unit.as_str())?;
         let store = &*self.shared.store;
-        if let Err(error) = store.delete(&key, Some(&token), self.fencing).await {
+        let outcome = store.delete(&key, Some(&token), self.fencing).await;
+        // A lost reply retried finds the record gone and cannot prove whose delete that was;
+        // either way the record is gone, which is all a retirement needs.
+        let gone = |e: &lease_core::LeaseError| {
+            e.not_owned_reason() == Some(lease_core::NotOwnedReason::Missing)
+        };
+        if let Err(error) = outcome.or_else(|e| if gone(&e) { Ok(()) } else { Err(e) }) {
             self.shared.update(|state| {
                 if let Some(owned) = state.units.get_mut(&self.unit) {
                     owned.retiring = false;
@@ -541,7 +587,7 @@ impl UnitTask {
         self.shared
             .update(|state| state.retired.push(self.unit.clone()));
         self.shared.wake_worker();
-        touch(store, &self.shared.epoch_key).await?;
+        touch(store, &*self.shared.tokens, &self.shared.epoch_key).await?;
         Ok(())
     }
 

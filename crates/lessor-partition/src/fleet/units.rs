@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use lease_core::{AcquireOptions, FencingToken, Lease, LeaseKey, LeaseToken};
 
-use super::plan::{Holding, plan};
+use super::plan::{Holding, Member, plan_with};
 use super::shared::touch;
 use super::types::{FleetEvent, LossCause};
-use super::view::{Listing, UnitHolder, UnitOwner};
+use super::view::{Listing, PublishedLoad, UnitHolder, UnitOwner};
 use super::worker::Worker;
 use crate::Error;
 
@@ -169,20 +169,36 @@ impl Worker {
             self.lose_unit(unit, LossCause::TakenOver, events);
         }
         let units: Vec<String> = self.known_units.iter().cloned().collect();
-        let names: Vec<String> = self.members.iter().map(|(m, _)| m.clone()).collect();
-        let mut plans = plan(&units, &names, &reading.holdings);
-        let Some(mine) = plans.remove(&self.config.worker_id) else {
+        let members = self.plan_members();
+        let by_load = members.iter().all(|m| m.load.is_some()) && self.config.load_key.is_some();
+        let own_loads = self.own_loads();
+        let me = self.config.worker_id.clone();
+        let mut plans = plan_with(&units, &members, &reading.holdings, Some(&own_loads), &me);
+        let Some(mine) = plans.remove(&me) else {
             return;
         };
         self.target = Some(mine.target);
+        self.by_load = by_load;
         let free_for_me = mine
             .take
             .iter()
             .any(|u| reading.holdings.get(u) == Some(&Holding::Free));
         let coming = !mine.take.is_empty();
         self.note_listing_outcome(&reading, free_for_me, coming);
-        tracing::debug!(worker = %self.config.worker_id, target = mine.target, take = mine.take.len(), members = names.len(), "fleet: planned");
-        self.give_surplus(events).await;
+        tracing::debug!(worker = %me, target = mine.target, take = mine.take.len(), give = mine.give.len(), members = members.len(), by_load, "fleet: planned");
+        if by_load {
+            if self.loads_fresh(&members, &reading) {
+                for unit in mine.give.iter().take(self.config.max_moves) {
+                    self.begin_handoff(unit, LossCause::HandedOver, events)
+                        .await;
+                }
+            } else {
+                // A figure published before its worker's latest move: plan again next tick.
+                self.relist = true;
+            }
+        } else {
+            self.give_surplus(events).await;
+        }
         let mut moves = 0;
         for unit in mine.take {
             if moves >= self.config.max_moves {
@@ -210,6 +226,109 @@ impl Worker {
         let any_free = reading.holdings.values().any(|h| *h == Holding::Free);
         self.relist = free_for_me || coming || (any_free && self.below_target());
         self.next_verdict = reading.next_due;
+    }
+
+    /// The live members as the planner sees them: each with its unit limit (from its session
+    /// token) and its load (published under its current session), this worker included.
+    fn plan_members(&self) -> Vec<Member> {
+        self.members
+            .iter()
+            .map(|(id, session)| {
+                let max_units = if *id == self.config.worker_id {
+                    self.config.max_units
+                } else {
+                    self.member_tags
+                        .get(id)
+                        .copied()
+                        .flatten()
+                        .and_then(|t| t.max_units)
+                };
+                let load = self
+                    .view
+                    .load_of(id)
+                    .filter(|l| l.session == *session)
+                    .map(|l| l.load);
+                Member {
+                    id: id.clone(),
+                    max_units,
+                    load,
+                }
+            })
+            .collect()
+    }
+
+    /// Whether every member's published load was published with as many units as the listing
+    /// shows it holding: only then does the most loaded member give by load.
+    fn loads_fresh(&self, members: &[Member], reading: &Reading) -> bool {
+        members.iter().all(|m| {
+            let held = reading
+                .holdings
+                .values()
+                .filter(|h| matches!(h, Holding::Member(id) if *id == m.id))
+                .count();
+            self.view.load_of(&m.id).is_some_and(|p| p.units == held)
+        })
+    }
+
+    /// The load the application reported for each unit this worker owns (1 if none).
+    pub(crate) fn own_loads(&self) -> BTreeMap<String, f64> {
+        let state = self.shared.lock();
+        self.owned
+            .keys()
+            .map(|u| (u.clone(), state.units.get(u).map_or(1.0, |s| s.load)))
+            .collect()
+    }
+
+    /// Publishes this worker's load when it balances by load: when none is published under the
+    /// current session, or it moved by more than 5 % and four ticks have passed since the last.
+    /// Two requests (release the old record, acquire with the new figure in its token).
+    pub(crate) async fn publish_load(&mut self, force: bool) {
+        let (Some(key), Some(session)) = (self.config.load_key.clone(), self.session.as_ref())
+        else {
+            return;
+        };
+        let session = session.lease.fencing_token().get();
+        let load: f64 = self.own_loads().values().sum();
+        let published = self
+            .view
+            .load_of(&self.config.worker_id)
+            .filter(|l| l.session == session)
+            .cloned();
+        let moved = published.as_ref().is_none_or(|p| {
+            (load - p.load).abs() > p.load.max(1.0) * 0.05 || p.units != self.owned.len()
+        });
+        let quiet = self.stats.ticks < self.load_published_at + 4;
+        if published.is_some() && !(force || (moved && !quiet)) {
+            return;
+        }
+        if let Some(old) = self.view.load_of(&self.config.worker_id).cloned() {
+            self.stats.requests += 1;
+            let _ = self
+                .store
+                .release(&key, &old.token, FencingToken::new(old.fencing))
+                .await;
+        }
+        let random = self.config.tokens.next_token();
+        let Ok(token) = LeaseToken::new(PublishedLoad::token(
+            random.as_str(),
+            session,
+            load,
+            self.owned.len(),
+        )) else {
+            return;
+        };
+        let options = AcquireOptions::default().with_token(token);
+        self.stats.requests += 1;
+        match self
+            .store
+            .try_acquire(&key, self.config.unit_duration, &options)
+            .await
+        {
+            Ok(_) => self.load_published_at = self.stats.ticks,
+            Err(error) => {
+                tracing::debug!(worker = %self.config.worker_id, %error, "fleet: publishing the load failed; retrying next tick")
+            }
+        }
     }
 
     pub(crate) fn below_target(&self) -> bool {
@@ -405,7 +524,7 @@ impl Worker {
         }
         // Every worker lists the units again on its next tick.
         self.stats.requests += 2;
-        let _ = touch(&*self.store, &self.config.epoch_key).await;
+        let _ = touch(&*self.store, &*self.config.tokens, &self.config.epoch_key).await;
     }
 
     /// The sweeper's housekeeping: deletes session records released long ago (ten session

@@ -202,7 +202,52 @@ pub(crate) struct View {
     foreign: BTreeMap<String, Seen<ForeignVersion>>,
     /// The fencing counter of the unit-set epoch record, as last listed.
     epoch: Option<u64>,
+    /// Published loads: worker → (session fencing it was published under, load, record token,
+    /// record fencing).
+    loads: BTreeMap<String, PublishedLoad>,
 }
+
+/// A worker's published load (a `<worker>.load` record of the sessions partition).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PublishedLoad {
+    pub(crate) session: u64,
+    pub(crate) load: f64,
+    /// How many units the worker held when it published: a planner trusts the figure only while
+    /// the units listing shows the worker holding as many.
+    pub(crate) units: usize,
+    pub(crate) token: LeaseToken,
+    pub(crate) fencing: u64,
+}
+
+impl PublishedLoad {
+    /// The token of a load record: `<random>.<session fencing>.<load in thousandths>.<units>`.
+    pub(crate) fn token(random: &str, session: u64, load: f64, units: usize) -> String {
+        let milli = (load.max(0.0) * 1000.0).round();
+        // Saturates: a load beyond u64 thousandths is as good as infinite for balancing.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let milli = milli.min(u64::MAX as f64) as u64;
+        format!("{random}.{session}.{milli}.{units}")
+    }
+
+    fn parse(record: &LeaseRecord) -> Option<Self> {
+        let token = record.holder()?.token()?.clone();
+        let mut parts = token.as_str().split('.');
+        let (_, session, milli, units) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        #[allow(clippy::cast_precision_loss)]
+        let load = milli.parse::<u64>().ok()? as f64 / 1000.0;
+        Some(Self {
+            session: session.parse().ok()?,
+            load,
+            units: units.parse().ok()?,
+            fencing: record.fencing().get(),
+            token,
+        })
+    }
+}
+
+/// The suffix of a worker's load record in the sessions partition.
+pub(crate) const LOAD_SUFFIX: &str = ".load";
 
 impl View {
     pub(crate) fn new(own_duration: Duration, skew: Option<Duration>) -> Self {
@@ -213,12 +258,14 @@ impl View {
             absent: BTreeMap::new(),
             foreign: BTreeMap::new(),
             epoch: None,
+            loads: BTreeMap::new(),
         }
     }
 
     /// Takes in a sessions listing.
     pub(crate) fn observe_sessions(&mut self, records: &[LeaseRecord], listing: Listing) {
         let mut sessions = BTreeMap::new();
+        self.loads.clear();
         for record in records {
             let Some(worker) = record.key().sort() else {
                 continue;
@@ -227,6 +274,10 @@ impl View {
                 // Not a worker (worker ids have no '.'): the unit-set epoch.
                 if worker == EPOCH_SORT_KEY {
                     self.epoch = Some(record.fencing().get());
+                } else if let Some(owner) = worker.strip_suffix(LOAD_SUFFIX)
+                    && let Some(load) = PublishedLoad::parse(record)
+                {
+                    self.loads.insert(owner.to_owned(), load);
                 }
                 continue;
             }
@@ -259,6 +310,11 @@ impl View {
             }
             true
         });
+    }
+
+    /// The load `worker` published under session `session`, if any.
+    pub(crate) fn load_of(&self, worker: &str) -> Option<&PublishedLoad> {
+        self.loads.get(worker)
     }
 
     /// The unit-set epoch as last listed: it moves whenever units are added or retired.

@@ -15,7 +15,7 @@ use super::checkpoint::CheckpointStore;
 use super::session::Session;
 use super::shared::{Shared, SharedUnit, UnitTask, WorkerHandle};
 use super::types::{Assignment, FleetEvent, LossCause, TickReport, WorkerStats};
-use super::view::{Listing, View};
+use super::view::{Listing, SessionTag, View};
 use crate::{Error, LeaseStore};
 
 /// A fleet worker. Drive it with [`Worker::tick`] every interval, or let [`Worker::run`] do it.
@@ -75,6 +75,16 @@ pub struct Worker {
     pub(crate) retired: BTreeSet<String>,
     /// The unit-set epoch of the latest plan.
     pub(crate) planned_epoch: Option<u64>,
+    /// Each live peer's session tag (its limit and unit-list hash), as last listed.
+    pub(crate) member_tags: BTreeMap<String, Option<SessionTag>>,
+    /// Whether the latest plan balanced by load.
+    pub(crate) by_load: bool,
+    /// The tick of the latest load publication.
+    pub(crate) load_published_at: u64,
+    /// Units were gained or released since the load was published.
+    pub(crate) load_dirty: bool,
+    /// A unit was handed over by load since the epoch last moved.
+    pub(crate) gave_by_load: bool,
     pub(crate) target: Option<usize>,
     pub(crate) planned_members: Option<Vec<(String, u64)>>,
     pub(crate) ticks_since_plan: u32,
@@ -112,6 +122,7 @@ impl Worker {
             store.clone(),
             checkpoints.clone(),
             (config.units_key.clone(), config.epoch_key.clone()),
+            config.tokens.clone(),
         ));
         Self {
             view: View::new(config.session_duration, config.skew),
@@ -128,6 +139,11 @@ impl Worker {
             mismatch: false,
             retired: BTreeSet::new(),
             planned_epoch: None,
+            member_tags: BTreeMap::new(),
+            by_load: false,
+            load_published_at: 0,
+            load_dirty: false,
+            gave_by_load: false,
             target: None,
             planned_members: None,
             ticks_since_plan: 0,
@@ -263,6 +279,7 @@ impl Worker {
                     fencing,
                     token: lease.token().clone(),
                     retiring: false,
+                    load: 1.0,
                     deadline: lease.deadline(),
                     handoff: None,
                     task_alive,
@@ -279,6 +296,7 @@ impl Worker {
             }
         });
         self.owned.insert(unit.to_owned(), lease);
+        self.load_dirty = true;
         self.emit(
             FleetEvent::Gained {
                 unit: unit.to_owned(),
@@ -298,6 +316,7 @@ impl Worker {
     ) -> Option<Lease> {
         let lease = self.owned.remove(unit)?;
         self.handing_over.remove(unit);
+        self.load_dirty = true;
         self.shared.update(|state| {
             if let Some(owned) = state.units.get_mut(unit) {
                 owned.ended = Some(cause);
@@ -357,12 +376,9 @@ impl Worker {
         self.stats.records_read += records.len() as u64;
         self.view.observe_sessions(&records, listing);
         let me = self.config.worker_id.clone();
-        let mut members: Vec<(String, u64)> = self
-            .view
-            .live_peers(&me)
-            .into_iter()
-            .map(|(m, f, _)| (m, f))
-            .collect();
+        let peers = self.view.live_peers(&me);
+        self.member_tags = peers.iter().map(|(m, _, t)| (m.clone(), *t)).collect();
+        let mut members: Vec<(String, u64)> = peers.into_iter().map(|(m, f, _)| (m, f)).collect();
         if let Some(session) = self.session.as_ref() {
             members.push((me.clone(), session.lease.fencing_token().get()));
             members.sort();
@@ -407,6 +423,7 @@ impl Worker {
         self.drop_retired(events);
         self.finish_handoffs(events).await;
         self.keep_units(events).await;
+        self.publish_load(false).await;
         if first {
             // Let workers that start together see each other before anyone deals units:
             // without this the first to start takes everything and hands most of it back.
@@ -426,9 +443,28 @@ impl Worker {
             }
         } else {
             self.ticks_since_plan += 1;
-            self.give_surplus(events).await;
+            if !self.by_load {
+                self.give_surplus(events).await;
+            }
         }
+        self.after_moves().await;
         Ok(())
+    }
+
+    /// After a tick's moves, when balancing by load: publish the new figure at once, and when a
+    /// unit was given away move the unit-set epoch, so the least loaded member lists the units
+    /// and takes it on its next tick (a load-mode give is invisible to takers otherwise).
+    async fn after_moves(&mut self) {
+        if self.config.load_key.is_none() || !std::mem::take(&mut self.load_dirty) {
+            return;
+        }
+        self.publish_load(true).await;
+        if std::mem::take(&mut self.gave_by_load) {
+            self.stats.requests += 2;
+            let _ =
+                super::shared::touch(&*self.store, &*self.config.tokens, &self.config.epoch_key)
+                    .await;
+        }
     }
 
     /// Whether this tick lists the units and plans.
@@ -442,10 +478,12 @@ impl Worker {
             .next_verdict
             .is_some_and(|at| self.clock().monotonic() >= at);
         let below = self.below_target() && (verdict_due || due >= self.config.resync_every);
+        let rebalance = self.by_load && due >= self.config.resync_every;
         changed
             || self.relist
             || resync
             || below
+            || rebalance
             || self.mismatch && due >= self.config.resync_every
     }
 
@@ -524,6 +562,7 @@ impl Worker {
         let Some(lease) = self.lose_unit(unit, cause, events) else {
             return;
         };
+        self.gave_by_load |= self.by_load && cause == LossCause::HandedOver;
         self.stats.requests += 1;
         if let Err(error) = self
             .store

@@ -9,6 +9,9 @@
 //!
 //! Public so the benchmark, the tests and users trying settings can drive it; not API-stable.
 //!
+//! Here a tick is atomic and store calls take no time, so races that need a slow request or a
+//! pause in the middle of a tick cannot happen; [`latency`] simulates those.
+//!
 //! ```
 //! use lessor_partition::sim::{FleetModel, SimConfig, Simulation};
 //! use std::time::Duration;
@@ -23,6 +26,7 @@
 //! ```
 
 mod kcl;
+pub mod latency;
 mod rng;
 
 use std::collections::{BTreeMap, BTreeSet};
