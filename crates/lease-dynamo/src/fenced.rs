@@ -128,6 +128,18 @@ impl DynamoLeases {
                         );
                         return Ok(None);
                     }
+                    if uncertain {
+                        // An earlier attempt may have been applied before a newer token fenced
+                        // the name: "refused" would claim it was not. Say we cannot tell.
+                        tracing::warn!(fence = old.fence, attempts, "fenced write outcome unknown: an earlier attempt may have landed before a newer token fenced the name");
+                        return Err(LeaseError::backend(
+                            "dynamodb",
+                            false,
+                            "fenced write outcome unknown: an earlier attempt's reply was lost, \
+                             and a newer token has fenced the name since, so it may or may not \
+                             have been applied",
+                        ));
+                    }
                     tracing::debug!(fence = old.fence, "fenced out by a newer token");
                     Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced))
                 }
@@ -149,7 +161,10 @@ impl DynamoLeases {
 ///
 /// * **Refusals**: a failed condition (a newer token touched the name) is
 ///   [`LeaseError::NotOwned`] with [`NotOwnedReason::Fenced`], learned from the same request
-///   (`ReturnValuesOnConditionCheckFailure=ALL_OLD`). Values over
+///   (`ReturnValuesOnConditionCheckFailure=ALL_OLD`). A refusal met by a *retry* after an
+///   attempt whose outcome was lost is never reported as a refusal, since that attempt may have
+///   been applied before the newer token came: it is a permanent [`LeaseError::Backend`] error
+///   saying the outcome is unknown. Values over
 ///   [`MAX_FENCED_VALUE_BYTES`](lease_core::MAX_FENCED_VALUE_BYTES) (64 KiB) are refused before
 ///   anything is sent.
 /// * **Retries are safe**: both writes are idempotent for the same `(token, value)`, so a

@@ -397,6 +397,42 @@ fn lost_put_fenced_reply_is_reconciled() {
     );
 }
 
+/// Found by the fleet's DynamoDB process test: a put whose first attempt landed, reply lost,
+/// then a newer owner fenced the name before the retry, was reported refused although its value
+/// was stored. The outcome is unknown, and the error says so.
+#[test]
+fn a_lost_put_overtaken_by_a_newer_fence_is_never_reported_refused() {
+    use lease_core::conformance::ReplyFaults as _;
+    support::run(
+        "a_lost_put_overtaken_by_a_newer_fence_is_never_reported_refused",
+        |endpoint| async move {
+            let t = FencingToken::new;
+            let r = rig(&endpoint, RetryPolicy::default()).await;
+            let name = LeaseKey::with_sort_key("checkpoints", "shard-9").unwrap();
+            let newer = r.leases.clone();
+            let fence_name = name.clone();
+            r.faults.lose_next_reply(Some(Box::pin(async move {
+                newer.fence_and_read(&fence_name, t(6)).await.unwrap();
+            })));
+            let err = r
+                .leases
+                .put_fenced(&name, t(5), b"offset=5")
+                .await
+                .unwrap_err();
+            assert_eq!(r.faults.lost(), 1, "the first reply was lost");
+            assert_eq!(err.not_owned_reason(), None, "never a refusal: {err}");
+            assert!(err.to_string().contains("outcome unknown"), "{err}");
+            assert!(!err.is_transient(), "retrying cannot tell: {err}");
+            // It had landed: the newer owner's read shows it.
+            let seen = r.leases.fence_and_read(&name, t(7)).await.unwrap();
+            assert_eq!(seen.as_deref(), Some(&b"offset=5"[..]));
+            // Without doubt a refusal is still a refusal.
+            let err = r.leases.put_fenced(&name, t(5), b"late").await.unwrap_err();
+            assert_eq!(err.not_owned_reason(), Some(NotOwnedReason::Fenced));
+        },
+    );
+}
+
 #[test]
 fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
     support::run(

@@ -437,3 +437,46 @@ fn balancing_by_load_gives_the_heavy_units_owner_fewer_units() {
         "settled: no more moves"
     );
 }
+
+/// Found by the DynamoDB process test: once an ownership ended while its task was alive,
+/// `next_unit()` and `next_event()` never returned `None` after the worker stopped, so an
+/// application waiting on them never exited.
+#[test]
+fn the_units_and_events_streams_end_when_the_worker_stops() {
+    let clock = Arc::new(ManualClock::new());
+    let store = MemoryBackend::new().with_clock(clock.clone());
+    let make = |id: &str| {
+        Worker::builder("ends", id)
+            .store(store.clone())
+            .units(["only"])
+            .build()
+            .expect("worker")
+    };
+    let mut a = make("a");
+    let handle = a.handle();
+    assert!(handle.try_next_unit().is_none());
+    tick_all(&mut [&mut a], &clock, 3);
+    let task = handle.try_next_unit().expect("a task");
+    // a pauses past its session; b takes the unit; a learns it lost it while the task lives.
+    clock.advance(Duration::from_secs(30));
+    let mut b = make("b");
+    tick_all(&mut [&mut b], &clock, 8);
+    assert!(b.owns("only").is_some());
+    lease_core::block_on(a.tick()).expect("tick");
+    assert_eq!(lease_core::block_on(task.lost()), LossCause::SessionLost);
+    drop(task);
+    lease_core::block_on(a.shutdown()).expect("shutdown");
+    assert!(matches!(now(handle.next_unit()), Some(None)), "next_unit ends");
+    while handle.try_next_event().is_some() {}
+    assert!(matches!(now(handle.next_event()), Some(None)), "next_event ends");
+}
+
+/// Polls `future` once: its output if it is ready now.
+fn now<T>(future: impl std::future::Future<Output = T>) -> Option<T> {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(value) => Some(value),
+        std::task::Poll::Pending => None,
+    }
+}

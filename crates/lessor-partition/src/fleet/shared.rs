@@ -58,6 +58,8 @@ pub(crate) struct State {
     pub(crate) target: Option<usize>,
     pub(crate) stats: WorkerStats,
     pub(crate) stop: bool,
+    /// The worker has shut down: no more events or units will come.
+    pub(crate) finished: bool,
     pub(crate) events: VecDeque<FleetEvent>,
     pub(crate) events_dropped: u64,
     /// Whether the application takes units as tasks ([`WorkerHandle::next_unit`]): only then does a
@@ -316,8 +318,9 @@ impl WorkerHandle {
         save_fenced(&self.shared, unit, fencing, data).await
     }
 
-    /// The next [`FleetEvent`], waiting for one; `None` once the worker has stopped and every
-    /// event was read. Events are queued by the worker without waiting for the application, so a
+    /// The next [`FleetEvent`], waiting for one; `None` once the worker has shut down
+    /// ([`Worker::shutdown`](crate::Worker::shutdown), the end of `run`) and every event was
+    /// read. Events are queued by the worker without waiting for the application, so a
     /// slow consumer never delays a renewal (past 65 536 unread events the oldest are dropped).
     pub async fn next_event(&self) -> Option<FleetEvent> {
         loop {
@@ -326,7 +329,7 @@ impl WorkerHandle {
                 if let Some(event) = state.events.pop_front() {
                     return Some(event);
                 }
-                if state.stop && state.session.is_none() && state.units.is_empty() {
+                if state.finished {
                     return None;
                 }
                 state.generation
@@ -363,7 +366,7 @@ impl WorkerHandle {
                 if let Some(task) = state.new_tasks.pop_front() {
                     return Some(task);
                 }
-                if state.stop && state.session.is_none() && state.units.is_empty() {
+                if state.finished {
                     return None;
                 }
                 state.generation
@@ -645,15 +648,21 @@ impl Drop for UnitTask {
     fn drop(&mut self) {
         // Tell the worker the application is done with this ownership, and wake it so a handoff
         // in progress completes now rather than at the next tick.
-        let handing_over = self
-            .shared
-            .update(|state| match state.units.get_mut(&self.unit) {
-                Some(owned) if owned.fencing == self.fencing => {
-                    owned.task_alive = false;
-                    owned.handoff.is_some()
-                }
-                _ => false,
-            });
+        let handing_over = self.shared.update(|state| {
+            let Some(owned) = state.units.get_mut(&self.unit) else {
+                return false;
+            };
+            if owned.fencing != self.fencing {
+                return false;
+            }
+            owned.task_alive = false;
+            if owned.ended.is_some() {
+                // The worker already let it go; its task was all that kept the entry.
+                state.units.remove(&self.unit);
+                return false;
+            }
+            owned.handoff.is_some()
+        });
         if handing_over {
             self.shared.wake_worker();
         }

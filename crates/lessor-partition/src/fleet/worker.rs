@@ -243,7 +243,12 @@ impl Worker {
             .as_ref()
             .map(|s| (s.lease.fencing_token(), s.trust_until));
         self.session = session;
-        self.shared.update(|state| state.session = shared);
+        self.shared.update(|state| {
+            if shared.is_some() {
+                state.finished = false;
+            }
+            state.session = shared;
+        });
     }
 
     /// Records a renewed unit lease.
@@ -613,6 +618,7 @@ impl Worker {
         self.planned_members = None;
         self.members.clear();
         self.publish();
+        self.shared.update(|state| state.finished = true);
         match outcome {
             Ok(()) => Ok(()),
             Err(error) if error.is_not_owned() => Ok(()),
