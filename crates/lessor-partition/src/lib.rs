@@ -298,6 +298,14 @@
 //!   showed its record.
 //! * A clean shutdown hands over within one to two intervals (plus the handoff timeout when
 //!   tasks are still saving).
+//! * A worker that starts (or restarts under its id) while a crashed peer's session record is
+//!   still in the store counts that peer live for its own first session duration (it has no
+//!   older observation to judge by), so it may take its share up to `d` later than the others
+//!   expect. Measured on DynamoDB Local (`tests/dynamo_processes.rs`, 8 worker processes, 256
+//!   units, `d` = 4 s, `I` = 1 s, checkpoints saved every second): every unit owned again 6.9 s
+//!   after a SIGKILL, 12.0 s after a SIGSTOP of 12 s, and 9.6 s after a SIGKILL followed at once
+//!   by a restart under the same id (the restarted worker's first unit 5.4 s after the kill,
+//!   once its old session had expired); 9,280 accepted checkpoint saves checked, none backwards.
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 

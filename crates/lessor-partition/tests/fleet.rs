@@ -466,9 +466,15 @@ fn the_units_and_events_streams_end_when_the_worker_stops() {
     assert_eq!(lease_core::block_on(task.lost()), LossCause::SessionLost);
     drop(task);
     lease_core::block_on(a.shutdown()).expect("shutdown");
-    assert!(matches!(now(handle.next_unit()), Some(None)), "next_unit ends");
+    assert!(
+        matches!(now(handle.next_unit()), Some(None)),
+        "next_unit ends"
+    );
     while handle.try_next_event().is_some() {}
-    assert!(matches!(now(handle.next_event()), Some(None)), "next_event ends");
+    assert!(
+        matches!(now(handle.next_event()), Some(None)),
+        "next_event ends"
+    );
 }
 
 /// Polls `future` once: its output if it is ready now.
