@@ -239,8 +239,35 @@
 //!
 //! So a worker sends on average `2 + 1/(8W) + (L/W) / 17 280` requests per interval and reads
 //! `W + L/(8W)` records. KCL 2.x sends `L/W` renewals every 3.3 s and reads all `L` leases per
-//! worker every 20 s. The benchmark (`benches/fleet.rs`) measures both, in steady state and under
-//! churn; its figures are in the crate README.
+//! worker every 20 s.
+//!
+//! Measured in [`sim`] by the benchmark (`cargo bench -p lessor-partition --bench fleet`, also
+//! run by `cargo xtask bench`; seeded, so every run prints these figures), both protocols on the
+//! same schedule for 10 simulated minutes per row. A tick is 2.5 s here and 3.3 s (a renewal
+//! round) for KCL; "per worker" divides by the running workers integrated over time. *churn*: one
+//! worker flaps (it leaves, alternately cleanly and by crashing, a new process joins 30 s later
+//! and leaves again 30 s after that) and every 3 minutes another worker crashes and a new process
+//! replaces it at once. *foreign holds*: 4 of the 256 units are held by something outside the
+//! fleet that renews every 5 s, so they are left alone and some workers stay below their share
+//! (the KCL model has no such holder).
+//!
+//! | L | W | scenario | ours req/worker/tick | ours records/worker/tick | ours ticks with a units listing | ours req/worker/min | ours records/worker/min | KCL req/worker/tick | KCL records/worker/tick | KCL req/worker/min | KCL records/worker/min | requests ours/KCL | records ours/KCL | units moved ours / KCL |
+//! |---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+//! | 64 | 32 | steady | 2.00 | 32.2 | 0.4 % | 48.1 | 774 | 2.2 | 11 | 39.0 | 192 | 1.233 | 4.03 | 0 / 0 |
+//! | 64 | 32 | churn | 2.13 | 43.2 | 11.4 % | 51.1 | 1037 | 2.2 | 11 | 39.0 | 194 | 1.310 | 5.36 | 50 / 41 |
+//! | 256 | 16 | steady | 2.01 | 18.0 | 0.8 % | 48.2 | 432 | 16.2 | 43 | 291.0 | 768 | 0.166 | 0.56 | 0 / 0 |
+//! | 256 | 16 | churn | 2.39 | 63.4 | 17.0 % | 57.3 | 1522 | 16.2 | 43 | 291.9 | 781 | 0.196 | 1.95 | 400 / 139 |
+//! | 256 | 16 | foreign holds, steady | 2.02 | 22.0 | 2.3 % | 48.6 | 528 | – | – | – | – | – | – | 0 / – |
+//! | 256 | 16 | foreign holds, churn | 2.36 | 68.5 | 19.0 % | 56.8 | 1644 | – | – | – | – | – | – | 321 / – |
+//! | 1024 | 8 | steady | 2.02 | 24.0 | 1.6 % | 48.4 | 576 | 128.2 | 171 | 2307.0 | 3072 | 0.021 | 0.19 | 0 / 0 |
+//! | 1024 | 8 | churn | 5.74 | 198.5 | 18.2 % | 137.8 | 4764 | 128.2 | 177 | 2307.0 | 3181 | 0.060 | 1.50 | 3200 / 1065 |
+//! | 8192 | 2 | steady | 2.06 | 514.0 | 6.2 % | 49.5 | 12336 | 4096.2 | 1365 | 73731.0 | 24576 | 0.001 | 0.50 | 0 / 0 |
+//! | 8192 | 2 | churn | 302.11 | 5831.5 | 71.1 % | 7250.7 | 139956 | 3155.9 | 1547 | 56806.3 | 27853 | 0.128 | 5.02 | 52992 / 49158 |
+//!
+//! In steady state the figures are the formula's. Under churn every worker lists the units once
+//! per membership change it sees, and a worker that took units lists them again on the next
+//! tick. At L = 8192, W = 2 a flap moves 4096 units, at most 256 per tick, and each of those
+//! ticks lists all 8192 units again: 71.1 % of ticks, 5831.5 records read per worker per tick.
 //!
 //! ## Running a worker
 //!

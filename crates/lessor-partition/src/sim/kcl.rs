@@ -139,6 +139,7 @@ impl KclSimulation {
         let now = self.now;
         let failover = self.config.failover;
         self.counters.requests += 1;
+        self.counters.unit_lists += 1;
         self.counters.records_read += self.table.len() as u64;
         let mut expired = Vec::new();
         let mut counts: BTreeMap<usize, usize> = BTreeMap::new();

@@ -43,6 +43,9 @@ use crate::{Worker, WorkerStats};
 pub use kcl::{KclConfig, KclSimulation};
 pub use rng::Rng;
 
+/// How long a foreign hold ([`Simulation::hold_unit_with_token`]) lasts between renewals.
+const FOREIGN_HOLD: Duration = Duration::from_secs(24 * 3600);
+
 /// Request and churn counters of a simulated fleet, summed over its workers.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[non_exhaustive]
@@ -55,6 +58,9 @@ pub struct Counters {
     pub moves: u64,
     /// Worker ticks run (all kinds of timer for KCL).
     pub ticks: u64,
+    /// Listings of the whole unit set: this protocol's units-partition listings
+    /// ([`WorkerStats::unit_lists`]), KCL's taker scans of the lease table.
+    pub unit_lists: u64,
 }
 
 impl Counters {
@@ -65,6 +71,7 @@ impl Counters {
             records_read: self.records_read - earlier.records_read,
             moves: self.moves - earlier.moves,
             ticks: self.ticks - earlier.ticks,
+            unit_lists: self.unit_lists - earlier.unit_lists,
         }
     }
 }
@@ -288,6 +295,8 @@ pub struct Simulation {
     rng: Rng,
     units: Vec<String>,
     workers: Vec<SimWorker>,
+    /// Units held by [`Simulation::hold_unit_with_token`], with the lease that holds them.
+    foreign: BTreeMap<String, Lease>,
     violations: Vec<String>,
     errors: u64,
 }
@@ -309,6 +318,7 @@ impl Simulation {
             store,
             units,
             workers: Vec::new(),
+            foreign: BTreeMap::new(),
             violations: Vec::new(),
             errors: 0,
         }
@@ -350,7 +360,8 @@ impl Simulation {
     /// Makes `unit` held, for a day, under `token`, which need not be a fleet token (a corrupt
     /// record, an older version, a foreign tool). A holder that no running worker trusts is
     /// released first with its own token, as a dead owner's unit would be. Returns whether the
-    /// unit is now held under `token`.
+    /// unit is now held under `token`. [`renew_foreign_holds`](Self::renew_foreign_holds) keeps
+    /// such holds renewing.
     pub fn hold_unit_with_token(&mut self, unit: &str, token: &str) -> bool {
         let Ok(key) = LeaseKey::with_sort_key("fleet/sim/units", unit) else {
             return false;
@@ -375,8 +386,33 @@ impl Simulation {
         let options = AcquireOptions::default()
             .with_owner("foreign")
             .with_token(token);
-        lease_core::block_on(store.try_acquire(&key, Duration::from_secs(24 * 3600), &options))
-            .is_ok()
+        match lease_core::block_on(store.try_acquire(&key, FOREIGN_HOLD, &options)) {
+            Ok(lease) => {
+                self.foreign.insert(unit.to_owned(), lease);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Renews, for another day, every hold made by
+    /// [`hold_unit_with_token`](Self::hold_unit_with_token) that the store still shows: a foreign
+    /// holder that is alive. Each renewal changes the record's expiry, so workers keep leaving
+    /// the unit alone (see the crate docs); call it more often than a session duration. Requests
+    /// made here are not counted. Returns how many holds were renewed; a hold that is gone is
+    /// forgotten.
+    pub fn renew_foreign_holds(&mut self) -> usize {
+        let store = &self.store.inner;
+        self.foreign.retain(|_, lease| {
+            match lease_core::block_on(store.renew(lease, FOREIGN_HOLD)) {
+                Ok(renewed) => {
+                    *lease = renewed;
+                    true
+                }
+                Err(_) => false,
+            }
+        });
+        self.foreign.len()
     }
 
     /// The targets of the running workers from their last plans (`None` for one that has not
@@ -570,6 +606,7 @@ impl FleetModel for Simulation {
             out.records_read += s.records_read;
             out.moves += s.gains;
             out.ticks += s.ticks;
+            out.unit_lists += s.unit_lists;
         }
         out
     }

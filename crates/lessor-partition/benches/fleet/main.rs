@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use lessor_partition::sim::{FleetModel, KclConfig, KclSimulation, SimConfig, Simulation};
 
+mod cost;
+
 const UNITS: [usize; 3] = [64, 1024, 8192];
-const WORKERS: [usize; 3] = [2, 8, 32];
 const MINUTE: f64 = 60.0;
 
 fn ours(units: usize, workers: usize, seed: u64) -> Simulation {
@@ -73,7 +74,6 @@ fn main() {
     let quick = !std::env::args().any(|a| a == "--bench")
         || std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
     let seeds: u64 = if quick { 2 } else { 5 };
-    let window: u32 = if quick { 24 } else { 96 };
     let started = Instant::now();
     let mut out = String::new();
     let _ = writeln!(
@@ -92,57 +92,7 @@ fn main() {
         if quick { " (quick run)" } else { "" }
     );
 
-    // 1. Steady-state cost.
-    let _ = writeln!(out, "### Requests per worker in steady state\n");
-    let _ = writeln!(
-        out,
-        "| L | W | ours req/worker/interval | ours req/worker/min | ours records read/worker/min | KCL req/worker/interval (3.3 s) | KCL req/worker/min | KCL records read/worker/min | KCL/ours requests |"
-    );
-    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for &units in &UNITS {
-        for &workers in &WORKERS {
-            let Some(mut sim) = balanced_ours(units, workers, 1) else {
-                let _ = writeln!(out, "| {units} | {workers} | did not balance | | | | | | |");
-                continue;
-            };
-            let before = sim.counters();
-            let span = sim.interval() * window;
-            sim.run_for(span);
-            let spent = sim.counters().since(&before);
-            assert!(
-                sim.violations().is_empty(),
-                "safety violation: {:?}",
-                sim.violations()
-            );
-            let per_interval = spent.requests as f64 / (workers as f64 * f64::from(window));
-            let per_min = spent.requests as f64 / workers as f64 / (secs(span) / MINUTE);
-            let reads_min = spent.records_read as f64 / workers as f64 / (secs(span) / MINUTE);
-
-            let mut k = kcl(units, workers, 1);
-            k.run_for(Duration::from_secs(60));
-            let kb = k.counters();
-            let kspan = Duration::from_secs(240);
-            k.run_for(kspan);
-            let ks = k.counters().since(&kb);
-            let k_min = ks.requests as f64 / workers as f64 / (secs(kspan) / MINUTE);
-            let k_interval = k_min * secs(k.interval()) / MINUTE;
-            let k_reads = ks.records_read as f64 / workers as f64 / (secs(kspan) / MINUTE);
-            let _ = writeln!(
-                out,
-                "| {units} | {workers} | {per_interval:.2} | {per_min:.1} | {reads_min:.1} | {k_interval:.1} | {k_min:.1} | {k_reads:.0} | {:.1}x |",
-                k_min / per_min.max(f64::MIN_POSITIVE)
-            );
-        }
-    }
-    let _ = writeln!(
-        out,
-        "\nOurs: 2 requests per worker per interval (session renewal + a listing of the `W` \
-         session records), plus one listing of the `L` unit records every 8 ticks by the \
-         lowest-id worker only, plus unit-lease renewals amortised over 12 h (`(L/W) x 2.5 s / \
-         12 h`, below 0.25 per interval even for L/W = 4096; none fall inside these windows). \
-         KCL: `L/W` renewals every 3.3 s plus a full scan of `L` records every 20 s, per \
-         worker.\n"
-    );
+    cost::section(&mut out, quick);
 
     // 2. A join, a crash, a clean shutdown.
     let _ = writeln!(out, "### Joining, crashing, leaving (W = 8)\n");
