@@ -163,6 +163,7 @@ impl Worker {
                     renew_due: sent + self.config.interval,
                 }));
                 self.planned_members = None;
+                self.pending_takes.clear();
                 Ok(true)
             }
             Err(error) if error.is_held() => {

@@ -20,6 +20,9 @@ const CHECKPOINT_ATTEMPTS: u32 = 3;
 /// A dead owner's hold on a unit: its token and the record's fencing counter.
 pub(crate) type DeadHold = (LeaseToken, FencingToken);
 
+/// A unit the latest plan dealt this worker, with the dead hold to release first, if any.
+pub(crate) type PendingTake = (String, Option<DeadHold>);
+
 /// The planner's reading of one units listing.
 #[derive(Debug, Default)]
 pub(crate) struct Reading {
@@ -199,22 +202,47 @@ impl Worker {
         } else {
             self.give_surplus(events).await;
         }
-        let mut moves = 0;
-        for unit in mine.take {
-            if moves >= self.config.max_moves {
-                break;
-            }
-            if reading.holdings.get(&unit) != Some(&Holding::Free) {
-                // Still held by a live giver: taken on a later tick, once released.
-                continue;
-            }
+        // Free units and dead owners' units dealt to this worker, to take now and, beyond the
+        // move bound, on the next ticks without listing again: every take is conditional (the
+        // dead hold's release on the token and fencing listed, the acquire on a free key), and a
+        // verdict that a session ended stays true however late it is acted on.
+        self.pending_takes = mine
+            .take
+            .into_iter()
+            .filter(|u| reading.holdings.get(u) == Some(&Holding::Free))
+            .map(|u| {
+                let dead = reading.dead.get(&u).cloned();
+                (u, dead)
+            })
+            .collect();
+        let dealt = !self.pending_takes.is_empty();
+        self.take_pending(events).await;
+        self.register_missing(&reading, events).await;
+        // Nothing left to take and at target: the next listing can wait for a reason. Units
+        // dealt beyond the move bound are taken on the next ticks without a listing.
+        self.relist &= self.below_target() && (!dealt || self.pending_takes.is_empty());
+    }
+
+    /// Takes up to `max_moves` of the units the latest plan dealt this worker. When the last is
+    /// taken and the worker is still below target, it lists again on the next tick.
+    pub(crate) async fn take_pending(&mut self, events: &mut Vec<FleetEvent>) {
+        if self.pending_takes.is_empty() {
+            return;
+        }
+        let now: Vec<PendingTake> = {
+            let n = self.pending_takes.len().min(self.config.max_moves);
+            self.pending_takes.drain(..n).collect()
+        };
+        for (unit, dead) in now {
             if !self.keep_session(events).await {
+                self.pending_takes.clear();
                 return;
             }
-            moves += 1;
-            self.take(&unit, reading.dead.get(&unit), events).await;
+            self.take(&unit, dead.as_ref(), events).await;
         }
-        self.register_missing(&reading, events).await;
+        if self.pending_takes.is_empty() && self.below_target() {
+            self.relist = true;
+        }
     }
 
     /// Decides when to list the units again: next tick while the listing offered something to

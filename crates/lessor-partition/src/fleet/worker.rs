@@ -15,6 +15,7 @@ use super::checkpoint::CheckpointStore;
 use super::session::Session;
 use super::shared::{Shared, SharedUnit, UnitTask, WorkerHandle};
 use super::types::{Assignment, FleetEvent, LossCause, TickReport, WorkerStats};
+use super::units::PendingTake;
 use super::view::{Listing, SessionTag, View};
 use crate::{Error, LeaseStore};
 
@@ -67,6 +68,8 @@ pub struct Worker {
     pub(crate) known_units: BTreeSet<String>,
     /// The last units listing offered something to take: list again next tick.
     pub(crate) relist: bool,
+    /// Units the latest plan dealt this worker beyond the move bound: taken on the next ticks.
+    pub(crate) pending_takes: Vec<PendingTake>,
     /// When a pinned unit of the last units listing could first be judged free.
     pub(crate) next_verdict: Option<Instant>,
     /// A live peer is configured with a different unit list.
@@ -135,6 +138,7 @@ impl Worker {
             owned: BTreeMap::new(),
             handing_over: BTreeSet::new(),
             relist: false,
+            pending_takes: Vec::new(),
             next_verdict: None,
             mismatch: false,
             retired: BTreeSet::new(),
@@ -451,6 +455,7 @@ impl Worker {
             if !self.by_load {
                 self.give_surplus(events).await;
             }
+            self.take_pending(events).await;
         }
         self.after_moves().await;
         Ok(())
