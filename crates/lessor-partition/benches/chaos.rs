@@ -7,6 +7,9 @@
 //! and prints it. Without `--bench` (as `cargo test --all-targets` runs it) or with
 //! `LEASE_BENCH_QUICK=1`, one seed.
 
+#[path = "common/mod.rs"]
+mod section;
+
 use std::fmt::Write as _;
 use std::time::Instant;
 
@@ -52,15 +55,7 @@ fn main() {
         "\nGenerated in {:.1} s of wall time.\n",
         started.elapsed().as_secs_f64()
     );
-    print!("{out}");
-    if let Ok(dir) = std::env::var("LEASE_BENCH_OUT") {
-        let path = std::path::Path::new(&dir).join("41-lessor-chaos.md");
-        if let Err(error) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, &out))
-        {
-            eprintln!("cannot write {}: {error}", path.display());
-            std::process::exit(1);
-        }
-    }
+    section::publish("41-lessor-chaos.md", &out);
     if failed {
         eprintln!("chaos found a violation, a simulator error or a slow recovery");
         std::process::exit(1);

@@ -4,10 +4,12 @@
 //! Needs `LEASE_DYNAMO_ENDPOINT` (as `cargo xtask itest` sets, with dummy AWS credentials);
 //! without it the test prints `SKIPPED:` to stderr and passes, unless `LEASE_REQUIRE_DYNAMO=1`.
 
+mod support;
+
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
+use support::endpoint;
 
 use lease_dynamo::DynamoLeases;
 use lessor_partition::{FleetEvent, LeaseStore, Worker, WorkerHandle};
@@ -16,24 +18,6 @@ const WORKERS: usize = 8;
 const UNITS: usize = 256;
 const SESSION: Duration = Duration::from_secs(4);
 const INTERVAL: Duration = Duration::from_secs(1);
-
-fn endpoint(test: &str) -> Option<String> {
-    if let Ok(endpoint) = std::env::var(lease_dynamo::ENDPOINT_ENV)
-        && !endpoint.is_empty()
-    {
-        return Some(endpoint);
-    }
-    let why = format!(
-        "{test}: set {} or run cargo xtask itest",
-        lease_dynamo::ENDPOINT_ENV
-    );
-    if std::env::var("LEASE_REQUIRE_DYNAMO").is_ok_and(|v| v == "1") {
-        panic!("DynamoDB Local required (LEASE_REQUIRE_DYNAMO=1) but unavailable: {why}");
-    }
-    // Straight to the process's stderr: libtest captures eprintln! of passing tests.
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
-    None
-}
 
 fn counts(handles: &BTreeMap<usize, WorkerHandle>) -> (Vec<usize>, usize) {
     let snapshots: Vec<_> = handles.values().map(WorkerHandle::snapshot).collect();

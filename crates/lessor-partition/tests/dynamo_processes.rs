@@ -38,6 +38,8 @@
 //! A child also checks that [`WorkerHandle::next_unit`](lessor_partition::WorkerHandle::next_unit)
 //! ends once the worker has stopped: the application's loop on it is how its process exits.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::future::Future;
@@ -48,6 +50,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Waker};
 use std::time::{Duration, Instant, SystemTime};
+use support::endpoint;
 
 use lease_core::FencingToken;
 use lease_dynamo::DynamoLeases;
@@ -77,24 +80,6 @@ const STATUS_EVERY: Duration = Duration::from_millis(250);
 const UNITS_END: Duration = Duration::from_secs(5);
 /// A child that outlives this (its parent hung or lost its guard) exits on its own.
 const CHILD_LIFETIME: Duration = Duration::from_secs(240);
-
-fn endpoint(test: &str) -> Option<String> {
-    if let Ok(endpoint) = std::env::var(lease_dynamo::ENDPOINT_ENV)
-        && !endpoint.is_empty()
-    {
-        return Some(endpoint);
-    }
-    let why = format!(
-        "{test}: set {} or run cargo xtask itest",
-        lease_dynamo::ENDPOINT_ENV
-    );
-    if std::env::var("LEASE_REQUIRE_DYNAMO").is_ok_and(|v| v == "1") {
-        panic!("DynamoDB Local required (LEASE_REQUIRE_DYNAMO=1) but unavailable: {why}");
-    }
-    // Straight to the process's stderr: libtest captures eprintln! of passing tests.
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
-    None
-}
 
 fn millis_now() -> u64 {
     SystemTime::now()

@@ -3,6 +3,9 @@
 //! Writes a markdown section to `$LEASE_BENCH_OUT/40-lessor-partition.md` when that variable is
 //! set, and prints it. `LEASE_BENCH_QUICK=1` runs fewer seeds and shorter windows.
 
+#[path = "../common/mod.rs"]
+mod section;
+
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
@@ -236,13 +239,5 @@ fn main() {
         started.elapsed().as_secs_f64()
     );
 
-    print!("{out}");
-    if let Ok(dir) = std::env::var("LEASE_BENCH_OUT") {
-        let path = std::path::Path::new(&dir).join("40-lessor-partition.md");
-        if let Err(error) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, &out))
-        {
-            eprintln!("cannot write {}: {error}", path.display());
-            std::process::exit(1);
-        }
-    }
+    section::publish("40-lessor-partition.md", &out);
 }
