@@ -170,6 +170,15 @@ impl Shared {
         (trusted && owned.ended.is_none() && !owned.retiring).then_some(owned.fencing)
     }
 
+    /// Every unit trusted at `now`, with its fencing token.
+    fn trusted_units(state: &State, now: Instant) -> BTreeMap<String, FencingToken> {
+        state
+            .units
+            .keys()
+            .filter_map(|unit| Self::owns_at(state, unit, now).map(|f| (unit.clone(), f)))
+            .collect()
+    }
+
     pub(crate) fn owns(&self, unit: &str) -> Option<FencingToken> {
         let now = self.clock().monotonic();
         Self::owns_at(&self.lock(), unit, now)
@@ -271,23 +280,14 @@ impl WorkerHandle {
     /// The units the worker may act on now, with their fencing tokens.
     pub fn owned_units(&self) -> BTreeMap<String, FencingToken> {
         let now = self.shared.clock().monotonic();
-        let state = self.shared.lock();
-        state
-            .units
-            .keys()
-            .filter_map(|unit| Shared::owns_at(&state, unit, now).map(|f| (unit.clone(), f)))
-            .collect()
+        Shared::trusted_units(&self.shared.lock(), now)
     }
 
     /// The worker's view now: what it may act on and whom it sees.
     pub fn snapshot(&self) -> Assignment {
         let now = self.shared.clock().monotonic();
         let state = self.shared.lock();
-        let units = state
-            .units
-            .keys()
-            .filter_map(|unit| Shared::owns_at(&state, unit, now).map(|f| (unit.clone(), f)))
-            .collect();
+        let units = Shared::trusted_units(&state, now);
         Assignment {
             worker_id: state.worker_id.clone(),
             session: state
