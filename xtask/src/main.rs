@@ -6,6 +6,7 @@
 //! variables they set or read.
 
 mod bench;
+mod chaos;
 mod dynamo_local;
 mod step;
 mod test;
