@@ -1,1 +1,1188 @@
-//! (being written)
+//! The checker: finds in a parsed [`History`] every violation of the table in docs/chaos.md
+//! ("What the checker reports") and classes each as failing the run or as beyond the
+//! assumption (wall clocks further apart than a DynamoDB surface allows).
+//!
+//! A run has about 10^5 tenures on a handful of keys, so every rule is a sort and a sweep:
+//! overlaps keep the set of tenures still open at each start (its size is the number of
+//! tenures trusted at once, one when all is well), regressions and stale writes keep the
+//! highest token seen before each instant.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use super::history::{History, Id, Outcome, Read, Surface, Write};
+
+/// One second in nanoseconds (`mono` unit).
+const SECOND: u64 = 1_000_000_000;
+/// How far before two tenures a clock offset still counts: an offset in force just before an
+/// acquisition decides the expiry the acquirer computes.
+const SKEW_LEAD: u64 = SECOND;
+/// Violations kept, with their descriptions, per kind and class; all are counted.
+const KEEP_PER_KIND: u64 = 50;
+
+/// What the run assumes of its environment (docs/correctness.md, A1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Assumptions {
+    /// How far apart (ms) two processes' wall clocks may be for DynamoDB leases to hold.
+    pub(crate) dynamo_max_skew_ms: u64,
+}
+
+/// The kinds of violation, as docs/chaos.md names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum ViolationKind {
+    /// Two tenures of one key by different `(proc, token)` intersect.
+    Overlap,
+    /// One key, one token, two procs.
+    TokenTwice,
+    /// A tenure was acquired before another's acquisition was sent, and the later token is not
+    /// above it.
+    TokenRegression,
+    /// An accepted write or a read saw an older token after a newer write was accepted.
+    OlderWriter,
+    /// An overlap on fleet surfaces: one unit trusted by two workers.
+    UnitDoubleTrust,
+}
+
+impl ViolationKind {
+    /// Every kind, in report order.
+    pub(crate) const ALL: [ViolationKind; 5] = [
+        ViolationKind::Overlap,
+        ViolationKind::TokenTwice,
+        ViolationKind::TokenRegression,
+        ViolationKind::OlderWriter,
+        ViolationKind::UnitDoubleTrust,
+    ];
+
+    /// Its name in docs/chaos.md and in the report.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ViolationKind::Overlap => "overlap",
+            ViolationKind::TokenTwice => "token-twice",
+            ViolationKind::TokenRegression => "token-regression",
+            ViolationKind::OlderWriter => "older-writer",
+            ViolationKind::UnitDoubleTrust => "unit-double-trust",
+        }
+    }
+}
+
+/// One violation, described for a human who will replay the run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Violation {
+    /// Which rule.
+    pub(crate) kind: ViolationKind,
+    /// The lease key, or for `older-writer` the written name.
+    pub(crate) key_or_name: String,
+    /// The surface of both sides, or `a/b` when they differ.
+    pub(crate) surface: String,
+    /// Both procs, their tokens and the monotonic instants involved (and, beyond the
+    /// assumption, the clock offsets that put it there).
+    pub(crate) description: String,
+    /// When it happened (ns): where to look for the faults that caused it.
+    pub(crate) at_mono: u64,
+}
+
+/// How much history the check covered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// Lines read, malformed ones included.
+    pub(crate) lines: u64,
+    /// Malformed lines skipped, per file that had any (path relative to the run directory).
+    pub(crate) malformed: Vec<(String, u64)>,
+    /// `acq` lines per surface.
+    pub(crate) acquisitions: BTreeMap<Surface, u64>,
+    /// `claim` lines.
+    pub(crate) claims: u64,
+    /// `rel` lines.
+    pub(crate) releases: u64,
+    /// `write` lines per outcome.
+    pub(crate) writes: BTreeMap<Outcome, u64>,
+    /// `read` lines.
+    pub(crate) reads: u64,
+    /// `clock` lines.
+    pub(crate) clock_lines: u64,
+    /// Distinct procs.
+    pub(crate) procs: usize,
+    /// Distinct lease keys.
+    pub(crate) keys: usize,
+    /// Distinct written or read names.
+    pub(crate) names: usize,
+    /// Tenures, `(proc, token)` per key.
+    pub(crate) tenures: usize,
+}
+
+/// The checker's verdict on one run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CheckReport {
+    /// The assumptions it checked against.
+    pub(crate) assumptions: Assumptions,
+    /// How much history it covered.
+    pub(crate) counts: Counts,
+    /// Violations that fail the run, at most [`KEEP_PER_KIND`] per kind.
+    pub(crate) violations: Vec<Violation>,
+    /// Violations beyond the assumption, at most [`KEEP_PER_KIND`] per kind.
+    pub(crate) beyond_assumption: Vec<Violation>,
+    /// How many violations of each kind fail the run (all, not only those kept).
+    pub(crate) violation_totals: BTreeMap<ViolationKind, u64>,
+    /// How many violations of each kind are beyond the assumption.
+    pub(crate) beyond_totals: BTreeMap<ViolationKind, u64>,
+}
+
+/// Checks `history` against every rule of docs/chaos.md.
+pub(crate) fn check(history: &History, assumptions: &Assumptions) -> CheckReport {
+    let tenures = tenures(history);
+    let mut sink = Sink {
+        history,
+        clocks: Clocks::new(history),
+        max_skew_ms: assumptions.dynamo_max_skew_ms,
+        violations: Vec::new(),
+        beyond: Vec::new(),
+        totals: BTreeMap::new(),
+        beyond_totals: BTreeMap::new(),
+    };
+    check_overlaps(&tenures, &mut sink);
+    check_token_twice(&tenures, &mut sink);
+    check_token_regressions(&tenures, &mut sink);
+    check_older_writers(history, &tenures, &mut sink);
+    CheckReport {
+        assumptions: *assumptions,
+        counts: counts(history, tenures.len()),
+        violations: sink.violations,
+        beyond_assumption: sink.beyond,
+        violation_totals: sink.totals,
+        beyond_totals: sink.beyond_totals,
+    }
+}
+
+/// The counts of the report.
+fn counts(history: &History, tenures: usize) -> Counts {
+    let mut counts = Counts {
+        lines: history.lines(),
+        claims: history.claim_lines,
+        releases: history.rels.len() as u64,
+        reads: history.reads.len() as u64,
+        clock_lines: history.clocks.len() as u64,
+        procs: history.procs.count(),
+        keys: history.keys.count(),
+        names: history.names.count(),
+        tenures,
+        ..Counts::default()
+    };
+    for file in history.files.iter().filter(|f| f.malformed > 0) {
+        counts.malformed.push((file.name.clone(), file.malformed));
+    }
+    for acq in &history.acqs {
+        *counts.acquisitions.entry(acq.surface).or_insert(0) += 1;
+    }
+    for write in &history.writes {
+        *counts.writes.entry(write.outcome).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// One `(proc, token)` of a key: from its acquisition (or first claim) to its last claim.
+#[derive(Clone, Copy, Debug)]
+struct Tenure {
+    /// The key.
+    key: Id,
+    /// The holder.
+    proc: Id,
+    /// Its fencing token.
+    token: u64,
+    /// The surface of its `acq` line, or of its first claim.
+    surface: Surface,
+    /// `(sent_mono, acquired_mono)` of its `acq` line, if there is one.
+    acq: Option<(u64, u64)>,
+    /// `acquired_mono`, or the first claim.
+    start: u64,
+    /// The last claim, or `start` if it has none.
+    end: u64,
+}
+
+impl Tenure {
+    /// Its earliest instant: the acquisition's `sent_mono`, or `start`.
+    fn earliest(&self) -> u64 {
+        self.acq.map_or(self.start, |(sent, _)| sent)
+    }
+}
+
+/// Every tenure, sorted by key, then start.
+fn tenures(history: &History) -> Vec<Tenure> {
+    // With two `acq` lines for one tenure (never expected), the earlier acquisition counts.
+    let mut acqs = HashMap::new();
+    for acq in &history.acqs {
+        acqs.entry((acq.key, acq.proc, acq.token))
+            .and_modify(|(surface, sent, acquired)| {
+                if acq.acquired_mono < *acquired {
+                    (*surface, *sent, *acquired) = (acq.surface, acq.sent_mono, acq.acquired_mono);
+                }
+            })
+            .or_insert((acq.surface, acq.sent_mono, acq.acquired_mono));
+    }
+    let mut tenures = Vec::with_capacity(history.claims.len() + acqs.len());
+    for claim in &history.claims {
+        let acq = acqs.remove(&(claim.key, claim.proc, claim.token));
+        let start = acq.map_or(claim.first_mono, |(_, _, acquired)| acquired);
+        tenures.push(Tenure {
+            key: claim.key,
+            proc: claim.proc,
+            token: claim.token,
+            surface: acq.map_or(claim.surface, |(surface, _, _)| surface),
+            acq: acq.map(|(_, sent, acquired)| (sent, acquired)),
+            start,
+            end: claim.last_mono.max(start),
+        });
+    }
+    for ((key, proc, token), (surface, sent, acquired)) in acqs {
+        let (acq, start, end) = (Some((sent, acquired)), acquired, acquired);
+        tenures.push(Tenure {
+            key,
+            proc,
+            token,
+            surface,
+            acq,
+            start,
+            end,
+        });
+    }
+    tenures.sort_unstable_by_key(|t| (t.key, t.start, t.proc, t.token));
+    tenures
+}
+
+/// Each proc's wall-clock offset over monotonic time, from its `clock` lines.
+#[derive(Debug)]
+struct Clocks(HashMap<Id, Vec<(u64, i64)>>);
+
+/// The widest gap found between two procs' offsets in a window.
+#[derive(Clone, Copy, Debug)]
+struct Skew {
+    /// The instant (ns).
+    at: u64,
+    /// The first proc's offset then (ms).
+    first_ms: i64,
+    /// The second proc's offset then (ms).
+    second_ms: i64,
+}
+
+impl Clocks {
+    /// Each proc's `(mono, offset_ms)` changes, in time order (file order among equal instants).
+    fn new(history: &History) -> Clocks {
+        let mut by_proc: HashMap<Id, Vec<(u64, i64)>> = HashMap::new();
+        for clock in &history.clocks {
+            by_proc
+                .entry(clock.proc)
+                .or_default()
+                .push((clock.mono, clock.offset_ms));
+        }
+        for changes in by_proc.values_mut() {
+            changes.sort_by_key(|(mono, _)| *mono);
+        }
+        Clocks(by_proc)
+    }
+
+    /// The offset of `proc` at `at`: 0 before its first `clock` line.
+    fn offset(&self, proc: Id, at: u64) -> i64 {
+        let Some(changes) = self.0.get(&proc) else {
+            return 0;
+        };
+        match changes.partition_point(|(mono, _)| *mono <= at) {
+            0 => 0,
+            n => changes[n - 1].1,
+        }
+    }
+
+    /// The instant of `[lo, hi]` where the offsets of `first` and `second` differ most. Both
+    /// are piecewise constant, so it is `lo` or one of their changes.
+    fn widest(&self, first: Id, second: Id, lo: u64, hi: u64) -> Skew {
+        let at_instant = |at| Skew {
+            at,
+            first_ms: self.offset(first, at),
+            second_ms: self.offset(second, at),
+        };
+        let changes = [first, second]
+            .into_iter()
+            .filter_map(|proc| self.0.get(&proc))
+            .flatten()
+            .map(|(mono, _)| *mono)
+            .filter(|mono| lo < *mono && *mono <= hi);
+        std::iter::once(lo)
+            .chain(changes)
+            .map(at_instant)
+            .max_by_key(|skew| (skew.gap_ms(), std::cmp::Reverse(skew.at)))
+            .unwrap_or_else(|| at_instant(lo))
+    }
+}
+
+impl Skew {
+    /// How far apart the two offsets are (ms).
+    fn gap_ms(&self) -> u64 {
+        self.first_ms.abs_diff(self.second_ms)
+    }
+}
+
+/// A violation found, before it is classed and described.
+#[derive(Clone, Copy, Debug)]
+struct Finding<'a> {
+    /// Which rule.
+    kind: ViolationKind,
+    /// The key or name.
+    key_or_name: &'a str,
+    /// The surfaces of both sides.
+    surfaces: [Surface; 2],
+    /// The procs of both sides.
+    procs: [Id; 2],
+    /// The span of both sides' tenures (ns), in which a clock offset counts.
+    window: (u64, u64),
+    /// When it happened (ns).
+    at_mono: u64,
+}
+
+/// Collects findings: classes each, counts all, keeps the first of each kind.
+#[derive(Debug)]
+struct Sink<'h> {
+    /// The history, for names.
+    history: &'h History,
+    /// Every proc's clock offset over time.
+    clocks: Clocks,
+    /// Assumption A1 for DynamoDB surfaces (ms).
+    max_skew_ms: u64,
+    /// Kept violations that fail the run.
+    violations: Vec<Violation>,
+    /// Kept violations beyond the assumption.
+    beyond: Vec<Violation>,
+    /// All violations that fail the run, per kind.
+    totals: BTreeMap<ViolationKind, u64>,
+    /// All violations beyond the assumption, per kind.
+    beyond_totals: BTreeMap<ViolationKind, u64>,
+}
+
+impl<'h> Sink<'h> {
+    /// The name of `proc`.
+    fn proc(&self, proc: Id) -> &str {
+        self.history.procs.name(proc)
+    }
+
+    /// Records `finding`; `describe` (called only if it is kept) says what happened.
+    fn record(&mut self, finding: Finding<'_>, describe: impl FnOnce(&Sink<'_>) -> String) {
+        let [p, q] = finding.procs;
+        let (lo, hi) = finding.window;
+        // A file store never reads a wall clock: a violation there is never excused by one.
+        let skew = if finding.surfaces.iter().all(|s| s.is_dynamo()) {
+            Some(self.clocks.widest(p, q, lo, hi)).filter(|s| s.gap_ms() > self.max_skew_ms)
+        } else {
+            None
+        };
+        let totals = if skew.is_some() {
+            &mut self.beyond_totals
+        } else {
+            &mut self.totals
+        };
+        let total = totals.entry(finding.kind).or_insert(0);
+        *total += 1;
+        if *total > KEEP_PER_KIND {
+            return;
+        }
+        let mut description = describe(self);
+        if let Some(skew) = skew {
+            let _ = write!(
+                description,
+                "; beyond the assumption: at mono {} the wall clock of {} was {:+} ms off and \
+                 that of {} {:+} ms off, {} ms apart (allowed: {} ms)",
+                skew.at,
+                self.proc(p),
+                skew.first_ms,
+                self.proc(q),
+                skew.second_ms,
+                skew.gap_ms(),
+                self.max_skew_ms
+            );
+        }
+        let [s1, s2] = finding.surfaces;
+        let violation = Violation {
+            kind: finding.kind,
+            key_or_name: finding.key_or_name.to_owned(),
+            surface: if s1 == s2 {
+                s1.as_str().to_owned()
+            } else {
+                format!("{}/{}", s1.as_str(), s2.as_str())
+            },
+            description,
+            at_mono: finding.at_mono,
+        };
+        if skew.is_some() {
+            self.beyond.push(violation);
+        } else {
+            self.violations.push(violation);
+        }
+    }
+
+    /// A finding between tenures `a` and `b` of one key.
+    fn tenure_pair(&self, kind: ViolationKind, a: &Tenure, b: &Tenure) -> Finding<'h> {
+        let lo = a.earliest().min(b.earliest()).saturating_sub(SKEW_LEAD);
+        Finding {
+            kind,
+            key_or_name: self.history.keys.name(a.key),
+            surfaces: [a.surface, b.surface],
+            procs: [a.proc, b.proc],
+            window: (lo, a.end.max(b.end)),
+            at_mono: b.start,
+        }
+    }
+
+    /// `proc token T (surface) over [start, end]`, for descriptions.
+    fn tenure(&self, t: &Tenure) -> String {
+        let from = if t.acq.is_some() {
+            "acquired"
+        } else {
+            "first claim"
+        };
+        format!(
+            "{} token {} ({}, {from} at {}, last claim at {})",
+            self.proc(t.proc),
+            t.token,
+            t.surface.as_str(),
+            t.start,
+            t.end
+        )
+    }
+}
+
+/// `overlap` and `unit-double-trust`: intersecting tenures of one key (closed intervals).
+fn check_overlaps(tenures: &[Tenure], sink: &mut Sink<'_>) {
+    for group in tenures.chunk_by(|a, b| a.key == b.key) {
+        // Tenures started so far that have not ended before the current start.
+        let mut open: Vec<&Tenure> = Vec::new();
+        for b in group {
+            open.retain(|a| a.end >= b.start);
+            for &a in &open {
+                let kind = if a.surface.is_fleet() && b.surface.is_fleet() {
+                    ViolationKind::UnitDoubleTrust
+                } else {
+                    ViolationKind::Overlap
+                };
+                let finding = sink.tenure_pair(kind, a, b);
+                sink.record(finding, |s| {
+                    format!(
+                        "{} and {} both trusted the lease from {} to {}",
+                        s.tenure(a),
+                        s.tenure(b),
+                        b.start,
+                        a.end.min(b.end)
+                    )
+                });
+            }
+            open.push(b);
+        }
+    }
+}
+
+/// `token-twice`: one token of one key held by two procs.
+fn check_token_twice(tenures: &[Tenure], sink: &mut Sink<'_>) {
+    let mut by_token: Vec<&Tenure> = tenures.iter().collect();
+    by_token.sort_unstable_by_key(|t| (t.key, t.token, t.start, t.proc));
+    for group in by_token.chunk_by(|a, b| (a.key, a.token) == (b.key, b.token)) {
+        // A tenure is one (proc, token) per key: every other member is another proc.
+        let [first, others @ ..] = group else {
+            continue;
+        };
+        for &b in others {
+            let finding = sink.tenure_pair(ViolationKind::TokenTwice, first, b);
+            sink.record(finding, |s| {
+                format!(
+                    "token {} was held by {} and by {}",
+                    b.token,
+                    s.tenure(first),
+                    s.tenure(b)
+                )
+            });
+        }
+    }
+}
+
+/// `token-regression`: B sent its acquisition after A was acquired, yet B's token is not above
+/// A's. Per key, acquisitions in `sent` order meet the highest token acquired before.
+fn check_token_regressions(tenures: &[Tenure], sink: &mut Sink<'_>) {
+    for group in tenures.chunk_by(|a, b| a.key == b.key) {
+        // Only acquisitions count: for these, `start` is acquired_mono and `earliest` sent_mono.
+        let mut by_acquired: Vec<&Tenure> = group.iter().filter(|t| t.acq.is_some()).collect();
+        let mut by_sent = by_acquired.clone();
+        by_acquired.sort_by_key(|t| t.start);
+        by_sent.sort_by_key(|t| t.earliest());
+        let mut next = 0;
+        let mut highest: Option<&Tenure> = None;
+        for b in by_sent {
+            let b_sent = b.earliest();
+            // B itself never joins: its acquired_mono is not before its sent_mono.
+            while let Some(&a) = by_acquired.get(next)
+                && a.start < b_sent
+            {
+                if highest.is_none_or(|h| a.token > h.token) {
+                    highest = Some(a);
+                }
+                next += 1;
+            }
+            let Some(a) = highest.filter(|a| b.token <= a.token) else {
+                continue;
+            };
+            let finding = sink.tenure_pair(ViolationKind::TokenRegression, a, b);
+            sink.record(finding, |s| {
+                format!(
+                    "{} was acquired before {} sent its acquisition at {}, which returned a token \
+                     not above it",
+                    s.tenure(a),
+                    s.tenure(b),
+                    b_sent
+                )
+            });
+        }
+    }
+}
+
+/// A write or a read of one name, met in `sent` order.
+#[derive(Clone, Copy, Debug)]
+enum Access<'h> {
+    /// An accepted write.
+    Write(&'h Write),
+    /// A read.
+    Read(&'h Read),
+}
+
+impl Access<'_> {
+    /// When it was sent (ns).
+    fn sent(&self) -> u64 {
+        match self {
+            Access::Write(w) => w.sent_mono,
+            Access::Read(r) => r.sent_mono,
+        }
+    }
+}
+
+/// `older-writer`: per name, accepted writes in `done` order meet writes and reads in `sent`
+/// order; each must not carry (write) or return (read) a token below the highest accepted
+/// write that ended before it began.
+fn check_older_writers(history: &History, tenures: &[Tenure], sink: &mut Sink<'_>) {
+    let mut by_name: BTreeMap<Id, (Vec<&Write>, Vec<Access<'_>>)> = BTreeMap::new();
+    for w in history.writes.iter().filter(|w| w.outcome == Outcome::Ok) {
+        let (ended, accesses) = by_name.entry(w.name).or_default();
+        ended.push(w);
+        accesses.push(Access::Write(w));
+    }
+    for r in &history.reads {
+        if let Some((_, accesses)) = by_name.get_mut(&r.name) {
+            accesses.push(Access::Read(r));
+        }
+    }
+    let spans = TenureSpans::new(tenures);
+    for (name, (mut ended, mut accesses)) in by_name {
+        ended.sort_by_key(|w| (w.done_mono, w.sent_mono));
+        accesses.sort_by_key(Access::sent);
+        let mut next = 0;
+        let mut highest: Option<&Write> = None;
+        for access in accesses {
+            while let Some(&x) = ended.get(next)
+                && x.done_mono < access.sent()
+            {
+                if highest.is_none_or(|h| x.token > h.token) {
+                    highest = Some(x);
+                }
+                next += 1;
+            }
+            if let Some(x) = highest {
+                older_writer(sink, &spans, name, x, access);
+            }
+        }
+    }
+}
+
+/// Records `access` if it is older than `x`, the highest accepted write that ended before it.
+fn older_writer(sink: &mut Sink<'_>, spans: &TenureSpans, name: Id, x: &Write, access: Access<'_>) {
+    let (proc, surface, token, sent, done) = match access {
+        Access::Write(w) if w.token < x.token => {
+            (w.proc, w.surface, w.token, w.sent_mono, w.done_mono)
+        }
+        Access::Read(r) if r.value.is_none_or(|(token, _)| token < x.token) => {
+            (r.proc, r.surface, r.token, r.sent_mono, r.done_mono)
+        }
+        _ => return,
+    };
+    let (lo, hi) = spans.around(proc, token, sent, done);
+    let (x_lo, x_hi) = spans.around(x.proc, x.token, x.sent_mono, x.done_mono);
+    let finding = Finding {
+        kind: ViolationKind::OlderWriter,
+        key_or_name: sink.history.names.name(name),
+        surfaces: [surface, x.surface],
+        procs: [proc, x.proc],
+        window: (lo.min(x_lo).saturating_sub(SKEW_LEAD), hi.max(x_hi)),
+        at_mono: sent,
+    };
+    sink.record(finding, |s| {
+        let newer = format!(
+            "{}'s write with token {} (seq {}) was accepted, ending at {}",
+            s.proc(x.proc),
+            x.token,
+            x.seq,
+            x.done_mono
+        );
+        let who = s.proc(proc);
+        match access {
+            Access::Write(w) => format!(
+                "{who}'s write with token {token} (seq {}), sent at {sent}, was accepted at \
+                 {done} although {newer}",
+                w.seq
+            ),
+            Access::Read(r) => format!(
+                "{who}'s read with token {token}, sent at {sent}, returned {} although {newer}",
+                r.value.map_or("no value".to_owned(), |(t, seq)| {
+                    format!("the value of token {t} (seq {seq})")
+                })
+            ),
+        }
+    });
+}
+
+/// The span of each `(proc, token)` over all keys: where a writer's clock offset counts.
+#[derive(Debug)]
+struct TenureSpans(HashMap<(Id, u64), (u64, u64)>);
+
+impl TenureSpans {
+    /// From every tenure's earliest instant to its end.
+    fn new(tenures: &[Tenure]) -> TenureSpans {
+        let mut spans: HashMap<(Id, u64), (u64, u64)> = HashMap::new();
+        for t in tenures {
+            let span = spans
+                .entry((t.proc, t.token))
+                .or_insert((t.earliest(), t.end));
+            *span = (span.0.min(t.earliest()), span.1.max(t.end));
+        }
+        TenureSpans(spans)
+    }
+
+    /// `[sent, done]` widened to the tenure of `(proc, token)`, if it has one.
+    fn around(&self, proc: Id, token: u64, sent: u64, done: u64) -> (u64, u64) {
+        self.0
+            .get(&(proc, token))
+            .map_or((sent, done), |&(lo, hi)| (lo.min(sent), hi.max(done)))
+    }
+}
+
+impl CheckReport {
+    /// Whether the run fails: some violation is not beyond the assumption.
+    pub(crate) fn failed(&self) -> bool {
+        self.violation_totals.values().any(|&n| n > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::history::TempRun;
+
+    /// The skew the tests allow DynamoDB surfaces.
+    const ASSUME: Assumptions = Assumptions {
+        dynamo_max_skew_ms: 500,
+    };
+    /// Monotonic origin of the test histories: 100 s after boot.
+    const BASE: u64 = 100 * SECOND;
+
+    /// `ms` milliseconds after [`BASE`], in ns.
+    fn t(ms: u64) -> u64 {
+        BASE + ms * 1_000_000
+    }
+
+    fn acq(proc: &str, surface: &str, key: &str, token: u64, sent: u64, at: u64) -> String {
+        let (sent, at) = (t(sent), t(at));
+        format!("acq {proc} {surface} {key} {token} {sent} {at} 1700000000000")
+    }
+
+    fn claim(proc: &str, surface: &str, key: &str, token: u64, at: u64) -> String {
+        format!("claim {proc} {surface} {key} {token} {}", t(at))
+    }
+
+    fn rel(proc: &str, surface: &str, key: &str, token: u64, at: u64) -> String {
+        format!("rel {proc} {surface} {key} {token} {}", t(at))
+    }
+
+    /// A `write` line; `(token, seq)`, `(sent, done)` in ms.
+    fn write(p: &str, s: &str, name: &str, ts: (u64, u64), span: (u64, u64), out: &str) -> String {
+        let ((token, seq), (sent, done)) = (ts, span);
+        format!(
+            "write {p} {s} {name} {token} {seq} {} {} {out}",
+            t(sent),
+            t(done)
+        )
+    }
+
+    /// A `read` line; `(sent, done)` in ms.
+    fn read(
+        p: &str,
+        s: &str,
+        name: &str,
+        token: u64,
+        span: (u64, u64),
+        v: Option<(u64, u64)>,
+    ) -> String {
+        let value = v.map_or("- -".to_owned(), |(vt, vs)| format!("{vt} {vs}"));
+        format!(
+            "read {p} {s} {name} {token} {} {} {value}",
+            t(span.0),
+            t(span.1)
+        )
+    }
+
+    fn clock(proc: &str, offset_ms: i64, at: u64) -> String {
+        format!("clock {proc} {offset_ms} {}", t(at))
+    }
+
+    /// `(kind, key or name)` of every kept violation that fails the run.
+    fn found(report: &CheckReport) -> Vec<(&'static str, &str)> {
+        report
+            .violations
+            .iter()
+            .map(|v| (v.kind.as_str(), v.key_or_name.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn overlap_of_two_holders_of_one_key_is_caught() {
+        let (k, run) = ("file:/chaos/files/l1", TempRun::new("overlap"));
+        run.log(
+            "run-f0.3",
+            &[
+                acq("run-f0.3", "run-file", k, 1, 0, 0),
+                claim("run-f0.3", "run-file", k, 1, 100),
+                claim("run-f0.3", "run-file", k, 1, 900),
+            ],
+        );
+        // Acquired at 450 while run-f0.3 still trusted its tenure until 900.
+        run.log(
+            "fk1.2",
+            &[
+                acq("fk1.2", "filelock-kernel", k, 2, 400, 450),
+                claim("fk1.2", "filelock-kernel", k, 2, 500),
+                claim("fk1.2", "filelock-kernel", k, 2, 1000),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("overlap", k)]);
+        let v = &report.violations[0];
+        assert_eq!(
+            (v.surface.as_str(), v.at_mono),
+            ("run-file/filelock-kernel", t(450))
+        );
+        for part in ["run-f0.3 token 1", "fk1.2 token 2", &t(900).to_string()] {
+            assert!(v.description.contains(part), "{part} in {}", v.description);
+        }
+        assert!(report.failed() && report.beyond_assumption.is_empty());
+    }
+
+    #[test]
+    fn unit_trusted_by_two_fleet_workers_is_caught() {
+        let (u, run) = ("dir:unit-7", TempRun::new("unit"));
+        run.log(
+            "fl1.3",
+            &[
+                acq("fl1.3", "fleet-file", u, 4, 0, 10),
+                claim("fl1.3", "fleet-file", u, 4, 20),
+                claim("fl1.3", "fleet-file", u, 4, 700),
+            ],
+        );
+        run.log(
+            "fl2.5",
+            &[
+                acq("fl2.5", "fleet-file", u, 5, 500, 600),
+                claim("fl2.5", "fleet-file", u, 5, 650),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("unit-double-trust", u)]);
+        assert_eq!(report.violations[0].surface, "fleet-file");
+    }
+
+    #[test]
+    fn one_token_granted_to_two_procs_is_caught() {
+        // Two racing acquisitions both got token 3; ln1.0 was killed before its first claim,
+        // so the tenures never overlap and neither acquisition came after the other.
+        let (k, run) = ("dynamo:leases/jobs/main", TempRun::new("twice"));
+        run.log("ln1.0", &[acq("ln1.0", "lease-dynamo", k, 3, 0, 50)]);
+        run.log(
+            "ln2.0",
+            &[
+                acq("ln2.0", "lease-dynamo", k, 3, 40, 60),
+                claim("ln2.0", "lease-dynamo", k, 3, 70),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("token-twice", k)]);
+        let v = &report.violations[0].description;
+        assert!(
+            v.contains("token 3") && v.contains("ln1.0") && v.contains("ln2.0"),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn token_not_above_an_earlier_acquisition_is_caught() {
+        let (k, run) = ("dynamo:leases/jobs/main", TempRun::new("regression"));
+        run.log(
+            "ln1.0",
+            &[
+                acq("ln1.0", "lease-dynamo", k, 9, 0, 20),
+                claim("ln1.0", "lease-dynamo", k, 9, 300),
+                rel("ln1.0", "lease-dynamo", k, 9, 310),
+            ],
+        );
+        // Sent long after token 9 was acquired (and released), yet it got token 8.
+        run.log(
+            "ln2.0",
+            &[
+                acq("ln2.0", "lease-dynamo", k, 8, 1000, 1030),
+                claim("ln2.0", "lease-dynamo", k, 8, 1100),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("token-regression", k)]);
+        assert_eq!(report.violations[0].at_mono, t(1030));
+    }
+
+    #[test]
+    fn accepted_write_with_an_older_token_is_caught() {
+        // fh1.0 trusted its lease at 100, paused, and wrote after fh2.0's newer write landed.
+        let (k, n, run) = (
+            "file:/chaos/files/l2",
+            "dir:value-2",
+            TempRun::new("olderw"),
+        );
+        run.log(
+            "fh1.0",
+            &[
+                acq("fh1.0", "filelock-heartbeat", k, 1, 0, 0),
+                claim("fh1.0", "filelock-heartbeat", k, 1, 100),
+                write("fh1.0", "filelock-heartbeat", n, (1, 1), (2000, 2010), "ok"),
+            ],
+        );
+        run.log(
+            "fh2.0",
+            &[
+                acq("fh2.0", "filelock-heartbeat", k, 2, 900, 1000),
+                claim("fh2.0", "filelock-heartbeat", k, 2, 1100),
+                write("fh2.0", "filelock-heartbeat", n, (2, 1), (1200, 1250), "ok"),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("older-writer", n)]);
+        let v = &report.violations[0];
+        assert_eq!(v.at_mono, t(2000));
+        assert!(
+            v.description.contains("fh1.0's write with token 1"),
+            "{}",
+            v.description
+        );
+    }
+
+    #[test]
+    fn read_of_a_value_older_than_an_accepted_write_is_caught() {
+        let (n, run) = ("dynamo:values/v/1", TempRun::new("olderr"));
+        let s = "lease-dynamo";
+        run.log("ln1.0", &[write("ln1.0", s, n, (1, 1), (0, 10), "ok")]);
+        run.log("ln2.0", &[write("ln2.0", s, n, (2, 1), (100, 150), "ok")]);
+        run.log(
+            "ln3.0",
+            &[
+                // Sent before token 2's write ended: the older value is fine.
+                read("ln3.0", s, n, 3, (120, 160), Some((1, 1))),
+                read("ln3.0", s, n, 3, (200, 210), Some((1, 1))),
+                read("ln3.0", s, n, 3, (300, 310), None),
+                read("ln3.0", s, n, 3, (400, 410), Some((2, 1))),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("older-writer", n), ("older-writer", n)]);
+        let at: Vec<u64> = report.violations.iter().map(|v| v.at_mono).collect();
+        assert_eq!(at, [t(200), t(300)]);
+        assert!(
+            report.violations[0]
+                .description
+                .contains("value of token 1 (seq 1)")
+        );
+        assert!(
+            report.violations[1]
+                .description
+                .contains("returned no value")
+        );
+    }
+
+    /// Three file holders, two DynamoDB holders and two fleet workers handing off back to back,
+    /// fenced writes in order, a lost reply, a late write fenced out, and a clock offset within
+    /// the allowed skew.
+    fn clean_history(run: &TempRun) {
+        let (f, d, u, n) = (
+            "file:/c/l",
+            "dynamo:leases/k/s",
+            "dir:unit-1",
+            "dynamo:values/n/s",
+        );
+        let (rf, ld, ff) = ("run-file", "lease-dynamo", "fleet-file");
+        run.log(
+            "r1.0",
+            &[acq("r1.0", rf, f, 1, 0, 0), claim("r1.0", rf, f, 1, 500)],
+        );
+        run.log(
+            "r2.0",
+            &[
+                acq("r2.0", rf, f, 2, 300, 501),
+                claim("r2.0", rf, f, 2, 502),
+                claim("r2.0", rf, f, 2, 900),
+                rel("r2.0", rf, f, 2, 901),
+            ],
+        );
+        run.log(
+            "r1.1",
+            &[
+                acq("r1.1", rf, f, 3, 950, 960),
+                claim("r1.1", rf, f, 3, 2000),
+            ],
+        );
+        run.log(
+            "d1.0",
+            &[
+                acq("d1.0", ld, d, 5, 0, 30),
+                claim("d1.0", ld, d, 5, 40),
+                write("d1.0", ld, n, (5, 1), (41, 60), "ok"),
+                claim("d1.0", ld, d, 5, 100),
+                write("d1.0", ld, n, (5, 2), (101, 120), "ok"),
+                claim("d1.0", ld, d, 5, 200),
+                // The reply was lost: the write may have landed, nobody must rely on it.
+                write("d1.0", ld, n, (5, 3), (201, 1500), "error"),
+                write("d1.0", ld, n, (5, 4), (1600, 1620), "refused"),
+            ],
+        );
+        run.log(
+            "d2.0",
+            &[
+                clock("d2.0", 200, 0),
+                read("d2.0", ld, n, 6, (0, 5), None),
+                acq("d2.0", ld, d, 6, 150, 1200),
+                claim("d2.0", ld, d, 6, 1210),
+                read("d2.0", ld, n, 6, (1211, 1220), Some((5, 2))),
+                write("d2.0", ld, n, (6, 1), (1221, 1240), "ok"),
+                read("d2.0", ld, n, 6, (1250, 1260), Some((6, 1))),
+                rel("d2.0", ld, d, 6, 1300),
+            ],
+        );
+        run.log(
+            "fl1.0",
+            &[acq("fl1.0", ff, u, 1, 0, 1), claim("fl1.0", ff, u, 1, 99)],
+        );
+        run.log(
+            "fl2.0",
+            &[
+                acq("fl2.0", ff, u, 2, 50, 100),
+                claim("fl2.0", ff, u, 2, 200),
+            ],
+        );
+    }
+
+    #[test]
+    fn clean_interleaved_history_reports_nothing() {
+        let run = TempRun::new("clean");
+        clean_history(&run);
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(report.violations, []);
+        assert_eq!(report.beyond_assumption, []);
+        assert!(!report.failed());
+        let c = &report.counts;
+        assert_eq!((c.tenures, c.keys, c.names, c.procs), (7, 3, 1, 7));
+        assert_eq!(
+            (c.claims, c.releases, c.reads, c.clock_lines),
+            (10, 2, 3, 1)
+        );
+        let acquisitions: Vec<_> = c
+            .acquisitions
+            .iter()
+            .map(|(s, n)| (s.as_str(), *n))
+            .collect();
+        assert_eq!(
+            acquisitions,
+            [("run-file", 3), ("lease-dynamo", 2), ("fleet-file", 2)]
+        );
+        let writes: Vec<_> = c.writes.iter().map(|(o, n)| (o.as_str(), *n)).collect();
+        assert_eq!(writes, [("ok", 3), ("refused", 1), ("error", 1)]);
+    }
+
+    /// ln1.0 trusts its lease until 3000; ln2.0, whose clock runs `offset_ms` ahead from 500
+    /// on, takes it over at 1500.
+    fn skewed_takeover(run: &TempRun, surface: &str, key: &str, offset_ms: i64) {
+        run.log(
+            "ln1.0",
+            &[
+                acq("ln1.0", surface, key, 1, 0, 10),
+                claim("ln1.0", surface, key, 1, 3000),
+            ],
+        );
+        run.log(
+            "ln2.0",
+            &[
+                clock("ln2.0", offset_ms, 500),
+                acq("ln2.0", surface, key, 2, 1400, 1500),
+                claim("ln2.0", surface, key, 2, 1600),
+            ],
+        );
+    }
+
+    #[test]
+    fn violation_beyond_the_allowed_skew_is_counted_apart_on_dynamo_only() {
+        let (dk, dynamo) = ("dynamo:leases/k/s", TempRun::new("beyond-d"));
+        skewed_takeover(&dynamo, "lease-dynamo", dk, 2000);
+        let report = check(&dynamo.load(), &ASSUME);
+        assert_eq!(found(&report), []);
+        assert!(!report.failed());
+        assert_eq!(report.beyond_totals.get(&ViolationKind::Overlap), Some(&1));
+        let v = &report.beyond_assumption[0];
+        assert_eq!(
+            (v.kind, v.key_or_name.as_str()),
+            (ViolationKind::Overlap, dk)
+        );
+        for part in ["ln1.0 was +0 ms off", "ln2.0 +2000 ms off", "2000 ms apart"] {
+            assert!(v.description.contains(part), "{part} in {}", v.description);
+        }
+
+        // File stores never read a wall clock: the same history there fails the run.
+        let (fk, file) = ("file:/c/l", TempRun::new("beyond-f"));
+        skewed_takeover(&file, "run-file", fk, 2000);
+        let report = check(&file.load(), &ASSUME);
+        assert_eq!(found(&report), [("overlap", fk)]);
+        assert_eq!(report.beyond_assumption, []);
+    }
+
+    #[test]
+    fn violation_within_the_allowed_skew_fails_the_run() {
+        let (k, run) = ("dynamo:leases/k/s", TempRun::new("within"));
+        skewed_takeover(&run, "run-dynamo", k, -300);
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("overlap", k)]);
+        assert!(report.failed() && report.beyond_assumption.is_empty());
+    }
+
+    #[test]
+    fn clock_offset_outside_the_tenures_does_not_excuse_a_violation() {
+        let (k, run) = ("dynamo:leases/k/s", TempRun::new("window"));
+        run.log(
+            "ln1.0",
+            &[
+                acq("ln1.0", "lease-dynamo", k, 1, 20_000, 20_010),
+                claim("ln1.0", "lease-dynamo", k, 1, 23_000),
+            ],
+        );
+        // Stepped 2 s ahead and back, 18 s before either tenure.
+        run.log(
+            "ln2.0",
+            &[
+                clock("ln2.0", 2000, 0),
+                clock("ln2.0", 0, 2000),
+                acq("ln2.0", "lease-dynamo", k, 2, 21_400, 21_500),
+                claim("ln2.0", "lease-dynamo", k, 2, 21_600),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("overlap", k)]);
+    }
+
+    #[test]
+    fn older_writer_is_attributed_by_the_writers_clocks() {
+        // As in the write test, on DynamoDB, with the newer writer's clock 2 s ahead.
+        let (k, n, run) = (
+            "dynamo:leases/k/s",
+            "dynamo:values/n/s",
+            TempRun::new("olderw-d"),
+        );
+        let s = "lease-dynamo";
+        run.log(
+            "ln1.0",
+            &[
+                acq("ln1.0", s, k, 1, 0, 0),
+                claim("ln1.0", s, k, 1, 100),
+                write("ln1.0", s, n, (1, 1), (2000, 2010), "ok"),
+            ],
+        );
+        run.log(
+            "ln2.0",
+            &[
+                clock("ln2.0", 2000, 50),
+                acq("ln2.0", s, k, 2, 900, 1000),
+                claim("ln2.0", s, k, 2, 1100),
+                write("ln2.0", s, n, (2, 1), (1200, 1250), "ok"),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), []);
+        let beyond: Vec<_> = report
+            .beyond_assumption
+            .iter()
+            .map(|v| (v.kind, v.key_or_name.as_str()))
+            .collect();
+        assert_eq!(beyond, [(ViolationKind::OlderWriter, n)]);
+    }
+
+    #[test]
+    fn malformed_lines_are_counted_and_the_rest_still_checked() {
+        let (k, run) = ("file:/c/l", TempRun::new("malformed-check"));
+        let good = [
+            acq("a", "run-file", k, 1, 0, 0),
+            claim("a", "run-file", k, 1, 900),
+        ];
+        let text = format!(
+            "{}\n{}\nclaim a run-file {k} 1\nclaim a run-file {k} 1 95",
+            good[0], good[1]
+        );
+        run.raw("a", text.as_bytes());
+        run.log("b", &[acq("b", "run-file", k, 2, 400, 450)]);
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("overlap", k)]);
+        assert_eq!(report.counts.malformed, [("history/a.log".to_owned(), 2)]);
+        assert_eq!(report.counts.lines, 5);
+    }
+
+    #[test]
+    fn stored_violations_are_capped_per_kind_but_all_counted() {
+        let run = TempRun::new("cap");
+        let mut lines = Vec::new();
+        for i in 0..60 {
+            let k = format!("file:/c/l{i}");
+            lines.push(acq("a", "run-file", &k, 1, 0, 0));
+            lines.push(claim("a", "run-file", &k, 1, 100));
+            lines.push(acq("a", "run-file", &k, 2, 50, 50));
+        }
+        run.log("a", &lines);
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(
+            report.violation_totals.get(&ViolationKind::Overlap),
+            Some(&60)
+        );
+        assert_eq!(report.violations.len(), 50);
+    }
+
+    #[test]
+    fn many_back_to_back_tenures_check_quickly_and_clean() {
+        let run = TempRun::new("many");
+        let mut lines = Vec::new();
+        for i in 0..20_000u64 {
+            let k = format!("dir:unit-{}", i % 4);
+            let (token, at) = (i / 4 + 1, i / 4 * 10);
+            lines.push(acq("w", "fleet-file", &k, token, at, at + 1));
+            lines.push(claim("w", "fleet-file", &k, token, at + 5));
+            lines.push(write(
+                "w",
+                "fleet-file",
+                &k,
+                (token, 1),
+                (at + 6, at + 7),
+                "ok",
+            ));
+        }
+        run.log("w", &lines);
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(
+            (report.violations.len(), report.counts.tenures),
+            (0, 20_000)
+        );
+    }
+}

@@ -607,13 +607,9 @@ impl TempRun {
     }
 
     /// Writes `history/<proc>.log` with `lines`, each followed by a newline.
-    pub(crate) fn log(&self, proc: &str, lines: &[&str]) -> &TempRun {
+    pub(crate) fn log<S: AsRef<str>>(&self, proc: &str, lines: &[S]) -> &TempRun {
         let path = self.dir.join("history").join(format!("{proc}.log"));
-        fs::write(
-            path,
-            lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
-        )
-        .expect("write a history file");
+        fs::write(path, lines_text(lines)).expect("write a history file");
         self
     }
 
@@ -625,9 +621,8 @@ impl TempRun {
     }
 
     /// Writes `faults.log` with `lines`.
-    pub(crate) fn faults(&self, lines: &[&str]) -> &TempRun {
-        let text = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
-        fs::write(self.dir.join("faults.log"), text).expect("write faults.log");
+    pub(crate) fn faults<S: AsRef<str>>(&self, lines: &[S]) -> &TempRun {
+        fs::write(self.dir.join("faults.log"), lines_text(lines)).expect("write faults.log");
         self
     }
 
@@ -635,6 +630,12 @@ impl TempRun {
     pub(crate) fn load(&self) -> History {
         History::load(&self.dir).expect("load the test run directory")
     }
+}
+
+/// `lines`, each followed by a newline.
+#[cfg(test)]
+fn lines_text<S: AsRef<str>>(lines: &[S]) -> String {
+    lines.iter().map(|l| format!("{}\n", l.as_ref())).collect()
 }
 
 #[cfg(test)]
