@@ -775,6 +775,19 @@ mod tests {
     }
 
     #[test]
+    fn overlap_at_one_shared_instant_is_caught() {
+        // Tenures are closed intervals: acquired at the very instant of the last claim.
+        let (k, run) = ("dir:shared", TempRun::new("touch"));
+        run.log("ds1.0", &[claim("ds1.0", "filelock-heartbeat", k, 1, 200)]);
+        run.log(
+            "ds2.0",
+            &[acq("ds2.0", "filelock-heartbeat", k, 2, 100, 200)],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("overlap", k)]);
+    }
+
+    #[test]
     fn unit_trusted_by_two_fleet_workers_is_caught() {
         let (u, run) = ("dir:unit-7", TempRun::new("unit"));
         run.log(
@@ -1084,6 +1097,31 @@ mod tests {
         );
         let report = check(&run.load(), &ASSUME);
         assert_eq!(found(&report), [("overlap", k)]);
+    }
+
+    #[test]
+    fn clock_offset_in_the_second_before_the_acquisitions_counts() {
+        let (k, run) = ("dynamo:leases/k/s", TempRun::new("lead"));
+        run.log(
+            "ln1.0",
+            &[
+                acq("ln1.0", "lease-dynamo", k, 1, 20_000, 20_010),
+                claim("ln1.0", "lease-dynamo", k, 1, 23_000),
+            ],
+        );
+        // Stepped 2 s ahead 800 ms before the first acquisition was sent, back 100 ms before.
+        run.log(
+            "ln2.0",
+            &[
+                clock("ln2.0", 2000, 19_200),
+                clock("ln2.0", 0, 19_900),
+                acq("ln2.0", "lease-dynamo", k, 2, 21_400, 21_500),
+                claim("ln2.0", "lease-dynamo", k, 2, 21_600),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), []);
+        assert_eq!(report.beyond_totals.get(&ViolationKind::Overlap), Some(&1));
     }
 
     #[test]
