@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use super::history::{History, Id, Outcome, Read, Surface, Write};
+use super::history::{Fault, History, Id, Outcome, Read, Surface, Write, faults_by_kind};
 
 /// One second in nanoseconds (`mono` unit).
 const SECOND: u64 = 1_000_000_000;
@@ -19,6 +19,10 @@ const SECOND: u64 = 1_000_000_000;
 const SKEW_LEAD: u64 = SECOND;
 /// Violations kept, with their descriptions, per kind and class; all are counted.
 const KEEP_PER_KIND: u64 = 50;
+/// Faults within this distance of a violation's instant are printed with it.
+const FAULTS_AROUND: u64 = 5 * SECOND;
+/// At most this many faults are printed per violation.
+const FAULTS_SHOWN: usize = 20;
 
 /// What the run assumes of its environment (docs/correctness.md, A1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -669,6 +673,155 @@ impl CheckReport {
     pub(crate) fn failed(&self) -> bool {
         self.violation_totals.values().any(|&n| n > 0)
     }
+
+    /// The report's sections (`###` headings, under the orchestrator's `## Chaos`): what was
+    /// checked, the faults injected, and every violation kept with the `seed` and the `faults`
+    /// within 5 s of it, so that it can be replayed.
+    pub(crate) fn to_markdown(&self, seed: u64, faults: &[Fault]) -> String {
+        let mut md = String::new();
+        self.counts_markdown(&mut md);
+        faults_markdown(&mut md, faults);
+        let total: u64 = self.violation_totals.values().sum();
+        md.push_str("\n### Violations\n\n");
+        if total == 0 {
+            md.push_str("None: every guarantee held.\n");
+        } else {
+            let noun = if total == 1 {
+                "violation"
+            } else {
+                "violations"
+            };
+            let _ = writeln!(
+                md,
+                "**The run fails**: {total} {noun} of a guarantee, seed `{seed}`."
+            );
+            list_markdown(
+                &mut md,
+                &self.violation_totals,
+                &self.violations,
+                seed,
+                faults,
+            );
+        }
+        let beyond: u64 = self.beyond_totals.values().sum();
+        md.push_str("\n### Beyond the assumption\n\n");
+        let _ = writeln!(
+            md,
+            "Violations between processes whose wall clocks differed by more than the allowed \
+             DynamoDB skew ({} ms; docs/correctness.md, A1) are counted apart and do not fail \
+             the run: {beyond}.",
+            self.assumptions.dynamo_max_skew_ms
+        );
+        if beyond > 0 {
+            list_markdown(
+                &mut md,
+                &self.beyond_totals,
+                &self.beyond_assumption,
+                seed,
+                faults,
+            );
+        }
+        md
+    }
+
+    /// The `### History checked` table.
+    fn counts_markdown(&self, md: &mut String) {
+        let c = &self.counts;
+        let mut row = |what: &str, value: String| {
+            let _ = writeln!(md, "| {what} | {value} |");
+        };
+        row("lines read", c.lines.to_string());
+        let malformed: u64 = c.malformed.iter().map(|(_, n)| n).sum();
+        let files: Vec<String> = c
+            .malformed
+            .iter()
+            .map(|(f, n)| format!("`{f}`: {n}"))
+            .collect();
+        let detail = if files.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", files.join(", "))
+        };
+        row("malformed lines skipped", format!("{malformed}{detail}"));
+        row("processes", c.procs.to_string());
+        for (surface, n) in &c.acquisitions {
+            row(
+                &format!("acquisitions, `{}`", surface.as_str()),
+                n.to_string(),
+            );
+        }
+        row("claims", c.claims.to_string());
+        row("releases", c.releases.to_string());
+        row("tenures", c.tenures.to_string());
+        row("distinct keys", c.keys.to_string());
+        for outcome in [Outcome::Ok, Outcome::Refused, Outcome::Error] {
+            let n = c.writes.get(&outcome).copied().unwrap_or(0);
+            row(&format!("writes, `{}`", outcome.as_str()), n.to_string());
+        }
+        row("reads", c.reads.to_string());
+        row("distinct names written or read", c.names.to_string());
+        row("clock offsets applied", c.clock_lines.to_string());
+        let table = std::mem::take(md);
+        md.push_str("### History checked\n\n| | count |\n|---|---:|\n");
+        md.push_str(&table);
+    }
+}
+
+/// The `### Faults injected` table.
+fn faults_markdown(md: &mut String, faults: &[Fault]) {
+    md.push_str("\n### Faults injected\n\n");
+    if faults.is_empty() {
+        md.push_str("None.\n");
+        return;
+    }
+    md.push_str("| kind | count |\n|---|---:|\n");
+    for (kind, n) in faults_by_kind(faults) {
+        let _ = writeln!(md, "| `{kind}` | {n} |");
+    }
+}
+
+/// Totals per kind, then each kept violation with the seed and the faults around it.
+fn list_markdown(
+    md: &mut String,
+    totals: &BTreeMap<ViolationKind, u64>,
+    kept: &[Violation],
+    seed: u64,
+    faults: &[Fault],
+) {
+    md.push_str("\n| violation | count | listed |\n|---|---:|---:|\n");
+    for kind in ViolationKind::ALL {
+        let total = totals.get(&kind).copied().unwrap_or(0);
+        let listed = kept.iter().filter(|v| v.kind == kind).count();
+        if total > 0 {
+            let _ = writeln!(md, "| `{}` | {total} | {listed} |", kind.as_str());
+        }
+    }
+    md.push('\n');
+    for v in kept {
+        let _ = writeln!(
+            md,
+            "- **`{}`** on `{}` (`{}`) at mono {}: {}.\n  Seed `{seed}`; faults within ±5 s:",
+            v.kind.as_str(),
+            v.key_or_name,
+            v.surface,
+            v.at_mono,
+            v.description
+        );
+        let near: Vec<&Fault> = faults
+            .iter()
+            .filter(|f| f.mono.abs_diff(v.at_mono) <= FAULTS_AROUND)
+            .collect();
+        if near.is_empty() {
+            md.push_str("  none.\n");
+        }
+        for f in near.iter().take(FAULTS_SHOWN) {
+            let delta = (i128::from(f.mono) - i128::from(v.at_mono)) as f64 / SECOND as f64;
+            let _ = writeln!(md, "  - `{f}` ({delta:+.3} s)");
+        }
+        if near.len() > FAULTS_SHOWN {
+            let _ = writeln!(md, "  - and {} more", near.len() - FAULTS_SHOWN);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1196,6 +1349,11 @@ mod tests {
             Some(&60)
         );
         assert_eq!(report.violations.len(), 50);
+        assert!(
+            report
+                .to_markdown(1, &[])
+                .contains("| `overlap` | 60 | 50 |")
+        );
     }
 
     #[test]
@@ -1222,5 +1380,45 @@ mod tests {
             (report.violations.len(), report.counts.tenures),
             (0, 20_000)
         );
+    }
+
+    #[test]
+    fn markdown_names_the_seed_and_the_faults_around_each_violation() {
+        let (k, run) = ("file:/chaos/files/l1", TempRun::new("markdown"));
+        run.log(
+            "r1.0",
+            &[
+                acq("r1.0", "run-file", k, 1, 0, 0),
+                claim("r1.0", "run-file", k, 1, 9000),
+            ],
+        );
+        run.log("r2.0", &[acq("r2.0", "run-file", k, 2, 7000, 8000)]);
+        let (near, after, far) = (
+            format!("fault {} 1700000000000 sigstop r1.0 6000", t(3000)),
+            format!("fault {} 1700000000001 file-delete files/l1 -", t(12_500)),
+            format!("fault {} 1700000000002 sigkill r2.0 -", t(14_000)),
+        );
+        run.faults(&[&near, &after, &far]);
+        let history = run.load();
+        let report = check(&history, &ASSUME);
+        let md = report.to_markdown(4242, &history.faults);
+        for part in [
+            "### History checked",
+            "### Faults injected",
+            "| `sigstop` | 1 |",
+            "**The run fails**: 1 violation of a guarantee, seed `4242`.",
+            "- **`overlap`** on `file:/chaos/files/l1` (`run-file`)",
+            "Seed `4242`; faults within ±5 s:",
+            &format!("  - `{near}` (-5.000 s)"),
+            &format!("  - `{after}` (+4.500 s)"),
+        ] {
+            assert!(md.contains(part), "{part:?} missing from:\n{md}");
+        }
+        assert!(!md.contains(&far), "a fault 6 s away is listed:\n{md}");
+
+        let clean = TempRun::new("markdown-clean");
+        clean_history(&clean);
+        let md = check(&clean.load(), &ASSUME).to_markdown(7, &[]);
+        assert!(md.contains("None: every guarantee held."), "{md}");
     }
 }
