@@ -971,3 +971,638 @@ impl Head {
 fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    /// How long a test client waits for bytes before the test fails: bounds every test.
+    const CLIENT_TIMEOUT: Duration = Duration::from_secs(3);
+
+    /// One HTTP/1.1 message as the tests read it: head text and decoded body.
+    #[derive(Debug)]
+    struct Msg {
+        head: String,
+        body: Vec<u8>,
+    }
+
+    impl Msg {
+        fn status(&self) -> u16 {
+            self.head.split(' ').nth(1).unwrap().parse().unwrap()
+        }
+
+        fn header(&self, name: &str) -> Option<&str> {
+            self.head.split("\r\n").skip(1).find_map(|line| {
+                let (field, value) = line.split_once(':')?;
+                field.eq_ignore_ascii_case(name).then_some(value.trim())
+            })
+        }
+
+        fn text(&self) -> String {
+            String::from_utf8(self.body.clone()).unwrap()
+        }
+    }
+
+    /// Reads more bytes into `buf`; `false` at end of stream.
+    fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<bool> {
+        let mut chunk = [0_u8; 4096];
+        let n = stream.read(&mut chunk)?;
+        buf.extend_from_slice(&chunk[..n]);
+        Ok(n > 0)
+    }
+
+    /// Reads until `buf` holds `len` bytes.
+    fn read_to(stream: &mut TcpStream, buf: &mut Vec<u8>, len: usize) -> io::Result<()> {
+        while buf.len() < len {
+            if !read_more(stream, buf)? {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a CRLF-terminated line off the front of `buf`, without the CRLF.
+    fn read_crlf_line(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<String> {
+        loop {
+            if let Some(at) = buf.windows(2).position(|w| w == b"\r\n") {
+                let line: Vec<u8> = buf.drain(..at + 2).take(at).collect();
+                return Ok(String::from_utf8(line).unwrap());
+            }
+            if !read_more(stream, buf)? {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    /// The tests' own HTTP/1.1 reader, independent of the proxy's: a head, then a
+    /// Content-Length, chunked or until-close body. `None` at a clean end.
+    fn read_msg(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<Option<Msg>> {
+        let head_end = loop {
+            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            if !read_more(stream, buf)? {
+                return if buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(io::ErrorKind::UnexpectedEof.into())
+                };
+            }
+        };
+        let head = String::from_utf8(buf.drain(..head_end).collect()).unwrap();
+        let mut msg = Msg { head, body: vec![] };
+        if msg.header("transfer-encoding") == Some("chunked") {
+            loop {
+                let line = read_crlf_line(stream, buf)?;
+                let size = usize::from_str_radix(line.split(';').next().unwrap(), 16).unwrap();
+                if size == 0 {
+                    while !read_crlf_line(stream, buf)?.is_empty() {} // trailers
+                    return Ok(Some(msg));
+                }
+                read_to(stream, buf, size + 2)?;
+                msg.body.extend(buf.drain(..size));
+                buf.drain(..2);
+            }
+        }
+        if let Some(len) = msg.header("content-length") {
+            let len = len.parse().unwrap();
+            read_to(stream, buf, len)?;
+            msg.body = buf.drain(..len).collect();
+        } else if msg.head.starts_with("HTTP/") {
+            while read_more(stream, buf)? {}
+            msg.body = std::mem::take(buf);
+        }
+        Ok(Some(msg))
+    }
+
+    /// How the test upstream answers.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Answer {
+        /// A Content-Length body, keep-alive.
+        Length,
+        /// A chunked body in two chunks, keep-alive.
+        Chunked,
+        /// `Connection: close` and a body that runs until close.
+        UntilClose,
+        /// A Content-Length body, then it closes the connection without saying so.
+        LengthThenClose,
+    }
+
+    /// A tiny HTTP/1.1 upstream: answers each request with `reply to <request line>: <body>`
+    /// and counts the requests and connections it received.
+    struct Upstream {
+        addr: SocketAddr,
+        requests: Arc<AtomicUsize>,
+        connections: Arc<AtomicUsize>,
+        stop: Arc<AtomicBool>,
+        acceptor: Option<JoinHandle<()>>,
+    }
+
+    impl Upstream {
+        fn start(answer: Answer) -> Self {
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+            listener.set_nonblocking(true).unwrap();
+            let addr = listener.local_addr().unwrap();
+            let requests = Arc::new(AtomicUsize::new(0));
+            let connections = Arc::new(AtomicUsize::new(0));
+            let stop = Arc::new(AtomicBool::new(false));
+            let acceptor = thread::spawn({
+                let (requests, connections, stop) =
+                    (requests.clone(), connections.clone(), stop.clone());
+                move || {
+                    while !stop.load(Ordering::SeqCst) {
+                        let Ok((stream, _)) = listener.accept() else {
+                            thread::sleep(Duration::from_millis(5));
+                            continue;
+                        };
+                        connections.fetch_add(1, Ordering::SeqCst);
+                        let requests = requests.clone();
+                        thread::spawn(move || upstream_conn(stream, answer, &requests));
+                    }
+                }
+            });
+            Self {
+                addr,
+                requests,
+                connections,
+                stop,
+                acceptor: Some(acceptor),
+            }
+        }
+
+        fn requests(&self) -> usize {
+            self.requests.load(Ordering::SeqCst)
+        }
+
+        fn connections(&self) -> usize {
+            self.connections.load(Ordering::SeqCst)
+        }
+    }
+
+    impl Drop for Upstream {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+            if let Some(acceptor) = self.acceptor.take() {
+                acceptor.join().unwrap();
+            }
+        }
+    }
+
+    /// Serves one upstream connection until the peer closes (or 5 s of silence).
+    fn upstream_conn(mut stream: TcpStream, answer: Answer, requests: &AtomicUsize) {
+        stream.set_nonblocking(false).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = Vec::new();
+        while let Ok(Some(request)) = read_msg(&mut stream, &mut buf) {
+            requests.fetch_add(1, Ordering::SeqCst);
+            let line = request
+                .head
+                .lines()
+                .next()
+                .unwrap()
+                .trim_end_matches(" HTTP/1.1");
+            let reply = format!("reply to {line}: {}", request.text());
+            let response = match answer {
+                Answer::Length | Answer::LengthThenClose => format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{reply}",
+                    reply.len()
+                ),
+                Answer::Chunked => {
+                    let (a, b) = reply.split_at(reply.len() / 2);
+                    format!(
+                        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+                         {:x};x=y\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\nTrailer: t\r\n\r\n",
+                        a.len(),
+                        b.len()
+                    )
+                }
+                Answer::UntilClose => {
+                    format!("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{reply}")
+                }
+            };
+            if stream.write_all(response.as_bytes()).is_err()
+                || answer != Answer::Length && answer != Answer::Chunked
+            {
+                return;
+            }
+        }
+    }
+
+    /// A keep-alive HTTP/1.1 client of the proxy.
+    struct Client {
+        stream: TcpStream,
+        buf: Vec<u8>,
+    }
+
+    impl Client {
+        fn connect(proxy: &Proxy) -> Self {
+            let stream = TcpStream::connect(proxy.addr()).unwrap();
+            stream.set_read_timeout(Some(CLIENT_TIMEOUT)).unwrap();
+            Self {
+                stream,
+                buf: Vec::new(),
+            }
+        }
+
+        fn send_raw(&mut self, bytes: &[u8]) {
+            self.stream.write_all(bytes).unwrap();
+        }
+
+        fn send(&mut self, path: &str, body: &str) {
+            let request = format!(
+                "POST {path} HTTP/1.1\r\nHost: dynamodb\r\nContent-Type: \
+                 application/x-amz-json-1.0\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            self.send_raw(request.as_bytes());
+        }
+
+        fn recv(&mut self) -> io::Result<Option<Msg>> {
+            read_msg(&mut self.stream, &mut self.buf)
+        }
+
+        fn call(&mut self, path: &str, body: &str) -> Msg {
+            self.send(path, body);
+            self.recv().unwrap().expect("a response")
+        }
+    }
+
+    /// Waits (at most 2 s) until `ready` holds for the proxy's counters.
+    fn wait_for(proxy: &Proxy, ready: impl Fn(&ProxyCounters) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !ready(&proxy.counters()) {
+            assert!(Instant::now() < deadline, "{:?}", proxy.counters());
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn fault_kinds_are_the_words_of_docs_chaos_md() {
+        let docs = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/chaos.md"));
+        let hold = Duration::from_millis(1);
+        let faults = [
+            Fault::Delay(hold),
+            Fault::Drop,
+            Fault::Reset,
+            Fault::Blackhole(hold),
+            Fault::LostReply,
+            Fault::Throttle,
+        ];
+        let mut counters = ProxyCounters::default();
+        for fault in faults {
+            assert!(docs.contains(&format!("`{}`", fault.kind())), "{fault:?}");
+            counters.hit(fault);
+            assert_eq!(counters.hits(fault.kind()), 1);
+        }
+        assert_eq!(counters.hits("sigkill"), 0);
+    }
+
+    #[test]
+    fn passes_requests_through_one_keep_alive_connection() {
+        let upstream = Upstream::start(Answer::Length);
+        let proxy = Proxy::start(upstream.addr).unwrap();
+        assert_eq!(
+            proxy.endpoint(),
+            format!("http://127.0.0.1:{}", proxy.addr().port())
+        );
+        let mut client = Client::connect(&proxy);
+        for n in 0..5 {
+            let response = client.call(&format!("/{n}"), &format!("{{\"n\":{n}}}"));
+            assert_eq!(response.status(), 200);
+            assert_eq!(
+                response.text(),
+                format!("reply to POST /{n}: {{\"n\":{n}}}")
+            );
+        }
+        assert_eq!((upstream.requests(), upstream.connections()), (5, 1));
+        let counters = proxy.counters();
+        assert_eq!(
+            (counters.connections, counters.requests, counters.forwarded),
+            (1, 5, 5)
+        );
+    }
+
+    #[test]
+    fn relays_chunked_bodies_both_ways() {
+        let upstream = Upstream::start(Answer::Chunked);
+        let proxy = Proxy::start(upstream.addr).unwrap();
+        let mut client = Client::connect(&proxy);
+        client.send_raw(
+            b"POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n\
+              3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\nTrailer: t\r\n\r\n",
+        );
+        let response = client.recv().unwrap().unwrap();
+        assert_eq!(response.text(), "reply to POST /c: abcde");
+        for n in 0..3 {
+            let response = client.call(&format!("/{n}"), "{}");
+            assert_eq!(response.text(), format!("reply to POST /{n}: {{}}"));
+        }
+        assert_eq!((upstream.requests(), upstream.connections()), (4, 1));
+    }
+
+    #[test]
+    fn a_body_until_close_is_relayed_then_the_client_connection_closes() {
+        let upstream = Upstream::start(Answer::UntilClose);
+        let proxy = Proxy::start(upstream.addr).unwrap();
+        let mut client = Client::connect(&proxy);
+        assert_eq!(client.call("/u", "{}").text(), "reply to POST /u: {}");
+        assert!(client.recv().unwrap().is_none());
+    }
+
+    #[test]
+    fn upstream_closing_an_idle_connection_closes_the_client_connection() {
+        let upstream = Upstream::start(Answer::LengthThenClose);
+        let proxy = Proxy::start(upstream.addr).unwrap();
+        let mut client = Client::connect(&proxy);
+        assert_eq!(client.call("/i", "{}").status(), 200);
+        assert!(client.recv().unwrap().is_none());
+        assert_eq!(proxy.counters().upstream_down, 0);
+    }
+
+    #[test]
+    fn delay_holds_the_request_for_its_duration() {
+        let upstream = Upstream::start(Answer::Length);
+        let proxy = Proxy::start(upstream.addr).unwrap();
+        let mut client = Client::connect(&proxy);
+        proxy.arm(Fault::Delay(Duration::from_millis(300)), 1);
+        let sent = Instant::now();
+        assert_eq!(client.call("/d", "{}").text(), "reply to POST /d: {}");
+        assert!(sent.elapsed() >= Duration::from_millis(300));
+        assert_eq!(client.call("/e", "{}").status(), 200);
+        let counters = proxy.counters();
+        assert_eq!((counters.delay, counters.forwarded), (1, 2));
+    }
+
+    #[test]
+    fn drop_closes_the_connection_without_forwarding() {
+        let upstream = Upstream::start(Answer::Length);
+        let proxy = Proxy::start(upstream.addr).unwrap();
+        proxy.arm(Fault::Drop, 1);
+        let mut client = Client::connect(&proxy);
+        client.send("/x", "{}");
+        assert!(client.recv().unwrap().is_none(), "EOF, no response");
+        assert_eq!(upstream.requests(), 0);
+        assert_eq!(Client::connect(&proxy).call("/y", "{}").status(), 200);
+        let counters = proxy.counters();
+        assert_eq!((counters.drop, counters.forwarded), (1, 1));
+    }
+
+    #[test]
+    fn reset_gives_the_client_connection_reset() {
+        let upstream = Upstream::start(Answer::Length);
+        let proxy = Proxy::start(upstream.addr).unwrap();
+        proxy.arm(Fault::Reset, 1);
+        let mut client = Client::connect(&proxy);
+        client.send("/x", "{}");
+        let err = client.recv().unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset);
+        assert_eq!((upstream.requests(), proxy.counters().reset), (0, 1));
+    }
+
+    #[test]
+    fn blackhole_neither_forwards_nor_answers() {
+        let upstream = Upstream::start(Answer::Length);
+        let proxy = Proxy::start(upstream.addr).unwrap();
+        proxy.arm(Fault::Blackhole(Duration::from_secs(5)), 1);
+        proxy.arm(Fault::Blackhole(Duration::from_millis(300)), 1);
+        let mut client = Client::connect(&proxy);
+        client
+            .stream
+            .set_read_timeout(Some(Duration::from_millis(400)))
+            .unwrap();
+        client.send("/x", "{}");
+        let err = client.recv().unwrap_err();
+        assert!(is_timeout(&err), "{err:?}");
+        client.send("/retry", "{}"); // swallowed as well
+        drop(client);
+        // The second one holds 300 ms, then closes without a byte.
+        let mut client = Client::connect(&proxy);
+        let sent = Instant::now();
+        client.send("/y", "{}");
+        assert!(client.recv().unwrap().is_none());
+        assert!(sent.elapsed() >= Duration::from_millis(300));
+        assert_eq!((upstream.requests(), proxy.counters().blackhole), (0, 2));
+    }
+
+    #[test]
+    fn lost_reply_applies_the_request_once_and_closes_without_answering() {
+        let upstream = Upstream::start(Answer::Length);
+        let proxy = Proxy::start(upstream.addr).unwrap();
+        proxy.arm(Fault::LostReply, 1);
+        let mut client = Client::connect(&proxy);
+        client.send("/x", "{}");
+        assert!(client.recv().unwrap().is_none(), "EOF, no response byte");
+        assert_eq!(upstream.requests(), 1);
+        let counters = proxy.counters();
+        assert_eq!((counters.lost_reply, counters.forwarded), (1, 1));
+    }
+
+    #[test]
+    fn throttle_answers_a_throttling_exception_without_forwarding() {
+        let upstream = Upstream::start(Answer::Length);
+        let proxy = Proxy::start(upstream.addr).unwrap();
+        proxy.arm(Fault::Throttle, 1);
+        let mut client = Client::connect(&proxy);
+        let response = client.call("/x", "{}");
+        assert_eq!(response.status(), 400);
+        assert_eq!(
+            response.header("content-type"),
+            Some("application/x-amz-json-1.0")
+        );
+        assert_eq!(response.header("x-amzn-requestid").map(str::len), Some(52));
+        assert_eq!(
+            response.header("content-length"),
+            Some(response.body.len().to_string().as_str())
+        );
+        assert_eq!(
+            response.text(),
+            "{\"__type\":\"com.amazonaws.dynamodb.v20120810#ThrottlingException\",\
+             \"message\":\"Rate of requests exceeds the allowed throughput.\"}"
+        );
+        assert_eq!(upstream.requests(), 0);
+        // The connection stays usable, as after a real throttle.
+        assert_eq!(client.call("/y", "{}").status(), 200);
+        assert_eq!((upstream.requests(), upstream.connections()), (1, 1));
+    }
+
+    #[test]
+    fn upstream_down_closes_the_client_connection() {
+        let gone = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let addr = gone.local_addr().unwrap();
+        drop(gone);
+        let proxy = Proxy::start(addr).unwrap();
+        let mut client = Client::connect(&proxy);
+        client.send("/x", "{}");
+        assert!(client.recv().unwrap().is_none());
+        wait_for(&proxy, |c| c.upstream_down == 1);
+        assert_eq!(proxy.counters().forwarded, 0);
+    }
+
+    #[test]
+    fn armed_faults_apply_in_order_exactly_their_count_on_any_connection() {
+        let upstream = Upstream::start(Answer::Length);
+        let proxy = Proxy::start(upstream.addr).unwrap();
+        proxy.arm(Fault::Throttle, 2);
+        proxy.arm(Fault::Drop, 0); // nothing
+        proxy.arm(Fault::Delay(Duration::from_millis(200)), 1);
+        let (mut a, mut b) = (Client::connect(&proxy), Client::connect(&proxy));
+        assert_eq!(a.call("/1", "{}").status(), 400);
+        assert_eq!(b.call("/2", "{}").status(), 400);
+        let sent = Instant::now();
+        assert_eq!(a.call("/3", "{}").status(), 200);
+        assert!(sent.elapsed() >= Duration::from_millis(200));
+        for n in 4..7 {
+            assert_eq!(b.call(&format!("/{n}"), "{}").status(), 200);
+        }
+        let counters = proxy.counters();
+        assert_eq!(
+            (counters.throttle, counters.delay, counters.drop),
+            (2, 1, 0)
+        );
+        assert_eq!((counters.requests, counters.forwarded), (6, 4));
+        assert_eq!(upstream.requests(), 4);
+    }
+
+    #[test]
+    fn stop_returns_promptly_with_connections_open() {
+        let upstream = Upstream::start(Answer::Length);
+        let mut proxy = Proxy::start(upstream.addr).unwrap();
+        let mut idle = Client::connect(&proxy);
+        assert_eq!(idle.call("/x", "{}").status(), 200);
+        let mut half = Client::connect(&proxy);
+        half.send_raw(b"POST / HTTP/1.1\r\nContent-Le");
+        proxy.arm(Fault::Blackhole(Duration::from_secs(30)), 1);
+        let mut holed = Client::connect(&proxy);
+        holed.send("/b", "{}");
+        wait_for(&proxy, |c| c.blackhole == 1);
+        proxy.arm(Fault::Delay(Duration::from_secs(30)), 1);
+        let mut held = Client::connect(&proxy);
+        held.send("/d", "{}");
+        wait_for(&proxy, |c| c.delay == 1);
+        let stopping = Instant::now();
+        proxy.stop();
+        assert!(
+            stopping.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            stopping.elapsed()
+        );
+        for client in [&mut idle, &mut half, &mut holed, &mut held] {
+            match client.recv() {
+                Ok(None) => {}
+                Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionReset),
+                Ok(Some(msg)) => panic!("unexpected {msg:?}"),
+            }
+        }
+        assert!(
+            TcpStream::connect(proxy.addr()).is_err(),
+            "no longer listening"
+        );
+        assert_eq!(proxy.counters().panicked, 0);
+        proxy.stop(); // idempotent
+    }
+
+    /// Requests the proxy cannot frame: each one gets a `400` and a closed connection.
+    const GARBAGE: &[&[u8]] = &[
+        b"GARBAGE\r\n\r\n",
+        b"GET / HTTP/2.0\r\n\r\n",
+        b"GET  / HTTP/1.1\r\n\r\n",
+        b"\xff\xfe / HTTP/1.1\r\n\r\n",
+        b"POST / HTTP/1.1\rX: y\r\n\r\n",
+        b"POST / HTTP/1.1\r\nBad Header: x\r\n\r\n",
+        b"POST / HTTP/1.1\r\nNo colon\r\n\r\n",
+        b"POST / HTTP/1.1\r\nA: b\r\n folded\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n",
+        b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nffffffffff\r\n",
+        b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY",
+    ];
+
+    #[test]
+    fn garbage_is_refused_with_400_and_counted() {
+        let upstream = Upstream::start(Answer::Length);
+        let proxy = Proxy::start(upstream.addr).unwrap();
+        for garbage in GARBAGE {
+            let mut client = Client::connect(&proxy);
+            client.send_raw(garbage);
+            let response = client.recv().unwrap().expect("a 400");
+            assert_eq!(
+                response.status(),
+                400,
+                "{}",
+                String::from_utf8_lossy(garbage)
+            );
+            assert!(response.text().starts_with("chaos proxy: "));
+            assert!(client.recv().unwrap().is_none());
+        }
+        // A head that never ends: refused once it is too long (400 or reset, as the client
+        // may still be writing when the proxy closes).
+        let mut client = Client::connect(&proxy);
+        let endless = vec![b'a'; MAX_HEAD + 4096];
+        let _ignored = client.stream.write_all(&endless);
+        if let Ok(Some(response)) = client.recv() {
+            assert_eq!(response.status(), 400);
+        }
+        wait_for(&proxy, |c| c.malformed == GARBAGE.len() as u64 + 1);
+        assert_eq!(Client::connect(&proxy).call("/ok", "{}").status(), 200);
+        assert_eq!(upstream.requests(), 1);
+    }
+
+    #[test]
+    fn random_bytes_never_panic_or_hang_the_proxy() {
+        let upstream = Upstream::start(Answer::Length);
+        let mut proxy = Proxy::start(upstream.addr).unwrap();
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let pieces: [&[u8]; 8] = [
+            b"POST / HTTP/1.1\r\n",
+            b"Content-Length: 3\r\n",
+            b"Transfer-Encoding: chunked\r\n",
+            b"\r\n",
+            b"\r\n\r\n",
+            b"3\r\nabc\r\n",
+            b"0\r\n\r\n",
+            b":;\t \r\xff",
+        ];
+        for _ in 0..40 {
+            let mut input = Vec::new();
+            for _ in 0..next() % 12 {
+                input.extend_from_slice(pieces[(next() % 8) as usize]);
+            }
+            let mut client = Client::connect(&proxy);
+            client.send_raw(&input);
+            client.stream.shutdown(Shutdown::Write).unwrap();
+            let mut sink = Vec::new();
+            match client.stream.read_to_end(&mut sink) {
+                Ok(_) => {}
+                Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{input:?}"),
+            }
+        }
+        assert_eq!(Client::connect(&proxy).call("/ok", "{}").status(), 200);
+        proxy.stop();
+        assert_eq!(proxy.counters().panicked, 0);
+    }
+
+    #[test]
+    fn chunk_sizes_are_hex_and_bounded() {
+        assert_eq!(chunk_size(b"1f"), Some(31));
+        assert_eq!(chunk_size(b"A;name=value"), Some(10));
+        assert_eq!(chunk_size(b"0"), Some(0));
+        for bad in [&b""[..], b"g", b"-1", b"+1", b"1 2", b"ffffffff", b"\xff"] {
+            assert_eq!(chunk_size(bad), None, "{bad:?}");
+        }
+    }
+}
