@@ -48,7 +48,10 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
 
     let title = "report";
     let started = steps.announce(title);
-    let report = join_sections(&out, &header(quick, &dynamo_used))?;
+    let mut report = join_sections(&out, &header(quick, &dynamo_used))?;
+    if let Ok(chaos) = fs::read_to_string(target.join("chaos-report.md")) {
+        report = with_chaos_section(&report, &chaos);
+    }
     let report_path = target.join("bench-report.md");
     fs::write(&report_path, &report)?;
     steps.finish(title, started);
@@ -74,6 +77,19 @@ fn join_sections(out: &Path, header: &str) -> Result<String> {
         report.push('\n');
     }
     Ok(report)
+}
+
+/// The heading that starts the chaos section of the bench report.
+const CHAOS_HEADING: &str = "## Chaos run";
+
+/// `report` with its chaos section (from [`CHAOS_HEADING`] to the end), if any, replaced by
+/// `chaos`, the report of the last `cargo xtask chaos` run.
+pub(crate) fn with_chaos_section(report: &str, chaos: &str) -> String {
+    let kept = match report.find(&format!("\n{CHAOS_HEADING}")) {
+        Some(at) => &report[..at],
+        None => report,
+    };
+    format!("{}\n\n{}\n", kept.trim_end(), chaos.trim())
 }
 
 /// The `*.md` files in `dir`, sorted by file name.
@@ -182,7 +198,7 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::{civil_from_days, join_sections};
+    use super::{civil_from_days, join_sections, with_chaos_section};
 
     #[test]
     fn report_joins_sections_in_file_name_order_and_needs_at_least_one() {
@@ -200,6 +216,20 @@ mod tests {
         assert_eq!(
             report.expect("two sections"),
             "# H\n\n## A\n\n| x |\n\n## B\n"
+        );
+    }
+
+    #[test]
+    fn the_chaos_section_is_appended_once_and_replaced() {
+        let first = with_chaos_section("# Benchmark report\n\n## a\nx\n", "## Chaos run\n\nrun 1");
+        assert_eq!(
+            first,
+            "# Benchmark report\n\n## a\nx\n\n## Chaos run\n\nrun 1\n"
+        );
+        let second = with_chaos_section(&first, "## Chaos run\n\nrun 2\n");
+        assert_eq!(
+            second,
+            "# Benchmark report\n\n## a\nx\n\n## Chaos run\n\nrun 2\n"
         );
     }
 

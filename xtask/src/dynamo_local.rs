@@ -147,28 +147,93 @@ pub(crate) struct Server {
     child: Child,
     port: u16,
     log: PathBuf,
+    launch: Launch,
+}
+
+/// How a [`Server`] was started, to start it again the same way.
+#[derive(Debug, Clone)]
+struct Launch {
+    port: u16,
+    /// `-dbPath` directory, or `None` for `-inMemory`.
+    storage: Option<PathBuf>,
+    log: PathBuf,
+    /// In a process group of its own, which [`Server::crash`] kills as a whole.
+    own_group: bool,
 }
 
 impl Server {
     /// Fills the cache if needed, starts DynamoDB Local in memory on a free loopback port and
     /// returns once the port accepts connections.
     fn start() -> Result<Self> {
+        let log = cache_dir().join("server.log");
+        Self::launch(&Launch {
+            port: free_loopback_port()?,
+            storage: None,
+            log,
+            own_group: false,
+        })
+    }
+
+    /// Starts DynamoDB Local on a free loopback port with its database in the directory
+    /// `storage` (`-sharedDb -dbPath`), so that what it acknowledged survives [`Server::crash`]
+    /// and [`Server::restart`], in a process group of its own (so a crash takes the whole JVM).
+    pub(crate) fn start_persistent(storage: &Path, log: PathBuf) -> Result<Self> {
+        fs::create_dir_all(storage)?;
+        Self::launch(&Launch {
+            port: free_loopback_port()?,
+            storage: Some(storage.to_path_buf()),
+            log,
+            own_group: true,
+        })
+    }
+
+    /// Kills DynamoDB Local at once (SIGKILL to its whole process group, as a crash would), then
+    /// starts it again on the same port and storage and returns once it accepts connections.
+    pub(crate) fn restart(&mut self) -> Result {
+        self.crash();
+        let launch = self.launch.clone();
+        let fresh = Self::launch(&launch)?;
+        *self = fresh;
+        Ok(())
+    }
+
+    /// SIGKILL to the server's process group (only for a server started with
+    /// [`Server::start_persistent`]; others are stopped as in `Drop`).
+    fn crash(&mut self) {
+        if self.launch.own_group
+            && let Ok(pid) = i32::try_from(self.child.id())
+        {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn launch(launch: &Launch) -> Result<Self> {
         require_java()?;
         let cache = cache_dir();
         ensure_cached(&cache)?;
-        let port = free_loopback_port()?;
-        let log = cache.join("server.log");
-        let log_file = File::create(&log)?;
-        let child = Command::new("sh")
+        let log_file = File::options()
+            .create(true)
+            .append(true)
+            .open(&launch.log)?;
+        let mut command = Command::new("sh");
+        command
             .args(["-c", SUPERVISOR, "supervisor", "java"])
             .arg("-Djava.library.path=DynamoDBLocal_lib")
-            .args([
-                "-jar",
-                "DynamoDBLocal.jar",
-                "-inMemory",
-                "-disableTelemetry",
-            ])
-            .args(["-port", &port.to_string()])
+            .args(["-jar", "DynamoDBLocal.jar", "-disableTelemetry"]);
+        match &launch.storage {
+            Some(dir) => command.args(["-sharedDb", "-dbPath"]).arg(dir),
+            None => command.arg("-inMemory"),
+        };
+        if launch.own_group {
+            std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        }
+        let child = command
+            .args(["-port", &launch.port.to_string()])
             .current_dir(&cache)
             .stdin(Stdio::piped())
             .stdout(log_file.try_clone()?)
@@ -176,7 +241,12 @@ impl Server {
             .spawn()
             .map_err(|error| format!("could not start DynamoDB Local under sh: {error}"))?;
         // From here on, every early return drops `server` and so kills the JVM.
-        let mut server = Self { child, port, log };
+        let mut server = Self {
+            child,
+            port: launch.port,
+            log: launch.log.clone(),
+            launch: launch.clone(),
+        };
         server.wait_until_ready()?;
         println!(
             "    DynamoDB Local ready at {} (supervisor pid {}, log {})",
@@ -190,6 +260,11 @@ impl Server {
     /// `http://127.0.0.1:PORT`, the value of `LEASE_DYNAMO_ENDPOINT`.
     pub(crate) fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The loopback address DynamoDB Local listens on.
+    pub(crate) fn address(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
     }
 
     fn wait_until_ready(&mut self) -> Result {
@@ -227,6 +302,10 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.launch.own_group {
+            self.crash();
+            return;
+        }
         // End of file on the supervisor's stdin makes it stop the JVM, and then it exits.
         drop(self.child.stdin.take());
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -447,7 +526,7 @@ fn run_quietly(command: &mut Command) -> Result {
     Ok(())
 }
 
-fn require_java() -> Result {
+pub(crate) fn require_java() -> Result {
     match Command::new("java").arg("-version").output() {
         Ok(output) if output.status.success() => Ok(()),
         _ => Err(format!(

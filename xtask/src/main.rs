@@ -1,6 +1,7 @@
 //! Repository automation, run as `cargo xtask <task>` (alias in `.cargo/config.toml`).
 //!
-//! One binary, one module per task, standard library only: the tasks shell out to `cargo`,
+//! One binary, one module per task, the standard library and `nix` (signals, `CLOCK_MONOTONIC`,
+//! socket options for the chaos proxy): the tasks shell out to `cargo`,
 //! `java`, `npm` and `tar` and announce every step with the exact command line, so a failure
 //! can be reproduced by copying that line. See [`HELP`] for the tasks and the environment
 //! variables they set or read.
@@ -25,8 +26,10 @@ Tasks:
   test [--no-dynamo] [--quick]
         THE test command: fmt --check, clippy -D warnings (default features, then
         lease-core --all-features), DynamoDB Local up, cargo test (all targets, doc
-        tests, lease-core --all-features), rustdoc with -D warnings, DynamoDB Local down.
-          --no-dynamo  start no DynamoDB; the DynamoDB suites skip and say so
+        tests, lease-core --all-features), DynamoDB Local down, a one-minute chaos
+        run (below; --backend all --seed 1), rustdoc with -D warnings.
+          --no-dynamo  start no DynamoDB; the DynamoDB suites skip and say so, and
+                       the chaos run covers the file backend only
           --quick      skip fmt, clippy and doc
   itest
         Only the suites that need DynamoDB: lease-dynamo and lessor-partition.
@@ -34,6 +37,15 @@ Tasks:
         DynamoDB Local up, cargo bench; every bench writes a markdown section into
         $LEASE_BENCH_OUT; they are joined into target/bench-report.md.
           --quick      set LEASE_BENCH_QUICK=1 (fewer iterations)
+  chaos [--minutes N] [--backend file|dynamo|all] [--seed S]
+        Real processes of every surface (lease run, FileLock in both modes, a kept
+        DynamoDB lease with fenced values, fleet workers) on files and on DynamoDB
+        Local behind a fault proxy, under a seeded fault schedule (SIGKILL, SIGSTOP,
+        delays, drops, resets, black holes, lost replies, throttling, DynamoDB Local
+        restarts, clock steps, deleted and planted files); then a checker reads
+        their history. Fails on any violation. Report: target/chaos-report.md;
+        run directory: target/chaos/<seed>/. Defaults: 1 minute, all, a seed
+        from the clock (printed). See docs/chaos.md.
   dynamo
         Start DynamoDB Local, print its endpoint and wait until Ctrl-C.
   help
@@ -65,6 +77,7 @@ fn main() -> ExitCode {
         "test" => test::test(&flags),
         "itest" => test::itest(&flags),
         "bench" => bench::bench(&flags),
+        "chaos" => chaos::chaos(&flags),
         "dynamo" => dynamo_local::serve(&flags),
         "help" | "-h" | "--help" => {
             print!("{HELP}");

@@ -13,7 +13,7 @@ const DYNAMO_PACKAGES: [&str; 2] = ["lease-dynamo", "lessor-partition"];
 pub(crate) fn test(flags: &[&str]) -> Result {
     let given = parse_flags("test", flags, &["--no-dynamo", "--quick"])?;
     let (no_dynamo, quick) = (given[0], given[1]);
-    let total = 4 + usize::from(!no_dynamo) + if quick { 0 } else { 6 };
+    let total = 5 + usize::from(!no_dynamo) + if quick { 0 } else { 6 };
     let mut steps = Steps::new("test", total);
 
     if !quick {
@@ -95,8 +95,25 @@ pub(crate) fn test(flags: &[&str]) -> Result {
             "fault_points",
         ]),
     )?;
-    // Stops DynamoDB Local (if this run started it) before the docs: they do not need it.
+    // Stops DynamoDB Local (if this run started it): the chaos run starts its own, which it
+    // can kill and restart, and the docs need none.
     drop(dynamo);
+    // Every surface as real processes under a fixed seed's fault schedule, checked from the
+    // history they write (docs/chaos.md); any violation fails the step.
+    let backend = if no_dynamo { "file" } else { "all" };
+    steps.run(
+        "chaos: one minute, seed 1",
+        &mut cargo(&[
+            "xtask",
+            "chaos",
+            "--minutes",
+            "1",
+            "--backend",
+            backend,
+            "--seed",
+            "1",
+        ]),
+    )?;
 
     if !quick {
         steps.run(

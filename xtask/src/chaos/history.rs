@@ -38,6 +38,7 @@ impl Interner {
         id
     }
 
+    #[cfg(test)]
     /// The id of `name`, if it was seen.
     pub(crate) fn get(&self, name: &str) -> Option<Id> {
         self.ids.get(name).copied()

@@ -1,7 +1,309 @@
-//! `cargo xtask chaos`: the project's surfaces under aimed faults, checked from their history
-//! (see `docs/chaos.md`).
-#![allow(dead_code)] // the orchestrator that uses these modules is still being written
+//! `cargo xtask chaos`: the project's surfaces under aimed faults, checked from their history.
+//!
+//! Real processes of every surface (`lease run`, `FileLock` in both modes, a `LeaseGuard` with
+//! fenced values, fleet workers) run against real stores (a directory of lock files; DynamoDB
+//! Local with its database on disk, behind this module's own TCP proxy), while a seeded schedule
+//! kills, stops, delays, cuts, throttles, restarts, steps clocks and plants or deletes files. Every
+//! process writes what it did, and when, to its history; the checker then looks for two holders
+//! at once, a fencing token issued twice or going backwards, a fenced value replaced by an older
+//! writer, and a fleet unit trusted by two workers. `docs/chaos.md` has the formats and rules.
 
 pub(crate) mod check;
+mod faults;
 pub(crate) mod history;
 pub(crate) mod proxy;
+mod report;
+mod rng;
+mod slots;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::dynamo_local::Server;
+use crate::step::Steps;
+use crate::{Result, project_root};
+use faults::{Faults, Targets};
+use slots::{Context, Slot, TABLE};
+
+/// Which store a slot or a fault belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Backend {
+    /// A directory of lock files (`lease-file`).
+    File,
+    /// DynamoDB Local behind the proxy (`lease-dynamo`).
+    Dynamo,
+}
+
+impl Backend {
+    /// The name in flags and reports.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::File => "file",
+            Self::Dynamo => "dynamo",
+        }
+    }
+}
+
+/// The flags of `cargo xtask chaos`.
+#[derive(Debug, Clone)]
+struct Options {
+    duration: Duration,
+    backends: Vec<Backend>,
+    seed: u64,
+}
+
+impl Options {
+    fn parse(flags: &[&str]) -> Result<Self> {
+        let mut options = Self {
+            duration: Duration::from_secs(60),
+            backends: vec![Backend::File, Backend::Dynamo],
+            seed: u64::try_from(wall_ms()).unwrap_or(1) % 1_000_000,
+        };
+        let mut rest = flags.iter();
+        while let Some(flag) = rest.next() {
+            let mut value = || {
+                rest.next()
+                    .ok_or_else(|| format!("`cargo xtask chaos {flag}` needs a value"))
+            };
+            match *flag {
+                "--minutes" => {
+                    let minutes: f64 = value()?
+                        .parse()
+                        .map_err(|_| "--minutes takes a number, like 1 or 0.5")?;
+                    if !(minutes > 0.0 && minutes <= 24.0 * 60.0) {
+                        return Err("--minutes must be above 0 and at most 1440".into());
+                    }
+                    options.duration = Duration::from_secs_f64(minutes * 60.0);
+                }
+                "--backend" => {
+                    options.backends = match *value()? {
+                        "file" => vec![Backend::File],
+                        "dynamo" => vec![Backend::Dynamo],
+                        "all" => vec![Backend::File, Backend::Dynamo],
+                        other => {
+                            return Err(format!("--backend file|dynamo|all, not `{other}`").into());
+                        }
+                    }
+                }
+                "--seed" => {
+                    options.seed = value()?
+                        .parse()
+                        .map_err(|_| "--seed takes an unsigned integer")?;
+                }
+                other => {
+                    return Err(format!(
+                        "`cargo xtask chaos` does not take `{other}` (accepted: --minutes N, \
+                         --backend file|dynamo|all, --seed S); see `cargo xtask help`"
+                    )
+                    .into());
+                }
+            }
+        }
+        Ok(options)
+    }
+
+    fn has(&self, backend: Backend) -> bool {
+        self.backends.contains(&backend)
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock every history line is stamped with.
+pub(crate) fn mono_ns() -> u128 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| Duration::from(t).as_nanos())
+        .unwrap_or(0)
+}
+
+/// This process's wall clock in Unix milliseconds.
+pub(crate) fn wall_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// The cargo target directory (`CARGO_TARGET_DIR`, else `<root>/target`).
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|dir| {
+            if dir.is_absolute() {
+                dir
+            } else {
+                project_root().join(dir)
+            }
+        })
+        .unwrap_or_else(|| project_root().join("target"))
+}
+
+/// `cargo xtask chaos [--minutes N] [--backend file|dynamo|all] [--seed S]`.
+pub(crate) fn chaos(flags: &[&str]) -> Result {
+    let options = Options::parse(flags)?;
+    let run = project_root()
+        .join("target")
+        .join("chaos")
+        .join(options.seed.to_string());
+    if run.exists() {
+        fs::remove_dir_all(&run)?;
+    }
+    slots::prepare(&run)?;
+    let mut steps = Steps::new("chaos", 4);
+    let mut build = Command::new("cargo");
+    build.args([
+        "build",
+        "--quiet",
+        "-p",
+        "lease-chaos-actor",
+        "-p",
+        "lease-cli",
+    ]);
+    steps.run("build the actors and `lease`", &mut build)?;
+
+    let title = "start the stores";
+    let started = steps.announce(title);
+    let stores = Stores::start(&options, &run)?;
+    steps.finish(title, started);
+
+    let title = "run under faults";
+    let started = steps.announce(title);
+    let debug = target_dir().join("debug");
+    let context = Context {
+        actor: debug.join("lease-chaos-actor"),
+        lease: debug.join("lease"),
+        run: run.clone(),
+        endpoint: stores.proxy.as_ref().map(proxy::Proxy::endpoint),
+    };
+    let outcome = run_under_faults(&options, &context, &stores)?;
+    drop(stores);
+    steps.finish(title, started);
+
+    let title = "check the history";
+    let started = steps.announce(title);
+    let verdict = report::write(&options, &run, &outcome);
+    steps.finish(title, started);
+    steps.summary();
+    verdict
+}
+
+/// DynamoDB Local and the proxy in front of it, when DynamoDB is in the run.
+#[derive(Debug)]
+struct Stores {
+    server: Option<Arc<Mutex<Server>>>,
+    proxy: Option<proxy::Proxy>,
+}
+
+impl Stores {
+    fn start(options: &Options, run: &Path) -> Result<Self> {
+        if !options.has(Backend::Dynamo) {
+            return Ok(Self {
+                server: None,
+                proxy: None,
+            });
+        }
+        let server = Server::start_persistent(
+            &run.join("dynamodb"),
+            run.join("logs").join("dynamodb-local.log"),
+        )?;
+        let proxy = proxy::Proxy::start(server.address())?;
+        println!(
+            "    proxy {} -> DynamoDB Local {}",
+            proxy.addr(),
+            server.endpoint()
+        );
+        let lease = target_dir().join("debug").join("lease");
+        let mut create = Command::new(lease);
+        create
+            .args([
+                "table",
+                "create",
+                "--dynamo",
+                TABLE,
+                "--region",
+                "us-east-1",
+                "--endpoint",
+            ])
+            .arg(server.endpoint())
+            .envs(slots::AWS_ENV);
+        let status = create.status()?;
+        if !status.success() {
+            return Err(format!("`lease table create` failed ({status})").into());
+        }
+        Ok(Self {
+            server: Some(Arc::new(Mutex::new(server))),
+            proxy: Some(proxy),
+        })
+    }
+}
+
+/// What the run did, for the report.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    slots: Vec<Slot>,
+    faults: Faults,
+    proxy: Option<proxy::ProxyCounters>,
+    elapsed: Duration,
+    spawned: u64,
+}
+
+/// Keeps every slot running and injects faults until the run's time is up, then stops
+/// everything: faults undone, `<run>/stop` written, stopped processes continued, stragglers
+/// killed after 15 s.
+fn run_under_faults(options: &Options, context: &Context, stores: &Stores) -> Result<Outcome> {
+    let mut slots: Vec<Slot> = options
+        .backends
+        .iter()
+        .flat_map(|&b| slots::slots_for(b))
+        .collect();
+    let every = Duration::from_millis(800);
+    let mut faults = Faults::new(options.seed, &options.backends, every, &context.run)?;
+    let started = Instant::now();
+    let end = started + options.duration;
+    let (mut spawned, mut next_status) = (0u64, started + Duration::from_secs(15));
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        for slot in &mut slots {
+            spawned += u64::from(slot.poll(context, now)?);
+        }
+        let mut targets = Targets {
+            slots: &mut slots,
+            proxy: stores.proxy.as_ref(),
+            store: stores.server.as_ref(),
+            run: &context.run,
+        };
+        faults.tick(now, &mut targets);
+        if now >= next_status {
+            next_status = now + Duration::from_secs(15);
+            let done: u64 = faults.done.values().sum();
+            println!(
+                "    {:>5.0}s: {spawned} processes started, {done} faults injected",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    faults.undo_all();
+    while faults.restarting() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    fs::write(context.run.join("stop"), "")?;
+    for slot in &slots {
+        slot.signal(nix::sys::signal::Signal::SIGCONT);
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for slot in &mut slots {
+        slot.finish(deadline);
+    }
+    let proxy = stores.proxy.as_ref().map(proxy::Proxy::counters);
+    Ok(Outcome {
+        slots,
+        faults,
+        proxy,
+        elapsed: started.elapsed(),
+        spawned,
+    })
+}

@@ -1,0 +1,452 @@
+//! The seeded fault schedule of a chaos run, and how each fault is done.
+//!
+//! Faults are drawn from a *bag* holding every kind enabled for the run once: it is shuffled,
+//! emptied one fault at a time, and refilled, so every kind fires about as often as every other
+//! however short the run. The pauses between faults are drawn too, so a seed names the schedule.
+
+use std::fs::{self, File};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use super::proxy::{Fault, Proxy};
+use super::rng::Rng;
+use super::slots::{DYNAMO_SKEW, Role, Slot};
+use super::{Backend, mono_ns, wall_ms};
+use crate::dynamo_local::Server;
+
+/// Every kind of fault, as `docs/chaos.md` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Kind {
+    /// SIGKILL of any process of the backend, `lease` itself included.
+    SigKill,
+    /// SIGSTOP for longer than the target's lease, then SIGCONT.
+    SigStop,
+    /// Proxy: requests held back before they are forwarded.
+    Delay,
+    /// Proxy: connection closed without forwarding the request.
+    Drop,
+    /// Proxy: connection reset without forwarding the request.
+    Reset,
+    /// Proxy: request swallowed, no answer, connection left open.
+    Blackhole,
+    /// Proxy: request applied, its reply thrown away, connection closed.
+    LostReply,
+    /// Proxy: answered with DynamoDB's throttling error, not forwarded.
+    Throttle,
+    /// DynamoDB Local killed with SIGKILL and started again (on-disk database kept).
+    StoreRestart,
+    /// One process's wall clock stepped through its injected clock.
+    ClockStep,
+    /// A file of a lock directory that is not its state or value entry deleted.
+    FileDelete,
+    /// Garbage planted in a lock or store directory (removed again a few seconds later).
+    FileGarbage,
+}
+
+impl Kind {
+    /// The name in fault lines and reports.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::SigKill => "sigkill",
+            Self::SigStop => "sigstop",
+            Self::Delay => "delay",
+            Self::Drop => "drop",
+            Self::Reset => "reset",
+            Self::Blackhole => "blackhole",
+            Self::LostReply => "lost-reply",
+            Self::Throttle => "throttle",
+            Self::StoreRestart => "store-restart",
+            Self::ClockStep => "clock-step",
+            Self::FileDelete => "file-delete",
+            Self::FileGarbage => "file-garbage",
+        }
+    }
+
+    /// The kinds that apply to `backend`.
+    pub(crate) fn for_backend(backend: Backend) -> &'static [Kind] {
+        match backend {
+            Backend::File => &[
+                Self::SigKill,
+                Self::SigStop,
+                Self::ClockStep,
+                Self::FileDelete,
+                Self::FileGarbage,
+            ],
+            Backend::Dynamo => &[
+                Self::SigKill,
+                Self::SigStop,
+                Self::ClockStep,
+                Self::Delay,
+                Self::Drop,
+                Self::Reset,
+                Self::Blackhole,
+                Self::LostReply,
+                Self::Throttle,
+                Self::StoreRestart,
+            ],
+        }
+    }
+}
+
+/// What faults act on.
+#[derive(Debug)]
+pub(crate) struct Targets<'a> {
+    /// Every slot of the run.
+    pub(crate) slots: &'a mut [Slot],
+    /// The proxy in front of DynamoDB Local, if DynamoDB is in the run.
+    pub(crate) proxy: Option<&'a Proxy>,
+    /// DynamoDB Local, if in the run.
+    pub(crate) store: Option<&'a Arc<Mutex<Server>>>,
+    /// The run directory.
+    pub(crate) run: &'a Path,
+}
+
+/// The schedule, the fault log, and the faults still to be undone.
+#[derive(Debug)]
+pub(crate) struct Faults {
+    rng: Rng,
+    kinds: Vec<(Backend, Kind)>,
+    bag: Vec<(Backend, Kind)>,
+    next_at: Instant,
+    /// Mean pause between two faults.
+    every: Duration,
+    log: File,
+    /// Planted garbage, removed at the instant given.
+    planted: Vec<(Instant, PathBuf)>,
+    /// The slot whose clock is stepped, per backend (at most one at a time, so that every
+    /// step's size is also the largest disagreement between two processes).
+    stepped: Vec<(Backend, PathBuf)>,
+    restarting: Arc<AtomicBool>,
+    /// How many faults of each kind were done, per backend.
+    pub(crate) done: std::collections::BTreeMap<(Backend, Kind), u64>,
+    /// How many could not be done when drawn (no target at that moment), per kind.
+    pub(crate) skipped: std::collections::BTreeMap<(Backend, Kind), u64>,
+    /// Clock steps beyond the DynamoDB skew allowance.
+    pub(crate) steps_beyond: u64,
+}
+
+impl Faults {
+    /// A schedule for `backends`, one fault every `every` on average, logged to
+    /// `<run>/faults.log`.
+    pub(crate) fn new(
+        seed: u64,
+        backends: &[Backend],
+        every: Duration,
+        run: &Path,
+    ) -> std::io::Result<Self> {
+        let kinds = backends
+            .iter()
+            .flat_map(|&backend| {
+                Kind::for_backend(backend)
+                    .iter()
+                    .map(move |&kind| (backend, kind))
+            })
+            .collect();
+        Ok(Self {
+            rng: Rng::new(seed),
+            kinds,
+            bag: Vec::new(),
+            next_at: Instant::now() + every,
+            every,
+            log: File::options()
+                .create(true)
+                .append(true)
+                .open(run.join("faults.log"))?,
+            planted: Vec::new(),
+            stepped: Vec::new(),
+            restarting: Arc::new(AtomicBool::new(false)),
+            done: Default::default(),
+            skipped: Default::default(),
+            steps_beyond: 0,
+        })
+    }
+
+    /// Does what is due at `now`: removes planted garbage whose time is up, and injects the
+    /// next fault if its time has come.
+    pub(crate) fn tick(&mut self, now: Instant, targets: &mut Targets<'_>) {
+        self.planted.retain(|(until, path)| {
+            if *until > now {
+                return true;
+            }
+            let _ = remove_any(path);
+            false
+        });
+        if now < self.next_at {
+            return;
+        }
+        let every = u64::try_from(self.every.as_millis()).unwrap_or(1000);
+        self.next_at = now + Duration::from_millis(self.rng.between(every / 2, every * 3 / 2));
+        if self.bag.is_empty() {
+            self.bag = self.kinds.clone();
+            self.rng.shuffle(&mut self.bag);
+        }
+        let Some((backend, kind)) = self.bag.pop() else {
+            return;
+        };
+        match self.inject(backend, kind, targets) {
+            Some((target, detail)) => {
+                *self.done.entry((backend, kind)).or_default() += 1;
+                let line = format!(
+                    "fault {} {} {} {target} {detail}\n",
+                    mono_ns(),
+                    wall_ms(),
+                    kind.name()
+                );
+                let _ = self.log.write_all(line.as_bytes());
+            }
+            None => *self.skipped.entry((backend, kind)).or_default() += 1,
+        }
+    }
+
+    /// Injects one fault; returns its target and detail for the log, or `None` if it had no
+    /// target now.
+    fn inject(
+        &mut self,
+        backend: Backend,
+        kind: Kind,
+        targets: &mut Targets<'_>,
+    ) -> Option<(String, String)> {
+        match kind {
+            Kind::SigKill => self.sigkill(backend, targets),
+            Kind::SigStop => self.sigstop(backend, targets),
+            Kind::ClockStep => self.clock_step(backend, targets),
+            Kind::StoreRestart => self.store_restart(targets),
+            Kind::FileDelete => self.file_delete(targets.run),
+            Kind::FileGarbage => self.file_garbage(targets.run),
+            proxied => self.proxy_fault(proxied, targets.proxy?),
+        }
+    }
+
+    /// A running process of `backend`, chosen at random (not one that is stopped already).
+    fn pick<'s>(
+        &mut self,
+        backend: Backend,
+        slots: &'s mut [Slot],
+        filter: impl Fn(&Slot) -> bool,
+    ) -> Option<&'s mut Slot> {
+        let candidates: Vec<usize> = (0..slots.len())
+            .filter(|&i| {
+                let slot = &slots[i];
+                slot.backend == backend
+                    && slot.pid().is_some()
+                    && slot.stopped_until.is_none()
+                    && filter(slot)
+            })
+            .collect();
+        let chosen = *candidates.get(self.rng.index(candidates.len()))?;
+        slots.get_mut(chosen)
+    }
+
+    fn sigkill(&mut self, backend: Backend, targets: &mut Targets<'_>) -> Option<(String, String)> {
+        let slot = self.pick(backend, targets.slots, |_| true)?;
+        slot.signal(Signal::SIGKILL)
+            .then(|| (slot.proc_name(), "-".to_owned()))
+    }
+
+    fn sigstop(&mut self, backend: Backend, targets: &mut Targets<'_>) -> Option<(String, String)> {
+        let slot = self.pick(backend, targets.slots, |_| true)?;
+        let lease = u64::try_from(slot.lease_length().as_millis()).unwrap_or(1000);
+        // Longer than the lease: from 1.2 to 2.5 lease lengths.
+        let stop = Duration::from_millis(self.rng.between(lease * 6 / 5, lease * 5 / 2));
+        if !slot.signal(Signal::SIGSTOP) {
+            return None;
+        }
+        slot.stopped_until = Some(Instant::now() + stop);
+        Some((slot.proc_name(), format!("ms={}", stop.as_millis())))
+    }
+
+    /// Steps one process's wall clock: within the skew allowance seven times in ten, beyond it
+    /// otherwise. The process stepped before on this backend is set back to 0 first.
+    fn clock_step(
+        &mut self,
+        backend: Backend,
+        targets: &mut Targets<'_>,
+    ) -> Option<(String, String)> {
+        let clocked = |slot: &Slot| !matches!(slot.role, Role::RunFile | Role::RunDynamo);
+        let proc = self.pick(backend, targets.slots, clocked)?.proc_name();
+        if let Some(at) = self.stepped.iter().position(|(b, _)| *b == backend) {
+            let (_, previous) = self.stepped.remove(at);
+            let _ = fs::write(previous, "0\n");
+        }
+        let skew = u64::try_from(DYNAMO_SKEW.as_millis()).unwrap_or(500);
+        let within = self.rng.chance(70);
+        let size = if within {
+            self.rng.between(skew / 10, skew * 9 / 10)
+        } else {
+            self.steps_beyond += 1;
+            self.rng.between(skew * 3 / 2, skew * 4)
+        };
+        let offset = if self.rng.chance(50) {
+            i128::from(size)
+        } else {
+            -i128::from(size)
+        };
+        let path = targets.run.join("clock").join(&proc);
+        fs::write(&path, format!("{offset}\n")).ok()?;
+        self.stepped.push((backend, path));
+        let verdict = if within { "within" } else { "beyond" };
+        Some((proc, format!("offset_ms={offset},{verdict}_skew_{skew}ms")))
+    }
+
+    fn proxy_fault(&mut self, kind: Kind, proxy: &Proxy) -> Option<(String, String)> {
+        let requests = u32::try_from(self.rng.between(1, 4)).unwrap_or(1);
+        let (fault, extra) = match kind {
+            Kind::Delay => {
+                let ms = self.rng.between(50, 1500);
+                (Fault::Delay(Duration::from_millis(ms)), format!(",ms={ms}"))
+            }
+            Kind::Blackhole => {
+                let ms = self.rng.between(1000, 4000);
+                (
+                    Fault::Blackhole(Duration::from_millis(ms)),
+                    format!(",ms={ms}"),
+                )
+            }
+            Kind::Drop => (Fault::Drop, String::new()),
+            Kind::Reset => (Fault::Reset, String::new()),
+            Kind::LostReply => (Fault::LostReply, String::new()),
+            _ => (Fault::Throttle, String::new()),
+        };
+        debug_assert_eq!(fault.kind(), kind.name());
+        proxy.arm(fault, requests);
+        Some(("proxy".to_owned(), format!("requests={requests}{extra}")))
+    }
+
+    /// Kills DynamoDB Local and starts it again, on a thread of its own (the JVM takes seconds
+    /// to start); skipped while the previous restart is still under way.
+    fn store_restart(&mut self, targets: &mut Targets<'_>) -> Option<(String, String)> {
+        let store = targets.store?.clone();
+        if self.restarting.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        let restarting = self.restarting.clone();
+        std::thread::spawn(move || {
+            let mut server = store.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(error) = server.restart() {
+                eprintln!("chaos: DynamoDB Local did not come back: {error}");
+            }
+            restarting.store(false, Ordering::SeqCst);
+        });
+        Some(("dynamodb-local".to_owned(), "-".to_owned()))
+    }
+
+    /// Deletes one file of a lock directory that is not its state entry (`free.*`, `held.*`)
+    /// nor its value's chain entry (`value.*`): a data file, a temporary file, planted junk.
+    fn file_delete(&mut self, run: &Path) -> Option<(String, String)> {
+        let mut candidates = Vec::new();
+        for dir in lock_dirs(&run.join("files")) {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !["free.", "held.", "value."]
+                    .iter()
+                    .any(|p| name.starts_with(p))
+                {
+                    candidates.push(entry.path());
+                }
+            }
+        }
+        let victim = candidates.get(self.rng.index(candidates.len()))?.clone();
+        remove_any(&victim).ok()?;
+        Some((short(run, &victim), "-".to_owned()))
+    }
+
+    /// Plants one piece of garbage in a lock directory or a store directory, to be removed
+    /// one to four seconds later.
+    fn file_garbage(&mut self, run: &Path) -> Option<(String, String)> {
+        let files = run.join("files");
+        let mut dirs = lock_dirs(&files);
+        dirs.extend([files.join("run"), files.join("fleet"), files.join("locks")]);
+        let dir = dirs.get(self.rng.index(dirs.len()))?.clone();
+        let n = self.rng.next_u64() % 1_000_000;
+        let (name, what) = match self.rng.between(0, 5) {
+            0 => (format!("junk.{n}"), "random bytes"),
+            1 => (format!("held.junk{n}"), "non-canonical state name"),
+            2 => (format!("free.{n}"), "second canonical state entry"),
+            3 => (format!("value.{n}.0.junk"), "value entry without data"),
+            4 => (format!("big.{n}"), "8 MiB sparse file"),
+            _ => (format!("dir.{n}"), "directory"),
+        };
+        let path = dir.join(&name);
+        let planted = match what {
+            "directory" => fs::create_dir(&path),
+            "8 MiB sparse file" => File::create(&path).and_then(|f| f.set_len(8 << 20)),
+            _ => {
+                let bytes: Vec<u8> = (0..self.rng.between(0, 4096))
+                    .map(|_| self.rng.next_u64() as u8)
+                    .collect();
+                fs::write(&path, bytes)
+            }
+        };
+        planted.ok()?;
+        let until = Instant::now() + Duration::from_millis(self.rng.between(1000, 4000));
+        self.planted.push((until, path.clone()));
+        Some((short(run, &path), what.replace(' ', "_")))
+    }
+
+    /// Removes every planted file and sets every stepped clock back to 0.
+    pub(crate) fn undo_all(&mut self) {
+        for (_, path) in self.planted.drain(..) {
+            let _ = remove_any(&path);
+        }
+        for (_, path) in self.stepped.drain(..) {
+            let _ = fs::write(path, "0\n");
+        }
+    }
+
+    /// Whether a store restart is under way.
+    pub(crate) fn restarting(&self) -> bool {
+        self.restarting.load(Ordering::SeqCst)
+    }
+}
+
+/// Every lock directory under `files`: a directory holding a `free.*` or `held.*` entry, at
+/// most three levels down.
+fn lock_dirs(files: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut queue = vec![(files.to_path_buf(), 0)];
+    while let Some((dir, depth)) = queue.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut is_lock = false;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if name.starts_with("free.") || name.starts_with("held.") {
+                is_lock = true;
+            } else if is_dir && depth < 3 {
+                queue.push((entry.path(), depth + 1));
+            }
+        }
+        if is_lock {
+            found.push(dir);
+        }
+    }
+    found.sort();
+    found
+}
+
+fn remove_any(path: &Path) -> std::io::Result<()> {
+    if path.is_dir() && !path.is_symlink() {
+        fs::remove_dir_all(path)
+    } else {
+        fs::remove_file(path)
+    }
+}
+
+/// `path` relative to the run directory, for fault lines (no spaces).
+fn short(run: &Path, path: &Path) -> String {
+    path.strip_prefix(run)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+        .replace(' ', "_")
+}

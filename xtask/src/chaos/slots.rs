@@ -1,0 +1,335 @@
+//! The processes of a chaos run: one *slot* per process that is kept running, restarted with a
+//! new incarnation (and so a new `<proc>` name in the history) whenever it exits or is killed.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::Backend;
+
+/// The DynamoDB table every DynamoDB surface shares.
+pub(crate) const TABLE: &str = "chaos";
+/// Dummy credentials and region for DynamoDB Local, which accepts any.
+pub(crate) const AWS_ENV: [(&str, &str); 3] = [
+    ("AWS_ACCESS_KEY_ID", "local"),
+    ("AWS_SECRET_ACCESS_KEY", "local"),
+    ("AWS_REGION", "us-east-1"),
+];
+/// The skew allowance of the DynamoDB actors (`max_clock_skew`), which the checker is told.
+pub(crate) const DYNAMO_SKEW: Duration = Duration::from_millis(500);
+
+/// What a slot runs.
+#[derive(Debug, Clone)]
+pub(crate) enum Role {
+    /// `lease-chaos-actor filelock` on `files/locks/<lock>`, kernel or heartbeat-only mode.
+    FileLock { lock: &'static str, kernel: bool },
+    /// `lease run --file` of `lease-chaos-actor touch`.
+    RunFile,
+    /// `lease run --dynamo` (through the proxy) of `lease-chaos-actor touch`.
+    RunDynamo,
+    /// `lease-chaos-actor dynamo-lease`: a kept lease and fenced values, through the proxy.
+    DynamoLease,
+    /// `lease-chaos-actor fleet` worker on the files or on DynamoDB.
+    Fleet { worker: u32 },
+}
+
+/// Paths and endpoints every slot's command is built from.
+#[derive(Debug, Clone)]
+pub(crate) struct Context {
+    /// The `lease-chaos-actor` binary.
+    pub(crate) actor: PathBuf,
+    /// The `lease` binary.
+    pub(crate) lease: PathBuf,
+    /// The run directory (`target/chaos/<seed>`).
+    pub(crate) run: PathBuf,
+    /// The proxy's endpoint, which every DynamoDB client uses.
+    pub(crate) endpoint: Option<String>,
+}
+
+impl Context {
+    /// Where the file surfaces keep their locks and stores.
+    pub(crate) fn files(&self) -> PathBuf {
+        self.run.join("files")
+    }
+}
+
+/// One process kept running for the whole run.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    /// Stable name, the prefix of every incarnation's `<proc>`.
+    pub(crate) name: String,
+    /// The store it works on.
+    pub(crate) backend: Backend,
+    /// What it runs.
+    pub(crate) role: Role,
+    /// How many times it was started.
+    pub(crate) incarnation: u32,
+    child: Option<Child>,
+    /// When a SIGSTOPped process gets its SIGCONT.
+    pub(crate) stopped_until: Option<Instant>,
+    respawn_at: Option<Instant>,
+    /// Exit statuses seen, as text (`exit 0`, `signal 9`), with counts.
+    pub(crate) exits: std::collections::BTreeMap<String, u32>,
+}
+
+impl Slot {
+    /// A slot that starts at the first [`Slot::poll`].
+    pub(crate) fn new(name: String, backend: Backend, role: Role) -> Self {
+        Self {
+            name,
+            backend,
+            role,
+            incarnation: 0,
+            child: None,
+            stopped_until: None,
+            respawn_at: Some(Instant::now()),
+            exits: Default::default(),
+        }
+    }
+
+    /// The `<proc>` name of the current incarnation.
+    pub(crate) fn proc_name(&self) -> String {
+        format!("{}.{}", self.name, self.incarnation)
+    }
+
+    /// The pid of the running incarnation, if any.
+    pub(crate) fn pid(&self) -> Option<Pid> {
+        let child = self.child.as_ref()?;
+        i32::try_from(child.id()).ok().map(Pid::from_raw)
+    }
+
+    /// How long this slot's lease (or session) lasts: SIGSTOPs are longer than this.
+    pub(crate) fn lease_length(&self) -> Duration {
+        match (&self.role, self.backend) {
+            (Role::FileLock { .. }, _) => Duration::from_millis(1000),
+            (Role::RunFile, _) | (Role::Fleet { .. }, Backend::File) => Duration::from_secs(2),
+            _ => Duration::from_secs(3),
+        }
+    }
+
+    /// Reaps an exited incarnation, resumes a stop that is over, and starts the next
+    /// incarnation when due. Returns whether a process was started.
+    pub(crate) fn poll(&mut self, context: &Context, now: Instant) -> std::io::Result<bool> {
+        if self.stopped_until.is_some_and(|until| until <= now) {
+            self.signal(Signal::SIGCONT);
+            self.stopped_until = None;
+        }
+        if let Some(child) = &mut self.child
+            && let Some(status) = child.try_wait()?
+        {
+            let what = match (
+                status.code(),
+                std::os::unix::process::ExitStatusExt::signal(&status),
+            ) {
+                (Some(code), _) => format!("exit {code}"),
+                (None, Some(signal)) => format!("signal {signal}"),
+                (None, None) => "unknown".to_owned(),
+            };
+            *self.exits.entry(what).or_default() += 1;
+            self.child = None;
+            self.stopped_until = None;
+            self.respawn_at = Some(now + Duration::from_millis(100));
+        }
+        if self.child.is_none() && self.respawn_at.is_some_and(|at| at <= now) {
+            self.respawn_at = None;
+            self.incarnation += 1;
+            let mut command = self.command(context);
+            let log = context.run.join("logs").join(format!("{}.log", self.name));
+            let out = File::options().create(true).append(true).open(log)?;
+            command
+                .envs(AWS_ENV)
+                .stdin(Stdio::null())
+                .stdout(out.try_clone()?)
+                .stderr(out);
+            self.child = Some(command.spawn()?);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Sends `signal` to the running incarnation; false if there is none.
+    pub(crate) fn signal(&self, signal: Signal) -> bool {
+        self.pid().is_some_and(|pid| kill(pid, signal).is_ok())
+    }
+
+    /// Stops the slot for good: SIGCONT (a stopped process cannot exit), then, if it has not
+    /// exited by `deadline`, SIGKILL; waits for it.
+    pub(crate) fn finish(&mut self, deadline: Instant) {
+        self.respawn_at = None;
+        self.signal(Signal::SIGCONT);
+        if let Some(child) = &mut self.child {
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.child = None;
+    }
+
+    fn command(&self, context: &Context) -> Command {
+        let proc = self.proc_name();
+        let files = context.files();
+        match (&self.role, self.backend) {
+            (Role::FileLock { lock, kernel }, _) => {
+                let mut command = actor(context, "filelock", &proc);
+                command
+                    .arg("--path")
+                    .arg(files.join("locks").join(lock))
+                    .args(["--mode", if *kernel { "kernel" } else { "heartbeat" }])
+                    .args(["--stale-ms", "1000", "--heartbeat-ms", "100"])
+                    .args(["--hold-ms", "8", "--claims", "4"]);
+                command
+            }
+            (Role::RunFile, _) => {
+                let dir = files.join("run");
+                let key = format!("file:{}/r0", dir.display());
+                let mut command = Command::new(&context.lease);
+                command
+                    .arg("run")
+                    .arg("--file")
+                    .arg(&dir)
+                    .args(["--key", "r0", "--ttl", "2s", "--wait", "3s", "--"]);
+                touch(&mut command, context, &proc, "run-file", &key, 40);
+                command
+            }
+            (Role::RunDynamo, _) => {
+                let mut command = Command::new(&context.lease);
+                command
+                    .args(["run", "--dynamo", TABLE, "--region", "us-east-1"])
+                    .args([
+                        "--endpoint",
+                        context.endpoint.as_deref().unwrap_or_default(),
+                    ])
+                    .args(["--key", "r0", "--ttl", "3s", "--wait", "4s", "--"]);
+                let key = format!("dynamo:{TABLE}/r0/LOCK");
+                touch(&mut command, context, &proc, "run-dynamo", &key, 60);
+                command
+            }
+            (Role::DynamoLease, _) => {
+                let mut command = actor(context, "dynamo-lease", &proc);
+                command
+                    .args([
+                        "--endpoint",
+                        context.endpoint.as_deref().unwrap_or_default(),
+                    ])
+                    .args(["--table", TABLE, "--keys", "d0,d1", "--ttl-ms", "3000"])
+                    .args(["--skew-ms", &DYNAMO_SKEW.as_millis().to_string()])
+                    .args(["--attempt-timeout-ms", "800"]);
+                command
+            }
+            (Role::Fleet { worker }, backend) => fleet(context, &proc, *worker, backend),
+        }
+    }
+}
+
+/// `lease-chaos-actor <mode> --proc <proc> --run <run>`.
+fn actor(context: &Context, mode: &str, proc: &str) -> Command {
+    let mut command = Command::new(&context.actor);
+    command
+        .arg(mode)
+        .args(["--proc", proc])
+        .arg("--run")
+        .arg(&context.run);
+    command
+}
+
+/// Appends `lease-chaos-actor touch ...` (the command `lease run` runs) to `command`.
+fn touch(
+    command: &mut Command,
+    context: &Context,
+    proc: &str,
+    surface: &str,
+    key: &str,
+    every: u32,
+) {
+    command
+        .arg(&context.actor)
+        .args(["touch", "--proc", proc])
+        .arg("--run")
+        .arg(&context.run)
+        .args(["--surface", surface, "--key", key, "--ticks", "6"])
+        .args(["--every-ms", &every.to_string()]);
+}
+
+/// A fleet worker on the files or on DynamoDB.
+fn fleet(context: &Context, proc: &str, worker: u32, backend: Backend) -> Command {
+    let mut command = actor(context, "fleet", proc);
+    let worker = format!("w{worker}");
+    match backend {
+        Backend::File => command
+            .args(["--backend", "file", "--dir"])
+            .arg(context.files().join("fleet"))
+            .args(["--session-ms", "2000", "--interval-ms", "300"])
+            .args(["--margin-ms", "400", "--save-every-ms", "150"]),
+        Backend::Dynamo => command
+            .args(["--backend", "dynamo", "--table", TABLE])
+            .args([
+                "--endpoint",
+                context.endpoint.as_deref().unwrap_or_default(),
+            ])
+            .args(["--session-ms", "3000", "--interval-ms", "600"])
+            .args(["--margin-ms", "1000", "--save-every-ms", "400"]),
+    };
+    command.args(["--fleet", "chaos", "--worker", &worker, "--units", "12"]);
+    command
+}
+
+/// The slots of one backend.
+pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
+    let mut slots = Vec::new();
+    let mut add = |name: String, role: Role| slots.push(Slot::new(name, backend, role));
+    match backend {
+        Backend::File => {
+            for (i, (lock, kernel)) in [
+                ("a", true),
+                ("a", true),
+                ("a", false),
+                ("b", true),
+                ("b", false),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                add(format!("fl{i}"), Role::FileLock { lock, kernel });
+            }
+            for i in 0..3 {
+                add(format!("runf{i}"), Role::RunFile);
+            }
+            for worker in 0..3 {
+                add(format!("fleetf{worker}"), Role::Fleet { worker });
+            }
+        }
+        Backend::Dynamo => {
+            for i in 0..2 {
+                add(format!("rund{i}"), Role::RunDynamo);
+            }
+            for i in 0..3 {
+                add(format!("dl{i}"), Role::DynamoLease);
+            }
+            for worker in 0..3 {
+                add(format!("fleetd{worker}"), Role::Fleet { worker });
+            }
+        }
+    }
+    slots
+}
+
+/// Creates the run directory's folders (see docs/chaos.md).
+pub(crate) fn prepare(run: &Path) -> std::io::Result<()> {
+    for dir in [
+        "history",
+        "clock",
+        "logs",
+        "files/locks",
+        "files/run",
+        "files/fleet",
+    ] {
+        fs::create_dir_all(run.join(dir))?;
+    }
+    Ok(())
+}
