@@ -98,8 +98,9 @@ pub(crate) struct FileLockArgs {
     /// Claims per tenure, spread over the hold.
     #[arg(long, value_name = "K")]
     pub(crate) claims: u32,
-    /// How long one acquisition waits before trying again, in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    /// How long one acquisition waits before the loop looks at the stop file and tries again,
+    /// in milliseconds (a kernel-mode waiter's `flock` thread is kept between tries).
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub(crate) acquire_timeout_ms: u64,
 }
 
