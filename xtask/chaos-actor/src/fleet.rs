@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use lease_core::FencedValues;
 use lease_file::DirectoryStore;
-use lessor_partition::{LeaseStore, LossCause, StoreCheckpoints, UnitTask, Worker, WorkerHandle};
+use lessor_partition::{
+    CheckpointStore, Error, LeaseStore, LossCause, StoreCheckpoints, UnitTask, Worker, WorkerHandle,
+};
 
 use crate::actor::Actor;
 use crate::cli::{Backend, FleetArgs};
@@ -22,11 +24,13 @@ const HANDOFF: Duration = Duration::from_secs(5);
 pub(crate) fn run(args: &FleetArgs, actor: &Actor) -> Result<(), String> {
     crate::actor::runtime()?.block_on(async {
         let (store, fenced) = stores(args, actor).await?;
-        let worker = build(args, store, fenced)?;
+        let checkpoints = StoreCheckpoints::new(fenced, &args.fleet).map_err(|e| e.to_string())?;
+        let checkpoints = Arc::new(checkpoints);
+        let worker = build(args, store, checkpoints.clone())?;
         let handle = worker.handle();
         // Hand units out as tasks (with graceful handoffs) from the first gain on.
         let _none = handle.try_next_unit();
-        let units = Arc::new(Units::new(args, actor.history.clone()));
+        let units = Arc::new(Units::new(args, actor.history.clone(), checkpoints));
         let tasks = tokio::spawn(hand_out(handle.clone(), units));
         let running = match args.backend {
             // The file store does blocking I/O: its worker gets a thread, as `spawn_thread` would.
@@ -81,9 +85,8 @@ async fn stores(
 fn build(
     args: &FleetArgs,
     store: Arc<dyn LeaseStore>,
-    fenced: Arc<dyn FencedValues>,
+    checkpoints: Arc<StoreCheckpoints>,
 ) -> Result<Worker, String> {
-    let checkpoints = StoreCheckpoints::new(fenced, &args.fleet).map_err(|e| e.to_string())?;
     let width = args.units.saturating_sub(1).to_string().len().max(2);
     let mut builder = Worker::builder(args.fleet.clone(), args.worker.clone())
         .store_arc(store)
@@ -92,7 +95,7 @@ fn build(
         .interval(Duration::from_millis(args.interval_ms))
         .safety_margin(Duration::from_millis(args.margin_ms))
         .handoff_timeout(HANDOFF)
-        .checkpoints(Arc::new(checkpoints));
+        .checkpoints(checkpoints);
     if let Some(skew) = args.session_skew_ms {
         builder = builder.clock_skew_bound(Duration::from_millis(skew));
     }
@@ -112,10 +115,23 @@ async fn hand_out(handle: WorkerHandle, units: Arc<Units>) {
     while tasks.join_next().await.is_some() {}
 }
 
+/// What became of one step of a unit task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Claimed and saved (or the save failed otherwise): go on.
+    Saved,
+    /// The check failed: the ownership is over, nothing was sent.
+    NotOwned,
+    /// The store refused the save: a newer owner fenced the unit.
+    Refused,
+}
+
 /// What every unit task of this worker shares.
 struct Units {
     history: Arc<History>,
     surface: Surface,
+    /// The checkpoints the worker reads, for the late save that bypasses the task's check.
+    checkpoints: Arc<StoreCheckpoints>,
     /// `<file|dynamo>:<fleet>`: unit keys are `<this>/<unit>`.
     keys: String,
     /// `fleet-<file|dynamo>:<fleet>`: checkpoint names are `<this>/<unit>`.
@@ -124,7 +140,7 @@ struct Units {
 }
 
 impl Units {
-    fn new(args: &FleetArgs, history: Arc<History>) -> Self {
+    fn new(args: &FleetArgs, history: Arc<History>, checkpoints: Arc<StoreCheckpoints>) -> Self {
         let (surface, backend) = match args.backend {
             Backend::File => (Surface::FleetFile, "file"),
             Backend::Dynamo => (Surface::FleetDynamo, "dynamo"),
@@ -132,6 +148,7 @@ impl Units {
         Self {
             history,
             surface,
+            checkpoints,
             keys: format!("{backend}:{}", args.fleet),
             names: format!("fleet-{backend}:{}", args.fleet),
             every: Duration::from_millis(args.save_every_ms),
@@ -139,57 +156,86 @@ impl Units {
     }
 
     /// The work on one unit: log the checkpoint it was handed, then every `every` claim and
-    /// save the next one; one last claim and save when asked to hand the unit over; stop at
-    /// once on any other loss, a refusal, or a failed check.
+    /// save the next one; one last claim and save when asked to hand the unit over. When the
+    /// ownership ends otherwise (a loss, a failed check) it makes one late save with its old
+    /// token, as a paused application would, for the fence to refuse; then it stops.
     async fn work_on(self: Arc<Self>, task: UnitTask) {
         let start = mono_ns();
         let token = task.fencing().get();
         let key = format!("{}/{}", self.keys, task.unit());
         let name = format!("{}/{}", self.names, task.unit());
         let seen = task.checkpoint().and_then(parse_value);
-        self.history
-            .read(self.surface, &name, token, (start, start), seen);
+        let history = &self.history;
+        history.read(self.surface, &name, token, (start, start), seen);
         let mut seq = seen.map_or(0, |(_, seq)| seq);
         loop {
             let cause = tokio::select! {
                 cause = task.lost() => Some(cause),
                 () = tokio::time::sleep(self.every) => None,
             };
-            let last = match cause {
-                None => false,
-                Some(LossCause::HandedOver | LossCause::Shutdown) => true,
-                Some(_) => return,
-            };
             seq += 1;
-            if !self.save(&task, (&key, &name), seq).await || last {
-                return;
+            let (step, last) = match cause {
+                None => (self.save(&task, (&key, &name), seq).await, false),
+                Some(LossCause::HandedOver | LossCause::Shutdown) => {
+                    (self.save(&task, (&key, &name), seq).await, true)
+                }
+                Some(_) => (Step::NotOwned, true),
+            };
+            match step {
+                Step::Saved if !last => {}
+                Step::NotOwned => return self.late_save(&task, &name, seq).await,
+                Step::Saved | Step::Refused => return,
             }
         }
     }
 
     /// The instant, `is_owned()`, the claim if it passed, then the fenced save of checkpoint
-    /// `seq`. `false` when the ownership is over (the check failed, or the save was refused).
-    async fn save(&self, task: &UnitTask, (key, name): (&str, &str), seq: u64) -> bool {
+    /// `seq` through the task.
+    async fn save(&self, task: &UnitTask, (key, name): (&str, &str), seq: u64) -> Step {
         let token = task.fencing().get();
         let at = mono_ns();
         if !task.is_owned() {
-            return false;
+            return Step::NotOwned;
         }
         self.history.claim(self.surface, key, token, at);
         let text = value(self.history.proc_id(), token, seq);
         let sent = mono_ns();
         let result = task.save_checkpoint(text.as_bytes()).await;
+        self.log_save(name, token, seq, sent, result)
+    }
+
+    /// A save with the task's token straight to the checkpoint store, past the task's own
+    /// ownership check: `ok` only while no newer owner has read the checkpoint.
+    async fn late_save(&self, task: &UnitTask, name: &str, seq: u64) {
+        let token = task.fencing();
+        let text = value(self.history.proc_id(), token.get(), seq);
+        let sent = mono_ns();
+        let result = self
+            .checkpoints
+            .save(task.unit(), token, text.as_bytes())
+            .await;
+        self.log_save(name, token.get(), seq, sent, result);
+    }
+
+    fn log_save(
+        &self,
+        name: &str,
+        token: u64,
+        seq: u64,
+        sent: u64,
+        result: Result<(), Error>,
+    ) -> Step {
         let done = mono_ns();
-        let outcome = match result {
-            Ok(()) => Outcome::Ok,
-            Err(error) if error.is_not_owner() => Outcome::Refused,
+        let (outcome, step) = match result {
+            Ok(()) => (Outcome::Ok, Step::Saved),
+            Err(error) if error.is_not_owner() => (Outcome::Refused, Step::Refused),
             Err(error) => {
                 eprintln!("{}: save {name}: {error}", self.history.proc_id());
-                Outcome::Error
+                (Outcome::Error, Step::Saved)
             }
         };
         self.history
             .write(self.surface, name, token, seq, (sent, done), outcome);
-        outcome != Outcome::Refused
+        step
     }
 }
