@@ -121,14 +121,19 @@ impl Rng {
     }
 }
 
-/// Builds the multi-threaded runtime of the async modes.
+/// Runs `future` on a multi-threaded runtime (two workers) and shuts it down without waiting
+/// more than a second for tasks still running: a worker stuck past its stop bound must not keep
+/// the process alive.
 ///
 /// # Errors
 /// The runtime cannot start.
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_multi_thread()
+pub(crate) fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the tokio runtime: {e}"))
+        .map_err(|e| format!("cannot start the tokio runtime: {e}"))?;
+    let output = runtime.block_on(future);
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    Ok(output)
 }

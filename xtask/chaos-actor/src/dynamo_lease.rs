@@ -17,7 +17,7 @@ const SURFACE: Surface = Surface::LeaseDynamo;
 
 /// Runs tenures on randomly picked keys until the actor stops.
 pub(crate) fn run(args: &DynamoLeaseArgs, actor: &Actor) -> Result<(), String> {
-    crate::actor::runtime()?.block_on(async {
+    crate::actor::block_on(async {
         let leases = crate::dynamo::leases(&args.dynamo, actor).await?;
         let mut rng = Rng::new();
         while !actor.stopping() {
@@ -34,7 +34,7 @@ pub(crate) fn run(args: &DynamoLeaseArgs, actor: &Actor) -> Result<(), String> {
             actor.pause(pause).await;
         }
         Ok(())
-    })
+    })?
 }
 
 /// One attempt at a tenure of one key.

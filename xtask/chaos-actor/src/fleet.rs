@@ -22,7 +22,7 @@ const HANDOFF: Duration = Duration::from_secs(5);
 
 /// Runs the worker until the actor stops, then stops it cleanly (bounded).
 pub(crate) fn run(args: &FleetArgs, actor: &Actor) -> Result<(), String> {
-    crate::actor::runtime()?.block_on(async {
+    crate::actor::block_on(async {
         let (store, fenced) = stores(args, actor).await?;
         let checkpoints = StoreCheckpoints::new(fenced, &args.fleet).map_err(|e| e.to_string())?;
         let checkpoints = Arc::new(checkpoints);
@@ -53,7 +53,7 @@ pub(crate) fn run(args: &FleetArgs, actor: &Actor) -> Result<(), String> {
             eprintln!("{proc_id}: unit tasks still running {STOP_SLACK:?} after the worker");
         }
         Ok(())
-    })
+    })?
 }
 
 /// The store the fleet shares, as a lease store and as the checkpoints' fenced values.
