@@ -1,0 +1,202 @@
+//! The command line, as clap sees it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// An actor of `cargo xtask chaos`: runs one surface of the lease crates against a real store
+/// and appends what it did to `<RUN>/history/<PROC>.log` (formats: docs/chaos.md).
+///
+/// A test tool: it stops when `<RUN>/stop` appears or its parent dies, and follows the
+/// wall-clock offset in `<RUN>/clock/<PROC>`.
+#[derive(Debug, Parser)]
+#[command(name = "lease-chaos-actor", max_term_width = 100)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) mode: Mode,
+}
+
+/// The modes.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Mode {
+    /// The command `lease run` runs: `acq` at start with $LEASE_FENCING_TOKEN, then a `claim`
+    /// every EVERY_MS, TICKS times, then exit 0. Being alive is its check: `lease run` promises
+    /// the command never outlives its lease.
+    Touch(TouchArgs),
+    /// A `FileLock` in a loop: acquire (waiting a while), CLAIMS claims spread over HOLD_MS, each
+    /// after `check()`, release; again. Errors (a hostile lock directory) are logged, 50 ms
+    /// backoff.
+    Filelock(FileLockArgs),
+    /// `DynamoLeases` kept by a `LeaseGuard`: pick a key, acquire, for 2 to 4 renewal periods
+    /// claim and make fenced writes to `value-<key>` (after one fenced read), release; again.
+    DynamoLease(DynamoLeaseArgs),
+    /// One lessor-partition worker with fenced checkpoints: a task per unit gained reads its
+    /// checkpoint, then every SAVE_EVERY_MS claims the unit and saves the next checkpoint.
+    Fleet(FleetArgs),
+}
+
+/// What every mode takes.
+#[derive(Debug, Args)]
+pub(crate) struct Common {
+    /// This process's id in the run (unique: slot and incarnation, like `fl2.17`).
+    #[arg(long = "proc", value_name = "ID")]
+    pub(crate) proc_id: String,
+    /// The run directory (history/, clock/, stop).
+    #[arg(long, value_name = "RUN_DIR")]
+    pub(crate) run: PathBuf,
+}
+
+/// `touch`.
+#[derive(Debug, Args)]
+pub(crate) struct TouchArgs {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    /// Which `lease run` backend started it.
+    #[arg(long, value_enum)]
+    pub(crate) surface: RunSurface,
+    /// The lease key, namespaced (`file:<dir>/<key>`, `dynamo:<table>/<pk>/<sk>`).
+    #[arg(long, value_name = "NSKEY")]
+    pub(crate) key: String,
+    /// How many claims.
+    #[arg(long, value_name = "N")]
+    pub(crate) ticks: u32,
+    /// Milliseconds between claims.
+    #[arg(long, value_name = "M")]
+    pub(crate) every_ms: u64,
+}
+
+/// The `lease run` surfaces.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum RunSurface {
+    /// `lease run --file`.
+    RunFile,
+    /// `lease run --dynamo`.
+    RunDynamo,
+}
+
+/// `filelock`.
+#[derive(Debug, Args)]
+pub(crate) struct FileLockArgs {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    /// The lock's path.
+    #[arg(long, value_name = "P")]
+    pub(crate) path: PathBuf,
+    /// `kernel` (ModePreference::Kernel: fails where flock does not work) or `heartbeat`
+    /// (ModePreference::HeartbeatOnly).
+    #[arg(long, value_enum)]
+    pub(crate) mode: LockModeArg,
+    /// Stale threshold in milliseconds.
+    #[arg(long, value_name = "S")]
+    pub(crate) stale_ms: u64,
+    /// Heartbeat interval in milliseconds.
+    #[arg(long, value_name = "H")]
+    pub(crate) heartbeat_ms: u64,
+    /// How long to hold each tenure, in milliseconds.
+    #[arg(long, value_name = "X")]
+    pub(crate) hold_ms: u64,
+    /// Claims per tenure, spread over the hold.
+    #[arg(long, value_name = "K")]
+    pub(crate) claims: u32,
+    /// How long one acquisition waits before the loop looks at the stop file and tries again,
+    /// in milliseconds (a kernel-mode waiter's `flock` thread is kept between tries).
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub(crate) acquire_timeout_ms: u64,
+}
+
+/// The `FileLock` modes.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum LockModeArg {
+    /// Kernel locks (`flock`) beside the rename protocol.
+    Kernel,
+    /// Heartbeats only.
+    Heartbeat,
+}
+
+/// Where DynamoDB is.
+#[derive(Debug, Args)]
+pub(crate) struct DynamoArgs {
+    /// DynamoDB endpoint URL (AWS credentials and region from the environment; region defaults
+    /// to us-east-1).
+    #[arg(long, value_name = "URL")]
+    pub(crate) endpoint: Option<String>,
+    /// The table (created if missing).
+    #[arg(long, value_name = "T")]
+    pub(crate) table: Option<String>,
+    /// The declared clock skew allowance, in milliseconds (`with_max_clock_skew`).
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub(crate) skew_ms: u64,
+    /// The per-attempt timeout of DynamoDB requests, in milliseconds.
+    #[arg(long, value_name = "A", default_value_t = 2000)]
+    pub(crate) attempt_timeout_ms: u64,
+}
+
+/// `dynamo-lease`.
+#[derive(Debug, Args)]
+pub(crate) struct DynamoLeaseArgs {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    #[command(flatten)]
+    pub(crate) dynamo: DynamoArgs,
+    /// The partition keys to lease, comma-separated.
+    #[arg(long, value_name = "K1,K2", value_delimiter = ',', required = true)]
+    pub(crate) keys: Vec<String>,
+    /// Lease duration in milliseconds.
+    #[arg(long, value_name = "D")]
+    pub(crate) ttl_ms: u64,
+}
+
+/// `fleet`.
+#[derive(Debug, Args)]
+pub(crate) struct FleetArgs {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    /// The store.
+    #[arg(long, value_enum)]
+    pub(crate) backend: Backend,
+    /// The `DirectoryStore` directory (file backend).
+    #[arg(long, value_name = "D", required_if_eq("backend", "file"))]
+    pub(crate) dir: Option<PathBuf>,
+    /// With the file backend, the `DirectoryStore` reads this process's steppable clock
+    /// instead of the system's. Off by default: an injected clock has no shared monotonic
+    /// scale, so the store would time expiry by observation and skip the kernel-lock and
+    /// shared-deadline paths that production runs.
+    #[arg(long)]
+    pub(crate) steppable_file_clock: bool,
+    #[command(flatten)]
+    pub(crate) dynamo: DynamoArgs,
+    /// The fleet's name.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) fleet: String,
+    /// The worker's id (no '.').
+    #[arg(long, value_name = "W")]
+    pub(crate) worker: String,
+    /// How many units the fleet divides (`u00`, `u01`, ...).
+    #[arg(long, value_name = "N")]
+    pub(crate) units: usize,
+    /// Session duration in milliseconds.
+    #[arg(long, value_name = "S")]
+    pub(crate) session_ms: u64,
+    /// Tick interval in milliseconds.
+    #[arg(long, value_name = "I")]
+    pub(crate) interval_ms: u64,
+    /// Safety margin in milliseconds.
+    #[arg(long, value_name = "M")]
+    pub(crate) margin_ms: u64,
+    /// Milliseconds between a unit task's claims and checkpoint saves.
+    #[arg(long, value_name = "E")]
+    pub(crate) save_every_ms: u64,
+    /// Also judge sessions dead by wall clock plus this skew (`clock_skew_bound`); off by
+    /// default.
+    #[arg(long, value_name = "MS")]
+    pub(crate) session_skew_ms: Option<u64>,
+}
+
+/// The fleet's store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Backend {
+    /// A `lease_file::DirectoryStore`.
+    File,
+    /// `DynamoLeases`.
+    Dynamo,
+}

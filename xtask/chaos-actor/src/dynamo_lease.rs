@@ -1,0 +1,161 @@
+//! `dynamo-lease`: `DynamoLeases` kept by a `LeaseGuard`, with fenced writes beside the lease.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{
+    FencedValues, FencingToken, KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseError,
+    LeaseGuard, LeaseKey, NotOwnedReason,
+};
+use lease_dynamo::DynamoLeases;
+
+use crate::actor::{Actor, Rng};
+use crate::cli::DynamoLeaseArgs;
+use crate::history::{Outcome, Surface, mono_ns, parse_value, value};
+
+const SURFACE: Surface = Surface::LeaseDynamo;
+
+/// Runs tenures on randomly picked keys until the actor stops.
+pub(crate) fn run(args: &DynamoLeaseArgs, actor: &Actor) -> Result<(), String> {
+    crate::actor::block_on(async {
+        let leases = crate::dynamo::leases(&args.dynamo, actor).await?;
+        let mut rng = Rng::new();
+        while !actor.stopping() {
+            let pk = &args.keys[usize::try_from(rng.below(args.keys.len() as u64)).unwrap_or(0)];
+            let tenure = Tenure::new(&leases, actor, pk, Duration::from_millis(args.ttl_ms))?;
+            let pause = match tenure.run(&mut rng).await {
+                Ok(true) => rng.millis(0, 50),
+                Ok(false) => rng.millis(50, 250),
+                Err(error) => {
+                    eprintln!("{}: {pk}: {error}", actor.history.proc_id());
+                    Duration::from_millis(200)
+                }
+            };
+            actor.pause(pause).await;
+        }
+        Ok(())
+    })?
+}
+
+/// One attempt at a tenure of one key.
+struct Tenure<'a> {
+    leases: &'a Arc<DynamoLeases>,
+    actor: &'a Actor,
+    key: LeaseKey,
+    /// The history's name of the lease.
+    key_name: String,
+    /// The fenced value beside it, and the history's name for it.
+    value: LeaseKey,
+    value_name: String,
+    ttl: Duration,
+}
+
+impl<'a> Tenure<'a> {
+    fn new(
+        leases: &'a Arc<DynamoLeases>,
+        actor: &'a Actor,
+        pk: &str,
+        ttl: Duration,
+    ) -> Result<Self, String> {
+        let invalid = |e: LeaseError| format!("key {pk}: {e}");
+        Ok(Self {
+            leases,
+            actor,
+            key: LeaseKey::new(pk).map_err(invalid)?,
+            key_name: crate::dynamo::lease_key(leases, pk),
+            value: LeaseKey::new(format!("value-{pk}")).map_err(invalid)?,
+            value_name: format!("dynamo:{}/value-{pk}", leases.table()),
+            ttl,
+        })
+    }
+
+    /// Acquires (one attempt: `Ok(false)` if held), then for 2 to 4 renewal periods (a third of
+    /// the lease each) claims and writes every sixth of the lease, then releases.
+    async fn run(&self, rng: &mut Rng) -> Result<bool, LeaseError> {
+        let backend: Arc<dyn LeaseBackend> = self.leases.clone();
+        let sent = mono_ns();
+        let lease = match backend.acquire(&self.key, self.ttl).await {
+            Ok(lease) => lease,
+            Err(error) if error.is_held() => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        let acquired = mono_ns();
+        let token = lease.fencing_token();
+        let history = &self.actor.history;
+        let wall = self.actor.wall_ms();
+        history.acq(SURFACE, &self.key_name, token.get(), sent, acquired, wall);
+        let guard = LeaseGuard::spawn(backend, lease, KeeperOptions::default())?;
+        let mut seq = self.read(token).await;
+        let steps = 2 * (2 + rng.below(3));
+        for _ in 0..steps {
+            if !self.actor.pause(self.ttl / 6).await {
+                break;
+            }
+            let at = mono_ns();
+            if guard.check().is_err() {
+                // Lost: one late write, as a paused holder would make; the fence must refuse
+                // it once a newer holder has read.
+                seq += 1;
+                self.write(token, seq).await;
+                break;
+            }
+            history.claim(SURFACE, &self.key_name, token.get(), at);
+            seq += 1;
+            self.write(token, seq).await;
+        }
+        match guard.release().await {
+            Ok(()) => history.rel(SURFACE, &self.key_name, token.get(), mono_ns()),
+            Err(error) => eprintln!("{}: release: {error}", history.proc_id()),
+        }
+        Ok(true)
+    }
+
+    /// The fenced read a new holder makes first; returns the sequence number to go on from.
+    async fn read(&self, token: FencingToken) -> u64 {
+        let sent = mono_ns();
+        let result = self.leases.fence_and_read(&self.value, token).await;
+        let done = mono_ns();
+        match result {
+            Ok(seen) => {
+                let seen = seen.as_deref().and_then(parse_value);
+                let history = &self.actor.history;
+                history.read(SURFACE, &self.value_name, token.get(), (sent, done), seen);
+                seen.map_or(0, |(_, seq)| seq)
+            }
+            Err(error) => {
+                eprintln!("{}: fence_and_read: {error}", self.actor.history.proc_id());
+                0
+            }
+        }
+    }
+
+    /// One fenced write of `<proc>:<token>:<seq>`, logged with its outcome.
+    async fn write(&self, token: FencingToken, seq: u64) {
+        let history = &self.actor.history;
+        let text = value(history.proc_id(), token.get(), seq);
+        let sent = mono_ns();
+        let result = self
+            .leases
+            .put_fenced(&self.value, token, text.as_bytes())
+            .await;
+        let done = mono_ns();
+        let outcome = match result {
+            Ok(()) => Outcome::Ok,
+            Err(error) if error.not_owned_reason() == Some(NotOwnedReason::Fenced) => {
+                Outcome::Refused
+            }
+            Err(error) => {
+                eprintln!("{}: put_fenced: {error}", history.proc_id());
+                Outcome::Error
+            }
+        };
+        history.write(
+            SURFACE,
+            &self.value_name,
+            token.get(),
+            seq,
+            (sent, done),
+            outcome,
+        );
+    }
+}

@@ -1,0 +1,241 @@
+//! `fleet`: one lessor-partition worker whose unit tasks claim their units and save fenced
+//! checkpoints.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::FencedValues;
+use lease_file::DirectoryStore;
+use lessor_partition::{
+    CheckpointStore, Error, LeaseStore, LossCause, StoreCheckpoints, UnitTask, Worker, WorkerHandle,
+};
+
+use crate::actor::Actor;
+use crate::cli::{Backend, FleetArgs};
+use crate::history::{History, Outcome, Surface, mono_ns, parse_value, value};
+
+/// How long a stopping worker may take to hand its units over and end its session, beyond
+/// its handoff timeout and session duration.
+const STOP_SLACK: Duration = Duration::from_secs(5);
+/// The worker's handoff timeout (the library's default, written out for the stop bound).
+const HANDOFF: Duration = Duration::from_secs(5);
+
+/// Runs the worker until the actor stops, then stops it cleanly (bounded).
+pub(crate) fn run(args: &FleetArgs, actor: &Actor) -> Result<(), String> {
+    crate::actor::block_on(async {
+        let (store, fenced) = stores(args, actor).await?;
+        let checkpoints = StoreCheckpoints::new(fenced, &args.fleet).map_err(|e| e.to_string())?;
+        let checkpoints = Arc::new(checkpoints);
+        let worker = build(args, store, checkpoints.clone())?;
+        let handle = worker.handle();
+        // Hand units out as tasks (with graceful handoffs) from the first gain on.
+        let _none = handle.try_next_unit();
+        let units = Arc::new(Units::new(args, actor.history.clone(), checkpoints));
+        let tasks = tokio::spawn(hand_out(handle.clone(), units));
+        let running = match args.backend {
+            // The file store does blocking I/O: its worker gets a thread, as `spawn_thread` would.
+            Backend::File => {
+                tokio::task::spawn_blocking(move || lease_core::block_on(worker.run()))
+            }
+            Backend::Dynamo => tokio::spawn(worker.run()),
+        };
+        while actor.pause(Duration::from_millis(200)).await {}
+        handle.stop();
+        let bound = HANDOFF + Duration::from_millis(args.session_ms) + STOP_SLACK;
+        let proc_id = actor.history.proc_id();
+        match tokio::time::timeout(bound, running).await {
+            Ok(Ok(Ok(_stats))) => {}
+            Ok(Ok(Err(error))) => eprintln!("{proc_id}: the worker stopped with {error}"),
+            Ok(Err(error)) => eprintln!("{proc_id}: the worker panicked: {error}"),
+            Err(_) => eprintln!("{proc_id}: the worker did not stop within {bound:?}"),
+        }
+        if tokio::time::timeout(STOP_SLACK, tasks).await.is_err() {
+            eprintln!("{proc_id}: unit tasks still running {STOP_SLACK:?} after the worker");
+        }
+        Ok(())
+    })?
+}
+
+/// The store the fleet shares, as a lease store and as the checkpoints' fenced values.
+async fn stores(
+    args: &FleetArgs,
+    actor: &Actor,
+) -> Result<(Arc<dyn LeaseStore>, Arc<dyn FencedValues>), String> {
+    match args.backend {
+        Backend::File => {
+            let dir = args
+                .dir
+                .as_ref()
+                .ok_or("--dir is required with --backend file")?;
+            let mut store = DirectoryStore::open(dir)
+                .map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?;
+            if args.steppable_file_clock {
+                store = store.with_clock(actor.clock.clone());
+            }
+            let store = Arc::new(store);
+            Ok((store.clone(), store))
+        }
+        Backend::Dynamo => {
+            let leases = crate::dynamo::leases(&args.dynamo, actor).await?;
+            Ok((leases.clone(), leases))
+        }
+    }
+}
+
+fn build(
+    args: &FleetArgs,
+    store: Arc<dyn LeaseStore>,
+    checkpoints: Arc<StoreCheckpoints>,
+) -> Result<Worker, String> {
+    let width = args.units.saturating_sub(1).to_string().len().max(2);
+    let mut builder = Worker::builder(args.fleet.clone(), args.worker.clone())
+        .store_arc(store)
+        .units((0..args.units).map(|u| format!("u{u:0width$}")))
+        .session_duration(Duration::from_millis(args.session_ms))
+        .interval(Duration::from_millis(args.interval_ms))
+        .safety_margin(Duration::from_millis(args.margin_ms))
+        .handoff_timeout(HANDOFF)
+        .checkpoints(checkpoints);
+    if let Some(skew) = args.session_skew_ms {
+        builder = builder.clock_skew_bound(Duration::from_millis(skew));
+    }
+    builder
+        .build()
+        .map_err(|e| format!("cannot configure worker {}: {e}", args.worker))
+}
+
+/// One task per unit gained, until the worker has stopped; then waits for them all, so every
+/// final save is in the history before the process exits.
+async fn hand_out(handle: WorkerHandle, units: Arc<Units>) {
+    let mut tasks = tokio::task::JoinSet::new();
+    while let Some(task) = handle.next_unit().await {
+        tasks.spawn(units.clone().work_on(task));
+        while tasks.try_join_next().is_some() {}
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// What became of one step of a unit task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Claimed and saved (or the save failed otherwise): go on.
+    Saved,
+    /// The check failed: the ownership is over, nothing was sent.
+    NotOwned,
+    /// The store refused the save: a newer owner fenced the unit.
+    Refused,
+}
+
+/// What every unit task of this worker shares.
+struct Units {
+    history: Arc<History>,
+    surface: Surface,
+    /// The checkpoints the worker reads, for the late save that bypasses the task's check.
+    checkpoints: Arc<StoreCheckpoints>,
+    /// `<file|dynamo>:<fleet>`: unit keys are `<this>/<unit>`.
+    keys: String,
+    /// `fleet-<file|dynamo>:<fleet>`: checkpoint names are `<this>/<unit>`.
+    names: String,
+    every: Duration,
+}
+
+impl Units {
+    fn new(args: &FleetArgs, history: Arc<History>, checkpoints: Arc<StoreCheckpoints>) -> Self {
+        let (surface, backend) = match args.backend {
+            Backend::File => (Surface::FleetFile, "file"),
+            Backend::Dynamo => (Surface::FleetDynamo, "dynamo"),
+        };
+        Self {
+            history,
+            surface,
+            checkpoints,
+            keys: format!("{backend}:{}", args.fleet),
+            names: format!("fleet-{backend}:{}", args.fleet),
+            every: Duration::from_millis(args.save_every_ms),
+        }
+    }
+
+    /// The work on one unit: log the checkpoint it was handed, then every `every` claim and
+    /// save the next one; one last claim and save when asked to hand the unit over. When the
+    /// ownership ends otherwise (a loss, a failed check) it makes one late save with its old
+    /// token, as a paused application would, for the fence to refuse; then it stops.
+    async fn work_on(self: Arc<Self>, task: UnitTask) {
+        let start = mono_ns();
+        let token = task.fencing().get();
+        let key = format!("{}/{}", self.keys, task.unit());
+        let name = format!("{}/{}", self.names, task.unit());
+        let seen = task.checkpoint().and_then(parse_value);
+        let history = &self.history;
+        history.read(self.surface, &name, token, (start, start), seen);
+        let mut seq = seen.map_or(0, |(_, seq)| seq);
+        loop {
+            let cause = tokio::select! {
+                cause = task.lost() => Some(cause),
+                () = tokio::time::sleep(self.every) => None,
+            };
+            seq += 1;
+            let (step, last) = match cause {
+                None => (self.save(&task, (&key, &name), seq).await, false),
+                Some(LossCause::HandedOver | LossCause::Shutdown) => {
+                    (self.save(&task, (&key, &name), seq).await, true)
+                }
+                Some(_) => (Step::NotOwned, true),
+            };
+            match step {
+                Step::Saved if !last => {}
+                Step::NotOwned => return self.late_save(&task, &name, seq).await,
+                Step::Saved | Step::Refused => return,
+            }
+        }
+    }
+
+    /// The instant, `is_owned()`, the claim if it passed, then the fenced save of checkpoint
+    /// `seq` through the task.
+    async fn save(&self, task: &UnitTask, (key, name): (&str, &str), seq: u64) -> Step {
+        let token = task.fencing().get();
+        let at = mono_ns();
+        if !task.is_owned() {
+            return Step::NotOwned;
+        }
+        self.history.claim(self.surface, key, token, at);
+        let text = value(self.history.proc_id(), token, seq);
+        let sent = mono_ns();
+        let result = task.save_checkpoint(text.as_bytes()).await;
+        self.log_save(name, token, seq, sent, result)
+    }
+
+    /// A save with the task's token straight to the checkpoint store, past the task's own
+    /// ownership check: `ok` only while no newer owner has read the checkpoint.
+    async fn late_save(&self, task: &UnitTask, name: &str, seq: u64) {
+        let token = task.fencing();
+        let text = value(self.history.proc_id(), token.get(), seq);
+        let sent = mono_ns();
+        let result = self
+            .checkpoints
+            .save(task.unit(), token, text.as_bytes())
+            .await;
+        self.log_save(name, token.get(), seq, sent, result);
+    }
+
+    fn log_save(
+        &self,
+        name: &str,
+        token: u64,
+        seq: u64,
+        sent: u64,
+        result: Result<(), Error>,
+    ) -> Step {
+        let done = mono_ns();
+        let (outcome, step) = match result {
+            Ok(()) => (Outcome::Ok, Step::Saved),
+            Err(error) if error.is_not_owner() => (Outcome::Refused, Step::Refused),
+            Err(error) => {
+                eprintln!("{}: save {name}: {error}", self.history.proc_id());
+                (Outcome::Error, Step::Saved)
+            }
+        };
+        self.history
+            .write(self.surface, name, token, seq, (sent, done), outcome);
+        step
+    }
+}

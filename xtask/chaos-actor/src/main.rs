@@ -1,0 +1,82 @@
+//! `lease-chaos-actor`: the processes `cargo xtask chaos` starts, each running one surface of
+//! the lease crates against a real store and writing what it did to its history. A test tool,
+//! not part of any published crate.
+//!
+//! ```text
+//! lease-chaos-actor <mode> --proc <ID> --run <RUN_DIR> ...
+//!
+//! touch        --surface run-file|run-dynamo --key <NSKEY> --ticks N --every-ms M
+//! filelock     --path P --mode kernel|heartbeat --stale-ms S --heartbeat-ms H --hold-ms X
+//!              --claims K [--acquire-timeout-ms MS]
+//! dynamo-lease --endpoint URL --table T --keys k1,k2 --ttl-ms D [--skew-ms S]
+//!              [--attempt-timeout-ms A]
+//! fleet        --backend file|dynamo [--dir D] [--steppable-file-clock]
+//!              [--endpoint URL --table T [--skew-ms S] [--attempt-timeout-ms A]]
+//!              --fleet NAME --worker W --units N --session-ms S --interval-ms I --margin-ms M
+//!              --save-every-ms E [--session-skew-ms MS]
+//! ```
+//!
+//! * `touch` is the command `lease run` runs: `acq` with `$LEASE_FENCING_TOKEN` at its first
+//!   instant, a `claim` every M ms (being alive is its check), `rel`, exit 0.
+//! * `filelock` loops over `FileLock` tenures (kernel or heartbeat-only mode): acquire with a
+//!   timeout, K claims spread over X ms each after `check()`, release.
+//! * `dynamo-lease` loops over `DynamoLeases` tenures kept by a `LeaseGuard` on random keys:
+//!   a fenced read of `value-<key>` after acquiring, then claims and fenced writes (one late
+//!   write after a loss, for the fence to refuse), release.
+//! * `fleet` runs one lessor-partition `Worker` with `StoreCheckpoints`: a task per unit gained
+//!   logs the checkpoint it was handed, then claims and saves the next one every E ms (one
+//!   late save with the old token after a loss, for the fence to refuse).
+//!
+//! Every mode appends the lines of `docs/chaos.md` to `<RUN_DIR>/history/<ID>.log` (one
+//! `write(2)` per line, `O_APPEND`), reads the instant of a claim *before* the check that
+//! vouches for it, stops (releasing what it holds) when `<RUN_DIR>/stop` exists, dies with its
+//! parent (`PR_SET_PDEATHSIG`), and follows the wall-clock offset in `<RUN_DIR>/clock/<ID>`
+//! (logging each change as a `clock` line): the DynamoDB stores read that stepped clock.
+#![forbid(unsafe_code)]
+
+mod actor;
+mod cli;
+mod clock;
+mod dynamo;
+mod dynamo_lease;
+mod filelock;
+mod fleet;
+mod history;
+mod touch;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::actor::Actor;
+use crate::cli::{Cli, Mode};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let common = match &cli.mode {
+        Mode::Touch(args) => &args.common,
+        Mode::Filelock(args) => &args.common,
+        Mode::DynamoLease(args) => &args.common,
+        Mode::Fleet(args) => &args.common,
+    };
+    let actor = match Actor::start(common) {
+        Ok(actor) => actor,
+        Err(error) => {
+            eprintln!("lease-chaos-actor: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match &cli.mode {
+        Mode::Touch(args) => touch::run(args, &actor),
+        Mode::Filelock(args) => filelock::run(args, &actor),
+        Mode::DynamoLease(args) => dynamo_lease::run(args, &actor),
+        Mode::Fleet(args) => fleet::run(args, &actor),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("lease-chaos-actor {}: {error}", actor.history.proc_id());
+            ExitCode::FAILURE
+        }
+    }
+}
