@@ -147,6 +147,7 @@ pub(crate) fn check(history: &History, assumptions: &Assumptions) -> CheckReport
     check_token_twice(&tenures, &mut sink);
     check_token_regressions(&tenures, &mut sink);
     check_older_writers(history, &tenures, &mut sink);
+    check_writes_below_read_fences(history, &tenures, &mut sink);
     CheckReport {
         assumptions: *assumptions,
         counts: counts(history, tenures.len()),
@@ -597,6 +598,68 @@ fn check_older_writers(history: &History, tenures: &[Tenure], sink: &mut Sink<'_
     }
 }
 
+/// `older-writer`, by a read's fence: a fenced read raises the name's fence to its token, so
+/// an accepted write with a lower token sent after such a read ended is a stale writer the
+/// store let through (a new owner fences before it reads, exactly to refuse those).
+fn check_writes_below_read_fences(history: &History, tenures: &[Tenure], sink: &mut Sink<'_>) {
+    let mut by_name: BTreeMap<Id, (Vec<&Read>, Vec<&Write>)> = BTreeMap::new();
+    for r in &history.reads {
+        by_name.entry(r.name).or_default().0.push(r);
+    }
+    for w in history.writes.iter().filter(|w| w.outcome == Outcome::Ok) {
+        if let Some((_, writes)) = by_name.get_mut(&w.name) {
+            writes.push(w);
+        }
+    }
+    let spans = TenureSpans::new(tenures);
+    for (name, (mut reads, mut writes)) in by_name {
+        reads.sort_by_key(|r| r.done_mono);
+        writes.sort_by_key(|w| w.sent_mono);
+        let (mut next, mut highest): (usize, Option<&Read>) = (0, None);
+        for w in writes {
+            while let Some(&r) = reads.get(next)
+                && r.done_mono < w.sent_mono
+            {
+                if highest.is_none_or(|h| r.token > h.token) {
+                    highest = Some(r);
+                }
+                next += 1;
+            }
+            if let Some(r) = highest.filter(|r| w.token < r.token) {
+                below_read_fence(sink, &spans, name, r, w);
+            }
+        }
+    }
+}
+
+/// Records `w`, accepted although `r` had fenced the name above its token.
+fn below_read_fence(sink: &mut Sink<'_>, spans: &TenureSpans, name: Id, r: &Read, w: &Write) {
+    let (lo, hi) = spans.around(w.proc, w.token, w.sent_mono, w.done_mono);
+    let (r_lo, r_hi) = spans.around(r.proc, r.token, r.sent_mono, r.done_mono);
+    let finding = Finding {
+        kind: ViolationKind::OlderWriter,
+        key_or_name: sink.history.names.name(name),
+        surfaces: [w.surface, r.surface],
+        procs: [w.proc, r.proc],
+        window: (lo.min(r_lo).saturating_sub(SKEW_LEAD), hi.max(r_hi)),
+        at_mono: w.sent_mono,
+    };
+    sink.record(finding, |s| {
+        format!(
+            "{}'s write with token {} (seq {}), sent at {}, was accepted at {} although {}'s \
+             fenced read with token {} had raised the fence by {}",
+            s.proc(w.proc),
+            w.token,
+            w.seq,
+            w.sent_mono,
+            w.done_mono,
+            s.proc(r.proc),
+            r.token,
+            r.done_mono
+        )
+    });
+}
+
 /// Records `access` if it is older than `x`, the highest accepted write that ended before it.
 fn older_writer(sink: &mut Sink<'_>, spans: &TenureSpans, name: Id, x: &Write, access: Access<'_>) {
     let (proc, surface, token, sent, done) = match access {
@@ -1010,6 +1073,43 @@ mod tests {
     }
 
     #[test]
+    fn write_below_a_fenced_read_is_caught() {
+        // fd2.0 fenced the name with token 2 and read fd1.0's value; fd1.0, paused, then had a
+        // write with token 1 accepted: the fence did not hold, though no newer write exists.
+        let (k, n, run) = (
+            "dynamo:t/d0/LOCK",
+            "dynamo:t/value-d0",
+            TempRun::new("readfence"),
+        );
+        run.log(
+            "fd1.0",
+            &[
+                acq("fd1.0", "lease-dynamo", k, 1, 0, 10),
+                claim("fd1.0", "lease-dynamo", k, 1, 100),
+                write("fd1.0", "lease-dynamo", n, (1, 1), (150, 160), "ok"),
+                write("fd1.0", "lease-dynamo", n, (1, 2), (3000, 3010), "ok"),
+            ],
+        );
+        run.log(
+            "fd2.0",
+            &[
+                acq("fd2.0", "lease-dynamo", k, 2, 1900, 2000),
+                claim("fd2.0", "lease-dynamo", k, 2, 2100),
+                read("fd2.0", "lease-dynamo", n, 2, (2050, 2060), Some((1, 1))),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("older-writer", n)]);
+        let v = &report.violations[0];
+        assert_eq!(v.at_mono, t(3000));
+        assert!(
+            v.description.contains("fenced read with token 2"),
+            "{}",
+            v.description
+        );
+    }
+
+    #[test]
     fn accepted_write_with_an_older_token_is_caught() {
         // fh1.0 trusted its lease at 100, paused, and wrote after fh2.0's newer write landed.
         let (k, n, run) = (
@@ -1125,7 +1225,7 @@ mod tests {
             "d2.0",
             &[
                 clock("d2.0", 200, 0),
-                read("d2.0", ld, n, 6, (0, 5), None),
+                read("d2.0", ld, n, 4, (0, 5), None),
                 acq("d2.0", ld, d, 6, 150, 1200),
                 claim("d2.0", ld, d, 6, 1210),
                 read("d2.0", ld, n, 6, (1211, 1220), Some((5, 2))),

@@ -335,27 +335,42 @@ impl Faults {
         Some(("dynamodb-local".to_owned(), "-".to_owned()))
     }
 
-    /// Deletes one file of a lock directory that is not its state entry (`free.*`, `held.*`)
-    /// nor its value's chain entry (`value.*`): a data file, a temporary file, planted junk.
+    /// Deletes one companion or temporary file: `lease run`'s deadline relay file (the guard
+    /// reads the holder's deadline from it), or an entry of a lock or value directory that is
+    /// neither its state entry (`free.*`, `held.*`), nor its value entry (`value.*`), nor the
+    /// data file that entry names (stale data files, temporary files, planted junk).
     fn file_delete(&mut self, run: &Path) -> Option<(String, String)> {
-        let mut candidates = Vec::new();
+        let mut candidates: Vec<(PathBuf, &str)> = relay_files(&run.join("tmp"))
+            .into_iter()
+            .map(|path| (path, "deadline-relay"))
+            .collect();
         for dir in lock_dirs(&run.join("files")) {
             let Ok(entries) = fs::read_dir(&dir) else {
                 continue;
             };
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if !["free.", "held.", "value."]
+            let names: Vec<String> = entries
+                .flatten()
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .collect();
+            let current_data: Vec<String> = names
+                .iter()
+                .filter_map(|name| name.strip_prefix("value."))
+                .filter_map(|rest| rest.rsplit('.').next())
+                .map(|nonce| format!("data.{nonce}"))
+                .collect();
+            for name in names {
+                let protected = ["free.", "held.", "value."]
                     .iter()
                     .any(|p| name.starts_with(p))
-                {
-                    candidates.push(entry.path());
+                    || current_data.contains(&name);
+                if !protected {
+                    candidates.push((dir.join(name), "lock-dir-entry"));
                 }
             }
         }
-        let victim = candidates.get(self.rng.index(candidates.len()))?.clone();
+        let (victim, what) = candidates.get(self.rng.index(candidates.len()))?.clone();
         remove_any(&victim).ok()?;
-        Some((short(run, &victim), "-".to_owned()))
+        Some((short(run, &victim), what.to_owned()))
     }
 
     /// Plants one piece of garbage in a lock directory or a store directory, to be removed
@@ -407,8 +422,29 @@ impl Faults {
     }
 }
 
-/// Every lock directory under `files`: a directory holding a `free.*` or `held.*` entry, at
-/// most three levels down.
+/// The files under `tmp` (the `TMPDIR` of every slot), two levels down, written in the last
+/// five seconds: the deadline files of the `lease run` processes alive now (a killed one leaves
+/// its relay directory behind).
+fn relay_files(tmp: &Path) -> Vec<PathBuf> {
+    let fresh = |file: &fs::DirEntry| {
+        file.metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at.elapsed().is_ok_and(|age| age < Duration::from_secs(5)))
+    };
+    let mut found = Vec::new();
+    for dir in fs::read_dir(tmp).into_iter().flatten().flatten() {
+        for file in fs::read_dir(dir.path()).into_iter().flatten().flatten() {
+            if fresh(&file) {
+                found.push(file.path());
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// Every lock or value directory under `files`: a directory holding a `free.*`, `held.*` or
+/// `value.*` entry, at most three levels down.
 fn lock_dirs(files: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut queue = vec![(files.to_path_buf(), 0)];
@@ -420,7 +456,10 @@ fn lock_dirs(files: &Path) -> Vec<PathBuf> {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-            if name.starts_with("free.") || name.starts_with("held.") {
+            if ["free.", "held.", "value."]
+                .iter()
+                .any(|p| name.starts_with(p))
+            {
                 is_lock = true;
             } else if is_dir && depth < 3 {
                 queue.push((entry.path(), depth + 1));

@@ -142,6 +142,7 @@ impl Slot {
             let out = File::options().create(true).append(true).open(log)?;
             command
                 .envs(AWS_ENV)
+                .env("TMPDIR", context.run.join("tmp"))
                 .stdin(Stdio::null())
                 .stdout(out.try_clone()?)
                 .stderr(out);
@@ -273,7 +274,9 @@ fn fleet(context: &Context, proc: &str, worker: u32, backend: Backend) -> Comman
                 context.endpoint.as_deref().unwrap_or_default(),
             ])
             .args(["--session-ms", "3000", "--interval-ms", "600"])
-            .args(["--margin-ms", "1000", "--save-every-ms", "400"]),
+            .args(["--margin-ms", "1000", "--save-every-ms", "400"])
+            .args(["--skew-ms", &DYNAMO_SKEW.as_millis().to_string()])
+            .args(["--attempt-timeout-ms", "800"]),
     };
     command.args(["--fleet", "chaos", "--worker", &worker, "--units", "12"]);
     command
