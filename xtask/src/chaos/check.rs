@@ -197,8 +197,12 @@ struct Tenure {
     surface: Surface,
     /// `(sent_mono, acquired_mono)` of its `acq` line, if there is one.
     acq: Option<(u64, u64)>,
-    /// `acquired_mono`, or the first claim.
+    /// Its first claim (`acquired_mono` for a tenure without claims).
     start: u64,
+    /// Whether it has claims: only claimed instants are vouched for by a check, so only those
+    /// count for `overlap`. (`acquired_mono` is read after the call returned, and a pause
+    /// there can put it past the deadline; it serves the token order only.)
+    claimed: bool,
     /// The last claim, or `start` if it has none.
     end: u64,
 }
@@ -226,7 +230,7 @@ fn tenures(history: &History) -> Vec<Tenure> {
     let mut tenures = Vec::with_capacity(history.claims.len() + acqs.len());
     for claim in &history.claims {
         let acq = acqs.remove(&(claim.key, claim.proc, claim.token));
-        let start = acq.map_or(claim.first_mono, |(_, _, acquired)| acquired);
+        let start = claim.first_mono;
         tenures.push(Tenure {
             key: claim.key,
             proc: claim.proc,
@@ -234,6 +238,7 @@ fn tenures(history: &History) -> Vec<Tenure> {
             surface: acq.map_or(claim.surface, |(surface, _, _)| surface),
             acq: acq.map(|(_, sent, acquired)| (sent, acquired)),
             start,
+            claimed: true,
             end: claim.last_mono.max(start),
         });
     }
@@ -246,6 +251,7 @@ fn tenures(history: &History) -> Vec<Tenure> {
             surface,
             acq,
             start,
+            claimed: false,
             end,
         });
     }
@@ -429,24 +435,30 @@ impl<'h> Sink<'h> {
             surfaces: [a.surface, b.surface],
             procs: [a.proc, b.proc],
             window: (lo, a.end.max(b.end)),
-            at_mono: b.start,
+            at_mono: match kind {
+                ViolationKind::TokenRegression | ViolationKind::TokenTwice => {
+                    b.acq.map_or(b.start, |(_, acquired)| acquired)
+                }
+                _ => b.start,
+            },
         }
     }
 
     /// `proc token T (surface) over [start, end]`, for descriptions.
     fn tenure(&self, t: &Tenure) -> String {
-        let from = if t.acq.is_some() {
-            "acquired"
+        let acquired = t
+            .acq
+            .map_or(String::new(), |(_, at)| format!("acquired at {at}, "));
+        let claims = if t.claimed {
+            format!("claims from {} to {}", t.start, t.end)
         } else {
-            "first claim"
+            "no claim".to_owned()
         };
         format!(
-            "{} token {} ({}, {from} at {}, last claim at {})",
+            "{} token {} ({}, {acquired}{claims})",
             self.proc(t.proc),
             t.token,
             t.surface.as_str(),
-            t.start,
-            t.end
         )
     }
 }
@@ -456,7 +468,7 @@ fn check_overlaps(tenures: &[Tenure], sink: &mut Sink<'_>) {
     for group in tenures.chunk_by(|a, b| a.key == b.key) {
         // Tenures started so far that have not ended before the current start.
         let mut open: Vec<&Tenure> = Vec::new();
-        for b in group {
+        for b in group.iter().filter(|t| t.claimed) {
             open.retain(|a| a.end >= b.start);
             for &a in &open {
                 let kind = if a.surface.is_fleet() && b.surface.is_fleet() {
@@ -507,10 +519,11 @@ fn check_token_twice(tenures: &[Tenure], sink: &mut Sink<'_>) {
 /// A's. Per key, acquisitions in `sent` order meet the highest token acquired before.
 fn check_token_regressions(tenures: &[Tenure], sink: &mut Sink<'_>) {
     for group in tenures.chunk_by(|a, b| a.key == b.key) {
-        // Only acquisitions count: for these, `start` is acquired_mono and `earliest` sent_mono.
+        // Only acquisitions count: for these, `earliest` is sent_mono.
+        let acquired = |t: &Tenure| t.acq.map_or(t.start, |(_, acquired)| acquired);
         let mut by_acquired: Vec<&Tenure> = group.iter().filter(|t| t.acq.is_some()).collect();
         let mut by_sent = by_acquired.clone();
-        by_acquired.sort_by_key(|t| t.start);
+        by_acquired.sort_by_key(|t| acquired(t));
         by_sent.sort_by_key(|t| t.earliest());
         let mut next = 0;
         let mut highest: Option<&Tenure> = None;
@@ -518,7 +531,7 @@ fn check_token_regressions(tenures: &[Tenure], sink: &mut Sink<'_>) {
             let b_sent = b.earliest();
             // B itself never joins: its acquired_mono is not before its sent_mono.
             while let Some(&a) = by_acquired.get(next)
-                && a.start < b_sent
+                && acquired(a) < b_sent
             {
                 if highest.is_none_or(|h| a.token > h.token) {
                     highest = Some(a);
