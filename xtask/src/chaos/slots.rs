@@ -328,6 +328,7 @@ pub(crate) fn prepare(run: &Path) -> std::io::Result<()> {
         "history",
         "clock",
         "logs",
+        "tmp",
         "files/locks",
         "files/run",
         "files/fleet",
