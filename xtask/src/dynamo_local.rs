@@ -159,6 +159,8 @@ struct Launch {
     log: PathBuf,
     /// In a process group of its own, which [`Server::crash`] kills as a whole.
     own_group: bool,
+    /// Says nothing when ready (a restart, many times a run), and trusts the cache.
+    quiet: bool,
 }
 
 impl Server {
@@ -171,6 +173,7 @@ impl Server {
             storage: None,
             log,
             own_group: false,
+            quiet: false,
         })
     }
 
@@ -184,6 +187,7 @@ impl Server {
             storage: Some(storage.to_path_buf()),
             log,
             own_group: true,
+            quiet: false,
         })
     }
 
@@ -191,7 +195,10 @@ impl Server {
     /// starts it again on the same port and storage and returns once it accepts connections.
     pub(crate) fn restart(&mut self) -> Result {
         self.crash();
-        let launch = self.launch.clone();
+        let launch = Launch {
+            quiet: true,
+            ..self.launch.clone()
+        };
         let fresh = Self::launch(&launch)?;
         *self = fresh;
         Ok(())
@@ -213,9 +220,11 @@ impl Server {
     }
 
     fn launch(launch: &Launch) -> Result<Self> {
-        require_java()?;
         let cache = cache_dir();
-        ensure_cached(&cache)?;
+        if !launch.quiet {
+            require_java()?;
+            ensure_cached(&cache)?;
+        }
         let log_file = File::options()
             .create(true)
             .append(true)
@@ -248,6 +257,9 @@ impl Server {
             launch: launch.clone(),
         };
         server.wait_until_ready()?;
+        if launch.quiet {
+            return Ok(server);
+        }
         println!(
             "    DynamoDB Local ready at {} (supervisor pid {}, log {})",
             server.endpoint(),

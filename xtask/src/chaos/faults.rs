@@ -112,6 +112,8 @@ pub(crate) struct Faults {
     rng: Rng,
     kinds: Vec<(Backend, Kind)>,
     bag: Vec<(Backend, Kind)>,
+    /// A fault drawn when it had no target, to be tried once more.
+    retry: Option<(Backend, Kind)>,
     next_at: Instant,
     /// Mean pause between two faults.
     every: Duration,
@@ -151,6 +153,7 @@ impl Faults {
             rng: Rng::new(seed),
             kinds,
             bag: Vec::new(),
+            retry: None,
             next_at: Instant::now() + every,
             every,
             log: File::options()
@@ -181,11 +184,12 @@ impl Faults {
         }
         let every = u64::try_from(self.every.as_millis()).unwrap_or(1000);
         self.next_at = now + Duration::from_millis(self.rng.between(every / 2, every * 3 / 2));
-        if self.bag.is_empty() {
+        let retry = self.retry.take();
+        if retry.is_none() && self.bag.is_empty() {
             self.bag = self.kinds.clone();
             self.rng.shuffle(&mut self.bag);
         }
-        let Some((backend, kind)) = self.bag.pop() else {
+        let Some((backend, kind)) = retry.or_else(|| self.bag.pop()) else {
             return;
         };
         match self.inject(backend, kind, targets) {
@@ -198,6 +202,12 @@ impl Faults {
                     kind.name()
                 );
                 let _ = self.log.write_all(line.as_bytes());
+            }
+            // No target now (every process of the backend stopped, a restart still under
+            // way): tried once more half a second later, then counted as skipped.
+            None if retry.is_none() => {
+                self.retry = Some((backend, kind));
+                self.next_at = now + Duration::from_millis(500);
             }
             None => *self.skipped.entry((backend, kind)).or_default() += 1,
         }
