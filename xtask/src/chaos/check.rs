@@ -981,11 +981,13 @@ mod tests {
                 claim("run-f0.3", "run-file", k, 1, 900),
             ],
         );
-        // Acquired at 450 while run-f0.3 still trusted its tenure until 900.
+        // Acquired at 420 and first trusted at 450, while run-f0.3 still trusted its tenure
+        // until 900: the overlap is reported from the claim.
         run.log(
             "fk1.2",
             &[
-                acq("fk1.2", "filelock-kernel", k, 2, 400, 450),
+                acq("fk1.2", "filelock-kernel", k, 2, 400, 420),
+                claim("fk1.2", "filelock-kernel", k, 2, 450),
                 claim("fk1.2", "filelock-kernel", k, 2, 500),
                 claim("fk1.2", "filelock-kernel", k, 2, 1000),
             ],
@@ -1005,15 +1007,50 @@ mod tests {
 
     #[test]
     fn overlap_at_one_shared_instant_is_caught() {
-        // Tenures are closed intervals: acquired at the very instant of the last claim.
+        // Tenures are closed intervals: first claimed at the very instant of the other's last
+        // claim.
         let (k, run) = ("dir:shared", TempRun::new("touch"));
         run.log("ds1.0", &[claim("ds1.0", "filelock-heartbeat", k, 1, 200)]);
         run.log(
             "ds2.0",
-            &[acq("ds2.0", "filelock-heartbeat", k, 2, 100, 200)],
+            &[
+                acq("ds2.0", "filelock-heartbeat", k, 2, 100, 200),
+                claim("ds2.0", "filelock-heartbeat", k, 2, 200),
+            ],
         );
         let report = check(&run.load(), &ASSUME);
         assert_eq!(found(&report), [("overlap", k)]);
+    }
+
+    #[test]
+    fn acquisition_instant_alone_is_not_an_overlap() {
+        // fk1.0 trusts its tenure from 0 to 1000. fk2.0's acquisition returned at 500, inside
+        // those claims, but fk2.0 first trusted the lease at 1100: acquired_mono is read after
+        // the call returned, no check vouches for it, so it makes no overlap. It still orders
+        // the tokens, and token 2 acquired after token 1 is no regression.
+        let (k, run) = ("file:/chaos/files/l3", TempRun::new("acq-alone"));
+        run.log(
+            "fk1.0",
+            &[
+                acq("fk1.0", "filelock-kernel", k, 1, 0, 0),
+                claim("fk1.0", "filelock-kernel", k, 1, 0),
+                claim("fk1.0", "filelock-kernel", k, 1, 1000),
+                rel("fk1.0", "filelock-kernel", k, 1, 1010),
+            ],
+        );
+        run.log(
+            "fk2.0",
+            &[
+                acq("fk2.0", "filelock-kernel", k, 2, 400, 500),
+                claim("fk2.0", "filelock-kernel", k, 2, 1100),
+                claim("fk2.0", "filelock-kernel", k, 2, 1500),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(report.violations, []);
+        assert_eq!(report.beyond_assumption, []);
+        assert!(!report.failed());
+        assert_eq!(report.counts.tenures, 2);
     }
 
     #[test]
@@ -1287,13 +1324,14 @@ mod tests {
         assert_eq!(writes, [("ok", 3), ("refused", 1), ("error", 1)]);
     }
 
-    /// ln1.0 trusts its lease until 3000; ln2.0, whose clock runs `offset_ms` ahead from 500
-    /// on, takes it over at 1500.
+    /// ln1.0 trusts its lease from 10 until 3000; ln2.0, whose clock runs `offset_ms` ahead
+    /// from 500 on, takes it over and trusts it from 1500.
     fn skewed_takeover(run: &TempRun, surface: &str, key: &str, offset_ms: i64) {
         run.log(
             "ln1.0",
             &[
                 acq("ln1.0", surface, key, 1, 0, 10),
+                claim("ln1.0", surface, key, 1, 10),
                 claim("ln1.0", surface, key, 1, 3000),
             ],
         );
@@ -1302,6 +1340,7 @@ mod tests {
             &[
                 clock("ln2.0", offset_ms, 500),
                 acq("ln2.0", surface, key, 2, 1400, 1500),
+                claim("ln2.0", surface, key, 2, 1500),
                 claim("ln2.0", surface, key, 2, 1600),
             ],
         );
@@ -1348,6 +1387,7 @@ mod tests {
             "ln1.0",
             &[
                 acq("ln1.0", "lease-dynamo", k, 1, 20_000, 20_010),
+                claim("ln1.0", "lease-dynamo", k, 1, 20_010),
                 claim("ln1.0", "lease-dynamo", k, 1, 23_000),
             ],
         );
@@ -1358,6 +1398,7 @@ mod tests {
                 clock("ln2.0", 2000, 0),
                 clock("ln2.0", 0, 2000),
                 acq("ln2.0", "lease-dynamo", k, 2, 21_400, 21_500),
+                claim("ln2.0", "lease-dynamo", k, 2, 21_500),
                 claim("ln2.0", "lease-dynamo", k, 2, 21_600),
             ],
         );
@@ -1372,6 +1413,7 @@ mod tests {
             "ln1.0",
             &[
                 acq("ln1.0", "lease-dynamo", k, 1, 20_000, 20_010),
+                claim("ln1.0", "lease-dynamo", k, 1, 20_010),
                 claim("ln1.0", "lease-dynamo", k, 1, 23_000),
             ],
         );
@@ -1382,6 +1424,7 @@ mod tests {
                 clock("ln2.0", 2000, 19_200),
                 clock("ln2.0", 0, 19_900),
                 acq("ln2.0", "lease-dynamo", k, 2, 21_400, 21_500),
+                claim("ln2.0", "lease-dynamo", k, 2, 21_500),
                 claim("ln2.0", "lease-dynamo", k, 2, 21_600),
             ],
         );
@@ -1431,18 +1474,25 @@ mod tests {
         let (k, run) = ("file:/c/l", TempRun::new("malformed-check"));
         let good = [
             acq("a", "run-file", k, 1, 0, 0),
+            claim("a", "run-file", k, 1, 0),
             claim("a", "run-file", k, 1, 900),
         ];
         let text = format!(
-            "{}\n{}\nclaim a run-file {k} 1\nclaim a run-file {k} 1 95",
-            good[0], good[1]
+            "{}\n{}\n{}\nclaim a run-file {k} 1\nclaim a run-file {k} 1 95",
+            good[0], good[1], good[2]
         );
         run.raw("a", text.as_bytes());
-        run.log("b", &[acq("b", "run-file", k, 2, 400, 450)]);
+        run.log(
+            "b",
+            &[
+                acq("b", "run-file", k, 2, 400, 450),
+                claim("b", "run-file", k, 2, 450),
+            ],
+        );
         let report = check(&run.load(), &ASSUME);
         assert_eq!(found(&report), [("overlap", k)]);
         assert_eq!(report.counts.malformed, [("history/a.log".to_owned(), 2)]);
-        assert_eq!(report.counts.lines, 5);
+        assert_eq!(report.counts.lines, 7);
     }
 
     #[test]
@@ -1452,8 +1502,10 @@ mod tests {
         for i in 0..60 {
             let k = format!("file:/c/l{i}");
             lines.push(acq("a", "run-file", &k, 1, 0, 0));
+            lines.push(claim("a", "run-file", &k, 1, 0));
             lines.push(claim("a", "run-file", &k, 1, 100));
             lines.push(acq("a", "run-file", &k, 2, 50, 50));
+            lines.push(claim("a", "run-file", &k, 2, 50));
         }
         run.log("a", &lines);
         let report = check(&run.load(), &ASSUME);
@@ -1502,10 +1554,17 @@ mod tests {
             "r1.0",
             &[
                 acq("r1.0", "run-file", k, 1, 0, 0),
+                claim("r1.0", "run-file", k, 1, 0),
                 claim("r1.0", "run-file", k, 1, 9000),
             ],
         );
-        run.log("r2.0", &[acq("r2.0", "run-file", k, 2, 7000, 8000)]);
+        run.log(
+            "r2.0",
+            &[
+                acq("r2.0", "run-file", k, 2, 7000, 8000),
+                claim("r2.0", "run-file", k, 2, 8000),
+            ],
+        );
         let (near, after, far) = (
             format!("fault {} 1700000000000 sigstop r1.0 6000", t(3000)),
             format!("fault {} 1700000000001 file-delete files/l1 -", t(12_500)),
