@@ -37,7 +37,7 @@ Tasks:
         DynamoDB Local up, cargo bench; every bench writes a markdown section into
         $LEASE_BENCH_OUT; they are joined into target/bench-report.md.
           --quick      set LEASE_BENCH_QUICK=1 (fewer iterations)
-  chaos [--minutes N] [--backend file|dynamo|all] [--seed S]
+  chaos [--minutes N] [--backend file|dynamo|all] [--seed S] [--sabotage]
         Real processes of every surface (lease run, FileLock in both modes, a kept
         DynamoDB lease with fenced values, fleet workers) on files and on DynamoDB
         Local behind a fault proxy, under a seeded fault schedule (SIGKILL, SIGSTOP,
@@ -46,6 +46,9 @@ Tasks:
         their history. Fails on any violation. Report: target/chaos-report.md;
         run directory: target/chaos/<seed>/. Defaults: 1 minute, all, a seed
         from the clock (printed). See docs/chaos.md.
+          --sabotage   the FileLock actors claim without checking their lease: the
+                       run passes only if the checker finds the violations that
+                       follows (a self-test of the whole harness)
   dynamo
         Start DynamoDB Local, print its endpoint and wait until Ctrl-C.
   help

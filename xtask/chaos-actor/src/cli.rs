@@ -102,6 +102,11 @@ pub(crate) struct FileLockArgs {
     /// in milliseconds (a kernel-mode waiter's `flock` thread is kept between tries).
     #[arg(long, value_name = "MS", default_value_t = 1000)]
     pub(crate) acquire_timeout_ms: u64,
+    /// Sabotage, to show that the chaos run catches a holder that breaks the rules: claim
+    /// without `check()`, trusting the tenure from acquisition to release whatever happened in
+    /// between (a pause past the lease, a takeover). Never set in a real run.
+    #[arg(long)]
+    pub(crate) skip_check: bool,
 }
 
 /// The `FileLock` modes.

@@ -53,6 +53,8 @@ struct Options {
     duration: Duration,
     backends: Vec<Backend>,
     seed: u64,
+    /// The `FileLock` actors claim without checking: the run must find violations.
+    sabotage: bool,
 }
 
 impl Options {
@@ -61,6 +63,7 @@ impl Options {
             duration: Duration::from_secs(60),
             backends: vec![Backend::File, Backend::Dynamo],
             seed: u64::try_from(wall_ms()).unwrap_or(1) % 1_000_000,
+            sabotage: false,
         };
         let mut rest = flags.iter();
         while let Some(flag) = rest.next() {
@@ -88,6 +91,7 @@ impl Options {
                         }
                     }
                 }
+                "--sabotage" => options.sabotage = true,
                 "--seed" => {
                     options.seed = value()?
                         .parse()
@@ -96,7 +100,7 @@ impl Options {
                 other => {
                     return Err(format!(
                         "`cargo xtask chaos` does not take `{other}` (accepted: --minutes N, \
-                         --backend file|dynamo|all, --seed S); see `cargo xtask help`"
+                         --backend file|dynamo|all, --seed S, --sabotage); see `cargo xtask help`"
                     )
                     .into());
                 }
@@ -174,6 +178,7 @@ pub(crate) fn chaos(flags: &[&str]) -> Result {
         lease: debug.join("lease"),
         run: run.clone(),
         endpoint: stores.proxy.as_ref().map(proxy::Proxy::endpoint),
+        sabotage: options.sabotage,
     };
     let outcome = run_under_faults(&options, &context, &stores)?;
     drop(stores);

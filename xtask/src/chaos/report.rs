@@ -39,13 +39,36 @@ pub(crate) fn write(options: &Options, run: &Path, outcome: &Outcome) -> Result 
             history.malformed()
         );
     }
-    let path = crate::project_root().join("target").join("chaos-report.md");
+    // A sabotaged run is a self-test: its report never replaces a real run's.
+    let name = if options.sabotage {
+        "chaos-sabotage-report.md"
+    } else {
+        "chaos-report.md"
+    };
+    let path = crate::project_root().join("target").join(name);
     fs::write(&path, &text)?;
     let bench = crate::project_root().join("target").join("bench-report.md");
-    if let Ok(report) = fs::read_to_string(&bench) {
+    if let Ok(report) = fs::read_to_string(&bench)
+        && !options.sabotage
+    {
         fs::write(&bench, crate::bench::with_chaos_section(&report, &text))?;
     }
     println!("\n{}:\n\n{text}", path.display());
+    if options.sabotage {
+        return if checked.failed() {
+            println!(
+                "    --sabotage: the FileLock actors claimed without checking, and the checker \
+                 caught it, as it must"
+            );
+            Ok(())
+        } else {
+            Err(
+                "--sabotage: the FileLock actors claimed without checking, yet the checker \
+                 found no violation: the chaos run would miss a real double holder"
+                    .into(),
+            )
+        };
+    }
     if checked.failed() {
         return Err(format!(
             "the chaos run (seed {}) broke a guarantee: see {}; replay with \
@@ -65,6 +88,13 @@ pub(crate) fn write(options: &Options, run: &Path, outcome: &Outcome) -> Result 
 fn header(options: &Options, outcome: &Outcome) -> String {
     let backends: Vec<&str> = options.backends.iter().map(|b| b.name()).collect();
     let mut text = String::from("## Chaos run\n\n");
+    if options.sabotage {
+        text.push_str(
+            "**Sabotaged** (`--sabotage`): the `FileLock` actors claim without checking their \
+             lease and hold it 400 ms; violations are expected, and their absence fails the \
+             run.\n\n",
+        );
+    }
     let _ = writeln!(
         text,
         "`cargo xtask chaos --minutes {} --backend {} --seed {}`: {:.0} s under faults on {} \

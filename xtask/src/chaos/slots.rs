@@ -48,6 +48,8 @@ pub(crate) struct Context {
     pub(crate) run: PathBuf,
     /// The proxy's endpoint, which every DynamoDB client uses.
     pub(crate) endpoint: Option<String>,
+    /// `FileLock` actors claim without checking and hold 400 ms (`--sabotage`).
+    pub(crate) sabotage: bool,
 }
 
 impl Context {
@@ -183,7 +185,12 @@ impl Slot {
                     .arg(files.join("locks").join(lock))
                     .args(["--mode", if *kernel { "kernel" } else { "heartbeat" }])
                     .args(["--stale-ms", "1000", "--heartbeat-ms", "100"])
-                    .args(["--hold-ms", "8", "--claims", "4"]);
+                    .args(["--claims", "4"]);
+                if context.sabotage {
+                    command.args(["--hold-ms", "400", "--skip-check"]);
+                } else {
+                    command.args(["--hold-ms", "8"]);
+                }
                 command
             }
             (Role::RunFile, _) => {
