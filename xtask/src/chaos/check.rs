@@ -1380,9 +1380,9 @@ mod tests {
         assert!(report.failed() && report.beyond_assumption.is_empty());
     }
 
-    #[test]
-    fn clock_offset_outside_the_tenures_does_not_excuse_a_violation() {
-        let (k, run) = ("dynamo:leases/k/s", TempRun::new("window"));
+    /// ln1.0 holds from 20.01 s to 23 s; ln2.0, whose clock was stepped 2 s ahead from
+    /// `ahead_ms` and back at `back_ms`, takes over at 21.5 s.
+    fn stepped_takeover(run: &TempRun, k: &str, (ahead_ms, back_ms): (u64, u64)) -> CheckReport {
         run.log(
             "ln1.0",
             &[
@@ -1391,44 +1391,32 @@ mod tests {
                 claim("ln1.0", "lease-dynamo", k, 1, 23_000),
             ],
         );
-        // Stepped 2 s ahead and back, 18 s before either tenure.
         run.log(
             "ln2.0",
             &[
-                clock("ln2.0", 2000, 0),
-                clock("ln2.0", 0, 2000),
+                clock("ln2.0", 2000, ahead_ms),
+                clock("ln2.0", 0, back_ms),
                 acq("ln2.0", "lease-dynamo", k, 2, 21_400, 21_500),
                 claim("ln2.0", "lease-dynamo", k, 2, 21_500),
                 claim("ln2.0", "lease-dynamo", k, 2, 21_600),
             ],
         );
-        let report = check(&run.load(), &ASSUME);
+        check(&run.load(), &ASSUME)
+    }
+
+    #[test]
+    fn clock_offset_outside_the_tenures_does_not_excuse_a_violation() {
+        // Stepped ahead and back 18 s before either tenure.
+        let (k, run) = ("dynamo:leases/k/s", TempRun::new("window"));
+        let report = stepped_takeover(&run, k, (0, 2000));
         assert_eq!(found(&report), [("overlap", k)]);
     }
 
     #[test]
     fn clock_offset_in_the_second_before_the_acquisitions_counts() {
+        // Stepped ahead 800 ms before the first acquisition was sent, back 100 ms before.
         let (k, run) = ("dynamo:leases/k/s", TempRun::new("lead"));
-        run.log(
-            "ln1.0",
-            &[
-                acq("ln1.0", "lease-dynamo", k, 1, 20_000, 20_010),
-                claim("ln1.0", "lease-dynamo", k, 1, 20_010),
-                claim("ln1.0", "lease-dynamo", k, 1, 23_000),
-            ],
-        );
-        // Stepped 2 s ahead 800 ms before the first acquisition was sent, back 100 ms before.
-        run.log(
-            "ln2.0",
-            &[
-                clock("ln2.0", 2000, 19_200),
-                clock("ln2.0", 0, 19_900),
-                acq("ln2.0", "lease-dynamo", k, 2, 21_400, 21_500),
-                claim("ln2.0", "lease-dynamo", k, 2, 21_500),
-                claim("ln2.0", "lease-dynamo", k, 2, 21_600),
-            ],
-        );
-        let report = check(&run.load(), &ASSUME);
+        let report = stepped_takeover(&run, k, (19_200, 19_900));
         assert_eq!(found(&report), []);
         assert_eq!(report.beyond_totals.get(&ViolationKind::Overlap), Some(&1));
     }

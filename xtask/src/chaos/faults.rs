@@ -185,11 +185,7 @@ impl Faults {
         let every = u64::try_from(self.every.as_millis()).unwrap_or(1000);
         self.next_at = now + Duration::from_millis(self.rng.between(every / 2, every * 3 / 2));
         let retry = self.retry.take();
-        if retry.is_none() && self.bag.is_empty() {
-            self.bag = self.kinds.clone();
-            self.rng.shuffle(&mut self.bag);
-        }
-        let Some((backend, kind)) = retry.or_else(|| self.bag.pop()) else {
+        let Some((backend, kind)) = retry.or_else(|| self.draw()) else {
             return;
         };
         match self.inject(backend, kind, targets) {
@@ -211,6 +207,15 @@ impl Faults {
             }
             None => *self.skipped.entry((backend, kind)).or_default() += 1,
         }
+    }
+
+    /// The next fault of the bag, refilled and shuffled when empty.
+    fn draw(&mut self) -> Option<(Backend, Kind)> {
+        if self.bag.is_empty() {
+            self.bag = self.kinds.clone();
+            self.rng.shuffle(&mut self.bag);
+        }
+        self.bag.pop()
     }
 
     /// Injects one fault; returns its target and detail for the log, or `None` if it had no
@@ -498,4 +503,114 @@ fn short(run: &Path, path: &Path) -> String {
         .display()
         .to_string()
         .replace(' ', "_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch run directory, removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let dir =
+                std::env::temp_dir().join(format!("xtask-faults-{name}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir).expect("scratch");
+            Self(dir)
+        }
+
+        fn file(&self, path: &str) -> PathBuf {
+            let path = self.0.join(path);
+            fs::create_dir_all(path.parent().expect("parent")).expect("dirs");
+            fs::write(&path, "x").expect("write");
+            path
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn every_kind_of_every_backend_is_drawn_once_per_round() {
+        let run = Scratch::new("bag");
+        let backends = [Backend::File, Backend::Dynamo];
+        let mut faults = Faults::new(7, &backends, Duration::from_secs(1), &run.0).expect("faults");
+        let per_round =
+            Kind::for_backend(Backend::File).len() + Kind::for_backend(Backend::Dynamo).len();
+        let mut drawn: std::collections::BTreeMap<(Backend, Kind), u32> = Default::default();
+        for _ in 0..3 * per_round {
+            *drawn.entry(faults.draw().expect("a fault")).or_default() += 1;
+        }
+        assert_eq!(drawn.len(), per_round);
+        assert!(drawn.values().all(|&n| n == 3), "{drawn:?}");
+        // The same seed draws the same schedule.
+        let mut again = Faults::new(7, &backends, Duration::from_secs(1), &run.0).expect("faults");
+        let mut first = Faults::new(7, &backends, Duration::from_secs(1), &run.0).expect("faults");
+        for _ in 0..per_round {
+            assert_eq!(again.draw(), first.draw());
+        }
+    }
+
+    #[test]
+    fn file_delete_spares_state_value_and_current_data_entries() {
+        let run = Scratch::new("delete");
+        let keep = [
+            run.file("files/locks/a/free.3"),
+            run.file("files/run/r0.lease/held.4.0.1.n.2.3.4"),
+            run.file("files/fleet/fenced~u1/value.2.5.abc"),
+            run.file("files/fleet/fenced~u1/data.abc"),
+        ];
+        let stale = [
+            run.file("files/fleet/fenced~u1/data.old"),
+            run.file("files/locks/a/junk.1"),
+            run.file("tmp/lease-relay-1/deadline"),
+        ];
+        let mut faults =
+            Faults::new(1, &[Backend::File], Duration::from_secs(1), &run.0).expect("faults");
+        let mut deleted = Vec::new();
+        while let Some((target, what)) = faults.file_delete(&run.0) {
+            deleted.push((target, what));
+            assert!(
+                deleted.len() <= stale.len(),
+                "deleted more than the stale files: {deleted:?}"
+            );
+        }
+        assert_eq!(deleted.len(), stale.len(), "{deleted:?}");
+        assert!(keep.iter().all(|path| path.exists()));
+        assert!(stale.iter().all(|path| !path.exists()));
+        assert!(deleted.iter().any(
+            |(target, what)| target == "tmp/lease-relay-1/deadline" && what == "deadline-relay"
+        ));
+    }
+
+    #[test]
+    fn planted_garbage_goes_again_and_clock_steps_are_undone() {
+        let run = Scratch::new("garbage");
+        run.file("files/locks/a/free.0");
+        fs::create_dir_all(run.0.join("files/run")).expect("run");
+        fs::create_dir_all(run.0.join("files/fleet")).expect("fleet");
+        let mut faults =
+            Faults::new(3, &[Backend::File], Duration::from_secs(1), &run.0).expect("faults");
+        let planted: Vec<_> = (0..12)
+            .filter_map(|_| faults.file_garbage(&run.0))
+            .collect();
+        assert_eq!(planted.len(), 12);
+        assert!(
+            planted
+                .iter()
+                .all(|(target, _)| run.0.join(target).exists())
+        );
+        faults.undo_all();
+        assert!(
+            planted
+                .iter()
+                .all(|(target, _)| !run.0.join(target).exists())
+        );
+        assert!(run.0.join("files/locks/a/free.0").exists());
+    }
 }

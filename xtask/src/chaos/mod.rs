@@ -312,3 +312,33 @@ fn run_under_faults(options: &Options, context: &Context, stores: &Stores) -> Re
         spawned,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Backend, Options};
+    use std::time::Duration;
+
+    #[test]
+    fn flags_parse_and_bad_ones_say_why() {
+        let options = Options::parse(&["--minutes", "0.5", "--backend", "file", "--seed", "9"])
+            .expect("valid flags");
+        assert_eq!(options.duration, Duration::from_secs(30));
+        assert_eq!(options.backends, [Backend::File]);
+        assert_eq!((options.seed, options.sabotage), (9, false));
+        let defaults = Options::parse(&[]).expect("no flags");
+        assert_eq!(defaults.duration, Duration::from_secs(60));
+        assert_eq!(defaults.backends, [Backend::File, Backend::Dynamo]);
+        assert!(Options::parse(&["--sabotage"]).expect("sabotage").sabotage);
+        for (flags, says) in [
+            (&["--minutes", "0"][..], "above 0"),
+            (&["--minutes", "x"][..], "a number"),
+            (&["--minutes"][..], "needs a value"),
+            (&["--backend", "s3"][..], "file|dynamo|all"),
+            (&["--seed", "-1"][..], "unsigned"),
+            (&["--fast"][..], "does not take `--fast`"),
+        ] {
+            let error = Options::parse(flags).expect_err("invalid").to_string();
+            assert!(error.contains(says), "{flags:?}: {error}");
+        }
+    }
+}
