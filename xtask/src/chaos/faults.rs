@@ -378,8 +378,13 @@ impl Faults {
                     .iter()
                     .any(|p| name.starts_with(p))
                     || current_data.contains(&name);
-                if !protected {
-                    candidates.push((dir.join(name), "lock-dir-entry"));
+                // Files only: a directory here is planted junk (removed on schedule) or, were
+                // a store root ever taken for a lock directory, a lock directory itself, whose
+                // deletion the contract does not survive (docs/correctness.md).
+                let path = dir.join(&name);
+                let is_file = fs::symlink_metadata(&path).is_ok_and(|m| !m.is_dir());
+                if !protected && is_file {
+                    candidates.push((path, "lock-dir-entry"));
                 }
             }
         }
@@ -461,6 +466,9 @@ fn relay_files(tmp: &Path) -> Vec<PathBuf> {
 /// Every lock or value directory under `files`: a directory holding a `free.*`, `held.*` or
 /// `value.*` entry, at most three levels down.
 fn lock_dirs(files: &Path) -> Vec<PathBuf> {
+    // The store roots hold lock directories, never state: planted junk named like a state
+    // entry must not make one of them look like a lock directory.
+    let roots = [files.join("locks"), files.join("run"), files.join("fleet")];
     let mut found = Vec::new();
     let mut queue = vec![(files.to_path_buf(), 0)];
     while let Some((dir, depth)) = queue.pop() {
@@ -480,7 +488,7 @@ fn lock_dirs(files: &Path) -> Vec<PathBuf> {
                 queue.push((entry.path(), depth + 1));
             }
         }
-        if is_lock {
+        if is_lock && dir != files && !roots.contains(&dir) {
             found.push(dir);
         }
     }
@@ -565,6 +573,10 @@ mod tests {
             run.file("files/fleet/fenced~u1/value.2.5.abc"),
             run.file("files/fleet/fenced~u1/data.abc"),
         ];
+        // Junk named like a state entry in a store root (as file-garbage plants) must not make
+        // the root look like a lock directory whose entries, lock directories, may go.
+        let planted = run.file("files/run/free.433277");
+        let lock_dir = run.file("files/run/r0.lease/free.9");
         let stale = [
             run.file("files/fleet/fenced~u1/data.old"),
             run.file("files/locks/a/junk.1"),
@@ -582,6 +594,7 @@ mod tests {
         }
         assert_eq!(deleted.len(), stale.len(), "{deleted:?}");
         assert!(keep.iter().all(|path| path.exists()));
+        assert!(planted.exists() && lock_dir.exists());
         assert!(stale.iter().all(|path| !path.exists()));
         assert!(deleted.iter().any(
             |(target, what)| target == "tmp/lease-relay-1/deadline" && what == "deadline-relay"
