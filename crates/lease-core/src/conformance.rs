@@ -39,60 +39,14 @@ use crate::{
 /// One conformance case: a function of the subject returning the future that runs it.
 pub type Case = for<'a> fn(&'a Subject) -> BoxFuture<'a, ()>;
 
-/// Every case, by name, in the order [`conformance_tests!`](crate::conformance_tests) runs them.
-pub const CASES: &[(&str, Case)] = &[
-    ("exclusive_acquire", exclusive_acquire),
-    ("held_error_names_holder", held_error_names_holder),
-    (
-        "renew_and_release_by_owner_only",
-        renew_and_release_by_owner_only,
-    ),
-    (
-        "renew_after_takeover_is_not_owned",
-        renew_after_takeover_is_not_owned,
-    ),
-    ("expiry_then_takeover", expiry_then_takeover),
-    ("fencing_strictly_increasing", fencing_strictly_increasing),
-    (
-        "concurrent_contenders_one_winner",
-        concurrent_contenders_one_winner,
-    ),
-    ("validation_rejects_bad_input", validation_rejects_bad_input),
-    ("inspect_reports_the_record", inspect_reports_the_record),
-    ("wait_takes_over_after_expiry", wait_takes_over_after_expiry),
-    (
-        "guard_renews_and_reports_loss",
-        guard_renews_and_reports_loss,
-    ),
-    ("listing_sees_every_sort_key", listing_sees_every_sort_key),
-    (
-        "fenced_values_refuse_stale_writers",
-        fenced_values_refuse_stale_writers,
-    ),
-    (
-        "same_token_is_a_second_contender",
-        same_token_is_a_second_contender,
-    ),
-    ("release_tells_the_truth", release_tells_the_truth),
-    (
-        "delete_removes_the_named_record",
-        delete_removes_the_named_record,
-    ),
-    (
-        "delete_refuses_any_other_state",
-        delete_refuses_any_other_state,
-    ),
-    ("delete_tells_the_truth", delete_tells_the_truth),
-];
-
-/// Writes one `#[test]` per conformance case, each calling `harness(name, case)`.
-///
-/// The harness builds a fresh [`Subject`] (or skips, printing why, when its store is not
-/// reachable) and drives `case(&subject)` to completion on whatever executor the backend needs.
+/// The one list of conformance cases. It hands the list to `$callback`, which is how both
+/// [`CASES`] and [`conformance_tests!`](crate::conformance_tests) are written from it: a case added
+/// here is in both, and nowhere else needs to change.
+#[doc(hidden)]
 #[macro_export]
-macro_rules! conformance_tests {
-    ($harness:path) => {
-        $crate::conformance_tests!(@cases $harness;
+macro_rules! __conformance_case_list {
+    ([$($callback:tt)*] $($prefix:tt)*) => {
+        $($callback)*!($($prefix)*
             exclusive_acquire,
             held_error_names_holder,
             renew_and_release_by_owner_only,
@@ -112,6 +66,27 @@ macro_rules! conformance_tests {
             delete_refuses_any_other_state,
             delete_tells_the_truth,
         );
+    };
+}
+
+macro_rules! cases_const {
+    ($($case:ident),* $(,)?) => {
+        /// Every case, by name, in the order [`conformance_tests!`](crate::conformance_tests)
+        /// runs them.
+        pub const CASES: &[(&str, Case)] = &[$((stringify!($case), $case)),*];
+    };
+}
+
+crate::__conformance_case_list!([cases_const]);
+
+/// Writes one `#[test]` per conformance case, each calling `harness(name, case)`.
+///
+/// The harness builds a fresh [`Subject`] (or skips, printing why, when its store is not
+/// reachable) and drives `case(&subject)` to completion on whatever executor the backend needs.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($harness:path) => {
+        $crate::__conformance_case_list!([$crate::conformance_tests] @cases $harness;);
     };
     (@cases $harness:path; $($case:ident),* $(,)?) => {
         $(
@@ -851,61 +826,95 @@ pub fn release_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
             must(s.backend.release_lease(&c).await, "c releases");
             return;
         };
-        // A release applied whose reply was lost: the retry proves it landed.
-        let lost = faults.lost_replies();
-        faults.lose_next_reply(None);
-        must(
-            s.backend.release_lease(&c).await,
-            "c's release with its reply lost",
-        );
-        assert_eq!(faults.lost_replies(), lost + 1, "the reply was lost");
-        let record = must(s.backend.inspect(&key).await, "inspect").expect("record");
-        assert!(record.holder().is_none(), "c's release landed");
-
-        // Releasing nothing, with the reply lost, is still not a success.
-        faults.lose_next_reply(None);
-        let err = s
-            .backend
-            .release_lease(&c)
-            .await
-            .expect_err("a second release of c with its reply lost");
-        assert!(err.is_not_owned(), "{err}");
-
-        // The release lands, its reply is lost, and somebody acquires before the retry.
-        let d = must(acquire(s, &key).await, "d");
-        let slot = Arc::new(std::sync::Mutex::new(None));
-        let meanwhile = {
-            let (backend, key, slot) = (s.backend.clone(), key.clone(), slot.clone());
-            Box::pin(async move {
-                let e = backend.acquire(&key, D).await;
-                *slot
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
-            })
-        };
-        faults.lose_next_reply(Some(meanwhile));
-        let result = s.backend.release_lease(&d).await;
-        let e = slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-            .expect("the other client ran between the lost reply and the retry");
-        let e = must(e, "e acquires the key d released");
-        assert!(
-            result.as_ref().is_err_and(LeaseError::is_not_owned),
-            "d's retry finds e's tenure and must not report success, got {result:?}"
-        );
-        // A stranger's release with the reply lost leaves e alone.
-        faults.lose_next_reply(None);
-        let err = s
-            .backend
-            .release(&key, &stranger, e.fencing_token())
-            .await
-            .expect_err("stranger");
-        assert!(err.is_not_owned(), "{err}");
-        let e = must(s.backend.renew(&e, D).await, "e is untouched");
-        must(s.backend.release_lease(&e).await, "e releases");
+        release_with_lost_replies(s, &*faults, &key, c, &stranger).await;
     })
+}
+
+/// The lost-reply half of [`release_tells_the_truth`]: `c` holds `key`.
+async fn release_with_lost_replies(
+    s: &Subject,
+    faults: &dyn ReplyFaults,
+    key: &LeaseKey,
+    c: Lease,
+    stranger: &LeaseToken,
+) {
+    let key = key.clone();
+    // A release applied whose reply was lost: the retry proves it landed.
+    let lost = faults.lost_replies();
+    faults.lose_next_reply(None);
+    must(
+        s.backend.release_lease(&c).await,
+        "c's release with its reply lost",
+    );
+    assert_eq!(faults.lost_replies(), lost + 1, "the reply was lost");
+    let record = must(s.backend.inspect(&key).await, "inspect").expect("record");
+    assert!(record.holder().is_none(), "c's release landed");
+
+    // Releasing nothing, with the reply lost, is still not a success.
+    faults.lose_next_reply(None);
+    let err = s
+        .backend
+        .release_lease(&c)
+        .await
+        .expect_err("a second release of c with its reply lost");
+    assert!(err.is_not_owned(), "{err}");
+
+    // The release lands, its reply is lost, and somebody acquires before the retry.
+    let d = must(acquire(s, &key).await, "d");
+    let (result, e) = lost_reply_while_another_acquires(
+        s,
+        faults,
+        &key,
+        || s.backend.release_lease(&d),
+        "e acquires the key d released",
+    )
+    .await;
+    assert!(
+        result.as_ref().is_err_and(LeaseError::is_not_owned),
+        "d's retry finds e's tenure and must not report success, got {result:?}"
+    );
+    // A stranger's release with the reply lost leaves e alone.
+    faults.lose_next_reply(None);
+    let err = s
+        .backend
+        .release(&key, stranger, e.fencing_token())
+        .await
+        .expect_err("stranger");
+    assert!(err.is_not_owned(), "{err}");
+    let e = must(s.backend.renew(&e, D).await, "e is untouched");
+    must(s.backend.release_lease(&e).await, "e releases");
+}
+
+/// Runs `op` with its reply lost, while another client acquires `key` between the lost reply
+/// and the retry; returns `op`'s result and that client's lease (`who` names it).
+async fn lost_reply_while_another_acquires<T, F>(
+    s: &Subject,
+    faults: &dyn ReplyFaults,
+    key: &LeaseKey,
+    op: impl FnOnce() -> F,
+    who: &str,
+) -> (T, Lease)
+where
+    F: std::future::Future<Output = T>,
+{
+    let slot = Arc::new(std::sync::Mutex::new(None));
+    let meanwhile = {
+        let (backend, key, slot) = (s.backend.clone(), key.clone(), slot.clone());
+        Box::pin(async move {
+            let won = backend.acquire(&key, D).await;
+            *slot
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(won);
+        })
+    };
+    faults.lose_next_reply(Some(meanwhile));
+    let result = op().await;
+    let won = slot
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .take()
+        .expect("the other client ran between the lost reply and the retry");
+    (result, must(won, who))
 }
 
 /// Whether the backend offers [`LeaseBackend::delete`], asked of a key it never saw. A backend
@@ -1025,24 +1034,27 @@ pub fn delete_removes_the_named_record(s: &Subject) -> BoxFuture<'_, ()> {
             let keys: Vec<&LeaseKey> = listed.iter().map(|r| r.key()).collect();
             assert_eq!(keys, [&kept], "listing omits deleted records");
         }
-
-        // A deleted key is acquired afresh, like one the store never saw.
-        let again = must(acquire(s, &held).await, "acquire after delete");
-        assert!(again.is_trusted(s.clock.as_ref()));
-        assert!(
-            acquire(s, &held).await.is_err_and(|e| e.is_held()),
-            "the new record is held like any other"
-        );
-        let record = must(s.backend.inspect(&held).await, "inspect").expect("new record");
-        assert_eq!(
-            record.holder().and_then(Holder::token),
-            Some(again.token()),
-            "the new holder"
-        );
-        assert_eq!(record.fencing(), again.fencing_token());
-        let again = must(s.backend.renew(&again, D).await, "the new tenure renews");
-        must(s.backend.release_lease(&again).await, "and releases");
+        deleted_key_is_acquired_afresh(s, &held).await;
     })
+}
+
+/// A deleted key is acquired afresh, like one the store never saw.
+async fn deleted_key_is_acquired_afresh(s: &Subject, held: &LeaseKey) {
+    let again = must(acquire(s, held).await, "acquire after delete");
+    assert!(again.is_trusted(s.clock.as_ref()));
+    assert!(
+        acquire(s, held).await.is_err_and(|e| e.is_held()),
+        "the new record is held like any other"
+    );
+    let record = must(s.backend.inspect(held).await, "inspect").expect("new record");
+    assert_eq!(
+        record.holder().and_then(Holder::token),
+        Some(again.token()),
+        "the new holder"
+    );
+    assert_eq!(record.fencing(), again.fencing_token());
+    let again = must(s.backend.renew(&again, D).await, "the new tenure renews");
+    must(s.backend.release_lease(&again).await, "and releases");
 }
 
 /// Delete is a compare-and-delete: a record in any state but the one named (another token,
@@ -1171,27 +1183,14 @@ pub fn delete_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
         // The delete lands, its reply is lost, and somebody acquires the key afresh before the
         // retry: the new record must survive, whatever the retry reports.
         let b = must(acquire(s, &key).await, "b");
-        let slot = Arc::new(std::sync::Mutex::new(None));
-        let meanwhile = {
-            let (backend, key, slot) = (s.backend.clone(), key.clone(), slot.clone());
-            Box::pin(async move {
-                let c = backend.acquire(&key, D).await;
-                *slot
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(c);
-            })
-        };
-        faults.lose_next_reply(Some(meanwhile));
-        let result = s
-            .backend
-            .delete(&key, Some(b.token()), b.fencing_token())
-            .await;
-        let c = slot
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-            .expect("the other client ran between the lost reply and the retry");
-        let c = must(c, "c acquires the key b's delete removed");
+        let (result, c) = lost_reply_while_another_acquires(
+            s,
+            &*faults,
+            &key,
+            || s.backend.delete(&key, Some(b.token()), b.fencing_token()),
+            "c acquires the key b's delete removed",
+        )
+        .await;
         assert!(
             result.is_ok() || result.as_ref().is_err_and(LeaseError::is_not_owned),
             "b's delete landed; its retry may say so or refuse, nothing else: {result:?}"

@@ -111,115 +111,153 @@ pub async fn check_against_model(
     duration: Duration,
     ops: &[Op],
 ) -> Result<(), String> {
-    let backend = subject.backend();
-    let clock = subject.clock();
-    let delay_ms = u64::try_from(subject.takeover_delay.as_millis()).unwrap_or(u64::MAX);
-    let d_ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
-    let keys: Vec<LeaseKey> = (0..8).map(|i| subject.key(&format!("model{i}"))).collect();
-    let mut model: HashMap<usize, ModelKey> = HashMap::new();
-    let mut leases: HashMap<(usize, usize), Lease> = HashMap::new();
-    let mut now_ms: u64 = 0;
-
+    let mut run = ModelRun {
+        subject,
+        duration,
+        delay_ms: u64::try_from(subject.takeover_delay.as_millis()).unwrap_or(u64::MAX),
+        d_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+        keys: (0..8).map(|i| subject.key(&format!("model{i}"))).collect(),
+        model: HashMap::new(),
+        leases: HashMap::new(),
+        now_ms: 0,
+    };
     for (step, op) in ops.iter().enumerate() {
         let fail = |what: String| format!("step {step} ({op:?}): {what}; ops = {ops:?}");
         match *op {
             Op::Advance { millis } => {
-                clock.advance(Duration::from_millis(millis));
-                now_ms += millis;
+                subject.clock().advance(Duration::from_millis(millis));
+                run.now_ms += millis;
             }
-            Op::Acquire { client, key } => {
-                let k = key % keys.len();
-                let state = model.entry(k).or_default();
-                let expect = match &state.holder {
-                    Some(h) if now_ms < h.expires_ms + delay_ms => Expect::Held,
-                    _ => Expect::Ok,
-                };
-                let result = backend.acquire(&keys[k], duration).await;
-                let got = outcome(&result).map_err(&fail)?;
-                if got != expect {
-                    return Err(fail(format!("model says {expect:?}, backend {result:?}")));
-                }
-                if let Ok(lease) = result {
-                    if let Some(last) = state.last_fencing
-                        && lease.fencing_token() <= last
-                    {
-                        return Err(fail(format!(
-                            "fencing token {} not above {last}",
-                            lease.fencing_token()
-                        )));
-                    }
-                    state.last_fencing = Some(lease.fencing_token());
-                    state.holder = Some(ModelHolder {
-                        token: lease.token().clone(),
-                        expires_ms: now_ms + d_ms,
-                    });
-                    leases.insert((client, k), lease);
-                }
-            }
-            Op::Renew { client, key } => {
-                let k = key % keys.len();
-                let Some(lease) = leases.get(&(client, k)).cloned() else {
-                    continue;
-                };
-                let state = model.entry(k).or_default();
-                let expect = match &state.holder {
-                    Some(h) if h.token == *lease.token() && now_ms < h.expires_ms => Expect::Ok,
-                    _ => Expect::NotOwned,
-                };
-                let result = backend.renew(&lease, duration).await;
-                let got = outcome(&result).map_err(&fail)?;
-                if got != expect {
-                    return Err(fail(format!("model says {expect:?}, backend {result:?}")));
-                }
-                match result {
-                    Ok(renewed) => {
-                        if renewed.fencing_token() != lease.fencing_token() {
-                            return Err(fail("renew changed the fencing token".into()));
-                        }
-                        if let Some(h) = state.holder.as_mut() {
-                            h.expires_ms = now_ms + d_ms;
-                        }
-                        leases.insert((client, k), renewed);
-                    }
-                    Err(_) => {
-                        leases.remove(&(client, k));
-                    }
-                }
-            }
-            Op::Release { client, key } => {
-                let k = key % keys.len();
-                let Some(lease) = leases.remove(&(client, k)) else {
-                    continue;
-                };
-                let state = model.entry(k).or_default();
-                let ours = state
-                    .holder
-                    .as_ref()
-                    .is_some_and(|h| h.token == *lease.token());
-                let expect = if ours { Expect::Ok } else { Expect::NotOwned };
-                let result = backend
-                    .release(&keys[k], lease.token(), lease.fencing_token())
-                    .await;
-                let got = outcome(&result).map_err(&fail)?;
-                if got != expect {
-                    return Err(fail(format!("model says {expect:?}, backend {result:?}")));
-                }
-                if ours {
-                    state.holder = None;
-                }
-            }
+            Op::Acquire { client, key } => run.acquire(client, key).await.map_err(&fail)?,
+            Op::Renew { client, key } => run.renew(client, key).await.map_err(&fail)?,
+            Op::Release { client, key } => run.release(client, key).await.map_err(&fail)?,
         }
         // The safety property: at no instant do two clients trust a lease on the same key.
-        for k in 0..keys.len() {
-            let trusting: Vec<usize> = leases
+        run.one_trusting_client().map_err(&fail)?;
+    }
+    Ok(())
+}
+
+/// The model, the backend, and the leases each client holds, during one
+/// [`check_against_model`].
+struct ModelRun<'s> {
+    subject: &'s Subject,
+    duration: Duration,
+    delay_ms: u64,
+    d_ms: u64,
+    keys: Vec<LeaseKey>,
+    model: HashMap<usize, ModelKey>,
+    leases: HashMap<(usize, usize), Lease>,
+    now_ms: u64,
+}
+
+impl ModelRun<'_> {
+    async fn acquire(&mut self, client: usize, key: usize) -> Result<(), String> {
+        let k = key % self.keys.len();
+        let state = self.model.entry(k).or_default();
+        let expect = match &state.holder {
+            Some(h) if self.now_ms < h.expires_ms + self.delay_ms => Expect::Held,
+            _ => Expect::Ok,
+        };
+        let result = self
+            .subject
+            .backend()
+            .acquire(&self.keys[k], self.duration)
+            .await;
+        let got = outcome(&result)?;
+        if got != expect {
+            return Err(format!("model says {expect:?}, backend {result:?}"));
+        }
+        if let Ok(lease) = result {
+            if let Some(last) = state.last_fencing
+                && lease.fencing_token() <= last
+            {
+                return Err(format!(
+                    "fencing token {} not above {last}",
+                    lease.fencing_token()
+                ));
+            }
+            state.last_fencing = Some(lease.fencing_token());
+            state.holder = Some(ModelHolder {
+                token: lease.token().clone(),
+                expires_ms: self.now_ms + self.d_ms,
+            });
+            self.leases.insert((client, k), lease);
+        }
+        Ok(())
+    }
+
+    async fn renew(&mut self, client: usize, key: usize) -> Result<(), String> {
+        let k = key % self.keys.len();
+        let Some(lease) = self.leases.get(&(client, k)).cloned() else {
+            return Ok(());
+        };
+        let state = self.model.entry(k).or_default();
+        let expect = match &state.holder {
+            Some(h) if h.token == *lease.token() && self.now_ms < h.expires_ms => Expect::Ok,
+            _ => Expect::NotOwned,
+        };
+        let result = self.subject.backend().renew(&lease, self.duration).await;
+        let got = outcome(&result)?;
+        if got != expect {
+            return Err(format!("model says {expect:?}, backend {result:?}"));
+        }
+        match result {
+            Ok(renewed) => {
+                if renewed.fencing_token() != lease.fencing_token() {
+                    return Err("renew changed the fencing token".into());
+                }
+                if let Some(h) = state.holder.as_mut() {
+                    h.expires_ms = self.now_ms + self.d_ms;
+                }
+                self.leases.insert((client, k), renewed);
+            }
+            Err(_) => {
+                self.leases.remove(&(client, k));
+            }
+        }
+        Ok(())
+    }
+
+    async fn release(&mut self, client: usize, key: usize) -> Result<(), String> {
+        let k = key % self.keys.len();
+        let Some(lease) = self.leases.remove(&(client, k)) else {
+            return Ok(());
+        };
+        let state = self.model.entry(k).or_default();
+        let ours = state
+            .holder
+            .as_ref()
+            .is_some_and(|h| h.token == *lease.token());
+        let expect = if ours { Expect::Ok } else { Expect::NotOwned };
+        let result = self
+            .subject
+            .backend()
+            .release(&self.keys[k], lease.token(), lease.fencing_token())
+            .await;
+        let got = outcome(&result)?;
+        if got != expect {
+            return Err(format!("model says {expect:?}, backend {result:?}"));
+        }
+        if ours {
+            state.holder = None;
+        }
+        Ok(())
+    }
+
+    fn one_trusting_client(&self) -> Result<(), String> {
+        let clock = self.subject.clock();
+        for k in 0..self.keys.len() {
+            let trusting: Vec<usize> = self
+                .leases
                 .iter()
                 .filter(|((_, key), lease)| *key == k && lease.is_trusted(clock.as_ref()))
                 .map(|((client, _), _)| *client)
                 .collect();
             if trusting.len() > 1 {
-                return Err(fail(format!("clients {trusting:?} all trust key {k}")));
+                return Err(format!("clients {trusting:?} all trust key {k}"));
             }
         }
+        Ok(())
     }
-    Ok(())
 }
