@@ -668,6 +668,29 @@ fn read_capped(file: &File, path: &Path) -> Result<Vec<u8>, FileLockError> {
 /// creators exactly one wins, and a creator paused for any time can never reset a directory in
 /// use (an empty directory planted at the path is replaced: it holds no state).
 fn init(path: &Path, kind: Kind, modes: Modes) -> Result<(), FileLockError> {
+    let (parent, temp) = init_temp_path(path)?;
+    std::fs::DirBuilder::new()
+        .mode(modes.dir)
+        .create(&temp)
+        .map_err(|e| io_error("create lock directory", &temp, e))?;
+    let result = init_place(&temp, path, parent, kind, modes);
+    if !matches!(result, Ok(true)) {
+        let _ = std::fs::remove_dir(&temp);
+    }
+    if matches!(result, Ok(false)) {
+        // Whatever is at the path now is looked at by the next open.
+        let meta = std::fs::symlink_metadata(path);
+        if let Ok(meta) = meta
+            && !meta.is_dir()
+        {
+            not_a_directory(path, io::Error::from_raw_os_error(Errno::ENOTDIR as i32))?;
+        }
+    }
+    result.map(|_| ())
+}
+
+/// The lock directory's parent, and a private temporary path beside it to build it in.
+fn init_temp_path(path: &Path) -> Result<(&Path, PathBuf), FileLockError> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err(FileLockError::InvalidOption {
             option: "path",
@@ -686,69 +709,61 @@ fn init(path: &Path, kind: Kind, modes: Modes) -> Result<(), FileLockError> {
         uuid::Uuid::new_v4().as_u64_pair().0
     ));
     let temp = parent.join(temp_name);
-    std::fs::DirBuilder::new()
-        .mode(modes.dir)
-        .create(&temp)
-        .map_err(|e| io_error("create lock directory", &temp, e))?;
-    let result = (|| {
-        std::fs::set_permissions(&temp, std::fs::Permissions::from_mode(modes.dir))
-            .map_err(|e| io_error("chmod", &temp, e))?;
-        let first = match kind {
-            Kind::Lease => State::Free(0).name(),
-            Kind::Value => Value {
-                fence: 0,
-                seq: 0,
-                nonce: None,
+    Ok((parent, temp))
+}
+
+/// Writes the first entry into the temporary directory `temp` and renames it to `path`: true
+/// when this call created the lock directory, false when one (or a file) was there first.
+fn init_place(
+    temp: &Path,
+    path: &Path,
+    parent: &Path,
+    kind: Kind,
+    modes: Modes,
+) -> Result<bool, FileLockError> {
+    std::fs::set_permissions(temp, std::fs::Permissions::from_mode(modes.dir))
+        .map_err(|e| io_error("chmod", temp, e))?;
+    let first = match kind {
+        Kind::Lease => State::Free(0).name(),
+        Kind::Value => Value {
+            fence: 0,
+            seq: 0,
+            nonce: None,
+        }
+        .name(),
+    };
+    let file = temp.join(&first);
+    let created = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(modes.file)
+        .open(&file)
+        .map_err(|e| io_error("create", &file, e))?;
+    created
+        .set_permissions(std::fs::Permissions::from_mode(modes.file))
+        .map_err(|e| io_error("chmod", &file, e))?;
+    drop(created);
+    match std::fs::rename(temp, path) {
+        Ok(()) => {
+            tracing::debug!(path = %path.display(), "lock directory created");
+            if modes.fsync {
+                File::open(parent)
+                    .and_then(|dir| dir.sync_all())
+                    .map_err(|e| io_error("fsync directory", parent, e))?;
             }
-            .name(),
-        };
-        let file = temp.join(&first);
-        let created = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(modes.file)
-            .open(&file)
-            .map_err(|e| io_error("create", &file, e))?;
-        created
-            .set_permissions(std::fs::Permissions::from_mode(modes.file))
-            .map_err(|e| io_error("chmod", &file, e))?;
-        drop(created);
-        match std::fs::rename(&temp, path) {
-            Ok(()) => {
-                tracing::debug!(path = %path.display(), "lock directory created");
-                if modes.fsync {
-                    File::open(parent)
-                        .and_then(|dir| dir.sync_all())
-                        .map_err(|e| io_error("fsync directory", parent, e))?;
-                }
-                Ok(true)
-            }
-            Err(e) => match e.raw_os_error().map(Errno::from_raw) {
+            Ok(true)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&file);
+            match e.raw_os_error().map(Errno::from_raw) {
                 // Someone else created it first, or a file sits there (looked at by the caller).
                 Some(Errno::EEXIST | Errno::ENOTEMPTY | Errno::ENOTDIR | Errno::EISDIR) => {
-                    let _ = std::fs::remove_file(&file);
                     Ok(false)
                 }
-                _ => {
-                    let _ = std::fs::remove_file(&file);
-                    Err(io_error("rename lock directory into place", path, e))
-                }
-            },
-        }
-    })();
-    if !matches!(result, Ok(true)) {
-        let _ = std::fs::remove_dir(&temp);
-    }
-    if matches!(result, Ok(false)) {
-        // Whatever is at the path now is looked at by the next open.
-        let meta = std::fs::symlink_metadata(path);
-        if let Ok(meta) = meta
-            && !meta.is_dir()
-        {
-            not_a_directory(path, io::Error::from_raw_os_error(Errno::ENOTDIR as i32))?;
+                _ => Err(io_error("rename lock directory into place", path, e)),
+            }
         }
     }
-    result.map(|_| ())
 }
 
 /// Explains what sits at a lock path that the directory open failed on with `error`: another

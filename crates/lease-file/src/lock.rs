@@ -866,44 +866,60 @@ impl FileLock {
                 })
             }
             Attempt::Won { held, name, now } => {
-                let generation = held.generation;
-                if !kd.still_at_path() {
-                    // The directory was moved away or replaced while we took it: nobody else
-                    // can see this tenure, so do not trust it.
-                    let _ = engine::release(&mut kd, &name, generation);
-                    if cached {
-                        return self.attempt(self.open_dir()?, false);
-                    }
-                    return Err(FileLockError::Io {
-                        op: "acquire",
-                        path: shared.path.clone(),
-                        transient: true,
-                        source: std::io::Error::other("the lock directory was replaced"),
-                    });
-                }
-                let kernel = held.kernel.is_some();
-                let mut state = lock(&shared.state);
-                state.epoch += 1;
-                let epoch = state.epoch;
-                state.lost = None;
-                state.tenure = Some(Tenure {
-                    token,
-                    held,
-                    name,
-                    dir: Some(kd),
-                    deadline: now.mono + opts.stale_threshold.saturating_sub(opts.margin()),
-                    epoch,
-                    next_beat: now.mono + opts.heartbeat_interval,
-                });
-                if !state.thread_started {
-                    self.spawn_heartbeat(&mut state)?;
-                } else if state.parked {
-                    shared.wake.notify_all();
-                }
-                tracing::info!(generation, kernel, "file lock acquired");
-                Ok(FencingToken::new(generation))
+                self.install(kd, cached, token, held, name, now.mono)
             }
         }
+    }
+
+    /// Makes a won tenure this lock's own, after checking that the path still names the
+    /// directory it was won in, and starts (or wakes) the heartbeat thread.
+    fn install(
+        &self,
+        mut kd: KeyDir,
+        cached: bool,
+        token: String,
+        held: Held,
+        name: String,
+        now: Instant,
+    ) -> Result<FencingToken, FileLockError> {
+        let shared = &self.shared;
+        let opts = &shared.options;
+        let generation = held.generation;
+        if !kd.still_at_path() {
+            // The directory was moved away or replaced while we took it: nobody else can see
+            // this tenure, so do not trust it.
+            let _ = engine::release(&mut kd, &name, generation);
+            if cached {
+                return self.attempt(self.open_dir()?, false);
+            }
+            return Err(FileLockError::Io {
+                op: "acquire",
+                path: shared.path.clone(),
+                transient: true,
+                source: std::io::Error::other("the lock directory was replaced"),
+            });
+        }
+        let kernel = held.kernel.is_some();
+        let mut state = lock(&shared.state);
+        state.epoch += 1;
+        let epoch = state.epoch;
+        state.lost = None;
+        state.tenure = Some(Tenure {
+            token,
+            held,
+            name,
+            dir: Some(kd),
+            deadline: now + opts.stale_threshold.saturating_sub(opts.margin()),
+            epoch,
+            next_beat: now + opts.heartbeat_interval,
+        });
+        if !state.thread_started {
+            self.spawn_heartbeat(&mut state)?;
+        } else if state.parked {
+            shared.wake.notify_all();
+        }
+        tracing::info!(generation, kernel, "file lock acquired");
+        Ok(FencingToken::new(generation))
     }
 
     /// Releases the lease (Go: `Release`): one rename of this tenure's state entry to
@@ -1063,13 +1079,12 @@ fn heartbeat_loop(shared: &Arc<Shared>) {
 
 /// One heartbeat; false when the tenure is over.
 fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
-    let opts = &shared.options;
     let (mut kd, name, held, token) = {
         let mut state = lock(&shared.state);
         match state.tenure.as_mut() {
             Some(t) if t.epoch == epoch => {
                 // The next beat is due an interval after this one starts, however long it takes.
-                t.next_beat = Instant::now() + opts.heartbeat_interval;
+                t.next_beat = Instant::now() + shared.options.heartbeat_interval;
                 match t.dir.take() {
                     Some(kd) => (kd, t.name.clone(), t.held.clone(), t.token.clone()),
                     None => return true,
@@ -1078,56 +1093,61 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
             _ => return false,
         }
     };
-    let result = (|| -> Result<Result<(Held, String, Instant), LostReason>, FileLockError> {
-        // The path is checked after the rename, not before: a renewal counts only if the path
-        // still names the directory once it is made (a directory replaced before or during this
-        // heartbeat fails that check as it would fail one made before). A rename that did not
-        // happen, or failed, is checked too, before anything else is judged: a directory moved
-        // away or removed is a loss now, not a failing heartbeat retried until the deadline.
-        let kernel = shared.mode == LockMode::Kernel;
-        let renewed = engine::renew(
-            &mut kd,
-            &name,
-            &held,
-            opts.stale_threshold,
-            kernel,
-            &shared.time,
-        );
-        if !kd.still_at_path() {
-            return Ok(Err(LostReason::TakenOver { holder: None }));
-        }
-        if let Some((next, next_name, now)) = renewed? {
-            return Ok(Ok((next, next_name, now.mono)));
-        }
-        let found = kd.state()?;
-        Ok(Err(
-            match engine::mismatch(&found, held.generation, &token) {
-                // Still this tenure's state: the rename missed it (the entry was briefly away,
-                // or a listing raced), which is a failed heartbeat, retried until the deadline.
-                None if found.name == name => {
-                    return Err(FileLockError::Io {
-                        op: "heartbeat",
-                        path: shared.path.clone(),
-                        transient: true,
-                        source: std::io::Error::other("the lease state was briefly missing"),
-                    });
-                }
-                None | Some(engine::Gone::Expired) => LostReason::Untrusted {
-                    reason: "the lease state changed under the heartbeat".into(),
-                },
-                Some(engine::Gone::Released) => LostReason::TakenOver { holder: None },
-                Some(engine::Gone::TakenOver) => LostReason::TakenOver {
-                    holder: match &found.state {
-                        chain::State::Held(h) => Some(Box::new(HolderInfo::of(
-                            h,
-                            engine::describe_tenure(&kd, &found),
-                        ))),
-                        chain::State::Free(_) => None,
-                    },
-                },
+    let result = beat(shared, &mut kd, &name, &held, &token);
+    settle_beat(shared, epoch, kd, result)
+}
+
+/// What one heartbeat found: renewed (the new state, its entry name, and when the renewal was
+/// sent), lost, or failed (an error, retried until the deadline).
+type Beat = Result<Result<(Held, String, Instant), LostReason>, FileLockError>;
+
+/// The heartbeat's I/O: one rename of the tenure's state entry, then, when it missed, one read
+/// of the state to say why.
+fn beat(shared: &Shared, kd: &mut KeyDir, name: &str, held: &Held, token: &str) -> Beat {
+    let opts = &shared.options;
+    // The path is checked after the rename, not before: a renewal counts only if the path still
+    // names the directory once it is made (a directory replaced before or during this heartbeat
+    // fails that check as it would fail one made before). A rename that did not happen, or
+    // failed, is checked too, before anything else is judged: a directory moved away or removed
+    // is a loss now, not a failing heartbeat retried until the deadline.
+    let kernel = shared.mode == LockMode::Kernel;
+    let renewed = engine::renew(kd, name, held, opts.stale_threshold, kernel, &shared.time);
+    if !kd.still_at_path() {
+        return Ok(Err(LostReason::TakenOver { holder: None }));
+    }
+    if let Some((next, next_name, now)) = renewed? {
+        return Ok(Ok((next, next_name, now.mono)));
+    }
+    let found = kd.state()?;
+    match engine::mismatch(&found, held.generation, token) {
+        // Still this tenure's state: the rename missed it (the entry was briefly away, or a
+        // listing raced), which is a failed heartbeat, retried until the deadline.
+        None if found.name == name => Err(FileLockError::Io {
+            op: "heartbeat",
+            path: shared.path.clone(),
+            transient: true,
+            source: std::io::Error::other("the lease state was briefly missing"),
+        }),
+        None | Some(engine::Gone::Expired) => Ok(Err(LostReason::Untrusted {
+            reason: "the lease state changed under the heartbeat".into(),
+        })),
+        Some(engine::Gone::Released) => Ok(Err(LostReason::TakenOver { holder: None })),
+        Some(engine::Gone::TakenOver) => Ok(Err(LostReason::TakenOver {
+            holder: match &found.state {
+                chain::State::Held(h) => Some(Box::new(HolderInfo::of(
+                    h,
+                    engine::describe_tenure(kd, &found),
+                ))),
+                chain::State::Free(_) => None,
             },
-        ))
-    })();
+        })),
+    }
+}
+
+/// Records what a heartbeat found in the tenure it was made for (if that is still the current
+/// one); false when the tenure is over.
+fn settle_beat(shared: &Shared, epoch: u64, kd: KeyDir, result: Beat) -> bool {
+    let opts = &shared.options;
     let mut state = lock(&shared.state);
     let Some(t) = state.tenure.as_mut().filter(|t| t.epoch == epoch) else {
         shared.wake.notify_all();

@@ -414,6 +414,29 @@ impl DirectoryStore {
         }
     }
 
+    /// Keeps a won tenure's directory: with its kernel lock while the lease lasts, or, in
+    /// heartbeat-only mode (nothing to hold), for the next acquisition of the key. An older
+    /// tenure of the key through this store is over: its kernel lock goes.
+    fn keep_tenure(&self, path: PathBuf, kd: KeyDir, name: String, held: Held) {
+        let mut tenures = self.tenures();
+        tenures.remove(&path);
+        if kd.locked() {
+            let generation = held.generation;
+            tenures.insert(
+                path,
+                Tenure {
+                    generation,
+                    kd,
+                    name,
+                    held,
+                },
+            );
+        } else {
+            drop(tenures);
+            self.keep_idle(kd);
+        }
+    }
+
     fn try_acquire_now(
         &self,
         key: &LeaseKey,
@@ -471,26 +494,7 @@ impl DirectoryStore {
                         Self::expiry(now.wall, duration)?,
                         holder_deadline(now.mono, duration, margin),
                     );
-                    // An older tenure of this key through this store is over: its kernel lock
-                    // goes.
-                    let mut tenures = self.tenures();
-                    tenures.remove(&path);
-                    if kd.locked() {
-                        tenures.insert(
-                            path,
-                            Tenure {
-                                generation: held.generation,
-                                kd,
-                                name,
-                                held,
-                            },
-                        );
-                    } else {
-                        drop(tenures);
-                        // Heartbeat-only mode: nothing to hold, but the next acquisition of the
-                        // key may use the directory.
-                        self.keep_idle(kd);
-                    }
+                    self.keep_tenure(path, kd, name, held);
                     Ok(lease)
                 }
                 Attempt::Busy { found, holder } => {

@@ -445,75 +445,89 @@ fn contend(config: &Config, face: &mut dyn Face, fenced: &mut Fenced) -> Result<
         };
         tenures += 1;
         log(generation, "acquired", t_call, t_ret, "-", "-");
-        let hold = match config.hold {
-            Some(hold) => hold,
-            None => Duration::from_millis(jitter.below(2 * stale_ms)),
-        };
-        // After a failed check, keep checking for longer than a lease before releasing: a holder
-        // busy elsewhere notices late, and the lease goes stale for someone to take over (a
-        // keeper renews through a paused release, and a prompt release frees a lease before it
-        // can go stale). A check that is Ok again (a heartbeat that landed late, nobody having
-        // taken over) is trusted again.
-        let linger = config.stale + Duration::from_millis(jitter.below(stale_ms));
-        let held_since = Instant::now();
-        let runs = face.told_deadline().is_none() && !config.broken;
-        let mut trust = Trust::new(generation, t_ret, runs);
-        let mut raised = false;
-        loop {
-            let ok = trust.check(face);
-            let failed_since = trust.failed.as_ref().map(|f| f.0);
-            let lingered = failed_since.is_none_or(|at| mono_ns() - at >= nanos(linger));
-            if held_since.elapsed() >= hold && (config.broken || lingered) {
-                break;
-            }
-            if ok || config.broken {
-                if !raised {
-                    // Raise the fence first (`before-fence`), then write (`before-put`).
-                    fenced.read(generation);
-                    raised = true;
-                }
-                fenced.put(generation);
-                fenced.read(generation);
-                trust.check(face);
-            }
-            std::thread::sleep(Duration::from_millis(2 + jitter.below(8)));
-        }
-        let release_start = mono_ns();
-        let why = trust
-            .failed
-            .as_ref()
-            .map_or("-", |f| f.1.as_str())
-            .to_owned();
-        let event = if trust.failed.is_some() {
-            "lost"
-        } else {
-            "released"
-        };
-        if config.broken {
-            // Claims the whole tenure, whatever its checks said.
-            log(generation, event, t_ret, release_start, "-", &why);
-        } else if let Some(told) = face.told_deadline() {
-            // The store faces: the deadline the holder was told is the promise.
-            log(generation, event, t_ret, told.min(release_start), "-", &why);
-        } else {
-            trust.end("released", "-");
-        }
-        if let Err(e) = face.release()
-            && trust.failed.is_none()
-        {
-            log(
-                generation,
-                "release-failed",
-                release_start,
-                mono_ns(),
-                "-",
-                &e,
-            );
-        }
+        hold_tenure(config, face, fenced, &mut jitter, generation, t_ret);
         // Rest before contending again, so that every process gets tenures.
         std::thread::sleep(Duration::from_millis(jitter.below(stale_ms / 2)));
     }
     Ok(())
+}
+
+/// Holds one tenure won at `t_ret`: checks, raises the fence and writes until the hold is over,
+/// then logs the trusted interval and releases.
+fn hold_tenure(
+    config: &Config,
+    face: &mut dyn Face,
+    fenced: &mut Fenced,
+    jitter: &mut Jitter,
+    generation: u64,
+    t_ret: u64,
+) {
+    let stale_ms = u64::try_from(config.stale.as_millis()).unwrap_or(u64::MAX);
+    let hold = match config.hold {
+        Some(hold) => hold,
+        None => Duration::from_millis(jitter.below(2 * stale_ms)),
+    };
+    // After a failed check, keep checking for longer than a lease before releasing: a holder
+    // busy elsewhere notices late, and the lease goes stale for someone to take over (a
+    // keeper renews through a paused release, and a prompt release frees a lease before it
+    // can go stale). A check that is Ok again (a heartbeat that landed late, nobody having
+    // taken over) is trusted again.
+    let linger = config.stale + Duration::from_millis(jitter.below(stale_ms));
+    let held_since = Instant::now();
+    let runs = face.told_deadline().is_none() && !config.broken;
+    let mut trust = Trust::new(generation, t_ret, runs);
+    let mut raised = false;
+    loop {
+        let ok = trust.check(face);
+        let failed_since = trust.failed.as_ref().map(|f| f.0);
+        let lingered = failed_since.is_none_or(|at| mono_ns() - at >= nanos(linger));
+        if held_since.elapsed() >= hold && (config.broken || lingered) {
+            break;
+        }
+        if ok || config.broken {
+            if !raised {
+                // Raise the fence first (`before-fence`), then write (`before-put`).
+                fenced.read(generation);
+                raised = true;
+            }
+            fenced.put(generation);
+            fenced.read(generation);
+            trust.check(face);
+        }
+        std::thread::sleep(Duration::from_millis(2 + jitter.below(8)));
+    }
+    let release_start = mono_ns();
+    let why = trust
+        .failed
+        .as_ref()
+        .map_or("-", |f| f.1.as_str())
+        .to_owned();
+    let event = if trust.failed.is_some() {
+        "lost"
+    } else {
+        "released"
+    };
+    if config.broken {
+        // Claims the whole tenure, whatever its checks said.
+        log(generation, event, t_ret, release_start, "-", &why);
+    } else if let Some(told) = face.told_deadline() {
+        // The store faces: the deadline the holder was told is the promise.
+        log(generation, event, t_ret, told.min(release_start), "-", &why);
+    } else {
+        trust.end("released", "-");
+    }
+    if let Err(e) = face.release()
+        && trust.failed.is_none()
+    {
+        log(
+            generation,
+            "release-failed",
+            release_start,
+            mono_ns(),
+            "-",
+            &e,
+        );
+    }
 }
 
 fn nanos(d: Duration) -> u64 {
@@ -536,9 +550,10 @@ fn option(args: &[String], name: &str) -> Result<Option<u64>, String> {
         .transpose()
 }
 
-fn run(args: &[String]) -> Result<(), String> {
+/// The configuration from the command line.
+fn parse_config(args: &[String]) -> Result<Config, String> {
     let ms = |i, what| arg::<u64>(args, i, what).map(Duration::from_millis);
-    let config = Config {
+    Ok(Config {
         face: match args.get(1).map(String::as_str) {
             Some("lock") => FaceKind::Lock,
             Some("keeper") => FaceKind::Keeper,
@@ -558,7 +573,11 @@ fn run(args: &[String]) -> Result<(), String> {
         start: Duration::from_millis(option(args, "start=")?.unwrap_or(0)),
         hold: option(args, "hold=")?.map(Duration::from_millis),
         broken: args.iter().skip(9).any(|a| a == "broken"),
-    };
+    })
+}
+
+fn run(args: &[String]) -> Result<(), String> {
+    let config = parse_config(args)?;
     let history: PathBuf = arg(args, 4, "history")?;
     let file = std::fs::OpenOptions::new()
         .append(true)

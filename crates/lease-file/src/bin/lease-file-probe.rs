@@ -109,115 +109,126 @@ fn run(args: &[String]) -> Result<(), String> {
     let command = args.get(1).map(String::as_str).unwrap_or_default();
     let path: String = arg(args, 2)?;
     match command {
-        "hold" => {
-            let lock = FileLock::with_options(&path, options(arg(args, 3)?, arg(args, 4)?))
-                .map_err(|e| e.to_string())?;
-            let generation = lock
-                .acquire_timeout(Duration::from_secs(60))
-                .map_err(|e| e.to_string())?;
-            acquired(generation);
-            hold_until_stdin_closes(&lock);
-            Ok(())
-        }
-        "wait" => {
-            let retry: u64 = arg(args, 5)?;
-            let timeout: u64 = arg(args, 6)?;
-            let lock = FileLock::with_options(
-                &path,
-                options(arg(args, 3)?, arg(args, 4)?)
-                    .with_retry_delay(Duration::from_micros(retry)),
-            )
-            .map_err(|e| e.to_string())?;
-            say("waiting");
-            let generation = lock
-                .acquire_timeout(Duration::from_millis(timeout))
-                .map_err(|e| e.to_string())?;
-            acquired(generation);
-            if args.get(7).map(String::as_str) == Some("hold") {
-                hold_until_stdin_closes(&lock);
-            } else {
-                lock.release().map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        }
-        "stress" => {
-            let log: String = arg(args, 3)?;
-            let rounds: u64 = arg(args, 4)?;
-            let crash_at: u64 = arg(args, 5)?;
-            let lock = FileLock::with_options(
-                &path,
-                options(arg(args, 6)?, arg(args, 7)?).with_retry_delay(Duration::from_micros(500)),
-            )
-            .map_err(|e| e.to_string())?;
-            let mut log = std::fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .open(&log)
-                .map_err(|e| e.to_string())?;
-            let pid = std::process::id();
-            for round in 1..=rounds {
-                let generation = lock
-                    .acquire_timeout(Duration::from_secs(60))
-                    .map_err(|e| e.to_string())?;
-                // One write(2) per line on an O_APPEND file: lines never interleave.
-                log.write_all(format!("enter {generation} {pid}\n").as_bytes())
-                    .map_err(|e| e.to_string())?;
-                if round == crash_at {
-                    std::process::exit(3);
-                }
-                std::thread::yield_now();
-                if lock.check().is_err() {
-                    return Err("lost the lease inside the critical section".into());
-                }
-                log.write_all(format!("exit {generation} {pid}\n").as_bytes())
-                    .map_err(|e| e.to_string())?;
-                lock.release().map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        }
-        "cycles" => {
-            let n: u64 = arg(args, 3)?;
-            let lock = FileLock::new(&path).map_err(|e| e.to_string())?;
-            for _ in 0..n {
-                lock.try_acquire().map_err(|e| e.to_string())?;
-                lock.release().map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        }
-        "store-cycles" => {
-            use lease_core::LeaseBackendExt;
-            let n: u64 = arg(args, 3)?;
-            let store = lease_file::DirectoryStore::open(&path).map_err(|e| e.to_string())?;
-            let key = lease_core::LeaseKey::new("bench").map_err(|e| e.to_string())?;
-            for _ in 0..n {
-                let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))
-                    .map_err(|e| e.to_string())?;
-                lease_core::block_on(store.release_lease(&lease)).map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        }
-        "rawhold" | "rawwait" => {
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .map_err(|e| e.to_string())?;
-            if command == "rawwait" {
-                say("waiting");
-            }
-            file.lock().map_err(|e| e.to_string())?;
-            say(&format!("acquired 0 {}", unix_ns()));
-            for line in std::io::stdin().lock().lines() {
-                if line.is_err() {
-                    break;
-                }
-            }
-            Ok(())
-        }
+        "hold" => hold(args, &path),
+        "wait" => wait(args, &path),
+        "stress" => stress(args, &path),
+        "cycles" => cycles(args, &path),
+        "store-cycles" => store_cycles(args, &path),
+        "rawhold" | "rawwait" => raw_flock(&path, command),
         other => Err(format!("unknown command {other:?}")),
     }
+}
+
+fn hold(args: &[String], path: &str) -> Result<(), String> {
+    let lock = FileLock::with_options(path, options(arg(args, 3)?, arg(args, 4)?))
+        .map_err(|e| e.to_string())?;
+    let generation = lock
+        .acquire_timeout(Duration::from_secs(60))
+        .map_err(|e| e.to_string())?;
+    acquired(generation);
+    hold_until_stdin_closes(&lock);
+    Ok(())
+}
+
+fn wait(args: &[String], path: &str) -> Result<(), String> {
+    let retry: u64 = arg(args, 5)?;
+    let timeout: u64 = arg(args, 6)?;
+    let lock = FileLock::with_options(
+        path,
+        options(arg(args, 3)?, arg(args, 4)?).with_retry_delay(Duration::from_micros(retry)),
+    )
+    .map_err(|e| e.to_string())?;
+    say("waiting");
+    let generation = lock
+        .acquire_timeout(Duration::from_millis(timeout))
+        .map_err(|e| e.to_string())?;
+    acquired(generation);
+    if args.get(7).map(String::as_str) == Some("hold") {
+        hold_until_stdin_closes(&lock);
+    } else {
+        lock.release().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn stress(args: &[String], path: &str) -> Result<(), String> {
+    let log: String = arg(args, 3)?;
+    let rounds: u64 = arg(args, 4)?;
+    let crash_at: u64 = arg(args, 5)?;
+    let lock = FileLock::with_options(
+        path,
+        options(arg(args, 6)?, arg(args, 7)?).with_retry_delay(Duration::from_micros(500)),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&log)
+        .map_err(|e| e.to_string())?;
+    let pid = std::process::id();
+    for round in 1..=rounds {
+        let generation = lock
+            .acquire_timeout(Duration::from_secs(60))
+            .map_err(|e| e.to_string())?;
+        // One write(2) per line on an O_APPEND file: lines never interleave.
+        log.write_all(format!("enter {generation} {pid}\n").as_bytes())
+            .map_err(|e| e.to_string())?;
+        if round == crash_at {
+            std::process::exit(3);
+        }
+        std::thread::yield_now();
+        if lock.check().is_err() {
+            return Err("lost the lease inside the critical section".into());
+        }
+        log.write_all(format!("exit {generation} {pid}\n").as_bytes())
+            .map_err(|e| e.to_string())?;
+        lock.release().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn cycles(args: &[String], path: &str) -> Result<(), String> {
+    let n: u64 = arg(args, 3)?;
+    let lock = FileLock::new(path).map_err(|e| e.to_string())?;
+    for _ in 0..n {
+        lock.try_acquire().map_err(|e| e.to_string())?;
+        lock.release().map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn store_cycles(args: &[String], path: &str) -> Result<(), String> {
+    use lease_core::LeaseBackendExt;
+    let n: u64 = arg(args, 3)?;
+    let store = lease_file::DirectoryStore::open(path).map_err(|e| e.to_string())?;
+    let key = lease_core::LeaseKey::new("bench").map_err(|e| e.to_string())?;
+    for _ in 0..n {
+        let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))
+            .map_err(|e| e.to_string())?;
+        lease_core::block_on(store.release_lease(&lease)).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn raw_flock(path: &str, command: &str) -> Result<(), String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    if command == "rawwait" {
+        say("waiting");
+    }
+    file.lock().map_err(|e| e.to_string())?;
+    say(&format!("acquired 0 {}", unix_ns()));
+    for line in std::io::stdin().lock().lines() {
+        if line.is_err() {
+            break;
+        }
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
