@@ -309,10 +309,21 @@ fn joined(links: &[&(dyn StdError + 'static)]) -> String {
     line
 }
 
+/// Links of an error chain, outermost first.
+type Links<'e> = [&'e (dyn StdError + 'static)];
+
 /// Recognises the failures of a client that cannot send (credentials, region, endpoint, host
 /// name) and network failures worth naming; `None` for anything else.
 fn client_side_cause(err: &(dyn StdError + 'static), context: &Context<'_>) -> Option<Cause> {
     let links = chain(err);
+    let texts: Vec<String> = links.iter().map(|l| l.to_string()).collect();
+    credentials_cause(&links)
+        .or_else(|| configuration_cause(&links, &texts, context))
+        .or_else(|| resolution_cause(&links, &texts, context))
+}
+
+/// The credentials provider's own errors.
+fn credentials_cause(links: &Links<'_>) -> Option<Cause> {
     for (i, link) in links.iter().enumerate() {
         if let Some(credentials) = link.downcast_ref::<CredentialsError>() {
             let detail = joined(&links[i..]);
@@ -333,7 +344,16 @@ fn client_side_cause(err: &(dyn StdError + 'static), context: &Context<'_>) -> O
             });
         }
     }
-    let texts: Vec<String> = links.iter().map(|l| l.to_string()).collect();
+    None
+}
+
+/// A client configured so that it cannot sign or address a request: no credentials provider,
+/// no or a bad region, a bad endpoint URL.
+fn configuration_cause(
+    links: &Links<'_>,
+    texts: &[String],
+    context: &Context<'_>,
+) -> Option<Cause> {
     let any = |needle: &str| texts.iter().any(|t| t.contains(needle));
     let region = context
         .region
@@ -376,6 +396,12 @@ fn client_side_cause(err: &(dyn StdError + 'static), context: &Context<'_>) -> O
             "the endpoint URL has the unsupported scheme `{scheme}` (use http:// or https://)"
         )));
     }
+    None
+}
+
+/// The endpoint's host name or the endpoint itself could not be resolved.
+fn resolution_cause(links: &Links<'_>, texts: &[String], context: &Context<'_>) -> Option<Cause> {
+    let any = |needle: &str| texts.iter().any(|t| t.contains(needle));
     if let Some(i) = texts.iter().position(|t| t == "dns error") {
         let detail = joined(&links[i..]);
         let region_hint = match context.region {

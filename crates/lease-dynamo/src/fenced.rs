@@ -1,5 +1,6 @@
 //! [`FencedValues`] on DynamoDB: each operation is one conditional `UpdateItem`.
 
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_smithy_types::Blob;
 use lease_core::{
@@ -108,45 +109,60 @@ impl DynamoLeases {
                         Ok(read.value)
                     }
                 },
-                Err(Failed {
-                    error,
-                    uncertain,
-                    attempts,
-                }) => {
-                    let old = self.refused_item(error)?;
-                    let old = FencedItem::decode(self, &old)?;
-                    // Unreachable with a numeric fence (an equal fence passes the condition),
-                    // kept so that a put whose earlier attempt landed is never reported refused.
-                    if let Some(value) = value
-                        && old.fence == Some(fencing.get())
-                        && old.value.as_deref() == Some(value)
-                    {
-                        tracing::info!(
-                            uncertain,
-                            attempts,
-                            "put_fenced reconciled: the item holds our token and value"
-                        );
-                        return Ok(None);
-                    }
-                    if uncertain {
-                        // An earlier attempt may have been applied before a newer token fenced
-                        // the name: "refused" would claim it was not. Say we cannot tell.
-                        tracing::warn!(fence = old.fence, attempts, "fenced write outcome unknown: an earlier attempt may have landed before a newer token fenced the name");
-                        return Err(LeaseError::backend(
-                            "dynamodb",
-                            false,
-                            "fenced write outcome unknown: an earlier attempt's reply was lost, \
-                             and a newer token has fenced the name since, so it may or may not \
-                             have been applied",
-                        ));
-                    }
-                    tracing::debug!(fence = old.fence, "fenced out by a newer token");
-                    Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced))
-                }
+                Err(failed) => self.fenced_write_refused(name, fencing, value, failed),
             }
         }
         .instrument(span)
         .await
+    }
+
+    /// Why a fenced write failed its condition (or its retries): reconciled when the item holds
+    /// this call's token and value, "unknown" when an earlier attempt's reply was lost, and
+    /// fenced out otherwise.
+    fn fenced_write_refused(
+        &self,
+        name: &LeaseKey,
+        fencing: FencingToken,
+        value: Option<&[u8]>,
+        failed: Failed<UpdateItemError>,
+    ) -> Result<Option<Vec<u8>>, LeaseError> {
+        let Failed {
+            error,
+            uncertain,
+            attempts,
+        } = failed;
+        let old = self.refused_item(error)?;
+        let old = FencedItem::decode(self, &old)?;
+        // Unreachable with a numeric fence (an equal fence passes the condition), kept so that a
+        // put whose earlier attempt landed is never reported refused.
+        if let Some(value) = value
+            && old.fence == Some(fencing.get())
+            && old.value.as_deref() == Some(value)
+        {
+            tracing::info!(
+                uncertain,
+                attempts,
+                "put_fenced reconciled: the item holds our token and value"
+            );
+            return Ok(None);
+        }
+        if uncertain {
+            // An earlier attempt may have been applied before a newer token fenced the name:
+            // "refused" would claim it was not. Say we cannot tell.
+            tracing::warn!(
+                fence = old.fence,
+                attempts,
+                "fenced write outcome unknown: an earlier attempt may have landed before a newer token fenced the name"
+            );
+            return Err(LeaseError::backend(
+                "dynamodb",
+                false,
+                "fenced write outcome unknown: an earlier attempt's reply was lost, and a newer \
+                 token has fenced the name since, so it may or may not have been applied",
+            ));
+        }
+        tracing::debug!(fence = old.fence, "fenced out by a newer token");
+        Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced))
     }
 }
 
