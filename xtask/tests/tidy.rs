@@ -124,6 +124,203 @@ fn lease_core_lints_are_at_least_the_workspace_lints() {
     }
 }
 
+/// The longest a function of library code may be, in lines from its `fn` line to its closing
+/// brace (comments and blank lines count: a long function is long to read).
+const MAX_FUNCTION_LINES: usize = 80;
+
+#[test]
+fn no_function_in_library_code_is_longer_than_80_lines() {
+    let mut files = Vec::new();
+    for manifest in crate_manifests() {
+        rust_files(&manifest.with_file_name("src"), &mut files);
+    }
+    assert!(files.len() > 20, "found the library sources: {files:?}");
+    let mut long = Vec::new();
+    for file in files {
+        for (name, line, lines) in long_functions(&read(&file), MAX_FUNCTION_LINES) {
+            long.push(format!(
+                "{}:{line} fn {name}: {lines} lines",
+                file.display()
+            ));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "split these into a pure decision and its I/O (at most {MAX_FUNCTION_LINES} lines each):\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn the_function_length_check_sees_through_strings_comments_and_test_modules() {
+    let body = |n: usize| "    let x = 1;\n".repeat(n);
+    let source = format!(
+        "pub(crate) async fn long() {{\n{}}}\n\
+         fn short() {{\n    let s = \"}}}}}}\"; // }}\n    let c = '}}';\n    let r = r#\"{{\"#;\n{}}}\n\
+         fn lifetimes<'a>(x: &'a str) -> &'a str {{\n    x\n}}\n\
+         trait T {{\n    fn declared(&self);\n}}\n\
+         #[cfg(test)]\nmod tests {{\n    fn long_test() {{\n{}    }}\n}}\n",
+        body(80),
+        body(70),
+        body(200),
+    );
+    let found = long_functions(&source, MAX_FUNCTION_LINES);
+    assert_eq!(found, vec![("long".to_owned(), 1, 82)], "{source}");
+}
+
+/// Every `.rs` file under `dir`, except test modules kept in files of their own (`tests.rs`).
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries {
+        let path = entry.expect("read source folder entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs")
+            && path.file_name().is_some_and(|name| name != "tests.rs")
+        {
+            out.push(path);
+        }
+    }
+}
+
+/// `(name, first line, length)` of every function in `source` longer than `max` lines, up to
+/// the first `#[cfg(test)]` module.
+fn long_functions(source: &str, max: usize) -> Vec<(String, usize, usize)> {
+    let code = code_only(source);
+    let lines: Vec<&str> = code.lines().collect();
+    let end = lines
+        .windows(2)
+        .position(|pair| {
+            pair[0].trim() == "#[cfg(test)]"
+                && pair[1].trim_start().starts_with("mod ")
+                && pair[1].trim_end().ends_with('{')
+        })
+        .unwrap_or(lines.len());
+    let mut found = Vec::new();
+    for (start, line) in lines[..end].iter().enumerate() {
+        let Some(name) = function_name(line) else {
+            continue;
+        };
+        let mut depth = 0usize;
+        let mut opened = false;
+        for (offset, text) in lines[start..end].iter().enumerate() {
+            for ch in text.chars() {
+                match ch {
+                    '{' => {
+                        depth += 1;
+                        opened = true;
+                    }
+                    '}' => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
+            if !opened && text.trim_end().ends_with(';') {
+                break; // a declaration without a body
+            }
+            if opened && depth == 0 {
+                if offset + 1 > max {
+                    found.push((name.to_owned(), start + 1, offset + 1));
+                }
+                break;
+            }
+        }
+    }
+    found
+}
+
+/// The name of the function a line starts, if it starts one.
+fn function_name(line: &str) -> Option<&str> {
+    let mut rest = line.trim_start();
+    for prefix in [
+        "pub(crate) ",
+        "pub(super) ",
+        "pub ",
+        "const ",
+        "async ",
+        "unsafe ",
+        "extern \"C\" ",
+    ] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    let rest = rest.strip_prefix("fn ")?;
+    let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+    Some(&rest[..end])
+}
+
+/// `source` with comments and the insides of string and character literals blanked out, line
+/// breaks kept, so that braces can be counted.
+fn code_only(source: &str) -> String {
+    let chars: Vec<char> = source.chars().collect();
+    let mut out = String::with_capacity(source.len());
+    let mut i = 0;
+    // Copies line breaks only, from `from` up to (not including) `to`.
+    let blank = |out: &mut String, from: usize, to: usize| {
+        for &c in &chars[from..to.min(chars.len())] {
+            if c == '\n' {
+                out.push('\n');
+            }
+        }
+    };
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        let prev_ident = i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_');
+        if c == '/' && next == Some('/') {
+            let end = (i..chars.len())
+                .find(|&j| chars[j] == '\n')
+                .unwrap_or(chars.len());
+            i = end;
+        } else if c == '/' && next == Some('*') {
+            let end = (i + 2..chars.len())
+                .find(|&j| chars[j - 1] == '*' && chars[j] == '/')
+                .map_or(chars.len(), |j| j + 1);
+            blank(&mut out, i, end);
+            i = end;
+        } else if c == 'r' && !prev_ident && matches!(next, Some('"' | '#')) {
+            let hashes = chars[i + 1..].iter().take_while(|&&h| h == '#').count();
+            if chars.get(i + 1 + hashes) != Some(&'"') {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+            let body = i + 2 + hashes;
+            let end = (body..chars.len())
+                .find(|&j| {
+                    chars[j] == '"'
+                        && chars[j + 1..]
+                            .iter()
+                            .take(hashes)
+                            .filter(|&&h| h == '#')
+                            .count()
+                            == hashes
+                })
+                .map_or(chars.len(), |j| j + 1 + hashes);
+            blank(&mut out, i, end);
+            i = end;
+        } else if c == '"' {
+            let mut j = i + 1;
+            while j < chars.len() && chars[j] != '"' {
+                j += if chars[j] == '\\' { 2 } else { 1 };
+            }
+            blank(&mut out, i, j + 1);
+            i = j + 1;
+        } else if c == '\'' && next == Some('\\') {
+            let end = (i + 2..chars.len())
+                .find(|&j| chars[j] == '\'')
+                .map_or(chars.len(), |j| j + 1);
+            i = end;
+        } else if c == '\'' && chars.get(i + 2) == Some(&'\'') {
+            i += 3;
+        } else {
+            out.push(c);
+            i += 1;
+        }
+    }
+    out
+}
+
 fn root() -> PathBuf {
     let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
     xtask
