@@ -236,3 +236,18 @@ pub use ident::LivenessProbe;
 pub use lock::{FileLock, FileLockOptions, HolderInfo, LostCallback};
 pub use record::{LeaseFileRecord, RecordError, SCHEMA_VERSION};
 pub use store::DirectoryStore;
+
+/// The contract this backend implements: with this re-export, one dependency is enough.
+pub use lease_core;
+#[doc(no_inline)]
+pub use lease_core::{
+    AcquireOptions, Clock, FencedValues, FencingToken, KeeperOptions, Lease, LeaseBackend,
+    LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseRecord, LeaseToken,
+    LossReason, ManualClock, MemoryBackend, NotOwnedReason, SystemClock, TokenSource, WaitOptions,
+    block_on,
+};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -337,3 +337,18 @@ pub use lessor::{
     Grant, LeaseCallback, LeaseStore, Lessor, LessorFactory, Registry, StoreLessor, get, register,
 };
 pub use partition::{End, ParsePartitionError, Partition, PartitionSet};
+
+/// The contract this backend implements: with this re-export, one dependency is enough.
+pub use lease_core;
+#[doc(no_inline)]
+pub use lease_core::{
+    AcquireOptions, Clock, FencedValues, FencingToken, KeeperOptions, Lease, LeaseBackend,
+    LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseRecord, LeaseToken,
+    LossReason, ManualClock, MemoryBackend, NotOwnedReason, SystemClock, TokenSource, WaitOptions,
+    block_on,
+};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
