@@ -103,6 +103,27 @@ pub use memory::MemoryBackend;
 pub use token::{FencingToken, LeaseToken, MAX_TOKEN_BYTES, RandomTokens, TokenSource};
 pub use wait::{Backoff, WaitCallback, WaitOptions};
 
+/// What a user of any backend needs: each backend crate re-exports it at its root, so that one
+/// dependency and one `use` get a lease.
+///
+/// ```
+/// use lease_core::prelude::*;
+///
+/// let store = MemoryBackend::new();
+/// let key = LeaseKey::new("nightly")?;
+/// let lease = block_on(store.acquire(&key, std::time::Duration::from_secs(30)))?;
+/// block_on(store.release_lease(&lease))?;
+/// # Ok::<(), LeaseError>(())
+/// ```
+pub mod prelude {
+    pub use crate::{
+        AcquireOptions, Clock, FencedValues, FencingToken, KeeperOptions, Lease, LeaseBackend,
+        LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseRecord, LeaseToken,
+        LossReason, ManualClock, MemoryBackend, NotOwnedReason, SystemClock, TokenSource,
+        WaitOptions, block_on,
+    };
+}
+
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

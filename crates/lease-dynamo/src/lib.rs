@@ -31,9 +31,9 @@
 //! It offers everything the Go `lease` package does ([`acquire`](DynamoLeases::acquire),
 //! [`acquire_key`](DynamoLeases::acquire_key), [`refresh`](DynamoLeases::refresh),
 //! [`release`](DynamoLeases::release), the same options and defaults; errors branch with
-//! [`LeaseError::is_held`](lease_core::LeaseError::is_held) and
+//! [`LeaseError::is_held`] and
 //! [`is_not_owned`](lease_core::LeaseError::is_not_owned)). The trait methods of the same names
-//! take a [`LeaseKey`](lease_core::LeaseKey); call them as `LeaseBackend::release(&leases, ..)`
+//! take a [`LeaseKey`]; call them as `LeaseBackend::release(&leases, ..)`
 //! when the inherent Go-style method is in the way.
 //!
 //! # Item layout
@@ -54,7 +54,7 @@
 //! | `lease_fence` | N | fencing counter: incremented by every acquisition, kept by release |
 //! | `lease_request` | S | id of the acquire or release call that last changed the holder |
 //! | `ttl` | N | Unix seconds: expiry + TTL buffer (1 h), or release time + buffer; not written with a zero buffer |
-//! | `fenced_value` | B | a [`FencedValues`](lease_core::FencedValues) value (up to 64 KiB) |
+//! | `fenced_value` | B | a [`FencedValues`] value (up to 64 KiB) |
 //! | `value_fence` | N | the highest fencing token that wrote or read `fenced_value` |
 //!
 //! # One request per operation
@@ -87,7 +87,7 @@
 //! `RequestLimitExceeded`), `InternalServerError`/5xx, timeouts and transport failures itself,
 //! with full-jitter exponential backoff ([`RetryPolicy`]), never past the time the lease could
 //! still be trusted. Missing tables, validation and access errors are permanent and come back at
-//! once as [`LeaseError::Backend`](lease_core::LeaseError::Backend) naming the table. So does a
+//! once as [`LeaseError::Backend`] naming the table. So does a
 //! client that cannot send at all: no credentials, no region, an endpoint that is not a URL or
 //! whose host name does not exist; the message says which and what to set
 //! ([`DynamoError::is_table_missing`] tells a missing table apart). A failed condition is an
@@ -114,16 +114,16 @@
 //! and a holder with no numeric expiry (held forever by both packages), each fail with a
 //! permanent error that names the attribute and its value. A holder token that breaks this
 //! crate's token rules (a Go token generator may return anything) is kept as stored
-//! ([`LeaseToken::from_store`](lease_core::LeaseToken::from_store)), so the holder is shown and
+//! ([`LeaseToken::from_store`]), so the holder is shown and
 //! a forced release can break it.
 //!
 //! # Fenced values
 //!
-//! [`FencedValues`](lease_core::FencedValues) stores small values (up to 64 KiB, checked before
+//! [`FencedValues`] stores small values (up to 64 KiB, checked before
 //! sending) that only the newest fencing token may write: a new lease holder calls
 //! `fence_and_read(name, its_token)` first, after which every older holder's
 //! `put_fenced(name, old_token, ..)` is refused with
-//! [`NotOwnedReason::Fenced`](lease_core::NotOwnedReason::Fenced), learned from the `ALL_OLD`
+//! [`NotOwnedReason::Fenced`], learned from the `ALL_OLD`
 //! item of the same request. Each operation is one conditional `UpdateItem` on the item keyed
 //! like a lease (`pk` = partition, `sk` = sort key or the lock sort key) and touches only
 //! `fenced_value` and `value_fence` (renamed with
@@ -142,7 +142,7 @@
 //!
 //! # Delete
 //!
-//! [`LeaseBackend::delete`](lease_core::LeaseBackend::delete) removes a lease item with one
+//! [`LeaseBackend::delete`] removes a lease item with one
 //! conditional `DeleteItem` naming the exact state the caller read, so an item that changed
 //! since is never deleted; the `ALL_OLD` item of a refusal tells why (`NotOwned`, with
 //! `Missing` or `TakenOver` as for release). A lease that shares its item with a fenced value
@@ -278,6 +278,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod acquire;
 mod client;
 mod delete;
@@ -301,17 +306,5 @@ pub use leases::{
 pub use names::AttributeNames;
 pub use retry::RetryPolicy;
 
-/// The contract this backend implements: with this re-export, one dependency is enough.
-pub use lease_core;
 #[doc(no_inline)]
-pub use lease_core::{
-    AcquireOptions, Clock, FencedValues, FencingToken, KeeperOptions, Lease, LeaseBackend,
-    LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseRecord, LeaseToken,
-    LossReason, ManualClock, MemoryBackend, NotOwnedReason, SystemClock, TokenSource, WaitOptions,
-    block_on,
-};
-
-/// The README's examples, compiled and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-struct ReadmeDoctests;
+pub use lease_core::{self, prelude::*};

@@ -29,8 +29,8 @@
 //!   (`new`, `with_options`, `acquire`, `release`, `held`, `path`) and options, a heartbeat thread,
 //!   an on-lease-lost callback, and a blocking [`FileLock::acquire_timeout`]. No async runtime.
 //! * [`DirectoryStore`]: a directory of leases implementing lease-core's
-//!   [`LeaseBackend`](lease_core::LeaseBackend), [`LeaseListing`](lease_core::LeaseListing) and
-//!   [`FencedValues`](lease_core::FencedValues) (the whole conformance suite passes, in both
+//!   [`LeaseBackend`], [`LeaseListing`] and
+//!   [`FencedValues`] (the whole conformance suite passes, in both
 //!   modes), so the fleet and the command line tool run on files.
 //!
 //! # The protocol
@@ -74,7 +74,7 @@
 //! data file `data.<nonce>` that was written in full, with `O_EXCL`, *before* the rename that
 //! publishes it. A writer whose fence is below the current one is refused; a paused writer's
 //! rename from an old entry fails. So no value is ever replaced by an older writer's, in either
-//! mode. [`FencedValues::fence_and_read`](lease_core::FencedValues::fence_and_read) opens the
+//! mode. [`FencedValues::fence_and_read`] opens the
 //! data file before the rename that raises the fence, so it returns the value that was current
 //! when the fence went up even if a newer writer replaces it right after.
 //!
@@ -128,7 +128,7 @@
 //! * No two holders (`FileLock`s or store leases, in any processes on the host, or across hosts
 //!   sharing an NFS directory) trust one lease at once, under the clock-rate assumption above,
 //!   whatever the pauses. A holder paused past its deadline learns it on its first
-//!   [`FileLock::check`] / [`LeaseGuard::check`](lease_core::LeaseGuard::check) after resuming;
+//!   [`FileLock::check`] / [`LeaseGuard::check`] after resuming;
 //!   only fencing protects the resource from a paused holder's in-flight writes.
 //! * Fencing generations are issued once each, increasing, in both modes, assuming nothing about
 //!   time.
@@ -152,7 +152,7 @@
 //!   once while the holder trusts its lease until its next heartbeat notices (at most its
 //!   deadline): keep locks out of directories that are cleaned.
 //! * No delete: [`DirectoryStore`] keeps lease-core's default
-//!   [`LeaseBackend::delete`](lease_core::LeaseBackend::delete), which returns
+//!   [`LeaseBackend::delete`], which returns
 //!   `LeaseError::Unsupported` and removes nothing (see [`DirectoryStore`], *Delete*, for why).
 //!
 //! # Design choices
@@ -208,6 +208,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod chain;
 mod cs;
 mod encode;
@@ -237,17 +242,5 @@ pub use lock::{FileLock, FileLockOptions, HolderInfo, LostCallback};
 pub use record::{LeaseFileRecord, RecordError, SCHEMA_VERSION};
 pub use store::DirectoryStore;
 
-/// The contract this backend implements: with this re-export, one dependency is enough.
-pub use lease_core;
 #[doc(no_inline)]
-pub use lease_core::{
-    AcquireOptions, Clock, FencedValues, FencingToken, KeeperOptions, Lease, LeaseBackend,
-    LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseRecord, LeaseToken,
-    LossReason, ManualClock, MemoryBackend, NotOwnedReason, SystemClock, TokenSource, WaitOptions,
-    block_on,
-};
-
-/// The README's examples, compiled and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-struct ReadmeDoctests;
+pub use lease_core::{self, prelude::*};

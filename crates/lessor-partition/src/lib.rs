@@ -322,6 +322,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 mod error;
 mod fleet;
 mod lessor;
@@ -338,17 +343,5 @@ pub use lessor::{
 };
 pub use partition::{End, ParsePartitionError, Partition, PartitionSet};
 
-/// The contract this backend implements: with this re-export, one dependency is enough.
-pub use lease_core;
 #[doc(no_inline)]
-pub use lease_core::{
-    AcquireOptions, Clock, FencedValues, FencingToken, KeeperOptions, Lease, LeaseBackend,
-    LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseRecord, LeaseToken,
-    LossReason, ManualClock, MemoryBackend, NotOwnedReason, SystemClock, TokenSource, WaitOptions,
-    block_on,
-};
-
-/// The README's examples, compiled and run as doctests.
-#[cfg(doctest)]
-#[doc = include_str!("../README.md")]
-struct ReadmeDoctests;
+pub use lease_core::{self, prelude::*};
