@@ -517,37 +517,22 @@ fn short(run: &Path, path: &Path) -> String {
 mod tests {
     use super::*;
 
-    /// A scratch run directory, removed on drop.
-    struct Scratch(PathBuf);
+    use crate::chaos::history::TempRun;
 
-    impl Scratch {
-        fn new(name: &str) -> Self {
-            let dir =
-                std::env::temp_dir().join(format!("xtask-faults-{name}-{}", std::process::id()));
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir).expect("scratch");
-            Self(dir)
-        }
-
-        fn file(&self, path: &str) -> PathBuf {
-            let path = self.0.join(path);
-            fs::create_dir_all(path.parent().expect("parent")).expect("dirs");
-            fs::write(&path, "x").expect("write");
-            path
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
+    /// Writes a one-byte file at `path` under the run directory, with its parents.
+    fn plant(run: &TempRun, path: &str) -> PathBuf {
+        let path = run.dir.join(path);
+        fs::create_dir_all(path.parent().expect("parent")).expect("dirs");
+        fs::write(&path, "x").expect("write");
+        path
     }
 
     #[test]
     fn every_kind_of_every_backend_is_drawn_once_per_round() {
-        let run = Scratch::new("bag");
+        let run = TempRun::new("bag");
         let backends = [Backend::File, Backend::Dynamo];
-        let mut faults = Faults::new(7, &backends, Duration::from_secs(1), &run.0).expect("faults");
+        let mut faults =
+            Faults::new(7, &backends, Duration::from_secs(1), &run.dir).expect("faults");
         let per_round =
             Kind::for_backend(Backend::File).len() + Kind::for_backend(Backend::Dynamo).len();
         let mut drawn: std::collections::BTreeMap<(Backend, Kind), u32> = Default::default();
@@ -557,8 +542,10 @@ mod tests {
         assert_eq!(drawn.len(), per_round);
         assert!(drawn.values().all(|&n| n == 3), "{drawn:?}");
         // The same seed draws the same schedule.
-        let mut again = Faults::new(7, &backends, Duration::from_secs(1), &run.0).expect("faults");
-        let mut first = Faults::new(7, &backends, Duration::from_secs(1), &run.0).expect("faults");
+        let mut again =
+            Faults::new(7, &backends, Duration::from_secs(1), &run.dir).expect("faults");
+        let mut first =
+            Faults::new(7, &backends, Duration::from_secs(1), &run.dir).expect("faults");
         for _ in 0..per_round {
             assert_eq!(again.draw(), first.draw());
         }
@@ -566,26 +553,26 @@ mod tests {
 
     #[test]
     fn file_delete_spares_state_value_and_current_data_entries() {
-        let run = Scratch::new("delete");
+        let run = TempRun::new("delete");
         let keep = [
-            run.file("files/locks/a/free.3"),
-            run.file("files/run/r0.lease/held.4.0.1.n.2.3.4"),
-            run.file("files/fleet/fenced~u1/value.2.5.abc"),
-            run.file("files/fleet/fenced~u1/data.abc"),
+            plant(&run, "files/locks/a/free.3"),
+            plant(&run, "files/run/r0.lease/held.4.0.1.n.2.3.4"),
+            plant(&run, "files/fleet/fenced~u1/value.2.5.abc"),
+            plant(&run, "files/fleet/fenced~u1/data.abc"),
         ];
         // Junk named like a state entry in a store root (as file-garbage plants) must not make
         // the root look like a lock directory whose entries, lock directories, may go.
-        let planted = run.file("files/run/free.433277");
-        let lock_dir = run.file("files/run/r0.lease/free.9");
+        let planted = plant(&run, "files/run/free.433277");
+        let lock_dir = plant(&run, "files/run/r0.lease/free.9");
         let stale = [
-            run.file("files/fleet/fenced~u1/data.old"),
-            run.file("files/locks/a/junk.1"),
-            run.file("tmp/lease-relay-1/deadline"),
+            plant(&run, "files/fleet/fenced~u1/data.old"),
+            plant(&run, "files/locks/a/junk.1"),
+            plant(&run, "tmp/lease-relay-1/deadline"),
         ];
         let mut faults =
-            Faults::new(1, &[Backend::File], Duration::from_secs(1), &run.0).expect("faults");
+            Faults::new(1, &[Backend::File], Duration::from_secs(1), &run.dir).expect("faults");
         let mut deleted = Vec::new();
-        while let Some((target, what)) = faults.file_delete(&run.0) {
+        while let Some((target, what)) = faults.file_delete(&run.dir) {
             deleted.push((target, what));
             assert!(
                 deleted.len() <= stale.len(),
@@ -603,27 +590,27 @@ mod tests {
 
     #[test]
     fn planted_garbage_goes_again_and_clock_steps_are_undone() {
-        let run = Scratch::new("garbage");
-        run.file("files/locks/a/free.0");
-        fs::create_dir_all(run.0.join("files/run")).expect("run");
-        fs::create_dir_all(run.0.join("files/fleet")).expect("fleet");
+        let run = TempRun::new("garbage");
+        plant(&run, "files/locks/a/free.0");
+        fs::create_dir_all(run.dir.join("files/run")).expect("run");
+        fs::create_dir_all(run.dir.join("files/fleet")).expect("fleet");
         let mut faults =
-            Faults::new(3, &[Backend::File], Duration::from_secs(1), &run.0).expect("faults");
+            Faults::new(3, &[Backend::File], Duration::from_secs(1), &run.dir).expect("faults");
         let planted: Vec<_> = (0..12)
-            .filter_map(|_| faults.file_garbage(&run.0))
+            .filter_map(|_| faults.file_garbage(&run.dir))
             .collect();
         assert_eq!(planted.len(), 12);
         assert!(
             planted
                 .iter()
-                .all(|(target, _)| run.0.join(target).exists())
+                .all(|(target, _)| run.dir.join(target).exists())
         );
         faults.undo_all();
         assert!(
             planted
                 .iter()
-                .all(|(target, _)| !run.0.join(target).exists())
+                .all(|(target, _)| !run.dir.join(target).exists())
         );
-        assert!(run.0.join("files/locks/a/free.0").exists());
+        assert!(run.dir.join("files/locks/a/free.0").exists());
     }
 }
