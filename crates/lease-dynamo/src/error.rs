@@ -316,10 +316,16 @@ type Links<'e> = [&'e (dyn StdError + 'static)];
 /// name) and network failures worth naming; `None` for anything else.
 fn client_side_cause(err: &(dyn StdError + 'static), context: &Context<'_>) -> Option<Cause> {
     let links = chain(err);
-    let texts: Vec<String> = links.iter().map(|l| l.to_string()).collect();
-    credentials_cause(&links)
-        .or_else(|| configuration_cause(&links, &texts, context))
-        .or_else(|| resolution_cause(&links, &texts, context))
+    credentials_cause(&links).or_else(|| {
+        let texts: Vec<String> = links.iter().map(|l| l.to_string()).collect();
+        configuration_cause(&links, &texts, context)
+            .or_else(|| resolution_cause(&links, &texts, context))
+    })
+}
+
+/// Whether any link's text contains `needle`.
+fn mentions(texts: &[String], needle: &str) -> bool {
+    texts.iter().any(|t| t.contains(needle))
 }
 
 /// The credentials provider's own errors.
@@ -354,22 +360,22 @@ fn configuration_cause(
     texts: &[String],
     context: &Context<'_>,
 ) -> Option<Cause> {
-    let any = |needle: &str| texts.iter().any(|t| t.contains(needle));
     let region = context
         .region
         .map(|r| format!(" `{r}`"))
         .unwrap_or_default();
-    if any("no identity resolver") || any("failed to select an auth scheme") {
+    if mentions(texts, "no identity resolver") || mentions(texts, "failed to select an auth scheme")
+    {
         return Some(Cause::permanent(format!(
             "no AWS credentials found: the client has no credentials provider ({CREDENTIALS_HELP})"
         )));
     }
-    if any("missing signing region") || any("Missing Region") {
+    if mentions(texts, "missing signing region") || mentions(texts, "Missing Region") {
         return Some(Cause::permanent(format!(
             "no AWS region configured ({REGION_HELP})"
         )));
     }
-    if any("`region`") && any("valid host label") {
+    if mentions(texts, "`region`") && mentions(texts, "valid host label") {
         return Some(Cause::permanent(format!(
             "the AWS region{region} is not valid: it must be a host label such as us-east-1"
         )));
@@ -401,14 +407,13 @@ fn configuration_cause(
 
 /// The endpoint's host name or the endpoint itself could not be resolved.
 fn resolution_cause(links: &Links<'_>, texts: &[String], context: &Context<'_>) -> Option<Cause> {
-    let any = |needle: &str| texts.iter().any(|t| t.contains(needle));
     if let Some(i) = texts.iter().position(|t| t == "dns error") {
         let detail = joined(&links[i..]);
         let region_hint = match context.region {
             Some(region) => format!(", and the region `{region}` when no URL is set"),
             None => ", or the region when no URL is set".to_owned(),
         };
-        return Some(if NO_SUCH_HOST.iter().any(|n| any(n)) {
+        return Some(if NO_SUCH_HOST.iter().any(|n| mentions(texts, n)) {
             Cause::permanent(format!(
                 "cannot resolve host: the endpoint's host name does not exist (check the \
                  endpoint URL{region_hint}): {detail}"
