@@ -48,7 +48,7 @@ Tasks:
         from the clock (printed). See docs/chaos.md.
           --sabotage   the FileLock actors claim without checking their lease: the
                        run passes only if the checker finds the violations that
-                       follows (a self-test of the whole harness)
+                       follow (a self-test of the whole harness)
   dynamo
         Start DynamoDB Local, print its endpoint and wait until Ctrl-C.
   help
