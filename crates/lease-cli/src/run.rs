@@ -6,9 +6,10 @@ use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lease_core::backend::{default_safety_margin, fmt_time, validate_duration};
 use lease_core::{
     AcquireOptions, Holder, KeeperOptions, Lease, LeaseBackendExt, LeaseError, LeaseGuard,
-    LeaseKey, LossReason, WaitOptions, default_safety_margin, fmt_time, validate_duration,
+    LeaseKey, LossReason, WaitOptions,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;

@@ -2,7 +2,8 @@
 
 use std::time::SystemTime;
 
-use lease_core::{LeaseKey, LeaseRecord, fmt_time};
+use lease_core::backend::fmt_time;
+use lease_core::{LeaseKey, LeaseRecord};
 use serde_json::{Value, json};
 
 use crate::backend::{Backend, parse_key};
@@ -260,7 +261,7 @@ pub(crate) async fn table_create(args: TableCreateArgs) -> Result<u8, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lease_core::{FencingToken, Holder, LeaseToken};
+    use lease_core::{Holder, LeaseToken};
     use std::time::Duration;
 
     fn record(key: &str, expires_in: Option<i64>, now: SystemTime) -> LeaseRecord {
@@ -275,12 +276,12 @@ mod tests {
                 .with_token(LeaseToken::new("0123456789abcdef0123").expect("token"))
                 .with_acquired_at(now - Duration::from_secs(60))
                 .with_expires_at(until)
-                .with_fencing(FencingToken::new(9))
+                .with_fencing(lease_core::backend::fencing_token(9))
         });
-        LeaseRecord::new(
+        lease_core::backend::new_record(
             LeaseKey::new(key).expect("key"),
             holder,
-            FencingToken::new(9),
+            lease_core::backend::fencing_token(9),
         )
     }
 

@@ -31,9 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::{
-    AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Holder, KeeperOptions, Lease,
-    LeaseBackend, LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseToken,
-    LossReason, ManualClock, NotOwnedReason, WaitOptions,
+    AcquireOptions, BoxFuture, Clock, FencingToken, Holder, KeeperOptions, Lease, LeaseBackend,
+    LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseToken, LossReason, ManualClock,
+    NotOwnedReason, WaitOptions,
 };
 
 /// One conformance case: a function of the subject returning the future that runs it.
@@ -114,8 +114,6 @@ pub trait ReplyFaults: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct Subject {
     backend: Arc<dyn LeaseBackend>,
-    listing: Option<Arc<dyn LeaseListing>>,
-    fenced: Option<Arc<dyn FencedValues>>,
     faults: Option<Arc<dyn ReplyFaults>>,
     clock: Arc<ManualClock>,
     namespace: String,
@@ -130,8 +128,6 @@ impl Subject {
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         Self {
             backend,
-            listing: None,
-            fenced: None,
             faults: None,
             clock,
             namespace: format!("conf-{}", &nonce[..12]),
@@ -143,19 +139,6 @@ impl Subject {
     /// allowance). Default zero.
     pub fn with_takeover_delay(mut self, delay: Duration) -> Self {
         self.takeover_delay = delay;
-        self
-    }
-
-    /// A listing backend under test: the same store as the subject's, seen through
-    /// [`LeaseListing`]. Every backend of this project supplies one.
-    pub fn with_listing(mut self, listing: Arc<dyn LeaseListing>) -> Self {
-        self.listing = Some(listing);
-        self
-    }
-
-    /// The backend's [`FencedValues`] (same store). Every backend of this project supplies it.
-    pub fn with_fenced_values(mut self, fenced: Arc<dyn FencedValues>) -> Self {
-        self.fenced = Some(fenced);
         self
     }
 
@@ -607,9 +590,9 @@ pub fn guard_renews_and_reports_loss(s: &Subject) -> BoxFuture<'_, ()> {
 pub fn listing_sees_every_sort_key(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let listing = s
-            .listing
-            .as_ref()
-            .expect("this backend supplies no LeaseListing: call Subject::with_listing");
+            .backend
+            .as_listing()
+            .expect("every backend of this project lists: LeaseBackend::as_listing returned None");
         let partition = s.key("listing").partition().to_owned();
         assert!(must(listing.list_partition(&partition).await, "list empty").is_empty());
         let mut leases = Vec::new();
@@ -641,10 +624,9 @@ pub fn listing_sees_every_sort_key(s: &Subject) -> BoxFuture<'_, ()> {
 /// Fenced values: the newest token reads and writes, older ones are refused, values round-trip.
 pub fn fenced_values_refuse_stale_writers(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
-        let fenced = s
-            .fenced
-            .as_ref()
-            .expect("this backend supplies no FencedValues: call Subject::with_fenced_values");
+        let fenced = s.backend.as_fenced_values().expect(
+            "every backend of this project keeps fenced values: as_fenced_values returned None",
+        );
         let name = s.key("fenced");
         let t = FencingToken::new;
         assert_eq!(
@@ -1029,7 +1011,7 @@ pub fn delete_removes_the_named_record(s: &Subject) -> BoxFuture<'_, ()> {
             "delete the record of an expired holder",
         );
 
-        if let Some(listing) = &s.listing {
+        if let Some(listing) = s.backend.as_listing() {
             let listed = must(listing.list_partition(&partition).await, "list");
             let keys: Vec<&LeaseKey> = listed.iter().map(|r| r.key()).collect();
             assert_eq!(keys, [&kept], "listing omits deleted records");

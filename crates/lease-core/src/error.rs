@@ -18,6 +18,9 @@ pub struct Holder {
     acquired_at: Option<SystemTime>,
     expires_at: Option<SystemTime>,
     fencing: Option<FencingToken>,
+    pid: Option<u32>,
+    host: Option<String>,
+    renewed_at: Option<SystemTime>,
 }
 
 impl Holder {
@@ -56,6 +59,19 @@ impl Holder {
         self
     }
 
+    /// The holder's process: its pid on `host` (the file backend knows it).
+    pub fn with_process(mut self, pid: u32, host: impl Into<String>) -> Self {
+        self.pid = Some(pid);
+        self.host = Some(host.into());
+        self
+    }
+
+    /// When the holder last renewed (heartbeat), by its wall clock.
+    pub fn with_renewed_at(mut self, at: SystemTime) -> Self {
+        self.renewed_at = Some(at);
+        self
+    }
+
     /// The holder's owner token.
     pub fn token(&self) -> Option<&LeaseToken> {
         self.token.as_ref()
@@ -80,6 +96,21 @@ impl Holder {
     pub fn fencing(&self) -> Option<FencingToken> {
         self.fencing
     }
+
+    /// The holder's pid, where the backend knows it.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// The holder's host name, where the backend knows it.
+    pub fn host(&self) -> Option<&str> {
+        self.host.as_deref()
+    }
+
+    /// When the holder last renewed, where the backend knows it.
+    pub fn renewed_at(&self) -> Option<SystemTime> {
+        self.renewed_at
+    }
 }
 
 impl fmt::Display for Holder {
@@ -88,6 +119,11 @@ impl fmt::Display for Holder {
         if let Some(owner) = &self.owner {
             parts.push(shorten(owner, MAX_SHOWN_OWNER_CHARS));
         }
+        match (self.pid, &self.host) {
+            (Some(pid), Some(host)) => parts.push(format!("pid {pid} on {}", shorten(host, 64))),
+            (Some(pid), None) => parts.push(format!("pid {pid}")),
+            _ => {}
+        }
         if let Some(token) = &self.token {
             parts.push(format!("token {token}"));
         }
@@ -95,7 +131,7 @@ impl fmt::Display for Holder {
             parts.push(format!("fencing token {fencing}"));
         }
         if let Some(at) = self.expires_at {
-            parts.push(format!("expires at {}", crate::fmt_time(at)));
+            parts.push(format!("expires at {}", crate::backend::fmt_time(at)));
         }
         if parts.is_empty() {
             f.write_str("unknown holder")
@@ -141,6 +177,70 @@ impl fmt::Display for NotOwnedReason {
         })
     }
 }
+
+/// Why a holder stopped holding a lease it held: the one loss type of every crate.
+///
+/// [`LeaseGuard`](crate::LeaseGuard), the file backend's `FileLock` and the lessor's fleet
+/// worker all report a loss with it, and [`LeaseError::Lost`] carries it.
+///
+/// ```
+/// use lease_core::{LossReason, NotOwnedReason};
+///
+/// let taken = LossReason::NotOwned(NotOwnedReason::TakenOver);
+/// assert!(taken.is_involuntary());
+/// assert!(!LossReason::Shutdown.is_involuntary());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// The store says this holder no longer owns the lease: another owner took it, or it expired
+    /// or vanished before a renewal landed.
+    NotOwned(NotOwnedReason),
+    /// Renewals kept failing until the holder-side deadline passed. The store may still name this
+    /// holder, but nothing proves the lease is live.
+    BackendFailing {
+        /// The last renewal error.
+        last_error: String,
+    },
+    /// The holder-side deadline passed before a renewal completed, with no error seen: the
+    /// process was paused or a renewal hung.
+    DeadlinePassed,
+    /// The holder gave the lease to another holder on purpose (a fleet's plan moved a unit).
+    HandedOver,
+    /// The holder is shutting down and releases the lease.
+    Shutdown,
+    /// The lease's record was deleted on purpose; nobody takes it again.
+    Retired,
+}
+
+impl LossReason {
+    /// Whether the holder lost the lease against its will (taken over, expired, unprovable),
+    /// rather than giving it up ([`HandedOver`](Self::HandedOver), [`Shutdown`](Self::Shutdown),
+    /// [`Retired`](Self::Retired)).
+    pub fn is_involuntary(&self) -> bool {
+        !matches!(self, Self::HandedOver | Self::Shutdown | Self::Retired)
+    }
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotOwned(reason) => write!(f, "lease lost: {reason}"),
+            Self::BackendFailing { last_error } => write!(
+                f,
+                "lease can no longer be trusted: renewals failed until its deadline ({last_error})"
+            ),
+            Self::DeadlinePassed => {
+                f.write_str("lease can no longer be trusted: its deadline passed before a renewal")
+            }
+            Self::HandedOver => f.write_str("lease handed over to another holder"),
+            Self::Shutdown => f.write_str("lease given up at shutdown"),
+            Self::Retired => f.write_str("lease retired: its record was deleted"),
+        }
+    }
+}
+
+impl StdError for LossReason {}
 
 /// Everything that can go wrong with a lease, by meaning.
 ///
@@ -213,6 +313,40 @@ pub enum LeaseError {
         #[source]
         last_error: Option<Box<LeaseError>>,
     },
+    /// The caller held the lease and lost it before the operation could complete.
+    #[error("lease {key}: {reason}")]
+    Lost {
+        /// The key.
+        key: LeaseKey,
+        /// How it was lost.
+        reason: LossReason,
+    },
+    /// The store's record (a lock file, a DynamoDB item) is not what the protocol needs: a
+    /// symbolic link, a directory, an oversized or malformed record. Nothing was followed or
+    /// changed; an operator must look.
+    #[error("refusing the record of {key}: {reason}")]
+    Corrupt {
+        /// The key.
+        key: LeaseKey,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The store's record belongs to another lock protocol (an older format, another tool). It
+    /// is never taken over or deleted: stop the processes that use it, then remove it by hand.
+    #[error("refusing the record of {key}: {reason}")]
+    Foreign {
+        /// The key.
+        key: LeaseKey,
+        /// What was found and what to do.
+        reason: String,
+    },
+    /// What keeps a lease alive could not run: no async runtime where one is needed, or no
+    /// thread could be started. Nothing was acquired or released by the failed call.
+    #[error("cannot keep the lease: {reason}")]
+    Runtime {
+        /// What is missing.
+        reason: String,
+    },
     /// The backend does not offer this operation: an optional method of the contract (such as
     /// [`LeaseBackend::delete`](crate::LeaseBackend::delete)) that it leaves at its default.
     /// Nothing was sent or written; retrying cannot help.
@@ -272,6 +406,34 @@ impl LeaseError {
         }
     }
 
+    /// A [`Lost`](Self::Lost) error.
+    pub fn lost(key: LeaseKey, reason: LossReason) -> Self {
+        Self::Lost { key, reason }
+    }
+
+    /// A [`Corrupt`](Self::Corrupt) error.
+    pub fn corrupt(key: LeaseKey, reason: impl Into<String>) -> Self {
+        Self::Corrupt {
+            key,
+            reason: reason.into(),
+        }
+    }
+
+    /// A [`Foreign`](Self::Foreign) error.
+    pub fn foreign(key: LeaseKey, reason: impl Into<String>) -> Self {
+        Self::Foreign {
+            key,
+            reason: reason.into(),
+        }
+    }
+
+    /// A [`Runtime`](Self::Runtime) error.
+    pub fn runtime(reason: impl Into<String>) -> Self {
+        Self::Runtime {
+            reason: reason.into(),
+        }
+    }
+
     /// An [`Unsupported`](Self::Unsupported) error: `backend` does not offer `operation`.
     pub fn unsupported(backend: &'static str, operation: &'static str) -> Self {
         Self::Unsupported { backend, operation }
@@ -301,9 +463,25 @@ impl LeaseError {
         matches!(self, Self::Held { .. })
     }
 
-    /// The caller does not own the lease (Go: `IsLeaseNotOwned`).
+    /// The caller does not own the lease (Go: `IsLeaseNotOwned`): [`NotOwned`](Self::NotOwned),
+    /// or [`Lost`](Self::Lost) after holding it.
     pub fn is_not_owned(&self) -> bool {
-        matches!(self, Self::NotOwned { .. })
+        matches!(self, Self::NotOwned { .. } | Self::Lost { .. })
+    }
+
+    /// The caller held the lease and lost it ([`Lost`](Self::Lost)).
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Self::Lost { .. })
+    }
+
+    /// The store's record is corrupt or hostile ([`Corrupt`](Self::Corrupt)).
+    pub fn is_corrupt(&self) -> bool {
+        matches!(self, Self::Corrupt { .. })
+    }
+
+    /// Another protocol's record sits in the lease's place ([`Foreign`](Self::Foreign)).
+    pub fn is_foreign(&self) -> bool {
+        matches!(self, Self::Foreign { .. })
     }
 
     /// The input was invalid; retrying cannot help.
@@ -353,10 +531,36 @@ impl LeaseError {
         }
     }
 
-    /// Why a [`NotOwned`](Self::NotOwned) error happened.
+    /// Why a [`NotOwned`](Self::NotOwned) error happened, or the store's reason behind a
+    /// [`Lost`](Self::Lost) one.
     pub fn not_owned_reason(&self) -> Option<NotOwnedReason> {
         match self {
-            Self::NotOwned { reason, .. } => Some(*reason),
+            Self::NotOwned { reason, .. }
+            | Self::Lost {
+                reason: LossReason::NotOwned(reason),
+                ..
+            } => Some(*reason),
+            _ => None,
+        }
+    }
+
+    /// How the lease was lost, for a [`Lost`](Self::Lost) error.
+    pub fn loss_reason(&self) -> Option<&LossReason> {
+        match self {
+            Self::Lost { reason, .. } => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// The key the error is about, where it names one.
+    pub fn key(&self) -> Option<&LeaseKey> {
+        match self {
+            Self::Held { key, .. }
+            | Self::NotOwned { key, .. }
+            | Self::Timeout { key, .. }
+            | Self::Lost { key, .. }
+            | Self::Corrupt { key, .. }
+            | Self::Foreign { key, .. } => Some(key),
             _ => None,
         }
     }
@@ -422,10 +626,17 @@ mod tests {
     fn helpers_classify() {
         let key = LeaseKey::new("k").unwrap();
         assert!(LeaseError::not_owned(key.clone(), NotOwnedReason::Expired).is_not_owned());
-        assert!(LeaseError::held(key, None).is_held());
+        assert!(LeaseError::held(key.clone(), None).is_held());
         assert!(LeaseError::backend("memory", true, "boom").is_transient());
         assert!(!LeaseError::backend("memory", false, "boom").is_transient());
         assert!(LeaseError::invalid("duration", "zero").is_invalid_input());
+        let lost = LeaseError::lost(key.clone(), LossReason::NotOwned(NotOwnedReason::TakenOver));
+        assert!(lost.is_lost() && lost.is_not_owned());
+        assert_eq!(lost.not_owned_reason(), Some(NotOwnedReason::TakenOver));
+        assert_eq!(lost.key(), Some(&key));
+        assert!(LeaseError::corrupt(key.clone(), "a symlink").is_corrupt());
+        assert!(LeaseError::foreign(key.clone(), "a Go lock").is_foreign());
+        assert!(!LeaseError::runtime("no tokio runtime").is_transient());
         let unsupported = LeaseError::unsupported("file", "delete");
         assert!(unsupported.is_unsupported());
         assert!(!unsupported.is_transient() && !unsupported.is_not_owned());

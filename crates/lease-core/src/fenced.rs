@@ -23,16 +23,21 @@ pub const MAX_FENCED_VALUE_BYTES: usize = 64 * 1024;
 /// that do not collide with lease keys (for example a `checkpoints/` partition).
 ///
 /// ```
-/// use lease_core::{FencedValues, FencingToken, LeaseKey, MemoryBackend};
+/// use lease_core::{FencedValues, LeaseBackendExt, LeaseKey, MemoryBackend};
+/// use std::time::Duration;
 ///
 /// let store = MemoryBackend::new();
+/// let shard = LeaseKey::new("shard-7")?;
 /// let name = LeaseKey::with_sort_key("checkpoints", "shard-7")?;
-/// lease_core::block_on(store.put_fenced(&name, FencingToken::new(3), b"offset=10"))?;
-/// // The next owner (token 4) fences the name and reads the checkpoint.
-/// let seen = lease_core::block_on(store.fence_and_read(&name, FencingToken::new(4)))?;
+/// let old = lease_core::block_on(store.acquire(&shard, Duration::from_secs(5)))?;
+/// lease_core::block_on(store.put_fenced(&name, old.fencing_token(), b"offset=10"))?;
+/// // The old owner is paused past its lease; the next owner fences the name and reads.
+/// lease_core::block_on(store.release_lease(&old))?;
+/// let new = lease_core::block_on(store.acquire(&shard, Duration::from_secs(5)))?;
+/// let seen = lease_core::block_on(store.fence_and_read(&name, new.fencing_token()))?;
 /// assert_eq!(seen.as_deref(), Some(&b"offset=10"[..]));
-/// // The old owner, paused until now, is refused.
-/// let late = lease_core::block_on(store.put_fenced(&name, FencingToken::new(3), b"offset=9"));
+/// // The old owner wakes up and writes: refused.
+/// let late = lease_core::block_on(store.put_fenced(&name, old.fencing_token(), b"offset=9"));
 /// assert!(late.unwrap_err().is_not_owned());
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```

@@ -11,43 +11,8 @@ use crate::clock::sleep_until;
 use crate::sync::lock;
 use crate::{
     Backoff, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseBackendExt, LeaseError, LeaseKey,
-    NotOwnedReason, WaitOptions,
+    LossReason, NotOwnedReason, WaitOptions,
 };
-
-/// Why a [`LeaseGuard`] stopped trusting its lease.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LossReason {
-    /// The store says this holder no longer owns the lease: another owner took it, or it expired
-    /// or vanished before a renewal landed.
-    NotOwned(NotOwnedReason),
-    /// Renewals kept failing until the holder-side deadline passed. The store may still name this
-    /// holder, but nothing proves the lease is live.
-    BackendFailing {
-        /// The last renewal error.
-        last_error: String,
-    },
-    /// The holder-side deadline passed before a renewal completed, with no error seen: the
-    /// process was paused or a renewal hung.
-    DeadlinePassed,
-}
-
-impl fmt::Display for LossReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NotOwned(reason) => write!(f, "lease lost: {reason}"),
-            Self::BackendFailing { last_error } => write!(
-                f,
-                "lease can no longer be trusted: renewals failed until its deadline ({last_error})"
-            ),
-            Self::DeadlinePassed => {
-                f.write_str("lease can no longer be trusted: its deadline passed before a renewal")
-            }
-        }
-    }
-}
-
-impl std::error::Error for LossReason {}
 
 /// A callback told once when the lease is lost.
 pub type LossCallback = Arc<dyn Fn(&LossReason) + Send + Sync>;
@@ -303,33 +268,97 @@ impl LeaseGuard {
     /// [`block_on`](crate::block_on): for backends that need no async runtime (memory, file).
     ///
     /// # Errors
-    /// If the thread cannot be spawned.
+    /// [`LeaseError::Runtime`] if the thread cannot be spawned (the lease is then released
+    /// best-effort).
     pub fn spawn_thread(
         backend: Arc<dyn LeaseBackend>,
         lease: Lease,
         options: KeeperOptions,
-    ) -> std::io::Result<Self> {
+    ) -> Result<Self, LeaseError> {
         let (guard, task) = Self::new(backend, lease, options);
-        std::thread::Builder::new()
-            .name(format!("lease-keeper-{}", guard.key()))
-            .spawn(move || crate::block_on(task))?;
-        Ok(guard)
+        guard.on_thread(task)
+    }
+
+    /// Runs `task` on a thread of its own; if none can start, releases the lease best-effort.
+    fn on_thread(self, task: KeeperTask) -> Result<Self, LeaseError> {
+        let spawned = std::thread::Builder::new()
+            .name(format!("lease-keeper-{}", self.key()))
+            .spawn(move || crate::block_on(task));
+        match spawned {
+            Ok(_) => Ok(self),
+            Err(e) => {
+                let _ = crate::block_on(self.release());
+                Err(LeaseError::runtime(format!(
+                    "cannot start the keeper thread: {e}"
+                )))
+            }
+        }
+    }
+
+    /// Acquires `key` (waiting as `wait` says) and keeps it from a thread of its own, without an
+    /// async runtime: the one call for backends that need no I/O reactor (memory, file).
+    ///
+    /// ```
+    /// use lease_core::{KeeperOptions, LeaseGuard, LeaseKey, MemoryBackend, WaitOptions};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let key = LeaseKey::new("nightly")?;
+    /// let wait = WaitOptions::new(Duration::from_secs(5));
+    /// let guard =
+    ///     LeaseGuard::acquire_blocking(store, &key, Duration::from_secs(3), &wait, KeeperOptions::default())?;
+    /// assert!(guard.is_trusted());
+    /// lease_core::block_on(guard.release())?;
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`LeaseBackendExt::acquire_with_wait`]; [`LeaseError::Runtime`] if the keeper thread
+    /// cannot start (the lease is then released best-effort).
+    pub fn acquire_blocking(
+        backend: Arc<dyn LeaseBackend>,
+        key: &LeaseKey,
+        duration: Duration,
+        wait: &WaitOptions,
+        options: KeeperOptions,
+    ) -> Result<Self, LeaseError> {
+        let (guard, task) = crate::block_on(Self::acquire(backend, key, duration, wait, options))?;
+        guard.on_thread(task)
     }
 
     /// Like [`new`](Self::new), spawning the task on the current tokio runtime.
     ///
     /// # Errors
-    /// [`LeaseError::InvalidInput`] (field `runtime`) when called outside a tokio runtime.
+    /// [`LeaseError::Runtime`] when called outside a tokio runtime.
     #[cfg(feature = "tokio")]
     pub fn spawn(
         backend: Arc<dyn LeaseBackend>,
         lease: Lease,
         options: KeeperOptions,
     ) -> Result<Self, LeaseError> {
-        let handle = tokio::runtime::Handle::try_current().map_err(|e| {
-            LeaseError::invalid("runtime", format!("spawn needs a tokio runtime: {e}"))
-        })?;
+        let handle = tokio_handle()?;
         let (guard, task) = Self::new(backend, lease, options);
+        handle.spawn(task);
+        Ok(guard)
+    }
+
+    /// Acquires `key` (waiting as `wait` says) and keeps it from a task on the current tokio
+    /// runtime: the one call for async code on tokio.
+    ///
+    /// # Errors
+    /// [`LeaseError::Runtime`] outside a tokio runtime (nothing is sent); otherwise as
+    /// [`LeaseBackendExt::acquire_with_wait`].
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_spawned(
+        backend: Arc<dyn LeaseBackend>,
+        key: &LeaseKey,
+        duration: Duration,
+        wait: &WaitOptions,
+        options: KeeperOptions,
+    ) -> Result<Self, LeaseError> {
+        let handle = tokio_handle()?;
+        let (guard, task) = Self::acquire(backend, key, duration, wait, options).await?;
         handle.spawn(task);
         Ok(guard)
     }
@@ -416,6 +445,13 @@ impl Drop for LeaseGuard {
             self.shared.request_stop(Stop::Dropped);
         }
     }
+}
+
+/// The current tokio runtime, or the error that says there is none.
+#[cfg(feature = "tokio")]
+fn tokio_handle() -> Result<tokio::runtime::Handle, LeaseError> {
+    tokio::runtime::Handle::try_current()
+        .map_err(|e| LeaseError::runtime(format!("keeping a lease on tokio needs a runtime: {e}")))
 }
 
 /// The future of [`LeaseGuard::lost`].

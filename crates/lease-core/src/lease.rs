@@ -16,7 +16,7 @@ pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// [`LeaseError::InvalidInput`] naming the field `duration`.
 ///
 /// ```
-/// use lease_core::validate_duration;
+/// use lease_core::backend::validate_duration;
 /// use std::time::Duration;
 ///
 /// assert!(validate_duration(Duration::from_secs(30)).is_ok());
@@ -74,7 +74,7 @@ pub(crate) fn instant_after(at: Instant, after: Duration) -> Instant {
 /// One acquisition of a lease, as its holder sees it.
 ///
 /// Returned by acquire and renew. `expires_at` is the store's view on the wall clock; `deadline`
-/// is on the holder's monotonic clock and is what the holder trusts (see [`holder_deadline`]).
+/// is on the holder's monotonic clock and is what the holder trusts (see [`holder_deadline`](crate::backend::holder_deadline)).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Lease {
     key: LeaseKey,
@@ -86,8 +86,8 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Assembles a lease; for backends.
-    pub fn new(
+    /// Assembles a lease; backends call it through [`crate::backend::new_lease`].
+    pub(crate) fn new(
         key: LeaseKey,
         token: LeaseToken,
         fencing: FencingToken,
@@ -153,7 +153,7 @@ impl fmt::Debug for Lease {
             .field("token", &self.token)
             .field("fencing", &self.fencing)
             .field("duration", &self.duration)
-            .field("expires_at", &crate::fmt_time(self.expires_at))
+            .field("expires_at", &crate::backend::fmt_time(self.expires_at))
             .finish_non_exhaustive()
     }
 }
@@ -167,8 +167,8 @@ pub struct LeaseRecord {
 }
 
 impl LeaseRecord {
-    /// Assembles a record; for backends.
-    pub fn new(key: LeaseKey, holder: Option<Holder>, fencing: FencingToken) -> Self {
+    /// Assembles a record; backends call it through [`crate::backend::new_record`].
+    pub(crate) fn new(key: LeaseKey, holder: Option<Holder>, fencing: FencingToken) -> Self {
         Self {
             key,
             holder,
@@ -206,7 +206,7 @@ impl LeaseRecord {
 /// ```
 /// use std::time::{Duration, SystemTime};
 /// let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_893_456_000_123);
-/// assert_eq!(lease_core::fmt_time(t), "2030-01-01T00:00:00.123Z");
+/// assert_eq!(lease_core::backend::fmt_time(t), "2030-01-01T00:00:00.123Z");
 /// ```
 pub fn fmt_time(at: SystemTime) -> String {
     let Ok(since) = at.duration_since(SystemTime::UNIX_EPOCH) else {

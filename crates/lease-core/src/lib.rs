@@ -36,6 +36,8 @@
 //! * [`FencedValues`]: the optional extension that stores small values (checkpoints) only the
 //!   newest fencing token may write.
 //! * [`MemoryBackend`]: the reference backend.
+//! * [`backend`]: what only implementors of a backend use: the one place that assembles a
+//!   [`Lease`] or a [`FencingToken`], and the checks every backend applies the same way.
 //! * `conformance` (feature `conformance`): the suite every backend passes. Not API-stable.
 //!
 //! This crate depends on no async runtime: its futures run on any executor, or on the tiny
@@ -47,7 +49,7 @@
 //! A lease is a promise measured in two clocks. The store records `expires_at` on the **wall
 //! clock**, the only time other hosts can compare; the holder trusts the lease only until its
 //! **deadline on its own monotonic clock**: the instant the request was *sent*, plus the duration,
-//! minus a safety margin ([`holder_deadline`]). Since the store wrote `expires_at` after the send,
+//! minus a safety margin ([`backend::holder_deadline`]). Since the store wrote `expires_at` after the send,
 //! a contender that waits for `expires_at` (plus the backend's skew allowance) can never take over
 //! while the holder still trusts the lease, as long as clocks drift less than the margin and wall
 //! clocks disagree by less than the declared skew. `docs/correctness.md` states each assumption.
@@ -70,8 +72,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-mod backend;
+pub mod backend;
 mod clock;
+mod contract;
 mod error;
 mod exec;
 mod fenced;
@@ -87,17 +90,14 @@ mod wait;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use backend::{AcquireOptions, BoxFuture, LeaseBackend, LeaseBackendExt, WaitEvent};
 pub use clock::{Clock, ManualClock, SystemClock, sleep_until};
-pub use error::{Holder, LeaseError, NotOwnedReason};
+pub use contract::{AcquireOptions, BoxFuture, LeaseBackend, LeaseBackendExt, WaitEvent};
+pub use error::{Holder, LeaseError, LossReason, NotOwnedReason};
 pub use exec::{JoinAll, block_on, join_all};
-pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES, validate_fenced_value};
-pub use keeper::{KeeperOptions, KeeperTask, LeaseGuard, LossCallback, LossReason, Lost};
+pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES};
+pub use keeper::{KeeperOptions, KeeperTask, LeaseGuard, LossCallback, Lost};
 pub use key::{LeaseKey, MAX_KEY_PART_BYTES};
-pub use lease::{
-    Lease, LeaseRecord, MAX_LEASE_DURATION, MIN_LEASE_DURATION, default_safety_margin, fmt_time,
-    holder_deadline, validate_duration,
-};
+pub use lease::{Lease, LeaseRecord, MAX_LEASE_DURATION, MIN_LEASE_DURATION};
 pub use listing::LeaseListing;
 pub use memory::MemoryBackend;
 pub use token::{FencingToken, LeaseToken, MAX_TOKEN_BYTES, RandomTokens, TokenSource};

@@ -5,12 +5,14 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use crate::backend::{
+    default_safety_margin, fenced_write, holder_deadline, validate_duration, validate_fenced_value,
+};
 use crate::sync::lock;
 use crate::{
     AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Holder, Lease, LeaseBackend,
     LeaseError, LeaseKey, LeaseListing, LeaseRecord, LeaseToken, NotOwnedReason, RandomTokens,
-    SystemClock, TokenSource, default_safety_margin, holder_deadline, validate_duration,
-    validate_fenced_value,
+    SystemClock, TokenSource,
 };
 
 /// Leases in a `HashMap` behind a mutex: the reference implementation of the contract.
@@ -118,7 +120,7 @@ impl MemoryBackend {
         self
     }
 
-    /// Overrides [`default_safety_margin`].
+    /// Overrides [`default_safety_margin`](crate::backend::default_safety_margin).
     pub fn with_safety_margin(mut self, margin: Duration) -> Self {
         self.safety_margin = Some(margin);
         self
@@ -290,6 +292,14 @@ impl LeaseBackend for MemoryBackend {
         &*self.clock
     }
 
+    fn as_listing(&self) -> Option<&dyn LeaseListing> {
+        Some(self)
+    }
+
+    fn as_fenced_values(&self) -> Option<&dyn FencedValues> {
+        Some(self)
+    }
+
     fn try_acquire<'a>(
         &'a self,
         key: &'a LeaseKey,
@@ -354,7 +364,7 @@ impl LeaseListing for MemoryBackend {
 }
 
 impl MemoryBackend {
-    fn fenced_write(
+    fn write_fenced(
         &self,
         name: &LeaseKey,
         fencing: FencingToken,
@@ -368,9 +378,8 @@ impl MemoryBackend {
             fence: fencing,
             value: None,
         });
-        if entry.fence > fencing {
-            return Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced));
-        }
+        fenced_write(entry.fence, fencing)
+            .map_err(|reason| LeaseError::not_owned(name.clone(), reason))?;
         entry.fence = fencing;
         if let Some(value) = value {
             entry.value = Some(value.to_vec());
@@ -385,7 +394,7 @@ impl FencedValues for MemoryBackend {
         name: &'a LeaseKey,
         fencing: FencingToken,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, LeaseError>> {
-        Box::pin(std::future::ready(self.fenced_write(name, fencing, None)))
+        Box::pin(std::future::ready(self.write_fenced(name, fencing, None)))
     }
 
     fn put_fenced<'a>(
@@ -395,7 +404,7 @@ impl FencedValues for MemoryBackend {
         value: &'a [u8],
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         Box::pin(std::future::ready(
-            self.fenced_write(name, fencing, Some(value)).map(drop),
+            self.write_fenced(name, fencing, Some(value)).map(drop),
         ))
     }
 }

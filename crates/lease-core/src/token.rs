@@ -52,20 +52,8 @@ impl LeaseToken {
         Ok(Self(value.into()))
     }
 
-    /// A token exactly as a store holds it, unchecked: the holder's token in a record that
-    /// another writer made (the Go `lease` package takes any string its token generator returns,
-    /// so it may be empty, long, or hold a newline). Backends use it so that such a holder can
-    /// still be shown (redacted) and its lease broken; tokens this project issues always pass
-    /// [`LeaseToken::new`].
-    ///
-    /// ```
-    /// use lease_core::LeaseToken;
-    /// let odd = LeaseToken::from_store("line\nbreak");
-    /// assert!(LeaseToken::new("line\nbreak").is_err());
-    /// assert_eq!(odd.as_str(), "line\nbreak");
-    /// assert_eq!(odd.to_string(), "line\\nbre…");
-    /// ```
-    pub fn from_store(value: impl Into<String>) -> Self {
+    /// A token exactly as a store holds it, unchecked ([`crate::backend::stored_token`]).
+    pub(crate) fn from_store(value: impl Into<String>) -> Self {
         Self(value.into().into())
     }
 
@@ -130,13 +118,21 @@ impl fmt::Debug for LeaseToken {
 /// that was paused past its lease from corrupting data: no lease library can stop the paused
 /// process from acting, but the resource can refuse it.
 ///
-/// ```
-/// use lease_core::FencingToken;
+/// Only a backend issues one (through [`crate::backend::fencing_token`]); a caller reads it off
+/// the [`Lease`](crate::Lease) and compares raw values with [`get`](Self::get):
 ///
-/// let first = FencingToken::new(7);
-/// let later = FencingToken::new(8);
-/// assert!(later > first);
-/// assert_eq!(later.get(), 8);
+/// ```
+/// use lease_core::{LeaseBackendExt, LeaseKey, MemoryBackend};
+/// use std::time::Duration;
+///
+/// let store = MemoryBackend::new();
+/// let key = LeaseKey::new("reports")?;
+/// let first = lease_core::block_on(store.acquire(&key, Duration::from_secs(5)))?;
+/// lease_core::block_on(store.release_lease(&first))?;
+/// let later = lease_core::block_on(store.acquire(&key, Duration::from_secs(5)))?;
+/// assert!(later.fencing_token() > first.fencing_token());
+/// assert!(later.fencing_token().get() > first.fencing_token().get());
+/// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FencingToken(u64);
@@ -146,8 +142,8 @@ impl FencingToken {
     /// `lease` package wrote). Every token a backend of this project issues is greater.
     pub const NONE: Self = Self(0);
 
-    /// Wraps a raw value.
-    pub const fn new(value: u64) -> Self {
+    /// Wraps a raw value; backends call it through [`crate::backend::fencing_token`].
+    pub(crate) const fn new(value: u64) -> Self {
         Self(value)
     }
 

@@ -15,9 +15,7 @@ use lease_core::{
 fn harness(_name: &str, case: Case) {
     let clock = Arc::new(ManualClock::new());
     let backend = Arc::new(MemoryBackend::new().with_clock(clock.clone()));
-    let subject = Subject::new(backend.clone(), clock)
-        .with_listing(backend.clone())
-        .with_fenced_values(backend);
+    let subject = Subject::new(backend, clock);
     lease_core::block_on(case(&subject));
 }
 

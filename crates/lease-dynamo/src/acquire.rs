@@ -4,9 +4,8 @@
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::ReturnValue;
-use lease_core::{
-    AcquireOptions, FencingToken, Lease, LeaseError, LeaseKey, LeaseToken, holder_deadline,
-};
+use lease_core::backend::holder_deadline;
+use lease_core::{AcquireOptions, Lease, LeaseError, LeaseKey, LeaseToken};
 use tracing::Instrument;
 
 use crate::DynamoLeases;
@@ -163,10 +162,10 @@ impl DynamoLeases {
         };
         tracing::Span::current().record("fencing", fencing);
         tracing::debug!("lease acquired");
-        Ok(Lease::new(
+        Ok(lease_core::backend::new_lease(
             attempt.key.clone(),
             attempt.token.clone(),
-            FencingToken::new(fencing),
+            lease_core::backend::fencing_token(fencing),
             attempt.duration,
             from_millis(attempt.expires_ms),
             attempt.trust_until,
@@ -221,10 +220,10 @@ impl DynamoLeases {
             attempts,
             "acquire reconciled: our earlier attempt wrote the item"
         );
-        Ok(Lease::new(
+        Ok(lease_core::backend::new_lease(
             attempt.key.clone(),
             attempt.token.clone(),
-            FencingToken::new(fencing),
+            lease_core::backend::fencing_token(fencing),
             attempt.duration,
             from_millis(stored_ms),
             attempt

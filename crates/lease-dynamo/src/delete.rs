@@ -246,7 +246,7 @@ mod tests {
 
     #[test]
     fn refusals_say_why_and_a_matching_state_keeps_the_fenced_value() {
-        let f = FencingToken::new;
+        let f = lease_core::backend::fencing_token;
         let mine = token("mine-0000000000");
         let held = decoded(&[
             ("lease_token", s("mine-0000000000")),

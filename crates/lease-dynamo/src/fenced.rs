@@ -3,10 +3,8 @@
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_smithy_types::Blob;
-use lease_core::{
-    BoxFuture, FencedValues, FencingToken, LeaseError, LeaseKey, NotOwnedReason,
-    validate_fenced_value,
-};
+use lease_core::backend::validate_fenced_value;
+use lease_core::{BoxFuture, FencedValues, FencingToken, LeaseError, LeaseKey, NotOwnedReason};
 use tracing::Instrument;
 
 use crate::DynamoLeases;

@@ -122,7 +122,7 @@ pub(crate) struct Decoded {
 impl Decoded {
     pub(crate) fn from_item(names: &AttributeNames, item: &Item) -> Self {
         let token = match item.get(names.token()) {
-            Some(AttributeValue::S(t)) => Some(LeaseToken::from_store(t.as_str())),
+            Some(AttributeValue::S(t)) => Some(lease_core::backend::stored_token(t.as_str())),
             _ => None,
         };
         let seconds = get_u64(item, names.expires_at()).map(|s| s.saturating_mul(1000));
@@ -168,17 +168,18 @@ impl Decoded {
             holder = holder.with_acquired_at(from_millis(ms));
         }
         if let Some(f) = self.fencing {
-            holder = holder.with_fencing(FencingToken::new(f));
+            holder = holder.with_fencing(lease_core::backend::fencing_token(f));
         }
         Some(holder)
     }
 
     /// The record; an item with no (valid) fencing counter reports [`FencingToken::NONE`].
     pub(crate) fn record(&self, key: LeaseKey) -> LeaseRecord {
-        LeaseRecord::new(
+        lease_core::backend::new_record(
             key,
             self.holder(),
-            self.fencing.map_or(FencingToken::NONE, FencingToken::new),
+            self.fencing
+                .map_or(FencingToken::NONE, lease_core::backend::fencing_token),
         )
     }
 }

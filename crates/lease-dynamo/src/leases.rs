@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_smithy_types::retry::RetryConfig;
-use lease_core::{
-    Clock, LeaseError, LeaseKey, RandomTokens, SystemClock, TokenSource, default_safety_margin,
-};
+use lease_core::backend::default_safety_margin;
+use lease_core::{Clock, LeaseError, LeaseKey, RandomTokens, SystemClock, TokenSource};
 
 use crate::{AttributeNames, RetryPolicy};
 
@@ -227,7 +226,7 @@ impl DynamoLeasesBuilder {
     }
 
     /// The part of each lease the holder does not trust (see
-    /// [`holder_deadline`](lease_core::holder_deadline)).
+    /// [`holder_deadline`](lease_core::backend::holder_deadline)).
     pub fn with_safety_margin(mut self, margin: Duration) -> Self {
         self.safety_margin = Some(margin);
         self

@@ -166,7 +166,7 @@
 //!   [`with_max_clock_skew`](DynamoLeasesBuilder::with_max_clock_skew) to the bound your clock
 //!   sync guarantees, e.g. 500 ms with NTP in one region; default 0, as in Go);
 //! * holders stop trusting the lease at their **monotonic** deadline: the instant the request was
-//!   sent plus the duration minus a safety margin ([`lease_core::holder_deadline`]), which covers
+//!   sent plus the duration minus a safety margin ([`lease_core::backend::holder_deadline`]), which covers
 //!   clock-rate drift during one lease;
 //! * a clock that jumps forward by more than the skew allowance lets its host take over early;
 //!   only fencing tokens protect the resource then.

@@ -7,9 +7,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_smithy_runtime_api::http::Response as HttpResponse;
+use lease_core::backend::validate_duration;
 use lease_core::{
     AcquireOptions, BoxFuture, Clock, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
-    LeaseListing, LeaseRecord, LeaseToken, validate_duration,
+    LeaseListing, LeaseRecord, LeaseToken,
 };
 use tracing::Instrument;
 
@@ -239,6 +240,14 @@ impl LeaseBackend for DynamoLeases {
 
     fn clock(&self) -> &dyn Clock {
         &*self.inner.clock
+    }
+
+    fn as_listing(&self) -> Option<&dyn LeaseListing> {
+        Some(self)
+    }
+
+    fn as_fenced_values(&self) -> Option<&dyn lease_core::FencedValues> {
+        Some(self)
     }
 
     fn try_acquire<'a>(

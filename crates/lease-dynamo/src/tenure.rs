@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use lease_core::{
-    FencingToken, Lease, LeaseError, LeaseKey, LeaseToken, NotOwnedReason, holder_deadline,
-};
+use lease_core::backend::holder_deadline;
+use lease_core::{FencingToken, Lease, LeaseError, LeaseKey, LeaseToken, NotOwnedReason};
 use tracing::Instrument;
 
 use crate::DynamoLeases;
@@ -58,7 +57,7 @@ impl DynamoLeases {
             )
             .await;
             let renewed = || {
-                Lease::new(
+                lease_core::backend::new_lease(
                     key.clone(),
                     token.clone(),
                     fencing,

@@ -18,8 +18,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
 };
 use lease_core::{
-    AcquireOptions, FencedValues, FencingToken, LeaseBackend, LeaseBackendExt, LeaseError,
-    LeaseKey, WaitOptions,
+    AcquireOptions, FencedValues, LeaseBackend, LeaseBackendExt, LeaseError, LeaseKey, WaitOptions,
 };
 use lease_dynamo::{DynamoError, DynamoLeases, RetryPolicy};
 
@@ -295,7 +294,7 @@ fn a_missing_table_is_named_with_its_region() {
 
             // Where the manager's region is at hand, the message names it.
             let error = leases
-                .put_fenced(&key(), FencingToken::new(1), b"v")
+                .put_fenced(&key(), lease_core::backend::fencing_token(1), b"v")
                 .await
                 .expect_err("missing");
             assert!(dynamo_error(&error).is_table_missing(), "{error}");
@@ -438,7 +437,7 @@ fn operations_on_a_table_with_another_key_schema_say_which_keys_they_write() {
                 assert!(text.contains("UpdateItem on table"), "{text}");
                 // Where the manager's names are at hand, the hint names them.
                 let error = leases
-                    .put_fenced(&key(), FencingToken::new(1), b"v")
+                    .put_fenced(&key(), lease_core::backend::fencing_token(1), b"v")
                     .await
                     .expect_err("put_fenced on another key schema");
                 assert!(!error.is_transient(), "{error}");

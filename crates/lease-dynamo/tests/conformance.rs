@@ -34,8 +34,6 @@ fn run(name: &str, case: Case, skew: Duration) {
         );
         let subject = Subject::new(leases.clone(), clock)
             .with_takeover_delay(skew)
-            .with_listing(leases.clone())
-            .with_fenced_values(leases)
             .with_reply_faults(faults);
         case(&subject).await;
     });

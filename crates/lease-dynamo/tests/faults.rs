@@ -331,7 +331,7 @@ fn lost_put_fenced_reply_is_reconciled() {
     support::run(
         "lost_put_fenced_reply_is_reconciled",
         |endpoint| async move {
-            let t = FencingToken::new;
+            let t = lease_core::backend::fencing_token;
             let r = rig(&endpoint, RetryPolicy::default()).await;
             let name = LeaseKey::with_sort_key("checkpoints", "shard-1").unwrap();
             r.leases.put_fenced(&name, t(4), b"offset=1").await.unwrap();
@@ -406,7 +406,7 @@ fn a_lost_put_overtaken_by_a_newer_fence_is_never_reported_refused() {
     support::run(
         "a_lost_put_overtaken_by_a_newer_fence_is_never_reported_refused",
         |endpoint| async move {
-            let t = FencingToken::new;
+            let t = lease_core::backend::fencing_token;
             let r = rig(&endpoint, RetryPolicy::default()).await;
             let name = LeaseKey::with_sort_key("checkpoints", "shard-9").unwrap();
             let newer = r.leases.clone();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use lease_core::{FencedValues, FencingToken, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
+use lease_core::{FencedValues, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
 use lease_dynamo::{AttributeNames, DynamoLeases};
 use support::Wiring;
 
@@ -36,7 +36,7 @@ fn fenced_value_and_lease_coexist_on_one_item() {
             b.with_clock(clock.clone())
         })
         .await;
-        let t = FencingToken::new;
+        let t = lease_core::backend::fencing_token;
         let key = LeaseKey::new("shared").unwrap();
 
         let lease = leases.acquire("shared", D).await.unwrap();
@@ -166,7 +166,7 @@ fn delete_keeps_a_fenced_value_that_shares_the_item() {
                 .is_none()
         );
         assert!(leases.list_partition("units").await.unwrap().is_empty());
-        let stale = FencingToken::new(fence.get() - 1);
+        let stale = lease_core::backend::fencing_token(fence.get() - 1);
         let err = leases.put_fenced(&key, stale, b"late").await.unwrap_err();
         assert!(err.is_not_owned(), "the fence outlives the lease: {err}");
         assert_eq!(
@@ -202,7 +202,7 @@ fn fenced_attribute_names_are_configurable() {
         assert_eq!(leases.attribute_names().value_fence(), "cp_fence");
         let name = LeaseKey::with_sort_key("checkpoints", "a").unwrap();
         leases
-            .put_fenced(&name, FencingToken::new(3), b"x")
+            .put_fenced(&name, lease_core::backend::fencing_token(3), b"x")
             .await
             .unwrap();
         let item = raw_item(&client, &leases, "checkpoints", "a").await;

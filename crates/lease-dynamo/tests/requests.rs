@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{FencedValues, FencingToken, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
+use lease_core::{FencedValues, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
 use support::{RequestCounter, Wiring};
 
 const D: Duration = Duration::from_secs(10);
@@ -90,7 +90,7 @@ fn one_request_per_operation() {
         expect("delete of a deleted record", &["DeleteItem"]);
 
         let name = LeaseKey::with_sort_key("checkpoints", "job").unwrap();
-        let t = FencingToken::new;
+        let t = lease_core::backend::fencing_token;
         assert_eq!(leases.fence_and_read(&name, t(2)).await.unwrap(), None);
         expect("fence_and_read (new item)", &["UpdateItem"]);
 

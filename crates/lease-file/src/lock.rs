@@ -312,7 +312,7 @@ impl fmt::Display for HolderInfo {
         write!(f, "pid {} on {}", self.pid, self.host)?;
         write!(f, ", generation {}", self.generation)?;
         if let Some(since) = self.since {
-            write!(f, ", since {}", lease_core::fmt_time(since))?;
+            write!(f, ", since {}", lease_core::backend::fmt_time(since))?;
         }
         Ok(())
     }
@@ -547,7 +547,7 @@ impl FileLock {
             Some(t) if Instant::now() >= t.deadline => Err(not_held(Some(LostReason::Untrusted {
                 reason: "the deadline passed without a heartbeat (paused or I/O stalled)".into(),
             }))),
-            Some(t) => Ok(FencingToken::new(t.held.generation)),
+            Some(t) => Ok(lease_core::backend::fencing_token(t.held.generation)),
         }
     }
 
@@ -561,7 +561,7 @@ impl FileLock {
         lock(&self.shared.state)
             .tenure
             .as_ref()
-            .map(|t| FencingToken::new(t.held.generation))
+            .map(|t| lease_core::backend::fencing_token(t.held.generation))
     }
 
     /// The current holder, or `None` if free (released or never held).
@@ -919,7 +919,7 @@ impl FileLock {
             shared.wake.notify_all();
         }
         tracing::info!(generation, kernel, "file lock acquired");
-        Ok(FencingToken::new(generation))
+        Ok(lease_core::backend::fencing_token(generation))
     }
 
     /// Releases the lease (Go: `Release`): one rename of this tenure's state entry to

@@ -6,10 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use lease_core::backend::{
+    default_safety_margin, holder_deadline, validate_duration, validate_fenced_value,
+};
 use lease_core::{
     AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Holder, Lease, LeaseBackend,
     LeaseError, LeaseKey, LeaseListing, LeaseRecord, LeaseToken, NotOwnedReason, RandomTokens,
-    TokenSource, default_safety_margin, holder_deadline, validate_duration, validate_fenced_value,
+    TokenSource,
 };
 
 use crate::chain::{
@@ -486,10 +489,10 @@ impl DirectoryStore {
                         continue;
                     }
                     tracing::debug!(%key, generation = held.generation, token = %token, "file lease acquired");
-                    let lease = Lease::new(
+                    let lease = lease_core::backend::new_lease(
                         key.clone(),
                         token,
-                        FencingToken::new(held.generation),
+                        lease_core::backend::fencing_token(held.generation),
                         duration,
                         Self::expiry(now.wall, duration)?,
                         holder_deadline(now.mono, duration, margin),
@@ -585,7 +588,7 @@ impl DirectoryStore {
         margin: Duration,
         now: &Now,
     ) -> Result<Lease, LeaseError> {
-        Ok(Lease::new(
+        Ok(lease_core::backend::new_lease(
             lease.key().clone(),
             lease.token().clone(),
             lease.fencing_token(),
@@ -709,7 +712,7 @@ impl DirectoryStore {
             // Another protocol's lock file (a Go PIDLock) holds the key: shown as held, with
             // no fencing token of ours.
             Err(FileLockError::Held { holder, .. }) => {
-                return Ok(Some(LeaseRecord::new(
+                return Ok(Some(lease_core::backend::new_record(
                     key.clone(),
                     Some(Holder::new().with_owner(holder.to_string())),
                     FencingToken::NONE,
@@ -728,10 +731,10 @@ impl DirectoryStore {
                 Some(self.holder(&kd, &found, engine::describe_tenure(&kd, &found).as_ref()))
             }
         };
-        Ok(Some(LeaseRecord::new(
+        Ok(Some(lease_core::backend::new_record(
             key.clone(),
             holder,
-            FencingToken::new(found.state.generation()),
+            lease_core::backend::fencing_token(found.state.generation()),
         )))
     }
 
@@ -991,7 +994,8 @@ fn holder_of(
     record: Option<&LeaseFileRecord>,
     expires_at: Option<SystemTime>,
 ) -> Holder {
-    let mut holder = Holder::new().with_fencing(FencingToken::new(found.state.generation()));
+    let mut holder =
+        Holder::new().with_fencing(lease_core::backend::fencing_token(found.state.generation()));
     let State::Held(held) = &found.state else {
         return holder;
     };
@@ -1035,6 +1039,14 @@ impl LeaseBackend for DirectoryStore {
 
     fn clock(&self) -> &dyn Clock {
         self.inner.time.clock().as_ref()
+    }
+
+    fn as_listing(&self) -> Option<&dyn LeaseListing> {
+        Some(self)
+    }
+
+    fn as_fenced_values(&self) -> Option<&dyn FencedValues> {
+        Some(self)
     }
 
     fn try_acquire<'a>(

@@ -18,9 +18,7 @@ fn subject(dir: &std::path::Path, mode: ModePreference) -> Subject {
             .unwrap()
             .with_clock(clock.clone()),
     );
-    Subject::new(store.clone(), clock)
-        .with_listing(store.clone())
-        .with_fenced_values(store)
+    Subject::new(store, clock)
 }
 
 fn harness(_name: &str, case: Case) {

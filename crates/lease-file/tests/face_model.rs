@@ -117,7 +117,7 @@ proptest! {
 /// protocol behaves the same.
 #[test]
 fn both_faces_work_with_fsync() {
-    use lease_core::{FencedValues, FencingToken, LeaseBackendExt, LeaseKey};
+    use lease_core::{FencedValues, LeaseBackendExt, LeaseKey};
     let dir = tempfile::tempdir().unwrap();
     let lock = FileLock::with_options(
         dir.path().join("durable.lease"),
@@ -136,7 +136,9 @@ fn both_faces_work_with_fsync() {
     let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap();
     let name = LeaseKey::new("checkpoint").unwrap();
     lease_core::block_on(store.put_fenced(&name, lease.fencing_token(), b"v1")).unwrap();
-    let read = lease_core::block_on(store.fence_and_read(&name, FencingToken::new(9))).unwrap();
+    let read =
+        lease_core::block_on(store.fence_and_read(&name, lease_core::backend::fencing_token(9)))
+            .unwrap();
     assert_eq!(read.as_deref(), Some(&b"v1"[..]));
     lease_core::block_on(store.release_lease(&lease)).unwrap();
 }

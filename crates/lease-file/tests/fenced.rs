@@ -19,7 +19,7 @@ use proptest::prelude::*;
 const MODES: [ModePreference; 2] = [ModePreference::Kernel, ModePreference::HeartbeatOnly];
 
 fn t(n: u64) -> FencingToken {
-    FencingToken::new(n)
+    lease_core::backend::fencing_token(n)
 }
 
 fn fenced_path(store: &DirectoryStore, name: &LeaseKey) -> PathBuf {

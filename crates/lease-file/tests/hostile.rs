@@ -1130,7 +1130,7 @@ fn store_keys_that_extend_each_other_are_separate_directories() {
         .iter()
         .map(|k| lease_core::block_on(store.acquire(k, Duration::from_secs(5))).unwrap())
         .collect();
-    lease_core::block_on(store.put_fenced(&keys[0], lease_core::FencingToken::new(1), b"v"))
+    lease_core::block_on(store.put_fenced(&keys[0], lease_core::backend::fencing_token(1), b"v"))
         .unwrap();
     assert!(leases.iter().all(|l| l.fencing_token().get() == 1));
     assert_eq!(

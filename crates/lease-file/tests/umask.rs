@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use lease_core::{FencedValues, FencingToken, LeaseBackend, LeaseBackendExt, LeaseKey};
+use lease_core::{FencedValues, LeaseBackend, LeaseBackendExt, LeaseKey};
 use lease_file::{DirectoryStore, FileLock, FileLockOptions, ModePreference};
 use nix::sys::stat::{Mode, umask};
 
@@ -131,11 +131,23 @@ fn every_created_file_and_directory_gets_exactly_the_configured_mode() {
                     lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
                 let lease =
                     lease_core::block_on(store.renew(&lease, Duration::from_secs(5))).unwrap();
-                lease_core::block_on(store.put_fenced(&key, FencingToken::new(1), b"v")).unwrap();
-                lease_core::block_on(store.put_fenced(&key, FencingToken::new(2), b"w")).unwrap();
+                lease_core::block_on(store.put_fenced(
+                    &key,
+                    lease_core::backend::fencing_token(1),
+                    b"v",
+                ))
+                .unwrap();
+                lease_core::block_on(store.put_fenced(
+                    &key,
+                    lease_core::backend::fencing_token(2),
+                    b"w",
+                ))
+                .unwrap();
                 let only_fenced = LeaseKey::new("fenced-only").unwrap();
-                lease_core::block_on(store.fence_and_read(&only_fenced, FencingToken::new(3)))
-                    .unwrap();
+                lease_core::block_on(
+                    store.fence_and_read(&only_fenced, lease_core::backend::fencing_token(3)),
+                )
+                .unwrap();
                 lease_core::block_on(store.release_lease(&lease)).unwrap();
                 assert_all(
                     dir.path(),

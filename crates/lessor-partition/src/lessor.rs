@@ -8,9 +8,10 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
+use lease_core::backend::validate_duration;
 use lease_core::{
     AcquireOptions, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseKey, LeaseListing,
-    LeaseRecord, sleep_until, validate_duration,
+    LeaseRecord, sleep_until,
 };
 
 use crate::{Error, Partition, PartitionSet};
@@ -271,10 +272,10 @@ impl Lessor for StoreLessor {
                 .map(Lease::deadline)
                 .min()
                 .unwrap_or_else(|| {
-                    lease_core::holder_deadline(
+                    lease_core::backend::holder_deadline(
                         sent,
                         duration,
-                        lease_core::default_safety_margin(duration),
+                        lease_core::backend::default_safety_margin(duration),
                     )
                 });
             let grant = Grant {

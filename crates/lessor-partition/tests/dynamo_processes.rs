@@ -52,7 +52,6 @@ use std::task::{Context, Waker};
 use std::time::{Duration, Instant, SystemTime};
 use support::endpoint;
 
-use lease_core::FencingToken;
 use lease_dynamo::DynamoLeases;
 use lessor_partition::{CheckpointStore, LossCause, StoreCheckpoints, UnitTask, Worker};
 
@@ -658,7 +657,7 @@ fn stored_checkpoints(
         let mut stored = BTreeMap::new();
         for unit in unit_names() {
             let value = checkpoints
-                .load(&unit, FencingToken::new(1 << 62))
+                .load(&unit, lease_core::backend::fencing_token(1 << 62))
                 .await
                 .expect("final read");
             let counter = value.map(|bytes| {

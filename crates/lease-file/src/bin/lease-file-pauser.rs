@@ -66,8 +66,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use lease_core::{
-    AcquireOptions, FencedValues, FencingToken, KeeperOptions, Lease, LeaseBackend,
-    LeaseBackendExt, LeaseGuard, LeaseKey, block_on,
+    AcquireOptions, FencedValues, KeeperOptions, Lease, LeaseBackend, LeaseBackendExt, LeaseGuard,
+    LeaseKey, block_on,
 };
 use lease_file::{DirectoryStore, FileLock, FileLockOptions, ModePreference};
 
@@ -315,7 +315,7 @@ impl Fenced {
         let start = mono_ns();
         let got = block_on(
             self.store
-                .fence_and_read(&self.name, FencingToken::new(generation)),
+                .fence_and_read(&self.name, lease_core::backend::fencing_token(generation)),
         );
         let end = mono_ns();
         match got {
@@ -343,7 +343,7 @@ impl Fenced {
         let start = mono_ns();
         let put = block_on(self.store.put_fenced(
             &self.name,
-            FencingToken::new(generation),
+            lease_core::backend::fencing_token(generation),
             value.as_bytes(),
         ));
         let end = mono_ns();

@@ -4,7 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{LeaseKey, RandomTokens, TokenSource, default_safety_margin, validate_duration};
+use lease_core::backend::{default_safety_margin, validate_duration};
+use lease_core::{LeaseKey, RandomTokens, TokenSource};
 
 use super::checkpoint::CheckpointStore;
 use super::view::{EPOCH_SORT_KEY, LOAD_SUFFIX, SessionTag};

@@ -47,11 +47,11 @@ type Fenced = (FencingToken, Option<Vec<u8>>);
 /// use lease_core::FencingToken;
 ///
 /// let store = MemoryCheckpoints::new();
-/// lease_core::block_on(store.save("shard-7", FencingToken::new(3), b"offset=10"))?;
+/// lease_core::block_on(store.save("shard-7", lease_core::backend::fencing_token(3), b"offset=10"))?;
 /// // A new owner (token 4) loads, which fences out owner 3.
-/// let seen = lease_core::block_on(store.load("shard-7", FencingToken::new(4)))?;
+/// let seen = lease_core::block_on(store.load("shard-7", lease_core::backend::fencing_token(4)))?;
 /// assert_eq!(seen.as_deref(), Some(&b"offset=10"[..]));
-/// assert!(lease_core::block_on(store.save("shard-7", FencingToken::new(3), b"late")).is_err());
+/// assert!(lease_core::block_on(store.save("shard-7", lease_core::backend::fencing_token(3), b"late")).is_err());
 /// # Ok::<(), lessor_partition::Error>(())
 /// ```
 #[derive(Clone, Debug, Default)]
@@ -74,7 +74,7 @@ impl MemoryCheckpoints {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = entries
             .entry(unit.to_owned())
-            .or_insert((FencingToken::new(0), None));
+            .or_insert((lease_core::backend::fencing_token(0), None));
         if fencing < entry.0 {
             return Err(Error::Fenced {
                 unit: unit.to_owned(),
@@ -126,10 +126,10 @@ impl CheckpointStore for MemoryCheckpoints {
 ///
 /// let store = Arc::new(MemoryBackend::new()); // or a lease_file::DirectoryStore, a DynamoLeases
 /// let checkpoints = StoreCheckpoints::new(store, "indexer")?;
-/// lease_core::block_on(checkpoints.save("shard-7", FencingToken::new(3), b"offset=10"))?;
-/// let seen = lease_core::block_on(checkpoints.load("shard-7", FencingToken::new(4)))?;
+/// lease_core::block_on(checkpoints.save("shard-7", lease_core::backend::fencing_token(3), b"offset=10"))?;
+/// let seen = lease_core::block_on(checkpoints.load("shard-7", lease_core::backend::fencing_token(4)))?;
 /// assert_eq!(seen.as_deref(), Some(&b"offset=10"[..]));
-/// let late = lease_core::block_on(checkpoints.save("shard-7", FencingToken::new(3), b"late"));
+/// let late = lease_core::block_on(checkpoints.save("shard-7", lease_core::backend::fencing_token(3), b"late"));
 /// assert!(late.unwrap_err().is_not_owner());
 /// # Ok::<(), lessor_partition::Error>(())
 /// ```

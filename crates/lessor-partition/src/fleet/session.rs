@@ -90,8 +90,11 @@ impl Worker {
             self.slow_replies_warn(took);
             return None;
         }
-        let own =
-            lease_core::holder_deadline(sent, self.config.session_duration, self.config.margin);
+        let own = lease_core::backend::holder_deadline(
+            sent,
+            self.config.session_duration,
+            self.config.margin,
+        );
         Some(own.min(lease.deadline()))
     }
 

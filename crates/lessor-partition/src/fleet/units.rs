@@ -111,7 +111,10 @@ impl Worker {
         let Some(token) = holder.token.clone() else {
             return Holding::Pinned;
         };
-        let dead = (token.clone(), FencingToken::new(holder.fencing));
+        let dead = (
+            token.clone(),
+            lease_core::backend::fencing_token(holder.fencing),
+        );
         let ended = match &holder.owner {
             Some(owner) if owner.worker == self.config.worker_id => {
                 if self.owned.get(unit).map(Lease::token) == Some(&token) {
@@ -333,7 +336,11 @@ impl Worker {
             self.stats.requests += 1;
             let _ = self
                 .store
-                .release(&key, &old.token, FencingToken::new(old.fencing))
+                .release(
+                    &key,
+                    &old.token,
+                    lease_core::backend::fencing_token(old.fencing),
+                )
                 .await;
         }
         let random = self.config.tokens.next_token();
@@ -576,7 +583,7 @@ impl Worker {
             self.stats.requests += 1;
             match self
                 .store
-                .delete(&key, None, FencingToken::new(fencing))
+                .delete(&key, None, lease_core::backend::fencing_token(fencing))
                 .await
             {
                 Ok(()) => {

@@ -462,7 +462,7 @@ impl View {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lease_core::{FencingToken, Holder, LeaseKey};
+    use lease_core::{Holder, LeaseKey};
 
     fn listing(base: Instant, sent_ms: u64, reply_ms: u64) -> Listing {
         Listing {
@@ -477,7 +477,11 @@ mod tests {
         let holder = Holder::new()
             .with_token(LeaseToken::new(token).expect("token"))
             .with_expires_at(SystemTime::UNIX_EPOCH + Duration::from_millis(expires_ms));
-        LeaseRecord::new(key, Some(holder), FencingToken::new(fencing))
+        lease_core::backend::new_record(
+            key,
+            Some(holder),
+            lease_core::backend::fencing_token(fencing),
+        )
     }
 
     fn owner(worker: &str, session: u64) -> UnitOwner {

@@ -213,6 +213,10 @@ impl LeaseBackend for SimStore {
     fn clock(&self) -> &dyn Clock {
         self.inner.clock()
     }
+
+    fn as_listing(&self) -> Option<&dyn LeaseListing> {
+        Some(self)
+    }
     fn try_acquire<'a>(
         &'a self,
         key: &'a LeaseKey,

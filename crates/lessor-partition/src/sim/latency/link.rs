@@ -170,7 +170,7 @@ impl LatencyStore {
     /// `lease` with its deadline moved back to when the request was sent.
     fn sent_earlier(lease: Lease, by: Duration) -> Lease {
         let deadline = lease.deadline().checked_sub(by).unwrap_or(lease.deadline());
-        Lease::new(
+        lease_core::backend::new_lease(
             lease.key().clone(),
             lease.token().clone(),
             lease.fencing_token(),
@@ -187,6 +187,10 @@ impl LeaseBackend for LatencyStore {
     }
     fn clock(&self) -> &dyn Clock {
         self.inner.clock()
+    }
+
+    fn as_listing(&self) -> Option<&dyn LeaseListing> {
+        Some(self)
     }
     fn try_acquire<'a>(
         &'a self,

@@ -1,0 +1,386 @@
+//! The contract between backends and callers.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::{
+    Clock, FencingToken, Holder, Lease, LeaseError, LeaseKey, LeaseRecord, LeaseToken, WaitOptions,
+};
+
+/// A boxed, `Send` future: what the dyn-compatible contract returns, with no runtime attached.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Per-call options of [`LeaseBackend::try_acquire`]. `Default` asks for nothing special.
+///
+/// ```
+/// use lease_core::AcquireOptions;
+/// let options = AcquireOptions::default().with_owner("report-cron on host-3");
+/// assert_eq!(options.owner(), Some("report-cron on host-3"));
+/// ```
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct AcquireOptions {
+    owner: Option<String>,
+    token: Option<LeaseToken>,
+}
+
+impl AcquireOptions {
+    /// A human description of the new holder, shown to contenders in [`LeaseError::Held`].
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// Use this owner token instead of a fresh one from the backend's token source.
+    ///
+    /// A token names one tenure, not one caller: acquiring a key that is held, even under this
+    /// same token, fails with [`LeaseError::Held`]. Backends reconcile their *own* retries after a
+    /// lost reply inside one call; a second call with the same token is a second contender.
+    pub fn with_token(mut self, token: LeaseToken) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// The owner description.
+    pub fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    /// The caller-chosen token.
+    pub fn token(&self) -> Option<&LeaseToken> {
+        self.token.as_ref()
+    }
+}
+
+/// The backend contract: single-attempt operations on one lease store.
+///
+/// This is the *contract* between backends and callers, kept minimal and dyn-compatible
+/// (`Arc<dyn LeaseBackend>` works); convenience lives in [`LeaseBackendExt`], implemented for
+/// every backend. Each operation is one attempt: a backend may retry transient transport failures
+/// inside it (and must reconcile a write whose reply was lost), but never a failed condition.
+///
+/// Semantics every backend keeps (checked by the conformance suite):
+///
+/// * **try_acquire** succeeds iff the key has no holder, or its holder's lease expired (plus the
+///   backend's declared skew allowance). It issues a fencing token strictly greater than every
+///   earlier one for the key since its record was last deleted. Otherwise [`LeaseError::Held`] with what is known of the holder,
+///   also when the holder's token is the one the caller asked for
+///   ([`AcquireOptions::with_token`]).
+/// * **renew** succeeds iff the store holds `lease`'s tenure (its token *and* fencing token) and
+///   the lease has not expired; the fencing token is unchanged. Otherwise
+///   [`LeaseError::NotOwned`].
+/// * **release** succeeds iff the store holds the tenure `(token, fencing)` for `key` (expired or
+///   not): the key becomes free at once. Otherwise [`LeaseError::NotOwned`]; another tenure is
+///   never touched, even one that reuses the same token.
+/// * **inspect** reads the current record without changing it.
+/// * **delete** (optional: the default returns [`LeaseError::Unsupported`]) removes the record
+///   iff it is in exactly the state the caller names, `(Some(token), fencing)` for a holder
+///   (expired or not) or `(None, fencing)` for a free record; otherwise, a missing record
+///   included, [`LeaseError::NotOwned`] and nothing is deleted. Afterwards the key is absent
+///   and its fencing counter starts again from the beginning.
+/// * Invalid keys, tokens or durations fail with [`LeaseError::InvalidInput`] and write nothing.
+/// * **Lost replies.** A backend that retries a request whose reply was lost reports success only
+///   when it can tell that *its own* earlier attempt in this call was applied: never because the
+///   store happens to be in the state the call asked for (a free key after a release, a token
+///   that some other call wrote).
+///
+/// The returned [`Lease`]'s deadline is computed from the monotonic instant *before* the request
+/// was sent (see [`holder_deadline`](crate::backend::holder_deadline)).
+pub trait LeaseBackend: Send + Sync + fmt::Debug {
+    /// A short name for errors and traces (`"memory"`, `"file"`, `"dynamodb"`).
+    fn name(&self) -> &'static str;
+
+    /// The clock this backend reads; the keeper and waiting helpers use it too.
+    fn clock(&self) -> &dyn Clock;
+
+    /// One attempt to acquire `key` for `duration`.
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+        options: &'a AcquireOptions,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>>;
+
+    /// Extends a held lease to `duration` from now.
+    fn renew<'a>(
+        &'a self,
+        lease: &'a Lease,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>>;
+
+    /// Gives up the tenure of `key` identified by its owner `token` and `fencing` token (both as
+    /// the [`Lease`] or the store's [`Holder`] reports them). A record that no backend of this
+    /// project wrote may carry no fencing token; [`FencingToken::NONE`] names that case.
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        token: &'a LeaseToken,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>>;
+
+    /// Reads the record of `key`, or `None` if the store has never seen it.
+    fn inspect<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>>;
+
+    /// This backend as a [`LeaseListing`](crate::LeaseListing), if it can list a partition.
+    ///
+    /// Optional capabilities are found from the one object a caller holds, so one
+    /// `Arc<dyn LeaseBackend>` serves everything: the default says "not offered".
+    ///
+    /// ```
+    /// use lease_core::{LeaseBackend, MemoryBackend};
+    /// use std::sync::Arc;
+    ///
+    /// let store: Arc<dyn LeaseBackend> = Arc::new(MemoryBackend::new());
+    /// assert!(store.as_listing().is_some());
+    /// assert!(store.as_fenced_values().is_some());
+    /// ```
+    fn as_listing(&self) -> Option<&dyn crate::LeaseListing> {
+        None
+    }
+
+    /// This backend as a [`FencedValues`](crate::FencedValues) store, if it keeps fenced values.
+    fn as_fenced_values(&self) -> Option<&dyn crate::FencedValues> {
+        None
+    }
+
+    /// Deletes the record of `key` if it is in exactly the state the caller names: held by
+    /// `holder` with fencing token `fencing` (`holder: Some(token)`), or not held with fencing
+    /// counter `fencing` (`holder: None`), as [`inspect`](Self::inspect) or
+    /// [`list_partition`](crate::LeaseListing::list_partition) reported it. This is a
+    /// compare-and-delete: a record that changed since the caller read it (acquired, renewed
+    /// by another tenure, released, taken over, or released and acquired again) is never
+    /// deleted. [`LeaseBackendExt::delete_record`] deletes exactly what a record says.
+    ///
+    /// * A holder whose lease expired but was not released still holds the record, as for
+    ///   [`release`](Self::release): name it with `Some(token)`; `None` is refused.
+    /// * A record the store gave no fencing counter (see [`release`](Self::release)) is named
+    ///   with [`FencingToken::NONE`].
+    /// * After a delete, `inspect` returns `None` and `list_partition` omits the key, as if the
+    ///   store had never seen it. The next [`try_acquire`](Self::try_acquire) creates the record
+    ///   afresh **with its fencing counter started again from the beginning**, as for a key the
+    ///   store never saw (at 1 in memory; DynamoDB seeds it from the clock): tokens issued after
+    ///   the delete may repeat, or fall below, tokens issued before it. A resource that kept an
+    ///   old, higher token then refuses the new holder, and a paused holder of the old record
+    ///   may pass a resource that saw only the new ones. So delete only records that nobody
+    ///   will acquire again: a retired unit, the session of a worker that left for good.
+    /// * Values kept by [`FencedValues`](crate::FencedValues) under the same key stay.
+    ///
+    /// Costs what a `release` costs in the backends that offer it (one conditional write).
+    ///
+    /// ```
+    /// use lease_core::{Holder, LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
+    /// use std::time::Duration;
+    ///
+    /// let store = MemoryBackend::new();
+    /// let key = LeaseKey::with_sort_key("units", "retired-7")?;
+    /// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+    /// // Named as the record stands: held by `lease`'s token at its fencing token.
+    /// let stale = lease_core::block_on(store.delete(&key, None, lease.fencing_token()));
+    /// assert!(stale.unwrap_err().is_not_owned(), "held, not free: nothing deleted");
+    /// lease_core::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))?;
+    /// assert!(lease_core::block_on(store.inspect(&key))?.is_none());
+    /// // A second delete finds no record in the state it names.
+    /// let again = lease_core::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()));
+    /// assert!(again.unwrap_err().is_not_owned());
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// * [`LeaseError::NotOwned`] (the error `release` gives a tenure that does not hold the
+    ///   lease) when the record is in any other state, and also when there is no record at all:
+    ///   the caller named a state, and "absent" is not it. Reason
+    ///   [`Missing`](crate::NotOwnedReason::Missing) when there is no record, or `holder` was
+    ///   `Some` and the record has no holder; [`TakenOver`](crate::NotOwnedReason::TakenOver)
+    ///   when another tenure holds the record or came and went since (another token, another
+    ///   fencing token, or a holder where `None` was named). Nothing is deleted.
+    /// * [`LeaseError::Unsupported`] from a backend that does not offer delete (this default);
+    ///   nothing is sent.
+    /// * [`LeaseError::InvalidInput`] for a key the backend cannot store; nothing is sent.
+    /// * [`LeaseError::Backend`]: the outcome is unknown; read the record again.
+    ///
+    /// A backend that retries after a lost reply reports success only when it can tell that its
+    /// own attempt deleted the record. A deleted record keeps no trace of who deleted it, so a
+    /// retry that finds the record gone usually cannot tell, and reports `NotOwned` with reason
+    /// `Missing`: the record is gone either way, but perhaps not by this call.
+    fn delete<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: Option<&'a LeaseToken>,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        let _ = (key, holder, fencing);
+        Box::pin(std::future::ready(Err(LeaseError::unsupported(
+            self.name(),
+            "delete",
+        ))))
+    }
+
+    /// A future that completes when `key`'s holder may have let go, sooner than polling would
+    /// notice: the file backend's kernel lock wakes it the moment the holder releases or dies.
+    /// `None` (the default) when the backend has no such signal. The waiting helpers race it
+    /// against their backoff, so it only ever shortens a wait; completing early is harmless.
+    fn changed<'a>(&'a self, key: &'a LeaseKey) -> Option<BoxFuture<'a, ()>> {
+        let _ = key;
+        None
+    }
+}
+
+impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn clock(&self) -> &dyn Clock {
+        (**self).clock()
+    }
+    fn as_listing(&self) -> Option<&dyn crate::LeaseListing> {
+        (**self).as_listing()
+    }
+    fn as_fenced_values(&self) -> Option<&dyn crate::FencedValues> {
+        (**self).as_fenced_values()
+    }
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+        options: &'a AcquireOptions,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        (**self).try_acquire(key, duration, options)
+    }
+    fn renew<'a>(
+        &'a self,
+        lease: &'a Lease,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        (**self).renew(lease, duration)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        token: &'a LeaseToken,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        (**self).release(key, token, fencing)
+    }
+    fn inspect<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
+        (**self).inspect(key)
+    }
+    fn delete<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: Option<&'a LeaseToken>,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        (**self).delete(key, holder, fencing)
+    }
+    fn changed<'a>(&'a self, key: &'a LeaseKey) -> Option<BoxFuture<'a, ()>> {
+        (**self).changed(key)
+    }
+}
+
+/// Conveniences over [`LeaseBackend`], implemented for every backend.
+///
+/// Do not implement this trait yourself: the blanket implementation covers every
+/// `LeaseBackend`, including `dyn LeaseBackend`.
+///
+/// ```
+/// use lease_core::{LeaseBackendExt, LeaseKey, MemoryBackend, WaitOptions};
+/// use std::time::Duration;
+///
+/// let store = MemoryBackend::new();
+/// let key = LeaseKey::new("deploy")?;
+/// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+/// lease_core::block_on(store.release_lease(&lease))?;
+/// let again = lease_core::block_on(
+///     store.acquire_with_wait(&key, Duration::from_secs(10), &WaitOptions::new(Duration::from_secs(1))),
+/// )?;
+/// assert!(again.fencing_token() > lease.fencing_token());
+/// # Ok::<(), lease_core::LeaseError>(())
+/// ```
+pub trait LeaseBackendExt: LeaseBackend {
+    /// One attempt to acquire with default options (Go: `Acquire`).
+    fn acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        Box::pin(async move {
+            self.try_acquire(key, duration, &AcquireOptions::default())
+                .await
+        })
+    }
+
+    /// Releases `lease` (Go: `Release`).
+    fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.release(lease.key(), lease.token(), lease.fencing_token())
+    }
+
+    /// Deletes `record`'s key if it is still exactly as `record` shows it: held by the same
+    /// token at the same fencing token, or free at the same fencing counter
+    /// ([`LeaseBackend::delete`], whose rules and errors apply). A held record whose holder's
+    /// token the backend does not report is named as free, and so refused.
+    ///
+    /// ```
+    /// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, LeaseListing, MemoryBackend};
+    /// use std::time::Duration;
+    ///
+    /// let store = MemoryBackend::new();
+    /// let key = LeaseKey::with_sort_key("sessions", "worker-3")?;
+    /// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+    /// lease_core::block_on(store.release_lease(&lease))?;
+    /// for record in lease_core::block_on(store.list_partition("sessions"))? {
+    ///     lease_core::block_on(store.delete_record(&record))?;
+    /// }
+    /// assert!(lease_core::block_on(store.list_partition("sessions"))?.is_empty());
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    fn delete_record<'a>(
+        &'a self,
+        record: &'a LeaseRecord,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        let holder = record.holder().and_then(Holder::token);
+        self.delete(record.key(), holder, record.fencing())
+    }
+
+    /// Acquires, retrying while the lease is held (or the backend fails transiently) until
+    /// `wait.timeout`, with capped exponential backoff and full jitter. A retry never sleeps past
+    /// the moment the holder's lease expires, so an expired lease is taken over promptly.
+    /// Invalid input and permanent failures are returned at once.
+    ///
+    /// # Errors
+    /// [`LeaseError::Timeout`] naming the last holder seen and carrying the last error when time
+    /// runs out. A timeout of [`WaitOptions::forever`] never runs out.
+    fn acquire_with_wait<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+        wait: &'a WaitOptions,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        Box::pin(crate::wait::acquire_with_wait(self, key, duration, wait))
+    }
+}
+
+impl<B: LeaseBackend + ?Sized> LeaseBackendExt for B {}
+
+/// What a waiting acquire reports while it waits (see [`WaitOptions::on_wait`]).
+#[derive(Debug)]
+pub struct WaitEvent<'a> {
+    /// The key waited for.
+    pub key: &'a LeaseKey,
+    /// The holder, as the last attempt saw it.
+    pub holder: Option<&'a Holder>,
+    /// How many attempts have failed so far.
+    pub attempts: u32,
+    /// How long until the next attempt.
+    pub next_attempt_in: Duration,
+    /// The error of the last attempt.
+    pub last_error: &'a LeaseError,
+}
