@@ -14,7 +14,7 @@
 //!
 //! fn harness(_name: &str, case: Case) {
 //!     let clock = Arc::new(ManualClock::new());
-//!     let backend = MemoryBackend::new().with_clock(clock.clone());
+//!     let backend = MemoryBackend::builder().with_clock(clock.clone()).build();
 //!     let subject = Subject::new(Arc::new(backend), clock);
 //!     lease_core::block_on(case(&subject));
 //! }

@@ -99,7 +99,7 @@ pub use keeper::{KeeperOptions, KeeperTask, LeaseGuard, LossCallback, Lost};
 pub use key::{LeaseKey, MAX_KEY_PART_BYTES};
 pub use lease::{Lease, LeaseRecord, MAX_LEASE_DURATION, MIN_LEASE_DURATION};
 pub use listing::LeaseListing;
-pub use memory::MemoryBackend;
+pub use memory::{MemoryBackend, MemoryBackendBuilder};
 pub use token::{FencingToken, LeaseToken, MAX_TOKEN_BYTES, RandomTokens, TokenSource};
 pub use wait::{Backoff, WaitCallback, WaitOptions};
 

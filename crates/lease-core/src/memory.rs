@@ -28,7 +28,7 @@ use crate::{
 /// use std::time::Duration;
 ///
 /// let clock = Arc::new(ManualClock::new());
-/// let store = MemoryBackend::new().with_clock(clock.clone());
+/// let store = MemoryBackend::builder().with_clock(clock.clone()).build();
 /// let key = LeaseKey::new("rebuild-index")?;
 ///
 /// let first = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
@@ -97,33 +97,28 @@ impl Default for MemoryBackend {
 }
 
 impl MemoryBackend {
-    /// An empty store on the system clock with random tokens.
+    /// An empty store on the system clock with random tokens: `builder().build()`.
     pub fn new() -> Self {
-        Self {
-            entries: Arc::default(),
-            values: Arc::default(),
+        Self::builder().build()
+    }
+
+    /// A builder: set what differs from the defaults with its `with_*` methods, then
+    /// [`build`](MemoryBackendBuilder::build). Every backend of this project is built this way.
+    ///
+    /// ```
+    /// use lease_core::{ManualClock, MemoryBackend};
+    /// use std::sync::Arc;
+    ///
+    /// let clock = Arc::new(ManualClock::new());
+    /// let store = MemoryBackend::builder().with_clock(clock).build();
+    /// # let _ = store;
+    /// ```
+    pub fn builder() -> MemoryBackendBuilder {
+        MemoryBackendBuilder {
             clock: Arc::new(SystemClock),
             tokens: Arc::new(RandomTokens),
             safety_margin: None,
         }
-    }
-
-    /// Uses `clock` for expiry and deadlines.
-    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// Uses `tokens` to make owner tokens.
-    pub fn with_token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
-        self.tokens = tokens;
-        self
-    }
-
-    /// Overrides [`default_safety_margin`](crate::backend::default_safety_margin).
-    pub fn with_safety_margin(mut self, margin: Duration) -> Self {
-        self.safety_margin = Some(margin);
-        self
     }
 
     fn margin(&self, duration: Duration) -> Duration {
@@ -280,6 +275,54 @@ fn delete_refusal(
         (None, None) if same_fencing => None,
         (None, Some(_)) => Some(NotOwnedReason::Missing),
         _ => Some(NotOwnedReason::TakenOver),
+    }
+}
+
+/// Builds a [`MemoryBackend`]; from [`MemoryBackend::builder`].
+#[must_use = "a builder does nothing until built"]
+pub struct MemoryBackendBuilder {
+    clock: Arc<dyn Clock>,
+    tokens: Arc<dyn TokenSource>,
+    safety_margin: Option<Duration>,
+}
+
+impl fmt::Debug for MemoryBackendBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryBackendBuilder")
+            .field("clock", &self.clock)
+            .field("safety_margin", &self.safety_margin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryBackendBuilder {
+    /// Uses `clock` for expiry and deadlines.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Uses `tokens` to make owner tokens.
+    pub fn with_token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// Overrides [`default_safety_margin`](crate::backend::default_safety_margin).
+    pub fn with_safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+
+    /// The empty store. Nothing can fail: the builder has nothing to check.
+    pub fn build(self) -> MemoryBackend {
+        MemoryBackend {
+            entries: Arc::default(),
+            values: Arc::default(),
+            clock: self.clock,
+            tokens: self.tokens,
+            safety_margin: self.safety_margin,
+        }
     }
 }
 

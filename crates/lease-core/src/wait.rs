@@ -264,7 +264,7 @@ mod tests {
     fn any_timeout_is_accepted_and_the_largest_mean_forever() {
         use crate::{LeaseBackendExt, ManualClock, MemoryBackend};
         let clock = Arc::new(ManualClock::new());
-        let store = MemoryBackend::new().with_clock(clock.clone());
+        let store = MemoryBackend::builder().with_clock(clock.clone()).build();
         let key = LeaseKey::new("k").unwrap_or_else(|_| unreachable!());
         let d = Duration::from_secs(10);
         for timeout in [Duration::MAX, WaitOptions::MAX_TIMEOUT, Duration::ZERO] {

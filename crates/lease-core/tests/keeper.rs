@@ -25,7 +25,7 @@ struct Flaky {
 impl Flaky {
     fn new(clock: Arc<ManualClock>) -> Arc<Self> {
         Arc::new(Self {
-            inner: MemoryBackend::new().with_clock(clock),
+            inner: MemoryBackend::builder().with_clock(clock).build(),
             fail_renewals: AtomicBool::new(false),
             hang_renewals: AtomicBool::new(false),
             renewals: AtomicUsize::new(0),

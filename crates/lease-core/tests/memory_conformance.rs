@@ -14,7 +14,7 @@ use lease_core::{
 
 fn harness(_name: &str, case: Case) {
     let clock = Arc::new(ManualClock::new());
-    let backend = Arc::new(MemoryBackend::new().with_clock(clock.clone()));
+    let backend = Arc::new(MemoryBackend::builder().with_clock(clock.clone()).build());
     let subject = Subject::new(backend, clock);
     lease_core::block_on(case(&subject));
 }
@@ -89,7 +89,9 @@ impl LeaseBackend for NoDelete {
 #[test]
 fn a_backend_without_delete_says_unsupported_and_passes_the_delete_cases() {
     let clock = Arc::new(ManualClock::new());
-    let backend = Arc::new(NoDelete(MemoryBackend::new().with_clock(clock.clone())));
+    let backend = Arc::new(NoDelete(
+        MemoryBackend::builder().with_clock(clock.clone()).build(),
+    ));
     let key = LeaseKey::new("kept").unwrap();
     let lease = lease_core::block_on(lease_core::LeaseBackendExt::acquire(
         &*backend,

@@ -15,7 +15,7 @@ const DURATION: Duration = Duration::from_millis(300);
 
 fn subject(takeover_delay: Duration) -> Subject {
     let clock = Arc::new(ManualClock::new());
-    let backend = MemoryBackend::new().with_clock(clock.clone());
+    let backend = MemoryBackend::builder().with_clock(clock.clone()).build();
     Subject::new(Arc::new(backend), clock).with_takeover_delay(takeover_delay)
 }
 

@@ -8,7 +8,7 @@
 //!
 //! // Sixteen key ranges shared by two workers on one store.
 //! let clock = Arc::new(ManualClock::new());
-//! let store = MemoryBackend::new().with_clock(clock.clone());
+//! let store = MemoryBackend::builder().with_clock(clock.clone()).build();
 //! let shards = Partition::universe().split(16);
 //! let mut workers = Vec::new();
 //! for id in ["alpha", "beta"] {

@@ -59,7 +59,7 @@ fn tick_all(workers: &mut [&mut Worker], clock: &ManualClock, rounds: usize) {
 #[test]
 fn every_change_of_owner_raises_the_units_fencing_token() {
     let clock = Arc::new(ManualClock::new());
-    let store = MemoryBackend::new().with_clock(clock.clone());
+    let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let log: Log = Arc::default();
     let (mut a, mut b, mut c) = (
         worker(&store, "a", 12, &log),
@@ -110,14 +110,14 @@ fn every_change_of_owner_raises_the_units_fencing_token() {
 #[test]
 fn only_the_current_owner_can_write_a_checkpoint() {
     let clock = Arc::new(ManualClock::new());
-    let store = MemoryBackend::new().with_clock(clock.clone());
+    let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     checkpoints_follow_the_owner(&clock, &store, Arc::new(MemoryCheckpoints::new()));
 }
 
 #[test]
 fn checkpoints_kept_in_the_lease_store_follow_the_owner() {
     let clock = Arc::new(ManualClock::new());
-    let store = MemoryBackend::new().with_clock(clock.clone());
+    let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let checkpoints = StoreCheckpoints::new(Arc::new(store.clone()), "cp").expect("checkpoints");
     checkpoints_follow_the_owner(&clock, &store, Arc::new(checkpoints));
 }
@@ -233,7 +233,7 @@ fn owned_total(workers: &[&Worker]) -> (usize, Vec<usize>) {
 #[test]
 fn units_added_and_retired_at_run_time_are_planned_by_every_worker() {
     let clock = Arc::new(ManualClock::new());
-    let store = MemoryBackend::new().with_clock(clock.clone());
+    let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let (mut a, mut b) = (dynamic(&store, "a"), dynamic(&store, "b"));
     tick_all(&mut [&mut a, &mut b], &clock, 3);
     assert_eq!(owned_total(&[&a, &b]).0, 0, "no units yet");
@@ -294,7 +294,7 @@ fn units_added_and_retired_at_run_time_are_planned_by_every_worker() {
 #[test]
 fn a_handoff_waits_for_the_tasks_final_checkpoint() {
     let clock = Arc::new(ManualClock::new());
-    let store = MemoryBackend::new().with_clock(clock.clone());
+    let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let checkpoints: Arc<dyn CheckpointStore> = Arc::new(MemoryCheckpoints::new());
     let make = |id: &str| {
         Worker::builder("handoff", id)
@@ -346,7 +346,7 @@ fn a_handoff_waits_for_the_tasks_final_checkpoint() {
 #[test]
 fn departed_workers_session_records_are_deleted() {
     let clock = Arc::new(ManualClock::new());
-    let store = MemoryBackend::new().with_clock(clock.clone());
+    let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let log: Log = Arc::default();
     let (mut a, mut z) = (worker(&store, "a", 4, &log), worker(&store, "z", 4, &log));
     tick_all(&mut [&mut a, &mut z], &clock, 4);
@@ -369,7 +369,7 @@ fn departed_workers_session_records_are_deleted() {
 #[test]
 fn a_workers_unit_limit_is_honoured_by_the_whole_fleet() {
     let clock = Arc::new(ManualClock::new());
-    let store = MemoryBackend::new().with_clock(clock.clone());
+    let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let make = |id: &str, cap: Option<usize>| {
         let builder = Worker::builder("caps", id)
             .store(store.clone())
@@ -397,7 +397,7 @@ fn a_workers_unit_limit_is_honoured_by_the_whole_fleet() {
 #[test]
 fn balancing_by_load_gives_the_heavy_units_owner_fewer_units() {
     let clock = Arc::new(ManualClock::new());
-    let store = MemoryBackend::new().with_clock(clock.clone());
+    let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let make = |id: &str| {
         Worker::builder("load", id)
             .store(store.clone())
@@ -444,7 +444,7 @@ fn balancing_by_load_gives_the_heavy_units_owner_fewer_units() {
 #[test]
 fn the_units_and_events_streams_end_when_the_worker_stops() {
     let clock = Arc::new(ManualClock::new());
-    let store = MemoryBackend::new().with_clock(clock.clone());
+    let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let make = |id: &str| {
         Worker::builder("ends", id)
             .store(store.clone())

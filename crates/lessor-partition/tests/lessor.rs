@@ -76,7 +76,7 @@ fn grants_only_the_unleased_part_and_releases_after_the_callback() {
 #[test]
 fn the_deadline_falls_before_expiry_and_drops_a_late_callback() {
     let clock = Arc::new(ManualClock::new());
-    let store = MemoryBackend::new().with_clock(clock.clone());
+    let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let lessor = StoreLessor::new(Arc::new(store));
     let start = lease_core::Clock::monotonic(&*clock);
     clock.set_auto_advance(true);

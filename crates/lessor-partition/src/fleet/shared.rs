@@ -250,7 +250,7 @@ async fn change_or(shared: &Arc<Shared>, seen: u64, until: Option<Instant>) {
 /// use std::sync::Arc;
 ///
 /// let clock = Arc::new(ManualClock::new());
-/// let store = MemoryBackend::new().with_clock(clock.clone());
+/// let store = MemoryBackend::builder().with_clock(clock.clone()).build();
 /// let mut worker = Worker::builder("demo", "a").store(store).units(["u1", "u2"]).build()?;
 /// let handle = worker.handle();
 /// for _ in 0..3 {

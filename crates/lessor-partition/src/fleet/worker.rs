@@ -36,7 +36,7 @@ use crate::{Error, LeaseStore};
 /// use std::time::Duration;
 ///
 /// let clock = Arc::new(ManualClock::new());
-/// let store = MemoryBackend::new().with_clock(clock.clone());
+/// let store = MemoryBackend::builder().with_clock(clock.clone()).build();
 /// let make = |id: &str| Worker::builder("demo", id).store(store.clone())
 ///     .units((0..6).map(|i| format!("shard-{i}"))).build();
 /// let (mut a, mut b) = (make("a")?, make("b")?);

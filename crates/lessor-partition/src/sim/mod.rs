@@ -310,7 +310,7 @@ impl Simulation {
     pub fn new(config: SimConfig) -> Self {
         let clock = Arc::new(ManualClock::new());
         let store = SimStore {
-            inner: MemoryBackend::new().with_clock(clock.clone()),
+            inner: MemoryBackend::builder().with_clock(clock.clone()).build(),
             hidden: Arc::default(),
         };
         let width = config.units.to_string().len();

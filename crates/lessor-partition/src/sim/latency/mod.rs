@@ -146,7 +146,7 @@ impl LatencySim {
     /// workers' requests take no time until [`with_latency`](Self::with_latency).
     pub fn new(units: usize, seed: u64) -> Self {
         let clock = Arc::new(ManualClock::new());
-        let store = MemoryBackend::new().with_clock(clock.clone());
+        let store = MemoryBackend::builder().with_clock(clock.clone()).build();
         let width = units.saturating_sub(1).to_string().len();
         let units: Vec<String> = (0..units).map(|i| format!("u{i:0width$}")).collect();
         Self {

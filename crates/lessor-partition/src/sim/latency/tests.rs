@@ -26,7 +26,7 @@ fn acquire_later(
     Task<Result<Lease, LeaseError>>,
 ) {
     let clock = Arc::new(ManualClock::new());
-    let store = MemoryBackend::new().with_clock(clock.clone());
+    let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let slow = LatencyStore::new(store.clone(), new_link(latency, 1));
     let task = Task::new(async move {
         let key = LeaseKey::new("k")?;
@@ -71,7 +71,7 @@ fn every_operation_reaches_the_store_and_takes_its_latency() -> Result<(), Lease
     use lease_core::{LeaseBackendExt, LeaseListing};
     let clock = Arc::new(ManualClock::new());
     clock.set_auto_advance(true);
-    let store = MemoryBackend::new().with_clock(clock.clone());
+    let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let slow = LatencyStore::new(store, new_link(Latency::fixed(ms(20)), 1));
     let key = LeaseKey::with_sort_key("p", "k")?;
     let ten = Duration::from_secs(10);
@@ -112,7 +112,7 @@ fn the_checker_sees_two_trusting_owners_and_when_it_ends() {
         .into_iter()
         .map(|id| {
             // Each on its own store: they cannot see each other.
-            let store = MemoryBackend::new().with_clock(clock.clone());
+            let store = MemoryBackend::builder().with_clock(clock.clone()).build();
             Worker::builder("f", id)
                 .store(store)
                 .units(units.clone())
