@@ -23,24 +23,27 @@ pub const MAX_PARTITION_KEY_BYTES: usize = 2048;
 pub const MAX_SORT_KEY_BYTES: usize = 1024;
 
 /// Leases stored in one DynamoDB table, one item per lease: the Rust counterpart of the Go
-/// `lease` package's manager, implementing [`LeaseBackend`](lease_core::LeaseBackend) and
-/// [`LeaseListing`](lease_core::LeaseListing).
+/// `lease` package's manager, implementing [`LeaseBackend`](lease_core::LeaseBackend),
+/// [`LeaseListing`](lease_core::LeaseListing) and [`FencedValues`](lease_core::FencedValues).
+/// Its lease operations are the trait methods; [`go::Manager`](crate::go::Manager) wraps it
+/// with the Go package's method names.
 ///
 /// Cheap to clone (clones share one configuration). See the [crate documentation](crate) for the
 /// item layout, the request each operation sends, and the time model.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lease_core::LeaseError> {
-/// use lease_dynamo::DynamoLeases;
+/// use lease_dynamo::{DynamoLeases, LeaseBackend, LeaseBackendExt, LeaseKey};
 /// use std::time::Duration;
 ///
 /// let client = lease_dynamo::sdk_client(None, None).await;
 /// let leases = DynamoLeases::builder(client, "leases")
 ///     .with_max_clock_skew(Duration::from_millis(500))
 ///     .build()?;
-/// let lease = leases.acquire("nightly-report", Duration::from_secs(30)).await?;
-/// let lease = leases.refresh(&lease, Duration::from_secs(30)).await?;
-/// leases.release(&lease).await?;
+/// let key = LeaseKey::new("nightly-report")?;
+/// let lease = leases.acquire(&key, Duration::from_secs(30)).await?;
+/// let lease = leases.renew(&lease, Duration::from_secs(30)).await?;
+/// leases.release_lease(&lease).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]

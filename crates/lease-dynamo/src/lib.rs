@@ -3,7 +3,7 @@
 //! reconciled instead of dropping a lease that is still held.
 //!
 //! ```no_run
-//! use lease_dynamo::DynamoLeases;
+//! use lease_dynamo::{DynamoLeases, LeaseBackend, LeaseBackendExt, LeaseKey};
 //! use std::time::Duration;
 //!
 //! # async fn demo() -> Result<(), lease_core::LeaseError> {
@@ -12,11 +12,12 @@
 //! let leases = DynamoLeases::new(client, "leases")?;
 //! leases.ensure_table().await?; // once: on-demand table with TTL
 //!
-//! match leases.acquire("regenerate-sitemap", Duration::from_secs(30)).await {
+//! let key = LeaseKey::new("regenerate-sitemap")?;
+//! match leases.acquire(&key, Duration::from_secs(30)).await {
 //!     Ok(lease) => {
 //!         // Pass lease.fencing_token() with every write to the protected resource.
-//!         let lease = leases.refresh(&lease, Duration::from_secs(30)).await?;
-//!         leases.release(&lease).await?;
+//!         let lease = leases.renew(&lease, Duration::from_secs(30)).await?;
+//!         leases.release_lease(&lease).await?;
 //!     }
 //!     Err(e) if e.is_held() => println!("busy: {e}"), // names the holder and its expiry
 //!     Err(e) => return Err(e),
@@ -27,14 +28,11 @@
 //! [`DynamoLeases`] implements [`lease_core::LeaseBackend`], [`lease_core::LeaseListing`] and
 //! the optional [`lease_core::FencedValues`] (checkpoints only the newest fencing token writes:
 //! see *Fenced values* below), so
-//! [`lease_core::LeaseGuard`] keeps its leases alive and everything in `lease-core` works on it.
-//! It offers everything the Go `lease` package does ([`acquire`](DynamoLeases::acquire),
-//! [`acquire_key`](DynamoLeases::acquire_key), [`refresh`](DynamoLeases::refresh),
-//! [`release`](DynamoLeases::release), the same options and defaults; errors branch with
-//! [`LeaseError::is_held`] and
-//! [`is_not_owned`](lease_core::LeaseError::is_not_owned)). The trait methods of the same names
-//! take a [`LeaseKey`]; call them as `LeaseBackend::release(&leases, ..)`
-//! when the inherent Go-style method is in the way.
+//! [`lease_core::LeaseGuard`] keeps its leases alive and everything in `lease-core` works on it;
+//! its only lease methods are the trait's. It offers everything the Go `lease` package does
+//! (the same options and defaults, errors that branch with [`LeaseError::is_held`] and
+//! [`is_not_owned`](lease_core::LeaseError::is_not_owned)); code ported from Go can keep Go's
+//! method names and argument shapes through [`go::Manager`].
 //!
 //! # Item layout
 //!
@@ -289,6 +287,7 @@ mod delete;
 mod error;
 mod expr;
 mod fenced;
+pub mod go;
 mod item;
 mod leases;
 mod names;

@@ -1,4 +1,4 @@
-//! Reading (inspect, list), the Go-shaped methods, and the trait implementations. The writes
+//! Reading (inspect, list) and the trait implementations (the Go-shaped methods are in `go.rs`). The writes
 //! live in `acquire.rs` and `tenure.rs`.
 
 use std::collections::HashMap;
@@ -162,74 +162,6 @@ impl DynamoLeases {
         }
         .instrument(span)
         .await
-    }
-
-    /// Acquires the lease named by partition key `pk` alone (stored under the lock sort key),
-    /// for `duration`: one conditional `UpdateItem` (Go: `Acquire`).
-    ///
-    /// # Errors
-    /// [`LeaseError::Held`] (see [`LeaseError::is_held`]) naming the holder, its expiry and
-    /// fencing token, learned from the failed write itself; [`LeaseError::InvalidInput`];
-    /// [`LeaseError::Backend`].
-    pub async fn acquire(&self, pk: &str, duration: Duration) -> Result<Lease, LeaseError> {
-        let key = LeaseKey::new(pk)?;
-        self.acquire_inner(&key, duration, &AcquireOptions::default())
-            .await
-    }
-
-    /// Acquires the lease named by `key` (Go: `AcquireKey`). A key without a sort key is stored
-    /// under the lock sort key.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire).
-    pub async fn acquire_key(
-        &self,
-        key: &LeaseKey,
-        duration: Duration,
-    ) -> Result<Lease, LeaseError> {
-        self.acquire_inner(key, duration, &AcquireOptions::default())
-            .await
-    }
-
-    /// Acquires with per-call options (an owner description, a caller-chosen token).
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire).
-    pub async fn acquire_with(
-        &self,
-        key: &LeaseKey,
-        duration: Duration,
-        options: &AcquireOptions,
-    ) -> Result<Lease, LeaseError> {
-        self.acquire_inner(key, duration, options).await
-    }
-
-    /// Extends `lease` to `duration` from now: one conditional `UpdateItem` (Go: `Refresh`).
-    ///
-    /// # Errors
-    /// [`LeaseError::NotOwned`] (see [`LeaseError::is_not_owned`]) if the lease expired, was
-    /// released or taken over; [`LeaseError::InvalidInput`]; [`LeaseError::Backend`].
-    pub async fn refresh(&self, lease: &Lease, duration: Duration) -> Result<Lease, LeaseError> {
-        self.renew_inner(lease, duration).await
-    }
-
-    /// Releases `lease`: one conditional `UpdateItem` that removes the holder and keeps the item
-    /// with its fencing counter (the Go package deleted the item, and with it any counter).
-    ///
-    /// # Errors
-    /// [`LeaseError::NotOwned`] if another tenure holds the lease or nobody does;
-    /// [`LeaseError::Backend`].
-    pub async fn release(&self, lease: &Lease) -> Result<(), LeaseError> {
-        self.release_inner(lease.key(), lease.token(), lease.fencing_token())
-            .await
-    }
-
-    /// Reads the record of `key` with one strongly consistent `GetItem`.
-    ///
-    /// # Errors
-    /// [`LeaseError::Backend`].
-    pub async fn inspect(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
-        self.inspect_inner(key).await
     }
 }
 

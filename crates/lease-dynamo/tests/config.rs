@@ -392,7 +392,10 @@ fn create_table_refuses_an_existing_table_with_another_key_schema() {
                 .build()
                 .unwrap();
             renamed.ensure_table().await.expect("renamed keys match");
-            renamed.acquire("k", D).await.expect("usable");
+            renamed
+                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .await
+                .expect("usable");
             // And the default names on that table are refused, naming both schemas.
             let error = DynamoLeases::new(client.clone(), table)
                 .unwrap()

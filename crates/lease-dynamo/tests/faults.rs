@@ -7,6 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease_core::LeaseBackendExt;
 use lease_core::{
     AcquireOptions, FencedValues, FencingToken, LeaseBackend, LeaseKey, ManualClock,
     NotOwnedReason, RandomTokens, TokenSource,
@@ -51,12 +52,20 @@ fn lost_acquire_reply_is_reconciled_from_all_old() {
         "lost_acquire_reply_is_reconciled_from_all_old",
         |endpoint| async move {
             let r = rig(&endpoint, RetryPolicy::default()).await;
-            let first = r.leases.acquire("k", D).await.unwrap();
-            r.leases.release(&first).await.unwrap();
+            let first = r
+                .leases
+                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .await
+                .unwrap();
+            r.leases.release_lease(&first).await.unwrap();
             r.counter.take();
 
             r.faults.lose_replies(1);
-            let lease = r.leases.acquire("k", D).await.unwrap();
+            let lease = r
+                .leases
+                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .await
+                .unwrap();
             assert_eq!(r.faults.lost(), 1, "the first reply was lost");
             assert_eq!(r.counter.count(), 2, "one retry, whose condition failed");
             assert_eq!(
@@ -71,9 +80,15 @@ fn lost_acquire_reply_is_reconciled_from_all_old() {
             assert_eq!(record.holder().and_then(|h| h.token()), Some(lease.token()));
             assert_eq!(record.fencing(), lease.fencing_token());
             // We really hold it: renew and release work, others are turned away.
-            assert!(r.leases.acquire("k", D).await.unwrap_err().is_held());
-            let lease = r.leases.refresh(&lease, D).await.unwrap();
-            r.leases.release(&lease).await.unwrap();
+            assert!(
+                r.leases
+                    .acquire(&LeaseKey::new("k").unwrap(), D)
+                    .await
+                    .unwrap_err()
+                    .is_held()
+            );
+            let lease = r.leases.renew(&lease, D).await.unwrap();
+            r.leases.release_lease(&lease).await.unwrap();
         },
     );
 }
@@ -82,15 +97,23 @@ fn lost_acquire_reply_is_reconciled_from_all_old() {
 fn lost_takeover_reply_is_reconciled() {
     support::run("lost_takeover_reply_is_reconciled", |endpoint| async move {
         let r = rig(&endpoint, RetryPolicy::default()).await;
-        let old = r.leases.acquire("k", D).await.unwrap();
+        let old = r
+            .leases
+            .acquire(&LeaseKey::new("k").unwrap(), D)
+            .await
+            .unwrap();
         r.clock.advance(D + Duration::from_millis(1));
         r.faults.lose_replies(1);
-        let new = r.leases.acquire("k", D).await.unwrap();
+        let new = r
+            .leases
+            .acquire(&LeaseKey::new("k").unwrap(), D)
+            .await
+            .unwrap();
         assert_eq!(r.faults.lost(), 1);
         assert_eq!(new.fencing_token().get(), old.fencing_token().get() + 1);
-        let err = r.leases.refresh(&old, D).await.unwrap_err();
+        let err = r.leases.renew(&old, D).await.unwrap_err();
         assert!(err.is_not_owned(), "{err}");
-        r.leases.refresh(&new, D).await.unwrap();
+        r.leases.renew(&new, D).await.unwrap();
     });
 }
 
@@ -98,11 +121,15 @@ fn lost_takeover_reply_is_reconciled() {
 fn lost_renew_reply_keeps_the_lease() {
     support::run("lost_renew_reply_keeps_the_lease", |endpoint| async move {
         let r = rig(&endpoint, RetryPolicy::default()).await;
-        let lease = r.leases.acquire("k", D).await.unwrap();
+        let lease = r
+            .leases
+            .acquire(&LeaseKey::new("k").unwrap(), D)
+            .await
+            .unwrap();
         r.clock.advance(D / 2);
         r.counter.take();
         r.faults.lose_replies(1);
-        let renewed = r.leases.refresh(&lease, D).await.unwrap();
+        let renewed = r.leases.renew(&lease, D).await.unwrap();
         assert_eq!(r.faults.lost(), 1);
         assert_eq!(r.counter.count(), 2);
         assert!(renewed.expires_at() > lease.expires_at());
@@ -116,7 +143,13 @@ fn lost_renew_reply_keeps_the_lease() {
         );
         // Past the first expiry, still ours.
         r.clock.advance(D / 2 + Duration::from_millis(5));
-        assert!(r.leases.acquire("k", D).await.unwrap_err().is_held());
+        assert!(
+            r.leases
+                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .await
+                .unwrap_err()
+                .is_held()
+        );
     });
 }
 
@@ -125,10 +158,14 @@ fn lost_release_reply_is_reconciled() {
     support::run("lost_release_reply_is_reconciled", |endpoint| async move {
         let r = rig(&endpoint, RetryPolicy::default()).await;
         // Go-style release, which knows the fencing token.
-        let lease = r.leases.acquire("a", D).await.unwrap();
+        let lease = r
+            .leases
+            .acquire(&LeaseKey::new("a").unwrap(), D)
+            .await
+            .unwrap();
         r.counter.take();
         r.faults.lose_replies(1);
-        r.leases.release(&lease).await.unwrap();
+        r.leases.release_lease(&lease).await.unwrap();
         assert_eq!((r.faults.lost(), r.counter.take().len()), (1, 2));
         let record = LeaseBackend::inspect(&r.leases, lease.key())
             .await
@@ -138,7 +175,11 @@ fn lost_release_reply_is_reconciled() {
         assert_eq!(record.fencing(), lease.fencing_token(), "fencing kept");
 
         // The trait's release(key, token, fencing).
-        let lease = r.leases.acquire("b", D).await.unwrap();
+        let lease = r
+            .leases
+            .acquire(&LeaseKey::new("b").unwrap(), D)
+            .await
+            .unwrap();
         r.faults.lose_replies(1);
         LeaseBackend::release(&r.leases, lease.key(), lease.token(), lease.fencing_token())
             .await
@@ -146,7 +187,7 @@ fn lost_release_reply_is_reconciled() {
         assert_eq!(r.faults.lost(), 2);
 
         // Without a lost reply a second release is still refused: reconciliation needs doubt.
-        let err = r.leases.release(&lease).await.unwrap_err();
+        let err = r.leases.release_lease(&lease).await.unwrap_err();
         assert!(err.is_not_owned(), "{err}");
     });
 }
@@ -160,8 +201,8 @@ fn a_lost_reply_never_makes_a_strangers_release_succeed() {
         |endpoint| async move {
             let r = rig(&endpoint, RetryPolicy::default()).await;
             let key = LeaseKey::new("free").unwrap();
-            let lease = r.leases.acquire_key(&key, D).await.unwrap();
-            r.leases.release(&lease).await.unwrap();
+            let lease = r.leases.acquire(&key, D).await.unwrap();
+            r.leases.release_lease(&lease).await.unwrap();
             let stranger = RandomTokens.next_token();
             for fencing in [lease.fencing_token(), FencingToken::NONE] {
                 r.faults.lose_replies(1);
@@ -174,7 +215,7 @@ fn a_lost_reply_never_makes_a_strangers_release_succeed() {
             }
             // The released lease released again, its reply lost: still nothing to release.
             r.faults.lose_replies(1);
-            let err = r.leases.release(&lease).await.unwrap_err();
+            let err = r.leases.release_lease(&lease).await.unwrap_err();
             assert!(err.is_not_owned(), "{err}");
         },
     );
@@ -214,7 +255,7 @@ fn a_second_call_with_the_holders_token_is_held() {
                 second.as_ref().is_err_and(lease_core::LeaseError::is_held),
                 "{second:?}"
             );
-            r.leases.refresh(&first, D).await.unwrap();
+            r.leases.renew(&first, D).await.unwrap();
         },
     );
 }
@@ -225,12 +266,20 @@ fn throttling_and_5xx_are_retried_with_backoff() {
         "throttling_and_5xx_are_retried_with_backoff",
         |endpoint| async move {
             let r = rig(&endpoint, RetryPolicy::default()).await;
-            let first = r.leases.acquire("k", D).await.unwrap();
-            r.leases.release(&first).await.unwrap();
+            let first = r
+                .leases
+                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .await
+                .unwrap();
+            r.leases.release_lease(&first).await.unwrap();
             r.counter.take();
 
             r.faults.throttle(2);
-            let lease = r.leases.acquire("k", D).await.unwrap();
+            let lease = r
+                .leases
+                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .await
+                .unwrap();
             assert_eq!(r.faults.throttled(), 2);
             assert_eq!(
                 r.counter.take().len(),
@@ -241,10 +290,10 @@ fn throttling_and_5xx_are_retried_with_backoff() {
 
             r.faults.server_error(1);
             r.faults.throttle(1);
-            let lease = r.leases.refresh(&lease, D).await.unwrap();
+            let lease = r.leases.renew(&lease, D).await.unwrap();
             assert_eq!(r.counter.take().len(), 3);
             r.faults.server_error(1);
-            r.leases.release(&lease).await.unwrap();
+            r.leases.release_lease(&lease).await.unwrap();
             assert_eq!(r.counter.take().len(), 2);
         },
     );
@@ -258,7 +307,11 @@ fn sdk_retries_are_off_and_persistent_throttling_is_transient() {
             // One attempt: the SDK's standard retry strategy would have retried throttling.
             let r = rig(&endpoint, RetryPolicy::none()).await;
             r.faults.throttle(1);
-            let err = r.leases.acquire("k", D).await.unwrap_err();
+            let err = r
+                .leases
+                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .await
+                .unwrap_err();
             assert!(err.is_transient(), "{err}");
             assert!(err.to_string().contains("ThrottlingException"), "{err}");
             assert_eq!(r.counter.take().len(), 1, "exactly one request on the wire");
@@ -272,7 +325,11 @@ fn sdk_retries_are_off_and_persistent_throttling_is_transient() {
 
             let r = rig(&endpoint, RetryPolicy::default().with_max_attempts(3)).await;
             r.faults.throttle(10);
-            let err = r.leases.acquire("k", D).await.unwrap_err();
+            let err = r
+                .leases
+                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .await
+                .unwrap_err();
             assert!(err.is_transient(), "{err}");
             assert_eq!(r.counter.take().len(), 3, "gave up after max attempts");
         },
@@ -285,13 +342,17 @@ fn renew_retries_stop_at_the_lease_deadline() {
         "renew_retries_stop_at_the_lease_deadline",
         |endpoint| async move {
             let r = rig(&endpoint, RetryPolicy::default().with_max_attempts(10)).await;
-            let lease = r.leases.acquire("k", D).await.unwrap();
+            let lease = r
+                .leases
+                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .await
+                .unwrap();
             // Past the holder's deadline (duration minus margin) but before the store's expiry.
             r.clock.advance(D - Duration::from_millis(500));
             assert!(!lease.is_trusted(r.clock.as_ref()));
             r.counter.take();
             r.faults.throttle(5);
-            let err = r.leases.refresh(&lease, D).await.unwrap_err();
+            let err = r.leases.renew(&lease, D).await.unwrap_err();
             assert!(err.is_transient(), "{err}");
             assert_eq!(
                 r.counter.take().len(),
@@ -316,7 +377,10 @@ fn missing_table_is_a_permanent_error_naming_it() {
                 },
             );
             let leases = DynamoLeases::new(client, "no-such-table-here").unwrap();
-            let err = leases.acquire("k", D).await.unwrap_err();
+            let err = leases
+                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .await
+                .unwrap_err();
             assert!(!err.is_transient(), "{err}");
             let text = err.to_string();
             assert!(text.contains("no-such-table-here"), "{text}");
@@ -440,7 +504,11 @@ fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
         |endpoint| async move {
             let r = rig(&endpoint, RetryPolicy::default()).await;
             let key = LeaseKey::new("gone").unwrap();
-            let lease = r.leases.acquire("gone", D).await.unwrap();
+            let lease = r
+                .leases
+                .acquire(&LeaseKey::new("gone").unwrap(), D)
+                .await
+                .unwrap();
             r.counter.take();
 
             // Throttled and 5xx answers never reached the table: the retry deletes, and says so.
@@ -458,7 +526,11 @@ fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
             );
 
             // Applied, reply lost: the retry finds the item gone and cannot prove it was ours.
-            let lease = r.leases.acquire("gone", D).await.unwrap();
+            let lease = r
+                .leases
+                .acquire(&LeaseKey::new("gone").unwrap(), D)
+                .await
+                .unwrap();
             r.counter.take();
             r.faults.lose_replies(1);
             let err =
@@ -482,7 +554,11 @@ fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
 
             // With retries off, a lost reply is a transient failure: the outcome is unknown.
             let once = rig(&endpoint, RetryPolicy::none()).await;
-            let lease = once.leases.acquire("gone", D).await.unwrap();
+            let lease = once
+                .leases
+                .acquire(&LeaseKey::new("gone").unwrap(), D)
+                .await
+                .unwrap();
             once.faults.lose_replies(1);
             let err = LeaseBackend::delete(
                 &once.leases,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use lease_core::LeaseBackendExt;
 use lease_core::{FencedValues, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
 use lease_dynamo::{AttributeNames, DynamoLeases};
 use support::Wiring;
@@ -39,7 +40,10 @@ fn fenced_value_and_lease_coexist_on_one_item() {
         let t = lease_core::backend::fencing_token;
         let key = LeaseKey::new("shared").unwrap();
 
-        let lease = leases.acquire("shared", D).await.unwrap();
+        let lease = leases
+            .acquire(&LeaseKey::new("shared").unwrap(), D)
+            .await
+            .unwrap();
         let before = raw_item(&client, &leases, "shared", "LOCK").await;
         assert!(before.contains_key("ttl"));
 
@@ -67,10 +71,13 @@ fn fenced_value_and_lease_coexist_on_one_item() {
         );
 
         // Lease operations do not touch the fenced attributes.
-        let lease = leases.refresh(&lease, D).await.unwrap();
-        leases.release(&lease).await.unwrap();
+        let lease = leases.renew(&lease, D).await.unwrap();
+        leases.release_lease(&lease).await.unwrap();
         clock.advance(D);
-        let next = leases.acquire("shared", D).await.unwrap();
+        let next = leases
+            .acquire(&LeaseKey::new("shared").unwrap(), D)
+            .await
+            .unwrap();
         assert_eq!(next.fencing_token().get(), lease.fencing_token().get() + 1);
         let record = LeaseBackend::inspect(&leases, &key).await.unwrap().unwrap();
         assert_eq!(record.fencing(), next.fencing_token());
@@ -103,8 +110,8 @@ fn fenced_value_and_lease_coexist_on_one_item() {
                 .is_empty()
         );
         // And a lease can still be taken on that key, keeping the value.
-        let l = leases.acquire_key(&name, D).await.unwrap();
-        leases.release(&l).await.unwrap();
+        let l = leases.acquire(&name, D).await.unwrap();
+        leases.release_lease(&l).await.unwrap();
         assert_eq!(
             leases.fence_and_read(&name, t(2)).await.unwrap().as_deref(),
             Some(&b"cp"[..])
@@ -128,7 +135,7 @@ fn delete_keeps_a_fenced_value_that_shares_the_item() {
         };
         let (leases, client) = support::leases(&endpoint, &wiring, |b| b).await;
         let key = LeaseKey::with_sort_key("units", "retired").unwrap();
-        let lease = leases.acquire_key(&key, D).await.unwrap();
+        let lease = leases.acquire(&key, D).await.unwrap();
         let fence = lease.fencing_token();
         leases.put_fenced(&key, fence, b"final").await.unwrap();
         counter.take();

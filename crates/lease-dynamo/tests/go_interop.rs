@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
 use lease_core::{Clock, FencingToken, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
-use lease_dynamo::DynamoLeases;
+use lease_dynamo::go;
 use support::Wiring;
 
 /// The Go package's conditions, verbatim.
@@ -173,7 +173,7 @@ fn set_wall(clock: &ManualClock, at: SystemTime) {
 }
 
 struct Rig {
-    leases: DynamoLeases,
+    leases: go::Manager,
     go: Go,
     clock: Arc<ManualClock>,
 }
@@ -190,7 +190,11 @@ async fn rig(endpoint: &str) -> Rig {
         client,
         table: leases.table().to_owned(),
     };
-    Rig { leases, go, clock }
+    Rig {
+        leases: go::Manager::from(leases),
+        go,
+        clock,
+    }
 }
 
 #[test]
@@ -215,7 +219,7 @@ fn a_live_go_lease_is_held_and_shown_with_its_expiry() {
             assert_eq!(holder.fencing(), None, "Go issues no fencing token");
 
             let key = LeaseKey::new("job").unwrap();
-            let record = LeaseBackend::inspect(&r.leases, &key)
+            let record = LeaseBackend::inspect(r.leases.leases(), &key)
                 .await
                 .unwrap()
                 .unwrap();
@@ -224,7 +228,7 @@ fn a_live_go_lease_is_held_and_shown_with_its_expiry() {
                 "status shows it held, not 1970"
             );
             assert_eq!(record.fencing(), FencingToken::NONE);
-            let listed = r.leases.list_partition("job").await.unwrap();
+            let listed = r.leases.leases().list_partition("job").await.unwrap();
             assert_eq!(listed.len(), 1, "Go's items are listed");
 
             // Just before Go's expiry (by Go's own seconds) it is still held; at it, free.

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use lease_core::{Clock, Lease, LeaseKey, ManualClock};
-use lease_dynamo::DynamoLeases;
+use lease_dynamo::{DynamoLeases, go};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -72,7 +72,7 @@ enum Held {
 }
 
 struct World {
-    leases: DynamoLeases,
+    leases: go::Manager,
     client: Client,
     clock: Arc<ManualClock>,
     keys: Vec<String>,
@@ -125,7 +125,7 @@ impl World {
                 let result = self
                     .client
                     .put_item()
-                    .table_name(self.leases.table())
+                    .table_name(self.leases.leases().table())
                     .set_item(Some(item))
                     .condition_expression("attribute_not_exists(#pk) OR #lease_expires_at <= :now")
                     .expression_attribute_names("#pk", "pk")
@@ -149,7 +149,7 @@ impl World {
                     let result = self
                         .client
                         .update_item()
-                        .table_name(self.leases.table())
+                        .table_name(self.leases.leases().table())
                         .set_key(Some(self.go_key(k)))
                         .update_expression("SET #lease_expires_at = :exp, #ttl = :ttl")
                         .condition_expression("#lease_token = :token AND #lease_expires_at > :now")
@@ -179,7 +179,7 @@ impl World {
                     let result = self
                         .client
                         .delete_item()
-                        .table_name(self.leases.table())
+                        .table_name(self.leases.leases().table())
                         .set_key(Some(self.go_key(k)))
                         .condition_expression("#lease_token = :token")
                         .expression_attribute_names("#lease_token", "lease_token")
@@ -231,7 +231,7 @@ fn go_and_rust_clients_never_both_hold_a_key() {
             .build()
             .unwrap();
         let mut world = World {
-            leases,
+            leases: go::Manager::from(leases),
             client: client.clone(),
             clock,
             keys: (0..KEYS).map(|k| format!("case{case}-k{k}")).collect(),

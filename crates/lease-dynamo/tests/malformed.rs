@@ -85,7 +85,7 @@ fn foreign_tokens_are_shown_held_and_breakable() {
                 )
                 .await;
                 let key = LeaseKey::new(pk).unwrap();
-                let err = leases.acquire_key(&key, D).await.unwrap_err();
+                let err = leases.acquire(&key, D).await.unwrap_err();
                 assert!(err.is_held(), "{pk}: {err}");
                 let record = LeaseBackend::inspect(&leases, &key).await.unwrap().unwrap();
                 let holder = record
@@ -101,7 +101,7 @@ fn foreign_tokens_are_shown_held_and_breakable() {
                 LeaseBackend::release(&leases, &key, holder.token().unwrap(), record.fencing())
                     .await
                     .unwrap_or_else(|e| panic!("{pk}: cannot break: {e}"));
-                leases.acquire_key(&key, D).await.unwrap();
+                leases.acquire(&key, D).await.unwrap();
             }
         },
     );
@@ -146,7 +146,7 @@ fn a_holder_without_a_usable_expiry_is_explained_and_breakable() {
                 LeaseBackend::release(&leases, &key, &token, record.fencing())
                     .await
                     .unwrap();
-                leases.acquire_key(&key, D).await.unwrap();
+                leases.acquire(&key, D).await.unwrap();
             }
         },
     );
@@ -174,7 +174,7 @@ fn a_malformed_fencing_counter_never_half_acquires() {
             for (pk, counter, shown) in cases {
                 plant(&client, leases.table(), pk, &[("lease_fence", counter)]).await;
                 let key = LeaseKey::new(pk).unwrap();
-                let err = leases.acquire_key(&key, D).await.unwrap_err();
+                let err = leases.acquire(&key, D).await.unwrap_err();
                 assert!(!err.is_transient() && !err.is_held(), "{pk}: {err}");
                 let text = err.to_string();
                 assert!(
@@ -187,7 +187,7 @@ fn a_malformed_fencing_counter_never_half_acquires() {
                     "{pk}: nobody holds the key: {item:?}"
                 );
                 // Again: the same clear error, never a lease.
-                assert!(leases.acquire_key(&key, D).await.is_err(), "{pk}");
+                assert!(leases.acquire(&key, D).await.is_err(), "{pk}");
             }
             // The largest valid counter: the next token would not fit a signed 64-bit column.
             plant(
@@ -197,7 +197,10 @@ fn a_malformed_fencing_counter_never_half_acquires() {
                 &[("lease_fence", n("9223372036854775807"))],
             )
             .await;
-            let err = leases.acquire("exhausted", D).await.unwrap_err();
+            let err = leases
+                .acquire(&LeaseKey::new("exhausted").unwrap(), D)
+                .await
+                .unwrap_err();
             assert!(err.to_string().contains("exhausted"), "{err}");
         },
     );
@@ -221,7 +224,10 @@ fn a_huge_owner_makes_a_short_message() {
                 ],
             )
             .await;
-            let err = leases.acquire("big", D).await.unwrap_err();
+            let err = leases
+                .acquire(&LeaseKey::new("big").unwrap(), D)
+                .await
+                .unwrap_err();
             assert!(err.is_held());
             assert!(
                 err.to_string().len() < 500,
@@ -239,22 +245,25 @@ fn a_zero_ttl_buffer_writes_no_ttl() {
     support::run("a_zero_ttl_buffer_writes_no_ttl", |endpoint| async move {
         let (leases, client, clock) = rig(&endpoint).await;
         let table = leases.table().to_owned();
-        let lease = leases.acquire("k", D).await.unwrap();
+        let lease = leases
+            .acquire(&LeaseKey::new("k").unwrap(), D)
+            .await
+            .unwrap();
         assert!(raw(&client, &table, "k").await.contains_key("ttl"));
-        leases.release(&lease).await.unwrap();
+        leases.release_lease(&lease).await.unwrap();
         let zero = DynamoLeases::builder(client.clone(), table.clone())
             .with_clock(clock.clone())
             .with_ttl_buffer(Duration::ZERO)
             .build()
             .unwrap();
-        let lease = zero.acquire("k", D).await.unwrap();
+        let lease = zero.acquire(&LeaseKey::new("k").unwrap(), D).await.unwrap();
         assert!(
             !raw(&client, &table, "k").await.contains_key("ttl"),
             "acquire removed the old ttl"
         );
-        let lease = zero.refresh(&lease, D).await.unwrap();
+        let lease = zero.renew(&lease, D).await.unwrap();
         assert!(!raw(&client, &table, "k").await.contains_key("ttl"));
-        zero.release(&lease).await.unwrap();
+        zero.release_lease(&lease).await.unwrap();
         assert!(!raw(&client, &table, "k").await.contains_key("ttl"));
 
         let build = |buffer: Duration, skew: Duration| {
@@ -285,11 +294,17 @@ fn extreme_durations_never_panic() {
             .with_input_validation(false)
             .build()
             .unwrap();
-        let lease = unvalidated.acquire("max", Duration::MAX).await.unwrap();
+        let lease = unvalidated
+            .acquire(&LeaseKey::new("max").unwrap(), Duration::MAX)
+            .await
+            .unwrap();
         assert!(lease.is_trusted(clock.as_ref()));
-        let renewed = unvalidated.refresh(&lease, Duration::MAX).await.unwrap();
-        unvalidated.release(&renewed).await.unwrap();
-        let err = leases.acquire("max", Duration::MAX).await.unwrap_err();
+        let renewed = unvalidated.renew(&lease, Duration::MAX).await.unwrap();
+        unvalidated.release_lease(&renewed).await.unwrap();
+        let err = leases
+            .acquire(&LeaseKey::new("max").unwrap(), Duration::MAX)
+            .await
+            .unwrap_err();
         assert!(err.is_invalid_input(), "validation on: {err}");
 
         let key = LeaseKey::new("forever").unwrap();
@@ -297,7 +312,7 @@ fn extreme_durations_never_panic() {
             .acquire_with_wait(&key, D, &WaitOptions::new(Duration::MAX))
             .await
             .unwrap();
-        leases.release(&lease).await.unwrap();
+        leases.release_lease(&lease).await.unwrap();
         let listed = leases.list_partition("forever").await.unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].holder(), None);

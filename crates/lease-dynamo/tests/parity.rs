@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use lease_core::{
     AcquireOptions, Clock, LeaseBackend, LeaseKey, LeaseToken, ManualClock, TokenSource,
 };
-use lease_dynamo::{AttributeNames, DynamoLeases};
+use lease_dynamo::{AttributeNames, DynamoLeases, go};
 use support::{RequestCounter, Wiring};
 
 const D: Duration = Duration::from_secs(30);
@@ -92,8 +92,9 @@ fn item_layout_ttl_clock_and_token_generator() {
                     .with_token_source(Arc::new(Numbered::default()))
             })
             .await;
+            let go = go::Manager::from(leases.clone());
             let now = clock.now();
-            let lease = leases.acquire("job", D).await.unwrap();
+            let lease = go.acquire("job", D).await.unwrap();
             assert_eq!(
                 lease.token().as_str(),
                 "tok-0",
@@ -139,7 +140,7 @@ fn item_layout_ttl_clock_and_token_generator() {
 
             // Renew moves expiry and ttl.
             clock.advance(Duration::from_secs(10));
-            let lease = leases.refresh(&lease, D).await.unwrap();
+            let lease = go.refresh(&lease, D).await.unwrap();
             let item = raw_item(&client, leases.table(), ("pk", "sk"), ("job", "LOCK")).await;
             assert_eq!(
                 num(&item, "lease_expires_at"),
@@ -150,7 +151,7 @@ fn item_layout_ttl_clock_and_token_generator() {
 
             // Release keeps the item and the counter; ttl = release time + buffer. The expiry
             // becomes 0, so the Go package's acquire condition sees the key free.
-            leases.release(&lease).await.unwrap();
+            go.release(&lease).await.unwrap();
             let item = raw_item(&client, leases.table(), ("pk", "sk"), ("job", "LOCK")).await;
             assert!(!item.contains_key("lease_token") && !item.contains_key("lease_expires_at_ms"));
             assert_eq!(num(&item, "lease_expires_at"), 0);
@@ -160,7 +161,7 @@ fn item_layout_ttl_clock_and_token_generator() {
             // acquire_key with an explicit sort key, and an owner.
             let key = LeaseKey::with_sort_key("tenant-1", "export").unwrap();
             let options = AcquireOptions::default().with_owner("worker 7");
-            leases.acquire_with(&key, D, &options).await.unwrap();
+            leases.try_acquire(&key, D, &options).await.unwrap();
             let item = raw_item(
                 &client,
                 leases.table(),
@@ -169,7 +170,7 @@ fn item_layout_ttl_clock_and_token_generator() {
             )
             .await;
             assert_eq!(text(&item, "lease_owner"), Some("worker 7"));
-            let lease = leases
+            let lease = go
                 .acquire_key(&LeaseKey::with_sort_key("tenant-1", "import").unwrap(), D)
                 .await
                 .unwrap();
@@ -196,9 +197,10 @@ fn custom_names_sort_key_and_no_ttl() {
             .build()
             .unwrap();
         leases.ensure_table().await.unwrap();
+        let go = go::Manager::from(leases.clone());
         let options = AcquireOptions::default().with_owner("me");
         let lease = leases
-            .acquire_with(&LeaseKey::new("job").unwrap(), D, &options)
+            .try_acquire(&LeaseKey::new("job").unwrap(), D, &options)
             .await
             .unwrap();
         let item = raw_item(&client, &table, ("PK", "SK"), ("job", "MUTEX")).await;
@@ -217,7 +219,7 @@ fn custom_names_sort_key_and_no_ttl() {
             !item.contains_key("expire_at") && !item.contains_key("ttl"),
             "TTL off"
         );
-        let err = leases.acquire("job", D).await.unwrap_err();
+        let err = go.acquire("job", D).await.unwrap_err();
         assert_eq!(err.holder().and_then(|h| h.owner()), Some("me"));
     });
 }
@@ -233,25 +235,22 @@ fn invalid_input_is_rejected_before_sending() {
                 faults: None,
             };
             let (leases, client) = support::leases(&endpoint, &wiring, |b| b).await;
+            let go = go::Manager::from(leases.clone());
             let invalid = |r: Result<_, lease_core::LeaseError>| {
                 let err = r.expect_err("rejected");
                 assert!(err.is_invalid_input(), "{err}");
                 err.to_string()
             };
-            let msg = invalid(leases.acquire("", D).await);
+            let msg = invalid(go.acquire("", D).await);
             assert!(msg.contains("partition key"), "{msg}");
-            invalid(leases.acquire(&"x".repeat(2049), D).await);
-            invalid(leases.acquire("k", Duration::ZERO).await);
-            let msg = invalid(
-                leases
-                    .acquire("k", Duration::from_secs(31 * 24 * 3600))
-                    .await,
-            );
+            invalid(go.acquire(&"x".repeat(2049), D).await);
+            invalid(go.acquire("k", Duration::ZERO).await);
+            let msg = invalid(go.acquire("k", Duration::from_secs(31 * 24 * 3600)).await);
             assert!(msg.contains("duration"), "{msg}");
             let long_owner = AcquireOptions::default().with_owner("o".repeat(2000));
             let msg = invalid(
                 leases
-                    .acquire_with(&LeaseKey::new("k").unwrap(), D, &long_owner)
+                    .try_acquire(&LeaseKey::new("k").unwrap(), D, &long_owner)
                     .await,
             );
             assert!(msg.contains("owner"), "{msg}");
@@ -277,6 +276,7 @@ fn invalid_input_is_rejected_before_sending() {
                 b.with_input_validation(false)
             })
             .await;
+            let lax = go::Manager::from(lax);
             lax.acquire("k", Duration::from_secs(31 * 24 * 3600))
                 .await
                 .unwrap();
@@ -295,11 +295,12 @@ fn held_error_reports_the_holder_from_the_failed_write() {
                 faults: None,
             };
             let (leases, _) = support::leases(&endpoint, &wiring, |b| b).await;
+            let go = go::Manager::from(leases.clone());
             let key = LeaseKey::new("k").unwrap();
             let options = AcquireOptions::default().with_owner("host-a pid 7");
-            let lease = leases.acquire_with(&key, D, &options).await.unwrap();
+            let lease = leases.try_acquire(&key, D, &options).await.unwrap();
             counter.take();
-            let err = leases.acquire("k", D).await.unwrap_err();
+            let err = go.acquire("k", D).await.unwrap_err();
             assert!(err.is_held());
             assert_eq!(counter.count(), 1, "no extra read");
             let holder = err.holder().unwrap();
@@ -322,12 +323,13 @@ fn fencing_keeps_growing_after_the_item_is_deleted() {
                 b.with_clock(clock.clone())
             })
             .await;
+            let go = go::Manager::from(leases.clone());
             let mut last = 0;
             for _ in 0..3 {
-                let lease = leases.acquire("k", D).await.unwrap();
+                let lease = go.acquire("k", D).await.unwrap();
                 assert!(lease.fencing_token().get() > last);
                 last = lease.fencing_token().get();
-                leases.release(&lease).await.unwrap();
+                go.release(&lease).await.unwrap();
                 clock.advance(Duration::from_micros(1));
             }
             // What TTL does, no earlier than the buffer after the release.
@@ -340,7 +342,7 @@ fn fencing_keeps_growing_after_the_item_is_deleted() {
                 .send()
                 .await
                 .unwrap();
-            let lease = leases.acquire("k", D).await.unwrap();
+            let lease = go.acquire("k", D).await.unwrap();
             assert!(
                 lease.fencing_token().get() > last,
                 "re-seeded counter {} must exceed {last}",
@@ -359,23 +361,21 @@ fn skew_allowance_delays_takeover() {
             b.with_clock(clock.clone()).with_max_clock_skew(skew)
         })
         .await;
-        let first = leases.acquire("k", D).await.unwrap();
+        let go = go::Manager::from(leases.clone());
+        let first = go.acquire("k", D).await.unwrap();
         clock.advance(D);
+        assert!(go.acquire("k", D).await.unwrap_err().is_held(), "at expiry");
         assert!(
-            leases.acquire("k", D).await.unwrap_err().is_held(),
-            "at expiry"
-        );
-        assert!(
-            leases.refresh(&first, D).await.unwrap_err().is_not_owned(),
+            go.refresh(&first, D).await.unwrap_err().is_not_owned(),
             "the holder cannot renew an expired lease"
         );
         clock.advance(skew - Duration::from_millis(1));
         assert!(
-            leases.acquire("k", D).await.unwrap_err().is_held(),
+            go.acquire("k", D).await.unwrap_err().is_held(),
             "within the skew"
         );
         clock.advance(Duration::from_millis(1));
-        let second = leases.acquire("k", D).await.unwrap();
+        let second = go.acquire("k", D).await.unwrap();
         assert!(second.fencing_token() > first.fencing_token());
     });
 }

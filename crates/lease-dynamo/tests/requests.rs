@@ -7,6 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease_core::LeaseBackendExt;
 use lease_core::{FencedValues, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
 use support::{RequestCounter, Wiring};
 
@@ -33,33 +34,45 @@ fn one_request_per_operation() {
             println!("{what}: {} request(s) {sent:?}", sent.len());
         };
 
-        let lease = leases.acquire("job", D).await.unwrap();
+        let lease = leases
+            .acquire(&LeaseKey::new("job").unwrap(), D)
+            .await
+            .unwrap();
         expect("acquire (new item)", &["UpdateItem"]);
 
-        let err = leases.acquire("job", D).await.unwrap_err();
+        let err = leases
+            .acquire(&LeaseKey::new("job").unwrap(), D)
+            .await
+            .unwrap_err();
         assert!(err.is_held());
         assert!(err.holder().and_then(|h| h.expires_at()).is_some());
         expect("contended acquire, holder reported", &["UpdateItem"]);
 
-        let lease = leases.refresh(&lease, D).await.unwrap();
+        let lease = leases.renew(&lease, D).await.unwrap();
         expect("renew", &["UpdateItem"]);
 
-        leases.release(&lease).await.unwrap();
+        leases.release_lease(&lease).await.unwrap();
         expect("release", &["UpdateItem"]);
 
-        let again = leases.acquire("job", D).await.unwrap();
+        let again = leases
+            .acquire(&LeaseKey::new("job").unwrap(), D)
+            .await
+            .unwrap();
         expect("acquire (released item)", &["UpdateItem"]);
 
         clock.advance(D + Duration::from_millis(1));
-        let taken = leases.acquire("job", D).await.unwrap();
+        let taken = leases
+            .acquire(&LeaseKey::new("job").unwrap(), D)
+            .await
+            .unwrap();
         assert!(taken.fencing_token() > again.fencing_token());
         expect("takeover of an expired lease", &["UpdateItem"]);
 
-        let err = leases.refresh(&again, D).await.unwrap_err();
+        let err = leases.renew(&again, D).await.unwrap_err();
         assert!(err.is_not_owned());
         expect("renew after takeover", &["UpdateItem"]);
 
-        let err = leases.release(&again).await.unwrap_err();
+        let err = leases.release_lease(&again).await.unwrap_err();
         assert!(err.is_not_owned());
         expect("release after takeover", &["UpdateItem"]);
 
@@ -136,9 +149,12 @@ fn listing_follows_query_pages() {
         let (leases, _) = support::leases(&endpoint, &wiring, |b| b.with_list_page_size(2)).await;
         for sort in ["e", "d", "b", "c", "a"] {
             let key = LeaseKey::with_sort_key("paged", sort).unwrap();
-            leases.acquire_key(&key, D).await.unwrap();
+            leases.acquire(&key, D).await.unwrap();
         }
-        leases.acquire("paged-not", D).await.unwrap();
+        leases
+            .acquire(&LeaseKey::new("paged-not").unwrap(), D)
+            .await
+            .unwrap();
         counter.take();
         let records = leases.list_partition("paged").await.unwrap();
         let sorts: Vec<_> = records.iter().map(|r| r.key().sort().unwrap()).collect();

@@ -56,7 +56,7 @@ async fn contender(
         round += 1;
         let k = (round * 7 + id) % KEYS;
         tally.attempts.fetch_add(1, Ordering::Relaxed);
-        let lease = match leases.acquire_key(&keys[k], DURATION).await {
+        let lease = match leases.acquire(&keys[k], DURATION).await {
             Ok(lease) => lease,
             Err(e) if e.is_held() => {
                 tally.held_errors.fetch_add(1, Ordering::Relaxed);
