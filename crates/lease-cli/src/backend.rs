@@ -5,7 +5,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use lease_core::{LeaseBackend, LeaseKey, LeaseListing};
+use lease_core::{LeaseBackend, LeaseKey};
 
 use crate::cli::BackendArgs;
 use crate::exit::Failure;
@@ -17,13 +17,12 @@ pub(crate) type LockSharer =
 /// Lists every key of a store that can enumerate them.
 pub(crate) type KeyLister = Arc<dyn Fn() -> Result<Vec<LeaseKey>, String> + Send + Sync>;
 
-/// An open store: the contract every command uses, and listing where the store offers it.
+/// An open store: the contract every command uses (listing and fenced values are probed on it:
+/// [`LeaseBackend::as_listing`], [`LeaseBackend::as_fenced_values`]).
 #[derive(Clone)]
 pub(crate) struct Backend {
-    /// The lease operations.
+    /// The store.
     pub(crate) leases: Arc<dyn LeaseBackend>,
-    /// Listing the records under one partition key, if the store can.
-    pub(crate) listing: Option<Arc<dyn LeaseListing>>,
     /// Every key in the store, for stores that can enumerate them cheaply (a directory).
     pub(crate) all_keys: Option<KeyLister>,
     /// What to call the store in messages: `file store /tmp/lease-1000`.
@@ -36,19 +35,17 @@ impl fmt::Debug for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Backend")
             .field("leases", &self.leases)
-            .field("listing", &self.listing.is_some())
+            .field("lists", &self.leases.as_listing().is_some())
             .field("description", &self.description)
             .finish_non_exhaustive()
     }
 }
 
 impl Backend {
-    /// A store that lists, from one value implementing both traits.
-    pub(crate) fn listing<B: LeaseListing + 'static>(store: B, description: String) -> Self {
-        let store = Arc::new(store);
+    /// An opened store, described as `description` in messages.
+    pub(crate) fn new(store: impl LeaseBackend + 'static, description: String) -> Self {
         Self {
-            leases: store.clone(),
-            listing: Some(store),
+            leases: Arc::new(store),
             all_keys: None,
             description,
             kernel_lock: None,

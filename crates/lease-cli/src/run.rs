@@ -667,7 +667,6 @@ mod tests {
         let store = Arc::new(MemoryBackend::new());
         let backend = Backend {
             leases: store.clone(),
-            listing: Some(store.clone()),
             all_keys: None,
             description: "memory store".to_owned(),
             kernel_lock: None,
@@ -824,7 +823,6 @@ mod tests {
         fn backend(fault: RenewalFault) -> Backend {
             Backend {
                 leases: Arc::new(Self(Arc::new(MemoryBackend::new()), fault)),
-                listing: None,
                 all_keys: None,
                 description: "faulty store".to_owned(),
                 kernel_lock: None,

@@ -72,7 +72,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, Failure> {
 }
 
 async fn list(backend: &Backend, partition: Option<&str>) -> Result<Vec<LeaseRecord>, Failure> {
-    match (partition, &backend.listing, &backend.all_keys) {
+    match (partition, backend.leases.as_listing(), &backend.all_keys) {
         (Some(partition), Some(listing), _) => listing
             .list_partition(partition)
             .await

@@ -18,7 +18,7 @@ pub(crate) fn open_file(dir: &Path) -> Result<Backend, Failure> {
     })?;
     tracing::debug!(dir = %dir.display(), mode = ?store.mode(), "file store opened");
     let sharer = store.clone();
-    let mut backend = Backend::listing(store, format!("file store {}", dir.display()));
+    let mut backend = Backend::new(store, format!("file store {}", dir.display()));
     backend.kernel_lock = Some(Arc::new(move |lease| sharer.kernel_lock_descriptor(lease)));
     let dir = dir.to_path_buf();
     backend.all_keys = Some(Arc::new(move || list_dir(&dir)));
@@ -64,7 +64,7 @@ pub(crate) async fn open_dynamo(
     region: Option<&str>,
 ) -> Result<Backend, Failure> {
     let leases = dynamo(table, endpoint, region).await?;
-    Ok(Backend::listing(leases, format!("DynamoDB table {table}")))
+    Ok(Backend::new(leases, format!("DynamoDB table {table}")))
 }
 
 /// Creates the DynamoDB table `table` (and enables TTL on it), waiting until it is active.

@@ -208,7 +208,7 @@ impl DynamoLeases {
     ) -> Result<Lease, LeaseError> {
         let fencing = old.fencing.ok_or_else(|| {
             malformed(
-                "UpdateItem",
+                attempt.key,
                 &self.inner.table,
                 "our acquisition landed but the item lacks a valid fencing counter",
             )
@@ -261,10 +261,10 @@ impl DynamoLeases {
 
     fn bad_fence(&self, key: &LeaseKey, value: &str) -> LeaseError {
         malformed(
-            "UpdateItem",
+            key,
             &self.inner.table,
             format!(
-                "lease {key}: attribute `{}` holds {value}, which is not a fencing counter \
+                "attribute `{}` holds {value}, which is not a fencing counter \
                  (a whole number from 0 to {FENCE_LIMIT}); nothing was acquired. Repair or \
                  remove the attribute: fencing tokens then restart from the clock-seeded value",
                 self.inner.names.fencing()
@@ -275,10 +275,10 @@ impl DynamoLeases {
     fn bad_expiry(&self, key: &LeaseKey, value: Option<&str>) -> LeaseError {
         let found = value.map_or_else(|| "is missing".to_owned(), |v| format!("holds {v}"));
         malformed(
-            "UpdateItem",
+            key,
             &self.inner.table,
             format!(
-                "lease {key} has a holder token but attribute `{}` {found}, so it never \
+                "the item has a holder token but attribute `{}` {found}, so it never \
                  expires: neither this crate nor the Go package writes an item so. Check that \
                  every writer uses the same attribute names, or break the lease with a forced \
                  release of the holder's token",

@@ -12,7 +12,7 @@ use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::error::display::DisplayErrorContext;
-use lease_core::LeaseError;
+use lease_core::{LeaseError, LeaseKey};
 
 use crate::DynamoLeases;
 
@@ -536,13 +536,10 @@ where
     )
 }
 
-/// A reply that broke the item layout this crate writes.
-pub(crate) fn malformed(
-    operation: &'static str,
-    table: &str,
-    what: impl Into<String>,
-) -> LeaseError {
-    LeaseError::backend("dynamodb", false, DynamoError::new(operation, table, what))
+/// An item that broke the layout this crate (and the Go package) writes: a corrupt record, not a
+/// failure of DynamoDB. Nothing was acted on halfway; an operator must look.
+pub(crate) fn malformed(key: &LeaseKey, table: &str, what: impl fmt::Display) -> LeaseError {
+    LeaseError::corrupt(key.clone(), format!("DynamoDB table {table}: {what}"))
 }
 
 #[cfg(test)]

@@ -23,14 +23,14 @@ struct FencedItem {
 }
 
 impl FencedItem {
-    fn decode(leases: &DynamoLeases, item: &Item) -> Result<Self, LeaseError> {
+    fn decode(leases: &DynamoLeases, name: &LeaseKey, item: &Item) -> Result<Self, LeaseError> {
         let names = &leases.inner.names;
         let value = match item.get(names.fenced_value()) {
             None => None,
             Some(AttributeValue::B(blob)) => Some(blob.clone().into_inner()),
             Some(_) => {
                 return Err(malformed(
-                    "UpdateItem",
+                    name,
                     &leases.inner.table,
                     format!("the `{}` attribute is not binary (B)", names.fenced_value()),
                 ));
@@ -102,7 +102,7 @@ impl DynamoLeases {
                     }
                     None => {
                         let item = output.attributes().cloned().unwrap_or_default();
-                        let read = FencedItem::decode(self, &item)?;
+                        let read = FencedItem::decode(self, name, &item)?;
                         tracing::debug!(present = read.value.is_some(), "fence raised, value read");
                         Ok(read.value)
                     }
@@ -130,7 +130,7 @@ impl DynamoLeases {
             attempts,
         } = failed;
         let old = self.refused_item(error)?;
-        let old = FencedItem::decode(self, &old)?;
+        let old = FencedItem::decode(self, name, &old)?;
         // Unreachable with a numeric fence (an equal fence passes the condition), kept so that a
         // put whose earlier attempt landed is never reported refused.
         if let Some(value) = value

@@ -109,8 +109,8 @@
 //!
 //! Items that no writer of this crate or of the Go package leaves are reported, never acted on
 //! halfway: a fencing counter that is not a whole number in `[0, 2^63 - 1]` (or has run out),
-//! and a holder with no numeric expiry (held forever by both packages), each fail with a
-//! permanent error that names the attribute and its value. A holder token that breaks this
+//! and a holder with no numeric expiry (held forever by both packages), each fail with
+//! [`LeaseError::Corrupt`] naming the table, the attribute and its value. A holder token that breaks this
 //! crate's token rules (a Go token generator may return anything) is kept as stored
 //! ([`LeaseToken::from_store`]), so the holder is shown and
 //! a forced release can break it.

@@ -137,7 +137,7 @@ fn a_holder_without_a_usable_expiry_is_explained_and_breakable() {
                     started.elapsed() < Duration::from_secs(5),
                     "{pk}: not retried until the timeout"
                 );
-                assert!(!err.is_transient() && !err.is_held(), "{pk}: {err}");
+                assert!(err.is_corrupt() && !err.is_transient(), "{pk}: {err}");
                 let text = err.to_string();
                 assert!(text.contains("`lease_expires_at`"), "{pk}: {text}");
                 assert!(text.contains("never expires"), "{pk}: {text}");
@@ -175,7 +175,7 @@ fn a_malformed_fencing_counter_never_half_acquires() {
                 plant(&client, leases.table(), pk, &[("lease_fence", counter)]).await;
                 let key = LeaseKey::new(pk).unwrap();
                 let err = leases.acquire(&key, D).await.unwrap_err();
-                assert!(!err.is_transient() && !err.is_held(), "{pk}: {err}");
+                assert!(err.is_corrupt() && !err.is_transient(), "{pk}: {err}");
                 let text = err.to_string();
                 assert!(
                     text.contains("`lease_fence`") && text.contains(shown),
@@ -201,6 +201,7 @@ fn a_malformed_fencing_counter_never_half_acquires() {
                 .acquire(&LeaseKey::new("exhausted").unwrap(), D)
                 .await
                 .unwrap_err();
+            assert!(err.is_corrupt(), "{err}");
             assert!(err.to_string().contains("exhausted"), "{err}");
         },
     );
