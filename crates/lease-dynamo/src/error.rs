@@ -114,11 +114,12 @@ impl DynamoError {
     /// Reach it from a [`LeaseError`] through [`std::error::Error::source`]:
     ///
     /// ```no_run
-    /// use lease_dynamo::{DynamoError, DynamoLeases};
+    /// use lease_dynamo::{DynamoError, DynamoLeases, LeaseBackendExt, LeaseKey};
     /// use std::time::Duration;
     ///
     /// # async fn demo(leases: DynamoLeases) -> Result<(), lease_core::LeaseError> {
-    /// if let Err(e) = leases.acquire("nightly", Duration::from_secs(30)).await {
+    /// let key = LeaseKey::new("nightly")?;
+    /// if let Err(e) = leases.acquire(&key, Duration::from_secs(30)).await {
     ///     let missing = std::error::Error::source(&e)
     ///         .and_then(|source| source.downcast_ref::<DynamoError>())
     ///         .is_some_and(DynamoError::is_table_missing);
