@@ -142,3 +142,21 @@ pub fn is_lease_held(err: &LeaseError) -> bool {
 pub fn is_lease_not_owned(err: &LeaseError) -> bool {
     err.is_not_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lease_core::NotOwnedReason;
+
+    #[test]
+    fn the_go_helpers_branch_like_the_go_package() -> Result<(), LeaseError> {
+        let key = LeaseKey::new("job")?;
+        let held = LeaseError::held(key.clone(), None);
+        let taken = LeaseError::not_owned(key.clone(), NotOwnedReason::TakenOver);
+        let other = LeaseError::invalid("duration", "zero");
+        assert!(is_lease_held(&held) && !is_lease_not_owned(&held));
+        assert!(is_lease_not_owned(&taken) && !is_lease_held(&taken));
+        assert!(!is_lease_held(&other) && !is_lease_not_owned(&other));
+        Ok(())
+    }
+}
