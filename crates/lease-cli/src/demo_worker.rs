@@ -16,21 +16,24 @@ use crate::exit::Failure;
 /// token).
 pub(crate) async fn run(args: DemoWorkerArgs) -> Result<u8, Failure> {
     let backend = Backend::open(&args.backend).await?;
-    let Some(store) = backend.listing.clone() else {
-        return Err(Failure::unavailable(format!(
-            "the {} cannot list partitions, which the fleet needs",
-            backend.description
-        )));
-    };
     let worker = Worker::builder(args.fleet.clone(), args.id.clone())
-        .store(store)
-        .units((0..args.units).map(|unit| unit_name(unit, args.units)))
-        .session_duration(args.ttl)
-        .interval(args.interval)
+        .with_store(backend.leases.clone())
+        .with_units((0..args.units).map(|unit| unit_name(unit, args.units)))
+        .with_session_duration(args.ttl)
+        .with_interval(args.interval)
         // One host, one wall clock: judge a killed worker's session dead as soon as it expires.
-        .clock_skew_bound(Duration::from_millis(50))
+        .with_clock_skew_bound(Duration::from_millis(50))
         .build()
-        .map_err(|e| Failure::usage(format!("cannot configure demo worker {}: {e}", args.id)))?;
+        .map_err(|e| {
+            if e.is_unsupported() {
+                Failure::unavailable(format!(
+                    "the {} cannot list partitions, which the fleet needs: {e}",
+                    backend.description
+                ))
+            } else {
+                Failure::usage(format!("cannot configure demo worker {}: {e}", args.id))
+            }
+        })?;
     let handle = worker.handle();
     let running = tokio::spawn(worker.run());
 
