@@ -100,17 +100,30 @@ fn the_deadline_falls_before_expiry_and_drops_a_late_callback() {
     assert_eq!(grant(&lessor, "slow", p("0_100")), set("0_100"));
 }
 
-/// The lessor needs a store that lists: one that cannot is refused when the lessor is made.
+/// A memory store that keeps no fenced values, and lists only when `lists`.
+#[derive(Debug)]
+struct Limited {
+    inner: MemoryBackend,
+    lists: bool,
+}
+
+/// The lessor and the fleet need a store that lists, and checkpoints need fenced values: a store
+/// without them is refused when the lessor or the worker is made, naming what is missing.
 #[test]
-fn a_store_that_cannot_list_is_refused() {
-    #[derive(Debug)]
-    struct NoListing(MemoryBackend);
-    impl LeaseBackend for NoListing {
+fn a_store_without_what_is_needed_is_refused_when_built() {
+    impl LeaseBackend for Limited {
         fn name(&self) -> &'static str {
-            "no-listing"
+            "limited"
+        }
+        fn as_listing(&self) -> Option<&dyn lease_core::LeaseListing> {
+            if self.lists {
+                self.inner.as_listing()
+            } else {
+                None
+            }
         }
         fn clock(&self) -> &dyn lease_core::Clock {
-            self.0.clock()
+            self.inner.clock()
         }
         fn try_acquire<'a>(
             &'a self,
@@ -118,14 +131,14 @@ fn a_store_that_cannot_list_is_refused() {
             duration: Duration,
             options: &'a lease_core::AcquireOptions,
         ) -> lease_core::BoxFuture<'a, Result<lease_core::Lease, lease_core::LeaseError>> {
-            self.0.try_acquire(key, duration, options)
+            self.inner.try_acquire(key, duration, options)
         }
         fn renew<'a>(
             &'a self,
             lease: &'a lease_core::Lease,
             duration: Duration,
         ) -> lease_core::BoxFuture<'a, Result<lease_core::Lease, lease_core::LeaseError>> {
-            self.0.renew(lease, duration)
+            self.inner.renew(lease, duration)
         }
         fn release<'a>(
             &'a self,
@@ -133,7 +146,7 @@ fn a_store_that_cannot_list_is_refused() {
             token: &'a lease_core::LeaseToken,
             fencing: lease_core::FencingToken,
         ) -> lease_core::BoxFuture<'a, Result<(), lease_core::LeaseError>> {
-            self.0.release(key, token, fencing)
+            self.inner.release(key, token, fencing)
         }
         fn inspect<'a>(
             &'a self,
@@ -142,18 +155,44 @@ fn a_store_that_cannot_list_is_refused() {
             'a,
             Result<Option<lease_core::LeaseRecord>, lease_core::LeaseError>,
         > {
-            self.0.inspect(key)
+            self.inner.inspect(key)
         }
     }
-    let store = Arc::new(NoListing(MemoryBackend::new()));
-    let error = StoreLessor::new(store.clone()).expect_err("cannot list");
-    assert!(error.is_unsupported(), "{error:?}");
-    let error = lessor_partition::Worker::builder("f", "w")
-        .with_store(store)
-        .with_units(["u"])
-        .build()
-        .expect_err("cannot list");
-    assert!(error.is_unsupported(), "{error:?}");
+    let unsupported = |error: lease_core::LeaseError, operation: &str| {
+        assert!(
+            matches!(&error, lease_core::LeaseError::Unsupported { operation: o, .. } if *o == operation),
+            "{error:?}"
+        );
+    };
+    let mute = Arc::new(Limited {
+        inner: MemoryBackend::new(),
+        lists: false,
+    });
+    unsupported(
+        StoreLessor::new(mute.clone()).expect_err("cannot list"),
+        "list_partition",
+    );
+    let worker = |store: Arc<Limited>| {
+        lessor_partition::Worker::builder("f", "w")
+            .with_store(store)
+            .with_units(["u"])
+    };
+    unsupported(
+        worker(mute).build().expect_err("cannot list"),
+        "list_partition",
+    );
+    let lists = Arc::new(Limited {
+        inner: MemoryBackend::new(),
+        lists: true,
+    });
+    assert!(worker(lists.clone()).build().is_ok(), "listing is enough");
+    unsupported(
+        worker(lists)
+            .with_checkpoints()
+            .build()
+            .expect_err("no fenced values"),
+        "fenced checkpoints",
+    );
 }
 
 #[test]
