@@ -107,57 +107,56 @@ struct Limited {
     lists: bool,
 }
 
+impl LeaseBackend for Limited {
+    fn name(&self) -> &'static str {
+        "limited"
+    }
+    fn as_listing(&self) -> Option<&dyn lease_core::LeaseListing> {
+        if self.lists {
+            self.inner.as_listing()
+        } else {
+            None
+        }
+    }
+    fn clock(&self) -> &dyn lease_core::Clock {
+        self.inner.clock()
+    }
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a lease_core::LeaseKey,
+        duration: Duration,
+        options: &'a lease_core::AcquireOptions,
+    ) -> lease_core::BoxFuture<'a, Result<lease_core::Lease, lease_core::LeaseError>> {
+        self.inner.try_acquire(key, duration, options)
+    }
+    fn renew<'a>(
+        &'a self,
+        lease: &'a lease_core::Lease,
+        duration: Duration,
+    ) -> lease_core::BoxFuture<'a, Result<lease_core::Lease, lease_core::LeaseError>> {
+        self.inner.renew(lease, duration)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a lease_core::LeaseKey,
+        token: &'a lease_core::LeaseToken,
+        fencing: lease_core::FencingToken,
+    ) -> lease_core::BoxFuture<'a, Result<(), lease_core::LeaseError>> {
+        self.inner.release(key, token, fencing)
+    }
+    fn inspect<'a>(
+        &'a self,
+        key: &'a lease_core::LeaseKey,
+    ) -> lease_core::BoxFuture<'a, Result<Option<lease_core::LeaseRecord>, lease_core::LeaseError>>
+    {
+        self.inner.inspect(key)
+    }
+}
+
 /// The lessor and the fleet need a store that lists, and checkpoints need fenced values: a store
 /// without them is refused when the lessor or the worker is made, naming what is missing.
 #[test]
 fn a_store_without_what_is_needed_is_refused_when_built() {
-    impl LeaseBackend for Limited {
-        fn name(&self) -> &'static str {
-            "limited"
-        }
-        fn as_listing(&self) -> Option<&dyn lease_core::LeaseListing> {
-            if self.lists {
-                self.inner.as_listing()
-            } else {
-                None
-            }
-        }
-        fn clock(&self) -> &dyn lease_core::Clock {
-            self.inner.clock()
-        }
-        fn try_acquire<'a>(
-            &'a self,
-            key: &'a lease_core::LeaseKey,
-            duration: Duration,
-            options: &'a lease_core::AcquireOptions,
-        ) -> lease_core::BoxFuture<'a, Result<lease_core::Lease, lease_core::LeaseError>> {
-            self.inner.try_acquire(key, duration, options)
-        }
-        fn renew<'a>(
-            &'a self,
-            lease: &'a lease_core::Lease,
-            duration: Duration,
-        ) -> lease_core::BoxFuture<'a, Result<lease_core::Lease, lease_core::LeaseError>> {
-            self.inner.renew(lease, duration)
-        }
-        fn release<'a>(
-            &'a self,
-            key: &'a lease_core::LeaseKey,
-            token: &'a lease_core::LeaseToken,
-            fencing: lease_core::FencingToken,
-        ) -> lease_core::BoxFuture<'a, Result<(), lease_core::LeaseError>> {
-            self.inner.release(key, token, fencing)
-        }
-        fn inspect<'a>(
-            &'a self,
-            key: &'a lease_core::LeaseKey,
-        ) -> lease_core::BoxFuture<
-            'a,
-            Result<Option<lease_core::LeaseRecord>, lease_core::LeaseError>,
-        > {
-            self.inner.inspect(key)
-        }
-    }
     let unsupported = |error: lease_core::LeaseError, operation: &str| {
         assert!(
             matches!(&error, lease_core::LeaseError::Unsupported { operation: o, .. } if *o == operation),
