@@ -427,3 +427,395 @@ impl Drop for Scratch {
         let _ = fs::remove_dir_all(&self.0);
     }
 }
+
+/// The lessor's layers, bottom up: each may use only the layers below it (`partition` ←
+/// `lessor` ← `fleet` ← `sim`), so the simulator never leaks into what a worker runs and the
+/// range algebra stands alone.
+const LESSOR_LAYERS: [(&str, &[&str]); 3] = [
+    ("partition", &["lessor", "fleet", "sim"]),
+    ("lessor", &["fleet", "sim"]),
+    ("fleet", &["sim"]),
+];
+
+#[test]
+fn the_lessor_layers_use_only_the_layers_below() {
+    let src = root().join("crates").join("lessor-partition").join("src");
+    let exports = module_exports(&read(&src.join("lib.rs")));
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let sources: Vec<(String, String)> = files
+        .iter()
+        .filter_map(|file| {
+            let relative = file.strip_prefix(&src).ok()?;
+            let module = relative.iter().next()?.to_str()?.trim_end_matches(".rs");
+            Some((module.to_owned(), read(file)))
+        })
+        .collect();
+    assert!(sources.len() > 10, "found the lessor's sources");
+    let offences = layer_offences(&sources, &exports);
+    assert!(
+        offences.is_empty(),
+        "a lower layer of lessor-partition uses a higher one:\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn the_layer_check_catches_a_planted_upward_use() {
+    let lib =
+        "mod partition;\npub use fleet::{Worker, WorkerHandle};\npub use lessor::{Lessor, get};\n";
+    let exports = module_exports(lib);
+    let planted = |module: &str, code: &str| vec![(module.to_owned(), code.to_owned())];
+    let caught =
+        |module: &str, code: &str| !layer_offences(&planted(module, code), &exports).is_empty();
+    assert!(caught("partition", "use crate::lessor::Grant;\n"));
+    assert!(caught("partition", "fn f(w: &crate::Worker) {}\n"));
+    assert!(caught(
+        "lessor",
+        "use crate::{PartitionSet, WorkerHandle};\n"
+    ));
+    assert!(caught(
+        "partition",
+        "fn f() { let _ = crate::get(\"x\"); }\n"
+    ));
+    assert!(caught("fleet", "use crate::sim::Rng;\n"));
+    // Allowed: downward uses, mentions in comments and strings, and test modules.
+    assert!(!caught(
+        "fleet",
+        "use crate::lessor::listing_of;\nuse crate::Lessor;\n"
+    ));
+    assert!(!caught(
+        "partition",
+        "// a Worker uses crate::fleet\nconst S: &str = \"crate::sim\";\n"
+    ));
+    assert!(!caught(
+        "lessor",
+        "fn f() {}\n#[cfg(test)]\nmod tests {\n    use crate::Worker;\n}\n"
+    ));
+}
+
+/// The crates a backend or the AWS SDK is made of: the lessor may use them in tests only.
+const BACKEND_CRATES: [&str; 3] = ["lease-dynamo", "lease-file", "lease-cli"];
+
+#[test]
+fn the_lessor_depends_on_no_backend_and_no_aws_crate() {
+    for features in [&[][..], &["--all-features"][..]] {
+        let mut args = vec![
+            "tree",
+            "-p",
+            "lessor-partition",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ];
+        args.extend_from_slice(features);
+        let tree = cargo_stdout(&args);
+        let offenders = backend_dependencies(&tree);
+        assert!(
+            offenders.is_empty(),
+            "lessor-partition ({features:?}) must reach backends only through lease-core's traits, \
+             yet depends on {offenders:?}; full tree:\n{tree}"
+        );
+    }
+}
+
+#[test]
+fn the_dependency_check_catches_a_planted_backend() {
+    let clean = "lessor-partition v0.1.0\nlease-core v0.1.0\nthiserror v2.0.0\ntracing v0.1.0\n";
+    assert!(backend_dependencies(clean).is_empty());
+    let planted = format!("{clean}lease-file v0.1.0\naws-sdk-dynamodb v1.0.0\naws-config v1.0.0\n");
+    assert_eq!(
+        backend_dependencies(&planted),
+        vec!["aws-config", "aws-sdk-dynamodb", "lease-file"]
+    );
+}
+
+/// Calls that read the time or draw randomness themselves. Library code takes both from what it
+/// is given (a `Clock`, a `TokenSource`), so tests can drive them; see `ALLOWED_AMBIENT`.
+const AMBIENT_CALLS: [&str; 5] = [
+    "SystemTime::now()",
+    "Instant::now()",
+    "RandomTokens.",
+    "Uuid::new_v4",
+    "rand::",
+];
+
+/// Where library code may read the time or draw randomness itself: `(file, call, why)`, the file
+/// as a path under `crates/`. Nothing else may: add an entry here only with its reason, and
+/// say so in docs/architecture.md when it is a new kind of exception.
+const ALLOWED_AMBIENT: &[(&str, &str, &str)] = &[
+    // The Clock implementations themselves: SystemClock reads the system clocks, ManualClock
+    // anchors its instants, and the sleeps wait on the real clock the Clock stands for.
+    (
+        "lease-core/src/clock.rs",
+        "SystemTime::now()",
+        "SystemClock",
+    ),
+    (
+        "lease-core/src/clock.rs",
+        "Instant::now()",
+        "SystemClock, ManualClock's anchor, sleeps",
+    ),
+    // RandomTokens itself: the one default TokenSource.
+    ("lease-core/src/token.rs", "Uuid::new_v4", "RandomTokens"),
+    // The conformance suite (feature `conformance`, test support): a fresh key prefix per run,
+    // so that runs against one shared table never see each other's keys.
+    (
+        "lease-core/src/conformance.rs",
+        "Uuid::new_v4",
+        "conformance key nonce",
+    ),
+    // docs/architecture.md, the documented exceptions: DynamoDB's per-call request ids must be
+    // unique even when a caller's token generator is not, and retry jitter must not come from a
+    // caller's generator.
+    (
+        "lease-dynamo/src/acquire.rs",
+        "Uuid::new_v4",
+        "per-call request id",
+    ),
+    (
+        "lease-dynamo/src/tenure.rs",
+        "Uuid::new_v4",
+        "per-call request id",
+    ),
+    ("lease-dynamo/src/retry.rs", "Uuid::new_v4", "retry jitter"),
+    // Table provisioning (an operator's call, not a lease operation): how long it waited for the
+    // table to become active, for its error message.
+    (
+        "lease-dynamo/src/table.rs",
+        "Instant::now()",
+        "provisioning wait",
+    ),
+    // lease-file: the lock's heartbeats and liveness deadlines are measured on the process's own
+    // monotonic clock, and the file names of temporary files and chain links need a nonce that
+    // no other process draws: neither may come from a caller's (possibly repeating) generator.
+    (
+        "lease-file/src/lock.rs",
+        "Instant::now()",
+        "heartbeat and liveness deadlines",
+    ),
+    (
+        "lease-file/src/lock.rs",
+        "SystemTime::now()",
+        "heartbeat record time",
+    ),
+    (
+        "lease-file/src/lock.rs",
+        "Uuid::new_v4",
+        "lock instance nonce",
+    ),
+    (
+        "lease-file/src/chain.rs",
+        "Uuid::new_v4",
+        "temporary file nonce",
+    ),
+    (
+        "lease-file/src/store.rs",
+        "Uuid::new_v4",
+        "temporary file nonce",
+    ),
+];
+
+#[test]
+fn library_code_takes_time_and_randomness_from_what_it_is_given() {
+    let crates = root().join("crates");
+    let mut files = Vec::new();
+    for manifest in crate_manifests() {
+        let src = manifest.with_file_name("src");
+        if src.join("lib.rs").is_file() {
+            rust_files(&src, &mut files);
+        }
+    }
+    assert!(files.len() > 20, "found the library sources: {files:?}");
+    let mut offences = Vec::new();
+    let mut used = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&crates).expect("under crates/");
+        let relative = relative.to_string_lossy().replace('\\', "/");
+        if relative.contains("/src/bin/") || relative.ends_with("/src/main.rs") {
+            continue;
+        }
+        let source = read(file);
+        offences.extend(ambient_calls(&relative, &source, ALLOWED_AMBIENT));
+        for (path, call, _) in ALLOWED_AMBIENT {
+            if *path == relative
+                && !ambient_calls(&relative, &source, &[])
+                    .iter()
+                    .all(|o| !o.ends_with(call))
+            {
+                used.push((*path, *call));
+            }
+        }
+    }
+    let stale: Vec<_> = ALLOWED_AMBIENT
+        .iter()
+        .filter(|(path, call, _)| !used.contains(&(*path, *call)))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "allowed but no longer there, remove: {stale:?}"
+    );
+    assert!(
+        offences.is_empty(),
+        "read the time from a Clock and draw randomness from a TokenSource (or add a commented \
+         entry to ALLOWED_AMBIENT):\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn the_injection_check_catches_a_planted_ambient_call() {
+    let planted = "fn deadline() -> Instant {\n    Instant::now() + D\n}\n\
+                   fn token() -> LeaseToken {\n    lease_core::RandomTokens.next_token()\n}\n\
+                   fn id() -> String {\n    uuid::Uuid::new_v4().to_string()\n}\n\
+                   fn wall() -> SystemTime {\n    std::time::SystemTime::now()\n}\n\
+                   fn roll() -> u8 {\n    rand::random()\n}\n";
+    let found = ambient_calls("x/src/lib.rs", planted, &[]);
+    assert_eq!(found.len(), 5, "{found:?}");
+    // Allowed: an allowlisted call, a default injected in a builder, comments, strings, tests.
+    let allowed = [("x/src/clock.rs", "Instant::now()", "a Clock")];
+    assert!(
+        ambient_calls(
+            "x/src/clock.rs",
+            "fn now() -> Instant { Instant::now() }\n",
+            &allowed
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        ambient_calls(
+            "x/src/other.rs",
+            "fn now() -> Instant { Instant::now() }\n",
+            &allowed
+        )
+        .len(),
+        1,
+        "the allowlist is per file"
+    );
+    let innocent = "fn b() -> B {\n    B { tokens: Arc::new(RandomTokens) }\n}\n\
+                    // Instant::now() would be wrong here\n\
+                    const S: &str = \"Uuid::new_v4\";\n\
+                    #[cfg(test)]\nmod tests {\n    fn t() { let _ = Instant::now(); }\n}\n";
+    assert!(ambient_calls("x/src/lib.rs", innocent, &[]).is_empty());
+}
+
+/// `path:line: call` for every ambient call in `source` (comments, strings and a trailing test
+/// module aside) that `allowed` does not list for `path`.
+fn ambient_calls(path: &str, source: &str, allowed: &[(&str, &str, &str)]) -> Vec<String> {
+    let code = code_only(source);
+    let mut found = Vec::new();
+    for (index, line) in library_lines(&code).iter().enumerate() {
+        for call in AMBIENT_CALLS {
+            let listed = allowed
+                .iter()
+                .any(|(file, what, _)| *file == path && *what == call);
+            if line.contains(call) && !listed {
+                found.push(format!("{path}:{}: {call}", index + 1));
+            }
+        }
+    }
+    found
+}
+
+/// The lines of `code` before its first `#[cfg(test)]` module.
+fn library_lines(code: &str) -> Vec<&str> {
+    let lines: Vec<&str> = code.lines().collect();
+    let end = lines
+        .windows(2)
+        .position(|pair| {
+            pair[0].trim() == "#[cfg(test)]"
+                && pair[1].trim_start().starts_with("mod ")
+                && pair[1].trim_end().ends_with('{')
+        })
+        .unwrap_or(lines.len());
+    lines[..end].to_vec()
+}
+
+/// The names each module of a crate root re-exports: `pub use fleet::{Worker, ..}` gives
+/// `fleet: [Worker, ..]`.
+fn module_exports(lib: &str) -> Vec<(String, Vec<String>)> {
+    let code = code_only(lib).replace('\n', " ");
+    let mut exports = Vec::new();
+    for statement in code.split(';') {
+        let Some(rest) = statement.trim().strip_prefix("pub use ") else {
+            continue;
+        };
+        let Some((module, names)) = rest.split_once("::") else {
+            continue;
+        };
+        let names = names.trim().trim_start_matches('{').trim_end_matches('}');
+        let names = names
+            .split(',')
+            .map(str::trim)
+            .filter(|name| {
+                !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_')
+            })
+            .map(str::to_owned)
+            .collect();
+        exports.push((module.trim().to_owned(), names));
+    }
+    exports
+}
+
+/// `module: what` for every use of a higher layer in `sources` (`(module, source)` pairs):
+/// a path into it (`crate::fleet`), or a name it exports through the crate root (a type by its
+/// name, a function as `crate::name`).
+fn layer_offences(sources: &[(String, String)], exports: &[(String, Vec<String>)]) -> Vec<String> {
+    let mut offences = Vec::new();
+    for (module, source) in sources {
+        let Some((_, forbidden)) = LESSOR_LAYERS.iter().find(|(layer, _)| layer == module) else {
+            continue;
+        };
+        let code = code_only(source);
+        let code = library_lines(&code).join("\n");
+        for higher in *forbidden {
+            let mut uses = vec![format!("crate::{higher}")];
+            for (_, names) in exports.iter().filter(|(m, _)| m == higher) {
+                for name in names {
+                    if name.starts_with(char::is_uppercase) {
+                        if has_word(&code, name) {
+                            uses.push(name.clone());
+                        }
+                    } else {
+                        uses.push(format!("crate::{name}("));
+                    }
+                }
+            }
+            for what in uses {
+                let found = if what.starts_with("crate::") {
+                    code.contains(&what)
+                } else {
+                    true
+                };
+                if found {
+                    offences.push(format!("{module} uses {higher}: {what}"));
+                }
+            }
+        }
+    }
+    offences
+}
+
+/// Whether `word` occurs in `code` as a whole identifier.
+fn has_word(code: &str, word: &str) -> bool {
+    code.match_indices(word).any(|(at, _)| {
+        let ident = |c: char| c.is_alphanumeric() || c == '_';
+        let before = code[..at].chars().next_back().is_some_and(ident);
+        let after = code[at + word.len()..].chars().next().is_some_and(ident);
+        !before && !after
+    })
+}
+
+/// The backend and AWS crates in a `cargo tree --prefix none` listing, sorted.
+fn backend_dependencies(tree: &str) -> Vec<String> {
+    let mut found: Vec<String> = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| name.starts_with("aws-") || BACKEND_CRATES.contains(name))
+        .map(str::to_owned)
+        .collect();
+    found.sort_unstable();
+    found.dedup();
+    found
+}

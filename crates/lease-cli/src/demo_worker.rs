@@ -1,13 +1,8 @@
 //! `lease demo-worker`: one lessor-partition worker of `lease demo`, reporting what it owns.
 
 use std::io::{Read, Write};
-use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{
-    AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Lease, LeaseBackend, LeaseError,
-    LeaseKey, LeaseListing, LeaseRecord, LeaseToken,
-};
 use lessor_partition::Worker;
 use serde_json::json;
 
@@ -21,21 +16,24 @@ use crate::exit::Failure;
 /// token).
 pub(crate) async fn run(args: DemoWorkerArgs) -> Result<u8, Failure> {
     let backend = Backend::open(&args.backend).await?;
-    if backend.leases.as_listing().is_none() {
-        return Err(Failure::unavailable(format!(
-            "the {} cannot list partitions, which the fleet needs",
-            backend.description
-        )));
-    }
     let worker = Worker::builder(args.fleet.clone(), args.id.clone())
-        .store(Listed(backend.leases.clone()))
-        .units((0..args.units).map(|unit| unit_name(unit, args.units)))
-        .session_duration(args.ttl)
-        .interval(args.interval)
+        .with_store(backend.leases.clone())
+        .with_units((0..args.units).map(|unit| unit_name(unit, args.units)))
+        .with_session_duration(args.ttl)
+        .with_interval(args.interval)
         // One host, one wall clock: judge a killed worker's session dead as soon as it expires.
-        .clock_skew_bound(Duration::from_millis(50))
+        .with_clock_skew_bound(Duration::from_millis(50))
         .build()
-        .map_err(|e| Failure::usage(format!("cannot configure demo worker {}: {e}", args.id)))?;
+        .map_err(|e| {
+            if e.is_unsupported() {
+                Failure::unavailable(format!(
+                    "the {} cannot list partitions, which the fleet needs: {e}",
+                    backend.description
+                ))
+            } else {
+                Failure::usage(format!("cannot configure demo worker {}: {e}", args.id))
+            }
+        })?;
     let handle = worker.handle();
     let running = tokio::spawn(worker.run());
 
@@ -89,78 +87,5 @@ pub(crate) async fn run(args: DemoWorkerArgs) -> Result<u8, Failure> {
             "demo worker {} panicked: {error}",
             args.id
         ))),
-    }
-}
-
-/// The store as the fleet takes it, one value that is both a backend and a listing: forwards
-/// every call to the one `Arc<dyn LeaseBackend>`, and listing to its
-/// [`as_listing`](LeaseBackend::as_listing) probe (checked before the worker starts).
-#[derive(Debug)]
-struct Listed(Arc<dyn LeaseBackend>);
-
-impl LeaseBackend for Listed {
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-    fn clock(&self) -> &dyn Clock {
-        self.0.clock()
-    }
-    fn as_listing(&self) -> Option<&dyn LeaseListing> {
-        Some(self)
-    }
-    fn as_fenced_values(&self) -> Option<&dyn FencedValues> {
-        self.0.as_fenced_values()
-    }
-    fn try_acquire<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        duration: Duration,
-        options: &'a AcquireOptions,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        self.0.try_acquire(key, duration, options)
-    }
-    fn renew<'a>(
-        &'a self,
-        lease: &'a Lease,
-        duration: Duration,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        self.0.renew(lease, duration)
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        token: &'a LeaseToken,
-        fencing: FencingToken,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.0.release(key, token, fencing)
-    }
-    fn inspect<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
-        self.0.inspect(key)
-    }
-    fn delete<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        holder: Option<&'a LeaseToken>,
-        fencing: FencingToken,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.0.delete(key, holder, fencing)
-    }
-    fn changed<'a>(&'a self, key: &'a LeaseKey) -> Option<BoxFuture<'a, ()>> {
-        self.0.changed(key)
-    }
-}
-
-impl LeaseListing for Listed {
-    fn list_partition<'a>(
-        &'a self,
-        partition: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<LeaseRecord>, LeaseError>> {
-        match self.0.as_listing() {
-            Some(listing) => listing.list_partition(partition),
-            None => Box::pin(async { Err(LeaseError::unsupported(self.0.name(), "list")) }),
-        }
     }
 }

@@ -10,19 +10,23 @@ use std::time::{Duration, Instant, SystemTime};
 
 use lease_core::backend::validate_duration;
 use lease_core::{
-    AcquireOptions, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseKey, LeaseListing,
-    LeaseRecord, sleep_until,
+    AcquireOptions, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
+    LeaseListing, LeaseRecord, LossReason, sleep_until,
 };
 
-use crate::{Error, Partition, PartitionSet};
+use crate::{Partition, PartitionSet};
 
-/// A lease store that can also list a partition key: what the lessor and the fleet need.
-///
-/// Implemented for every `LeaseBackend + LeaseListing` (the memory, file and DynamoDB backends);
-/// do not implement it yourself.
-pub trait LeaseStore: LeaseBackend + LeaseListing {}
-
-impl<T: LeaseBackend + LeaseListing + ?Sized> LeaseStore for T {}
+/// The listing half of `store`, or [`LeaseError::Unsupported`] naming what needed it: the lessor
+/// and the fleet need a store that can list a partition key (the memory, file and DynamoDB
+/// backends can).
+pub(crate) fn listing_of<'a>(
+    store: &'a dyn LeaseBackend,
+    operation: &'static str,
+) -> Result<&'a dyn LeaseListing, LeaseError> {
+    store
+        .as_listing()
+        .ok_or_else(|| LeaseError::unsupported(store.name(), operation))
+}
 
 /// What [`Lessor::with_lease`] granted: the leased parts of the requested range and until when the
 /// callback may act on them.
@@ -64,18 +68,19 @@ pub trait Lessor: Send + Sync + fmt::Debug {
     /// and releases the leases when the callback returns (or is dropped at the deadline).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a bad section or duration, [`Error::Lease`] when the store
-    /// fails, [`Error::DeadlineExceeded`] when the callback outlived the deadline.
+    /// [`LeaseError::InvalidInput`] for a bad section or duration, the store's error when it
+    /// fails, [`LeaseError::Lost`] with [`LossReason::DeadlinePassed`] (key: the section's
+    /// partition key) when the callback outlived the deadline.
     fn with_lease<'a>(
         &'a self,
         section: &'a str,
         partition: Partition,
         duration: Duration,
         callback: LeaseCallback<'a>,
-    ) -> BoxFuture<'a, Result<(), Error>>;
+    ) -> BoxFuture<'a, Result<(), LeaseError>>;
 }
 
-/// A [`Lessor`] over any [`LeaseStore`].
+/// A [`Lessor`] over any store that can list ([`LeaseBackend::as_listing`]).
 ///
 /// Each leased range is one lease record under partition key `lessor/<section>` with the range's
 /// text form as sort key. Acquiring is per key, and overlapping ranges have different keys, so the
@@ -97,7 +102,7 @@ pub trait Lessor: Send + Sync + fmt::Debug {
 /// use std::sync::Arc;
 /// use std::time::Duration;
 ///
-/// let lessor = StoreLessor::new(Arc::new(MemoryBackend::new()));
+/// let lessor = StoreLessor::new(Arc::new(MemoryBackend::new()))?;
 /// let got = lease_core::block_on(lessor.with_lease(
 ///     "tq-sweep",
 ///     Partition::universe(),
@@ -107,22 +112,27 @@ pub trait Lessor: Send + Sync + fmt::Debug {
 ///     })),
 /// ));
 /// assert!(got.is_ok());
+/// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct StoreLessor {
-    store: Arc<dyn LeaseStore>,
+    store: Arc<dyn LeaseBackend>,
     skew: Duration,
     rounds: u32,
 }
 
 impl StoreLessor {
     /// A lessor over `store`.
-    pub fn new(store: Arc<dyn LeaseStore>) -> Self {
-        Self {
+    ///
+    /// # Errors
+    /// [`LeaseError::Unsupported`] (operation `list_partition`) when `store` cannot list.
+    pub fn new(store: Arc<dyn LeaseBackend>) -> Result<Self, LeaseError> {
+        listing_of(&*store, "list_partition")?;
+        Ok(Self {
             store,
             skew: Duration::from_secs(1),
             rounds: 4,
-        }
+        })
     }
 
     /// How far callers' wall clocks may disagree (default one second).
@@ -144,8 +154,10 @@ impl StoreLessor {
         &self,
         partition_key: &str,
         mine: &BTreeMap<Partition, Lease>,
-    ) -> Result<PartitionSet, Error> {
-        let records = self.store.list_partition(partition_key).await?;
+    ) -> Result<PartitionSet, LeaseError> {
+        let records = listing_of(&*self.store, "list_partition")?
+            .list_partition(partition_key)
+            .await?;
         let now = self.store.clock().now();
         let mut held = PartitionSet::new();
         for record in &records {
@@ -183,7 +195,7 @@ impl StoreLessor {
         partition_key: &str,
         partition: Partition,
         duration: Duration,
-    ) -> Result<BTreeMap<Partition, Lease>, Error> {
+    ) -> Result<BTreeMap<Partition, Lease>, LeaseError> {
         let mut mine: BTreeMap<Partition, Lease> = BTreeMap::new();
         let wanted = PartitionSet::of(partition);
         for round in 0..self.rounds {
@@ -215,7 +227,7 @@ impl StoreLessor {
                     Err(error) if error.is_held() => {}
                     Err(error) => {
                         self.release_all(&mine).await;
-                        return Err(error.into());
+                        return Err(error);
                     }
                 }
             }
@@ -258,12 +270,12 @@ impl Lessor for StoreLessor {
         partition: Partition,
         duration: Duration,
         callback: LeaseCallback<'a>,
-    ) -> BoxFuture<'a, Result<(), Error>> {
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
         Box::pin(async move {
             validate_duration(duration)?;
             let partition_key = format!("lessor/{section}");
             // Validates the section as a key part before anything is written.
-            LeaseKey::new(partition_key.as_str())?;
+            let section_key = LeaseKey::new(partition_key.as_str())?;
             let clock = self.store.clock();
             let sent = clock.monotonic();
             let leases = self.grant(&partition_key, partition, duration).await?;
@@ -300,7 +312,7 @@ impl Lessor for StoreLessor {
                     section,
                     "lessor: callback outlived its lease deadline and was dropped"
                 );
-                Err(Error::DeadlineExceeded)
+                Err(LeaseError::lost(section_key, LossReason::DeadlinePassed))
             }
         })
     }
@@ -327,7 +339,7 @@ impl Future for Race<'_> {
 }
 
 /// Makes a lessor; registered under an id with [`Registry::register`] or [`register`].
-pub type LessorFactory = Arc<dyn Fn() -> Result<Arc<dyn Lessor>, Error> + Send + Sync>;
+pub type LessorFactory = Arc<dyn Fn() -> Result<Arc<dyn Lessor>, LeaseError> + Send + Sync>;
 
 /// Lessor implementations by id (LUCI's `lessor.Register` / `lessor.Get`).
 ///
@@ -337,11 +349,11 @@ pub type LessorFactory = Arc<dyn Fn() -> Result<Arc<dyn Lessor>, Error> + Send +
 /// use std::sync::Arc;
 ///
 /// let registry = Registry::new();
-/// registry.register("memory", Arc::new(|| Ok(Arc::new(StoreLessor::new(Arc::new(MemoryBackend::new()))) as _)))?;
+/// registry.register("memory", Arc::new(|| Ok(Arc::new(StoreLessor::new(Arc::new(MemoryBackend::new()))?) as _)))?;
 /// assert!(registry.get("memory").is_ok());
 /// assert!(registry.get("spanner").is_err());
-/// assert!(registry.register("memory", Arc::new(|| Err(lessor_partition::Error::DeadlineExceeded))).is_err());
-/// # Ok::<(), lessor_partition::Error>(())
+/// assert!(registry.register("memory", Arc::new(|| Err(lease_core::LeaseError::invalid("demo", "never built")))).is_err());
+/// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 #[derive(Default)]
 pub struct Registry {
@@ -365,15 +377,22 @@ impl Registry {
     /// Registers `factory` under `id`.
     ///
     /// # Errors
-    /// [`Error::DuplicateLessor`] if `id` is taken.
-    pub fn register(&self, id: impl Into<String>, factory: LessorFactory) -> Result<(), Error> {
+    /// [`LeaseError::InvalidInput`] (field "lessor id") if `id` is taken.
+    pub fn register(
+        &self,
+        id: impl Into<String>,
+        factory: LessorFactory,
+    ) -> Result<(), LeaseError> {
         let id = id.into();
         let mut factories = self
             .factories
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if factories.contains_key(&id) {
-            return Err(Error::DuplicateLessor { id });
+            return Err(LeaseError::invalid(
+                "lessor id",
+                format!("a lessor is already registered as {id:?}"),
+            ));
         }
         tracing::debug!(%id, "lessor registered");
         factories.insert(id, factory);
@@ -383,15 +402,17 @@ impl Registry {
     /// A lessor made by the factory registered under `id`.
     ///
     /// # Errors
-    /// [`Error::UnknownLessor`], or the factory's own error.
-    pub fn get(&self, id: &str) -> Result<Arc<dyn Lessor>, Error> {
+    /// [`LeaseError::InvalidInput`] (field "lessor id"), or the factory's own error.
+    pub fn get(&self, id: &str) -> Result<Arc<dyn Lessor>, LeaseError> {
         let factory = self
             .factories
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(id)
             .cloned()
-            .ok_or_else(|| Error::UnknownLessor { id: id.to_owned() })?;
+            .ok_or_else(|| {
+                LeaseError::invalid("lessor id", format!("no lessor is registered as {id:?}"))
+            })?;
         factory()
     }
 
@@ -414,26 +435,26 @@ fn global() -> &'static Registry {
 /// Registers `factory` under `id` in the process-wide registry.
 ///
 /// # Errors
-/// [`Error::DuplicateLessor`] if `id` is taken.
+/// [`LeaseError::InvalidInput`] (field "lessor id") if `id` is taken.
 ///
 /// ```
 /// use lessor_partition::StoreLessor;
 /// use lease_core::MemoryBackend;
 /// use std::sync::Arc;
 ///
-/// lessor_partition::register("doc-memory", Arc::new(|| Ok(Arc::new(StoreLessor::new(Arc::new(MemoryBackend::new()))) as _)))?;
+/// lessor_partition::register("doc-memory", Arc::new(|| Ok(Arc::new(StoreLessor::new(Arc::new(MemoryBackend::new()))?) as _)))?;
 /// let lessor = lessor_partition::get("doc-memory")?;
 /// # let _ = lessor;
-/// # Ok::<(), lessor_partition::Error>(())
+/// # Ok::<(), lease_core::LeaseError>(())
 /// ```
-pub fn register(id: impl Into<String>, factory: LessorFactory) -> Result<(), Error> {
+pub fn register(id: impl Into<String>, factory: LessorFactory) -> Result<(), LeaseError> {
     global().register(id, factory)
 }
 
 /// A lessor from the process-wide registry.
 ///
 /// # Errors
-/// [`Error::UnknownLessor`], or the factory's own error.
-pub fn get(id: &str) -> Result<Arc<dyn Lessor>, Error> {
+/// [`LeaseError::InvalidInput`] (field "lessor id"), or the factory's own error.
+pub fn get(id: &str) -> Result<Arc<dyn Lessor>, LeaseError> {
     global().get(id)
 }

@@ -12,7 +12,11 @@
 //! let shards = Partition::universe().split(16);
 //! let mut workers = Vec::new();
 //! for id in ["alpha", "beta"] {
-//!     workers.push(Worker::builder("indexer", id).store(store.clone()).partitions(&shards).build()?);
+//!     let worker = Worker::builder("indexer", id)
+//!         .with_store(Arc::new(store.clone()))
+//!         .with_partitions(&shards)
+//!         .build()?;
+//!     workers.push(worker);
 //! }
 //! for _ in 0..4 {
 //!     for worker in &mut workers {
@@ -23,7 +27,7 @@
 //! // Balanced, every range owned once, each with a fencing token for its writes.
 //! assert_eq!(workers[0].owned_units().len(), 8);
 //! assert_eq!(workers[1].owned_units().len(), 8);
-//! # Ok::<(), lessor_partition::Error>(())
+//! # Ok::<(), lease_core::LeaseError>(())
 //! ```
 //!
 //! # What is here
@@ -35,14 +39,21 @@
 //!   callback; [`StoreLessor`] implements it over any store; [`Registry`], [`register`], [`get`].
 //! * [`Worker`]: a member of a fleet that divides units (shard keys, ranges) among its live
 //!   workers, balanced, sticky and fenced; [`WorkerHandle`] and [`UnitTask`] for the application
-//!   while it runs; [`CheckpointStore`] for per-unit checkpoints, kept durably in the lease store
-//!   itself by [`StoreCheckpoints`].
-//! * [`sim`]: the deterministic simulator behind the tests and the benchmark, with a model of
-//!   KCL 2.x for comparison, and [`sim::latency`], in which every request takes time and workers
+//!   while it runs; per-unit checkpoints kept durably in the lease store itself, as its
+//!   [`FencedValues`] ([`WorkerBuilder::with_checkpoints`]).
+//! * `sim`: the deterministic simulator behind the tests and the benchmark, with a model of
+//!   KCL 2.x for comparison, and `sim::latency`, in which every request takes time and workers
 //!   interleave request by request, with pauses, crashes and mixed configurations.
 //!
-//! The crate depends on `lease-core` only: a backend comes in through [`LeaseStore`]
-//! (`LeaseBackend + LeaseListing`), so a fleet on files never compiles the AWS SDK.
+//! The crate depends on `lease-core` only: a backend comes in as one
+//! `Arc<dyn `[`LeaseBackend`]`>` whose listing
+//! ([`as_listing`](lease_core::LeaseBackend::as_listing)) is checked when a worker or a lessor is
+//! made, so a fleet on files never compiles the AWS SDK. Every error is a
+//! [`LeaseError`], every loss a [`LossReason`].
+//!
+//! Layers, bottom up, each using only those below (checked by `xtask/tests/tidy.rs`): the range
+//! algebra (`partition`), the lessor, the fleet, and the simulators (`sim`, behind the cargo
+//! feature `sim`, off by default; the crate's own tests and benchmarks turn it on).
 //!
 //! # The fleet protocol
 //!
@@ -56,7 +67,8 @@
 //!   it (default 24 h) whose token names the worker, the fencing token of the session it was
 //!   taken under and that session's duration (`<random>.<session fencing>.<duration ms>.<worker
 //!   id>`).
-//! * **Checkpoints** (optional) — fenced values, one per unit ([`StoreCheckpoints`]).
+//! * **Checkpoints** (optional) — `fleet/F/checkpoints`, sort key = unit id: fenced values, one
+//!   per unit ([`WorkerBuilder::with_checkpoints`]).
 //!
 //! A worker **trusts a unit** only while it holds the unit lease *and* its session is within its
 //! **trust deadline**: the instant the newest session renewal *whose reply came back within half
@@ -79,7 +91,7 @@
 //! `since`, the answer of the first listing that showed it (the version was written before), and
 //! `confirmed`, the send of the newest listing that still showed it (the version was still there
 //! after). A member is **live** while its record is held and `confirmed - since` is below the
-//! holder's session duration; with [`WorkerBuilder::clock_skew_bound`] a record whose store-side
+//! holder's session duration; with [`WorkerBuilder::with_clock_skew_bound`] a record whose store-side
 //! `expires_at + skew` had passed on this worker's wall clock when `confirmed`'s listing was sent
 //! is also dead. A session whose record shows a *greater* fencing token, or no holder, has ended.
 //! **Every verdict is a function of listing timestamps alone**: when it is used, and how long the
@@ -113,17 +125,18 @@
 //! checkpoint that cannot be read gives the unit back: no unit is ever reported gained with its
 //! fence not raised, so an earlier owner's late save is always refused once a new owner works.
 //!
-//! **Handing over** ([`LossCause::HandedOver`], and [`LossCause::Shutdown`] at shutdown): when the
+//! **Handing over** ([`LossReason::HandedOver`], and
+//! [`LossReason::Shutdown`] at shutdown): when the
 //! application takes units as [`UnitTask`]s ([`WorkerHandle::next_unit`]), the task's
 //! [`UnitTask::lost`] completes, the unit stays owned while the task saves a final checkpoint,
 //! and the worker releases it once the task is dropped or the handoff timeout passes
-//! ([`WorkerBuilder::handoff_timeout`], as KCL 3.x's graceful handoff). The next owner reads that
+//! ([`WorkerBuilder::with_handoff_timeout`], as KCL 3.x's graceful handoff). The next owner reads that
 //! checkpoint when it takes the unit. Without tasks, a unit is released at once.
 //!
-//! **Limits and load** (KCL parity). [`WorkerBuilder::max_units`] caps a worker; the cap travels
+//! **Limits and load** (KCL parity). [`WorkerBuilder::with_max_units`] caps a worker; the cap travels
 //! in its session token, and the targets fill members up to their caps like water (lowest ids
 //! first), so they still depend on the member list alone; when the caps add up to fewer than the
-//! units, the rest stay unowned. With [`WorkerBuilder::balance_by_load`], each worker publishes
+//! units, the rest stay unowned. With [`WorkerBuilder::with_balance_by_load`], each worker publishes
 //! the sum of its units' reported loads ([`UnitTask::report_load`]) and its unit count in a
 //! `<worker>.load` record of the sessions partition, so the figures arrive with the listing every
 //! worker already makes. Free units go to the least loaded member; the most loaded member gives
@@ -192,7 +205,7 @@
 //! expiry): it is left alone. A holder whose token the store does not show cannot be released
 //! conditionally and is left alone.
 //!
-//! Two simulators check this property: [`sim`] after every tick, and [`sim::latency`], in which
+//! Two simulators check this property: `sim` after every tick, and `sim::latency`, in which
 //! every request takes time and the workers interleave request by request, after every request.
 //!
 //! ## Slow stores
@@ -217,7 +230,7 @@
 //!
 //! ## Chaos, measured
 //!
-//! [`sim::latency::chaos`] (seeded, 600 simulated seconds): 16 workers, 256 units, 2 to 40 ms
+//! `sim::latency::chaos` (seeded, 600 simulated seconds): 16 workers, 256 units, 2 to 40 ms
 //! per request, checkpoints saved every 2 s, random pauses of 0.1 to 25 s (preferably with a save
 //! in flight), crashes with later starts, restarts under the same id, a worker flapping every
 //! 30 s and a rolling change from 10 s to 20 s sessions, checked after every request.
@@ -235,7 +248,7 @@
 //! | 6 | 48 | 0.0 s | 0 | 62938 | 5 | 1014 | 12.5 s | 34 s |
 //!
 //! Recovery is measured from the latest fault to every unit owned again; the bound is
-//! [`sim::latency::recovery_bound`] for this fleet.
+//! `sim::latency::recovery_bound` for this fleet.
 //!
 //! ## Cost, per worker per interval
 //!
@@ -253,7 +266,7 @@
 //! `W + L/(8W)` records. KCL 2.x sends `L/W` renewals every 3.3 s and reads all `L` leases per
 //! worker every 20 s.
 //!
-//! Measured in [`sim`] by the benchmark (`cargo bench -p lessor-partition --bench fleet`, also
+//! Measured in `sim` by the benchmark (`cargo bench -p lessor-partition --bench fleet`, also
 //! run by `cargo xtask bench`; seeded, so every run prints these figures), both protocols on the
 //! same schedule for 10 simulated minutes per row. A tick is 2.5 s here and 3.3 s (a renewal
 //! round) for KCL; "per worker" divides by the running workers integrated over time. *churn*: one
@@ -327,19 +340,17 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-mod error;
 mod fleet;
 mod lessor;
 mod partition;
+#[cfg(feature = "sim")]
 pub mod sim;
 
-pub use error::Error;
 pub use fleet::{
-    Assignment, CheckpointStore, FleetEvent, LossCause, MemoryCheckpoints, StoreCheckpoints,
-    TickReport, UnitTask, Worker, WorkerBuilder, WorkerHandle, WorkerStats,
+    Assignment, FleetEvent, TickReport, UnitTask, Worker, WorkerBuilder, WorkerHandle, WorkerStats,
 };
 pub use lessor::{
-    Grant, LeaseCallback, LeaseStore, Lessor, LessorFactory, Registry, StoreLessor, get, register,
+    Grant, LeaseCallback, Lessor, LessorFactory, Registry, StoreLessor, get, register,
 };
 pub use partition::{End, ParsePartitionError, Partition, PartitionSet};
 

@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use support::endpoint;
 
+use lease_core::LeaseBackend;
 use lease_dynamo::DynamoLeases;
-use lessor_partition::{FleetEvent, LeaseStore, Worker, WorkerHandle};
+use lessor_partition::{FleetEvent, Worker, WorkerHandle};
 
 const WORKERS: usize = 8;
 const UNITS: usize = 256;
@@ -68,7 +69,7 @@ fn eight_workers_share_256_units_on_dynamodb_local() {
             .ensure_table()
             .await
             .expect("table on DynamoDB Local");
-        let store: Arc<dyn LeaseStore> = Arc::new(leases);
+        let store: Arc<dyn LeaseBackend> = Arc::new(leases);
         let log: Arc<Mutex<Vec<(usize, FleetEvent)>>> = Arc::default();
 
         let mut handles = BTreeMap::new();
@@ -76,10 +77,10 @@ fn eight_workers_share_256_units_on_dynamodb_local() {
         for index in 0..WORKERS {
             let log = log.clone();
             let worker = Worker::builder("itest", format!("worker-{index}"))
-                .store_arc(store.clone())
-                .units((0..UNITS).map(|u| format!("unit-{u:03}")))
-                .session_duration(SESSION)
-                .interval(INTERVAL)
+                .with_store(store.clone())
+                .with_units((0..UNITS).map(|u| format!("unit-{u:03}")))
+                .with_session_duration(SESSION)
+                .with_interval(INTERVAL)
                 .build()
                 .expect("worker");
             let events = worker.handle();

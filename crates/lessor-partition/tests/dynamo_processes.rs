@@ -21,7 +21,7 @@
 //!
 //! `read` (the checkpoint the task was handed, at its start), `try` (before a save is sent),
 //! `save` and `final` (accepted), `refused` (the store fenced it), `gone` (not sent: the task no
-//! longer owned the unit), `error` (failed otherwise), `lost:<cause>` (`UnitTask::lost` said the
+//! longer owned the unit), `error` (failed otherwise), `lost:<reason>` (`UnitTask::lost` said the
 //! ownership ended, not as a handover: the task stopped).
 //!
 //! A save that was not accepted may still have landed: its reply was lost, or (seen with
@@ -52,8 +52,9 @@ use std::task::{Context, Waker};
 use std::time::{Duration, Instant, SystemTime};
 use support::endpoint;
 
+use lease_core::{FencedValues, LossReason};
 use lease_dynamo::DynamoLeases;
-use lessor_partition::{CheckpointStore, LossCause, StoreCheckpoints, UnitTask, Worker};
+use lessor_partition::{UnitTask, Worker};
 
 const CHILD_ENV: &str = "LESSOR_DYNAMO_CHILD";
 const FLEET: &str = "procs";
@@ -130,15 +131,14 @@ async fn run_child(dir: PathBuf, endpoint: String, table: String, id: String) {
     let born = Instant::now();
     let parent = std::os::unix::process::parent_id();
     let leases = dynamo_leases(&endpoint, &table).await;
-    let checkpoints = StoreCheckpoints::new(leases.clone(), FLEET).expect("checkpoints");
     let worker = Worker::builder(FLEET, id.clone())
-        .store_arc(leases)
-        .units(unit_names())
-        .session_duration(SESSION)
-        .interval(INTERVAL)
-        .handoff_timeout(HANDOFF)
-        .safety_margin(MARGIN)
-        .checkpoints(Arc::new(checkpoints))
+        .with_store(leases)
+        .with_units(unit_names())
+        .with_session_duration(SESSION)
+        .with_interval(INTERVAL)
+        .with_handoff_timeout(HANDOFF)
+        .with_safety_margin(MARGIN)
+        .with_checkpoints()
         .build()
         .expect("worker");
     let handle = worker.handle();
@@ -268,22 +268,22 @@ async fn work_on(task: UnitTask, log: Arc<SaveLog>) {
     let now = millis_now();
     log.line(now, task.unit(), fencing, counter, "read");
     loop {
-        let cause = tokio::select! {
-            cause = task.lost() => Some(cause),
+        let reason = tokio::select! {
+            reason = task.lost() => Some(reason),
             () = tokio::time::sleep(SAVE_EVERY) => None,
         };
-        match cause {
+        match reason {
             None => match save(&task, &log, counter + 1, "save").await {
                 Saved::Accepted => counter += 1,
                 Saved::Over => return,
                 Saved::Failed => {}
             },
-            Some(LossCause::HandedOver | LossCause::Shutdown) => {
+            Some(LossReason::HandedOver | LossReason::Shutdown) => {
                 save(&task, &log, counter + 1, "final").await;
                 return;
             }
-            Some(cause) => {
-                let kind = format!("lost:{cause:?}");
+            Some(reason) => {
+                let kind = format!("lost:{reason:?}").replace(char::is_whitespace, "_");
                 log.line(millis_now(), task.unit(), fencing, counter, &kind);
                 return;
             }
@@ -304,7 +304,7 @@ async fn save(task: &UnitTask, log: &SaveLog, counter: u64, kind: &str) -> Saved
             log.line(sent, unit, fencing, counter, kind);
             Saved::Accepted
         }
-        Err(error) if error.is_not_owner() => {
+        Err(error) if error.is_not_owned() => {
             log.line(sent, unit, fencing, counter, "refused");
             Saved::Over
         }
@@ -652,12 +652,16 @@ fn stored_checkpoints(
     runtime: &tokio::runtime::Runtime,
     leases: Arc<DynamoLeases>,
 ) -> BTreeMap<String, Option<u64>> {
-    let checkpoints = StoreCheckpoints::new(leases, FLEET).expect("checkpoints");
     runtime.block_on(async {
         let mut stored = BTreeMap::new();
         for unit in unit_names() {
-            let value = checkpoints
-                .load(&unit, lease_core::backend::fencing_token(1 << 62))
+            let name = lease_core::LeaseKey::with_sort_key(
+                format!("fleet/{FLEET}/checkpoints"),
+                unit.as_str(),
+            )
+            .expect("checkpoint name");
+            let value = leases
+                .fence_and_read(&name, lease_core::backend::fencing_token(1 << 62))
                 .await
                 .expect("final read");
             let counter = value.map(|bytes| {

@@ -38,10 +38,10 @@ fn child_worker() {
     let store = DirectoryStore::open(dir.join("leases")).expect("store");
     let log_path = dir.join(format!("events-{id}"));
     let worker = Worker::builder("files", id.clone())
-        .store(store)
-        .units((0..UNITS).map(|u| format!("u{u:02}")))
-        .session_duration(SESSION)
-        .interval(INTERVAL)
+        .with_store(std::sync::Arc::new(store))
+        .with_units((0..UNITS).map(|u| format!("u{u:02}")))
+        .with_session_duration(SESSION)
+        .with_interval(INTERVAL)
         .build()
         .expect("worker");
     let events = worker.handle();

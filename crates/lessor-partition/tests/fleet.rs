@@ -5,11 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lease_core::{FencingToken, ManualClock, MemoryBackend};
-use lessor_partition::{
-    CheckpointStore, Error, FleetEvent, LossCause, MemoryCheckpoints, StoreCheckpoints, Worker,
-    WorkerHandle,
+use lease_core::{
+    FencedValues, FencingToken, LeaseKey, LossReason, ManualClock, MemoryBackend, NotOwnedReason,
 };
+use lessor_partition::{FleetEvent, Worker, WorkerHandle};
 
 /// Every event of the watched workers, read from their handles' queues.
 #[derive(Default)]
@@ -39,8 +38,8 @@ fn events(log: &Log) -> Vec<(String, FleetEvent)> {
 
 fn worker(store: &MemoryBackend, id: &str, units: usize, log: &Log) -> Worker {
     let worker = Worker::builder("t", id)
-        .store(store.clone())
-        .units((0..units).map(|u| format!("u{u:02}")))
+        .with_store(Arc::new(store.clone()))
+        .with_units((0..units).map(|u| format!("u{u:02}")))
         .build()
         .expect("worker");
     watch(log, &worker);
@@ -101,7 +100,7 @@ fn every_change_of_owner_raises_the_units_fencing_token() {
     assert!(events(&log).iter().any(|(_, e)| matches!(
         e,
         FleetEvent::Lost {
-            cause: LossCause::Shutdown,
+            reason: LossReason::Shutdown,
             ..
         }
     )));
@@ -111,30 +110,34 @@ fn every_change_of_owner_raises_the_units_fencing_token() {
 fn only_the_current_owner_can_write_a_checkpoint() {
     let clock = Arc::new(ManualClock::new());
     let store = MemoryBackend::builder().with_clock(clock.clone()).build();
-    checkpoints_follow_the_owner(&clock, &store, Arc::new(MemoryCheckpoints::new()));
+    // A fenced-value store apart from the lease store.
+    let values = Arc::new(MemoryBackend::new());
+    checkpoints_follow_the_owner(&clock, &store, Some(values));
 }
 
 #[test]
 fn checkpoints_kept_in_the_lease_store_follow_the_owner() {
     let clock = Arc::new(ManualClock::new());
     let store = MemoryBackend::builder().with_clock(clock.clone()).build();
-    let checkpoints = StoreCheckpoints::new(Arc::new(store.clone()), "cp").expect("checkpoints");
-    checkpoints_follow_the_owner(&clock, &store, Arc::new(checkpoints));
+    checkpoints_follow_the_owner(&clock, &store, None);
 }
 
+/// `separate`: a fenced-value store apart from the lease store; `None`: the lease store's own.
 fn checkpoints_follow_the_owner(
     clock: &ManualClock,
     store: &MemoryBackend,
-    checkpoints: Arc<dyn CheckpointStore>,
+    separate: Option<Arc<MemoryBackend>>,
 ) {
     let log: Log = Arc::default();
     let make = |id: &str| {
-        let worker = Worker::builder("cp", id)
-            .store(store.clone())
-            .units(["only"])
-            .checkpoints(checkpoints.clone())
-            .build()
-            .expect("worker");
+        let builder = Worker::builder("cp", id)
+            .with_store(Arc::new(store.clone()))
+            .with_units(["only"]);
+        let builder = match &separate {
+            Some(values) => builder.with_checkpoint_store(values.clone()),
+            None => builder.with_checkpoints(),
+        };
+        let worker = builder.build().expect("worker");
         watch(&log, &worker);
         worker
     };
@@ -148,7 +151,12 @@ fn checkpoints_follow_the_owner(
     let old_fencing = owner.owns("only").expect("owned");
     lease_core::block_on(owner.save_checkpoint("only", b"offset=41")).expect("owner saves");
     let err = lease_core::block_on(other.save_checkpoint("only", b"nope")).expect_err("not owner");
-    assert!(matches!(err, Error::NotOwner { .. }));
+    assert!(err.is_not_owned(), "{err:?}");
+    assert_eq!(
+        err.key().and_then(LeaseKey::sort),
+        Some("only"),
+        "names the unit"
+    );
 
     // The owner pauses past its session; the other takes over and receives the checkpoint.
     tick_all(&mut [other], clock, 8);
@@ -161,11 +169,15 @@ fn checkpoints_follow_the_owner(
     assert_eq!(handed, Some(Some(b"offset=41".to_vec())));
     // The paused owner no longer trusts the unit; even bypassing the worker, its token is fenced.
     assert!(owner.owns("only").is_none());
-    let late = lease_core::block_on(checkpoints.save("only", old_fencing, b"late"));
-    assert!(
-        matches!(late, Err(Error::Fenced { .. } | Error::NotOwner { .. })),
-        "{late:?}"
-    );
+    let values: &dyn FencedValues = match &separate {
+        Some(values) => &**values,
+        None => store,
+    };
+    let name = LeaseKey::with_sort_key("fleet/cp/checkpoints", "only").expect("name");
+    let late = lease_core::block_on(values.put_fenced(&name, old_fencing, b"late"))
+        .expect_err("fenced out");
+    assert!(late.is_not_owned(), "{late:?}");
+    assert_eq!(late.not_owned_reason(), Some(NotOwnedReason::Fenced));
 }
 
 #[test]
@@ -174,10 +186,10 @@ fn run_loops_on_the_system_clock_and_hands_over_on_stop() {
     let store = MemoryBackend::new();
     let make = |id: &str| {
         Worker::builder("live", id)
-            .store(store.clone())
-            .units((0..9).map(|u| format!("u{u}")))
-            .session_duration(Duration::from_millis(600))
-            .interval(Duration::from_millis(100))
+            .with_store(Arc::new(store.clone()))
+            .with_units((0..9).map(|u| format!("u{u}")))
+            .with_session_duration(Duration::from_millis(600))
+            .with_interval(Duration::from_millis(100))
             .build()
             .expect("worker")
     };
@@ -212,7 +224,7 @@ fn run_loops_on_the_system_clock_and_hands_over_on_stop() {
 
 fn dynamic(store: &MemoryBackend, id: &str) -> Worker {
     Worker::builder("dyn", id)
-        .store(store.clone())
+        .with_store(Arc::new(store.clone()))
         .build()
         .expect("worker")
 }
@@ -285,8 +297,8 @@ fn units_added_and_retired_at_run_time_are_planned_by_every_worker() {
     tick_all(&mut [&mut *other], &clock, 3);
     assert!(other.owns("s0").is_none());
     assert_eq!(other.owned_units().len(), 6, "the other units stay owned");
-    let cause = lease_core::block_on(task.lost());
-    assert_eq!(cause, LossCause::Retired);
+    let reason = lease_core::block_on(task.lost());
+    assert_eq!(reason, LossReason::Retired);
 }
 
 /// A unit being handed over stays with its task until the task has saved a final checkpoint and
@@ -295,12 +307,11 @@ fn units_added_and_retired_at_run_time_are_planned_by_every_worker() {
 fn a_handoff_waits_for_the_tasks_final_checkpoint() {
     let clock = Arc::new(ManualClock::new());
     let store = MemoryBackend::builder().with_clock(clock.clone()).build();
-    let checkpoints: Arc<dyn CheckpointStore> = Arc::new(MemoryCheckpoints::new());
     let make = |id: &str| {
         Worker::builder("handoff", id)
-            .store(store.clone())
-            .units(["only"])
-            .checkpoints(checkpoints.clone())
+            .with_store(Arc::new(store.clone()))
+            .with_units(["only"])
+            .with_checkpoints()
             .build()
             .expect("worker")
     };
@@ -319,7 +330,7 @@ fn a_handoff_waits_for_the_tasks_final_checkpoint() {
         "still a's while its task finishes"
     );
     assert!(b.owns("only").is_none());
-    assert_eq!(lease_core::block_on(task.lost()), LossCause::HandedOver);
+    assert_eq!(lease_core::block_on(task.lost()), LossReason::HandedOver);
     assert!(
         task.is_owned(),
         "a handoff leaves the unit owned until the task is done"
@@ -372,10 +383,10 @@ fn a_workers_unit_limit_is_honoured_by_the_whole_fleet() {
     let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let make = |id: &str, cap: Option<usize>| {
         let builder = Worker::builder("caps", id)
-            .store(store.clone())
-            .units((0..12).map(|u| format!("u{u:02}")));
+            .with_store(Arc::new(store.clone()))
+            .with_units((0..12).map(|u| format!("u{u:02}")));
         match cap {
-            Some(cap) => builder.max_units(cap),
+            Some(cap) => builder.with_max_units(cap),
             None => builder,
         }
         .build()
@@ -400,9 +411,9 @@ fn balancing_by_load_gives_the_heavy_units_owner_fewer_units() {
     let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let make = |id: &str| {
         Worker::builder("load", id)
-            .store(store.clone())
-            .units((0..8).map(|u| format!("u{u}")))
-            .balance_by_load()
+            .with_store(Arc::new(store.clone()))
+            .with_units((0..8).map(|u| format!("u{u}")))
+            .with_balance_by_load()
             .build()
             .expect("worker")
     };
@@ -447,8 +458,8 @@ fn the_units_and_events_streams_end_when_the_worker_stops() {
     let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let make = |id: &str| {
         Worker::builder("ends", id)
-            .store(store.clone())
-            .units(["only"])
+            .with_store(Arc::new(store.clone()))
+            .with_units(["only"])
             .build()
             .expect("worker")
     };
@@ -463,7 +474,11 @@ fn the_units_and_events_streams_end_when_the_worker_stops() {
     tick_all(&mut [&mut b], &clock, 8);
     assert!(b.owns("only").is_some());
     lease_core::block_on(a.tick()).expect("tick");
-    assert_eq!(lease_core::block_on(task.lost()), LossCause::SessionLost);
+    // The session's own loss: its trust lapsed with no renewal answered (the pause).
+    assert_eq!(
+        lease_core::block_on(task.lost()),
+        LossReason::DeadlinePassed
+    );
     drop(task);
     lease_core::block_on(a.shutdown()).expect("shutdown");
     assert!(

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease_core::{ManualClock, MemoryBackend};
-use lessor_partition::{Error, Grant, Lessor, Partition, PartitionSet, StoreLessor};
+use lease_core::{LeaseBackend, LossReason, ManualClock, MemoryBackend};
+use lessor_partition::{Grant, Lessor, Partition, PartitionSet, StoreLessor};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -39,7 +39,7 @@ fn grant(lessor: &StoreLessor, section: &str, range: Partition) -> PartitionSet 
 
 #[test]
 fn grants_only_the_unleased_part_and_releases_after_the_callback() {
-    let lessor = StoreLessor::new(Arc::new(MemoryBackend::new()));
+    let lessor = StoreLessor::new(Arc::new(MemoryBackend::new())).expect("a store that lists");
     let inner = Arc::new(Mutex::new(None));
     let inner2 = inner.clone();
     let lessor2 = lessor.clone();
@@ -77,7 +77,7 @@ fn grants_only_the_unleased_part_and_releases_after_the_callback() {
 fn the_deadline_falls_before_expiry_and_drops_a_late_callback() {
     let clock = Arc::new(ManualClock::new());
     let store = MemoryBackend::builder().with_clock(clock.clone()).build();
-    let lessor = StoreLessor::new(Arc::new(store));
+    let lessor = StoreLessor::new(Arc::new(store)).expect("a store that lists");
     let start = lease_core::Clock::monotonic(&*clock);
     clock.set_auto_advance(true);
     let result = lease_core::block_on(lessor.with_lease(
@@ -92,25 +92,118 @@ fn the_deadline_falls_before_expiry_and_drops_a_late_callback() {
             })
         }),
     ));
-    assert!(matches!(result, Err(Error::DeadlineExceeded)), "{result:?}");
+    let error = result.expect_err("the callback outlived its deadline");
+    assert!(error.is_lost(), "{error:?}");
+    assert_eq!(error.loss_reason(), Some(&LossReason::DeadlinePassed));
     clock.set_auto_advance(false);
     // The lease was released anyway.
     assert_eq!(grant(&lessor, "slow", p("0_100")), set("0_100"));
 }
 
+/// A memory store that keeps no fenced values, and lists only when `lists`.
+#[derive(Debug)]
+struct Limited {
+    inner: MemoryBackend,
+    lists: bool,
+}
+
+impl LeaseBackend for Limited {
+    fn name(&self) -> &'static str {
+        "limited"
+    }
+    fn as_listing(&self) -> Option<&dyn lease_core::LeaseListing> {
+        if self.lists {
+            self.inner.as_listing()
+        } else {
+            None
+        }
+    }
+    fn clock(&self) -> &dyn lease_core::Clock {
+        self.inner.clock()
+    }
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a lease_core::LeaseKey,
+        duration: Duration,
+        options: &'a lease_core::AcquireOptions,
+    ) -> lease_core::BoxFuture<'a, Result<lease_core::Lease, lease_core::LeaseError>> {
+        self.inner.try_acquire(key, duration, options)
+    }
+    fn renew<'a>(
+        &'a self,
+        lease: &'a lease_core::Lease,
+        duration: Duration,
+    ) -> lease_core::BoxFuture<'a, Result<lease_core::Lease, lease_core::LeaseError>> {
+        self.inner.renew(lease, duration)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a lease_core::LeaseKey,
+        token: &'a lease_core::LeaseToken,
+        fencing: lease_core::FencingToken,
+    ) -> lease_core::BoxFuture<'a, Result<(), lease_core::LeaseError>> {
+        self.inner.release(key, token, fencing)
+    }
+    fn inspect<'a>(
+        &'a self,
+        key: &'a lease_core::LeaseKey,
+    ) -> lease_core::BoxFuture<'a, Result<Option<lease_core::LeaseRecord>, lease_core::LeaseError>>
+    {
+        self.inner.inspect(key)
+    }
+}
+
+/// The lessor and the fleet need a store that lists, and checkpoints need fenced values: a store
+/// without them is refused when the lessor or the worker is made, naming what is missing.
+#[test]
+fn a_store_without_what_is_needed_is_refused_when_built() {
+    let unsupported = |error: lease_core::LeaseError, operation: &str| {
+        assert!(
+            matches!(&error, lease_core::LeaseError::Unsupported { operation: o, .. } if *o == operation),
+            "{error:?}"
+        );
+    };
+    let mute = Arc::new(Limited {
+        inner: MemoryBackend::new(),
+        lists: false,
+    });
+    unsupported(
+        StoreLessor::new(mute.clone()).expect_err("cannot list"),
+        "list_partition",
+    );
+    let worker = |store: Arc<Limited>| {
+        lessor_partition::Worker::builder("f", "w")
+            .with_store(store)
+            .with_units(["u"])
+    };
+    unsupported(
+        worker(mute).build().expect_err("cannot list"),
+        "list_partition",
+    );
+    let lists = Arc::new(Limited {
+        inner: MemoryBackend::new(),
+        lists: true,
+    });
+    assert!(worker(lists.clone()).build().is_ok(), "listing is enough");
+    unsupported(
+        worker(lists)
+            .with_checkpoints()
+            .build()
+            .expect_err("no fenced values"),
+        "fenced checkpoints",
+    );
+}
+
 #[test]
 fn rejects_bad_input_before_writing() {
-    let lessor = StoreLessor::new(Arc::new(MemoryBackend::new()));
+    let lessor = StoreLessor::new(Arc::new(MemoryBackend::new())).expect("a store that lists");
     let bad = lease_core::block_on(lessor.with_lease(
         "s",
         p("0_1"),
         Duration::ZERO,
         Box::new(|_| Box::pin(async {})),
     ));
-    assert!(
-        matches!(bad, Err(Error::Lease(ref e)) if e.is_invalid_input()),
-        "{bad:?}"
-    );
+    assert!(matches!(bad, Err(ref e) if e.is_invalid_input()), "{bad:?}");
     let bad = lease_core::block_on(lessor.with_lease(
         "new\nline",
         p("0_1"),
@@ -129,7 +222,7 @@ fn concurrent_overlapping_requests_never_share_a_key() {
     let granted_keys = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..6u64)
         .map(|t| {
-            let lessor = StoreLessor::new(store.clone());
+            let lessor = StoreLessor::new(store.clone()).expect("a store that lists");
             let table = table.clone();
             let granted_keys = granted_keys.clone();
             std::thread::spawn(move || {

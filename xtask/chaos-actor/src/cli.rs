@@ -191,7 +191,7 @@ pub(crate) struct FleetArgs {
     /// Milliseconds between a unit task's claims and checkpoint saves.
     #[arg(long, value_name = "E")]
     pub(crate) save_every_ms: u64,
-    /// Also judge sessions dead by wall clock plus this skew (`clock_skew_bound`); off by
+    /// Also judge sessions dead by wall clock plus this skew (`with_clock_skew_bound`); off by
     /// default.
     #[arg(long, value_name = "MS")]
     pub(crate) session_skew_ms: Option<u64>,

@@ -4,11 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::FencedValues;
+use lease_core::{LeaseBackend, LeaseError, LeaseKey, LossReason};
 use lease_file::DirectoryStore;
-use lessor_partition::{
-    CheckpointStore, Error, LeaseStore, LossCause, StoreCheckpoints, UnitTask, Worker, WorkerHandle,
-};
+use lessor_partition::{UnitTask, Worker, WorkerHandle};
 
 use crate::actor::Actor;
 use crate::cli::{Backend, FleetArgs};
@@ -23,14 +21,12 @@ const HANDOFF: Duration = Duration::from_secs(5);
 /// Runs the worker until the actor stops, then stops it cleanly (bounded).
 pub(crate) fn run(args: &FleetArgs, actor: &Actor) -> Result<(), String> {
     crate::actor::block_on(async {
-        let (store, fenced) = stores(args, actor).await?;
-        let checkpoints = StoreCheckpoints::new(fenced, &args.fleet).map_err(|e| e.to_string())?;
-        let checkpoints = Arc::new(checkpoints);
-        let worker = build(args, store, checkpoints.clone())?;
+        let store = store(args, actor).await?;
+        let worker = build(args, store.clone())?;
         let handle = worker.handle();
         // Hand units out as tasks (with graceful handoffs) from the first gain on.
         let _none = handle.try_next_unit();
-        let units = Arc::new(Units::new(args, actor.history.clone(), checkpoints));
+        let units = Arc::new(Units::new(args, actor.history.clone(), store));
         let tasks = tokio::spawn(hand_out(handle.clone(), units));
         let running = match args.backend {
             // The file store does blocking I/O: its worker gets a thread, as `spawn_thread` would.
@@ -56,11 +52,8 @@ pub(crate) fn run(args: &FleetArgs, actor: &Actor) -> Result<(), String> {
     })?
 }
 
-/// The store the fleet shares, as a lease store and as the checkpoints' fenced values.
-async fn stores(
-    args: &FleetArgs,
-    actor: &Actor,
-) -> Result<(Arc<dyn LeaseStore>, Arc<dyn FencedValues>), String> {
+/// The store the fleet shares: its leases, its listing and the checkpoints' fenced values.
+async fn store(args: &FleetArgs, actor: &Actor) -> Result<Arc<dyn LeaseBackend>, String> {
     match args.backend {
         Backend::File => {
             let dir = args
@@ -72,32 +65,24 @@ async fn stores(
             if args.steppable_file_clock {
                 store = store.with_clock(actor.clock.clone());
             }
-            let store = Arc::new(store);
-            Ok((store.clone(), store))
+            Ok(Arc::new(store))
         }
-        Backend::Dynamo => {
-            let leases = crate::dynamo::leases(&args.dynamo, actor).await?;
-            Ok((leases.clone(), leases))
-        }
+        Backend::Dynamo => Ok(crate::dynamo::leases(&args.dynamo, actor).await?),
     }
 }
 
-fn build(
-    args: &FleetArgs,
-    store: Arc<dyn LeaseStore>,
-    checkpoints: Arc<StoreCheckpoints>,
-) -> Result<Worker, String> {
+fn build(args: &FleetArgs, store: Arc<dyn LeaseBackend>) -> Result<Worker, String> {
     let width = args.units.saturating_sub(1).to_string().len().max(2);
     let mut builder = Worker::builder(args.fleet.clone(), args.worker.clone())
-        .store_arc(store)
-        .units((0..args.units).map(|u| format!("u{u:0width$}")))
-        .session_duration(Duration::from_millis(args.session_ms))
-        .interval(Duration::from_millis(args.interval_ms))
-        .safety_margin(Duration::from_millis(args.margin_ms))
-        .handoff_timeout(HANDOFF)
-        .checkpoints(checkpoints);
+        .with_store(store)
+        .with_units((0..args.units).map(|u| format!("u{u:0width$}")))
+        .with_session_duration(Duration::from_millis(args.session_ms))
+        .with_interval(Duration::from_millis(args.interval_ms))
+        .with_safety_margin(Duration::from_millis(args.margin_ms))
+        .with_handoff_timeout(HANDOFF)
+        .with_checkpoints();
     if let Some(skew) = args.session_skew_ms {
-        builder = builder.clock_skew_bound(Duration::from_millis(skew));
+        builder = builder.with_clock_skew_bound(Duration::from_millis(skew));
     }
     builder
         .build()
@@ -130,8 +115,11 @@ enum Step {
 struct Units {
     history: Arc<History>,
     surface: Surface,
-    /// The checkpoints the worker reads, for the late save that bypasses the task's check.
-    checkpoints: Arc<StoreCheckpoints>,
+    /// The fleet's store, whose fenced values keep the checkpoints: for the late save that
+    /// bypasses the task's check.
+    store: Arc<dyn LeaseBackend>,
+    /// The fleet name, for the checkpoints' names in the store.
+    fleet: String,
     /// `<file|dynamo>:<fleet>`: unit keys are `<this>/<unit>`.
     keys: String,
     /// `fleet-<file|dynamo>:<fleet>`: checkpoint names are `<this>/<unit>`.
@@ -140,7 +128,7 @@ struct Units {
 }
 
 impl Units {
-    fn new(args: &FleetArgs, history: Arc<History>, checkpoints: Arc<StoreCheckpoints>) -> Self {
+    fn new(args: &FleetArgs, history: Arc<History>, store: Arc<dyn LeaseBackend>) -> Self {
         let (surface, backend) = match args.backend {
             Backend::File => (Surface::FleetFile, "file"),
             Backend::Dynamo => (Surface::FleetDynamo, "dynamo"),
@@ -148,7 +136,8 @@ impl Units {
         Self {
             history,
             surface,
-            checkpoints,
+            store,
+            fleet: args.fleet.clone(),
             keys: format!("{backend}:{}", args.fleet),
             names: format!("fleet-{backend}:{}", args.fleet),
             every: Duration::from_millis(args.save_every_ms),
@@ -169,14 +158,14 @@ impl Units {
         history.read(self.surface, &name, token, (start, start), seen);
         let mut seq = seen.map_or(0, |(_, seq)| seq);
         loop {
-            let cause = tokio::select! {
-                cause = task.lost() => Some(cause),
+            let reason = tokio::select! {
+                reason = task.lost() => Some(reason),
                 () = tokio::time::sleep(self.every) => None,
             };
             seq += 1;
-            let (step, last) = match cause {
+            let (step, last) = match reason {
                 None => (self.save(&task, (&key, &name), seq).await, false),
-                Some(LossCause::HandedOver | LossCause::Shutdown) => {
+                Some(LossReason::HandedOver | LossReason::Shutdown) => {
                     (self.save(&task, (&key, &name), seq).await, true)
                 }
                 Some(_) => (Step::NotOwned, true),
@@ -204,16 +193,22 @@ impl Units {
         self.log_save(name, token, seq, sent, result)
     }
 
+    /// The name the worker keeps `task`'s checkpoint under (`fleet/<fleet>/checkpoints`, unit).
+    fn checkpoint_name(&self, task: &UnitTask) -> Result<LeaseKey, LeaseError> {
+        LeaseKey::with_sort_key(format!("fleet/{}/checkpoints", self.fleet), task.unit())
+    }
+
     /// A save with the task's token straight to the checkpoint store, past the task's own
     /// ownership check: `ok` only while no newer owner has read the checkpoint.
     async fn late_save(&self, task: &UnitTask, name: &str, seq: u64) {
         let token = task.fencing();
         let text = value(self.history.proc_id(), token.get(), seq);
         let sent = mono_ns();
-        let result = self
-            .checkpoints
-            .save(task.unit(), token, text.as_bytes())
-            .await;
+        let result = match (self.store.as_fenced_values(), self.checkpoint_name(task)) {
+            (Some(values), Ok(name)) => values.put_fenced(&name, token, text.as_bytes()).await,
+            (None, _) => Err(LeaseError::unsupported(self.store.name(), "fenced values")),
+            (_, Err(error)) => Err(error),
+        };
         self.log_save(name, token.get(), seq, sent, result);
     }
 
@@ -223,12 +218,12 @@ impl Units {
         token: u64,
         seq: u64,
         sent: u64,
-        result: Result<(), Error>,
+        result: Result<(), LeaseError>,
     ) -> Step {
         let done = mono_ns();
         let (outcome, step) = match result {
             Ok(()) => (Outcome::Ok, Step::Saved),
-            Err(error) if error.is_not_owner() => (Outcome::Refused, Step::Refused),
+            Err(error) if error.is_not_owned() => (Outcome::Refused, Step::Refused),
             Err(error) => {
                 eprintln!("{}: save {name}: {error}", self.history.proc_id());
                 (Outcome::Error, Step::Saved)

@@ -23,9 +23,10 @@
 //! * `dynamo-lease` loops over `DynamoLeases` tenures kept by a `LeaseGuard` on random keys:
 //!   a fenced read of `value-<key>` after acquiring, then claims and fenced writes (one late
 //!   write after a loss, for the fence to refuse), release.
-//! * `fleet` runs one lessor-partition `Worker` with `StoreCheckpoints`: a task per unit gained
-//!   logs the checkpoint it was handed, then claims and saves the next one every E ms (one
-//!   late save with the old token after a loss, for the fence to refuse).
+//! * `fleet` runs one lessor-partition `Worker` with checkpoints in the store's fenced values
+//!   (`with_checkpoints`): a task per unit gained logs the checkpoint it was handed, then claims
+//!   and saves the next one every E ms (one late save with the old token after a loss, for the
+//!   fence to refuse).
 //!
 //! Every mode appends the lines of `docs/chaos.md` to `<RUN_DIR>/history/<ID>.log` (one
 //! `write(2)` per line, `O_APPEND`), reads the instant of a claim *before* the check that

@@ -5,38 +5,41 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::backend::{default_safety_margin, validate_duration};
-use lease_core::{LeaseKey, RandomTokens, TokenSource};
+use lease_core::{FencedValues, LeaseBackend, LeaseError, LeaseKey, RandomTokens, TokenSource};
 
-use super::checkpoint::CheckpointStore;
+use super::checkpoint::{CheckpointSource, Checkpoints};
 use super::view::{EPOCH_SORT_KEY, LOAD_SUFFIX, SessionTag};
 use super::worker::Worker;
 
 /// Longest worker id accepted, in bytes (it travels inside owner tokens of at most 256 bytes).
 const MAX_WORKER_ID_BYTES: usize = 180;
-use crate::{Error, LeaseStore, PartitionSet};
+use crate::PartitionSet;
+use crate::lessor::listing_of;
 
 /// Configures a [`Worker`].
 ///
 /// ```
 /// use lessor_partition::{Partition, Worker};
 /// use lease_core::MemoryBackend;
+/// use std::sync::Arc;
 /// use std::time::Duration;
 ///
 /// let shards = Partition::universe().split(16);
 /// let worker = Worker::builder("indexer", "host-1")
-///     .store(MemoryBackend::new())
-///     .partitions(&shards)
-///     .session_duration(Duration::from_secs(10))
-///     .interval(Duration::from_millis(2500))
+///     .with_store(Arc::new(MemoryBackend::new()))
+///     .with_partitions(&shards)
+///     .with_session_duration(Duration::from_secs(10))
+///     .with_interval(Duration::from_millis(2500))
+///     .with_checkpoints()
 ///     .build()?;
 /// # let _ = worker;
-/// # Ok::<(), lessor_partition::Error>(())
+/// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 #[must_use]
 pub struct WorkerBuilder {
     fleet: String,
     worker_id: String,
-    store: Option<Arc<dyn LeaseStore>>,
+    store: Option<Arc<dyn LeaseBackend>>,
     units: Vec<String>,
     session_duration: Duration,
     interval: Option<Duration>,
@@ -44,7 +47,7 @@ pub struct WorkerBuilder {
     skew: Option<Duration>,
     max_moves: usize,
     resync_every: u32,
-    checkpoints: Option<Arc<dyn CheckpointStore>>,
+    checkpoints: Option<Option<Arc<dyn FencedValues>>>,
     margin: Option<Duration>,
     handoff_timeout: Duration,
     max_units: Option<usize>,
@@ -79,24 +82,22 @@ impl WorkerBuilder {
             margin: None,
             handoff_timeout: Duration::from_secs(5),
             max_units: None,
+            // The one default source of randomness: injected here, never called by the worker.
             tokens: Arc::new(RandomTokens),
             by_load: false,
         }
     }
 
-    /// The lease store the fleet shares.
-    pub fn store(self, store: impl LeaseStore + 'static) -> Self {
-        self.store_arc(Arc::new(store))
-    }
-
-    /// The lease store the fleet shares, already shared.
-    pub fn store_arc(mut self, store: Arc<dyn LeaseStore>) -> Self {
+    /// The lease store the fleet shares (required). It must be able to list a partition key
+    /// ([`LeaseBackend::as_listing`]; the memory, file and DynamoDB backends can): checked by
+    /// [`build`](Self::build).
+    pub fn with_store(mut self, store: Arc<dyn LeaseBackend>) -> Self {
         self.store = Some(store);
         self
     }
 
     /// The units (shard keys) the fleet divides; every worker must be given the same set.
-    pub fn units<I, S>(mut self, units: I) -> Self
+    pub fn with_units<I, S>(mut self, units: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -106,27 +107,27 @@ impl WorkerBuilder {
     }
 
     /// Key ranges as units, named by their text form.
-    pub fn partitions<'a>(
+    pub fn with_partitions<'a>(
         self,
         partitions: impl IntoIterator<Item = &'a crate::Partition>,
     ) -> Self {
-        self.units(partitions.into_iter().map(ToString::to_string))
+        self.with_units(partitions.into_iter().map(ToString::to_string))
     }
 
     /// The ranges of a set as units.
-    pub fn partition_set(self, set: &PartitionSet) -> Self {
-        self.partitions(set.iter())
+    pub fn with_partition_set(self, set: &PartitionSet) -> Self {
+        self.with_partitions(set.iter())
     }
 
     /// How long a session lease lasts without renewal (default 10 s): a crashed worker's units
     /// are owned again within about this plus one interval (at most two).
-    pub fn session_duration(mut self, duration: Duration) -> Self {
+    pub fn with_session_duration(mut self, duration: Duration) -> Self {
         self.session_duration = duration;
         self
     }
 
     /// How often the worker ticks (default a quarter of the session duration; at most half).
-    pub fn interval(mut self, interval: Duration) -> Self {
+    pub fn with_interval(mut self, interval: Duration) -> Self {
         self.interval = Some(interval);
         self
     }
@@ -134,7 +135,7 @@ impl WorkerBuilder {
     /// How long each unit lease lasts (default 24 h). Unit leases are renewed when half is used,
     /// so this sets their amortised renewal cost; takeover never waits for them (see the crate
     /// documentation).
-    pub fn unit_lease_duration(mut self, duration: Duration) -> Self {
+    pub fn with_unit_lease_duration(mut self, duration: Duration) -> Self {
         self.unit_duration = duration;
         self
     }
@@ -142,27 +143,40 @@ impl WorkerBuilder {
     /// Also judge a session dead once its store-side `expires_at` plus `skew` has passed on this
     /// worker's wall clock. Without it (the default) a session is judged dead only after its
     /// record stayed unchanged for a whole session duration on this worker's monotonic clock.
-    pub fn clock_skew_bound(mut self, skew: Duration) -> Self {
+    pub fn with_clock_skew_bound(mut self, skew: Duration) -> Self {
         self.skew = Some(skew);
         self
     }
 
     /// Most units given away, and most taken, per tick (default 256).
-    pub fn max_moves_per_interval(mut self, moves: usize) -> Self {
+    pub fn with_max_moves_per_interval(mut self, moves: usize) -> Self {
         self.max_moves = moves.max(1);
         self
     }
 
     /// The member with the lowest id lists the units at least this often, in ticks (default 8),
     /// to catch anything the membership changes did not reveal.
-    pub fn resync_every(mut self, ticks: u32) -> Self {
+    pub fn with_resync_every(mut self, ticks: u32) -> Self {
         self.resync_every = ticks.max(1);
         self
     }
 
-    /// Keeps per-unit checkpoints in `store`.
-    pub fn checkpoints(mut self, store: Arc<dyn CheckpointStore>) -> Self {
-        self.checkpoints = Some(store);
+    /// Keeps per-unit checkpoints in the lease store itself, as its fenced values
+    /// ([`LeaseBackend::as_fenced_values`], checked by [`build`](Self::build)): durable on files
+    /// and DynamoDB, shared by every worker of the fleet, each read or write one conditional
+    /// write. They live under the partition key `fleet/<fleet>/checkpoints`, sort key = unit id.
+    /// When a unit is gained its checkpoint is read with the unit's fencing token, which fences
+    /// out every earlier owner; a save is refused below the fence
+    /// ([`LeaseError::NotOwned`] with [`NotOwnedReason::Fenced`](lease_core::NotOwnedReason::Fenced)).
+    pub fn with_checkpoints(mut self) -> Self {
+        self.checkpoints = Some(None);
+        self
+    }
+
+    /// Keeps per-unit checkpoints in `values`, a store apart from the lease store, named as in
+    /// [`with_checkpoints`](Self::with_checkpoints).
+    pub fn with_checkpoint_store(mut self, values: Arc<dyn FencedValues>) -> Self {
+        self.checkpoints = Some(Some(values));
         self
     }
 
@@ -170,7 +184,7 @@ impl WorkerBuilder {
     /// covers clock-rate drift between workers and slow replies: a session renewal extends trust
     /// only if its reply came back within half the margin, so a store slower than that cannot
     /// keep a session (see the crate docs, "Slow stores"). At most a third of the session.
-    pub fn safety_margin(mut self, margin: Duration) -> Self {
+    pub fn with_safety_margin(mut self, margin: Duration) -> Self {
         self.margin = Some(margin);
         self
     }
@@ -179,7 +193,7 @@ impl WorkerBuilder {
     /// released at shutdown) may keep it to save a final checkpoint before it is released anyway
     /// (default 5 s). Only applies to applications that take units with
     /// [`WorkerHandle::next_unit`](crate::WorkerHandle::next_unit).
-    pub fn handoff_timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_handoff_timeout(mut self, timeout: Duration) -> Self {
         self.handoff_timeout = timeout;
         self
     }
@@ -187,7 +201,7 @@ impl WorkerBuilder {
     /// The most units this worker owns at once (KCL's `maxLeasesForWorker`; default no limit).
     /// Every worker learns it from this worker's session record, so the fleet plans with it; when
     /// the limits of all live workers add up to fewer than the units, the rest stay unowned.
-    pub fn max_units(mut self, units: usize) -> Self {
+    pub fn with_max_units(mut self, units: usize) -> Self {
         self.max_units = Some(units);
         self
     }
@@ -199,14 +213,14 @@ impl WorkerBuilder {
     /// four ticks unless it changed by more than 5 % (two requests); the most loaded member gives
     /// units to the least loaded when that narrows the gap by more than a tenth of the fair share.
     /// The fleet plans by load only while every live member publishes one, and by count otherwise.
-    pub fn balance_by_load(mut self) -> Self {
+    pub fn with_balance_by_load(mut self) -> Self {
         self.by_load = true;
         self
     }
 
     /// Where the random parts of session and unit tokens come from (default
     /// [`RandomTokens`]): inject one for reproducible tests.
-    pub fn token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
+    pub fn with_token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
         self.tokens = tokens;
         self
     }
@@ -214,14 +228,19 @@ impl WorkerBuilder {
     /// Checks the configuration and makes the worker. Sends nothing.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a missing store, an invalid fleet name, worker id or unit, or
-    /// durations that cannot work together.
-    pub fn build(self) -> Result<Worker, Error> {
+    /// [`LeaseError::InvalidInput`] for a missing store, an invalid fleet name, worker id or unit,
+    /// or durations that cannot work together; [`LeaseError::Unsupported`] for a store that
+    /// cannot list (operation `list_partition`), or keeps no fenced values when
+    /// [`with_checkpoints`](Self::with_checkpoints) asks for them (operation
+    /// `fenced checkpoints`).
+    pub fn build(self) -> Result<Worker, LeaseError> {
+        let (interval, margin) = self.timing()?;
         let store = self
             .store
-            .ok_or_else(|| Error::invalid("store", "a worker needs a lease store"))?;
+            .ok_or_else(|| LeaseError::invalid("store", "a worker needs a lease store"))?;
+        listing_of(&*store, "list_partition")?;
         if self.worker_id.len() > MAX_WORKER_ID_BYTES || self.worker_id.contains('.') {
-            return Err(Error::invalid(
+            return Err(LeaseError::invalid(
                 "worker id",
                 format!("must be at most {MAX_WORKER_ID_BYTES} bytes with no '.'"),
             ));
@@ -235,35 +254,21 @@ impl WorkerBuilder {
         for unit in &units {
             LeaseKey::with_sort_key(units_key.as_str(), unit.as_str())?;
         }
-        validate_duration(self.session_duration)?;
-        validate_duration(self.unit_duration)?;
-        let interval = self.interval.unwrap_or(self.session_duration / 4);
-        if interval.is_zero() || interval > self.session_duration / 2 {
-            return Err(Error::invalid(
-                "interval",
-                "must be positive and at most half the session duration",
-            ));
-        }
-        if self.unit_duration < self.session_duration {
-            return Err(Error::invalid(
-                "unit lease duration",
-                "must be at least the session duration",
-            ));
-        }
-        let margin = self
-            .margin
-            .unwrap_or_else(|| default_safety_margin(self.session_duration));
-        if margin.is_zero() || margin > self.session_duration / 3 {
-            return Err(Error::invalid(
-                "safety margin",
-                "must be positive and at most a third of the session duration",
-            ));
-        }
         let epoch_key = LeaseKey::with_sort_key(sessions.as_str(), EPOCH_SORT_KEY)?;
         let load_key = LeaseKey::with_sort_key(
             sessions.as_str(),
             format!("{}{LOAD_SUFFIX}", self.worker_id),
         )?;
+        let checkpoints = match self.checkpoints {
+            None => None,
+            Some(values) => {
+                let source = match values {
+                    Some(values) => CheckpointSource::Separate(values),
+                    None => CheckpointSource::Store(store.clone()),
+                };
+                Some(Checkpoints::new(source, &self.fleet, units_key.clone())?)
+            }
+        };
         let config = Config {
             epoch_key,
             load_key: self.by_load.then_some(load_key),
@@ -284,7 +289,38 @@ impl WorkerBuilder {
             max_units: self.max_units,
             tokens: self.tokens,
         };
-        Ok(Worker::from_config(config, store, self.checkpoints))
+        Ok(Worker::from_config(config, store, checkpoints))
+    }
+}
+
+impl WorkerBuilder {
+    /// The interval and the safety margin, checked against the durations.
+    fn timing(&self) -> Result<(Duration, Duration), LeaseError> {
+        validate_duration(self.session_duration)?;
+        validate_duration(self.unit_duration)?;
+        let interval = self.interval.unwrap_or(self.session_duration / 4);
+        if interval.is_zero() || interval > self.session_duration / 2 {
+            return Err(LeaseError::invalid(
+                "interval",
+                "must be positive and at most half the session duration",
+            ));
+        }
+        if self.unit_duration < self.session_duration {
+            return Err(LeaseError::invalid(
+                "unit lease duration",
+                "must be at least the session duration",
+            ));
+        }
+        let margin = self
+            .margin
+            .unwrap_or_else(|| default_safety_margin(self.session_duration));
+        if margin.is_zero() || margin > self.session_duration / 3 {
+            return Err(LeaseError::invalid(
+                "safety margin",
+                "must be positive and at most a third of the session duration",
+            ));
+        }
+        Ok((interval, margin))
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod builder;
 mod checkpoint;
+mod counted;
 pub(crate) mod plan;
 mod session;
 mod shared;
@@ -13,7 +14,6 @@ mod view;
 mod worker;
 
 pub use builder::WorkerBuilder;
-pub use checkpoint::{CheckpointStore, MemoryCheckpoints, StoreCheckpoints};
 pub use shared::{UnitTask, WorkerHandle};
-pub use types::{Assignment, FleetEvent, LossCause, TickReport, WorkerStats};
+pub use types::{Assignment, FleetEvent, TickReport, WorkerStats};
 pub use worker::Worker;

@@ -4,11 +4,12 @@
 
 use std::time::{Duration, Instant};
 
-use lease_core::{AcquireOptions, Lease, LeaseToken};
+use lease_core::{
+    AcquireOptions, Lease, LeaseBackend, LeaseError, LeaseToken, LossReason, NotOwnedReason,
+};
 
-use super::types::{FleetEvent, LossCause};
+use super::types::FleetEvent;
 use super::worker::Worker;
-use crate::Error;
 
 /// The session lease and how far it is trusted.
 #[derive(Clone, Debug)]
@@ -19,6 +20,19 @@ pub(crate) struct Session {
     pub(crate) trust_until: Instant,
     /// When the next renewal is due.
     pub(crate) renew_due: Instant,
+    /// The error of the latest renewal, if it failed: what a lapse is blamed on.
+    pub(crate) last_error: Option<String>,
+}
+
+/// Why every unit goes when the store refuses the session's renewal.
+fn refused(error: &LeaseError) -> LossReason {
+    error.loss_reason().cloned().unwrap_or_else(|| {
+        LossReason::NotOwned(
+            error
+                .not_owned_reason()
+                .unwrap_or(NotOwnedReason::TakenOver),
+        )
+    })
 }
 
 impl Worker {
@@ -45,7 +59,6 @@ impl Worker {
             return;
         };
         let sent = self.clock().monotonic();
-        self.stats.requests += 1;
         let outcome = self
             .store
             .renew(&session.lease, self.config.session_duration)
@@ -63,12 +76,13 @@ impl Worker {
                         reply + self.config.interval / 4
                     },
                     lease: renewed,
+                    last_error: None,
                 };
                 self.set_session(Some(next));
             }
             Err(error) if error.is_not_owned() => {
                 tracing::warn!(worker = %self.config.worker_id, %error, "fleet: session lost; dropping every unit");
-                self.lose_all(LossCause::SessionLost, events);
+                self.lose_all(refused(&error), events);
                 self.set_session(None);
             }
             Err(error) => {
@@ -76,6 +90,7 @@ impl Worker {
                 let retry = reply + self.config.interval / 4;
                 if let Some(session) = self.session.as_mut() {
                     session.renew_due = retry;
+                    session.last_error = Some(error.to_string());
                 }
             }
         }
@@ -112,10 +127,13 @@ impl Worker {
     /// landing now could follow a peer's verdict on an older version of the record.
     async fn lapse(&mut self, events: &mut Vec<FleetEvent>) {
         tracing::warn!(worker = %self.config.worker_id, "fleet: session trust lapsed before a renewal answered in time; dropping every unit");
-        self.lose_all(LossCause::SessionLost, events);
+        let reason = match self.session.as_ref().and_then(|s| s.last_error.clone()) {
+            Some(last_error) => LossReason::BackendFailing { last_error },
+            None => LossReason::DeadlinePassed,
+        };
+        self.lose_all(reason, events);
         if let Some(session) = self.session.take() {
             self.set_session(None);
-            self.stats.requests += 1;
             let lease = &session.lease;
             let _ = self
                 .store
@@ -129,7 +147,7 @@ impl Worker {
     /// # Errors
     /// A store failure other than "held": a session of this worker id is still live (this
     /// worker restarted), which is waited out.
-    pub(crate) async fn start_session(&mut self) -> Result<bool, Error> {
+    pub(crate) async fn start_session(&mut self) -> Result<bool, LeaseError> {
         let token = self
             .config
             .tag()
@@ -139,7 +157,6 @@ impl Worker {
             .with_owner(self.config.worker_id.clone())
             .with_token(token);
         let sent = self.clock().monotonic();
-        self.stats.requests += 1;
         let outcome = self
             .store
             .try_acquire(
@@ -152,7 +169,6 @@ impl Worker {
         match outcome {
             Ok(lease) => {
                 let Some(trust_until) = self.trust_from(sent, reply, &lease) else {
-                    self.stats.requests += 1;
                     let _ = self
                         .store
                         .release(lease.key(), lease.token(), lease.fencing_token())
@@ -164,6 +180,7 @@ impl Worker {
                     lease,
                     trust_until,
                     renew_due: sent + self.config.interval,
+                    last_error: None,
                 }));
                 self.planned_members = None;
                 self.pending_takes.clear();
@@ -173,7 +190,7 @@ impl Worker {
                 tracing::debug!(worker = %self.config.worker_id, "fleet: an earlier session of this worker id is still live; waiting");
                 Ok(false)
             }
-            Err(error) => Err(error.into()),
+            Err(error) => Err(error),
         }
     }
 }

@@ -15,13 +15,12 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use lease_core::{
-    AcquireOptions, BoxFuture, Clock, FencingToken, LeaseBackend, LeaseKey, LeaseToken,
-    TokenSource, sleep_until,
+    AcquireOptions, BoxFuture, Clock, FencingToken, LeaseBackend, LeaseError, LeaseKey, LeaseToken,
+    LossReason, NotOwnedReason, TokenSource, sleep_until,
 };
 
-use super::checkpoint::CheckpointStore;
-use super::types::{Assignment, FleetEvent, LossCause, WorkerStats};
-use crate::{Error, LeaseStore};
+use super::checkpoint::Checkpoints;
+use super::types::{Assignment, FleetEvent, WorkerStats};
 
 /// Events kept for a consumer that has not read them yet; older ones are dropped (and counted).
 const EVENT_QUEUE: usize = 65_536;
@@ -41,11 +40,11 @@ pub(crate) struct SharedUnit {
     /// Set when the worker asked the application to hand the unit over (or is shutting down):
     /// the unit is still owned until it is released, and released once the task is dropped or
     /// this instant passes.
-    pub(crate) handoff: Option<(LossCause, Instant)>,
+    pub(crate) handoff: Option<(LossReason, Instant)>,
     /// Whether the application holds a [`UnitTask`] for this ownership (handed out, not dropped).
     pub(crate) task_alive: bool,
     /// Why the ownership ended, once it has (kept until the unit's task is told).
-    pub(crate) ended: Option<LossCause>,
+    pub(crate) ended: Option<LossReason>,
 }
 
 #[derive(Debug, Default)]
@@ -79,14 +78,14 @@ pub(crate) struct State {
 
 /// The state a worker shares with its handles and tasks.
 pub(crate) struct Shared {
-    pub(crate) store: Arc<dyn LeaseStore>,
+    pub(crate) store: Arc<dyn LeaseBackend>,
     /// The partition of the unit records.
     pub(crate) units_key: String,
     /// The record whose fencing counter moves whenever the unit set changes.
     pub(crate) epoch_key: LeaseKey,
     /// Where the random parts of tokens come from.
     pub(crate) tokens: Arc<dyn TokenSource>,
-    pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
+    pub(crate) checkpoints: Option<Checkpoints>,
     state: Mutex<State>,
 }
 
@@ -101,8 +100,8 @@ impl fmt::Debug for Shared {
 impl Shared {
     pub(crate) fn new(
         worker_id: String,
-        store: Arc<dyn LeaseStore>,
-        checkpoints: Option<Arc<dyn CheckpointStore>>,
+        store: Arc<dyn LeaseBackend>,
+        checkpoints: Option<Checkpoints>,
         keys: (String, LeaseKey),
         tokens: Arc<dyn TokenSource>,
     ) -> Self {
@@ -251,7 +250,10 @@ async fn change_or(shared: &Arc<Shared>, seen: u64, until: Option<Instant>) {
 ///
 /// let clock = Arc::new(ManualClock::new());
 /// let store = MemoryBackend::builder().with_clock(clock.clone()).build();
-/// let mut worker = Worker::builder("demo", "a").store(store).units(["u1", "u2"]).build()?;
+/// let mut worker = Worker::builder("demo", "a")
+///     .with_store(Arc::new(store))
+///     .with_units(["u1", "u2"])
+///     .build()?;
 /// let handle = worker.handle();
 /// for _ in 0..3 {
 ///     lease_core::block_on(worker.tick())?;
@@ -262,7 +264,7 @@ async fn change_or(shared: &Arc<Shared>, seen: u64, until: Option<Instant>) {
 /// assert_eq!(handle.snapshot().units.len(), 2);
 /// // Events were queued for whoever reads them.
 /// assert!(handle.try_next_event().is_some());
-/// # Ok::<(), lessor_partition::Error>(())
+/// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 #[derive(Clone, Debug)]
 pub struct WorkerHandle {
@@ -309,12 +311,14 @@ impl WorkerHandle {
     /// Stores `data` as the checkpoint of `unit`, fenced by the worker's fencing token for it.
     ///
     /// # Errors
-    /// [`Error::NotOwner`] unless the worker owns the unit now, or if a newer owner fenced it;
-    /// [`Error::InvalidInput`] without a checkpoint store; [`Error::Lease`] for a store failure.
-    pub async fn save_checkpoint(&self, unit: &str, data: &[u8]) -> Result<(), Error> {
-        let fencing = self.owns(unit).ok_or_else(|| Error::NotOwner {
-            unit: unit.to_owned(),
-        })?;
+    /// [`LeaseError::NotOwned`] (key: the unit's record) unless the worker owns the unit now,
+    /// or with [`NotOwnedReason::Fenced`] if a newer owner fenced it (the one answer whichever
+    /// store keeps the checkpoints); [`LeaseError::InvalidInput`] without checkpoints; the store's
+    /// error when it fails.
+    pub async fn save_checkpoint(&self, unit: &str, data: &[u8]) -> Result<(), LeaseError> {
+        let Some(fencing) = self.owns(unit) else {
+            return Err(not_owned(&self.shared, unit));
+        };
         save_fenced(&self.shared, unit, fencing, data).await
     }
 
@@ -381,9 +385,9 @@ impl WorkerHandle {
     /// Two requests per new unit, two for the epoch.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a unit that cannot form a key; [`Error::Lease`] for a store
-    /// failure (units made before it stay).
-    pub async fn add_units<I, S>(&self, units: I) -> Result<usize, Error>
+    /// [`LeaseError::InvalidInput`] for a unit that cannot form a key; the store's error when it
+    /// fails (units made before it stay).
+    pub async fn add_units<I, S>(&self, units: I) -> Result<usize, LeaseError>
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -437,10 +441,10 @@ impl WorkerHandle {
 /// not a fleet token) and release at once. `true` if the record was free or new, `false` if
 /// someone holds it.
 pub(crate) async fn touch(
-    store: &dyn LeaseStore,
+    store: &dyn LeaseBackend,
     tokens: &dyn TokenSource,
     key: &LeaseKey,
-) -> Result<bool, Error> {
+) -> Result<bool, LeaseError> {
     let token = tokens.next_token();
     let options = AcquireOptions::default()
         .with_owner("fleet admin")
@@ -454,7 +458,22 @@ pub(crate) async fn touch(
             Ok(true)
         }
         Err(error) if error.is_held() => Ok(false),
-        Err(error) => Err(error.into()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Why the application may not act on `unit` now: [`LeaseError::NotOwned`] with the unit's key,
+/// `TakenOver` when this worker holds no current ownership of it, `Expired` when it does but its
+/// trust has lapsed.
+fn not_owned(shared: &Shared, unit: &str) -> LeaseError {
+    let reason = if shared.lock().units.contains_key(unit) {
+        NotOwnedReason::Expired
+    } else {
+        NotOwnedReason::TakenOver
+    };
+    match LeaseKey::with_sort_key(shared.units_key.as_str(), unit) {
+        Ok(key) => LeaseError::not_owned(key, reason),
+        Err(error) => error,
     }
 }
 
@@ -463,11 +482,11 @@ async fn save_fenced(
     unit: &str,
     fencing: FencingToken,
     data: &[u8],
-) -> Result<(), Error> {
+) -> Result<(), LeaseError> {
     let store = shared
         .checkpoints
         .clone()
-        .ok_or_else(|| Error::invalid("checkpoints", "no checkpoint store configured"))?;
+        .ok_or_else(|| LeaseError::invalid("checkpoints", "no checkpoints configured"))?;
     store.save(unit, fencing, data).await
 }
 
@@ -520,19 +539,17 @@ impl UnitTask {
     /// Stores `data` as the unit's checkpoint, fenced by this ownership's token.
     ///
     /// # Errors
-    /// [`Error::NotOwner`] once the ownership ended or a newer owner fenced it; see
-    /// [`WorkerHandle::save_checkpoint`].
-    pub async fn save_checkpoint(&self, data: &[u8]) -> Result<(), Error> {
+    /// [`LeaseError::NotOwned`] once the ownership ended, or with [`NotOwnedReason::Fenced`] if
+    /// a newer owner fenced it; see [`WorkerHandle::save_checkpoint`].
+    pub async fn save_checkpoint(&self, data: &[u8]) -> Result<(), LeaseError> {
         if !self.is_owned() {
-            return Err(Error::NotOwner {
-                unit: self.unit.clone(),
-            });
+            return Err(not_owned(&self.shared, &self.unit));
         }
         save_fenced(&self.shared, &self.unit, self.fencing, data).await
     }
 
     /// Reports the unit's load (any non-negative figure: records per second, CPU share), for a
-    /// fleet that balances by load ([`WorkerBuilder::balance_by_load`](crate::WorkerBuilder::balance_by_load)).
+    /// fleet that balances by load ([`WorkerBuilder::with_balance_by_load`](crate::WorkerBuilder::with_balance_by_load)).
     /// Until reported, a unit counts 1. Negative or non-finite figures are ignored.
     pub fn report_load(&self, load: f64) {
         if !load.is_finite() || load < 0.0 {
@@ -548,17 +565,17 @@ impl UnitTask {
 
     /// Retires the unit for good (KCL: a shard that reached its end): stops trusting it at once,
     /// deletes its record with this ownership's token, and moves the fleet's unit-set epoch, so
-    /// no worker takes it again. The worker then reports it lost ([`LossCause::Retired`]).
+    /// no worker takes it again. The worker then reports it lost ([`LossReason::Retired`]).
     ///
     /// Only for units that no worker is configured with (units added with
     /// [`WorkerHandle::add_units`]): a worker configured with a retired unit would make it again.
     /// Never reuse a retired unit's id: its checkpoint's fence stays where it was.
     ///
     /// # Errors
-    /// [`Error::NotOwner`] unless this ownership is current; [`Error::Lease`] if the store cannot
+    /// [`LeaseError::NotOwned`] unless this ownership is current; the store's error if it cannot
     /// delete (a backend without delete: `is_unsupported()`) or the record changed; the unit is
     /// then trusted again, as before the call.
-    pub async fn retire(&self) -> Result<(), Error> {
+    pub async fn retire(&self) -> Result<(), LeaseError> {
         let token = self.shared.update(|state| {
             let owned = state.units.get_mut(&self.unit)?;
             if owned.fencing != self.fencing || owned.ended.is_some() || owned.retiring {
@@ -567,24 +584,22 @@ impl UnitTask {
             owned.retiring = true;
             Some(owned.token.clone())
         });
-        let token = token.ok_or_else(|| Error::NotOwner {
-            unit: self.unit.clone(),
-        })?;
+        let Some(token) = token else {
+            return Err(not_owned(&self.shared, &self.unit));
+        };
         let key = LeaseKey::with_sort_key(self.shared.units_key.as_str(), self.unit.as_str())?;
         let store = &*self.shared.store;
         let outcome = store.delete(&key, Some(&token), self.fencing).await;
         // A lost reply retried finds the record gone and cannot prove whose delete that was;
         // either way the record is gone, which is all a retirement needs.
-        let gone = |e: &lease_core::LeaseError| {
-            e.not_owned_reason() == Some(lease_core::NotOwnedReason::Missing)
-        };
+        let gone = |e: &LeaseError| e.not_owned_reason() == Some(NotOwnedReason::Missing);
         if let Err(error) = outcome.or_else(|e| if gone(&e) { Ok(()) } else { Err(e) }) {
             self.shared.update(|state| {
                 if let Some(owned) = state.units.get_mut(&self.unit) {
                     owned.retiring = false;
                 }
             });
-            return Err(error.into());
+            return Err(error);
         }
         tracing::info!(unit = %self.unit, "fleet: unit retired");
         self.shared
@@ -596,49 +611,51 @@ impl UnitTask {
 
     /// Completes when this ownership ends or must end, with why:
     ///
-    /// * [`LossCause::HandedOver`] or [`LossCause::Shutdown`]: the worker asks for the unit back.
+    /// * [`LossReason::HandedOver`] or [`LossReason::Shutdown`]: the worker asks for the unit back.
     ///   It is still owned: save a final checkpoint, then drop the task, within the handoff
     ///   timeout.
-    /// * any other cause: the ownership is over (at the latest when its deadline passed, on the
+    /// * any other reason: the ownership is over (at the latest when its deadline passed, on the
     ///   store's clock, even if the worker was paused or starved): stop at once.
-    pub async fn lost(&self) -> LossCause {
+    ///   [`LossReason::DeadlinePassed`] when the task saw the deadline pass before the worker
+    ///   said why.
+    pub async fn lost(&self) -> LossReason {
         loop {
             let (seen, wake_at) = {
                 let now = self.shared.clock().monotonic();
                 let state = self.shared.lock();
                 match Self::verdict(&state, &self.unit, self.fencing, now) {
                     Ok(wake_at) => (state.generation, wake_at),
-                    Err(cause) => return cause,
+                    Err(reason) => return reason,
                 }
             };
             change_or(&self.shared, seen, Some(wake_at)).await;
         }
     }
 
-    /// `Err(cause)` if the ownership ended or a handoff was asked; else the instant to look again.
+    /// `Err(reason)` if the ownership ended or a handoff was asked; else the instant to look again.
     fn verdict(
         state: &State,
         unit: &str,
         fencing: FencingToken,
         now: Instant,
-    ) -> Result<Instant, LossCause> {
+    ) -> Result<Instant, LossReason> {
         let Some(owned) = state.units.get(unit).filter(|u| u.fencing == fencing) else {
-            return Err(LossCause::TakenOver);
+            return Err(LossReason::NotOwned(NotOwnedReason::TakenOver));
         };
-        if let Some(cause) = owned.ended {
-            return Err(cause);
+        if let Some(reason) = &owned.ended {
+            return Err(reason.clone());
         }
         let Some((_, session_deadline)) = state.session else {
-            return Err(LossCause::SessionLost);
+            return Err(LossReason::DeadlinePassed);
         };
         if now >= session_deadline {
-            return Err(LossCause::SessionLost);
+            return Err(LossReason::DeadlinePassed);
         }
         if now >= owned.deadline {
-            return Err(LossCause::Expired);
+            return Err(LossReason::NotOwned(NotOwnedReason::Expired));
         }
-        if let Some((cause, _)) = owned.handoff {
-            return Err(cause);
+        if let Some((reason, _)) = &owned.handoff {
+            return Err(reason.clone());
         }
         Ok(session_deadline.min(owned.deadline))
     }

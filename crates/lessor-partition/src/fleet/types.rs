@@ -1,8 +1,8 @@
-//! The types a worker shows the application: events, loss causes, counters, snapshots.
+//! The types a worker shows the application: events, counters, snapshots.
 
 use std::collections::BTreeMap;
 
-use lease_core::FencingToken;
+use lease_core::{FencingToken, LossReason};
 
 /// What a worker tells the application.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,9 +14,10 @@ pub enum FleetEvent {
         unit: String,
         /// The unit's fencing token for this ownership: greater than every earlier owner's.
         fencing: FencingToken,
-        /// The unit's checkpoint, when a [`CheckpointStore`](crate::CheckpointStore) is
-        /// configured: loading it fenced out every earlier owner before this event, and `None`
-        /// means no checkpoint was ever saved (a failed load gives the unit back instead).
+        /// The unit's checkpoint, when checkpoints are configured
+        /// ([`WorkerBuilder::with_checkpoints`](crate::WorkerBuilder::with_checkpoints)): loading
+        /// it fenced out every earlier owner before this event, and `None` means no checkpoint was
+        /// ever saved (a failed load gives the unit back instead).
         checkpoint: Option<Vec<u8>>,
     },
     /// The worker no longer owns `unit`: stop working on it before the callback returns.
@@ -25,29 +26,17 @@ pub enum FleetEvent {
         unit: String,
         /// The fencing token of the ownership that ended.
         fencing: FencingToken,
-        /// Why.
-        cause: LossCause,
+        /// Why: [`LossReason::HandedOver`] (the plan gave it to another worker; released right
+        /// after the event), [`LossReason::Shutdown`] (released right after the event),
+        /// [`LossReason::Retired`] (the application retired it: its record was deleted),
+        /// `NotOwned(TakenOver)` (the store says another worker took it), `NotOwned(Expired)`
+        /// (its unit lease expired before a renewal landed), or, when the worker's session could
+        /// no longer be trusted and every unit went at once, the session's own loss:
+        /// [`LossReason::DeadlinePassed`] (no renewal answered in time, e.g. a pause),
+        /// [`LossReason::BackendFailing`] (renewals failed until the deadline) or `NotOwned(..)`
+        /// (the store refused the session's renewal).
+        reason: LossReason,
     },
-}
-
-/// Why a worker lost a unit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LossCause {
-    /// The plan gave it to another worker; it is released right after the event.
-    HandedOver,
-    /// The worker's session could no longer be trusted (renewals failed, the process was paused):
-    /// every unit goes at once.
-    SessionLost,
-    /// The store says another worker took it.
-    TakenOver,
-    /// Its unit lease expired before a renewal landed.
-    Expired,
-    /// The worker is shutting down; it is released right after the event.
-    Shutdown,
-    /// The application retired the unit ([`UnitTask::retire`](crate::UnitTask::retire)): its
-    /// record was deleted and no worker takes it again.
-    Retired,
 }
 
 /// Request counts of one worker, for cost reports.

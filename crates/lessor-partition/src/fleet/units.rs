@@ -5,14 +5,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use lease_core::{AcquireOptions, FencingToken, Lease, LeaseKey, LeaseToken};
+use lease_core::{
+    AcquireOptions, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey, LeaseToken,
+    LossReason, NotOwnedReason,
+};
 
 use super::plan::{Holding, Member, plan_with};
 use super::shared::touch;
-use super::types::{FleetEvent, LossCause};
+use super::types::FleetEvent;
 use super::view::{Listing, PublishedLoad, UnitHolder, UnitOwner};
 use super::worker::Worker;
-use crate::Error;
 
 /// How many times a checkpoint load is tried before a gained unit is given back.
 const CHECKPOINT_ATTEMPTS: u32 = 3;
@@ -48,8 +50,7 @@ impl Worker {
     /// Lists the units partition: one request.
     pub(crate) async fn list_units(
         &mut self,
-    ) -> Result<(BTreeMap<String, Option<UnitHolder>>, Listing), Error> {
-        self.stats.requests += 1;
+    ) -> Result<(BTreeMap<String, Option<UnitHolder>>, Listing), LeaseError> {
         self.stats.lists += 1;
         self.stats.unit_lists += 1;
         let (records, listing) = self.listing(&self.config.units_key.clone()).await?;
@@ -172,7 +173,11 @@ impl Worker {
     ) {
         let reading = self.read_units(records, listing);
         for unit in &reading.stale {
-            self.lose_unit(unit, LossCause::TakenOver, events);
+            self.lose_unit(
+                unit,
+                LossReason::NotOwned(NotOwnedReason::TakenOver),
+                events,
+            );
         }
         let units: Vec<String> = self.known_units.iter().cloned().collect();
         let members = self.plan_members();
@@ -195,7 +200,7 @@ impl Worker {
         if by_load {
             if self.loads_fresh(&members, &reading) {
                 for unit in mine.give.iter().take(self.config.max_moves) {
-                    self.begin_handoff(unit, LossCause::HandedOver, events)
+                    self.begin_handoff(unit, LossReason::HandedOver, events)
                         .await;
                 }
             } else {
@@ -333,7 +338,6 @@ impl Worker {
             return;
         }
         if let Some(old) = self.view.load_of(&self.config.worker_id).cloned() {
-            self.stats.requests += 1;
             let _ = self
                 .store
                 .release(
@@ -353,7 +357,6 @@ impl Worker {
             return;
         };
         let options = AcquireOptions::default().with_token(token);
-        self.stats.requests += 1;
         match self
             .store
             .try_acquire(&key, self.config.unit_duration, &options)
@@ -385,7 +388,6 @@ impl Worker {
         if let Some((token, fencing)) = dead {
             // Conditional on the dead owner's tenure: of two takers, only one release succeeds,
             // and the acquire below is conditional on the key being free.
-            self.stats.requests += 1;
             match self.store.release(&key, token, *fencing).await {
                 Ok(()) => {
                     tracing::info!(worker = %self.config.worker_id, unit, "fleet: released a dead owner's unit");
@@ -407,7 +409,6 @@ impl Worker {
         {
             Some(checkpoint) => self.gain_unit(unit, lease, checkpoint, events),
             None => {
-                self.stats.requests += 1;
                 let _ = self
                     .store
                     .release(lease.key(), lease.token(), lease.fencing_token())
@@ -427,7 +428,6 @@ impl Worker {
         let options = AcquireOptions::default()
             .with_owner(format!("{} session {session}", self.config.worker_id))
             .with_token(token);
-        self.stats.requests += 1;
         match self
             .store
             .try_acquire(key, self.config.unit_duration, &options)
@@ -487,7 +487,7 @@ impl Worker {
             .collect();
         let surplus = kept.len().saturating_sub(target).min(self.config.max_moves);
         for unit in kept.iter().rev().take(surplus) {
-            self.begin_handoff(unit, LossCause::HandedOver, events)
+            self.begin_handoff(unit, LossReason::HandedOver, events)
                 .await;
         }
     }
@@ -500,7 +500,7 @@ impl Worker {
                 continue;
             };
             if !lease.is_trusted(self.clock()) {
-                self.lose_unit(&unit, LossCause::Expired, events);
+                self.lose_unit(&unit, LossReason::NotOwned(NotOwnedReason::Expired), events);
                 continue;
             }
             if lease.remaining(self.clock()) > self.config.unit_duration / 2 {
@@ -509,11 +509,14 @@ impl Worker {
             if !self.keep_session(events).await {
                 return;
             }
-            self.stats.requests += 1;
             match self.store.renew(&lease, self.config.unit_duration).await {
                 Ok(renewed) => self.keep_unit(unit, renewed),
                 Err(error) if error.is_not_owned() => {
-                    self.lose_unit(&unit, LossCause::TakenOver, events);
+                    self.lose_unit(
+                        &unit,
+                        LossReason::NotOwned(NotOwnedReason::TakenOver),
+                        events,
+                    );
                 }
                 Err(error) => {
                     tracing::warn!(worker = %self.config.worker_id, unit, %error, "fleet: unit renewal failed; retrying next tick");
@@ -550,7 +553,6 @@ impl Worker {
                 continue;
             };
             if let Some(lease) = self.acquire_unit(&key, &unit).await {
-                self.stats.requests += 1;
                 let _ = self
                     .store
                     .release(lease.key(), lease.token(), lease.fencing_token())
@@ -558,7 +560,6 @@ impl Worker {
             }
         }
         // Every worker lists the units again on its next tick.
-        self.stats.requests += 2;
         let _ = touch(&*self.store, &*self.config.tokens, &self.config.epoch_key).await;
     }
 
@@ -580,7 +581,6 @@ impl Worker {
             else {
                 continue;
             };
-            self.stats.requests += 1;
             match self
                 .store
                 .delete(&key, None, lease_core::backend::fencing_token(fencing))

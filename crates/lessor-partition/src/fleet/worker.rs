@@ -8,16 +8,19 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use lease_core::{BoxFuture, Clock, FencingToken, Lease, LeaseRecord, sleep_until};
+use lease_core::{
+    BoxFuture, Clock, FencingToken, Lease, LeaseBackend, LeaseError, LeaseListing, LeaseRecord,
+    LossReason, sleep_until,
+};
 
 use super::builder::{Config, WorkerBuilder};
-use super::checkpoint::CheckpointStore;
+use super::checkpoint::Checkpoints;
+use super::counted::CountedStore;
 use super::session::Session;
 use super::shared::{Shared, SharedUnit, UnitTask, WorkerHandle};
-use super::types::{Assignment, FleetEvent, LossCause, TickReport, WorkerStats};
+use super::types::{Assignment, FleetEvent, TickReport, WorkerStats};
 use super::units::PendingTake;
 use super::view::{Listing, SessionTag, View};
-use crate::{Error, LeaseStore};
 
 /// A fleet worker. Drive it with [`Worker::tick`] every interval, or let [`Worker::run`] do it.
 ///
@@ -37,8 +40,8 @@ use crate::{Error, LeaseStore};
 ///
 /// let clock = Arc::new(ManualClock::new());
 /// let store = MemoryBackend::builder().with_clock(clock.clone()).build();
-/// let make = |id: &str| Worker::builder("demo", id).store(store.clone())
-///     .units((0..6).map(|i| format!("shard-{i}"))).build();
+/// let make = |id: &str| Worker::builder("demo", id).with_store(Arc::new(store.clone()))
+///     .with_units((0..6).map(|i| format!("shard-{i}"))).build();
 /// let (mut a, mut b) = (make("a")?, make("b")?);
 /// for _ in 0..4 {
 ///     lease_core::block_on(a.tick())?;
@@ -51,12 +54,13 @@ use crate::{Error, LeaseStore};
 /// lease_core::block_on(b.tick())?;
 /// lease_core::block_on(b.tick())?;
 /// assert_eq!(b.assignment().units.len(), 6);
-/// # Ok::<(), lessor_partition::Error>(())
+/// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 pub struct Worker {
     pub(crate) config: Config,
-    pub(crate) store: Arc<dyn LeaseStore>,
-    pub(crate) checkpoints: Option<Arc<dyn CheckpointStore>>,
+    /// The lease store, counting every request ([`WorkerStats::requests`]).
+    pub(crate) store: Arc<CountedStore>,
+    pub(crate) checkpoints: Option<Checkpoints>,
     pub(crate) session: Option<Session>,
     pub(crate) view: View,
     /// The live members as of the latest sessions listing, this worker included, sorted.
@@ -117,8 +121,8 @@ impl Worker {
 
     pub(crate) fn from_config(
         config: Config,
-        store: Arc<dyn LeaseStore>,
-        checkpoints: Option<Arc<dyn CheckpointStore>>,
+        store: Arc<dyn LeaseBackend>,
+        checkpoints: Option<Checkpoints>,
     ) -> Self {
         let shared = Arc::new(Shared::new(
             config.worker_id.clone(),
@@ -131,7 +135,7 @@ impl Worker {
             view: View::new(config.session_duration, config.skew),
             known_units: config.units.iter().cloned().collect(),
             config,
-            store,
+            store: Arc::new(CountedStore::new(store)),
             checkpoints,
             session: None,
             members: Vec::new(),
@@ -175,7 +179,10 @@ impl Worker {
 
     /// Request counts so far.
     pub fn stats(&self) -> WorkerStats {
-        self.stats
+        WorkerStats {
+            requests: self.store.requests(),
+            ..self.stats
+        }
     }
 
     pub(crate) fn clock(&self) -> &dyn Clock {
@@ -215,9 +222,10 @@ impl Worker {
     /// (see [`WorkerHandle::save_checkpoint`]).
     ///
     /// # Errors
-    /// [`Error::NotOwner`] unless this worker trusts its ownership now or if a newer owner fenced
-    /// it; [`Error::InvalidInput`] without a checkpoint store.
-    pub async fn save_checkpoint(&mut self, unit: &str, data: &[u8]) -> Result<(), Error> {
+    /// [`LeaseError::NotOwned`] (key: the unit's) unless this worker trusts its ownership now, or
+    /// with [`NotOwnedReason::Fenced`](lease_core::NotOwnedReason::Fenced) if a newer owner fenced
+    /// it; [`LeaseError::InvalidInput`] without checkpoints.
+    pub async fn save_checkpoint(&mut self, unit: &str, data: &[u8]) -> Result<(), LeaseError> {
         self.stats.checkpoint_requests += 1;
         self.handle().save_checkpoint(unit, data).await
     }
@@ -231,10 +239,10 @@ impl Worker {
             FleetEvent::Lost {
                 unit,
                 fencing,
-                cause,
+                reason,
             } => {
                 self.stats.losses += 1;
-                tracing::info!(worker = %self.config.worker_id, unit, %fencing, ?cause, "fleet: lost unit");
+                tracing::info!(worker = %self.config.worker_id, unit, %fencing, %reason, "fleet: lost unit");
             }
         }
         self.shared.push_event(event.clone());
@@ -320,7 +328,7 @@ impl Worker {
     pub(crate) fn lose_unit(
         &mut self,
         unit: &str,
-        cause: LossCause,
+        reason: LossReason,
         events: &mut Vec<FleetEvent>,
     ) -> Option<Lease> {
         let lease = self.owned.remove(unit)?;
@@ -328,7 +336,7 @@ impl Worker {
         self.load_dirty = true;
         self.shared.update(|state| {
             if let Some(owned) = state.units.get_mut(unit) {
-                owned.ended = Some(cause);
+                owned.ended = Some(reason.clone());
                 owned.handoff = None;
                 if !owned.task_alive {
                     state.units.remove(unit);
@@ -339,7 +347,7 @@ impl Worker {
             FleetEvent::Lost {
                 unit: unit.to_owned(),
                 fencing: lease.fencing_token(),
-                cause,
+                reason,
             },
             events,
         );
@@ -348,13 +356,13 @@ impl Worker {
 
     pub(crate) fn lose_all(
         &mut self,
-        cause: LossCause,
+        reason: LossReason,
         events: &mut Vec<FleetEvent>,
     ) -> Vec<Lease> {
         let units: Vec<String> = self.owned.keys().cloned().collect();
         units
             .iter()
-            .filter_map(|unit| self.lose_unit(unit, cause, events))
+            .filter_map(|unit| self.lose_unit(unit, reason.clone(), events))
             .collect()
     }
 
@@ -362,7 +370,7 @@ impl Worker {
     pub(crate) async fn listing(
         &self,
         partition: &str,
-    ) -> Result<(Vec<LeaseRecord>, Listing), Error> {
+    ) -> Result<(Vec<LeaseRecord>, Listing), LeaseError> {
         let sent = self.clock().monotonic();
         let wall_sent = self.clock().now();
         let records = self.store.list_partition(partition).await?;
@@ -378,8 +386,7 @@ impl Worker {
     }
 
     /// Lists the sessions and updates the view and the live members.
-    async fn observe_sessions(&mut self) -> Result<(), Error> {
-        self.stats.requests += 1;
+    async fn observe_sessions(&mut self) -> Result<(), LeaseError> {
         self.stats.lists += 1;
         let (records, listing) = self.listing(&self.config.sessions.clone()).await?;
         self.stats.records_read += records.len() as u64;
@@ -410,9 +417,9 @@ impl Worker {
     /// One round of the protocol. Call it every [`interval`](Self::interval).
     ///
     /// # Errors
-    /// A store failure ([`Error::Lease`]) of a listing or of acquiring the session; the worker
+    /// A store failure ([`LeaseError::Backend`]) of a listing or of acquiring the session; the worker
     /// stays consistent and the next tick retries.
-    pub async fn tick(&mut self) -> Result<TickReport, Error> {
+    pub async fn tick(&mut self) -> Result<TickReport, LeaseError> {
         let mut report = TickReport::default();
         self.stats.ticks += 1;
         let outcome = self.tick_inner(&mut report).await;
@@ -421,7 +428,7 @@ impl Worker {
         outcome.map(|()| report)
     }
 
-    async fn tick_inner(&mut self, report: &mut TickReport) -> Result<(), Error> {
+    async fn tick_inner(&mut self, report: &mut TickReport) -> Result<(), LeaseError> {
         let events = &mut report.events;
         let fresh = self.session.is_none() && !self.start_session().await?;
         if self.session.is_none() || fresh || !self.keep_session(events).await {
@@ -470,7 +477,6 @@ impl Worker {
         }
         self.publish_load(true).await;
         if std::mem::take(&mut self.gave_by_load) {
-            self.stats.requests += 2;
             let _ =
                 super::shared::touch(&*self.store, &*self.config.tokens, &self.config.epoch_key)
                     .await;
@@ -507,7 +513,7 @@ impl Worker {
     pub(crate) fn publish(&self) {
         let members = self.members.iter().map(|(m, _)| m.clone()).collect();
         let target = self.target;
-        let stats = self.stats;
+        let stats = self.stats();
         self.shared.update(|state| {
             state.members = members;
             state.target = target;
@@ -520,7 +526,7 @@ impl Worker {
     fn drop_retired(&mut self, events: &mut Vec<FleetEvent>) {
         let retired = std::mem::take(&mut self.shared.lock().retired);
         for unit in retired {
-            self.lose_unit(&unit, LossCause::Retired, events);
+            self.lose_unit(&unit, LossReason::Retired, events);
             self.known_units.remove(&unit);
             self.retired.insert(unit);
         }
@@ -531,13 +537,13 @@ impl Worker {
     pub(crate) async fn begin_handoff(
         &mut self,
         unit: &str,
-        cause: LossCause,
+        reason: LossReason,
         events: &mut Vec<FleetEvent>,
     ) {
         let until = self.clock().monotonic() + self.config.handoff_timeout;
         let waits = self.shared.update(|state| match state.units.get_mut(unit) {
             Some(owned) if owned.task_alive => {
-                owned.handoff = Some((cause, until));
+                owned.handoff = Some((reason.clone(), until));
                 true
             }
             _ => false,
@@ -545,35 +551,35 @@ impl Worker {
         if waits {
             self.handing_over.insert(unit.to_owned());
         } else {
-            self.release_unit(unit, cause, events).await;
+            self.release_unit(unit, reason, events).await;
         }
     }
 
     /// Releases the handed-over units whose task finished or whose timeout passed.
     pub(crate) async fn finish_handoffs(&mut self, events: &mut Vec<FleetEvent>) {
         let now = self.clock().monotonic();
-        let done: Vec<(String, LossCause)> = {
+        let done: Vec<(String, LossReason)> = {
             let state = self.shared.lock();
             self.handing_over
                 .iter()
                 .filter_map(|unit| {
                     let owned = state.units.get(unit)?;
-                    let (cause, until) = owned.handoff?;
-                    (!owned.task_alive || now >= until).then(|| (unit.clone(), cause))
+                    let (reason, until) = owned.handoff.as_ref()?;
+                    (!owned.task_alive || now >= *until).then(|| (unit.clone(), reason.clone()))
                 })
                 .collect()
         };
-        for (unit, cause) in done {
-            self.release_unit(&unit, cause, events).await;
+        for (unit, reason) in done {
+            self.release_unit(&unit, reason, events).await;
         }
     }
 
-    async fn release_unit(&mut self, unit: &str, cause: LossCause, events: &mut Vec<FleetEvent>) {
-        let Some(lease) = self.lose_unit(unit, cause, events) else {
+    async fn release_unit(&mut self, unit: &str, reason: LossReason, events: &mut Vec<FleetEvent>) {
+        let handed_over = reason == LossReason::HandedOver;
+        let Some(lease) = self.lose_unit(unit, reason, events) else {
             return;
         };
-        self.gave_by_load |= self.by_load && cause == LossCause::HandedOver;
-        self.stats.requests += 1;
+        self.gave_by_load |= self.by_load && handed_over;
         if let Err(error) = self
             .store
             .release(lease.key(), lease.token(), lease.fencing_token())
@@ -586,16 +592,16 @@ impl Worker {
     /// Hands every unit over and ends the session, so the others take over on their next tick
     /// instead of waiting for an expiry. Each unit's task (if the application takes units as
     /// tasks) is asked to finish and given up to the handoff timeout to save a final checkpoint;
-    /// each unit is reported lost ([`LossCause::Shutdown`]) when it is released.
+    /// each unit is reported lost ([`LossReason::Shutdown`]) when it is released.
     ///
     /// # Errors
     /// Only failures to release the session are returned; unit releases are best effort.
-    pub async fn shutdown(&mut self) -> Result<(), Error> {
+    pub async fn shutdown(&mut self) -> Result<(), LeaseError> {
         let mut events = Vec::new();
         let units: Vec<String> = self.owned.keys().cloned().collect();
         for unit in units {
             if !self.handing_over.contains(&unit) {
-                self.begin_handoff(&unit, LossCause::Shutdown, &mut events)
+                self.begin_handoff(&unit, LossReason::Shutdown, &mut events)
                     .await;
             }
         }
@@ -606,11 +612,10 @@ impl Worker {
             self.finish_handoffs(&mut events).await;
             self.wait_for_handoffs().await;
         }
-        self.lose_all(LossCause::Shutdown, &mut events);
+        self.lose_all(LossReason::Shutdown, &mut events);
         let outcome = match self.session.take() {
             Some(session) => {
                 self.set_session(None);
-                self.stats.requests += 1;
                 tracing::info!(worker = %self.config.worker_id, "fleet: session ended");
                 let lease = &session.lease;
                 self.store
@@ -627,7 +632,7 @@ impl Worker {
         match outcome {
             Ok(()) => Ok(()),
             Err(error) if error.is_not_owned() => Ok(()),
-            Err(error) => Err(error.into()),
+            Err(error) => Err(error),
         }
     }
 
@@ -637,7 +642,7 @@ impl Worker {
         {
             let state = self.shared.lock();
             for unit in &self.handing_over {
-                if let Some((_, until)) = state.units.get(unit).and_then(|u| u.handoff) {
+                if let Some(&(_, until)) = state.units.get(unit).and_then(|u| u.handoff.as_ref()) {
                     wake = Some(wake.map_or(until, |w| w.min(until)));
                 }
             }
@@ -660,7 +665,7 @@ impl Worker {
     ///
     /// # Errors
     /// A failure to release the session at shutdown.
-    pub async fn run(mut self) -> Result<WorkerStats, Error> {
+    pub async fn run(mut self) -> Result<WorkerStats, LeaseError> {
         'ticks: loop {
             let started = self.clock().monotonic();
             if self.shared.lock().stop {
@@ -695,14 +700,20 @@ impl Worker {
             }
         }
         self.shutdown().await?;
-        Ok(self.stats)
+        Ok(self.stats())
     }
 
     fn next_handoff_deadline(&self) -> Option<Instant> {
         let state = self.shared.lock();
         self.handing_over
             .iter()
-            .filter_map(|u| state.units.get(u).and_then(|u| u.handoff).map(|(_, t)| t))
+            .filter_map(|u| {
+                state
+                    .units
+                    .get(u)
+                    .and_then(|u| u.handoff.as_ref())
+                    .map(|(_, t)| *t)
+            })
             .min()
     }
 
@@ -716,16 +727,16 @@ impl Worker {
     ) -> Result<
         (
             WorkerHandle,
-            std::thread::JoinHandle<Result<WorkerStats, Error>>,
+            std::thread::JoinHandle<Result<WorkerStats, LeaseError>>,
         ),
-        Error,
+        LeaseError,
     > {
         let handle = self.handle();
         let name = format!("fleet-{}", self.config.worker_id);
         let thread = std::thread::Builder::new()
             .name(name)
             .spawn(move || lease_core::block_on(self.run()))
-            .map_err(|e| Error::invalid("thread", e.to_string()))?;
+            .map_err(|e| LeaseError::runtime(format!("cannot start the worker thread: {e}")))?;
         Ok((handle, thread))
     }
 }

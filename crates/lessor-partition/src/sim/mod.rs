@@ -171,7 +171,7 @@ impl SimConfig {
         }
     }
 
-    /// With a skew bound (see [`WorkerBuilder::clock_skew_bound`](crate::WorkerBuilder::clock_skew_bound)).
+    /// With a skew bound (see [`WorkerBuilder::with_clock_skew_bound`](crate::WorkerBuilder::with_clock_skew_bound)).
     pub fn with_skew_bound(mut self, skew: Duration) -> Self {
         self.skew_bound = Some(skew);
         self
@@ -515,13 +515,13 @@ impl FleetModel for Simulation {
     fn join(&mut self) -> usize {
         let index = self.workers.len();
         let mut builder = Worker::builder("sim", format!("w{index:03}"))
-            .store(self.store.clone())
-            .units(self.units.iter().cloned())
-            .session_duration(self.config.session_duration)
-            .interval(self.config.interval)
-            .max_moves_per_interval(self.config.max_moves);
+            .with_store(Arc::new(self.store.clone()))
+            .with_units(self.units.iter().cloned())
+            .with_session_duration(self.config.session_duration)
+            .with_interval(self.config.interval)
+            .with_max_moves_per_interval(self.config.max_moves);
         if let Some(skew) = self.config.skew_bound {
-            builder = builder.clock_skew_bound(skew);
+            builder = builder.with_clock_skew_bound(skew);
         }
         let phase = Duration::from_micros(
             self.rng

@@ -118,7 +118,10 @@ pub struct Metrics {
     pub unowned_unit_time: Duration,
     /// Units gained (moves).
     pub moves: u64,
-    /// Units lost with [`LossCause::SessionLost`](crate::LossCause::SessionLost).
+    /// Units lost with their worker's session ([`LossReason::DeadlinePassed`] or
+    /// [`LossReason::BackendFailing`](lease_core::LossReason::BackendFailing)).
+    ///
+    /// [`LossReason::DeadlinePassed`]: lease_core::LossReason::DeadlinePassed
     pub units_lost_with_session: u64,
     /// Times a worker lost its session while it held units (one per worker per tick).
     pub session_losses: u64,

@@ -6,20 +6,22 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use lease_core::{BoxFuture, Clock, FencingToken, ManualClock, MemoryBackend};
+use lease_core::{
+    BoxFuture, Clock, FencedValues, FencingToken, LeaseError, LeaseKey, ManualClock, MemoryBackend,
+};
 
 use super::check::Violation;
 use super::link::{SharedLink, draw, throttled};
-use crate::{CheckpointStore, Error, MemoryCheckpoints, StoreCheckpoints};
 
 /// Where the simulated fleet keeps its checkpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CheckpointKind {
-    /// One [`MemoryCheckpoints`] for the fleet.
+    /// A [`MemoryBackend`] of their own, apart from the lease store
+    /// ([`WorkerBuilder::with_checkpoint_store`](crate::WorkerBuilder::with_checkpoint_store)).
     Memory,
-    /// [`StoreCheckpoints`] in the fleet's lease store (the shared [`MemoryBackend`] implements
-    /// [`FencedValues`](lease_core::FencedValues)).
+    /// The fleet's lease store's own [`FencedValues`] (the shared [`MemoryBackend`]), as
+    /// [`WorkerBuilder::with_checkpoints`](crate::WorkerBuilder::with_checkpoints) keeps them.
     Store,
 }
 
@@ -152,7 +154,7 @@ impl Ledger {
 #[derive(Debug)]
 pub(crate) struct SimCheckpoints {
     worker: String,
-    inner: Arc<dyn CheckpointStore>,
+    inner: Arc<dyn FencedValues>,
     link: SharedLink,
     clock: Arc<ManualClock>,
     ledger: SharedLedger,
@@ -162,18 +164,22 @@ pub(crate) struct SimCheckpoints {
 pub(crate) fn fleet_checkpoints(
     kind: CheckpointKind,
     store: &MemoryBackend,
-    fleet: &str,
-) -> Result<Arc<dyn CheckpointStore>, Error> {
-    Ok(match kind {
-        CheckpointKind::Memory => Arc::new(MemoryCheckpoints::new()),
-        CheckpointKind::Store => Arc::new(StoreCheckpoints::new(Arc::new(store.clone()), fleet)?),
-    })
+) -> Arc<dyn FencedValues> {
+    match kind {
+        CheckpointKind::Memory => Arc::new(MemoryBackend::new()),
+        CheckpointKind::Store => Arc::new(store.clone()),
+    }
+}
+
+/// The unit a checkpoint name is of (its sort key).
+fn unit_of(name: &LeaseKey) -> &str {
+    name.sort().unwrap_or_default()
 }
 
 impl SimCheckpoints {
     pub(crate) fn new(
         worker: String,
-        inner: Arc<dyn CheckpointStore>,
+        inner: Arc<dyn FencedValues>,
         link: SharedLink,
         clock: Arc<ManualClock>,
         ledger: SharedLedger,
@@ -191,13 +197,18 @@ impl SimCheckpoints {
         lock_ledger(&self.ledger)
     }
 
-    async fn load_now(&self, unit: &str, fencing: FencingToken) -> Result<Option<Vec<u8>>, Error> {
+    async fn load_now(
+        &self,
+        name: &LeaseKey,
+        fencing: FencingToken,
+    ) -> Result<Option<Vec<u8>>, LeaseError> {
+        let unit = unit_of(name);
         let (out, back, throttle) = draw(&self.link);
         self.clock.sleep(out).await;
         let result = if throttle || self.ledger().take_failure(unit) {
-            Err(Error::Lease(throttled("memory")))
+            Err(throttled("memory"))
         } else {
-            let result = self.inner.load(unit, fencing).await;
+            let result = self.inner.fence_and_read(name, fencing).await;
             if result.is_ok() {
                 self.ledger().raise(unit, fencing);
             }
@@ -207,16 +218,22 @@ impl SimCheckpoints {
         result
     }
 
-    async fn save_now(&self, unit: &str, fencing: FencingToken, data: &[u8]) -> Result<(), Error> {
+    async fn save_now(
+        &self,
+        name: &LeaseKey,
+        fencing: FencingToken,
+        data: &[u8],
+    ) -> Result<(), LeaseError> {
+        let unit = unit_of(name);
         let (out, back, throttle) = draw(&self.link);
         let pending = (self.worker.clone(), unit.to_owned(), fencing);
         self.ledger().pending.push(pending.clone());
         self.clock.sleep(out).await;
         self.ledger().pending.retain(|p| *p != pending);
         let result = if throttle {
-            Err(Error::Lease(throttled("memory")))
+            Err(throttled("memory"))
         } else {
-            let result = self.inner.save(unit, fencing, data).await;
+            let result = self.inner.put_fenced(name, fencing, data).await;
             let mut ledger = self.ledger();
             match &result {
                 Ok(()) => ledger.accepted(&self.worker, unit, fencing),
@@ -229,21 +246,21 @@ impl SimCheckpoints {
     }
 }
 
-impl CheckpointStore for SimCheckpoints {
-    fn load<'a>(
+impl FencedValues for SimCheckpoints {
+    fn fence_and_read<'a>(
         &'a self,
-        unit: &'a str,
+        name: &'a LeaseKey,
         fencing: FencingToken,
-    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, Error>> {
-        Box::pin(self.load_now(unit, fencing))
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, LeaseError>> {
+        Box::pin(self.load_now(name, fencing))
     }
 
-    fn save<'a>(
+    fn put_fenced<'a>(
         &'a self,
-        unit: &'a str,
+        name: &'a LeaseKey,
         fencing: FencingToken,
-        data: &'a [u8],
-    ) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(self.save_now(unit, fencing, data))
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(self.save_now(name, fencing, value))
     }
 }

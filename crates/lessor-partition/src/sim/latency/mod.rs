@@ -39,7 +39,7 @@
 //! sim.crash(0);
 //! assert!(sim.run_until_all_owned(Duration::from_secs(30)).is_some());
 //! assert!(sim.violations().is_empty());
-//! # Ok::<(), lessor_partition::Error>(())
+//! # Ok::<(), lease_core::LeaseError>(())
 //! ```
 //!
 //! Time units: everything is simulated time since the simulation started.
@@ -62,7 +62,8 @@ use std::time::Duration;
 
 use lease_core::{Clock, FencingToken, ManualClock, MemoryBackend};
 
-use crate::{CheckpointStore, Error, Worker, WorkerHandle, WorkerStats};
+use crate::{Worker, WorkerHandle, WorkerStats};
+use lease_core::{FencedValues, LeaseError};
 
 pub use chaos::{ChaosReport, chaos};
 pub use check::{Metrics, Violation};
@@ -97,7 +98,7 @@ struct Slot {
     link: SharedLink,
     status: Status,
     handle: Option<WorkerHandle>,
-    run: Option<Task<Result<WorkerStats, Error>>>,
+    run: Option<Task<Result<WorkerStats, LeaseError>>>,
     app: Option<Task<()>>,
     /// Started once the current process has stopped cleanly.
     replace_with: Option<WorkerSpec>,
@@ -123,7 +124,7 @@ pub struct LatencySim {
     cursor: usize,
     tracker: Tracker,
     ledger: SharedLedger,
-    checkpoints: BTreeMap<u8, Arc<dyn CheckpointStore>>,
+    checkpoints: BTreeMap<u8, Arc<dyn FencedValues>>,
     disruptions: Vec<Disruption>,
     recovered: usize,
     errors: Vec<String>,
@@ -199,8 +200,8 @@ impl LatencySim {
     /// Adds and starts a worker (id `w00`, `w01`, ... by index) with the default latency.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] if `spec` cannot make a worker.
-    pub fn add_worker(&mut self, spec: WorkerSpec) -> Result<usize, Error> {
+    /// [`LeaseError::InvalidInput`] if `spec` cannot make a worker.
+    pub fn add_worker(&mut self, spec: WorkerSpec) -> Result<usize, LeaseError> {
         let index = self.workers.len();
         let seed = self.seed ^ (index as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
         self.workers.push(Slot {
@@ -257,50 +258,50 @@ impl LatencySim {
         self.workers.len()
     }
 
-    fn checkpoint_store(
-        &mut self,
-        kind: CheckpointKind,
-    ) -> Result<Arc<dyn CheckpointStore>, Error> {
+    fn checkpoint_store(&mut self, kind: CheckpointKind) -> Arc<dyn FencedValues> {
         let slot = match kind {
             CheckpointKind::Memory => 0,
             CheckpointKind::Store => 1,
         };
         if let Some(store) = self.checkpoints.get(&slot) {
-            return Ok(store.clone());
+            return store.clone();
         }
-        let store = fleet_checkpoints(kind, &self.store, FLEET)?;
+        let store = fleet_checkpoints(kind, &self.store);
         self.checkpoints.insert(slot, store.clone());
-        Ok(store)
+        store
     }
 
     /// Builds worker `index` from its spec and starts its process (and its application).
-    fn start(&mut self, index: usize) -> Result<(), Error> {
+    fn start(&mut self, index: usize) -> Result<(), LeaseError> {
         let spec = self.workers[index].spec.clone();
         let id = self.workers[index].id.clone();
         let link = self.workers[index].link.clone();
         let units = spec.units.clone().unwrap_or_else(|| self.units.clone());
         let mut builder = Worker::builder(FLEET, id.clone())
-            .store(LatencyStore::new(self.store.clone(), link.clone()))
-            .units(units)
-            .session_duration(spec.session_duration)
-            .interval(spec.interval());
+            .with_store(Arc::new(LatencyStore::new(
+                self.store.clone(),
+                link.clone(),
+            )))
+            .with_units(units)
+            .with_session_duration(spec.session_duration)
+            .with_interval(spec.interval());
         if let Some(d) = spec.unit_lease_duration {
-            builder = builder.unit_lease_duration(d);
+            builder = builder.with_unit_lease_duration(d);
         }
         if let Some(moves) = spec.max_moves {
-            builder = builder.max_moves_per_interval(moves);
+            builder = builder.with_max_moves_per_interval(moves);
         }
         if let Some(ticks) = spec.resync_every {
-            builder = builder.resync_every(ticks);
+            builder = builder.with_resync_every(ticks);
         }
         if let Some(skew) = spec.skew_bound {
-            builder = builder.clock_skew_bound(skew);
+            builder = builder.with_clock_skew_bound(skew);
         }
         if let Some(kind) = spec.checkpoints {
-            let inner = self.checkpoint_store(kind)?;
+            let inner = self.checkpoint_store(kind);
             let ledger = self.ledger.clone();
             let store = SimCheckpoints::new(id.clone(), inner, link, self.clock.clone(), ledger);
-            builder = builder.checkpoints(Arc::new(store));
+            builder = builder.with_checkpoint_store(Arc::new(store));
         }
         let worker = builder.build()?;
         let handle = worker.handle();

@@ -8,7 +8,8 @@ use lease_core::{Clock, FencingToken};
 use super::{
     Disruption, LatencySim, Metrics, Status, Violation, WorkerCost, lock_ledger, lock_link,
 };
-use crate::{FleetEvent, LossCause, WorkerHandle};
+use crate::{FleetEvent, WorkerHandle};
+use lease_core::LossReason;
 
 impl LatencySim {
     /// Runs one step: polls one ready future of a running worker (or of a foreign holder), or,
@@ -195,9 +196,9 @@ impl LatencySim {
                 FleetEvent::Lost {
                     unit,
                     fencing,
-                    cause,
+                    reason,
                 } => {
-                    if cause == LossCause::SessionLost {
+                    if lost_with_session(&reason) {
                         self.tracker.metrics.units_lost_with_session += 1;
                         lost_session = true;
                     }
@@ -377,4 +378,14 @@ impl LatencySim {
             }
         }
     }
+}
+
+/// Whether a unit went because its worker's session could no longer be trusted (renewals that did
+/// not answer in time or failed until the deadline). A session refused by the store reports the
+/// store's `NotOwned` reason, which a unit's own takeover or expiry also reports: not counted.
+fn lost_with_session(reason: &LossReason) -> bool {
+    matches!(
+        reason,
+        LossReason::DeadlinePassed | LossReason::BackendFailing { .. }
+    )
 }

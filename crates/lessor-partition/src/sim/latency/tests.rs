@@ -114,8 +114,8 @@ fn the_checker_sees_two_trusting_owners_and_when_it_ends() {
             // Each on its own store: they cannot see each other.
             let store = MemoryBackend::builder().with_clock(clock.clone()).build();
             Worker::builder("f", id)
-                .store(store)
-                .units(units.clone())
+                .with_store(Arc::new(store))
+                .with_units(units.clone())
                 .build()
                 .expect("a worker")
         })
