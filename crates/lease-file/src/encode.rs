@@ -3,10 +3,10 @@
 use lease_core::{LeaseError, LeaseKey};
 
 /// Suffix of record files in a [`DirectoryStore`](crate::DirectoryStore).
-pub const RECORD_SUFFIX: &str = ".lease";
+pub(crate) const RECORD_SUFFIX: &str = ".lease";
 
 /// Longest record file name: `NAME_MAX` (255) minus room for the companion and temporary names.
-pub const MAX_FILE_NAME_BYTES: usize = 200;
+pub(crate) const MAX_FILE_NAME_BYTES: usize = 200;
 
 fn encode_part(part: &str, out: &mut String) {
     for byte in part.bytes() {
@@ -35,7 +35,7 @@ fn encode_part(part: &str, out: &mut String) {
 ///
 /// # Errors
 /// [`LeaseError::InvalidInput`] when the encoded name is longer than [`MAX_FILE_NAME_BYTES`].
-pub fn key_file_name(key: &LeaseKey) -> Result<String, LeaseError> {
+pub(crate) fn key_file_name(key: &LeaseKey) -> Result<String, LeaseError> {
     let mut name = String::new();
     encode_part(key.partition(), &mut name);
     if let Some(sort) = key.sort() {
@@ -84,7 +84,7 @@ fn decode_part(part: &str) -> Option<String> {
 
 /// The key a record file name stands for, or `None` if it is not one (temporary and companion
 /// files, foreign files, non-canonical encodings).
-pub fn decode_file_name(name: &str) -> Option<LeaseKey> {
+pub(crate) fn decode_file_name(name: &str) -> Option<LeaseKey> {
     let stem = name.strip_suffix(RECORD_SUFFIX)?;
     let mut parts = stem.split('.');
     let partition = decode_part(parts.next()?)?;
@@ -104,7 +104,7 @@ pub fn decode_file_name(name: &str) -> Option<LeaseKey> {
 /// a key becomes `%7E`), so no lease record name, nor any name derived from one (its `.lock`
 /// companion, `.cs.<n>` epochs, temporary files), contains it, while every fenced-value name and
 /// every name derived from one does: the two namespaces can never collide.
-pub const FENCED_PREFIX: &str = "fenced~";
+pub(crate) const FENCED_PREFIX: &str = "fenced~";
 
 /// The fenced-value file name of `name`: [`FENCED_PREFIX`] followed by the key encoded as
 /// [`key_file_name`] does, without [`RECORD_SUFFIX`].
@@ -122,7 +122,7 @@ pub const FENCED_PREFIX: &str = "fenced~";
 ///
 /// # Errors
 /// [`LeaseError::InvalidInput`] as [`key_file_name`].
-pub fn fenced_file_name(name: &LeaseKey) -> Result<String, LeaseError> {
+pub(crate) fn fenced_file_name(name: &LeaseKey) -> Result<String, LeaseError> {
     let record = key_file_name(name)?;
     let stem = record.strip_suffix(RECORD_SUFFIX).unwrap_or(&record);
     Ok(format!("{FENCED_PREFIX}{stem}"))

@@ -116,12 +116,12 @@
 //! ## Other lock protocols on the same path
 //!
 //! * **Go `kit/lockfile` `PIDLock`** keeps its lock as a *file* at the path. While it is there,
-//!   this crate reports the lock [`FileLockError::Held`] by it (pid and owner named) and never
+//!   this crate reports the lock [`FsError::Held`] by it (pid and owner named) and never
 //!   takes it over or deletes it; once the Go process releases (removes the file), this crate
 //!   creates its directory. Go's `Acquire` cannot read a directory as a record and fails with an
 //!   error while this crate's directory exists. The two never both hold the path.
 //! * **lease-file 0.1** records (a file at the path, `.lock` and `.owner` companions) are refused
-//!   as [`FileLockError::Foreign`]: stop the old processes, then remove them.
+//!   as [`FsError::Foreign`]: stop the old processes, then remove them.
 //!
 //! # Guarantees and limits
 //!
@@ -140,11 +140,11 @@
 //!   moved or replaced loses its tenure at the next heartbeat).
 //! * Planted files of any name, size or number give a typed error or are ignored, never a panic
 //!   or a spin: only canonical state names count (`free.007` is not one), two state entries or a
-//!   missing one are [`FileLockError::Hostile`] (never guessed or repaired), a directory with more
+//!   missing one are [`FsError::Hostile`] (never guessed or repaired), a directory with more
 //!   than 4096 entries is refused.
 //! * Every file and directory the crate creates gets exactly the configured mode, whatever the
 //!   umask; temporary names carry a random nonce and nothing is ever deleted by prefix.
-//! * No option value panics: out-of-range options are [`FileLockError::InvalidOption`] naming
+//! * No option value panics: out-of-range options are [`FsError::InvalidOption`] naming
 //!   the option; a [`DirectoryStore`] safety margin that leaves nothing of a lease to trust is
 //!   lease-core's `InvalidInput`.
 //! * Deleting a lock directory by hand (or by a `/tmp` cleaner, after it sat idle long enough)
@@ -230,17 +230,14 @@ mod store;
 mod wake;
 
 pub use cs::{LockMode, ModePreference};
-pub use encode::{
-    FENCED_PREFIX, MAX_FILE_NAME_BYTES, RECORD_SUFFIX, decode_file_name, fenced_file_name,
-    key_file_name,
-};
-pub use error::{FileLockError, LostReason};
 pub use fenced::MAX_FENCED_FILE_BYTES;
 pub use fsio::MAX_RECORD_BYTES;
 pub use ident::LivenessProbe;
-pub use lock::{FileLock, FileLockOptions, HolderInfo, LostCallback};
-pub use record::{LeaseFileRecord, RecordError, SCHEMA_VERSION};
-pub use store::DirectoryStore;
+pub use lock::{FileLock, FileLockBuilder};
+pub use store::{DirectoryStore, DirectoryStoreBuilder};
+
+/// The backend name in [`LeaseError::Backend`] errors.
+const BACKEND: &str = "file";
 
 #[doc(no_inline)]
 pub use lease_core::{self, prelude::*};

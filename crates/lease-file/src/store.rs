@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use lease_core::backend::{
-    default_safety_margin, holder_deadline, validate_duration, validate_fenced_value,
+    default_safety_margin, fenced_write, fencing_token, holder_deadline, validate_duration,
+    validate_fenced_value,
 };
 use lease_core::{
     AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Holder, Lease, LeaseBackend,
@@ -23,9 +24,10 @@ use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
 use crate::fsio::ensure_dir;
 use crate::wake::Waiters;
-use crate::{FileLockError, LeaseFileRecord, decode_file_name, fenced_file_name, key_file_name};
-
-const NAME: &str = "file";
+use crate::BACKEND as NAME;
+use crate::encode::{decode_file_name, fenced_file_name, key_file_name};
+use crate::error::{FsError, key_of_path};
+use crate::record::LeaseFileRecord;
 /// The most released lock directories a store keeps open for the next acquisition of their key
 /// (each is three descriptors: the directory, its stream, its state entry).
 const IDLE_DIRS: usize = 32;
@@ -46,7 +48,7 @@ struct Tenure {
 /// Leases as files in one directory: the lease-core [`LeaseBackend`] and [`LeaseListing`] on a
 /// local (or, in heartbeat-only mode, network) file system.
 ///
-/// Each key is one lock directory named by [`key_file_name`], run by the crate's one protocol
+/// Each key is one lock directory named by an encoding of the key, run by the crate's one protocol
 /// (see the crate docs): every change is one `rename` of its state entry from the exact name
 /// observed. Expiry never reads the wall clock: a holder on the same clock scale (this host's
 /// `CLOCK_MONOTONIC`, or one injected [`Clock`] with
@@ -112,7 +114,7 @@ struct Tenure {
 ///   timed from the old one's first sighting and taken over while its holder still trusts it.
 /// * Every reader (acquisitions, renewals, releases, `inspect`, listing, [`FileLock`](crate::FileLock)
 ///   on the same path, the kernel-lock waiters) treats a directory with no state entry as
-///   damaged ([`FileLockError::Hostile`]); a tombstone needs a new rule in each, and a rule for
+///   damaged ([`LeaseError::Corrupt`]); a tombstone needs a new rule in each, and a rule for
 ///   who may remove a directory that a crashed deleter left behind.
 /// * On a network file system a file still open in another process is silly-renamed when
 ///   removed, so the directory cannot be removed while any process has its state entry open
@@ -172,38 +174,119 @@ impl fmt::Debug for DirectoryStore {
     }
 }
 
-impl DirectoryStore {
-    /// Opens (creating it if needed) the store in `dir`, detecting the [`LockMode`].
-    ///
-    /// # Errors
-    /// If the directory cannot be created or probed.
-    pub fn open(dir: impl AsRef<Path>) -> Result<Self, FileLockError> {
-        Self::open_with_mode(dir, ModePreference::Auto)
+/// Builds a [`DirectoryStore`]: [`DirectoryStore::builder`], `with_*` setters,
+/// [`build`](Self::build).
+///
+/// ```
+/// use lease_core::ManualClock;
+/// use lease_file::{DirectoryStore, ModePreference};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = DirectoryStore::builder(dir.path())
+///     .with_mode(ModePreference::Auto)
+///     .with_clock(Arc::new(ManualClock::new()))
+///     .with_safety_margin(Duration::from_millis(100))
+///     .with_file_mode(0o600)
+///     .build()?;
+/// assert_eq!(store.dir(), dir.path());
+/// # Ok::<(), lease_core::LeaseError>(())
+/// ```
+#[must_use]
+pub struct DirectoryStoreBuilder {
+    dir: PathBuf,
+    preference: ModePreference,
+    time: Timebase,
+    tokens: Arc<dyn TokenSource>,
+    safety_margin: Option<Duration>,
+    file_mode: u32,
+    dir_mode: u32,
+    fsync: bool,
+}
+
+impl fmt::Debug for DirectoryStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectoryStoreBuilder")
+            .field("dir", &self.dir)
+            .field("preference", &self.preference)
+            .field("clock", self.time.clock())
+            .field("safety_margin", &self.safety_margin)
+            .field("file_mode", &format_args!("{:o}", self.file_mode))
+            .field("fsync", &self.fsync)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DirectoryStoreBuilder {
+    /// Forces a [`ModePreference`] (default automatic).
+    pub fn with_mode(mut self, preference: ModePreference) -> Self {
+        self.preference = preference;
+        self
     }
 
-    /// Opens the store with a [`ModePreference`].
+    /// Uses `clock` for deadlines and expiry. Processes share expiry judgements through
+    /// [`Clock::shared_monotonic`] when the clock offers it, and time them by observation
+    /// otherwise.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.time = Timebase::injected(clock);
+        self
+    }
+
+    /// Uses `tokens` to make owner tokens.
+    pub fn with_token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// Overrides [`default_safety_margin`]. Zero trusts the whole lease; a margin as long as a
+    /// lease or longer (such as `Duration::MAX`) makes acquiring or renewing it fail with
+    /// [`LeaseError::InvalidInput`] naming `safety_margin`, writing nothing.
+    pub fn with_safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+
+    /// Mode of created files (default 0644), exactly: the umask does not apply. Lock
+    /// directories get the same mode plus the matching search (`x`) bits. Anyone who can write
+    /// a lock directory can act as any owner, so the modes are the access control.
+    pub fn with_file_mode(mut self, mode: u32) -> Self {
+        let mode = mode & 0o7777;
+        self.file_mode = mode;
+        self.dir_mode = mode | ((mode & 0o444) >> 2);
+        self
+    }
+
+    /// fsync every change (default off): lock and value directories after each rename, data
+    /// files when written, and the store directory when a lock directory is created. Leases do
+    /// not outlive a power loss anyway, but without it a fencing generation issued just before
+    /// one may be issued again after it; turn it on if generations must never repeat.
+    pub fn with_fsync(mut self, fsync: bool) -> Self {
+        self.fsync = fsync;
+        self
+    }
+
+    /// Opens (creating it if needed) the store's directory and detects the [`LockMode`].
     ///
     /// # Errors
-    /// As [`open`](Self::open), plus [`FileLockError::Unsupported`] when kernel locks are
-    /// demanded and do not work.
-    pub fn open_with_mode(
-        dir: impl AsRef<Path>,
-        preference: ModePreference,
-    ) -> Result<Self, FileLockError> {
-        let dir = dir.as_ref().to_owned();
-        ensure_dir(&dir, 0o755)?;
-        let (mode, reason) = detect(&dir, preference)?;
+    /// [`LeaseError::Backend`] if the directory cannot be created or probed, or (permanent,
+    /// saying why) when kernel locks are demanded ([`ModePreference::Kernel`]) and do not work.
+    pub fn build(self) -> Result<DirectoryStore, LeaseError> {
+        let dir = self.dir;
+        let key = key_of_path(&dir)?;
+        ensure_dir(&dir, 0o755).map_err(|e| e.into_lease(&key))?;
+        let (mode, reason) = detect(&dir, self.preference).map_err(|e| e.into_lease(&key))?;
         tracing::debug!(dir = %dir.display(), ?mode, %reason, "directory store opened");
-        Ok(Self {
+        Ok(DirectoryStore {
             inner: Arc::new(Inner {
                 dir,
                 mode,
-                time: Timebase::system(),
-                tokens: Arc::new(RandomTokens),
-                safety_margin: None,
-                file_mode: 0o644,
-                dir_mode: 0o755,
-                fsync: false,
+                time: self.time,
+                tokens: self.tokens,
+                safety_margin: self.safety_margin,
+                file_mode: self.file_mode,
+                dir_mode: self.dir_mode,
+                fsync: self.fsync,
                 seen: Arc::default(),
                 tenures: Arc::default(),
                 idle: Arc::default(),
@@ -211,69 +294,31 @@ impl DirectoryStore {
             }),
         })
     }
+}
 
-    fn update(mut self, f: impl FnOnce(&mut Inner)) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            f(inner);
-        } else {
-            let old = &self.inner;
-            let mut inner = Inner {
-                dir: old.dir.clone(),
-                mode: old.mode,
-                time: old.time.clone(),
-                tokens: old.tokens.clone(),
-                safety_margin: old.safety_margin,
-                file_mode: old.file_mode,
-                dir_mode: old.dir_mode,
-                fsync: old.fsync,
-                seen: Arc::default(),
-                tenures: Arc::default(),
-                idle: Arc::default(),
-                waiters: Waiters::default(),
-            };
-            f(&mut inner);
-            self.inner = Arc::new(inner);
+impl DirectoryStore {
+    /// Opens (creating it if needed) the store in `dir`, detecting the [`LockMode`]:
+    /// `builder(dir).build()`.
+    ///
+    /// # Errors
+    /// As [`DirectoryStoreBuilder::build`].
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, LeaseError> {
+        Self::builder(dir).build()
+    }
+
+    /// A builder for the store in `dir`: automatic mode, the system clock, random tokens, the
+    /// default safety margin, mode 0644, no fsync.
+    pub fn builder(dir: impl AsRef<Path>) -> DirectoryStoreBuilder {
+        DirectoryStoreBuilder {
+            dir: dir.as_ref().to_owned(),
+            preference: ModePreference::Auto,
+            time: Timebase::system(),
+            tokens: Arc::new(RandomTokens),
+            safety_margin: None,
+            file_mode: 0o644,
+            dir_mode: 0o755,
+            fsync: false,
         }
-        self
-    }
-
-    /// Uses `clock` for deadlines and expiry. Processes share expiry judgements through
-    /// [`Clock::shared_monotonic`] when the clock offers it, and time them by observation
-    /// otherwise.
-    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
-        self.update(|i| i.time = Timebase::injected(clock))
-    }
-
-    /// Uses `tokens` to make owner tokens.
-    pub fn with_token_source(self, tokens: Arc<dyn TokenSource>) -> Self {
-        self.update(|i| i.tokens = tokens)
-    }
-
-    /// Overrides [`default_safety_margin`]. Zero trusts the whole lease; a margin as long as a
-    /// lease or longer (such as `Duration::MAX`) makes acquiring or renewing it fail with
-    /// [`LeaseError::InvalidInput`] naming `safety_margin`, writing nothing.
-    pub fn with_safety_margin(self, margin: Duration) -> Self {
-        self.update(|i| i.safety_margin = Some(margin))
-    }
-
-    /// Mode of created files (default 0644), exactly: the umask does not apply. Lock
-    /// directories get the same mode plus the matching search (`x`) bits. Anyone who can write
-    /// a lock directory can act as any owner, so the modes are the access control.
-    pub fn with_file_mode(self, mode: u32) -> Self {
-        let mode = mode & 0o7777;
-        let dir_mode = mode | ((mode & 0o444) >> 2);
-        self.update(|i| {
-            i.file_mode = mode;
-            i.dir_mode = dir_mode;
-        })
-    }
-
-    /// fsync every change (default off): lock and value directories after each rename, data
-    /// files when written, and the store directory when a lock directory is created. Leases do
-    /// not outlive a power loss anyway, but without it a fencing generation issued just before
-    /// one may be issued again after it; turn it on if generations must never repeat.
-    pub fn with_fsync(self, fsync: bool) -> Self {
-        self.update(|i| i.fsync = fsync)
     }
 
     /// The directory.
@@ -289,10 +334,24 @@ impl DirectoryStore {
     /// The keys with a lock directory in the store, in no particular order (fenced-value names
     /// are not keys and are not listed).
     ///
+    /// ```
+    /// use lease_core::{LeaseBackendExt, LeaseKey};
+    /// use lease_file::DirectoryStore;
+    /// use std::time::Duration;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = DirectoryStore::open(dir.path())?;
+    /// let key = LeaseKey::with_sort_key("jobs", "nightly")?;
+    /// lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+    /// assert_eq!(store.keys()?, vec![key]);
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    ///
     /// # Errors
-    /// If the directory cannot be read.
-    pub fn keys(&self) -> Result<Vec<LeaseKey>, FileLockError> {
-        Ok(entry_names(&self.inner.dir)?
+    /// [`LeaseError::Backend`] if the directory cannot be read.
+    pub fn keys(&self) -> Result<Vec<LeaseKey>, LeaseError> {
+        Ok(entry_names(&self.inner.dir)
+            .map_err(backend_error)?
             .iter()
             .filter_map(|name| decode_file_name(name.to_str()?))
             .collect())
@@ -711,7 +770,7 @@ impl DirectoryStore {
             Ok(None) => return Ok(None),
             // Another protocol's lock file (a Go PIDLock) holds the key: shown as held, with
             // no fencing token of ours.
-            Err(FileLockError::Held { holder, .. }) => {
+            Err(FsError::Held { holder, .. }) => {
                 return Ok(Some(lease_core::backend::new_record(
                     key.clone(),
                     Some(Holder::new().with_owner(holder.to_string())),
@@ -777,8 +836,7 @@ impl DirectoryStore {
 
     fn list_now(&self, partition: &str) -> Result<Vec<LeaseRecord>, LeaseError> {
         let mut keys: Vec<LeaseKey> = self
-            .keys()
-            .map_err(backend_error)?
+            .keys()?
             .into_iter()
             .filter(|key| key.partition() == partition)
             .collect();
@@ -813,9 +871,8 @@ impl DirectoryStore {
         let fence = fencing.get();
         for _ in 0..8 {
             let value = kd.value().map_err(backend_error)?;
-            if value.fence > fence {
-                return Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced));
-            }
+            fenced_write(fencing_token(value.fence), fencing)
+                .map_err(|reason| LeaseError::not_owned(name.clone(), reason))?;
             // Read before raising the fence, so a corrupt value is refused with nothing written.
             // A data file never changes once named: this is the value of the entry observed.
             let Some(current) = current_value(&kd, &value)? else {
@@ -861,9 +918,8 @@ impl DirectoryStore {
         let result = (|| {
             for _ in 0..8 {
                 let value = kd.value().map_err(backend_error)?;
-                if value.fence > fence {
-                    return Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced));
-                }
+                fenced_write(fencing_token(value.fence), fencing)
+                    .map_err(|reason| LeaseError::not_owned(name.clone(), reason))?;
                 // The value replaced must be intact: a corrupt or lost one is refused as a read
                 // of it is, never replaced (its file would be deleted with it).
                 if current_value(&kd, &value)?.is_none() {
@@ -952,7 +1008,7 @@ fn corrupt_fenced(path: &Path, reason: &str) -> LeaseError {
     LeaseError::backend(
         NAME,
         false,
-        FileLockError::Hostile {
+        FsError::Hostile {
             path: path.to_owned(),
             reason: format!("corrupt fenced-value file: {reason}"),
         },
@@ -973,9 +1029,9 @@ fn not_owned(key: &LeaseKey, gone: Gone) -> LeaseError {
 }
 
 /// A foreign lock file at a key's path (a Go `PIDLock`) is `Held`; anything else an error.
-fn held_or(key: &LeaseKey, error: FileLockError) -> LeaseError {
+fn held_or(key: &LeaseKey, error: FsError) -> LeaseError {
     match error {
-        FileLockError::Held { holder, .. } => LeaseError::held(
+        FsError::Held { holder, .. } => LeaseError::held(
             key.clone(),
             Some(Holder::new().with_owner(holder.to_string())),
         ),
@@ -1027,7 +1083,7 @@ fn holder_of(
     holder
 }
 
-fn backend_error(error: FileLockError) -> LeaseError {
+fn backend_error(error: FsError) -> LeaseError {
     let transient = error.is_transient();
     LeaseError::backend(NAME, transient, error)
 }
