@@ -22,8 +22,8 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, renameat};
 use nix::sys::stat::Mode;
 
-use crate::fsio::{MAX_RECORD_BYTES, io_error};
 use crate::error::FsError;
+use crate::fsio::{MAX_RECORD_BYTES, io_error};
 use crate::record::LeaseFileRecord;
 
 /// A state entry while the lock is free: `free.<generation>`.

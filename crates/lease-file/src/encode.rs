@@ -21,17 +21,7 @@ fn encode_part(part: &str, out: &mut String) {
 /// The record file name of `key`: each part percent-encoded (everything outside
 /// `[A-Za-z0-9_-]` becomes `%XX`), joined by `.`, plus [`RECORD_SUFFIX`]. The result never
 /// holds `/`, never starts with `.`, and is never `.` or `..`.
-///
-/// ```
-/// use lease_core::LeaseKey;
-/// use lease_file::{decode_file_name, key_file_name};
-///
-/// let key = LeaseKey::with_sort_key("../etc", "pass wd")?;
-/// let name = key_file_name(&key)?;
-/// assert_eq!(name, "%2E%2E%2Fetc.pass%20wd.lease");
-/// assert_eq!(decode_file_name(&name), Some(key));
-/// # Ok::<(), lease_core::LeaseError>(())
-/// ```
+/// (`("../etc", "pass wd")` is `%2E%2E%2Fetc.pass%20wd.lease`.)
 ///
 /// # Errors
 /// [`LeaseError::InvalidInput`] when the encoded name is longer than [`MAX_FILE_NAME_BYTES`].
@@ -108,17 +98,8 @@ pub(crate) const FENCED_PREFIX: &str = "fenced~";
 
 /// The fenced-value file name of `name`: [`FENCED_PREFIX`] followed by the key encoded as
 /// [`key_file_name`] does, without [`RECORD_SUFFIX`].
-///
-/// ```
-/// use lease_core::LeaseKey;
-/// use lease_file::{decode_file_name, fenced_file_name};
-///
-/// let name = LeaseKey::with_sort_key("checkpoints", "shard 7")?;
-/// let file = fenced_file_name(&name)?;
-/// assert_eq!(file, "fenced~checkpoints.shard%207");
-/// assert_eq!(decode_file_name(&file), None); // never listed as a lease
-/// # Ok::<(), lease_core::LeaseError>(())
-/// ```
+/// (`("checkpoints", "shard 7")` is `fenced~checkpoints.shard%207`, which never decodes as a
+/// lease key.)
 ///
 /// # Errors
 /// [`LeaseError::InvalidInput`] as [`key_file_name`].

@@ -172,6 +172,9 @@ mod tests {
         assert!(key.partition().len() <= lease_core::MAX_KEY_PART_BYTES);
         let bytes = std::ffi::OsStr::from_bytes(b"/tmp/\xff");
         assert!(key_of_path(std::path::Path::new(bytes)).is_ok());
-        assert_eq!(key_of_path(std::path::Path::new("")).unwrap().partition(), "lock");
+        assert_eq!(
+            key_of_path(std::path::Path::new("")).unwrap().partition(),
+            "lock"
+        );
     }
 }

@@ -73,11 +73,12 @@ pub(crate) fn classify(path: &Path, bytes: &[u8], modified: Option<SystemTime>) 
         return held(
             u32::try_from(go.pid).unwrap_or(0),
             Some(at),
+            // First what matters (errors show the first 120 characters of a holder): this crate
+            // never takes over another protocol's lock.
             format!(
-                "a Go kit/lockfile PIDLock record (owner {}, pid {}): this crate never takes \
-                 over another protocol's lock; the path is free once the Go process releases \
-                 it, or once the file is removed by hand when no Go process uses it",
-                go.owner_id, go.pid
+                "Go kit/lockfile PIDLock of {} (never taken over: free once released, or \
+                 removed by hand)",
+                go.owner_id
             ),
         );
     }
@@ -104,7 +105,7 @@ pub(crate) fn classify(path: &Path, bytes: &[u8], modified: Option<SystemTime>) 
             None,
             format!(
                 "an unparseable regular file modified {}ms ago (a Go kit/lockfile PIDLock being \
-                 written?); refused as foreign if it stays so for {}ms",
+                 written?); foreign if so for {}ms",
                 age.as_millis(),
                 GO_INVALID_STALE.as_millis()
             ),

@@ -14,9 +14,9 @@ use lease_core::{
 use crate::chain::{self, Held, KeyDir, Kind, Modes};
 use crate::cs::{LockMode, ModePreference, detect};
 use crate::engine::{self, Attempt, Claim, Observations, Timebase};
+use crate::error::{FsError, key_of_path, not_held};
 use crate::fsio::ensure_dir;
 use crate::ident::LivenessProbe;
-use crate::error::{FsError, key_of_path, not_held};
 use crate::record::LeaseFileRecord;
 
 /// Builds a [`FileLock`]: [`FileLock::builder`], `with_*` setters, [`build`](Self::build). The
@@ -34,25 +34,27 @@ use crate::record::LeaseFileRecord;
 ///     .with_stale_threshold(Duration::from_secs(2))
 ///     .on_lost(|reason| eprintln!("{reason}"))
 ///     .build()?;
-/// assert!(!lock.held());
+/// assert!(lock.check().is_err());
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[must_use]
 pub struct FileLockBuilder {
     path: PathBuf,
-    options: Options,
+    pub(crate) options: Options,
 }
 
 /// A [`FileLock`]'s settings.
 #[derive(Clone)]
-struct Options {
+pub(crate) struct Options {
     acquire_retries: u32,
     retry_delay: Duration,
-    invalid_record_stale: Duration,
+    /// Go parity only: validated, never used.
+    pub(crate) invalid_record_stale: Duration,
     file_mode: u32,
     dir_mode: u32,
-    liveness: Option<LivenessProbe>,
+    /// Go parity only ([`go::PidLockOptions`](crate::go::PidLockOptions)): kept, never called.
+    pub(crate) liveness: Option<LivenessProbe>,
     heartbeat_interval: Duration,
     stale_threshold: Duration,
     on_lost: Option<LossCallback>,
@@ -116,14 +118,6 @@ impl FileLockBuilder {
         self.options.retry_delay = delay;
         self
     }
-    /// Go parity (`InvalidPIDLockStaleThreshold`); accepted and validated, but this protocol
-    /// has no unparseable records to reclaim: its state is a name, and a file of another
-    /// protocol at the path is never taken over (an unparseable one younger than the Go
-    /// package's own 1.2 s reads as a Go lock being written).
-    pub fn with_invalid_record_stale(mut self, threshold: Duration) -> Self {
-        self.options.invalid_record_stale = threshold;
-        self
-    }
     /// Mode of created files (exactly this mode, whatever the umask). The lock directory gets
     /// it too, plus the matching search (`x`) bits: 0664 gives 0775, 0600 gives 0700.
     pub fn with_file_mode(mut self, mode: u32) -> Self {
@@ -135,13 +129,6 @@ impl FileLockBuilder {
     /// [`with_file_mode`](Self::with_file_mode).
     pub fn with_dir_mode(mut self, mode: u32) -> Self {
         self.options.dir_mode = mode & 0o7777;
-        self
-    }
-    /// Go parity (`ProcessAppearsAlive`, which the Go package itself ignores); accepted but
-    /// never called: this crate never judges a holder by a pid, which may be reused or live in
-    /// another PID namespace. A holder's death is known from the kernel lock it holds.
-    pub fn with_liveness(mut self, alive: impl Fn(u32) -> bool + Send + Sync + 'static) -> Self {
-        self.options.liveness = Some(Arc::new(alive));
         self
     }
     /// How often the holder heartbeats (default 250 ms; above zero).
@@ -177,6 +164,31 @@ impl FileLockBuilder {
     pub fn with_label(mut self, label: impl Into<String>) -> Self {
         self.options.label = Some(label.into());
         self
+    }
+
+    /// The acquire retry limit.
+    pub fn acquire_retries(&self) -> u32 {
+        self.options.acquire_retries
+    }
+    /// The delay between acquire retries.
+    pub fn retry_delay(&self) -> Duration {
+        self.options.retry_delay
+    }
+    /// The file creation mode.
+    pub fn file_mode(&self) -> u32 {
+        self.options.file_mode
+    }
+    /// The directory creation mode.
+    pub fn dir_mode(&self) -> u32 {
+        self.options.dir_mode
+    }
+    /// The heartbeat interval.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.options.heartbeat_interval
+    }
+    /// The stale threshold.
+    pub fn stale_threshold(&self) -> Duration {
+        self.options.stale_threshold
     }
 
     /// The lock, with its parent directory created if needed and its [`LockMode`] detected.
@@ -309,16 +321,18 @@ impl HolderInfo {
     pub(crate) fn to_holder(&self) -> Holder {
         let mut holder = Holder::new();
         if self.pid != 0 || !self.host.is_empty() {
-            holder = holder.with_process(self.pid, self.host.clone());
+            let host = if self.host.is_empty() {
+                "an unknown host"
+            } else {
+                &self.host
+            };
+            holder = holder.with_process(self.pid, host);
         }
-        let owner = match (&self.label, &self.unparseable) {
-            (Some(label), Some(what)) => Some(format!("{label} ({what})")),
-            (None, Some(what)) => Some(format!("an unknown holder ({what})")),
-            (Some(label), None) => Some(label.clone()),
-            (None, None) => None,
-        };
+        // What is known of a holder this crate cannot describe says more than its label (and
+        // names the Go lock it may be); errors show its first 120 characters.
+        let owner = self.unparseable.as_ref().or(self.label.as_ref());
         if let Some(owner) = owner {
-            holder = holder.with_owner(owner);
+            holder = holder.with_owner(owner.clone());
         }
         if self.generation > 0 {
             holder = holder.with_fencing(lease_core::backend::fencing_token(self.generation));
@@ -429,7 +443,7 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 /// let dir = tempfile::tempdir()?;
 /// let lock = FileLock::new(dir.path().join("deploy.lease"))?;
 /// let fencing = lock.acquire()?;
-/// assert!(lock.held());
+/// assert_eq!(lock.check()?, fencing);
 ///
 /// // Another lock on the same path (in this process or any other) is turned away.
 /// let other = FileLock::new(dir.path().join("deploy.lease"))?;
@@ -488,7 +502,7 @@ impl fmt::Debug for FileLock {
         f.debug_struct("FileLock")
             .field("path", &self.shared.path)
             .field("mode", &self.shared.mode)
-            .field("held", &self.held())
+            .field("held", &self.check().is_ok())
             .finish_non_exhaustive()
     }
 }
@@ -563,13 +577,6 @@ impl FileLock {
     /// Why that mode was chosen (`"flock works"`, `"nfs file system: ..."`).
     pub fn mode_reason(&self) -> &str {
         &self.shared.mode_reason
-    }
-
-    /// Whether this lock holds the lease and may still trust it (Go: `Held`): false after a loss,
-    /// and false once the holder-side deadline passed without a successful heartbeat (a paused
-    /// process learns it on its first call after resuming).
-    pub fn held(&self) -> bool {
-        self.check().is_ok()
     }
 
     /// The fencing generation of the current tenure if it can be trusted, else why not.

@@ -16,18 +16,18 @@ use lease_core::{
     TokenSource,
 };
 
+use crate::BACKEND as NAME;
 use crate::chain::{
     self, Found, Held, KeyDir, Kind, Modes, State, Value, data_name, entry_names, fnv,
 };
 use crate::cs::{LockMode, ModePreference, detect};
+use crate::encode::{decode_file_name, fenced_file_name, key_file_name};
 use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase};
+use crate::error::{FsError, key_of_path};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
 use crate::fsio::ensure_dir;
-use crate::wake::Waiters;
-use crate::BACKEND as NAME;
-use crate::encode::{decode_file_name, fenced_file_name, key_file_name};
-use crate::error::{FsError, key_of_path};
 use crate::record::LeaseFileRecord;
+use crate::wake::Waiters;
 /// The most released lock directories a store keeps open for the next acquisition of their key
 /// (each is three descriptors: the directory, its stream, its state entry).
 const IDLE_DIRS: usize = 32;
@@ -324,6 +324,28 @@ impl DirectoryStore {
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// The lock directory of `key` in this store (whether or not it exists yet): what to remove
+    /// by hand to drop a key for good once no process uses it (see *Delete*), or to inspect. Its
+    /// name is a private encoding of the key; [`keys`](Self::keys) decodes a listing.
+    ///
+    /// ```
+    /// use lease_core::LeaseKey;
+    /// use lease_file::DirectoryStore;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = DirectoryStore::open(dir.path())?;
+    /// let path = store.lock_dir(&LeaseKey::new("../etc")?)?;
+    /// assert_eq!(path.parent(), Some(dir.path()), "no key escapes the directory");
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidInput`] when the key encodes to a file name longer than the store
+    /// allows (200 bytes; bytes outside `[A-Za-z0-9_-]` take three each).
+    pub fn lock_dir(&self, key: &LeaseKey) -> Result<PathBuf, LeaseError> {
+        Ok(self.inner.dir.join(key_file_name(key)?))
     }
 
     /// Whether holders take the kernel lock here.

@@ -33,8 +33,8 @@
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, Write};
-use std::process::ExitCode;
 use std::path::Path;
+use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use lease_file::lease_core::{LossReason, NotOwnedReason, WaitOptions};
