@@ -23,7 +23,7 @@
 //!     .build()?;
 //! lock.acquire()?;
 //! assert!(lock.held());
-//! # Ok::<(), lease_core::LeaseError>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::sync::Arc;

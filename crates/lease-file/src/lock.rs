@@ -35,7 +35,7 @@ use crate::record::LeaseFileRecord;
 ///     .on_lost(|reason| eprintln!("{reason}"))
 ///     .build()?;
 /// assert!(lock.check().is_err());
-/// # Ok::<(), lease_core::LeaseError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
 #[must_use]
@@ -449,7 +449,7 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 /// let other = FileLock::new(dir.path().join("deploy.lease"))?;
 /// let err = other.try_acquire().unwrap_err();
 /// assert!(err.is_held());
-/// assert_eq!(err.holder().map(|h| h.pid), Some(std::process::id()));
+/// assert_eq!(err.holder().and_then(|h| h.pid()), Some(std::process::id()));
 ///
 /// lock.release()?;
 /// assert!(other.try_acquire()? > fencing);
@@ -687,7 +687,7 @@ impl FileLock {
     /// let err = waiter.acquire_with_wait(&WaitOptions::new(Duration::from_millis(50))).unwrap_err();
     /// assert!(err.is_timeout());
     /// assert_eq!(err.holder().and_then(|h| h.pid()), Some(std::process::id()));
-    /// # Ok::<(), lease_core::LeaseError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
     /// # Errors

@@ -191,7 +191,7 @@ impl fmt::Debug for DirectoryStore {
 ///     .with_file_mode(0o600)
 ///     .build()?;
 /// assert_eq!(store.dir(), dir.path());
-/// # Ok::<(), lease_core::LeaseError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[must_use]
 pub struct DirectoryStoreBuilder {
@@ -338,7 +338,7 @@ impl DirectoryStore {
     /// let store = DirectoryStore::open(dir.path())?;
     /// let path = store.lock_dir(&LeaseKey::new("../etc")?)?;
     /// assert_eq!(path.parent(), Some(dir.path()), "no key escapes the directory");
-    /// # Ok::<(), lease_core::LeaseError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
     /// # Errors
@@ -366,7 +366,7 @@ impl DirectoryStore {
     /// let key = LeaseKey::with_sort_key("jobs", "nightly")?;
     /// lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
     /// assert_eq!(store.keys()?, vec![key]);
-    /// # Ok::<(), lease_core::LeaseError>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
     /// # Errors
@@ -1183,8 +1183,8 @@ impl LeaseListing for DirectoryStore {
     }
 }
 
-/// Fenced values live in the store directory, one directory per name, named by
-/// [`fenced_file_name`](crate::fenced_file_name) (a namespace no lease key's name can reach, so
+/// Fenced values live in the store directory, one directory per name, named `fenced~` and the
+/// key encoded as its lock directory's name is (a namespace no lease key's name can reach, so
 /// [`list_partition`](LeaseListing::list_partition) never returns them). The directory holds one
 /// chain entry `value.<fence>.<seq>.<nonce>`, whose name is the fence, and the data file
 /// `data.<nonce>` it names, in the binary format documented with
@@ -1195,7 +1195,7 @@ impl LeaseListing for DirectoryStore {
 /// from that exact entry name, the compare-and-swap lease states use:
 /// [`fence_and_read`](FencedValues::fence_and_read) renames it to the higher fence;
 /// [`put_fenced`](FencedValues::put_fenced) first creates a new data file with `O_EXCL` (with
-/// the configured mode, fsynced with [`with_fsync`](DirectoryStore::with_fsync)), renames the
+/// the configured mode, fsynced with [`with_fsync`](DirectoryStoreBuilder::with_fsync)), renames the
 /// entry to name it, then removes the old data file. A rename from a name that changed meanwhile
 /// fails and the operation looks again, so two writers can never both pass the fence check, and a
 /// writer paused for any length of time never replaces a value written under a newer fence.
