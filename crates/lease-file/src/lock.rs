@@ -143,7 +143,14 @@ impl FileLockBuilder {
         self
     }
     /// Called once, from the heartbeat thread, when the lease is lost (lease-core's
-    /// [`LossCallback`], as a keeper's `on_lost`).
+    /// [`LossCallback`], as a keeper's `on_lost`), with why:
+    ///
+    /// * `NotOwned(TakenOver)`: another owner holds it now, with a greater generation;
+    /// * `NotOwned(Missing)`: nobody does (released or removed by somebody else, or the lock
+    ///   directory moved away or replaced);
+    /// * [`LossReason::DeadlinePassed`]: the state moved on after this holder's deadline;
+    /// * [`LossReason::BackendFailing`]: heartbeats failed until the deadline (nobody may have
+    ///   taken it yet, but this process can no longer prove it holds it).
     pub fn on_lost(mut self, callback: impl Fn(&LossReason) + Send + Sync + 'static) -> Self {
         self.options.on_lost = Some(Arc::new(callback));
         self

@@ -465,7 +465,7 @@ impl DirectoryStore {
         let path = self.inner.dir.join(key_file_name(key)?);
         KeyDir::open(&path, Kind::Lease, create.then(|| self.modes()))
             .map(|kd| kd.map(|kd| kd.durable(self.inner.fsync)))
-            .map_err(|e| held_or(key, e))
+            .map_err(fs_error(key))
     }
 
     fn describe(
@@ -561,7 +561,7 @@ impl DirectoryStore {
             let attempt =
                 match engine::try_acquire(&mut kd, &claim, &self.inner.time, &self.inner.seen) {
                     Err(_) if cached => continue,
-                    other => other.map_err(backend_error)?,
+                    other => other.map_err(fs_error(key))?,
                 };
             return match attempt {
                 Attempt::Won { held, name, now } => {
@@ -618,7 +618,7 @@ impl DirectoryStore {
                     false,
                     &self.inner.time,
                 )
-                .map_err(backend_error)?
+                .map_err(fs_error(key))?
             {
                 tracing::debug!(%key, generation = t.generation, seq = next.seq, "file lease renewed");
                 t.held = next;
@@ -690,7 +690,7 @@ impl DirectoryStore {
         let key = lease.key();
         let generation = lease.fencing_token().get();
         for _ in 0..4 {
-            let found = kd.state().map_err(backend_error)?;
+            let found = kd.state().map_err(fs_error(key))?;
             if let Some(gone) = engine::mismatch(&found, generation, lease.token().as_str()) {
                 return Err(not_owned(key, gone));
             }
@@ -702,7 +702,7 @@ impl DirectoryStore {
             }
             if let Some(renewed) =
                 engine::renew(kd, &found.name, held, duration, false, &self.inner.time)
-                    .map_err(backend_error)?
+                    .map_err(fs_error(key))?
             {
                 tracing::debug!(%key, generation, seq = renewed.0.seq, "file lease renewed");
                 return Ok(renewed);
@@ -733,7 +733,7 @@ impl DirectoryStore {
             // and only then: a release refused (another token, say) must not free the holder's
             // lock.
             let released = t.held.token == fnv(token.as_str().as_bytes())
-                && engine::release(&mut t.kd, &t.name, fencing.get()).map_err(backend_error)?;
+                && engine::release(&mut t.kd, &t.name, fencing.get()).map_err(fs_error(key))?;
             let result = if released {
                 tracing::debug!(%key, generation = fencing.get(), "file lease released");
                 Ok(())
@@ -770,11 +770,11 @@ impl DirectoryStore {
         fencing: FencingToken,
     ) -> Result<(), LeaseError> {
         for _ in 0..4 {
-            let found = kd.state().map_err(backend_error)?;
+            let found = kd.state().map_err(fs_error(key))?;
             if let Some(gone) = engine::mismatch(&found, fencing.get(), token.as_str()) {
                 return Err(not_owned(key, gone));
             }
-            if engine::release(kd, &found.name, fencing.get()).map_err(backend_error)? {
+            if engine::release(kd, &found.name, fencing.get()).map_err(fs_error(key))? {
                 return Ok(());
             }
         }
@@ -795,14 +795,14 @@ impl DirectoryStore {
             Err(FsError::Held { holder, .. }) => {
                 return Ok(Some(lease_core::backend::new_record(
                     key.clone(),
-                    Some(Holder::new().with_owner(holder.to_string())),
+                    Some(holder.to_holder()),
                     FencingToken::NONE,
                 )));
             }
-            Err(e) => return Err(backend_error(e)),
+            Err(e) => return Err(e.into_lease(key)),
         };
         let mut kd = kd;
-        let found = kd.state().map_err(backend_error)?;
+        let found = kd.state().map_err(fs_error(key))?;
         let holder = match &found.state {
             State::Free(_) => None,
             // A holder whose kernel lock is free on this host has exited: the key is free, as
@@ -877,7 +877,15 @@ impl DirectoryStore {
     fn value_dir(&self, name: &LeaseKey) -> Result<KeyDir, LeaseError> {
         let path = self.inner.dir.join(fenced_file_name(name)?);
         KeyDir::open(&path, Kind::Value, Some(self.modes()))
-            .map_err(backend_error)?
+            .map_err(|error| match error {
+                // A regular file that would read as a Go lock at a lease's path holds nothing
+                // at a fenced value's: it is simply not a value.
+                FsError::Held { path, holder } => LeaseError::corrupt(
+                    name.clone(),
+                    format!("{}: not a fenced value: {holder}", path.display()),
+                ),
+                other => other.into_lease(name),
+            })?
             .map(|kd| kd.durable(self.inner.fsync))
             .ok_or_else(|| missing(name))
     }
@@ -892,12 +900,12 @@ impl DirectoryStore {
         let kd = self.value_dir(name)?;
         let fence = fencing.get();
         for _ in 0..8 {
-            let value = kd.value().map_err(backend_error)?;
+            let value = kd.value().map_err(fs_error(name))?;
             fenced_write(fencing_token(value.fence), fencing)
                 .map_err(|reason| LeaseError::not_owned(name.clone(), reason))?;
             // Read before raising the fence, so a corrupt value is refused with nothing written.
             // A data file never changes once named: this is the value of the entry observed.
-            let Some(current) = current_value(&kd, &value)? else {
+            let Some(current) = current_value(name, &kd, &value)? else {
                 continue; // replaced since we listed: look again
             };
             if value.fence < fence {
@@ -908,7 +916,7 @@ impl DirectoryStore {
                 };
                 if !kd
                     .swap(&value.name(), &raised.name())
-                    .map_err(backend_error)?
+                    .map_err(fs_error(name))?
                 {
                     continue;
                 }
@@ -939,12 +947,12 @@ impl DirectoryStore {
         let mut created = false;
         let result = (|| {
             for _ in 0..8 {
-                let value = kd.value().map_err(backend_error)?;
+                let value = kd.value().map_err(fs_error(name))?;
                 fenced_write(fencing_token(value.fence), fencing)
                     .map_err(|reason| LeaseError::not_owned(name.clone(), reason))?;
                 // The value replaced must be intact: a corrupt or lost one is refused as a read
                 // of it is, never replaced (its file would be deleted with it).
-                if current_value(&kd, &value)?.is_none() {
+                if current_value(name, &kd, &value)?.is_none() {
                     continue;
                 }
                 if !created {
@@ -954,7 +962,7 @@ impl DirectoryStore {
                         &fenced::encode(fence, Some(bytes)),
                         self.inner.fsync,
                     )
-                    .map_err(backend_error)?;
+                    .map_err(fs_error(name))?;
                     created = true;
                 }
                 let next = Value {
@@ -964,7 +972,7 @@ impl DirectoryStore {
                 };
                 if kd
                     .swap(&value.name(), &next.name())
-                    .map_err(backend_error)?
+                    .map_err(fs_error(name))?
                 {
                     if let Some(old) = value.nonce {
                         kd.remove(&data_name(old));
@@ -990,17 +998,22 @@ impl DirectoryStore {
 /// fenced, `None` when the entry was replaced meanwhile (its data file goes with it: look again).
 ///
 /// # Errors
-/// A permanent [`LeaseError::Backend`] naming the data file when it is not a regular file,
-/// oversized or corrupt, or missing while the entry still names it.
-fn current_value(kd: &KeyDir, value: &Value) -> Result<Option<Option<Vec<u8>>>, LeaseError> {
+/// [`LeaseError::Corrupt`] naming the data file when it is not a regular file, oversized or
+/// corrupt, or missing while the entry still names it.
+fn current_value(
+    name: &LeaseKey,
+    kd: &KeyDir,
+    value: &Value,
+) -> Result<Option<Option<Vec<u8>>>, LeaseError> {
     let Some(nonce) = value.nonce else {
         return Ok(Some(None));
     };
     let data = data_name(nonce);
     let path = kd.path().join(&data);
-    match kd.open_file(&data).map_err(backend_error)? {
-        Some(file) => read_value(&path, file).map(Some),
-        None if kd.value().map_err(backend_error)? == *value => Err(corrupt_fenced(
+    match kd.open_file(&data).map_err(fs_error(name))? {
+        Some(file) => read_value(name, &path, file).map(Some),
+        None if kd.value().map_err(fs_error(name))? == *value => Err(corrupt_fenced(
+            name,
             &path,
             "missing, though the value entry names it (deleted by hand or by a cleaner?)",
         )),
@@ -1008,11 +1021,15 @@ fn current_value(kd: &KeyDir, value: &Value) -> Result<Option<Option<Vec<u8>>>, 
     }
 }
 
-fn read_value(path: &Path, mut file: std::fs::File) -> Result<Option<Vec<u8>>, LeaseError> {
+fn read_value(
+    name: &LeaseKey,
+    path: &Path,
+    mut file: std::fs::File,
+) -> Result<Option<Vec<u8>>, LeaseError> {
     use std::io::Read as _;
-    let io = |e| backend_error(crate::fsio::io_error("read fenced value", path, e));
+    let io = |e| crate::fsio::io_error("read fenced value", path, e).into_lease(name);
     if !file.metadata().map_err(io)?.is_file() {
-        return Err(corrupt_fenced(path, "not a regular file"));
+        return Err(corrupt_fenced(name, path, "not a regular file"));
     }
     let mut bytes = Vec::new();
     (&mut file)
@@ -1020,21 +1037,18 @@ fn read_value(path: &Path, mut file: std::fs::File) -> Result<Option<Vec<u8>>, L
         .read_to_end(&mut bytes)
         .map_err(io)?;
     if bytes.len() > MAX_FENCED_FILE_BYTES {
-        return Err(corrupt_fenced(path, "larger than the limit"));
+        return Err(corrupt_fenced(name, path, "larger than the limit"));
     }
-    let parsed = fenced::parse(&bytes).map_err(|reason| corrupt_fenced(path, &reason))?;
+    let parsed = fenced::parse(&bytes).map_err(|reason| corrupt_fenced(name, path, &reason))?;
     Ok(parsed.value)
 }
 
-fn corrupt_fenced(path: &Path, reason: &str) -> LeaseError {
-    LeaseError::backend(
-        NAME,
-        false,
-        FsError::Hostile {
-            path: path.to_owned(),
-            reason: format!("corrupt fenced-value file: {reason}"),
-        },
-    )
+fn corrupt_fenced(name: &LeaseKey, path: &Path, reason: &str) -> LeaseError {
+    FsError::Hostile {
+        path: path.to_owned(),
+        reason: format!("corrupt fenced-value file: {reason}"),
+    }
+    .into_lease(name)
 }
 
 fn missing(key: &LeaseKey) -> LeaseError {
@@ -1050,15 +1064,11 @@ fn not_owned(key: &LeaseKey, gone: Gone) -> LeaseError {
     LeaseError::not_owned(key.clone(), reason)
 }
 
-/// A foreign lock file at a key's path (a Go `PIDLock`) is `Held`; anything else an error.
-fn held_or(key: &LeaseKey, error: FsError) -> LeaseError {
-    match error {
-        FsError::Held { holder, .. } => LeaseError::held(
-            key.clone(),
-            Some(Holder::new().with_owner(holder.to_string())),
-        ),
-        other => backend_error(other),
-    }
+/// The one mapping of the file machinery's errors for `key` ([`FsError::into_lease`]): a
+/// foreign lock file at a key's path (a Go `PIDLock`) is `Held`, a hostile one `Corrupt`,
+/// another protocol's `Foreign`, I/O `Backend`.
+fn fs_error(key: &LeaseKey) -> impl Fn(FsError) -> LeaseError + '_ {
+    move |error| error.into_lease(key)
 }
 
 fn time(ns: u64) -> SystemTime {

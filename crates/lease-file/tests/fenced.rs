@@ -155,15 +155,11 @@ fn assert_no_strays(dir: &Path) {
 }
 
 fn assert_permanent_naming(err: &LeaseError, path: &Path, what: &str) {
+    // A hostile or damaged value is the store's record refused (`Corrupt`, or `Foreign` for
+    // another protocol's file): permanent, never retried.
     assert!(
-        matches!(
-            err,
-            LeaseError::Backend {
-                transient: false,
-                ..
-            }
-        ),
-        "{what}: want a permanent backend error, got {err:?}"
+        (err.is_corrupt() || err.is_foreign()) && !err.is_transient(),
+        "{what}: want a permanent refusal of the record, got {err:?}"
     );
     let shown = format!("{err} {err:?}");
     assert!(

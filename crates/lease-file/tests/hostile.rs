@@ -627,13 +627,13 @@ fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
             let err = within(Duration::from_secs(5), move || {
                 lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap_err()
             });
+            // The same vocabulary as the lock's, just above.
             match expected {
                 "held" => assert!(err.is_held(), "store {context}: {err}"),
-                _ => assert!(
-                    !err.is_held() && !err.is_transient(),
-                    "store {context}: {err:?}"
-                ),
+                "foreign" => assert!(err.is_foreign(), "store {context}: {err:?}"),
+                _ => assert!(err.is_corrupt(), "store {context}: {err:?}"),
             }
+            assert!(!err.is_transient(), "store {context}: {err:?}");
             assert_eq!(
                 std::fs::read(&precious).unwrap(),
                 b"do not touch",
