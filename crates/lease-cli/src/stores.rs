@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use lease_core::{LeaseError, LeaseKey};
+use lease_core::LeaseError;
 
 use crate::backend::Backend;
 use crate::exit::Failure;
@@ -18,29 +18,16 @@ pub(crate) fn open_file(dir: &Path) -> Result<Backend, Failure> {
     })?;
     tracing::debug!(dir = %dir.display(), mode = ?store.mode(), "file store opened");
     let sharer = store.clone();
+    let lister = store.clone();
     let mut backend = Backend::new(store, format!("file store {}", dir.display()));
     backend.kernel_lock = Some(Arc::new(move |lease| sharer.kernel_lock_descriptor(lease)));
-    let dir = dir.to_path_buf();
-    backend.all_keys = Some(Arc::new(move || list_dir(&dir)));
+    backend.all_keys = Some(Arc::new(move || {
+        // The store decodes its own listing; sorted for a stable display.
+        let mut keys = lister.keys().map_err(|e| e.to_string())?;
+        keys.sort();
+        Ok(keys)
+    }));
     Ok(backend)
-}
-
-/// Every key with a record file in `dir`, sorted: one directory read.
-fn list_dir(dir: &Path) -> Result<Vec<LeaseKey>, String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| e.to_string())?;
-    let mut keys = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| e.to_string())?;
-        if let Some(key) = entry
-            .file_name()
-            .to_str()
-            .and_then(lease_file::decode_file_name)
-        {
-            keys.push(key);
-        }
-    }
-    keys.sort();
-    Ok(keys)
 }
 
 /// What to do about a store's error, where the CLI knows better than the library: a missing

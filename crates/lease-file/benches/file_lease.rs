@@ -7,7 +7,7 @@
 //!    give the medians; a ratio is the median of the per-round ratios, so variants measured in
 //!    the same second share that second's noise. Target: kernel mode at most 2.5x the floor.
 //! 2. Takeover after SIGKILL of the holder, default options: time from the SIGKILL to the
-//!    waiter's acquisition for `FileLock::acquire_timeout`, for `DirectoryStore` through
+//!    waiter's acquisition for `FileLock::acquire_with_wait`, for `DirectoryStore` through
 //!    lease-core's `acquire_with_wait`, and for the `lease run` command line tool, against a
 //!    process blocked in `flock` on a plain file whose holder is SIGKILLed (the floor). Target:
 //!    at most 2x the floor.
@@ -36,7 +36,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_core::{LeaseBackendExt, LeaseKey};
-use lease_file::{DirectoryStore, FileLock, FileLockOptions, ModePreference};
+use lease_file::{DirectoryStore, FileLock, ModePreference};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -329,13 +329,15 @@ struct Uncontended {
 fn uncontended(cfg: &Config, d: &Path) -> Uncontended {
     let excl_path = d.join("floor.excl");
     let lock = FileLock::new(d.join("lock-kernel")).unwrap();
-    let hb_lock = FileLock::with_options(
-        d.join("lock-heartbeat-only"),
-        FileLockOptions::default().with_mode(ModePreference::HeartbeatOnly),
-    )
-    .unwrap();
+    let hb_lock = FileLock::builder(d.join("lock-heartbeat-only"))
+        .with_mode(ModePreference::HeartbeatOnly)
+        .build()
+        .unwrap();
     let store = DirectoryStore::open(d).unwrap();
-    let hb_store = DirectoryStore::open_with_mode(d, ModePreference::HeartbeatOnly).unwrap();
+    let hb_store = DirectoryStore::builder(d)
+        .with_mode(ModePreference::HeartbeatOnly)
+        .build()
+        .unwrap();
     let (key, hb_key) = (
         LeaseKey::new("store-kernel").unwrap(),
         LeaseKey::new("store-heartbeat-only").unwrap(),
@@ -542,7 +544,7 @@ impl Waiter {
             Self::FloorHandedOver => {
                 "(diagnostic) the same `flock` in a helper thread, handed to the main thread"
             }
-            Self::Lock => "`FileLock::acquire_timeout`",
+            Self::Lock => "`FileLock::acquire_with_wait`",
             Self::Store => "`DirectoryStore` + lease-core `acquire_with_wait`",
             Self::Cli => "`lease run --file` (lease-cli, optimized build)",
             Self::CliHolderOnly => {
@@ -635,7 +637,9 @@ fn takeover_once(cfg: &Config, waiter: Waiter, d: &Path, cli: Option<&Path>) -> 
             let h = lease_run(&["sleeper"]);
             h.expect("running");
             let key = LeaseKey::new("takeover").unwrap();
-            let lock_dir = cli_dir.join(lease_file::key_file_name(&key).unwrap());
+            let lock_dir = DirectoryStore::open(&cli_dir)
+                .and_then(|s| s.lock_dir(&key))
+                .unwrap();
             (
                 h,
                 Proc::helper(&["raw-wait-dir", lock_dir.to_str().unwrap()]),
@@ -727,8 +731,9 @@ fn heartbeat_cpu(cfg: &Config, filesystems: &[Fs]) -> Vec<Cpu> {
         let lock = d.join("cpu.lock");
         let hb = d.join("cpu-hb.lock");
         let store = d.join("cpu-store");
-        let store_key =
-            store.join(lease_file::key_file_name(&LeaseKey::new("held").unwrap()).unwrap());
+        let store_key = DirectoryStore::open(&store)
+            .and_then(|s| s.lock_dir(&LeaseKey::new("held").unwrap()))
+            .unwrap();
         let arg = |p: &Path| p.to_str().unwrap().to_owned();
         for (label, args, dir) in [
             (
@@ -1240,7 +1245,7 @@ mod helper {
     use lease_core::{
         KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseGuard, LeaseKey, WaitOptions,
     };
-    use lease_file::{DirectoryStore, FileLock, FileLockOptions, ModePreference};
+    use lease_file::{DirectoryStore, FileLock, ModePreference};
 
     use super::{MARK, cpu_ns, unix_ns};
 
@@ -1358,12 +1363,12 @@ mod helper {
                 say(&format!("acquired {}", unix_ns()));
             }
             "hold-lock" => {
-                let lock = FileLock::with_options(
-                    arg(1),
-                    FileLockOptions::default().with_mode(mode(arg(2))),
-                )
-                .unwrap();
-                lock.acquire_timeout(Duration::from_secs(60)).unwrap();
+                let lock = FileLock::builder(arg(1))
+                    .with_mode(mode(arg(2)))
+                    .build()
+                    .unwrap();
+                lock.acquire_with_wait(&WaitOptions::new(Duration::from_secs(60)))
+                    .unwrap();
                 say(&format!("acquired {}", unix_ns()));
                 serve();
                 lock.release().unwrap();
@@ -1372,12 +1377,18 @@ mod helper {
                 let lock = FileLock::new(arg(1)).unwrap();
                 assert!(lock.try_acquire().unwrap_err().is_held());
                 say("waiting");
-                lock.acquire_timeout(Duration::from_secs(60)).unwrap();
+                lock.acquire_with_wait(&WaitOptions::new(Duration::from_secs(60)))
+                    .unwrap();
                 say(&format!("acquired {}", unix_ns()));
                 lock.release().unwrap();
             }
             "hold-store" => {
-                let store = Arc::new(DirectoryStore::open_with_mode(arg(1), mode(arg(2))).unwrap());
+                let store = Arc::new(
+                    DirectoryStore::builder(arg(1))
+                        .with_mode(mode(arg(2)))
+                        .build()
+                        .unwrap(),
+                );
                 let wait = WaitOptions::new(Duration::from_secs(60));
                 let lease =
                     lease_core::block_on(store.acquire_with_wait(&key, TTL, &wait)).unwrap();
@@ -1475,9 +1486,9 @@ mod helper {
     }
 
     fn lock_syscalls(dir: &std::path::Path, mode: ModePreference, n: u32) {
-        let options = || FileLockOptions::default().with_mode(mode);
-        let a = FileLock::with_options(dir.join("a"), options()).unwrap();
-        let b = FileLock::with_options(dir.join("a"), options()).unwrap();
+        let options = |path| FileLock::builder(path).with_mode(mode);
+        let a = options(dir.join("a")).build().unwrap();
+        let b = options(dir.join("a")).build().unwrap();
         a.try_acquire().unwrap();
         a.release().unwrap();
         // Let the heartbeat thread finish starting before anything is counted.
@@ -1498,13 +1509,11 @@ mod helper {
         mark("idle");
         a.release().unwrap();
         // Heartbeats: a lock beating every 2 ms, counted by its renewal counter.
-        let c = FileLock::with_options(
-            dir.join("c"),
-            options()
-                .with_heartbeat_interval(Duration::from_millis(2))
-                .with_stale_threshold(Duration::from_secs(3)),
-        )
-        .unwrap();
+        let c = options(dir.join("c"))
+            .with_heartbeat_interval(Duration::from_millis(2))
+            .with_stale_threshold(Duration::from_secs(3))
+            .build()
+            .unwrap();
         c.try_acquire().unwrap();
         std::thread::sleep(Duration::from_millis(10));
         let before = super::renewals(&dir.join("c"));
@@ -1517,7 +1526,10 @@ mod helper {
     }
 
     fn store_syscalls(dir: &std::path::Path, mode: ModePreference, n: u32) {
-        let store = DirectoryStore::open_with_mode(dir, mode).unwrap();
+        let store = DirectoryStore::builder(dir)
+            .with_mode(mode)
+            .build()
+            .unwrap();
         let key = LeaseKey::new("a").unwrap();
         let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
         lease_core::block_on(store.release_lease(&lease)).unwrap();

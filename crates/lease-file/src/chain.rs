@@ -22,8 +22,9 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, renameat};
 use nix::sys::stat::Mode;
 
+use crate::error::FsError;
 use crate::fsio::{MAX_RECORD_BYTES, io_error};
-use crate::{FileLockError, LeaseFileRecord};
+use crate::record::LeaseFileRecord;
 
 /// A state entry while the lock is free: `free.<generation>`.
 const FREE: &str = "free.";
@@ -248,14 +249,14 @@ impl KeyDir {
     /// state entry) when `create` says how and it is missing. `Ok(None)`: missing, not created.
     ///
     /// # Errors
-    /// [`FileLockError::Foreign`] when `path` is a file of another lock protocol (a Go
+    /// [`FsError::Foreign`] when `path` is a file of another lock protocol (a Go
     /// `kit/lockfile` record, a lease-file 0.1 record): never taken over, never deleted.
-    /// [`FileLockError::Hostile`] for a symbolic link or anything else that is not a directory.
+    /// [`FsError::Hostile`] for a symbolic link or anything else that is not a directory.
     pub(crate) fn open(
         path: &Path,
         kind: Kind,
         create: Option<Modes>,
-    ) -> Result<Option<Self>, FileLockError> {
+    ) -> Result<Option<Self>, FsError> {
         for _ in 0..8 {
             match OpenOptions::new()
                 .read(true)
@@ -292,7 +293,7 @@ impl KeyDir {
                 Err(e) => not_a_directory(path, e)?,
             }
         }
-        Err(FileLockError::Io {
+        Err(FsError::Io {
             op: "open lock directory",
             path: path.to_owned(),
             transient: true,
@@ -328,7 +329,7 @@ impl KeyDir {
     ///
     /// # Errors
     /// An I/O error other than "held by someone else".
-    pub(crate) fn try_lock(&mut self) -> Result<bool, FileLockError> {
+    pub(crate) fn try_lock(&mut self) -> Result<bool, FsError> {
         if self.locked {
             return Ok(true);
         }
@@ -344,7 +345,7 @@ impl KeyDir {
     ///
     /// # Errors
     /// An I/O error.
-    pub(crate) fn lock_blocking(&mut self) -> Result<(), FileLockError> {
+    pub(crate) fn lock_blocking(&mut self) -> Result<(), FsError> {
         if !self.locked {
             self.file
                 .lock()
@@ -374,7 +375,7 @@ impl KeyDir {
     }
 
     /// The entries' names and inode numbers, capped at [`MAX_ENTRIES`].
-    fn names(&self) -> Result<Vec<(String, u64)>, FileLockError> {
+    fn names(&self) -> Result<Vec<(String, u64)>, FsError> {
         let mut stream = self.stream.lock().unwrap_or_else(PoisonError::into_inner);
         let dir = match stream.as_mut() {
             Some(dir) => dir,
@@ -396,7 +397,7 @@ impl KeyDir {
             // Every entry counts towards the cap, names that are not UTF-8 too.
             seen += 1;
             if seen > MAX_ENTRIES {
-                return Err(FileLockError::Hostile {
+                return Err(FsError::Hostile {
                     path: self.path.clone(),
                     reason: format!("more than {MAX_ENTRIES} entries in a lock directory"),
                 });
@@ -416,9 +417,9 @@ impl KeyDir {
     /// times before they are believed.
     ///
     /// # Errors
-    /// [`FileLockError::Hostile`] when there is still no state entry, or more than one (files
+    /// [`FsError::Hostile`] when there is still no state entry, or more than one (files
     /// deleted or planted by hand): never guessed, never repaired.
-    pub(crate) fn state(&self) -> Result<Found, FileLockError> {
+    pub(crate) fn state(&self) -> Result<Found, FsError> {
         let mut attempt = 0;
         loop {
             let found: Vec<Found> = self
@@ -436,7 +437,7 @@ impl KeyDir {
                     std::thread::sleep(std::time::Duration::from_micros(50 << attempt));
                 }
                 Err(found) if found.is_empty() => {
-                    return Err(FileLockError::Hostile {
+                    return Err(FsError::Hostile {
                         path: self.path.clone(),
                         reason: "the lease state entry is missing (deleted by hand or by a \
                                  cleaner?); remove the directory once no process uses it"
@@ -445,7 +446,7 @@ impl KeyDir {
                 }
                 Err(found) => {
                     let names: Vec<&str> = found.iter().map(|f| f.name.as_str()).collect();
-                    return Err(FileLockError::Hostile {
+                    return Err(FsError::Hostile {
                         path: self.path.clone(),
                         reason: format!(
                             "two lease states or more ({}): planted by hand? Remove the \
@@ -462,7 +463,7 @@ impl KeyDir {
     ///
     /// # Errors
     /// As [`state`](Self::state).
-    pub(crate) fn value(&self) -> Result<Value, FileLockError> {
+    pub(crate) fn value(&self) -> Result<Value, FsError> {
         let mut attempt = 0;
         loop {
             let found: Vec<Value> = self
@@ -477,7 +478,7 @@ impl KeyDir {
                     std::thread::sleep(std::time::Duration::from_micros(50 << attempt));
                 }
                 Err(found) => {
-                    return Err(FileLockError::Hostile {
+                    return Err(FsError::Hostile {
                         path: self.path.clone(),
                         reason: if found.is_empty() {
                             "the fenced value entry is missing (deleted by hand or by a cleaner?)"
@@ -497,7 +498,7 @@ impl KeyDir {
     ///
     /// # Errors
     /// I/O errors other than `ENOENT`.
-    pub(crate) fn swap(&self, from: &str, to: &str) -> Result<bool, FileLockError> {
+    pub(crate) fn swap(&self, from: &str, to: &str) -> Result<bool, FsError> {
         #[cfg(feature = "failpoints")]
         crate::faults::pause_at(from, to);
         match renameat(self.file.as_fd(), from, self.file.as_fd(), to) {
@@ -512,7 +513,7 @@ impl KeyDir {
         }
     }
 
-    fn exists(&self, name: &str) -> Result<bool, FileLockError> {
+    fn exists(&self, name: &str) -> Result<bool, FsError> {
         match nix::sys::stat::fstatat(
             self.file.as_fd(),
             name,
@@ -574,7 +575,7 @@ impl KeyDir {
     }
 
     /// Reads a regular file of this directory, capped; `Ok(None)` if missing.
-    pub(crate) fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>, FileLockError> {
+    pub(crate) fn read_file(&self, name: &str) -> Result<Option<Vec<u8>>, FsError> {
         match self.open_file(name)? {
             Some(file) => read_capped(&file, &self.path.join(name)).map(Some),
             None => Ok(None),
@@ -582,7 +583,7 @@ impl KeyDir {
     }
 
     /// Opens a file of this directory for reading, if it exists.
-    pub(crate) fn open_file(&self, name: &str) -> Result<Option<File>, FileLockError> {
+    pub(crate) fn open_file(&self, name: &str) -> Result<Option<File>, FsError> {
         match nix::fcntl::openat(
             self.file.as_fd(),
             name,
@@ -605,7 +606,7 @@ impl KeyDir {
         mode: u32,
         bytes: &[u8],
         fsync: bool,
-    ) -> Result<(), FileLockError> {
+    ) -> Result<(), FsError> {
         let path = self.path.join(name);
         let fd = nix::fcntl::openat(
             self.file.as_fd(),
@@ -639,10 +640,10 @@ fn stream_of(dir: &File) -> io::Result<Dir> {
 
 /// Reads at most [`MAX_RECORD_BYTES`] (or [`crate::MAX_FENCED_FILE_BYTES`]) of a regular file,
 /// leaving it open.
-fn read_capped(file: &File, path: &Path) -> Result<Vec<u8>, FileLockError> {
+fn read_capped(file: &File, path: &Path) -> Result<Vec<u8>, FsError> {
     let meta = file.metadata().map_err(|e| io_error("fstat", path, e))?;
     if !meta.is_file() {
-        return Err(FileLockError::Hostile {
+        return Err(FsError::Hostile {
             path: path.to_owned(),
             reason: "not a regular file".into(),
         });
@@ -655,7 +656,7 @@ fn read_capped(file: &File, path: &Path) -> Result<Vec<u8>, FileLockError> {
         .read_to_end(&mut bytes)
         .map_err(|e| io_error("read", path, e))?;
     if bytes.len() > cap {
-        return Err(FileLockError::Hostile {
+        return Err(FsError::Hostile {
             path: path.to_owned(),
             reason: format!("larger than {cap} bytes"),
         });
@@ -667,7 +668,7 @@ fn read_capped(file: &File, path: &Path) -> Result<Vec<u8>, FileLockError> {
 /// holding it is renamed into place. A plain rename refuses a non-empty target, so of several
 /// creators exactly one wins, and a creator paused for any time can never reset a directory in
 /// use (an empty directory planted at the path is replaced: it holds no state).
-fn init(path: &Path, kind: Kind, modes: Modes) -> Result<(), FileLockError> {
+fn init(path: &Path, kind: Kind, modes: Modes) -> Result<(), FsError> {
     let (parent, temp) = init_temp_path(path)?;
     std::fs::DirBuilder::new()
         .mode(modes.dir)
@@ -690,9 +691,9 @@ fn init(path: &Path, kind: Kind, modes: Modes) -> Result<(), FileLockError> {
 }
 
 /// The lock directory's parent, and a private temporary path beside it to build it in.
-fn init_temp_path(path: &Path) -> Result<(&Path, PathBuf), FileLockError> {
+fn init_temp_path(path: &Path) -> Result<(&Path, PathBuf), FsError> {
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(FileLockError::InvalidOption {
+        return Err(FsError::InvalidOption {
             option: "path",
             reason: format!("{} names no file", path.display()),
         });
@@ -720,7 +721,7 @@ fn init_place(
     parent: &Path,
     kind: Kind,
     modes: Modes,
-) -> Result<bool, FileLockError> {
+) -> Result<bool, FsError> {
     std::fs::set_permissions(temp, std::fs::Permissions::from_mode(modes.dir))
         .map_err(|e| io_error("chmod", temp, e))?;
     let first = match kind {
@@ -773,7 +774,7 @@ fn init_place(
 /// place (truncated, then written) on every heartbeat. So its type, its size and its bytes are
 /// all taken from one descriptor, an empty read counts as a file being written, and `Ok(())`
 /// says the path changed under the look (gone, or a directory now): the caller looks again.
-fn not_a_directory(path: &Path, error: io::Error) -> Result<(), FileLockError> {
+fn not_a_directory(path: &Path, error: io::Error) -> Result<(), FsError> {
     if !matches!(
         error.raw_os_error().map(Errno::from_raw),
         Some(Errno::ENOTDIR | Errno::ELOOP)
@@ -786,7 +787,7 @@ fn not_a_directory(path: &Path, error: io::Error) -> Result<(), FileLockError> {
         Err(e) => return Err(io_error("stat lock path", path, e)),
     };
     if meta.file_type().is_symlink() {
-        return Err(FileLockError::Hostile {
+        return Err(FsError::Hostile {
             path: path.to_owned(),
             reason: "it is a symbolic link; links are never followed".into(),
         });
@@ -795,7 +796,7 @@ fn not_a_directory(path: &Path, error: io::Error) -> Result<(), FileLockError> {
         return Ok(());
     }
     if !meta.is_file() {
-        return Err(FileLockError::Hostile {
+        return Err(FsError::Hostile {
             path: path.to_owned(),
             reason: "it is neither a lock directory nor a regular file".into(),
         });
@@ -833,7 +834,7 @@ fn not_a_directory(path: &Path, error: io::Error) -> Result<(), FileLockError> {
 }
 
 /// The store's keys: lock directory names in `dir`.
-pub(crate) fn entry_names(dir: &Path) -> Result<Vec<std::ffi::OsString>, FileLockError> {
+pub(crate) fn entry_names(dir: &Path) -> Result<Vec<std::ffi::OsString>, FsError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),

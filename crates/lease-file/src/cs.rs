@@ -8,7 +8,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::statfs::{NFS_SUPER_MAGIC, SMB_SUPER_MAGIC, statfs};
 
-use crate::FileLockError;
+use crate::error::FsError;
 use crate::fsio::io_error;
 
 /// How a lock keeps its critical sections and its tenure, as detected (or forced) for its
@@ -66,7 +66,7 @@ const AFS_MAGIC: u64 = 0x5346_414F;
 pub(crate) fn detect(
     dir: &Path,
     preference: ModePreference,
-) -> Result<(LockMode, String), FileLockError> {
+) -> Result<(LockMode, String), FsError> {
     let probe = if dir.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -105,7 +105,7 @@ pub(crate) fn detect(
         Err(_) => None,
     };
     let fallback = |reason: String| match preference {
-        ModePreference::Kernel => Err(FileLockError::Unsupported {
+        ModePreference::Kernel => Err(FsError::Unsupported {
             path: probe.to_owned(),
             reason: reason.clone(),
         }),

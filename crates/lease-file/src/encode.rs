@@ -3,10 +3,10 @@
 use lease_core::{LeaseError, LeaseKey};
 
 /// Suffix of record files in a [`DirectoryStore`](crate::DirectoryStore).
-pub const RECORD_SUFFIX: &str = ".lease";
+pub(crate) const RECORD_SUFFIX: &str = ".lease";
 
 /// Longest record file name: `NAME_MAX` (255) minus room for the companion and temporary names.
-pub const MAX_FILE_NAME_BYTES: usize = 200;
+pub(crate) const MAX_FILE_NAME_BYTES: usize = 200;
 
 fn encode_part(part: &str, out: &mut String) {
     for byte in part.bytes() {
@@ -21,21 +21,11 @@ fn encode_part(part: &str, out: &mut String) {
 /// The record file name of `key`: each part percent-encoded (everything outside
 /// `[A-Za-z0-9_-]` becomes `%XX`), joined by `.`, plus [`RECORD_SUFFIX`]. The result never
 /// holds `/`, never starts with `.`, and is never `.` or `..`.
-///
-/// ```
-/// use lease_core::LeaseKey;
-/// use lease_file::{decode_file_name, key_file_name};
-///
-/// let key = LeaseKey::with_sort_key("../etc", "pass wd")?;
-/// let name = key_file_name(&key)?;
-/// assert_eq!(name, "%2E%2E%2Fetc.pass%20wd.lease");
-/// assert_eq!(decode_file_name(&name), Some(key));
-/// # Ok::<(), lease_core::LeaseError>(())
-/// ```
+/// (`("../etc", "pass wd")` is `%2E%2E%2Fetc.pass%20wd.lease`.)
 ///
 /// # Errors
 /// [`LeaseError::InvalidInput`] when the encoded name is longer than [`MAX_FILE_NAME_BYTES`].
-pub fn key_file_name(key: &LeaseKey) -> Result<String, LeaseError> {
+pub(crate) fn key_file_name(key: &LeaseKey) -> Result<String, LeaseError> {
     let mut name = String::new();
     encode_part(key.partition(), &mut name);
     if let Some(sort) = key.sort() {
@@ -84,7 +74,7 @@ fn decode_part(part: &str) -> Option<String> {
 
 /// The key a record file name stands for, or `None` if it is not one (temporary and companion
 /// files, foreign files, non-canonical encodings).
-pub fn decode_file_name(name: &str) -> Option<LeaseKey> {
+pub(crate) fn decode_file_name(name: &str) -> Option<LeaseKey> {
     let stem = name.strip_suffix(RECORD_SUFFIX)?;
     let mut parts = stem.split('.');
     let partition = decode_part(parts.next()?)?;
@@ -104,25 +94,16 @@ pub fn decode_file_name(name: &str) -> Option<LeaseKey> {
 /// a key becomes `%7E`), so no lease record name, nor any name derived from one (its `.lock`
 /// companion, `.cs.<n>` epochs, temporary files), contains it, while every fenced-value name and
 /// every name derived from one does: the two namespaces can never collide.
-pub const FENCED_PREFIX: &str = "fenced~";
+pub(crate) const FENCED_PREFIX: &str = "fenced~";
 
 /// The fenced-value file name of `name`: [`FENCED_PREFIX`] followed by the key encoded as
 /// [`key_file_name`] does, without [`RECORD_SUFFIX`].
-///
-/// ```
-/// use lease_core::LeaseKey;
-/// use lease_file::{decode_file_name, fenced_file_name};
-///
-/// let name = LeaseKey::with_sort_key("checkpoints", "shard 7")?;
-/// let file = fenced_file_name(&name)?;
-/// assert_eq!(file, "fenced~checkpoints.shard%207");
-/// assert_eq!(decode_file_name(&file), None); // never listed as a lease
-/// # Ok::<(), lease_core::LeaseError>(())
-/// ```
+/// (`("checkpoints", "shard 7")` is `fenced~checkpoints.shard%207`, which never decodes as a
+/// lease key.)
 ///
 /// # Errors
 /// [`LeaseError::InvalidInput`] as [`key_file_name`].
-pub fn fenced_file_name(name: &LeaseKey) -> Result<String, LeaseError> {
+pub(crate) fn fenced_file_name(name: &LeaseKey) -> Result<String, LeaseError> {
     let record = key_file_name(name)?;
     let stem = record.strip_suffix(RECORD_SUFFIX).unwrap_or(&record);
     Ok(format!("{FENCED_PREFIX}{stem}"))

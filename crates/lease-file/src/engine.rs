@@ -12,7 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 use lease_core::Clock;
 
 use crate::chain::{Found, Held, KeyDir, State, fnv};
-use crate::{FileLockError, LeaseFileRecord};
+use crate::error::FsError;
+use crate::record::LeaseFileRecord;
 
 /// Where time comes from: an injected clock, or the operating system's (whose monotonic clock
 /// other processes on this host share, read as raw `CLOCK_MONOTONIC`).
@@ -226,7 +227,7 @@ pub(crate) fn holder_record(
     let me = crate::ident::current();
     let wall = wall_ns(at);
     LeaseFileRecord {
-        version: crate::SCHEMA_VERSION,
+        version: crate::record::SCHEMA_VERSION,
         owner: Some(token.to_owned()),
         label,
         pid: me.pid,
@@ -282,7 +283,7 @@ pub(crate) fn try_acquire(
     claim: &Claim<'_>,
     time: &Timebase,
     seen: &Observations,
-) -> Result<Attempt, FileLockError> {
+) -> Result<Attempt, FsError> {
     let token = fnv(claim.token.as_bytes());
     for _ in 0..8 {
         if claim.kernel {
@@ -311,7 +312,7 @@ pub(crate) fn try_acquire(
                 .state
                 .generation()
                 .checked_add(1)
-                .ok_or_else(|| FileLockError::Hostile {
+                .ok_or_else(|| FsError::Hostile {
                     path: kd.path().to_owned(),
                     reason: "the fencing generation is exhausted".into(),
                 })?;
@@ -335,7 +336,7 @@ pub(crate) fn try_acquire(
             return Ok(Attempt::Won { held, name, now });
         }
     }
-    Err(FileLockError::Io {
+    Err(FsError::Io {
         op: "acquire",
         path: kd.path().to_owned(),
         transient: true,
@@ -383,7 +384,7 @@ pub(crate) fn renew(
     duration: Duration,
     kernel: bool,
     time: &Timebase,
-) -> Result<Option<(Held, String, Now)>, FileLockError> {
+) -> Result<Option<(Held, String, Now)>, FsError> {
     if kernel && held.kernel.is_none() {
         // A takeover from a hung holder could not get the kernel lock; once that holder lets go,
         // say so, so that contenders may again notice this process's death at once.
@@ -418,7 +419,7 @@ pub(crate) fn mismatch(found: &Found, generation: u64, token: &str) -> Option<Go
 ///
 /// # Errors
 /// I/O errors.
-pub(crate) fn release(kd: &mut KeyDir, name: &str, generation: u64) -> Result<bool, FileLockError> {
+pub(crate) fn release(kd: &mut KeyDir, name: &str, generation: u64) -> Result<bool, FsError> {
     let released = kd.swap(name, &State::Free(generation).name())?;
     kd.unlock();
     if released {

@@ -1,48 +1,16 @@
-//! The error type of the blocking lock.
+//! The crate's private error type, and its one mapping into lease-core's [`LeaseError`].
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::HolderInfo;
+use lease_core::{LeaseError, LeaseKey, NotOwnedReason};
 
-/// Why a [`FileLock`](crate::FileLock) stopped trusting its tenure.
-///
-/// The two cases call for different reactions: after [`TakenOver`](Self::TakenOver) another owner
-/// holds the lease with a greater fencing generation, so work in flight must stop; after
-/// [`Untrusted`](Self::Untrusted) nobody may have taken it yet, but this process can no longer
-/// prove it holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// The record names another owner (who took the lease over), or no owner at all (somebody
-    /// released or removed it).
-    TakenOver {
-        /// The owner the record now names, if any.
-        holder: Option<Box<HolderInfo>>,
-    },
-    /// Heartbeats failed (or the process was paused) until the tenure's deadline passed.
-    Untrusted {
-        /// What went wrong last.
-        reason: String,
-    },
-}
+use crate::lock::HolderInfo;
 
-impl std::fmt::Display for LostReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::TakenOver { holder: Some(h) } => write!(f, "lease taken over by {h}"),
-            Self::TakenOver { holder: None } => {
-                f.write_str("lease taken away: the record names no owner any more")
-            }
-            Self::Untrusted { reason } => write!(f, "lease can no longer be trusted: {reason}"),
-        }
-    }
-}
-
-/// Everything that can go wrong with a [`FileLock`](crate::FileLock), by meaning.
+/// What the file machinery reports, before it becomes a [`LeaseError`] at the public surface
+/// ([`FsError::into_lease`] for a [`FileLock`](crate::FileLock), the store's `backend_error`).
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum FileLockError {
+pub(crate) enum FsError {
     /// Another live owner holds the lock (Go: `ErrLeaseHeld`).
     #[error("lock {} is held by {holder}", path.display())]
     Held {
@@ -60,14 +28,6 @@ pub enum FileLockError {
         waited: Duration,
         /// The last holder seen.
         holder: Option<Box<HolderInfo>>,
-    },
-    /// This lock does not hold the lease (release without acquire, or after a loss).
-    #[error("lock {} is not held by this process{}", path.display(), lost.as_ref().map(|r| format!(": {r}")).unwrap_or_default())]
-    NotHeld {
-        /// The lock's path.
-        path: PathBuf,
-        /// Why, when the lease was lost rather than never held.
-        lost: Option<LostReason>,
     },
     /// This `FileLock` already holds the lease.
     #[error("lock {} is already held by this FileLock", path.display())]
@@ -125,43 +85,9 @@ pub enum FileLockError {
     },
 }
 
-impl FileLockError {
-    /// Another live owner holds the lock (Go: `IsLeaseHeld`).
-    pub fn is_held(&self) -> bool {
-        matches!(self, Self::Held { .. })
-    }
-
-    /// Waiting timed out.
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, Self::Timeout { .. })
-    }
-
-    /// The caller does not hold the lock (Go: `IsLeaseNotOwned`).
-    pub fn is_not_held(&self) -> bool {
-        matches!(self, Self::NotHeld { .. })
-    }
-
-    /// A hostile or malformed file was refused.
-    pub fn is_hostile(&self) -> bool {
-        matches!(self, Self::Hostile { .. })
-    }
-
-    /// Another lock protocol's file sits at the path.
-    pub fn is_foreign(&self) -> bool {
-        matches!(self, Self::Foreign { .. })
-    }
-
-    /// The holder named by a [`Held`](Self::Held) or [`Timeout`](Self::Timeout) error.
-    pub fn holder(&self) -> Option<&HolderInfo> {
-        match self {
-            Self::Held { holder, .. } => Some(holder),
-            Self::Timeout { holder, .. } => holder.as_deref(),
-            _ => None,
-        }
-    }
-
+impl FsError {
     /// Whether retrying may help.
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(
             self,
             Self::Io {
@@ -169,5 +95,86 @@ impl FileLockError {
                 ..
             }
         )
+    }
+
+    /// The one mapping into [`LeaseError`], for the lock or key `key`: the holder as a core
+    /// [`Holder`](lease_core::Holder), a hostile file as `Corrupt`, I/O (and kernel locks that
+    /// do not work, whose reason only this error's message carries) as `Backend`.
+    pub(crate) fn into_lease(self, key: &LeaseKey) -> LeaseError {
+        match self {
+            Self::Held { holder, .. } => LeaseError::held(key.clone(), Some(holder.to_holder())),
+            Self::Timeout { waited, holder, .. } => {
+                let last = LeaseError::held(key.clone(), holder.map(|h| h.to_holder()));
+                LeaseError::timeout(key.clone(), waited, last)
+            }
+            Self::AlreadyHeld { path } => LeaseError::invalid(
+                "acquire",
+                format!("lock {} is already held by this FileLock", path.display()),
+            ),
+            Self::Hostile { path, reason } => {
+                LeaseError::corrupt(key.clone(), format!("{}: {reason}", path.display()))
+            }
+            Self::Foreign { path, reason } => {
+                LeaseError::foreign(key.clone(), format!("{}: {reason}", path.display()))
+            }
+            Self::InvalidOption { option, reason } => LeaseError::invalid(option, reason),
+            error @ Self::Unsupported { .. } => LeaseError::backend(crate::BACKEND, false, error),
+            error @ Self::Io { .. } => {
+                let transient = error.is_transient();
+                LeaseError::backend(crate::BACKEND, transient, error)
+            }
+        }
+    }
+}
+
+/// `NotOwned { Missing }`: the caller holds nothing (never acquired, or already released).
+pub(crate) fn not_held(key: &LeaseKey) -> LeaseError {
+    LeaseError::not_owned(key.clone(), NotOwnedReason::Missing)
+}
+
+/// The key a lock on `path` reports in its errors: the path itself when it is a valid
+/// [`LeaseKey`]; otherwise its text with control characters replaced by `?` and, past the key
+/// length limit, only its end (the file name is what tells locks apart).
+///
+/// # Errors
+/// Never in practice: `"lock"` is the last resort, itself a valid key.
+pub(crate) fn key_of_path(path: &std::path::Path) -> Result<LeaseKey, LeaseError> {
+    let text = path.to_string_lossy();
+    if let Ok(key) = LeaseKey::new(text.as_ref()) {
+        return Ok(key);
+    }
+    let cleaned: String = text
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    let max = lease_core::MAX_KEY_PART_BYTES;
+    let mut start = cleaned.len().saturating_sub(max);
+    while !cleaned.is_char_boundary(start) {
+        start += 1;
+    }
+    LeaseKey::new(&cleaned[start..]).or_else(|_| LeaseKey::new("lock"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_path_has_a_key() {
+        use std::os::unix::ffi::OsStrExt as _;
+        let plain = key_of_path(std::path::Path::new("/tmp/a.lease")).unwrap();
+        assert_eq!(plain.partition(), "/tmp/a.lease");
+        let control = key_of_path(std::path::Path::new("/tmp/a\nb")).unwrap();
+        assert_eq!(control.partition(), "/tmp/a?b");
+        let long = format!("/{}é.lease", "x".repeat(2000));
+        let key = key_of_path(std::path::Path::new(&long)).unwrap();
+        assert!(key.partition().ends_with("é.lease"));
+        assert!(key.partition().len() <= lease_core::MAX_KEY_PART_BYTES);
+        let bytes = std::ffi::OsStr::from_bytes(b"/tmp/\xff");
+        assert!(key_of_path(std::path::Path::new(bytes)).is_ok());
+        assert_eq!(
+            key_of_path(std::path::Path::new("")).unwrap().partition(),
+            "lock"
+        );
     }
 }

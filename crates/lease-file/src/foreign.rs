@@ -2,14 +2,14 @@
 //!
 //! * A Go `kit/lockfile` `PIDLock` holds its lock as a regular file at the path, created with
 //!   `O_EXCL` and removed on release. While it is there, this crate reports the lock
-//!   [`Held`](crate::FileLockError::Held) by it; once the Go process removes it, this crate
+//!   [`Held`](crate::FsError::Held) by it; once the Go process removes it, this crate
 //!   creates its lock directory in its place. The Go package, for its part, cannot read a
 //!   directory as a record and fails its `Acquire` with an error while this crate's directory
 //!   exists. So the two never both hold the path, and neither deletes the other's lock.
 //!   A Go lock file is rewritten in place, so it can be read empty or cut short: such a file
 //!   counts as held while it is fresh (see [`classify`]).
 //! * A lease-file 0.1 record (the previous on-disk format), or a file in no format known and
-//!   not modified for 1.2 s, is refused as [`Foreign`](crate::FileLockError::Foreign) with what
+//!   not modified for 1.2 s, is refused as [`Foreign`](crate::FsError::Foreign) with what
 //!   to do.
 
 use std::path::Path;
@@ -17,7 +17,9 @@ use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 
-use crate::{FileLockError, HolderInfo, LeaseFileRecord};
+use crate::error::FsError;
+use crate::lock::HolderInfo;
+use crate::record::LeaseFileRecord;
 
 /// How long the Go package counts an unparseable lock file as held, by its modification time
 /// (`InvalidPIDLockStaleThreshold`'s default): a Go holder rewrites its file every 250 ms.
@@ -51,8 +53,8 @@ fn go_record(bytes: &[u8]) -> Option<GoRecord> {
 /// `O_EXCL` create and its write, or between the truncate and the write of a heartbeat) or cut
 /// short (during the write): an empty file, or an unparseable one modified less than
 /// [`GO_INVALID_STALE`] ago, is a Go lock being written, held, as the Go package counts it.
-pub(crate) fn classify(path: &Path, bytes: &[u8], modified: Option<SystemTime>) -> FileLockError {
-    let held = |pid: u32, since: Option<SystemTime>, what: String| FileLockError::Held {
+pub(crate) fn classify(path: &Path, bytes: &[u8], modified: Option<SystemTime>) -> FsError {
+    let held = |pid: u32, since: Option<SystemTime>, what: String| FsError::Held {
         path: path.to_owned(),
         holder: Box::new(HolderInfo {
             pid,
@@ -71,11 +73,12 @@ pub(crate) fn classify(path: &Path, bytes: &[u8], modified: Option<SystemTime>) 
         return held(
             u32::try_from(go.pid).unwrap_or(0),
             Some(at),
+            // First what matters (errors show the first 120 characters of a holder): this crate
+            // never takes over another protocol's lock.
             format!(
-                "a Go kit/lockfile PIDLock record (owner {}, pid {}): this crate never takes \
-                 over another protocol's lock; the path is free once the Go process releases \
-                 it, or once the file is removed by hand when no Go process uses it",
-                go.owner_id, go.pid
+                "Go kit/lockfile PIDLock of {} (never taken over: free once released, or \
+                 removed by hand)",
+                go.owner_id
             ),
         );
     }
@@ -87,7 +90,7 @@ pub(crate) fn classify(path: &Path, bytes: &[u8], modified: Option<SystemTime>) 
         );
     }
     if LeaseFileRecord::parse(bytes).is_ok() {
-        return FileLockError::Foreign {
+        return FsError::Foreign {
             path: path.to_owned(),
             reason: "a lease-file 0.1 record (the previous on-disk format); stop every process \
                      using it, then remove it and its .lock and .owner companions"
@@ -102,7 +105,7 @@ pub(crate) fn classify(path: &Path, bytes: &[u8], modified: Option<SystemTime>) 
             None,
             format!(
                 "an unparseable regular file modified {}ms ago (a Go kit/lockfile PIDLock being \
-                 written?); refused as foreign if it stays so for {}ms",
+                 written?); foreign if so for {}ms",
                 age.as_millis(),
                 GO_INVALID_STALE.as_millis()
             ),
@@ -112,8 +115,8 @@ pub(crate) fn classify(path: &Path, bytes: &[u8], modified: Option<SystemTime>) 
 }
 
 /// A regular file of `len` bytes in no format this crate knows.
-pub(crate) fn unknown(path: &Path, len: u64) -> FileLockError {
-    FileLockError::Foreign {
+pub(crate) fn unknown(path: &Path, len: u64) -> FsError {
+    FsError::Foreign {
         path: path.to_owned(),
         reason: format!(
             "a regular file of {len} bytes in no format this crate knows; a lock is a directory"

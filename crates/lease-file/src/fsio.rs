@@ -6,13 +6,13 @@ use std::path::Path;
 
 use nix::errno::Errno;
 
-use crate::FileLockError;
+use crate::error::FsError;
 
 /// Largest record accepted, in bytes. Anything larger is refused unread past the cap.
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
 
-/// Maps an I/O error on `path` to a [`FileLockError`], naming hostile situations clearly.
-pub(crate) fn io_error(op: &'static str, path: &Path, source: io::Error) -> FileLockError {
+/// Maps an I/O error on `path` to a [`FsError`], naming hostile situations clearly.
+pub(crate) fn io_error(op: &'static str, path: &Path, source: io::Error) -> FsError {
     let hostile = match source.raw_os_error().map(Errno::from_raw) {
         Some(Errno::ELOOP) => Some("it is a symbolic link; links are never followed".to_owned()),
         Some(Errno::EISDIR) => Some("it is a directory, not a regular file".to_owned()),
@@ -23,7 +23,7 @@ pub(crate) fn io_error(op: &'static str, path: &Path, source: io::Error) -> File
         _ => None,
     };
     match hostile {
-        Some(reason) => FileLockError::Hostile {
+        Some(reason) => FsError::Hostile {
             path: path.to_owned(),
             reason: format!("{op}: {reason}"),
         },
@@ -35,7 +35,7 @@ pub(crate) fn io_error(op: &'static str, path: &Path, source: io::Error) -> File
                 source.raw_os_error().map(Errno::from_raw),
                 Some(Errno::EAGAIN | Errno::ENOSPC | Errno::EIO | Errno::ESTALE | Errno::ENOLCK)
             );
-            FileLockError::Io {
+            FsError::Io {
                 op,
                 path: path.to_owned(),
                 transient,
@@ -46,14 +46,14 @@ pub(crate) fn io_error(op: &'static str, path: &Path, source: io::Error) -> File
 }
 
 /// Creates `dir` (and parents) with `mode` if it does not exist.
-pub(crate) fn ensure_dir(dir: &Path, mode: u32) -> Result<(), FileLockError> {
+pub(crate) fn ensure_dir(dir: &Path, mode: u32) -> Result<(), FsError> {
     if dir.as_os_str().is_empty() {
         return Ok(());
     }
     match std::fs::symlink_metadata(dir) {
         Ok(meta) if meta.is_dir() => return Ok(()),
         Ok(_) => {
-            return Err(FileLockError::Hostile {
+            return Err(FsError::Hostile {
                 path: dir.to_owned(),
                 reason: "the lock directory is not a directory".into(),
             });

@@ -2,14 +2,14 @@
 //! where they do not, fencing generations always.
 //!
 //! ```
-//! use lease_file::{FileLock, FileLockOptions, LockMode};
+//! use lease_file::{FileLock, LockMode, WaitOptions};
 //! use std::time::Duration;
 //!
 //! let dir = tempfile::tempdir()?;
-//! let options = FileLockOptions::default()
+//! let lock = FileLock::builder(dir.path().join("report.lease"))
 //!     .with_label("report-cron")
-//!     .on_lease_lost(|reason| eprintln!("stop writing: {reason}"));
-//! let lock = FileLock::with_options(dir.path().join("report.lease"), options)?;
+//!     .on_lost(|reason| eprintln!("stop writing: {reason}"))
+//!     .build()?;
 //! assert_eq!(lock.mode(), LockMode::Kernel); // a local file system
 //!
 //! let fencing = lock.acquire()?;
@@ -18,16 +18,18 @@
 //! lock.release()?;
 //!
 //! // Waiting, with who holds it on timeout:
-//! let again = lock.acquire_timeout(Duration::from_secs(5))?;
+//! let again = lock.acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))?;
 //! assert!(again > fencing);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
 //! Two faces run one protocol, one code path (`engine.rs`):
 //!
-//! * [`FileLock`]: a blocking lease on one path with the Go `kit/lockfile` `PIDLock` API
-//!   (`new`, `with_options`, `acquire`, `release`, `held`, `path`) and options, a heartbeat thread,
-//!   an on-lease-lost callback, and a blocking [`FileLock::acquire_timeout`]. No async runtime.
+//! * [`FileLock`]: a blocking lease on one path ([`FileLock::new`], [`FileLock::builder`],
+//!   `acquire`, `check`, `release`), a heartbeat thread, an `on_lost` callback told lease-core's
+//!   [`LossReason`], and a blocking [`FileLock::acquire_with_wait`]. No async runtime. Its
+//!   errors are lease-core's [`LeaseError`]; the Go `kit/lockfile` `PIDLock` names that are not
+//!   the main API's are in [`go`].
 //! * [`DirectoryStore`]: a directory of leases implementing lease-core's
 //!   [`LeaseBackend`], [`LeaseListing`] and
 //!   [`FencedValues`] (the whole conformance suite passes, in both
@@ -116,12 +118,12 @@
 //! ## Other lock protocols on the same path
 //!
 //! * **Go `kit/lockfile` `PIDLock`** keeps its lock as a *file* at the path. While it is there,
-//!   this crate reports the lock [`FileLockError::Held`] by it (pid and owner named) and never
+//!   this crate reports the lock [`LeaseError::Held`] by it (pid and owner named) and never
 //!   takes it over or deletes it; once the Go process releases (removes the file), this crate
 //!   creates its directory. Go's `Acquire` cannot read a directory as a record and fails with an
 //!   error while this crate's directory exists. The two never both hold the path.
 //! * **lease-file 0.1** records (a file at the path, `.lock` and `.owner` companions) are refused
-//!   as [`FileLockError::Foreign`]: stop the old processes, then remove them.
+//!   as [`LeaseError::Foreign`]: stop the old processes, then remove them.
 //!
 //! # Guarantees and limits
 //!
@@ -133,20 +135,21 @@
 //! * Fencing generations are issued once each, increasing, in both modes, assuming nothing about
 //!   time.
 //! * Transient I/O errors are tolerated until the tenure's deadline, then reported as
-//!   [`LostReason::Untrusted`].
+//!   [`LossReason::BackendFailing`] (and a paused holder's check as
+//!   [`LossReason::DeadlinePassed`]).
 //! * Symlinks are never followed; the lock directory is opened with `O_DIRECTORY|O_NOFOLLOW` and
 //!   every operation goes through its descriptor (so the state read, the kernel lock and the
 //!   rename are all in one directory even if the path is replaced; a holder whose directory was
 //!   moved or replaced loses its tenure at the next heartbeat).
 //! * Planted files of any name, size or number give a typed error or are ignored, never a panic
 //!   or a spin: only canonical state names count (`free.007` is not one), two state entries or a
-//!   missing one are [`FileLockError::Hostile`] (never guessed or repaired), a directory with more
+//!   missing one are [`LeaseError::Corrupt`] (never guessed or repaired), a directory with more
 //!   than 4096 entries is refused.
 //! * Every file and directory the crate creates gets exactly the configured mode, whatever the
 //!   umask; temporary names carry a random nonce and nothing is ever deleted by prefix.
-//! * No option value panics: out-of-range options are [`FileLockError::InvalidOption`] naming
-//!   the option; a [`DirectoryStore`] safety margin that leaves nothing of a lease to trust is
-//!   lease-core's `InvalidInput`.
+//! * No option value panics: out-of-range options are [`LeaseError::InvalidInput`] naming
+//!   the option, and so is a [`DirectoryStore`] safety margin that leaves nothing of a lease to
+//!   trust.
 //! * Deleting a lock directory by hand (or by a `/tmp` cleaner, after it sat idle long enough)
 //!   restarts its fencing generation at 1, and deleting it *while held* lets a contender in at
 //!   once while the holder trusts its lease until its next heartbeat notices (at most its
@@ -165,7 +168,7 @@
 //! * **Observation, not wall clocks**, for holders on other clocks, as Kubernetes leader
 //!   election does; the wall time is display only.
 //! * **One heartbeat thread per `FileLock`**, started at the first acquisition (or when
-//!   [`FileLock::acquire_timeout`] first blocks) and parked between tenures: a heartbeat stuck in
+//!   [`FileLock::acquire_with_wait`] first blocks) and parked between tenures: a heartbeat stuck in
 //!   slow I/O on one path never delays another lock's. Neither acquisition nor release wakes it:
 //!   it sleeps until its tenure's next beat.
 //! * **Lock directories kept open.** A `FileLock` keeps its lock directory open between tenures
@@ -191,7 +194,7 @@
 //!     journal transaction, so a create + unlink loop slows down as it runs; the lease's
 //!     renames allocate nothing.
 //!   - Takeover after SIGKILL of the holder, default options: 0.44 to 0.70 ms for
-//!     [`FileLock::acquire_timeout`] and 0.45 to 0.68 ms for a `DirectoryStore` waiting through
+//!     [`FileLock::acquire_with_wait`] and 0.45 to 0.68 ms for a `DirectoryStore` waiting through
 //!     lease-core's `acquire_with_wait`, 1.5 to 2.0 times a process blocked in `flock` on a
 //!     plain file measured in the same run (0.26 to 0.36 ms). A blocked `flock` cannot time out,
 //!     so a helper thread blocks in it and wakes the caller: that second wakeup is much of the
@@ -223,24 +226,23 @@ mod faults;
 mod fenced;
 mod foreign;
 mod fsio;
+pub mod go;
 mod ident;
 mod lock;
 mod record;
 mod store;
+#[cfg(test)]
+mod tests;
 mod wake;
 
 pub use cs::{LockMode, ModePreference};
-pub use encode::{
-    FENCED_PREFIX, MAX_FILE_NAME_BYTES, RECORD_SUFFIX, decode_file_name, fenced_file_name,
-    key_file_name,
-};
-pub use error::{FileLockError, LostReason};
 pub use fenced::MAX_FENCED_FILE_BYTES;
 pub use fsio::MAX_RECORD_BYTES;
-pub use ident::LivenessProbe;
-pub use lock::{FileLock, FileLockOptions, HolderInfo, LostCallback};
-pub use record::{LeaseFileRecord, RecordError, SCHEMA_VERSION};
-pub use store::DirectoryStore;
+pub use lock::{FileLock, FileLockBuilder};
+pub use store::{DirectoryStore, DirectoryStoreBuilder};
+
+/// The backend name in [`LeaseError::Backend`] errors.
+const BACKEND: &str = "file";
 
 #[doc(no_inline)]
 pub use lease_core::{self, prelude::*};

@@ -6,51 +6,66 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
-use lease_core::FencingToken;
+use lease_core::{
+    FencingToken, Holder, LeaseError, LeaseKey, LossCallback, LossReason, NotOwnedReason,
+    WaitOptions,
+};
 
 use crate::chain::{self, Held, KeyDir, Kind, Modes};
 use crate::cs::{LockMode, ModePreference, detect};
 use crate::engine::{self, Attempt, Claim, Observations, Timebase};
+use crate::error::{FsError, key_of_path, not_held};
 use crate::fsio::ensure_dir;
 use crate::ident::LivenessProbe;
-use crate::{FileLockError, LeaseFileRecord, LostReason};
+use crate::record::LeaseFileRecord;
 
-/// A callback told once when a held lease is lost.
-pub type LostCallback = Arc<dyn Fn(&LostReason) + Send + Sync>;
-
-/// Options of a [`FileLock`], with the Go package's meanings and defaults.
+/// Builds a [`FileLock`]: [`FileLock::builder`], `with_*` setters, [`build`](Self::build). The
+/// defaults are the Go package's.
 ///
 /// ```
-/// use lease_file::FileLockOptions;
+/// use lease_file::FileLock;
 /// use std::time::Duration;
 ///
-/// let options = FileLockOptions::default()
+/// let dir = tempfile::tempdir()?;
+/// let lock = FileLock::builder(dir.path().join("job.lease"))
 ///     .with_acquire_retries(5)
 ///     .with_retry_delay(Duration::from_millis(50))
 ///     .with_heartbeat_interval(Duration::from_millis(100))
 ///     .with_stale_threshold(Duration::from_secs(2))
-///     .on_lease_lost(|reason| eprintln!("{reason}"));
-/// assert_eq!(options.stale_threshold(), Duration::from_secs(2));
+///     .on_lost(|reason| eprintln!("{reason}"))
+///     .build()?;
+/// assert!(lock.check().is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct FileLockBuilder {
+    path: PathBuf,
+    pub(crate) options: Options,
+}
+
+/// A [`FileLock`]'s settings.
 #[derive(Clone)]
-pub struct FileLockOptions {
+pub(crate) struct Options {
     acquire_retries: u32,
     retry_delay: Duration,
-    invalid_record_stale: Duration,
+    /// Go parity only: validated, never used.
+    pub(crate) invalid_record_stale: Duration,
     file_mode: u32,
     dir_mode: u32,
-    liveness: Option<LivenessProbe>,
+    /// Go parity only ([`go::PidLockOptions`](crate::go::PidLockOptions)): kept, never called.
+    pub(crate) liveness: Option<LivenessProbe>,
     heartbeat_interval: Duration,
     stale_threshold: Duration,
-    on_lease_lost: Option<LostCallback>,
+    on_lost: Option<LossCallback>,
     mode: ModePreference,
     fsync: bool,
     label: Option<String>,
 }
 
-impl fmt::Debug for FileLockOptions {
+impl fmt::Debug for Options {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FileLockOptions")
+        f.debug_struct("Options")
             .field("acquire_retries", &self.acquire_retries)
             .field("retry_delay", &self.retry_delay)
             .field("invalid_record_stale", &self.invalid_record_stale)
@@ -59,7 +74,7 @@ impl fmt::Debug for FileLockOptions {
             .field("liveness", &self.liveness.is_some())
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("stale_threshold", &self.stale_threshold)
-            .field("on_lease_lost", &self.on_lease_lost.is_some())
+            .field("on_lost", &self.on_lost.is_some())
             .field("mode", &self.mode)
             .field("fsync", &self.fsync)
             .field("label", &self.label)
@@ -67,7 +82,7 @@ impl fmt::Debug for FileLockOptions {
     }
 }
 
-impl Default for FileLockOptions {
+impl Default for Options {
     /// The Go package's defaults: acquire retries 12, retry delay 20 ms, invalid-record stale
     /// threshold 1.2 s, file mode
     /// 0644, directory mode 0755, signal-0 liveness probe, heartbeat every 250 ms, stale after
@@ -82,7 +97,7 @@ impl Default for FileLockOptions {
             liveness: None,
             heartbeat_interval: Duration::from_millis(250),
             stale_threshold: Duration::from_secs(3),
-            on_lease_lost: None,
+            on_lost: None,
             mode: ModePreference::Auto,
             fsync: false,
             label: None,
@@ -90,113 +105,119 @@ impl Default for FileLockOptions {
     }
 }
 
-impl FileLockOptions {
+impl FileLockBuilder {
     /// How many times [`FileLock::acquire`] retries a transient race (Go: `AcquireRetryLimit`).
     pub fn with_acquire_retries(mut self, retries: u32) -> Self {
-        self.acquire_retries = retries;
+        self.options.acquire_retries = retries;
         self
     }
     /// Delay between acquire retries (Go: `AcquireRetryDelay`). Zero retries at once; more than
     /// [`MAX_LEASE_DURATION`](lease_core::MAX_LEASE_DURATION) is refused by
-    /// [`FileLock::with_options`] as [`FileLockError::InvalidOption`], as for every duration here.
+    /// [`build`](Self::build) as [`LeaseError::InvalidInput`], as for every duration here.
     pub fn with_retry_delay(mut self, delay: Duration) -> Self {
-        self.retry_delay = delay;
-        self
-    }
-    /// Go parity (`InvalidPIDLockStaleThreshold`); accepted and validated, but this protocol
-    /// has no unparseable records to reclaim: its state is a name, and a file of another
-    /// protocol at the path is never taken over (an unparseable one younger than the Go
-    /// package's own 1.2 s reads as a Go lock being written).
-    pub fn with_invalid_record_stale(mut self, threshold: Duration) -> Self {
-        self.invalid_record_stale = threshold;
+        self.options.retry_delay = delay;
         self
     }
     /// Mode of created files (exactly this mode, whatever the umask). The lock directory gets
     /// it too, plus the matching search (`x`) bits: 0664 gives 0775, 0600 gives 0700.
     pub fn with_file_mode(mut self, mode: u32) -> Self {
-        self.file_mode = mode & 0o7777;
+        self.options.file_mode = mode & 0o7777;
         self
     }
     /// Mode of the missing parent directories of the lock's path, created as the Go package
     /// creates them (subject to the umask, as `mkdir(2)`). Not the lock directory itself: see
     /// [`with_file_mode`](Self::with_file_mode).
     pub fn with_dir_mode(mut self, mode: u32) -> Self {
-        self.dir_mode = mode & 0o7777;
-        self
-    }
-    /// Go parity (`ProcessAppearsAlive`, which the Go package itself ignores); accepted but
-    /// never called: this crate never judges a holder by a pid, which may be reused or live in
-    /// another PID namespace. A holder's death is known from the kernel lock it holds.
-    pub fn with_liveness(mut self, alive: impl Fn(u32) -> bool + Send + Sync + 'static) -> Self {
-        self.liveness = Some(Arc::new(alive));
+        self.options.dir_mode = mode & 0o7777;
         self
     }
     /// How often the holder heartbeats (default 250 ms; above zero).
     pub fn with_heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.heartbeat_interval = interval;
+        self.options.heartbeat_interval = interval;
         self
     }
     /// How long a heartbeat may stay unchanged before contenders call the lease stale (3 s; at
     /// least twice the heartbeat interval).
     pub fn with_stale_threshold(mut self, threshold: Duration) -> Self {
-        self.stale_threshold = threshold;
+        self.options.stale_threshold = threshold;
         self
     }
-    /// Called once, from the heartbeat thread, when the lease is lost.
-    pub fn on_lease_lost(mut self, callback: impl Fn(&LostReason) + Send + Sync + 'static) -> Self {
-        self.on_lease_lost = Some(Arc::new(callback));
+    /// Called once, from the heartbeat thread, when the lease is lost (lease-core's
+    /// [`LossCallback`], as a keeper's `on_lost`), with why:
+    ///
+    /// * `NotOwned(TakenOver)`: another owner holds it now, with a greater generation;
+    /// * `NotOwned(Missing)`: nobody does (released or removed by somebody else, or the lock
+    ///   directory moved away or replaced);
+    /// * [`LossReason::DeadlinePassed`]: the state moved on after this holder's deadline;
+    /// * [`LossReason::BackendFailing`]: heartbeats failed until the deadline (nobody may have
+    ///   taken it yet, but this process can no longer prove it holds it).
+    pub fn on_lost(mut self, callback: impl Fn(&LossReason) + Send + Sync + 'static) -> Self {
+        self.options.on_lost = Some(Arc::new(callback));
         self
     }
     /// Forces a [`ModePreference`] (default automatic).
     pub fn with_mode(mut self, mode: ModePreference) -> Self {
-        self.mode = mode;
+        self.options.mode = mode;
         self
     }
     /// fsync the lock directory after every rename, and its parent when it is created (default
     /// off: leases do not outlive a power loss anyway, but a fencing generation issued just
     /// before one may then be issued again; turn it on if generations must never repeat).
     pub fn with_fsync(mut self, fsync: bool) -> Self {
-        self.fsync = fsync;
+        self.options.fsync = fsync;
         self
     }
     /// A human label shown to contenders.
     pub fn with_label(mut self, label: impl Into<String>) -> Self {
-        self.label = Some(label.into());
+        self.options.label = Some(label.into());
         self
     }
+
     /// The acquire retry limit.
     pub fn acquire_retries(&self) -> u32 {
-        self.acquire_retries
+        self.options.acquire_retries
     }
     /// The delay between acquire retries.
     pub fn retry_delay(&self) -> Duration {
-        self.retry_delay
-    }
-    /// The invalid-record stale threshold.
-    pub fn invalid_record_stale(&self) -> Duration {
-        self.invalid_record_stale
+        self.options.retry_delay
     }
     /// The file creation mode.
     pub fn file_mode(&self) -> u32 {
-        self.file_mode
+        self.options.file_mode
     }
     /// The directory creation mode.
     pub fn dir_mode(&self) -> u32 {
-        self.dir_mode
+        self.options.dir_mode
     }
     /// The heartbeat interval.
     pub fn heartbeat_interval(&self) -> Duration {
-        self.heartbeat_interval
+        self.options.heartbeat_interval
     }
     /// The stale threshold.
     pub fn stale_threshold(&self) -> Duration {
-        self.stale_threshold
+        self.options.stale_threshold
     }
 
+    /// The lock, with its parent directory created if needed and its [`LockMode`] detected.
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidInput`] naming the option (a duration beyond
+    /// [`MAX_LEASE_DURATION`](lease_core::MAX_LEASE_DURATION), a zero heartbeat interval or stale
+    /// threshold, a stale threshold under twice the heartbeat interval, a path that names no
+    /// file); a permanent [`LeaseError::Backend`] saying why when kernel locks are demanded
+    /// ([`ModePreference::Kernel`]) and do not work; [`LeaseError::Backend`] when the directory
+    /// cannot be created.
+    pub fn build(self) -> Result<FileLock, LeaseError> {
+        let key = key_of_path(&self.path)?;
+        FileLock::open(self.path, self.options, &key).map_err(|e| e.into_lease(&key))
+    }
+}
+
+impl Options {
     /// Every `Duration` option at most [`MAX_LEASE_DURATION`](lease_core::MAX_LEASE_DURATION)
     /// (so no `Instant + Duration` can overflow), the heartbeat interval and stale threshold
     /// above zero, the stale threshold at least twice the heartbeat interval.
-    fn validate(&self) -> Result<(), FileLockError> {
+    fn validate(&self) -> Result<(), FsError> {
         let max = lease_core::MAX_LEASE_DURATION;
         for (option, value) in [
             ("heartbeat_interval", self.heartbeat_interval),
@@ -205,7 +226,7 @@ impl FileLockOptions {
             ("invalid_record_stale", self.invalid_record_stale),
         ] {
             if value > max {
-                return Err(FileLockError::InvalidOption {
+                return Err(FsError::InvalidOption {
                     option,
                     reason: format!("{value:?} is longer than the maximum {max:?} (30 days)"),
                 });
@@ -216,14 +237,14 @@ impl FileLockOptions {
             ("stale_threshold", self.stale_threshold),
         ] {
             if value.is_zero() {
-                return Err(FileLockError::InvalidOption {
+                return Err(FsError::InvalidOption {
                     option,
                     reason: "must be greater than zero".into(),
                 });
             }
         }
         if self.stale_threshold < self.heartbeat_interval.saturating_mul(2) {
-            return Err(FileLockError::InvalidOption {
+            return Err(FsError::InvalidOption {
                 option: "stale_threshold",
                 reason: format!(
                     "{:?} must be at least twice the heartbeat interval {:?}",
@@ -241,28 +262,28 @@ impl FileLockOptions {
     }
 }
 
-/// What is known of the holder of a lock.
+/// What is known of the holder of a lock, as the file machinery reads it; the public surface
+/// shows it as a core [`Holder`] ([`HolderInfo::to_holder`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HolderInfo {
+pub(crate) struct HolderInfo {
     /// The holder's pid (0 if unknown).
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// The holder's host name.
-    pub host: String,
+    pub(crate) host: String,
     /// The holder's label.
-    pub label: Option<String>,
+    pub(crate) label: Option<String>,
     /// The holder's fencing generation.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// When the holder acquired the lock, by its wall clock.
-    pub since: Option<SystemTime>,
+    pub(crate) since: Option<SystemTime>,
     /// When the holder last heartbeat, by its wall clock.
-    pub last_heartbeat: Option<SystemTime>,
+    pub(crate) last_heartbeat: Option<SystemTime>,
     /// Set when the holder is not described by a record of this crate (another protocol's lock
     /// file, or a holder still writing its description): what is known.
-    pub unparseable: Option<String>,
+    pub(crate) unparseable: Option<String>,
     /// Whether the holder holds the kernel lock on the lock directory (kernel mode): then its
     /// death frees the lock at once, and waiters are woken by the kernel.
-    pub kernel_lock: bool,
+    pub(crate) kernel_lock: bool,
 }
 
 fn from_ns(ns: u64) -> Option<SystemTime> {
@@ -298,6 +319,38 @@ impl HolderInfo {
                 kernel_lock: held.kernel.is_some(),
             },
         }
+    }
+}
+
+impl HolderInfo {
+    /// As lease-core shows a holder: pid and host, the label (or, for a holder this crate cannot
+    /// describe, what is known) as the owner, the generation as the fencing token.
+    pub(crate) fn to_holder(&self) -> Holder {
+        let mut holder = Holder::new();
+        if self.pid != 0 || !self.host.is_empty() {
+            let host = if self.host.is_empty() {
+                "an unknown host"
+            } else {
+                &self.host
+            };
+            holder = holder.with_process(self.pid, host);
+        }
+        // What is known of a holder this crate cannot describe says more than its label (and
+        // names the Go lock it may be); errors show its first 120 characters.
+        let owner = self.unparseable.as_ref().or(self.label.as_ref());
+        if let Some(owner) = owner {
+            holder = holder.with_owner(owner.clone());
+        }
+        if self.generation > 0 {
+            holder = holder.with_fencing(lease_core::backend::fencing_token(self.generation));
+        }
+        if let Some(at) = self.since {
+            holder = holder.with_acquired_at(at);
+        }
+        if let Some(at) = self.last_heartbeat {
+            holder = holder.with_renewed_at(at);
+        }
+        holder
     }
 }
 
@@ -337,7 +390,7 @@ struct Tenure {
 #[derive(Debug, Default)]
 struct State {
     tenure: Option<Tenure>,
-    lost: Option<LostReason>,
+    lost: Option<LossReason>,
     epoch: u64,
     /// The heartbeat thread runs (it parks between tenures).
     thread_started: bool,
@@ -362,16 +415,18 @@ fn observations() -> &'static Observations {
 
 /// A thread blocked in `flock` on the lock directory, for a waiter: the kernel wakes it when the
 /// holder releases or dies. It hands the locked directory over only while a caller of
-/// [`FileLock::acquire_timeout`] wants it, and otherwise lets the kernel lock go at once.
+/// [`FileLock::acquire_with_wait`] wants it, and otherwise lets the kernel lock go at once.
 #[derive(Debug)]
 struct Waiter {
-    rx: mpsc::Receiver<Result<Option<KeyDir>, FileLockError>>,
+    rx: mpsc::Receiver<Result<Option<KeyDir>, FsError>>,
     wanted: Arc<Mutex<bool>>,
 }
 
 struct Shared {
     path: PathBuf,
-    options: FileLockOptions,
+    /// The key errors name: the path ([`key_of_path`]).
+    key: LeaseKey,
+    options: Options,
     mode: LockMode,
     mode_reason: String,
     time: Timebase,
@@ -395,13 +450,13 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 /// let dir = tempfile::tempdir()?;
 /// let lock = FileLock::new(dir.path().join("deploy.lease"))?;
 /// let fencing = lock.acquire()?;
-/// assert!(lock.held());
+/// assert_eq!(lock.check()?, fencing);
 ///
 /// // Another lock on the same path (in this process or any other) is turned away.
 /// let other = FileLock::new(dir.path().join("deploy.lease"))?;
 /// let err = other.try_acquire().unwrap_err();
 /// assert!(err.is_held());
-/// assert_eq!(err.holder().map(|h| h.pid), Some(std::process::id()));
+/// assert_eq!(err.holder().and_then(|h| h.pid()), Some(std::process::id()));
 ///
 /// lock.release()?;
 /// assert!(other.try_acquire()? > fencing);
@@ -439,7 +494,7 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 ///   `newfstatat`), and `openat`, `statx` of the state entry for the description.
 ///
 /// The floor, `open(O_CREAT|O_EXCL)` + `close` + `unlink`, is 3. Heartbeat-only mode is the
-/// same without `flock`; [`with_fsync`](FileLockOptions::with_fsync) adds an `fsync` of the
+/// same without `flock`; [`with_fsync`](FileLockBuilder::with_fsync) adds an `fsync` of the
 /// directory after each rename. Measured by the same bench (three runs, 2026-11-23, see the
 /// crate docs' "Costs" for the conditions): an uncontended acquire + release takes 21 to 23 µs
 /// on tmpfs, 2.0 to 2.1 times that floor measured in the same run, and 30 to 32 µs on ext4;
@@ -454,36 +509,34 @@ impl fmt::Debug for FileLock {
         f.debug_struct("FileLock")
             .field("path", &self.shared.path)
             .field("mode", &self.shared.mode)
-            .field("held", &self.held())
+            .field("held", &self.check().is_ok())
             .finish_non_exhaustive()
     }
 }
 
 impl FileLock {
-    /// A lock for `path` with default options (Go: `New`). Creates the parent directory if
-    /// needed and detects the [`LockMode`].
+    /// A lock for `path` with default options (Go: `New`): `builder(path).build()`. Creates
+    /// the parent directory if needed and detects the [`LockMode`].
     ///
     /// # Errors
-    /// If the directory cannot be created.
-    pub fn new(path: impl Into<PathBuf>) -> Result<Self, FileLockError> {
-        Self::with_options(path, FileLockOptions::default())
+    /// As [`FileLockBuilder::build`].
+    pub fn new(path: impl Into<PathBuf>) -> Result<Self, LeaseError> {
+        Self::builder(path).build()
     }
 
-    /// A lock for `path` with `options` (Go: `NewWithOptions`).
-    ///
-    /// # Errors
-    /// As [`new`](Self::new), plus [`FileLockError::InvalidOption`] naming the option (a
-    /// duration beyond [`MAX_LEASE_DURATION`](lease_core::MAX_LEASE_DURATION), a zero heartbeat
-    /// interval or stale threshold, a stale threshold under twice the heartbeat interval), plus
-    /// [`FileLockError::Unsupported`] when kernel locks are demanded and do not work.
-    pub fn with_options(
-        path: impl Into<PathBuf>,
-        options: FileLockOptions,
-    ) -> Result<Self, FileLockError> {
+    /// A builder for a lock on `path`, with the Go package's defaults (Go:
+    /// `NewWithOptions`).
+    pub fn builder(path: impl Into<PathBuf>) -> FileLockBuilder {
+        FileLockBuilder {
+            path: path.into(),
+            options: Options::default(),
+        }
+    }
+
+    fn open(path: PathBuf, options: Options, key: &LeaseKey) -> Result<Self, FsError> {
         options.validate()?;
-        let path = path.into();
         if path.file_name().is_none() {
-            return Err(FileLockError::InvalidOption {
+            return Err(FsError::InvalidOption {
                 option: "path",
                 reason: format!("{} names no file", path.display()),
             });
@@ -495,6 +548,7 @@ impl FileLock {
         Ok(Self {
             shared: Arc::new(Shared {
                 path,
+                key: key.clone(),
                 options,
                 mode,
                 mode_reason,
@@ -505,6 +559,16 @@ impl FileLock {
                 idle: Mutex::new(None),
             }),
         })
+    }
+
+    /// The key this lock's errors name: its path, as a [`LeaseKey`] (control characters
+    /// replaced by `?`, and only the end of a path longer than a key may be).
+    pub fn key(&self) -> &LeaseKey {
+        &self.shared.key
+    }
+
+    fn lease_error(&self, error: FsError) -> LeaseError {
+        error.into_lease(&self.shared.key)
     }
 
     /// The lock's path (Go: `Path`).
@@ -522,37 +586,30 @@ impl FileLock {
         &self.shared.mode_reason
     }
 
-    /// Whether this lock holds the lease and may still trust it (Go: `Held`): false after a loss,
-    /// and false once the holder-side deadline passed without a successful heartbeat (a paused
-    /// process learns it on its first call after resuming).
-    pub fn held(&self) -> bool {
-        self.check().is_ok()
-    }
-
     /// The fencing generation of the current tenure if it can be trusted, else why not.
     ///
     /// # Errors
-    /// [`FileLockError::NotHeld`], carrying the [`LostReason`] when the lease was lost.
-    pub fn check(&self) -> Result<FencingToken, FileLockError> {
+    /// [`LeaseError::Lost`] with the [`LossReason`] when the lease was lost
+    /// ([`LossReason::DeadlinePassed`] once the holder-side deadline passed without a
+    /// heartbeat: paused, or I/O stalled); `NotOwned { Missing }` when it was never acquired or
+    /// was released. Both are [`is_not_owned`](LeaseError::is_not_owned).
+    pub fn check(&self) -> Result<FencingToken, LeaseError> {
         let state = lock(&self.shared.state);
-        let not_held = |lost| FileLockError::NotHeld {
-            path: self.shared.path.clone(),
-            lost,
-        };
+        let key = &self.shared.key;
         if let Some(lost) = &state.lost {
-            return Err(not_held(Some(lost.clone())));
+            return Err(LeaseError::lost(key.clone(), lost.clone()));
         }
         match &state.tenure {
-            None => Err(not_held(None)),
-            Some(t) if Instant::now() >= t.deadline => Err(not_held(Some(LostReason::Untrusted {
-                reason: "the deadline passed without a heartbeat (paused or I/O stalled)".into(),
-            }))),
+            None => Err(not_held(key)),
+            Some(t) if Instant::now() >= t.deadline => {
+                Err(LeaseError::lost(key.clone(), LossReason::DeadlinePassed))
+            }
             Some(t) => Ok(lease_core::backend::fencing_token(t.held.generation)),
         }
     }
 
     /// Why the last tenure was lost, if it was.
-    pub fn lost(&self) -> Option<LostReason> {
+    pub fn lost(&self) -> Option<LossReason> {
         lock(&self.shared.state).lost.clone()
     }
 
@@ -564,15 +621,26 @@ impl FileLock {
             .map(|t| lease_core::backend::fencing_token(t.held.generation))
     }
 
-    /// The current holder, or `None` if free (released or never held).
+    /// The current holder, or `None` if free (released or never held): pid and host, the label
+    /// as [`owner`](Holder::owner), the generation as [`fencing`](Holder::fencing), when it
+    /// acquired and last heartbeat as [`acquired_at`](Holder::acquired_at) and
+    /// [`renewed_at`](Holder::renewed_at) (wall clock, display only).
     ///
     /// # Errors
-    /// I/O errors and hostile files.
-    pub fn holder(&self) -> Result<Option<HolderInfo>, FileLockError> {
+    /// [`LeaseError::Backend`] for I/O errors, [`LeaseError::Corrupt`] for hostile files,
+    /// [`LeaseError::Foreign`] for another protocol's.
+    pub fn holder(&self) -> Result<Option<Holder>, LeaseError> {
+        self.holder_info()
+            .map(|h| h.map(|h| h.to_holder()))
+            .map_err(|e| self.lease_error(e))
+    }
+
+    /// The current holder as the file machinery describes it.
+    fn holder_info(&self) -> Result<Option<HolderInfo>, FsError> {
         let kd = match KeyDir::open(&self.shared.path, Kind::Lease, None) {
             Ok(Some(kd)) => kd,
             Ok(None) => return Ok(None),
-            Err(FileLockError::Held { holder, .. }) => return Ok(Some(*holder)),
+            Err(FsError::Held { holder, .. }) => return Ok(Some(*holder)),
             Err(e) => return Err(e),
         };
         let found = kd.state()?;
@@ -585,15 +653,16 @@ impl FileLock {
     }
 
     /// Acquires (Go: `Acquire`): a lock held by a live owner fails at once with
-    /// [`FileLockError::Held`]; a transient race (the state changing under every look,
+    /// [`LeaseError::Held`]; a transient race (the state changing under every look,
     /// interrupted I/O) is retried up to `acquire_retries` times, `retry_delay` apart, as the Go
     /// package retries its stale-removal races. To wait for a held lock, use
-    /// [`acquire_timeout`](Self::acquire_timeout).
+    /// [`acquire_with_wait`](Self::acquire_with_wait).
     ///
     /// # Errors
-    /// [`FileLockError::Held`] naming the holder; a transient error once the retries are spent;
-    /// other errors at once.
-    pub fn acquire(&self) -> Result<FencingToken, FileLockError> {
+    /// [`LeaseError::Held`] naming the holder; a transient [`LeaseError::Backend`] once the
+    /// retries are spent; `InvalidInput` when this lock already holds the lease; other errors
+    /// at once.
+    pub fn acquire(&self) -> Result<FencingToken, LeaseError> {
         let mut attempt = 0;
         loop {
             match self.try_acquire() {
@@ -606,16 +675,36 @@ impl FileLock {
         }
     }
 
-    /// Acquires, waiting until `timeout`. In kernel mode a waiter for a holder that holds the
-    /// kernel lock blocks in `flock` and is woken by the kernel the moment the holder releases or
-    /// dies; otherwise (and for a hung holder, taken over once its lease stood still for its
-    /// duration) it looks again every `retry_delay`.
+    /// Acquires, waiting up to [`wait`'s timeout](WaitOptions::timeout) (forever when it has
+    /// none), as lease-core's `LeaseBackendExt::acquire_with_wait` does for a store. In kernel
+    /// mode a waiter for a holder that holds the kernel lock blocks in `flock` and is woken by
+    /// the kernel the moment the holder releases or dies; otherwise (and for a hung holder, taken
+    /// over once its lease stood still for its duration) it looks again every `retry_delay`: the
+    /// backoff of `wait` is not used, nor its acquire options or callback.
+    ///
+    /// ```
+    /// use lease_core::WaitOptions;
+    /// use lease_file::FileLock;
+    /// use std::time::Duration;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let holder = FileLock::new(dir.path().join("a.lease"))?;
+    /// holder.acquire()?;
+    /// let waiter = FileLock::new(dir.path().join("a.lease"))?;
+    /// let err = waiter.acquire_with_wait(&WaitOptions::new(Duration::from_millis(50))).unwrap_err();
+    /// assert!(err.is_timeout());
+    /// assert_eq!(err.holder().and_then(|h| h.pid()), Some(std::process::id()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
-    /// [`FileLockError::Timeout`] naming the last holder seen (pid, host, since); the last
+    /// [`LeaseError::Timeout`] naming the last holder seen (pid, host, since); the last
     /// transient error when that persisted until the timeout; other errors at once.
-    pub fn acquire_timeout(&self, timeout: Duration) -> Result<FencingToken, FileLockError> {
-        let result = self.wait_to_acquire(timeout);
+    pub fn acquire_with_wait(&self, wait: &WaitOptions) -> Result<FencingToken, LeaseError> {
+        let timeout = wait.timeout().unwrap_or(Duration::MAX);
+        let result = self
+            .wait_to_acquire(timeout)
+            .map_err(|e| self.lease_error(e));
         // A thread still blocked in `flock` for us is not wanted any more: when it gets the
         // kernel lock, it lets it go at once (it is kept for the next call). Handing it over
         // to nobody, it would keep the kernel lock for as long as this `FileLock` lives, from
@@ -638,7 +727,7 @@ impl FileLock {
         result
     }
 
-    fn wait_to_acquire(&self, timeout: Duration) -> Result<FencingToken, FileLockError> {
+    fn wait_to_acquire(&self, timeout: Duration) -> Result<FencingToken, FsError> {
         let start = Instant::now();
         let mut locked = None;
         // The generation of a holder whose state claims a kernel lock that, once we held this
@@ -649,13 +738,13 @@ impl FileLock {
         loop {
             let had_kernel_lock = locked.is_some();
             match self.try_acquire_with(locked.take()) {
-                Err(FileLockError::Held { holder, .. }) => {
+                Err(FsError::Held { holder, .. }) => {
                     if had_kernel_lock {
                         kernel_lock_silent = Some(holder.generation);
                     }
                     let waited = start.elapsed();
                     if waited >= timeout {
-                        return Err(FileLockError::Timeout {
+                        return Err(FsError::Timeout {
                             path: self.shared.path.clone(),
                             waited,
                             holder: Some(holder),
@@ -693,9 +782,9 @@ impl FileLock {
     }
 
     /// Waits up to `wait` for a thread blocked in `flock` on the lock directory (one per lock,
-    /// kept across the calls of one `acquire_timeout`) to get the kernel lock, and hands its
+    /// kept across the calls of one `acquire_with_wait`) to get the kernel lock, and hands its
     /// descriptor over.
-    fn wait_for_kernel_lock(&self, wait: Duration) -> Result<Option<KeyDir>, FileLockError> {
+    fn wait_for_kernel_lock(&self, wait: Duration) -> Result<Option<KeyDir>, FsError> {
         let mut waiter = self
             .shared
             .waiter
@@ -733,14 +822,15 @@ impl FileLock {
     /// One attempt to acquire.
     ///
     /// # Errors
-    /// [`FileLockError::Held`] when a live owner holds it; [`FileLockError::AlreadyHeld`] when
-    /// this lock does; I/O errors and hostile files.
-    pub fn try_acquire(&self) -> Result<FencingToken, FileLockError> {
-        self.try_acquire_with(None)
+    /// [`LeaseError::Held`] when a live owner holds it; [`LeaseError::InvalidInput`] when this
+    /// lock does; [`LeaseError::Backend`] for I/O errors, [`LeaseError::Corrupt`] for hostile
+    /// files, [`LeaseError::Foreign`] for another protocol's.
+    pub fn try_acquire(&self) -> Result<FencingToken, LeaseError> {
+        self.try_acquire_with(None).map_err(|e| self.lease_error(e))
     }
 
     /// One attempt, through `dir` if given (already holding the kernel lock).
-    fn try_acquire_with(&self, dir: Option<KeyDir>) -> Result<FencingToken, FileLockError> {
+    fn try_acquire_with(&self, dir: Option<KeyDir>) -> Result<FencingToken, FsError> {
         let shared = &self.shared;
         let span = tracing::debug_span!("file_lock_acquire", path = %shared.path.display());
         let _enter = span.enter();
@@ -748,7 +838,7 @@ impl FileLock {
             let mut state = lock(&shared.state);
             if state.tenure.is_some() {
                 if state.lost.is_none() {
-                    return Err(FileLockError::AlreadyHeld {
+                    return Err(FsError::AlreadyHeld {
                         path: shared.path.clone(),
                     });
                 }
@@ -775,7 +865,7 @@ impl FileLock {
     }
 
     /// Opens (creating it if needed) the lock directory.
-    fn open_dir(&self) -> Result<KeyDir, FileLockError> {
+    fn open_dir(&self) -> Result<KeyDir, FsError> {
         let opts = &self.shared.options;
         let modes = Modes {
             file: opts.file_mode,
@@ -784,7 +874,7 @@ impl FileLock {
         };
         KeyDir::open(&self.shared.path, Kind::Lease, Some(modes))?
             .map(|kd| kd.durable(opts.fsync))
-            .ok_or_else(|| FileLockError::Io {
+            .ok_or_else(|| FsError::Io {
                 op: "open lock directory",
                 path: self.shared.path.clone(),
                 transient: true,
@@ -793,7 +883,7 @@ impl FileLock {
     }
 
     /// Starts the heartbeat thread if it is not running (it parks until a tenure starts).
-    fn start_heartbeat(&self) -> Result<(), FileLockError> {
+    fn start_heartbeat(&self) -> Result<(), FsError> {
         let mut state = lock(&self.shared.state);
         if state.thread_started {
             return Ok(());
@@ -801,7 +891,7 @@ impl FileLock {
         self.spawn_heartbeat(&mut state)
     }
 
-    fn spawn_heartbeat(&self, state: &mut State) -> Result<(), FileLockError> {
+    fn spawn_heartbeat(&self, state: &mut State) -> Result<(), FsError> {
         state.thread_started = true;
         let shared = self.shared.clone();
         std::thread::Builder::new()
@@ -824,7 +914,7 @@ impl FileLock {
     /// One attempt through `kd`. A directory kept from an earlier tenure (`cached`) that no
     /// longer is the one at the path (removed or replaced by hand), or that fails, is dropped
     /// and the attempt made again through a freshly opened one.
-    fn attempt(&self, kd: KeyDir, cached: bool) -> Result<FencingToken, FileLockError> {
+    fn attempt(&self, kd: KeyDir, cached: bool) -> Result<FencingToken, FsError> {
         let shared = &self.shared;
         let opts = &shared.options;
         // A directory handed over by the waiting thread was opened without the option.
@@ -853,14 +943,14 @@ impl FileLock {
                 }
                 self.keep_idle(kd);
                 let chain::State::Held(held) = &found.state else {
-                    return Err(FileLockError::Io {
+                    return Err(FsError::Io {
                         op: "acquire",
                         path: shared.path.clone(),
                         transient: true,
                         source: std::io::Error::other("the lease state changed"),
                     });
                 };
-                Err(FileLockError::Held {
+                Err(FsError::Held {
                     path: shared.path.clone(),
                     holder: Box::new(HolderInfo::of(held, holder)),
                 })
@@ -881,7 +971,7 @@ impl FileLock {
         held: Held,
         name: String,
         now: Instant,
-    ) -> Result<FencingToken, FileLockError> {
+    ) -> Result<FencingToken, FsError> {
         let shared = &self.shared;
         let opts = &shared.options;
         let generation = held.generation;
@@ -892,7 +982,7 @@ impl FileLock {
             if cached {
                 return self.attempt(self.open_dir()?, false);
             }
-            return Err(FileLockError::Io {
+            return Err(FsError::Io {
                 op: "acquire",
                 path: shared.path.clone(),
                 transient: true,
@@ -927,9 +1017,10 @@ impl FileLock {
     /// drops the kernel lock. Never touches another owner's state.
     ///
     /// # Errors
-    /// [`FileLockError::NotHeld`] if this lock does not hold the lease (never acquired, already
-    /// released, or lost: then with the reason); I/O errors (the tenure is kept, retry).
-    pub fn release(&self) -> Result<(), FileLockError> {
+    /// `NotOwned { Missing }` if this lock does not hold the lease (never acquired, already
+    /// released); [`LeaseError::Lost`] with the reason if it was lost; a
+    /// [`LeaseError::Backend`] for I/O errors (the tenure is kept, retry).
+    pub fn release(&self) -> Result<(), LeaseError> {
         let shared = &self.shared;
         let span = tracing::debug_span!("file_lock_release", path = %shared.path.display());
         let _enter = span.enter();
@@ -939,9 +1030,9 @@ impl FileLock {
                 if state.tenure.take().is_some() {
                     state.epoch += 1;
                 }
-                return Err(FileLockError::NotHeld {
-                    path: shared.path.clone(),
-                    lost: state.lost.clone(),
+                return Err(match &state.lost {
+                    Some(lost) => LeaseError::lost(shared.key.clone(), lost.clone()),
+                    None => not_held(&shared.key),
                 });
             }
             // A heartbeat in flight has the directory: wait for it to come back.
@@ -956,18 +1047,20 @@ impl FileLock {
             state.awaiting_dir -= 1;
         }
         let Some(tenure) = state.tenure.as_mut() else {
-            return Err(busy(&shared.path));
+            return Err(self.lease_error(busy(&shared.path)));
         };
         let generation = tenure.held.generation;
         let name = tenure.name.clone();
-        let mut kd = tenure.dir.take().ok_or_else(|| busy(&shared.path))?;
+        let Some(mut kd) = tenure.dir.take() else {
+            return Err(self.lease_error(busy(&shared.path)));
+        };
         let released = engine::release(&mut kd, &name, generation);
         match released {
             Err(e) => {
                 if let Some(t) = state.tenure.as_mut() {
                     t.dir = Some(kd);
                 }
-                Err(e)
+                Err(self.lease_error(e))
             }
             Ok(ours) => {
                 state.tenure = None;
@@ -981,10 +1074,8 @@ impl FileLock {
                     Ok(())
                 } else {
                     tracing::warn!(generation, "release found the lease no longer ours");
-                    Err(FileLockError::NotHeld {
-                        path: shared.path.clone(),
-                        lost: lost.or(Some(LostReason::TakenOver { holder: None })),
-                    })
+                    let reason = lost.unwrap_or(LossReason::NotOwned(NotOwnedReason::Missing));
+                    Err(LeaseError::lost(shared.key.clone(), reason))
                 }
             }
         }
@@ -1004,8 +1095,8 @@ impl Drop for FileLock {
     }
 }
 
-fn busy(path: &Path) -> FileLockError {
-    FileLockError::Io {
+fn busy(path: &Path) -> FsError {
+    FsError::Io {
         op: "release",
         path: path.to_owned(),
         transient: true,
@@ -1099,7 +1190,7 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
 
 /// What one heartbeat found: renewed (the new state, its entry name, and when the renewal was
 /// sent), lost, or failed (an error, retried until the deadline).
-type Beat = Result<Result<(Held, String, Instant), LostReason>, FileLockError>;
+type Beat = Result<Result<(Held, String, Instant), LossReason>, FsError>;
 
 /// The heartbeat's I/O: one rename of the tenure's state entry, then, when it missed, one read
 /// of the state to say why.
@@ -1113,7 +1204,7 @@ fn beat(shared: &Shared, kd: &mut KeyDir, name: &str, held: &Held, token: &str) 
     let kernel = shared.mode == LockMode::Kernel;
     let renewed = engine::renew(kd, name, held, opts.stale_threshold, kernel, &shared.time);
     if !kd.still_at_path() {
-        return Ok(Err(LostReason::TakenOver { holder: None }));
+        return Ok(Err(LossReason::NotOwned(NotOwnedReason::Missing)));
     }
     if let Some((next, next_name, now)) = renewed? {
         return Ok(Ok((next, next_name, now.mono)));
@@ -1122,25 +1213,22 @@ fn beat(shared: &Shared, kd: &mut KeyDir, name: &str, held: &Held, token: &str) 
     match engine::mismatch(&found, held.generation, token) {
         // Still this tenure's state: the rename missed it (the entry was briefly away, or a
         // listing raced), which is a failed heartbeat, retried until the deadline.
-        None if found.name == name => Err(FileLockError::Io {
+        None if found.name == name => Err(FsError::Io {
             op: "heartbeat",
             path: shared.path.clone(),
             transient: true,
             source: std::io::Error::other("the lease state was briefly missing"),
         }),
-        None | Some(engine::Gone::Expired) => Ok(Err(LostReason::Untrusted {
-            reason: "the lease state changed under the heartbeat".into(),
-        })),
-        Some(engine::Gone::Released) => Ok(Err(LostReason::TakenOver { holder: None })),
-        Some(engine::Gone::TakenOver) => Ok(Err(LostReason::TakenOver {
-            holder: match &found.state {
-                chain::State::Held(h) => Some(Box::new(HolderInfo::of(
-                    h,
-                    engine::describe_tenure(kd, &found),
-                ))),
-                chain::State::Free(_) => None,
-            },
-        })),
+        None | Some(engine::Gone::Expired) => Ok(Err(LossReason::DeadlinePassed)),
+        Some(engine::Gone::Released) => Ok(Err(LossReason::NotOwned(NotOwnedReason::Missing))),
+        Some(engine::Gone::TakenOver) => match &found.state {
+            chain::State::Held(h) => {
+                let holder = HolderInfo::of(h, engine::describe_tenure(kd, &found));
+                tracing::warn!(path = %shared.path.display(), %holder, "lease taken over");
+                Ok(Err(LossReason::NotOwned(NotOwnedReason::TakenOver)))
+            }
+            chain::State::Free(_) => Ok(Err(LossReason::NotOwned(NotOwnedReason::Missing))),
+        },
     }
 }
 
@@ -1179,8 +1267,8 @@ fn settle_beat(shared: &Shared, epoch: u64, kd: KeyDir, result: Beat) -> bool {
             shared.wake.notify_all();
             return true;
         }
-        Err(error) => LostReason::Untrusted {
-            reason: format!("heartbeats failed until the deadline: {error}"),
+        Err(error) => LossReason::BackendFailing {
+            last_error: format!("heartbeats failed until the deadline: {error}"),
         },
     };
     state.lost = Some(reason.clone());
@@ -1192,7 +1280,7 @@ fn settle_beat(shared: &Shared, epoch: u64, kd: KeyDir, result: Beat) -> bool {
     drop(state);
     shared.wake.notify_all();
     tracing::warn!(path = %shared.path.display(), %reason, "file lock lost");
-    if let Some(callback) = &opts.on_lease_lost {
+    if let Some(callback) = &opts.on_lost {
         callback(&reason);
     }
     false

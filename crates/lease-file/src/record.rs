@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::fsio::MAX_RECORD_BYTES;
 
 /// The record schema version this crate writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// The lease record kept in the lock file, as JSON.
 ///
@@ -14,65 +14,65 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// for liveness checks and diagnostics.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
-pub struct LeaseFileRecord {
+pub(crate) struct LeaseFileRecord {
     /// Schema version ([`SCHEMA_VERSION`]).
-    pub version: u32,
+    pub(crate) version: u32,
     /// Owner id of the current acquisition (a random token), `None` when released.
     #[serde(default)]
-    pub owner: Option<String>,
+    pub(crate) owner: Option<String>,
     /// A human label of the owner.
     #[serde(default)]
-    pub label: Option<String>,
+    pub(crate) label: Option<String>,
     /// Process id of the writer.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Host name of the writer.
     #[serde(default)]
-    pub host: String,
+    pub(crate) host: String,
     /// Inode of the writer's PID namespace (`/proc/self/ns/pid`).
     #[serde(default)]
-    pub pid_ns: Option<u64>,
+    pub(crate) pid_ns: Option<u64>,
     /// Kernel boot id of the writer's host: process start times only compare within one boot.
     #[serde(default)]
-    pub boot_id: Option<String>,
+    pub(crate) boot_id: Option<String>,
     /// The writer's process start time, in clock ticks since boot (`/proc/self/stat` field 22).
     #[serde(default)]
-    pub start_time: Option<u64>,
+    pub(crate) start_time: Option<u64>,
     /// Heartbeat counter: bumped by every heartbeat. Contenders time how long it stays unchanged.
     #[serde(default)]
-    pub heartbeat: u64,
+    pub(crate) heartbeat: u64,
     /// Wall time of the last write, in nanoseconds since the Unix epoch (diagnostic only for the
     /// blocking lock).
     #[serde(default)]
-    pub written_at_ns: u64,
+    pub(crate) written_at_ns: u64,
     /// Wall time the current owner acquired the lease, nanoseconds since the Unix epoch.
     #[serde(default)]
-    pub acquired_at_ns: u64,
+    pub(crate) acquired_at_ns: u64,
     /// Wall time the lease expires, nanoseconds since the Unix epoch (the directory store's
     /// expiry; diagnostic for the blocking lock).
     #[serde(default)]
-    pub expires_at_ns: u64,
+    pub(crate) expires_at_ns: u64,
     /// Fencing generation: strictly increasing across every acquisition, kept across release.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// Whether the owner holds the kernel lock on the tenure file (`<path>.owner`).
     #[serde(default)]
-    pub tenure: bool,
+    pub(crate) tenure: bool,
     /// The critical-section protocol of the writer: `"kernel"` or `"heartbeat-only"`. Processes
     /// running different protocols on one path would not exclude each other, so a lock refuses
     /// a held record written under the other one.
     #[serde(default)]
-    pub protocol: Option<String>,
+    pub(crate) protocol: Option<String>,
     /// The directory store's key: partition key.
     #[serde(default)]
-    pub partition: Option<String>,
+    pub(crate) partition: Option<String>,
     /// The directory store's key: sort key.
     #[serde(default)]
-    pub sort: Option<String>,
+    pub(crate) sort: Option<String>,
 }
 
 /// Why bytes are not a valid record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum RecordError {
+pub(crate) enum RecordError {
     /// Larger than [`MAX_RECORD_BYTES`](crate::MAX_RECORD_BYTES).
     #[error("record of {0} bytes exceeds the limit")]
     TooLarge(usize),
@@ -88,20 +88,12 @@ pub enum RecordError {
 }
 
 impl LeaseFileRecord {
-    /// Parses a record from raw file bytes. Never panics, whatever the bytes.
-    ///
-    /// ```
-    /// use lease_file::LeaseFileRecord;
-    /// assert!(LeaseFileRecord::parse(b"").is_err());
-    /// assert!(LeaseFileRecord::parse(b"{\"version\":1").is_err());
-    /// let ok = LeaseFileRecord::parse(br#"{"version":1,"pid":7,"generation":3}"#).unwrap();
-    /// assert_eq!(ok.generation, 3);
-    /// assert!(ok.owner.is_none());
-    /// ```
+    /// Parses a record from raw file bytes. Never panics, whatever the bytes (property-tested in
+    /// `src/tests.rs`).
     ///
     /// # Errors
     /// A [`RecordError`] saying what is wrong.
-    pub fn parse(bytes: &[u8]) -> Result<Self, RecordError> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, RecordError> {
         if bytes.len() > MAX_RECORD_BYTES {
             return Err(RecordError::TooLarge(bytes.len()));
         }
@@ -117,14 +109,9 @@ impl LeaseFileRecord {
     }
 
     /// The record as JSON bytes, with a trailing newline.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let mut bytes = serde_json::to_vec(self).unwrap_or_default();
         bytes.push(b'\n');
         bytes
-    }
-
-    /// Whether the record names a current owner.
-    pub fn is_held(&self) -> bool {
-        self.owner.is_some()
     }
 }

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use lease_core::backend::{
-    default_safety_margin, holder_deadline, validate_duration, validate_fenced_value,
+    default_safety_margin, fenced_write, fencing_token, holder_deadline, validate_duration,
+    validate_fenced_value,
 };
 use lease_core::{
     AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Holder, Lease, LeaseBackend,
@@ -15,17 +16,18 @@ use lease_core::{
     TokenSource,
 };
 
+use crate::BACKEND as NAME;
 use crate::chain::{
     self, Found, Held, KeyDir, Kind, Modes, State, Value, data_name, entry_names, fnv,
 };
 use crate::cs::{LockMode, ModePreference, detect};
+use crate::encode::{decode_file_name, fenced_file_name, key_file_name};
 use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase};
+use crate::error::{FsError, key_of_path};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
 use crate::fsio::ensure_dir;
+use crate::record::LeaseFileRecord;
 use crate::wake::Waiters;
-use crate::{FileLockError, LeaseFileRecord, decode_file_name, fenced_file_name, key_file_name};
-
-const NAME: &str = "file";
 /// The most released lock directories a store keeps open for the next acquisition of their key
 /// (each is three descriptors: the directory, its stream, its state entry).
 const IDLE_DIRS: usize = 32;
@@ -46,7 +48,7 @@ struct Tenure {
 /// Leases as files in one directory: the lease-core [`LeaseBackend`] and [`LeaseListing`] on a
 /// local (or, in heartbeat-only mode, network) file system.
 ///
-/// Each key is one lock directory named by [`key_file_name`], run by the crate's one protocol
+/// Each key is one lock directory named by an encoding of the key, run by the crate's one protocol
 /// (see the crate docs): every change is one `rename` of its state entry from the exact name
 /// observed. Expiry never reads the wall clock: a holder on the same clock scale (this host's
 /// `CLOCK_MONOTONIC`, or one injected [`Clock`] with
@@ -112,7 +114,7 @@ struct Tenure {
 ///   timed from the old one's first sighting and taken over while its holder still trusts it.
 /// * Every reader (acquisitions, renewals, releases, `inspect`, listing, [`FileLock`](crate::FileLock)
 ///   on the same path, the kernel-lock waiters) treats a directory with no state entry as
-///   damaged ([`FileLockError::Hostile`]); a tombstone needs a new rule in each, and a rule for
+///   damaged ([`LeaseError::Corrupt`]); a tombstone needs a new rule in each, and a rule for
 ///   who may remove a directory that a crashed deleter left behind.
 /// * On a network file system a file still open in another process is silly-renamed when
 ///   removed, so the directory cannot be removed while any process has its state entry open
@@ -172,38 +174,119 @@ impl fmt::Debug for DirectoryStore {
     }
 }
 
-impl DirectoryStore {
-    /// Opens (creating it if needed) the store in `dir`, detecting the [`LockMode`].
-    ///
-    /// # Errors
-    /// If the directory cannot be created or probed.
-    pub fn open(dir: impl AsRef<Path>) -> Result<Self, FileLockError> {
-        Self::open_with_mode(dir, ModePreference::Auto)
+/// Builds a [`DirectoryStore`]: [`DirectoryStore::builder`], `with_*` setters,
+/// [`build`](Self::build).
+///
+/// ```
+/// use lease_core::ManualClock;
+/// use lease_file::{DirectoryStore, ModePreference};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = DirectoryStore::builder(dir.path())
+///     .with_mode(ModePreference::Auto)
+///     .with_clock(Arc::new(ManualClock::new()))
+///     .with_safety_margin(Duration::from_millis(100))
+///     .with_file_mode(0o600)
+///     .build()?;
+/// assert_eq!(store.dir(), dir.path());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use]
+pub struct DirectoryStoreBuilder {
+    dir: PathBuf,
+    preference: ModePreference,
+    time: Timebase,
+    tokens: Arc<dyn TokenSource>,
+    safety_margin: Option<Duration>,
+    file_mode: u32,
+    dir_mode: u32,
+    fsync: bool,
+}
+
+impl fmt::Debug for DirectoryStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectoryStoreBuilder")
+            .field("dir", &self.dir)
+            .field("preference", &self.preference)
+            .field("clock", self.time.clock())
+            .field("safety_margin", &self.safety_margin)
+            .field("file_mode", &format_args!("{:o}", self.file_mode))
+            .field("fsync", &self.fsync)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DirectoryStoreBuilder {
+    /// Forces a [`ModePreference`] (default automatic).
+    pub fn with_mode(mut self, preference: ModePreference) -> Self {
+        self.preference = preference;
+        self
     }
 
-    /// Opens the store with a [`ModePreference`].
+    /// Uses `clock` for deadlines and expiry. Processes share expiry judgements through
+    /// [`Clock::shared_monotonic`] when the clock offers it, and time them by observation
+    /// otherwise.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.time = Timebase::injected(clock);
+        self
+    }
+
+    /// Uses `tokens` to make owner tokens.
+    pub fn with_token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// Overrides [`default_safety_margin`]. Zero trusts the whole lease; a margin as long as a
+    /// lease or longer (such as `Duration::MAX`) makes acquiring or renewing it fail with
+    /// [`LeaseError::InvalidInput`] naming `safety_margin`, writing nothing.
+    pub fn with_safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = Some(margin);
+        self
+    }
+
+    /// Mode of created files (default 0644), exactly: the umask does not apply. Lock
+    /// directories get the same mode plus the matching search (`x`) bits. Anyone who can write
+    /// a lock directory can act as any owner, so the modes are the access control.
+    pub fn with_file_mode(mut self, mode: u32) -> Self {
+        let mode = mode & 0o7777;
+        self.file_mode = mode;
+        self.dir_mode = mode | ((mode & 0o444) >> 2);
+        self
+    }
+
+    /// fsync every change (default off): lock and value directories after each rename, data
+    /// files when written, and the store directory when a lock directory is created. Leases do
+    /// not outlive a power loss anyway, but without it a fencing generation issued just before
+    /// one may be issued again after it; turn it on if generations must never repeat.
+    pub fn with_fsync(mut self, fsync: bool) -> Self {
+        self.fsync = fsync;
+        self
+    }
+
+    /// Opens (creating it if needed) the store's directory and detects the [`LockMode`].
     ///
     /// # Errors
-    /// As [`open`](Self::open), plus [`FileLockError::Unsupported`] when kernel locks are
-    /// demanded and do not work.
-    pub fn open_with_mode(
-        dir: impl AsRef<Path>,
-        preference: ModePreference,
-    ) -> Result<Self, FileLockError> {
-        let dir = dir.as_ref().to_owned();
-        ensure_dir(&dir, 0o755)?;
-        let (mode, reason) = detect(&dir, preference)?;
+    /// [`LeaseError::Backend`] if the directory cannot be created or probed, or (permanent,
+    /// saying why) when kernel locks are demanded ([`ModePreference::Kernel`]) and do not work.
+    pub fn build(self) -> Result<DirectoryStore, LeaseError> {
+        let dir = self.dir;
+        let key = key_of_path(&dir)?;
+        ensure_dir(&dir, 0o755).map_err(|e| e.into_lease(&key))?;
+        let (mode, reason) = detect(&dir, self.preference).map_err(|e| e.into_lease(&key))?;
         tracing::debug!(dir = %dir.display(), ?mode, %reason, "directory store opened");
-        Ok(Self {
+        Ok(DirectoryStore {
             inner: Arc::new(Inner {
                 dir,
                 mode,
-                time: Timebase::system(),
-                tokens: Arc::new(RandomTokens),
-                safety_margin: None,
-                file_mode: 0o644,
-                dir_mode: 0o755,
-                fsync: false,
+                time: self.time,
+                tokens: self.tokens,
+                safety_margin: self.safety_margin,
+                file_mode: self.file_mode,
+                dir_mode: self.dir_mode,
+                fsync: self.fsync,
                 seen: Arc::default(),
                 tenures: Arc::default(),
                 idle: Arc::default(),
@@ -211,74 +294,58 @@ impl DirectoryStore {
             }),
         })
     }
+}
 
-    fn update(mut self, f: impl FnOnce(&mut Inner)) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            f(inner);
-        } else {
-            let old = &self.inner;
-            let mut inner = Inner {
-                dir: old.dir.clone(),
-                mode: old.mode,
-                time: old.time.clone(),
-                tokens: old.tokens.clone(),
-                safety_margin: old.safety_margin,
-                file_mode: old.file_mode,
-                dir_mode: old.dir_mode,
-                fsync: old.fsync,
-                seen: Arc::default(),
-                tenures: Arc::default(),
-                idle: Arc::default(),
-                waiters: Waiters::default(),
-            };
-            f(&mut inner);
-            self.inner = Arc::new(inner);
+impl DirectoryStore {
+    /// Opens (creating it if needed) the store in `dir`, detecting the [`LockMode`]:
+    /// `builder(dir).build()`.
+    ///
+    /// # Errors
+    /// As [`DirectoryStoreBuilder::build`].
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, LeaseError> {
+        Self::builder(dir).build()
+    }
+
+    /// A builder for the store in `dir`: automatic mode, the system clock, random tokens, the
+    /// default safety margin, mode 0644, no fsync.
+    pub fn builder(dir: impl AsRef<Path>) -> DirectoryStoreBuilder {
+        DirectoryStoreBuilder {
+            dir: dir.as_ref().to_owned(),
+            preference: ModePreference::Auto,
+            time: Timebase::system(),
+            tokens: Arc::new(RandomTokens),
+            safety_margin: None,
+            file_mode: 0o644,
+            dir_mode: 0o755,
+            fsync: false,
         }
-        self
-    }
-
-    /// Uses `clock` for deadlines and expiry. Processes share expiry judgements through
-    /// [`Clock::shared_monotonic`] when the clock offers it, and time them by observation
-    /// otherwise.
-    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
-        self.update(|i| i.time = Timebase::injected(clock))
-    }
-
-    /// Uses `tokens` to make owner tokens.
-    pub fn with_token_source(self, tokens: Arc<dyn TokenSource>) -> Self {
-        self.update(|i| i.tokens = tokens)
-    }
-
-    /// Overrides [`default_safety_margin`]. Zero trusts the whole lease; a margin as long as a
-    /// lease or longer (such as `Duration::MAX`) makes acquiring or renewing it fail with
-    /// [`LeaseError::InvalidInput`] naming `safety_margin`, writing nothing.
-    pub fn with_safety_margin(self, margin: Duration) -> Self {
-        self.update(|i| i.safety_margin = Some(margin))
-    }
-
-    /// Mode of created files (default 0644), exactly: the umask does not apply. Lock
-    /// directories get the same mode plus the matching search (`x`) bits. Anyone who can write
-    /// a lock directory can act as any owner, so the modes are the access control.
-    pub fn with_file_mode(self, mode: u32) -> Self {
-        let mode = mode & 0o7777;
-        let dir_mode = mode | ((mode & 0o444) >> 2);
-        self.update(|i| {
-            i.file_mode = mode;
-            i.dir_mode = dir_mode;
-        })
-    }
-
-    /// fsync every change (default off): lock and value directories after each rename, data
-    /// files when written, and the store directory when a lock directory is created. Leases do
-    /// not outlive a power loss anyway, but without it a fencing generation issued just before
-    /// one may be issued again after it; turn it on if generations must never repeat.
-    pub fn with_fsync(self, fsync: bool) -> Self {
-        self.update(|i| i.fsync = fsync)
     }
 
     /// The directory.
     pub fn dir(&self) -> &Path {
         &self.inner.dir
+    }
+
+    /// The lock directory of `key` in this store (whether or not it exists yet): what to remove
+    /// by hand to drop a key for good once no process uses it (see *Delete*), or to inspect. Its
+    /// name is a private encoding of the key; [`keys`](Self::keys) decodes a listing.
+    ///
+    /// ```
+    /// use lease_core::LeaseKey;
+    /// use lease_file::DirectoryStore;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = DirectoryStore::open(dir.path())?;
+    /// let path = store.lock_dir(&LeaseKey::new("../etc")?)?;
+    /// assert_eq!(path.parent(), Some(dir.path()), "no key escapes the directory");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidInput`] when the key encodes to a file name longer than the store
+    /// allows (200 bytes; bytes outside `[A-Za-z0-9_-]` take three each).
+    pub fn lock_dir(&self, key: &LeaseKey) -> Result<PathBuf, LeaseError> {
+        Ok(self.inner.dir.join(key_file_name(key)?))
     }
 
     /// Whether holders take the kernel lock here.
@@ -289,10 +356,24 @@ impl DirectoryStore {
     /// The keys with a lock directory in the store, in no particular order (fenced-value names
     /// are not keys and are not listed).
     ///
+    /// ```
+    /// use lease_core::{LeaseBackendExt, LeaseKey};
+    /// use lease_file::DirectoryStore;
+    /// use std::time::Duration;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = DirectoryStore::open(dir.path())?;
+    /// let key = LeaseKey::with_sort_key("jobs", "nightly")?;
+    /// lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+    /// assert_eq!(store.keys()?, vec![key]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
-    /// If the directory cannot be read.
-    pub fn keys(&self) -> Result<Vec<LeaseKey>, FileLockError> {
-        Ok(entry_names(&self.inner.dir)?
+    /// [`LeaseError::Backend`] if the directory cannot be read.
+    pub fn keys(&self) -> Result<Vec<LeaseKey>, LeaseError> {
+        Ok(entry_names(&self.inner.dir)
+            .map_err(backend_error)?
             .iter()
             .filter_map(|name| decode_file_name(name.to_str()?))
             .collect())
@@ -384,7 +465,7 @@ impl DirectoryStore {
         let path = self.inner.dir.join(key_file_name(key)?);
         KeyDir::open(&path, Kind::Lease, create.then(|| self.modes()))
             .map(|kd| kd.map(|kd| kd.durable(self.inner.fsync)))
-            .map_err(|e| held_or(key, e))
+            .map_err(fs_error(key))
     }
 
     fn describe(
@@ -480,7 +561,7 @@ impl DirectoryStore {
             let attempt =
                 match engine::try_acquire(&mut kd, &claim, &self.inner.time, &self.inner.seen) {
                     Err(_) if cached => continue,
-                    other => other.map_err(backend_error)?,
+                    other => other.map_err(fs_error(key))?,
                 };
             return match attempt {
                 Attempt::Won { held, name, now } => {
@@ -537,7 +618,7 @@ impl DirectoryStore {
                     false,
                     &self.inner.time,
                 )
-                .map_err(backend_error)?
+                .map_err(fs_error(key))?
             {
                 tracing::debug!(%key, generation = t.generation, seq = next.seq, "file lease renewed");
                 t.held = next;
@@ -609,7 +690,7 @@ impl DirectoryStore {
         let key = lease.key();
         let generation = lease.fencing_token().get();
         for _ in 0..4 {
-            let found = kd.state().map_err(backend_error)?;
+            let found = kd.state().map_err(fs_error(key))?;
             if let Some(gone) = engine::mismatch(&found, generation, lease.token().as_str()) {
                 return Err(not_owned(key, gone));
             }
@@ -621,7 +702,7 @@ impl DirectoryStore {
             }
             if let Some(renewed) =
                 engine::renew(kd, &found.name, held, duration, false, &self.inner.time)
-                    .map_err(backend_error)?
+                    .map_err(fs_error(key))?
             {
                 tracing::debug!(%key, generation, seq = renewed.0.seq, "file lease renewed");
                 return Ok(renewed);
@@ -652,7 +733,7 @@ impl DirectoryStore {
             // and only then: a release refused (another token, say) must not free the holder's
             // lock.
             let released = t.held.token == fnv(token.as_str().as_bytes())
-                && engine::release(&mut t.kd, &t.name, fencing.get()).map_err(backend_error)?;
+                && engine::release(&mut t.kd, &t.name, fencing.get()).map_err(fs_error(key))?;
             let result = if released {
                 tracing::debug!(%key, generation = fencing.get(), "file lease released");
                 Ok(())
@@ -689,11 +770,11 @@ impl DirectoryStore {
         fencing: FencingToken,
     ) -> Result<(), LeaseError> {
         for _ in 0..4 {
-            let found = kd.state().map_err(backend_error)?;
+            let found = kd.state().map_err(fs_error(key))?;
             if let Some(gone) = engine::mismatch(&found, fencing.get(), token.as_str()) {
                 return Err(not_owned(key, gone));
             }
-            if engine::release(kd, &found.name, fencing.get()).map_err(backend_error)? {
+            if engine::release(kd, &found.name, fencing.get()).map_err(fs_error(key))? {
                 return Ok(());
             }
         }
@@ -711,17 +792,17 @@ impl DirectoryStore {
             Ok(None) => return Ok(None),
             // Another protocol's lock file (a Go PIDLock) holds the key: shown as held, with
             // no fencing token of ours.
-            Err(FileLockError::Held { holder, .. }) => {
+            Err(FsError::Held { holder, .. }) => {
                 return Ok(Some(lease_core::backend::new_record(
                     key.clone(),
-                    Some(Holder::new().with_owner(holder.to_string())),
+                    Some(holder.to_holder()),
                     FencingToken::NONE,
                 )));
             }
-            Err(e) => return Err(backend_error(e)),
+            Err(e) => return Err(e.into_lease(key)),
         };
         let mut kd = kd;
-        let found = kd.state().map_err(backend_error)?;
+        let found = kd.state().map_err(fs_error(key))?;
         let holder = match &found.state {
             State::Free(_) => None,
             // A holder whose kernel lock is free on this host has exited: the key is free, as
@@ -777,8 +858,7 @@ impl DirectoryStore {
 
     fn list_now(&self, partition: &str) -> Result<Vec<LeaseRecord>, LeaseError> {
         let mut keys: Vec<LeaseKey> = self
-            .keys()
-            .map_err(backend_error)?
+            .keys()?
             .into_iter()
             .filter(|key| key.partition() == partition)
             .collect();
@@ -797,7 +877,15 @@ impl DirectoryStore {
     fn value_dir(&self, name: &LeaseKey) -> Result<KeyDir, LeaseError> {
         let path = self.inner.dir.join(fenced_file_name(name)?);
         KeyDir::open(&path, Kind::Value, Some(self.modes()))
-            .map_err(backend_error)?
+            .map_err(|error| match error {
+                // A regular file that would read as a Go lock at a lease's path holds nothing
+                // at a fenced value's: it is simply not a value.
+                FsError::Held { path, holder } => LeaseError::corrupt(
+                    name.clone(),
+                    format!("{}: not a fenced value: {holder}", path.display()),
+                ),
+                other => other.into_lease(name),
+            })?
             .map(|kd| kd.durable(self.inner.fsync))
             .ok_or_else(|| missing(name))
     }
@@ -812,13 +900,12 @@ impl DirectoryStore {
         let kd = self.value_dir(name)?;
         let fence = fencing.get();
         for _ in 0..8 {
-            let value = kd.value().map_err(backend_error)?;
-            if value.fence > fence {
-                return Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced));
-            }
+            let value = kd.value().map_err(fs_error(name))?;
+            fenced_write(fencing_token(value.fence), fencing)
+                .map_err(|reason| LeaseError::not_owned(name.clone(), reason))?;
             // Read before raising the fence, so a corrupt value is refused with nothing written.
             // A data file never changes once named: this is the value of the entry observed.
-            let Some(current) = current_value(&kd, &value)? else {
+            let Some(current) = current_value(name, &kd, &value)? else {
                 continue; // replaced since we listed: look again
             };
             if value.fence < fence {
@@ -829,7 +916,7 @@ impl DirectoryStore {
                 };
                 if !kd
                     .swap(&value.name(), &raised.name())
-                    .map_err(backend_error)?
+                    .map_err(fs_error(name))?
                 {
                     continue;
                 }
@@ -860,13 +947,12 @@ impl DirectoryStore {
         let mut created = false;
         let result = (|| {
             for _ in 0..8 {
-                let value = kd.value().map_err(backend_error)?;
-                if value.fence > fence {
-                    return Err(LeaseError::not_owned(name.clone(), NotOwnedReason::Fenced));
-                }
+                let value = kd.value().map_err(fs_error(name))?;
+                fenced_write(fencing_token(value.fence), fencing)
+                    .map_err(|reason| LeaseError::not_owned(name.clone(), reason))?;
                 // The value replaced must be intact: a corrupt or lost one is refused as a read
                 // of it is, never replaced (its file would be deleted with it).
-                if current_value(&kd, &value)?.is_none() {
+                if current_value(name, &kd, &value)?.is_none() {
                     continue;
                 }
                 if !created {
@@ -876,7 +962,7 @@ impl DirectoryStore {
                         &fenced::encode(fence, Some(bytes)),
                         self.inner.fsync,
                     )
-                    .map_err(backend_error)?;
+                    .map_err(fs_error(name))?;
                     created = true;
                 }
                 let next = Value {
@@ -886,7 +972,7 @@ impl DirectoryStore {
                 };
                 if kd
                     .swap(&value.name(), &next.name())
-                    .map_err(backend_error)?
+                    .map_err(fs_error(name))?
                 {
                     if let Some(old) = value.nonce {
                         kd.remove(&data_name(old));
@@ -912,17 +998,22 @@ impl DirectoryStore {
 /// fenced, `None` when the entry was replaced meanwhile (its data file goes with it: look again).
 ///
 /// # Errors
-/// A permanent [`LeaseError::Backend`] naming the data file when it is not a regular file,
-/// oversized or corrupt, or missing while the entry still names it.
-fn current_value(kd: &KeyDir, value: &Value) -> Result<Option<Option<Vec<u8>>>, LeaseError> {
+/// [`LeaseError::Corrupt`] naming the data file when it is not a regular file, oversized or
+/// corrupt, or missing while the entry still names it.
+fn current_value(
+    name: &LeaseKey,
+    kd: &KeyDir,
+    value: &Value,
+) -> Result<Option<Option<Vec<u8>>>, LeaseError> {
     let Some(nonce) = value.nonce else {
         return Ok(Some(None));
     };
     let data = data_name(nonce);
     let path = kd.path().join(&data);
-    match kd.open_file(&data).map_err(backend_error)? {
-        Some(file) => read_value(&path, file).map(Some),
-        None if kd.value().map_err(backend_error)? == *value => Err(corrupt_fenced(
+    match kd.open_file(&data).map_err(fs_error(name))? {
+        Some(file) => read_value(name, &path, file).map(Some),
+        None if kd.value().map_err(fs_error(name))? == *value => Err(corrupt_fenced(
+            name,
             &path,
             "missing, though the value entry names it (deleted by hand or by a cleaner?)",
         )),
@@ -930,11 +1021,15 @@ fn current_value(kd: &KeyDir, value: &Value) -> Result<Option<Option<Vec<u8>>>, 
     }
 }
 
-fn read_value(path: &Path, mut file: std::fs::File) -> Result<Option<Vec<u8>>, LeaseError> {
+fn read_value(
+    name: &LeaseKey,
+    path: &Path,
+    mut file: std::fs::File,
+) -> Result<Option<Vec<u8>>, LeaseError> {
     use std::io::Read as _;
-    let io = |e| backend_error(crate::fsio::io_error("read fenced value", path, e));
+    let io = |e| crate::fsio::io_error("read fenced value", path, e).into_lease(name);
     if !file.metadata().map_err(io)?.is_file() {
-        return Err(corrupt_fenced(path, "not a regular file"));
+        return Err(corrupt_fenced(name, path, "not a regular file"));
     }
     let mut bytes = Vec::new();
     (&mut file)
@@ -942,21 +1037,18 @@ fn read_value(path: &Path, mut file: std::fs::File) -> Result<Option<Vec<u8>>, L
         .read_to_end(&mut bytes)
         .map_err(io)?;
     if bytes.len() > MAX_FENCED_FILE_BYTES {
-        return Err(corrupt_fenced(path, "larger than the limit"));
+        return Err(corrupt_fenced(name, path, "larger than the limit"));
     }
-    let parsed = fenced::parse(&bytes).map_err(|reason| corrupt_fenced(path, &reason))?;
+    let parsed = fenced::parse(&bytes).map_err(|reason| corrupt_fenced(name, path, &reason))?;
     Ok(parsed.value)
 }
 
-fn corrupt_fenced(path: &Path, reason: &str) -> LeaseError {
-    LeaseError::backend(
-        NAME,
-        false,
-        FileLockError::Hostile {
-            path: path.to_owned(),
-            reason: format!("corrupt fenced-value file: {reason}"),
-        },
-    )
+fn corrupt_fenced(name: &LeaseKey, path: &Path, reason: &str) -> LeaseError {
+    FsError::Hostile {
+        path: path.to_owned(),
+        reason: format!("corrupt fenced-value file: {reason}"),
+    }
+    .into_lease(name)
 }
 
 fn missing(key: &LeaseKey) -> LeaseError {
@@ -972,15 +1064,11 @@ fn not_owned(key: &LeaseKey, gone: Gone) -> LeaseError {
     LeaseError::not_owned(key.clone(), reason)
 }
 
-/// A foreign lock file at a key's path (a Go `PIDLock`) is `Held`; anything else an error.
-fn held_or(key: &LeaseKey, error: FileLockError) -> LeaseError {
-    match error {
-        FileLockError::Held { holder, .. } => LeaseError::held(
-            key.clone(),
-            Some(Holder::new().with_owner(holder.to_string())),
-        ),
-        other => backend_error(other),
-    }
+/// The one mapping of the file machinery's errors for `key` ([`FsError::into_lease`]): a
+/// foreign lock file at a key's path (a Go `PIDLock`) is `Held`, a hostile one `Corrupt`,
+/// another protocol's `Foreign`, I/O `Backend`.
+fn fs_error(key: &LeaseKey) -> impl Fn(FsError) -> LeaseError + '_ {
+    move |error| error.into_lease(key)
 }
 
 fn time(ns: u64) -> SystemTime {
@@ -1027,7 +1115,7 @@ fn holder_of(
     holder
 }
 
-fn backend_error(error: FileLockError) -> LeaseError {
+fn backend_error(error: FsError) -> LeaseError {
     let transient = error.is_transient();
     LeaseError::backend(NAME, transient, error)
 }
@@ -1105,8 +1193,8 @@ impl LeaseListing for DirectoryStore {
     }
 }
 
-/// Fenced values live in the store directory, one directory per name, named by
-/// [`fenced_file_name`](crate::fenced_file_name) (a namespace no lease key's name can reach, so
+/// Fenced values live in the store directory, one directory per name, named `fenced~` and the
+/// key encoded as its lock directory's name is (a namespace no lease key's name can reach, so
 /// [`list_partition`](LeaseListing::list_partition) never returns them). The directory holds one
 /// chain entry `value.<fence>.<seq>.<nonce>`, whose name is the fence, and the data file
 /// `data.<nonce>` it names, in the binary format documented with
@@ -1117,7 +1205,7 @@ impl LeaseListing for DirectoryStore {
 /// from that exact entry name, the compare-and-swap lease states use:
 /// [`fence_and_read`](FencedValues::fence_and_read) renames it to the higher fence;
 /// [`put_fenced`](FencedValues::put_fenced) first creates a new data file with `O_EXCL` (with
-/// the configured mode, fsynced with [`with_fsync`](DirectoryStore::with_fsync)), renames the
+/// the configured mode, fsynced with [`with_fsync`](DirectoryStoreBuilder::with_fsync)), renames the
 /// entry to name it, then removes the old data file. A rename from a name that changed meanwhile
 /// fails and the operation looks again, so two writers can never both pass the fence check, and a
 /// writer paused for any length of time never replaces a value written under a newer fence.

@@ -12,7 +12,10 @@ use lease_file::DirectoryStore;
 const D: Duration = Duration::from_secs(10);
 
 fn store(dir: &std::path::Path, clock: &Arc<ManualClock>) -> DirectoryStore {
-    DirectoryStore::open(dir).unwrap().with_clock(clock.clone())
+    DirectoryStore::builder(dir)
+        .with_clock(clock.clone())
+        .build()
+        .unwrap()
 }
 
 #[test]

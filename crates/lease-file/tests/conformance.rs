@@ -14,9 +14,11 @@ use proptest::prelude::*;
 fn subject(dir: &std::path::Path, mode: ModePreference) -> Subject {
     let clock = Arc::new(ManualClock::new());
     let store = Arc::new(
-        DirectoryStore::open_with_mode(dir, mode)
-            .unwrap()
-            .with_clock(clock.clone()),
+        DirectoryStore::builder(dir)
+            .with_mode(mode)
+            .with_clock(clock.clone())
+            .build()
+            .unwrap(),
     );
     Subject::new(store, clock)
 }

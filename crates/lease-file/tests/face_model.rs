@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use lease_file::{FileLock, FileLockOptions, ModePreference};
+use lease_file::{FileLock, FileLockBuilder, ModePreference};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -28,9 +28,9 @@ fn op(locks: usize) -> impl Strategy<Value = Op> {
     ]
 }
 
-fn options(mode: ModePreference) -> FileLockOptions {
+fn options(path: impl Into<std::path::PathBuf>, mode: ModePreference) -> FileLockBuilder {
     // Long enough that no lease expires during a case: the model has no time.
-    FileLockOptions::default()
+    FileLock::builder(path)
         .with_mode(mode)
         .with_heartbeat_interval(Duration::from_millis(500))
         .with_stale_threshold(Duration::from_secs(30))
@@ -40,7 +40,7 @@ fn run(mode: ModePreference, ops: &[Op]) -> Result<(), TestCaseError> {
     const LOCKS: usize = 3;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("face.lease");
-    let make = || FileLock::with_options(&path, options(mode)).unwrap();
+    let make = || options(&path, mode).build().unwrap();
     let mut locks: Vec<FileLock> = (0..LOCKS).map(|_| make()).collect();
     let mut holder: Option<usize> = None;
     let mut last = 0u64;
@@ -60,11 +60,14 @@ fn run(mode: ModePreference, ops: &[Op]) -> Result<(), TestCaseError> {
                 }
                 Err(e) if e.is_held() => {
                     prop_assert!(holder.is_some_and(|h| h != i), "{:?}: {}", op, e);
-                    prop_assert_eq!(e.holder().map(|h| h.generation), Some(last));
+                    prop_assert_eq!(
+                        e.holder().and_then(|h| h.fencing()).map(|f| f.get()),
+                        Some(last)
+                    );
                 }
                 Err(e) => {
                     prop_assert_eq!(holder, Some(i), "{:?}: {}", op, e);
-                    let already = matches!(e, lease_file::FileLockError::AlreadyHeld { .. });
+                    let already = e.is_invalid_input();
                     prop_assert!(already, "{:?}: {}", op, e);
                 }
             },
@@ -119,19 +122,19 @@ proptest! {
 fn both_faces_work_with_fsync() {
     use lease_core::{FencedValues, LeaseBackendExt, LeaseKey};
     let dir = tempfile::tempdir().unwrap();
-    let lock = FileLock::with_options(
-        dir.path().join("durable.lease"),
-        options(ModePreference::Kernel).with_fsync(true),
-    )
-    .unwrap();
+    let lock = options(dir.path().join("durable.lease"), ModePreference::Kernel)
+        .with_fsync(true)
+        .build()
+        .unwrap();
     let first = lock.acquire().unwrap();
     lock.release().unwrap();
     assert!(lock.acquire().unwrap() > first);
     lock.release().unwrap();
 
-    let store = lease_file::DirectoryStore::open(dir.path().join("store"))
-        .unwrap()
-        .with_fsync(true);
+    let store = lease_file::DirectoryStore::builder(dir.path().join("store"))
+        .with_fsync(true)
+        .build()
+        .unwrap();
     let key = LeaseKey::new("durable").unwrap();
     let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap();
     let name = LeaseKey::new("checkpoint").unwrap();

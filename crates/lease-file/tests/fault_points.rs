@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lease_file::{FileLock, FileLockOptions};
+use lease_file::go::PidLock as _;
+use lease_file::{FileLock, LossReason, NotOwnedReason};
 
 /// One test at a time: they share the fault point registry.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -25,11 +26,10 @@ fn the_fault_points_run() {
     })
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let lock = FileLock::with_options(
-        dir.path().join("a.lease"),
-        FileLockOptions::default().with_heartbeat_interval(Duration::from_millis(50)),
-    )
-    .unwrap();
+    let lock = FileLock::builder(dir.path().join("a.lease"))
+        .with_heartbeat_interval(Duration::from_millis(50))
+        .build()
+        .unwrap();
     lock.acquire().unwrap();
     lock.release().unwrap();
     fail::remove("lease-file/before-acquire");
@@ -55,16 +55,14 @@ fn a_renewal_in_a_directory_replaced_under_the_heartbeat_is_not_trusted() {
     let (lost_tx, lost) = std::sync::mpsc::channel();
     // Heartbeats 500 ms apart: the loss is reported by the paused heartbeat itself, not by the
     // next one.
-    let holder = FileLock::with_options(
-        &path,
-        FileLockOptions::default()
-            .with_heartbeat_interval(Duration::from_millis(500))
-            .with_stale_threshold(Duration::from_secs(5))
-            .on_lease_lost(move |reason| {
-                let _ = lost_tx.send((std::time::Instant::now(), reason.clone()));
-            }),
-    )
-    .unwrap();
+    let holder = FileLock::builder(&path)
+        .with_heartbeat_interval(Duration::from_millis(500))
+        .with_stale_threshold(Duration::from_secs(5))
+        .on_lost(move |reason| {
+            let _ = lost_tx.send((std::time::Instant::now(), reason.clone()));
+        })
+        .build()
+        .unwrap();
     holder.acquire().unwrap();
 
     let (paused_tx, paused) = std::sync::mpsc::channel::<()>();
@@ -108,10 +106,13 @@ fn a_renewal_in_a_directory_replaced_under_the_heartbeat_is_not_trusted() {
         at - resumed
     );
     assert!(
-        matches!(reason, lease_file::LostReason::TakenOver { .. }),
+        matches!(
+            reason,
+            LossReason::NotOwned(NotOwnedReason::TakenOver | NotOwnedReason::Missing)
+        ),
         "{reason}"
     );
-    assert!(holder.check().unwrap_err().is_not_held());
+    assert!(holder.check().unwrap_err().is_not_owned());
     assert!(contender.held());
     contender.release().unwrap();
 }

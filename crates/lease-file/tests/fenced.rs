@@ -10,11 +10,11 @@ use lease_core::{
     FencedValues, FencingToken, LeaseBackend, LeaseBackendExt, LeaseError, LeaseKey, LeaseListing,
     MAX_FENCED_VALUE_BYTES, NotOwnedReason, block_on,
 };
-use lease_file::{
-    DirectoryStore, FENCED_PREFIX, MAX_FENCED_FILE_BYTES, ModePreference, decode_file_name,
-    fenced_file_name, key_file_name,
-};
-use proptest::prelude::*;
+use lease_file::{DirectoryStore, MAX_FENCED_FILE_BYTES, ModePreference};
+
+/// Prefix of fenced-value directories on disk (the store's private encoding, which these tests
+/// plant and inspect files in).
+const FENCED_PREFIX: &str = "fenced~";
 
 const MODES: [ModePreference; 2] = [ModePreference::Kernel, ModePreference::HeartbeatOnly];
 
@@ -22,56 +22,23 @@ fn t(n: u64) -> FencingToken {
     lease_core::backend::fencing_token(n)
 }
 
+/// A fenced value's directory: the prefix, then the key encoded as its lock directory's name
+/// is, without the `.lease` suffix.
 fn fenced_path(store: &DirectoryStore, name: &LeaseKey) -> PathBuf {
-    store.dir().join(fenced_file_name(name).unwrap())
-}
-
-fn key_strategy() -> impl Strategy<Value = LeaseKey> {
-    // Any text, biased towards the characters the encodings use or could be confused by.
-    let part = prop_oneof![
-        "[a-z~.%_-]{1,12}",
-        "fenced~[a-z.~]{0,8}",
-        any::<String>().prop_filter("non-empty", |s| !s.is_empty() && s.len() < 40),
-    ];
-    (part.clone(), proptest::option::of(part)).prop_filter_map("valid key", |(p, s)| match s {
-        None => LeaseKey::new(p).ok(),
-        Some(s) => LeaseKey::with_sort_key(p, s).ok(),
-    })
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
-
-    /// No lease record name (nor the name of its temporary directory, `.<name>.init.<16 hex>`)
-    /// contains `~`, and every fenced-value name does; fenced names never decode as lease keys,
-    /// nor do the temporaries of either. So the namespaces are disjoint, and the fenced encoding
-    /// is injective like the lease one.
-    #[test]
-    fn fenced_names_are_a_namespace_no_lease_key_reaches(a in key_strategy(), b in key_strategy()) {
-        if let (Ok(record), Ok(fenced)) = (key_file_name(&a), fenced_file_name(&a)) {
-            prop_assert!(!record.contains('~'), "{record}");
-            prop_assert!(fenced.starts_with(FENCED_PREFIX));
-            prop_assert!(fenced.contains('~'));
-            prop_assert!(!fenced.contains('/'));
-            prop_assert_eq!(decode_file_name(&fenced), None);
-            for name in [&record, &fenced] {
-                prop_assert_eq!(decode_file_name(&format!(".{name}.init.0123456789abcdef")), None);
-            }
-            prop_assert!(fenced.len() <= 255 - 23, "room for the temporary directory's name");
-            if let (Ok(record_b), Ok(fenced_b)) = (key_file_name(&b), fenced_file_name(&b)) {
-                prop_assert_ne!(&fenced, &record_b);
-                prop_assert_eq!(fenced == fenced_b, a == b);
-                prop_assert_eq!(record == record_b, a == b);
-            }
-        }
-    }
+    let lock_dir = store.lock_dir(name).unwrap();
+    let stem = lock_dir.file_name().unwrap().to_str().unwrap();
+    let stem = stem.strip_suffix(".lease").unwrap();
+    store.dir().join(format!("{FENCED_PREFIX}{stem}"))
 }
 
 #[test]
 fn list_partition_never_returns_fenced_values_and_leases_are_independent() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
-        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let store = DirectoryStore::builder(dir.path())
+            .with_mode(mode)
+            .build()
+            .unwrap();
         let key = LeaseKey::with_sort_key("jobs", "nightly").unwrap();
         block_on(store.put_fenced(&key, t(50), b"progress")).unwrap();
         block_on(store.put_fenced(&LeaseKey::new("jobs").unwrap(), t(1), b"x")).unwrap();
@@ -95,7 +62,10 @@ fn list_partition_never_returns_fenced_values_and_leases_are_independent() {
 fn largest_value_round_trips_and_oversized_touches_nothing() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
-        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let store = DirectoryStore::builder(dir.path())
+            .with_mode(mode)
+            .build()
+            .unwrap();
         let name = LeaseKey::new("checkpoint").unwrap();
         let big: Vec<u8> = (0..MAX_FENCED_VALUE_BYTES)
             .map(|i| (i % 251) as u8)
@@ -185,15 +155,11 @@ fn assert_no_strays(dir: &Path) {
 }
 
 fn assert_permanent_naming(err: &LeaseError, path: &Path, what: &str) {
+    // A hostile or damaged value is the store's record refused (`Corrupt`, or `Foreign` for
+    // another protocol's file): permanent, never retried.
     assert!(
-        matches!(
-            err,
-            LeaseError::Backend {
-                transient: false,
-                ..
-            }
-        ),
-        "{what}: want a permanent backend error, got {err:?}"
+        (err.is_corrupt() || err.is_foreign()) && !err.is_transient(),
+        "{what}: want a permanent refusal of the record, got {err:?}"
     );
     let shown = format!("{err} {err:?}");
     assert!(
@@ -211,7 +177,10 @@ fn hostile_files_at_a_fenced_path_are_refused_and_left_alone() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
-        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let store = DirectoryStore::builder(dir.path())
+            .with_mode(mode)
+            .build()
+            .unwrap();
 
         // A valid fenced value elsewhere, reachable only through a link.
         let target_store = DirectoryStore::open(outside.path()).unwrap();
@@ -328,7 +297,10 @@ fn race(mode: ModePreference) {
         .map(|token| {
             // A store per thread: its own descriptors and critical-section state, as a separate
             // process would have.
-            let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+            let store = DirectoryStore::builder(dir.path())
+                .with_mode(mode)
+                .build()
+                .unwrap();
             let name = name.clone();
             let barrier = barrier.clone();
             std::thread::spawn(move || {
@@ -363,7 +335,10 @@ fn race(mode: ModePreference) {
 
     // The highest token is never refused, and its last value is what remains.
     assert!(log.iter().filter(|a| a.token == WRITERS).all(|a| a.ok));
-    let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+    let store = DirectoryStore::builder(dir.path())
+        .with_mode(mode)
+        .build()
+        .unwrap();
     assert_eq!(
         block_on(store.fence_and_read(&name, t(WRITERS))).unwrap(),
         Some(format!("token={WRITERS} seq={}", ROUNDS - 1).into_bytes())
@@ -411,7 +386,10 @@ fn racing_writers_highest_token_wins_heartbeat_only() {
 fn fence_only_then_value_then_empty() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
-        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let store = DirectoryStore::builder(dir.path())
+            .with_mode(mode)
+            .build()
+            .unwrap();
         let name = LeaseKey::new("n").unwrap();
         assert_eq!(block_on(store.fence_and_read(&name, t(3))).unwrap(), None);
         // The read fenced the name: an older writer is refused even though nothing was stored.
@@ -424,7 +402,10 @@ fn fence_only_then_value_then_empty() {
             Some(Vec::new())
         );
         // Another store on the directory sees the same fence.
-        let other = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let other = DirectoryStore::builder(dir.path())
+            .with_mode(mode)
+            .build()
+            .unwrap();
         assert!(
             block_on(other.fence_and_read(&name, t(2)))
                 .unwrap_err()
@@ -445,7 +426,10 @@ fn a_writer_behind_a_newer_fence_is_refused_and_the_newer_value_stays() {
             let name = LeaseKey::new("checkpoint").unwrap();
             let barrier = Arc::new(Barrier::new(2));
             let a = {
-                let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+                let store = DirectoryStore::builder(dir.path())
+                    .with_mode(mode)
+                    .build()
+                    .unwrap();
                 let (name, barrier) = (name.clone(), barrier.clone());
                 std::thread::spawn(move || {
                     assert_eq!(block_on(store.fence_and_read(&name, t(3))).unwrap(), None);
@@ -458,7 +442,10 @@ fn a_writer_behind_a_newer_fence_is_refused_and_the_newer_value_stays() {
                 })
             };
             let b = {
-                let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+                let store = DirectoryStore::builder(dir.path())
+                    .with_mode(mode)
+                    .build()
+                    .unwrap();
                 let (name, barrier) = (name.clone(), barrier.clone());
                 std::thread::spawn(move || {
                     barrier.wait();
@@ -480,7 +467,10 @@ fn a_writer_behind_a_newer_fence_is_refused_and_the_newer_value_stays() {
                     "{context}: {err}"
                 );
             }
-            let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+            let store = DirectoryStore::builder(dir.path())
+                .with_mode(mode)
+                .build()
+                .unwrap();
             let expected: &[u8] = if b_writes { b"b" } else { b"a1" };
             assert_eq!(
                 block_on(store.fence_and_read(&name, t(4))).unwrap(),
@@ -505,7 +495,10 @@ fn a_writer_behind_a_newer_fence_is_refused_and_the_newer_value_stays() {
 fn a_corrupt_or_missing_value_inside_its_directory_is_refused_and_left_alone() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
-        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let store = DirectoryStore::builder(dir.path())
+            .with_mode(mode)
+            .build()
+            .unwrap();
         let outside = tempfile::tempdir().unwrap();
         let elsewhere = outside.path().join("data");
         std::fs::write(&elsewhere, b"do not touch").unwrap();

@@ -21,12 +21,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_dir::State;
-use lease_file::{FileLock, FileLockError, FileLockOptions, LockMode, ModePreference};
+use lease_file::go::{PidLock as _, PidLockOptions as _};
+use lease_file::{FileLock, FileLockBuilder, LeaseError, LockMode, ModePreference, WaitOptions};
 
 const GO_LABEL: &str = "Go kit/lockfile PIDLock";
 
-fn fast() -> FileLockOptions {
-    FileLockOptions::default()
+fn fast(path: impl Into<std::path::PathBuf>) -> FileLockBuilder {
+    FileLock::builder(path)
         .with_heartbeat_interval(Duration::from_millis(20))
         .with_stale_threshold(Duration::from_millis(200))
         .with_invalid_record_stale(Duration::from_millis(200))
@@ -136,12 +137,13 @@ fn dead_pid() -> u32 {
     pid
 }
 
-fn assert_go_holder(err: &FileLockError, pid: u32) {
+fn assert_go_holder(err: &LeaseError, pid: u32) {
     assert!(err.is_held(), "{err}");
     let holder = err.holder().unwrap();
-    assert_eq!(holder.pid, pid, "{err}");
-    assert_eq!(holder.label.as_deref(), Some(GO_LABEL), "{err}");
-    assert!(!holder.kernel_lock);
+    assert_eq!(holder.pid(), Some(pid), "{err}");
+    assert!(holder.owner().unwrap().starts_with(GO_LABEL), "{err}");
+    // Not a tenure of this protocol: no fencing generation (and no kernel lock of ours).
+    assert_eq!(holder.fencing(), None, "{err}");
 }
 
 #[test]
@@ -156,15 +158,17 @@ fn a_live_go_pidlock_is_held_waited_for_and_left_alone() {
         Duration::from_millis(250),
         Duration::from_millis(900),
     );
-    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let lock = fast(&path).build().unwrap();
     let err = lock.try_acquire().unwrap_err();
     assert_go_holder(&err, pid);
-    let beat = err.holder().unwrap().last_heartbeat.unwrap();
+    let beat = err.holder().unwrap().renewed_at().unwrap();
     assert!(beat.elapsed().unwrap_or_default() < Duration::from_secs(1));
     assert!(err.to_string().contains("go-owner-1"), "{err}");
-    assert_eq!(lock.holder().unwrap().unwrap().pid, pid);
+    assert_eq!(lock.holder().unwrap().unwrap().pid(), Some(pid));
     // Waiting: held until the Go process releases, then ours.
-    let g = lock.acquire_timeout(Duration::from_secs(5)).unwrap();
+    let g = lock
+        .acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
+        .unwrap();
     let acquired = Instant::now();
     let report = go.join();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
@@ -194,7 +198,7 @@ fn a_stale_go_pidlock_is_never_taken_over_and_says_how_to_clear_it() {
     );
     go_create(&path, &bytes).unwrap();
     let before = std::fs::symlink_metadata(&path).unwrap();
-    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let lock = fast(&path).build().unwrap();
     let err = lock.try_acquire().unwrap_err();
     assert_go_holder(&err, pid);
     let text = err.to_string();
@@ -207,10 +211,10 @@ fn a_stale_go_pidlock_is_never_taken_over_and_says_how_to_clear_it() {
         "says how to clear it: {text}"
     );
     let err = lock
-        .acquire_timeout(Duration::from_millis(500))
+        .acquire_with_wait(&WaitOptions::new(Duration::from_millis(500)))
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
-    assert_eq!(err.holder().unwrap().pid, pid);
+    assert_eq!(err.holder().unwrap().pid(), Some(pid));
     assert!(err.to_string().contains("removed by hand"), "{err}");
     let after = std::fs::symlink_metadata(&path).unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), bytes, "never rewritten");
@@ -257,7 +261,7 @@ fn a_go_process_can_never_acquire_while_the_lock_directory_exists() {
     let dir = tempfile::tempdir().unwrap();
     for mode in [ModePreference::Kernel, ModePreference::HeartbeatOnly] {
         let path: PathBuf = dir.path().join(format!("{mode:?}.lock"));
-        let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let lock = fast(&path).with_mode(mode).build().unwrap();
         let g = lock.acquire().unwrap();
         assert_go_cannot_acquire(&path);
         assert!(lock.held());
@@ -285,7 +289,7 @@ fn a_go_lock_being_rewritten_or_removed_reads_as_held_never_as_foreign() {
             Duration::from_micros(50),
             Duration::from_millis(40),
         );
-        let lock = FileLock::with_options(&path, fast()).unwrap();
+        let lock = fast(&path).build().unwrap();
         let mut looks = 0;
         loop {
             looks += 1;
@@ -332,7 +336,7 @@ fn go_locks_taken_and_released_in_turn_read_as_held_never_as_foreign() {
                 }
             }
         });
-        let lock = FileLock::with_options(&path, fast()).unwrap();
+        let lock = fast(&path).build().unwrap();
         let mut looks = 0;
         loop {
             looks += 1;
@@ -354,13 +358,13 @@ fn mixed_modes_on_one_path_never_hold_together_and_fence_strictly() {
     let path = dir.path().join("a.lock");
     // Renewals every 20 ms race the releases; the 2 s threshold keeps a thread starved on a
     // loaded machine from losing a tenure by expiry, which would let the other in legitimately.
-    let options = fast().with_stale_threshold(Duration::from_secs(2));
-    let hb = FileLock::with_options(
-        &path,
-        options.clone().with_mode(ModePreference::HeartbeatOnly),
-    )
-    .unwrap();
-    let kernel = FileLock::with_options(&path, options.with_mode(ModePreference::Kernel)).unwrap();
+    let options = fast(&path).with_stale_threshold(Duration::from_secs(2));
+    let hb = options
+        .clone()
+        .with_mode(ModePreference::HeartbeatOnly)
+        .build()
+        .unwrap();
+    let kernel = options.with_mode(ModePreference::Kernel).build().unwrap();
     assert_eq!(hb.mode(), LockMode::HeartbeatOnly);
     assert_eq!(kernel.mode(), LockMode::Kernel);
     const CYCLES: u32 = 2000;

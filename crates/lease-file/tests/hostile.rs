@@ -12,15 +12,16 @@ use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
 use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
+use lease_file::go::{PidLock as _, PidLockOptions as _};
 use lease_file::{
-    DirectoryStore, FileLock, FileLockError, FileLockOptions, LostReason, ModePreference,
-    key_file_name,
+    DirectoryStore, FileLock, FileLockBuilder, LeaseError, LossReason, ModePreference,
+    NotOwnedReason, WaitOptions,
 };
 
 const MODES: [ModePreference; 2] = [ModePreference::Kernel, ModePreference::HeartbeatOnly];
 
-fn fast() -> FileLockOptions {
-    FileLockOptions::default()
+fn fast(path: impl Into<std::path::PathBuf>) -> FileLockBuilder {
+    FileLock::builder(path)
         .with_heartbeat_interval(Duration::from_millis(20))
         .with_stale_threshold(Duration::from_millis(300))
         .with_retry_delay(Duration::from_millis(10))
@@ -163,7 +164,7 @@ fn planted_state_like_names_in_a_lock_directory_are_ignored() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.lease");
-        let setup = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let setup = fast(&path).with_mode(mode).build().unwrap();
         setup.acquire().unwrap();
         setup.release().unwrap();
         let mut planted: Vec<String> = NOT_STATES.iter().map(|s| (*s).to_owned()).collect();
@@ -176,9 +177,11 @@ fn planted_state_like_names_in_a_lock_directory_are_ignored() {
         let before: Vec<Snapshot> = planted.iter().map(|n| snapshot(&path.join(n))).collect();
 
         let (lock, other, first) = within(Duration::from_secs(10), move || {
-            let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
-            let first = lock.acquire_timeout(Duration::from_secs(2)).unwrap();
-            let other = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+            let lock = fast(&path).with_mode(mode).build().unwrap();
+            let first = lock
+                .acquire_with_wait(&WaitOptions::new(Duration::from_secs(2)))
+                .unwrap();
+            let other = fast(&path).with_mode(mode).build().unwrap();
             assert!(other.try_acquire().unwrap_err().is_held(), "{mode:?}");
             (lock, other, first)
         });
@@ -201,10 +204,13 @@ fn the_store_ignores_planted_state_like_names() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let key = LeaseKey::new("jobs").unwrap();
-        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let store = DirectoryStore::builder(dir.path())
+            .with_mode(mode)
+            .build()
+            .unwrap();
         let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
         lease_core::block_on(store.release_lease(&lease)).unwrap();
-        let lock_dir = dir.path().join(key_file_name(&key).unwrap());
+        let lock_dir = store.lock_dir(&key).unwrap();
         for name in NOT_STATES {
             std::fs::write(lock_dir.join(name), b"planted").unwrap();
         }
@@ -236,7 +242,7 @@ fn a_second_valid_state_entry_is_hostile_and_never_makes_a_second_holder() {
             let path = dir.path().join("a.lease");
             let precious = dir.path().join("precious");
             std::fs::write(&precious, b"do not touch").unwrap();
-            let holder = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+            let holder = fast(&path).with_mode(mode).build().unwrap();
             let generation = holder.acquire().unwrap();
             // `free.1` is the holder's own release target; `free.0` what it came from.
             let planted = match what {
@@ -256,15 +262,15 @@ fn a_second_valid_state_entry_is_hostile_and_never_makes_a_second_holder() {
                 .parse()
                 .unwrap();
 
-            let contender = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+            let contender = fast(&path).with_mode(mode).build().unwrap();
             let start = Instant::now();
             let (contender, got, waited) = within(Duration::from_secs(5), move || {
                 let got = contender.try_acquire();
-                let waited = contender.acquire_timeout(Duration::from_secs(2));
+                let waited = contender.acquire_with_wait(&WaitOptions::new(Duration::from_secs(2)));
                 (contender, got, waited)
             });
             for err in [got.unwrap_err(), waited.unwrap_err()] {
-                assert!(err.is_hostile(), "{context}: {err}");
+                assert!(err.is_corrupt(), "{context}: {err}");
                 assert!(
                     err.to_string().contains("two lease states"),
                     "{context}: {err}"
@@ -286,7 +292,7 @@ fn a_second_valid_state_entry_is_hostile_and_never_makes_a_second_holder() {
             if what == "directory" {
                 // Its release target is taken: a typed error, the tenure kept.
                 let err = holder.release().unwrap_err();
-                assert!(err.is_hostile(), "{context}: {err}");
+                assert!(err.is_corrupt(), "{context}: {err}");
                 assert!(holder.held(), "{context}");
             }
             assert_eq!(snapshot(&at), before, "{context}: left alone");
@@ -319,9 +325,9 @@ fn a_symbolic_link_as_the_state_entry_is_never_followed() {
     std::fs::create_dir(&path).unwrap();
     std::os::unix::fs::symlink(&precious, path.join("free.0")).unwrap();
     for mode in MODES {
-        let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let lock = fast(&path).with_mode(mode).build().unwrap();
         lock.acquire().unwrap();
-        let other = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let other = fast(&path).with_mode(mode).build().unwrap();
         assert!(other.try_acquire().unwrap_err().is_held());
         std::thread::sleep(Duration::from_millis(60));
         lock.release().unwrap();
@@ -344,7 +350,7 @@ fn many_junk_entries_are_ignored_and_too_many_are_refused() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.lease");
-        let holder = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let holder = fast(&path).with_mode(mode).build().unwrap();
         holder.acquire().unwrap();
         for i in 0..500 {
             std::fs::write(path.join(format!("junk{i}")), b"").unwrap();
@@ -352,7 +358,7 @@ fn many_junk_entries_are_ignored_and_too_many_are_refused() {
         }
         std::fs::create_dir(path.join("free.x")).unwrap();
         std::fs::write(path.join("held.huge"), vec![b'x'; 1 << 20]).unwrap();
-        let contender = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let contender = fast(&path).with_mode(mode).build().unwrap();
         let contender = within(Duration::from_secs(5), move || {
             assert!(contender.try_acquire().unwrap_err().is_held());
             contender
@@ -364,11 +370,11 @@ fn many_junk_entries_are_ignored_and_too_many_are_refused() {
         let start = Instant::now();
         let (contender, err) = within(Duration::from_secs(10), move || {
             let err = contender
-                .acquire_timeout(Duration::from_secs(5))
+                .acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
                 .unwrap_err();
             (contender, err)
         });
-        assert!(err.is_hostile(), "{mode:?}: {err}");
+        assert!(err.is_corrupt(), "{mode:?}: {err}");
         assert!(err.to_string().contains("entries"), "{mode:?}: {err}");
         assert!(
             start.elapsed() < Duration::from_secs(3),
@@ -379,7 +385,7 @@ fn many_junk_entries_are_ignored_and_too_many_are_refused() {
         assert!(holder.held(), "{mode:?}");
         holder.release().unwrap();
         assert!(
-            contender.try_acquire().unwrap_err().is_hostile(),
+            contender.try_acquire().unwrap_err().is_corrupt(),
             "{mode:?}"
         );
         assert_eq!(
@@ -400,16 +406,18 @@ fn the_top_of_the_generation_range_gives_a_typed_error() {
         let path = dir.path().join("a.lease");
         std::fs::create_dir(&path).unwrap();
         std::fs::write(path.join(format!("free.{}", u64::MAX - 1)), b"").unwrap();
-        let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let lock = fast(&path).with_mode(mode).build().unwrap();
         assert_eq!(lock.acquire().unwrap().get(), u64::MAX);
-        let other = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let other = fast(&path).with_mode(mode).build().unwrap();
         assert!(other.try_acquire().unwrap_err().is_held());
         lock.release().unwrap();
         let start = Instant::now();
         let err = within(Duration::from_secs(5), move || {
-            other.acquire_timeout(Duration::from_secs(2)).unwrap_err()
+            other
+                .acquire_with_wait(&WaitOptions::new(Duration::from_secs(2)))
+                .unwrap_err()
         });
-        assert!(err.is_hostile(), "{mode:?}: {err}");
+        assert!(err.is_corrupt(), "{mode:?}: {err}");
         assert!(err.to_string().contains("exhausted"), "{mode:?}: {err}");
         assert!(start.elapsed() < Duration::from_secs(1), "{mode:?}");
         assert_eq!(entries(&path), [format!("free.{}", u64::MAX)]);
@@ -417,31 +425,32 @@ fn the_top_of_the_generation_range_gives_a_typed_error() {
 }
 
 /// A held state from a clock this process does not share (another host) is timed by
-/// observation: `acquire_timeout` returns at its timeout when that is shorter than the holder's
+/// observation: `acquire_with_wait` returns at its timeout when that is shorter than the holder's
 /// duration, without spinning. (Replaces the old stuck-critical-section test.)
 #[test]
-fn acquire_timeout_is_honoured_while_a_holder_elsewhere_holds() {
+fn acquire_with_wait_is_honoured_while_a_holder_elsewhere_holds() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.lease");
         std::fs::create_dir(&path).unwrap();
         std::fs::write(path.join("held.1.0.00000000000000aa.n.n.0.3000000000"), b"").unwrap();
-        let lock = FileLock::with_options(
-            &path,
-            fast()
-                .with_mode(mode)
-                .with_heartbeat_interval(Duration::from_millis(200))
-                .with_stale_threshold(Duration::from_secs(3)),
-        )
-        .unwrap();
+        let lock = fast(&path)
+            .with_mode(mode)
+            .with_heartbeat_interval(Duration::from_millis(200))
+            .with_stale_threshold(Duration::from_secs(3))
+            .build()
+            .unwrap();
         let start = Instant::now();
         let err = within(Duration::from_secs(10), move || {
-            lock.acquire_timeout(Duration::from_millis(300))
+            lock.acquire_with_wait(&WaitOptions::new(Duration::from_millis(300)))
                 .unwrap_err()
         });
         let waited = start.elapsed();
         assert!(err.is_timeout(), "{mode:?}: {err}");
-        assert_eq!(err.holder().map(|h| h.generation), Some(1));
+        assert_eq!(
+            err.holder().and_then(|h| h.fencing()).map(|f| f.get()),
+            Some(1)
+        );
         assert!(
             waited < Duration::from_millis(1000),
             "{mode:?}: waited {waited:?}"
@@ -460,7 +469,7 @@ fn a_holder_on_another_clock_is_taken_over_after_its_duration_by_observation() {
         std::fs::create_dir(&path).unwrap();
         std::fs::write(path.join("held.1.0.00000000000000aa.n.n.0.5000000"), b"").unwrap();
         let mode = MODES[round % 2];
-        let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let lock = fast(&path).with_mode(mode).build().unwrap();
         let err = lock.try_acquire().unwrap_err();
         assert!(err.is_held(), "round {round}: first sight: {err}");
         std::thread::sleep(Duration::from_millis(6));
@@ -550,9 +559,10 @@ fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
             let (result, waited, holder) = {
                 let path = path.clone();
                 within(Duration::from_secs(5), move || {
-                    let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+                    let lock = fast(&path).with_mode(mode).build().unwrap();
                     let got = lock.try_acquire();
-                    let waited = lock.acquire_timeout(Duration::from_millis(50));
+                    let waited =
+                        lock.acquire_with_wait(&WaitOptions::new(Duration::from_millis(50)));
                     (got, waited, lock.holder())
                 })
             };
@@ -574,15 +584,17 @@ fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
                 "held" => {
                     assert!(err.is_held(), "{context}: {err}");
                     let info = err.holder().unwrap();
-                    assert!(!info.kernel_lock, "{context}");
-                    assert!(info.unparseable.is_some(), "{context}");
+                    // Not a tenure of this protocol (no generation, no kernel lock of ours),
+                    // described by what is known of it.
+                    assert_eq!(info.fencing(), None, "{context}");
+                    assert!(info.owner().is_some(), "{context}");
                     if what == "go pidlock" {
-                        assert_eq!(info.pid, 4242, "{context}");
+                        assert_eq!(info.pid(), Some(4242), "{context}");
                         assert!(err.to_string().contains("go-owner"), "{context}: {err}");
                     }
                     assert_eq!(
-                        holder.unwrap().map(|h| h.pid),
-                        Some(info.pid),
+                        holder.unwrap().map(|h| h.pid()),
+                        Some(info.pid()),
                         "{context}: holder() agrees"
                     );
                 }
@@ -591,8 +603,8 @@ fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
                     assert!(holder.unwrap_err().is_foreign(), "{context}");
                 }
                 _ => {
-                    assert!(err.is_hostile(), "{context}: {err}");
-                    assert!(holder.unwrap_err().is_hostile(), "{context}");
+                    assert!(err.is_corrupt(), "{context}: {err}");
+                    assert!(holder.unwrap_err().is_corrupt(), "{context}");
                 }
             }
             assert!(
@@ -607,18 +619,21 @@ fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
 
             // The store: a Go lock file at a key's path is held by it, the rest are errors.
             let key = LeaseKey::new("a").unwrap();
-            assert_eq!(dir.path().join(key_file_name(&key).unwrap()), path);
-            let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+            let store = DirectoryStore::builder(dir.path())
+                .with_mode(mode)
+                .build()
+                .unwrap();
+            assert_eq!(store.lock_dir(&key).unwrap(), path);
             let err = within(Duration::from_secs(5), move || {
                 lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap_err()
             });
+            // The same vocabulary as the lock's, just above.
             match expected {
                 "held" => assert!(err.is_held(), "store {context}: {err}"),
-                _ => assert!(
-                    !err.is_held() && !err.is_transient(),
-                    "store {context}: {err:?}"
-                ),
+                "foreign" => assert!(err.is_foreign(), "store {context}: {err:?}"),
+                _ => assert!(err.is_corrupt(), "store {context}: {err:?}"),
             }
+            assert!(!err.is_transient(), "store {context}: {err:?}");
             assert_eq!(
                 std::fs::read(&precious).unwrap(),
                 b"do not touch",
@@ -634,7 +649,7 @@ fn a_go_lock_file_removed_by_its_owner_frees_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     std::fs::write(&path, go_record(4242)).unwrap();
-    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let lock = fast(&path).build().unwrap();
     assert!(lock.try_acquire().unwrap_err().is_held());
     std::fs::remove_file(&path).unwrap();
     assert_eq!(lock.try_acquire().unwrap().get(), 1);
@@ -653,30 +668,33 @@ fn a_state_entry_deleted_under_a_live_holder_is_never_taken_over() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.lease");
         let (tx, rx) = mpsc::channel();
-        let holder = FileLock::with_options(
-            &path,
-            fast().with_mode(mode).on_lease_lost(move |reason| {
+        let holder = fast(&path)
+            .with_mode(mode)
+            .on_lost(move |reason| {
                 let _ = tx.send(reason.clone());
-            }),
-        )
-        .unwrap();
+            })
+            .build()
+            .unwrap();
         holder.acquire().unwrap();
         let name = state(&path);
         std::fs::remove_file(path.join(&name)).unwrap();
         let deleted = Instant::now();
-        let contender = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let contender = fast(&path).with_mode(mode).build().unwrap();
         let contender = within(Duration::from_secs(5), move || {
             let err = contender
-                .acquire_timeout(Duration::from_secs(2))
+                .acquire_with_wait(&WaitOptions::new(Duration::from_secs(2)))
                 .unwrap_err();
-            assert!(err.is_hostile(), "{err}");
+            assert!(err.is_corrupt(), "{err}");
             assert!(err.to_string().contains("missing"), "{err}");
             contender
         });
         // The holder's tenure ends by its deadline (300 ms stale threshold), as untrusted.
         let reason = rx.recv_timeout(Duration::from_secs(2)).unwrap();
         assert!(
-            matches!(reason, LostReason::Untrusted { .. }),
+            matches!(
+                reason,
+                LossReason::BackendFailing { .. } | LossReason::DeadlinePassed
+            ),
             "{mode:?}: {reason}"
         );
         assert!(deleted.elapsed() < Duration::from_secs(1), "{mode:?}");
@@ -685,10 +703,10 @@ fn a_state_entry_deleted_under_a_live_holder_is_never_taken_over() {
         std::thread::sleep(Duration::from_millis(400));
         for _ in 0..3 {
             let err = contender.try_acquire().unwrap_err();
-            assert!(err.is_hostile(), "{mode:?}: {err}");
+            assert!(err.is_corrupt(), "{mode:?}: {err}");
         }
         assert!(entries(&path).is_empty(), "{mode:?}: nobody wrote a state");
-        assert!(holder.release().unwrap_err().is_not_held());
+        assert!(holder.release().unwrap_err().is_not_owned());
         // Removed by hand, the path starts afresh.
         std::fs::remove_dir(&path).unwrap();
         assert_eq!(contender.try_acquire().unwrap().get(), 1);
@@ -717,17 +735,15 @@ fn a_lock_directory_replaced_under_a_live_holder_ends_its_tenure_at_the_next_hea
         let moved = dir.path().join("a.lease.moved");
         let (tx, rx) = mpsc::channel();
         let stale = Duration::from_secs(2);
-        let holder = FileLock::with_options(
-            &path,
-            fast()
-                .with_mode(mode)
-                .with_heartbeat_interval(Duration::from_millis(50))
-                .with_stale_threshold(stale)
-                .on_lease_lost(move |reason| {
-                    let _ = tx.send((Instant::now(), reason.clone()));
-                }),
-        )
-        .unwrap();
+        let holder = fast(&path)
+            .with_mode(mode)
+            .with_heartbeat_interval(Duration::from_millis(50))
+            .with_stale_threshold(stale)
+            .on_lost(move |reason| {
+                let _ = tx.send((Instant::now(), reason.clone()));
+            })
+            .build()
+            .unwrap();
         let g1 = holder.acquire().unwrap();
         std::thread::sleep(Duration::from_millis(120));
         if mode == ModePreference::Kernel {
@@ -740,12 +756,12 @@ fn a_lock_directory_replaced_under_a_live_holder_ends_its_tenure_at_the_next_hea
         let replaced = Instant::now();
         std::fs::rename(&path, &moved).unwrap();
         let at_replacement = state(&moved);
-        let contender = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let contender = fast(&path).with_mode(mode).build().unwrap();
         assert_eq!(contender.try_acquire().unwrap().get(), 1, "{mode:?}");
 
         let (lost_at, reason) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert!(
-            matches!(reason, LostReason::TakenOver { holder: None }),
+            matches!(reason, LossReason::NotOwned(NotOwnedReason::Missing)),
             "{mode:?}: {reason}"
         );
         // Learnt by the next heartbeat, 50 ms apart; its deadline was at least 1.8 s away.
@@ -754,7 +770,7 @@ fn a_lock_directory_replaced_under_a_live_holder_ends_its_tenure_at_the_next_hea
             overlap < Duration::from_millis(1000),
             "{mode:?}: {overlap:?}"
         );
-        assert!(holder.check().unwrap_err().is_not_held());
+        assert!(holder.check().unwrap_err().is_not_owned());
         // At most one renewal was in flight at the replacement; none after the loss.
         let last = state(&moved);
         let seq = |name: &str| field(name, 2).parse::<u64>().unwrap();
@@ -765,7 +781,7 @@ fn a_lock_directory_replaced_under_a_live_holder_ends_its_tenure_at_the_next_hea
         std::thread::sleep(Duration::from_millis(150));
         assert_eq!(state(&moved), last, "{mode:?}: no heartbeat after the loss");
         // The old holder's release touches neither directory.
-        assert!(holder.release().unwrap_err().is_not_held());
+        assert!(holder.release().unwrap_err().is_not_owned());
         assert_eq!(state(&moved), last);
         assert!(contender.held());
         assert_eq!(field(&state(&path), 1), "1");
@@ -784,17 +800,15 @@ fn a_restored_copy_of_a_lock_directory_is_not_mistaken_for_a_dead_holder() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.lease");
         let (tx, rx) = mpsc::channel();
-        let holder = FileLock::with_options(
-            &path,
-            fast()
-                .with_mode(mode)
-                .with_heartbeat_interval(Duration::from_millis(50))
-                .with_stale_threshold(Duration::from_millis(600))
-                .on_lease_lost(move |reason| {
-                    let _ = tx.send(reason.clone());
-                }),
-        )
-        .unwrap();
+        let holder = fast(&path)
+            .with_mode(mode)
+            .with_heartbeat_interval(Duration::from_millis(50))
+            .with_stale_threshold(Duration::from_millis(600))
+            .on_lost(move |reason| {
+                let _ = tx.send(reason.clone());
+            })
+            .build()
+            .unwrap();
         let g1 = holder.acquire().unwrap();
         std::thread::sleep(Duration::from_millis(60));
         let copy = dir.path().join("a.lease.copy");
@@ -804,21 +818,27 @@ fn a_restored_copy_of_a_lock_directory_is_not_mistaken_for_a_dead_holder() {
         let copied = state(&path);
         let deadline_ns: u64 = field(&copied, 6).parse().unwrap();
 
-        let contender = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+        let contender = fast(&path).with_mode(mode).build().unwrap();
         let err = contender.try_acquire().unwrap_err();
         assert!(err.is_held(), "{mode:?}: {err}");
+        assert!(err.holder().is_some(), "{mode:?}");
+        // The copied state still claims the holder's kernel lock (of the old directory) in
+        // kernel mode.
         assert_eq!(
-            err.holder().unwrap().kernel_lock,
+            field(&state(&path), 4) != "n",
             mode == ModePreference::Kernel,
             "{mode:?}"
         );
         let reason = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert!(
-            matches!(reason, LostReason::TakenOver { .. }),
+            matches!(
+                reason,
+                LossReason::NotOwned(NotOwnedReason::TakenOver | NotOwnedReason::Missing)
+            ),
             "{mode:?}: {reason}"
         );
         let (contender, got) = within(Duration::from_secs(5), move || {
-            let got = contender.acquire_timeout(Duration::from_secs(3));
+            let got = contender.acquire_with_wait(&WaitOptions::new(Duration::from_secs(3)));
             (contender, got)
         });
         let at = monotonic_ns();
@@ -831,9 +851,9 @@ fn a_restored_copy_of_a_lock_directory_is_not_mistaken_for_a_dead_holder() {
     }
 }
 
-fn invalid_option(result: Result<FileLock, FileLockError>, option: &str) {
+fn invalid_option(result: Result<FileLock, LeaseError>, option: &str) {
     match result {
-        Err(FileLockError::InvalidOption { option: named, .. }) => {
+        Err(LeaseError::InvalidInput { field: named, .. }) => {
             assert_eq!(named, option);
         }
         Err(other) => panic!("{option}: {other}"),
@@ -848,10 +868,9 @@ fn invalid_option(result: Result<FileLock, FileLockError>, option: &str) {
 fn extreme_lock_options_are_invalid_input() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let open = |options: FileLockOptions| {
-        let path = path.clone();
+    let open = |options: FileLockBuilder| {
         within(Duration::from_secs(5), move || {
-            let lock = FileLock::with_options(&path, options)?;
+            let lock = options.build()?;
             // Acquire, so a bad value reaches the arithmetic it feeds.
             lock.acquire()?;
             lock.release()?;
@@ -864,42 +883,42 @@ fn extreme_lock_options_are_invalid_input() {
         Duration::from_secs(1 << 40),
     ] {
         invalid_option(
-            open(FileLockOptions::default().with_heartbeat_interval(extreme)),
+            open(FileLock::builder(&path).with_heartbeat_interval(extreme)),
             "heartbeat_interval",
         );
         invalid_option(
-            open(FileLockOptions::default().with_stale_threshold(extreme)),
+            open(FileLock::builder(&path).with_stale_threshold(extreme)),
             "stale_threshold",
         );
         invalid_option(
-            open(FileLockOptions::default().with_retry_delay(extreme)),
+            open(FileLock::builder(&path).with_retry_delay(extreme)),
             "retry_delay",
         );
         invalid_option(
-            open(FileLockOptions::default().with_invalid_record_stale(extreme)),
+            open(FileLock::builder(&path).with_invalid_record_stale(extreme)),
             "invalid_record_stale",
         );
     }
     invalid_option(
-        open(FileLockOptions::default().with_heartbeat_interval(Duration::ZERO)),
+        open(FileLock::builder(&path).with_heartbeat_interval(Duration::ZERO)),
         "heartbeat_interval",
     );
     invalid_option(
         open(
-            FileLockOptions::default()
+            FileLock::builder(&path)
                 .with_heartbeat_interval(Duration::from_millis(1))
                 .with_stale_threshold(Duration::ZERO),
         ),
         "stale_threshold",
     );
     // Zero means something for these two: retry at once; (no longer used) reclaim at once.
-    open(fast().with_retry_delay(Duration::ZERO)).unwrap();
-    open(fast().with_invalid_record_stale(Duration::ZERO)).unwrap();
+    open(fast(&path).with_retry_delay(Duration::ZERO)).unwrap();
+    open(fast(&path).with_invalid_record_stale(Duration::ZERO)).unwrap();
     // The largest accepted values work (no overflow anywhere on the way), in both modes.
     let max = lease_core::MAX_LEASE_DURATION;
     for mode in MODES {
         open(
-            FileLockOptions::default()
+            FileLock::builder(&path)
                 .with_mode(mode)
                 .with_heartbeat_interval(max / 2)
                 .with_stale_threshold(max)
@@ -908,19 +927,20 @@ fn extreme_lock_options_are_invalid_input() {
         )
         .unwrap();
     }
-    // acquire_timeout takes any timeout.
-    let lock = FileLock::with_options(&path, fast()).unwrap();
-    lock.acquire_timeout(Duration::MAX).unwrap();
-    let other = FileLock::with_options(&path, fast()).unwrap();
+    // acquire_with_wait takes any timeout.
+    let lock = fast(&path).build().unwrap();
+    lock.acquire_with_wait(&WaitOptions::new(Duration::MAX))
+        .unwrap();
+    let other = fast(&path).build().unwrap();
     assert!(
         other
-            .acquire_timeout(Duration::ZERO)
+            .acquire_with_wait(&WaitOptions::new(Duration::ZERO))
             .unwrap_err()
             .is_timeout()
     );
     // A path that names no file is an invalid option, not a panic.
-    invalid_option(FileLock::with_options("/", fast()), "path");
-    invalid_option(FileLock::with_options("a/..", fast()), "path");
+    invalid_option(fast("/").build(), "path");
+    invalid_option(fast("a/..").build(), "path");
 }
 
 /// A lock name so long that its temporary directory's name cannot exist is a typed error, and
@@ -929,9 +949,9 @@ fn extreme_lock_options_are_invalid_input() {
 fn a_lock_name_too_long_for_its_temporary_is_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x".repeat(250));
-    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let lock = fast(&path).build().unwrap();
     let err = within(Duration::from_secs(5), move || lock.acquire().unwrap_err());
-    assert!(matches!(err, FileLockError::Io { .. }), "{err}");
+    assert!(matches!(err, LeaseError::Backend { .. }), "{err}");
     assert!(entries(dir.path()).is_empty());
 }
 
@@ -944,21 +964,26 @@ fn extreme_store_options_are_invalid_input() {
     let key = LeaseKey::new("jobs").unwrap();
     let duration = Duration::from_secs(5);
     for margin in [Duration::MAX, duration, Duration::from_secs(1 << 40)] {
-        let store = DirectoryStore::open(dir.path())
-            .unwrap()
-            .with_safety_margin(margin);
+        let store = DirectoryStore::builder(dir.path())
+            .with_safety_margin(margin)
+            .build()
+            .unwrap();
         let err = lease_core::block_on(store.acquire(&key, duration)).unwrap_err();
         assert!(err.is_invalid_input(), "{margin:?}: {err}");
         assert!(err.to_string().contains("safety_margin"), "{err}");
         assert!(lease_core::block_on(store.inspect(&key)).unwrap().is_none());
     }
     // Zero: trust the whole lease.
-    let store = DirectoryStore::open(dir.path())
-        .unwrap()
-        .with_safety_margin(Duration::ZERO);
+    let store = DirectoryStore::builder(dir.path())
+        .with_safety_margin(Duration::ZERO)
+        .build()
+        .unwrap();
     let lease = lease_core::block_on(store.acquire(&key, duration)).unwrap();
     // Renewing with a margin that eats the lease is refused too.
-    let eager = store.clone().with_safety_margin(Duration::MAX);
+    let eager = DirectoryStore::builder(dir.path())
+        .with_safety_margin(Duration::MAX)
+        .build()
+        .unwrap();
     let err = lease_core::block_on(eager.renew(&lease, duration)).unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
     lease_core::block_on(store.release_lease(&lease)).unwrap();
@@ -983,9 +1008,10 @@ fn a_clock_at_the_end_of_time_is_an_error_not_a_panic() {
     }
     let dir = tempfile::tempdir().unwrap();
     let key = LeaseKey::new("jobs").unwrap();
-    let store = DirectoryStore::open(dir.path())
-        .unwrap()
-        .with_clock(Arc::new(EndOfTime));
+    let store = DirectoryStore::builder(dir.path())
+        .with_clock(Arc::new(EndOfTime))
+        .build()
+        .unwrap();
     let err = within(Duration::from_secs(5), move || {
         lease_core::block_on(store.acquire(&key, Duration::from_secs(5)))
     })
@@ -1029,7 +1055,7 @@ fn locks_whose_names_extend_each_other_never_share_temporary_names() {
                 let barrier = barrier.clone();
                 std::thread::spawn(move || {
                     let mode = MODES[i % 2];
-                    let lock = FileLock::with_options(&path, fast().with_mode(mode)).unwrap();
+                    let lock = fast(&path).with_mode(mode).build().unwrap();
                     barrier.wait();
                     let got = lock.try_acquire();
                     // Hold until every thread has tried.
@@ -1095,8 +1121,7 @@ fn concurrent_creators_of_one_lock_make_one_directory_and_one_holder() {
                 let path = path.clone();
                 let barrier = barrier.clone();
                 std::thread::spawn(move || {
-                    let lock =
-                        FileLock::with_options(&path, fast().with_mode(MODES[i % 2])).unwrap();
+                    let lock = fast(&path).with_mode(MODES[i % 2]).build().unwrap();
                     barrier.wait();
                     let got = lock.try_acquire();
                     // Hold until everyone has tried (then the drop releases).
@@ -1171,12 +1196,15 @@ fn waiting_for_a_holder_whose_kernel_lock_is_elsewhere_does_not_spin() {
         b"",
     )
     .unwrap();
-    let lock = FileLock::with_options(&path, fast().with_mode(ModePreference::Kernel)).unwrap();
+    let lock = fast(&path)
+        .with_mode(ModePreference::Kernel)
+        .build()
+        .unwrap();
     let (got, waited, cpu) = within(Duration::from_secs(10), move || {
         let start = Instant::now();
         let cpu = thread_cpu();
         let got = lock
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
             .map(|g| g.get());
         (got, start.elapsed(), thread_cpu() - cpu)
     });
@@ -1189,7 +1217,7 @@ fn waiting_for_a_holder_whose_kernel_lock_is_elsewhere_does_not_spin() {
     );
 }
 
-/// A kernel-mode waiter that gave up never keeps the kernel lock. `acquire_timeout` waits for a
+/// A kernel-mode waiter that gave up never keeps the kernel lock. `acquire_with_wait` waits for a
 /// holder's kernel lock on a thread blocked in `flock`; that thread used to outlive the call, get
 /// the lock when the holder let it go, and keep it for as long as the `FileLock` lived: from
 /// whoever held the lease next after a timeout (so their crash would not be noticed at once),
@@ -1197,7 +1225,7 @@ fn waiting_for_a_holder_whose_kernel_lock_is_elsewhere_does_not_spin() {
 /// take the kernel lock it is meant to pick up once the hung holder lets go).
 #[test]
 fn a_waiter_that_gave_up_never_keeps_the_kernel_lock() {
-    let kernel = || fast().with_mode(ModePreference::Kernel);
+    let kernel = |path| fast(path).with_mode(ModePreference::Kernel);
     let holds_kernel_lock = |path: &Path| {
         let name = state(path);
         name.starts_with("held.") && field(&name, 4) != "n"
@@ -1206,16 +1234,16 @@ fn a_waiter_that_gave_up_never_keeps_the_kernel_lock() {
     // After a timeout.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let holder = FileLock::with_options(&path, kernel()).unwrap();
+    let holder = kernel(&path).build().unwrap();
     holder.acquire().unwrap();
-    let waiter = FileLock::with_options(&path, kernel()).unwrap();
+    let waiter = kernel(&path).build().unwrap();
     let err = waiter
-        .acquire_timeout(Duration::from_millis(100))
+        .acquire_with_wait(&WaitOptions::new(Duration::from_millis(100)))
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
     holder.release().unwrap();
     std::thread::sleep(Duration::from_millis(50)); // a waiting thread would have the lock now
-    let next = FileLock::with_options(&path, kernel()).unwrap();
+    let next = kernel(&path).build().unwrap();
     next.acquire().unwrap();
     assert!(
         holds_kernel_lock(&path),
@@ -1236,9 +1264,12 @@ fn a_waiter_that_gave_up_never_keeps_the_kernel_lock() {
     .unwrap();
     let hung = std::fs::File::open(&path).unwrap();
     hung.lock().unwrap();
-    let taker = FileLock::with_options(&path, kernel()).unwrap();
+    let taker = kernel(&path).build().unwrap();
     assert_eq!(
-        taker.acquire_timeout(Duration::from_secs(5)).unwrap().get(),
+        taker
+            .acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
+            .unwrap()
+            .get(),
         2
     );
     assert!(!holds_kernel_lock(&path), "the hung holder still has it");

@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use lease_core::{LeaseBackendExt, LeaseKey};
-use lease_file::{DirectoryStore, FileLock, key_file_name};
+use lease_file::go::PidLock as _;
+use lease_file::{DirectoryStore, FileLock, NotOwnedReason};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -24,7 +25,10 @@ fn a_file_lock_never_acquires_through_a_kept_directory_that_was_moved_away() {
     let held = b.try_acquire().unwrap();
     let err = a.try_acquire().unwrap_err();
     assert!(err.is_held(), "{err}");
-    assert_eq!(err.holder().map(|h| h.generation), Some(held.get()));
+    assert_eq!(
+        err.holder().and_then(|h| h.fencing()).map(|f| f.get()),
+        Some(held.get())
+    );
     b.release().unwrap();
     assert!(a.try_acquire().unwrap() > held);
     a.release().unwrap();
@@ -58,8 +62,8 @@ fn a_file_lock_is_not_refused_by_a_kept_directory_that_was_moved_away() {
 fn a_store_never_acquires_through_a_kept_directory_that_was_moved_away() {
     let dir = tempfile::tempdir().unwrap();
     let key = LeaseKey::new("job").unwrap();
-    let path = dir.path().join(key_file_name(&key).unwrap());
     let a = DirectoryStore::open(dir.path()).unwrap();
+    let path = a.lock_dir(&key).unwrap();
     let b = DirectoryStore::open(dir.path()).unwrap();
     let lease = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
     lease_core::block_on(a.release_lease(&lease)).unwrap();
@@ -127,16 +131,14 @@ fn holder_label(path: &std::path::Path) -> Option<String> {
         .try_acquire()
         .unwrap_err()
         .holder()
-        .and_then(|h| h.label.clone())
+        .and_then(|h| h.owner().map(str::to_owned))
 }
 
 #[test]
 fn descriptions_follow_the_state_entry_even_when_it_is_replaced_by_a_copy() {
-    use lease_file::FileLockOptions;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("job.lease");
-    let labelled =
-        |label: &str| FileLock::with_options(&path, FileLockOptions::default().with_label(label));
+    let labelled = |label: &str| FileLock::builder(&path).with_label(label).build();
     let (a, b) = (labelled("a").unwrap(), labelled("b").unwrap());
     for round in 0..3 {
         let fencing = a.try_acquire().unwrap();
@@ -169,17 +171,15 @@ fn descriptions_follow_the_state_entry_even_when_it_is_replaced_by_a_copy() {
 
 #[test]
 fn a_holder_whose_directory_is_removed_or_moved_loses_at_its_next_heartbeat() {
-    use lease_file::{FileLockOptions, LostReason};
+    use lease_file::LossReason;
     for remove in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("job.lease");
-        let lock = FileLock::with_options(
-            &path,
-            FileLockOptions::default()
-                .with_heartbeat_interval(Duration::from_millis(20))
-                .with_stale_threshold(Duration::from_secs(3)),
-        )
-        .unwrap();
+        let lock = FileLock::builder(&path)
+            .with_heartbeat_interval(Duration::from_millis(20))
+            .with_stale_threshold(Duration::from_secs(3))
+            .build()
+            .unwrap();
         lock.try_acquire().unwrap();
         if remove {
             std::fs::remove_dir_all(&path).unwrap();
@@ -192,7 +192,12 @@ fn a_holder_whose_directory_is_removed_or_moved_loses_at_its_next_heartbeat() {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(
-            matches!(lock.lost(), Some(LostReason::TakenOver { .. })),
+            matches!(
+                lock.lost(),
+                Some(LossReason::NotOwned(
+                    NotOwnedReason::TakenOver | NotOwnedReason::Missing
+                ))
+            ),
             "remove {remove}: {:?} after {:?}",
             lock.lost(),
             started.elapsed()

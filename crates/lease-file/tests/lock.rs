@@ -12,12 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_dir::{Held, State, fnv, monotonic_ns};
+use lease_file::go::{PidLock as _, PidLockOptions as _};
 use lease_file::{
-    FileLock, FileLockError, FileLockOptions, LeaseFileRecord, LockMode, LostReason, ModePreference,
+    FileLock, FileLockBuilder, LockMode, LossReason, ModePreference, NotOwnedReason, WaitOptions,
 };
 
-fn fast() -> FileLockOptions {
-    FileLockOptions::default()
+fn fast(path: impl Into<std::path::PathBuf>) -> FileLockBuilder {
+    FileLock::builder(path)
         .with_heartbeat_interval(Duration::from_millis(20))
         .with_stale_threshold(Duration::from_millis(300))
         .with_invalid_record_stale(Duration::from_millis(300))
@@ -79,10 +80,9 @@ fn acquire_release_held_path_and_fencing() {
     assert!(!lock.held());
     let first = lock.acquire().unwrap();
     assert!(lock.held());
-    assert!(matches!(
-        lock.acquire().unwrap_err(),
-        FileLockError::AlreadyHeld { .. }
-    ));
+    let again = lock.acquire().unwrap_err();
+    assert!(again.is_invalid_input(), "{again}");
+    assert!(again.to_string().contains("already held"), "{again}");
     let (_, state) = held(&path);
     assert_eq!(state.generation, first.get());
     assert!(state.kernel.is_some(), "the holder holds the kernel lock");
@@ -101,7 +101,7 @@ fn acquire_release_held_path_and_fencing() {
     assert!(record.tenure);
     lock.release().unwrap();
     assert!(!lock.held());
-    assert!(lock.release().unwrap_err().is_not_held());
+    assert!(lock.release().unwrap_err().is_not_owned());
     assert_eq!(
         lease_dir::state(&path).1,
         State::Free(first.get()),
@@ -116,17 +116,15 @@ fn acquire_release_held_path_and_fencing() {
 fn held_error_names_pid_host_and_since() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let holder = FileLock::with_options(&path, fast().with_label("alice")).unwrap();
+    let holder = fast(&path).with_label("alice").build().unwrap();
     holder.acquire().unwrap();
     // As in the Go package, a live holder fails acquire at once: the retry budget is for races.
     // Were the held error retried, two 10 s delays would pass first.
-    let other = FileLock::with_options(
-        &path,
-        fast()
-            .with_acquire_retries(2)
-            .with_retry_delay(Duration::from_secs(10)),
-    )
-    .unwrap();
+    let other = fast(&path)
+        .with_acquire_retries(2)
+        .with_retry_delay(Duration::from_secs(10))
+        .build()
+        .unwrap();
     let start = Instant::now();
     let err = other.acquire().unwrap_err();
     assert!(
@@ -135,12 +133,16 @@ fn held_error_names_pid_host_and_since() {
     );
     assert!(err.is_held(), "{err}");
     let h = err.holder().unwrap();
-    assert_eq!(h.pid, std::process::id());
-    assert_eq!(h.label.as_deref(), Some("alice"));
-    assert!(h.since.is_some());
-    assert!(h.kernel_lock);
+    assert_eq!(h.pid(), Some(std::process::id()));
+    assert_eq!(h.owner(), Some("alice"));
+    assert!(h.acquired_at().is_some());
+    assert!(h.renewed_at().is_some());
+    assert!(
+        held(&path).1.kernel.is_some(),
+        "the holder holds the kernel lock"
+    );
     let err = other
-        .acquire_timeout(Duration::from_millis(100))
+        .acquire_with_wait(&WaitOptions::new(Duration::from_millis(100)))
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
     assert!(err.to_string().contains("alice"), "{err}");
@@ -150,11 +152,11 @@ fn held_error_names_pid_host_and_since() {
 fn dropped_holder_frees_the_lock_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let holder = FileLock::with_options(&path, fast()).unwrap();
+    let holder = fast(&path).build().unwrap();
     let g1 = holder.acquire().unwrap();
     drop(holder);
     assert_eq!(lease_dir::state(&path).1, State::Free(g1.get()));
-    let other = FileLock::with_options(&path, fast()).unwrap();
+    let other = fast(&path).build().unwrap();
     assert!(other.try_acquire().unwrap() > g1);
 }
 
@@ -164,7 +166,7 @@ fn kernel_tenure_lets_a_contender_take_over_when_the_holder_vanishes() {
     // this very directory, with a deadline an hour away, and nobody holds that lock.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let holder = FileLock::with_options(&path, fast()).unwrap();
+    let holder = fast(&path).build().unwrap();
     holder.acquire().unwrap();
     let (_, real) = held(&path);
     holder.release().unwrap();
@@ -177,7 +179,7 @@ fn kernel_tenure_lets_a_contender_take_over_when_the_holder_vanishes() {
         ..real.clone()
     };
     let mut current = format!("free.{}", real.generation);
-    let other = FileLock::with_options(&path, fast()).unwrap();
+    let other = fast(&path).build().unwrap();
     // The kernel lock speaks only for this very directory and this host's clock: a claim on
     // another directory, or from another boot or host, proves nothing.
     for (what, claim) in [
@@ -222,15 +224,14 @@ fn kernel_tenure_lets_a_contender_take_over_when_the_holder_vanishes() {
 fn a_live_holder_is_never_stale_and_learns_when_its_state_is_taken() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let seen: Arc<Mutex<Vec<LostReason>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<LossReason>>> = Arc::default();
     let seen2 = seen.clone();
-    let holder = FileLock::with_options(
-        &path,
-        fast().on_lease_lost(move |r| seen2.lock().unwrap().push(r.clone())),
-    )
-    .unwrap();
+    let holder = fast(&path)
+        .on_lost(move |r| seen2.lock().unwrap().push(r.clone()))
+        .build()
+        .unwrap();
     let g1 = holder.acquire().unwrap();
-    let contender = FileLock::with_options(&path, fast()).unwrap();
+    let contender = fast(&path).build().unwrap();
     assert!(contender.try_acquire().unwrap_err().is_held());
     // The live holder keeps renewing past the stale threshold: the contender never calls it stale.
     std::thread::sleep(Duration::from_millis(500));
@@ -248,14 +249,19 @@ fn a_live_holder_is_never_stale_and_learns_when_its_state_is_taken() {
     rename_state(&path, &operator.name());
     assert!(wait_for(Duration::from_secs(2), || !holder.held()));
     assert!(
-        matches!(holder.lost(), Some(LostReason::TakenOver { holder: Some(ref h) }) if h.generation == g1.get() + 10),
+        holder.lost() == Some(LossReason::NotOwned(NotOwnedReason::TakenOver)),
         "{:?}",
         holder.lost()
+    );
+    // The new owner is the operator's generation.
+    assert_eq!(
+        holder.holder().unwrap().and_then(|h| h.fencing()),
+        Some(lease_core::backend::fencing_token(g1.get() + 10))
     );
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(seen.lock().unwrap().len(), 1, "told once");
     let err = holder.release().unwrap_err();
-    assert!(err.is_not_held());
+    assert!(err.is_not_owned());
     assert_eq!(
         lease_dir::state(&path).0,
         operator.name(),
@@ -267,13 +273,21 @@ fn a_live_holder_is_never_stale_and_learns_when_its_state_is_taken() {
 fn heartbeat_only_mode_works_and_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let a = FileLock::with_options(&path, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
+    let a = fast(&path)
+        .with_mode(ModePreference::HeartbeatOnly)
+        .build()
+        .unwrap();
     assert_eq!(a.mode(), LockMode::HeartbeatOnly);
-    let b = FileLock::with_options(&path, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
+    let b = fast(&path)
+        .with_mode(ModePreference::HeartbeatOnly)
+        .build()
+        .unwrap();
     let g1 = a.acquire().unwrap();
     let err = b.try_acquire().unwrap_err();
     assert!(err.is_held(), "{err}");
-    assert!(!err.holder().unwrap().kernel_lock);
+    assert!(err.holder().is_some());
+    // The holder claims no kernel lock, as its state entry says.
+    assert_eq!(lease_dir::state(&path).1.held().unwrap().kernel, None);
     std::thread::sleep(Duration::from_millis(100));
     assert!(a.held());
     let (_, state) = held(&path);
@@ -294,29 +308,25 @@ fn heartbeat_only_mode_works_and_says_so() {
 #[test]
 fn invalid_options_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let err = FileLock::with_options(
-        dir.path().join("a"),
-        FileLockOptions::default()
-            .with_heartbeat_interval(Duration::from_secs(2))
-            .with_stale_threshold(Duration::from_secs(3)),
-    )
-    .unwrap_err();
+    let err = FileLock::builder(dir.path().join("a"))
+        .with_heartbeat_interval(Duration::from_secs(2))
+        .with_stale_threshold(Duration::from_secs(3))
+        .build()
+        .unwrap_err();
     assert!(err.to_string().contains("stale_threshold"), "{err}");
 }
 
 #[test]
 fn garbage_file_at_the_path_is_foreign_and_left_untouched() {
     let dir = tempfile::tempdir().unwrap();
-    let lock_at = |name: &str| FileLock::with_options(dir.path().join(name), fast()).unwrap();
+    let lock_at = |name: &str| fast(dir.path().join(name)).build().unwrap();
     let age = |path: &Path, by: Duration| {
         let file = std::fs::File::options().write(true).open(path).unwrap();
         file.set_modified(SystemTime::now() - by).unwrap();
     };
     // Garbage, and a lease-file 0.1 record (the old format): refused at once, never reclaimed,
     // whatever the invalid-record threshold.
-    let old = LeaseFileRecord::parse(br#"{"version":1,"pid":7,"generation":3,"owner":"x"}"#)
-        .unwrap()
-        .to_bytes();
+    let old = b"{\"version\":1,\"pid\":7,\"generation\":3,\"owner\":\"x\"}\n".to_vec();
     for (name, bytes, says) in [
         (
             "garbage.lease",
@@ -333,7 +343,9 @@ fn garbage_file_at_the_path_is_foreign_and_left_untouched() {
         assert!(err.is_foreign(), "{err}");
         assert!(err.to_string().contains(says), "{err}");
         let start = Instant::now();
-        let err = lock.acquire_timeout(Duration::from_secs(2)).unwrap_err();
+        let err = lock
+            .acquire_with_wait(&WaitOptions::new(Duration::from_secs(2)))
+            .unwrap_err();
         assert!(err.is_foreign(), "{err}");
         assert!(start.elapsed() < Duration::from_secs(1), "not waited for");
         std::thread::sleep(Duration::from_millis(350));
@@ -373,22 +385,19 @@ fn symlinks_are_never_followed() {
     // A symlink at the lock path, to a file or to a real lock directory.
     let path = dir.path().join("a.lease");
     std::os::unix::fs::symlink(&target, &path).unwrap();
-    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let lock = fast(&path).build().unwrap();
     let err = lock.try_acquire().unwrap_err();
-    assert!(err.is_hostile(), "{err}");
+    assert!(err.is_corrupt(), "{err}");
     assert!(err.to_string().contains("symbolic link"), "{err}");
     assert_eq!(std::fs::read(&target).unwrap(), b"do not touch");
     let real = dir.path().join("real.lease");
-    let owner = FileLock::with_options(&real, fast()).unwrap();
+    let owner = fast(&real).build().unwrap();
     owner.acquire().unwrap();
     owner.release().unwrap();
     let link = dir.path().join("link.lease");
     std::os::unix::fs::symlink(&real, &link).unwrap();
-    let err = FileLock::with_options(&link, fast())
-        .unwrap()
-        .try_acquire()
-        .unwrap_err();
-    assert!(err.is_hostile(), "{err}");
+    let err = fast(&link).build().unwrap().try_acquire().unwrap_err();
+    assert!(err.is_corrupt(), "{err}");
     assert_eq!(lease_dir::state(&real).1, State::Free(1), "not acquired");
     // A state entry that is a symlink: its name is the state; its target is never written.
     let name = lease_dir::state(&real).0;
@@ -411,19 +420,14 @@ fn symlinks_are_never_followed() {
 #[test]
 fn planted_directories_fifos_and_huge_files_are_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
-    let try_at = |path: &Path| {
-        FileLock::with_options(path, fast())
-            .unwrap()
-            .try_acquire()
-            .unwrap_err()
-    };
+    let try_at = |path: &Path| fast(path).build().unwrap().try_acquire().unwrap_err();
     // A directory with no state entry (an empty one, or only junk): never guessed, never
     // repaired.
     let empty = dir.path().join("empty.lease");
     std::fs::create_dir(&empty).unwrap();
     let err = try_at(&empty);
     assert!(
-        err.is_hostile() && err.to_string().contains("missing"),
+        err.is_corrupt() && err.to_string().contains("missing"),
         "{err}"
     );
     assert!(lease_dir::entries(&empty).is_empty());
@@ -431,7 +435,7 @@ fn planted_directories_fifos_and_huge_files_are_refused_clearly() {
     lease_dir::plant(&junk, "free.007", b"");
     let err = try_at(&junk);
     assert!(
-        err.is_hostile() && err.to_string().contains("missing"),
+        err.is_corrupt() && err.to_string().contains("missing"),
         "{err}"
     );
     assert_eq!(lease_dir::entries(&junk), ["free.007"]);
@@ -441,7 +445,7 @@ fn planted_directories_fifos_and_huge_files_are_refused_clearly() {
     std::fs::write(two.join("free.2"), b"").unwrap();
     let err = try_at(&two);
     assert!(
-        err.is_hostile() && err.to_string().contains("two lease states"),
+        err.is_corrupt() && err.to_string().contains("two lease states"),
         "{err}"
     );
     assert_eq!(lease_dir::entries(&two), ["free.1", "free.2"]);
@@ -455,7 +459,7 @@ fn planted_directories_fifos_and_huge_files_are_refused_clearly() {
         start.elapsed() < Duration::from_secs(1),
         "a FIFO must not block the open"
     );
-    assert!(err.is_hostile(), "{err}");
+    assert!(err.is_corrupt(), "{err}");
 
     let huge = dir.path().join("h.lease");
     std::fs::write(&huge, vec![b' '; 10 * 1024 * 1024]).unwrap();
@@ -482,12 +486,9 @@ fn a_fifo_as_the_state_entry_never_blocks() {
     .unwrap();
     let at = path.clone();
     let g = within(Duration::from_secs(5), move || {
-        let lock = FileLock::with_options(&at, fast()).unwrap();
+        let lock = fast(&at).build().unwrap();
         let g = lock.try_acquire().map(|g| g.get()).ok();
-        let holder = FileLock::with_options(&at, fast())
-            .unwrap()
-            .try_acquire()
-            .unwrap_err();
+        let holder = fast(&at).build().unwrap().try_acquire().unwrap_err();
         drop(lock);
         (g, holder.is_held())
     });
@@ -509,7 +510,7 @@ fn unreadable_lock_directory_gives_a_permission_error() {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let lock = fast(&path).build().unwrap();
     lock.acquire().unwrap();
     lock.release().unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
@@ -522,8 +523,11 @@ fn unreadable_lock_directory_gives_a_permission_error() {
 fn creation_modes_are_honoured() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m/a.lease");
-    let lock =
-        FileLock::with_options(&path, fast().with_file_mode(0o600).with_dir_mode(0o700)).unwrap();
+    let lock = fast(&path)
+        .with_file_mode(0o600)
+        .with_dir_mode(0o700)
+        .build()
+        .unwrap();
     lock.acquire().unwrap();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
     // The lock directory gets the file mode plus search where it grants read, exactly.
@@ -534,7 +538,7 @@ fn creation_modes_are_honoured() {
     lock.release().unwrap();
     // A group-shared lock.
     let shared = dir.path().join("m/shared.lease");
-    let lock = FileLock::with_options(&shared, fast().with_file_mode(0o664)).unwrap();
+    let lock = fast(&shared).with_file_mode(0o664).build().unwrap();
     lock.acquire().unwrap();
     assert_eq!(mode(&shared), 0o775);
     assert_eq!(mode(&shared.join(lease_dir::state(&shared).0)), 0o664);
@@ -545,12 +549,12 @@ fn a_moved_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let moved = dir.path().join("moved.lease");
-    let a = FileLock::with_options(&path, fast()).unwrap();
+    let a = fast(&path).build().unwrap();
     let g = a.acquire().unwrap();
     std::fs::rename(&path, &moved).unwrap();
     // Under its new name the directory still holds a's tenure and a's kernel lock: a contender
     // there is turned away until a lets go.
-    let b = FileLock::with_options(&moved, fast()).unwrap();
+    let b = fast(&moved).build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(2);
     let gb = loop {
         match b.try_acquire() {
@@ -562,7 +566,12 @@ fn a_moved_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
     };
     assert!(!a.held(), "b acquired while a still trusted its tenure");
     assert!(
-        matches!(a.lost(), Some(LostReason::TakenOver { .. })),
+        matches!(
+            a.lost(),
+            Some(LossReason::NotOwned(
+                NotOwnedReason::TakenOver | NotOwnedReason::Missing
+            ))
+        ),
         "the heartbeat noticed: {:?}",
         a.lost()
     );
@@ -571,7 +580,7 @@ fn a_moved_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
         g.get() + 1,
         "fencing continues in the moved directory"
     );
-    assert!(a.release().unwrap_err().is_not_held());
+    assert!(a.release().unwrap_err().is_not_owned());
     assert_eq!(
         held(&moved).1.generation,
         gb.get(),
@@ -584,7 +593,7 @@ fn a_replaced_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let old = dir.path().join("old.lease");
-    let a = FileLock::with_options(&path, fast()).unwrap();
+    let a = fast(&path).build().unwrap();
     let g = a.acquire().unwrap();
     // Replace the directory by a copy of itself (a restore from backup, a sync tool): a new
     // inode whose state still names a's tenure, but not a kernel lock on itself.
@@ -599,7 +608,7 @@ fn a_replaced_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
     }
     std::fs::rename(&copy, &path).unwrap();
     let replaced = Instant::now();
-    let b = FileLock::with_options(&path, fast()).unwrap();
+    let b = fast(&path).build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(3);
     let gb = loop {
         match b.try_acquire() {
@@ -611,7 +620,12 @@ fn a_replaced_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
     };
     assert!(!a.held(), "b acquired while a still trusted its tenure");
     assert!(
-        matches!(a.lost(), Some(LostReason::TakenOver { .. })),
+        matches!(
+            a.lost(),
+            Some(LossReason::NotOwned(
+                NotOwnedReason::TakenOver | NotOwnedReason::Missing
+            ))
+        ),
         "{:?}",
         a.lost()
     );
@@ -634,20 +648,19 @@ fn a_replaced_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
 fn failing_heartbeats_are_tolerated_until_the_deadline_then_untrusted() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let seen: Arc<Mutex<Vec<(Instant, LostReason)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<(Instant, LossReason)>>> = Arc::default();
     let seen2 = seen.clone();
-    let lock = FileLock::with_options(
-        &path,
-        fast().on_lease_lost(move |r| seen2.lock().unwrap().push((Instant::now(), r.clone()))),
-    )
-    .unwrap();
+    let lock = fast(&path)
+        .on_lost(move |r| seen2.lock().unwrap().push((Instant::now(), r.clone())))
+        .build()
+        .unwrap();
     let g = lock.acquire().unwrap();
     // Take the state entry away: every renewal now fails (and contenders are refused).
     let name = rename_state(&path, "stash");
     std::thread::sleep(Duration::from_millis(120));
     assert!(lock.held(), "a few failed heartbeats are tolerated");
-    let other = FileLock::with_options(&path, fast()).unwrap();
-    assert!(other.try_acquire().unwrap_err().is_hostile());
+    let other = fast(&path).build().unwrap();
+    assert!(other.try_acquire().unwrap_err().is_corrupt());
     // Put it back in time: renewals resume from the name the holder last wrote.
     std::fs::rename(path.join("stash"), path.join(&name)).unwrap();
     let stuck = lease_dir::parse(&name).unwrap();
@@ -663,7 +676,13 @@ fn failing_heartbeats_are_tolerated_until_the_deadline_then_untrusted() {
         .unwrap()
         .is_empty()));
     let (at, reason) = seen.lock().unwrap()[0].clone();
-    assert!(matches!(reason, LostReason::Untrusted { .. }), "{reason}");
+    assert!(
+        matches!(
+            reason,
+            LossReason::BackendFailing { .. } | LossReason::DeadlinePassed
+        ),
+        "{reason}"
+    );
     assert!(
         reason.to_string().contains("no longer be trusted"),
         "{reason}"
@@ -674,7 +693,7 @@ fn failing_heartbeats_are_tolerated_until_the_deadline_then_untrusted() {
     );
     assert!(!lock.held());
     assert_eq!(lease_dir::entries(&path), ["stash"], "nothing repaired");
-    assert!(other.try_acquire().unwrap_err().is_hostile());
+    assert!(other.try_acquire().unwrap_err().is_corrupt());
     assert_eq!(lock.fencing_token(), Some(g));
 }
 
@@ -698,7 +717,7 @@ fn store_keys_cannot_escape_the_directory() {
     assert!(
         inside
             .iter()
-            .any(|n| n == &lease_file::key_file_name(&key).unwrap()),
+            .any(|n| dir.join(n) == store.lock_dir(&key).unwrap()),
         "{inside:?}"
     );
     lease_core::block_on(store.release_lease(&lease)).unwrap();
@@ -711,7 +730,7 @@ fn store_keys_cannot_escape_the_directory() {
 fn a_deleted_state_entry_under_a_live_holder_is_refused_never_free() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let holder = FileLock::with_options(&path, fast()).unwrap();
+    let holder = fast(&path).build().unwrap();
     holder.acquire().unwrap();
     loop {
         let (name, _) = lease_dir::state(&path);
@@ -719,15 +738,17 @@ fn a_deleted_state_entry_under_a_live_holder_is_refused_never_free() {
             break;
         }
     }
-    let other = FileLock::with_options(&path, fast()).unwrap();
+    let other = fast(&path).build().unwrap();
     let err = other.try_acquire().unwrap_err();
     assert!(
-        err.is_hostile() && err.to_string().contains("missing"),
+        err.is_corrupt() && err.to_string().contains("missing"),
         "{err}"
     );
     let start = Instant::now();
-    let err = other.acquire_timeout(Duration::from_secs(2)).unwrap_err();
-    assert!(err.is_hostile(), "{err}");
+    let err = other
+        .acquire_with_wait(&WaitOptions::new(Duration::from_secs(2)))
+        .unwrap_err();
+    assert!(err.is_corrupt(), "{err}");
     assert!(
         start.elapsed() < Duration::from_secs(1),
         "refused, not waited for"
@@ -736,12 +757,15 @@ fn a_deleted_state_entry_under_a_live_holder_is_refused_never_free() {
     assert!(wait_for(Duration::from_secs(2), || holder.lost().is_some()));
     assert!(!holder.held());
     assert!(
-        matches!(holder.lost(), Some(LostReason::Untrusted { .. })),
+        matches!(
+            holder.lost(),
+            Some(LossReason::BackendFailing { .. } | LossReason::DeadlinePassed)
+        ),
         "{:?}",
         holder.lost()
     );
     assert!(
-        other.try_acquire().unwrap_err().is_hostile(),
+        other.try_acquire().unwrap_err().is_corrupt(),
         "never repaired"
     );
     assert!(lease_dir::entries(&path).is_empty());
@@ -751,13 +775,11 @@ fn a_deleted_state_entry_under_a_live_holder_is_refused_never_free() {
 fn readers_always_see_exactly_one_state_entry() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let lock = FileLock::with_options(
-        &path,
-        FileLockOptions::default()
-            .with_heartbeat_interval(Duration::from_millis(1))
-            .with_stale_threshold(Duration::from_millis(300)),
-    )
-    .unwrap();
+    let lock = FileLock::builder(&path)
+        .with_heartbeat_interval(Duration::from_millis(1))
+        .with_stale_threshold(Duration::from_millis(300))
+        .build()
+        .unwrap();
     let g = lock.acquire().unwrap();
     let start = Instant::now();
     let mut reads = 0;
@@ -771,7 +793,7 @@ fn readers_always_see_exactly_one_state_entry() {
         last = state.seq;
         match std::fs::read(path.join(&name)) {
             Ok(bytes) => {
-                let record = LeaseFileRecord::parse(&bytes)
+                let record = lease_dir::Record::parse(&bytes)
                     .unwrap_or_else(|e| panic!("torn description after {reads} reads: {e}"));
                 assert_eq!(record.generation, g.get());
                 assert_eq!(fnv(record.owner.unwrap().as_bytes()), state.token);

@@ -9,10 +9,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lease_dir::{Held, State, fnv, monotonic_ns};
-use lease_file::{FileLock, FileLockOptions, LockMode, ModePreference};
+use lease_file::go::{PidLock as _, PidLockOptions as _};
+use lease_file::{FileLock, FileLockBuilder, LockMode, ModePreference, WaitOptions};
 
-fn fast() -> FileLockOptions {
-    FileLockOptions::default()
+fn fast(path: impl Into<std::path::PathBuf>) -> FileLockBuilder {
+    FileLock::builder(path)
         .with_heartbeat_interval(Duration::from_millis(20))
         .with_stale_threshold(Duration::from_millis(400))
         .with_retry_delay(Duration::from_millis(10))
@@ -46,7 +47,7 @@ fn plant_hung_holder(path: &Path, generation: u64, duration: Duration, written_a
 
 #[test]
 fn defaults_match_the_go_package() {
-    let o = FileLockOptions::default();
+    let o = FileLock::builder("a.lease");
     assert_eq!(o.heartbeat_interval(), Duration::from_millis(250));
     assert_eq!(o.stale_threshold(), Duration::from_secs(3));
     // kit/lockfile: defaultAcquireRetryLimit 12, defaultAcquireRetryDelay 20 ms,
@@ -62,11 +63,11 @@ fn defaults_match_the_go_package() {
 fn record_has_schema_version_owner_pid_and_heartbeat() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let lock = fast(&path).build().unwrap();
     let g = lock.acquire().unwrap();
     let state = held(&path);
     let r = lease_dir::description(&path);
-    assert_eq!(r.version, lease_file::SCHEMA_VERSION);
+    assert_eq!(r.version, lease_dir::SCHEMA_VERSION);
     assert_eq!(
         fnv(r.owner.as_deref().unwrap().as_bytes()),
         state.token,
@@ -84,7 +85,7 @@ fn record_has_schema_version_owner_pid_and_heartbeat() {
 fn owners_heartbeat_while_held() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let lock = fast(&path).build().unwrap();
     lock.acquire().unwrap();
     let before = held(&path);
     std::thread::sleep(Duration::from_millis(150));
@@ -109,13 +110,15 @@ fn a_stale_lease_is_taken_over_after_its_duration_not_before() {
     let path = dir.path().join("a.lease");
     // The holder's own duration decides (600 ms), not this contender's stale threshold (400 ms).
     plant_hung_holder(&path, 41, Duration::from_millis(600), 1);
-    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let lock = fast(&path).build().unwrap();
     let start = Instant::now();
     assert!(
         lock.try_acquire().unwrap_err().is_held(),
         "fresh at first sight"
     );
-    let generation = lock.acquire_timeout(Duration::from_secs(5)).unwrap();
+    let generation = lock
+        .acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
+        .unwrap();
     let waited = start.elapsed();
     assert!(waited >= Duration::from_millis(600), "{waited:?}");
     assert!(waited < Duration::from_millis(2000), "{waited:?}");
@@ -132,17 +135,18 @@ fn wall_clock_timestamps_do_not_decide_staleness() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.lease");
         plant_hung_holder(&path, 1, Duration::from_millis(400), written_at_ns);
-        let lock = FileLock::with_options(&path, fast()).unwrap();
+        let lock = fast(&path).build().unwrap();
         assert!(lock.try_acquire().unwrap_err().is_held());
         let start = Instant::now();
-        lock.acquire_timeout(Duration::from_secs(5)).unwrap();
+        lock.acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
+            .unwrap();
         assert!(start.elapsed() >= Duration::from_millis(300));
     }
     // A holder on this host's monotonic clock: its deadline decides, to the millisecond, whatever
     // its wall timestamps and however long its duration.
     let dir = tempfile::tempdir().unwrap();
     let probe = dir.path().join("probe.lease");
-    let lock = FileLock::with_options(&probe, fast()).unwrap();
+    let lock = fast(&probe).build().unwrap();
     lock.acquire().unwrap();
     let scale = held(&probe).scale;
     assert!(scale.is_some());
@@ -156,9 +160,11 @@ fn wall_clock_timestamps_do_not_decide_staleness() {
         ..Held::hung(5, Duration::ZERO)
     };
     lease_dir::plant(&path, &holder.name(), &record_written_at(1, 1, "elsewhere"));
-    let lock = FileLock::with_options(&path, fast()).unwrap();
+    let lock = fast(&path).build().unwrap();
     assert!(lock.try_acquire().unwrap_err().is_held());
-    let g = lock.acquire_timeout(Duration::from_secs(5)).unwrap();
+    let g = lock
+        .acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
+        .unwrap();
     let at = monotonic_ns();
     assert!(at >= deadline, "not before the holder's deadline");
     assert!(at < deadline + 1_000_000_000, "soon after it");
@@ -173,7 +179,7 @@ fn a_fresh_lock_object_per_attempt_still_sees_staleness() {
     let start = Instant::now();
     let deadline = start + Duration::from_secs(5);
     loop {
-        let lock = FileLock::with_options(&path, fast()).unwrap();
+        let lock = fast(&path).build().unwrap();
         match lock.try_acquire() {
             Ok(_) => break,
             Err(e) if e.is_held() && Instant::now() < deadline => {
@@ -192,7 +198,7 @@ fn pids_never_decide_only_the_kernel_lock_or_time() {
     // this very host, with a liveness override saying dead, stays held until its duration ran.
     let dir = tempfile::tempdir().unwrap();
     let probe = dir.path().join("probe.lease");
-    let lock = FileLock::with_options(&probe, fast()).unwrap();
+    let lock = fast(&probe).build().unwrap();
     lock.acquire().unwrap();
     let host = lease_dir::description(&probe).host;
     drop(lock);
@@ -202,12 +208,13 @@ fn pids_never_decide_only_the_kernel_lock_or_time() {
         &Held::hung(1, Duration::from_millis(400)).name(),
         &record_written_at(1, 999_999, &host),
     );
-    let lock = FileLock::with_options(&path, fast().with_liveness(|_| false)).unwrap();
+    let lock = fast(&path).with_liveness(|_| false).build().unwrap();
     let start = Instant::now();
     assert!(lock.try_acquire().unwrap_err().is_held());
     std::thread::sleep(Duration::from_millis(200));
     assert!(lock.try_acquire().unwrap_err().is_held());
-    lock.acquire_timeout(Duration::from_secs(5)).unwrap();
+    lock.acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
+        .unwrap();
     assert!(start.elapsed() >= Duration::from_millis(400));
 }
 
@@ -215,11 +222,11 @@ fn pids_never_decide_only_the_kernel_lock_or_time() {
 fn release_is_fenced_by_ownership_and_never_deletes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let a = FileLock::with_options(&path, fast()).unwrap();
-    let b = FileLock::with_options(&path, fast()).unwrap();
-    assert!(b.release().unwrap_err().is_not_held(), "never acquired");
+    let a = fast(&path).build().unwrap();
+    let b = fast(&path).build().unwrap();
+    assert!(b.release().unwrap_err().is_not_owned(), "never acquired");
     let g = a.acquire().unwrap();
-    assert!(b.release().unwrap_err().is_not_held());
+    assert!(b.release().unwrap_err().is_not_owned());
     assert!(a.held());
     assert_eq!(
         held(&path).generation,
@@ -240,14 +247,18 @@ fn release_is_fenced_by_ownership_and_never_deletes() {
 fn mixed_modes_on_one_path_exclude_each_other() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let hb =
-        FileLock::with_options(&path, fast().with_mode(ModePreference::HeartbeatOnly)).unwrap();
-    let kernel = FileLock::with_options(&path, fast()).unwrap();
+    let hb = fast(&path)
+        .with_mode(ModePreference::HeartbeatOnly)
+        .build()
+        .unwrap();
+    let kernel = fast(&path).build().unwrap();
     assert_eq!(kernel.mode(), LockMode::Kernel);
     let g1 = hb.acquire().unwrap();
     let err = kernel.try_acquire().unwrap_err();
     assert!(err.is_held(), "{err}");
-    assert!(!err.holder().unwrap().kernel_lock);
+    assert!(err.holder().is_some());
+    // The holder claims no kernel lock, as its state entry says.
+    assert_eq!(lease_dir::state(&path).1.held().unwrap().kernel, None);
     // The heartbeat-only holder's renewals keep it live for the kernel-mode contender, which
     // gets the (unused) kernel lock but must not read that as the holder's death.
     std::thread::sleep(Duration::from_millis(600));
@@ -258,7 +269,9 @@ fn mixed_modes_on_one_path_exclude_each_other() {
     assert!(g2 > g1);
     let err = hb.try_acquire().unwrap_err();
     assert!(err.is_held(), "{err}");
-    assert!(err.holder().unwrap().kernel_lock);
+    assert!(err.holder().is_some());
+    // The holder holds the kernel lock, as its state entry says.
+    assert!(lease_dir::state(&path).1.held().unwrap().kernel.is_some());
     kernel.release().unwrap();
     assert!(hb.try_acquire().unwrap() > g2);
 }
@@ -266,7 +279,7 @@ fn mixed_modes_on_one_path_exclude_each_other() {
 #[test]
 fn concurrent_threads_on_one_lock_object_acquire_once() {
     let dir = tempfile::tempdir().unwrap();
-    let lock = FileLock::with_options(dir.path().join("a.lease"), fast()).unwrap();
+    let lock = fast(dir.path().join("a.lease")).build().unwrap();
     let wins = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
             .map(|_| s.spawn(|| lock.try_acquire().is_ok()))

@@ -43,7 +43,10 @@ fn every_fault_point_fires_before_its_rename() {
     for mode in [ModePreference::Kernel, ModePreference::HeartbeatOnly] {
         hits.lock().unwrap().clear();
         let dir = tempfile::tempdir().unwrap();
-        let store = DirectoryStore::open_with_mode(dir.path(), mode).unwrap();
+        let store = DirectoryStore::builder(dir.path())
+            .with_mode(mode)
+            .build()
+            .unwrap();
         let key = LeaseKey::new("k").unwrap();
         let first = block_on(store.acquire(&key, Duration::from_millis(10))).unwrap();
         let renewed = block_on(store.renew(&first, Duration::from_millis(10))).unwrap();

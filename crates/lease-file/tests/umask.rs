@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use lease_core::{FencedValues, LeaseBackend, LeaseBackendExt, LeaseKey};
-use lease_file::{DirectoryStore, FileLock, FileLockOptions, ModePreference};
+use lease_file::{DirectoryStore, FileLock, ModePreference};
 use nix::sys::stat::{Mode, umask};
 
 /// Every file and directory under `root` (not `root` itself), by path relative to it, with its
@@ -93,16 +93,16 @@ fn every_created_file_and_directory_gets_exactly_the_configured_mode() {
                 // heartbeats, release and a second tenure.
                 let dir = roots.next().unwrap();
                 let path = dir.path().join("a.lease");
-                let options = FileLockOptions::default()
+                let options = FileLock::builder(&path)
                     .with_heartbeat_interval(Duration::from_millis(10))
                     .with_stale_threshold(Duration::from_millis(300))
                     .with_file_mode(file_mode)
                     .with_mode(preference);
-                let lock = FileLock::with_options(&path, options.clone()).unwrap();
+                let lock = options.clone().build().unwrap();
                 lock.acquire().unwrap();
                 std::thread::sleep(Duration::from_millis(50)); // a few heartbeats
                 lock.release().unwrap();
-                let other = FileLock::with_options(&path, options).unwrap();
+                let other = options.build().unwrap();
                 other.acquire().unwrap();
                 assert_all(
                     dir.path(),
@@ -123,9 +123,11 @@ fn every_created_file_and_directory_gets_exactly_the_configured_mode() {
                 // DirectoryStore: lock directories, state entries, fenced-value directories
                 // and their data files.
                 let dir = roots.next().unwrap();
-                let store = DirectoryStore::open_with_mode(dir.path(), preference)
-                    .unwrap()
-                    .with_file_mode(file_mode);
+                let store = DirectoryStore::builder(dir.path())
+                    .with_mode(preference)
+                    .with_file_mode(file_mode)
+                    .build()
+                    .unwrap();
                 let key = LeaseKey::new("jobs").unwrap();
                 let lease =
                     lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, WaitOptions};
-use lease_file::{DirectoryStore, FileLock, FileLockOptions, LockMode};
+use lease_file::{DirectoryStore, FileLock, LockMode};
 
 /// Far longer than the wake-up the test allows: only a kernel wake-up can beat it.
 const SLOW_POLL: Duration = Duration::from_secs(5);
@@ -47,13 +47,15 @@ fn a_waiting_directory_store_acquisition_is_woken_by_the_release() {
 fn a_waiting_file_lock_is_woken_by_the_release() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("woken.lease");
-    let options = FileLockOptions::default().with_retry_delay(SLOW_POLL);
-    let holder = FileLock::with_options(&path, options.clone()).unwrap();
+    let options = FileLock::builder(&path).with_retry_delay(SLOW_POLL);
+    let holder = options.clone().build().unwrap();
     assert_eq!(holder.mode(), LockMode::Kernel);
     let fencing = holder.acquire().unwrap();
     let thread = std::thread::spawn(move || {
-        let waiter = FileLock::with_options(&path, options).unwrap();
-        let got = waiter.acquire_timeout(Duration::from_secs(30)).unwrap();
+        let waiter = options.build().unwrap();
+        let got = waiter
+            .acquire_with_wait(&WaitOptions::new(Duration::from_secs(30)))
+            .unwrap();
         (Instant::now(), got, waiter)
     });
     std::thread::sleep(Duration::from_millis(300));

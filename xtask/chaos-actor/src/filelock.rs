@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lease_file::{FileLock, FileLockError, FileLockOptions, ModePreference};
+use lease_file::{FileLock, FileLockBuilder, LeaseError, ModePreference, WaitOptions};
 
 use crate::actor::{Actor, Rng};
 use crate::cli::{FileLockArgs, LockModeArg};
@@ -30,7 +30,7 @@ pub(crate) fn run(args: &FileLockArgs, actor: &Actor) -> Result<(), String> {
     while !actor.stopping() {
         let current = match lock.take() {
             Some(current) => current,
-            None => match FileLock::with_options(&args.path, options(args)) {
+            None => match options(&args.path, args).build() {
                 Ok(made) => made,
                 Err(error) => {
                     tenure.failed("open", &error);
@@ -51,12 +51,12 @@ pub(crate) fn run(args: &FileLockArgs, actor: &Actor) -> Result<(), String> {
     Ok(())
 }
 
-fn options(args: &FileLockArgs) -> FileLockOptions {
+fn options(path: &std::path::Path, args: &FileLockArgs) -> FileLockBuilder {
     let mode = match args.mode {
         LockModeArg::Kernel => ModePreference::Kernel,
         LockModeArg::Heartbeat => ModePreference::HeartbeatOnly,
     };
-    FileLockOptions::default()
+    FileLock::builder(path)
         .with_mode(mode)
         .with_stale_threshold(Duration::from_millis(args.stale_ms))
         .with_heartbeat_interval(Duration::from_millis(args.heartbeat_ms))
@@ -73,11 +73,11 @@ struct Tenure<'a> {
 impl Tenure<'_> {
     /// One acquisition (a timeout or a live holder is not an error: `Ok` without a tenure), its
     /// claims and its release. `Err` names the call that failed.
-    fn once(&self, lock: &FileLock) -> Result<(), (&'static str, FileLockError)> {
+    fn once(&self, lock: &FileLock) -> Result<(), (&'static str, LeaseError)> {
         let history = &self.actor.history;
         let sent = mono_ns();
         let wait = Duration::from_millis(self.args.acquire_timeout_ms);
-        let token = match lock.acquire_timeout(wait) {
+        let token = match lock.acquire_with_wait(&WaitOptions::new(wait)) {
             Ok(token) => token.get(),
             Err(error) if error.is_timeout() || error.is_held() => return Ok(()),
             Err(error) => return Err(("acquire", error)),
@@ -131,7 +131,7 @@ impl Tenure<'_> {
         }
     }
 
-    fn failed(&self, what: &str, error: &FileLockError) {
+    fn failed(&self, what: &str, error: &LeaseError) {
         eprintln!("{}: {what}: {error}", self.actor.history.proc_id());
         self.actor.sleep(ERROR_BACKOFF);
     }

@@ -60,11 +60,13 @@ async fn store(args: &FleetArgs, actor: &Actor) -> Result<Arc<dyn LeaseBackend>,
                 .dir
                 .as_ref()
                 .ok_or("--dir is required with --backend file")?;
-            let mut store = DirectoryStore::open(dir)
-                .map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?;
+            let mut builder = DirectoryStore::builder(dir);
             if args.steppable_file_clock {
-                store = store.with_clock(actor.clock.clone());
+                builder = builder.with_clock(actor.clock.clone());
             }
+            let store = builder
+                .build()
+                .map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?;
             Ok(Arc::new(store))
         }
         Backend::Dynamo => Ok(crate::dynamo::leases(&args.dynamo, actor).await?),

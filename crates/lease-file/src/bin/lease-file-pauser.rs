@@ -69,7 +69,7 @@ use lease_core::{
     AcquireOptions, FencedValues, KeeperOptions, Lease, LeaseBackend, LeaseBackendExt, LeaseGuard,
     LeaseKey, block_on,
 };
-use lease_file::{DirectoryStore, FileLock, FileLockOptions, ModePreference};
+use lease_file::{DirectoryStore, FileLock, ModePreference};
 
 static HISTORY: OnceLock<(File, String)> = OnceLock::new();
 
@@ -592,21 +592,24 @@ fn run(args: &[String]) -> Result<(), String> {
     let scenario = fail::FailScenario::setup();
     observe_fault_points();
     let fenced_dir = |sub: &str| -> Result<DirectoryStore, String> {
-        DirectoryStore::open_with_mode(config.dir.join(sub), config.mode).map_err(|e| e.to_string())
+        DirectoryStore::builder(config.dir.join(sub))
+            .with_mode(config.mode)
+            .build()
+            .map_err(|e| e.to_string())
     };
     let name = LeaseKey::new("resource").map_err(|e| e.to_string())?;
     let result = match config.face {
         FaceKind::Lock => {
-            let options = FileLockOptions::default()
-                .on_lease_lost(|reason| {
+            let lock = FileLock::builder(config.dir.join("lock"))
+                .on_lost(|reason| {
                     let now = mono_ns();
                     log(0, "lost-callback", now, now, "-", &reason.to_string());
                 })
                 .with_mode(config.mode)
                 .with_stale_threshold(config.stale)
                 .with_heartbeat_interval(config.heartbeat)
-                .with_label(format!("pauser {}", std::process::id()));
-            let lock = FileLock::with_options(config.dir.join("lock"), options)
+                .with_label(format!("pauser {}", std::process::id()))
+                .build()
                 .map_err(|e| e.to_string())?;
             let mut fenced = Fenced {
                 store: fenced_dir("fenced")?,

@@ -33,10 +33,12 @@
 #![forbid(unsafe_code)]
 
 use std::io::{BufRead, Write};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
-use lease_file::{FileLock, FileLockOptions, LostReason, ModePreference};
+use lease_file::lease_core::{LossReason, NotOwnedReason, WaitOptions};
+use lease_file::{FileLock, FileLockBuilder, ModePreference};
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize) -> Result<T, String> {
     args.get(i)
@@ -45,21 +47,25 @@ fn arg<T: std::str::FromStr>(args: &[String], i: usize) -> Result<T, String> {
         .map_err(|_| format!("bad argument {i}"))
 }
 
-fn options(stale_ms: u64, heartbeat_ms: u64) -> FileLockOptions {
+/// A lock on `path`; its loss callback says how it was lost, and for a takeover the new
+/// holder's generation as the path now shows it.
+fn builder(path: &Path, stale_ms: u64, heartbeat_ms: u64) -> FileLockBuilder {
     let mode = match std::env::var("LEASE_FILE_PROBE_MODE").as_deref() {
         Ok("heartbeat-only") => ModePreference::HeartbeatOnly,
         _ => ModePreference::Auto,
     };
-    FileLockOptions::default()
+    let watched = path.to_owned();
+    FileLock::builder(path)
         .with_mode(mode)
         .with_stale_threshold(Duration::from_millis(stale_ms))
         .with_heartbeat_interval(Duration::from_millis(heartbeat_ms))
-        .on_lease_lost(|reason| {
+        .on_lost(move |reason| {
             let line = match reason {
-                LostReason::TakenOver { holder } => format!(
-                    "lost taken_over {}",
-                    holder.as_ref().map_or(0, |h| h.generation)
-                ),
+                LossReason::NotOwned(NotOwnedReason::TakenOver) => {
+                    let now = FileLock::new(&watched).and_then(|l| l.holder());
+                    let generation = now.ok().flatten().and_then(|h| h.fencing());
+                    format!("lost taken_over {}", generation.map_or(0, |g| g.get()))
+                }
                 _ => "lost untrusted".to_owned(),
             };
             say(&line);
@@ -120,10 +126,11 @@ fn run(args: &[String]) -> Result<(), String> {
 }
 
 fn hold(args: &[String], path: &str) -> Result<(), String> {
-    let lock = FileLock::with_options(path, options(arg(args, 3)?, arg(args, 4)?))
+    let lock = builder(path.as_ref(), arg(args, 3)?, arg(args, 4)?)
+        .build()
         .map_err(|e| e.to_string())?;
     let generation = lock
-        .acquire_timeout(Duration::from_secs(60))
+        .acquire_with_wait(&WaitOptions::new(Duration::from_secs(60)))
         .map_err(|e| e.to_string())?;
     acquired(generation);
     hold_until_stdin_closes(&lock);
@@ -133,14 +140,13 @@ fn hold(args: &[String], path: &str) -> Result<(), String> {
 fn wait(args: &[String], path: &str) -> Result<(), String> {
     let retry: u64 = arg(args, 5)?;
     let timeout: u64 = arg(args, 6)?;
-    let lock = FileLock::with_options(
-        path,
-        options(arg(args, 3)?, arg(args, 4)?).with_retry_delay(Duration::from_micros(retry)),
-    )
-    .map_err(|e| e.to_string())?;
+    let lock = builder(path.as_ref(), arg(args, 3)?, arg(args, 4)?)
+        .with_retry_delay(Duration::from_micros(retry))
+        .build()
+        .map_err(|e| e.to_string())?;
     say("waiting");
     let generation = lock
-        .acquire_timeout(Duration::from_millis(timeout))
+        .acquire_with_wait(&WaitOptions::new(Duration::from_millis(timeout)))
         .map_err(|e| e.to_string())?;
     acquired(generation);
     if args.get(7).map(String::as_str) == Some("hold") {
@@ -155,11 +161,10 @@ fn stress(args: &[String], path: &str) -> Result<(), String> {
     let log: String = arg(args, 3)?;
     let rounds: u64 = arg(args, 4)?;
     let crash_at: u64 = arg(args, 5)?;
-    let lock = FileLock::with_options(
-        path,
-        options(arg(args, 6)?, arg(args, 7)?).with_retry_delay(Duration::from_micros(500)),
-    )
-    .map_err(|e| e.to_string())?;
+    let lock = builder(path.as_ref(), arg(args, 6)?, arg(args, 7)?)
+        .with_retry_delay(Duration::from_micros(500))
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut log = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
@@ -168,7 +173,7 @@ fn stress(args: &[String], path: &str) -> Result<(), String> {
     let pid = std::process::id();
     for round in 1..=rounds {
         let generation = lock
-            .acquire_timeout(Duration::from_secs(60))
+            .acquire_with_wait(&WaitOptions::new(Duration::from_secs(60)))
             .map_err(|e| e.to_string())?;
         // One write(2) per line on an O_APPEND file: lines never interleave.
         log.write_all(format!("enter {generation} {pid}\n").as_bytes())

@@ -8,7 +8,42 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lease_file::LeaseFileRecord;
+/// The holder's description as the protocol writes it (JSON, schema version 1): read here with
+/// its own definition, so the tests do not lean on the crate's private one.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+pub struct Record {
+    pub version: u32,
+    #[serde(default)]
+    pub owner: Option<String>,
+    #[serde(default)]
+    pub label: Option<String>,
+    pub pid: u32,
+    #[serde(default)]
+    pub host: String,
+    #[serde(default)]
+    pub heartbeat: u64,
+    #[serde(default)]
+    pub written_at_ns: u64,
+    #[serde(default)]
+    pub acquired_at_ns: u64,
+    #[serde(default)]
+    pub expires_at_ns: u64,
+    pub generation: u64,
+    #[serde(default)]
+    pub tenure: bool,
+    #[serde(default)]
+    pub protocol: Option<String>,
+}
+
+/// The record schema version the protocol writes.
+pub const SCHEMA_VERSION: u32 = 1;
+
+impl Record {
+    /// Parses a description (JSON, maybe padded with spaces).
+    pub fn parse(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+}
 
 /// A held lease as its state entry's name says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -131,9 +166,9 @@ pub fn state(path: &Path) -> (String, State) {
 }
 
 /// The diagnostic record in the state entry (padded with spaces after the JSON).
-pub fn description(path: &Path) -> LeaseFileRecord {
+pub fn description(path: &Path) -> Record {
     let (name, _) = state(path);
-    LeaseFileRecord::parse(&std::fs::read(path.join(name)).unwrap()).unwrap()
+    Record::parse(&std::fs::read(path.join(name)).unwrap()).unwrap()
 }
 
 /// Creates the lock directory `path` holding the single state entry `name` (content `bytes`),

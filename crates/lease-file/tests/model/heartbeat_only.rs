@@ -14,7 +14,7 @@
 //!   `P.cs.<n+1>` (`EEXIST`: scan again); `readdir` again: a higher epoch means ours was a stale
 //!   number, unlink it and scan again; else clean up: `readdir`, then unlink every epoch file
 //!   and marker below `n`, one by one.
-//! * **Acquire** (`try_acquire`, retried as `acquire_timeout` does): enter; read the clock
+//! * **Acquire** (`try_acquire`, retried as `acquire_with_wait` does): enter; read the clock
 //!   (`sent`); read `P`: missing, released, or held. A held record is taken over only when the
 //!   same owner, generation and heartbeat counter were seen by an earlier read of ours and are
 //!   now judged stale; otherwise `Held`. Then `still_exclusive` (`lstat P.cs.<epoch+1>`), then
