@@ -9,6 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+mod support;
+
+use support::{code_only, library_lines, read, root};
+
 /// Crates that lease-core must never depend on: they all sit above it.
 const WORKSPACE_CRATES_ABOVE_CORE: [&str; 4] = [
     "lease-dynamo",
@@ -189,15 +193,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// the first `#[cfg(test)]` module.
 fn long_functions(source: &str, max: usize) -> Vec<(String, usize, usize)> {
     let code = code_only(source);
-    let lines: Vec<&str> = code.lines().collect();
-    let end = lines
-        .windows(2)
-        .position(|pair| {
-            pair[0].trim() == "#[cfg(test)]"
-                && pair[1].trim_start().starts_with("mod ")
-                && pair[1].trim_end().ends_with('{')
-        })
-        .unwrap_or(lines.len());
+    let lines = library_lines(&code);
+    let end = lines.len();
     let mut found = Vec::new();
     for (start, line) in lines[..end].iter().enumerate() {
         let Some(name) = function_name(line) else {
@@ -249,86 +246,6 @@ fn function_name(line: &str) -> Option<&str> {
     Some(&rest[..end])
 }
 
-/// `source` with comments and the insides of string and character literals blanked out, line
-/// breaks kept, so that braces can be counted.
-fn code_only(source: &str) -> String {
-    let chars: Vec<char> = source.chars().collect();
-    let mut out = String::with_capacity(source.len());
-    let mut i = 0;
-    // Copies line breaks only, from `from` up to (not including) `to`.
-    let blank = |out: &mut String, from: usize, to: usize| {
-        for &c in &chars[from..to.min(chars.len())] {
-            if c == '\n' {
-                out.push('\n');
-            }
-        }
-    };
-    while i < chars.len() {
-        let c = chars[i];
-        let next = chars.get(i + 1).copied();
-        let prev_ident = i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_');
-        if c == '/' && next == Some('/') {
-            let end = (i..chars.len())
-                .find(|&j| chars[j] == '\n')
-                .unwrap_or(chars.len());
-            i = end;
-        } else if c == '/' && next == Some('*') {
-            let end = (i + 2..chars.len())
-                .find(|&j| chars[j - 1] == '*' && chars[j] == '/')
-                .map_or(chars.len(), |j| j + 1);
-            blank(&mut out, i, end);
-            i = end;
-        } else if c == 'r' && !prev_ident && matches!(next, Some('"' | '#')) {
-            let hashes = chars[i + 1..].iter().take_while(|&&h| h == '#').count();
-            if chars.get(i + 1 + hashes) != Some(&'"') {
-                out.push(c);
-                i += 1;
-                continue;
-            }
-            let body = i + 2 + hashes;
-            let end = (body..chars.len())
-                .find(|&j| {
-                    chars[j] == '"'
-                        && chars[j + 1..]
-                            .iter()
-                            .take(hashes)
-                            .filter(|&&h| h == '#')
-                            .count()
-                            == hashes
-                })
-                .map_or(chars.len(), |j| j + 1 + hashes);
-            blank(&mut out, i, end);
-            i = end;
-        } else if c == '"' {
-            let mut j = i + 1;
-            while j < chars.len() && chars[j] != '"' {
-                j += if chars[j] == '\\' { 2 } else { 1 };
-            }
-            blank(&mut out, i, j + 1);
-            i = j + 1;
-        } else if c == '\'' && next == Some('\\') {
-            let end = (i + 2..chars.len())
-                .find(|&j| chars[j] == '\'')
-                .map_or(chars.len(), |j| j + 1);
-            i = end;
-        } else if c == '\'' && chars.get(i + 2) == Some(&'\'') {
-            i += 3;
-        } else {
-            out.push(c);
-            i += 1;
-        }
-    }
-    out
-}
-
-fn root() -> PathBuf {
-    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
-    xtask
-        .parent()
-        .expect("xtask sits in the workspace root")
-        .to_path_buf()
-}
-
 fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
 }
@@ -357,10 +274,6 @@ fn crate_manifests() -> Vec<PathBuf> {
     manifests.sort();
     assert!(!manifests.is_empty(), "no crates under crates/");
     manifests
-}
-
-fn read(path: &Path) -> String {
-    fs::read_to_string(path).unwrap_or_else(|error| panic!("read {}: {error}", path.display()))
 }
 
 /// The key/value lines of TOML table `[name]`, without comments and blank lines.
@@ -716,20 +629,6 @@ fn ambient_calls(path: &str, source: &str, allowed: &[(&str, &str, &str)]) -> Ve
         }
     }
     found
-}
-
-/// The lines of `code` before its first `#[cfg(test)]` module.
-fn library_lines(code: &str) -> Vec<&str> {
-    let lines: Vec<&str> = code.lines().collect();
-    let end = lines
-        .windows(2)
-        .position(|pair| {
-            pair[0].trim() == "#[cfg(test)]"
-                && pair[1].trim_start().starts_with("mod ")
-                && pair[1].trim_end().ends_with('{')
-        })
-        .unwrap_or(lines.len());
-    lines[..end].to_vec()
 }
 
 /// The names each module of a crate root re-exports: `pub use fleet::{Worker, ..}` gives
