@@ -62,7 +62,14 @@ pub fn new_lease(
     expires_at: SystemTime,
     deadline: Instant,
 ) -> Lease {
-    Lease::new(key, token, fencing, duration, expires_at, deadline)
+    Lease {
+        key,
+        token,
+        fencing,
+        duration,
+        expires_at,
+        deadline,
+    }
 }
 
 /// The fencing token a store issued or recorded, from its raw value.

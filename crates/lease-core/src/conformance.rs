@@ -186,7 +186,7 @@ fn must<T>(result: Result<T, LeaseError>, what: &str) -> T {
 }
 
 fn forged(lease: &Lease) -> Lease {
-    Lease::new(
+    crate::backend::new_lease(
         lease.key().clone(),
         LeaseToken::new("forged-token-0000").expect("valid token"),
         lease.fencing_token(),

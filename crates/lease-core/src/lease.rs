@@ -77,34 +77,16 @@ pub(crate) fn instant_after(at: Instant, after: Duration) -> Instant {
 /// is on the holder's monotonic clock and is what the holder trusts (see [`holder_deadline`](crate::backend::holder_deadline)).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Lease {
-    key: LeaseKey,
-    token: LeaseToken,
-    fencing: FencingToken,
-    duration: Duration,
-    expires_at: SystemTime,
-    deadline: Instant,
+    // Assembled only by `crate::backend::new_lease`.
+    pub(crate) key: LeaseKey,
+    pub(crate) token: LeaseToken,
+    pub(crate) fencing: FencingToken,
+    pub(crate) duration: Duration,
+    pub(crate) expires_at: SystemTime,
+    pub(crate) deadline: Instant,
 }
 
 impl Lease {
-    /// Assembles a lease; backends call it through [`crate::backend::new_lease`].
-    pub(crate) fn new(
-        key: LeaseKey,
-        token: LeaseToken,
-        fencing: FencingToken,
-        duration: Duration,
-        expires_at: SystemTime,
-        deadline: Instant,
-    ) -> Self {
-        Self {
-            key,
-            token,
-            fencing,
-            duration,
-            expires_at,
-            deadline,
-        }
-    }
-
     /// The key.
     pub fn key(&self) -> &LeaseKey {
         &self.key

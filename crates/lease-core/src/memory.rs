@@ -161,7 +161,7 @@ impl MemoryBackend {
             expires_at,
         });
         tracing::debug!(%key, fencing = entry.fencing, token = %token, "memory lease acquired");
-        Ok(Lease::new(
+        Ok(crate::backend::new_lease(
             key.clone(),
             token,
             FencingToken::new(entry.fencing),
@@ -192,7 +192,7 @@ impl MemoryBackend {
             }
             Some(h) => {
                 h.expires_at = now + duration;
-                Ok(Lease::new(
+                Ok(crate::backend::new_lease(
                     key.clone(),
                     lease.token().clone(),
                     lease.fencing_token(),
