@@ -118,12 +118,16 @@ impl FsError {
                 LeaseError::foreign(key.clone(), format!("{}: {reason}", path.display()))
             }
             Self::InvalidOption { option, reason } => LeaseError::invalid(option, reason),
-            error @ Self::Unsupported { .. } => LeaseError::backend(crate::BACKEND, false, error),
-            error @ Self::Io { .. } => {
-                let transient = error.is_transient();
-                LeaseError::backend(crate::BACKEND, transient, error)
-            }
+            error @ (Self::Unsupported { .. } | Self::Io { .. }) => error.into_backend(),
         }
+    }
+
+    /// This error as the file backend's [`LeaseError::Backend`], transient where retrying may
+    /// help: what I/O (and kernel locks that do not work) become, and what a failure that names
+    /// no key (listing the store) becomes.
+    pub(crate) fn into_backend(self) -> LeaseError {
+        let transient = self.is_transient();
+        LeaseError::backend(crate::BACKEND, transient, self)
     }
 }
 

@@ -373,7 +373,7 @@ impl DirectoryStore {
     /// [`LeaseError::Backend`] if the directory cannot be read.
     pub fn keys(&self) -> Result<Vec<LeaseKey>, LeaseError> {
         Ok(entry_names(&self.inner.dir)
-            .map_err(backend_error)?
+            .map_err(FsError::into_backend)?
             .iter()
             .filter_map(|name| decode_file_name(name.to_str()?))
             .collect())
@@ -1113,11 +1113,6 @@ fn holder_of(
         holder = holder.with_token(token);
     }
     holder
-}
-
-fn backend_error(error: FsError) -> LeaseError {
-    let transient = error.is_transient();
-    LeaseError::backend(NAME, transient, error)
 }
 
 impl LeaseBackend for DirectoryStore {
