@@ -5,7 +5,7 @@ mod support;
 
 use std::collections::BTreeMap;
 
-use support::{Decl, crates, library_files, public_decls, read, root};
+use support::{Decl, all_public_decls, public_decls, read, root};
 
 /// One row of the table: the concept's one type, its kind, and the words a second one would carry.
 #[derive(Debug)]
@@ -19,21 +19,7 @@ struct Row {
 #[test]
 fn no_crate_declares_a_second_type_for_a_concept_of_the_vocabulary() {
     let rows = vocabulary(&read(&root().join("docs/architecture.md")));
-    let mut declared: Vec<(String, Decl)> = Vec::new();
-    for (name, dir) in crates() {
-        for file in library_files(&dir) {
-            let shown = format!(
-                "{name}/{}",
-                file.strip_prefix(&dir).unwrap_or(&file).display()
-            );
-            declared.extend(
-                public_decls(&read(&file))
-                    .into_iter()
-                    .map(|d| (shown.clone(), d)),
-            );
-        }
-    }
-    let problems = check(&rows, &declared);
+    let problems = check(&rows, &all_public_decls());
     assert!(
         problems.is_empty(),
         "the vocabulary is broken:\n{}",

@@ -168,6 +168,26 @@ pub(crate) struct Decl {
     pub(crate) signature: String,
 }
 
+/// Every public declaration of every crate's library, each with where it stands
+/// (`crate/src/file.rs`), in crate and file order.
+pub(crate) fn all_public_decls() -> Vec<(String, Decl)> {
+    let mut out = Vec::new();
+    for (name, dir) in crates() {
+        for file in library_files(&dir) {
+            let shown = format!(
+                "{name}/{}",
+                file.strip_prefix(&dir).unwrap_or(&file).display()
+            );
+            out.extend(
+                public_decls(&read(&file))
+                    .into_iter()
+                    .map(|d| (shown.clone(), d)),
+            );
+        }
+    }
+    out
+}
+
 /// The public (`pub`, not `pub(crate)` or `pub(super)`) declarations of a library source.
 pub(crate) fn public_decls(source: &str) -> Vec<Decl> {
     let code = library_code(source);
