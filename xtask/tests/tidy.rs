@@ -342,13 +342,10 @@ impl Drop for Scratch {
 }
 
 /// The lessor's layers, bottom up: each may use only the layers below it (`partition` ←
-/// `lessor` ← `fleet` ← `sim`), so the simulator never leaks into what a worker runs and the
-/// range algebra stands alone.
-const LESSOR_LAYERS: [(&str, &[&str]); 3] = [
-    ("partition", &["lessor", "fleet", "sim"]),
-    ("lessor", &["fleet", "sim"]),
-    ("fleet", &["sim"]),
-];
+/// `lessor` ← `fleet`), so the range algebra stands alone. The simulators sit above all three,
+/// in the unpublished crate `lessor-sim`.
+const LESSOR_LAYERS: [(&str, &[&str]); 2] =
+    [("partition", &["lessor", "fleet"]), ("lessor", &["fleet"])];
 
 #[test]
 fn the_lessor_layers_use_only_the_layers_below() {
@@ -391,7 +388,7 @@ fn the_layer_check_catches_a_planted_upward_use() {
         "partition",
         "fn f() { let _ = crate::get(\"x\"); }\n"
     ));
-    assert!(caught("fleet", "use crate::sim::Rng;\n"));
+    assert!(caught("lessor", "use crate::fleet::Worker;\n"));
     // Allowed: downward uses, mentions in comments and strings, and test modules.
     assert!(!caught(
         "fleet",
@@ -399,12 +396,39 @@ fn the_layer_check_catches_a_planted_upward_use() {
     ));
     assert!(!caught(
         "partition",
-        "// a Worker uses crate::fleet\nconst S: &str = \"crate::sim\";\n"
+        "// a Worker uses crate::fleet\nconst S: &str = \"crate::fleet\";\n"
     ));
     assert!(!caught(
         "lessor",
         "fn f() {}\n#[cfg(test)]\nmod tests {\n    use crate::Worker;\n}\n"
     ));
+}
+
+/// The simulators are test machinery: they live in `lessor-sim`, which is never published, and
+/// the published lessor neither contains them nor needs them to build its own tests.
+#[test]
+fn the_simulators_live_in_an_unpublished_crate_outside_the_lessor() {
+    let crates = root().join("crates");
+    let sim = read(&crates.join("lessor-sim/Cargo.toml"));
+    assert!(
+        sim.lines()
+            .any(|line| line.replace(' ', "") == "publish=false"),
+        "crates/lessor-sim must be `publish = false`"
+    );
+    let lessor = crates.join("lessor-partition");
+    assert!(
+        !lessor.join("src/sim").exists() && !lessor.join("src/sim.rs").exists(),
+        "the simulators belong in crates/lessor-sim, not in lessor-partition's library"
+    );
+    let manifest = read(&lessor.join("Cargo.toml"));
+    for line in manifest.lines() {
+        let line = line.split('#').next().unwrap_or("").replace(' ', "");
+        assert!(
+            !line.starts_with("lessor-partition=") && !line.starts_with("lessor-sim"),
+            "lessor-partition's manifest must not depend on itself or on lessor-sim \
+             (cargo package drops a version-less path dependency): `{line}`"
+        );
+    }
 }
 
 /// The crates a backend or the AWS SDK is made of: the lessor may use them in tests only.

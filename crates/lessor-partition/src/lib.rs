@@ -41,9 +41,6 @@
 //!   workers, balanced, sticky and fenced; [`WorkerHandle`] and [`UnitTask`] for the application
 //!   while it runs; per-unit checkpoints kept durably in the lease store itself, as its
 //!   [`FencedValues`] ([`WorkerBuilder::with_checkpoints`]).
-//! * `sim`: the deterministic simulator behind the tests and the benchmark, with a model of
-//!   KCL 2.x for comparison, and `sim::latency`, in which every request takes time and workers
-//!   interleave request by request, with pauses, crashes and mixed configurations.
 //!
 //! The crate depends on `lease-core` only: a backend comes in as one
 //! `Arc<dyn `[`LeaseBackend`]`>` whose listing
@@ -52,8 +49,9 @@
 //! [`LeaseError`], every loss a [`LossReason`].
 //!
 //! Layers, bottom up, each using only those below (checked by `xtask/tests/tidy.rs`): the range
-//! algebra (`partition`), the lessor, the fleet, and the simulators (`sim`, behind the cargo
-//! feature `sim`, off by default; the crate's own tests and benchmarks turn it on).
+//! algebra (`partition`), the lessor and the fleet. The deterministic simulators that drive
+//! fleets in the workspace's tests and benchmarks (with a model of KCL 2.x for comparison) are
+//! the unpublished crate `lessor-sim`, built on this crate's public API only.
 //!
 //! # The fleet protocol
 //!
@@ -205,8 +203,9 @@
 //! expiry): it is left alone. A holder whose token the store does not show cannot be released
 //! conditionally and is left alone.
 //!
-//! Two simulators check this property: `sim` after every tick, and `sim::latency`, in which
-//! every request takes time and the workers interleave request by request, after every request.
+//! Two simulators (the unpublished crate `lessor-sim`) check this property: `lessor_sim` after
+//! every tick, and `lessor_sim::latency`, in which every request takes time and the workers
+//! interleave request by request, after every request.
 //!
 //! ## Slow stores
 //!
@@ -219,7 +218,7 @@
 //! with checkpoints, one more for a dead owner's unit) plus one renewal per interval, and keeps
 //! everything it holds meanwhile.
 //!
-//! Measured in the latency simulator (`tests/latency.rs`, `cargo test -p lessor-partition --test
+//! Measured in the latency simulator (`tests/latency.rs`, `cargo test -p lessor-sim --test
 //! latency -- --nocapture`; every request takes the stated time, half before it lands): four
 //! workers, 64 units, defaults: every unit owned after 4.4 s at 100 ms per request, 7.5 s at
 //! 250 ms, 12.4 s at 450 ms, with no session loss; at 550 ms nothing is owned after 120 s and
@@ -230,13 +229,13 @@
 //!
 //! ## Chaos, measured
 //!
-//! `sim::latency::chaos` (seeded, 600 simulated seconds): 16 workers, 256 units, 2 to 40 ms
+//! `lessor_sim::latency::chaos` (seeded, 600 simulated seconds): 16 workers, 256 units, 2 to 40 ms
 //! per request, checkpoints saved every 2 s, random pauses of 0.1 to 25 s (preferably with a save
 //! in flight), crashes with later starts, restarts under the same id, a worker flapping every
 //! 30 s and a rolling change from 10 s to 20 s sessions, checked after every request.
 //! `tests/latency.rs` asserts seed 7 (48 faults, 0 s of double trust, 62,927 saves accepted and
 //! 4 stale ones refused, every unit owned again at most 14.0 s after each fault);
-//! `cargo bench -p lessor-partition --bench chaos` (in `cargo xtask bench`'s report) prints:
+//! `cargo bench -p lessor-sim --bench chaos` (in `cargo xtask bench`'s report) prints:
 //!
 //! | seed | faults | double trust | violations | saves accepted | stale saves refused | moves | slowest recovery | bound |
 //! |---|---|---|---|---|---|---|---|---|
@@ -248,7 +247,7 @@
 //! | 6 | 48 | 0.0 s | 0 | 62938 | 5 | 1014 | 12.5 s | 34 s |
 //!
 //! Recovery is measured from the latest fault to every unit owned again; the bound is
-//! `sim::latency::recovery_bound` for this fleet.
+//! `lessor_sim::latency::recovery_bound` for this fleet.
 //!
 //! ## Cost, per worker per interval
 //!
@@ -266,7 +265,7 @@
 //! `W + L/(8W)` records. KCL 2.x sends `L/W` renewals every 3.3 s and reads all `L` leases per
 //! worker every 20 s.
 //!
-//! Measured in `sim` by the benchmark (`cargo bench -p lessor-partition --bench fleet`, also
+//! Measured in `lessor_sim` by the benchmark (`cargo bench -p lessor-sim --bench fleet`, also
 //! run by `cargo xtask bench`; seeded, so every run prints these figures), both protocols on the
 //! same schedule for 10 simulated minutes per row. A tick is 2.5 s here and 3.3 s (a renewal
 //! round) for KCL; "per worker" divides by the running workers integrated over time. *churn*: one
@@ -343,8 +342,6 @@ struct ReadmeDoctests;
 mod fleet;
 mod lessor;
 mod partition;
-#[cfg(feature = "sim")]
-pub mod sim;
 
 pub use fleet::{
     Assignment, FleetEvent, TickReport, UnitTask, Worker, WorkerBuilder, WorkerHandle, WorkerStats,

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use lease_core::{LeaseBackend, LossReason, ManualClock, MemoryBackend};
 use lessor_partition::{Grant, Lessor, Partition, PartitionSet, StoreLessor};
+use proptest::prelude::Rng as _;
+use proptest::test_runner::{RngAlgorithm, TestRng};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -226,10 +228,10 @@ fn concurrent_overlapping_requests_never_share_a_key() {
             let table = table.clone();
             let granted_keys = granted_keys.clone();
             std::thread::spawn(move || {
-                let mut rng = lessor_partition::sim::Rng::new(t);
+                let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &[t as u8; 32]);
                 for _ in 0..150 {
-                    let a = rng.below(64) as u128;
-                    let b = rng.below(64) as u128;
+                    let a = u128::from(rng.next_u64() % 64);
+                    let b = u128::from(rng.next_u64() % 64);
                     let range = Partition::new(a.min(b), a.max(b) + 1).expect("non-empty");
                     let table = table.clone();
                     let granted_keys = granted_keys.clone();

@@ -38,6 +38,13 @@ pub(crate) fn crates() -> Vec<(String, PathBuf)> {
     out
 }
 
+/// Whether the crate in `dir` is published: its manifest does not say `publish = false`.
+pub(crate) fn is_published(dir: &Path) -> bool {
+    !read(&dir.join("Cargo.toml"))
+        .lines()
+        .any(|line| line.split('#').next().unwrap_or("").replace(' ', "") == "publish=false")
+}
+
 /// Every `.rs` file of a crate's library (`src/`, binaries and test-module files aside), sorted.
 pub(crate) fn library_files(crate_dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -168,11 +175,12 @@ pub(crate) struct Decl {
     pub(crate) signature: String,
 }
 
-/// Every public declaration of every crate's library, each with where it stands
-/// (`crate/src/file.rs`), in crate and file order.
+/// Every public declaration of every published crate's library, each with where it stands
+/// (`crate/src/file.rs`), in crate and file order. Unpublished crates (`publish = false`, such as
+/// the simulators of `lessor-sim`) are test machinery: no user calls them.
 pub(crate) fn all_public_decls() -> Vec<(String, Decl)> {
     let mut out = Vec::new();
-    for (name, dir) in crates() {
+    for (name, dir) in crates().into_iter().filter(|(_, dir)| is_published(dir)) {
         for file in library_files(&dir) {
             let shown = format!(
                 "{name}/{}",

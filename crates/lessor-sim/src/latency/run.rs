@@ -8,8 +8,8 @@ use lease_core::{Clock, FencingToken};
 use super::{
     Disruption, LatencySim, Metrics, Status, Violation, WorkerCost, lock_ledger, lock_link,
 };
-use crate::{FleetEvent, WorkerHandle};
 use lease_core::LossReason;
+use lessor_partition::{FleetEvent, WorkerHandle};
 
 impl LatencySim {
     /// Runs one step: polls one ready future of a running worker (or of a foreign holder), or,
@@ -208,6 +208,8 @@ impl LatencySim {
                         self.tracker.release(i, &unit, slot.covering);
                     }
                 }
+                // `FleetEvent` is `#[non_exhaustive]`; the checker knows only these two.
+                _ => {}
             }
         }
         if lost_session {
@@ -246,7 +248,7 @@ impl LatencySim {
     }
 
     /// Worker `i`'s process returned (a clean stop): it no longer counts; start its replacement.
-    fn finished(&mut self, i: usize, stats: Option<crate::WorkerStats>) {
+    fn finished(&mut self, i: usize, stats: Option<lessor_partition::WorkerStats>) {
         self.take_down(i, stats);
         if let Some(spec) = self.workers[i].replace_with.take() {
             self.workers[i].spec = spec;
@@ -258,7 +260,7 @@ impl LatencySim {
     }
 
     /// Ends worker `i`'s process (already returned, or crashed): it no longer counts.
-    pub(super) fn take_down(&mut self, i: usize, stats: Option<crate::WorkerStats>) {
+    pub(super) fn take_down(&mut self, i: usize, stats: Option<lessor_partition::WorkerStats>) {
         let slot = &mut self.workers[i];
         let stats = stats.or_else(|| slot.handle.as_ref().map(WorkerHandle::stats));
         if let Some(stats) = stats {

@@ -1,6 +1,6 @@
 //! A simulator in which every request takes time and workers interleave request by request.
 //!
-//! The deterministic simulator of [`sim`](crate::sim) runs each worker's tick atomically, with
+//! The deterministic simulator of [`lessor_sim`](crate) runs each worker's tick atomically, with
 //! store calls that take no time. Here, workers run as the real futures of
 //! [`Worker::run`], each over its own [`LatencyStore`]: a request sleeps on the shared
 //! [`ManualClock`] for half of a latency drawn from the worker's [`Latency`], takes effect on the
@@ -21,12 +21,12 @@
 //! [`Violation::CheckpointBackwards`]; a `Gained` event without the saved checkpoint is a
 //! [`Violation::GainedWithoutCheckpoint`]. Violations are collected, never panicked on.
 //!
-//! Every random choice (latencies, throttling) comes from a seeded [`Rng`](crate::sim::Rng), so a run is
+//! Every random choice (latencies, throttling) comes from a seeded [`Rng`](crate::Rng), so a run is
 //! reproducible from its seed. Public for the tests and for users trying settings; not
 //! API-stable.
 //!
 //! ```
-//! use lessor_partition::sim::latency::{Latency, LatencySim, WorkerSpec};
+//! use lessor_sim::latency::{Latency, LatencySim, WorkerSpec};
 //! use std::time::Duration;
 //!
 //! let ms = Duration::from_millis;
@@ -62,8 +62,8 @@ use std::time::Duration;
 
 use lease_core::{Clock, FencingToken, ManualClock, MemoryBackend};
 
-use crate::{Worker, WorkerHandle, WorkerStats};
 use lease_core::{FencedValues, LeaseError};
+use lessor_partition::{Worker, WorkerHandle, WorkerStats};
 
 pub use chaos::{ChaosReport, chaos};
 pub use check::{Metrics, Violation};

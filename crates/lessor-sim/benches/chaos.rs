@@ -1,7 +1,7 @@
 //! The fleet under chaos in the latency simulator: every request takes 2 to 40 ms, workers
 //! interleave request by request, and the property (no unit trusted by two workers, no
 //! checkpoint backwards) is checked after every request. Seeded runs of
-//! [`lessor_partition::sim::latency::chaos`].
+//! [`lessor_sim::latency::chaos`].
 //!
 //! Writes a markdown section to `$LEASE_BENCH_OUT/41-lessor-chaos.md` when that variable is set,
 //! and prints it. Without `--bench` (as `cargo test --all-targets` runs it) or with
@@ -13,7 +13,7 @@ mod section;
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use lessor_partition::sim::latency::chaos;
+use lessor_sim::latency::chaos;
 
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench")

@@ -5,14 +5,14 @@ use std::time::Duration;
 
 use super::checkpoints::CheckpointKind;
 use super::link::Latency;
-use crate::WorkerStats;
+use lessor_partition::WorkerStats;
 
-/// The configuration of one simulated worker (a [`WorkerBuilder`](crate::WorkerBuilder)'s
+/// The configuration of one simulated worker (a [`WorkerBuilder`](lessor_partition::WorkerBuilder)'s
 /// settings, plus the simulated application's checkpoint saves). `None` keeps the builder's
 /// default.
 ///
 /// ```
-/// use lessor_partition::sim::latency::{CheckpointKind, WorkerSpec};
+/// use lessor_sim::latency::{CheckpointKind, WorkerSpec};
 /// use std::time::Duration;
 ///
 /// let spec = WorkerSpec::new()
@@ -159,7 +159,7 @@ pub enum Fault {
         /// Its new configuration, if it changes.
         spec: Option<WorkerSpec>,
     },
-    /// Ask the worker to shut down cleanly ([`WorkerHandle::stop`](crate::WorkerHandle::stop)).
+    /// Ask the worker to shut down cleanly ([`WorkerHandle::stop`](lessor_partition::WorkerHandle::stop)).
     Stop {
         /// The worker.
         worker: usize,
@@ -295,18 +295,19 @@ impl WorkerCost {
 
 /// Every counter of `a` and `b`, combined by `f`.
 fn zip(a: &WorkerStats, b: &WorkerStats, f: impl Fn(u64, u64) -> u64) -> WorkerStats {
-    WorkerStats {
-        ticks: f(a.ticks, b.ticks),
-        requests: f(a.requests, b.requests),
-        lists: f(a.lists, b.lists),
-        records_read: f(a.records_read, b.records_read),
-        unit_lists: f(a.unit_lists, b.unit_lists),
-        gains: f(a.gains, b.gains),
-        losses: f(a.losses, b.losses),
-        checkpoint_requests: f(a.checkpoint_requests, b.checkpoint_requests),
-        checkpoint_failures: f(a.checkpoint_failures, b.checkpoint_failures),
-        mismatches: f(a.mismatches, b.mismatches),
-    }
+    // `WorkerStats` is `#[non_exhaustive]`: built from its default, field by field.
+    let mut out = WorkerStats::default();
+    out.ticks = f(a.ticks, b.ticks);
+    out.requests = f(a.requests, b.requests);
+    out.lists = f(a.lists, b.lists);
+    out.records_read = f(a.records_read, b.records_read);
+    out.unit_lists = f(a.unit_lists, b.unit_lists);
+    out.gains = f(a.gains, b.gains);
+    out.losses = f(a.losses, b.losses);
+    out.checkpoint_requests = f(a.checkpoint_requests, b.checkpoint_requests);
+    out.checkpoint_failures = f(a.checkpoint_failures, b.checkpoint_failures);
+    out.mismatches = f(a.mismatches, b.mismatches);
+    out
 }
 
 /// The longest the fleet should take to own every unit again after a worker crashed, or froze
@@ -319,7 +320,7 @@ fn zip(a: &WorkerStats, b: &WorkerStats, f: impl Fn(u64, u64) -> u64) -> WorkerS
 /// `takes` is the number of units the busiest taker must take.
 ///
 /// ```
-/// use lessor_partition::sim::latency::recovery_bound;
+/// use lessor_sim::latency::recovery_bound;
 /// use std::time::Duration;
 ///
 /// let ms = Duration::from_millis;

@@ -3,7 +3,7 @@
 /// SplitMix64: tiny, fast and good enough to schedule simulated events reproducibly.
 ///
 /// ```
-/// use lessor_partition::sim::Rng;
+/// use lessor_sim::Rng;
 ///
 /// let (mut a, mut b) = (Rng::new(7), Rng::new(7));
 /// assert_eq!(a.next_u64(), b.next_u64());

@@ -4,9 +4,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use lessor_partition::sim::{
-    Counters, FleetModel, KclConfig, KclSimulation, SimConfig, Simulation,
-};
+use lessor_sim::{Counters, FleetModel, KclConfig, KclSimulation, SimConfig, Simulation};
 
 use super::{MINUTE, kcl, secs};
 

@@ -9,7 +9,7 @@ mod section;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use lessor_partition::sim::{FleetModel, KclConfig, KclSimulation, SimConfig, Simulation};
+use lessor_sim::{FleetModel, KclConfig, KclSimulation, SimConfig, Simulation};
 
 mod cost;
 
@@ -85,7 +85,7 @@ fn main() {
     );
     let _ = writeln!(
         out,
-        "Deterministic simulator (`lessor_partition::sim`): real `Worker`s on one `MemoryBackend` \
+        "Deterministic simulator (`lessor_sim`): real `Worker`s on one `MemoryBackend` \
          with a `ManualClock`, and a model of KCL 2.x as ANCHORS.md describes it. Ours: 10 s \
          session lease, 2.5 s interval, at most 256 moves per tick, no skew bound (expiry by \
          observation only). KCL: 10 s failover, renewals every 3.3 s, taker scan every 20 s, \

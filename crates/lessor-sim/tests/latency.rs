@@ -7,9 +7,7 @@
 
 use std::time::Duration;
 
-use lessor_partition::sim::latency::{
-    CheckpointKind, Latency, LatencySim, Violation, WorkerSpec, chaos,
-};
+use lessor_sim::latency::{CheckpointKind, Latency, LatencySim, Violation, WorkerSpec, chaos};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

@@ -8,7 +8,7 @@ use lease_core::{
     LeaseListing, LeaseRecord, LeaseToken, MemoryBackend,
 };
 
-use crate::sim::Rng;
+use crate::Rng;
 
 /// How long each request of one worker takes, and how often the store throttles it.
 ///
@@ -18,7 +18,7 @@ use crate::sim::Rng;
 /// request fails with a transient backend error after its latency, without reaching the store.
 ///
 /// ```
-/// use lessor_partition::sim::latency::Latency;
+/// use lessor_sim::latency::Latency;
 /// use std::time::Duration;
 ///
 /// let ms = Duration::from_millis;

@@ -12,7 +12,7 @@ use super::check::Tracker;
 use super::link::{Latency, LatencyStore, new_link};
 use super::task::Task;
 use super::{LatencySim, Violation, WorkerSpec};
-use crate::Worker;
+use lessor_partition::Worker;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{
     CheckpointKind, Disruption, Fault, Latency, LatencySim, Violation, WorkerSpec, recovery_bound,
 };
-use crate::sim::Rng;
+use crate::Rng;
 
 /// What a [`chaos`] run measured.
 #[derive(Clone, Debug)]

@@ -1,4 +1,4 @@
-//! A deterministic simulator of fleets: this crate's protocol on a [`MemoryBackend`] with a
+//! A deterministic simulator of fleets: lessor-partition's protocol on a [`MemoryBackend`] with a
 //! [`ManualClock`], and a model of KCL 2.x, driven through the same [`FleetModel`] interface.
 //!
 //! Time moves only from event to event (a worker's tick, the end of a pause), and every random
@@ -7,13 +7,14 @@
 //! trust their ownership at that instant (paused workers included: a paused process still
 //! believes what it believed); violations are recorded, never panicked on.
 //!
-//! Public so the benchmark, the tests and users trying settings can drive it; not API-stable.
+//! Test machinery, never published (`publish = false`): the workspace's tests and the `fleet` and
+//! `chaos` benchmarks drive it through lessor-partition's public API only; not API-stable.
 //!
 //! Here a tick is atomic and store calls take no time, so races that need a slow request or a
 //! pause in the middle of a tick cannot happen; [`latency`] simulates those.
 //!
 //! ```
-//! use lessor_partition::sim::{FleetModel, SimConfig, Simulation};
+//! use lessor_sim::{FleetModel, SimConfig, Simulation};
 //! use std::time::Duration;
 //!
 //! let mut sim = Simulation::new(SimConfig::new(64, 1));
@@ -24,6 +25,14 @@
 //! assert!(took.is_some());
 //! assert!(sim.violations().is_empty());
 //! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 mod kcl;
 pub mod latency;
@@ -38,7 +47,7 @@ use lease_core::{
     LeaseListing, LeaseRecord, LeaseToken, ManualClock, MemoryBackend,
 };
 
-use crate::{Worker, WorkerStats};
+use lessor_partition::{Worker, WorkerStats};
 
 pub use kcl::{KclConfig, KclSimulation};
 pub use rng::Rng;
@@ -171,7 +180,7 @@ impl SimConfig {
         }
     }
 
-    /// With a skew bound (see [`WorkerBuilder::with_clock_skew_bound`](crate::WorkerBuilder::with_clock_skew_bound)).
+    /// With a skew bound (see [`WorkerBuilder::with_clock_skew_bound`](lessor_partition::WorkerBuilder::with_clock_skew_bound)).
     pub fn with_skew_bound(mut self, skew: Duration) -> Self {
         self.skew_bound = Some(skew);
         self
@@ -473,7 +482,7 @@ impl Simulation {
     }
 
     /// The view of worker `index`.
-    pub fn assignment(&self, index: usize) -> Option<crate::Assignment> {
+    pub fn assignment(&self, index: usize) -> Option<lessor_partition::Assignment> {
         self.workers.get(index).map(|w| w.worker.assignment())
     }
 

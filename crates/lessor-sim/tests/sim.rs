@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lessor_partition::sim::{FleetModel, KclConfig, KclSimulation, Rng, SimConfig, Simulation};
+use lessor_sim::{FleetModel, KclConfig, KclSimulation, Rng, SimConfig, Simulation};
 
 const INTERVAL: Duration = Duration::from_millis(2500);
 const SESSION: Duration = Duration::from_secs(10);

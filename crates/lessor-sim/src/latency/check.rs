@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use lease_core::FencingToken;
 
-use crate::WorkerHandle;
+use lessor_partition::WorkerHandle;
 
 /// A broken promise, as the checker saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]

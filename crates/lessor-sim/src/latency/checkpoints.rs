@@ -18,10 +18,10 @@ use super::link::{SharedLink, draw, throttled};
 #[non_exhaustive]
 pub enum CheckpointKind {
     /// A [`MemoryBackend`] of their own, apart from the lease store
-    /// ([`WorkerBuilder::with_checkpoint_store`](crate::WorkerBuilder::with_checkpoint_store)).
+    /// ([`WorkerBuilder::with_checkpoint_store`](lessor_partition::WorkerBuilder::with_checkpoint_store)).
     Memory,
     /// The fleet's lease store's own [`FencedValues`] (the shared [`MemoryBackend`]), as
-    /// [`WorkerBuilder::with_checkpoints`](crate::WorkerBuilder::with_checkpoints) keeps them.
+    /// [`WorkerBuilder::with_checkpoints`](lessor_partition::WorkerBuilder::with_checkpoints) keeps them.
     Store,
 }
 
