@@ -173,6 +173,22 @@ fn every_published_crate_has_the_metadata_crates_io_and_docs_rs_show() {
 }
 
 #[test]
+fn every_published_library_turns_on_doc_cfg_badges_for_docs_rs() {
+    for (krate, dir, _) in published() {
+        let lib = dir.join("src/lib.rs");
+        if !lib.is_file() {
+            continue; // a binary-only package: docs.rs renders no library
+        }
+        let text = read(&lib);
+        assert!(
+            text.contains("#![cfg_attr(docsrs, feature(doc_cfg))]"),
+            "{krate}: src/lib.rs lacks #![cfg_attr(docsrs, feature(doc_cfg))], so docs.rs \
+             shows no feature badge on feature-gated items"
+        );
+    }
+}
+
+#[test]
 fn the_manifest_reader_of_this_file_reads_what_it_should() {
     let manifest = "[package]\nname = \"x\"\nkeywords = [\"a\", \"b-c\"] # two\n\
                     license.workspace = true\n[dependencies]\ndocumentation = \"no\"\n";

@@ -70,6 +70,8 @@
 //! or a DynamoDB `ConditionExpression: attribute_not_exists(fence) OR fence <= :token`. A write
 //! that updates zero rows came from a holder that lost its lease.
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod backend;

@@ -270,10 +270,12 @@
 //! # Testing against DynamoDB Local
 //!
 //! The test suites read the endpoint from `LEASE_DYNAMO_ENDPOINT` ([`ENDPOINT_ENV`]); without
-//! it, with the `testcontainers` feature and a Docker daemon, they start `amazon/dynamodb-local`;
-//! otherwise they print `SKIPPED: ...` (or fail, when `LEASE_REQUIRE_DYNAMO=1`). `cargo xtask
-//! itest` provides the endpoint.
+//! it they print `SKIPPED: ...` (or fail, when `LEASE_REQUIRE_DYNAMO=1`). `cargo xtask itest`
+//! provides the endpoint, starting DynamoDB Local in Docker or from its jar; the crate has no
+//! test-only feature.
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 /// The README's examples, compiled and run as doctests.

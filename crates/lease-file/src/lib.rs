@@ -209,6 +209,8 @@
 //!     rename cost about 100 µs of CPU on this VM). The rest is the check that the path still
 //!     names the directory.
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 /// The README's examples, compiled and run as doctests.

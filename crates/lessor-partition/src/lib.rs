@@ -332,6 +332,8 @@
 //!   by a restart under the same id (the restarted worker's first unit 5.4 s after the kill,
 //!   once its old session had expired); 9,280 accepted checkpoint saves checked, none backwards.
 #![forbid(unsafe_code)]
+// docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 /// The README's examples, compiled and run as doctests.
