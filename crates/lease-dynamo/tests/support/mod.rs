@@ -1,10 +1,9 @@
 //! Shared by every DynamoDB test file (and the benchmark): finding DynamoDB Local, building
 //! clients with request counting and fault injection, and making a fresh table per test.
 //!
-//! Endpoint, in this order: `LEASE_DYNAMO_ENDPOINT`; else, with the `testcontainers` feature and
-//! a Docker daemon that answers, an `amazon/dynamodb-local` container (one per test process);
-//! else the test prints `SKIPPED: <test>: ...` to stderr and returns, or fails when
-//! `LEASE_REQUIRE_DYNAMO=1`.
+//! Endpoint: `LEASE_DYNAMO_ENDPOINT` (`cargo xtask test` and `itest` set it, starting DynamoDB
+//! Local in Docker or from its jar); without it the test prints `SKIPPED: <test>: ...` to stderr
+//! and returns, or fails when `LEASE_REQUIRE_DYNAMO=1`.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write as _;
@@ -43,77 +42,13 @@ pub fn endpoint(test: &str) -> Option<String> {
     {
         return Some(endpoint);
     }
-    if let Some(endpoint) = container_endpoint() {
-        return Some(endpoint);
-    }
-    let why = format!(
-        "{test}: set {ENDPOINT_ENV} or run cargo xtask itest{}",
-        if cfg!(feature = "testcontainers") {
-            " (no Docker daemon answered)"
-        } else {
-            ""
-        }
-    );
+    let why = format!("{test}: set {ENDPOINT_ENV} or run cargo xtask itest");
     if std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
         panic!("DynamoDB Local required ({REQUIRE_ENV}=1) but unavailable: {why}");
     }
     // Written to the process's stderr directly: libtest captures `eprintln!` of passing tests,
     // and a skip must be visible.
     let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
-    None
-}
-
-#[cfg(feature = "testcontainers")]
-fn container_endpoint() -> Option<String> {
-    use std::sync::OnceLock;
-    static ENDPOINT: OnceLock<Option<String>> = OnceLock::new();
-    ENDPOINT
-        .get_or_init(|| {
-            // The container must outlive every test of this process: start it on a thread
-            // whose runtime and handle are kept for the process lifetime.
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::spawn(move || {
-                use testcontainers::GenericImage;
-                use testcontainers::core::{IntoContainerPort, WaitFor};
-                use testcontainers::runners::AsyncRunner;
-                let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
-                    let _ = tx.send(None);
-                    return;
-                };
-                rt.block_on(async move {
-                    let image = GenericImage::new("amazon/dynamodb-local", "latest")
-                        .with_exposed_port(8000.tcp())
-                        .with_wait_for(WaitFor::message_on_stdout("CorsParams"));
-                    match image.start().await {
-                        Ok(container) => {
-                            let port = container.get_host_port_ipv4(8000).await.ok();
-                            let host = container.get_host().await.ok();
-                            let endpoint = match (host, port) {
-                                (Some(h), Some(p)) => Some(format!("http://{h}:{p}")),
-                                _ => None,
-                            };
-                            let _ = tx.send(endpoint);
-                            // Keep the container until the process exits.
-                            std::future::pending::<()>().await;
-                            drop(container);
-                        }
-                        Err(e) => {
-                            eprintln!("testcontainers: cannot start amazon/dynamodb-local: {e}");
-                            let _ = tx.send(None);
-                        }
-                    }
-                });
-            });
-            rx.recv().ok().flatten()
-        })
-        .clone()
-}
-
-#[cfg(not(feature = "testcontainers"))]
-fn container_endpoint() -> Option<String> {
     None
 }
 
