@@ -188,6 +188,27 @@ fn every_published_library_turns_on_doc_cfg_badges_for_docs_rs() {
     }
 }
 
+/// The one published crate that installs a binary; `cargo install` of any other installs nothing,
+/// so test probes re-run their test binary instead of being `[[bin]]`s.
+const BINARY_CRATES: &[&str] = &["lease-cli"];
+
+#[test]
+fn only_the_cli_package_installs_a_binary() {
+    for (krate, dir, manifest) in published() {
+        if BINARY_CRATES.contains(&krate.as_str()) {
+            continue;
+        }
+        assert!(
+            !manifest.lines().any(|line| line.trim() == "[[bin]]")
+                && !dir.join("src/main.rs").exists()
+                && !dir.join("src/bin").exists(),
+            "{krate} would install a binary with `cargo install {krate}`: test helpers belong in \
+             the test binaries (re-run themselves, as lease-file's tests/probe) or in a \
+             publish = false crate"
+        );
+    }
+}
+
 #[test]
 fn the_manifest_reader_of_this_file_reads_what_it_should() {
     let manifest = "[package]\nname = \"x\"\nkeywords = [\"a\", \"b-c\"] # two\n\

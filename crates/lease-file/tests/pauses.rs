@@ -1,4 +1,4 @@
-//! Pause injection: real processes (`src/bin/lease-file-pauser.rs`) contend for one lock while
+//! Pause injection: real processes (`tests/pauser/mod.rs`, this test binary run again) contend for one lock while
 //! one of them pauses at a fault point of `src/faults.rs` for longer than the lease, and a checker
 //! reads their shared history for violations of the lease's promises.
 //!
@@ -70,7 +70,7 @@ fn every_fault_point_fires_before_its_rename() {
 // The history checker.
 // ---------------------------------------------------------------------------------------------
 
-/// One history line (see `src/bin/lease-file-pauser.rs`).
+/// One history line (see `tests/pauser/mod.rs`).
 #[derive(Clone, Debug)]
 struct Event {
     pid: u32,
@@ -337,7 +337,14 @@ fn checker_reports_each_violation() {
 // Real processes pausing at every fault point.
 // ---------------------------------------------------------------------------------------------
 
-const PAUSER: &str = env!("CARGO_BIN_EXE_lease-file-pauser");
+mod pauser;
+
+/// The pauser processes: this test binary run again ([`pauser::command`]); does nothing here.
+#[test]
+fn pauser_process() {
+    pauser::run_if_asked();
+}
+
 /// The lease duration and stale threshold: every pause outlasts it almost three times.
 const STALE_MS: u64 = 250;
 const HEARTBEAT_MS: u64 = 50;
@@ -448,28 +455,28 @@ fn run_round(combos: &[Combo], base: &Path, round: usize) -> Vec<Outcome> {
         let history = dir.join("history");
         for i in 0..3 {
             let stderr = dir.join(format!("stderr.{i}"));
-            let mut command = Command::new(PAUSER);
-            command
-                .args([combo.face, combo.mode])
-                .arg(dir.join("work"))
-                .arg(&history)
-                .args([RUN_MS, STALE_MS, HEARTBEAT_MS].map(|n| n.to_string()))
-                // The pausing process looks the most often: it is the one to reach its point.
-                .arg(if i == 0 { "1" } else { "4" })
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&stderr).unwrap());
+            let mut args: Vec<String> = vec![combo.face.to_owned(), combo.mode.to_owned()];
+            args.push(dir.join("work").display().to_string());
+            args.push(history.display().to_string());
+            args.extend([RUN_MS, STALE_MS, HEARTBEAT_MS].map(|n| n.to_string()));
+            // The pausing process looks the most often: it is the one to reach its point.
+            args.push(if i == 0 { "1" } else { "4" }.to_owned());
             if combo.broken && i == 0 {
                 // Long enough to outlive its paused renewal and the takeover that follows.
-                command.args([format!("hold={}", 4 * STALE_MS).as_str(), "broken"]);
+                args.extend([format!("hold={}", 4 * STALE_MS), "broken".to_owned()]);
             }
             if combo.point == "lease-file/before-takeover" && i > 0 {
                 // Still holding when the paused renewal lets the deadline pass.
-                command.arg(format!("hold={}", 3 * STALE_MS));
+                args.push(format!("hold={}", 3 * STALE_MS));
             }
             if LONE_FIRST_PAUSE.contains(&combo.point) && i > 0 && !combo.broken {
-                command.arg(format!("start={}", PAUSE_MS + 100));
+                args.push(format!("start={}", PAUSE_MS + 100));
             }
+            let mut command = pauser::command(&args);
+            command
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&stderr).unwrap());
             match failpoints(combo, i) {
                 Some(f) => command.env("FAILPOINTS", f),
                 None => command.env_remove("FAILPOINTS"),

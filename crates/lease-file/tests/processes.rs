@@ -6,14 +6,20 @@
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-const PROBE: &str = env!("CARGO_BIN_EXE_lease-file-probe");
+mod probe;
+
+/// The probe processes: this test binary run again ([`probe::command`]); does nothing here.
+#[test]
+fn probe_process() {
+    probe::run_if_asked();
+}
 
 struct Probe {
     child: Child,
@@ -22,9 +28,8 @@ struct Probe {
 
 impl Probe {
     fn spawn_in_mode(mode: &str, args: &[&str]) -> Self {
-        let mut child = Command::new(PROBE)
+        let mut child = probe::command(args)
             .env("LEASE_FILE_PROBE_MODE", mode)
-            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -350,19 +355,18 @@ fn stress(
                         } else {
                             0
                         };
-                        let out = Command::new(PROBE)
-                            .env("LEASE_FILE_PROBE_MODE", mode)
-                            .args([
-                                "stress",
-                                path,
-                                log_s,
-                                &rounds.to_string(),
-                                &crash_at.to_string(),
-                                &stale_ms.to_string(),
-                                "100",
-                            ])
-                            .output()
-                            .unwrap();
+                        let out = probe::command(&[
+                            "stress",
+                            path,
+                            log_s,
+                            &rounds.to_string(),
+                            &crash_at.to_string(),
+                            &stale_ms.to_string(),
+                            "100",
+                        ])
+                        .env("LEASE_FILE_PROBE_MODE", mode)
+                        .output()
+                        .unwrap();
                         let pid = out.status.code();
                         if crash_at > 0 {
                             assert_eq!(pid, Some(3), "{}", String::from_utf8_lossy(&out.stderr));

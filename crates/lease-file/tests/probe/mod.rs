@@ -1,4 +1,6 @@
-//! A small process driven by the crash, stress and benchmark harnesses of `lease-file`.
+//! A small process driven by the crash and stress tests of `lease-file` (`tests/processes.rs`):
+//! the test binary runs itself again as the probe ([`command`]), so the published package holds
+//! no probe binary. Its arguments:
 //!
 //! ```text
 //! lease-file-probe hold <path> <stale_ms> <heartbeat_ms>
@@ -30,11 +32,10 @@
 //!
 //! `LEASE_FILE_PROBE_MODE=heartbeat-only` runs the heartbeat-only protocol instead of kernel
 //! locks.
-#![forbid(unsafe_code)]
 
 use std::io::{BufRead, Write};
 use std::path::Path;
-use std::process::ExitCode;
+use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use lease_file::lease_core::{LossReason, NotOwnedReason, WaitOptions};
@@ -236,13 +237,42 @@ fn raw_flock(path: &str, command: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
+/// Carries the arguments of a re-run of the test binary as a probe, separated by U+001F.
+const ARGS_ENV: &str = "LEASE_FILE_PROBE_ARGS";
+
+/// A command that runs this test binary again as a probe with `args`: only the test
+/// `probe_process` runs in it, and it turns into the probe ([`run_if_asked`]).
+pub(crate) fn command<S: AsRef<str>>(args: &[S]) -> Command {
+    let joined: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+    command
+        .args([
+            "--exact",
+            "probe_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ARGS_ENV, joined.join("\u{1f}"));
+    command
+}
+
+/// In a process started by [`command`], runs the probe and exits with its status; elsewhere
+/// returns at once.
+pub(crate) fn run_if_asked() {
+    let Ok(joined) = std::env::var(ARGS_ENV) else {
+        return;
+    };
+    // libtest has printed `test probe_process ... ` without a newline: end that line, so that
+    // every line the probe says starts a line of its own.
+    say("");
+    let mut args = vec!["lease-file-probe".to_owned()];
+    args.extend(joined.split('\u{1f}').map(str::to_owned));
+    let code = match run(&args) {
+        Ok(()) => 0,
         Err(error) => {
             eprintln!("lease-file-probe: {error}");
-            ExitCode::FAILURE
+            1
         }
-    }
+    };
+    std::process::exit(code);
 }

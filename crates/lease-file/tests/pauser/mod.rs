@@ -1,4 +1,6 @@
-//! A contender for the pause-injection tests (`tests/pauses.rs`).
+//! A contender for the pause-injection tests (`tests/pauses.rs`): the test binary runs itself
+//! again as the pauser ([`command`]), so the published package holds no pauser binary. Its
+//! arguments:
 //!
 //! ```text
 //! lease-file-pauser <face> <mode> <dir> <history> <run_ms> <stale_ms> <heartbeat_ms> <poll_ms>
@@ -56,12 +58,11 @@
 //! Either ends before the release call starts. With `broken`, the process ignores every failed
 //! check and claims its whole tenure until the release starts: the harness uses it to show that
 //! the checker sees a real violation.
-#![forbid(unsafe_code)]
 
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
+use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -641,13 +642,39 @@ fn run(args: &[String]) -> Result<(), String> {
     result
 }
 
-fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
+/// Carries the arguments of a re-run of the test binary as a pauser, separated by U+001F.
+const ARGS_ENV: &str = "LEASE_FILE_PAUSER_ARGS";
+
+/// A command that runs this test binary again as a pauser with `args`: only the test
+/// `pauser_process` runs in it, and it turns into the pauser ([`run_if_asked`]).
+pub(crate) fn command<S: AsRef<str>>(args: &[S]) -> Command {
+    let joined: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
+    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+    command
+        .args([
+            "--exact",
+            "pauser_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ARGS_ENV, joined.join("\u{1f}"));
+    command
+}
+
+/// In a process started by [`command`], runs the pauser and exits with its status; elsewhere
+/// returns at once.
+pub(crate) fn run_if_asked() {
+    let Ok(joined) = std::env::var(ARGS_ENV) else {
+        return;
+    };
+    let mut args = vec!["lease-file-pauser".to_owned()];
+    args.extend(joined.split('\u{1f}').map(str::to_owned));
+    let code = match run(&args) {
+        Ok(()) => 0,
         Err(error) => {
             eprintln!("lease-file-pauser: {error}");
-            ExitCode::FAILURE
+            1
         }
-    }
+    };
+    std::process::exit(code);
 }
