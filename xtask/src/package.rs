@@ -80,7 +80,9 @@ pub(crate) fn packages(steps: &mut Steps) -> Result {
         }
         members.push((name.clone(), folder));
     }
-    fs::write(scratch.join("Cargo.toml"), scratch_manifest(&members))?;
+    let root_manifest = fs::read_to_string(project_root().join("Cargo.toml"))?;
+    let manifest = scratch_manifest(&members) + &profiles(&root_manifest);
+    fs::write(scratch.join("Cargo.toml"), manifest)?;
     // The workspace's lock file: the packages build against the versions the workspace tested.
     fs::copy(
         project_root().join("Cargo.lock"),
@@ -111,6 +113,26 @@ fn scratch_manifest(members: &[(String, String)]) -> String {
         text.push_str(&format!("{name} = {{ path = \"{folder}\" }}\n"));
     }
     text
+}
+
+/// The `[profile.*]` tables of the workspace manifest, so that the scratch workspace builds with
+/// the same settings and reuses what the workspace's own builds left in the shared target dir.
+fn profiles(root_manifest: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in root_manifest.lines() {
+        if line.starts_with('[') {
+            inside = line.starts_with("[profile.");
+            if inside {
+                out.push('\n');
+            }
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// Every crate under `crates/` whose manifest does not say `publish = false`, with its version
@@ -188,7 +210,17 @@ fn absolute(dir: &Path) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use super::{manifest_value, scratch_manifest};
+    use super::{manifest_value, profiles, scratch_manifest};
+
+    #[test]
+    fn the_scratch_workspace_takes_the_workspace_profiles_only() {
+        let root = "[workspace]\nmembers = []\n\n[profile.bench]\ndebug = false\n\n\
+                    [workspace.lints.rust]\nunsafe_code = \"forbid\"\n[profile.test]\nopt-level = 1\n";
+        assert_eq!(
+            profiles(root),
+            "\n[profile.bench]\ndebug = false\n\n\n[profile.test]\nopt-level = 1\n"
+        );
+    }
 
     #[test]
     fn the_scratch_workspace_patches_every_package_to_its_unpacked_sibling() {
