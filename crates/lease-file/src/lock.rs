@@ -11,13 +11,13 @@ use lease_core::{
     WaitOptions,
 };
 
-use crate::chain::{self, Held, KeyDir, Kind, Modes};
-use crate::cs::{LockMode, ModePreference, detect};
 use crate::engine::{self, Attempt, Claim, Observations, Timebase};
 use crate::error::{FsError, key_of_path, not_held};
 use crate::fsio::ensure_dir;
 use crate::ident::LivenessProbe;
+use crate::mode::{LockMode, ModePreference, detect};
 use crate::record::LeaseFileRecord;
+use crate::state::{self, Held, KeyDir, Kind, Modes};
 
 /// Builds a [`FileLock`]: [`FileLock::builder`], `with_*` setters, [`build`](Self::build). The
 /// defaults are the Go package's.
@@ -295,7 +295,7 @@ impl HolderInfo {
     pub(crate) fn of(held: &Held, record: Option<LeaseFileRecord>) -> Self {
         let record = record.filter(|r| {
             r.generation == held.generation
-                && r.owner.as_deref().map(|t| chain::fnv(t.as_bytes())) == Some(held.token)
+                && r.owner.as_deref().map(|t| state::fnv(t.as_bytes())) == Some(held.token)
         });
         match record {
             Some(record) => Self {
@@ -645,8 +645,8 @@ impl FileLock {
         };
         let found = kd.state()?;
         Ok(match &found.state {
-            chain::State::Free(_) => None,
-            chain::State::Held(held) => {
+            state::State::Free(_) => None,
+            state::State::Held(held) => {
                 Some(HolderInfo::of(held, engine::describe_tenure(&kd, &found)))
             }
         })
@@ -942,7 +942,7 @@ impl FileLock {
                     return self.attempt(self.open_dir()?, false);
                 }
                 self.keep_idle(kd);
-                let chain::State::Held(held) = &found.state else {
+                let state::State::Held(held) = &found.state else {
                     return Err(FsError::Io {
                         op: "acquire",
                         path: shared.path.clone(),
@@ -1222,12 +1222,12 @@ fn beat(shared: &Shared, kd: &mut KeyDir, name: &str, held: &Held, token: &str) 
         None | Some(engine::Gone::Expired) => Ok(Err(LossReason::DeadlinePassed)),
         Some(engine::Gone::Released) => Ok(Err(LossReason::NotOwned(NotOwnedReason::Missing))),
         Some(engine::Gone::TakenOver) => match &found.state {
-            chain::State::Held(h) => {
+            state::State::Held(h) => {
                 let holder = HolderInfo::of(h, engine::describe_tenure(kd, &found));
                 tracing::warn!(path = %shared.path.display(), %holder, "lease taken over");
                 Ok(Err(LossReason::NotOwned(NotOwnedReason::TakenOver)))
             }
-            chain::State::Free(_) => Ok(Err(LossReason::NotOwned(NotOwnedReason::Missing))),
+            state::State::Free(_) => Ok(Err(LossReason::NotOwned(NotOwnedReason::Missing))),
         },
     }
 }
