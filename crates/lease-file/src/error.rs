@@ -3,9 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lease_core::{LeaseError, LeaseKey, NotOwnedReason};
-
-use crate::lock::HolderInfo;
+use lease_core::{Holder, LeaseError, LeaseKey, NotOwnedReason};
 
 /// What the file machinery reports, before it becomes a [`LeaseError`] at the public surface
 /// ([`FsError::into_lease`] for a [`FileLock`](crate::FileLock), the store's `backend_error`).
@@ -17,7 +15,10 @@ pub(crate) enum FsError {
         /// The lock's path.
         path: PathBuf,
         /// Who holds it.
-        holder: Box<HolderInfo>,
+        holder: Box<Holder>,
+        /// Whether the holder keeps the kernel lock on the lock directory: then its death frees
+        /// the lock at once, and a waiter blocks on the kernel lock instead of polling.
+        kernel_lock: bool,
     },
     /// Waiting for the lock ran out of time.
     #[error("timed out after {waited:?} waiting for lock {}{}", path.display(), holder.as_ref().map(|h| format!(" (held by {h})")).unwrap_or_default())]
@@ -27,7 +28,7 @@ pub(crate) enum FsError {
         /// How long the caller waited.
         waited: Duration,
         /// The last holder seen.
-        holder: Option<Box<HolderInfo>>,
+        holder: Option<Box<Holder>>,
     },
     /// This `FileLock` already holds the lease.
     #[error("lock {} is already held by this FileLock", path.display())]
@@ -102,9 +103,9 @@ impl FsError {
     /// do not work, whose reason only this error's message carries) as `Backend`.
     pub(crate) fn into_lease(self, key: &LeaseKey) -> LeaseError {
         match self {
-            Self::Held { holder, .. } => LeaseError::held(key.clone(), Some(holder.to_holder())),
+            Self::Held { holder, .. } => LeaseError::held(key.clone(), Some(*holder)),
             Self::Timeout { waited, holder, .. } => {
-                let last = LeaseError::held(key.clone(), holder.map(|h| h.to_holder()));
+                let last = LeaseError::held(key.clone(), holder.map(|h| *h));
                 LeaseError::timeout(key.clone(), waited, last)
             }
             Self::AlreadyHeld { path } => LeaseError::invalid(

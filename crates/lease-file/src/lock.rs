@@ -16,7 +16,6 @@ use crate::error::{FsError, key_of_path, not_held};
 use crate::fsio::ensure_dir;
 use crate::ident::LivenessProbe;
 use crate::mode::{LockMode, ModePreference, detect};
-use crate::record::LeaseFileRecord;
 use crate::state::{self, Held, KeyDir, Kind, Modes};
 
 /// Builds a [`FileLock`]: [`FileLock::builder`], `with_*` setters, [`build`](Self::build). The
@@ -259,115 +258,6 @@ impl Options {
         // The part of the stale threshold the holder does not trust: covers the time between
         // checking and acting.
         (self.stale_threshold / 10).max(self.heartbeat_interval / 2)
-    }
-}
-
-/// What is known of the holder of a lock, as the file machinery reads it; the public surface
-/// shows it as a core [`Holder`] ([`HolderInfo::to_holder`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct HolderInfo {
-    /// The holder's pid (0 if unknown).
-    pub(crate) pid: u32,
-    /// The holder's host name.
-    pub(crate) host: String,
-    /// The holder's label.
-    pub(crate) label: Option<String>,
-    /// The holder's fencing generation.
-    pub(crate) generation: u64,
-    /// When the holder acquired the lock, by its wall clock.
-    pub(crate) since: Option<SystemTime>,
-    /// When the holder last heartbeat, by its wall clock.
-    pub(crate) last_heartbeat: Option<SystemTime>,
-    /// Set when the holder is not described by a record of this crate (another protocol's lock
-    /// file, or a holder still writing its description): what is known.
-    pub(crate) unparseable: Option<String>,
-    /// Whether the holder holds the kernel lock on the lock directory (kernel mode): then its
-    /// death frees the lock at once, and waiters are woken by the kernel.
-    pub(crate) kernel_lock: bool,
-}
-
-fn from_ns(ns: u64) -> Option<SystemTime> {
-    (ns > 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_nanos(ns))
-}
-
-impl HolderInfo {
-    /// The holder of `held`, described by `record` when that record is this very tenure's.
-    pub(crate) fn of(held: &Held, record: Option<LeaseFileRecord>) -> Self {
-        let record = record.filter(|r| {
-            r.generation == held.generation
-                && r.owner.as_deref().map(|t| state::fnv(t.as_bytes())) == Some(held.token)
-        });
-        match record {
-            Some(record) => Self {
-                pid: record.pid,
-                host: record.host.clone(),
-                label: record.label.clone(),
-                generation: held.generation,
-                since: from_ns(record.acquired_at_ns),
-                last_heartbeat: from_ns(record.written_at_ns),
-                unparseable: None,
-                kernel_lock: held.kernel.is_some(),
-            },
-            None => Self {
-                pid: 0,
-                host: String::new(),
-                label: None,
-                generation: held.generation,
-                since: None,
-                last_heartbeat: None,
-                unparseable: Some("a holder still writing its description".into()),
-                kernel_lock: held.kernel.is_some(),
-            },
-        }
-    }
-}
-
-impl HolderInfo {
-    /// As lease-core shows a holder: pid and host, the label (or, for a holder this crate cannot
-    /// describe, what is known) as the owner, the generation as the fencing token.
-    pub(crate) fn to_holder(&self) -> Holder {
-        let mut holder = Holder::new();
-        if self.pid != 0 || !self.host.is_empty() {
-            let host = if self.host.is_empty() {
-                "an unknown host"
-            } else {
-                &self.host
-            };
-            holder = holder.with_process(self.pid, host);
-        }
-        // What is known of a holder this crate cannot describe says more than its label (and
-        // names the Go lock it may be); errors show its first 120 characters.
-        let owner = self.unparseable.as_ref().or(self.label.as_ref());
-        if let Some(owner) = owner {
-            holder = holder.with_owner(owner.clone());
-        }
-        if self.generation > 0 {
-            holder = holder.with_fencing(lease_core::backend::fencing_token(self.generation));
-        }
-        if let Some(at) = self.since {
-            holder = holder.with_acquired_at(at);
-        }
-        if let Some(at) = self.last_heartbeat {
-            holder = holder.with_renewed_at(at);
-        }
-        holder
-    }
-}
-
-impl fmt::Display for HolderInfo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(reason) = &self.unparseable {
-            return write!(f, "an unknown holder ({reason})");
-        }
-        if let Some(label) = &self.label {
-            write!(f, "{label}, ")?;
-        }
-        write!(f, "pid {} on {}", self.pid, self.host)?;
-        write!(f, ", generation {}", self.generation)?;
-        if let Some(since) = self.since {
-            write!(f, ", since {}", lease_core::backend::fmt_time(since))?;
-        }
-        Ok(())
     }
 }
 
@@ -630,13 +520,10 @@ impl FileLock {
     /// [`LeaseError::Backend`] for I/O errors, [`LeaseError::Corrupt`] for hostile files,
     /// [`LeaseError::Foreign`] for another protocol's.
     pub fn holder(&self) -> Result<Option<Holder>, LeaseError> {
-        self.holder_info()
-            .map(|h| h.map(|h| h.to_holder()))
-            .map_err(|e| self.lease_error(e))
+        self.current_holder().map_err(|e| self.lease_error(e))
     }
 
-    /// The current holder as the file machinery describes it.
-    fn holder_info(&self) -> Result<Option<HolderInfo>, FsError> {
+    fn current_holder(&self) -> Result<Option<Holder>, FsError> {
         let kd = match KeyDir::open(&self.shared.path, Kind::Lease, None) {
             Ok(Some(kd)) => kd,
             Ok(None) => return Ok(None),
@@ -646,9 +533,7 @@ impl FileLock {
         let found = kd.state()?;
         Ok(match &found.state {
             state::State::Free(_) => None,
-            state::State::Held(held) => {
-                Some(HolderInfo::of(held, engine::describe_tenure(&kd, &found)))
-            }
+            state::State::Held(held) => Some(held.holder(engine::describe_tenure(&kd, &found))),
         })
     }
 
@@ -738,9 +623,13 @@ impl FileLock {
         loop {
             let had_kernel_lock = locked.is_some();
             match self.try_acquire_with(locked.take()) {
-                Err(FsError::Held { holder, .. }) => {
+                Err(FsError::Held {
+                    holder,
+                    kernel_lock,
+                    ..
+                }) => {
                     if had_kernel_lock {
-                        kernel_lock_silent = Some(holder.generation);
+                        kernel_lock_silent = Some(holder.fencing());
                     }
                     let waited = start.elapsed();
                     if waited >= timeout {
@@ -757,8 +646,8 @@ impl FileLock {
                         .min(timeout - waited)
                         .max(Duration::from_micros(100));
                     if self.shared.mode == LockMode::Kernel
-                        && holder.kernel_lock
-                        && kernel_lock_silent != Some(holder.generation)
+                        && kernel_lock
+                        && kernel_lock_silent != Some(holder.fencing())
                     {
                         // The kernel wakes us when the holder lets go; a hung holder keeps its
                         // lock, so look again at least once per `stale_threshold / 4`.
@@ -952,7 +841,8 @@ impl FileLock {
                 };
                 Err(FsError::Held {
                     path: shared.path.clone(),
-                    holder: Box::new(HolderInfo::of(held, holder)),
+                    holder: Box::new(held.holder(holder)),
+                    kernel_lock: held.kernel.is_some(),
                 })
             }
             Attempt::Won { held, name, now } => {
@@ -1223,7 +1113,7 @@ fn beat(shared: &Shared, kd: &mut KeyDir, name: &str, held: &Held, token: &str) 
         Some(engine::Gone::Released) => Ok(Err(LossReason::NotOwned(NotOwnedReason::Missing))),
         Some(engine::Gone::TakenOver) => match &found.state {
             state::State::Held(h) => {
-                let holder = HolderInfo::of(h, engine::describe_tenure(kd, &found));
+                let holder = h.holder(engine::describe_tenure(kd, &found));
                 tracing::warn!(path = %shared.path.display(), %holder, "lease taken over");
                 Ok(Err(LossReason::NotOwned(NotOwnedReason::TakenOver)))
             }
