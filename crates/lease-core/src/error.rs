@@ -131,7 +131,7 @@ impl fmt::Display for Holder {
             parts.push(format!("fencing token {fencing}"));
         }
         if let Some(at) = self.expires_at {
-            parts.push(format!("expires at {}", crate::backend::fmt_time(at)));
+            parts.push(format!("expires at {}", crate::human::fmt_time(at)));
         }
         if parts.is_empty() {
             f.write_str("unknown holder")

@@ -14,8 +14,6 @@ use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::error::display::DisplayErrorContext;
 use lease_core::{LeaseError, LeaseKey};
 
-use crate::DynamoLeases;
-
 /// Error codes DynamoDB returns when a request may succeed if sent again.
 const TRANSIENT_CODES: &[&str] = &[
     "ProvisionedThroughputExceededException",
@@ -172,19 +170,6 @@ impl<'a> Context<'a> {
         Self {
             table,
             ..Self::default()
-        }
-    }
-}
-
-impl DynamoLeases {
-    /// Everything this manager knows that helps explain a failed request.
-    pub(crate) fn error_context(&self) -> Context<'_> {
-        let inner = &self.inner;
-        let config = inner.client.config();
-        Context {
-            table: &inner.table,
-            region: config.region().map(|r| r.as_ref()),
-            keys: Some((inner.names.partition_key(), inner.names.sort_key())),
         }
     }
 }

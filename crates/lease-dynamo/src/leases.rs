@@ -9,6 +9,7 @@ use aws_smithy_types::retry::RetryConfig;
 use lease_core::backend::default_safety_margin;
 use lease_core::{Clock, LeaseError, LeaseKey, RandomTokens, SystemClock, TokenSource};
 
+use crate::error::Context;
 use crate::{AttributeNames, RetryPolicy};
 
 /// Default sort key of leases named by a partition key alone (the Go default).
@@ -428,5 +429,18 @@ impl DynamoLeases {
     /// The sort key value a key is stored under.
     pub(crate) fn sort_value<'a>(&'a self, key: &'a LeaseKey) -> &'a str {
         key.sort().unwrap_or(&self.inner.lock_sort_key)
+    }
+}
+
+impl DynamoLeases {
+    /// Everything this manager knows that helps explain a failed request.
+    pub(crate) fn error_context(&self) -> Context<'_> {
+        let inner = &self.inner;
+        let config = inner.client.config();
+        Context {
+            table: &inner.table,
+            region: config.region().map(|r| r.as_ref()),
+            keys: Some((inner.names.partition_key(), inner.names.sort_key())),
+        }
     }
 }
