@@ -78,8 +78,9 @@ pub(crate) async fn run(args: DemoWorkerArgs) -> Result<u8, Failure> {
             Ok(0)
         }
         Ok(Err(error)) => Err(Failure::unavailable(format!(
-            "demo worker {} failed: {error}",
-            args.id
+            "demo worker {} failed: {}",
+            args.id,
+            crate::exit::report(&error)
         ))),
         Err(error) => Err(Failure::internal(format!(
             "demo worker {} panicked: {error}",

@@ -72,8 +72,8 @@ impl Failure {
         if let Some(last) = cause {
             let code = Self::lease(context, last, advice).code;
             return match advice(last) {
-                Some(advice) => Self::new(code, format!("{context}: {error}; {advice}")),
-                None => Self::new(code, format!("{context}: {error}")),
+                Some(advice) => Self::new(code, format!("{context}: {}; {advice}", report(error))),
+                None => Self::new(code, format!("{context}: {}", report(error))),
             };
         }
         let code = if error.is_invalid_input() {
@@ -86,8 +86,8 @@ impl Failure {
             UNAVAILABLE
         };
         match advice(error) {
-            Some(advice) => Self::new(code, format!("{context}: {error}; {advice}")),
-            None => Self::new(code, format!("{context}: {error}")),
+            Some(advice) => Self::new(code, format!("{context}: {}; {advice}", report(error))),
+            None => Self::new(code, format!("{context}: {}", report(error))),
         }
     }
 }
@@ -96,6 +96,19 @@ impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
     }
+}
+
+/// `error` and every source below it, each saying its own part once (`Display` leaves the cause
+/// to `source()`), joined as one line: `file backend failed: open /x: File name too long`.
+pub(crate) fn report(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(source) = next {
+        text.push_str(": ");
+        text.push_str(&source.to_string());
+        next = source.source();
+    }
+    text
 }
 
 /// The status of a process killed by `signal`, as shells report it.

@@ -611,7 +611,10 @@ async fn release(guard: LeaseGuard) {
             tracing::debug!(%key, %error, "lease was no longer ours to release");
         }
         Err(error) => {
-            eprintln!("lease: could not release lease {key} (it will expire on its own): {error}");
+            eprintln!(
+                "lease: could not release lease {key} (it will expire on its own): {}",
+                exit::report(&error)
+            );
         }
     }
 }

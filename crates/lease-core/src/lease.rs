@@ -30,13 +30,21 @@ pub fn validate_duration(duration: Duration) -> Result<(), LeaseError> {
     if duration < MIN_LEASE_DURATION {
         return Err(LeaseError::invalid(
             "duration",
-            format!("{duration:?} is shorter than the minimum {MIN_LEASE_DURATION:?}"),
+            format!(
+                "{} is shorter than the minimum {}",
+                crate::human::fmt_duration(duration),
+                crate::human::fmt_duration(MIN_LEASE_DURATION)
+            ),
         ));
     }
     if duration > MAX_LEASE_DURATION {
         return Err(LeaseError::invalid(
             "duration",
-            format!("{duration:?} is longer than the maximum {MAX_LEASE_DURATION:?} (30 days)"),
+            format!(
+                "{} is longer than the maximum {}",
+                crate::human::fmt_duration(duration),
+                crate::human::fmt_duration(MAX_LEASE_DURATION)
+            ),
         ));
     }
     Ok(())

@@ -306,7 +306,10 @@ fn validate_ttl_buffer(include: bool, buffer: Duration, skew: Duration) -> Resul
     if buffer < Duration::from_secs(1) {
         return Err(LeaseError::invalid(
             "ttl buffer",
-            format!("{buffer:?} is under the one second TTL works in; use zero to write no TTL"),
+            format!(
+                "{} is under the one second TTL works in; use zero to write no TTL",
+                lease_core::backend::fmt_duration(buffer)
+            ),
         ));
     }
     if buffer <= skew.saturating_mul(3) {

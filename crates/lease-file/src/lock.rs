@@ -227,7 +227,11 @@ impl Options {
             if value > max {
                 return Err(FsError::InvalidOption {
                     option,
-                    reason: format!("{value:?} is longer than the maximum {max:?} (30 days)"),
+                    reason: format!(
+                        "{} is longer than the maximum {}",
+                        lease_core::backend::fmt_duration(value),
+                        lease_core::backend::fmt_duration(max)
+                    ),
                 });
             }
         }
@@ -1157,9 +1161,16 @@ fn settle_beat(shared: &Shared, epoch: u64, kd: KeyDir, result: Beat) -> bool {
             shared.wake.notify_all();
             return true;
         }
-        Err(error) => LossReason::BackendFailing {
-            last_error: format!("heartbeats failed until the deadline: {error}"),
-        },
+        Err(error) => {
+            // The whole chain: the loss carries it as text, with no source of its own.
+            let mut last_error = format!("heartbeats failed until the deadline: {error}");
+            let mut next = std::error::Error::source(&error);
+            while let Some(source) = next {
+                last_error.push_str(&format!(": {source}"));
+                next = source.source();
+            }
+            LossReason::BackendFailing { last_error }
+        }
     };
     state.lost = Some(reason.clone());
     // Keep the tenure's generation visible, but let the kernel lock go to the new owner.

@@ -100,7 +100,15 @@ impl Session {
             Err(error) => {
                 tracing::warn!(worker = %config.worker_id, %error, "fleet: session renewal failed; trusting it until its deadline");
                 self.renew_due = reply + config.interval / 4;
-                self.last_error = Some(error.to_string());
+                // The whole chain: a lapse reports it as the reason, with no source of its own.
+                let mut chain = error.to_string();
+                let mut next = std::error::Error::source(&error);
+                while let Some(source) = next {
+                    chain.push_str(": ");
+                    chain.push_str(&source.to_string());
+                    next = source.source();
+                }
+                self.last_error = Some(chain);
                 Kept::Unchanged
             }
         }
