@@ -809,7 +809,7 @@ mod tests {
             ),
         );
         assert!(!err.is_transient());
-        let text = err.to_string();
+        let text = report(&err);
         assert!(
             text.contains(
                 "UpdateItem on table `leases` failed: ResourceNotFoundException: Requested resource not found; table `leases` does not exist in this region and account (or the credentials cannot see it)"
