@@ -543,7 +543,7 @@ const ALLOWED_AMBIENT: &[(&str, &str, &str)] = &[
         "lock instance nonce",
     ),
     (
-        "lease-file/src/chain.rs",
+        "lease-file/src/state.rs",
         "Uuid::new_v4",
         "temporary file nonce",
     ),

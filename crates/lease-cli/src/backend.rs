@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use lease_core::{LeaseBackend, LeaseKey};
 
-use crate::cli::BackendArgs;
 use crate::exit::Failure;
 
 /// A descriptor sharing a held lease's kernel lock, for the command to inherit (file store).
@@ -51,23 +50,6 @@ impl Backend {
             kernel_lock: None,
         }
     }
-
-    /// Opens the store `args` names: DynamoDB with `--dynamo`, else the file store.
-    pub(crate) async fn open(args: &BackendArgs) -> Result<Self, Failure> {
-        match &args.dynamo {
-            Some(table) => {
-                crate::stores::open_dynamo(table, args.endpoint.as_deref(), args.region.as_deref())
-                    .await
-            }
-            None => {
-                let dir = match &args.file {
-                    Some(dir) => prepare_dir(dir, false)?,
-                    None => prepare_dir(&default_dir(), true)?,
-                };
-                crate::stores::open_file(&dir)
-            }
-        }
-    }
 }
 
 /// The default file store directory: `$LEASE_DIR` if set, else `/tmp/lease-$UID`.
@@ -86,7 +68,7 @@ pub(crate) fn default_dir() -> PathBuf {
 /// The shared default (`private`) is created mode 0700 and must belong to this user and be
 /// writable by nobody else: in `/tmp`, another user could otherwise create it first and read or
 /// break our leases.
-fn prepare_dir(dir: &Path, private: bool) -> Result<PathBuf, Failure> {
+pub(crate) fn prepare_dir(dir: &Path, private: bool) -> Result<PathBuf, Failure> {
     let cannot = |what: &str, error: &dyn fmt::Display| {
         Failure::unavailable(format!(
             "cannot use {} as the lease directory: {what}: {error}",

@@ -432,12 +432,6 @@ fn worker_name(index: u32) -> String {
     format!("worker-{}", index + 1)
 }
 
-/// The unit named `u07`, as the workers call it.
-pub(crate) fn unit_name(index: u32, units: u32) -> String {
-    let width = units.saturating_sub(1).to_string().len();
-    format!("u{index:0width$}")
-}
-
 fn parse_unit(name: &str) -> Option<u32> {
     name.strip_prefix('u')?.parse().ok()
 }
@@ -614,6 +608,7 @@ pub(crate) async fn worker(args: DemoWorkerArgs) -> Result<u8, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::demo_worker::unit_name;
 
     fn report(units: &[(u32, u64)]) -> Report {
         Report {

@@ -6,16 +6,14 @@ use std::time::Duration;
 use lessor_partition::Worker;
 use serde_json::json;
 
-use crate::backend::Backend;
 use crate::cli::DemoWorkerArgs;
-use crate::demo::unit_name;
 use crate::exit::Failure;
 
 /// Runs the worker until its stdin closes, printing one JSON line per interval:
 /// `{"worker":"worker-1","units":{"u00":3,"u01":1},"session":3,"members":4}` (unit to fencing
 /// token).
 pub(crate) async fn run(args: DemoWorkerArgs) -> Result<u8, Failure> {
-    let backend = Backend::open(&args.backend).await?;
+    let backend = crate::stores::open(&args.backend).await?;
     let worker = Worker::builder(args.fleet.clone(), args.id.clone())
         .with_store(backend.leases.clone())
         .with_units((0..args.units).map(|unit| unit_name(unit, args.units)))
@@ -80,12 +78,19 @@ pub(crate) async fn run(args: DemoWorkerArgs) -> Result<u8, Failure> {
             Ok(0)
         }
         Ok(Err(error)) => Err(Failure::unavailable(format!(
-            "demo worker {} failed: {error}",
-            args.id
+            "demo worker {} failed: {}",
+            args.id,
+            crate::exit::report(&error)
         ))),
         Err(error) => Err(Failure::internal(format!(
             "demo worker {} panicked: {error}",
             args.id
         ))),
     }
+}
+
+/// The unit named `u07`, as the workers call it.
+pub(crate) fn unit_name(index: u32, units: u32) -> String {
+    let width = units.saturating_sub(1).to_string().len();
+    format!("u{index:0width$}")
 }

@@ -14,6 +14,7 @@
 //! | 127 | the command was not found |
 
 use std::fmt;
+use std::process::ExitStatus;
 
 use lease_core::LeaseError;
 
@@ -62,13 +63,17 @@ impl Failure {
     /// Maps a lease error to its status by meaning, prefixing `context` and adding the CLI's
     /// advice where it has some (how to create a missing table). A timeout whose last attempt
     /// failed for another reason than a busy lease is reported by that reason.
-    pub(crate) fn lease(context: &str, error: &LeaseError) -> Self {
+    pub(crate) fn lease(
+        context: &str,
+        error: &LeaseError,
+        advice: fn(&LeaseError) -> Option<String>,
+    ) -> Self {
         let cause = error.last_error().filter(|last| !last.is_held());
         if let Some(last) = cause {
-            let code = Self::lease(context, last).code;
-            return match crate::stores::advice(last) {
-                Some(advice) => Self::new(code, format!("{context}: {error}; {advice}")),
-                None => Self::new(code, format!("{context}: {error}")),
+            let code = Self::lease(context, last, advice).code;
+            return match advice(last) {
+                Some(advice) => Self::new(code, format!("{context}: {}; {advice}", report(error))),
+                None => Self::new(code, format!("{context}: {}", report(error))),
             };
         }
         let code = if error.is_invalid_input() {
@@ -80,9 +85,9 @@ impl Failure {
         } else {
             UNAVAILABLE
         };
-        match crate::stores::advice(error) {
-            Some(advice) => Self::new(code, format!("{context}: {error}; {advice}")),
-            None => Self::new(code, format!("{context}: {error}")),
+        match advice(error) {
+            Some(advice) => Self::new(code, format!("{context}: {}; {advice}", report(error))),
+            None => Self::new(code, format!("{context}: {}", report(error))),
         }
     }
 }
@@ -93,7 +98,30 @@ impl fmt::Display for Failure {
     }
 }
 
+/// `error` and every source below it, each saying its own part once (`Display` leaves the cause
+/// to `source()`), joined as one line: `file backend failed: open /x: File name too long`.
+pub(crate) fn report(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(source) = next {
+        text.push_str(": ");
+        text.push_str(&source.to_string());
+        next = source.source();
+    }
+    text
+}
+
 /// The status of a process killed by `signal`, as shells report it.
 pub(crate) fn signal_status(signal: i32) -> u8 {
     u8::try_from(128 + signal.clamp(0, 127)).unwrap_or(u8::MAX)
+}
+
+/// A child's exit status as a shell reports it: its code, or 128 + the signal that killed it.
+pub(crate) fn status_code(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
+        (None, Some(signal)) => signal_status(signal),
+        (None, None) => SOFTWARE,
+    }
 }

@@ -135,7 +135,7 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
         let due = tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(|e| Failure::internal(format!("waiting for the command: {e}")))?;
-                return Ok(crate::run::status_code(status));
+                return Ok(exit::status_code(status));
             }
             _ = death.recv() => false,
             _ = poll.tick() => false,

@@ -19,7 +19,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::backend::{Backend, owner_description, parse_key};
 use crate::cli::RunArgs;
 use crate::duration::fmt_duration;
-use crate::exit::{self, Failure, signal_status};
+use crate::exit::{self, Failure, signal_status, status_code};
+use crate::guard::start_failure;
 
 /// Environment variable that carries the fencing token to the command.
 pub(crate) const FENCING_ENV: &str = "LEASE_FENCING_TOKEN";
@@ -120,7 +121,7 @@ impl RunPlan {
 /// `lease run`: parses, opens the store, runs.
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     let plan = RunPlan::from_args(&args)?;
-    let backend = Backend::open(&args.backend).await?;
+    let backend = crate::stores::open(&args.backend).await?;
     run_plan(&backend, &plan).await
 }
 
@@ -261,7 +262,7 @@ fn acquire_failure(key: &LeaseKey, error: &LeaseError) -> Failure {
                 ),
             )
         }
-        _ => Failure::lease(&format!("cannot acquire lease {key}"), error),
+        _ => crate::stores::failure(&format!("cannot acquire lease {key}"), error),
     }
 }
 
@@ -336,7 +337,7 @@ fn spawn(
     }
     command
         .spawn()
-        .map_err(|error| crate::guard::start_failure(plan.link_program.as_os_str(), &error))
+        .map_err(|error| start_failure(plan.link_program.as_os_str(), &error))
 }
 
 /// Where signals for the command go: its process group, or just the command.
@@ -610,18 +611,11 @@ async fn release(guard: LeaseGuard) {
             tracing::debug!(%key, %error, "lease was no longer ours to release");
         }
         Err(error) => {
-            eprintln!("lease: could not release lease {key} (it will expire on its own): {error}");
+            eprintln!(
+                "lease: could not release lease {key} (it will expire on its own): {}",
+                exit::report(&error)
+            );
         }
-    }
-}
-
-/// A child's exit status as a shell reports it: its code, or 128 + the signal that killed it.
-pub(crate) fn status_code(status: ExitStatus) -> u8 {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(u8::MAX),
-        (None, Some(signal)) => signal_status(signal),
-        (None, None) => exit::SOFTWARE,
     }
 }
 

@@ -40,7 +40,7 @@ impl State {
 
 /// `lease status`.
 pub(crate) async fn status(args: StatusArgs) -> Result<u8, Failure> {
-    let backend = Backend::open(&args.backend).await?;
+    let backend = crate::stores::open(&args.backend).await?;
     let now = SystemTime::now();
     if let Some(key) = &args.key {
         let key = parse_key(key)?;
@@ -48,7 +48,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, Failure> {
             .leases
             .inspect(&key)
             .await
-            .map_err(|e| Failure::lease(&format!("cannot read lease {key}"), &e))?;
+            .map_err(|e| crate::stores::failure(&format!("cannot read lease {key}"), &e))?;
         if args.json {
             println!("{}", record_json(&key, record.as_ref(), now));
         } else {
@@ -76,7 +76,7 @@ async fn list(backend: &Backend, partition: Option<&str>) -> Result<Vec<LeaseRec
         (Some(partition), Some(listing), _) => listing
             .list_partition(partition)
             .await
-            .map_err(|e| Failure::lease(&format!("cannot list partition {partition}"), &e)),
+            .map_err(|e| crate::stores::failure(&format!("cannot list partition {partition}"), &e)),
         (Some(_), None, _) => Err(Failure::usage(format!(
             "the {} cannot list a partition",
             backend.description
@@ -87,11 +87,10 @@ async fn list(backend: &Backend, partition: Option<&str>) -> Result<Vec<LeaseRec
             })?;
             let mut records = Vec::with_capacity(keys.len());
             for key in keys {
-                let record = backend
-                    .leases
-                    .inspect(&key)
-                    .await
-                    .map_err(|e| Failure::lease(&format!("cannot read lease {key}"), &e))?;
+                let record =
+                    backend.leases.inspect(&key).await.map_err(|e| {
+                        crate::stores::failure(&format!("cannot read lease {key}"), &e)
+                    })?;
                 records.extend(record);
             }
             Ok(records)
@@ -212,12 +211,12 @@ pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
              working, and loses the lease at its next renewal"
         )));
     }
-    let backend = Backend::open(&args.backend).await?;
+    let backend = crate::stores::open(&args.backend).await?;
     let record = backend
         .leases
         .inspect(&key)
         .await
-        .map_err(|e| Failure::lease(&format!("cannot read lease {key}"), &e))?;
+        .map_err(|e| crate::stores::failure(&format!("cannot read lease {key}"), &e))?;
     let Some(holder) = record.as_ref().and_then(LeaseRecord::holder) else {
         println!("{key}: free; nothing to release");
         return Ok(0);
@@ -237,7 +236,7 @@ pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
         .leases
         .release(&key, token, fencing)
         .await
-        .map_err(|e| Failure::lease(&format!("cannot break lease {key}"), &e))?;
+        .map_err(|e| crate::stores::failure(&format!("cannot break lease {key}"), &e))?;
     tracing::warn!(%key, holder = %describe_holder(holder), "lease broken by an operator");
     println!(
         "{key}: released the lease of {}; its holder loses it at its next renewal",

@@ -5,8 +5,23 @@ use std::sync::Arc;
 
 use lease_core::LeaseError;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, default_dir, prepare_dir};
+use crate::cli::BackendArgs;
 use crate::exit::Failure;
+
+/// Opens the store `args` names: DynamoDB with `--dynamo`, else the file store.
+pub(crate) async fn open(args: &BackendArgs) -> Result<Backend, Failure> {
+    match &args.dynamo {
+        Some(table) => open_dynamo(table, args.endpoint.as_deref(), args.region.as_deref()).await,
+        None => {
+            let dir = match &args.file {
+                Some(dir) => prepare_dir(dir, false)?,
+                None => prepare_dir(&default_dir(), true)?,
+            };
+            open_file(&dir)
+        }
+    }
+}
 
 /// Opens the file store in `dir` (already created and checked).
 pub(crate) fn open_file(dir: &Path) -> Result<Backend, Failure> {
@@ -28,6 +43,12 @@ pub(crate) fn open_file(dir: &Path) -> Result<Backend, Failure> {
         Ok(keys)
     }));
     Ok(backend)
+}
+
+/// `error` as the CLI's failure, prefixed with `context`, with the CLI's advice where it has
+/// some ([`Failure::lease`]).
+pub(crate) fn failure(context: &str, error: &LeaseError) -> Failure {
+    Failure::lease(context, error, advice)
 }
 
 /// What to do about a store's error, where the CLI knows better than the library: a missing
@@ -64,7 +85,7 @@ pub(crate) async fn create_table(
         .await?
         .ensure_table()
         .await
-        .map_err(|e| Failure::lease(&format!("cannot create table {table}"), &e))
+        .map_err(|e| failure(&format!("cannot create table {table}"), &e))
 }
 
 async fn dynamo(
@@ -81,7 +102,7 @@ async fn dynamo(
     });
     let client = lease_dynamo::sdk_client(endpoint, region).await;
     lease_dynamo::DynamoLeases::new(client, table)
-        .map_err(|e| Failure::lease(&format!("bad --dynamo table {table:?}"), &e))
+        .map_err(|e| failure(&format!("bad --dynamo table {table:?}"), &e))
 }
 
 #[cfg(test)]

@@ -1066,6 +1066,11 @@ fn a_store_that_keeps_failing_is_reported_as_such_after_the_wait() {
     let out = output(&mut run);
     let text = stderr(&out);
     assert_eq!(code(out.status), UNAVAILABLE, "{text}");
-    assert!(text.contains("last error"), "{text}");
+    // The timeout, then its last error (a store that does not answer), each said once.
+    assert!(text.contains("timed out after"), "{text}");
+    assert!(
+        text.contains("dynamodb backend failed (transient)"),
+        "{text}"
+    );
     assert!(!text.contains("held by another owner"), "{text}");
 }

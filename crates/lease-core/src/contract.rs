@@ -6,54 +6,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{
-    Clock, FencingToken, Holder, Lease, LeaseError, LeaseKey, LeaseRecord, LeaseToken, WaitOptions,
-};
+use crate::options::AcquireOptions;
+use crate::wait::{Backoff, WaitEvent, WaitOptions};
+use crate::{Clock, FencingToken, Holder, Lease, LeaseError, LeaseKey, LeaseRecord, LeaseToken};
 
 /// A boxed, `Send` future: what the dyn-compatible contract returns, with no runtime attached.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Per-call options of [`LeaseBackend::try_acquire`]. `Default` asks for nothing special.
-///
-/// ```
-/// use lease_core::AcquireOptions;
-/// let options = AcquireOptions::default().with_owner("report-cron on host-3");
-/// assert_eq!(options.owner(), Some("report-cron on host-3"));
-/// ```
-#[derive(Clone, Debug, Default)]
-#[non_exhaustive]
-pub struct AcquireOptions {
-    owner: Option<String>,
-    token: Option<LeaseToken>,
-}
-
-impl AcquireOptions {
-    /// A human description of the new holder, shown to contenders in [`LeaseError::Held`].
-    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
-        self.owner = Some(owner.into());
-        self
-    }
-
-    /// Use this owner token instead of a fresh one from the backend's token source.
-    ///
-    /// A token names one tenure, not one caller: acquiring a key that is held, even under this
-    /// same token, fails with [`LeaseError::Held`]. Backends reconcile their *own* retries after a
-    /// lost reply inside one call; a second call with the same token is a second contender.
-    pub fn with_token(mut self, token: LeaseToken) -> Self {
-        self.token = Some(token);
-        self
-    }
-
-    /// The owner description.
-    pub fn owner(&self) -> Option<&str> {
-        self.owner.as_deref()
-    }
-
-    /// The caller-chosen token.
-    pub fn token(&self) -> Option<&LeaseToken> {
-        self.token.as_ref()
-    }
-}
 
 /// The backend contract: single-attempt operations on one lease store.
 ///
@@ -364,23 +322,95 @@ pub trait LeaseBackendExt: LeaseBackend {
         duration: Duration,
         wait: &'a WaitOptions,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(crate::wait::acquire_with_wait(self, key, duration, wait))
+        Box::pin(acquire_with_wait(self, key, duration, wait))
     }
 }
 
 impl<B: LeaseBackend + ?Sized> LeaseBackendExt for B {}
 
-/// What a waiting acquire reports while it waits (see [`WaitOptions::on_wait`]).
-#[derive(Debug)]
-pub struct WaitEvent<'a> {
-    /// The key waited for.
-    pub key: &'a LeaseKey,
-    /// The holder, as the last attempt saw it.
-    pub holder: Option<&'a Holder>,
-    /// How many attempts have failed so far.
-    pub attempts: u32,
-    /// How long until the next attempt.
-    pub next_attempt_in: Duration,
-    /// The error of the last attempt.
-    pub last_error: &'a LeaseError,
+async fn acquire_with_wait<B: LeaseBackend + ?Sized>(
+    backend: &B,
+    key: &LeaseKey,
+    duration: Duration,
+    wait: &WaitOptions,
+) -> Result<Lease, LeaseError> {
+    let clock = backend.clock();
+    let started = clock.monotonic();
+    let give_up = wait
+        .timeout
+        .map(|timeout| crate::lease::instant_after(started, timeout));
+    let mut backoff = Backoff::new(wait.initial_backoff, wait.max_backoff);
+    let mut attempts = 0u32;
+    loop {
+        let error = match backend.try_acquire(key, duration, &wait.acquire).await {
+            Ok(lease) => return Ok(lease),
+            Err(error) if error.is_held() || error.is_transient() => error,
+            Err(error) => return Err(error),
+        };
+        attempts = attempts.saturating_add(1);
+        let now = clock.monotonic();
+        if give_up.is_some_and(|give_up| now >= give_up) {
+            return Err(LeaseError::timeout(
+                key.clone(),
+                now.saturating_duration_since(started),
+                error,
+            ));
+        }
+        let mut delay = backoff.next_delay().max(Duration::from_millis(1));
+        // Never sleep past the holder's expiry: take an abandoned lease over promptly.
+        if let Some(expires_at) = error.holder().and_then(|h| h.expires_at()) {
+            let until_expiry = expires_at
+                .duration_since(clock.now())
+                .unwrap_or(Duration::ZERO)
+                .saturating_add(Duration::from_millis(1));
+            delay = delay.min(until_expiry);
+        }
+        if let Some(give_up) = give_up {
+            delay = delay.min(give_up.saturating_duration_since(now));
+        }
+        if let Some(callback) = &wait.on_wait {
+            callback(&WaitEvent {
+                key,
+                holder: error.holder(),
+                attempts,
+                next_attempt_in: delay,
+                last_error: &error,
+            });
+        }
+        tracing::debug!(%key, attempts, ?delay, error = %error, "lease busy; waiting");
+        let sleep = clock.sleep(delay);
+        match backend.changed(key) {
+            Some(changed) => First(Some(sleep), Some(changed)).await,
+            None => sleep.await,
+        }
+    }
+}
+
+/// Completes when either future does (the other is dropped).
+struct First<'a>(Option<BoxFuture<'static, ()>>, Option<BoxFuture<'a, ()>>);
+
+impl std::future::Future for First<'_> {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        let this = &mut *self;
+        let done = this
+            .0
+            .as_mut()
+            .is_some_and(|f| f.as_mut().poll(cx).is_ready())
+            || this
+                .1
+                .as_mut()
+                .is_some_and(|f| f.as_mut().poll(cx).is_ready());
+        if done {
+            this.0 = None;
+            this.1 = None;
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    }
 }

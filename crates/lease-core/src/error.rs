@@ -131,7 +131,7 @@ impl fmt::Display for Holder {
             parts.push(format!("fencing token {fencing}"));
         }
         if let Some(at) = self.expires_at {
-            parts.push(format!("expires at {}", crate::backend::fmt_time(at)));
+            parts.push(format!("expires at {}", crate::human::fmt_time(at)));
         }
         if parts.is_empty() {
             f.write_str("unknown holder")
@@ -172,7 +172,7 @@ impl fmt::Display for NotOwnedReason {
         f.write_str(match self {
             Self::Expired => "the lease expired",
             Self::TakenOver => "another owner took the lease",
-            Self::Missing => "the lease is not held (released or never acquired)",
+            Self::Missing => "this caller never acquired it, or has released it",
             Self::Fenced => "a newer fencing token has written here",
         })
     }
@@ -289,7 +289,7 @@ pub enum LeaseError {
     },
     /// The backend failed to answer. Transient failures (throttling, timeouts, 5xx, interrupted
     /// I/O) may be retried; the outcome of the failed operation is unknown.
-    #[error("{backend} backend failed{}: {source}", if *transient { " (transient)" } else { "" })]
+    #[error("{backend} backend failed{}", if *transient { " (transient)" } else { "" })]
     Backend {
         /// The backend's name (`"dynamodb"`, `"file"`, `"memory"`).
         backend: &'static str,
@@ -300,7 +300,7 @@ pub enum LeaseError {
         source: Box<dyn StdError + Send + Sync>,
     },
     /// Waiting for the lease ran out of time.
-    #[error("timed out after {waited:?} waiting for lease {key} ({}){}", fmt_holder(holder.as_deref()), fmt_last(last_error.as_deref()))]
+    #[error("timed out after {} waiting for lease {key}{}", crate::human::fmt_duration(*waited), fmt_timeout_holder(holder.as_deref(), last_error.as_deref()))]
     Timeout {
         /// The key.
         key: LeaseKey,
@@ -363,11 +363,12 @@ fn fmt_holder(holder: Option<&Holder>) -> String {
     holder.map_or_else(|| "holder unknown".to_owned(), ToString::to_string)
 }
 
-/// The last error of a timeout, unless it only repeats that the lease was held.
-fn fmt_last(last: Option<&LeaseError>) -> String {
-    match last {
-        Some(error) if !error.is_held() => format!("; last error: {error}"),
-        _ => String::new(),
+/// The holder a timeout saw, unless its last error (its `source`) already names it.
+fn fmt_timeout_holder(holder: Option<&Holder>, last: Option<&LeaseError>) -> String {
+    match (holder, last) {
+        (_, Some(error)) if error.is_held() => String::new(),
+        (Some(holder), _) => format!(" (held by {holder})"),
+        (None, _) => String::new(),
     }
 }
 
@@ -608,17 +609,20 @@ mod tests {
         let cause = LeaseError::backend("dynamodb", true, "connection refused");
         let err = LeaseError::timeout(key.clone(), Duration::from_secs(3), cause);
         assert!(err.is_timeout());
-        let text = err.to_string();
-        assert!(
-            text.contains("last error: dynamodb backend failed (transient): connection refused"),
-            "{text}"
-        );
+        assert_eq!(err.to_string(), "timed out after 3s waiting for lease k");
         assert!(err.last_error().is_some_and(LeaseError::is_transient));
-        assert!(std::error::Error::source(&err).is_some());
-        // A busy lease is already said by the holder; it is not repeated.
+        // The last error is the source, said there and only there.
+        let source = std::error::Error::source(&err).map(ToString::to_string);
+        assert_eq!(
+            source.as_deref(),
+            Some("dynamodb backend failed (transient)")
+        );
+        // A busy lease is said by the last error (the source), which names the holder.
         let held = LeaseError::held(key.clone(), Some(Holder::new().with_owner("alice")));
         let err = LeaseError::timeout(key, Duration::from_secs(3), held);
-        assert!(err.to_string().ends_with("(alice)"), "{err}");
+        assert!(!err.to_string().contains("alice"), "{err}");
+        let source = std::error::Error::source(&err).map(ToString::to_string);
+        assert!(source.is_some_and(|s| s.ends_with("(alice)")), "{err}");
         assert_eq!(err.holder().and_then(Holder::owner), Some("alice"));
     }
 

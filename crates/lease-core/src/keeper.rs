@@ -574,7 +574,7 @@ async fn keep(shared: Arc<Shared>, options: KeeperOptions) {
                     return;
                 }
                 tracing::warn!(key = %lease.key(), %error, "lease renewal failed; retrying");
-                last_error = Some(error.to_string());
+                last_error = Some(crate::human::error_chain(&error));
                 next_renew = crate::lease::instant_after(clock.monotonic(), backoff.next_delay());
             }
         }

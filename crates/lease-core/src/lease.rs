@@ -30,13 +30,21 @@ pub fn validate_duration(duration: Duration) -> Result<(), LeaseError> {
     if duration < MIN_LEASE_DURATION {
         return Err(LeaseError::invalid(
             "duration",
-            format!("{duration:?} is shorter than the minimum {MIN_LEASE_DURATION:?}"),
+            format!(
+                "{} is shorter than the minimum {}",
+                crate::human::fmt_duration(duration),
+                crate::human::fmt_duration(MIN_LEASE_DURATION)
+            ),
         ));
     }
     if duration > MAX_LEASE_DURATION {
         return Err(LeaseError::invalid(
             "duration",
-            format!("{duration:?} is longer than the maximum {MAX_LEASE_DURATION:?} (30 days)"),
+            format!(
+                "{} is longer than the maximum {}",
+                crate::human::fmt_duration(duration),
+                crate::human::fmt_duration(MAX_LEASE_DURATION)
+            ),
         ));
     }
     Ok(())
@@ -135,7 +143,7 @@ impl fmt::Debug for Lease {
             .field("token", &self.token)
             .field("fencing", &self.fencing)
             .field("duration", &self.duration)
-            .field("expires_at", &crate::backend::fmt_time(self.expires_at))
+            .field("expires_at", &crate::human::fmt_time(self.expires_at))
             .finish_non_exhaustive()
     }
 }
@@ -183,50 +191,9 @@ impl LeaseRecord {
     }
 }
 
-/// Formats a wall time as RFC 3339 UTC with milliseconds, with no date-time dependency.
-///
-/// ```
-/// use std::time::{Duration, SystemTime};
-/// let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_893_456_000_123);
-/// assert_eq!(lease_core::backend::fmt_time(t), "2030-01-01T00:00:00.123Z");
-/// ```
-pub fn fmt_time(at: SystemTime) -> String {
-    let Ok(since) = at.duration_since(SystemTime::UNIX_EPOCH) else {
-        return "before 1970".to_owned();
-    };
-    let secs = since.as_secs();
-    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
-    let rem = secs % 86_400;
-    // Howard Hinnant's days-to-civil algorithm.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60,
-        since.subsec_millis()
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn formats_leap_days_and_epoch() {
-        let at = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
-        assert_eq!(fmt_time(at(0)), "1970-01-01T00:00:00.000Z");
-        assert_eq!(fmt_time(at(951_782_400)), "2000-02-29T00:00:00.000Z");
-        assert_eq!(fmt_time(at(1_709_251_199)), "2024-02-29T23:59:59.000Z");
-    }
 
     #[test]
     fn a_deadline_never_overflows() {

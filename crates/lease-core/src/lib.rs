@@ -80,11 +80,13 @@ mod contract;
 mod error;
 mod exec;
 mod fenced;
+mod human;
 mod keeper;
 mod key;
 mod lease;
 mod listing;
 mod memory;
+mod options;
 mod sync;
 mod token;
 mod wait;
@@ -93,7 +95,7 @@ mod wait;
 pub mod conformance;
 
 pub use clock::{Clock, ManualClock, SystemClock, sleep_until};
-pub use contract::{AcquireOptions, BoxFuture, LeaseBackend, LeaseBackendExt, WaitEvent};
+pub use contract::{BoxFuture, LeaseBackend, LeaseBackendExt};
 pub use error::{Holder, LeaseError, LossReason, NotOwnedReason};
 pub use exec::{JoinAll, block_on, join_all};
 pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES};
@@ -102,8 +104,9 @@ pub use key::{LeaseKey, MAX_KEY_PART_BYTES};
 pub use lease::{Lease, LeaseRecord, MAX_LEASE_DURATION, MIN_LEASE_DURATION};
 pub use listing::LeaseListing;
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
+pub use options::AcquireOptions;
 pub use token::{FencingToken, LeaseToken, MAX_TOKEN_BYTES, RandomTokens, TokenSource};
-pub use wait::{Backoff, WaitCallback, WaitOptions};
+pub use wait::{Backoff, WaitCallback, WaitEvent, WaitOptions};
 
 /// What a user of any backend needs: each backend crate re-exports it at its root, so that one
 /// dependency and one `use` get a lease.

@@ -14,8 +14,6 @@ use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_smithy_types::error::display::DisplayErrorContext;
 use lease_core::{LeaseError, LeaseKey};
 
-use crate::DynamoLeases;
-
 /// Error codes DynamoDB returns when a request may succeed if sent again.
 const TRANSIENT_CODES: &[&str] = &[
     "ProvisionedThroughputExceededException",
@@ -78,7 +76,6 @@ pub struct DynamoError {
     table: String,
     code: Option<String>,
     message: String,
-    source: Option<Box<dyn StdError + Send + Sync>>,
 }
 
 impl DynamoError {
@@ -88,7 +85,6 @@ impl DynamoError {
             table: table.to_owned(),
             code: None,
             message: message.into(),
-            source: None,
         }
     }
 
@@ -146,13 +142,10 @@ impl fmt::Display for DynamoError {
     }
 }
 
-impl StdError for DynamoError {
-    fn source(&self) -> Option<&(dyn StdError + 'static)> {
-        self.source
-            .as_deref()
-            .map(|s| s as &(dyn StdError + 'static))
-    }
-}
+/// The leaf of a report: the message already carries what the SDK said (its code and message,
+/// its chain of causes in one line, or what that chain means in words), so there is no
+/// `source` to say it again.
+impl StdError for DynamoError {}
 
 /// What is known, where an error is made, about the manager that sent the request: the table
 /// always; the region and key attribute names when the caller has the manager. (The SDK's
@@ -172,19 +165,6 @@ impl<'a> Context<'a> {
         Self {
             table,
             ..Self::default()
-        }
-    }
-}
-
-impl DynamoLeases {
-    /// Everything this manager knows that helps explain a failed request.
-    pub(crate) fn error_context(&self) -> Context<'_> {
-        let inner = &self.inner;
-        let config = inner.client.config();
-        Context {
-            table: &inner.table,
-            region: config.region().map(|r| r.as_ref()),
-            keys: Some((inner.names.partition_key(), inner.names.sort_key())),
         }
     }
 }
@@ -532,7 +512,6 @@ where
             table: context.table.to_owned(),
             code,
             message,
-            source: Some(Box::new(err)),
         },
     )
 }
@@ -595,11 +574,71 @@ mod tests {
 
     fn text_of(err: Sdk, context: &Context<'_>) -> (bool, String) {
         let error = backend_error_in("UpdateItem", context, err);
-        (error.is_transient(), error.to_string())
+        (error.is_transient(), report(&error))
+    }
+
+    /// The error and its sources, as a report shows them, joined by `: `.
+    fn report(error: &(dyn StdError + 'static)) -> String {
+        let mut text = error.to_string();
+        let mut next = error.source();
+        while let Some(source) = next {
+            text.push_str(": ");
+            text.push_str(&source.to_string());
+            next = source.source();
+        }
+        text
     }
 
     fn describe(err: Sdk) -> (bool, String) {
         text_of(err, &Context::table("leases"))
+    }
+
+    #[test]
+    fn every_kind_says_each_sentence_once_in_a_report() {
+        let kinds: Vec<(&str, Sdk)> = vec![
+            (
+                "missing table",
+                service_with(TABLE_MISSING_CODE, "Requested resource not found", 400),
+            ),
+            (
+                "throttled",
+                service_with("ThrottlingException", "Rate exceeded", 400),
+            ),
+            (
+                "server",
+                service_with("InternalServerError", "Internal error", 500),
+            ),
+            ("no message", service("ValidationException", 400)),
+            ("timeout", SdkError::timeout_error("slow")),
+            ("dns", dns("Name or service not known")),
+            ("other", other("something new went wrong")),
+            (
+                "credentials",
+                other(CredentialsError::not_loaded(
+                    "no credentials found in chain",
+                )),
+            ),
+        ];
+        for (kind, err) in kinds {
+            let error = backend_error_in("UpdateItem", &Context::table("leases"), err);
+            let mut levels = vec![error.to_string()];
+            let mut next = StdError::source(&error);
+            while let Some(source) = next {
+                levels.push(source.to_string());
+                next = source.source();
+            }
+            assert_eq!(levels.len(), 2, "{kind}: {levels:?}");
+            assert!(
+                levels[1].starts_with("UpdateItem on table `leases` failed: "),
+                "{kind}"
+            );
+            for sentence in levels[0].split([':', ';', '(', ')']).map(str::trim) {
+                assert!(
+                    sentence.len() < 8 || !levels[1].contains(sentence),
+                    "{kind}: {sentence:?} is said twice: {levels:?}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -770,7 +809,7 @@ mod tests {
             ),
         );
         assert!(!err.is_transient());
-        let text = err.to_string();
+        let text = report(&err);
         assert!(
             text.contains(
                 "UpdateItem on table `leases` failed: ResourceNotFoundException: Requested resource not found; table `leases` does not exist in this region and account (or the credentials cannot see it)"

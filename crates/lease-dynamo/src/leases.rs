@@ -9,6 +9,7 @@ use aws_smithy_types::retry::RetryConfig;
 use lease_core::backend::default_safety_margin;
 use lease_core::{Clock, LeaseError, LeaseKey, RandomTokens, SystemClock, TokenSource};
 
+use crate::error::Context;
 use crate::{AttributeNames, RetryPolicy};
 
 /// Default sort key of leases named by a partition key alone (the Go default).
@@ -305,7 +306,10 @@ fn validate_ttl_buffer(include: bool, buffer: Duration, skew: Duration) -> Resul
     if buffer < Duration::from_secs(1) {
         return Err(LeaseError::invalid(
             "ttl buffer",
-            format!("{buffer:?} is under the one second TTL works in; use zero to write no TTL"),
+            format!(
+                "{} is under the one second TTL works in; use zero to write no TTL",
+                lease_core::backend::fmt_duration(buffer)
+            ),
         ));
     }
     if buffer <= skew.saturating_mul(3) {
@@ -428,5 +432,18 @@ impl DynamoLeases {
     /// The sort key value a key is stored under.
     pub(crate) fn sort_value<'a>(&'a self, key: &'a LeaseKey) -> &'a str {
         key.sort().unwrap_or(&self.inner.lock_sort_key)
+    }
+}
+
+impl DynamoLeases {
+    /// Everything this manager knows that helps explain a failed request.
+    pub(crate) fn error_context(&self) -> Context<'_> {
+        let inner = &self.inner;
+        let config = inner.client.config();
+        Context {
+            table: &inner.table,
+            region: config.region().map(|r| r.as_ref()),
+            keys: Some((inner.names.partition_key(), inner.names.sort_key())),
+        }
     }
 }

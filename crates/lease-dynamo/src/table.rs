@@ -166,7 +166,10 @@ impl DynamoLeases {
                     DynamoError::new(
                         "DescribeTable",
                         &inner.table,
-                        format!("table not ACTIVE after {ACTIVE_TIMEOUT:?} (status {status:?})"),
+                        format!(
+                            "table not ACTIVE after {} (status {status:?})",
+                            lease_core::backend::fmt_duration(ACTIVE_TIMEOUT)
+                        ),
                     ),
                 ));
             }

@@ -77,7 +77,7 @@ async fn fails_at_once(leases: &DynamoLeases, what: &str, needles: &[&str]) -> S
         .await
         .expect_err(what);
     let took = started.elapsed();
-    let text = error.to_string();
+    let text = report(&error);
     assert!(!error.is_transient(), "{what}: transient: {text}");
     assert!(took < AT_ONCE, "{what}: try_acquire took {took:?}: {text}");
     for needle in needles {
@@ -96,7 +96,7 @@ async fn fails_at_once(leases: &DynamoLeases, what: &str, needles: &[&str]) -> S
     );
     assert!(!waited.is_transient(), "{what}: {waited}");
     assert!(took < AT_ONCE, "{what}: acquire_with_wait took {took:?}");
-    assert_eq!(waited.to_string(), text, "{what}: the same error both ways");
+    assert_eq!(report(&waited), text, "{what}: the same error both ways");
     println!("{what}: {text}");
     text
 }
@@ -264,9 +264,10 @@ fn a_refused_connection_is_still_transient() {
             error.last_error().is_some_and(LeaseError::is_transient),
             "{error:?}"
         );
-        let text = error.to_string();
+        let text = report(&error);
         assert!(
-            text.contains("last error: dynamodb backend failed (transient)"),
+            text.contains("waiting for lease")
+                && text.contains(": dynamodb backend failed (transient)"),
             "{text}"
         );
     });
@@ -298,7 +299,7 @@ fn a_missing_table_is_named_with_its_region() {
                 .await
                 .expect_err("missing");
             assert!(dynamo_error(&error).is_table_missing(), "{error}");
-            let text = error.to_string();
+            let text = report(&error);
             assert!(
                 text.contains(&format!(
                     "table `{table}` does not exist in region us-east-1 (or the credentials cannot see it)"
@@ -376,7 +377,7 @@ fn create_table_refuses_an_existing_table_with_another_key_schema() {
                 ] {
                     let error = result.expect_err(what);
                     assert!(!error.is_transient(), "{what}: {error}");
-                    assert!(error.to_string().contains(&expected), "{what}: {error}");
+                    assert!(report(&error).contains(&expected), "{what}: {error}");
                 }
             }
 
@@ -403,7 +404,7 @@ fn create_table_refuses_an_existing_table_with_another_key_schema() {
                 .await
                 .expect_err("default names on an (id, rk) table");
             assert!(
-                error.to_string().contains(
+                report(&error).contains(
                     "has key schema (id: S HASH, rk: S RANGE) but this manager expects (pk: S HASH, sk: S RANGE)"
                 ),
                 "{error}"
@@ -445,7 +446,7 @@ fn operations_on_a_table_with_another_key_schema_say_which_keys_they_write() {
                     .expect_err("put_fenced on another key schema");
                 assert!(!error.is_transient(), "{error}");
                 assert!(
-                    error.to_string().contains(
+                    report(&error).contains(
                         "this manager writes keys (pk, sk) as strings; does the table's key schema match? see with_key_attribute_names"
                     ),
                     "{error}"
@@ -453,4 +454,17 @@ fn operations_on_a_table_with_another_key_schema_say_which_keys_they_write() {
             }
         },
     );
+}
+
+/// The error and its sources, as a report shows them, joined by `: ` (each level says its own
+/// part: the cause is the source, not part of the message).
+fn report(error: &LeaseError) -> String {
+    let mut text = error.to_string();
+    let mut next = std::error::Error::source(error);
+    while let Some(source) = next {
+        text.push_str(": ");
+        text.push_str(&source.to_string());
+        next = source.source();
+    }
+    text
 }

@@ -313,7 +313,7 @@ fn sdk_retries_are_off_and_persistent_throttling_is_transient() {
                 .await
                 .unwrap_err();
             assert!(err.is_transient(), "{err}");
-            assert!(err.to_string().contains("ThrottlingException"), "{err}");
+            assert!(report(&err).contains("ThrottlingException"), "{err}");
             assert_eq!(r.counter.take().len(), 1, "exactly one request on the wire");
             assert!(
                 LeaseBackend::inspect(&r.leases, &LeaseKey::new("k").unwrap())
@@ -485,7 +485,7 @@ fn a_lost_put_overtaken_by_a_newer_fence_is_never_reported_refused() {
                 .unwrap_err();
             assert_eq!(r.faults.lost(), 1, "the first reply was lost");
             assert_eq!(err.not_owned_reason(), None, "never a refusal: {err}");
-            assert!(err.to_string().contains("outcome unknown"), "{err}");
+            assert!(report(&err).contains("outcome unknown"), "{err}");
             assert!(!err.is_transient(), "retrying cannot tell: {err}");
             // It had landed: the newer owner's read shows it.
             let seen = r.leases.fence_and_read(&name, t(7)).await.unwrap();
@@ -571,4 +571,16 @@ fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
             assert!(err.is_transient(), "{err}");
         },
     );
+}
+
+/// The error and its sources, joined by `: ` as a report shows them.
+fn report(error: &lease_core::LeaseError) -> String {
+    let mut text = error.to_string();
+    let mut next = std::error::Error::source(error);
+    while let Some(source) = next {
+        text.push_str(": ");
+        text.push_str(&source.to_string());
+        next = source.source();
+    }
+    text
 }

@@ -93,10 +93,7 @@ fn foreign_tokens_are_shown_held_and_breakable() {
                     .unwrap_or_else(|| panic!("{pk}: status must show the holder"));
                 assert_eq!(holder.token().unwrap().as_str(), token, "{pk}");
                 assert!(record.is_held_at(clock.now()), "{pk}");
-                assert!(
-                    !err.to_string().contains(&long),
-                    "{pk}: tokens stay redacted"
-                );
+                assert!(!report(&err).contains(&long), "{pk}: tokens stay redacted");
                 // An operator breaks it, naming the tenure as the record shows it.
                 LeaseBackend::release(&leases, &key, holder.token().unwrap(), record.fencing())
                     .await
@@ -202,7 +199,7 @@ fn a_malformed_fencing_counter_never_half_acquires() {
                 .await
                 .unwrap_err();
             assert!(err.is_corrupt(), "{err}");
-            assert!(err.to_string().contains("exhausted"), "{err}");
+            assert!(report(&err).contains("exhausted"), "{err}");
         },
     );
 }
@@ -279,7 +276,7 @@ fn a_zero_ttl_buffer_writes_no_ttl() {
                 .is_invalid_input()
         );
         let err = build(Duration::from_secs(3), Duration::from_secs(1)).unwrap_err();
-        assert!(err.to_string().contains("three times"), "{err}");
+        assert!(report(&err).contains("three times"), "{err}");
         assert!(build(Duration::from_secs(4), Duration::from_secs(1)).is_ok());
         assert!(build(Duration::ZERO, Duration::from_secs(1)).is_ok());
     });
@@ -320,4 +317,16 @@ fn extreme_durations_never_panic() {
         assert!(listed[0].fencing() > FencingToken::NONE);
         let _ = lease_core::backend::stored_token("");
     });
+}
+
+/// The error and its sources, joined by `: ` as a report shows them.
+fn report(error: &lease_core::LeaseError) -> String {
+    let mut text = error.to_string();
+    let mut next = std::error::Error::source(error);
+    while let Some(source) = next {
+        text.push_str(": ");
+        text.push_str(&source.to_string());
+        next = source.source();
+    }
+    text
 }

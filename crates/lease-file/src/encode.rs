@@ -2,6 +2,13 @@
 
 use lease_core::{LeaseError, LeaseKey};
 
+/// 64-bit FNV-1a: stable across builds and Rust versions (names are shared between processes).
+pub(crate) fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// Suffix of record files in a [`DirectoryStore`](crate::DirectoryStore).
 pub(crate) const RECORD_SUFFIX: &str = ".lease";
 

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use lease_core::Clock;
 
-use crate::chain::{Found, Held, KeyDir, State, fnv};
+use crate::encode::fnv;
 use crate::error::FsError;
 use crate::record::LeaseFileRecord;
+use crate::state::{Found, Held, KeyDir, State};
 
 /// Where time comes from: an injected clock, or the operating system's (whose monotonic clock
 /// other processes on this host share, read as raw `CLOCK_MONOTONIC`).

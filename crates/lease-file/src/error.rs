@@ -3,9 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lease_core::{LeaseError, LeaseKey, NotOwnedReason};
-
-use crate::lock::HolderInfo;
+use lease_core::{Holder, LeaseError, LeaseKey, NotOwnedReason};
 
 /// What the file machinery reports, before it becomes a [`LeaseError`] at the public surface
 /// ([`FsError::into_lease`] for a [`FileLock`](crate::FileLock), the store's `backend_error`).
@@ -17,17 +15,20 @@ pub(crate) enum FsError {
         /// The lock's path.
         path: PathBuf,
         /// Who holds it.
-        holder: Box<HolderInfo>,
+        holder: Box<Holder>,
+        /// Whether the holder keeps the kernel lock on the lock directory: then its death frees
+        /// the lock at once, and a waiter blocks on the kernel lock instead of polling.
+        kernel_lock: bool,
     },
     /// Waiting for the lock ran out of time.
-    #[error("timed out after {waited:?} waiting for lock {}{}", path.display(), holder.as_ref().map(|h| format!(" (held by {h})")).unwrap_or_default())]
+    #[error("timed out after {} waiting for lock {}{}", lease_core::backend::fmt_duration(*waited), path.display(), holder.as_ref().map(|h| format!(" (held by {h})")).unwrap_or_default())]
     Timeout {
         /// The lock's path.
         path: PathBuf,
         /// How long the caller waited.
         waited: Duration,
         /// The last holder seen.
-        holder: Option<Box<HolderInfo>>,
+        holder: Option<Box<Holder>>,
     },
     /// This `FileLock` already holds the lease.
     #[error("lock {} is already held by this FileLock", path.display())]
@@ -54,6 +55,13 @@ pub(crate) enum FsError {
         /// What was found and what to do.
         reason: String,
     },
+    /// The directory the caller named (a store's, a lock's parent) exists and is not a
+    /// directory: a caller's mistake, not a hostile record.
+    #[error("{} is not a directory", path.display())]
+    NotADirectory {
+        /// The path.
+        path: PathBuf,
+    },
     /// An option is out of range.
     #[error("invalid option {option}: {reason}")]
     InvalidOption {
@@ -71,7 +79,7 @@ pub(crate) enum FsError {
         reason: String,
     },
     /// An I/O error; `transient` when retrying may help.
-    #[error("{op} {}: {source}", path.display())]
+    #[error("{op} {}", path.display())]
     Io {
         /// What was being done.
         op: &'static str,
@@ -102,9 +110,9 @@ impl FsError {
     /// do not work, whose reason only this error's message carries) as `Backend`.
     pub(crate) fn into_lease(self, key: &LeaseKey) -> LeaseError {
         match self {
-            Self::Held { holder, .. } => LeaseError::held(key.clone(), Some(holder.to_holder())),
+            Self::Held { holder, .. } => LeaseError::held(key.clone(), Some(*holder)),
             Self::Timeout { waited, holder, .. } => {
-                let last = LeaseError::held(key.clone(), holder.map(|h| h.to_holder()));
+                let last = LeaseError::held(key.clone(), holder.map(|h| *h));
                 LeaseError::timeout(key.clone(), waited, last)
             }
             Self::AlreadyHeld { path } => LeaseError::invalid(
@@ -112,12 +120,15 @@ impl FsError {
                 format!("lock {} is already held by this FileLock", path.display()),
             ),
             Self::Hostile { path, reason } => {
-                LeaseError::corrupt(key.clone(), format!("{}: {reason}", path.display()))
+                LeaseError::corrupt(key.clone(), at_path(key, &path, &reason))
             }
             Self::Foreign { path, reason } => {
-                LeaseError::foreign(key.clone(), format!("{}: {reason}", path.display()))
+                LeaseError::foreign(key.clone(), at_path(key, &path, &reason))
             }
             Self::InvalidOption { option, reason } => LeaseError::invalid(option, reason),
+            error @ Self::NotADirectory { .. } => {
+                LeaseError::invalid("directory", error.to_string())
+            }
             error @ (Self::Unsupported { .. } | Self::Io { .. }) => error.into_backend(),
         }
     }
@@ -128,6 +139,16 @@ impl FsError {
     pub(crate) fn into_backend(self) -> LeaseError {
         let transient = self.is_transient();
         LeaseError::backend(crate::BACKEND, transient, self)
+    }
+}
+
+/// `reason`, prefixed with the path it is about unless the key already names that path (a
+/// `FileLock`'s key is its path: "refusing the record of P: P: ..." said it twice).
+fn at_path(key: &LeaseKey, path: &std::path::Path, reason: &str) -> String {
+    if key.to_string() == path.to_string_lossy() {
+        reason.to_owned()
+    } else {
+        format!("{}: {reason}", path.display())
     }
 }
 
@@ -162,6 +183,96 @@ pub(crate) fn key_of_path(path: &std::path::Path) -> Result<LeaseKey, LeaseError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// Each level of `error`'s report: its own message, then each source's.
+    fn levels(error: &(dyn std::error::Error + 'static)) -> Vec<String> {
+        let mut out = vec![error.to_string()];
+        let mut next = error.source();
+        while let Some(source) = next {
+            out.push(source.to_string());
+            next = source.source();
+        }
+        out
+    }
+
+    #[test]
+    fn io_errors_say_each_sentence_once_in_a_report() {
+        let path = PathBuf::from("/tmp/jobs/nightly.lease");
+        let key = key_of_path(&path).unwrap();
+        let holder = Box::new(Holder::new().with_owner("cron").with_process(12, "h"));
+        let errors = [
+            FsError::Held {
+                path: path.clone(),
+                holder: holder.clone(),
+                kernel_lock: true,
+            },
+            FsError::Timeout {
+                path: path.clone(),
+                waited: Duration::from_nanos(203_684_605),
+                holder: Some(holder),
+            },
+            FsError::AlreadyHeld { path: path.clone() },
+            FsError::Hostile {
+                path: path.clone(),
+                reason: "open: it is a symbolic link; links are never followed".into(),
+            },
+            FsError::Foreign {
+                path: path.clone(),
+                reason: "a Go kit/lockfile PIDLock".into(),
+            },
+            FsError::NotADirectory { path: path.clone() },
+            FsError::InvalidOption {
+                option: "stale_threshold",
+                reason: "must be positive".into(),
+            },
+            FsError::Unsupported {
+                path: path.clone(),
+                reason: "NFS".into(),
+            },
+            crate::fsio::io_error("open", &path, std::io::Error::from_raw_os_error(36)),
+        ];
+        for error in errors {
+            let shown = levels(&error.into_lease(&key));
+            for (i, level) in shown.iter().enumerate() {
+                for sentence in level.split([':', ';', '(', ')']).map(str::trim) {
+                    let again = shown
+                        .iter()
+                        .enumerate()
+                        .any(|(j, other)| i != j && other.contains(sentence));
+                    assert!(
+                        sentence.len() < 8 || !again,
+                        "{sentence:?} twice: {shown:?}"
+                    );
+                }
+                assert!(
+                    !level.contains(&format!("{}: {}", path.display(), path.display())),
+                    "{shown:?}"
+                );
+            }
+            assert!(!shown.concat().contains("203.68"), "{shown:?}");
+        }
+        let io = crate::fsio::io_error("open", &path, std::io::Error::from_raw_os_error(36));
+        let shown = levels(&io.into_backend()).join("\ncaused by: ");
+        assert_eq!(
+            shown.matches("File name too long (os error 36)").count(),
+            1,
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_store_on_a_regular_file_is_invalid_input_naming_the_path() {
+        let dir = std::env::temp_dir().join(format!("lease-file-not-a-dir-{}", std::process::id()));
+        std::fs::write(&dir, b"x").unwrap();
+        let error = crate::DirectoryStore::open(&dir).unwrap_err();
+        let _ = std::fs::remove_file(&dir);
+        assert!(error.is_invalid_input(), "{error:?}");
+        assert_eq!(
+            error.to_string(),
+            format!("invalid directory: {} is not a directory", dir.display())
+        );
+    }
 
     #[test]
     fn every_path_has_a_key() {

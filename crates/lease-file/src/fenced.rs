@@ -44,7 +44,7 @@ pub(crate) fn encode(fence: u64, value: Option<&[u8]>) -> Vec<u8> {
     bytes.push(u8::from(value.is_some()));
     bytes.extend_from_slice(&len.to_be_bytes());
     bytes.extend_from_slice(data);
-    let sum = crate::chain::fnv(&bytes);
+    let sum = crate::encode::fnv(&bytes);
     bytes.extend_from_slice(&sum.to_be_bytes());
     bytes
 }
@@ -71,7 +71,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<FencedFile, String> {
         return Err("bad magic: not a fenced-value file (version 1)".into());
     }
     let (body, sum) = bytes.split_at(bytes.len() - TRAILER);
-    if crate::chain::fnv(body) != be_u64(sum) {
+    if crate::encode::fnv(body) != be_u64(sum) {
         return Err("checksum mismatch".into());
     }
     let fence = be_u64(&body[8..16]);

@@ -17,8 +17,9 @@ use std::time::{Duration, SystemTime};
 
 use serde::Deserialize;
 
+use lease_core::Holder;
+
 use crate::error::FsError;
-use crate::lock::HolderInfo;
 use crate::record::LeaseFileRecord;
 
 /// How long the Go package counts an unparseable lock file as held, by its modification time
@@ -56,16 +57,19 @@ fn go_record(bytes: &[u8]) -> Option<GoRecord> {
 pub(crate) fn classify(path: &Path, bytes: &[u8], modified: Option<SystemTime>) -> FsError {
     let held = |pid: u32, since: Option<SystemTime>, what: String| FsError::Held {
         path: path.to_owned(),
-        holder: Box::new(HolderInfo {
-            pid,
-            host: String::new(),
-            label: Some("Go kit/lockfile PIDLock".into()),
-            generation: 0,
-            since: None,
-            last_heartbeat: since,
-            unparseable: Some(what),
-            kernel_lock: false,
+        holder: Box::new({
+            // What is known of another protocol's holder says more than a label would; errors
+            // show its first 120 characters.
+            let mut holder = Holder::new().with_owner(what);
+            if pid != 0 {
+                holder = holder.with_process(pid, "an unknown host");
+            }
+            if let Some(at) = since {
+                holder = holder.with_renewed_at(at);
+            }
+            holder
         }),
+        kernel_lock: false,
     };
     if let Some(go) = go_record(bytes) {
         let at = SystemTime::UNIX_EPOCH

@@ -52,10 +52,15 @@ pub(crate) fn ensure_dir(dir: &Path, mode: u32) -> Result<(), FsError> {
     }
     match std::fs::symlink_metadata(dir) {
         Ok(meta) if meta.is_dir() => return Ok(()),
-        Ok(_) => {
+        Ok(meta) if meta.is_symlink() => {
             return Err(FsError::Hostile {
                 path: dir.to_owned(),
-                reason: "the lock directory is not a directory".into(),
+                reason: "the lock directory is a symbolic link; links are never followed".into(),
+            });
+        }
+        Ok(_) => {
+            return Err(FsError::NotADirectory {
+                path: dir.to_owned(),
             });
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}

@@ -218,8 +218,6 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-mod chain;
-mod cs;
 mod encode;
 mod engine;
 mod error;
@@ -231,16 +229,18 @@ mod fsio;
 pub mod go;
 mod ident;
 mod lock;
+mod mode;
 mod record;
+mod state;
 mod store;
 #[cfg(test)]
 mod tests;
 mod wake;
 
-pub use cs::{LockMode, ModePreference};
 pub use fenced::MAX_FENCED_FILE_BYTES;
 pub use fsio::MAX_RECORD_BYTES;
 pub use lock::{FileLock, FileLockBuilder};
+pub use mode::{LockMode, ModePreference};
 pub use store::{DirectoryStore, DirectoryStoreBuilder};
 
 /// The backend name in [`LeaseError::Backend`] errors.

@@ -11,13 +11,12 @@ use lease_core::{
     WaitOptions,
 };
 
-use crate::chain::{self, Held, KeyDir, Kind, Modes};
-use crate::cs::{LockMode, ModePreference, detect};
 use crate::engine::{self, Attempt, Claim, Observations, Timebase};
 use crate::error::{FsError, key_of_path, not_held};
 use crate::fsio::ensure_dir;
 use crate::ident::LivenessProbe;
-use crate::record::LeaseFileRecord;
+use crate::mode::{LockMode, ModePreference, detect};
+use crate::state::{self, Held, KeyDir, Kind, Modes};
 
 /// Builds a [`FileLock`]: [`FileLock::builder`], `with_*` setters, [`build`](Self::build). The
 /// defaults are the Go package's.
@@ -228,7 +227,11 @@ impl Options {
             if value > max {
                 return Err(FsError::InvalidOption {
                     option,
-                    reason: format!("{value:?} is longer than the maximum {max:?} (30 days)"),
+                    reason: format!(
+                        "{} is longer than the maximum {}",
+                        lease_core::backend::fmt_duration(value),
+                        lease_core::backend::fmt_duration(max)
+                    ),
                 });
             }
         }
@@ -259,115 +262,6 @@ impl Options {
         // The part of the stale threshold the holder does not trust: covers the time between
         // checking and acting.
         (self.stale_threshold / 10).max(self.heartbeat_interval / 2)
-    }
-}
-
-/// What is known of the holder of a lock, as the file machinery reads it; the public surface
-/// shows it as a core [`Holder`] ([`HolderInfo::to_holder`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct HolderInfo {
-    /// The holder's pid (0 if unknown).
-    pub(crate) pid: u32,
-    /// The holder's host name.
-    pub(crate) host: String,
-    /// The holder's label.
-    pub(crate) label: Option<String>,
-    /// The holder's fencing generation.
-    pub(crate) generation: u64,
-    /// When the holder acquired the lock, by its wall clock.
-    pub(crate) since: Option<SystemTime>,
-    /// When the holder last heartbeat, by its wall clock.
-    pub(crate) last_heartbeat: Option<SystemTime>,
-    /// Set when the holder is not described by a record of this crate (another protocol's lock
-    /// file, or a holder still writing its description): what is known.
-    pub(crate) unparseable: Option<String>,
-    /// Whether the holder holds the kernel lock on the lock directory (kernel mode): then its
-    /// death frees the lock at once, and waiters are woken by the kernel.
-    pub(crate) kernel_lock: bool,
-}
-
-fn from_ns(ns: u64) -> Option<SystemTime> {
-    (ns > 0).then(|| SystemTime::UNIX_EPOCH + Duration::from_nanos(ns))
-}
-
-impl HolderInfo {
-    /// The holder of `held`, described by `record` when that record is this very tenure's.
-    pub(crate) fn of(held: &Held, record: Option<LeaseFileRecord>) -> Self {
-        let record = record.filter(|r| {
-            r.generation == held.generation
-                && r.owner.as_deref().map(|t| chain::fnv(t.as_bytes())) == Some(held.token)
-        });
-        match record {
-            Some(record) => Self {
-                pid: record.pid,
-                host: record.host.clone(),
-                label: record.label.clone(),
-                generation: held.generation,
-                since: from_ns(record.acquired_at_ns),
-                last_heartbeat: from_ns(record.written_at_ns),
-                unparseable: None,
-                kernel_lock: held.kernel.is_some(),
-            },
-            None => Self {
-                pid: 0,
-                host: String::new(),
-                label: None,
-                generation: held.generation,
-                since: None,
-                last_heartbeat: None,
-                unparseable: Some("a holder still writing its description".into()),
-                kernel_lock: held.kernel.is_some(),
-            },
-        }
-    }
-}
-
-impl HolderInfo {
-    /// As lease-core shows a holder: pid and host, the label (or, for a holder this crate cannot
-    /// describe, what is known) as the owner, the generation as the fencing token.
-    pub(crate) fn to_holder(&self) -> Holder {
-        let mut holder = Holder::new();
-        if self.pid != 0 || !self.host.is_empty() {
-            let host = if self.host.is_empty() {
-                "an unknown host"
-            } else {
-                &self.host
-            };
-            holder = holder.with_process(self.pid, host);
-        }
-        // What is known of a holder this crate cannot describe says more than its label (and
-        // names the Go lock it may be); errors show its first 120 characters.
-        let owner = self.unparseable.as_ref().or(self.label.as_ref());
-        if let Some(owner) = owner {
-            holder = holder.with_owner(owner.clone());
-        }
-        if self.generation > 0 {
-            holder = holder.with_fencing(lease_core::backend::fencing_token(self.generation));
-        }
-        if let Some(at) = self.since {
-            holder = holder.with_acquired_at(at);
-        }
-        if let Some(at) = self.last_heartbeat {
-            holder = holder.with_renewed_at(at);
-        }
-        holder
-    }
-}
-
-impl fmt::Display for HolderInfo {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(reason) = &self.unparseable {
-            return write!(f, "an unknown holder ({reason})");
-        }
-        if let Some(label) = &self.label {
-            write!(f, "{label}, ")?;
-        }
-        write!(f, "pid {} on {}", self.pid, self.host)?;
-        write!(f, ", generation {}", self.generation)?;
-        if let Some(since) = self.since {
-            write!(f, ", since {}", lease_core::backend::fmt_time(since))?;
-        }
-        Ok(())
     }
 }
 
@@ -630,13 +524,10 @@ impl FileLock {
     /// [`LeaseError::Backend`] for I/O errors, [`LeaseError::Corrupt`] for hostile files,
     /// [`LeaseError::Foreign`] for another protocol's.
     pub fn holder(&self) -> Result<Option<Holder>, LeaseError> {
-        self.holder_info()
-            .map(|h| h.map(|h| h.to_holder()))
-            .map_err(|e| self.lease_error(e))
+        self.current_holder().map_err(|e| self.lease_error(e))
     }
 
-    /// The current holder as the file machinery describes it.
-    fn holder_info(&self) -> Result<Option<HolderInfo>, FsError> {
+    fn current_holder(&self) -> Result<Option<Holder>, FsError> {
         let kd = match KeyDir::open(&self.shared.path, Kind::Lease, None) {
             Ok(Some(kd)) => kd,
             Ok(None) => return Ok(None),
@@ -645,10 +536,8 @@ impl FileLock {
         };
         let found = kd.state()?;
         Ok(match &found.state {
-            chain::State::Free(_) => None,
-            chain::State::Held(held) => {
-                Some(HolderInfo::of(held, engine::describe_tenure(&kd, &found)))
-            }
+            state::State::Free(_) => None,
+            state::State::Held(held) => Some(held.holder(engine::describe_tenure(&kd, &found))),
         })
     }
 
@@ -738,9 +627,13 @@ impl FileLock {
         loop {
             let had_kernel_lock = locked.is_some();
             match self.try_acquire_with(locked.take()) {
-                Err(FsError::Held { holder, .. }) => {
+                Err(FsError::Held {
+                    holder,
+                    kernel_lock,
+                    ..
+                }) => {
                     if had_kernel_lock {
-                        kernel_lock_silent = Some(holder.generation);
+                        kernel_lock_silent = Some(holder.fencing());
                     }
                     let waited = start.elapsed();
                     if waited >= timeout {
@@ -757,8 +650,8 @@ impl FileLock {
                         .min(timeout - waited)
                         .max(Duration::from_micros(100));
                     if self.shared.mode == LockMode::Kernel
-                        && holder.kernel_lock
-                        && kernel_lock_silent != Some(holder.generation)
+                        && kernel_lock
+                        && kernel_lock_silent != Some(holder.fencing())
                     {
                         // The kernel wakes us when the holder lets go; a hung holder keeps its
                         // lock, so look again at least once per `stale_threshold / 4`.
@@ -942,7 +835,7 @@ impl FileLock {
                     return self.attempt(self.open_dir()?, false);
                 }
                 self.keep_idle(kd);
-                let chain::State::Held(held) = &found.state else {
+                let state::State::Held(held) = &found.state else {
                     return Err(FsError::Io {
                         op: "acquire",
                         path: shared.path.clone(),
@@ -952,7 +845,8 @@ impl FileLock {
                 };
                 Err(FsError::Held {
                     path: shared.path.clone(),
-                    holder: Box::new(HolderInfo::of(held, holder)),
+                    holder: Box::new(held.holder(holder)),
+                    kernel_lock: held.kernel.is_some(),
                 })
             }
             Attempt::Won { held, name, now } => {
@@ -1222,12 +1116,12 @@ fn beat(shared: &Shared, kd: &mut KeyDir, name: &str, held: &Held, token: &str) 
         None | Some(engine::Gone::Expired) => Ok(Err(LossReason::DeadlinePassed)),
         Some(engine::Gone::Released) => Ok(Err(LossReason::NotOwned(NotOwnedReason::Missing))),
         Some(engine::Gone::TakenOver) => match &found.state {
-            chain::State::Held(h) => {
-                let holder = HolderInfo::of(h, engine::describe_tenure(kd, &found));
+            state::State::Held(h) => {
+                let holder = h.holder(engine::describe_tenure(kd, &found));
                 tracing::warn!(path = %shared.path.display(), %holder, "lease taken over");
                 Ok(Err(LossReason::NotOwned(NotOwnedReason::TakenOver)))
             }
-            chain::State::Free(_) => Ok(Err(LossReason::NotOwned(NotOwnedReason::Missing))),
+            state::State::Free(_) => Ok(Err(LossReason::NotOwned(NotOwnedReason::Missing))),
         },
     }
 }
@@ -1267,9 +1161,16 @@ fn settle_beat(shared: &Shared, epoch: u64, kd: KeyDir, result: Beat) -> bool {
             shared.wake.notify_all();
             return true;
         }
-        Err(error) => LossReason::BackendFailing {
-            last_error: format!("heartbeats failed until the deadline: {error}"),
-        },
+        Err(error) => {
+            // The whole chain: the loss carries it as text, with no source of its own.
+            let mut last_error = format!("heartbeats failed until the deadline: {error}");
+            let mut next = std::error::Error::source(&error);
+            while let Some(source) = next {
+                last_error.push_str(&format!(": {source}"));
+                next = source.source();
+            }
+            LossReason::BackendFailing { last_error }
+        }
     };
     state.lost = Some(reason.clone());
     // Keep the tenure's generation visible, but let the kernel lock go to the new owner.

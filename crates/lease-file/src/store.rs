@@ -17,16 +17,14 @@ use lease_core::{
 };
 
 use crate::BACKEND as NAME;
-use crate::chain::{
-    self, Found, Held, KeyDir, Kind, Modes, State, Value, data_name, entry_names, fnv,
-};
-use crate::cs::{LockMode, ModePreference, detect};
-use crate::encode::{decode_file_name, fenced_file_name, key_file_name};
+use crate::encode::{decode_file_name, fenced_file_name, fnv, key_file_name};
 use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase};
 use crate::error::{FsError, key_of_path};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
 use crate::fsio::ensure_dir;
+use crate::mode::{LockMode, ModePreference, detect};
 use crate::record::LeaseFileRecord;
+use crate::state::{self, Found, Held, KeyDir, Kind, Modes, State, Value, data_name, entry_names};
 use crate::wake::Waiters;
 /// The most released lock directories a store keeps open for the next acquisition of their key
 /// (each is three descriptors: the directory, its stream, its state entry).
@@ -795,7 +793,7 @@ impl DirectoryStore {
             Err(FsError::Held { holder, .. }) => {
                 return Ok(Some(lease_core::backend::new_record(
                     key.clone(),
-                    Some(holder.to_holder()),
+                    Some(*holder),
                     FencingToken::NONE,
                 )));
             }
@@ -846,7 +844,7 @@ impl DirectoryStore {
 
     /// Kernel mode: whether `held`'s holder has exited, by the rule a takeover uses
     /// ([`engine::holder_died`]), with the kernel lock taken for the look and let go at once.
-    fn holder_is_gone(&self, kd: &mut KeyDir, held: &chain::Held) -> bool {
+    fn holder_is_gone(&self, kd: &mut KeyDir, held: &state::Held) -> bool {
         if self.inner.mode != LockMode::Kernel || held.kernel != Some(kd.id()) {
             return false;
         }
@@ -880,7 +878,7 @@ impl DirectoryStore {
             .map_err(|error| match error {
                 // A regular file that would read as a Go lock at a lease's path holds nothing
                 // at a fenced value's: it is simply not a value.
-                FsError::Held { path, holder } => LeaseError::corrupt(
+                FsError::Held { path, holder, .. } => LeaseError::corrupt(
                     name.clone(),
                     format!("{}: not a fenced value: {holder}", path.display()),
                 ),

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use crate::chain::{KeyDir, Kind, State};
+use crate::state::{KeyDir, Kind, State};
 
 /// One blocked `flock`, shared by every waiter on the same lock directory.
 #[derive(Debug, Default)]

@@ -226,7 +226,14 @@ fn release_is_fenced_by_ownership_and_never_deletes() {
     let b = fast(&path).build().unwrap();
     assert!(b.release().unwrap_err().is_not_owned(), "never acquired");
     let g = a.acquire().unwrap();
-    assert!(b.release().unwrap_err().is_not_owned());
+    let err = b.release().unwrap_err();
+    assert!(err.is_not_owned());
+    // While `a` holds it, `b` is told it never acquired it, not that the lease is free.
+    let text = err.to_string();
+    assert!(
+        text.contains("never acquired") && !text.contains("not held"),
+        "{text}"
+    );
     assert!(a.held());
     assert_eq!(
         held(&path).generation,

@@ -9,14 +9,16 @@ use lease_core::{FencedValues, LeaseBackend, LeaseError, LeaseKey, RandomTokens,
 
 use super::checkpoint::{CheckpointSource, Checkpoints};
 use super::view::{EPOCH_SORT_KEY, LOAD_SUFFIX, SessionTag};
-use super::worker::Worker;
 
 /// Longest worker id accepted, in bytes (it travels inside owner tokens of at most 256 bytes).
 const MAX_WORKER_ID_BYTES: usize = 180;
 use crate::PartitionSet;
 use crate::lessor::listing_of;
 
-/// Configures a [`Worker`].
+/// What a worker is made from: its checked configuration, its store, its checkpoints.
+pub(crate) type Parts = (Config, Arc<dyn LeaseBackend>, Option<Checkpoints>);
+
+/// Configures a [`Worker`](crate::Worker).
 ///
 /// ```
 /// use lessor_partition::{Partition, Worker};
@@ -225,15 +227,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// Checks the configuration and makes the worker. Sends nothing.
-    ///
-    /// # Errors
-    /// [`LeaseError::InvalidInput`] for a missing store, an invalid fleet name, worker id or unit,
-    /// or durations that cannot work together; [`LeaseError::Unsupported`] for a store that
-    /// cannot list (operation `list_partition`), or keeps no fenced values when
-    /// [`with_checkpoints`](Self::with_checkpoints) asks for them (operation
-    /// `fenced checkpoints`).
-    pub fn build(self) -> Result<Worker, LeaseError> {
+    /// Checks the configuration: what [`build`](Self::build) makes the worker from.
+    pub(crate) fn into_parts(self) -> Result<Parts, LeaseError> {
         let (interval, margin) = self.timing()?;
         let store = self
             .store
@@ -289,7 +284,7 @@ impl WorkerBuilder {
             max_units: self.max_units,
             tokens: self.tokens,
         };
-        Ok(Worker::from_config(config, store, checkpoints))
+        Ok((config, store, checkpoints))
     }
 }
 

@@ -8,8 +8,8 @@ use lease_core::{
     AcquireOptions, Lease, LeaseBackend, LeaseError, LeaseToken, LossReason, NotOwnedReason,
 };
 
-use super::types::FleetEvent;
-use super::worker::Worker;
+use super::builder::Config;
+use super::counted::CountedStore;
 
 /// The session lease and how far it is trusted.
 #[derive(Clone, Debug)]
@@ -35,162 +35,163 @@ fn refused(error: &LeaseError) -> LossReason {
     })
 }
 
-impl Worker {
-    /// Keeps the session trusted: renews it if a renewal is due, and ends it (dropping every unit)
-    /// once its trust has lapsed. Call it before every unit request, so unit work of any length
-    /// never starves the session. Returns whether the session is trusted after.
-    pub(crate) async fn keep_session(&mut self, events: &mut Vec<FleetEvent>) -> bool {
-        let now = self.clock().monotonic();
-        let Some(session) = self.session.as_ref() else {
-            return false;
-        };
-        if now >= session.trust_until {
-            self.lapse(events).await;
-            return false;
-        }
-        if now >= session.renew_due {
-            self.renew_session(events).await;
-        }
-        self.session_trusted()
+/// What keeping a session asks of the worker that owns it.
+#[derive(Debug)]
+pub(crate) enum Kept {
+    /// Nothing was due, or a renewal failed and the session stays trusted until its deadline
+    /// (the renewal is retried sooner).
+    Unchanged,
+    /// Renewed: the worker publishes the new trust.
+    Renewed,
+    /// The session is over: the worker drops every unit for `reason`, forgets the session, then
+    /// releases `release` (best effort) so that peers take over at once.
+    Ended {
+        reason: LossReason,
+        release: Option<Lease>,
+    },
+}
+
+impl Session {
+    /// Whether the session may be trusted at `now`.
+    pub(crate) fn trusted_at(&self, now: Instant) -> bool {
+        now < self.trust_until
     }
 
-    async fn renew_session(&mut self, events: &mut Vec<FleetEvent>) {
-        let Some(session) = self.session.clone() else {
-            return;
-        };
-        let sent = self.clock().monotonic();
-        let outcome = self
-            .store
-            .renew(&session.lease, self.config.session_duration)
-            .await;
-        let reply = self.clock().monotonic();
+    /// Keeps the session trusted: renews it if a renewal is due, and ends it once its trust has
+    /// lapsed. The worker calls it before every unit request, so unit work of any length never
+    /// starves the session.
+    pub(crate) async fn keep(&mut self, config: &Config, store: &CountedStore) -> Kept {
+        let now = store.clock().monotonic();
+        if now >= self.trust_until {
+            return self.lapse(config);
+        }
+        if now >= self.renew_due {
+            return self.renew(config, store).await;
+        }
+        Kept::Unchanged
+    }
+
+    async fn renew(&mut self, config: &Config, store: &CountedStore) -> Kept {
+        let sent = store.clock().monotonic();
+        let outcome = store.renew(&self.lease, config.session_duration).await;
+        let reply = store.clock().monotonic();
         match outcome {
             Ok(renewed) => {
-                let trusted = self.trust_from(sent, reply, &renewed);
-                let next = Session {
-                    trust_until: trusted
-                        .map_or(session.trust_until, |t| t.max(session.trust_until)),
+                let trusted = trust_from(config, sent, reply, &renewed);
+                *self = Session {
+                    trust_until: trusted.map_or(self.trust_until, |t| t.max(self.trust_until)),
                     renew_due: if trusted.is_some() {
-                        sent + self.config.interval
+                        sent + config.interval
                     } else {
-                        reply + self.config.interval / 4
+                        reply + config.interval / 4
                     },
                     lease: renewed,
                     last_error: None,
                 };
-                self.set_session(Some(next));
+                Kept::Renewed
             }
             Err(error) if error.is_not_owned() => {
-                tracing::warn!(worker = %self.config.worker_id, %error, "fleet: session lost; dropping every unit");
-                self.lose_all(refused(&error), events);
-                self.set_session(None);
-            }
-            Err(error) => {
-                tracing::warn!(worker = %self.config.worker_id, %error, "fleet: session renewal failed; trusting it until its deadline");
-                let retry = reply + self.config.interval / 4;
-                if let Some(session) = self.session.as_mut() {
-                    session.renew_due = retry;
-                    session.last_error = Some(error.to_string());
+                tracing::warn!(worker = %config.worker_id, %error, "fleet: session lost; dropping every unit");
+                Kept::Ended {
+                    reason: refused(&error),
+                    release: None,
                 }
             }
+            Err(error) => {
+                tracing::warn!(worker = %config.worker_id, %error, "fleet: session renewal failed; trusting it until its deadline");
+                self.renew_due = reply + config.interval / 4;
+                // The whole chain: a lapse reports it as the reason, with no source of its own.
+                let mut chain = error.to_string();
+                let mut next = std::error::Error::source(&error);
+                while let Some(source) = next {
+                    chain.push_str(": ");
+                    chain.push_str(&source.to_string());
+                    next = source.source();
+                }
+                self.last_error = Some(chain);
+                Kept::Unchanged
+            }
         }
-    }
-
-    /// The trust a request sent at `sent` and answered at `reply` gives `lease`, if its reply came
-    /// back within the bound. A slower reply proves nothing about when it landed: a peer may
-    /// already have judged the session by an older version of its record.
-    fn trust_from(&self, sent: Instant, reply: Instant, lease: &Lease) -> Option<Instant> {
-        let took = reply.saturating_duration_since(sent);
-        if took > self.config.reply_bound() {
-            self.slow_replies_warn(took);
-            return None;
-        }
-        let own = lease_core::backend::holder_deadline(
-            sent,
-            self.config.session_duration,
-            self.config.margin,
-        );
-        Some(own.min(lease.deadline()))
-    }
-
-    fn slow_replies_warn(&self, took: Duration) {
-        tracing::warn!(
-            worker = %self.config.worker_id,
-            took_ms = took.as_millis(),
-            bound_ms = self.config.reply_bound().as_millis(),
-            "fleet: a session reply came back too late to extend trust"
-        );
     }
 
     /// Ends a session whose trust lapsed: every unit is lost first, then the session is released
     /// (best effort) so that peers take over at once. A lapsed session is never renewed: a renewal
     /// landing now could follow a peer's verdict on an older version of the record.
-    async fn lapse(&mut self, events: &mut Vec<FleetEvent>) {
-        tracing::warn!(worker = %self.config.worker_id, "fleet: session trust lapsed before a renewal answered in time; dropping every unit");
-        let reason = match self.session.as_ref().and_then(|s| s.last_error.clone()) {
+    fn lapse(&self, config: &Config) -> Kept {
+        tracing::warn!(worker = %config.worker_id, "fleet: session trust lapsed before a renewal answered in time; dropping every unit");
+        let reason = match self.last_error.clone() {
             Some(last_error) => LossReason::BackendFailing { last_error },
             None => LossReason::DeadlinePassed,
         };
-        self.lose_all(reason, events);
-        if let Some(session) = self.session.take() {
-            self.set_session(None);
-            let lease = &session.lease;
-            let _ = self
-                .store
-                .release(lease.key(), lease.token(), lease.fencing_token())
-                .await;
+        Kept::Ended {
+            reason,
+            release: Some(self.lease.clone()),
         }
     }
 
-    /// Acquires a new session. Returns whether one is held and trusted after.
+    /// Acquires a new session: `None` when none is held and trusted after (a session of this
+    /// worker id is still live because this worker restarted, which is waited out, or the reply
+    /// came too late to trust).
     ///
     /// # Errors
-    /// A store failure other than "held": a session of this worker id is still live (this
-    /// worker restarted), which is waited out.
-    pub(crate) async fn start_session(&mut self) -> Result<bool, LeaseError> {
-        let token = self
-            .config
-            .tag()
-            .token(self.config.tokens.next_token().as_str());
+    /// A store failure other than "held".
+    pub(crate) async fn start(
+        config: &Config,
+        store: &CountedStore,
+    ) -> Result<Option<Self>, LeaseError> {
+        let token = config.tag().token(config.tokens.next_token().as_str());
         let token = LeaseToken::new(token)?;
         let options = AcquireOptions::default()
-            .with_owner(self.config.worker_id.clone())
+            .with_owner(config.worker_id.clone())
             .with_token(token);
-        let sent = self.clock().monotonic();
-        let outcome = self
-            .store
-            .try_acquire(
-                &self.config.session_key,
-                self.config.session_duration,
-                &options,
-            )
+        let sent = store.clock().monotonic();
+        let outcome = store
+            .try_acquire(&config.session_key, config.session_duration, &options)
             .await;
-        let reply = self.clock().monotonic();
+        let reply = store.clock().monotonic();
         match outcome {
             Ok(lease) => {
-                let Some(trust_until) = self.trust_from(sent, reply, &lease) else {
-                    let _ = self
-                        .store
+                let Some(trust_until) = trust_from(config, sent, reply, &lease) else {
+                    let _ = store
                         .release(lease.key(), lease.token(), lease.fencing_token())
                         .await;
-                    return Ok(false);
+                    return Ok(None);
                 };
-                tracing::info!(worker = %self.config.worker_id, fencing = %lease.fencing_token(), "fleet: session started");
-                self.set_session(Some(Session {
+                tracing::info!(worker = %config.worker_id, fencing = %lease.fencing_token(), "fleet: session started");
+                Ok(Some(Session {
                     lease,
                     trust_until,
-                    renew_due: sent + self.config.interval,
+                    renew_due: sent + config.interval,
                     last_error: None,
-                }));
-                self.planned_members = None;
-                self.pending_takes.clear();
-                Ok(true)
+                }))
             }
             Err(error) if error.is_held() => {
-                tracing::debug!(worker = %self.config.worker_id, "fleet: an earlier session of this worker id is still live; waiting");
-                Ok(false)
+                tracing::debug!(worker = %config.worker_id, "fleet: an earlier session of this worker id is still live; waiting");
+                Ok(None)
             }
             Err(error) => Err(error),
         }
     }
+}
+
+/// The trust a request sent at `sent` and answered at `reply` gives `lease`, if its reply came
+/// back within the bound. A slower reply proves nothing about when it landed: a peer may already
+/// have judged the session by an older version of its record.
+fn trust_from(config: &Config, sent: Instant, reply: Instant, lease: &Lease) -> Option<Instant> {
+    let took = reply.saturating_duration_since(sent);
+    if took > config.reply_bound() {
+        slow_replies_warn(config, took);
+        return None;
+    }
+    let own = lease_core::backend::holder_deadline(sent, config.session_duration, config.margin);
+    Some(own.min(lease.deadline()))
+}
+
+fn slow_replies_warn(config: &Config, took: Duration) {
+    tracing::warn!(
+        worker = %config.worker_id,
+        took_ms = took.as_millis(),
+        bound_ms = config.reply_bound().as_millis(),
+        "fleet: a session reply came back too late to extend trust"
+    );
 }

@@ -16,7 +16,7 @@ use lease_core::{
 use super::builder::{Config, WorkerBuilder};
 use super::checkpoint::Checkpoints;
 use super::counted::CountedStore;
-use super::session::Session;
+use super::session::{Kept, Session};
 use super::shared::{Shared, SharedUnit, UnitTask, WorkerHandle};
 use super::types::{Assignment, FleetEvent, TickReport, WorkerStats};
 use super::units::PendingTake;
@@ -97,6 +97,21 @@ pub struct Worker {
     pub(crate) ticks_since_plan: u32,
     pub(crate) stats: WorkerStats,
     pub(crate) shared: Arc<Shared>,
+}
+
+impl WorkerBuilder {
+    /// Checks the configuration and makes the worker. Sends nothing.
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidInput`] for a missing store, an invalid fleet name, worker id or unit,
+    /// or durations that cannot work together; [`LeaseError::Unsupported`] for a store that
+    /// cannot list (operation `list_partition`), or keeps no fenced values when
+    /// [`with_checkpoints`](Self::with_checkpoints) asks for them (operation
+    /// `fenced checkpoints`).
+    pub fn build(self) -> Result<Worker, LeaseError> {
+        let (config, store, checkpoints) = self.into_parts()?;
+        Ok(Worker::from_config(config, store, checkpoints))
+    }
 }
 
 impl fmt::Debug for Worker {
@@ -191,7 +206,51 @@ impl Worker {
 
     pub(crate) fn session_trusted(&self) -> bool {
         let now = self.clock().monotonic();
-        self.session.as_ref().is_some_and(|s| now < s.trust_until)
+        self.session.as_ref().is_some_and(|s| s.trusted_at(now))
+    }
+
+    /// Keeps the session trusted ([`Session::keep`]): renews it if a renewal is due, and ends it
+    /// (dropping every unit) once its trust has lapsed. Called before every unit request, so unit
+    /// work of any length never starves the session. Returns whether the session is trusted
+    /// after.
+    pub(crate) async fn keep_session(&mut self, events: &mut Vec<FleetEvent>) -> bool {
+        let Some(session) = self.session.as_mut() else {
+            return false;
+        };
+        match session.keep(&self.config, &self.store).await {
+            Kept::Unchanged => {}
+            Kept::Renewed => {
+                let renewed = self.session.take();
+                self.set_session(renewed);
+            }
+            Kept::Ended { reason, release } => {
+                self.lose_all(reason, events);
+                self.set_session(None);
+                if let Some(lease) = release {
+                    let _ = self
+                        .store
+                        .release(lease.key(), lease.token(), lease.fencing_token())
+                        .await;
+                }
+                return false;
+            }
+        }
+        self.session_trusted()
+    }
+
+    /// Acquires a new session ([`Session::start`]). Returns whether one is held and trusted
+    /// after; a new session plans afresh.
+    ///
+    /// # Errors
+    /// A store failure other than "held".
+    pub(crate) async fn start_session(&mut self) -> Result<bool, LeaseError> {
+        let Some(session) = Session::start(&self.config, &self.store).await? else {
+            return Ok(false);
+        };
+        self.set_session(Some(session));
+        self.planned_members = None;
+        self.pending_takes.clear();
+        Ok(true)
     }
 
     /// The fencing token of `unit` if this worker owns it and may act on it *now*: its session

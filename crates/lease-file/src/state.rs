@@ -22,6 +22,9 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, renameat};
 use nix::sys::stat::Mode;
 
+use lease_core::Holder;
+
+use crate::encode::fnv;
 use crate::error::FsError;
 use crate::fsio::{MAX_RECORD_BYTES, io_error};
 use crate::record::LeaseFileRecord;
@@ -42,13 +45,6 @@ const LISTING_RETRIES: u32 = 6;
 /// The most entries a lock directory is scanned for (planted junk beyond it is refused).
 const MAX_ENTRIES: usize = 4096;
 
-/// 64-bit FNV-1a: stable across builds and Rust versions (names are shared between processes).
-pub(crate) fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 /// A held lease, as its state entry's name says.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Held {
@@ -68,6 +64,48 @@ pub(crate) struct Held {
     pub(crate) deadline_ns: u64,
     /// The duration granted by the last acquire or renewal.
     pub(crate) duration_ns: u64,
+}
+
+impl Held {
+    /// The holder of this tenure as lease-core shows it, described by `record` when that record
+    /// is this very tenure's: pid and host, the label as the owner, the generation as the
+    /// fencing token, when it acquired and last heartbeat. A holder whose record is not (yet)
+    /// this tenure's is "a holder still writing its description".
+    pub(crate) fn holder(&self, record: Option<LeaseFileRecord>) -> Holder {
+        let record = record.filter(|r| {
+            r.generation == self.generation
+                && r.owner.as_deref().map(|t| fnv(t.as_bytes())) == Some(self.token)
+        });
+        let mut holder = Holder::new();
+        if self.generation > 0 {
+            holder = holder.with_fencing(lease_core::backend::fencing_token(self.generation));
+        }
+        let Some(record) = record else {
+            return holder.with_owner("a holder still writing its description");
+        };
+        if record.pid != 0 || !record.host.is_empty() {
+            let host = if record.host.is_empty() {
+                "an unknown host"
+            } else {
+                &record.host
+            };
+            holder = holder.with_process(record.pid, host);
+        }
+        if let Some(label) = record.label {
+            holder = holder.with_owner(label);
+        }
+        if let Some(at) = from_ns(record.acquired_at_ns) {
+            holder = holder.with_acquired_at(at);
+        }
+        if let Some(at) = from_ns(record.written_at_ns) {
+            holder = holder.with_renewed_at(at);
+        }
+        holder
+    }
+}
+
+fn from_ns(ns: u64) -> Option<std::time::SystemTime> {
+    (ns > 0).then(|| std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_nanos(ns))
 }
 
 /// The lease state a directory's state entry names.
