@@ -29,12 +29,6 @@ pub(crate) enum FsError {
         /// The last holder seen.
         holder: Option<Box<HolderInfo>>,
     },
-    /// This `FileLock` already holds the lease.
-    #[error("lock {} is already held by this FileLock", path.display())]
-    AlreadyHeld {
-        /// The lock's path.
-        path: PathBuf,
-    },
     /// A file in the lock's place is not what the protocol needs: a symbolic link, a directory,
     /// a FIFO, an oversized or unreadable record. Nothing was followed or changed.
     #[error("refusing {}: {reason}", path.display())]
@@ -107,10 +101,6 @@ impl FsError {
                 let last = LeaseError::held(key.clone(), holder.map(|h| h.to_holder()));
                 LeaseError::timeout(key.clone(), waited, last)
             }
-            Self::AlreadyHeld { path } => LeaseError::invalid(
-                "acquire",
-                format!("lock {} is already held by this FileLock", path.display()),
-            ),
             Self::Hostile { path, reason } => {
                 LeaseError::corrupt(key.clone(), format!("{}: {reason}", path.display()))
             }
