@@ -147,6 +147,9 @@ impl Shared {
 
 /// Holds a lease and keeps it alive through its [`KeeperTask`].
 ///
+/// Acquire and keep in one call with [`LeaseGuard::builder`]; wrap a [`Lease`] you already hold
+/// with [`new`](Self::new), [`spawn_thread`](Self::spawn_thread) or `spawn` (feature `tokio`).
+///
 /// * [`check`](Self::check) says, synchronously and from the monotonic clock, whether the holder
 ///   may still act: it fails the moment the lease is lost *or* its deadline passes, even if the
 ///   keeper task has not run (a paused process learns it on its first check after resuming).
