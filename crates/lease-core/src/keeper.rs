@@ -459,7 +459,8 @@ impl LeaseGuardBuilder {
         self
     }
 
-    /// Acquires and returns the guard and its renewal task, for you to spawn on your executor.
+    /// Acquires, waiting as [`with_wait`](Self::with_wait) says, and returns the guard and its
+    /// renewal task, for you to spawn on your executor.
     ///
     /// Cancel safety: dropping this future before it completes acquires nothing that outlives
     /// it, except that a backend's attempt already sent may land; its lease then expires
