@@ -222,7 +222,7 @@ async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<Lease, Failure> {
         let started = Instant::now();
         let result = backend
             .leases
-            .acquire_with_wait(&plan.key, plan.ttl, &wait)
+            .acquire_with(&plan.key, plan.ttl, &wait)
             .await;
         let waited = announced
             .lock()

@@ -174,8 +174,11 @@ impl Subject {
 
 const D: Duration = Duration::from_secs(10);
 
-async fn acquire(s: &Subject, key: &LeaseKey) -> Result<Lease, LeaseError> {
-    s.backend.acquire(key, D).await
+/// One attempt, as the contract's `try_acquire` makes it.
+async fn attempt(s: &Subject, key: &LeaseKey) -> Result<Lease, LeaseError> {
+    s.backend
+        .try_acquire(key, D, &AcquireOptions::default())
+        .await
 }
 
 fn must<T>(result: Result<T, LeaseError>, what: &str) -> T {
@@ -207,24 +210,24 @@ fn near(a: SystemTime, b: SystemTime, within: Duration) -> bool {
 pub fn exclusive_acquire(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("exclusive");
-        let first = must(acquire(s, &key).await, "first acquire");
+        let first = must(attempt(s, &key).await, "first acquire");
         assert_eq!(first.key(), &key);
         assert!(
             first.is_trusted(s.clock.as_ref()),
             "a fresh lease is trusted"
         );
-        let second = acquire(s, &key).await;
+        let second = attempt(s, &key).await;
         assert!(
             second.as_ref().is_err_and(LeaseError::is_held),
             "second acquire of a held key must fail as held, got {second:?}"
         );
         s.clock.advance(D / 2);
-        let third = acquire(s, &key).await;
+        let third = attempt(s, &key).await;
         assert!(
             third.is_err_and(|e| e.is_held()),
             "still held halfway through"
         );
-        let other = must(acquire(s, &s.key("exclusive-other")).await, "other key");
+        let other = must(attempt(s, &s.key("exclusive-other")).await, "other key");
         assert_ne!(
             other.token(),
             first.token(),
@@ -239,7 +242,7 @@ pub fn held_error_names_holder(s: &Subject) -> BoxFuture<'_, ()> {
         let key = s.key("holder");
         let options = AcquireOptions::default().with_owner("conformance-owner-alice");
         let lease = must(s.backend.try_acquire(&key, D, &options).await, "acquire");
-        let err = acquire(s, &key).await.expect_err("held");
+        let err = attempt(s, &key).await.expect_err("held");
         assert!(err.is_held(), "{err}");
         let holder = err.holder().expect("held error names the holder");
         assert_eq!(
@@ -267,7 +270,7 @@ pub fn held_error_names_holder(s: &Subject) -> BoxFuture<'_, ()> {
 pub fn renew_and_release_by_owner_only(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("owner-only");
-        let lease = must(acquire(s, &key).await, "acquire");
+        let lease = must(attempt(s, &key).await, "acquire");
         let forgery = forged(&lease);
         let err = s
             .backend
@@ -304,7 +307,7 @@ pub fn renew_and_release_by_owner_only(s: &Subject) -> BoxFuture<'_, ()> {
         // Past the first expiry, the renewed lease still holds.
         s.clock.advance(D / 2 + Duration::from_millis(10));
         assert!(
-            acquire(s, &key).await.is_err_and(|e| e.is_held()),
+            attempt(s, &key).await.is_err_and(|e| e.is_held()),
             "renewal held"
         );
 
@@ -324,7 +327,7 @@ pub fn renew_and_release_by_owner_only(s: &Subject) -> BoxFuture<'_, ()> {
             err.is_not_owned(),
             "renew after release is not-owned: {err}"
         );
-        let next = must(acquire(s, &key).await, "acquire right after release");
+        let next = must(attempt(s, &key).await, "acquire right after release");
         assert!(next.fencing_token() > lease.fencing_token());
     })
 }
@@ -333,7 +336,7 @@ pub fn renew_and_release_by_owner_only(s: &Subject) -> BoxFuture<'_, ()> {
 pub fn renew_after_takeover_is_not_owned(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("takeover");
-        let old = must(acquire(s, &key).await, "acquire");
+        let old = must(attempt(s, &key).await, "acquire");
         s.expire(D);
         let err = s
             .backend
@@ -341,7 +344,7 @@ pub fn renew_after_takeover_is_not_owned(s: &Subject) -> BoxFuture<'_, ()> {
             .await
             .expect_err("renew after expiry");
         assert!(err.is_not_owned(), "renew after expiry is not-owned: {err}");
-        let new = must(acquire(s, &key).await, "takeover");
+        let new = must(attempt(s, &key).await, "takeover");
         let err = s
             .backend
             .renew(&old, D)
@@ -372,10 +375,10 @@ pub fn renew_after_takeover_is_not_owned(s: &Subject) -> BoxFuture<'_, ()> {
 pub fn expiry_then_takeover(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("expiry");
-        let first = must(acquire(s, &key).await, "acquire");
+        let first = must(attempt(s, &key).await, "acquire");
         s.clock.advance(D - Duration::from_millis(5));
         assert!(
-            acquire(s, &key).await.is_err_and(|e| e.is_held()),
+            attempt(s, &key).await.is_err_and(|e| e.is_held()),
             "held before expiry"
         );
         assert!(
@@ -383,7 +386,7 @@ pub fn expiry_then_takeover(s: &Subject) -> BoxFuture<'_, ()> {
             "holder stops trusting before expiry"
         );
         s.expire(Duration::from_millis(5));
-        let second = must(acquire(s, &key).await, "takeover after expiry");
+        let second = must(attempt(s, &key).await, "takeover after expiry");
         assert!(
             second.fencing_token() > first.fencing_token(),
             "takeover fences"
@@ -398,7 +401,7 @@ pub fn fencing_strictly_increasing(s: &Subject) -> BoxFuture<'_, ()> {
         let key = s.key("fencing");
         let mut seen = Vec::new();
         for round in 0..3 {
-            let lease = must(acquire(s, &key).await, "acquire");
+            let lease = must(attempt(s, &key).await, "acquire");
             seen.push(lease.fencing_token());
             let renewed = must(s.backend.renew(&lease, D).await, "renew");
             assert_eq!(renewed.fencing_token(), lease.fencing_token());
@@ -457,7 +460,7 @@ pub fn validation_rejects_bad_input(s: &Subject) -> BoxFuture<'_, ()> {
         ] {
             let err = s
                 .backend
-                .acquire(&key, bad)
+                .try_acquire(&key, bad, &AcquireOptions::default())
                 .await
                 .expect_err("bad duration");
             assert!(err.is_invalid_input(), "duration {bad:?}: {err}");
@@ -466,7 +469,7 @@ pub fn validation_rejects_bad_input(s: &Subject) -> BoxFuture<'_, ()> {
             must(s.backend.inspect(&key).await, "inspect").is_none_or(|r| r.holder().is_none()),
             "an invalid acquire writes nothing"
         );
-        let lease = must(acquire(s, &key).await, "acquire");
+        let lease = must(attempt(s, &key).await, "acquire");
         let err = s
             .backend
             .renew(&lease, Duration::ZERO)
@@ -474,7 +477,7 @@ pub fn validation_rejects_bad_input(s: &Subject) -> BoxFuture<'_, ()> {
             .expect_err("zero renew");
         assert!(err.is_invalid_input(), "{err}");
         assert!(
-            acquire(s, &key).await.is_err_and(|e| e.is_held()),
+            attempt(s, &key).await.is_err_and(|e| e.is_held()),
             "an invalid renew leaves the lease held"
         );
         assert!(LeaseKey::new("").is_err_and(|e| e.is_invalid_input()));
@@ -486,7 +489,7 @@ pub fn inspect_reports_the_record(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("inspect");
         assert!(must(s.backend.inspect(&key).await, "inspect unknown").is_none());
-        let lease = must(acquire(s, &key).await, "acquire");
+        let lease = must(attempt(s, &key).await, "acquire");
         let record = must(s.backend.inspect(&key).await, "inspect").expect("record");
         assert_eq!(record.key(), &key);
         assert_eq!(record.fencing(), lease.fencing_token());
@@ -494,7 +497,7 @@ pub fn inspect_reports_the_record(s: &Subject) -> BoxFuture<'_, ()> {
         assert_eq!(holder.token(), Some(lease.token()));
         assert!(record.is_held_at(s.clock.now()));
         assert!(
-            acquire(s, &key).await.is_err_and(|e| e.is_held()),
+            attempt(s, &key).await.is_err_and(|e| e.is_held()),
             "inspect took nothing"
         );
         must(s.backend.release_lease(&lease).await, "release");
@@ -514,13 +517,13 @@ pub fn inspect_reports_the_record(s: &Subject) -> BoxFuture<'_, ()> {
 pub fn wait_takes_over_after_expiry(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("wait");
-        let first = must(acquire(s, &key).await, "acquire");
+        let first = must(attempt(s, &key).await, "acquire");
         s.clock.set_auto_advance(true);
         let short = WaitOptions::new(D / 4)
             .with_backoff(Duration::from_millis(10), Duration::from_millis(500));
         let err = s
             .backend
-            .acquire_with_wait(&key, D, &short)
+            .acquire_with(&key, D, &short)
             .await
             .expect_err("times out");
         assert!(err.is_timeout(), "{err}");
@@ -529,7 +532,7 @@ pub fn wait_takes_over_after_expiry(s: &Subject) -> BoxFuture<'_, ()> {
             .with_backoff(Duration::from_millis(10), Duration::from_secs(60));
         let before = s.clock.elapsed();
         let second = must(
-            s.backend.acquire_with_wait(&key, D, &long).await,
+            s.backend.acquire_with(&key, D, &long).await,
             "wait then take over",
         );
         s.clock.set_auto_advance(false);
@@ -539,6 +542,11 @@ pub fn wait_takes_over_after_expiry(s: &Subject) -> BoxFuture<'_, ()> {
             waited <= D + s.takeover_delay + Duration::from_secs(1),
             "takeover promptly after expiry, waited {waited:?}"
         );
+        // The bare verb waits too, with no timeout: it outlasts any finite wait and takes over.
+        s.clock.set_auto_advance(true);
+        let third = must(s.backend.acquire(&key, D).await, "acquire waits by default");
+        s.clock.set_auto_advance(false);
+        assert!(third.fencing_token() > second.fencing_token());
     })
 }
 
@@ -546,7 +554,7 @@ pub fn wait_takes_over_after_expiry(s: &Subject) -> BoxFuture<'_, ()> {
 pub fn guard_renews_and_reports_loss(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("guard");
-        let lease = must(acquire(s, &key).await, "acquire");
+        let lease = must(attempt(s, &key).await, "acquire");
         let (guard, task) =
             LeaseGuard::new(s.backend.clone(), lease.clone(), KeeperOptions::default());
         let script = async {
@@ -559,7 +567,7 @@ pub fn guard_renews_and_reports_loss(s: &Subject) -> BoxFuture<'_, ()> {
             }
             assert!(s.clock.elapsed() > Duration::ZERO);
             assert!(guard.check().is_ok(), "renewed lease is trusted");
-            assert!(acquire(s, &key).await.is_err_and(|e| e.is_held()));
+            assert!(attempt(s, &key).await.is_err_and(|e| e.is_held()));
             // An operator breaks the lease and somebody else takes it.
             must(
                 s.backend
@@ -567,7 +575,7 @@ pub fn guard_renews_and_reports_loss(s: &Subject) -> BoxFuture<'_, ()> {
                     .await,
                 "forced release",
             );
-            let thief = must(acquire(s, &key).await, "thief");
+            let thief = must(attempt(s, &key).await, "thief");
             wait_for_sleepers(s).await;
             s.clock.advance(D / 3 + Duration::from_millis(1));
             let reason = guard.lost().await;
@@ -598,10 +606,10 @@ pub fn listing_sees_every_sort_key(s: &Subject) -> BoxFuture<'_, ()> {
         let mut leases = Vec::new();
         for sort in ["c", "a", "b"] {
             let key = LeaseKey::with_sort_key(partition.clone(), sort).expect("valid key");
-            leases.push(must(acquire(s, &key).await, "acquire"));
+            leases.push(must(attempt(s, &key).await, "acquire"));
         }
         let other = LeaseKey::with_sort_key(format!("{partition}x"), "a").expect("valid key");
-        must(acquire(s, &other).await, "acquire other partition");
+        must(attempt(s, &other).await, "acquire other partition");
         must(s.backend.release_lease(&leases[0]).await, "release c");
         let records = must(listing.list_partition(&partition).await, "list");
         let sorts: Vec<_> = records
@@ -775,7 +783,7 @@ pub fn same_token_is_a_second_contender(s: &Subject) -> BoxFuture<'_, ()> {
 pub fn release_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("release-truth");
-        let a = must(acquire(s, &key).await, "a");
+        let a = must(attempt(s, &key).await, "a");
         let stranger = LeaseToken::new("never-held-this-key").expect("valid token");
         let err = s
             .backend
@@ -799,7 +807,7 @@ pub fn release_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
             Some(NotOwnedReason::Missing),
             "{err}"
         );
-        let c = must(acquire(s, &key).await, "c");
+        let c = must(attempt(s, &key).await, "c");
         let err = s.backend.release_lease(&a).await.expect_err("a after c");
         assert!(err.is_not_owned(), "{err}");
         let c = must(s.backend.renew(&c, D).await, "c is untouched");
@@ -842,7 +850,7 @@ async fn release_with_lost_replies(
     assert!(err.is_not_owned(), "{err}");
 
     // The release lands, its reply is lost, and somebody acquires before the retry.
-    let d = must(acquire(s, &key).await, "d");
+    let d = must(attempt(s, &key).await, "d");
     let (result, e) = lost_reply_while_another_acquires(
         s,
         faults,
@@ -883,7 +891,9 @@ where
     let meanwhile = {
         let (backend, key, slot) = (s.backend.clone(), key.clone(), slot.clone());
         Box::pin(async move {
-            let won = backend.acquire(&key, D).await;
+            let won = backend
+                .try_acquire(&key, D, &AcquireOptions::default())
+                .await;
             *slot
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(won);
@@ -959,7 +969,7 @@ pub fn delete_removes_the_named_record(s: &Subject) -> BoxFuture<'_, ()> {
         let key = |sort: &str| LeaseKey::with_sort_key(partition.clone(), sort).expect("key");
         let (held, free, expired, kept) = (key("held"), key("free"), key("expired"), key("kept"));
 
-        let lease = must(acquire(s, &held).await, "acquire");
+        let lease = must(attempt(s, &held).await, "acquire");
         must(
             s.backend
                 .delete(&held, Some(lease.token()), lease.fencing_token())
@@ -987,7 +997,7 @@ pub fn delete_removes_the_named_record(s: &Subject) -> BoxFuture<'_, ()> {
         );
         assert!(err.is_not_owned(), "{err}");
 
-        let gone = must(acquire(s, &free).await, "acquire");
+        let gone = must(attempt(s, &free).await, "acquire");
         must(s.backend.release_lease(&gone).await, "release");
         let record = must(s.backend.inspect(&free).await, "inspect").expect("released record");
         must(
@@ -997,8 +1007,8 @@ pub fn delete_removes_the_named_record(s: &Subject) -> BoxFuture<'_, ()> {
         assert!(must(s.backend.inspect(&free).await, "inspect").is_none());
 
         // An expired holder that never released still holds the record, and is named so.
-        let late = must(acquire(s, &expired).await, "acquire");
-        must(acquire(s, &kept).await, "acquire");
+        let late = must(attempt(s, &expired).await, "acquire");
+        must(attempt(s, &kept).await, "acquire");
         s.expire(D);
         refused(
             s.backend.delete(&expired, None, late.fencing_token()).await,
@@ -1022,10 +1032,10 @@ pub fn delete_removes_the_named_record(s: &Subject) -> BoxFuture<'_, ()> {
 
 /// A deleted key is acquired afresh, like one the store never saw.
 async fn deleted_key_is_acquired_afresh(s: &Subject, held: &LeaseKey) {
-    let again = must(acquire(s, held).await, "acquire after delete");
+    let again = must(attempt(s, held).await, "acquire after delete");
     assert!(again.is_trusted(s.clock.as_ref()));
     assert!(
-        acquire(s, held).await.is_err_and(|e| e.is_held()),
+        attempt(s, held).await.is_err_and(|e| e.is_held()),
         "the new record is held like any other"
     );
     let record = must(s.backend.inspect(held).await, "inspect").expect("new record");
@@ -1048,7 +1058,7 @@ pub fn delete_refuses_any_other_state(s: &Subject) -> BoxFuture<'_, ()> {
             return;
         }
         let key = s.key("delete-refused");
-        let a = must(acquire(s, &key).await, "a");
+        let a = must(attempt(s, &key).await, "a");
         let f = a.fencing_token();
         let stranger = LeaseToken::new("never-held-this-key").expect("valid token");
         let other_fencing = FencingToken::new(f.get() + 1);
@@ -1093,7 +1103,7 @@ pub fn delete_refuses_any_other_state(s: &Subject) -> BoxFuture<'_, ()> {
         );
 
         // The record the caller read changes under it: a tenure comes, and goes.
-        let b = must(acquire(s, &key).await, "b");
+        let b = must(attempt(s, &key).await, "b");
         refused(
             s.backend.delete(&key, None, f).await,
             "free at f, now held by b",
@@ -1132,7 +1142,7 @@ pub fn delete_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
         }
         let key = s.key("delete-truth");
         // The delete lands and its reply is lost: the retry finds the record gone.
-        let a = must(acquire(s, &key).await, "a");
+        let a = must(attempt(s, &key).await, "a");
         let lost = faults.lost_replies();
         faults.lose_next_reply(None);
         let result = s
@@ -1164,7 +1174,7 @@ pub fn delete_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
 
         // The delete lands, its reply is lost, and somebody acquires the key afresh before the
         // retry: the new record must survive, whatever the retry reports.
-        let b = must(acquire(s, &key).await, "b");
+        let b = must(attempt(s, &key).await, "b");
         let (result, c) = lost_reply_while_another_acquires(
             s,
             &*faults,

@@ -244,36 +244,76 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
 }
 
-/// Conveniences over [`LeaseBackend`], implemented for every backend.
+/// Conveniences over [`LeaseBackend`], implemented for every backend: the waiting acquire, and
+/// calls that take a [`Lease`] or a [`LeaseRecord`] whole.
 ///
 /// Do not implement this trait yourself: the blanket implementation covers every
 /// `LeaseBackend`, including `dyn LeaseBackend`.
 ///
+/// The verbs are Rust's, as in `std`, `lock_api` and `tokio::sync`: [`acquire`](Self::acquire)
+/// **waits** until the lease is acquired, and the contract's
+/// [`LeaseBackend::try_acquire`] makes **one attempt** (it fails with [`LeaseError::Held`] at
+/// once). Go's one-attempt `Acquire` is `try_acquire` here, or the `go` module of a backend.
+///
 /// ```
-/// use lease_core::{LeaseBackendExt, LeaseKey, MemoryBackend, WaitOptions};
+/// use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend, WaitOptions};
 /// use std::time::Duration;
 ///
 /// let store = MemoryBackend::new();
 /// let key = LeaseKey::new("deploy")?;
-/// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+/// let d = Duration::from_secs(10);
+/// let lease = lease_core::block_on(store.acquire(&key, d))?; // waits until acquired
+/// let busy = lease_core::block_on(store.try_acquire(&key, d, &AcquireOptions::default()));
+/// assert!(busy.unwrap_err().is_held(), "one attempt: turned away at once");
+/// let wait = WaitOptions::new(Duration::from_millis(20));
+/// let timed_out = lease_core::block_on(store.acquire_with(&key, d, &wait));
+/// assert!(timed_out.unwrap_err().is_timeout());
 /// lease_core::block_on(store.release_lease(&lease))?;
-/// let again = lease_core::block_on(
-///     store.acquire_with_wait(&key, Duration::from_secs(10), &WaitOptions::new(Duration::from_secs(1))),
-/// )?;
+/// let again = lease_core::block_on(store.acquire_with(&key, d, &wait))?;
 /// assert!(again.fencing_token() > lease.fencing_token());
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 pub trait LeaseBackendExt: LeaseBackend {
-    /// One attempt to acquire with default options (Go: `Acquire`).
+    /// Acquires `key` for `duration`, **waiting** until it is free as
+    /// [`WaitOptions::default()`] says: with no timeout, like `tokio::sync::Semaphore::acquire`
+    /// or `std::sync::Mutex::lock`. Cancel the wait by dropping the future (for example under
+    /// `tokio::time::timeout`), or bound it with [`acquire_with`](Self::acquire_with) and
+    /// [`WaitOptions::new`]. For one attempt, call [`LeaseBackend::try_acquire`].
+    ///
+    /// Costs one [`try_acquire`](LeaseBackend::try_acquire) per attempt, attempts spaced by
+    /// capped exponential backoff with full jitter (25 ms doubling to 1 s), never sleeping past
+    /// the holder's expiry.
+    ///
+    /// # Errors
+    /// Invalid input and permanent failures at once, as [`acquire_with`](Self::acquire_with).
+    /// A held lease and transient failures are waited out: against a remote store that stays
+    /// unreachable this waits until the store answers again, so a caller that must give up
+    /// passes a timeout.
     fn acquire<'a>(
         &'a self,
         key: &'a LeaseKey,
         duration: Duration,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
         Box::pin(async move {
-            self.try_acquire(key, duration, &AcquireOptions::default())
-                .await
+            acquire_waiting(self, key, duration, &WaitOptions::default()).await
         })
+    }
+
+    /// Acquires `key` for `duration`, retrying while the lease is held (or the backend fails
+    /// transiently) until `wait`'s timeout, with capped exponential backoff and full jitter. A
+    /// retry never sleeps past the moment the holder's lease expires, so an expired lease is
+    /// taken over promptly. Invalid input and permanent failures are returned at once.
+    ///
+    /// # Errors
+    /// [`LeaseError::Timeout`] naming the last holder seen and carrying the last error when time
+    /// runs out. A timeout of [`WaitOptions::forever`] (the default) never runs out.
+    fn acquire_with<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+        wait: &'a WaitOptions,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        Box::pin(acquire_waiting(self, key, duration, wait))
     }
 
     /// Releases `lease` (Go: `Release`).
@@ -307,28 +347,11 @@ pub trait LeaseBackendExt: LeaseBackend {
         let holder = record.holder().and_then(Holder::token);
         self.delete(record.key(), holder, record.fencing())
     }
-
-    /// Acquires, retrying while the lease is held (or the backend fails transiently) until
-    /// `wait.timeout`, with capped exponential backoff and full jitter. A retry never sleeps past
-    /// the moment the holder's lease expires, so an expired lease is taken over promptly.
-    /// Invalid input and permanent failures are returned at once.
-    ///
-    /// # Errors
-    /// [`LeaseError::Timeout`] naming the last holder seen and carrying the last error when time
-    /// runs out. A timeout of [`WaitOptions::forever`] never runs out.
-    fn acquire_with_wait<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        duration: Duration,
-        wait: &'a WaitOptions,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(acquire_with_wait(self, key, duration, wait))
-    }
 }
 
 impl<B: LeaseBackend + ?Sized> LeaseBackendExt for B {}
 
-async fn acquire_with_wait<B: LeaseBackend + ?Sized>(
+async fn acquire_waiting<B: LeaseBackend + ?Sized>(
     backend: &B,
     key: &LeaseKey,
     duration: Duration,

@@ -249,13 +249,14 @@ impl StdError for LossReason {}
 /// common branches (the Go package's `IsLeaseHeld` and `IsLeaseNotOwned`).
 ///
 /// ```
-/// use lease_core::{LeaseBackendExt, LeaseKey, MemoryBackend};
+/// use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
 /// use std::time::Duration;
 ///
 /// let store = MemoryBackend::new();
 /// let key = LeaseKey::new("nightly-report")?;
-/// let _mine = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
-/// let err = lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap_err();
+/// let d = Duration::from_secs(30);
+/// let _mine = lease_core::block_on(store.acquire(&key, d))?;
+/// let err = lease_core::block_on(store.try_acquire(&key, d, &AcquireOptions::default())).unwrap_err();
 /// assert!(err.is_held());
 /// assert!(err.holder().and_then(|h| h.expires_at()).is_some());
 /// # Ok::<(), lease_core::LeaseError>(())

@@ -147,6 +147,9 @@ impl Shared {
 
 /// Holds a lease and keeps it alive through its [`KeeperTask`].
 ///
+/// Acquire and keep in one call with [`LeaseGuard::builder`]; wrap a [`Lease`] you already hold
+/// with [`new`](Self::new), [`spawn_thread`](Self::spawn_thread) or `spawn` (feature `tokio`).
+///
 /// * [`check`](Self::check) says, synchronously and from the monotonic clock, whether the holder
 ///   may still act: it fails the moment the lease is lost *or* its deadline passes, even if the
 ///   keeper task has not run (a paused process learns it on its first check after resuming).
@@ -249,19 +252,38 @@ impl LeaseGuard {
         )
     }
 
-    /// Acquires `key` (waiting as `wait` says) and returns the guard and its task.
+    /// A builder that acquires `key` for `duration` from `backend` and keeps it: set how to
+    /// wait ([`with_wait`](LeaseGuardBuilder::with_wait), default: until acquired) and how to
+    /// renew ([`with_keeper`](LeaseGuardBuilder::with_keeper)), then acquire where the renewal
+    /// task should run: [`acquire_blocking`](LeaseGuardBuilder::acquire_blocking) (a thread),
+    /// [`acquire_spawned`](LeaseGuardBuilder::acquire_spawned) (tokio, feature `tokio`), or
+    /// [`acquire`](LeaseGuardBuilder::acquire) (the task handed to you).
     ///
-    /// # Errors
-    /// As [`LeaseBackendExt::acquire_with_wait`].
-    pub async fn acquire(
+    /// ```
+    /// use lease_core::{LeaseGuard, LeaseKey, MemoryBackend, WaitOptions};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let key = LeaseKey::new("nightly")?;
+    /// let guard = LeaseGuard::builder(Arc::new(MemoryBackend::new()), &key, Duration::from_secs(3))
+    ///     .with_wait(WaitOptions::new(Duration::from_secs(5)))
+    ///     .acquire_blocking()?;
+    /// assert!(guard.is_trusted());
+    /// lease_core::block_on(guard.release())?;
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    pub fn builder(
         backend: Arc<dyn LeaseBackend>,
         key: &LeaseKey,
         duration: Duration,
-        wait: &WaitOptions,
-        options: KeeperOptions,
-    ) -> Result<(Self, KeeperTask), LeaseError> {
-        let lease = backend.acquire_with_wait(key, duration, wait).await?;
-        Ok(Self::new(backend, lease, options))
+    ) -> LeaseGuardBuilder {
+        LeaseGuardBuilder {
+            backend,
+            key: key.clone(),
+            duration,
+            wait: WaitOptions::default(),
+            keeper: KeeperOptions::default(),
+        }
     }
 
     /// Like [`new`](Self::new), running the task on a thread of its own with
@@ -280,7 +302,7 @@ impl LeaseGuard {
     }
 
     /// Runs `task` on a thread of its own; if none can start, releases the lease best-effort.
-    fn on_thread(self, task: KeeperTask) -> Result<Self, LeaseError> {
+    pub(crate) fn on_thread(self, task: KeeperTask) -> Result<Self, LeaseError> {
         let spawned = std::thread::Builder::new()
             .name(format!("lease-keeper-{}", self.key()))
             .spawn(move || crate::block_on(task));
@@ -295,38 +317,6 @@ impl LeaseGuard {
         }
     }
 
-    /// Acquires `key` (waiting as `wait` says) and keeps it from a thread of its own, without an
-    /// async runtime: the one call for backends that need no I/O reactor (memory, file).
-    ///
-    /// ```
-    /// use lease_core::{KeeperOptions, LeaseGuard, LeaseKey, MemoryBackend, WaitOptions};
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    ///
-    /// let store = Arc::new(MemoryBackend::new());
-    /// let key = LeaseKey::new("nightly")?;
-    /// let wait = WaitOptions::new(Duration::from_secs(5));
-    /// let guard =
-    ///     LeaseGuard::acquire_blocking(store, &key, Duration::from_secs(3), &wait, KeeperOptions::default())?;
-    /// assert!(guard.is_trusted());
-    /// lease_core::block_on(guard.release())?;
-    /// # Ok::<(), lease_core::LeaseError>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`LeaseBackendExt::acquire_with_wait`]; [`LeaseError::Runtime`] if the keeper thread
-    /// cannot start (the lease is then released best-effort).
-    pub fn acquire_blocking(
-        backend: Arc<dyn LeaseBackend>,
-        key: &LeaseKey,
-        duration: Duration,
-        wait: &WaitOptions,
-        options: KeeperOptions,
-    ) -> Result<Self, LeaseError> {
-        let (guard, task) = crate::block_on(Self::acquire(backend, key, duration, wait, options))?;
-        guard.on_thread(task)
-    }
-
     /// Like [`new`](Self::new), spawning the task on the current tokio runtime.
     ///
     /// # Errors
@@ -339,26 +329,6 @@ impl LeaseGuard {
     ) -> Result<Self, LeaseError> {
         let handle = tokio_handle()?;
         let (guard, task) = Self::new(backend, lease, options);
-        handle.spawn(task);
-        Ok(guard)
-    }
-
-    /// Acquires `key` (waiting as `wait` says) and keeps it from a task on the current tokio
-    /// runtime: the one call for async code on tokio.
-    ///
-    /// # Errors
-    /// [`LeaseError::Runtime`] outside a tokio runtime (nothing is sent); otherwise as
-    /// [`LeaseBackendExt::acquire_with_wait`].
-    #[cfg(feature = "tokio")]
-    pub async fn acquire_spawned(
-        backend: Arc<dyn LeaseBackend>,
-        key: &LeaseKey,
-        duration: Duration,
-        wait: &WaitOptions,
-        options: KeeperOptions,
-    ) -> Result<Self, LeaseError> {
-        let handle = tokio_handle()?;
-        let (guard, task) = Self::acquire(backend, key, duration, wait, options).await?;
         handle.spawn(task);
         Ok(guard)
     }
@@ -444,6 +414,109 @@ impl Drop for LeaseGuard {
         if !self.done {
             self.shared.request_stop(Stop::Dropped);
         }
+    }
+}
+
+/// Acquires a lease and keeps it: [`LeaseGuard::builder`], `with_*` setters, then one of the
+/// acquiring calls, which say where the renewal task runs.
+///
+/// Every acquiring call waits as [`with_wait`](Self::with_wait) says (default
+/// [`WaitOptions::default()`]: until acquired) through
+/// [`LeaseBackendExt::acquire_with`]; nothing is kept until the lease is acquired.
+#[must_use = "a builder does nothing until one of its acquire calls"]
+pub struct LeaseGuardBuilder {
+    backend: Arc<dyn LeaseBackend>,
+    key: LeaseKey,
+    duration: Duration,
+    wait: WaitOptions,
+    keeper: KeeperOptions,
+}
+
+impl fmt::Debug for LeaseGuardBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseGuardBuilder")
+            .field("backend", &self.backend.name())
+            .field("key", &self.key)
+            .field("duration", &self.duration)
+            .field("wait", &self.wait)
+            .field("keeper", &self.keeper)
+            .finish()
+    }
+}
+
+impl LeaseGuardBuilder {
+    /// How to wait for a held lease (default: [`WaitOptions::default()`], until acquired).
+    /// `WaitOptions::new(Duration::ZERO)` makes one attempt, failing with
+    /// [`LeaseError::Timeout`] naming the holder.
+    pub fn with_wait(mut self, wait: WaitOptions) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// How the keeper renews (default: [`KeeperOptions::default()`]).
+    pub fn with_keeper(mut self, options: KeeperOptions) -> Self {
+        self.keeper = options;
+        self
+    }
+
+    /// Acquires, waiting as [`with_wait`](Self::with_wait) says, and returns the guard and its
+    /// renewal task, for you to spawn on your executor.
+    ///
+    /// Cancel safety: dropping this future before it completes acquires nothing that outlives
+    /// it, except that a backend's attempt already sent may land; its lease then expires
+    /// unrenewed.
+    ///
+    /// ```
+    /// use lease_core::{KeeperOptions, LeaseGuard, LeaseKey, MemoryBackend};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let key = LeaseKey::new("reindex")?;
+    /// let builder = LeaseGuard::builder(Arc::new(MemoryBackend::new()), &key, Duration::from_secs(3))
+    ///     .with_keeper(KeeperOptions::default().with_renew_every(Duration::from_secs(1)));
+    /// let (guard, task) = lease_core::block_on(builder.acquire())?;
+    /// std::thread::spawn(move || lease_core::block_on(task));
+    /// lease_core::block_on(guard.release())?;
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`LeaseBackendExt::acquire_with`].
+    pub async fn acquire(self) -> Result<(LeaseGuard, KeeperTask), LeaseError> {
+        let lease = self
+            .backend
+            .acquire_with(&self.key, self.duration, &self.wait)
+            .await?;
+        Ok(LeaseGuard::new(self.backend, lease, self.keeper))
+    }
+
+    /// Acquires and keeps the lease from a thread of its own, without an async runtime: the one
+    /// call for backends that need no I/O reactor (memory, file). Blocks the calling thread
+    /// while it waits.
+    ///
+    /// # Errors
+    /// As [`LeaseBackendExt::acquire_with`]; [`LeaseError::Runtime`] if the keeper thread
+    /// cannot start (the lease is then released best-effort).
+    pub fn acquire_blocking(self) -> Result<LeaseGuard, LeaseError> {
+        let (guard, task) = crate::block_on(self.acquire())?;
+        guard.on_thread(task)
+    }
+
+    /// Acquires and keeps the lease from a task on the current tokio runtime: the one call for
+    /// async code on tokio.
+    ///
+    /// Cancel safety: as [`acquire`](Self::acquire); once acquired, the guard is returned in
+    /// the same poll, so a cancelled call never leaves a kept lease behind.
+    ///
+    /// # Errors
+    /// [`LeaseError::Runtime`] outside a tokio runtime (nothing is sent); otherwise as
+    /// [`LeaseBackendExt::acquire_with`].
+    #[cfg(feature = "tokio")]
+    pub async fn acquire_spawned(self) -> Result<LeaseGuard, LeaseError> {
+        let handle = tokio_handle()?;
+        let (guard, task) = self.acquire().await?;
+        handle.spawn(task);
+        Ok(guard)
     }
 }
 

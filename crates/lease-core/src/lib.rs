@@ -2,15 +2,17 @@
 //! that promise.
 //!
 //! ```
-//! use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
+//! use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
 //! use std::time::Duration;
 //!
 //! let store = MemoryBackend::new();
 //! let key = LeaseKey::new("regenerate-sitemap")?;
 //!
+//! // `acquire` waits until the lease is free; `try_acquire` makes one attempt.
 //! let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
 //! // Somebody else is turned away, and told who holds the lease until when.
-//! let busy = lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap_err();
+//! let once = AcquireOptions::default();
+//! let busy = lease_core::block_on(store.try_acquire(&key, Duration::from_secs(30), &once)).unwrap_err();
 //! assert!(busy.is_held());
 //!
 //! // Pass the fencing token with every write to the protected resource.
@@ -25,13 +27,15 @@
 //!
 //! * [`LeaseBackend`]: the small, dyn-compatible contract of single-attempt operations
 //!   (try-acquire, renew, release, inspect, and the optional compare-and-delete
-//!   [`LeaseBackend::delete`]); [`LeaseBackendExt`] adds waiting and conveniences.
+//!   [`LeaseBackend::delete`]); [`LeaseBackendExt`] adds the waiting
+//!   [`acquire`](LeaseBackendExt::acquire) and conveniences.
 //! * [`LeaseKey`], [`LeaseToken`], [`FencingToken`], [`Lease`], [`LeaseRecord`], [`Holder`].
 //! * [`LeaseError`]: one error enum by meaning, with [`LeaseError::is_held`],
 //!   [`LeaseError::is_not_owned`] and [`LeaseError::is_unsupported`].
 //! * [`Clock`] ([`SystemClock`], [`ManualClock`]) and [`TokenSource`] ([`RandomTokens`]):
 //!   time and randomness are injected.
-//! * [`LeaseGuard`]: keeps a lease alive and tells its holder the moment it can no longer trust it.
+//! * [`LeaseGuard`]: keeps a lease alive and tells its holder the moment it can no longer trust it
+//!   ([`LeaseGuard::builder`] acquires and keeps in one call).
 //! * [`LeaseListing`]: the optional extension that lists the records under one partition key.
 //! * [`FencedValues`]: the optional extension that stores small values (checkpoints) only the
 //!   newest fencing token may write.
@@ -42,7 +46,7 @@
 //!
 //! This crate depends on no async runtime: its futures run on any executor, or on the tiny
 //! [`block_on`] for backends that need no I/O reactor. The `tokio` feature adds
-//! `LeaseGuard::spawn`.
+//! `LeaseGuard::spawn` and `LeaseGuardBuilder::acquire_spawned`.
 //!
 //! # Time
 //!
@@ -99,7 +103,7 @@ pub use contract::{BoxFuture, LeaseBackend, LeaseBackendExt};
 pub use error::{Holder, LeaseError, LossReason, NotOwnedReason};
 pub use exec::{JoinAll, block_on, join_all};
 pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES};
-pub use keeper::{KeeperOptions, KeeperTask, LeaseGuard, LossCallback, Lost};
+pub use keeper::{KeeperOptions, KeeperTask, LeaseGuard, LeaseGuardBuilder, LossCallback, Lost};
 pub use key::{LeaseKey, MAX_KEY_PART_BYTES};
 pub use lease::{Lease, LeaseRecord, MAX_LEASE_DURATION, MIN_LEASE_DURATION};
 pub use listing::LeaseListing;

@@ -12,7 +12,15 @@ use crate::{Holder, LeaseError, LeaseKey};
 /// A callback told about each failed attempt while waiting.
 pub type WaitCallback = Arc<dyn Fn(&WaitEvent<'_>) + Send + Sync>;
 
-/// How [`LeaseBackendExt::acquire_with_wait`](crate::LeaseBackendExt::acquire_with_wait) waits.
+/// How [`LeaseBackendExt::acquire`](crate::LeaseBackendExt::acquire) and
+/// [`acquire_with`](crate::LeaseBackendExt::acquire_with) wait.
+///
+/// [`WaitOptions::default()`] waits **until acquired**, with no timeout: what `lock()` and
+/// `acquire()` mean in `std`, `lock_api` and `tokio::sync`. A held lease is waited out, and so
+/// are transient failures of the store, so against a remote store that stays unreachable the
+/// default wait lasts until the store answers again; [`on_wait`](Self::on_wait) and the
+/// `debug` trace of each failed attempt show why it waits. Give a timeout
+/// ([`WaitOptions::new`]) where giving up matters more than getting the lease.
 ///
 /// ```
 /// use lease_core::WaitOptions;
@@ -63,7 +71,7 @@ impl WaitOptions {
         }
     }
 
-    /// Wait for as long as it takes: [`LeaseBackendExt::acquire_with_wait`](crate::LeaseBackendExt::acquire_with_wait)
+    /// Wait for as long as it takes (the [`Default`]): [`LeaseBackendExt::acquire_with`](crate::LeaseBackendExt::acquire_with)
     /// returns only with the lease or an error that waiting cannot cure.
     pub fn forever() -> Self {
         Self::new(Duration::MAX)
@@ -91,6 +99,18 @@ impl WaitOptions {
     /// The timeout; `None` waits forever.
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
+    }
+}
+
+impl Default for WaitOptions {
+    /// [`forever`](Self::forever): wait until acquired, backoff from 25 ms doubling to 1 s.
+    ///
+    /// ```
+    /// use lease_core::WaitOptions;
+    /// assert_eq!(WaitOptions::default().timeout(), None);
+    /// ```
+    fn default() -> Self {
+        Self::forever()
     }
 }
 
@@ -198,15 +218,14 @@ mod tests {
         let d = Duration::from_secs(10);
         for timeout in [Duration::MAX, WaitOptions::MAX_TIMEOUT, Duration::ZERO] {
             let wait = WaitOptions::new(timeout);
-            let lease = crate::block_on(store.acquire_with_wait(&key, d, &wait));
+            let lease = crate::block_on(store.acquire_with(&key, d, &wait));
             let lease = lease.unwrap_or_else(|e| panic!("{timeout:?}: {e}"));
             crate::block_on(store.release_lease(&lease)).unwrap_or_else(|e| panic!("{e}"));
         }
         // Waiting forever on a held key outlasts any finite wait, and ends at its expiry.
         let held = crate::block_on(store.acquire(&key, d)).unwrap_or_else(|e| panic!("{e}"));
         clock.set_auto_advance(true);
-        let next = crate::block_on(store.acquire_with_wait(&key, d, &WaitOptions::forever()))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let next = crate::block_on(store.acquire(&key, d)).unwrap_or_else(|e| panic!("{e}"));
         assert!(next.fencing_token() > held.fencing_token());
         assert!(clock.elapsed() >= d);
     }

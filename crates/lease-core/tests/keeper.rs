@@ -9,7 +9,7 @@ use std::time::Duration;
 use lease_core::{
     AcquireOptions, BoxFuture, Clock, FencingToken, KeeperOptions, Lease, LeaseBackend,
     LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseRecord, LeaseToken, LossReason,
-    ManualClock, MemoryBackend, NotOwnedReason,
+    ManualClock, MemoryBackend, NotOwnedReason, WaitOptions,
 };
 
 /// Wraps the memory backend; renewals can be made to fail or hang.
@@ -130,8 +130,31 @@ fn renews_every_third_and_keeps_the_lease_for_many_durations() {
     }
     assert!(clock.elapsed() >= D * 4);
     assert_eq!(guard.check(), Ok(lease.fencing_token()));
-    let err = lease_core::block_on(backend.acquire(lease.key(), D)).unwrap_err();
+    let once = AcquireOptions::default();
+    let err = lease_core::block_on(backend.try_acquire(lease.key(), D, &once)).unwrap_err();
     assert!(err.is_held());
+}
+
+#[test]
+fn the_builder_waits_as_told_and_keeps_what_it_acquires() {
+    let (clock, backend, lease) = setup();
+    // A zero wait is one attempt: turned away with a timeout naming the holder.
+    let err = LeaseGuard::builder(backend.clone(), lease.key(), D)
+        .with_wait(WaitOptions::new(Duration::ZERO))
+        .acquire_blocking()
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    assert!(err.holder().is_some());
+    // The default waits until the holder's lease expires, then keeps the new one.
+    clock.set_auto_advance(true);
+    let guard = LeaseGuard::builder(backend.clone(), lease.key(), D)
+        .with_keeper(KeeperOptions::default().with_renew_every(D / 3))
+        .acquire_blocking()
+        .unwrap();
+    clock.set_auto_advance(false);
+    assert!(guard.fencing_token() > lease.fencing_token());
+    assert!(clock.elapsed() >= D, "waited for the expiry");
+    lease_core::block_on(guard.release()).unwrap();
 }
 
 #[test]
@@ -241,10 +264,11 @@ async fn spawns_on_tokio_and_runs_with_the_system_clock() {
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(guard.check().is_ok(), "renewed for three durations");
     guard.release().await.unwrap();
-    assert!(
-        backend
-            .acquire(&key, Duration::from_millis(300))
-            .await
-            .is_ok()
-    );
+    let guard = LeaseGuard::builder(backend.clone(), &key, Duration::from_millis(300))
+        .acquire_spawned()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(guard.check().is_ok(), "kept from a tokio task");
+    guard.release().await.unwrap();
 }

@@ -29,6 +29,7 @@ use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef;
 use aws_smithy_types::config_bag::ConfigBag;
+use lease_core::AcquireOptions;
 use lease_core::LeaseBackendExt;
 use lease_core::{LeaseBackend, LeaseKey};
 use lease_dynamo::DynamoLeases;
@@ -366,10 +367,10 @@ impl Bench<'_> {
     async fn ours(&self, i: usize) -> ([Duration; 4], [usize; 4]) {
         let (leases, counter) = (self.leases, self.counter);
         let key = LeaseKey::new(format!("ours-{i}")).unwrap();
-        let (lease, t_acq) = timed(leases.acquire(&key, D)).await;
+        let (lease, t_acq) = timed(leases.try_acquire(&key, D, &AcquireOptions::default())).await;
         let lease = lease.unwrap();
         let req_acq = counter.take().len();
-        let (held, t_cont) = timed(leases.acquire(&key, D)).await;
+        let (held, t_cont) = timed(leases.try_acquire(&key, D, &AcquireOptions::default())).await;
         assert!(held.unwrap_err().is_held());
         let req_cont = counter.take().len();
         let (renewed, t_renew) = timed(leases.renew(&lease, D)).await;

@@ -4,8 +4,12 @@
 //!
 //! These are thin shims over [`DynamoLeases`]'s [`LeaseBackend`] implementation: the same single
 //! request per call, the same items, the same errors. New code uses the trait methods on
-//! [`DynamoLeases`] directly ([`LeaseBackendExt::acquire`], [`LeaseBackend::renew`],
+//! [`DynamoLeases`] directly ([`LeaseBackend::try_acquire`], [`LeaseBackend::renew`],
 //! [`LeaseBackendExt::release_lease`]), which take a [`LeaseKey`] and work on every backend.
+//!
+//! The verbs differ: Go's `Acquire` makes **one** attempt, which is
+//! [`LeaseBackend::try_acquire`] in Rust; Rust's [`LeaseBackendExt::acquire`] **waits** until
+//! the lease is free, as `lock()` does ([`LeaseBackendExt::acquire_with`] with a timeout).
 //!
 //! | Go | here |
 //! |---|---|
@@ -20,6 +24,7 @@
 //! | `WithTokenGenerator` | [`DynamoLeasesBuilder::with_token_source`] |
 //! | `WithValidateInput` | [`DynamoLeasesBuilder::with_input_validation`] |
 //! | `Manager.Acquire` / `AcquireKey` / `Refresh` / `Release` | [`Manager::acquire`] / [`acquire_key`](Manager::acquire_key) / [`refresh`](Manager::refresh) / [`release`](Manager::release) |
+//! | the same, on every backend | [`LeaseBackend::try_acquire`] (one attempt) / the same with a [`LeaseKey`] / [`LeaseBackend::renew`] / [`LeaseBackendExt::release_lease`] |
 //! | `IsLeaseHeld` / `IsLeaseNotOwned` | [`is_lease_held`] / [`is_lease_not_owned`] |
 //!
 //! ```no_run
@@ -52,7 +57,7 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use lease_core::{Lease, LeaseBackend, LeaseBackendExt, LeaseError, LeaseKey};
+use lease_core::{AcquireOptions, Lease, LeaseBackend, LeaseBackendExt, LeaseError, LeaseKey};
 
 use crate::DynamoLeases;
 
@@ -87,7 +92,8 @@ impl Manager {
     }
 
     /// Acquires the lease named by partition key `pk` alone (stored under the lock sort key),
-    /// for `duration`: one conditional `UpdateItem` (Go: `Acquire`).
+    /// for `duration`: one conditional `UpdateItem`, one attempt (Go: `Acquire`; Rust:
+    /// [`LeaseBackend::try_acquire`]).
     ///
     /// # Errors
     /// [`LeaseError::Held`] (see [`is_lease_held`]) naming the holder, its expiry and fencing
@@ -95,7 +101,7 @@ impl Manager {
     /// [`LeaseError::Backend`].
     pub async fn acquire(&self, pk: &str, duration: Duration) -> Result<Lease, LeaseError> {
         let key = LeaseKey::new(pk)?;
-        self.leases.acquire(&key, duration).await
+        self.acquire_key(&key, duration).await
     }
 
     /// Acquires the lease named by `key` (Go: `AcquireKey`). A key without a sort key is stored
@@ -108,7 +114,9 @@ impl Manager {
         key: &LeaseKey,
         duration: Duration,
     ) -> Result<Lease, LeaseError> {
-        self.leases.acquire(key, duration).await
+        self.leases
+            .try_acquire(key, duration, &AcquireOptions::default())
+            .await
     }
 
     /// Extends `lease` to `duration` from now: one conditional `UpdateItem` (Go: `Refresh`).

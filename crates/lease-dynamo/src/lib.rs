@@ -3,7 +3,7 @@
 //! reconciled instead of dropping a lease that is still held.
 //!
 //! ```no_run
-//! use lease_dynamo::{DynamoLeases, LeaseBackend, LeaseBackendExt, LeaseKey};
+//! use lease_dynamo::{AcquireOptions, DynamoLeases, LeaseBackend, LeaseBackendExt, LeaseKey};
 //! use std::time::Duration;
 //!
 //! # async fn demo() -> Result<(), lease_core::LeaseError> {
@@ -13,7 +13,9 @@
 //! leases.ensure_table().await?; // once: on-demand table with TTL
 //!
 //! let key = LeaseKey::new("regenerate-sitemap")?;
-//! match leases.acquire(&key, Duration::from_secs(30)).await {
+//! // One attempt; `leases.acquire(&key, d)` would wait until the lease is free.
+//! let once = AcquireOptions::default();
+//! match leases.try_acquire(&key, Duration::from_secs(30), &once).await {
 //!     Ok(lease) => {
 //!         // Pass lease.fencing_token() with every write to the protected resource.
 //!         let lease = leases.renew(&lease, Duration::from_secs(30)).await?;

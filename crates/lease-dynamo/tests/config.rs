@@ -23,7 +23,7 @@ use lease_core::{
 use lease_dynamo::{DynamoError, DynamoLeases, RetryPolicy};
 
 const D: Duration = Duration::from_secs(10);
-/// How long `acquire_with_wait` may wait: a permanent error must come back well before.
+/// How long `acquire_with` may wait: a permanent error must come back well before.
 const WAIT: Duration = Duration::from_secs(5);
 /// "At once": one request (or none), far below `WAIT`.
 const AT_ONCE: Duration = Duration::from_millis(1500);
@@ -68,7 +68,7 @@ fn dynamo_error(error: &LeaseError) -> &DynamoError {
         .unwrap_or_else(|| panic!("not a DynamoError: {error:?}"))
 }
 
-/// `try_acquire` and `acquire_with_wait` both fail at once, permanently, naming the cause.
+/// `try_acquire` and `acquire_with` both fail at once, permanently, naming the cause.
 async fn fails_at_once(leases: &DynamoLeases, what: &str, needles: &[&str]) -> String {
     let key = key();
     let started = Instant::now();
@@ -86,7 +86,7 @@ async fn fails_at_once(leases: &DynamoLeases, what: &str, needles: &[&str]) -> S
 
     let started = Instant::now();
     let waited = leases
-        .acquire_with_wait(&key, D, &WaitOptions::new(WAIT))
+        .acquire_with(&key, D, &WaitOptions::new(WAIT))
         .await
         .expect_err(what);
     let took = started.elapsed();
@@ -95,7 +95,7 @@ async fn fails_at_once(leases: &DynamoLeases, what: &str, needles: &[&str]) -> S
         "{what}: not a backend error: {waited}"
     );
     assert!(!waited.is_transient(), "{what}: {waited}");
-    assert!(took < AT_ONCE, "{what}: acquire_with_wait took {took:?}");
+    assert!(took < AT_ONCE, "{what}: acquire_with took {took:?}");
     assert_eq!(report(&waited), text, "{what}: the same error both ways");
     println!("{what}: {text}");
     text
@@ -254,7 +254,7 @@ fn a_refused_connection_is_still_transient() {
         assert!(error.is_transient(), "{error}");
         let started = Instant::now();
         let error = leases
-            .acquire_with_wait(&key(), D, &WaitOptions::new(Duration::from_millis(500)))
+            .acquire_with(&key(), D, &WaitOptions::new(Duration::from_millis(500)))
             .await
             .expect_err("refused");
         assert!(error.is_timeout(), "{error}");
@@ -394,7 +394,7 @@ fn create_table_refuses_an_existing_table_with_another_key_schema() {
                 .unwrap();
             renamed.ensure_table().await.expect("renamed keys match");
             renamed
-                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                 .await
                 .expect("usable");
             // And the default names on that table are refused, naming both schemas.

@@ -54,7 +54,7 @@ fn lost_acquire_reply_is_reconciled_from_all_old() {
             let r = rig(&endpoint, RetryPolicy::default()).await;
             let first = r
                 .leases
-                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                 .await
                 .unwrap();
             r.leases.release_lease(&first).await.unwrap();
@@ -63,7 +63,7 @@ fn lost_acquire_reply_is_reconciled_from_all_old() {
             r.faults.lose_replies(1);
             let lease = r
                 .leases
-                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                 .await
                 .unwrap();
             assert_eq!(r.faults.lost(), 1, "the first reply was lost");
@@ -82,7 +82,7 @@ fn lost_acquire_reply_is_reconciled_from_all_old() {
             // We really hold it: renew and release work, others are turned away.
             assert!(
                 r.leases
-                    .acquire(&LeaseKey::new("k").unwrap(), D)
+                    .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                     .await
                     .unwrap_err()
                     .is_held()
@@ -99,14 +99,14 @@ fn lost_takeover_reply_is_reconciled() {
         let r = rig(&endpoint, RetryPolicy::default()).await;
         let old = r
             .leases
-            .acquire(&LeaseKey::new("k").unwrap(), D)
+            .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
             .await
             .unwrap();
         r.clock.advance(D + Duration::from_millis(1));
         r.faults.lose_replies(1);
         let new = r
             .leases
-            .acquire(&LeaseKey::new("k").unwrap(), D)
+            .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
             .await
             .unwrap();
         assert_eq!(r.faults.lost(), 1);
@@ -123,7 +123,7 @@ fn lost_renew_reply_keeps_the_lease() {
         let r = rig(&endpoint, RetryPolicy::default()).await;
         let lease = r
             .leases
-            .acquire(&LeaseKey::new("k").unwrap(), D)
+            .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
             .await
             .unwrap();
         r.clock.advance(D / 2);
@@ -145,7 +145,7 @@ fn lost_renew_reply_keeps_the_lease() {
         r.clock.advance(D / 2 + Duration::from_millis(5));
         assert!(
             r.leases
-                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                 .await
                 .unwrap_err()
                 .is_held()
@@ -160,7 +160,7 @@ fn lost_release_reply_is_reconciled() {
         // Go-style release, which knows the fencing token.
         let lease = r
             .leases
-            .acquire(&LeaseKey::new("a").unwrap(), D)
+            .try_acquire(&LeaseKey::new("a").unwrap(), D, &AcquireOptions::default())
             .await
             .unwrap();
         r.counter.take();
@@ -177,7 +177,7 @@ fn lost_release_reply_is_reconciled() {
         // The trait's release(key, token, fencing).
         let lease = r
             .leases
-            .acquire(&LeaseKey::new("b").unwrap(), D)
+            .try_acquire(&LeaseKey::new("b").unwrap(), D, &AcquireOptions::default())
             .await
             .unwrap();
         r.faults.lose_replies(1);
@@ -201,7 +201,11 @@ fn a_lost_reply_never_makes_a_strangers_release_succeed() {
         |endpoint| async move {
             let r = rig(&endpoint, RetryPolicy::default()).await;
             let key = LeaseKey::new("free").unwrap();
-            let lease = r.leases.acquire(&key, D).await.unwrap();
+            let lease = r
+                .leases
+                .try_acquire(&key, D, &AcquireOptions::default())
+                .await
+                .unwrap();
             r.leases.release_lease(&lease).await.unwrap();
             let stranger = RandomTokens.next_token();
             for fencing in [lease.fencing_token(), FencingToken::NONE] {
@@ -268,7 +272,7 @@ fn throttling_and_5xx_are_retried_with_backoff() {
             let r = rig(&endpoint, RetryPolicy::default()).await;
             let first = r
                 .leases
-                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                 .await
                 .unwrap();
             r.leases.release_lease(&first).await.unwrap();
@@ -277,7 +281,7 @@ fn throttling_and_5xx_are_retried_with_backoff() {
             r.faults.throttle(2);
             let lease = r
                 .leases
-                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                 .await
                 .unwrap();
             assert_eq!(r.faults.throttled(), 2);
@@ -309,7 +313,7 @@ fn sdk_retries_are_off_and_persistent_throttling_is_transient() {
             r.faults.throttle(1);
             let err = r
                 .leases
-                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                 .await
                 .unwrap_err();
             assert!(err.is_transient(), "{err}");
@@ -327,7 +331,7 @@ fn sdk_retries_are_off_and_persistent_throttling_is_transient() {
             r.faults.throttle(10);
             let err = r
                 .leases
-                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                 .await
                 .unwrap_err();
             assert!(err.is_transient(), "{err}");
@@ -344,7 +348,7 @@ fn renew_retries_stop_at_the_lease_deadline() {
             let r = rig(&endpoint, RetryPolicy::default().with_max_attempts(10)).await;
             let lease = r
                 .leases
-                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                 .await
                 .unwrap();
             // Past the holder's deadline (duration minus margin) but before the store's expiry.
@@ -378,7 +382,7 @@ fn missing_table_is_a_permanent_error_naming_it() {
             );
             let leases = DynamoLeases::new(client, "no-such-table-here").unwrap();
             let err = leases
-                .acquire(&LeaseKey::new("k").unwrap(), D)
+                .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                 .await
                 .unwrap_err();
             assert!(!err.is_transient(), "{err}");
@@ -506,7 +510,11 @@ fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
             let key = LeaseKey::new("gone").unwrap();
             let lease = r
                 .leases
-                .acquire(&LeaseKey::new("gone").unwrap(), D)
+                .try_acquire(
+                    &LeaseKey::new("gone").unwrap(),
+                    D,
+                    &AcquireOptions::default(),
+                )
                 .await
                 .unwrap();
             r.counter.take();
@@ -528,7 +536,11 @@ fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
             // Applied, reply lost: the retry finds the item gone and cannot prove it was ours.
             let lease = r
                 .leases
-                .acquire(&LeaseKey::new("gone").unwrap(), D)
+                .try_acquire(
+                    &LeaseKey::new("gone").unwrap(),
+                    D,
+                    &AcquireOptions::default(),
+                )
                 .await
                 .unwrap();
             r.counter.take();
@@ -556,7 +568,11 @@ fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
             let once = rig(&endpoint, RetryPolicy::none()).await;
             let lease = once
                 .leases
-                .acquire(&LeaseKey::new("gone").unwrap(), D)
+                .try_acquire(
+                    &LeaseKey::new("gone").unwrap(),
+                    D,
+                    &AcquireOptions::default(),
+                )
                 .await
                 .unwrap();
             once.faults.lose_replies(1);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use lease_core::AcquireOptions;
 use lease_core::LeaseBackendExt;
 use lease_core::{FencedValues, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
 use lease_dynamo::{AttributeNames, DynamoLeases};
@@ -41,7 +42,11 @@ fn fenced_value_and_lease_coexist_on_one_item() {
         let key = LeaseKey::new("shared").unwrap();
 
         let lease = leases
-            .acquire(&LeaseKey::new("shared").unwrap(), D)
+            .try_acquire(
+                &LeaseKey::new("shared").unwrap(),
+                D,
+                &AcquireOptions::default(),
+            )
             .await
             .unwrap();
         let before = raw_item(&client, &leases, "shared", "LOCK").await;
@@ -75,7 +80,11 @@ fn fenced_value_and_lease_coexist_on_one_item() {
         leases.release_lease(&lease).await.unwrap();
         clock.advance(D);
         let next = leases
-            .acquire(&LeaseKey::new("shared").unwrap(), D)
+            .try_acquire(
+                &LeaseKey::new("shared").unwrap(),
+                D,
+                &AcquireOptions::default(),
+            )
             .await
             .unwrap();
         assert_eq!(next.fencing_token().get(), lease.fencing_token().get() + 1);
@@ -110,7 +119,10 @@ fn fenced_value_and_lease_coexist_on_one_item() {
                 .is_empty()
         );
         // And a lease can still be taken on that key, keeping the value.
-        let l = leases.acquire(&name, D).await.unwrap();
+        let l = leases
+            .try_acquire(&name, D, &AcquireOptions::default())
+            .await
+            .unwrap();
         leases.release_lease(&l).await.unwrap();
         assert_eq!(
             leases.fence_and_read(&name, t(2)).await.unwrap().as_deref(),
@@ -135,7 +147,10 @@ fn delete_keeps_a_fenced_value_that_shares_the_item() {
         };
         let (leases, client) = support::leases(&endpoint, &wiring, |b| b).await;
         let key = LeaseKey::with_sort_key("units", "retired").unwrap();
-        let lease = leases.acquire(&key, D).await.unwrap();
+        let lease = leases
+            .try_acquire(&key, D, &AcquireOptions::default())
+            .await
+            .unwrap();
         let fence = lease.fencing_token();
         leases.put_fenced(&key, fence, b"final").await.unwrap();
         counter.take();

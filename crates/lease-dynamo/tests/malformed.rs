@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
+use lease_core::AcquireOptions;
 use lease_core::{
     Clock, FencingToken, LeaseBackend, LeaseBackendExt, LeaseKey, LeaseListing, ManualClock,
     WaitOptions,
@@ -85,7 +86,10 @@ fn foreign_tokens_are_shown_held_and_breakable() {
                 )
                 .await;
                 let key = LeaseKey::new(pk).unwrap();
-                let err = leases.acquire(&key, D).await.unwrap_err();
+                let err = leases
+                    .try_acquire(&key, D, &AcquireOptions::default())
+                    .await
+                    .unwrap_err();
                 assert!(err.is_held(), "{pk}: {err}");
                 let record = LeaseBackend::inspect(&leases, &key).await.unwrap().unwrap();
                 let holder = record
@@ -98,7 +102,10 @@ fn foreign_tokens_are_shown_held_and_breakable() {
                 LeaseBackend::release(&leases, &key, holder.token().unwrap(), record.fencing())
                     .await
                     .unwrap_or_else(|e| panic!("{pk}: cannot break: {e}"));
-                leases.acquire(&key, D).await.unwrap();
+                leases
+                    .try_acquire(&key, D, &AcquireOptions::default())
+                    .await
+                    .unwrap();
             }
         },
     );
@@ -129,7 +136,7 @@ fn a_holder_without_a_usable_expiry_is_explained_and_breakable() {
                 let key = LeaseKey::new(pk).unwrap();
                 let wait = WaitOptions::new(Duration::from_secs(30));
                 let started = std::time::Instant::now();
-                let err = leases.acquire_with_wait(&key, D, &wait).await.unwrap_err();
+                let err = leases.acquire_with(&key, D, &wait).await.unwrap_err();
                 assert!(
                     started.elapsed() < Duration::from_secs(5),
                     "{pk}: not retried until the timeout"
@@ -143,7 +150,10 @@ fn a_holder_without_a_usable_expiry_is_explained_and_breakable() {
                 LeaseBackend::release(&leases, &key, &token, record.fencing())
                     .await
                     .unwrap();
-                leases.acquire(&key, D).await.unwrap();
+                leases
+                    .try_acquire(&key, D, &AcquireOptions::default())
+                    .await
+                    .unwrap();
             }
         },
     );
@@ -171,7 +181,10 @@ fn a_malformed_fencing_counter_never_half_acquires() {
             for (pk, counter, shown) in cases {
                 plant(&client, leases.table(), pk, &[("lease_fence", counter)]).await;
                 let key = LeaseKey::new(pk).unwrap();
-                let err = leases.acquire(&key, D).await.unwrap_err();
+                let err = leases
+                    .try_acquire(&key, D, &AcquireOptions::default())
+                    .await
+                    .unwrap_err();
                 assert!(err.is_corrupt() && !err.is_transient(), "{pk}: {err}");
                 let text = err.to_string();
                 assert!(
@@ -184,7 +197,13 @@ fn a_malformed_fencing_counter_never_half_acquires() {
                     "{pk}: nobody holds the key: {item:?}"
                 );
                 // Again: the same clear error, never a lease.
-                assert!(leases.acquire(&key, D).await.is_err(), "{pk}");
+                assert!(
+                    leases
+                        .try_acquire(&key, D, &AcquireOptions::default())
+                        .await
+                        .is_err(),
+                    "{pk}"
+                );
             }
             // The largest valid counter: the next token would not fit a signed 64-bit column.
             plant(
@@ -195,7 +214,11 @@ fn a_malformed_fencing_counter_never_half_acquires() {
             )
             .await;
             let err = leases
-                .acquire(&LeaseKey::new("exhausted").unwrap(), D)
+                .try_acquire(
+                    &LeaseKey::new("exhausted").unwrap(),
+                    D,
+                    &AcquireOptions::default(),
+                )
                 .await
                 .unwrap_err();
             assert!(err.is_corrupt(), "{err}");
@@ -223,7 +246,11 @@ fn a_huge_owner_makes_a_short_message() {
             )
             .await;
             let err = leases
-                .acquire(&LeaseKey::new("big").unwrap(), D)
+                .try_acquire(
+                    &LeaseKey::new("big").unwrap(),
+                    D,
+                    &AcquireOptions::default(),
+                )
                 .await
                 .unwrap_err();
             assert!(err.is_held());
@@ -244,7 +271,7 @@ fn a_zero_ttl_buffer_writes_no_ttl() {
         let (leases, client, clock) = rig(&endpoint).await;
         let table = leases.table().to_owned();
         let lease = leases
-            .acquire(&LeaseKey::new("k").unwrap(), D)
+            .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
             .await
             .unwrap();
         assert!(raw(&client, &table, "k").await.contains_key("ttl"));
@@ -254,7 +281,10 @@ fn a_zero_ttl_buffer_writes_no_ttl() {
             .with_ttl_buffer(Duration::ZERO)
             .build()
             .unwrap();
-        let lease = zero.acquire(&LeaseKey::new("k").unwrap(), D).await.unwrap();
+        let lease = zero
+            .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
+            .await
+            .unwrap();
         assert!(
             !raw(&client, &table, "k").await.contains_key("ttl"),
             "acquire removed the old ttl"
@@ -293,21 +323,29 @@ fn extreme_durations_never_panic() {
             .build()
             .unwrap();
         let lease = unvalidated
-            .acquire(&LeaseKey::new("max").unwrap(), Duration::MAX)
+            .try_acquire(
+                &LeaseKey::new("max").unwrap(),
+                Duration::MAX,
+                &AcquireOptions::default(),
+            )
             .await
             .unwrap();
         assert!(lease.is_trusted(clock.as_ref()));
         let renewed = unvalidated.renew(&lease, Duration::MAX).await.unwrap();
         unvalidated.release_lease(&renewed).await.unwrap();
         let err = leases
-            .acquire(&LeaseKey::new("max").unwrap(), Duration::MAX)
+            .try_acquire(
+                &LeaseKey::new("max").unwrap(),
+                Duration::MAX,
+                &AcquireOptions::default(),
+            )
             .await
             .unwrap_err();
         assert!(err.is_invalid_input(), "validation on: {err}");
 
         let key = LeaseKey::new("forever").unwrap();
         let lease = leases
-            .acquire_with_wait(&key, D, &WaitOptions::new(Duration::MAX))
+            .acquire_with(&key, D, &WaitOptions::new(Duration::MAX))
             .await
             .unwrap();
         leases.release_lease(&lease).await.unwrap();

@@ -7,6 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lease_core::AcquireOptions;
 use lease_core::LeaseBackendExt;
 use lease_core::{FencedValues, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
 use support::{RequestCounter, Wiring};
@@ -35,13 +36,21 @@ fn one_request_per_operation() {
         };
 
         let lease = leases
-            .acquire(&LeaseKey::new("job").unwrap(), D)
+            .try_acquire(
+                &LeaseKey::new("job").unwrap(),
+                D,
+                &AcquireOptions::default(),
+            )
             .await
             .unwrap();
         expect("acquire (new item)", &["UpdateItem"]);
 
         let err = leases
-            .acquire(&LeaseKey::new("job").unwrap(), D)
+            .try_acquire(
+                &LeaseKey::new("job").unwrap(),
+                D,
+                &AcquireOptions::default(),
+            )
             .await
             .unwrap_err();
         assert!(err.is_held());
@@ -55,14 +64,22 @@ fn one_request_per_operation() {
         expect("release", &["UpdateItem"]);
 
         let again = leases
-            .acquire(&LeaseKey::new("job").unwrap(), D)
+            .try_acquire(
+                &LeaseKey::new("job").unwrap(),
+                D,
+                &AcquireOptions::default(),
+            )
             .await
             .unwrap();
         expect("acquire (released item)", &["UpdateItem"]);
 
         clock.advance(D + Duration::from_millis(1));
         let taken = leases
-            .acquire(&LeaseKey::new("job").unwrap(), D)
+            .try_acquire(
+                &LeaseKey::new("job").unwrap(),
+                D,
+                &AcquireOptions::default(),
+            )
             .await
             .unwrap();
         assert!(taken.fencing_token() > again.fencing_token());
@@ -149,10 +166,17 @@ fn listing_follows_query_pages() {
         let (leases, _) = support::leases(&endpoint, &wiring, |b| b.with_list_page_size(2)).await;
         for sort in ["e", "d", "b", "c", "a"] {
             let key = LeaseKey::with_sort_key("paged", sort).unwrap();
-            leases.acquire(&key, D).await.unwrap();
+            leases
+                .try_acquire(&key, D, &AcquireOptions::default())
+                .await
+                .unwrap();
         }
         leases
-            .acquire(&LeaseKey::new("paged-not").unwrap(), D)
+            .try_acquire(
+                &LeaseKey::new("paged-not").unwrap(),
+                D,
+                &AcquireOptions::default(),
+            )
             .await
             .unwrap();
         counter.take();

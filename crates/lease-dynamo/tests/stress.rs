@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lease_core::AcquireOptions;
 use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
 use lease_dynamo::DynamoLeases;
 
@@ -56,7 +57,10 @@ async fn contender(
         round += 1;
         let k = (round * 7 + id) % KEYS;
         tally.attempts.fetch_add(1, Ordering::Relaxed);
-        let lease = match leases.acquire(&keys[k], DURATION).await {
+        let lease = match leases
+            .try_acquire(&keys[k], DURATION, &AcquireOptions::default())
+            .await
+        {
             Ok(lease) => lease,
             Err(e) if e.is_held() => {
                 tally.held_errors.fetch_add(1, Ordering::Relaxed);

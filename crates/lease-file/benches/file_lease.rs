@@ -7,8 +7,8 @@
 //!    give the medians; a ratio is the median of the per-round ratios, so variants measured in
 //!    the same second share that second's noise. Target: kernel mode at most 2.5x the floor.
 //! 2. Takeover after SIGKILL of the holder, default options: time from the SIGKILL to the
-//!    waiter's acquisition for `FileLock::acquire_with_wait`, for `DirectoryStore` through
-//!    lease-core's `acquire_with_wait`, and for the `lease run` command line tool, against a
+//!    waiter's acquisition for `FileLock::acquire_with`, for `DirectoryStore` through
+//!    lease-core's `acquire_with`, and for the `lease run` command line tool, against a
 //!    process blocked in `flock` on a plain file whose holder is SIGKILLed (the floor). Target:
 //!    at most 2x the floor.
 //! 3. A held lease's heartbeat cost: CPU time of the holder process over wall time while it
@@ -35,7 +35,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use lease_core::{LeaseBackendExt, LeaseKey};
+use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey};
 use lease_file::{DirectoryStore, FileLock, ModePreference};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -344,7 +344,8 @@ fn uncontended(cfg: &Config, d: &Path) -> Uncontended {
     );
     let ttl = Duration::from_secs(30);
     let store_cycle = |store: &DirectoryStore, key: &LeaseKey| {
-        let lease = lease_core::block_on(store.acquire(key, ttl)).unwrap();
+        let lease =
+            lease_core::block_on(store.try_acquire(key, ttl, &AcquireOptions::default())).unwrap();
         lease_core::block_on(store.release_lease(&lease)).unwrap();
     };
     let mut variants = vec![
@@ -363,8 +364,7 @@ fn uncontended(cfg: &Config, d: &Path) -> Uncontended {
         variant(
             "`FileLock` try_acquire + release, kernel mode",
             Box::new(|| {
-                lock.try_acquire().unwrap();
-                lock.release().unwrap();
+                lock.try_acquire().unwrap().release().unwrap();
             }),
         ),
         variant(
@@ -374,8 +374,7 @@ fn uncontended(cfg: &Config, d: &Path) -> Uncontended {
         variant(
             "`FileLock`, heartbeat-only mode",
             Box::new(|| {
-                hb_lock.try_acquire().unwrap();
-                hb_lock.release().unwrap();
+                hb_lock.try_acquire().unwrap().release().unwrap();
             }),
         ),
         variant(
@@ -544,8 +543,8 @@ impl Waiter {
             Self::FloorHandedOver => {
                 "(diagnostic) the same `flock` in a helper thread, handed to the main thread"
             }
-            Self::Lock => "`FileLock::acquire_with_wait`",
-            Self::Store => "`DirectoryStore` + lease-core `acquire_with_wait`",
+            Self::Lock => "`FileLock::acquire_with`",
+            Self::Store => "`DirectoryStore` + lease-core `acquire_with`",
             Self::Cli => "`lease run --file` (lease-cli, optimized build)",
             Self::CliHolderOnly => {
                 "(diagnostic) `lease run` holder, waiter blocked in `flock` on its lock directory"
@@ -1061,7 +1060,7 @@ fn report(r: &Report<'_>) -> String {
         "### Takeover after SIGKILL of the holder\n\nTime from the SIGKILL to the waiter's \
          acquisition (stamped by the waiter), median of {} trials per waiter, waiters \
          interleaved; default options (`FileLock`: retry delay 20 ms, stale threshold 3 s; \
-         `acquire_with_wait`: backoff 25 ms to 1 s, 30 s lease; `lease run`: its defaults, \
+         `acquire_with`: backoff 25 ms to 1 s, 30 s lease; `lease run`: its defaults, \
          the holder's command inheriting the kernel lock). Target: at most 2x the floor.\n",
         cfg.trials
     );
@@ -1243,7 +1242,8 @@ mod helper {
     use std::time::Duration;
 
     use lease_core::{
-        KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseGuard, LeaseKey, WaitOptions,
+        AcquireOptions, KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseGuard, LeaseKey,
+        WaitOptions,
     };
     use lease_file::{DirectoryStore, FileLock, ModePreference};
 
@@ -1367,20 +1367,22 @@ mod helper {
                     .with_mode(mode(arg(2)))
                     .build()
                     .unwrap();
-                lock.acquire_with_wait(&WaitOptions::new(Duration::from_secs(60)))
+                let guard = lock
+                    .acquire_with(&WaitOptions::new(Duration::from_secs(60)))
                     .unwrap();
                 say(&format!("acquired {}", unix_ns()));
                 serve();
-                lock.release().unwrap();
+                guard.release().unwrap();
             }
             "wait-lock" => {
                 let lock = FileLock::new(arg(1)).unwrap();
                 assert!(lock.try_acquire().unwrap_err().is_held());
                 say("waiting");
-                lock.acquire_with_wait(&WaitOptions::new(Duration::from_secs(60)))
+                let guard = lock
+                    .acquire_with(&WaitOptions::new(Duration::from_secs(60)))
                     .unwrap();
                 say(&format!("acquired {}", unix_ns()));
-                lock.release().unwrap();
+                guard.release().unwrap();
             }
             "hold-store" => {
                 let store = Arc::new(
@@ -1390,8 +1392,7 @@ mod helper {
                         .unwrap(),
                 );
                 let wait = WaitOptions::new(Duration::from_secs(60));
-                let lease =
-                    lease_core::block_on(store.acquire_with_wait(&key, TTL, &wait)).unwrap();
+                let lease = lease_core::block_on(store.acquire_with(&key, TTL, &wait)).unwrap();
                 let every: u64 = arg(3).parse().unwrap();
                 say(&format!("acquired {}", unix_ns()));
                 if every > 0 {
@@ -1412,14 +1413,13 @@ mod helper {
             "wait-store" => {
                 let store = DirectoryStore::open(arg(1)).unwrap();
                 assert!(
-                    lease_core::block_on(store.acquire(&key, TTL))
+                    lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
                         .unwrap_err()
                         .is_held()
                 );
                 say("waiting");
                 let wait = WaitOptions::new(Duration::from_secs(60));
-                let lease =
-                    lease_core::block_on(store.acquire_with_wait(&key, TTL, &wait)).unwrap();
+                let lease = lease_core::block_on(store.acquire_with(&key, TTL, &wait)).unwrap();
                 say(&format!("acquired {}", unix_ns()));
                 lease_core::block_on(store.release_lease(&lease)).unwrap();
             }
@@ -1457,14 +1457,15 @@ mod helper {
         if face == "lock" {
             let lock = FileLock::new(std::path::Path::new(dir).join("a")).unwrap();
             for _ in 0..=n {
-                lock.try_acquire().unwrap();
-                lock.release().unwrap();
+                lock.try_acquire().unwrap().release().unwrap();
             }
         } else {
             let store = DirectoryStore::open(dir).unwrap();
             let key = LeaseKey::new("a").unwrap();
             for _ in 0..=n {
-                let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+                let lease =
+                    lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
+                        .unwrap();
                 lease_core::block_on(store.release_lease(&lease)).unwrap();
             }
         }
@@ -1489,39 +1490,38 @@ mod helper {
         let options = |path| FileLock::builder(path).with_mode(mode);
         let a = options(dir.join("a")).build().unwrap();
         let b = options(dir.join("a")).build().unwrap();
-        a.try_acquire().unwrap();
-        a.release().unwrap();
+        a.try_acquire().unwrap().release().unwrap();
         // Let the heartbeat thread finish starting before anything is counted.
         std::thread::sleep(Duration::from_millis(20));
         floor(dir, n);
         for _ in 0..n {
             mark("acquire");
-            a.try_acquire().unwrap();
+            let guard = a.try_acquire().unwrap();
             mark("release");
-            a.release().unwrap();
+            guard.release().unwrap();
         }
         mark("idle");
-        a.try_acquire().unwrap();
+        let guard = a.try_acquire().unwrap();
         for _ in 0..n {
             mark("refused");
             assert!(b.try_acquire().unwrap_err().is_held());
         }
         mark("idle");
-        a.release().unwrap();
+        guard.release().unwrap();
         // Heartbeats: a lock beating every 2 ms, counted by its renewal counter.
         let c = options(dir.join("c"))
             .with_heartbeat_interval(Duration::from_millis(2))
             .with_stale_threshold(Duration::from_secs(3))
             .build()
             .unwrap();
-        c.try_acquire().unwrap();
+        let guard = c.try_acquire().unwrap();
         std::thread::sleep(Duration::from_millis(10));
         let before = super::renewals(&dir.join("c"));
         mark("heartbeat-window");
         std::thread::sleep(Duration::from_millis(2) * n.max(1));
         mark("idle");
         let after = super::renewals(&dir.join("c"));
-        c.release().unwrap();
+        guard.release().unwrap();
         say(&format!("beats {}", after.saturating_sub(before)));
     }
 
@@ -1531,17 +1531,21 @@ mod helper {
             .build()
             .unwrap();
         let key = LeaseKey::new("a").unwrap();
-        let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+        let lease =
+            lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
         lease_core::block_on(store.release_lease(&lease)).unwrap();
         floor(dir, n);
         for _ in 0..n {
             mark("acquire");
-            let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+            let lease =
+                lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
+                    .unwrap();
             mark("release");
             lease_core::block_on(store.release_lease(&lease)).unwrap();
         }
         mark("idle");
-        let mut lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+        let mut lease =
+            lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
         for _ in 0..n {
             mark("heartbeat");
             lease = lease_core::block_on(store.renew(&lease, TTL)).unwrap();
@@ -1549,7 +1553,7 @@ mod helper {
         for _ in 0..n {
             mark("refused");
             assert!(
-                lease_core::block_on(store.acquire(&key, TTL))
+                lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
                     .unwrap_err()
                     .is_held()
             );

@@ -30,12 +30,6 @@ pub(crate) enum FsError {
         /// The last holder seen.
         holder: Option<Box<Holder>>,
     },
-    /// This `FileLock` already holds the lease.
-    #[error("lock {} is already held by this FileLock", path.display())]
-    AlreadyHeld {
-        /// The lock's path.
-        path: PathBuf,
-    },
     /// A file in the lock's place is not what the protocol needs: a symbolic link, a directory,
     /// a FIFO, an oversized or unreadable record. Nothing was followed or changed.
     #[error("refusing {}: {reason}", path.display())]
@@ -115,10 +109,6 @@ impl FsError {
                 let last = LeaseError::held(key.clone(), holder.map(|h| *h));
                 LeaseError::timeout(key.clone(), waited, last)
             }
-            Self::AlreadyHeld { path } => LeaseError::invalid(
-                "acquire",
-                format!("lock {} is already held by this FileLock", path.display()),
-            ),
             Self::Hostile { path, reason } => {
                 LeaseError::corrupt(key.clone(), at_path(key, &path, &reason))
             }
@@ -212,7 +202,6 @@ mod tests {
                 waited: Duration::from_nanos(203_684_605),
                 holder: Some(holder),
             },
-            FsError::AlreadyHeld { path: path.clone() },
             FsError::Hostile {
                 path: path.clone(),
                 reason: "open: it is a symbolic link; links are never followed".into(),

@@ -2,12 +2,19 @@
 //! an accepted-but-unused setting of) the main API, kept here so that the main API has one name
 //! per operation.
 //!
+//! The verbs differ: Go's `Acquire` makes one attempt, which is [`FileLock::try_acquire`] here
+//! ([`FileLock::acquire`] waits, as `lock()` does in Rust), and holding is a value, the
+//! [`FileLockGuard`] both return, rather than state inside the lock: Go's `Release` and `Held`
+//! are the guard's.
+//!
 //! | Go | here | main API |
 //! |---|---|---|
 //! | `NewPIDLock(path)` | | [`FileLock::new`] |
 //! | `NewPIDLockWithOptions(path, opts)` | | [`FileLock::builder`] |
-//! | `(*PIDLock).Acquire`, `Release`, `Path` | | [`FileLock::acquire`], [`FileLock::release`], [`FileLock::path`] |
-//! | `(*PIDLock).Held` | [`PidLock::held`] | [`FileLock::check`]`.is_ok()` |
+//! | `(*PIDLock).Acquire` (one attempt) | | [`FileLock::try_acquire`], which returns the [`FileLockGuard`] |
+//! | `(*PIDLock).Release` | | [`FileLockGuard::release`] (or drop the guard) |
+//! | `(*PIDLock).Path` | | [`FileLock::path`] |
+//! | `(*PIDLock).Held` | [`PidLock::held`] on the guard | [`FileLockGuard::check`]`.is_ok()` |
 //! | `ProcessAppearsAlive` | [`PidLockOptions::with_liveness`] | none: never called |
 //! | `InvalidPIDLockStaleThreshold` | [`PidLockOptions::with_invalid_record_stale`] | none: validated, never used |
 //! | `IsLeaseHeld`, `IsLeaseNotOwned` | | [`LeaseError::is_held`](lease_core::LeaseError::is_held), [`is_not_owned`](lease_core::LeaseError::is_not_owned) |
@@ -21,28 +28,35 @@
 //! let lock = FileLock::builder(dir.path().join("a.lock"))
 //!     .with_invalid_record_stale(Duration::from_millis(1200))
 //!     .build()?;
-//! lock.acquire()?;
-//! assert!(lock.held());
+//! let held = lock.try_acquire()?; // Go: lock.Acquire()
+//! assert!(held.held());
+//! held.release()?; // Go: lock.Release()
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! [`FileLock::acquire`]: crate::FileLock::acquire
+//! [`FileLock::builder`]: crate::FileLock::builder
+//! [`FileLock::new`]: crate::FileLock::new
+//! [`FileLock::path`]: crate::FileLock::path
+//! [`FileLock::try_acquire`]: crate::FileLock::try_acquire
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{FileLock, FileLockBuilder};
+use crate::{FileLockBuilder, FileLockGuard};
 
 pub use crate::ident::LivenessProbe;
 
 /// `PIDLock.Held`.
 pub trait PidLock {
-    /// Whether this lock holds the lease and may still trust it (Go: `Held`):
-    /// [`FileLock::check`]`.is_ok()`. False after a loss, and false once the holder-side
+    /// Whether this tenure may still be trusted (Go: `Held`):
+    /// [`FileLockGuard::check`]`.is_ok()`. False after a loss, and false once the holder-side
     /// deadline passed without a successful heartbeat (a paused process learns it on its first
     /// call after resuming).
     fn held(&self) -> bool;
 }
 
-impl PidLock for FileLock {
+impl PidLock for FileLockGuard {
     fn held(&self) -> bool {
         self.check().is_ok()
     }

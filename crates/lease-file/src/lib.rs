@@ -12,22 +12,24 @@
 //!     .build()?;
 //! assert_eq!(lock.mode(), LockMode::Kernel); // a local file system
 //!
-//! let fencing = lock.acquire()?;
+//! let guard = lock.acquire()?; // waits until acquired; `try_acquire` makes one attempt
+//! let fencing = guard.fencing_token();
 //! // ... pass `fencing` with every write to the protected resource, and check before acting:
-//! assert_eq!(lock.check()?, fencing);
-//! lock.release()?;
+//! assert_eq!(guard.check()?, fencing);
+//! guard.release()?; // or drop the guard
 //!
-//! // Waiting, with who holds it on timeout:
-//! let again = lock.acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))?;
-//! assert!(again > fencing);
+//! // Waiting at most 5 s, with who holds it on timeout:
+//! let again = lock.acquire_with(&WaitOptions::new(Duration::from_secs(5)))?;
+//! assert!(again.fencing_token() > fencing);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
 //! Two faces run one protocol, one code path (`engine.rs`):
 //!
-//! * [`FileLock`]: a blocking lease on one path ([`FileLock::new`], [`FileLock::builder`],
-//!   `acquire`, `check`, `release`), a heartbeat thread, an `on_lost` callback told lease-core's
-//!   [`LossReason`], and a blocking [`FileLock::acquire_with_wait`]. No async runtime. Its
+//! * [`FileLock`]: a blocking lease on one path ([`FileLock::new`], [`FileLock::builder`];
+//!   [`acquire`](FileLock::acquire) waits, [`try_acquire`](FileLock::try_acquire) makes one
+//!   attempt, both return a [`FileLockGuard`] with `check`, `fencing_token` and `release`), a
+//!   heartbeat thread, an `on_lost` callback told lease-core's [`LossReason`]. No async runtime. Its
 //!   errors are lease-core's [`LeaseError`]; the Go `kit/lockfile` `PIDLock` names that are not
 //!   the main API's are in [`go`].
 //! * [`DirectoryStore`]: a directory of leases implementing lease-core's
@@ -130,7 +132,7 @@
 //! * No two holders (`FileLock`s or store leases, in any processes on the host, or across hosts
 //!   sharing an NFS directory) trust one lease at once, under the clock-rate assumption above,
 //!   whatever the pauses. A holder paused past its deadline learns it on its first
-//!   [`FileLock::check`] / [`LeaseGuard::check`] after resuming;
+//!   [`FileLockGuard::check`] / [`LeaseGuard::check`] after resuming;
 //!   only fencing protects the resource from a paused holder's in-flight writes.
 //! * Fencing generations are issued once each, increasing, in both modes, assuming nothing about
 //!   time.
@@ -168,7 +170,7 @@
 //! * **Observation, not wall clocks**, for holders on other clocks, as Kubernetes leader
 //!   election does; the wall time is display only.
 //! * **One heartbeat thread per `FileLock`**, started at the first acquisition (or when
-//!   [`FileLock::acquire_with_wait`] first blocks) and parked between tenures: a heartbeat stuck in
+//!   [`FileLock::acquire`] first blocks) and parked between tenures: a heartbeat stuck in
 //!   slow I/O on one path never delays another lock's. Neither acquisition nor release wakes it:
 //!   it sleeps until its tenure's next beat.
 //! * **Lock directories kept open.** A `FileLock` keeps its lock directory open between tenures
@@ -194,8 +196,8 @@
 //!     journal transaction, so a create + unlink loop slows down as it runs; the lease's
 //!     renames allocate nothing.
 //!   - Takeover after SIGKILL of the holder, default options: 0.44 to 0.70 ms for
-//!     [`FileLock::acquire_with_wait`] and 0.45 to 0.68 ms for a `DirectoryStore` waiting through
-//!     lease-core's `acquire_with_wait`, 1.5 to 2.0 times a process blocked in `flock` on a
+//!     [`FileLock::acquire`] and 0.45 to 0.68 ms for a `DirectoryStore` waiting through
+//!     lease-core's `acquire`, 1.5 to 2.0 times a process blocked in `flock` on a
 //!     plain file measured in the same run (0.26 to 0.36 ms). A blocked `flock` cannot time out,
 //!     so a helper thread blocks in it and wakes the caller: that second wakeup is much of the
 //!     gap (the floor's `flock` handed over that way alone is 1.0 to 1.2x), the acquisition the
@@ -239,7 +241,7 @@ mod wake;
 
 pub use fenced::MAX_FENCED_FILE_BYTES;
 pub use fsio::MAX_RECORD_BYTES;
-pub use lock::{FileLock, FileLockBuilder};
+pub use lock::{FileLock, FileLockBuilder, FileLockGuard};
 pub use mode::{LockMode, ModePreference};
 pub use store::{DirectoryStore, DirectoryStoreBuilder};
 

@@ -33,7 +33,7 @@ use crate::state::{self, Held, KeyDir, Kind, Modes};
 ///     .with_stale_threshold(Duration::from_secs(2))
 ///     .on_lost(|reason| eprintln!("{reason}"))
 ///     .build()?;
-/// assert!(lock.check().is_err());
+/// lock.try_acquire()?.release()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]
@@ -296,7 +296,12 @@ struct State {
     /// Releases waiting for a heartbeat in flight to hand the directory back: only then does a
     /// heartbeat wake anyone when it is done.
     awaiting_dir: u32,
-    /// The `FileLock` was dropped: the heartbeat thread ends.
+    /// A [`FileLockGuard`] of this lock lives: another acquisition through the lock is refused as
+    /// held (by this lock), as another process's would be.
+    guarded: bool,
+    /// The `FileLock` was dropped (its guard may live on).
+    lock_dropped: bool,
+    /// The `FileLock` and its guard were dropped: the heartbeat thread ends.
     closed: bool,
 }
 
@@ -309,7 +314,7 @@ fn observations() -> &'static Observations {
 
 /// A thread blocked in `flock` on the lock directory, for a waiter: the kernel wakes it when the
 /// holder releases or dies. It hands the locked directory over only while a caller of
-/// [`FileLock::acquire_with_wait`] wants it, and otherwise lets the kernel lock go at once.
+/// [`FileLock::acquire_with`] wants it, and otherwise lets the kernel lock go at once.
 #[derive(Debug)]
 struct Waiter {
     rx: mpsc::Receiver<Result<Option<KeyDir>, FsError>>,
@@ -336,15 +341,23 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A cross-process lease on one path (Go: `lockfile.PIDLock`).
+/// A cross-process lease on one path (Go: `lockfile.PIDLock`, see [`go`](crate::go)).
+///
+/// [`acquire`](Self::acquire) waits until the lease is acquired, [`try_acquire`](Self::try_acquire)
+/// makes one attempt; both return a [`FileLockGuard`], whose existence proves holding: it has
+/// the fencing token, [`check`](FileLockGuard::check) and [`release`](FileLockGuard::release),
+/// and dropping it releases. As with `std::sync::Mutex`, holding is the guard, not state of the
+/// lock: while a guard lives, an acquisition through the same lock (from any thread: share it
+/// in an `Arc`) is a contender like another process's, refused as held by `try_acquire` and
+/// waited out by `acquire`. There is no "acquired twice".
 ///
 /// ```
 /// use lease_file::FileLock;
 ///
 /// let dir = tempfile::tempdir()?;
 /// let lock = FileLock::new(dir.path().join("deploy.lease"))?;
-/// let fencing = lock.acquire()?;
-/// assert_eq!(lock.check()?, fencing);
+/// let guard = lock.acquire()?; // waits until acquired
+/// let fencing = guard.check()?;
 ///
 /// // Another lock on the same path (in this process or any other) is turned away.
 /// let other = FileLock::new(dir.path().join("deploy.lease"))?;
@@ -352,8 +365,8 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 /// assert!(err.is_held());
 /// assert_eq!(err.holder().and_then(|h| h.pid()), Some(std::process::id()));
 ///
-/// lock.release()?;
-/// assert!(other.try_acquire()? > fencing);
+/// guard.release()?;
+/// assert!(other.try_acquire()?.fencing_token() > fencing);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
@@ -403,7 +416,7 @@ impl fmt::Debug for FileLock {
         f.debug_struct("FileLock")
             .field("path", &self.shared.path)
             .field("mode", &self.shared.mode)
-            .field("held", &self.check().is_ok())
+            .field("held", &self.shared.check_tenure().is_ok())
             .finish_non_exhaustive()
     }
 }
@@ -480,41 +493,6 @@ impl FileLock {
         &self.shared.mode_reason
     }
 
-    /// The fencing generation of the current tenure if it can be trusted, else why not.
-    ///
-    /// # Errors
-    /// [`LeaseError::Lost`] with the [`LossReason`] when the lease was lost
-    /// ([`LossReason::DeadlinePassed`] once the holder-side deadline passed without a
-    /// heartbeat: paused, or I/O stalled); `NotOwned { Missing }` when it was never acquired or
-    /// was released. Both are [`is_not_owned`](LeaseError::is_not_owned).
-    pub fn check(&self) -> Result<FencingToken, LeaseError> {
-        let state = lock(&self.shared.state);
-        let key = &self.shared.key;
-        if let Some(lost) = &state.lost {
-            return Err(LeaseError::lost(key.clone(), lost.clone()));
-        }
-        match &state.tenure {
-            None => Err(not_held(key)),
-            Some(t) if Instant::now() >= t.deadline => {
-                Err(LeaseError::lost(key.clone(), LossReason::DeadlinePassed))
-            }
-            Some(t) => Ok(lease_core::backend::fencing_token(t.held.generation)),
-        }
-    }
-
-    /// Why the last tenure was lost, if it was.
-    pub fn lost(&self) -> Option<LossReason> {
-        lock(&self.shared.state).lost.clone()
-    }
-
-    /// The fencing generation of the current tenure (even if no longer trusted).
-    pub fn fencing_token(&self) -> Option<FencingToken> {
-        lock(&self.shared.state)
-            .tenure
-            .as_ref()
-            .map(|t| lease_core::backend::fencing_token(t.held.generation))
-    }
-
     /// The current holder, or `None` if free (released or never held): pid and host, the label
     /// as [`owner`](Holder::owner), the generation as [`fencing`](Holder::fencing), when it
     /// acquired and last heartbeat as [`acquired_at`](Holder::acquired_at) and
@@ -541,20 +519,37 @@ impl FileLock {
         })
     }
 
-    /// Acquires (Go: `Acquire`): a lock held by a live owner fails at once with
+    /// Acquires, **waiting** until the lease is free ([`WaitOptions::default()`]: no timeout),
+    /// as `std::sync::Mutex::lock` does; see [`acquire_with`](Self::acquire_with) for how it
+    /// waits and how to bound the wait.
+    ///
+    /// # Errors
+    /// As [`acquire_with`](Self::acquire_with), but never a timeout.
+    pub fn acquire(&self) -> Result<FileLockGuard, LeaseError> {
+        self.acquire_with(&WaitOptions::default())
+    }
+
+    /// One attempt to acquire (Go: `Acquire`): a lock held by a live owner fails at once with
     /// [`LeaseError::Held`]; a transient race (the state changing under every look,
     /// interrupted I/O) is retried up to `acquire_retries` times, `retry_delay` apart, as the Go
     /// package retries its stale-removal races. To wait for a held lock, use
-    /// [`acquire_with_wait`](Self::acquire_with_wait).
+    /// [`acquire`](Self::acquire).
     ///
     /// # Errors
     /// [`LeaseError::Held`] naming the holder; a transient [`LeaseError::Backend`] once the
-    /// retries are spent; `InvalidInput` when this lock already holds the lease; other errors
-    /// at once.
-    pub fn acquire(&self) -> Result<FencingToken, LeaseError> {
+    /// retries are spent; [`LeaseError::Backend`] for other I/O errors,
+    /// [`LeaseError::Corrupt`] for hostile files, [`LeaseError::Foreign`] for another
+    /// protocol's, at once.
+    pub fn try_acquire(&self) -> Result<FileLockGuard, LeaseError> {
+        let fencing = self.attempt_retrying()?;
+        Ok(FileLockGuard::new(self.shared.clone(), fencing))
+    }
+
+    /// One attempt, its transient races retried `acquire_retries` times.
+    fn attempt_retrying(&self) -> Result<FencingToken, LeaseError> {
         let mut attempt = 0;
         loop {
-            match self.try_acquire() {
+            match self.attempt_once() {
                 Err(e) if e.is_transient() && attempt < self.shared.options.acquire_retries => {
                     attempt += 1;
                     std::thread::sleep(self.shared.options.retry_delay);
@@ -565,7 +560,7 @@ impl FileLock {
     }
 
     /// Acquires, waiting up to [`wait`'s timeout](WaitOptions::timeout) (forever when it has
-    /// none), as lease-core's `LeaseBackendExt::acquire_with_wait` does for a store. In kernel
+    /// none), as lease-core's `LeaseBackendExt::acquire_with` does for a store. In kernel
     /// mode a waiter for a holder that holds the kernel lock blocks in `flock` and is woken by
     /// the kernel the moment the holder releases or dies; otherwise (and for a hung holder, taken
     /// over once its lease stood still for its duration) it looks again every `retry_delay`: the
@@ -578,9 +573,9 @@ impl FileLock {
     ///
     /// let dir = tempfile::tempdir()?;
     /// let holder = FileLock::new(dir.path().join("a.lease"))?;
-    /// holder.acquire()?;
+    /// let _held = holder.acquire()?;
     /// let waiter = FileLock::new(dir.path().join("a.lease"))?;
-    /// let err = waiter.acquire_with_wait(&WaitOptions::new(Duration::from_millis(50))).unwrap_err();
+    /// let err = waiter.acquire_with(&WaitOptions::new(Duration::from_millis(50))).unwrap_err();
     /// assert!(err.is_timeout());
     /// assert_eq!(err.holder().and_then(|h| h.pid()), Some(std::process::id()));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -589,7 +584,13 @@ impl FileLock {
     /// # Errors
     /// [`LeaseError::Timeout`] naming the last holder seen (pid, host, since); the last
     /// transient error when that persisted until the timeout; other errors at once.
-    pub fn acquire_with_wait(&self, wait: &WaitOptions) -> Result<FencingToken, LeaseError> {
+    pub fn acquire_with(&self, wait: &WaitOptions) -> Result<FileLockGuard, LeaseError> {
+        let fencing = self.wait_for(wait)?;
+        Ok(FileLockGuard::new(self.shared.clone(), fencing))
+    }
+
+    /// Waits as `wait` says, then holds the lease.
+    fn wait_for(&self, wait: &WaitOptions) -> Result<FencingToken, LeaseError> {
         let timeout = wait.timeout().unwrap_or(Duration::MAX);
         let result = self
             .wait_to_acquire(timeout)
@@ -675,7 +676,7 @@ impl FileLock {
     }
 
     /// Waits up to `wait` for a thread blocked in `flock` on the lock directory (one per lock,
-    /// kept across the calls of one `acquire_with_wait`) to get the kernel lock, and hands its
+    /// kept across the calls of one `acquire_with`) to get the kernel lock, and hands its
     /// descriptor over.
     fn wait_for_kernel_lock(&self, wait: Duration) -> Result<Option<KeyDir>, FsError> {
         let mut waiter = self
@@ -712,13 +713,8 @@ impl FileLock {
         }
     }
 
-    /// One attempt to acquire.
-    ///
-    /// # Errors
-    /// [`LeaseError::Held`] when a live owner holds it; [`LeaseError::InvalidInput`] when this
-    /// lock does; [`LeaseError::Backend`] for I/O errors, [`LeaseError::Corrupt`] for hostile
-    /// files, [`LeaseError::Foreign`] for another protocol's.
-    pub fn try_acquire(&self) -> Result<FencingToken, LeaseError> {
+    /// One attempt to acquire, no retries.
+    fn attempt_once(&self) -> Result<FencingToken, LeaseError> {
         self.try_acquire_with(None).map_err(|e| self.lease_error(e))
     }
 
@@ -729,12 +725,11 @@ impl FileLock {
         let _enter = span.enter();
         {
             let mut state = lock(&shared.state);
+            if state.guarded {
+                // This lock's own guard holds it: a contender like any other process's.
+                return Err(self.held_by_own_guard(&state));
+            }
             if state.tenure.is_some() {
-                if state.lost.is_none() {
-                    return Err(FsError::AlreadyHeld {
-                        path: shared.path.clone(),
-                    });
-                }
                 // A lost tenure is over: forget it (its kernel lock is already dropped).
                 state.tenure = None;
                 state.epoch += 1;
@@ -754,6 +749,19 @@ impl FileLock {
                     None => self.attempt(self.open_dir()?, false),
                 }
             }
+        }
+    }
+
+    /// The refusal of an acquisition through this lock while its guard lives: held by this
+    /// process, as another lock's attempt would be told.
+    fn held_by_own_guard(&self, state: &State) -> FsError {
+        let me = crate::ident::current();
+        let tenure = state.tenure.as_ref();
+        let generation = tenure.map_or(0, |t| t.held.generation);
+        FsError::Held {
+            path: self.shared.path.clone(),
+            holder: Box::new(own_holder(&me, self.shared.options.label.as_deref(), generation)),
+            kernel_lock: state.lost.is_none() && tenure.is_some_and(|t| t.held.kernel.is_some()),
         }
     }
 
@@ -794,16 +802,6 @@ impl FileLock {
             .map_err(|e| crate::fsio::io_error("spawn heartbeat", &self.shared.path, e))
     }
 
-    /// Keeps `kd` (not holding the kernel lock) for the next acquisition.
-    fn keep_idle(&self, mut kd: KeyDir) {
-        kd.unlock();
-        *self
-            .shared
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(kd);
-    }
-
     /// One attempt through `kd`. A directory kept from an earlier tenure (`cached`) that no
     /// longer is the one at the path (removed or replaced by hand), or that fails, is dropped
     /// and the attempt made again through a freshly opened one.
@@ -834,7 +832,7 @@ impl FileLock {
                 if cached && !kd.still_at_path() {
                     return self.attempt(self.open_dir()?, false);
                 }
-                self.keep_idle(kd);
+                self.shared.keep_idle(kd);
                 let state::State::Held(held) = &found.state else {
                     return Err(FsError::Io {
                         op: "acquire",
@@ -888,6 +886,7 @@ impl FileLock {
         state.epoch += 1;
         let epoch = state.epoch;
         state.lost = None;
+        state.guarded = true;
         state.tenure = Some(Tenure {
             token,
             held,
@@ -905,17 +904,39 @@ impl FileLock {
         tracing::info!(generation, kernel, "file lock acquired");
         Ok(lease_core::backend::fencing_token(generation))
     }
+}
 
-    /// Releases the lease (Go: `Release`): one rename of this tenure's state entry to
-    /// `free.<generation>`, which succeeds only if the state is still exactly this tenure's, then
-    /// drops the kernel lock. Never touches another owner's state.
-    ///
-    /// # Errors
-    /// `NotOwned { Missing }` if this lock does not hold the lease (never acquired, already
-    /// released); [`LeaseError::Lost`] with the reason if it was lost; a
-    /// [`LeaseError::Backend`] for I/O errors (the tenure is kept, retry).
-    pub fn release(&self) -> Result<(), LeaseError> {
-        let shared = &self.shared;
+impl Shared {
+    fn lease_error(&self, error: FsError) -> LeaseError {
+        error.into_lease(&self.key)
+    }
+
+    /// The fencing generation of the current tenure if it can be trusted, else why not
+    /// ([`FileLockGuard::check`]).
+    fn check_tenure(&self) -> Result<FencingToken, LeaseError> {
+        let state = lock(&self.state);
+        let key = &self.key;
+        if let Some(lost) = &state.lost {
+            return Err(LeaseError::lost(key.clone(), lost.clone()));
+        }
+        match &state.tenure {
+            None => Err(not_held(key)),
+            Some(t) if Instant::now() >= t.deadline => {
+                Err(LeaseError::lost(key.clone(), LossReason::DeadlinePassed))
+            }
+            Some(t) => Ok(lease_core::backend::fencing_token(t.held.generation)),
+        }
+    }
+
+    /// Why the last tenure was lost, if it was.
+    fn loss(&self) -> Option<LossReason> {
+        lock(&self.state).lost.clone()
+    }
+
+    /// Releases the current tenure ([`FileLockGuard::release`]); on an I/O error the tenure
+    /// is kept.
+    fn release_tenure(&self) -> Result<(), LeaseError> {
+        let shared = self;
         let span = tracing::debug_span!("file_lock_release", path = %shared.path.display());
         let _enter = span.enter();
         let mut state = lock(&shared.state);
@@ -974,17 +995,164 @@ impl FileLock {
             }
         }
     }
+    /// Gives up a tenure whose release failed: it is forgotten, its kernel lock dropped and
+    /// its heartbeats stopped, so others take the lease over once it expires.
+    fn abandon_tenure(&self) {
+        let mut state = lock(&self.state);
+        if state.tenure.take().is_some() {
+            state.epoch += 1;
+            tracing::warn!(path = %self.path.display(), "file lock tenure abandoned");
+        }
+    }
+
+    /// Keeps `kd` (not holding the kernel lock) for the next acquisition.
+    fn keep_idle(&self, mut kd: KeyDir) {
+        kd.unlock();
+        *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(kd);
+    }
+
+    /// The guard is gone: the lock can be acquired again, and once the [`FileLock`] is gone too,
+    /// the heartbeat thread ends.
+    fn end_guard(&self) {
+        let mut state = lock(&self.state);
+        state.guarded = false;
+        if state.lock_dropped {
+            state.epoch += 1;
+            state.closed = true;
+        }
+        self.wake.notify_all();
+    }
+}
+
+/// A held [`FileLock`]: its existence proves that the lock was acquired, and it is the only way
+/// to act on the tenure ([`check`](Self::check), [`fencing_token`](Self::fencing_token),
+/// [`release`](Self::release)). While it lives, the lock's heartbeat thread keeps the lease alive,
+/// even after the [`FileLock`] itself is dropped: the guard is `'static` and can move between
+/// threads.
+///
+/// Dropping the guard releases the lease best-effort, **in the process that acquired it only**:
+/// the copy of a guard in a child made by `fork` leaves the parent's lease alone.
+///
+/// ```
+/// use lease_file::FileLock;
+///
+/// let dir = tempfile::tempdir()?;
+/// let lock = FileLock::new(dir.path().join("nightly.lease"))?;
+/// {
+///     let guard = lock.try_acquire()?;
+///     assert_eq!(guard.check()?, guard.fencing_token());
+///     // While the guard lives, the lock is held: by this lock too.
+///     assert!(lock.try_acquire().unwrap_err().is_held());
+/// } // dropped: released
+/// let again = lock.try_acquire()?;
+/// assert!(again.lost().is_none());
+/// again.release()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "dropping the guard releases the lock"]
+pub struct FileLockGuard {
+    shared: Arc<Shared>,
+    fencing: FencingToken,
+    /// The acquiring process: a guard copied into a forked child never releases.
+    pid: u32,
+    released: bool,
+}
+
+impl fmt::Debug for FileLockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FileLockGuard")
+            .field("path", &self.shared.path)
+            .field("fencing", &self.fencing)
+            .field("trusted", &self.check().is_ok())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileLockGuard {
+    fn new(shared: Arc<Shared>, fencing: FencingToken) -> Self {
+        Self {
+            shared,
+            fencing,
+            pid: std::process::id(),
+            released: false,
+        }
+    }
+
+    /// The lock's path.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    /// The key this guard's errors name ([`FileLock::key`]).
+    pub fn key(&self) -> &LeaseKey {
+        &self.shared.key
+    }
+
+    /// The fencing generation of this tenure if it can still be trusted, else why not: pass it
+    /// with every write to the protected resource. Reads no file.
+    ///
+    /// # Errors
+    /// [`LeaseError::Lost`] with the [`LossReason`] when the lease was lost
+    /// ([`LossReason::DeadlinePassed`] once the holder-side deadline passed without a
+    /// heartbeat: paused, or I/O stalled). It is [`is_not_owned`](LeaseError::is_not_owned).
+    pub fn check(&self) -> Result<FencingToken, LeaseError> {
+        self.shared.check_tenure()
+    }
+
+    /// The fencing generation of this tenure (even once no longer trusted).
+    pub fn fencing_token(&self) -> FencingToken {
+        self.fencing
+    }
+
+    /// Why this tenure was lost, if it was.
+    pub fn lost(&self) -> Option<LossReason> {
+        self.shared.loss()
+    }
+
+    /// Releases the lease (Go: `Release`): one rename of this tenure's state entry to
+    /// `free.<generation>`, which succeeds only if the state is still exactly this tenure's, then
+    /// drops the kernel lock. Never touches another owner's state. The lock can then be acquired
+    /// again.
+    ///
+    /// # Errors
+    /// [`LeaseError::Lost`] with the reason if the lease was lost; a [`LeaseError::Backend`] for
+    /// I/O errors: the tenure is then abandoned (its kernel lock dropped, heartbeats stopped),
+    /// and others take the lease over once it expires.
+    pub fn release(mut self) -> Result<(), LeaseError> {
+        self.released = true;
+        let result = self.shared.release_tenure();
+        if result.as_ref().is_err_and(|e| !e.is_not_owned()) {
+            self.shared.abandon_tenure();
+        }
+        self.shared.end_guard();
+        result
+    }
+}
+
+impl Drop for FileLockGuard {
+    fn drop(&mut self) {
+        if self.released || self.pid != std::process::id() {
+            return;
+        }
+        if let Err(error) = self.shared.release_tenure() {
+            tracing::debug!(%error, "best-effort release on drop failed");
+            if !error.is_not_owned() {
+                self.shared.abandon_tenure();
+            }
+        }
+        self.shared.end_guard();
+    }
 }
 
 impl Drop for FileLock {
     fn drop(&mut self) {
-        let held = lock(&self.shared.state).tenure.is_some();
-        if held && let Err(error) = self.release() {
-            tracing::debug!(%error, "best-effort release on drop failed");
-        }
         let mut state = lock(&self.shared.state);
-        state.epoch += 1;
-        state.closed = true;
+        state.lock_dropped = true;
+        // A guard keeps the heartbeat thread; its end closes it.
+        if !state.guarded {
+            state.epoch += 1;
+            state.closed = true;
+        }
         self.shared.wake.notify_all();
     }
 }
@@ -1185,4 +1353,44 @@ fn settle_beat(shared: &Shared, epoch: u64, kd: KeyDir, result: Beat) -> bool {
         callback(&reason);
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A guard copied into a forked child (here: one that says another process acquired it)
+    /// leaves the lease alone when dropped; only the acquiring process releases.
+    #[test]
+    fn a_guard_dropped_in_another_process_does_not_release() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("forked.lease");
+        let lock = FileLock::new(&path).unwrap_or_else(|e| panic!("{e}"));
+        let mut guard = lock.try_acquire().unwrap_or_else(|e| panic!("{e}"));
+        let fencing = guard.fencing_token();
+        guard.pid = guard.pid.wrapping_add(1);
+        drop(guard);
+        let other = FileLock::new(&path).unwrap_or_else(|e| panic!("{e}"));
+        let err = other.try_acquire().map(drop).unwrap_err();
+        assert!(err.is_held(), "still held after the copy's drop: {err}");
+        // The acquiring process's own release still works.
+        lock.shared
+            .release_tenure()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let next = other.try_acquire().unwrap_or_else(|e| panic!("{e}"));
+        assert!(next.fencing_token() > fencing);
+    }
+}
+
+/// This process as the holder of generation `generation` (0: none yet), described as another
+/// process would find it: pid, host, label and fencing token.
+fn own_holder(me: &crate::ident::Identity, label: Option<&str>, generation: u64) -> Holder {
+    let mut holder = Holder::new().with_process(me.pid, me.host.clone());
+    if generation > 0 {
+        holder = holder.with_fencing(lease_core::backend::fencing_token(generation));
+    }
+    match label {
+        Some(label) => holder.with_owner(label),
+        None => holder,
+    }
 }

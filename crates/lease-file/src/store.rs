@@ -62,15 +62,16 @@ struct Tenure {
 /// 32 released ones for the next acquisition of their keys (three descriptors each).
 ///
 /// ```
-/// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, LeaseListing};
+/// use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, LeaseListing};
 /// use lease_file::DirectoryStore;
 /// use std::time::Duration;
 ///
 /// let dir = tempfile::tempdir()?;
 /// let store = DirectoryStore::open(dir.path())?;
 /// let key = LeaseKey::with_sort_key("jobs", "nightly")?;
-/// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
-/// assert!(lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap_err().is_held());
+/// let (d, once) = (Duration::from_secs(30), AcquireOptions::default());
+/// let lease = lease_core::block_on(store.acquire(&key, d))?; // waits until acquired
+/// assert!(lease_core::block_on(store.try_acquire(&key, d, &once)).unwrap_err().is_held());
 /// let listed = lease_core::block_on(store.list_partition("jobs"))?;
 /// assert_eq!(listed.len(), 1);
 /// lease_core::block_on(store.release_lease(&lease))?;

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lease_file::go::PidLock as _;
 use lease_file::{FileLock, LossReason, NotOwnedReason};
 
 /// One test at a time: they share the fault point registry.
@@ -30,8 +29,7 @@ fn the_fault_points_run() {
         .with_heartbeat_interval(Duration::from_millis(50))
         .build()
         .unwrap();
-    lock.acquire().unwrap();
-    lock.release().unwrap();
+    lock.acquire().unwrap().release().unwrap();
     fail::remove("lease-file/before-acquire");
     assert_eq!(
         calls.load(Ordering::SeqCst),
@@ -62,8 +60,9 @@ fn a_renewal_in_a_directory_replaced_under_the_heartbeat_is_not_trusted() {
             let _ = lost_tx.send((std::time::Instant::now(), reason.clone()));
         })
         .build()
+        .unwrap()
+        .acquire()
         .unwrap();
-    holder.acquire().unwrap();
 
     let (paused_tx, paused) = std::sync::mpsc::channel::<()>();
     let (go, go_rx) = std::sync::mpsc::channel::<()>();
@@ -82,8 +81,8 @@ fn a_renewal_in_a_directory_replaced_under_the_heartbeat_is_not_trusted() {
         .expect("the holder's heartbeat reached the fault point");
     // The heartbeat has found the directory at the path; now it is replaced.
     std::fs::rename(&path, &moved).unwrap();
-    let contender = FileLock::new(&path).unwrap();
-    assert_eq!(contender.try_acquire().unwrap().get(), 1);
+    let contender = FileLock::new(&path).unwrap().try_acquire().unwrap();
+    assert_eq!(contender.fencing_token().get(), 1);
     let before = entries(&moved);
     let resumed = std::time::Instant::now();
     go.send(()).unwrap();
@@ -113,7 +112,7 @@ fn a_renewal_in_a_directory_replaced_under_the_heartbeat_is_not_trusted() {
         "{reason}"
     );
     assert!(holder.check().unwrap_err().is_not_owned());
-    assert!(contender.held());
+    assert!(contender.check().is_ok());
     contender.release().unwrap();
 }
 

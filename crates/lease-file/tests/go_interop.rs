@@ -166,9 +166,10 @@ fn a_live_go_pidlock_is_held_waited_for_and_left_alone() {
     assert!(err.to_string().contains("go-owner-1"), "{err}");
     assert_eq!(lock.holder().unwrap().unwrap().pid(), Some(pid));
     // Waiting: held until the Go process releases, then ours.
-    let g = lock
-        .acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
+    let guard = lock
+        .acquire_with(&WaitOptions::new(Duration::from_secs(5)))
         .unwrap();
+    let g = guard.fencing_token();
     let acquired = Instant::now();
     let report = go.join();
     assert!(report.violations.is_empty(), "{:?}", report.violations);
@@ -211,7 +212,7 @@ fn a_stale_go_pidlock_is_never_taken_over_and_says_how_to_clear_it() {
         "says how to clear it: {text}"
     );
     let err = lock
-        .acquire_with_wait(&WaitOptions::new(Duration::from_millis(500)))
+        .acquire_with(&WaitOptions::new(Duration::from_millis(500)))
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
     assert_eq!(err.holder().unwrap().pid(), Some(pid));
@@ -230,7 +231,7 @@ fn a_stale_go_pidlock_is_never_taken_over_and_says_how_to_clear_it() {
     );
     // Once removed by hand, the path is ours.
     std::fs::remove_file(&path).unwrap();
-    lock.try_acquire().unwrap();
+    lock.try_acquire().unwrap().release().unwrap();
 }
 
 /// Every step of a Go `Acquire` on `path`, each of which must fail while a lock directory is
@@ -267,14 +268,15 @@ fn a_go_process_can_never_acquire_while_the_lock_directory_exists() {
     for mode in [ModePreference::Kernel, ModePreference::HeartbeatOnly] {
         let path: PathBuf = dir.path().join(format!("{mode:?}.lock"));
         let lock = fast(&path).with_mode(mode).build().unwrap();
-        let g = lock.acquire().unwrap();
+        let guard = lock.acquire().unwrap();
+        let g = guard.fencing_token();
         assert_go_cannot_acquire(&path);
-        assert!(lock.held());
-        lock.release().unwrap();
+        assert!(guard.held());
+        guard.release().unwrap();
         // Released, the directory stays with its generation: still never a Go lock's.
         assert_go_cannot_acquire(&path);
         assert_eq!(lease_dir::state(&path).1, State::Free(g.get()));
-        assert!(lock.try_acquire().unwrap() > g);
+        assert!(lock.try_acquire().unwrap().fencing_token() > g);
     }
 }
 
@@ -387,7 +389,8 @@ fn mixed_modes_on_one_path_never_hold_together_and_fence_strictly() {
                     let mut mine = 0u32;
                     while !stop.load(Ordering::SeqCst) {
                         match lock.try_acquire() {
-                            Ok(token) => {
+                            Ok(guard) => {
+                                let token = guard.fencing_token();
                                 let before = holders.fetch_add(1, Ordering::SeqCst);
                                 if before != 0 {
                                     stop.store(true, Ordering::SeqCst);
@@ -395,10 +398,9 @@ fn mixed_modes_on_one_path_never_hold_together_and_fence_strictly() {
                                         if std::ptr::eq(lock, hb) { kernel } else { hb };
                                     panic!(
                                         "two holders at once: {} mode took {token} while the \
-                                         other still counted (its held() = {}, lost = {:?})",
+                                         other still counted (the store says {:?})",
                                         lock.mode(),
-                                        other.held(),
-                                        other.lost()
+                                        other.holder()
                                     );
                                 }
                                 {
@@ -412,7 +414,7 @@ fn mixed_modes_on_one_path_never_hold_together_and_fence_strictly() {
                                     std::thread::sleep(Duration::from_millis(25));
                                 }
                                 holders.fetch_sub(1, Ordering::SeqCst);
-                                lock.release().unwrap();
+                                guard.release().unwrap();
                                 if cycles.fetch_add(1, Ordering::SeqCst) + 1 >= CYCLES {
                                     stop.store(true, Ordering::SeqCst);
                                 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
-use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
+use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey};
 use lease_file::go::{PidLock as _, PidLockOptions as _};
 use lease_file::{
     DirectoryStore, FileLock, FileLockBuilder, LeaseError, LossReason, ModePreference,
@@ -165,8 +165,7 @@ fn planted_state_like_names_in_a_lock_directory_are_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.lease");
         let setup = fast(&path).with_mode(mode).build().unwrap();
-        setup.acquire().unwrap();
-        setup.release().unwrap();
+        setup.acquire().unwrap().release().unwrap();
         let mut planted: Vec<String> = NOT_STATES.iter().map(|s| (*s).to_owned()).collect();
         for name in &planted {
             std::fs::write(path.join(name), b"planted").unwrap();
@@ -176,21 +175,23 @@ fn planted_state_like_names_in_a_lock_directory_are_ignored() {
         planted.push("held.x".into());
         let before: Vec<Snapshot> = planted.iter().map(|n| snapshot(&path.join(n))).collect();
 
-        let (lock, other, first) = within(Duration::from_secs(10), move || {
+        let (lock, other) = within(Duration::from_secs(10), move || {
             let lock = fast(&path).with_mode(mode).build().unwrap();
-            let first = lock
-                .acquire_with_wait(&WaitOptions::new(Duration::from_secs(2)))
+            let guard = lock
+                .acquire_with(&WaitOptions::new(Duration::from_secs(2)))
                 .unwrap();
             let other = fast(&path).with_mode(mode).build().unwrap();
             assert!(other.try_acquire().unwrap_err().is_held(), "{mode:?}");
-            (lock, other, first)
+            (guard, other)
         });
+        let first = lock.fencing_token();
         assert_eq!(first.get(), 2, "{mode:?}: continues from free.1");
         std::thread::sleep(Duration::from_millis(60)); // a few heartbeats among the junk
         assert!(lock.held(), "{mode:?}");
         lock.release().unwrap();
-        assert!(other.try_acquire().unwrap() > first, "{mode:?}");
-        other.release().unwrap();
+        let next = other.try_acquire().unwrap();
+        assert!(next.fencing_token() > first, "{mode:?}");
+        next.release().unwrap();
         let path = dir.path().join("a.lease");
         assert_eq!(states(&path, &planted), ["free.3"], "{mode:?}");
         let after: Vec<Snapshot> = planted.iter().map(|n| snapshot(&path.join(n))).collect();
@@ -242,8 +243,13 @@ fn a_second_valid_state_entry_is_hostile_and_never_makes_a_second_holder() {
             let path = dir.path().join("a.lease");
             let precious = dir.path().join("precious");
             std::fs::write(&precious, b"do not touch").unwrap();
-            let holder = fast(&path).with_mode(mode).build().unwrap();
-            let generation = holder.acquire().unwrap();
+            let holder = fast(&path)
+                .with_mode(mode)
+                .build()
+                .unwrap()
+                .acquire()
+                .unwrap();
+            let generation = holder.fencing_token();
             // `free.1` is the holder's own release target; `free.0` what it came from.
             let planted = match what {
                 "directory" => "free.1",
@@ -266,7 +272,7 @@ fn a_second_valid_state_entry_is_hostile_and_never_makes_a_second_holder() {
             let start = Instant::now();
             let (contender, got, waited) = within(Duration::from_secs(5), move || {
                 let got = contender.try_acquire();
-                let waited = contender.acquire_with_wait(&WaitOptions::new(Duration::from_secs(2)));
+                let waited = contender.acquire_with(&WaitOptions::new(Duration::from_secs(2)));
                 (contender, got, waited)
             });
             for err in [got.unwrap_err(), waited.unwrap_err()] {
@@ -289,12 +295,15 @@ fn a_second_valid_state_entry_is_hostile_and_never_makes_a_second_holder() {
             let seq_now: u64 = field(&now[0], 2).parse().unwrap();
             assert!(seq_now > seq_before, "{context}: heartbeats go on: {now:?}");
 
-            if what == "directory" {
-                // Its release target is taken: a typed error, the tenure kept.
+            // Its release target is taken: a typed error, and the tenure abandoned (the guard
+            // is gone; its kernel lock dropped, its heartbeats stopped).
+            let released = if what == "directory" {
                 let err = holder.release().unwrap_err();
                 assert!(err.is_corrupt(), "{context}: {err}");
-                assert!(holder.held(), "{context}");
-            }
+                None
+            } else {
+                Some(holder)
+            };
             assert_eq!(snapshot(&at), before, "{context}: left alone");
             assert_eq!(
                 std::fs::read(&precious).unwrap(),
@@ -307,9 +316,15 @@ fn a_second_valid_state_entry_is_hostile_and_never_makes_a_second_holder() {
             } else {
                 std::fs::remove_file(&at).unwrap();
             }
-            holder.release().unwrap();
-            assert!(contender.try_acquire().unwrap() > generation, "{context}");
-            contender.release().unwrap();
+            if let Some(holder) = released {
+                holder.release().unwrap();
+            }
+            // The abandoned tenure is taken over once it expires (at once with its kernel lock).
+            let next = contender
+                .acquire_with(&WaitOptions::new(Duration::from_secs(5)))
+                .unwrap();
+            assert!(next.fencing_token() > generation, "{context}");
+            next.release().unwrap();
         }
     }
 }
@@ -326,11 +341,11 @@ fn a_symbolic_link_as_the_state_entry_is_never_followed() {
     std::os::unix::fs::symlink(&precious, path.join("free.0")).unwrap();
     for mode in MODES {
         let lock = fast(&path).with_mode(mode).build().unwrap();
-        lock.acquire().unwrap();
+        let guard = lock.acquire().unwrap();
         let other = fast(&path).with_mode(mode).build().unwrap();
         assert!(other.try_acquire().unwrap_err().is_held());
         std::thread::sleep(Duration::from_millis(60));
-        lock.release().unwrap();
+        guard.release().unwrap();
     }
     assert_eq!(std::fs::read(&precious).unwrap(), b"do not touch");
     assert_eq!(entries(&path), ["free.2"]);
@@ -350,8 +365,12 @@ fn many_junk_entries_are_ignored_and_too_many_are_refused() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.lease");
-        let holder = fast(&path).with_mode(mode).build().unwrap();
-        holder.acquire().unwrap();
+        let holder = fast(&path)
+            .with_mode(mode)
+            .build()
+            .unwrap()
+            .acquire()
+            .unwrap();
         for i in 0..500 {
             std::fs::write(path.join(format!("junk{i}")), b"").unwrap();
             std::fs::write(path.join(format!("free.0{i}")), b"").unwrap();
@@ -370,7 +389,7 @@ fn many_junk_entries_are_ignored_and_too_many_are_refused() {
         let start = Instant::now();
         let (contender, err) = within(Duration::from_secs(10), move || {
             let err = contender
-                .acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
+                .acquire_with(&WaitOptions::new(Duration::from_secs(5)))
                 .unwrap_err();
             (contender, err)
         });
@@ -407,14 +426,15 @@ fn the_top_of_the_generation_range_gives_a_typed_error() {
         std::fs::create_dir(&path).unwrap();
         std::fs::write(path.join(format!("free.{}", u64::MAX - 1)), b"").unwrap();
         let lock = fast(&path).with_mode(mode).build().unwrap();
-        assert_eq!(lock.acquire().unwrap().get(), u64::MAX);
+        let guard = lock.acquire().unwrap();
+        assert_eq!(guard.fencing_token().get(), u64::MAX);
         let other = fast(&path).with_mode(mode).build().unwrap();
         assert!(other.try_acquire().unwrap_err().is_held());
-        lock.release().unwrap();
+        guard.release().unwrap();
         let start = Instant::now();
         let err = within(Duration::from_secs(5), move || {
             other
-                .acquire_with_wait(&WaitOptions::new(Duration::from_secs(2)))
+                .acquire_with(&WaitOptions::new(Duration::from_secs(2)))
                 .unwrap_err()
         });
         assert!(err.is_corrupt(), "{mode:?}: {err}");
@@ -425,10 +445,10 @@ fn the_top_of_the_generation_range_gives_a_typed_error() {
 }
 
 /// A held state from a clock this process does not share (another host) is timed by
-/// observation: `acquire_with_wait` returns at its timeout when that is shorter than the holder's
+/// observation: `acquire_with` returns at its timeout when that is shorter than the holder's
 /// duration, without spinning. (Replaces the old stuck-critical-section test.)
 #[test]
-fn acquire_with_wait_is_honoured_while_a_holder_elsewhere_holds() {
+fn acquire_with_is_honoured_while_a_holder_elsewhere_holds() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.lease");
@@ -442,7 +462,7 @@ fn acquire_with_wait_is_honoured_while_a_holder_elsewhere_holds() {
             .unwrap();
         let start = Instant::now();
         let err = within(Duration::from_secs(10), move || {
-            lock.acquire_with_wait(&WaitOptions::new(Duration::from_millis(300)))
+            lock.acquire_with(&WaitOptions::new(Duration::from_millis(300)))
                 .unwrap_err()
         });
         let waited = start.elapsed();
@@ -473,13 +493,11 @@ fn a_holder_on_another_clock_is_taken_over_after_its_duration_by_observation() {
         let err = lock.try_acquire().unwrap_err();
         assert!(err.is_held(), "round {round}: first sight: {err}");
         std::thread::sleep(Duration::from_millis(6));
-        assert_eq!(
-            lock.try_acquire()
-                .unwrap_or_else(|e| panic!("round {round}: {e}"))
-                .get(),
-            2
-        );
-        lock.release().unwrap();
+        let guard = lock
+            .try_acquire()
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(guard.fencing_token().get(), 2);
+        guard.release().unwrap();
     }
 }
 
@@ -561,8 +579,7 @@ fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
                 within(Duration::from_secs(5), move || {
                     let lock = fast(&path).with_mode(mode).build().unwrap();
                     let got = lock.try_acquire();
-                    let waited =
-                        lock.acquire_with_wait(&WaitOptions::new(Duration::from_millis(50)));
+                    let waited = lock.acquire_with(&WaitOptions::new(Duration::from_millis(50)));
                     (got, waited, lock.holder())
                 })
             };
@@ -625,7 +642,12 @@ fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
                 .unwrap();
             assert_eq!(store.lock_dir(&key).unwrap(), path);
             let err = within(Duration::from_secs(5), move || {
-                lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap_err()
+                lease_core::block_on(store.try_acquire(
+                    &key,
+                    Duration::from_secs(5),
+                    &AcquireOptions::default(),
+                ))
+                .unwrap_err()
             });
             // The same vocabulary as the lock's, just above.
             match expected {
@@ -652,9 +674,10 @@ fn a_go_lock_file_removed_by_its_owner_frees_the_path() {
     let lock = fast(&path).build().unwrap();
     assert!(lock.try_acquire().unwrap_err().is_held());
     std::fs::remove_file(&path).unwrap();
-    assert_eq!(lock.try_acquire().unwrap().get(), 1);
+    let guard = lock.try_acquire().unwrap();
+    assert_eq!(guard.fencing_token().get(), 1);
     assert!(path.is_dir());
-    lock.release().unwrap();
+    guard.release().unwrap();
 }
 
 /// The state entry deleted by hand (or by a cleaner) under a live holder: contenders get a clear
@@ -674,15 +697,16 @@ fn a_state_entry_deleted_under_a_live_holder_is_never_taken_over() {
                 let _ = tx.send(reason.clone());
             })
             .build()
+            .unwrap()
+            .acquire()
             .unwrap();
-        holder.acquire().unwrap();
         let name = state(&path);
         std::fs::remove_file(path.join(&name)).unwrap();
         let deleted = Instant::now();
         let contender = fast(&path).with_mode(mode).build().unwrap();
         let contender = within(Duration::from_secs(5), move || {
             let err = contender
-                .acquire_with_wait(&WaitOptions::new(Duration::from_secs(2)))
+                .acquire_with(&WaitOptions::new(Duration::from_secs(2)))
                 .unwrap_err();
             assert!(err.is_corrupt(), "{err}");
             assert!(err.to_string().contains("missing"), "{err}");
@@ -709,8 +733,9 @@ fn a_state_entry_deleted_under_a_live_holder_is_never_taken_over() {
         assert!(holder.release().unwrap_err().is_not_owned());
         // Removed by hand, the path starts afresh.
         std::fs::remove_dir(&path).unwrap();
-        assert_eq!(contender.try_acquire().unwrap().get(), 1);
-        contender.release().unwrap();
+        let guard = contender.try_acquire().unwrap();
+        assert_eq!(guard.fencing_token().get(), 1);
+        guard.release().unwrap();
     }
 }
 
@@ -743,8 +768,10 @@ fn a_lock_directory_replaced_under_a_live_holder_ends_its_tenure_at_the_next_hea
                 let _ = tx.send((Instant::now(), reason.clone()));
             })
             .build()
+            .unwrap()
+            .acquire()
             .unwrap();
-        let g1 = holder.acquire().unwrap();
+        let g1 = holder.fencing_token();
         std::thread::sleep(Duration::from_millis(120));
         if mode == ModePreference::Kernel {
             assert_ne!(
@@ -757,7 +784,8 @@ fn a_lock_directory_replaced_under_a_live_holder_ends_its_tenure_at_the_next_hea
         std::fs::rename(&path, &moved).unwrap();
         let at_replacement = state(&moved);
         let contender = fast(&path).with_mode(mode).build().unwrap();
-        assert_eq!(contender.try_acquire().unwrap().get(), 1, "{mode:?}");
+        let contender = contender.try_acquire().unwrap();
+        assert_eq!(contender.fencing_token().get(), 1, "{mode:?}");
 
         let (lost_at, reason) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert!(
@@ -808,8 +836,10 @@ fn a_restored_copy_of_a_lock_directory_is_not_mistaken_for_a_dead_holder() {
                 let _ = tx.send(reason.clone());
             })
             .build()
+            .unwrap()
+            .acquire()
             .unwrap();
-        let g1 = holder.acquire().unwrap();
+        let g1 = holder.fencing_token();
         std::thread::sleep(Duration::from_millis(60));
         let copy = dir.path().join("a.lease.copy");
         copy_dir(&path, &copy);
@@ -838,16 +868,18 @@ fn a_restored_copy_of_a_lock_directory_is_not_mistaken_for_a_dead_holder() {
             "{mode:?}: {reason}"
         );
         let (contender, got) = within(Duration::from_secs(5), move || {
-            let got = contender.acquire_with_wait(&WaitOptions::new(Duration::from_secs(3)));
+            let got = contender.acquire_with(&WaitOptions::new(Duration::from_secs(3)));
             (contender, got)
         });
         let at = monotonic_ns();
-        assert!(got.unwrap() > g1, "{mode:?}");
+        let got = got.unwrap();
+        assert!(got.fencing_token() > g1, "{mode:?}");
         assert!(
             at >= deadline_ns,
             "{mode:?}: taken over before the copied deadline"
         );
-        contender.release().unwrap();
+        got.release().unwrap();
+        drop(contender);
     }
 }
 
@@ -872,8 +904,7 @@ fn extreme_lock_options_are_invalid_input() {
         within(Duration::from_secs(5), move || {
             let lock = options.build()?;
             // Acquire, so a bad value reaches the arithmetic it feeds.
-            lock.acquire()?;
-            lock.release()?;
+            lock.try_acquire()?.release()?;
             Ok(lock)
         })
     };
@@ -927,14 +958,13 @@ fn extreme_lock_options_are_invalid_input() {
         )
         .unwrap();
     }
-    // acquire_with_wait takes any timeout.
+    // acquire_with takes any timeout.
     let lock = fast(&path).build().unwrap();
-    lock.acquire_with_wait(&WaitOptions::new(Duration::MAX))
-        .unwrap();
+    let _guard = lock.acquire_with(&WaitOptions::new(Duration::MAX)).unwrap();
     let other = fast(&path).build().unwrap();
     assert!(
         other
-            .acquire_with_wait(&WaitOptions::new(Duration::ZERO))
+            .acquire_with(&WaitOptions::new(Duration::ZERO))
             .unwrap_err()
             .is_timeout()
     );
@@ -950,7 +980,9 @@ fn a_lock_name_too_long_for_its_temporary_is_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x".repeat(250));
     let lock = fast(&path).build().unwrap();
-    let err = within(Duration::from_secs(5), move || lock.acquire().unwrap_err());
+    let err = within(Duration::from_secs(5), move || {
+        lock.try_acquire().unwrap_err()
+    });
     assert!(matches!(err, LeaseError::Backend { .. }), "{err}");
     assert!(entries(dir.path()).is_empty());
 }
@@ -1060,10 +1092,12 @@ fn locks_whose_names_extend_each_other_never_share_temporary_names() {
                     let got = lock.try_acquire();
                     // Hold until every thread has tried.
                     barrier.wait();
-                    if got.is_ok() {
-                        lock.release().unwrap();
-                    }
-                    got.map(|g| g.get()).map_err(|e| e.to_string())
+                    got.map(|g| {
+                        let fencing = g.fencing_token().get();
+                        g.release().unwrap();
+                        fencing
+                    })
+                    .map_err(|e| e.to_string())
                 })
             })
             .collect();
@@ -1126,7 +1160,8 @@ fn concurrent_creators_of_one_lock_make_one_directory_and_one_holder() {
                     let got = lock.try_acquire();
                     // Hold until everyone has tried (then the drop releases).
                     barrier.wait();
-                    got.map(|g| g.get()).map_err(|e| e.to_string())
+                    got.map(|g| g.fencing_token().get())
+                        .map_err(|e| e.to_string())
                 })
             })
             .collect();
@@ -1204,8 +1239,8 @@ fn waiting_for_a_holder_whose_kernel_lock_is_elsewhere_does_not_spin() {
         let start = Instant::now();
         let cpu = thread_cpu();
         let got = lock
-            .acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
-            .map(|g| g.get());
+            .acquire_with(&WaitOptions::new(Duration::from_secs(5)))
+            .map(|g| g.fencing_token().get());
         (got, start.elapsed(), thread_cpu() - cpu)
     });
     assert_eq!(got.unwrap(), 2);
@@ -1217,7 +1252,7 @@ fn waiting_for_a_holder_whose_kernel_lock_is_elsewhere_does_not_spin() {
     );
 }
 
-/// A kernel-mode waiter that gave up never keeps the kernel lock. `acquire_with_wait` waits for a
+/// A kernel-mode waiter that gave up never keeps the kernel lock. `acquire_with` waits for a
 /// holder's kernel lock on a thread blocked in `flock`; that thread used to outlive the call, get
 /// the lock when the holder let it go, and keep it for as long as the `FileLock` lived: from
 /// whoever held the lease next after a timeout (so their crash would not be noticed at once),
@@ -1234,17 +1269,15 @@ fn a_waiter_that_gave_up_never_keeps_the_kernel_lock() {
     // After a timeout.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
-    let holder = kernel(&path).build().unwrap();
-    holder.acquire().unwrap();
+    let holder = kernel(&path).build().unwrap().acquire().unwrap();
     let waiter = kernel(&path).build().unwrap();
     let err = waiter
-        .acquire_with_wait(&WaitOptions::new(Duration::from_millis(100)))
+        .acquire_with(&WaitOptions::new(Duration::from_millis(100)))
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
     holder.release().unwrap();
     std::thread::sleep(Duration::from_millis(50)); // a waiting thread would have the lock now
-    let next = kernel(&path).build().unwrap();
-    next.acquire().unwrap();
+    let next = kernel(&path).build().unwrap().try_acquire().unwrap();
     assert!(
         holds_kernel_lock(&path),
         "after a timeout: {}",
@@ -1264,14 +1297,12 @@ fn a_waiter_that_gave_up_never_keeps_the_kernel_lock() {
     .unwrap();
     let hung = std::fs::File::open(&path).unwrap();
     hung.lock().unwrap();
-    let taker = kernel(&path).build().unwrap();
-    assert_eq!(
-        taker
-            .acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
-            .unwrap()
-            .get(),
-        2
-    );
+    let taker = kernel(&path)
+        .build()
+        .unwrap()
+        .acquire_with(&WaitOptions::new(Duration::from_secs(5)))
+        .unwrap();
+    assert_eq!(taker.fencing_token().get(), 2);
     assert!(!holds_kernel_lock(&path), "the hung holder still has it");
     drop(hung);
     let until = Instant::now() + Duration::from_secs(2);

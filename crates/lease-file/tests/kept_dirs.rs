@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use lease_core::{LeaseBackendExt, LeaseKey};
+use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey};
 use lease_file::go::PidLock as _;
 use lease_file::{DirectoryStore, FileLock, NotOwnedReason};
 
@@ -17,8 +17,7 @@ fn a_file_lock_never_acquires_through_a_kept_directory_that_was_moved_away() {
     let path = dir.path().join("job.lease");
     let a = FileLock::new(&path).unwrap();
     let b = FileLock::new(&path).unwrap();
-    a.try_acquire().unwrap();
-    a.release().unwrap();
+    a.try_acquire().unwrap().release().unwrap();
 
     // Moved away while kept: `a` must not win in the old directory while `b` holds the new one.
     std::fs::rename(&path, dir.path().join("old.lease")).unwrap();
@@ -27,17 +26,19 @@ fn a_file_lock_never_acquires_through_a_kept_directory_that_was_moved_away() {
     assert!(err.is_held(), "{err}");
     assert_eq!(
         err.holder().and_then(|h| h.fencing()).map(|f| f.get()),
-        Some(held.get())
+        Some(held.fencing_token().get())
     );
-    b.release().unwrap();
-    assert!(a.try_acquire().unwrap() > held);
-    a.release().unwrap();
+    let fencing = held.fencing_token();
+    held.release().unwrap();
+    let again = a.try_acquire().unwrap();
+    assert!(again.fencing_token() > fencing);
+    again.release().unwrap();
 
     // Removed while kept: a fresh directory, not an error.
     std::fs::remove_dir_all(&path).unwrap();
-    a.try_acquire().unwrap();
+    let fresh = a.try_acquire().unwrap();
     assert!(b.try_acquire().unwrap_err().is_held());
-    a.release().unwrap();
+    fresh.release().unwrap();
 }
 
 #[test]
@@ -46,16 +47,15 @@ fn a_file_lock_is_not_refused_by_a_kept_directory_that_was_moved_away() {
     let path = dir.path().join("job.lease");
     let a = FileLock::new(&path).unwrap();
     let b = FileLock::new(&path).unwrap();
-    a.try_acquire().unwrap();
-    a.release().unwrap();
-    b.try_acquire().unwrap();
+    a.try_acquire().unwrap().release().unwrap();
+    let _b_held = b.try_acquire().unwrap();
     assert!(a.try_acquire().unwrap_err().is_held());
 
     // `b` holds the old directory, moved away: the path names a new, free lock.
     std::fs::rename(&path, dir.path().join("old.lease")).unwrap();
-    a.try_acquire().unwrap();
-    assert!(a.held());
-    a.release().unwrap();
+    let guard = a.try_acquire().unwrap();
+    assert!(guard.held());
+    guard.release().unwrap();
 }
 
 #[test]
@@ -65,38 +65,39 @@ fn a_store_never_acquires_through_a_kept_directory_that_was_moved_away() {
     let a = DirectoryStore::open(dir.path()).unwrap();
     let path = a.lock_dir(&key).unwrap();
     let b = DirectoryStore::open(dir.path()).unwrap();
-    let lease = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+    let lease = lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
     lease_core::block_on(a.release_lease(&lease)).unwrap();
 
     std::fs::rename(&path, dir.path().join("moved")).unwrap();
-    let held = lease_core::block_on(b.acquire(&key, TTL)).unwrap();
-    let err = lease_core::block_on(a.acquire(&key, TTL)).unwrap_err();
+    let held = lease_core::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+    let err =
+        lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap_err();
     assert!(err.is_held(), "{err}");
     lease_core::block_on(b.release_lease(&held)).unwrap();
-    let again = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+    let again = lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
     assert!(again.fencing_token() > held.fencing_token());
     lease_core::block_on(a.release_lease(&again)).unwrap();
 
     std::fs::remove_dir_all(&path).unwrap();
-    let fresh = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+    let fresh = lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
     assert!(
-        lease_core::block_on(b.acquire(&key, TTL))
+        lease_core::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
     lease_core::block_on(a.release_lease(&fresh)).unwrap();
 
     // Refused through a kept directory held in a moved-away copy: the path is free.
-    let lease = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+    let lease = lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
     lease_core::block_on(a.release_lease(&lease)).unwrap();
-    let _held = lease_core::block_on(b.acquire(&key, TTL)).unwrap();
+    let _held = lease_core::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
     assert!(
-        lease_core::block_on(a.acquire(&key, TTL))
+        lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
     std::fs::rename(&path, dir.path().join("moved-again")).unwrap();
-    lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+    lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
 }
 
 #[test]
@@ -105,7 +106,8 @@ fn a_store_renews_and_releases_by_the_name_it_gave_and_notices_a_change() {
     let key = LeaseKey::new("job").unwrap();
     let store = DirectoryStore::open(dir.path()).unwrap();
     let other = DirectoryStore::open(dir.path()).unwrap();
-    let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+    let lease =
+        lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
     // Renewed through another handle of the same directory: the name this store remembers is
     // gone, so it looks, and carries on.
     let renewed =
@@ -120,7 +122,8 @@ fn a_store_renews_and_releases_by_the_name_it_gave_and_notices_a_change() {
             .unwrap_err()
             .is_not_owned()
     );
-    let next = lease_core::block_on(other.acquire(&key, TTL)).unwrap();
+    let next =
+        lease_core::block_on(other.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
     assert!(next.fencing_token() > lease.fencing_token());
 }
 
@@ -141,12 +144,14 @@ fn descriptions_follow_the_state_entry_even_when_it_is_replaced_by_a_copy() {
     let labelled = |label: &str| FileLock::builder(&path).with_label(label).build();
     let (a, b) = (labelled("a").unwrap(), labelled("b").unwrap());
     for round in 0..3 {
-        let fencing = a.try_acquire().unwrap();
+        let held_a = a.try_acquire().unwrap();
+        let fencing = held_a.fencing_token();
         assert_eq!(holder_label(&path).as_deref(), Some("a"), "round {round}");
-        a.release().unwrap();
-        assert!(b.try_acquire().unwrap() > fencing);
+        held_a.release().unwrap();
+        let held_b = b.try_acquire().unwrap();
+        assert!(held_b.fencing_token() > fencing);
         assert_eq!(holder_label(&path).as_deref(), Some("b"), "round {round}");
-        b.release().unwrap();
+        held_b.release().unwrap();
     }
     // The free state entry replaced by hand with a copy (another inode, same name): the next
     // description goes to the copy, which is the state entry now.
@@ -164,9 +169,9 @@ fn descriptions_follow_the_state_entry_even_when_it_is_replaced_by_a_copy() {
     let copy = dir.path().join("copy");
     std::fs::copy(&entry, &copy).unwrap();
     std::fs::rename(&copy, &entry).unwrap();
-    a.try_acquire().unwrap();
+    let held_a = a.try_acquire().unwrap();
     assert_eq!(holder_label(&path).as_deref(), Some("a"));
-    a.release().unwrap();
+    held_a.release().unwrap();
 }
 
 #[test]
@@ -180,7 +185,7 @@ fn a_holder_whose_directory_is_removed_or_moved_loses_at_its_next_heartbeat() {
             .with_stale_threshold(Duration::from_secs(3))
             .build()
             .unwrap();
-        lock.try_acquire().unwrap();
+        let guard = lock.try_acquire().unwrap();
         if remove {
             std::fs::remove_dir_all(&path).unwrap();
         } else {
@@ -188,20 +193,20 @@ fn a_holder_whose_directory_is_removed_or_moved_loses_at_its_next_heartbeat() {
         }
         // Long before the deadline (2.7 s): the loss is the removal, not failing heartbeats.
         let started = std::time::Instant::now();
-        while lock.lost().is_none() && started.elapsed() < Duration::from_secs(1) {
+        while guard.lost().is_none() && started.elapsed() < Duration::from_secs(1) {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(
             matches!(
-                lock.lost(),
+                guard.lost(),
                 Some(LossReason::NotOwned(
                     NotOwnedReason::TakenOver | NotOwnedReason::Missing
                 ))
             ),
             "remove {remove}: {:?} after {:?}",
-            lock.lost(),
+            guard.lost(),
             started.elapsed()
         );
-        assert!(!lock.held());
+        assert!(!guard.held());
     }
 }

@@ -77,12 +77,16 @@ fn acquire_release_held_path_and_fencing() {
     let lock = FileLock::new(&path).unwrap();
     assert_eq!(lock.path(), path);
     assert_eq!(lock.mode(), LockMode::Kernel);
-    assert!(!lock.held());
-    let first = lock.acquire().unwrap();
-    assert!(lock.held());
-    let again = lock.acquire().unwrap_err();
-    assert!(again.is_invalid_input(), "{again}");
-    assert!(again.to_string().contains("already held"), "{again}");
+    let guard = lock.try_acquire().unwrap();
+    let first = guard.fencing_token();
+    assert!(guard.held());
+    // While the guard lives, acquiring through the same lock is contending with it.
+    let again = lock.try_acquire().unwrap_err();
+    assert!(again.is_held(), "{again}");
+    assert_eq!(
+        again.holder().and_then(|h| h.pid()),
+        Some(std::process::id())
+    );
     let (_, state) = held(&path);
     assert_eq!(state.generation, first.get());
     assert!(state.kernel.is_some(), "the holder holds the kernel lock");
@@ -99,17 +103,60 @@ fn acquire_release_held_path_and_fencing() {
         "the description is this tenure's"
     );
     assert!(record.tenure);
-    lock.release().unwrap();
-    assert!(!lock.held());
-    assert!(lock.release().unwrap_err().is_not_owned());
+    guard.release().unwrap();
     assert_eq!(
         lease_dir::state(&path).1,
         State::Free(first.get()),
         "release keeps the generation"
     );
-    let second = lock.acquire().unwrap();
-    assert!(second > first);
-    assert_eq!(held(&path).1.generation, second.get());
+    let second = lock.try_acquire().unwrap();
+    assert!(second.fencing_token() > first);
+    assert_eq!(held(&path).1.generation, second.fencing_token().get());
+}
+
+#[test]
+fn acquire_waits_for_the_guard_of_the_same_lock_as_for_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = Arc::new(fast(dir.path().join("a.lease")).build().unwrap());
+    let first = lock.acquire().unwrap();
+    let fencing = first.fencing_token();
+    let (tx, rx) = mpsc::channel();
+    let waiter = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            let guard = lock.acquire().unwrap();
+            tx.send(guard.fencing_token()).unwrap();
+            guard.release().unwrap();
+        })
+    };
+    // The waiter waits (it would have been told "already held" before guards).
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    first.release().unwrap();
+    let next = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(next > fencing);
+    waiter.join().unwrap();
+}
+
+#[test]
+fn a_guard_outlives_its_lock_and_keeps_the_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let guard = fast(&path).build().unwrap().try_acquire().unwrap();
+    // Dropped lock, living guard: the heartbeat goes on past the stale threshold.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(guard.check().is_ok());
+    assert!(
+        fast(&path)
+            .build()
+            .unwrap()
+            .try_acquire()
+            .unwrap_err()
+            .is_held()
+    );
+    let fencing = guard.fencing_token();
+    drop(guard);
+    let next = fast(&path).build().unwrap().try_acquire().unwrap();
+    assert!(next.fencing_token() > fencing);
 }
 
 #[test]
@@ -117,7 +164,7 @@ fn held_error_names_pid_host_and_since() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let holder = fast(&path).with_label("alice").build().unwrap();
-    holder.acquire().unwrap();
+    let _held = holder.try_acquire().unwrap();
     // As in the Go package, a live holder fails acquire at once: the retry budget is for races.
     // Were the held error retried, two 10 s delays would pass first.
     let other = fast(&path)
@@ -126,7 +173,7 @@ fn held_error_names_pid_host_and_since() {
         .build()
         .unwrap();
     let start = Instant::now();
-    let err = other.acquire().unwrap_err();
+    let err = other.try_acquire().unwrap_err();
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "held is not retried"
@@ -142,7 +189,7 @@ fn held_error_names_pid_host_and_since() {
         "the holder holds the kernel lock"
     );
     let err = other
-        .acquire_with_wait(&WaitOptions::new(Duration::from_millis(100)))
+        .acquire_with(&WaitOptions::new(Duration::from_millis(100)))
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
     // The holder is named once, by the last error (the timeout's source).
@@ -151,15 +198,16 @@ fn held_error_names_pid_host_and_since() {
 }
 
 #[test]
-fn dropped_holder_frees_the_lock_at_once() {
+fn dropped_guard_frees_the_lock_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let holder = fast(&path).build().unwrap();
-    let g1 = holder.acquire().unwrap();
-    drop(holder);
+    let guard = holder.try_acquire().unwrap();
+    let g1 = guard.fencing_token();
+    drop(guard);
     assert_eq!(lease_dir::state(&path).1, State::Free(g1.get()));
     let other = fast(&path).build().unwrap();
-    assert!(other.try_acquire().unwrap() > g1);
+    assert!(other.try_acquire().unwrap().fencing_token() > g1);
 }
 
 #[test]
@@ -169,9 +217,9 @@ fn kernel_tenure_lets_a_contender_take_over_when_the_holder_vanishes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let holder = fast(&path).build().unwrap();
-    holder.acquire().unwrap();
+    let guard = holder.try_acquire().unwrap();
     let (_, real) = held(&path);
-    holder.release().unwrap();
+    guard.release().unwrap();
     let kernel = real.kernel.unwrap();
     let crashed = Held {
         generation: real.generation + 1,
@@ -217,7 +265,7 @@ fn kernel_tenure_lets_a_contender_take_over_when_the_holder_vanishes() {
     let start = Instant::now();
     let g = other.try_acquire().unwrap();
     assert!(start.elapsed() < Duration::from_millis(100));
-    assert_eq!(g.get(), crashed.generation + 1);
+    assert_eq!(g.fencing_token().get(), crashed.generation + 1);
     let (_, now) = held(&path);
     assert_eq!(now.kernel, Some(kernel), "the new holder holds it in turn");
 }
@@ -232,13 +280,14 @@ fn a_live_holder_is_never_stale_and_learns_when_its_state_is_taken() {
         .on_lost(move |r| seen2.lock().unwrap().push(r.clone()))
         .build()
         .unwrap();
-    let g1 = holder.acquire().unwrap();
+    let guard = holder.try_acquire().unwrap();
+    let g1 = guard.fencing_token();
     let contender = fast(&path).build().unwrap();
     assert!(contender.try_acquire().unwrap_err().is_held());
     // The live holder keeps renewing past the stale threshold: the contender never calls it stale.
     std::thread::sleep(Duration::from_millis(500));
     assert!(contender.try_acquire().unwrap_err().is_held());
-    assert!(holder.held());
+    assert!(guard.held());
     let (_, now) = held(&path);
     assert_eq!(now.generation, g1.get());
     assert!(now.seq >= 5, "renewed meanwhile: {now:?}");
@@ -249,11 +298,11 @@ fn a_live_holder_is_never_stale_and_learns_when_its_state_is_taken() {
         ..Held::hung(g1.get() + 10, Duration::from_millis(300))
     };
     rename_state(&path, &operator.name());
-    assert!(wait_for(Duration::from_secs(2), || !holder.held()));
+    assert!(wait_for(Duration::from_secs(2), || !guard.held()));
     assert!(
-        holder.lost() == Some(LossReason::NotOwned(NotOwnedReason::TakenOver)),
+        guard.lost() == Some(LossReason::NotOwned(NotOwnedReason::TakenOver)),
         "{:?}",
-        holder.lost()
+        guard.lost()
     );
     // The new owner is the operator's generation.
     assert_eq!(
@@ -262,7 +311,7 @@ fn a_live_holder_is_never_stale_and_learns_when_its_state_is_taken() {
     );
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(seen.lock().unwrap().len(), 1, "told once");
-    let err = holder.release().unwrap_err();
+    let err = guard.release().unwrap_err();
     assert!(err.is_not_owned());
     assert_eq!(
         lease_dir::state(&path).0,
@@ -284,14 +333,15 @@ fn heartbeat_only_mode_works_and_says_so() {
         .with_mode(ModePreference::HeartbeatOnly)
         .build()
         .unwrap();
-    let g1 = a.acquire().unwrap();
+    let guard = a.try_acquire().unwrap();
+    let g1 = guard.fencing_token();
     let err = b.try_acquire().unwrap_err();
     assert!(err.is_held(), "{err}");
     assert!(err.holder().is_some());
     // The holder claims no kernel lock, as its state entry says.
     assert_eq!(lease_dir::state(&path).1.held().unwrap().kernel, None);
     std::thread::sleep(Duration::from_millis(100));
-    assert!(a.held());
+    assert!(guard.held());
     let (_, state) = held(&path);
     assert_eq!(
         state.kernel, None,
@@ -302,8 +352,8 @@ fn heartbeat_only_mode_works_and_says_so() {
         lease_dir::description(&path).protocol.as_deref(),
         Some("heartbeat-only")
     );
-    a.release().unwrap();
-    assert!(b.try_acquire().unwrap() > g1);
+    guard.release().unwrap();
+    assert!(b.try_acquire().unwrap().fencing_token() > g1);
     assert_eq!(lease_dir::entries(&path).len(), 1, "nothing but the state");
 }
 
@@ -346,7 +396,7 @@ fn garbage_file_at_the_path_is_foreign_and_left_untouched() {
         assert!(err.to_string().contains(says), "{err}");
         let start = Instant::now();
         let err = lock
-            .acquire_with_wait(&WaitOptions::new(Duration::from_secs(2)))
+            .acquire_with(&WaitOptions::new(Duration::from_secs(2)))
             .unwrap_err();
         assert!(err.is_foreign(), "{err}");
         assert!(start.elapsed() < Duration::from_secs(1), "not waited for");
@@ -394,8 +444,7 @@ fn symlinks_are_never_followed() {
     assert_eq!(std::fs::read(&target).unwrap(), b"do not touch");
     let real = dir.path().join("real.lease");
     let owner = fast(&real).build().unwrap();
-    owner.acquire().unwrap();
-    owner.release().unwrap();
+    owner.try_acquire().unwrap().release().unwrap();
     let link = dir.path().join("link.lease");
     std::os::unix::fs::symlink(&real, &link).unwrap();
     let err = fast(&link).build().unwrap().try_acquire().unwrap_err();
@@ -405,9 +454,9 @@ fn symlinks_are_never_followed() {
     let name = lease_dir::state(&real).0;
     std::fs::remove_file(real.join(&name)).unwrap();
     std::os::unix::fs::symlink(&target, real.join(&name)).unwrap();
-    owner.acquire().unwrap();
+    let guard = owner.try_acquire().unwrap();
     std::thread::sleep(Duration::from_millis(60));
-    owner.release().unwrap();
+    guard.release().unwrap();
     assert_eq!(std::fs::read(&target).unwrap(), b"do not touch");
     let (name, state) = lease_dir::state(&real);
     assert_eq!(state, State::Free(2));
@@ -489,9 +538,10 @@ fn a_fifo_as_the_state_entry_never_blocks() {
     let at = path.clone();
     let g = within(Duration::from_secs(5), move || {
         let lock = fast(&at).build().unwrap();
-        let g = lock.try_acquire().map(|g| g.get()).ok();
+        let guard = lock.try_acquire().ok();
+        let g = guard.as_ref().map(|g| g.fencing_token().get());
         let holder = fast(&at).build().unwrap().try_acquire().unwrap_err();
-        drop(lock);
+        drop(guard);
         (g, holder.is_held())
     });
     assert_eq!(g, (Some(5), true));
@@ -513,8 +563,7 @@ fn unreadable_lock_directory_gives_a_permission_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let lock = fast(&path).build().unwrap();
-    lock.acquire().unwrap();
-    lock.release().unwrap();
+    lock.try_acquire().unwrap().release().unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o000)).unwrap();
     let err = lock.try_acquire().unwrap_err();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -530,18 +579,18 @@ fn creation_modes_are_honoured() {
         .with_dir_mode(0o700)
         .build()
         .unwrap();
-    lock.acquire().unwrap();
+    let guard = lock.try_acquire().unwrap();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
     // The lock directory gets the file mode plus search where it grants read, exactly.
     assert_eq!(mode(&path), 0o700);
     let (name, _) = lease_dir::state(&path);
     assert_eq!(mode(&path.join(name)), 0o600);
     assert_eq!(mode(&dir.path().join("m")) & 0o077, 0);
-    lock.release().unwrap();
+    guard.release().unwrap();
     // A group-shared lock.
     let shared = dir.path().join("m/shared.lease");
     let lock = fast(&shared).with_file_mode(0o664).build().unwrap();
-    lock.acquire().unwrap();
+    let _guard = lock.try_acquire().unwrap();
     assert_eq!(mode(&shared), 0o775);
     assert_eq!(mode(&shared.join(lease_dir::state(&shared).0)), 0o664);
 }
@@ -552,7 +601,8 @@ fn a_moved_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
     let path = dir.path().join("a.lease");
     let moved = dir.path().join("moved.lease");
     let a = fast(&path).build().unwrap();
-    let g = a.acquire().unwrap();
+    let guard_a = a.try_acquire().unwrap();
+    let g = guard_a.fencing_token();
     std::fs::rename(&path, &moved).unwrap();
     // Under its new name the directory still holds a's tenure and a's kernel lock: a contender
     // there is turned away until a lets go.
@@ -566,26 +616,29 @@ fn a_moved_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
         }
         std::thread::sleep(Duration::from_millis(1));
     };
-    assert!(!a.held(), "b acquired while a still trusted its tenure");
+    assert!(
+        !guard_a.held(),
+        "b acquired while a still trusted its tenure"
+    );
     assert!(
         matches!(
-            a.lost(),
+            guard_a.lost(),
             Some(LossReason::NotOwned(
                 NotOwnedReason::TakenOver | NotOwnedReason::Missing
             ))
         ),
         "the heartbeat noticed: {:?}",
-        a.lost()
+        guard_a.lost()
     );
     assert_eq!(
-        gb.get(),
+        gb.fencing_token().get(),
         g.get() + 1,
         "fencing continues in the moved directory"
     );
-    assert!(a.release().unwrap_err().is_not_owned());
+    assert!(guard_a.release().unwrap_err().is_not_owned());
     assert_eq!(
         held(&moved).1.generation,
-        gb.get(),
+        gb.fencing_token().get(),
         "a's release touched nothing"
     );
 }
@@ -596,7 +649,8 @@ fn a_replaced_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
     let path = dir.path().join("a.lease");
     let old = dir.path().join("old.lease");
     let a = fast(&path).build().unwrap();
-    let g = a.acquire().unwrap();
+    let guard_a = a.try_acquire().unwrap();
+    let g = guard_a.fencing_token();
     // Replace the directory by a copy of itself (a restore from backup, a sync tool): a new
     // inode whose state still names a's tenure, but not a kernel lock on itself.
     std::fs::rename(&path, &old).unwrap();
@@ -620,16 +674,19 @@ fn a_replaced_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
         }
         std::thread::sleep(Duration::from_millis(1));
     };
-    assert!(!a.held(), "b acquired while a still trusted its tenure");
+    assert!(
+        !guard_a.held(),
+        "b acquired while a still trusted its tenure"
+    );
     assert!(
         matches!(
-            a.lost(),
+            guard_a.lost(),
             Some(LossReason::NotOwned(
                 NotOwnedReason::TakenOver | NotOwnedReason::Missing
             ))
         ),
         "{:?}",
-        a.lost()
+        guard_a.lost()
     );
     assert!(
         replaced.elapsed() >= Duration::from_millis(200),
@@ -637,7 +694,7 @@ fn a_replaced_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
         replaced.elapsed()
     );
     assert_eq!(
-        gb.get(),
+        gb.fencing_token().get(),
         g.get() + 1,
         "fencing continues from the copied state"
     );
@@ -656,11 +713,12 @@ fn failing_heartbeats_are_tolerated_until_the_deadline_then_untrusted() {
         .on_lost(move |r| seen2.lock().unwrap().push((Instant::now(), r.clone())))
         .build()
         .unwrap();
-    let g = lock.acquire().unwrap();
+    let guard = lock.try_acquire().unwrap();
+    let g = guard.fencing_token();
     // Take the state entry away: every renewal now fails (and contenders are refused).
     let name = rename_state(&path, "stash");
     std::thread::sleep(Duration::from_millis(120));
-    assert!(lock.held(), "a few failed heartbeats are tolerated");
+    assert!(guard.held(), "a few failed heartbeats are tolerated");
     let other = fast(&path).build().unwrap();
     assert!(other.try_acquire().unwrap_err().is_corrupt());
     // Put it back in time: renewals resume from the name the holder last wrote.
@@ -669,7 +727,7 @@ fn failing_heartbeats_are_tolerated_until_the_deadline_then_untrusted() {
     assert!(wait_for(Duration::from_secs(1), || {
         held(&path).1.seq > stuck.held().unwrap().seq
     }));
-    assert!(lock.held());
+    assert!(guard.held());
     // Now for good.
     rename_state(&path, "stash");
     let broken = Instant::now();
@@ -693,10 +751,10 @@ fn failing_heartbeats_are_tolerated_until_the_deadline_then_untrusted() {
         at.duration_since(broken) >= Duration::from_millis(150),
         "not before the deadline"
     );
-    assert!(!lock.held());
+    assert!(!guard.held());
     assert_eq!(lease_dir::entries(&path), ["stash"], "nothing repaired");
     assert!(other.try_acquire().unwrap_err().is_corrupt());
-    assert_eq!(lock.fencing_token(), Some(g));
+    assert_eq!(guard.fencing_token(), g);
 }
 
 #[test]
@@ -733,7 +791,7 @@ fn a_deleted_state_entry_under_a_live_holder_is_refused_never_free() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let holder = fast(&path).build().unwrap();
-    holder.acquire().unwrap();
+    let guard = holder.try_acquire().unwrap();
     loop {
         let (name, _) = lease_dir::state(&path);
         if std::fs::remove_file(path.join(name)).is_ok() {
@@ -748,7 +806,7 @@ fn a_deleted_state_entry_under_a_live_holder_is_refused_never_free() {
     );
     let start = Instant::now();
     let err = other
-        .acquire_with_wait(&WaitOptions::new(Duration::from_secs(2)))
+        .acquire_with(&WaitOptions::new(Duration::from_secs(2)))
         .unwrap_err();
     assert!(err.is_corrupt(), "{err}");
     assert!(
@@ -756,15 +814,15 @@ fn a_deleted_state_entry_under_a_live_holder_is_refused_never_free() {
         "refused, not waited for"
     );
     // The holder cannot renew: it stops trusting its tenure at its deadline.
-    assert!(wait_for(Duration::from_secs(2), || holder.lost().is_some()));
-    assert!(!holder.held());
+    assert!(wait_for(Duration::from_secs(2), || guard.lost().is_some()));
+    assert!(!guard.held());
     assert!(
         matches!(
-            holder.lost(),
+            guard.lost(),
             Some(LossReason::BackendFailing { .. } | LossReason::DeadlinePassed)
         ),
         "{:?}",
-        holder.lost()
+        guard.lost()
     );
     assert!(
         other.try_acquire().unwrap_err().is_corrupt(),
@@ -782,7 +840,8 @@ fn readers_always_see_exactly_one_state_entry() {
         .with_stale_threshold(Duration::from_millis(300))
         .build()
         .unwrap();
-    let g = lock.acquire().unwrap();
+    let guard = lock.try_acquire().unwrap();
+    let g = guard.fencing_token();
     let start = Instant::now();
     let mut reads = 0;
     let mut described = 0;
@@ -813,6 +872,6 @@ fn readers_always_see_exactly_one_state_entry() {
     );
     // The directory itself is never replaced.
     let ino = std::fs::metadata(&path).unwrap().ino();
-    lock.release().unwrap();
+    guard.release().unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().ino(), ino);
 }

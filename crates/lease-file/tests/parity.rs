@@ -64,7 +64,8 @@ fn record_has_schema_version_owner_pid_and_heartbeat() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let lock = fast(&path).build().unwrap();
-    let g = lock.acquire().unwrap();
+    let guard = lock.acquire().unwrap();
+    let g = guard.fencing_token();
     let state = held(&path);
     let r = lease_dir::description(&path);
     assert_eq!(r.version, lease_dir::SCHEMA_VERSION);
@@ -86,7 +87,7 @@ fn owners_heartbeat_while_held() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let lock = fast(&path).build().unwrap();
-    lock.acquire().unwrap();
+    let guard = lock.acquire().unwrap();
     let before = held(&path);
     std::thread::sleep(Duration::from_millis(150));
     let after = held(&path);
@@ -101,7 +102,7 @@ fn owners_heartbeat_while_held() {
         "each renewal moves the deadline"
     );
     assert_eq!(after.generation, before.generation);
-    assert!(lock.held());
+    assert!(guard.held());
 }
 
 #[test]
@@ -116,9 +117,10 @@ fn a_stale_lease_is_taken_over_after_its_duration_not_before() {
         lock.try_acquire().unwrap_err().is_held(),
         "fresh at first sight"
     );
-    let generation = lock
-        .acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
+    let guard = lock
+        .acquire_with(&WaitOptions::new(Duration::from_secs(5)))
         .unwrap();
+    let generation = guard.fencing_token();
     let waited = start.elapsed();
     assert!(waited >= Duration::from_millis(600), "{waited:?}");
     assert!(waited < Duration::from_millis(2000), "{waited:?}");
@@ -138,7 +140,8 @@ fn wall_clock_timestamps_do_not_decide_staleness() {
         let lock = fast(&path).build().unwrap();
         assert!(lock.try_acquire().unwrap_err().is_held());
         let start = Instant::now();
-        lock.acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
+        let _guard = lock
+            .acquire_with(&WaitOptions::new(Duration::from_secs(5)))
             .unwrap();
         assert!(start.elapsed() >= Duration::from_millis(300));
     }
@@ -147,10 +150,10 @@ fn wall_clock_timestamps_do_not_decide_staleness() {
     let dir = tempfile::tempdir().unwrap();
     let probe = dir.path().join("probe.lease");
     let lock = fast(&probe).build().unwrap();
-    lock.acquire().unwrap();
+    let guard = lock.acquire().unwrap();
     let scale = held(&probe).scale;
     assert!(scale.is_some());
-    lock.release().unwrap();
+    guard.release().unwrap();
     let path = dir.path().join("a.lease");
     let deadline = monotonic_ns() + 500_000_000;
     let holder = Held {
@@ -163,12 +166,12 @@ fn wall_clock_timestamps_do_not_decide_staleness() {
     let lock = fast(&path).build().unwrap();
     assert!(lock.try_acquire().unwrap_err().is_held());
     let g = lock
-        .acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
+        .acquire_with(&WaitOptions::new(Duration::from_secs(5)))
         .unwrap();
     let at = monotonic_ns();
     assert!(at >= deadline, "not before the holder's deadline");
     assert!(at < deadline + 1_000_000_000, "soon after it");
-    assert_eq!(g.get(), 6);
+    assert_eq!(g.fencing_token().get(), 6);
 }
 
 #[test]
@@ -199,9 +202,9 @@ fn pids_never_decide_only_the_kernel_lock_or_time() {
     let dir = tempfile::tempdir().unwrap();
     let probe = dir.path().join("probe.lease");
     let lock = fast(&probe).build().unwrap();
-    lock.acquire().unwrap();
+    let guard = lock.acquire().unwrap();
     let host = lease_dir::description(&probe).host;
-    drop(lock);
+    drop(guard);
     let path = dir.path().join("a.lease");
     lease_dir::plant(
         &path,
@@ -213,7 +216,8 @@ fn pids_never_decide_only_the_kernel_lock_or_time() {
     assert!(lock.try_acquire().unwrap_err().is_held());
     std::thread::sleep(Duration::from_millis(200));
     assert!(lock.try_acquire().unwrap_err().is_held());
-    lock.acquire_with_wait(&WaitOptions::new(Duration::from_secs(5)))
+    let _guard = lock
+        .acquire_with(&WaitOptions::new(Duration::from_secs(5)))
         .unwrap();
     assert!(start.elapsed() >= Duration::from_millis(400));
 }
@@ -223,24 +227,20 @@ fn release_is_fenced_by_ownership_and_never_deletes() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let a = fast(&path).build().unwrap();
+    let guard = a.acquire().unwrap();
+    let g = guard.fencing_token();
+    // Only a guard releases: another lock on the path holds none, so it cannot release this
+    // tenure (before guards, its `release` had to be refused at run time).
     let b = fast(&path).build().unwrap();
-    assert!(b.release().unwrap_err().is_not_owned(), "never acquired");
-    let g = a.acquire().unwrap();
-    let err = b.release().unwrap_err();
-    assert!(err.is_not_owned());
-    // While `a` holds it, `b` is told it never acquired it, not that the lease is free.
-    let text = err.to_string();
-    assert!(
-        text.contains("never acquired") && !text.contains("not held"),
-        "{text}"
-    );
-    assert!(a.held());
+    assert!(b.try_acquire().unwrap_err().is_held());
+    drop(b);
+    assert!(guard.held());
     assert_eq!(
         held(&path).generation,
         g.get(),
-        "b's release touched nothing"
+        "dropping another lock touched nothing"
     );
-    a.release().unwrap();
+    guard.release().unwrap();
     assert!(
         path.is_dir(),
         "the lock directory stays, released, with its generation"
@@ -260,7 +260,8 @@ fn mixed_modes_on_one_path_exclude_each_other() {
         .unwrap();
     let kernel = fast(&path).build().unwrap();
     assert_eq!(kernel.mode(), LockMode::Kernel);
-    let g1 = hb.acquire().unwrap();
+    let held_hb = hb.acquire().unwrap();
+    let g1 = held_hb.fencing_token();
     let err = kernel.try_acquire().unwrap_err();
     assert!(err.is_held(), "{err}");
     assert!(err.holder().is_some());
@@ -270,17 +271,18 @@ fn mixed_modes_on_one_path_exclude_each_other() {
     // gets the (unused) kernel lock but must not read that as the holder's death.
     std::thread::sleep(Duration::from_millis(600));
     assert!(kernel.try_acquire().unwrap_err().is_held());
-    assert!(hb.held());
-    hb.release().unwrap();
-    let g2 = kernel.try_acquire().unwrap();
+    assert!(held_hb.held());
+    held_hb.release().unwrap();
+    let held_kernel = kernel.try_acquire().unwrap();
+    let g2 = held_kernel.fencing_token();
     assert!(g2 > g1);
     let err = hb.try_acquire().unwrap_err();
     assert!(err.is_held(), "{err}");
     assert!(err.holder().is_some());
     // The holder holds the kernel lock, as its state entry says.
     assert!(lease_dir::state(&path).1.held().unwrap().kernel.is_some());
-    kernel.release().unwrap();
-    assert!(hb.try_acquire().unwrap() > g2);
+    held_kernel.release().unwrap();
+    assert!(hb.try_acquire().unwrap().fencing_token() > g2);
 }
 
 #[test]
@@ -289,13 +291,11 @@ fn concurrent_threads_on_one_lock_object_acquire_once() {
     let lock = fast(dir.path().join("a.lease")).build().unwrap();
     let wins = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
-            .map(|_| s.spawn(|| lock.try_acquire().is_ok()))
+            .map(|_| s.spawn(|| lock.try_acquire().ok()))
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .filter(|won| *won)
-            .count()
+        // Every guard is kept until all threads are done: one lock, one holder.
+        let guards: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        guards.iter().filter(|guard| guard.is_some()).count()
     });
     assert_eq!(wins, 1);
 }

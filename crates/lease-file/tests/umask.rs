@@ -99,11 +99,11 @@ fn every_created_file_and_directory_gets_exactly_the_configured_mode() {
                     .with_file_mode(file_mode)
                     .with_mode(preference);
                 let lock = options.clone().build().unwrap();
-                lock.acquire().unwrap();
+                let guard = lock.acquire().unwrap();
                 std::thread::sleep(Duration::from_millis(50)); // a few heartbeats
-                lock.release().unwrap();
+                guard.release().unwrap();
                 let other = options.build().unwrap();
-                other.acquire().unwrap();
+                let guard = other.acquire().unwrap();
                 assert_all(
                     dir.path(),
                     file_mode,
@@ -111,7 +111,7 @@ fn every_created_file_and_directory_gets_exactly_the_configured_mode() {
                     &["a.lease/held."],
                     &format!("FileLock held, {context}"),
                 );
-                other.release().unwrap();
+                guard.release().unwrap();
                 assert_all(
                     dir.path(),
                     file_mode,

@@ -24,12 +24,9 @@ fn a_waiting_directory_store_acquisition_is_woken_by_the_release() {
         let key = key.clone();
         std::thread::spawn(move || {
             let wait = WaitOptions::new(Duration::from_secs(30)).with_backoff(SLOW_POLL, SLOW_POLL);
-            let lease = lease_core::block_on(waiter.acquire_with_wait(
-                &key,
-                Duration::from_secs(60),
-                &wait,
-            ))
-            .unwrap();
+            let lease =
+                lease_core::block_on(waiter.acquire_with(&key, Duration::from_secs(60), &wait))
+                    .unwrap();
             (Instant::now(), lease)
         })
     };
@@ -50,17 +47,18 @@ fn a_waiting_file_lock_is_woken_by_the_release() {
     let options = FileLock::builder(&path).with_retry_delay(SLOW_POLL);
     let holder = options.clone().build().unwrap();
     assert_eq!(holder.mode(), LockMode::Kernel);
-    let fencing = holder.acquire().unwrap();
+    let guard = holder.acquire().unwrap();
+    let fencing = guard.fencing_token();
     let thread = std::thread::spawn(move || {
         let waiter = options.build().unwrap();
         let got = waiter
-            .acquire_with_wait(&WaitOptions::new(Duration::from_secs(30)))
+            .acquire_with(&WaitOptions::new(Duration::from_secs(30)))
             .unwrap();
-        (Instant::now(), got, waiter)
+        (Instant::now(), got.fencing_token(), got)
     });
     std::thread::sleep(Duration::from_millis(300));
     let released = Instant::now();
-    holder.release().unwrap();
+    guard.release().unwrap();
     let (acquired, second, _waiter) = thread.join().unwrap();
     let took = acquired.duration_since(released);
     assert!(took < ALLOWED, "the waiter took {took:?} after the release");

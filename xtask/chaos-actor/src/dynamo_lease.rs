@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    FencedValues, FencingToken, KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseError,
+    AcquireOptions, FencedValues, FencingToken, KeeperOptions, LeaseBackend, LeaseError,
     LeaseGuard, LeaseKey, NotOwnedReason,
 };
 use lease_dynamo::DynamoLeases;
@@ -74,7 +74,8 @@ impl<'a> Tenure<'a> {
     async fn run(&self, rng: &mut Rng) -> Result<bool, LeaseError> {
         let backend: Arc<dyn LeaseBackend> = self.leases.clone();
         let sent = mono_ns();
-        let lease = match backend.acquire(&self.key, self.ttl).await {
+        let once = AcquireOptions::default();
+        let lease = match backend.try_acquire(&self.key, self.ttl, &once).await {
             Ok(lease) => lease,
             Err(error) if error.is_held() => return Ok(false),
             Err(error) => return Err(error),

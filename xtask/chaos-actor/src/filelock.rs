@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use lease_file::{FileLock, FileLockBuilder, LeaseError, ModePreference, WaitOptions};
+use lease_file::{
+    FileLock, FileLockBuilder, FileLockGuard, LeaseError, ModePreference, WaitOptions,
+};
 
 use crate::actor::{Actor, Rng};
 use crate::cli::{FileLockArgs, LockModeArg};
@@ -47,7 +49,7 @@ pub(crate) fn run(args: &FileLockArgs, actor: &Actor) -> Result<(), String> {
             Err((what, error)) => tenure.failed(what, &error),
         }
     }
-    // A lock still held (a stop between acquisition and release) is released by its drop.
+    // A tenure cut short by a stop is released by its guard's drop.
     Ok(())
 }
 
@@ -77,11 +79,12 @@ impl Tenure<'_> {
         let history = &self.actor.history;
         let sent = mono_ns();
         let wait = Duration::from_millis(self.args.acquire_timeout_ms);
-        let token = match lock.acquire_with_wait(&WaitOptions::new(wait)) {
-            Ok(token) => token.get(),
+        let guard = match lock.acquire_with(&WaitOptions::new(wait)) {
+            Ok(guard) => guard,
             Err(error) if error.is_timeout() || error.is_held() => return Ok(()),
             Err(error) => return Err(("acquire", error)),
         };
+        let token = guard.fencing_token().get();
         let acquired = mono_ns();
         history.acq(
             self.surface,
@@ -91,15 +94,15 @@ impl Tenure<'_> {
             acquired,
             self.actor.wall_ms(),
         );
-        self.claims(lock, token);
-        lock.release().map_err(|error| ("release", error))?;
+        self.claims(&guard, token);
+        guard.release().map_err(|error| ("release", error))?;
         history.rel(self.surface, self.key, token, mono_ns());
         Ok(())
     }
 
     /// `claims` claims, evenly spread over `hold_ms`: the instant, then `check()`, then the line
     /// only if the check vouched for this tenure. Ends at the first failed check, or a stop.
-    fn claims(&self, lock: &FileLock, token: u64) {
+    fn claims(&self, guard: &FileLockGuard, token: u64) {
         let claims = self.args.claims.max(1);
         let step = Duration::from_millis(self.args.hold_ms) / claims;
         for _ in 0..claims {
@@ -111,7 +114,7 @@ impl Tenure<'_> {
                 self.actor.history.claim(self.surface, self.key, token, at);
                 continue;
             }
-            match lock.check() {
+            match guard.check() {
                 Ok(checked) if checked.get() == token => {
                     self.actor.history.claim(self.surface, self.key, token, at);
                 }

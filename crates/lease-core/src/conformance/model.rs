@@ -11,7 +11,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 
 use super::Subject;
-use crate::{FencingToken, Lease, LeaseBackendExt, LeaseError, LeaseKey, LeaseToken};
+use crate::{AcquireOptions, FencingToken, Lease, LeaseError, LeaseKey, LeaseToken};
 
 /// One step of a client, or of time.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,7 +162,7 @@ impl ModelRun<'_> {
         let result = self
             .subject
             .backend()
-            .acquire(&self.keys[k], self.duration)
+            .try_acquire(&self.keys[k], self.duration, &AcquireOptions::default())
             .await;
         let got = outcome(&result)?;
         if got != expect {

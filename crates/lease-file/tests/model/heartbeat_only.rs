@@ -14,7 +14,7 @@
 //!   `P.cs.<n+1>` (`EEXIST`: scan again); `readdir` again: a higher epoch means ours was a stale
 //!   number, unlink it and scan again; else clean up: `readdir`, then unlink every epoch file
 //!   and marker below `n`, one by one.
-//! * **Acquire** (`try_acquire`, retried as `acquire_with_wait` does): enter; read the clock
+//! * **Acquire** (`try_acquire`, retried as `acquire_with` does): enter; read the clock
 //!   (`sent`); read `P`: missing, released, or held. A held record is taken over only when the
 //!   same owner, generation and heartbeat counter were seen by an earlier read of ours and are
 //!   now judged stale; otherwise `Held`. Then `still_exclusive` (`lstat P.cs.<epoch+1>`), then
@@ -35,7 +35,7 @@
 //! it allows, later. `atomic_check_and_rename` merges `still_exclusive` into the rename, which no
 //! file system offers: it shows that closing that window would not be enough.
 //!
-//! A process believes it holds the lease (`FileLock::check` is `Ok`) while it has a tenure that
+//! A process believes it holds the lease (`FileLockGuard::check` is `Ok`) while it has a tenure that
 //! is not lost and whose deadline (the `sent` of its last successful acquire or heartbeat plus
 //! the stale threshold) has not surely passed.
 

@@ -48,7 +48,7 @@
 //!
 //! Only what the library promised is claimed, and fenced work is only done after an Ok check:
 //!
-//! * `lock`: each run of Ok [`FileLock::check`]s is an interval, from the acquisition (the first
+//! * `lock`: each run of Ok [`FileLockGuard::check`]s is an interval, from the acquisition (the first
 //!   run) or the end of its first check (a later run: a heartbeat that landed late, nobody having
 //!   taken over, makes the lease trusted again) to the *start* of its last check: never past a
 //!   failed check or the lost callback, which comes after `check` fails.
@@ -70,7 +70,7 @@ use lease_core::{
     AcquireOptions, FencedValues, KeeperOptions, Lease, LeaseBackend, LeaseBackendExt, LeaseGuard,
     LeaseKey, block_on,
 };
-use lease_file::{DirectoryStore, FileLock, ModePreference};
+use lease_file::{DirectoryStore, FileLock, FileLockGuard, ModePreference};
 
 static HISTORY: OnceLock<(File, String)> = OnceLock::new();
 
@@ -198,19 +198,27 @@ trait Face {
 
 struct LockFace {
     lock: FileLock,
+    guard: Option<FileLockGuard>,
 }
 
 impl Face for LockFace {
     fn try_acquire(&mut self) -> Result<Option<u64>, String> {
         match self.lock.try_acquire() {
-            Ok(fencing) => Ok(Some(fencing.get())),
+            Ok(guard) => {
+                let fencing = guard.fencing_token().get();
+                self.guard = Some(guard);
+                Ok(Some(fencing))
+            }
             Err(e) if e.is_held() || e.is_transient() => Ok(None),
             Err(e) => Err(e.to_string()),
         }
     }
 
     fn check(&mut self) -> Result<(), String> {
-        self.lock.check().map(drop).map_err(|e| e.to_string())
+        match &self.guard {
+            Some(guard) => guard.check().map(drop).map_err(|e| e.to_string()),
+            None => Err("no tenure".into()),
+        }
     }
 
     fn told_deadline(&self) -> Option<u64> {
@@ -218,7 +226,10 @@ impl Face for LockFace {
     }
 
     fn release(&mut self) -> Result<(), String> {
-        self.lock.release().map_err(|e| e.to_string())
+        match self.guard.take() {
+            Some(guard) => guard.release().map_err(|e| e.to_string()),
+            None => Err("no tenure".into()),
+        }
     }
 }
 
@@ -617,7 +628,7 @@ fn run(args: &[String]) -> Result<(), String> {
                 name,
                 writes: 0,
             };
-            contend(&config, &mut LockFace { lock }, &mut fenced)
+            contend(&config, &mut LockFace { lock, guard: None }, &mut fenced)
         }
         FaceKind::Keeper | FaceKind::Renew => {
             let store = fenced_dir("store")?;

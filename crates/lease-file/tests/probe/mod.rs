@@ -39,7 +39,7 @@ use std::process::Command;
 use std::time::{Duration, SystemTime};
 
 use lease_file::lease_core::{LossReason, NotOwnedReason, WaitOptions};
-use lease_file::{FileLock, FileLockBuilder, ModePreference};
+use lease_file::{FileLock, FileLockBuilder, FileLockGuard, ModePreference};
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize) -> Result<T, String> {
     args.get(i)
@@ -97,11 +97,11 @@ fn acquired(generation: impl std::fmt::Display) {
     say(&format!("acquired {generation} {} {mono}", unix_ns()));
 }
 
-fn hold_until_stdin_closes(lock: &FileLock) {
+fn hold_until_stdin_closes(guard: FileLockGuard) {
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
         match line.as_deref() {
-            Ok("check") => say(&match lock.check() {
+            Ok("check") => say(&match guard.check() {
                 Ok(g) => format!("check ok {g}"),
                 Err(e) => format!("check lost {e}"),
             }),
@@ -109,7 +109,7 @@ fn hold_until_stdin_closes(lock: &FileLock) {
             Err(_) => break,
         }
     }
-    let _ = lock.release();
+    let _ = guard.release();
 }
 
 fn run(args: &[String]) -> Result<(), String> {
@@ -130,11 +130,11 @@ fn hold(args: &[String], path: &str) -> Result<(), String> {
     let lock = builder(path.as_ref(), arg(args, 3)?, arg(args, 4)?)
         .build()
         .map_err(|e| e.to_string())?;
-    let generation = lock
-        .acquire_with_wait(&WaitOptions::new(Duration::from_secs(60)))
+    let guard = lock
+        .acquire_with(&WaitOptions::new(Duration::from_secs(60)))
         .map_err(|e| e.to_string())?;
-    acquired(generation);
-    hold_until_stdin_closes(&lock);
+    acquired(guard.fencing_token());
+    hold_until_stdin_closes(guard);
     Ok(())
 }
 
@@ -146,14 +146,14 @@ fn wait(args: &[String], path: &str) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     say("waiting");
-    let generation = lock
-        .acquire_with_wait(&WaitOptions::new(Duration::from_millis(timeout)))
+    let guard = lock
+        .acquire_with(&WaitOptions::new(Duration::from_millis(timeout)))
         .map_err(|e| e.to_string())?;
-    acquired(generation);
+    acquired(guard.fencing_token());
     if args.get(7).map(String::as_str) == Some("hold") {
-        hold_until_stdin_closes(&lock);
+        hold_until_stdin_closes(guard);
     } else {
-        lock.release().map_err(|e| e.to_string())?;
+        guard.release().map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -173,9 +173,10 @@ fn stress(args: &[String], path: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let pid = std::process::id();
     for round in 1..=rounds {
-        let generation = lock
-            .acquire_with_wait(&WaitOptions::new(Duration::from_secs(60)))
+        let guard = lock
+            .acquire_with(&WaitOptions::new(Duration::from_secs(60)))
             .map_err(|e| e.to_string())?;
+        let generation = guard.fencing_token();
         // One write(2) per line on an O_APPEND file: lines never interleave.
         log.write_all(format!("enter {generation} {pid}\n").as_bytes())
             .map_err(|e| e.to_string())?;
@@ -183,12 +184,12 @@ fn stress(args: &[String], path: &str) -> Result<(), String> {
             std::process::exit(3);
         }
         std::thread::yield_now();
-        if lock.check().is_err() {
+        if guard.check().is_err() {
             return Err("lost the lease inside the critical section".into());
         }
         log.write_all(format!("exit {generation} {pid}\n").as_bytes())
             .map_err(|e| e.to_string())?;
-        lock.release().map_err(|e| e.to_string())?;
+        guard.release().map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -197,19 +198,20 @@ fn cycles(args: &[String], path: &str) -> Result<(), String> {
     let n: u64 = arg(args, 3)?;
     let lock = FileLock::new(path).map_err(|e| e.to_string())?;
     for _ in 0..n {
-        lock.try_acquire().map_err(|e| e.to_string())?;
-        lock.release().map_err(|e| e.to_string())?;
+        let guard = lock.try_acquire().map_err(|e| e.to_string())?;
+        guard.release().map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
 fn store_cycles(args: &[String], path: &str) -> Result<(), String> {
-    use lease_core::LeaseBackendExt;
+    use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt};
     let n: u64 = arg(args, 3)?;
     let store = lease_file::DirectoryStore::open(path).map_err(|e| e.to_string())?;
     let key = lease_core::LeaseKey::new("bench").map_err(|e| e.to_string())?;
+    let once = AcquireOptions::default();
     for _ in 0..n {
-        let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))
+        let lease = lease_core::block_on(store.try_acquire(&key, Duration::from_secs(30), &once))
             .map_err(|e| e.to_string())?;
         lease_core::block_on(store.release_lease(&lease)).map_err(|e| e.to_string())?;
     }
