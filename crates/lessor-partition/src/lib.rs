@@ -218,8 +218,9 @@
 //! with checkpoints, one more for a dead owner's unit) plus one renewal per interval, and keeps
 //! everything it holds meanwhile.
 //!
-//! Measured in the latency simulator (`tests/latency.rs`, `cargo test -p lessor-sim --test
-//! latency -- --nocapture`; every request takes the stated time, half before it lands): four
+//! Measured in the latency simulator (`crates/lessor-sim/tests/latency.rs`,
+//! `cargo test -p lessor-sim --test latency -- --nocapture`; every request takes the stated
+//! time, half before it lands): four
 //! workers, 64 units, defaults: every unit owned after 4.4 s at 100 ms per request, 7.5 s at
 //! 250 ms, 12.4 s at 450 ms, with no session loss; at 550 ms nothing is owned after 120 s and
 //! nothing is ever doubly trusted. Four workers, 1,024 units: all owned after 12.9 s at 20 ms per
@@ -233,7 +234,7 @@
 //! per request, checkpoints saved every 2 s, random pauses of 0.1 to 25 s (preferably with a save
 //! in flight), crashes with later starts, restarts under the same id, a worker flapping every
 //! 30 s and a rolling change from 10 s to 20 s sessions, checked after every request.
-//! `tests/latency.rs` asserts seed 7 (48 faults, 0 s of double trust, 62,927 saves accepted and
+//! `crates/lessor-sim/tests/latency.rs` asserts seed 7 (48 faults, 0 s of double trust, 62,927 saves accepted and
 //! 4 stale ones refused, every unit owned again at most 14.0 s after each fault);
 //! `cargo bench -p lessor-sim --bench chaos` (in `cargo xtask bench`'s report) prints:
 //!
