@@ -232,6 +232,30 @@ fn the_list_holds_trait_methods_enum_variants_and_impls() {
 }
 
 #[test]
+fn the_runtime_helpers_live_in_lease_core_executor_only() {
+    let helpers = ["block_on", "join_all", "JoinAll", "sleep_until", "fmt_time"];
+    for (package, entries) in entries() {
+        for entry in entries {
+            let name = entry.key.rsplit("::").next().unwrap_or_default();
+            let home = entry.key.starts_with("lease_core::executor::");
+            assert!(
+                !helpers.contains(&name) || (home && name != "fmt_time"),
+                "{package}: {} (the runtime helpers belong in lease_core::executor; fmt_time is private)",
+                entry.line
+            );
+        }
+    }
+    let core = &entries()["lease-core"];
+    for helper in &helpers[..4] {
+        let path = format!("lease_core::executor::{helper}");
+        assert!(
+            core.iter().any(|entry| entry.key == path),
+            "{path} is not listed"
+        );
+    }
+}
+
+#[test]
 fn every_enum_variant_is_listed() {
     for (package, entries) in entries() {
         let lines: BTreeSet<&str> = entries.iter().map(|entry| entry.line.as_str()).collect();

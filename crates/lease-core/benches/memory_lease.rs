@@ -52,18 +52,19 @@ fn main() {
     let store = MemoryBackend::new();
     let acquire_release = measure(iterations, |i| {
         let key = &keys[i % keys.len()];
-        let lease = lease_core::block_on(store.acquire(key, d)).unwrap();
-        lease_core::block_on(store.release_lease(&lease)).unwrap();
+        let lease = lease_core::executor::block_on(store.acquire(key, d)).unwrap();
+        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
     });
     let held: Vec<_> = keys
         .iter()
-        .map(|k| lease_core::block_on(store.acquire(k, d)).unwrap())
+        .map(|k| lease_core::executor::block_on(store.acquire(k, d)).unwrap())
         .collect();
     let renew = measure(iterations, |i| {
-        black_box(lease_core::block_on(store.renew(&held[i % held.len()], d)).unwrap());
+        black_box(lease_core::executor::block_on(store.renew(&held[i % held.len()], d)).unwrap());
     });
     let contended = measure(iterations, |i| {
-        let err = lease_core::block_on(store.acquire(&keys[i % keys.len()], d)).unwrap_err();
+        let err =
+            lease_core::executor::block_on(store.acquire(&keys[i % keys.len()], d)).unwrap_err();
         black_box(err);
     });
 

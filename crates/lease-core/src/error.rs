@@ -131,7 +131,7 @@ impl fmt::Display for Holder {
             parts.push(format!("fencing token {fencing}"));
         }
         if let Some(at) = self.expires_at {
-            parts.push(format!("expires at {}", crate::backend::fmt_time(at)));
+            parts.push(format!("expires at {}", crate::lease::fmt_time(at)));
         }
         if parts.is_empty() {
             f.write_str("unknown holder")
@@ -254,8 +254,8 @@ impl StdError for LossReason {}
 ///
 /// let store = MemoryBackend::new();
 /// let key = LeaseKey::new("nightly-report")?;
-/// let _mine = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
-/// let err = lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap_err();
+/// let _mine = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+/// let err = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap_err();
 /// assert!(err.is_held());
 /// assert!(err.holder().and_then(|h| h.expires_at()).is_some());
 /// # Ok::<(), lease_core::LeaseError>(())

@@ -135,7 +135,7 @@ impl fmt::Debug for Lease {
             .field("token", &self.token)
             .field("fencing", &self.fencing)
             .field("duration", &self.duration)
-            .field("expires_at", &crate::backend::fmt_time(self.expires_at))
+            .field("expires_at", &fmt_time(self.expires_at))
             .finish_non_exhaustive()
     }
 }
@@ -183,14 +183,9 @@ impl LeaseRecord {
     }
 }
 
-/// Formats a wall time as RFC 3339 UTC with milliseconds, with no date-time dependency.
-///
-/// ```
-/// use std::time::{Duration, SystemTime};
-/// let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_893_456_000_123);
-/// assert_eq!(lease_core::backend::fmt_time(t), "2030-01-01T00:00:00.123Z");
-/// ```
-pub fn fmt_time(at: SystemTime) -> String {
+/// Formats a wall time as RFC 3339 UTC with milliseconds (`2030-01-01T00:00:00.123Z`), with no
+/// date-time dependency. Private: the backends and the CLI format their own messages.
+pub(crate) fn fmt_time(at: SystemTime) -> String {
     let Ok(since) = at.duration_since(SystemTime::UNIX_EPOCH) else {
         return "before 1970".to_owned();
     };

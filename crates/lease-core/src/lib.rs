@@ -8,16 +8,16 @@
 //! let store = MemoryBackend::new();
 //! let key = LeaseKey::new("regenerate-sitemap")?;
 //!
-//! let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+//! let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
 //! // Somebody else is turned away, and told who holds the lease until when.
-//! let busy = lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap_err();
+//! let busy = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap_err();
 //! assert!(busy.is_held());
 //!
 //! // Pass the fencing token with every write to the protected resource.
 //! let fencing = lease.fencing_token();
-//! let lease = lease_core::block_on(store.renew(&lease, Duration::from_secs(30)))?;
+//! let lease = lease_core::executor::block_on(store.renew(&lease, Duration::from_secs(30)))?;
 //! assert_eq!(lease.fencing_token(), fencing);
-//! lease_core::block_on(store.release_lease(&lease))?;
+//! lease_core::executor::block_on(store.release_lease(&lease))?;
 //! # Ok::<(), lease_core::LeaseError>(())
 //! ```
 //!
@@ -32,6 +32,7 @@
 //! * [`Clock`] ([`SystemClock`], [`ManualClock`]) and [`TokenSource`] ([`RandomTokens`]):
 //!   time and randomness are injected.
 //! * [`LeaseGuard`]: keeps a lease alive and tells its holder the moment it can no longer trust it.
+//! * [`executor`]: a minimal executor for runtime-free code ([`executor::block_on`]).
 //! * [`LeaseListing`]: the optional extension that lists the records under one partition key.
 //! * [`FencedValues`]: the optional extension that stores small values (checkpoints) only the
 //!   newest fencing token may write.
@@ -40,8 +41,8 @@
 //!   [`Lease`] or a [`FencingToken`], and the checks every backend applies the same way.
 //! * `conformance` (feature `conformance`): the suite every backend passes. Not API-stable.
 //!
-//! This crate depends on no async runtime: its futures run on any executor, or on the tiny
-//! [`block_on`] for backends that need no I/O reactor. The `tokio` feature adds
+//! This crate depends on no async runtime: its futures run on any executor, or on the minimal
+//! one in [`executor`] for backends that need no I/O reactor. The `tokio` feature adds
 //! `LeaseGuard::spawn`.
 //!
 //! # Time
@@ -76,7 +77,7 @@ pub mod backend;
 mod clock;
 mod contract;
 mod error;
-mod exec;
+pub mod executor;
 mod fenced;
 mod keeper;
 mod key;
@@ -90,10 +91,9 @@ mod wait;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use clock::{Clock, ManualClock, SystemClock, sleep_until};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use contract::{AcquireOptions, BoxFuture, LeaseBackend, LeaseBackendExt, WaitEvent};
 pub use error::{Holder, LeaseError, LossReason, NotOwnedReason};
-pub use exec::{JoinAll, block_on, join_all};
 pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES};
 pub use keeper::{KeeperOptions, KeeperTask, LeaseGuard, LossCallback, Lost};
 pub use key::{LeaseKey, MAX_KEY_PART_BYTES};
@@ -107,6 +107,7 @@ pub use wait::{Backoff, WaitCallback, WaitOptions};
 /// dependency and one `use` get a lease.
 ///
 /// ```
+/// use lease_core::executor::block_on;
 /// use lease_core::prelude::*;
 ///
 /// let store = MemoryBackend::new();
@@ -120,7 +121,7 @@ pub mod prelude {
         AcquireOptions, Clock, FencedValues, FencingToken, KeeperOptions, Lease, LeaseBackend,
         LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseRecord, LeaseToken,
         LossReason, ManualClock, MemoryBackend, NotOwnedReason, SystemClock, TokenSource,
-        WaitOptions, block_on,
+        WaitOptions,
     };
 }
 

@@ -344,8 +344,8 @@ fn uncontended(cfg: &Config, d: &Path) -> Uncontended {
     );
     let ttl = Duration::from_secs(30);
     let store_cycle = |store: &DirectoryStore, key: &LeaseKey| {
-        let lease = lease_core::block_on(store.acquire(key, ttl)).unwrap();
-        lease_core::block_on(store.release_lease(&lease)).unwrap();
+        let lease = lease_core::executor::block_on(store.acquire(key, ttl)).unwrap();
+        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
     };
     let mut variants = vec![
         variant(
@@ -1391,7 +1391,8 @@ mod helper {
                 );
                 let wait = WaitOptions::new(Duration::from_secs(60));
                 let lease =
-                    lease_core::block_on(store.acquire_with_wait(&key, TTL, &wait)).unwrap();
+                    lease_core::executor::block_on(store.acquire_with_wait(&key, TTL, &wait))
+                        .unwrap();
                 let every: u64 = arg(3).parse().unwrap();
                 say(&format!("acquired {}", unix_ns()));
                 if every > 0 {
@@ -1403,25 +1404,26 @@ mod helper {
                     )
                     .unwrap();
                     serve();
-                    lease_core::block_on(guard.release()).unwrap();
+                    lease_core::executor::block_on(guard.release()).unwrap();
                 } else {
                     serve();
-                    lease_core::block_on(store.release_lease(&lease)).unwrap();
+                    lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
                 }
             }
             "wait-store" => {
                 let store = DirectoryStore::open(arg(1)).unwrap();
                 assert!(
-                    lease_core::block_on(store.acquire(&key, TTL))
+                    lease_core::executor::block_on(store.acquire(&key, TTL))
                         .unwrap_err()
                         .is_held()
                 );
                 say("waiting");
                 let wait = WaitOptions::new(Duration::from_secs(60));
                 let lease =
-                    lease_core::block_on(store.acquire_with_wait(&key, TTL, &wait)).unwrap();
+                    lease_core::executor::block_on(store.acquire_with_wait(&key, TTL, &wait))
+                        .unwrap();
                 say(&format!("acquired {}", unix_ns()));
-                lease_core::block_on(store.release_lease(&lease)).unwrap();
+                lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
             }
             // Commands run by `lease run`.
             "sleeper" => {
@@ -1464,8 +1466,8 @@ mod helper {
             let store = DirectoryStore::open(dir).unwrap();
             let key = LeaseKey::new("a").unwrap();
             for _ in 0..=n {
-                let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
-                lease_core::block_on(store.release_lease(&lease)).unwrap();
+                let lease = lease_core::executor::block_on(store.acquire(&key, TTL)).unwrap();
+                lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
             }
         }
     }
@@ -1531,30 +1533,30 @@ mod helper {
             .build()
             .unwrap();
         let key = LeaseKey::new("a").unwrap();
-        let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
-        lease_core::block_on(store.release_lease(&lease)).unwrap();
+        let lease = lease_core::executor::block_on(store.acquire(&key, TTL)).unwrap();
+        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
         floor(dir, n);
         for _ in 0..n {
             mark("acquire");
-            let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+            let lease = lease_core::executor::block_on(store.acquire(&key, TTL)).unwrap();
             mark("release");
-            lease_core::block_on(store.release_lease(&lease)).unwrap();
+            lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
         }
         mark("idle");
-        let mut lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+        let mut lease = lease_core::executor::block_on(store.acquire(&key, TTL)).unwrap();
         for _ in 0..n {
             mark("heartbeat");
-            lease = lease_core::block_on(store.renew(&lease, TTL)).unwrap();
+            lease = lease_core::executor::block_on(store.renew(&lease, TTL)).unwrap();
         }
         for _ in 0..n {
             mark("refused");
             assert!(
-                lease_core::block_on(store.acquire(&key, TTL))
+                lease_core::executor::block_on(store.acquire(&key, TTL))
                     .unwrap_err()
                     .is_held()
             );
         }
         mark("idle");
-        lease_core::block_on(store.release_lease(&lease)).unwrap();
+        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
     }
 }

@@ -234,6 +234,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 mod wake;
+mod wall_time;
 
 pub use cs::{LockMode, ModePreference};
 pub use fenced::MAX_FENCED_FILE_BYTES;

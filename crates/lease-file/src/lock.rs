@@ -365,7 +365,7 @@ impl fmt::Display for HolderInfo {
         write!(f, "pid {} on {}", self.pid, self.host)?;
         write!(f, ", generation {}", self.generation)?;
         if let Some(since) = self.since {
-            write!(f, ", since {}", lease_core::backend::fmt_time(since))?;
+            write!(f, ", since {}", crate::wall_time::fmt_time(since))?;
         }
         Ok(())
     }

@@ -25,15 +25,15 @@ fn a_forward_wall_clock_step_never_ends_a_lease_early() {
     let holder = store(dir.path(), &clock);
     let contender = store(dir.path(), &clock);
     let key = LeaseKey::new("stepped").unwrap();
-    let lease = lease_core::block_on(holder.acquire(&key, D)).unwrap();
+    let lease = lease_core::executor::block_on(holder.acquire(&key, D)).unwrap();
     clock.step_wall(Duration::from_secs(3600), true);
-    let err = lease_core::block_on(contender.acquire(&key, D)).unwrap_err();
+    let err = lease_core::executor::block_on(contender.acquire(&key, D)).unwrap_err();
     assert!(
         err.is_held(),
         "a wall step of an hour ended the lease: {err}"
     );
     clock.advance(D + Duration::from_millis(1));
-    let second = lease_core::block_on(contender.acquire(&key, D)).unwrap();
+    let second = lease_core::executor::block_on(contender.acquire(&key, D)).unwrap();
     assert!(second.fencing_token() > lease.fencing_token());
 }
 
@@ -46,43 +46,43 @@ fn a_holder_on_another_clock_is_timed_by_observation_and_renewals_restart_it() {
     let holder = store(dir.path(), &holder_clock);
     let contender = store(dir.path(), &contender_clock);
     let key = LeaseKey::new("observed").unwrap();
-    let lease = lease_core::block_on(holder.acquire(&key, D)).unwrap();
+    let lease = lease_core::executor::block_on(holder.acquire(&key, D)).unwrap();
 
     // The contender's own clock runs far ahead: nothing is expired before it has watched the
     // lease stand still for its duration.
     contender_clock.advance(Duration::from_secs(3600));
     assert!(
-        lease_core::block_on(contender.acquire(&key, D))
+        lease_core::executor::block_on(contender.acquire(&key, D))
             .unwrap_err()
             .is_held()
     );
     contender_clock.advance(D - Duration::from_millis(1));
     assert!(
-        lease_core::block_on(contender.acquire(&key, D))
+        lease_core::executor::block_on(contender.acquire(&key, D))
             .unwrap_err()
             .is_held()
     );
 
     // A renewal changes the state's name: the observation starts again.
-    let renewed = lease_core::block_on(holder.renew(&lease, D)).unwrap();
+    let renewed = lease_core::executor::block_on(holder.renew(&lease, D)).unwrap();
     contender_clock.advance(Duration::from_millis(2));
     assert!(
-        lease_core::block_on(contender.acquire(&key, D))
+        lease_core::executor::block_on(contender.acquire(&key, D))
             .unwrap_err()
             .is_held()
     );
     contender_clock.advance(D - Duration::from_millis(1));
     assert!(
-        lease_core::block_on(contender.acquire(&key, D))
+        lease_core::executor::block_on(contender.acquire(&key, D))
             .unwrap_err()
             .is_held()
     );
     contender_clock.advance(Duration::from_millis(1));
-    let taken = lease_core::block_on(contender.acquire(&key, D)).unwrap();
+    let taken = lease_core::executor::block_on(contender.acquire(&key, D)).unwrap();
     assert!(taken.fencing_token() > renewed.fencing_token());
 
     // The old holder learns it at its next renewal.
-    let err = lease_core::block_on(holder.renew(&renewed, D)).unwrap_err();
+    let err = lease_core::executor::block_on(holder.renew(&renewed, D)).unwrap_err();
     assert!(err.is_not_owned(), "{err}");
 }
 
@@ -93,8 +93,8 @@ fn a_lease_released_on_another_clock_is_free_at_once() {
     let contender: Arc<dyn LeaseBackend> =
         Arc::new(store(dir.path(), &Arc::new(ManualClock::new())));
     let key = LeaseKey::new("released").unwrap();
-    let lease = lease_core::block_on(holder.acquire(&key, D)).unwrap();
-    lease_core::block_on(holder.release_lease(&lease)).unwrap();
-    let second = lease_core::block_on(contender.acquire(&key, D)).unwrap();
+    let lease = lease_core::executor::block_on(holder.acquire(&key, D)).unwrap();
+    lease_core::executor::block_on(holder.release_lease(&lease)).unwrap();
+    let second = lease_core::executor::block_on(contender.acquire(&key, D)).unwrap();
     assert!(second.fencing_token() > lease.fencing_token());
 }

@@ -65,38 +65,38 @@ fn a_store_never_acquires_through_a_kept_directory_that_was_moved_away() {
     let a = DirectoryStore::open(dir.path()).unwrap();
     let path = a.lock_dir(&key).unwrap();
     let b = DirectoryStore::open(dir.path()).unwrap();
-    let lease = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
-    lease_core::block_on(a.release_lease(&lease)).unwrap();
+    let lease = lease_core::executor::block_on(a.acquire(&key, TTL)).unwrap();
+    lease_core::executor::block_on(a.release_lease(&lease)).unwrap();
 
     std::fs::rename(&path, dir.path().join("moved")).unwrap();
-    let held = lease_core::block_on(b.acquire(&key, TTL)).unwrap();
-    let err = lease_core::block_on(a.acquire(&key, TTL)).unwrap_err();
+    let held = lease_core::executor::block_on(b.acquire(&key, TTL)).unwrap();
+    let err = lease_core::executor::block_on(a.acquire(&key, TTL)).unwrap_err();
     assert!(err.is_held(), "{err}");
-    lease_core::block_on(b.release_lease(&held)).unwrap();
-    let again = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+    lease_core::executor::block_on(b.release_lease(&held)).unwrap();
+    let again = lease_core::executor::block_on(a.acquire(&key, TTL)).unwrap();
     assert!(again.fencing_token() > held.fencing_token());
-    lease_core::block_on(a.release_lease(&again)).unwrap();
+    lease_core::executor::block_on(a.release_lease(&again)).unwrap();
 
     std::fs::remove_dir_all(&path).unwrap();
-    let fresh = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+    let fresh = lease_core::executor::block_on(a.acquire(&key, TTL)).unwrap();
     assert!(
-        lease_core::block_on(b.acquire(&key, TTL))
+        lease_core::executor::block_on(b.acquire(&key, TTL))
             .unwrap_err()
             .is_held()
     );
-    lease_core::block_on(a.release_lease(&fresh)).unwrap();
+    lease_core::executor::block_on(a.release_lease(&fresh)).unwrap();
 
     // Refused through a kept directory held in a moved-away copy: the path is free.
-    let lease = lease_core::block_on(a.acquire(&key, TTL)).unwrap();
-    lease_core::block_on(a.release_lease(&lease)).unwrap();
-    let _held = lease_core::block_on(b.acquire(&key, TTL)).unwrap();
+    let lease = lease_core::executor::block_on(a.acquire(&key, TTL)).unwrap();
+    lease_core::executor::block_on(a.release_lease(&lease)).unwrap();
+    let _held = lease_core::executor::block_on(b.acquire(&key, TTL)).unwrap();
     assert!(
-        lease_core::block_on(a.acquire(&key, TTL))
+        lease_core::executor::block_on(a.acquire(&key, TTL))
             .unwrap_err()
             .is_held()
     );
     std::fs::rename(&path, dir.path().join("moved-again")).unwrap();
-    lease_core::block_on(a.acquire(&key, TTL)).unwrap();
+    lease_core::executor::block_on(a.acquire(&key, TTL)).unwrap();
 }
 
 #[test]
@@ -105,22 +105,25 @@ fn a_store_renews_and_releases_by_the_name_it_gave_and_notices_a_change() {
     let key = LeaseKey::new("job").unwrap();
     let store = DirectoryStore::open(dir.path()).unwrap();
     let other = DirectoryStore::open(dir.path()).unwrap();
-    let lease = lease_core::block_on(store.acquire(&key, TTL)).unwrap();
+    let lease = lease_core::executor::block_on(store.acquire(&key, TTL)).unwrap();
     // Renewed through another handle of the same directory: the name this store remembers is
     // gone, so it looks, and carries on.
     let renewed =
-        lease_core::block_on(lease_core::LeaseBackend::renew(&other, &lease, TTL)).unwrap();
+        lease_core::executor::block_on(lease_core::LeaseBackend::renew(&other, &lease, TTL))
+            .unwrap();
     let renewed =
-        lease_core::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL)).unwrap();
+        lease_core::executor::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL))
+            .unwrap();
     let renewed =
-        lease_core::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL)).unwrap();
-    lease_core::block_on(store.release_lease(&renewed)).unwrap();
+        lease_core::executor::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL))
+            .unwrap();
+    lease_core::executor::block_on(store.release_lease(&renewed)).unwrap();
     assert!(
-        lease_core::block_on(store.release_lease(&renewed))
+        lease_core::executor::block_on(store.release_lease(&renewed))
             .unwrap_err()
             .is_not_owned()
     );
-    let next = lease_core::block_on(other.acquire(&key, TTL)).unwrap();
+    let next = lease_core::executor::block_on(other.acquire(&key, TTL)).unwrap();
     assert!(next.fencing_token() > lease.fencing_token());
 }
 

@@ -704,7 +704,8 @@ fn store_keys_cannot_escape_the_directory() {
     let dir = root.path().join("store");
     let store = lease_file::DirectoryStore::open(&dir).unwrap();
     let key = LeaseKey::with_sort_key("../../escape", "/etc/passwd").unwrap();
-    let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
+    let lease =
+        lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
     let names: Vec<String> = std::fs::read_dir(root.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -720,9 +721,10 @@ fn store_keys_cannot_escape_the_directory() {
             .any(|n| dir.join(n) == store.lock_dir(&key).unwrap()),
         "{inside:?}"
     );
-    lease_core::block_on(store.release_lease(&lease)).unwrap();
+    lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
     let long = LeaseKey::new("x".repeat(1000)).unwrap();
-    let err = lease_core::block_on(store.acquire(&long, Duration::from_secs(5))).unwrap_err();
+    let err =
+        lease_core::executor::block_on(store.acquire(&long, Duration::from_secs(5))).unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
 }
 

@@ -20,7 +20,7 @@
 //! }
 //! for _ in 0..4 {
 //!     for worker in &mut workers {
-//!         lease_core::block_on(worker.tick())?;
+//!         lease_core::executor::block_on(worker.tick())?;
 //!     }
 //!     clock.advance(workers[0].interval());
 //! }

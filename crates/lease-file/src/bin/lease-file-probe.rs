@@ -208,9 +208,9 @@ fn store_cycles(args: &[String], path: &str) -> Result<(), String> {
     let store = lease_file::DirectoryStore::open(path).map_err(|e| e.to_string())?;
     let key = lease_core::LeaseKey::new("bench").map_err(|e| e.to_string())?;
     for _ in 0..n {
-        let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))
+        let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))
             .map_err(|e| e.to_string())?;
-        lease_core::block_on(store.release_lease(&lease)).map_err(|e| e.to_string())?;
+        lease_core::executor::block_on(store.release_lease(&lease)).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
