@@ -16,7 +16,6 @@ use crate::cs::{LockMode, ModePreference, detect};
 use crate::engine::{self, Attempt, Claim, Observations, Timebase};
 use crate::error::{FsError, key_of_path, not_held};
 use crate::fsio::ensure_dir;
-use crate::ident::LivenessProbe;
 use crate::record::LeaseFileRecord;
 
 /// Builds a [`FileLock`]: [`FileLock::builder`], `with_*` setters, [`build`](Self::build). The
@@ -49,12 +48,8 @@ pub struct FileLockBuilder {
 pub(crate) struct Options {
     acquire_retries: u32,
     retry_delay: Duration,
-    /// Go parity only: validated, never used.
-    pub(crate) invalid_record_stale: Duration,
     file_mode: u32,
     dir_mode: u32,
-    /// Go parity only ([`go::PidLockOptions`](crate::go::PidLockOptions)): kept, never called.
-    pub(crate) liveness: Option<LivenessProbe>,
     heartbeat_interval: Duration,
     stale_threshold: Duration,
     on_lost: Option<LossCallback>,
@@ -68,10 +63,8 @@ impl fmt::Debug for Options {
         f.debug_struct("Options")
             .field("acquire_retries", &self.acquire_retries)
             .field("retry_delay", &self.retry_delay)
-            .field("invalid_record_stale", &self.invalid_record_stale)
             .field("file_mode", &format_args!("{:o}", self.file_mode))
             .field("dir_mode", &format_args!("{:o}", self.dir_mode))
-            .field("liveness", &self.liveness.is_some())
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("stale_threshold", &self.stale_threshold)
             .field("on_lost", &self.on_lost.is_some())
@@ -83,18 +76,15 @@ impl fmt::Debug for Options {
 }
 
 impl Default for Options {
-    /// The Go package's defaults: acquire retries 12, retry delay 20 ms, invalid-record stale
-    /// threshold 1.2 s, file mode
-    /// 0644, directory mode 0755, signal-0 liveness probe, heartbeat every 250 ms, stale after
-    /// 3 s, no callback, automatic mode, no fsync.
+    /// The Go package's defaults: acquire retries 12, retry delay 20 ms, file mode 0644,
+    /// directory mode 0755, heartbeat every 250 ms, stale after 3 s, no callback, automatic
+    /// mode, no fsync.
     fn default() -> Self {
         Self {
             acquire_retries: 12,
             retry_delay: Duration::from_millis(20),
-            invalid_record_stale: Duration::from_millis(1200),
             file_mode: 0o644,
             dir_mode: 0o755,
-            liveness: None,
             heartbeat_interval: Duration::from_millis(250),
             stale_threshold: Duration::from_secs(3),
             on_lost: None,
@@ -223,7 +213,6 @@ impl Options {
             ("heartbeat_interval", self.heartbeat_interval),
             ("stale_threshold", self.stale_threshold),
             ("retry_delay", self.retry_delay),
-            ("invalid_record_stale", self.invalid_record_stale),
         ] {
             if value > max {
                 return Err(FsError::InvalidOption {

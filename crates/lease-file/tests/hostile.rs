@@ -12,7 +12,7 @@ use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
 use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
-use lease_file::go::{PidLock as _, PidLockOptions as _};
+use lease_file::go::PidLock as _;
 use lease_file::{
     DirectoryStore, FileLock, FileLockBuilder, LeaseError, LossReason, ModePreference,
     NotOwnedReason, WaitOptions,
@@ -897,10 +897,6 @@ fn extreme_lock_options_are_invalid_input() {
             open(FileLock::builder(&path).with_retry_delay(extreme)),
             "retry_delay",
         );
-        invalid_option(
-            open(FileLock::builder(&path).with_invalid_record_stale(extreme)),
-            "invalid_record_stale",
-        );
     }
     invalid_option(
         open(FileLock::builder(&path).with_heartbeat_interval(Duration::ZERO)),
@@ -914,9 +910,8 @@ fn extreme_lock_options_are_invalid_input() {
         ),
         "stale_threshold",
     );
-    // Zero means something for these two: retry at once; (no longer used) reclaim at once.
+    // Zero means something for the retry delay: retry at once.
     open(fast(&path).with_retry_delay(Duration::ZERO)).unwrap();
-    open(fast(&path).with_invalid_record_stale(Duration::ZERO)).unwrap();
     // The largest accepted values work (no overflow anywhere on the way), in both modes.
     let max = lease_core::MAX_LEASE_DURATION;
     for mode in MODES {
@@ -925,8 +920,7 @@ fn extreme_lock_options_are_invalid_input() {
                 .with_mode(mode)
                 .with_heartbeat_interval(max / 2)
                 .with_stale_threshold(max)
-                .with_retry_delay(max)
-                .with_invalid_record_stale(max),
+                .with_retry_delay(max),
         )
         .unwrap();
     }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_dir::{Held, State, fnv, monotonic_ns};
-use lease_file::go::{PidLock as _, PidLockOptions as _};
+use lease_file::go::PidLock as _;
 use lease_file::{
     FileLock, FileLockBuilder, LockMode, LossReason, ModePreference, NotOwnedReason, WaitOptions,
 };
@@ -21,7 +21,6 @@ fn fast(path: impl Into<std::path::PathBuf>) -> FileLockBuilder {
     FileLock::builder(path)
         .with_heartbeat_interval(Duration::from_millis(20))
         .with_stale_threshold(Duration::from_millis(300))
-        .with_invalid_record_stale(Duration::from_millis(300))
         .with_retry_delay(Duration::from_millis(10))
 }
 
