@@ -331,6 +331,59 @@ fn nothing_outside_lease_core_backend_can_make_a_lease_or_a_fencing_token() {
     }
 }
 
+/// Words only a measurement writes: a time below a millisecond, the machine's load, a ratio to a
+/// measured floor.
+const MEASURED: [&str; 5] = [
+    "µs",
+    "load average",
+    "x a floor",
+    "times a floor",
+    "x the floor",
+];
+
+#[test]
+fn measured_figures_live_in_docs_benchmarks_md_only() {
+    let mut files: Vec<PathBuf> = vec![root().join("README.md")];
+    for (_, dir) in crates() {
+        files.push(dir.join("README.md"));
+        files.extend(support::library_files(&dir));
+    }
+    for entry in fs::read_dir(root().join("docs")).expect("read docs/") {
+        let path = entry.expect("docs/ entry").path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if path.extension().is_some_and(|e| e == "md") && name != "benchmarks.md" {
+            files.push(path);
+        }
+    }
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| f.is_file()) {
+        let text = read(file);
+        let is_rust = file.extension().is_some_and(|e| e == "rs");
+        for (number, line) in text.lines().enumerate() {
+            let doc = line.trim_start();
+            if is_rust && !(doc.starts_with("///") || doc.starts_with("//!")) {
+                continue;
+            }
+            if let Some(word) = MEASURED.iter().find(|word| line.contains(*word)) {
+                found.push(format!(
+                    "{}:{}: `{word}`: {line}",
+                    file.display(),
+                    number + 1
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "measured figures belong in docs/benchmarks.md (written by `cargo xtask bench`); state \
+         costs in requests and syscalls and link there:\n{}",
+        found.join("\n")
+    );
+}
+
 /// The most lines a quick start may take.
 const QUICK_START_LINES: usize = 12;
 

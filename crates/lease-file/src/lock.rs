@@ -484,11 +484,9 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 ///
 /// The floor, `open(O_CREAT|O_EXCL)` + `close` + `unlink`, is 3. Heartbeat-only mode is the
 /// same without `flock`; [`with_fsync`](FileLockBuilder::with_fsync) adds an `fsync` of the
-/// directory after each rename. Measured by the same bench (three runs, 2026-11-23, see the
-/// crate docs' "Costs" for the conditions): an uncontended acquire + release takes 21 to 23 µs
-/// on tmpfs, 2.0 to 2.1 times that floor measured in the same run, and 30 to 32 µs on ext4;
-/// takeover after SIGKILL of the holder 0.44 to 0.70 ms, 1.5 to 2.0 times a process blocked in
-/// `flock`; a held lease with the default 250 ms heartbeat 0.037 to 0.044 % of a core.
+/// directory after each rename. The bench's times for these, each beside its floor measured in
+/// the same run, are in
+/// [docs/benchmarks.md](https://github.com/lease-rs/lease/blob/main/docs/benchmarks.md).
 pub struct FileLock {
     shared: Arc<Shared>,
 }
