@@ -1,4 +1,7 @@
-//! `cargo xtask bench`: runs the benches and joins their markdown sections into one report.
+//! `cargo xtask bench`: runs the benches and joins their markdown sections into one report,
+//! `docs/benchmarks.md` (committed: the one place measured figures live; crate docs state costs
+//! in requests and syscalls and link there) and `target/bench-report.md` (which `cargo xtask
+//! chaos` adds its section to). The report says when, on what machine and under what load.
 //!
 //! Contract with the benches (`harness = false`): each writes one section,
 //! `$LEASE_BENCH_OUT/<NN-name>.md`, starting with a `##` heading; sections appear in the report
@@ -22,9 +25,16 @@ const OUT_VAR: &str = "LEASE_BENCH_OUT";
 /// Set to `1` by `--quick`: the benches run fewer iterations.
 const QUICK_VAR: &str = "LEASE_BENCH_QUICK";
 
-/// `cargo xtask bench [--quick]`.
+/// The report committed to the repository.
+const REPORT: &str = "docs/benchmarks.md";
+
+/// The packages whose benches need no DynamoDB (and no AWS SDK build): `--no-dynamo` runs these.
+const WITHOUT_DYNAMO: [&str; 2] = ["lease-core", "lease-file"];
+
+/// `cargo xtask bench [--quick] [--no-dynamo]`.
 pub(crate) fn bench(flags: &[&str]) -> Result {
-    let quick = parse_flags("bench", flags, &["--quick"])?[0];
+    let given = parse_flags("bench", flags, &["--quick", "--no-dynamo"])?;
+    let (quick, no_dynamo) = (given[0], given[1]);
     let target = project_root().join("target");
     let out = target.join("bench");
     fs::create_dir_all(&out)?;
@@ -32,10 +42,24 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
         fs::remove_file(stale)?;
     }
 
-    let mut steps = Steps::new("bench", 3);
-    let dynamo = Dynamo::provision(&mut steps)?;
+    let load_at_start = load_average();
+    let mut steps = Steps::new("bench", if no_dynamo { 2 } else { 3 });
+    let dynamo = if no_dynamo {
+        Dynamo::Disabled
+    } else {
+        Dynamo::provision(&mut steps)?
+    };
     // `--bench '*'`: the bench targets only, not every library's unit tests in release mode.
-    let mut command = with_dynamo(&dynamo, &["bench", "--workspace", "--bench", "*"]);
+    let mut args = vec!["bench"];
+    if no_dynamo {
+        for package in WITHOUT_DYNAMO {
+            args.extend(["--package", package]);
+        }
+    } else {
+        args.push("--workspace");
+    }
+    args.extend(["--bench", "*"]);
+    let mut command = with_dynamo(&dynamo, &args);
     command.env(OUT_VAR, &out);
     if quick {
         command.env(QUICK_VAR, "1");
@@ -43,20 +67,35 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
         command.env_remove(QUICK_VAR);
     }
     steps.run("benchmarks", &mut command)?;
-    let dynamo_used = dynamo.describe();
+    let load_at_end = load_average();
+    let dynamo_used = if no_dynamo {
+        format!(
+            "not run (--no-dynamo: only the benches of {})",
+            WITHOUT_DYNAMO.join(" and ")
+        )
+    } else {
+        dynamo.describe()
+    };
     drop(dynamo);
 
     let title = "report";
     let started = steps.announce(title);
-    let mut report = join_sections(&out, &header(quick, &dynamo_used))?;
+    let facts = Facts {
+        quick,
+        dynamo: dynamo_used,
+        load_at_start,
+        load_at_end,
+    };
+    let mut report = join_sections(&out, &header(&facts))?;
     if let Ok(chaos) = fs::read_to_string(target.join("chaos-report.md")) {
         report = with_chaos_section(&report, &chaos);
     }
     let report_path = target.join("bench-report.md");
     fs::write(&report_path, &report)?;
+    fs::write(project_root().join(REPORT), &report)?;
     steps.finish(title, started);
     steps.summary();
-    println!("\n{}:\n\n{report}", report_path.display());
+    println!("\n{REPORT} and {}:\n\n{report}", report_path.display());
     Ok(())
 }
 
@@ -105,12 +144,37 @@ fn sections(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// Title and the facts a reader needs to compare two reports: when, on what, against what.
-fn header(quick: bool, dynamo: &str) -> String {
+/// What the header reports about the run besides the machine.
+struct Facts {
+    quick: bool,
+    dynamo: String,
+    load_at_start: String,
+    load_at_end: String,
+}
+
+/// Title and the facts a reader needs to compare two reports: when, on what, under what load,
+/// against what.
+fn header(facts: &Facts) -> String {
     let cores = std::thread::available_parallelism().map_or(0, usize::from);
     let mut text = String::from("# Benchmark report\n\n");
+    text.push_str(
+        "Written by `cargo xtask bench`; not edited by hand. The measured figures of this \
+         project live here only: the crate docs state costs in requests and syscalls and link \
+         to this page. Every figure is from the run described below, on a machine other work \
+         may share (see the load averages).\n\n",
+    );
     let _ = writeln!(text, "- date: {}", utc_now());
-    let _ = writeln!(text, "- machine: {cores} cores, {}", cpu_model());
+    let _ = writeln!(
+        text,
+        "- machine: {cores} cores, {}, {} memory",
+        cpu_model(),
+        memory()
+    );
+    let _ = writeln!(
+        text,
+        "- load average (1, 5, 15 min): {} at start, {} at end",
+        facts.load_at_start, facts.load_at_end
+    );
     let _ = writeln!(
         text,
         "- rustc: {}",
@@ -124,14 +188,47 @@ fn header(quick: bool, dynamo: &str) -> String {
     let _ = writeln!(
         text,
         "- mode: {}",
-        if quick {
+        if facts.quick {
             "quick (LEASE_BENCH_QUICK=1)"
         } else {
             "full"
         }
     );
-    let _ = writeln!(text, "- DynamoDB: {dynamo}");
+    let _ = writeln!(text, "- DynamoDB: {}", facts.dynamo);
     text
+}
+
+/// `/proc/loadavg`'s three averages, as `1.20 0.80 0.50`.
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|text| {
+            text.split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|averages| !averages.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// Total memory from `/proc/meminfo`, in GiB.
+fn memory() -> String {
+    fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|info| memory_from_meminfo(&info))
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn memory_from_meminfo(info: &str) -> Option<String> {
+    let kib: u64 = info
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(format!("{:.1} GiB", kib as f64 / (1024.0 * 1024.0)))
 }
 
 fn cpu_model() -> String {
@@ -198,7 +295,14 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
-    use super::{civil_from_days, join_sections, with_chaos_section};
+    use super::{civil_from_days, join_sections, memory_from_meminfo, with_chaos_section};
+
+    #[test]
+    fn memory_is_read_from_meminfo_in_gib() {
+        let info = "MemFree:  100 kB\nMemTotal:       8388608 kB\n";
+        assert_eq!(memory_from_meminfo(info).as_deref(), Some("8.0 GiB"));
+        assert_eq!(memory_from_meminfo("nothing here"), None);
+    }
 
     #[test]
     fn report_joins_sections_in_file_name_order_and_needs_at_least_one() {

@@ -38,10 +38,12 @@ Tasks:
           --quick      skip fmt, clippy, doc and the packages
   itest
         Only the suites that need DynamoDB: lease-dynamo and lessor-partition.
-  bench [--quick]
+  bench [--quick] [--no-dynamo]
         DynamoDB Local up, cargo bench; every bench writes a markdown section into
-        $LEASE_BENCH_OUT; they are joined into target/bench-report.md.
+        $LEASE_BENCH_OUT; they are joined, under the date, the machine and the load
+        average, into docs/benchmarks.md (committed) and target/bench-report.md.
           --quick      set LEASE_BENCH_QUICK=1 (fewer iterations)
+          --no-dynamo  start no DynamoDB; only the lease-core and lease-file benches
   chaos [--minutes N] [--backend file|dynamo|all] [--seed S] [--sabotage]
         Real processes of every surface (lease run, FileLock in both modes, a kept
         DynamoDB lease with fenced values, fleet workers) on files and on DynamoDB

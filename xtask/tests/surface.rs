@@ -1,15 +1,192 @@
 //! The public surface of every crate, written down: a new public item is a decision, made in
-//! review, never a leak. `docs/public-api.txt` lists every public declaration of every crate's
-//! library; this test fails when the code and the list differ. After a deliberate change:
-//! `LEASE_BLESS=1 cargo test -p xtask --test surface`, and review the list's diff.
+//! review, never a leak. `docs/public-api.txt` lists every public item of every library crate as
+//! rustdoc itself sees it (its JSON output, the `cargo public-api` approach): modules, types and
+//! their fields and variants, traits and their methods, inherent methods, trait impls,
+//! functions, constants, macros and re-exports, one per line with its signature. This test fails
+//! when the code and the list differ. After a deliberate change, one command regenerates it:
+//! `LEASE_BLESS=1 cargo test -p xtask --test surface`; review the list's diff.
 
+#[path = "surface/render.rs"]
+mod render;
+#[path = "surface/rustdoc.rs"]
+mod rustdoc;
 mod support;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Instant;
 
-use support::{Decl, all_public_decls, crates, library_files, public_decls, read, root};
+use render::{Entry, Kind, Render};
+use rustdoc::{Doc, document, id_key, joined};
+use support::{crates, read, root};
 
 const LIST: &str = "docs/public-api.txt";
+
+/// The library crates listed, in dependency order (a crate's re-exports of another are
+/// resolved through the other's list), with the features documented (`None`: all).
+/// lease-dynamo's only feature starts Docker containers for its tests and adds no item.
+const LISTED: [(&str, Option<&[&str]>); 4] = [
+    ("lease-core", None),
+    ("lease-file", None),
+    ("lease-dynamo", Some(&[])),
+    ("lessor-partition", None),
+];
+
+/// Crates with no library surface, and why.
+const UNLISTED: [(&str, &str); 1] = [("lease-cli", "a binary: its surface is its command line")];
+
+/// Every crate's entries, generated once per test run (several tests read them).
+fn entries() -> &'static BTreeMap<String, Vec<Entry>> {
+    static ENTRIES: OnceLock<BTreeMap<String, Vec<Entry>>> = OnceLock::new();
+    ENTRIES.get_or_init(|| {
+        let started = Instant::now();
+        let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| root().join("target"), PathBuf::from)
+            .join("public-api");
+        let mut known = BTreeMap::new();
+        let mut all = BTreeMap::new();
+        for (package, features) in LISTED {
+            let doc = document(package, features, &target_dir);
+            all.insert(package.to_string(), crate_entries(&doc, &mut known));
+        }
+        eprintln!(
+            "public API of {} crates from rustdoc JSON in {:.1} s",
+            LISTED.len(),
+            started.elapsed().as_secs_f64()
+        );
+        all
+    })
+}
+
+/// One crate's entries. Each item is written out once, at its canonical path (the shortest,
+/// then the first in order); every other public path to it is a `pub use PATH = CANONICAL`
+/// line. `known` gathers every path of the crates listed so far, so that a re-export of
+/// another crate's item (or glob of its module) resolves to that item's canonical path.
+fn crate_entries(doc: &Doc, known: &mut BTreeMap<String, String>) -> Vec<Entry> {
+    let (reach, foreign) = doc.reachable();
+    let mut canonical = BTreeMap::new();
+    for (id, paths) in &reach {
+        let first = paths
+            .iter()
+            .map(|path| (path.len(), joined(path)))
+            .min()
+            .map(|(_, path)| path)
+            .unwrap_or_default();
+        canonical.insert(id.clone(), first);
+    }
+    let mut out = Vec::new();
+    let mut impls = Vec::new();
+    {
+        let render = Render {
+            doc,
+            canonical: &canonical,
+            known,
+        };
+        for (id, paths) in &reach {
+            let path = &canonical[id];
+            let id_value = id
+                .parse::<u64>()
+                .map_or_else(|_| id.as_str().into(), serde_json::Value::from);
+            render.item(&id_value, path, &mut out, &mut impls);
+            for other in paths
+                .iter()
+                .map(|p| joined(p))
+                .filter(|p| p.as_str() != path.as_str())
+            {
+                out.push(reexport(&other, path));
+            }
+        }
+        // Impls this crate writes for types and traits of others (`impl From<X> for io::Error`).
+        impls.extend(doc.impl_ids());
+        let mut written = BTreeSet::new();
+        for id in impls {
+            if written.insert(id_key(&id).unwrap_or_default()) {
+                render.impl_entry(&id, &mut out);
+            }
+        }
+        for used in foreign {
+            let target = known
+                .get(&used.target)
+                .cloned()
+                .unwrap_or(used.target.clone());
+            let path = joined(&used.path);
+            if !used.glob {
+                out.push(reexport(&path, &target));
+                continue;
+            }
+            let prefix = format!("{}::", used.target);
+            let names: Vec<(String, String)> = known
+                .iter()
+                .filter_map(|(alias, canon)| {
+                    let name = alias.strip_prefix(&prefix)?;
+                    (!name.contains("::")).then(|| (name.to_string(), canon.clone()))
+                })
+                .collect();
+            if names.is_empty() {
+                out.push(reexport(&format!("{path}::*"), &format!("{target}::*")));
+            }
+            for (name, canon) in names {
+                out.push(reexport(&format!("{path}::{name}"), &canon));
+            }
+        }
+    }
+    for (id, paths) in &reach {
+        for path in paths {
+            known.insert(joined(path), canonical[id].clone());
+        }
+        // Other crates' JSON names an item by where it is defined (`lease_core::lease::Lease`).
+        let id_value = id
+            .parse::<u64>()
+            .map_or_else(|_| id.as_str().into(), serde_json::Value::from);
+        if let Some(defined) = doc.summary_path(&id_value) {
+            known
+                .entry(defined)
+                .or_insert_with(|| canonical[id].clone());
+        }
+    }
+    // Under each path: the declaration, then its impls.
+    out.sort_by(|a, b| {
+        let rank = |e: &Entry| matches!(e.kind, Kind::Impl { .. });
+        (&a.key, rank(a), &a.line).cmp(&(&b.key, rank(b), &b.line))
+    });
+    out.dedup_by(|a, b| a.line == b.line);
+    out
+}
+
+fn reexport(path: &str, target: &str) -> Entry {
+    Entry {
+        key: path.to_string(),
+        line: format!("pub use {path} = {target}"),
+        kind: Kind::Other,
+    }
+}
+
+/// The list as written to `docs/public-api.txt`.
+fn surface() -> String {
+    let mut out = String::from(
+        "# The public API of every library crate, from rustdoc's JSON (all features but \
+         lease-dynamo's test-only one).\n\
+         # Checked by xtask/tests/surface.rs; after a deliberate change regenerate it with\n\
+         #     LEASE_BLESS=1 cargo test -p xtask --test surface\n\
+         # One line per item, filed under its path: each item once at its canonical path, every other\n\
+         # path to it as `pub use PATH = CANONICAL`; trait impls as `impl Trait for Type` (blanket impls\n\
+         # of std's traits left out); trait methods with a default body end in `(provided)`;\n\
+         # #[doc(hidden)] items are not listed.\n",
+    );
+    for (name, why) in UNLISTED {
+        out.push_str(&format!("# Not listed: {name}, {why}.\n"));
+    }
+    for (package, entries) in entries() {
+        out.push_str(&format!("\n# {package}: {} entries\n", entries.len()));
+        for entry in entries {
+            out.push_str(&entry.line);
+            out.push('\n');
+        }
+    }
+    out
+}
 
 #[test]
 fn the_public_surface_is_the_reviewed_list() {
@@ -23,104 +200,188 @@ fn the_public_surface_is_the_reviewed_list() {
     if listed == now {
         return;
     }
-    let listed_lines: Vec<&str> = listed.lines().collect();
-    let now_lines: Vec<&str> = now.lines().collect();
-    let added: Vec<&&str> = now_lines
-        .iter()
-        .filter(|l| !listed_lines.contains(l))
-        .collect();
-    let removed: Vec<&&str> = listed_lines
-        .iter()
-        .filter(|l| !now_lines.contains(l))
-        .collect();
+    let listed_lines: BTreeSet<&str> = listed.lines().collect();
+    let now_lines: BTreeSet<&str> = now.lines().collect();
+    let added: Vec<&&str> = now_lines.difference(&listed_lines).collect();
+    let removed: Vec<&&str> = listed_lines.difference(&now_lines).collect();
     panic!(
         "the public surface changed; if on purpose, run `LEASE_BLESS=1 cargo test -p xtask --test \
-         surface` and review {LIST}\nnew public items:\n{added:#?}\nno longer public:\n{removed:#?}"
+         surface` and review {LIST}\nnew or changed:\n{added:#?}\nno longer there (or changed):\n{removed:#?}"
     );
+}
+
+#[test]
+fn the_list_holds_trait_methods_enum_variants_and_impls() {
+    let core = &entries()["lease-core"];
+    let has = |start: &str| core.iter().any(|entry| entry.line.starts_with(start));
+    assert!(has(
+        "pub fn lease_core::LeaseBackend::try_acquire<'a>(&'a self, key: &'a lease_core::LeaseKey"
+    ));
+    assert!(has("pub fn lease_core::LeaseBackend::renew<"));
+    assert!(has("pub lease_core::LeaseError::Held"));
+    assert!(has("impl core::fmt::Debug for lease_core::LeaseKey"));
+    assert!(has(
+        "pub use lease_core::prelude::LeaseKey = lease_core::LeaseKey"
+    ));
+    let file = &entries()["lease-file"];
+    assert!(
+        file.iter()
+            .any(|entry| entry.line == "pub use lease_file::LeaseKey = lease_core::LeaseKey"),
+        "a re-export of another crate's glob resolves to the item"
+    );
+}
+
+#[test]
+fn the_runtime_helpers_live_in_lease_core_executor_only() {
+    let helpers = ["block_on", "join_all", "JoinAll", "sleep_until", "fmt_time"];
+    for (package, entries) in entries() {
+        for entry in entries {
+            let name = entry.key.rsplit("::").next().unwrap_or_default();
+            let home = entry.key.starts_with("lease_core::executor::");
+            assert!(
+                !helpers.contains(&name) || (home && name != "fmt_time"),
+                "{package}: {} (the runtime helpers belong in lease_core::executor; fmt_time is private)",
+                entry.line
+            );
+        }
+    }
+    let core = &entries()["lease-core"];
+    for helper in &helpers[..4] {
+        let path = format!("lease_core::executor::{helper}");
+        assert!(
+            core.iter().any(|entry| entry.key == path),
+            "{path} is not listed"
+        );
+    }
+}
+
+#[test]
+fn every_enum_variant_is_listed() {
+    for (package, entries) in entries() {
+        let lines: BTreeSet<&str> = entries.iter().map(|entry| entry.line.as_str()).collect();
+        let enums: Vec<&str> = entries
+            .iter()
+            .filter_map(|entry| {
+                entry
+                    .line
+                    .split(" enum ")
+                    .nth(1)
+                    .map(|_| entry.key.as_str())
+            })
+            .collect();
+        for path in enums {
+            let variants = lines
+                .iter()
+                .filter(|line| {
+                    line.trim_start_matches("#[non_exhaustive] ")
+                        .starts_with(&format!("pub {path}::"))
+                })
+                .count();
+            assert!(variants > 0, "{package}: no variant of {path} listed");
+        }
+    }
 }
 
 #[test]
 fn nothing_outside_lease_core_backend_can_make_a_lease_or_a_fencing_token() {
-    let core = root().join("crates/lease-core");
+    let core = &entries()["lease-core"];
+    let made = ["lease_core::Lease", "lease_core::FencingToken"];
     let mut makers = Vec::new();
-    for file in library_files(&core) {
-        let shown = file
-            .strip_prefix(&core)
-            .unwrap_or(&file)
-            .display()
-            .to_string();
-        for decl in public_decls(&read(&file)) {
-            if decl.kind == "fn" && makes_lease_or_fencing_token(&decl) && shown != "src/backend.rs"
-            {
-                makers.push(format!("{shown}: {}", decl.signature));
+    for entry in core {
+        let public_way = match &entry.kind {
+            Kind::Fn {
+                takes_self,
+                owner,
+                returns,
+            } => {
+                !takes_self
+                    && (owner.as_deref().is_some_and(|owner| made.contains(&owner))
+                        || made.iter().any(|ty| returns.contains(*ty)))
             }
+            // A conversion into either type is a way to make one.
+            Kind::Impl {
+                trait_path,
+                for_type,
+            } => {
+                made.contains(&for_type.as_str())
+                    && ["Default", "From", "TryFrom", "FromStr", "Deserialize"]
+                        .iter()
+                        .any(|maker| trait_path.rsplit("::").next() == Some(*maker))
+            }
+            Kind::Other => false,
+        };
+        if public_way && !entry.key.starts_with("lease_core::backend::") {
+            makers.push(entry.line.clone());
         }
     }
     assert!(
         makers.is_empty(),
-        "public ways to make a Lease or a FencingToken: {makers:?}"
+        "public ways to make a Lease or a FencingToken: {makers:#?}"
     );
-    let backend = read(&core.join("src/backend.rs"));
-    assert!(
-        backend.contains("pub fn new_lease(") && backend.contains("pub const fn fencing_token(")
-    );
+    // The check sees the makers that are meant to exist.
+    for meant in [
+        "lease_core::backend::new_lease",
+        "lease_core::backend::fencing_token",
+    ] {
+        assert!(
+            core.iter()
+                .any(|entry| entry.key == meant && matches!(entry.kind, Kind::Fn { .. })),
+            "{meant} is not in the list"
+        );
+    }
 }
 
-/// A function that takes no `self` and hands out a `Lease` or a `FencingToken`: an associated
-/// function of either type, or a free function returning one.
-fn makes_lease_or_fencing_token(decl: &Decl) -> bool {
-    let takes_self = decl.signature.contains("self");
-    let owner = decl.owner.as_deref();
-    let returns = |ty: &str| {
-        decl.signature.contains(&format!("-> {ty}"))
-            || decl.signature.contains(&format!("-> Result<{ty},"))
-            || decl.signature.contains(&format!("-> Option<{ty}>"))
-    };
-    !takes_self
-        && (matches!(owner, Some("Lease" | "FencingToken"))
-            || returns("Lease")
-            || returns("FencingToken"))
-}
+/// Words only a measurement writes: a time below a millisecond, the machine's load, a ratio to a
+/// measured floor.
+const MEASURED: [&str; 5] = [
+    "µs",
+    "load average",
+    "x a floor",
+    "times a floor",
+    "x the floor",
+];
 
 #[test]
-fn the_surface_reader_sees_items_fields_and_impl_owners() {
-    let source = "pub use a::{B,\n    C};\npub struct S {\n    pub field: u8,\n    hidden: u8,\n}\n\
-                  impl<T: X> Trait for S<T> {\n    fn f(&self) {}\n}\nimpl S {\n    pub fn new() -> Self { todo!() }\n    \
-                  pub(crate) fn private() {}\n}\npub(crate) fn nope() {}\npub const fn c() {}\n\
-                  #[cfg(test)]\nmod tests {\n    pub fn in_test() {}\n}\n";
-    let shown: Vec<String> = public_decls(source).iter().map(show).collect();
-    assert_eq!(
-        shown,
-        [
-            "pub use a::{B,C}",
-            "pub struct S",
-            "S: pub field field",
-            "S: pub fn new",
-            "pub fn c",
-        ],
-        "{source}"
-    );
-}
-
-fn show(decl: &Decl) -> String {
-    let owner = decl
-        .owner
-        .as_deref()
-        .map(|o| format!("{o}: "))
-        .unwrap_or_default();
-    format!("{owner}pub {} {}", decl.kind, decl.name)
-}
-
-/// The list: one line per public declaration, `crate/file: [Owner: ]pub kind name`.
-fn surface() -> String {
-    let mut out = String::from(
-        "# Every public declaration of every crate's library. Checked by xtask/tests/surface.rs;\n\
-         # regenerate after a deliberate change with LEASE_BLESS=1 cargo test -p xtask --test surface.\n",
-    );
-    for (file, decl) in all_public_decls() {
-        out.push_str(&format!("{file}: {}\n", show(&decl)));
+fn measured_figures_live_in_docs_benchmarks_md_only() {
+    let mut files: Vec<PathBuf> = vec![root().join("README.md")];
+    for (_, dir) in crates() {
+        files.push(dir.join("README.md"));
+        files.extend(support::library_files(&dir));
     }
-    out
+    for entry in fs::read_dir(root().join("docs")).expect("read docs/") {
+        let path = entry.expect("docs/ entry").path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if path.extension().is_some_and(|e| e == "md") && name != "benchmarks.md" {
+            files.push(path);
+        }
+    }
+    let mut found = Vec::new();
+    for file in files.iter().filter(|f| f.is_file()) {
+        let text = read(file);
+        let is_rust = file.extension().is_some_and(|e| e == "rs");
+        for (number, line) in text.lines().enumerate() {
+            let doc = line.trim_start();
+            if is_rust && !(doc.starts_with("///") || doc.starts_with("//!")) {
+                continue;
+            }
+            if let Some(word) = MEASURED.iter().find(|word| line.contains(*word)) {
+                found.push(format!(
+                    "{}:{}: `{word}`: {line}",
+                    file.display(),
+                    number + 1
+                ));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "measured figures belong in docs/benchmarks.md (written by `cargo xtask bench`); state \
+         costs in requests and syscalls and link there:\n{}",
+        found.join("\n")
+    );
 }
 
 /// The most lines a quick start may take.

@@ -124,3 +124,35 @@ fn check(rows: &[Row], declared: &[(String, Decl)]) -> Vec<String> {
     problems.sort_by_key(|p| !p.contains("looks like"));
     problems
 }
+
+/// The declaration reader this check relies on (moved here from the surface test, which reads
+/// rustdoc's JSON now).
+#[test]
+fn the_declaration_reader_sees_items_fields_and_impl_owners() {
+    let source = "pub use a::{B,\n    C};\npub struct S {\n    pub field: u8,\n    hidden: u8,\n}\n\
+                  impl<T: X> Trait for S<T> {\n    fn f(&self) {}\n}\nimpl S {\n    pub fn new() -> Self { todo!() }\n    \
+                  pub(crate) fn private() {}\n}\npub(crate) fn nope() {}\npub const fn c() {}\n\
+                  #[cfg(test)]\nmod tests {\n    pub fn in_test() {}\n}\n";
+    let shown: Vec<String> = public_decls(source)
+        .iter()
+        .map(|decl| {
+            let owner = decl
+                .owner
+                .as_deref()
+                .map(|o| format!("{o}: "))
+                .unwrap_or_default();
+            format!("{owner}pub {} {}", decl.kind, decl.name)
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            "pub use a::{B,C}",
+            "pub struct S",
+            "S: pub field field",
+            "S: pub fn new",
+            "pub fn c",
+        ],
+        "{source}"
+    );
+}

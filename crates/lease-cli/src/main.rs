@@ -26,6 +26,7 @@ mod relay;
 mod run;
 mod status;
 mod stores;
+mod wall_time;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -6,7 +6,7 @@ use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lease_core::backend::{default_safety_margin, fmt_time, validate_duration};
+use lease_core::backend::{default_safety_margin, validate_duration};
 use lease_core::{
     AcquireOptions, Holder, KeeperOptions, Lease, LeaseBackendExt, LeaseError, LeaseGuard,
     LeaseKey, LossReason, WaitOptions,
@@ -21,6 +21,7 @@ use crate::cli::RunArgs;
 use crate::duration::fmt_duration;
 use crate::exit::{self, Failure, signal_status, status_code};
 use crate::guard::start_failure;
+use crate::wall_time::fmt_time;
 
 /// Environment variable that carries the fencing token to the command.
 pub(crate) const FENCING_ENV: &str = "LEASE_FENCING_TOKEN";

@@ -53,19 +53,20 @@ fn main() {
     let once = AcquireOptions::default();
     let acquire_release = measure(iterations, |i| {
         let key = &keys[i % keys.len()];
-        let lease = lease_core::block_on(store.try_acquire(key, d, &once)).unwrap();
-        lease_core::block_on(store.release_lease(&lease)).unwrap();
+        let lease = lease_core::executor::block_on(store.try_acquire(key, d, &once)).unwrap();
+        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
     });
     let held: Vec<_> = keys
         .iter()
-        .map(|k| lease_core::block_on(store.try_acquire(k, d, &once)).unwrap())
+        .map(|k| lease_core::executor::block_on(store.try_acquire(k, d, &once)).unwrap())
         .collect();
     let renew = measure(iterations, |i| {
-        black_box(lease_core::block_on(store.renew(&held[i % held.len()], d)).unwrap());
+        black_box(lease_core::executor::block_on(store.renew(&held[i % held.len()], d)).unwrap());
     });
     let contended = measure(iterations, |i| {
         let err =
-            lease_core::block_on(store.try_acquire(&keys[i % keys.len()], d, &once)).unwrap_err();
+            lease_core::executor::block_on(store.try_acquire(&keys[i % keys.len()], d, &once))
+                .unwrap_err();
         black_box(err);
     });
 

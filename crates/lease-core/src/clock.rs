@@ -64,7 +64,7 @@ pub trait Clock: Send + Sync + fmt::Debug {
 ///
 /// let clock = SystemClock;
 /// let before = clock.monotonic();
-/// lease_core::block_on(clock.sleep(Duration::from_millis(5)));
+/// lease_core::executor::block_on(clock.sleep(Duration::from_millis(5)));
 /// assert!(clock.monotonic() - before >= Duration::from_millis(5));
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
@@ -249,7 +249,7 @@ impl Future for TimerSleep {
 /// assert_eq!(clock.monotonic() - t0, Duration::from_secs(30));
 ///
 /// clock.set_auto_advance(true);
-/// lease_core::block_on(clock.sleep(Duration::from_secs(5)));
+/// lease_core::executor::block_on(clock.sleep(Duration::from_secs(5)));
 /// assert_eq!(clock.monotonic() - t0, Duration::from_secs(35));
 /// ```
 #[derive(Debug)]
@@ -434,15 +434,10 @@ impl<C: Clock + ?Sized> Clock for Arc<C> {
     }
 }
 
-/// Sleeps on `clock` until its monotonic time reaches `deadline` (at once if it has).
-pub fn sleep_until(clock: &dyn Clock, deadline: Instant) -> BoxFuture<'static, ()> {
-    clock.sleep(deadline.saturating_duration_since(clock.monotonic()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::block_on;
+    use crate::executor::block_on;
 
     #[test]
     fn system_sleeps_overlap_on_one_timer_thread() {
@@ -450,7 +445,7 @@ mod tests {
         let sleeps: Vec<_> = (0..20)
             .map(|i| SystemClock.sleep(Duration::from_millis(20 + i)))
             .collect();
-        block_on(crate::exec::join_all(sleeps));
+        block_on(crate::executor::join_all(sleeps));
         let took = start.elapsed();
         assert!(took >= Duration::from_millis(39), "{took:?}");
     }

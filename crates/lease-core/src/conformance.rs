@@ -16,7 +16,7 @@
 //!     let clock = Arc::new(ManualClock::new());
 //!     let backend = MemoryBackend::builder().with_clock(clock.clone()).build();
 //!     let subject = Subject::new(Arc::new(backend), clock);
-//!     lease_core::block_on(case(&subject));
+//!     lease_core::executor::block_on(case(&subject));
 //! }
 //!
 //! // In a test file: `lease_core::conformance_tests!(harness);`
@@ -431,7 +431,7 @@ pub fn concurrent_contenders_one_winner(s: &Subject) -> BoxFuture<'_, ()> {
             let attempts: Vec<_> = (0..16)
                 .map(|_| s.backend.try_acquire(&key, D, &options))
                 .collect();
-            let results = crate::join_all(attempts).await;
+            let results = crate::executor::join_all(attempts).await;
             let winners = results.iter().filter(|r| r.is_ok()).count();
             let held = results
                 .iter()
@@ -590,7 +590,7 @@ pub fn guard_renews_and_reports_loss(s: &Subject) -> BoxFuture<'_, ()> {
         let task: BoxFuture<'_, ()> = Box::pin(task);
         let script: BoxFuture<'_, ()> = Box::pin(script);
         // The keeper task ends once the loss is seen; the script then finishes.
-        crate::join_all(vec![task, script]).await;
+        crate::executor::join_all(vec![task, script]).await;
     })
 }
 

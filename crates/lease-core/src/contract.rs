@@ -137,14 +137,14 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
     ///
     /// let store = MemoryBackend::new();
     /// let key = LeaseKey::with_sort_key("units", "retired-7")?;
-    /// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+    /// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(10)))?;
     /// // Named as the record stands: held by `lease`'s token at its fencing token.
-    /// let stale = lease_core::block_on(store.delete(&key, None, lease.fencing_token()));
+    /// let stale = lease_core::executor::block_on(store.delete(&key, None, lease.fencing_token()));
     /// assert!(stale.unwrap_err().is_not_owned(), "held, not free: nothing deleted");
-    /// lease_core::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))?;
-    /// assert!(lease_core::block_on(store.inspect(&key))?.is_none());
+    /// lease_core::executor::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))?;
+    /// assert!(lease_core::executor::block_on(store.inspect(&key))?.is_none());
     /// // A second delete finds no record in the state it names.
-    /// let again = lease_core::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()));
+    /// let again = lease_core::executor::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()));
     /// assert!(again.unwrap_err().is_not_owned());
     /// # Ok::<(), lease_core::LeaseError>(())
     /// ```
@@ -262,14 +262,14 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
 /// let store = MemoryBackend::new();
 /// let key = LeaseKey::new("deploy")?;
 /// let d = Duration::from_secs(10);
-/// let lease = lease_core::block_on(store.acquire(&key, d))?; // waits until acquired
-/// let busy = lease_core::block_on(store.try_acquire(&key, d, &AcquireOptions::default()));
+/// let lease = lease_core::executor::block_on(store.acquire(&key, d))?; // waits until acquired
+/// let busy = lease_core::executor::block_on(store.try_acquire(&key, d, &AcquireOptions::default()));
 /// assert!(busy.unwrap_err().is_held(), "one attempt: turned away at once");
 /// let wait = WaitOptions::new(Duration::from_millis(20));
-/// let timed_out = lease_core::block_on(store.acquire_with(&key, d, &wait));
+/// let timed_out = lease_core::executor::block_on(store.acquire_with(&key, d, &wait));
 /// assert!(timed_out.unwrap_err().is_timeout());
-/// lease_core::block_on(store.release_lease(&lease))?;
-/// let again = lease_core::block_on(store.acquire_with(&key, d, &wait))?;
+/// lease_core::executor::block_on(store.release_lease(&lease))?;
+/// let again = lease_core::executor::block_on(store.acquire_with(&key, d, &wait))?;
 /// assert!(again.fencing_token() > lease.fencing_token());
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
@@ -294,9 +294,7 @@ pub trait LeaseBackendExt: LeaseBackend {
         key: &'a LeaseKey,
         duration: Duration,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(async move {
-            acquire_waiting(self, key, duration, &WaitOptions::default()).await
-        })
+        Box::pin(async move { acquire_waiting(self, key, duration, &WaitOptions::default()).await })
     }
 
     /// Acquires `key` for `duration`, retrying while the lease is held (or the backend fails
@@ -332,12 +330,12 @@ pub trait LeaseBackendExt: LeaseBackend {
     ///
     /// let store = MemoryBackend::new();
     /// let key = LeaseKey::with_sort_key("sessions", "worker-3")?;
-    /// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
-    /// lease_core::block_on(store.release_lease(&lease))?;
-    /// for record in lease_core::block_on(store.list_partition("sessions"))? {
-    ///     lease_core::block_on(store.delete_record(&record))?;
+    /// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+    /// lease_core::executor::block_on(store.release_lease(&lease))?;
+    /// for record in lease_core::executor::block_on(store.list_partition("sessions"))? {
+    ///     lease_core::executor::block_on(store.delete_record(&record))?;
     /// }
-    /// assert!(lease_core::block_on(store.list_partition("sessions"))?.is_empty());
+    /// assert!(lease_core::executor::block_on(store.list_partition("sessions"))?.is_empty());
     /// # Ok::<(), lease_core::LeaseError>(())
     /// ```
     fn delete_record<'a>(

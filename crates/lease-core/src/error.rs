@@ -255,8 +255,8 @@ impl StdError for LossReason {}
 /// let store = MemoryBackend::new();
 /// let key = LeaseKey::new("nightly-report")?;
 /// let d = Duration::from_secs(30);
-/// let _mine = lease_core::block_on(store.acquire(&key, d))?;
-/// let err = lease_core::block_on(store.try_acquire(&key, d, &AcquireOptions::default())).unwrap_err();
+/// let _mine = lease_core::executor::block_on(store.acquire(&key, d))?;
+/// let err = lease_core::executor::block_on(store.try_acquire(&key, d, &AcquireOptions::default())).unwrap_err();
 /// assert!(err.is_held());
 /// assert!(err.holder().and_then(|h| h.expires_at()).is_some());
 /// # Ok::<(), lease_core::LeaseError>(())

@@ -29,15 +29,15 @@ pub const MAX_FENCED_VALUE_BYTES: usize = 64 * 1024;
 /// let store = MemoryBackend::new();
 /// let shard = LeaseKey::new("shard-7")?;
 /// let name = LeaseKey::with_sort_key("checkpoints", "shard-7")?;
-/// let old = lease_core::block_on(store.acquire(&shard, Duration::from_secs(5)))?;
-/// lease_core::block_on(store.put_fenced(&name, old.fencing_token(), b"offset=10"))?;
+/// let old = lease_core::executor::block_on(store.acquire(&shard, Duration::from_secs(5)))?;
+/// lease_core::executor::block_on(store.put_fenced(&name, old.fencing_token(), b"offset=10"))?;
 /// // The old owner is paused past its lease; the next owner fences the name and reads.
-/// lease_core::block_on(store.release_lease(&old))?;
-/// let new = lease_core::block_on(store.acquire(&shard, Duration::from_secs(5)))?;
-/// let seen = lease_core::block_on(store.fence_and_read(&name, new.fencing_token()))?;
+/// lease_core::executor::block_on(store.release_lease(&old))?;
+/// let new = lease_core::executor::block_on(store.acquire(&shard, Duration::from_secs(5)))?;
+/// let seen = lease_core::executor::block_on(store.fence_and_read(&name, new.fencing_token()))?;
 /// assert_eq!(seen.as_deref(), Some(&b"offset=10"[..]));
 /// // The old owner wakes up and writes: refused.
-/// let late = lease_core::block_on(store.put_fenced(&name, old.fencing_token(), b"offset=9"));
+/// let late = lease_core::executor::block_on(store.put_fenced(&name, old.fencing_token(), b"offset=9"));
 /// assert!(late.unwrap_err().is_not_owned());
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```

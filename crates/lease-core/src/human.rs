@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 /// let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_893_456_000_123);
 /// assert_eq!(lease_core::backend::fmt_time(t), "2030-01-01T00:00:00.123Z");
 /// ```
-pub fn fmt_time(at: SystemTime) -> String {
+pub(crate) fn fmt_time(at: SystemTime) -> String {
     let Ok(since) = at.duration_since(SystemTime::UNIX_EPOCH) else {
         return "before 1970".to_owned();
     };

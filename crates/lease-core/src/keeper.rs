@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::clock::sleep_until;
+use crate::executor::sleep_until;
 use crate::sync::lock;
 use crate::{
     Backoff, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseBackendExt, LeaseError, LeaseKey,
@@ -166,12 +166,12 @@ impl Shared {
 ///
 /// let store: Arc<dyn LeaseBackend> = Arc::new(MemoryBackend::new());
 /// let key = LeaseKey::new("leader")?;
-/// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(3)))?;
+/// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(3)))?;
 /// let guard = LeaseGuard::spawn_thread(store.clone(), lease, KeeperOptions::default())
 ///     .expect("spawn keeper thread");
 /// let fencing = guard.check().expect("freshly acquired");
 /// assert_eq!(fencing, guard.fencing_token());
-/// lease_core::block_on(guard.release())?;
+/// lease_core::executor::block_on(guard.release())?;
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 #[must_use = "dropping the guard releases the lease"]
@@ -269,7 +269,7 @@ impl LeaseGuard {
     ///     .with_wait(WaitOptions::new(Duration::from_secs(5)))
     ///     .acquire_blocking()?;
     /// assert!(guard.is_trusted());
-    /// lease_core::block_on(guard.release())?;
+    /// lease_core::executor::block_on(guard.release())?;
     /// # Ok::<(), lease_core::LeaseError>(())
     /// ```
     pub fn builder(
@@ -287,7 +287,7 @@ impl LeaseGuard {
     }
 
     /// Like [`new`](Self::new), running the task on a thread of its own with
-    /// [`block_on`](crate::block_on): for backends that need no async runtime (memory, file).
+    /// [`block_on`](crate::executor::block_on): for backends that need no async runtime (memory, file).
     ///
     /// # Errors
     /// [`LeaseError::Runtime`] if the thread cannot be spawned (the lease is then released
@@ -305,11 +305,11 @@ impl LeaseGuard {
     pub(crate) fn on_thread(self, task: KeeperTask) -> Result<Self, LeaseError> {
         let spawned = std::thread::Builder::new()
             .name(format!("lease-keeper-{}", self.key()))
-            .spawn(move || crate::block_on(task));
+            .spawn(move || crate::executor::block_on(task));
         match spawned {
             Ok(_) => Ok(self),
             Err(e) => {
-                let _ = crate::block_on(self.release());
+                let _ = crate::executor::block_on(self.release());
                 Err(LeaseError::runtime(format!(
                     "cannot start the keeper thread: {e}"
                 )))
@@ -474,9 +474,9 @@ impl LeaseGuardBuilder {
     /// let key = LeaseKey::new("reindex")?;
     /// let builder = LeaseGuard::builder(Arc::new(MemoryBackend::new()), &key, Duration::from_secs(3))
     ///     .with_keeper(KeeperOptions::default().with_renew_every(Duration::from_secs(1)));
-    /// let (guard, task) = lease_core::block_on(builder.acquire())?;
-    /// std::thread::spawn(move || lease_core::block_on(task));
-    /// lease_core::block_on(guard.release())?;
+    /// let (guard, task) = lease_core::executor::block_on(builder.acquire())?;
+    /// std::thread::spawn(move || lease_core::executor::block_on(task));
+    /// lease_core::executor::block_on(guard.release())?;
     /// # Ok::<(), lease_core::LeaseError>(())
     /// ```
     ///
@@ -498,7 +498,7 @@ impl LeaseGuardBuilder {
     /// As [`LeaseBackendExt::acquire_with`]; [`LeaseError::Runtime`] if the keeper thread
     /// cannot start (the lease is then released best-effort).
     pub fn acquire_blocking(self) -> Result<LeaseGuard, LeaseError> {
-        let (guard, task) = crate::block_on(self.acquire())?;
+        let (guard, task) = crate::executor::block_on(self.acquire())?;
         guard.on_thread(task)
     }
 

@@ -9,17 +9,17 @@
 //! let key = LeaseKey::new("regenerate-sitemap")?;
 //!
 //! // `acquire` waits until the lease is free; `try_acquire` makes one attempt.
-//! let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+//! let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
 //! // Somebody else is turned away, and told who holds the lease until when.
 //! let once = AcquireOptions::default();
-//! let busy = lease_core::block_on(store.try_acquire(&key, Duration::from_secs(30), &once)).unwrap_err();
+//! let busy = lease_core::executor::block_on(store.try_acquire(&key, Duration::from_secs(30), &once)).unwrap_err();
 //! assert!(busy.is_held());
 //!
 //! // Pass the fencing token with every write to the protected resource.
 //! let fencing = lease.fencing_token();
-//! let lease = lease_core::block_on(store.renew(&lease, Duration::from_secs(30)))?;
+//! let lease = lease_core::executor::block_on(store.renew(&lease, Duration::from_secs(30)))?;
 //! assert_eq!(lease.fencing_token(), fencing);
-//! lease_core::block_on(store.release_lease(&lease))?;
+//! lease_core::executor::block_on(store.release_lease(&lease))?;
 //! # Ok::<(), lease_core::LeaseError>(())
 //! ```
 //!
@@ -36,6 +36,7 @@
 //!   time and randomness are injected.
 //! * [`LeaseGuard`]: keeps a lease alive and tells its holder the moment it can no longer trust it
 //!   ([`LeaseGuard::builder`] acquires and keeps in one call).
+//! * [`executor`]: a minimal executor for runtime-free code ([`executor::block_on`]).
 //! * [`LeaseListing`]: the optional extension that lists the records under one partition key.
 //! * [`FencedValues`]: the optional extension that stores small values (checkpoints) only the
 //!   newest fencing token may write.
@@ -44,8 +45,8 @@
 //!   [`Lease`] or a [`FencingToken`], and the checks every backend applies the same way.
 //! * `conformance` (feature `conformance`): the suite every backend passes. Not API-stable.
 //!
-//! This crate depends on no async runtime: its futures run on any executor, or on the tiny
-//! [`block_on`] for backends that need no I/O reactor. The `tokio` feature adds
+//! This crate depends on no async runtime: its futures run on any executor, or on the minimal
+//! one in [`executor`] for backends that need no I/O reactor. The `tokio` feature adds
 //! `LeaseGuard::spawn` and `LeaseGuardBuilder::acquire_spawned`.
 //!
 //! # Time
@@ -82,7 +83,7 @@ pub mod backend;
 mod clock;
 mod contract;
 mod error;
-mod exec;
+pub mod executor;
 mod fenced;
 mod human;
 mod keeper;
@@ -98,10 +99,9 @@ mod wait;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use clock::{Clock, ManualClock, SystemClock, sleep_until};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use contract::{BoxFuture, LeaseBackend, LeaseBackendExt};
 pub use error::{Holder, LeaseError, LossReason, NotOwnedReason};
-pub use exec::{JoinAll, block_on, join_all};
 pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES};
 pub use keeper::{KeeperOptions, KeeperTask, LeaseGuard, LeaseGuardBuilder, LossCallback, Lost};
 pub use key::{LeaseKey, MAX_KEY_PART_BYTES};
@@ -116,6 +116,7 @@ pub use wait::{Backoff, WaitCallback, WaitEvent, WaitOptions};
 /// dependency and one `use` get a lease.
 ///
 /// ```
+/// use lease_core::executor::block_on;
 /// use lease_core::prelude::*;
 ///
 /// let store = MemoryBackend::new();
@@ -129,7 +130,7 @@ pub mod prelude {
         AcquireOptions, Clock, FencedValues, FencingToken, KeeperOptions, Lease, LeaseBackend,
         LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseRecord, LeaseToken,
         LossReason, ManualClock, MemoryBackend, NotOwnedReason, SystemClock, TokenSource,
-        WaitOptions, block_on,
+        WaitOptions,
     };
 }
 

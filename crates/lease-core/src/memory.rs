@@ -31,11 +31,11 @@ use crate::{
 /// let store = MemoryBackend::builder().with_clock(clock.clone()).build();
 /// let key = LeaseKey::new("rebuild-index")?;
 ///
-/// let first = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+/// let first = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(10)))?;
 /// clock.advance(Duration::from_secs(11));
-/// let second = lease_core::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+/// let second = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(10)))?;
 /// assert!(second.fencing_token() > first.fencing_token());
-/// assert!(lease_core::block_on(store.renew(&first, Duration::from_secs(10))).unwrap_err().is_not_owned());
+/// assert!(lease_core::executor::block_on(store.renew(&first, Duration::from_secs(10))).unwrap_err().is_not_owned());
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 #[derive(Clone)]

@@ -127,9 +127,9 @@ impl fmt::Debug for LeaseToken {
 ///
 /// let store = MemoryBackend::new();
 /// let key = LeaseKey::new("reports")?;
-/// let first = lease_core::block_on(store.acquire(&key, Duration::from_secs(5)))?;
-/// lease_core::block_on(store.release_lease(&first))?;
-/// let later = lease_core::block_on(store.acquire(&key, Duration::from_secs(5)))?;
+/// let first = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5)))?;
+/// lease_core::executor::block_on(store.release_lease(&first))?;
+/// let later = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5)))?;
 /// assert!(later.fencing_token() > first.fencing_token());
 /// assert!(later.fencing_token().get() > first.fencing_token().get());
 /// # Ok::<(), lease_core::LeaseError>(())

@@ -218,14 +218,17 @@ mod tests {
         let d = Duration::from_secs(10);
         for timeout in [Duration::MAX, WaitOptions::MAX_TIMEOUT, Duration::ZERO] {
             let wait = WaitOptions::new(timeout);
-            let lease = crate::block_on(store.acquire_with(&key, d, &wait));
+            let lease = crate::executor::block_on(store.acquire_with(&key, d, &wait));
             let lease = lease.unwrap_or_else(|e| panic!("{timeout:?}: {e}"));
-            crate::block_on(store.release_lease(&lease)).unwrap_or_else(|e| panic!("{e}"));
+            crate::executor::block_on(store.release_lease(&lease))
+                .unwrap_or_else(|e| panic!("{e}"));
         }
         // Waiting forever on a held key outlasts any finite wait, and ends at its expiry.
-        let held = crate::block_on(store.acquire(&key, d)).unwrap_or_else(|e| panic!("{e}"));
+        let held =
+            crate::executor::block_on(store.acquire(&key, d)).unwrap_or_else(|e| panic!("{e}"));
         clock.set_auto_advance(true);
-        let next = crate::block_on(store.acquire(&key, d)).unwrap_or_else(|e| panic!("{e}"));
+        let next =
+            crate::executor::block_on(store.acquire(&key, d)).unwrap_or_else(|e| panic!("{e}"));
         assert!(next.fencing_token() > held.fencing_token());
         assert!(clock.elapsed() >= d);
     }

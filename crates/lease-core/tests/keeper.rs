@@ -98,7 +98,7 @@ fn setup() -> (Arc<ManualClock>, Arc<Flaky>, Lease) {
     let clock = Arc::new(ManualClock::new());
     let backend = Flaky::new(clock.clone());
     let key = LeaseKey::new("keeper").unwrap();
-    let lease = lease_core::block_on(backend.acquire(&key, D)).unwrap();
+    let lease = lease_core::executor::block_on(backend.acquire(&key, D)).unwrap();
     (clock, backend, lease)
 }
 
@@ -131,7 +131,8 @@ fn renews_every_third_and_keeps_the_lease_for_many_durations() {
     assert!(clock.elapsed() >= D * 4);
     assert_eq!(guard.check(), Ok(lease.fencing_token()));
     let once = AcquireOptions::default();
-    let err = lease_core::block_on(backend.try_acquire(lease.key(), D, &once)).unwrap_err();
+    let err =
+        lease_core::executor::block_on(backend.try_acquire(lease.key(), D, &once)).unwrap_err();
     assert!(err.is_held());
 }
 
@@ -154,7 +155,7 @@ fn the_builder_waits_as_told_and_keeps_what_it_acquires() {
     clock.set_auto_advance(false);
     assert!(guard.fencing_token() > lease.fencing_token());
     assert!(clock.elapsed() >= D, "waited for the expiry");
-    lease_core::block_on(guard.release()).unwrap();
+    lease_core::executor::block_on(guard.release()).unwrap();
 }
 
 #[test]
@@ -177,7 +178,7 @@ fn transient_failures_are_ridden_out_until_the_deadline_then_reported() {
     assert!(backend.renewals.load(Ordering::SeqCst) > 3, "retried");
     // Keep failing past the deadline: the keeper gives up there, so do not wait for it to sleep.
     step(&clock, D / 5);
-    let reason = lease_core::block_on(guard.lost());
+    let reason = lease_core::executor::block_on(guard.lost());
     assert!(
         matches!(reason, LossReason::BackendFailing { ref last_error } if last_error.contains("injected")),
         "{reason:?}"
@@ -197,7 +198,7 @@ fn a_hung_renewal_is_cut_off_at_the_deadline() {
     assert!(guard.check().is_ok());
     step(&clock, D);
     assert_eq!(
-        lease_core::block_on(guard.lost()),
+        lease_core::executor::block_on(guard.lost()),
         LossReason::DeadlinePassed
     );
 }
@@ -217,16 +218,16 @@ fn takeover_is_reported_as_not_owned() {
     let (clock, backend, lease) = setup();
     let guard =
         LeaseGuard::spawn_thread(backend.clone(), lease.clone(), KeeperOptions::default()).unwrap();
-    lease_core::block_on(
-        backend
-            .inner
-            .release(lease.key(), lease.token(), lease.fencing_token()),
-    )
+    lease_core::executor::block_on(backend.inner.release(
+        lease.key(),
+        lease.token(),
+        lease.fencing_token(),
+    ))
     .unwrap();
-    let thief = lease_core::block_on(backend.acquire(lease.key(), D)).unwrap();
+    let thief = lease_core::executor::block_on(backend.acquire(lease.key(), D)).unwrap();
     step(&clock, D / 3);
     assert_eq!(
-        lease_core::block_on(guard.lost()),
+        lease_core::executor::block_on(guard.lost()),
         LossReason::NotOwned(NotOwnedReason::TakenOver)
     );
     assert!(thief.fencing_token() > guard.fencing_token());
@@ -239,10 +240,10 @@ fn dropping_the_guard_releases_and_explicit_release_is_one_call() {
         LeaseGuard::spawn_thread(backend.clone(), lease.clone(), KeeperOptions::default()).unwrap();
     drop(guard);
     wait_for(|| backend.releases.load(Ordering::SeqCst) == 1);
-    let next = lease_core::block_on(backend.acquire(lease.key(), D)).unwrap();
+    let next = lease_core::executor::block_on(backend.acquire(lease.key(), D)).unwrap();
 
     let guard = LeaseGuard::spawn_thread(backend.clone(), next, KeeperOptions::default()).unwrap();
-    lease_core::block_on(guard.release()).unwrap();
+    lease_core::executor::block_on(guard.release()).unwrap();
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(
         backend.releases.load(Ordering::SeqCst),

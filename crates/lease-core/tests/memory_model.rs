@@ -24,7 +24,7 @@ proptest! {
 
     #[test]
     fn memory_backend_matches_the_model(ops in ops(3, 2, DURATION, 60)) {
-        let result = lease_core::block_on(check_against_model(&subject(Duration::ZERO), DURATION, &ops));
+        let result = lease_core::executor::block_on(check_against_model(&subject(Duration::ZERO), DURATION, &ops));
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }
@@ -39,7 +39,7 @@ fn checker_catches_a_backend_that_breaks_the_skew_allowance() {
         lease_core::conformance::model::Op::Acquire { client: 1, key: 0 },
     ];
     // The memory backend has no allowance; the model is told it has 100 ms, so it expects Held.
-    let result = lease_core::block_on(check_against_model(
+    let result = lease_core::executor::block_on(check_against_model(
         &subject(Duration::from_millis(100)),
         DURATION,
         &ops,

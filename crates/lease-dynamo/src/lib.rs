@@ -246,24 +246,14 @@
 //! keeps checkpoints to its partition, add the condition key `dynamodb:LeadingKeys` (for example
 //! `"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["checkpoints"]}`).
 //!
-//! # Measured
+//! # Benchmarks and stress
 //!
-//! From the `dynamo_lease` bench (`cargo xtask bench`, release build, DynamoDB Local on
-//! loopback, on a 2-core machine that other work kept at a load average of 1.4 to 3.2). The bench
-//! warms DynamoDB Local in batches of 200 rounds until every median is within 5 % of the previous
-//! batch's two batches in a row (6,400 and 40,000 requests in the two runs), then measures 1,000
-//! rounds, each operation next to the raw SDK `UpdateItem` with the same update, condition, names
-//! and values. Every operation sent exactly 1 request. Medians, two runs:
-//!
-//! | operation | this crate | raw SDK call | ratio |
-//! |---|---|---|---|
-//! | acquire | 0.82 ms | 0.78–0.79 ms | 1.04–1.05 |
-//! | renew | 0.72–0.73 ms | 0.70 ms | 1.04 |
-//! | release | 0.69–0.70 ms | 0.67–0.68 ms | 1.02–1.03 |
-//! | contended acquire | 0.73 ms | 0.69–0.70 ms | 1.05 |
-//!
-//! Validation, tokens, spans and decoding cost 2–5 % of one round trip. The p99 (1.1 to 4.5 ms)
-//! did not reproduce between runs and is not quoted.
+//! Each operation's requests and capacity units are in *One request per operation* above: one request per
+//! operation (a delete two when a fenced value shares the item, a listing one per page), counted
+//! by the tests and by the `dynamo_lease` bench. The bench measures
+//! each operation beside the raw SDK `UpdateItem` with the same update, condition, names and
+//! values, after warming DynamoDB Local until its medians settle; `cargo xtask bench` writes the
+//! figures, with the machine and its load, to [docs/benchmarks.md](https://github.com/lease-rs/lease/blob/main/docs/benchmarks.md).
 //!
 //! The stress test (32 contenders, 8 keys, 3,000 acquisitions; and 1,000 more with a lost reply
 //! or a throttled write injected every 10 ms) found no overlapping holders and no fencing token

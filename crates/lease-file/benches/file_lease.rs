@@ -345,8 +345,9 @@ fn uncontended(cfg: &Config, d: &Path) -> Uncontended {
     let ttl = Duration::from_secs(30);
     let store_cycle = |store: &DirectoryStore, key: &LeaseKey| {
         let lease =
-            lease_core::block_on(store.try_acquire(key, ttl, &AcquireOptions::default())).unwrap();
-        lease_core::block_on(store.release_lease(&lease)).unwrap();
+            lease_core::executor::block_on(store.try_acquire(key, ttl, &AcquireOptions::default()))
+                .unwrap();
+        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
     };
     let mut variants = vec![
         variant(
@@ -1392,7 +1393,8 @@ mod helper {
                         .unwrap(),
                 );
                 let wait = WaitOptions::new(Duration::from_secs(60));
-                let lease = lease_core::block_on(store.acquire_with(&key, TTL, &wait)).unwrap();
+                let lease =
+                    lease_core::executor::block_on(store.acquire_with(&key, TTL, &wait)).unwrap();
                 let every: u64 = arg(3).parse().unwrap();
                 say(&format!("acquired {}", unix_ns()));
                 if every > 0 {
@@ -1404,24 +1406,29 @@ mod helper {
                     )
                     .unwrap();
                     serve();
-                    lease_core::block_on(guard.release()).unwrap();
+                    lease_core::executor::block_on(guard.release()).unwrap();
                 } else {
                     serve();
-                    lease_core::block_on(store.release_lease(&lease)).unwrap();
+                    lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
                 }
             }
             "wait-store" => {
                 let store = DirectoryStore::open(arg(1)).unwrap();
                 assert!(
-                    lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
-                        .unwrap_err()
-                        .is_held()
+                    lease_core::executor::block_on(store.try_acquire(
+                        &key,
+                        TTL,
+                        &AcquireOptions::default()
+                    ))
+                    .unwrap_err()
+                    .is_held()
                 );
                 say("waiting");
                 let wait = WaitOptions::new(Duration::from_secs(60));
-                let lease = lease_core::block_on(store.acquire_with(&key, TTL, &wait)).unwrap();
+                let lease =
+                    lease_core::executor::block_on(store.acquire_with(&key, TTL, &wait)).unwrap();
                 say(&format!("acquired {}", unix_ns()));
-                lease_core::block_on(store.release_lease(&lease)).unwrap();
+                lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
             }
             // Commands run by `lease run`.
             "sleeper" => {
@@ -1463,10 +1470,13 @@ mod helper {
             let store = DirectoryStore::open(dir).unwrap();
             let key = LeaseKey::new("a").unwrap();
             for _ in 0..=n {
-                let lease =
-                    lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
-                        .unwrap();
-                lease_core::block_on(store.release_lease(&lease)).unwrap();
+                let lease = lease_core::executor::block_on(store.try_acquire(
+                    &key,
+                    TTL,
+                    &AcquireOptions::default(),
+                ))
+                .unwrap();
+                lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
             }
         }
     }
@@ -1531,34 +1541,49 @@ mod helper {
             .build()
             .unwrap();
         let key = LeaseKey::new("a").unwrap();
-        let lease =
-            lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
-        lease_core::block_on(store.release_lease(&lease)).unwrap();
+        let lease = lease_core::executor::block_on(store.try_acquire(
+            &key,
+            TTL,
+            &AcquireOptions::default(),
+        ))
+        .unwrap();
+        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
         floor(dir, n);
         for _ in 0..n {
             mark("acquire");
-            let lease =
-                lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
-                    .unwrap();
+            let lease = lease_core::executor::block_on(store.try_acquire(
+                &key,
+                TTL,
+                &AcquireOptions::default(),
+            ))
+            .unwrap();
             mark("release");
-            lease_core::block_on(store.release_lease(&lease)).unwrap();
+            lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
         }
         mark("idle");
-        let mut lease =
-            lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+        let mut lease = lease_core::executor::block_on(store.try_acquire(
+            &key,
+            TTL,
+            &AcquireOptions::default(),
+        ))
+        .unwrap();
         for _ in 0..n {
             mark("heartbeat");
-            lease = lease_core::block_on(store.renew(&lease, TTL)).unwrap();
+            lease = lease_core::executor::block_on(store.renew(&lease, TTL)).unwrap();
         }
         for _ in 0..n {
             mark("refused");
             assert!(
-                lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
-                    .unwrap_err()
-                    .is_held()
+                lease_core::executor::block_on(store.try_acquire(
+                    &key,
+                    TTL,
+                    &AcquireOptions::default()
+                ))
+                .unwrap_err()
+                .is_held()
             );
         }
         mark("idle");
-        lease_core::block_on(store.release_lease(&lease)).unwrap();
+        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
     }
 }

@@ -1,7 +1,7 @@
 //! Who this process is, and whether the process named by a record is provably gone.
 
 use std::os::unix::fs::MetadataExt;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// This process as records describe it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,6 +54,3 @@ fn proc_stat(pid: &str) -> Option<(char, u64)> {
     let start = fields.nth(18)?.parse().ok()?;
     Some((state, start))
 }
-
-/// A caller-supplied liveness probe: `true` if the process with this pid is alive.
-pub type LivenessProbe = Arc<dyn Fn(u32) -> bool + Send + Sync>;

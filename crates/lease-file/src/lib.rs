@@ -183,33 +183,22 @@
 //!   acquire + release, measured by the benchmark), shorter than a thread hop, so the futures do
 //!   them when first polled and need no runtime; on a network file system they can block the
 //!   executor thread for the duration of the I/O.
-//! * **Costs** (`benches/file_lease.rs`, run by `cargo xtask bench`: three full runs of this
-//!   code on 2026-11-23, on a 2-core VM at load average 1.9 to 4.9; ranges over the three, and
-//!   only figures that reproduced in all of them; the syscall counts are in [`FileLock`]'s
-//!   table). Kernel mode; heartbeat-only mode is within 10 % of it.
-//!   - An uncontended acquire + release is 11 syscalls and about twice a bare
-//!     `open(O_CREAT|O_EXCL)` + `close` + `unlink` in the same directory, measured in the same
-//!     run: on tmpfs 21 to 23 µs for `FileLock` (2.0 to 2.1x a floor of 10 to 11 µs), 23 to
-//!     25 µs for [`DirectoryStore`] (2.2x). On ext4 it takes 30 to 32 µs (33 to 34 µs through
-//!     the store), 1.2 to 1.9 times a floor that itself moved from 17 to 28 µs between the runs
-//!     (and up to 46 µs in earlier ones): ext4 does not reuse an inode deleted in the running
-//!     journal transaction, so a create + unlink loop slows down as it runs; the lease's
-//!     renames allocate nothing.
-//!   - Takeover after SIGKILL of the holder, default options: 0.44 to 0.70 ms for
-//!     [`FileLock::acquire`] and 0.45 to 0.68 ms for a `DirectoryStore` waiting through
-//!     lease-core's `acquire`, 1.5 to 2.0 times a process blocked in `flock` on a
-//!     plain file measured in the same run (0.26 to 0.36 ms). A blocked `flock` cannot time out,
-//!     so a helper thread blocks in it and wakes the caller: that second wakeup is much of the
-//!     gap (the floor's `flock` handed over that way alone is 1.0 to 1.2x), the acquisition the
-//!     rest. `lease run` takes 1.5 to 2.1 ms (5.1 to 6.0x), nearly all of it on the holder's
-//!     side: its command inherits the kernel lock, so the lock is free only once the guard has
-//!     killed the command (a process blocked in `flock` on the lock directory itself gets it
-//!     after 1.2 to 1.8 ms, 4.2 to 5.1x).
-//!   - A held lease heartbeating every 250 ms (the default) costs 0.037 to 0.044 % of one core:
-//!     1.1 to 1.5 times a thread that does nothing but wake every 250 ms to rename one file
-//!     (0.025 to 0.038 %: with the caches a 250 ms sleep leaves cold, a timer wakeup and a
-//!     rename cost about 100 µs of CPU on this VM). The rest is the check that the path still
-//!     names the directory.
+//! * **Costs**, in syscalls and wakeups (the counts per operation are in [`FileLock`]'s table;
+//!   `benches/file_lease.rs` measures the times, each beside a floor measured in the same run,
+//!   and `cargo xtask bench` writes them to [docs/benchmarks.md](https://github.com/lease-rs/lease/blob/main/docs/benchmarks.md)).
+//!   Kernel and heartbeat-only mode cost the same syscalls on the fast path.
+//!   - An uncontended acquire + release is 11 syscalls on descriptors kept open, beside a floor
+//!     of a bare `open(O_CREAT|O_EXCL)` + `close` + `unlink` in the same directory. The lease's
+//!     renames allocate no inode, so on ext4 its cost does not grow as the journal fills, while
+//!     the floor's create + unlink loop does.
+//!   - A takeover after SIGKILL of the holder is one kernel-lock handover plus the acquisition,
+//!     beside a floor of a process blocked in `flock` on a plain file. A blocked `flock` cannot
+//!     time out, so a helper thread blocks in it and wakes the caller: one more wakeup than the
+//!     floor. `lease run` frees the lock only once its command is gone, because the command
+//!     inherits the kernel lock.
+//!   - A held lease costs one timer wakeup and one rename per heartbeat interval (250 ms by
+//!     default), plus the check that the path still names the directory, beside a floor of a
+//!     thread that only wakes and renames one file.
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -14,7 +14,6 @@ use lease_core::{
 use crate::engine::{self, Attempt, Claim, Observations, Timebase};
 use crate::error::{FsError, key_of_path, not_held};
 use crate::fsio::ensure_dir;
-use crate::ident::LivenessProbe;
 use crate::mode::{LockMode, ModePreference, detect};
 use crate::state::{self, Held, KeyDir, Kind, Modes};
 
@@ -48,12 +47,8 @@ pub struct FileLockBuilder {
 pub(crate) struct Options {
     acquire_retries: u32,
     retry_delay: Duration,
-    /// Go parity only: validated, never used.
-    pub(crate) invalid_record_stale: Duration,
     file_mode: u32,
     dir_mode: u32,
-    /// Go parity only ([`go::PidLockOptions`](crate::go::PidLockOptions)): kept, never called.
-    pub(crate) liveness: Option<LivenessProbe>,
     heartbeat_interval: Duration,
     stale_threshold: Duration,
     on_lost: Option<LossCallback>,
@@ -67,10 +62,8 @@ impl fmt::Debug for Options {
         f.debug_struct("Options")
             .field("acquire_retries", &self.acquire_retries)
             .field("retry_delay", &self.retry_delay)
-            .field("invalid_record_stale", &self.invalid_record_stale)
             .field("file_mode", &format_args!("{:o}", self.file_mode))
             .field("dir_mode", &format_args!("{:o}", self.dir_mode))
-            .field("liveness", &self.liveness.is_some())
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("stale_threshold", &self.stale_threshold)
             .field("on_lost", &self.on_lost.is_some())
@@ -82,18 +75,15 @@ impl fmt::Debug for Options {
 }
 
 impl Default for Options {
-    /// The Go package's defaults: acquire retries 12, retry delay 20 ms, invalid-record stale
-    /// threshold 1.2 s, file mode
-    /// 0644, directory mode 0755, signal-0 liveness probe, heartbeat every 250 ms, stale after
-    /// 3 s, no callback, automatic mode, no fsync.
+    /// The Go package's defaults: acquire retries 12, retry delay 20 ms, file mode 0644,
+    /// directory mode 0755, heartbeat every 250 ms, stale after 3 s, no callback, automatic
+    /// mode, no fsync.
     fn default() -> Self {
         Self {
             acquire_retries: 12,
             retry_delay: Duration::from_millis(20),
-            invalid_record_stale: Duration::from_millis(1200),
             file_mode: 0o644,
             dir_mode: 0o755,
-            liveness: None,
             heartbeat_interval: Duration::from_millis(250),
             stale_threshold: Duration::from_secs(3),
             on_lost: None,
@@ -222,7 +212,6 @@ impl Options {
             ("heartbeat_interval", self.heartbeat_interval),
             ("stale_threshold", self.stale_threshold),
             ("retry_delay", self.retry_delay),
-            ("invalid_record_stale", self.invalid_record_stale),
         ] {
             if value > max {
                 return Err(FsError::InvalidOption {
@@ -402,11 +391,9 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 ///
 /// The floor, `open(O_CREAT|O_EXCL)` + `close` + `unlink`, is 3. Heartbeat-only mode is the
 /// same without `flock`; [`with_fsync`](FileLockBuilder::with_fsync) adds an `fsync` of the
-/// directory after each rename. Measured by the same bench (three runs, 2026-11-23, see the
-/// crate docs' "Costs" for the conditions): an uncontended acquire + release takes 21 to 23 µs
-/// on tmpfs, 2.0 to 2.1 times that floor measured in the same run, and 30 to 32 µs on ext4;
-/// takeover after SIGKILL of the holder 0.44 to 0.70 ms, 1.5 to 2.0 times a process blocked in
-/// `flock`; a held lease with the default 250 ms heartbeat 0.037 to 0.044 % of a core.
+/// directory after each rename. The bench's times for these, each beside its floor measured in
+/// the same run, are in
+/// [docs/benchmarks.md](https://github.com/lease-rs/lease/blob/main/docs/benchmarks.md).
 pub struct FileLock {
     shared: Arc<Shared>,
 }
@@ -760,7 +747,11 @@ impl FileLock {
         let generation = tenure.map_or(0, |t| t.held.generation);
         FsError::Held {
             path: self.shared.path.clone(),
-            holder: Box::new(own_holder(&me, self.shared.options.label.as_deref(), generation)),
+            holder: Box::new(own_holder(
+                &me,
+                self.shared.options.label.as_deref(),
+                generation,
+            )),
             kernel_lock: state.lost.is_none() && tenure.is_some_and(|t| t.held.kernel.is_some()),
         }
     }

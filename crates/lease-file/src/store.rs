@@ -70,11 +70,11 @@ struct Tenure {
 /// let store = DirectoryStore::open(dir.path())?;
 /// let key = LeaseKey::with_sort_key("jobs", "nightly")?;
 /// let (d, once) = (Duration::from_secs(30), AcquireOptions::default());
-/// let lease = lease_core::block_on(store.acquire(&key, d))?; // waits until acquired
-/// assert!(lease_core::block_on(store.try_acquire(&key, d, &once)).unwrap_err().is_held());
-/// let listed = lease_core::block_on(store.list_partition("jobs"))?;
+/// let lease = lease_core::executor::block_on(store.acquire(&key, d))?; // waits until acquired
+/// assert!(lease_core::executor::block_on(store.try_acquire(&key, d, &once)).unwrap_err().is_held());
+/// let listed = lease_core::executor::block_on(store.list_partition("jobs"))?;
 /// assert_eq!(listed.len(), 1);
-/// lease_core::block_on(store.release_lease(&lease))?;
+/// lease_core::executor::block_on(store.release_lease(&lease))?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
@@ -89,11 +89,11 @@ struct Tenure {
 /// let dir = tempfile::tempdir()?;
 /// let store: Arc<dyn LeaseBackend> = Arc::new(DirectoryStore::open(dir.path())?);
 /// let key = LeaseKey::new("leader")?;
-/// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(3)))?;
+/// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(3)))?;
 /// let guard = LeaseGuard::spawn_thread(store.clone(), lease, KeeperOptions::default())?;
 /// let fencing = guard.check()?;
 /// assert_eq!(fencing, guard.fencing_token());
-/// lease_core::block_on(guard.release())?;
+/// lease_core::executor::block_on(guard.release())?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
@@ -131,11 +131,11 @@ struct Tenure {
 /// let dir = tempfile::tempdir()?;
 /// let store = DirectoryStore::open(dir.path())?;
 /// let key = LeaseKey::new("retired")?;
-/// let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
-/// let err = lease_core::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))
+/// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+/// let err = lease_core::executor::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))
 ///     .unwrap_err();
 /// assert!(err.is_unsupported());
-/// assert!(lease_core::block_on(store.inspect(&key))?.is_some(), "nothing removed");
+/// assert!(lease_core::executor::block_on(store.inspect(&key))?.is_some(), "nothing removed");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
@@ -363,7 +363,7 @@ impl DirectoryStore {
     /// let dir = tempfile::tempdir()?;
     /// let store = DirectoryStore::open(dir.path())?;
     /// let key = LeaseKey::with_sort_key("jobs", "nightly")?;
-    /// lease_core::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+    /// lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
     /// assert_eq!(store.keys()?, vec![key]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -392,7 +392,7 @@ impl DirectoryStore {
     ///
     /// let dir = tempfile::tempdir()?;
     /// let store = DirectoryStore::open(dir.path())?;
-    /// let lease = lease_core::block_on(store.acquire(&LeaseKey::new("job")?, Duration::from_secs(30)))?;
+    /// let lease = lease_core::executor::block_on(store.acquire(&LeaseKey::new("job")?, Duration::from_secs(30)))?;
     /// assert!(store.kernel_lock_descriptor(&lease).is_some());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

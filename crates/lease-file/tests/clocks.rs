@@ -26,17 +26,20 @@ fn a_forward_wall_clock_step_never_ends_a_lease_early() {
     let contender = store(dir.path(), &clock);
     let key = LeaseKey::new("stepped").unwrap();
     let lease =
-        lease_core::block_on(holder.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
+        lease_core::executor::block_on(holder.try_acquire(&key, D, &AcquireOptions::default()))
+            .unwrap();
     clock.step_wall(Duration::from_secs(3600), true);
-    let err = lease_core::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
-        .unwrap_err();
+    let err =
+        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
+            .unwrap_err();
     assert!(
         err.is_held(),
         "a wall step of an hour ended the lease: {err}"
     );
     clock.advance(D + Duration::from_millis(1));
     let second =
-        lease_core::block_on(contender.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
+        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
+            .unwrap();
     assert!(second.fencing_token() > lease.fencing_token());
 }
 
@@ -50,44 +53,46 @@ fn a_holder_on_another_clock_is_timed_by_observation_and_renewals_restart_it() {
     let contender = store(dir.path(), &contender_clock);
     let key = LeaseKey::new("observed").unwrap();
     let lease =
-        lease_core::block_on(holder.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
+        lease_core::executor::block_on(holder.try_acquire(&key, D, &AcquireOptions::default()))
+            .unwrap();
 
     // The contender's own clock runs far ahead: nothing is expired before it has watched the
     // lease stand still for its duration.
     contender_clock.advance(Duration::from_secs(3600));
     assert!(
-        lease_core::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
+        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
     contender_clock.advance(D - Duration::from_millis(1));
     assert!(
-        lease_core::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
+        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
 
     // A renewal changes the state's name: the observation starts again.
-    let renewed = lease_core::block_on(holder.renew(&lease, D)).unwrap();
+    let renewed = lease_core::executor::block_on(holder.renew(&lease, D)).unwrap();
     contender_clock.advance(Duration::from_millis(2));
     assert!(
-        lease_core::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
+        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
     contender_clock.advance(D - Duration::from_millis(1));
     assert!(
-        lease_core::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
+        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
     contender_clock.advance(Duration::from_millis(1));
     let taken =
-        lease_core::block_on(contender.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
+        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
+            .unwrap();
     assert!(taken.fencing_token() > renewed.fencing_token());
 
     // The old holder learns it at its next renewal.
-    let err = lease_core::block_on(holder.renew(&renewed, D)).unwrap_err();
+    let err = lease_core::executor::block_on(holder.renew(&renewed, D)).unwrap_err();
     assert!(err.is_not_owned(), "{err}");
 }
 
@@ -99,9 +104,11 @@ fn a_lease_released_on_another_clock_is_free_at_once() {
         Arc::new(store(dir.path(), &Arc::new(ManualClock::new())));
     let key = LeaseKey::new("released").unwrap();
     let lease =
-        lease_core::block_on(holder.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
-    lease_core::block_on(holder.release_lease(&lease)).unwrap();
+        lease_core::executor::block_on(holder.try_acquire(&key, D, &AcquireOptions::default()))
+            .unwrap();
+    lease_core::executor::block_on(holder.release_lease(&lease)).unwrap();
     let second =
-        lease_core::block_on(contender.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
+        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
+            .unwrap();
     assert!(second.fencing_token() > lease.fencing_token());
 }

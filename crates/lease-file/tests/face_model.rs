@@ -142,12 +142,14 @@ fn both_faces_work_with_fsync() {
         .build()
         .unwrap();
     let key = LeaseKey::new("durable").unwrap();
-    let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap();
+    let lease =
+        lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap();
     let name = LeaseKey::new("checkpoint").unwrap();
-    lease_core::block_on(store.put_fenced(&name, lease.fencing_token(), b"v1")).unwrap();
-    let read =
-        lease_core::block_on(store.fence_and_read(&name, lease_core::backend::fencing_token(9)))
-            .unwrap();
+    lease_core::executor::block_on(store.put_fenced(&name, lease.fencing_token(), b"v1")).unwrap();
+    let read = lease_core::executor::block_on(
+        store.fence_and_read(&name, lease_core::backend::fencing_token(9)),
+    )
+    .unwrap();
     assert_eq!(read.as_deref(), Some(&b"v1"[..]));
-    lease_core::block_on(store.release_lease(&lease)).unwrap();
+    lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
 }

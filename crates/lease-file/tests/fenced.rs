@@ -6,9 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use lease_core::executor::block_on;
 use lease_core::{
     FencedValues, FencingToken, LeaseBackend, LeaseBackendExt, LeaseError, LeaseKey, LeaseListing,
-    MAX_FENCED_VALUE_BYTES, NotOwnedReason, block_on,
+    MAX_FENCED_VALUE_BYTES, NotOwnedReason,
 };
 use lease_file::{DirectoryStore, MAX_FENCED_FILE_BYTES, ModePreference};
 

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_dir::State;
-use lease_file::go::{PidLock as _, PidLockOptions as _};
+use lease_file::go::PidLock as _;
 use lease_file::{FileLock, FileLockBuilder, LeaseError, LockMode, ModePreference, WaitOptions};
 
 const GO_LABEL: &str = "Go kit/lockfile PIDLock";
@@ -30,7 +30,6 @@ fn fast(path: impl Into<std::path::PathBuf>) -> FileLockBuilder {
     FileLock::builder(path)
         .with_heartbeat_interval(Duration::from_millis(20))
         .with_stale_threshold(Duration::from_millis(200))
-        .with_invalid_record_stale(Duration::from_millis(200))
         .with_retry_delay(Duration::from_millis(10))
 }
 

@@ -12,7 +12,7 @@ use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
 use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey};
-use lease_file::go::{PidLock as _, PidLockOptions as _};
+use lease_file::go::PidLock as _;
 use lease_file::{
     DirectoryStore, FileLock, FileLockBuilder, LeaseError, LossReason, ModePreference,
     NotOwnedReason, WaitOptions,
@@ -209,23 +209,25 @@ fn the_store_ignores_planted_state_like_names() {
             .with_mode(mode)
             .build()
             .unwrap();
-        let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
-        lease_core::block_on(store.release_lease(&lease)).unwrap();
+        let lease =
+            lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
+        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
         let lock_dir = store.lock_dir(&key).unwrap();
         for name in NOT_STATES {
             std::fs::write(lock_dir.join(name), b"planted").unwrap();
         }
         let (store, lease) = within(Duration::from_secs(10), move || {
-            let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
+            let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5)))
+                .unwrap();
             (store, lease)
         });
         assert_eq!(lease.fencing_token().get(), 2);
-        let record = lease_core::block_on(store.inspect(lease.key()))
+        let record = lease_core::executor::block_on(store.inspect(lease.key()))
             .unwrap()
             .unwrap();
         assert_eq!(record.fencing().get(), 2);
         assert!(record.holder().is_some());
-        lease_core::block_on(store.release_lease(&lease)).unwrap();
+        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
         for name in NOT_STATES {
             assert_eq!(std::fs::read(lock_dir.join(name)).unwrap(), b"planted");
         }
@@ -642,7 +644,7 @@ fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
                 .unwrap();
             assert_eq!(store.lock_dir(&key).unwrap(), path);
             let err = within(Duration::from_secs(5), move || {
-                lease_core::block_on(store.try_acquire(
+                lease_core::executor::block_on(store.try_acquire(
                     &key,
                     Duration::from_secs(5),
                     &AcquireOptions::default(),
@@ -925,10 +927,6 @@ fn extreme_lock_options_are_invalid_input() {
             open(FileLock::builder(&path).with_retry_delay(extreme)),
             "retry_delay",
         );
-        invalid_option(
-            open(FileLock::builder(&path).with_invalid_record_stale(extreme)),
-            "invalid_record_stale",
-        );
     }
     invalid_option(
         open(FileLock::builder(&path).with_heartbeat_interval(Duration::ZERO)),
@@ -942,9 +940,8 @@ fn extreme_lock_options_are_invalid_input() {
         ),
         "stale_threshold",
     );
-    // Zero means something for these two: retry at once; (no longer used) reclaim at once.
+    // Zero means something for the retry delay: retry at once.
     open(fast(&path).with_retry_delay(Duration::ZERO)).unwrap();
-    open(fast(&path).with_invalid_record_stale(Duration::ZERO)).unwrap();
     // The largest accepted values work (no overflow anywhere on the way), in both modes.
     let max = lease_core::MAX_LEASE_DURATION;
     for mode in MODES {
@@ -953,8 +950,7 @@ fn extreme_lock_options_are_invalid_input() {
                 .with_mode(mode)
                 .with_heartbeat_interval(max / 2)
                 .with_stale_threshold(max)
-                .with_retry_delay(max)
-                .with_invalid_record_stale(max),
+                .with_retry_delay(max),
         )
         .unwrap();
     }
@@ -1000,25 +996,29 @@ fn extreme_store_options_are_invalid_input() {
             .with_safety_margin(margin)
             .build()
             .unwrap();
-        let err = lease_core::block_on(store.acquire(&key, duration)).unwrap_err();
+        let err = lease_core::executor::block_on(store.acquire(&key, duration)).unwrap_err();
         assert!(err.is_invalid_input(), "{margin:?}: {err}");
         assert!(err.to_string().contains("safety_margin"), "{err}");
-        assert!(lease_core::block_on(store.inspect(&key)).unwrap().is_none());
+        assert!(
+            lease_core::executor::block_on(store.inspect(&key))
+                .unwrap()
+                .is_none()
+        );
     }
     // Zero: trust the whole lease.
     let store = DirectoryStore::builder(dir.path())
         .with_safety_margin(Duration::ZERO)
         .build()
         .unwrap();
-    let lease = lease_core::block_on(store.acquire(&key, duration)).unwrap();
+    let lease = lease_core::executor::block_on(store.acquire(&key, duration)).unwrap();
     // Renewing with a margin that eats the lease is refused too.
     let eager = DirectoryStore::builder(dir.path())
         .with_safety_margin(Duration::MAX)
         .build()
         .unwrap();
-    let err = lease_core::block_on(eager.renew(&lease, duration)).unwrap_err();
+    let err = lease_core::executor::block_on(eager.renew(&lease, duration)).unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
-    lease_core::block_on(store.release_lease(&lease)).unwrap();
+    lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
 }
 
 /// A clock at the end of time gives an error, not a panic.
@@ -1045,7 +1045,7 @@ fn a_clock_at_the_end_of_time_is_an_error_not_a_panic() {
         .build()
         .unwrap();
     let err = within(Duration::from_secs(5), move || {
-        lease_core::block_on(store.acquire(&key, Duration::from_secs(5)))
+        lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5)))
     })
     .unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
@@ -1188,10 +1188,14 @@ fn store_keys_that_extend_each_other_are_separate_directories() {
     ];
     let leases: Vec<_> = keys
         .iter()
-        .map(|k| lease_core::block_on(store.acquire(k, Duration::from_secs(5))).unwrap())
+        .map(|k| lease_core::executor::block_on(store.acquire(k, Duration::from_secs(5))).unwrap())
         .collect();
-    lease_core::block_on(store.put_fenced(&keys[0], lease_core::backend::fencing_token(1), b"v"))
-        .unwrap();
+    lease_core::executor::block_on(store.put_fenced(
+        &keys[0],
+        lease_core::backend::fencing_token(1),
+        b"v",
+    ))
+    .unwrap();
     assert!(leases.iter().all(|l| l.fencing_token().get() == 1));
     assert_eq!(
         entries(dir.path()).len(),
@@ -1200,7 +1204,7 @@ fn store_keys_that_extend_each_other_are_separate_directories() {
         entries(dir.path())
     );
     for lease in &leases {
-        lease_core::block_on(store.release_lease(lease)).unwrap();
+        lease_core::executor::block_on(store.release_lease(lease)).unwrap();
     }
     assert!(entries(dir.path()).iter().all(|n| !n.starts_with('.')));
     assert_eq!(store.keys().unwrap().len(), keys.len());

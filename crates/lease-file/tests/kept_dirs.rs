@@ -65,39 +65,50 @@ fn a_store_never_acquires_through_a_kept_directory_that_was_moved_away() {
     let a = DirectoryStore::open(dir.path()).unwrap();
     let path = a.lock_dir(&key).unwrap();
     let b = DirectoryStore::open(dir.path()).unwrap();
-    let lease = lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
-    lease_core::block_on(a.release_lease(&lease)).unwrap();
+    let lease =
+        lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
+            .unwrap();
+    lease_core::executor::block_on(a.release_lease(&lease)).unwrap();
 
     std::fs::rename(&path, dir.path().join("moved")).unwrap();
-    let held = lease_core::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
-    let err =
-        lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap_err();
+    let held = lease_core::executor::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default()))
+        .unwrap();
+    let err = lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
+        .unwrap_err();
     assert!(err.is_held(), "{err}");
-    lease_core::block_on(b.release_lease(&held)).unwrap();
-    let again = lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+    lease_core::executor::block_on(b.release_lease(&held)).unwrap();
+    let again =
+        lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
+            .unwrap();
     assert!(again.fencing_token() > held.fencing_token());
-    lease_core::block_on(a.release_lease(&again)).unwrap();
+    lease_core::executor::block_on(a.release_lease(&again)).unwrap();
 
     std::fs::remove_dir_all(&path).unwrap();
-    let fresh = lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+    let fresh =
+        lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
+            .unwrap();
     assert!(
-        lease_core::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default()))
+        lease_core::executor::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
-    lease_core::block_on(a.release_lease(&fresh)).unwrap();
+    lease_core::executor::block_on(a.release_lease(&fresh)).unwrap();
 
     // Refused through a kept directory held in a moved-away copy: the path is free.
-    let lease = lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
-    lease_core::block_on(a.release_lease(&lease)).unwrap();
-    let _held = lease_core::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+    let lease =
+        lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
+            .unwrap();
+    lease_core::executor::block_on(a.release_lease(&lease)).unwrap();
+    let _held =
+        lease_core::executor::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default()))
+            .unwrap();
     assert!(
-        lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
+        lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
     std::fs::rename(&path, dir.path().join("moved-again")).unwrap();
-    lease_core::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+    lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
 }
 
 #[test]
@@ -107,23 +118,28 @@ fn a_store_renews_and_releases_by_the_name_it_gave_and_notices_a_change() {
     let store = DirectoryStore::open(dir.path()).unwrap();
     let other = DirectoryStore::open(dir.path()).unwrap();
     let lease =
-        lease_core::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+        lease_core::executor::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
+            .unwrap();
     // Renewed through another handle of the same directory: the name this store remembers is
     // gone, so it looks, and carries on.
     let renewed =
-        lease_core::block_on(lease_core::LeaseBackend::renew(&other, &lease, TTL)).unwrap();
+        lease_core::executor::block_on(lease_core::LeaseBackend::renew(&other, &lease, TTL))
+            .unwrap();
     let renewed =
-        lease_core::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL)).unwrap();
+        lease_core::executor::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL))
+            .unwrap();
     let renewed =
-        lease_core::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL)).unwrap();
-    lease_core::block_on(store.release_lease(&renewed)).unwrap();
+        lease_core::executor::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL))
+            .unwrap();
+    lease_core::executor::block_on(store.release_lease(&renewed)).unwrap();
     assert!(
-        lease_core::block_on(store.release_lease(&renewed))
+        lease_core::executor::block_on(store.release_lease(&renewed))
             .unwrap_err()
             .is_not_owned()
     );
     let next =
-        lease_core::block_on(other.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+        lease_core::executor::block_on(other.try_acquire(&key, TTL, &AcquireOptions::default()))
+            .unwrap();
     assert!(next.fencing_token() > lease.fencing_token());
 }
 

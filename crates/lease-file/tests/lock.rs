@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_dir::{Held, State, fnv, monotonic_ns};
-use lease_file::go::{PidLock as _, PidLockOptions as _};
+use lease_file::go::PidLock as _;
 use lease_file::{
     FileLock, FileLockBuilder, LockMode, LossReason, ModePreference, NotOwnedReason, WaitOptions,
 };
@@ -21,7 +21,6 @@ fn fast(path: impl Into<std::path::PathBuf>) -> FileLockBuilder {
     FileLock::builder(path)
         .with_heartbeat_interval(Duration::from_millis(20))
         .with_stale_threshold(Duration::from_millis(300))
-        .with_invalid_record_stale(Duration::from_millis(300))
         .with_retry_delay(Duration::from_millis(10))
 }
 
@@ -764,7 +763,8 @@ fn store_keys_cannot_escape_the_directory() {
     let dir = root.path().join("store");
     let store = lease_file::DirectoryStore::open(&dir).unwrap();
     let key = LeaseKey::with_sort_key("../../escape", "/etc/passwd").unwrap();
-    let lease = lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
+    let lease =
+        lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
     let names: Vec<String> = std::fs::read_dir(root.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -780,9 +780,10 @@ fn store_keys_cannot_escape_the_directory() {
             .any(|n| dir.join(n) == store.lock_dir(&key).unwrap()),
         "{inside:?}"
     );
-    lease_core::block_on(store.release_lease(&lease)).unwrap();
+    lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
     let long = LeaseKey::new("x".repeat(1000)).unwrap();
-    let err = lease_core::block_on(store.acquire(&long, Duration::from_secs(5))).unwrap_err();
+    let err =
+        lease_core::executor::block_on(store.acquire(&long, Duration::from_secs(5))).unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
 }
 

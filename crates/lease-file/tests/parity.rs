@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lease_dir::{Held, State, fnv, monotonic_ns};
-use lease_file::go::{PidLock as _, PidLockOptions as _};
+use lease_file::go::PidLock as _;
 use lease_file::{FileLock, FileLockBuilder, LockMode, ModePreference, WaitOptions};
 
 fn fast(path: impl Into<std::path::PathBuf>) -> FileLockBuilder {
@@ -50,11 +50,10 @@ fn defaults_match_the_go_package() {
     let o = FileLock::builder("a.lease");
     assert_eq!(o.heartbeat_interval(), Duration::from_millis(250));
     assert_eq!(o.stale_threshold(), Duration::from_secs(3));
-    // kit/lockfile: defaultAcquireRetryLimit 12, defaultAcquireRetryDelay 20 ms,
-    // defaultInvalidLockStaleThreshold 1200 ms.
+    // kit/lockfile: defaultAcquireRetryLimit 12, defaultAcquireRetryDelay 20 ms (its
+    // defaultInvalidLockStaleThreshold has no counterpart: see lease_file::go).
     assert_eq!(o.acquire_retries(), 12);
     assert_eq!(o.retry_delay(), Duration::from_millis(20));
-    assert_eq!(o.invalid_record_stale(), Duration::from_millis(1200));
     assert_eq!(o.file_mode(), 0o644);
     assert_eq!(o.dir_mode(), 0o755);
 }
@@ -198,7 +197,7 @@ fn a_fresh_lock_object_per_attempt_still_sees_staleness() {
 fn pids_never_decide_only_the_kernel_lock_or_time() {
     // The Go package frees a lock whose pid is dead. Here a recorded pid proves nothing (it may
     // be another host's, another namespace's, or reused): a holder described as a dead pid of
-    // this very host, with a liveness override saying dead, stays held until its duration ran.
+    // this very host stays held until its duration ran.
     let dir = tempfile::tempdir().unwrap();
     let probe = dir.path().join("probe.lease");
     let lock = fast(&probe).build().unwrap();
@@ -211,7 +210,7 @@ fn pids_never_decide_only_the_kernel_lock_or_time() {
         &Held::hung(1, Duration::from_millis(400)).name(),
         &record_written_at(1, 999_999, &host),
     );
-    let lock = fast(&path).with_liveness(|_| false).build().unwrap();
+    let lock = fast(&path).build().unwrap();
     let start = Instant::now();
     assert!(lock.try_acquire().unwrap_err().is_held());
     std::thread::sleep(Duration::from_millis(200));

@@ -14,7 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lease_core::{AcquireOptions, FencedValues, LeaseBackend, LeaseBackendExt, LeaseKey, block_on};
+use lease_core::executor::block_on;
+use lease_core::{AcquireOptions, FencedValues, LeaseBackend, LeaseBackendExt, LeaseKey};
 use lease_file::{DirectoryStore, ModePreference};
 
 const POINTS: [&str; 6] = [

@@ -130,27 +130,29 @@ fn every_created_file_and_directory_gets_exactly_the_configured_mode() {
                     .unwrap();
                 let key = LeaseKey::new("jobs").unwrap();
                 let lease =
-                    lease_core::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
+                    lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5)))
+                        .unwrap();
                 let lease =
-                    lease_core::block_on(store.renew(&lease, Duration::from_secs(5))).unwrap();
-                lease_core::block_on(store.put_fenced(
+                    lease_core::executor::block_on(store.renew(&lease, Duration::from_secs(5)))
+                        .unwrap();
+                lease_core::executor::block_on(store.put_fenced(
                     &key,
                     lease_core::backend::fencing_token(1),
                     b"v",
                 ))
                 .unwrap();
-                lease_core::block_on(store.put_fenced(
+                lease_core::executor::block_on(store.put_fenced(
                     &key,
                     lease_core::backend::fencing_token(2),
                     b"w",
                 ))
                 .unwrap();
                 let only_fenced = LeaseKey::new("fenced-only").unwrap();
-                lease_core::block_on(
+                lease_core::executor::block_on(
                     store.fence_and_read(&only_fenced, lease_core::backend::fencing_token(3)),
                 )
                 .unwrap();
-                lease_core::block_on(store.release_lease(&lease)).unwrap();
+                lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
                 assert_all(
                     dir.path(),
                     file_mode,

@@ -9,9 +9,10 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_core::backend::validate_duration;
+use lease_core::executor::sleep_until;
 use lease_core::{
     AcquireOptions, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
-    LeaseListing, LeaseRecord, LossReason, sleep_until,
+    LeaseListing, LeaseRecord, LossReason,
 };
 
 use crate::{Partition, PartitionSet};
@@ -103,7 +104,7 @@ pub trait Lessor: Send + Sync + fmt::Debug {
 /// use std::time::Duration;
 ///
 /// let lessor = StoreLessor::new(Arc::new(MemoryBackend::new()))?;
-/// let got = lease_core::block_on(lessor.with_lease(
+/// let got = lease_core::executor::block_on(lessor.with_lease(
 ///     "tq-sweep",
 ///     Partition::universe(),
 ///     Duration::from_secs(30),

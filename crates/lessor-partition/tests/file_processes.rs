@@ -46,7 +46,7 @@ fn child_worker() {
         .expect("worker");
     let events = worker.handle();
     std::thread::spawn(move || {
-        while let Some(event) = lease_core::block_on(events.next_event()) {
+        while let Some(event) = lease_core::executor::block_on(events.next_event()) {
             let line = match &event {
                 FleetEvent::Gained { unit, fencing, .. } => format!("gained {unit} {fencing}"),
                 FleetEvent::Lost { unit, fencing, .. } => format!("lost {unit} {fencing}"),

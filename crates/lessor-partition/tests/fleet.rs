@@ -49,7 +49,7 @@ fn worker(store: &MemoryBackend, id: &str, units: usize, log: &Log) -> Worker {
 fn tick_all(workers: &mut [&mut Worker], clock: &ManualClock, rounds: usize) {
     for _ in 0..rounds {
         for w in workers.iter_mut() {
-            lease_core::block_on(w.tick()).expect("tick");
+            lease_core::executor::block_on(w.tick()).expect("tick");
         }
         clock.advance(Duration::from_millis(2500));
     }
@@ -78,7 +78,7 @@ fn every_change_of_owner_raises_the_units_fencing_token() {
         "a crashed worker stops trusting once its session ends"
     );
     assert_eq!(b.owned_units().len() + c.owned_units().len(), 12);
-    lease_core::block_on(b.shutdown()).expect("shutdown");
+    lease_core::executor::block_on(b.shutdown()).expect("shutdown");
     tick_all(&mut [&mut c], &clock, 2);
     assert_eq!(c.owned_units().len(), 12);
 
@@ -149,8 +149,10 @@ fn checkpoints_follow_the_owner(
         (&mut b, &mut a)
     };
     let old_fencing = owner.owns("only").expect("owned");
-    lease_core::block_on(owner.save_checkpoint("only", b"offset=41")).expect("owner saves");
-    let err = lease_core::block_on(other.save_checkpoint("only", b"nope")).expect_err("not owner");
+    lease_core::executor::block_on(owner.save_checkpoint("only", b"offset=41"))
+        .expect("owner saves");
+    let err = lease_core::executor::block_on(other.save_checkpoint("only", b"nope"))
+        .expect_err("not owner");
     assert!(err.is_not_owned(), "{err:?}");
     assert_eq!(
         err.key().and_then(LeaseKey::sort),
@@ -174,7 +176,7 @@ fn checkpoints_follow_the_owner(
         None => store,
     };
     let name = LeaseKey::with_sort_key("fleet/cp/checkpoints", "only").expect("name");
-    let late = lease_core::block_on(values.put_fenced(&name, old_fencing, b"late"))
+    let late = lease_core::executor::block_on(values.put_fenced(&name, old_fencing, b"late"))
         .expect_err("fenced out");
     assert!(late.is_not_owned(), "{late:?}");
     assert_eq!(late.not_owned_reason(), Some(NotOwnedReason::Fenced));
@@ -251,12 +253,13 @@ fn units_added_and_retired_at_run_time_are_planned_by_every_worker() {
     assert_eq!(owned_total(&[&a, &b]).0, 0, "no units yet");
 
     let added =
-        lease_core::block_on(a.handle().add_units((0..6).map(|u| format!("s{u}")))).expect("add");
+        lease_core::executor::block_on(a.handle().add_units((0..6).map(|u| format!("s{u}"))))
+            .expect("add");
     assert_eq!(added, 6);
     tick_all(&mut [&mut a, &mut b], &clock, 3);
     assert_eq!(owned_total(&[&a, &b]), (6, vec![3, 3]));
     // Adding what exists adds nothing.
-    let again = lease_core::block_on(b.handle().add_units(["s0", "s9"])).expect("add");
+    let again = lease_core::executor::block_on(b.handle().add_units(["s0", "s9"])).expect("add");
     assert_eq!(again, 1);
     tick_all(&mut [&mut a, &mut b], &clock, 3);
     assert_eq!(owned_total(&[&a, &b]).0, 7);
@@ -275,7 +278,7 @@ fn units_added_and_retired_at_run_time_are_planned_by_every_worker() {
     // A task for a unit gained from now on; for s0, retire through a task made by a handoff-free
     // path: lose it to the other worker first, then retire there.
     let holder = if owner == "a" { &mut a } else { &mut b };
-    lease_core::block_on(holder.shutdown()).expect("shutdown");
+    lease_core::executor::block_on(holder.shutdown()).expect("shutdown");
     let other = if owner == "a" { &mut b } else { &mut a };
     let other_handle = other.handle();
     assert!(other_handle.try_next_unit().is_none());
@@ -287,17 +290,18 @@ fn units_added_and_retired_at_run_time_are_planned_by_every_worker() {
         }
     }
     let task = task.expect("the survivor gained s0 as a task");
-    lease_core::block_on(task.retire()).expect("retire");
+    lease_core::executor::block_on(task.retire()).expect("retire");
     assert!(!task.is_owned());
     assert_eq!(
-        lease_core::block_on(lease_core::LeaseBackend::inspect(&store, &key)).expect("inspect"),
+        lease_core::executor::block_on(lease_core::LeaseBackend::inspect(&store, &key))
+            .expect("inspect"),
         None,
         "the retired unit's record is deleted"
     );
     tick_all(&mut [&mut *other], &clock, 3);
     assert!(other.owns("s0").is_none());
     assert_eq!(other.owned_units().len(), 6, "the other units stay owned");
-    let reason = lease_core::block_on(task.lost());
+    let reason = lease_core::executor::block_on(task.lost());
     assert_eq!(reason, LossReason::Retired);
 }
 
@@ -320,7 +324,7 @@ fn a_handoff_waits_for_the_tasks_final_checkpoint() {
     assert!(handle.try_next_unit().is_none());
     tick_all(&mut [&mut a], &clock, 3);
     let task = handle.try_next_unit().expect("a task for the unit");
-    lease_core::block_on(task.save_checkpoint(b"1")).expect("save");
+    lease_core::executor::block_on(task.save_checkpoint(b"1")).expect("save");
 
     // "b" joins with a lower... no: "0b" sorts first, so the single unit's target moves to it.
     let mut b = make("0b");
@@ -330,12 +334,15 @@ fn a_handoff_waits_for_the_tasks_final_checkpoint() {
         "still a's while its task finishes"
     );
     assert!(b.owns("only").is_none());
-    assert_eq!(lease_core::block_on(task.lost()), LossReason::HandedOver);
+    assert_eq!(
+        lease_core::executor::block_on(task.lost()),
+        LossReason::HandedOver
+    );
     assert!(
         task.is_owned(),
         "a handoff leaves the unit owned until the task is done"
     );
-    lease_core::block_on(task.save_checkpoint(b"final")).expect("final save");
+    lease_core::executor::block_on(task.save_checkpoint(b"final")).expect("final save");
     drop(task);
     tick_all(&mut [&mut a, &mut b], &clock, 3);
     assert!(a.owns("only").is_none());
@@ -361,10 +368,10 @@ fn departed_workers_session_records_are_deleted() {
     let log: Log = Arc::default();
     let (mut a, mut z) = (worker(&store, "a", 4, &log), worker(&store, "z", 4, &log));
     tick_all(&mut [&mut a, &mut z], &clock, 4);
-    lease_core::block_on(z.shutdown()).expect("shutdown");
+    lease_core::executor::block_on(z.shutdown()).expect("shutdown");
     let key = lease_core::LeaseKey::with_sort_key("fleet/t/sessions", "z").expect("key");
     let exists = || {
-        lease_core::block_on(lease_core::LeaseBackend::inspect(&store, &key))
+        lease_core::executor::block_on(lease_core::LeaseBackend::inspect(&store, &key))
             .expect("inspect")
             .is_some()
     };
@@ -473,14 +480,14 @@ fn the_units_and_events_streams_end_when_the_worker_stops() {
     let mut b = make("b");
     tick_all(&mut [&mut b], &clock, 8);
     assert!(b.owns("only").is_some());
-    lease_core::block_on(a.tick()).expect("tick");
+    lease_core::executor::block_on(a.tick()).expect("tick");
     // The session's own loss: its trust lapsed with no renewal answered (the pause).
     assert_eq!(
-        lease_core::block_on(task.lost()),
+        lease_core::executor::block_on(task.lost()),
         LossReason::DeadlinePassed
     );
     drop(task);
-    lease_core::block_on(a.shutdown()).expect("shutdown");
+    lease_core::executor::block_on(a.shutdown()).expect("shutdown");
     assert!(
         matches!(now(handle.next_unit()), Some(None)),
         "next_unit ends"

@@ -391,15 +391,15 @@ impl Simulation {
             return false;
         }
         let store = &self.store.inner;
-        if let Ok(Some(record)) = lease_core::block_on(store.inspect(&key))
+        if let Ok(Some(record)) = lease_core::executor::block_on(store.inspect(&key))
             && let Some(old) = record.holder().and_then(|h| h.token())
         {
-            let _ = lease_core::block_on(store.release(&key, old, record.fencing()));
+            let _ = lease_core::executor::block_on(store.release(&key, old, record.fencing()));
         }
         let options = AcquireOptions::default()
             .with_owner("foreign")
             .with_token(token);
-        match lease_core::block_on(store.try_acquire(&key, FOREIGN_HOLD, &options)) {
+        match lease_core::executor::block_on(store.try_acquire(&key, FOREIGN_HOLD, &options)) {
             Ok(lease) => {
                 self.foreign.insert(unit.to_owned(), lease);
                 true
@@ -417,7 +417,7 @@ impl Simulation {
     pub fn renew_foreign_holds(&mut self) -> usize {
         let store = &self.store.inner;
         self.foreign.retain(|_, lease| {
-            match lease_core::block_on(store.renew(lease, FOREIGN_HOLD)) {
+            match lease_core::executor::block_on(store.renew(lease, FOREIGN_HOLD)) {
                 Ok(renewed) => {
                     *lease = renewed;
                     true
@@ -466,8 +466,8 @@ impl Simulation {
         for w in self.workers.iter().filter(|w| w.status == Status::Running) {
             owned.extend(w.worker.owned_units().into_keys());
         }
-        let records =
-            lease_core::block_on(self.store.list_partition("fleet/sim/units")).unwrap_or_default();
+        let records = lease_core::executor::block_on(self.store.list_partition("fleet/sim/units"))
+            .unwrap_or_default();
         self.units
             .iter()
             .filter(|u| !owned.contains(*u))
@@ -562,7 +562,7 @@ impl FleetModel for Simulation {
         if let Some(w) = self.workers.get_mut(index)
             && matches!(w.status, Status::Running | Status::Paused { .. })
         {
-            if lease_core::block_on(w.worker.shutdown()).is_err() {
+            if lease_core::executor::block_on(w.worker.shutdown()).is_err() {
                 self.errors += 1;
             }
             w.status = Status::Stopped;
@@ -650,7 +650,7 @@ impl FleetModel for Simulation {
             w.status = Status::Running;
             w.next_tick = at;
         }
-        if lease_core::block_on(w.worker.tick()).is_err() {
+        if lease_core::executor::block_on(w.worker.tick()).is_err() {
             self.errors += 1;
         }
         w.next_tick = at + interval;

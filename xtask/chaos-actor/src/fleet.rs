@@ -31,7 +31,7 @@ pub(crate) fn run(args: &FleetArgs, actor: &Actor) -> Result<(), String> {
         let running = match args.backend {
             // The file store does blocking I/O: its worker gets a thread, as `spawn_thread` would.
             Backend::File => {
-                tokio::task::spawn_blocking(move || lease_core::block_on(worker.run()))
+                tokio::task::spawn_blocking(move || lease_core::executor::block_on(worker.run()))
             }
             Backend::Dynamo => tokio::spawn(worker.run()),
         };

@@ -66,9 +66,10 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use lease_core::executor::block_on;
 use lease_core::{
     AcquireOptions, FencedValues, KeeperOptions, Lease, LeaseBackend, LeaseBackendExt, LeaseGuard,
-    LeaseKey, block_on,
+    LeaseKey,
 };
 use lease_file::{DirectoryStore, FileLock, FileLockGuard, ModePreference};
 

@@ -211,9 +211,10 @@ fn store_cycles(args: &[String], path: &str) -> Result<(), String> {
     let key = lease_core::LeaseKey::new("bench").map_err(|e| e.to_string())?;
     let once = AcquireOptions::default();
     for _ in 0..n {
-        let lease = lease_core::block_on(store.try_acquire(&key, Duration::from_secs(30), &once))
-            .map_err(|e| e.to_string())?;
-        lease_core::block_on(store.release_lease(&lease)).map_err(|e| e.to_string())?;
+        let lease =
+            lease_core::executor::block_on(store.try_acquire(&key, Duration::from_secs(30), &once))
+                .map_err(|e| e.to_string())?;
+        lease_core::executor::block_on(store.release_lease(&lease)).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -14,9 +14,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
+use lease_core::executor::sleep_until;
 use lease_core::{
     AcquireOptions, BoxFuture, Clock, FencingToken, LeaseBackend, LeaseError, LeaseKey, LeaseToken,
-    LossReason, NotOwnedReason, TokenSource, sleep_until,
+    LossReason, NotOwnedReason, TokenSource,
 };
 
 use super::checkpoint::Checkpoints;
@@ -256,7 +257,7 @@ async fn change_or(shared: &Arc<Shared>, seen: u64, until: Option<Instant>) {
 ///     .build()?;
 /// let handle = worker.handle();
 /// for _ in 0..3 {
-///     lease_core::block_on(worker.tick())?;
+///     lease_core::executor::block_on(worker.tick())?;
 ///     clock.advance(worker.interval());
 /// }
 /// // The handle answers without the worker: it owns both units, each with a fencing token.

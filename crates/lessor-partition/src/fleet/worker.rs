@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use lease_core::executor::sleep_until;
 use lease_core::{
     BoxFuture, Clock, FencingToken, Lease, LeaseBackend, LeaseError, LeaseListing, LeaseRecord,
-    LossReason, sleep_until,
+    LossReason,
 };
 
 use super::builder::{Config, WorkerBuilder};
@@ -44,15 +45,15 @@ use super::view::{Listing, SessionTag, View};
 ///     .with_units((0..6).map(|i| format!("shard-{i}"))).build();
 /// let (mut a, mut b) = (make("a")?, make("b")?);
 /// for _ in 0..4 {
-///     lease_core::block_on(a.tick())?;
-///     lease_core::block_on(b.tick())?;
+///     lease_core::executor::block_on(a.tick())?;
+///     lease_core::executor::block_on(b.tick())?;
 ///     clock.advance(Duration::from_millis(2500));
 /// }
 /// assert_eq!(a.assignment().units.len(), 3);
 /// assert_eq!(b.assignment().units.len(), 3);
-/// lease_core::block_on(a.shutdown())?;
-/// lease_core::block_on(b.tick())?;
-/// lease_core::block_on(b.tick())?;
+/// lease_core::executor::block_on(a.shutdown())?;
+/// lease_core::executor::block_on(b.tick())?;
+/// lease_core::executor::block_on(b.tick())?;
 /// assert_eq!(b.assignment().units.len(), 6);
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
@@ -720,7 +721,7 @@ impl Worker {
     /// Ticks every interval on the store's clock until [`WorkerHandle::stop`], then shuts down
     /// cleanly. Between ticks it finishes handoffs as soon as their tasks do. Tick errors are
     /// logged and retried on the next tick. Runs on any executor (for the memory and file
-    /// backends, [`lease_core::block_on`] on a thread is enough).
+    /// backends, [`lease_core::executor::block_on`] on a thread is enough).
     ///
     /// # Errors
     /// A failure to release the session at shutdown.
@@ -776,7 +777,7 @@ impl Worker {
             .min()
     }
 
-    /// Runs [`Worker::run`] on a new thread with [`lease_core::block_on`]: for backends that need
+    /// Runs [`Worker::run`] on a new thread with [`lease_core::executor::block_on`]: for backends that need
     /// no async runtime (memory, files).
     ///
     /// # Errors
@@ -794,7 +795,7 @@ impl Worker {
         let name = format!("fleet-{}", self.config.worker_id);
         let thread = std::thread::Builder::new()
             .name(name)
-            .spawn(move || lease_core::block_on(self.run()))
+            .spawn(move || lease_core::executor::block_on(self.run()))
             .map_err(|e| LeaseError::runtime(format!("cannot start the worker thread: {e}")))?;
         Ok((handle, thread))
     }

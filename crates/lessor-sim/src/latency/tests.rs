@@ -40,7 +40,7 @@ fn held(store: &MemoryBackend) -> bool {
     let Ok(key) = LeaseKey::new("k") else {
         return false;
     };
-    lease_core::block_on(store.inspect(&key))
+    lease_core::executor::block_on(store.inspect(&key))
         .ok()
         .flatten()
         .is_some_and(|r| r.holder().is_some())
@@ -75,14 +75,17 @@ fn every_operation_reaches_the_store_and_takes_its_latency() -> Result<(), Lease
     let slow = LatencyStore::new(store, new_link(Latency::fixed(ms(20)), 1));
     let key = LeaseKey::with_sort_key("p", "k")?;
     let ten = Duration::from_secs(10);
-    let lease = lease_core::block_on(slow.acquire(&key, ten))?;
-    let lease = lease_core::block_on(slow.renew(&lease, ten))?;
-    assert_eq!(lease_core::block_on(slow.list_partition("p"))?.len(), 1);
-    lease_core::block_on(slow.release_lease(&lease))?;
-    let lease = lease_core::block_on(slow.acquire(&key, ten))?;
+    let lease = lease_core::executor::block_on(slow.acquire(&key, ten))?;
+    let lease = lease_core::executor::block_on(slow.renew(&lease, ten))?;
+    assert_eq!(
+        lease_core::executor::block_on(slow.list_partition("p"))?.len(),
+        1
+    );
+    lease_core::executor::block_on(slow.release_lease(&lease))?;
+    let lease = lease_core::executor::block_on(slow.acquire(&key, ten))?;
     let token = lease.token();
-    lease_core::block_on(slow.delete(&key, Some(token), lease.fencing_token()))?;
-    assert_eq!(lease_core::block_on(slow.inspect(&key))?, None);
+    lease_core::executor::block_on(slow.delete(&key, Some(token), lease.fencing_token()))?;
+    assert_eq!(lease_core::executor::block_on(slow.inspect(&key))?, None);
     assert_eq!(clock.elapsed(), ms(7 * 20));
     Ok(())
 }
@@ -122,7 +125,7 @@ fn the_checker_sees_two_trusting_owners_and_when_it_ends() {
         .collect();
     for _ in 0..3 {
         for worker in &mut workers {
-            lease_core::block_on(worker.tick()).expect("a tick");
+            lease_core::executor::block_on(worker.tick()).expect("a tick");
         }
         clock.advance(ms(2500));
     }

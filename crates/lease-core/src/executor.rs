@@ -1,11 +1,31 @@
-//! Two tiny executor helpers, so blocking code, doc examples and the conformance suite need no
-//! async runtime.
+//! A minimal executor for runtime-free code.
+//!
+//! The backend contract's futures run on any executor. Code that has no async runtime (a
+//! command-line tool, a test, a doc example, the memory and file backends driven from a plain
+//! thread) runs them here: [`block_on`] drives one future on the current thread, [`join_all`]
+//! polls several at once, and [`sleep_until`] waits on a [`Clock`] for a deadline. Nothing here
+//! does I/O, so a backend that needs a reactor (DynamoDB on tokio) is driven by its runtime
+//! instead.
+//!
+//! ```
+//! use lease_core::executor::block_on;
+//! use lease_core::{LeaseBackendExt, LeaseKey, MemoryBackend};
+//! use std::time::Duration;
+//!
+//! let store = MemoryBackend::new();
+//! let lease = block_on(store.acquire(&LeaseKey::new("nightly")?, Duration::from_secs(30)))?;
+//! block_on(store.release_lease(&lease))?;
+//! # Ok::<(), lease_core::LeaseError>(())
+//! ```
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
+use std::time::Instant;
+
+use crate::{BoxFuture, Clock};
 
 struct ThreadWaker(Thread);
 
@@ -25,7 +45,7 @@ impl Wake for ThreadWaker {
 /// runtime instead.
 ///
 /// ```
-/// let answer = lease_core::block_on(async { 6 * 7 });
+/// let answer = lease_core::executor::block_on(async { 6 * 7 });
 /// assert_eq!(answer, 42);
 /// ```
 pub fn block_on<F: Future>(future: F) -> F::Output {
@@ -43,7 +63,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 /// Polls all futures concurrently and returns their outputs in order.
 ///
 /// ```
-/// let outputs = lease_core::block_on(lease_core::join_all(vec![
+/// let outputs = lease_core::executor::block_on(lease_core::executor::join_all(vec![
 ///     Box::pin(async { 1 }) as std::pin::Pin<Box<dyn std::future::Future<Output = i32>>>,
 ///     Box::pin(async { 2 }),
 /// ]));
@@ -104,4 +124,19 @@ impl<F: Future + Unpin> Future for JoinAll<F> {
             .collect();
         Poll::Ready(outputs)
     }
+}
+
+/// Sleeps on `clock` until its monotonic time reaches `deadline` (at once if it has).
+///
+/// ```
+/// use lease_core::executor::{block_on, sleep_until};
+/// use lease_core::{Clock, SystemClock};
+/// use std::time::Duration;
+///
+/// let deadline = SystemClock.monotonic() + Duration::from_millis(5);
+/// block_on(sleep_until(&SystemClock, deadline));
+/// assert!(SystemClock.monotonic() >= deadline);
+/// ```
+pub fn sleep_until(clock: &dyn Clock, deadline: Instant) -> BoxFuture<'static, ()> {
+    clock.sleep(deadline.saturating_duration_since(clock.monotonic()))
 }
