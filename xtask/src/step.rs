@@ -1,4 +1,5 @@
-//! Announced steps: a header per step, the exact command line, fail fast, timings at the end.
+//! Announced steps: a header per step, the exact command line, fail fast, timings at the end,
+//! with the time spent building kept apart from the time spent running tests.
 
 use std::fmt::Write as _;
 use std::process::Command;
@@ -6,12 +7,38 @@ use std::time::{Duration, Instant};
 
 use crate::{Result, project_root};
 
+/// What a step spends its time on, so the summary can add up build time and test time apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Compiling (`cargo build`, `cargo test --no-run`).
+    Build,
+    /// Running tests (test binaries, doc tests, which rustdoc compiles as it runs them, and
+    /// the chaos run).
+    Test,
+    /// Anything else: formatting and lint checks, docs, starting services.
+    Other,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Build => "build",
+            Self::Test => "test",
+            Self::Other => "other",
+        }
+    }
+}
+
+/// The most test time `cargo xtask test` may take on 2 cores (issue 25), builds excluded.
+pub(crate) const TEST_TIME_BUDGET: Duration = Duration::from_secs(480);
+
 /// The steps of one task run, in order, with how long each took.
 #[derive(Debug)]
 pub(crate) struct Steps {
     task: &'static str,
     total: usize,
-    done: Vec<(String, Duration)>,
+    done: Vec<(String, Kind, Duration)>,
+    budget: Option<Duration>,
 }
 
 impl Steps {
@@ -21,7 +48,14 @@ impl Steps {
             task,
             total,
             done: Vec::new(),
+            budget: None,
         }
+    }
+
+    /// Makes the summary compare the total test time with `budget`.
+    pub(crate) fn with_test_budget(mut self, budget: Duration) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// Prints the header of the next step and returns when it started.
@@ -37,13 +71,25 @@ impl Steps {
 
     /// Records that the step announced at `started` finished well.
     pub(crate) fn finish(&mut self, title: &str, started: Instant) {
-        let elapsed = started.elapsed();
-        println!("    ok: {title} ({:.1}s)", elapsed.as_secs_f64());
-        self.done.push((title.to_owned(), elapsed));
+        self.finish_as(Kind::Other, title, started);
     }
 
-    /// Runs `command` in the workspace root as one step; a non-zero exit ends the task.
+    /// Records that the step of `kind` announced at `started` finished well.
+    pub(crate) fn finish_as(&mut self, kind: Kind, title: &str, started: Instant) {
+        let elapsed = started.elapsed();
+        println!("    ok: {title} ({:.1}s)", elapsed.as_secs_f64());
+        self.done.push((title.to_owned(), kind, elapsed));
+    }
+
+    /// Runs `command` in the workspace root as one step of [`Kind::Other`]; a non-zero exit
+    /// ends the task.
     pub(crate) fn run(&mut self, title: &str, command: &mut Command) -> Result {
+        self.run_as(Kind::Other, title, command)
+    }
+
+    /// Runs `command` in the workspace root as one step of `kind`; a non-zero exit ends the
+    /// task.
+    pub(crate) fn run_as(&mut self, kind: Kind, title: &str, command: &mut Command) -> Result {
         let started = self.announce(title);
         command.current_dir(project_root());
         println!("    $ {}", command_line(command));
@@ -60,23 +106,58 @@ impl Steps {
             )
             .into());
         }
-        self.finish(title, started);
+        self.finish_as(kind, title, started);
         Ok(())
     }
 
-    /// Prints how long every step took.
+    /// Prints how long every step took, the totals by kind and, with a budget, whether the
+    /// test time kept to it.
     pub(crate) fn summary(&self) {
+        print!("{}", self.summary_text());
+    }
+
+    fn summary_text(&self) -> String {
         let mut text = format!(
             "\n==> xtask {}: all {} steps passed\n",
             self.task,
             self.done.len()
         );
-        let total: Duration = self.done.iter().map(|(_, took)| *took).sum();
-        for (title, took) in &self.done {
-            let _ = writeln!(text, "    {:>7.1}s  {title}", took.as_secs_f64());
+        for (title, kind, took) in &self.done {
+            let _ = writeln!(
+                text,
+                "    {:>7.1}s  {:<5}  {title}",
+                took.as_secs_f64(),
+                kind.label()
+            );
         }
+        let of = |wanted: Kind| -> Duration {
+            self.done
+                .iter()
+                .filter(|(_, kind, _)| *kind == wanted)
+                .map(|(_, _, took)| *took)
+                .sum()
+        };
+        for kind in [Kind::Build, Kind::Test, Kind::Other] {
+            let _ = writeln!(
+                text,
+                "    {:>7.1}s  {} time",
+                of(kind).as_secs_f64(),
+                kind.label()
+            );
+        }
+        let total: Duration = self.done.iter().map(|(_, _, took)| *took).sum();
         let _ = writeln!(text, "    {:>7.1}s  total", total.as_secs_f64());
-        print!("{text}");
+        if let Some(budget) = self.budget {
+            let test = of(Kind::Test);
+            let verdict = if test <= budget { "within" } else { "OVER" };
+            let _ = writeln!(
+                text,
+                "    test time {:.1}s of a {:.0}s budget: {verdict} (builds excluded)",
+                test.as_secs_f64(),
+                budget.as_secs_f64()
+            );
+        }
+        text
     }
 }
 
@@ -115,5 +196,37 @@ fn shell_quote(word: &str) -> String {
         word.to_owned()
     } else {
         format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_adds_up_build_and_test_time_apart_and_holds_tests_to_the_budget() {
+        let mut steps = Steps::new("test", 3).with_test_budget(Duration::from_secs(480));
+        for (title, kind, secs) in [
+            ("build tests", Kind::Build, 100),
+            ("tests", Kind::Test, 300),
+            ("doc tests", Kind::Test, 200),
+            ("rustdoc", Kind::Other, 7),
+        ] {
+            steps
+                .done
+                .push((title.to_owned(), kind, Duration::from_secs(secs)));
+        }
+        let text = steps.summary_text();
+        assert!(text.contains("  100.0s  build time"), "{text}");
+        assert!(text.contains("  500.0s  test time"), "{text}");
+        assert!(text.contains("    7.0s  other time"), "{text}");
+        assert!(text.contains("  607.0s  total"), "{text}");
+        assert!(
+            text.contains("test time 500.0s of a 480s budget: OVER"),
+            "{text}"
+        );
+        steps.done.pop();
+        steps.done.pop();
+        assert!(steps.summary_text().contains("budget: within"));
     }
 }

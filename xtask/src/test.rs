@@ -3,7 +3,7 @@
 use std::process::Command;
 
 use crate::dynamo_local::Dynamo;
-use crate::step::{Steps, cargo};
+use crate::step::{Kind, Steps, TEST_TIME_BUDGET, cargo};
 use crate::{Result, parse_flags};
 
 /// The suites that need DynamoDB; `cargo xtask test` runs them as part of the workspace.
@@ -13,8 +13,8 @@ const DYNAMO_PACKAGES: [&str; 2] = ["lease-dynamo", "lessor-partition"];
 pub(crate) fn test(flags: &[&str]) -> Result {
     let given = parse_flags("test", flags, &["--no-dynamo", "--quick"])?;
     let (no_dynamo, quick) = (given[0], given[1]);
-    let total = 5 + usize::from(!no_dynamo) + if quick { 0 } else { 7 };
-    let mut steps = Steps::new("test", total);
+    let total = 9 + usize::from(!no_dynamo) + if quick { 0 } else { 7 };
+    let mut steps = Steps::new("test", total).with_test_budget(TEST_TIME_BUDGET);
 
     if !quick {
         steps.run("rustfmt", &mut cargo(&["fmt", "--all", "--", "--check"]))?;
@@ -65,34 +65,29 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     } else {
         Dynamo::provision(&mut steps)?
     };
-    steps.run(
+    build_tests(&mut steps, &dynamo)?;
+    steps.run_as(
+        Kind::Test,
         "tests, all targets",
         &mut test_command(&dynamo, &["test", "--workspace", "--all-targets"]),
     )?;
-    steps.run(
+    steps.run_as(
+        Kind::Test,
         "doc tests",
         &mut test_command(&dynamo, &["test", "--workspace", "--doc"]),
     )?;
     // Plain cargo: lease-core needs no DynamoDB.
-    steps.run(
+    steps.run_as(
+        Kind::Test,
         "tests, lease-core --all-features",
-        &mut cargo(&["test", "-p", "lease-core", "--all-features"]),
+        &mut cargo(&LEASE_CORE_ALL_FEATURES),
     )?;
     // The named fault points exist only with this feature: real processes paused before every
     // rename of the file protocol, checked from the history they write.
-    steps.run(
+    steps.run_as(
+        Kind::Test,
         "pause injection, lease-file --features failpoints",
-        &mut cargo(&[
-            "test",
-            "-p",
-            "lease-file",
-            "--features",
-            "failpoints",
-            "--test",
-            "pauses",
-            "--test",
-            "fault_points",
-        ]),
+        &mut cargo(&PAUSE_INJECTION),
     )?;
     // Stops DynamoDB Local (if this run started it): the chaos run starts its own, which it
     // can kill and restart, and the docs need none.
@@ -100,7 +95,8 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     // Every surface as real processes under a fixed seed's fault schedule, checked from the
     // history they write (docs/chaos.md); any violation fails the step.
     let backend = if no_dynamo { "file" } else { "all" };
-    steps.run(
+    steps.run_as(
+        Kind::Test,
         "chaos: one minute, seed 1",
         &mut cargo(&[
             "xtask",
@@ -124,6 +120,60 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     }
     steps.summary();
     Ok(())
+}
+
+/// The lease-core tests with every feature (the conformance suite and the model checker).
+const LEASE_CORE_ALL_FEATURES: [&str; 4] = ["test", "-p", "lease-core", "--all-features"];
+
+/// The pause-injection suites, which need lease-file's `failpoints` feature.
+const PAUSE_INJECTION: [&str; 9] = [
+    "test",
+    "-p",
+    "lease-file",
+    "--features",
+    "failpoints",
+    "--test",
+    "pauses",
+    "--test",
+    "fault_points",
+];
+
+/// Builds everything the test steps run, with the same features, so that their steps measure
+/// running tests and the build is timed on its own. The CPU-bound suites (the model check, the
+/// simulators, the fleet benchmark's smoke run) are optimised by the `[profile.dev.package.*]`
+/// entries of the root `Cargo.toml`, so they build here with everything else.
+fn build_tests(steps: &mut Steps, dynamo: &Dynamo) -> Result {
+    steps.run_as(
+        Kind::Build,
+        "build tests, all targets",
+        &mut test_command(
+            dynamo,
+            &["test", "--workspace", "--all-targets", "--no-run"],
+        ),
+    )?;
+    steps.run_as(
+        Kind::Build,
+        "build tests, lease-core --all-features",
+        cargo(&LEASE_CORE_ALL_FEATURES).arg("--no-run"),
+    )?;
+    steps.run_as(
+        Kind::Build,
+        "build pause injection, lease-file --features failpoints",
+        cargo(&PAUSE_INJECTION).arg("--no-run"),
+    )?;
+    // What `cargo xtask chaos` builds first, so that its step is the run alone.
+    steps.run_as(
+        Kind::Build,
+        "build the chaos actors and `lease`",
+        &mut cargo(&[
+            "build",
+            "--quiet",
+            "-p",
+            "lease-chaos-actor",
+            "-p",
+            "lease-cli",
+        ]),
+    )
 }
 
 /// `cargo xtask itest`: only the suites that need DynamoDB, with DynamoDB provisioned.

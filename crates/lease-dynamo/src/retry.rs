@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::http::Response as HttpResponse;
-use lease_core::Clock;
+use lease_core::{Backoff, Clock};
 use tracing::Instrument;
 
 use crate::error::classify;
@@ -83,16 +83,10 @@ impl RetryPolicy {
         self.attempt_timeout
     }
 
-    /// The jittered backoff before retry number `retry` (1 for the first retry).
-    pub(crate) fn backoff(&self, retry: u32) -> Duration {
-        let exp = self
-            .initial_backoff
-            .saturating_mul(1u32 << retry.saturating_sub(1).min(20));
-        let ceiling = exp.min(self.max_backoff);
-        let random = uuid::Uuid::new_v4().as_u128();
-        // 64 random bits scaled into [0, ceiling].
-        let fraction = (random as u64) as f64 / u64::MAX as f64;
-        ceiling.mul_f64(fraction)
+    /// The backoff between this policy's attempts: lease-core's own full-jitter [`Backoff`],
+    /// whose `n`th delay (from 0) is drawn from zero to `initial * 2^n`, capped at `max`.
+    pub(crate) fn backoff(&self) -> Backoff {
+        Backoff::new(self.initial_backoff, self.max_backoff)
     }
 }
 
@@ -123,6 +117,7 @@ where
 {
     let mut uncertain = false;
     let mut attempts = 0;
+    let mut backoff = policy.backoff();
     loop {
         attempts += 1;
         let span = tracing::debug_span!("dynamodb.request", operation, attempt = attempts);
@@ -131,7 +126,7 @@ where
             Err(error) => error,
         };
         let class = classify(&error);
-        let mut pause = policy.backoff(attempts);
+        let mut pause = backoff.next_delay();
         let left = trust_until.map(|until| until.saturating_duration_since(clock.monotonic()));
         if let Some(left) = left {
             pause = pause.min(left);
@@ -163,12 +158,21 @@ mod tests {
     fn backoff_is_jittered_and_capped() {
         let policy = RetryPolicy::default()
             .with_backoff(Duration::from_millis(10), Duration::from_millis(50));
-        for retry in 1..30 {
-            let pause = policy.backoff(retry);
+        let mut backoff = policy.backoff();
+        assert!(
+            backoff.next_delay() <= Duration::from_millis(10),
+            "first retry"
+        );
+        for _ in 1..30 {
+            let pause = backoff.next_delay();
             assert!(pause <= Duration::from_millis(50), "{pause:?}");
         }
-        assert!(policy.backoff(1) <= Duration::from_millis(10));
-        let draws: Vec<_> = (0..20).map(|_| policy.backoff(4)).collect();
+        let draws: Vec<_> = (0..20)
+            .map(|_| {
+                let mut backoff = policy.backoff();
+                (0..4).map(|_| backoff.next_delay()).last()
+            })
+            .collect();
         assert!(draws.iter().any(|d| *d != draws[0]), "jittered: {draws:?}");
     }
 }

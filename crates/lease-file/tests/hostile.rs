@@ -6,6 +6,8 @@
 //! panic, a spin, a second holder, or a change to a file this crate did not create.
 #![allow(clippy::unwrap_used)]
 
+mod lease_dir;
+
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier, mpsc};
@@ -68,11 +70,10 @@ fn states(dir: &Path, planted: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The one state entry of a lock directory nobody planted anything in.
+/// The one state entry of a lock directory nobody planted anything in (looked at again when a
+/// heartbeat renamed it under the listing).
 fn state(dir: &Path) -> String {
-    let found = states(dir, &[]);
-    assert_eq!(found.len(), 1, "{found:?}");
-    found.into_iter().next().unwrap()
+    lease_dir::state(dir).0
 }
 
 /// Field `i` of a state entry name (`held.<gen>.<seq>.<token>.<kernel>.<scale>.<deadline>.<duration>`).
@@ -741,13 +742,13 @@ fn a_state_entry_deleted_under_a_live_holder_is_never_taken_over() {
     }
 }
 
-/// Makes a copy of a lock directory at `to`: its entries' names and contents, in a new
-/// directory (a restore from backup, an `rsync`).
+/// Makes a copy of a lock directory at `to`: its state entry's name and content, in a new
+/// directory (a restore from backup, an `rsync`), read together even while a heartbeat renames
+/// the entry.
 fn copy_dir(from: &Path, to: &Path) {
+    let (name, _, bytes) = lease_dir::state_with_content(from);
     std::fs::create_dir(to).unwrap();
-    for name in entries(from) {
-        std::fs::write(to.join(&name), std::fs::read(from.join(&name)).unwrap()).unwrap();
-    }
+    std::fs::write(to.join(name), bytes).unwrap();
 }
 
 /// The lock directory renamed away and a fresh one created at the path under a live holder: the

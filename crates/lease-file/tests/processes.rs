@@ -3,6 +3,8 @@
 //! with a checker that proves no overlap.
 #![allow(clippy::unwrap_used)]
 
+mod lease_dir;
+
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -89,14 +91,10 @@ fn unix_ns() -> u128 {
 
 /// The lock directory's state entry name: `free.<gen>` or
 /// `held.<gen>.<seq>.<token>.<kernel>.<scale>.<deadline_ns>.<duration_ns>`.
+///
+/// Looked at again when a holder's heartbeat renamed it under the listing.
 fn state(lock: &Path) -> String {
-    let states: Vec<String> = std::fs::read_dir(lock)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("free.") || n.starts_with("held."))
-        .collect();
-    assert_eq!(states.len(), 1, "{states:?}");
-    states.into_iter().next().unwrap()
+    lease_dir::state(lock).0
 }
 
 /// Whether a held state says its holder holds the kernel lock.

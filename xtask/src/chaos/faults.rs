@@ -289,14 +289,14 @@ impl Faults {
             let _ = fs::write(previous, "0\n");
         }
         let skew = u64::try_from(DYNAMO_SKEW.as_millis()).unwrap_or(500);
-        let within = self.rng.chance(70);
+        let within = self.rng.chance_percent(70);
         let size = if within {
             self.rng.between(skew / 10, skew * 9 / 10)
         } else {
             self.steps_beyond += 1;
             self.rng.between(skew * 3 / 2, skew * 4)
         };
-        let offset = if self.rng.chance(50) {
+        let offset = if self.rng.chance_percent(50) {
             i128::from(size)
         } else {
             -i128::from(size)

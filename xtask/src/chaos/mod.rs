@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::dynamo_local::Server;
-use crate::step::Steps;
+use crate::step::{Kind, Steps};
 use crate::{Result, project_root};
 use faults::{Faults, Targets};
 use slots::{Context, Slot, TABLE};
@@ -163,7 +163,7 @@ pub(crate) fn chaos(flags: &[&str]) -> Result {
         "-p",
         "lease-cli",
     ]);
-    steps.run("build the actors and `lease`", &mut build)?;
+    steps.run_as(Kind::Build, "build the actors and `lease`", &mut build)?;
 
     let title = "start the stores";
     let started = steps.announce(title);
@@ -182,7 +182,7 @@ pub(crate) fn chaos(flags: &[&str]) -> Result {
     };
     let outcome = run_under_faults(&options, &context, &stores)?;
     drop(stores);
-    steps.finish(title, started);
+    steps.finish_as(Kind::Test, title, started);
 
     let title = "check the history";
     let started = steps.announce(title);

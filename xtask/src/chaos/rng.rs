@@ -1,25 +1,17 @@
-//! The seeded randomness of a chaos run: SplitMix64, so a seed names one fault schedule on every
-//! machine and Rust version.
+//! The seeded randomness of a chaos run: the simulator's SplitMix64 (one copy of it in the
+//! workspace), so a seed names one fault schedule on every machine and Rust version.
+//!
+//! The generator's source file is compiled in here by path rather than depended on: xtask builds
+//! first and depends on std (and nix) only.
 
-/// SplitMix64 (Steele, Lea, Flood 2014): small, fast, and good enough to pick faults.
-#[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../../crates/lessor-partition/src/sim/rng.rs"]
+mod splitmix;
 
+pub(crate) use splitmix::Rng;
+
+/// What a fault schedule draws, on top of the generator's own 64 bits.
 impl Rng {
-    /// A generator that yields the same sequence for the same seed.
-    pub(crate) fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next 64 random bits.
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     /// A number in `low..=high` (`low` if the range is empty).
     pub(crate) fn between(&mut self, low: u64, high: u64) -> u64 {
         if high <= low {
@@ -35,16 +27,8 @@ impl Rng {
     }
 
     /// True with probability `percent` / 100.
-    pub(crate) fn chance(&mut self, percent: u64) -> bool {
+    pub(crate) fn chance_percent(&mut self, percent: u64) -> bool {
         self.between(1, 100) <= percent
-    }
-
-    /// Shuffles `items` in place (Fisher-Yates).
-    pub(crate) fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = self.index(i + 1);
-            items.swap(i, j);
-        }
     }
 }
 
@@ -69,4 +53,25 @@ mod tests {
         assert_eq!(sorted, (0..20).collect::<Vec<_>>());
         assert_ne!(items, sorted);
     }
+
+    /// A seed's schedule did not change when the chaos run took the simulator's generator:
+    /// the draws and shuffle of seed 1 are the ones the chaos run's former copy made.
+    #[test]
+    fn seed_one_draws_what_it_always_drew() {
+        let mut rng = Rng::new(1);
+        let draws: Vec<u64> = (0..3).map(|_| rng.next_u64()).collect();
+        assert_eq!(
+            draws,
+            [
+                0x910a_2dec_8902_5cc1,
+                0xbeeb_8da1_658e_ec67,
+                0xf893_a2ee_fb32_555e
+            ]
+        );
+        let mut items: Vec<u32> = (0..8).collect();
+        Rng::new(1).shuffle(&mut items);
+        assert_eq!(items, SHUFFLED_BY_SEED_ONE);
+    }
+
+    const SHUFFLED_BY_SEED_ONE: [u32; 8] = [4, 3, 2, 7, 5, 6, 0, 1];
 }

@@ -151,10 +151,27 @@ pub fn entries(path: &Path) -> Vec<String> {
     names
 }
 
+/// How often the readers below look again when a holder's heartbeat renamed the state entry
+/// under them (the name is the state, so a renewal renames it): a few thousand renames away
+/// from a real failure, which never goes away by looking again.
+const RENAMED_RETRIES: usize = 2000;
+
 /// The state entry of the lock directory at `path`: panics unless there is exactly one entry
 /// and it is a state entry.
+///
+/// A listing taken while a heartbeat renames the entry may miss it or see it twice, so a
+/// listing that is not exactly one state entry is taken again (bounded) before it fails.
 pub fn state(path: &Path) -> (String, State) {
-    let names = entries(path);
+    let mut names = entries(path);
+    for _ in 0..RENAMED_RETRIES {
+        if let [name] = &names[..]
+            && let Some(state) = parse(name)
+        {
+            return (name.clone(), state);
+        }
+        std::thread::sleep(Duration::from_micros(100));
+        names = entries(path);
+    }
     assert_eq!(
         names.len(),
         1,
@@ -165,10 +182,31 @@ pub fn state(path: &Path) -> (String, State) {
     (names[0].clone(), state)
 }
 
+/// The state entry of the lock directory at `path` with its content, read through one
+/// descriptor: the name is listed, then opened, and when a heartbeat renamed it in between
+/// (`ENOENT`), listed and opened again (bounded), so name and content belong together.
+pub fn state_with_content(path: &Path) -> (String, State, Vec<u8>) {
+    for _ in 0..RENAMED_RETRIES {
+        let (name, state) = state(path);
+        match std::fs::File::open(path.join(&name)) {
+            Ok(mut file) => {
+                let mut bytes = Vec::new();
+                std::io::Read::read_to_end(&mut file, &mut bytes).unwrap();
+                return (name, state, bytes);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("{}: {e}", path.join(&name).display()),
+        }
+    }
+    panic!(
+        "the state entry of {} was renamed {RENAMED_RETRIES} times while being opened",
+        path.display()
+    )
+}
+
 /// The diagnostic record in the state entry (padded with spaces after the JSON).
 pub fn description(path: &Path) -> Record {
-    let (name, _) = state(path);
-    Record::parse(&std::fs::read(path.join(name)).unwrap()).unwrap()
+    Record::parse(&state_with_content(path).2).unwrap()
 }
 
 /// Creates the lock directory `path` holding the single state entry `name` (content `bytes`),
