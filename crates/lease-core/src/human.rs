@@ -37,7 +37,7 @@ pub(crate) fn fmt_time(at: SystemTime) -> String {
 }
 
 /// Formats a duration for people: at most three significant digits in the largest unit that
-/// keeps the number at or above 1 (`850ns`, `12.3µs`, `203ms`, `5.28s`), then minutes and
+/// keeps the number at or above 1 (`850ns`, `12.3` microseconds, `203ms`, `5.28s`), then minutes and
 /// seconds (`1m 30s`), hours and minutes (`2h 5m`), days and hours (`3d 4h`), rounded.
 ///
 /// ```

@@ -5,7 +5,7 @@
 //! first and depends on std (and nix) only.
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../../../crates/lessor-partition/src/sim/rng.rs"]
+#[path = "../../../crates/lessor-sim/src/rng.rs"]
 mod splitmix;
 
 pub(crate) use splitmix::Rng;
