@@ -1346,6 +1346,19 @@ fn settle_beat(shared: &Shared, epoch: u64, kd: KeyDir, result: Beat) -> bool {
     false
 }
 
+/// This process as the holder of generation `generation` (0: none yet), described as another
+/// process would find it: pid, host, label and fencing token.
+fn own_holder(me: &crate::ident::Identity, label: Option<&str>, generation: u64) -> Holder {
+    let mut holder = Holder::new().with_process(me.pid, me.host.clone());
+    if generation > 0 {
+        holder = holder.with_fencing(lease_core::backend::fencing_token(generation));
+    }
+    match label {
+        Some(label) => holder.with_owner(label),
+        None => holder,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1370,18 +1383,5 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
         let next = other.try_acquire().unwrap_or_else(|e| panic!("{e}"));
         assert!(next.fencing_token() > fencing);
-    }
-}
-
-/// This process as the holder of generation `generation` (0: none yet), described as another
-/// process would find it: pid, host, label and fencing token.
-fn own_holder(me: &crate::ident::Identity, label: Option<&str>, generation: u64) -> Holder {
-    let mut holder = Holder::new().with_process(me.pid, me.host.clone());
-    if generation > 0 {
-        holder = holder.with_fencing(lease_core::backend::fencing_token(generation));
-    }
-    match label {
-        Some(label) => holder.with_owner(label),
-        None => holder,
     }
 }
