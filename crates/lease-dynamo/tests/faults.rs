@@ -386,7 +386,7 @@ fn missing_table_is_a_permanent_error_naming_it() {
                 .await
                 .unwrap_err();
             assert!(!err.is_transient(), "{err}");
-            let text = err.to_string();
+            let text = report(&err);
             assert!(text.contains("no-such-table-here"), "{text}");
             assert!(text.contains("ResourceNotFoundException"), "{text}");
             assert_eq!(counter.count(), 1, "a permanent error is not retried");

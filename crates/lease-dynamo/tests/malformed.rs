@@ -142,7 +142,7 @@ fn a_holder_without_a_usable_expiry_is_explained_and_breakable() {
                     "{pk}: not retried until the timeout"
                 );
                 assert!(err.is_corrupt() && !err.is_transient(), "{pk}: {err}");
-                let text = err.to_string();
+                let text = report(&err);
                 assert!(text.contains("`lease_expires_at`"), "{pk}: {text}");
                 assert!(text.contains("never expires"), "{pk}: {text}");
                 let record = LeaseBackend::inspect(&leases, &key).await.unwrap().unwrap();
@@ -186,7 +186,7 @@ fn a_malformed_fencing_counter_never_half_acquires() {
                     .await
                     .unwrap_err();
                 assert!(err.is_corrupt() && !err.is_transient(), "{pk}: {err}");
-                let text = err.to_string();
+                let text = report(&err);
                 assert!(
                     text.contains("`lease_fence`") && text.contains(shown),
                     "{pk}: {text}"
