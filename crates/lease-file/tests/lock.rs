@@ -876,3 +876,48 @@ fn readers_always_see_exactly_one_state_entry() {
     guard.release().unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().ino(), ino);
 }
+
+/// The readers of `lease_dir` keep up with a state entry renamed under them as fast as a thread
+/// can, as a heartbeat renames it: they read a name and its content together. Before, reading a
+/// description listed the name and then opened it, and failed with `ENOENT` under load.
+#[test]
+fn lease_dir_readers_keep_up_with_a_state_entry_renamed_under_them() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let held = Held::hung(3, Duration::from_secs(1));
+    lease_dir::plant(
+        &path,
+        &held.name(),
+        br#"{"version": 1, "pid": 1, "generation": 3}"#,
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let renamer = {
+        let (stop, path) = (Arc::clone(&stop), path.clone());
+        std::thread::spawn(move || {
+            let mut seq = held.seq;
+            while !stop.load(Ordering::Relaxed) {
+                let from = Held {
+                    seq,
+                    ..held.clone()
+                }
+                .name();
+                let to = Held {
+                    seq: seq + 1,
+                    ..held.clone()
+                }
+                .name();
+                std::fs::rename(path.join(from), path.join(to)).unwrap();
+                seq += 1;
+            }
+            seq - held.seq
+        })
+    };
+    for _ in 0..10_000 {
+        assert_eq!(lease_dir::description(&path).generation, 3);
+        assert_eq!(lease_dir::state(&path).1.generation(), 3);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let renames = renamer.join().unwrap();
+    assert!(renames > 100, "renamed only {renames} times meanwhile");
+}
