@@ -1,6 +1,6 @@
 //! One fleet worker: a session lease, a view of the members, and the units it owns.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use lease_core::executor::sleep_until;
 use lease_core::{
-    BoxFuture, Clock, FencingToken, Lease, LeaseBackend, LeaseError, LeaseListing, LeaseRecord,
-    LossReason,
+    AcquireOptions, BoxFuture, Clock, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
+    LeaseListing, LeaseRecord, LeaseToken, LossReason, NotOwnedReason,
 };
 
 use super::builder::{Config, WorkerBuilder};
@@ -20,8 +20,11 @@ use super::counted::CountedStore;
 use super::session::{Kept, Session};
 use super::shared::{Shared, SharedUnit, UnitTask, WorkerHandle};
 use super::types::{Assignment, FleetEvent, TickReport, WorkerStats};
-use super::units::PendingTake;
-use super::view::{Listing, SessionTag, View};
+use super::units::{self, DeadHold, Give, Members, Reading, Units, unit_key};
+use super::view::{Listing, PublishedLoad, SessionTag, UnitHolder, View};
+
+/// How many times a checkpoint load is tried before a gained unit is given back.
+const CHECKPOINT_ATTEMPTS: u32 = 3;
 
 /// A fleet worker. Drive it with [`Worker::tick`] every interval, or let [`Worker::run`] do it.
 ///
@@ -66,34 +69,14 @@ pub struct Worker {
     pub(crate) view: View,
     /// The live members as of the latest sessions listing, this worker included, sorted.
     pub(crate) members: Vec<(String, u64)>,
-    pub(crate) owned: BTreeMap<String, Lease>,
-    /// Units being handed over: still owned until their task finishes or the timeout passes.
-    pub(crate) handing_over: BTreeSet<String>,
-    /// Every unit this worker knows: its configured units and every unit a listing showed.
-    pub(crate) known_units: BTreeSet<String>,
-    /// The last units listing offered something to take: list again next tick.
-    pub(crate) relist: bool,
-    /// Units the latest plan dealt this worker beyond the move bound: taken on the next ticks.
-    pub(crate) pending_takes: Vec<PendingTake>,
-    /// When a pinned unit of the last units listing could first be judged free.
-    pub(crate) next_verdict: Option<Instant>,
+    /// The units it holds, knows and moves.
+    pub(crate) units: Units,
     /// A live peer is configured with a different unit list.
     pub(crate) mismatch: bool,
-    /// Units retired through this worker: never planned over again.
-    pub(crate) retired: BTreeSet<String>,
     /// The unit-set epoch of the latest plan.
     pub(crate) planned_epoch: Option<u64>,
     /// Each live peer's session tag (its limit and unit-list hash), as last listed.
     pub(crate) member_tags: BTreeMap<String, Option<SessionTag>>,
-    /// Whether the latest plan balanced by load.
-    pub(crate) by_load: bool,
-    /// The tick of the latest load publication.
-    pub(crate) load_published_at: u64,
-    /// Units were gained or released since the load was published.
-    pub(crate) load_dirty: bool,
-    /// A unit was handed over by load since the epoch last moved.
-    pub(crate) gave_by_load: bool,
-    pub(crate) target: Option<usize>,
     pub(crate) planned_members: Option<Vec<(String, u64)>>,
     pub(crate) ticks_since_plan: u32,
     pub(crate) stats: WorkerStats,
@@ -123,8 +106,8 @@ impl fmt::Debug for Worker {
                 "session",
                 &self.session.as_ref().map(|s| s.lease.fencing_token()),
             )
-            .field("owned", &self.owned.len())
-            .field("target", &self.target)
+            .field("owned", &self.units.owned.len())
+            .field("target", &self.units.target)
             .finish_non_exhaustive()
     }
 }
@@ -149,26 +132,15 @@ impl Worker {
         ));
         Self {
             view: View::new(config.session_duration, config.skew),
-            known_units: config.units.iter().cloned().collect(),
+            units: Units::new(&config),
             config,
             store: Arc::new(CountedStore::new(store)),
             checkpoints,
             session: None,
             members: Vec::new(),
-            owned: BTreeMap::new(),
-            handing_over: BTreeSet::new(),
-            relist: false,
-            pending_takes: Vec::new(),
-            next_verdict: None,
             mismatch: false,
-            retired: BTreeSet::new(),
             planned_epoch: None,
             member_tags: BTreeMap::new(),
-            by_load: false,
-            load_published_at: 0,
-            load_dirty: false,
-            gave_by_load: false,
-            target: None,
             planned_members: None,
             ticks_since_plan: 0,
             stats: WorkerStats::default(),
@@ -250,7 +222,7 @@ impl Worker {
         };
         self.set_session(Some(session));
         self.planned_members = None;
-        self.pending_takes.clear();
+        self.units.pending_takes.clear();
         Ok(true)
     }
 
@@ -334,7 +306,7 @@ impl Worker {
                 owned.deadline = deadline;
             }
         });
-        self.owned.insert(unit, lease);
+        self.units.owned.insert(unit, lease);
     }
 
     /// Makes a gained unit trusted, hands it to the application as a task if it takes tasks, and
@@ -372,8 +344,7 @@ impl Worker {
                 });
             }
         });
-        self.owned.insert(unit.to_owned(), lease);
-        self.load_dirty = true;
+        self.units.hold(unit, lease);
         self.emit(
             FleetEvent::Gained {
                 unit: unit.to_owned(),
@@ -391,9 +362,7 @@ impl Worker {
         reason: LossReason,
         events: &mut Vec<FleetEvent>,
     ) -> Option<Lease> {
-        let lease = self.owned.remove(unit)?;
-        self.handing_over.remove(unit);
-        self.load_dirty = true;
+        let lease = self.units.forget(unit)?;
         self.shared.update(|state| {
             if let Some(owned) = state.units.get_mut(unit) {
                 owned.ended = Some(reason.clone());
@@ -419,7 +388,7 @@ impl Worker {
         reason: LossReason,
         events: &mut Vec<FleetEvent>,
     ) -> Vec<Lease> {
-        let units: Vec<String> = self.owned.keys().cloned().collect();
+        let units: Vec<String> = self.units.owned.keys().cloned().collect();
         units
             .iter()
             .filter_map(|unit| self.lose_unit(unit, reason.clone(), events))
@@ -515,11 +484,11 @@ impl Worker {
             self.plan_and_move(&records, listing, events).await;
             self.planned_members = Some(self.members.clone());
             if self.is_sweeper() {
-                self.sweep_sessions(&records).await;
+                units::sweep_sessions(&self.config, &self.store, &self.view, &records).await;
             }
         } else {
             self.ticks_since_plan += 1;
-            if !self.by_load {
+            if !self.units.by_load {
                 self.give_surplus(events).await;
             }
             self.take_pending(events).await;
@@ -528,15 +497,282 @@ impl Worker {
         Ok(())
     }
 
+    /// Lists the units partition: one request.
+    async fn list_units(
+        &mut self,
+    ) -> Result<(BTreeMap<String, Option<UnitHolder>>, Listing), LeaseError> {
+        self.stats.lists += 1;
+        self.stats.unit_lists += 1;
+        let (records, listing) = self.listing(&self.config.units_key.clone()).await?;
+        Ok((units::units_of(&records), listing))
+    }
+
+    /// Plans from a units listing ([`Units::plan`]), hands the surplus over and takes what the
+    /// plan deals. Every request is preceded by [`Worker::keep_session`], so the session is
+    /// renewed on its own schedule however long the unit work takes, and unit work stops as soon
+    /// as it is not trusted.
+    async fn plan_and_move(
+        &mut self,
+        records: &BTreeMap<String, Option<UnitHolder>>,
+        listing: Listing,
+        events: &mut Vec<FleetEvent>,
+    ) {
+        let reading = self.units.read(
+            &self.config,
+            &mut self.view,
+            &self.members,
+            records,
+            listing,
+        );
+        for unit in &reading.stale {
+            self.lose_unit(
+                unit,
+                LossReason::NotOwned(NotOwnedReason::TakenOver),
+                events,
+            );
+        }
+        let own_loads = self.units.own_loads(&self.shared);
+        let members = Members {
+            live: &self.members,
+            tags: &self.member_tags,
+        };
+        let Some(dealt) = self
+            .units
+            .plan(&self.config, &self.view, members, &own_loads, &reading)
+        else {
+            return;
+        };
+        match dealt.give {
+            Give::ByLoad(units) => {
+                for unit in &units {
+                    self.begin_handoff(unit, LossReason::HandedOver, events)
+                        .await;
+                }
+            }
+            Give::Surplus => self.give_surplus(events).await,
+            Give::Nothing => {}
+        }
+        self.take_pending(events).await;
+        self.register_missing(&reading, events).await;
+        self.units.planned(dealt.dealt);
+    }
+
+    /// Takes up to `max_moves` of the units the latest plan dealt this worker. When the last is
+    /// taken and the worker is still below target, it lists again on the next tick.
+    async fn take_pending(&mut self, events: &mut Vec<FleetEvent>) {
+        if self.units.pending_takes.is_empty() {
+            return;
+        }
+        for (unit, dead) in self.units.next_takes(self.config.max_moves) {
+            if !self.keep_session(events).await {
+                self.units.pending_takes.clear();
+                return;
+            }
+            self.take(&unit, dead.as_ref(), events).await;
+        }
+        self.units.took();
+    }
+
+    /// Takes `unit`: releases a dead owner's hold first, acquires, fences and reads the unit's
+    /// checkpoint, and only then trusts the unit and tells the application. A checkpoint that
+    /// cannot be read gives the unit back: an unfenced unit is never reported gained.
+    async fn take(&mut self, unit: &str, dead: Option<&DeadHold>, events: &mut Vec<FleetEvent>) {
+        let Some(key) = unit_key(&self.config, unit) else {
+            return;
+        };
+        if let Some(dead) = dead {
+            units::release_dead(&self.config, &self.store, &key, unit, dead).await;
+            if !self.keep_session(events).await {
+                return;
+            }
+        }
+        let Some(lease) = self.acquire_unit(&key, unit).await else {
+            return;
+        };
+        match self
+            .load_checkpoint(unit, lease.fencing_token(), events)
+            .await
+        {
+            Some(checkpoint) => self.gain_unit(unit, lease, checkpoint, events),
+            None => {
+                let _ = self
+                    .store
+                    .release(lease.key(), lease.token(), lease.fencing_token())
+                    .await;
+            }
+        }
+    }
+
+    /// Acquires `unit` under the current session ([`units::acquire_unit`]).
+    async fn acquire_unit(&self, key: &LeaseKey, unit: &str) -> Option<Lease> {
+        let session = self.session.as_ref()?.lease.fencing_token();
+        units::acquire_unit(&self.config, &self.store, session, key, unit).await
+    }
+
+    /// Fences and reads the unit's checkpoint: `Some(checkpoint)` once the fence is raised
+    /// (`Some(None)`: no checkpoint stored, or no checkpoint store), `None` if every attempt
+    /// failed or the session stopped being trusted.
+    async fn load_checkpoint(
+        &mut self,
+        unit: &str,
+        fencing: FencingToken,
+        events: &mut Vec<FleetEvent>,
+    ) -> Option<Option<Vec<u8>>> {
+        let Some(store) = self.checkpoints.clone() else {
+            return Some(None);
+        };
+        for attempt in 1..=CHECKPOINT_ATTEMPTS {
+            if !self.keep_session(events).await {
+                return None;
+            }
+            self.stats.checkpoint_requests += 1;
+            match store.load(unit, fencing).await {
+                Ok(data) => return Some(data),
+                Err(error) => {
+                    tracing::warn!(worker = %self.config.worker_id, unit, attempt, %error, "fleet: checkpoint load failed");
+                }
+            }
+        }
+        self.stats.checkpoint_failures += 1;
+        tracing::warn!(worker = %self.config.worker_id, unit, "fleet: giving the unit back: its checkpoint could not be fenced");
+        None
+    }
+
+    /// Hands units above the target over ([`Units::surplus`]), at most `max_moves` per tick.
+    async fn give_surplus(&mut self, events: &mut Vec<FleetEvent>) {
+        for unit in self.units.surplus(self.config.max_moves) {
+            self.begin_handoff(&unit, LossReason::HandedOver, events)
+                .await;
+        }
+    }
+
+    /// Renews unit leases past half their duration.
+    async fn keep_units(&mut self, events: &mut Vec<FleetEvent>) {
+        let units: Vec<String> = self.units.owned.keys().cloned().collect();
+        for unit in units {
+            let Some(lease) = self.units.owned.get(&unit).cloned() else {
+                continue;
+            };
+            if !lease.is_trusted(self.clock()) {
+                self.lose_unit(&unit, LossReason::NotOwned(NotOwnedReason::Expired), events);
+                continue;
+            }
+            if lease.remaining(self.clock()) > self.config.unit_duration / 2 {
+                continue;
+            }
+            if !self.keep_session(events).await {
+                return;
+            }
+            match self.store.renew(&lease, self.config.unit_duration).await {
+                Ok(renewed) => self.keep_unit(unit, renewed),
+                Err(error) if error.is_not_owned() => {
+                    self.lose_unit(
+                        &unit,
+                        LossReason::NotOwned(NotOwnedReason::TakenOver),
+                        events,
+                    );
+                }
+                Err(error) => {
+                    tracing::warn!(worker = %self.config.worker_id, unit, %error, "fleet: unit renewal failed; retrying next tick");
+                }
+            }
+        }
+    }
+
+    /// Makes the records of configured units that no listing shows ([`Units::missing`]), when a
+    /// peer is configured with a different unit list: then every worker plans over the same
+    /// units (the union), and none is left to a worker that does not know it. At most
+    /// `max_moves` per tick, two requests each (acquire, release), once per unit.
+    async fn register_missing(&mut self, reading: &Reading, events: &mut Vec<FleetEvent>) {
+        if !self.mismatch {
+            return;
+        }
+        let missing = self.units.missing(&self.config, reading);
+        if missing.is_empty() {
+            return;
+        }
+        for unit in missing {
+            if !self.keep_session(events).await {
+                return;
+            }
+            let Some(key) = unit_key(&self.config, &unit) else {
+                continue;
+            };
+            if let Some(lease) = self.acquire_unit(&key, &unit).await {
+                let _ = self
+                    .store
+                    .release(lease.key(), lease.token(), lease.fencing_token())
+                    .await;
+            }
+        }
+        // Every worker lists the units again on its next tick.
+        let _ =
+            super::shared::touch(&*self.store, &*self.config.tokens, &self.config.epoch_key).await;
+    }
+
+    /// Publishes this worker's load when it balances by load: when none is published under the
+    /// current session, or it moved by more than 5 % and four ticks have passed since the last.
+    /// Two requests (release the old record, acquire with the new figure in its token).
+    async fn publish_load(&mut self, force: bool) {
+        let (Some(key), Some(session)) = (self.config.load_key.clone(), self.session.as_ref())
+        else {
+            return;
+        };
+        let session = session.lease.fencing_token().get();
+        let load: f64 = self.units.own_loads(&self.shared).values().sum();
+        let published = self
+            .view
+            .load_of(&self.config.worker_id)
+            .filter(|l| l.session == session)
+            .cloned();
+        let moved = published.as_ref().is_none_or(|p| {
+            (load - p.load).abs() > p.load.max(1.0) * 0.05 || p.units != self.units.owned.len()
+        });
+        let quiet = self.stats.ticks < self.units.load_published_at + 4;
+        if published.is_some() && !(force || (moved && !quiet)) {
+            return;
+        }
+        if let Some(old) = self.view.load_of(&self.config.worker_id).cloned() {
+            let _ = self
+                .store
+                .release(
+                    &key,
+                    &old.token,
+                    lease_core::backend::fencing_token(old.fencing),
+                )
+                .await;
+        }
+        let random = self.config.tokens.next_token();
+        let Ok(token) = LeaseToken::new(PublishedLoad::token(
+            random.as_str(),
+            session,
+            load,
+            self.units.owned.len(),
+        )) else {
+            return;
+        };
+        let options = AcquireOptions::default().with_token(token);
+        match self
+            .store
+            .try_acquire(&key, self.config.unit_duration, &options)
+            .await
+        {
+            Ok(_) => self.units.load_published_at = self.stats.ticks,
+            Err(error) => {
+                tracing::debug!(worker = %self.config.worker_id, %error, "fleet: publishing the load failed; retrying next tick")
+            }
+        }
+    }
+
     /// After a tick's moves, when balancing by load: publish the new figure at once, and when a
     /// unit was given away move the unit-set epoch, so the least loaded member lists the units
     /// and takes it on its next tick (a load-mode give is invisible to takers otherwise).
     async fn after_moves(&mut self) {
-        if self.config.load_key.is_none() || !std::mem::take(&mut self.load_dirty) {
+        if self.config.load_key.is_none() || !std::mem::take(&mut self.units.load_dirty) {
             return;
         }
         self.publish_load(true).await;
-        if std::mem::take(&mut self.gave_by_load) {
+        if std::mem::take(&mut self.units.gave_by_load) {
             let _ =
                 super::shared::touch(&*self.store, &*self.config.tokens, &self.config.epoch_key)
                     .await;
@@ -551,12 +787,13 @@ impl Worker {
         let due = self.ticks_since_plan + 1;
         let resync = sweeper && due >= self.config.resync_every;
         let verdict_due = self
+            .units
             .next_verdict
             .is_some_and(|at| self.clock().monotonic() >= at);
-        let below = self.below_target() && (verdict_due || due >= self.config.resync_every);
-        let rebalance = self.by_load && due >= self.config.resync_every;
+        let below = self.units.below_target() && (verdict_due || due >= self.config.resync_every);
+        let rebalance = self.units.by_load && due >= self.config.resync_every;
         changed
-            || self.relist
+            || self.units.relist
             || resync
             || below
             || rebalance
@@ -572,7 +809,7 @@ impl Worker {
 
     pub(crate) fn publish(&self) {
         let members = self.members.iter().map(|(m, _)| m.clone()).collect();
-        let target = self.target;
+        let target = self.units.target;
         let stats = self.stats();
         self.shared.update(|state| {
             state.members = members;
@@ -587,8 +824,7 @@ impl Worker {
         let retired = std::mem::take(&mut self.shared.lock().retired);
         for unit in retired {
             self.lose_unit(&unit, LossReason::Retired, events);
-            self.known_units.remove(&unit);
-            self.retired.insert(unit);
+            self.units.retire(unit);
         }
     }
 
@@ -609,7 +845,7 @@ impl Worker {
             _ => false,
         });
         if waits {
-            self.handing_over.insert(unit.to_owned());
+            self.units.handing_over.insert(unit.to_owned());
         } else {
             self.release_unit(unit, reason, events).await;
         }
@@ -620,7 +856,8 @@ impl Worker {
         let now = self.clock().monotonic();
         let done: Vec<(String, LossReason)> = {
             let state = self.shared.lock();
-            self.handing_over
+            self.units
+                .handing_over
                 .iter()
                 .filter_map(|unit| {
                     let owned = state.units.get(unit)?;
@@ -639,7 +876,7 @@ impl Worker {
         let Some(lease) = self.lose_unit(unit, reason, events) else {
             return;
         };
-        self.gave_by_load |= self.by_load && handed_over;
+        self.units.released(handed_over);
         if let Err(error) = self
             .store
             .release(lease.key(), lease.token(), lease.fencing_token())
@@ -658,14 +895,14 @@ impl Worker {
     /// Only failures to release the session are returned; unit releases are best effort.
     pub async fn shutdown(&mut self) -> Result<(), LeaseError> {
         let mut events = Vec::new();
-        let units: Vec<String> = self.owned.keys().cloned().collect();
+        let units: Vec<String> = self.units.owned.keys().cloned().collect();
         for unit in units {
-            if !self.handing_over.contains(&unit) {
+            if !self.units.handing_over.contains(&unit) {
                 self.begin_handoff(&unit, LossReason::Shutdown, &mut events)
                     .await;
             }
         }
-        while !self.handing_over.is_empty() {
+        while !self.units.handing_over.is_empty() {
             if !self.keep_session(&mut events).await {
                 break;
             }
@@ -684,7 +921,7 @@ impl Worker {
             }
             None => Ok(()),
         };
-        self.target = None;
+        self.units.target = None;
         self.planned_members = None;
         self.members.clear();
         self.publish();
@@ -701,7 +938,7 @@ impl Worker {
         let mut wake = self.session.as_ref().map(|s| s.renew_due);
         {
             let state = self.shared.lock();
-            for unit in &self.handing_over {
+            for unit in &self.units.handing_over {
                 if let Some(&(_, until)) = state.units.get(unit).and_then(|u| u.handoff.as_ref()) {
                     wake = Some(wake.map_or(until, |w| w.min(until)));
                 }
@@ -765,7 +1002,8 @@ impl Worker {
 
     fn next_handoff_deadline(&self) -> Option<Instant> {
         let state = self.shared.lock();
-        self.handing_over
+        self.units
+            .handing_over
             .iter()
             .filter_map(|u| {
                 state
