@@ -3,13 +3,8 @@
 
 use std::time::{Duration, SystemTime};
 
-/// Formats a wall time as RFC 3339 UTC with milliseconds, with no date-time dependency.
-///
-/// ```
-/// use std::time::{Duration, SystemTime};
-/// let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_893_456_000_123);
-/// assert_eq!(lease_core::backend::fmt_time(t), "2030-01-01T00:00:00.123Z");
-/// ```
+/// Formats a wall time as RFC 3339 UTC with milliseconds (`2030-01-01T00:00:00.123Z`), with no
+/// date-time dependency. Private: backends and the CLI format their own messages.
 pub(crate) fn fmt_time(at: SystemTime) -> String {
     let Ok(since) = at.duration_since(SystemTime::UNIX_EPOCH) else {
         return "before 1970".to_owned();
@@ -123,6 +118,14 @@ fn decimal(n: u128, unit: u128) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wall_times_are_rfc_3339_utc_with_milliseconds() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_893_456_000_123);
+        assert_eq!(fmt_time(t), "2030-01-01T00:00:00.123Z");
+        let before = SystemTime::UNIX_EPOCH - Duration::from_secs(1);
+        assert_eq!(fmt_time(before), "before 1970");
+    }
 
     #[test]
     fn formats_leap_days_and_epoch() {

@@ -2,7 +2,7 @@
 
 use crate::LeaseToken;
 
-/// Per-call options of [`LeaseBackend::try_acquire`]. `Default` asks for nothing special.
+/// Per-call options of [`LeaseBackend::try_acquire`](crate::LeaseBackend::try_acquire). `Default` asks for nothing special.
 ///
 /// ```
 /// use lease_core::AcquireOptions;
@@ -17,7 +17,7 @@ pub struct AcquireOptions {
 }
 
 impl AcquireOptions {
-    /// A human description of the new holder, shown to contenders in [`LeaseError::Held`].
+    /// A human description of the new holder, shown to contenders in [`LeaseError::Held`](crate::LeaseError::Held).
     pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = Some(owner.into());
         self
@@ -26,7 +26,7 @@ impl AcquireOptions {
     /// Use this owner token instead of a fresh one from the backend's token source.
     ///
     /// A token names one tenure, not one caller: acquiring a key that is held, even under this
-    /// same token, fails with [`LeaseError::Held`]. Backends reconcile their *own* retries after a
+    /// same token, fails with [`LeaseError::Held`](crate::LeaseError::Held). Backends reconcile their *own* retries after a
     /// lost reply inside one call; a second call with the same token is a second contender.
     pub fn with_token(mut self, token: LeaseToken) -> Self {
         self.token = Some(token);

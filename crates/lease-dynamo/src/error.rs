@@ -105,7 +105,7 @@ impl DynamoError {
 
     /// Whether DynamoDB said the table does not exist (`ResourceNotFoundException`): it was
     /// never created, or it is in another region or account than the client's, or the
-    /// credentials may not see it. [`DynamoLeases::create_table`] makes it.
+    /// credentials may not see it. [`DynamoLeases::create_table`](crate::DynamoLeases::create_table) makes it.
     ///
     /// Reach it from a [`LeaseError`] through [`std::error::Error::source`]:
     ///
