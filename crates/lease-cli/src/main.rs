@@ -26,7 +26,6 @@ mod relay;
 mod run;
 mod status;
 mod stores;
-mod wall_time;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

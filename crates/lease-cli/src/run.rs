@@ -21,7 +21,7 @@ use crate::cli::RunArgs;
 use crate::duration::fmt_duration;
 use crate::exit::{self, Failure, signal_status, status_code};
 use crate::guard::start_failure;
-use crate::wall_time::fmt_time;
+use lease_core::backend::fmt_time;
 
 /// Environment variable that carries the fencing token to the command.
 pub(crate) const FENCING_ENV: &str = "LEASE_FENCING_TOKEN";

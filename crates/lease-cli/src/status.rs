@@ -10,7 +10,7 @@ use crate::cli::{ReleaseArgs, StatusArgs, TableCreateArgs};
 use crate::duration::fmt_duration;
 use crate::exit::Failure;
 use crate::run::describe_holder;
-use crate::wall_time::fmt_time;
+use lease_core::backend::fmt_time;
 
 /// What a record means right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -48,7 +48,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 pub use crate::fenced::validate_fenced_value;
-pub use crate::human::fmt_duration;
+pub use crate::human::{fmt_duration, fmt_time};
 pub use crate::lease::{default_safety_margin, holder_deadline, validate_duration};
 
 use crate::{FencingToken, Holder, Lease, LeaseKey, LeaseRecord, LeaseToken, NotOwnedReason};

@@ -3,9 +3,17 @@
 
 use std::time::{Duration, SystemTime};
 
-/// Formats a wall time as RFC 3339 UTC with milliseconds (`2030-01-01T00:00:00.123Z`), with no
-/// date-time dependency. Private: backends and the CLI format their own messages.
-pub(crate) fn fmt_time(at: SystemTime) -> String {
+/// Formats a wall time as RFC 3339 UTC with milliseconds, with no date-time dependency: how
+/// every message of this project shows a wall time. For backends and tools that print times;
+/// not in the prelude.
+///
+/// ```
+/// use lease_core::backend::fmt_time;
+/// use std::time::{Duration, SystemTime};
+/// let t = SystemTime::UNIX_EPOCH + Duration::from_millis(1_893_456_000_123);
+/// assert_eq!(fmt_time(t), "2030-01-01T00:00:00.123Z");
+/// ```
+pub fn fmt_time(at: SystemTime) -> String {
     let Ok(since) = at.duration_since(SystemTime::UNIX_EPOCH) else {
         return "before 1970".to_owned();
     };
