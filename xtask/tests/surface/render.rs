@@ -208,12 +208,7 @@ impl Render<'_> {
             ""
         };
         let generics = self.generics(&inner["generics"]);
-        let bounds = self.bounds(&inner["bounds"]);
-        let bounds = if bounds.is_empty() {
-            bounds
-        } else {
-            format!(": {bounds}")
-        };
+        let bounds = self.colon_bounds(&inner["bounds"]);
         let dyn_compatible = if inner["is_dyn_compatible"].as_bool() == Some(true) {
             " (dyn-compatible)"
         } else {
@@ -251,16 +246,8 @@ impl Render<'_> {
                     continue;
                 }
                 "assoc_type" => {
-                    let bounds = self.bounds(&payload["bounds"]);
-                    let bounds = if bounds.is_empty() {
-                        bounds
-                    } else {
-                        format!(": {bounds}")
-                    };
-                    let default = match &payload["type"] {
-                        Value::Null => String::new(),
-                        ty => format!(" = {}", self.ty(ty)),
-                    };
+                    let bounds = self.colon_bounds(&payload["bounds"]);
+                    let default = self.default_type(&payload["type"]);
                     let generics = self.generics(&payload["generics"]);
                     format!("pub type {member_path}{generics}{bounds}{default}")
                 }
@@ -675,6 +662,24 @@ impl Render<'_> {
         }
     }
 
+    /// `: A + B` after a name, or nothing when there are no bounds.
+    fn colon_bounds(&self, bounds: &Value) -> String {
+        let bounds = self.bounds(bounds);
+        if bounds.is_empty() {
+            bounds
+        } else {
+            format!(": {bounds}")
+        }
+    }
+
+    /// ` = T` for a default type, or nothing when there is none.
+    fn default_type(&self, ty: &Value) -> String {
+        match ty {
+            Value::Null => String::new(),
+            ty => format!(" = {}", self.ty(ty)),
+        }
+    }
+
     fn bounds(&self, bounds: &Value) -> String {
         let parts: Vec<String> = bounds
             .as_array()
@@ -753,16 +758,8 @@ impl Render<'_> {
                     }
                     "type" if inner["is_synthetic"].as_bool() == Some(true) => None,
                     "type" => {
-                        let bounds = self.bounds(&inner["bounds"]);
-                        let bounds = if bounds.is_empty() {
-                            bounds
-                        } else {
-                            format!(": {bounds}")
-                        };
-                        let default = match &inner["default"] {
-                            Value::Null => String::new(),
-                            ty => format!(" = {}", self.ty(ty)),
-                        };
+                        let bounds = self.colon_bounds(&inner["bounds"]);
+                        let default = self.default_type(&inner["default"]);
                         Some(format!("{name}{bounds}{default}"))
                     }
                     "const" => Some(format!("const {name}: {}", self.ty(&inner["type"]))),
