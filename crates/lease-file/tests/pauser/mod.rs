@@ -59,6 +59,9 @@
 //! check and claims its whole tenure until the release starts: the harness uses it to show that
 //! the checker sees a real violation.
 
+#[path = "../reexec/mod.rs"]
+mod reexec;
+
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
@@ -660,33 +663,14 @@ const ARGS_ENV: &str = "LEASE_FILE_PAUSER_ARGS";
 /// A command that runs this test binary again as a pauser with `args`: only the test
 /// `pauser_process` runs in it, and it turns into the pauser ([`run_if_asked`]).
 pub(crate) fn command<S: AsRef<str>>(args: &[S]) -> Command {
-    let joined: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
-    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
-    command
-        .args([
-            "--exact",
-            "pauser_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ARGS_ENV, joined.join("\u{1f}"));
-    command
+    reexec::command("pauser_process", ARGS_ENV, args)
 }
 
 /// In a process started by [`command`], runs the pauser and exits with its status; elsewhere
 /// returns at once.
 pub(crate) fn run_if_asked() {
-    let Ok(joined) = std::env::var(ARGS_ENV) else {
+    let Some(args) = reexec::args_if_asked(ARGS_ENV, "lease-file-pauser") else {
         return;
     };
-    let mut args = vec!["lease-file-pauser".to_owned()];
-    args.extend(joined.split('\u{1f}').map(str::to_owned));
-    let code = match run(&args) {
-        Ok(()) => 0,
-        Err(error) => {
-            eprintln!("lease-file-pauser: {error}");
-            1
-        }
-    };
-    std::process::exit(code);
+    reexec::exit_with("lease-file-pauser", run(&args));
 }

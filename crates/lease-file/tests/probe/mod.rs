@@ -33,6 +33,9 @@
 //! `LEASE_FILE_PROBE_MODE=heartbeat-only` runs the heartbeat-only protocol instead of kernel
 //! locks.
 
+#[path = "../reexec/mod.rs"]
+mod reexec;
+
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::process::Command;
@@ -246,36 +249,17 @@ const ARGS_ENV: &str = "LEASE_FILE_PROBE_ARGS";
 /// A command that runs this test binary again as a probe with `args`: only the test
 /// `probe_process` runs in it, and it turns into the probe ([`run_if_asked`]).
 pub(crate) fn command<S: AsRef<str>>(args: &[S]) -> Command {
-    let joined: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
-    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
-    command
-        .args([
-            "--exact",
-            "probe_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ARGS_ENV, joined.join("\u{1f}"));
-    command
+    reexec::command("probe_process", ARGS_ENV, args)
 }
 
 /// In a process started by [`command`], runs the probe and exits with its status; elsewhere
 /// returns at once.
 pub(crate) fn run_if_asked() {
-    let Ok(joined) = std::env::var(ARGS_ENV) else {
+    let Some(args) = reexec::args_if_asked(ARGS_ENV, "lease-file-probe") else {
         return;
     };
     // libtest has printed `test probe_process ... ` without a newline: end that line, so that
     // every line the probe says starts a line of its own.
     say("");
-    let mut args = vec!["lease-file-probe".to_owned()];
-    args.extend(joined.split('\u{1f}').map(str::to_owned));
-    let code = match run(&args) {
-        Ok(()) => 0,
-        Err(error) => {
-            eprintln!("lease-file-probe: {error}");
-            1
-        }
-    };
-    std::process::exit(code);
+    reexec::exit_with("lease-file-probe", run(&args));
 }
