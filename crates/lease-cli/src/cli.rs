@@ -83,6 +83,10 @@ pub(crate) struct LinkArgs {
     /// The guard's SIGKILL lands this many milliseconds before the deadline.
     #[arg(long, default_value_t = 0)]
     pub(crate) kill_before_ms: u64,
+    /// Make this process group the foreground of the terminal on standard input before starting
+    /// the command (see `terminal.rs`).
+    #[arg(long)]
+    pub(crate) terminal: bool,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,

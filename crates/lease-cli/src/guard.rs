@@ -92,6 +92,15 @@ fn kill_group(parent: i32, cause: Cause) -> Failure {
     }
 }
 
+/// `lease` died: its deadline relay directory would be left behind (nobody else removes it), so
+/// the guard removes it, then kills the group.
+fn parent_died(parent: i32, watch: Option<&DeadlineWatch>) -> Failure {
+    if let Some(watch) = watch {
+        watch.clean_up();
+    }
+    kill_group(parent, Cause::ParentDied)
+}
+
 /// Arms the parent-death signal (after the test-only delay). The caller checks the parent next.
 fn arm(death: Signal) -> Result<(), Failure> {
     fault_arm_delay();
@@ -114,16 +123,23 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
         install(SignalKind::terminate())?,
         install(SignalKind::hangup())?,
         install(SignalKind::quit())?,
+        install(SignalKind::user_defined1())?,
+        install(SignalKind::alarm())?,
     ];
+    let watch = args.deadline_file.clone().map(DeadlineWatch::new);
     if !parent_alive(parent) {
-        return Err(kill_group(parent, Cause::ParentDied));
+        return Err(parent_died(parent, watch.as_ref()));
+    }
+    if args.terminal {
+        // Before the command exists, so it never reads the terminal as a background job.
+        crate::terminal::take_foreground_for_own_group();
     }
     let mut child = tokio::process::Command::new(&args.command[0])
         .args(&args.command[1..])
         .kill_on_drop(false)
         .spawn()
         .map_err(|error| start_failure(&args.command[0], &error))?;
-    let mut watch = args.deadline_file.clone().map(DeadlineWatch::new);
+    let mut watch = watch;
     let kill_before = Duration::from_millis(args.kill_before_ms);
     // Also look at the parent on a timer, in case the signal went astray.
     let mut poll = tokio::time::interval(Duration::from_millis(args.poll_ms.max(1)));
@@ -131,7 +147,7 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
     let kill_timer = tokio::time::sleep(Duration::MAX);
     tokio::pin!(kill_timer);
     loop {
-        let [a, b, c, d] = &mut ignored;
+        let [a, b, c, d, e, f] = &mut ignored;
         let due = tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(|e| Failure::internal(format!("waiting for the command: {e}")))?;
@@ -144,9 +160,11 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
             _ = b.recv() => false,
             _ = c.recv() => false,
             _ = d.recv() => false,
+            _ = e.recv() => false,
+            _ = f.recv() => false,
         };
         if !parent_alive(parent) {
-            return Err(kill_group(parent, Cause::ParentDied));
+            return Err(parent_died(parent, watch.as_ref()));
         }
         if let Some(watch) = watch.as_mut()
             && let Some(left) = watch.left()

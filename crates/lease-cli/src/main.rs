@@ -26,6 +26,7 @@ mod relay;
 mod run;
 mod status;
 mod stores;
+mod terminal;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -56,6 +57,10 @@ fn main() -> ExitCode {
         let failure = guard::exec(args);
         eprintln!("lease: {failure}");
         return ExitCode::from(failure.code);
+    }
+    if matches!(cli.command, Command::Run(_)) {
+        // Before any thread starts, so that every thread inherits it (see terminal.rs).
+        terminal::block_background_stops();
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

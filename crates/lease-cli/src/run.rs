@@ -36,6 +36,9 @@ pub(crate) struct RunPlan {
     pub(crate) wait: Duration,
     pub(crate) grace: Duration,
     pub(crate) foreground: bool,
+    /// Standard input is a terminal whose foreground `lease` has: the command's group gets it
+    /// (see `terminal.rs`).
+    pub(crate) terminal: bool,
     pub(crate) command: Vec<OsString>,
     /// The `lease` binary, started again as the guard or exec step.
     pub(crate) link_program: PathBuf,
@@ -106,6 +109,7 @@ impl RunPlan {
             wait: args.wait,
             grace,
             foreground: args.foreground,
+            terminal: !args.foreground && crate::terminal::foreground_terminal().is_some(),
             command: args.command.clone(),
             link_program: PathBuf::from("/proc/self/exe"),
         })
@@ -174,7 +178,16 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
             return Err(failure);
         }
     };
-    supervise(plan, guard, child, &mut signals, relay.as_ref()).await
+    let group = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .map(Pid::from_raw);
+    let result = supervise(plan, guard, child, &mut signals, relay.as_ref()).await;
+    if plan.terminal && group.is_some_and(crate::terminal::is_foreground) {
+        // The command's group had the terminal; `lease` is the shell's job: take it back.
+        crate::terminal::give_foreground(nix::unistd::getpgrp());
+    }
+    result
 }
 
 /// Who holds a lease, as far as a waiting message cares: owner, since, fencing token.
@@ -314,6 +327,9 @@ fn spawn(
         .arg(if plan.foreground { "exec" } else { "guard" })
         .arg("--parent")
         .arg(std::process::id().to_string());
+    if plan.terminal {
+        command.arg("--terminal");
+    }
     if let Some(relay) = relay {
         let poll = check_interval(plan.ttl);
         // Half the slack: lease's own SIGKILL comes first when lease is running.
@@ -402,6 +418,12 @@ enum Stop {
     /// Renewals have failed for so long that waiting any longer would let SIGKILL land after
     /// the holder's deadline.
     Early { deadline_in: Duration },
+    /// The terminal stopped the command, `lease` stopped with it (renewing nothing), and when
+    /// continued the lease could no longer be trusted: the command is killed before it runs on.
+    Suspended { signal: Signal, suspended: Duration },
+    /// The terminal stopped the command for reading or writing it from the background, and
+    /// nothing can continue `lease` (its process group is orphaned): it would never run again.
+    Stalled { signal: Signal },
 }
 
 impl std::fmt::Display for Stop {
@@ -412,6 +434,17 @@ impl std::fmt::Display for Stop {
                 f,
                 "the lease could not be renewed and can be trusted for only {} more",
                 fmt_duration(*deadline_in)
+            ),
+            Self::Suspended { signal, suspended } => write!(
+                f,
+                "the command was stopped by {signal} for {}, longer than the lease can be \
+                 trusted without renewals",
+                fmt_duration(*suspended)
+            ),
+            Self::Stalled { signal } => write!(
+                f,
+                "the command was stopped by {signal} (the terminal, used from the background) \
+                 and nothing can continue it"
             ),
         }
     }
@@ -441,6 +474,12 @@ async fn supervise(
             }
             reason = &mut lost => break Stop::Lost(reason),
             _ = check.tick() => {
+                if let Some(target) = target.filter(|t| t.group)
+                    && let Some(signal) = crate::terminal::stopped_by_terminal(Pid::from_raw(target.pid))
+                    && let Err(stop) = follow_terminal_stop(plan, &guard, target, signal, stop_window)
+                {
+                    break stop;
+                }
                 if let Some(relay) = relay {
                     relay.publish(guard.deadline());
                 }
@@ -461,6 +500,50 @@ async fn supervise(
         }
     };
     stop(plan, guard, child, target, signals, &reason).await
+}
+
+/// The terminal stopped the command's group (Ctrl-Z, or the terminal used from the
+/// background): a stopped command must not keep the lease renewed. When a job-control shell can
+/// continue `lease` (its group is not orphaned), `lease` stops itself with the same signal, so
+/// the shell shows the job stopped and renewals stop with it; `fg` or `bg` continues `lease`,
+/// which continues the command (giving it the terminal when `lease` has it) if the lease can
+/// still be trusted, or kills it where it stands if not. When nothing can continue `lease`, the
+/// kernel's rule for orphaned groups applies: Ctrl-Z is ignored (the command is continued at
+/// once), and a command that needs the terminal it cannot get is stopped.
+fn follow_terminal_stop(
+    plan: &RunPlan,
+    guard: &LeaseGuard,
+    target: Target,
+    signal: Signal,
+    stop_window: Duration,
+) -> Result<(), Stop> {
+    let command_group = Pid::from_raw(target.pid);
+    let orphaned = crate::terminal::own_group_orphaned().unwrap_or(true);
+    let stopped_at = Instant::now();
+    if !orphaned {
+        tracing::info!(key = %plan.key, %signal, "the command was stopped; stopping lease with it");
+        if let Err(error) = kill(Pid::this(), signal) {
+            tracing::debug!(%error, "cannot stop lease itself");
+        }
+    }
+    let suspended = stopped_at.elapsed();
+    let trusted = guard.check().is_ok()
+        && guard.deadline().saturating_duration_since(Instant::now()) > stop_window;
+    if !trusted {
+        target.send(Signal::SIGKILL);
+        return Err(Stop::Suspended { signal, suspended });
+    }
+    let can_have_terminal = plan.terminal
+        && (crate::terminal::is_foreground(nix::unistd::getpgrp())
+            || crate::terminal::is_foreground(command_group));
+    if can_have_terminal {
+        crate::terminal::give_foreground(command_group);
+    } else if orphaned && signal != Signal::SIGTSTP {
+        return Err(Stop::Stalled { signal });
+    }
+    tracing::info!(key = %plan.key, "continuing the command");
+    target.send(Signal::SIGCONT);
+    Ok(())
 }
 
 /// The command exited on its own: stop what it left in its group, release, and report its
@@ -548,28 +631,40 @@ async fn stop(
     reason: &Stop,
 ) -> Result<u8, Failure> {
     let program = plan.program();
-    eprintln!(
-        "lease: {reason} (key {}); stopping {program}: SIGTERM now, SIGKILL after {}",
-        plan.key,
-        fmt_duration(plan.grace)
-    );
+    // A command suspended past the lease's trust was killed where it stood: no grace.
+    let grace_period = if matches!(reason, Stop::Suspended { .. }) {
+        Duration::ZERO
+    } else {
+        plan.grace
+    };
+    if grace_period.is_zero() {
+        eprintln!("lease: {reason} (key {}); killing {program}", plan.key);
+    } else {
+        eprintln!(
+            "lease: {reason} (key {}); stopping {program}: SIGTERM now, SIGKILL after {}",
+            plan.key,
+            fmt_duration(grace_period)
+        );
+    }
     tracing::warn!(key = %plan.key, %reason, "lease lost while the command ran; stopping it");
     let stopped_at = Instant::now();
     if let Some(target) = target {
-        target.send(if plan.grace.is_zero() {
-            Signal::SIGKILL
+        if grace_period.is_zero() {
+            target.send(Signal::SIGKILL);
         } else {
-            Signal::SIGTERM
-        });
+            target.send(Signal::SIGTERM);
+            // A stopped command handles SIGTERM only once continued.
+            target.send(Signal::SIGCONT);
+        }
     }
-    let grace = tokio::time::sleep(plan.grace);
+    let grace = tokio::time::sleep(grace_period);
     tokio::pin!(grace);
-    let mut killed = plan.grace.is_zero();
+    let mut killed = grace_period.is_zero();
     let status = loop {
         tokio::select! {
             status = child.wait() => break status,
             () = &mut grace, if !killed => {
-                eprintln!("lease: {program} still running after {}; sending SIGKILL", fmt_duration(plan.grace));
+                eprintln!("lease: {program} still running after {}; sending SIGKILL", fmt_duration(grace_period));
                 if let Some(target) = target {
                     target.send(Signal::SIGKILL);
                 }
@@ -594,11 +689,14 @@ async fn stop(
         Ok(status) => format!("status {}", status_code(status)),
         Err(error) => format!("an unknown status ({error})"),
     };
+    let what = match reason {
+        Stop::Stalled { .. } => format!("{program} could not go on under lease {}", plan.key),
+        _ => format!("lease {} was lost while {program} ran", plan.key),
+    };
     Err(Failure::new(
         exit::LOST,
         format!(
-            "lease {} was lost while {program} ran; it was stopped after {} with {how}",
-            plan.key,
+            "{what}; it was stopped after {} with {how}",
             fmt_duration(stopped_at.elapsed())
         ),
     ))
@@ -620,12 +718,17 @@ async fn release(guard: LeaseGuard) {
     }
 }
 
-/// The signals `lease run` forwards to the command.
+/// The signals `lease run` forwards to the command: those that end a process by default and
+/// that someone sends on purpose (SIGPIPE is ignored by every Rust program already; SIGXCPU and
+/// SIGXFSZ are limits of `lease` itself). Unhandled, each would end `lease` without releasing.
 struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
     hangup: tokio::signal::unix::Signal,
     quit: tokio::signal::unix::Signal,
+    user1: tokio::signal::unix::Signal,
+    user2: tokio::signal::unix::Signal,
+    alarm: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -639,6 +742,9 @@ impl Signals {
             terminate: install(SignalKind::terminate())?,
             hangup: install(SignalKind::hangup())?,
             quit: install(SignalKind::quit())?,
+            user1: install(SignalKind::user_defined1())?,
+            user2: install(SignalKind::user_defined2())?,
+            alarm: install(SignalKind::alarm())?,
         })
     }
 
@@ -649,6 +755,9 @@ impl Signals {
             _ = self.terminate.recv() => Signal::SIGTERM,
             _ = self.hangup.recv() => Signal::SIGHUP,
             _ = self.quit.recv() => Signal::SIGQUIT,
+            _ = self.user1.recv() => Signal::SIGUSR1,
+            _ = self.user2.recv() => Signal::SIGUSR2,
+            _ = self.alarm.recv() => Signal::SIGALRM,
         }
     }
 }
@@ -710,6 +819,7 @@ mod tests {
             wait: Duration::ZERO,
             grace: max_grace(ttl),
             foreground: false,
+            terminal: false,
             command: command.iter().map(OsString::from).collect(),
             link_program: lease_binary(),
         }
