@@ -113,12 +113,34 @@ pub(crate) fn prepare_dir(dir: &Path, private: bool) -> Result<PathBuf, Failure>
 }
 
 /// Parses a key as written on the command line: `name`, or `partition#sort` (how keys print).
+///
+/// A key that begins with `-` is refused: on a command line it is a forgotten value followed by
+/// the next option (`--key --ttl 5s`) far more often than a name.
 pub(crate) fn parse_key(text: &str) -> Result<LeaseKey, Failure> {
+    if text.starts_with('-') {
+        return Err(Failure::usage(format!(
+            "bad --key {}: a key given to lease must not begin with '-' (is a value missing \
+             before the next option?)",
+            shown(text)
+        )));
+    }
     let key = match text.split_once('#') {
         Some((partition, sort)) => LeaseKey::with_sort_key(partition, sort),
         None => LeaseKey::new(text),
     };
-    key.map_err(|error| Failure::usage(format!("bad --key {text:?}: {error}")))
+    key.map_err(|error| Failure::usage(format!("bad --key {}: {error}", shown(text))))
+}
+
+/// The most characters of a user's value a message quotes.
+const SHOWN_CHARS: usize = 64;
+
+/// `text` quoted for a message, cut to its first [`SHOWN_CHARS`] characters when longer (a
+/// 100 KB key must not become a 100 KB message): `"aaaa"...` (3000 bytes)`.
+pub(crate) fn shown(text: &str) -> String {
+    match text.char_indices().nth(SHOWN_CHARS) {
+        None => format!("{text:?}"),
+        Some((end, _)) => format!("{:?}... ({} bytes)", &text[..end], text.len()),
+    }
 }
 
 /// `pid 4242 on host build-7`: how this process describes itself as a holder.

@@ -115,19 +115,19 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) backend: BackendArgs,
     /// The lease to hold: a name, or PARTITION#SORT.
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", allow_hyphen_values = true)]
     pub(crate) key: String,
     /// Lease duration; renewed every third of it while the command runs.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub(crate) ttl: Duration,
     /// How long to wait for a held lease (0: try once; `forever`: no limit).
-    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_wait)]
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_wait, allow_hyphen_values = true)]
     pub(crate) wait: Duration,
     /// How long the command has between SIGTERM and SIGKILL when it must stop. At most
     /// (2/3 ttl - margin)/2 minus the check interval and kill slack (8.15s for a 30s lease)
     /// [default: 10s or half that bound, whichever is less; each second of grace is a second
     /// less of tolerance for a late renewal].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub(crate) grace: Option<Duration>,
     /// Keep the command in lease's process group, so it can read from the terminal; signals
     /// then reach only the command itself, not its children.
@@ -145,7 +145,7 @@ pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) backend: BackendArgs,
     /// The lease to show: a name, or PARTITION#SORT.
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", allow_hyphen_values = true)]
     pub(crate) key: Option<String>,
     /// Show every lease in the store (with --partition: every lease under that partition key).
     #[arg(long)]
@@ -164,7 +164,7 @@ pub(crate) struct ReleaseArgs {
     #[command(flatten)]
     pub(crate) backend: BackendArgs,
     /// The lease to break: a name, or PARTITION#SORT.
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", allow_hyphen_values = true)]
     pub(crate) key: String,
     /// Release a lease this process does not hold (the only kind of release offered here).
     #[arg(long)]

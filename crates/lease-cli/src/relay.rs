@@ -7,11 +7,18 @@
 //! one line so a torn read is recognised; it rewrites the file at every check, recreating it if
 //! something deleted it. The guard reads it at the same interval, keeps the last value it
 //! could read, and sets a timer for that deadline so it acts on time, not at its next read.
+//!
+//! The directory is removed by `lease run` when it ends, by the guard when `lease` dies, and, when
+//! both were killed at once, by the next `lease run` (one read of the temporary directory at
+//! start: see [`sweep_stale`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::sys::signal::kill;
 use nix::time::{ClockId, clock_gettime};
+use nix::unistd::Pid;
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds.
 pub(crate) fn monotonic_ns() -> u64 {
@@ -44,6 +51,49 @@ fn private_dir(dir: &Path) -> bool {
     })
 }
 
+/// The prefix of every relay directory's name: `lease-run-<pid>-<nonce>`.
+const DIR_PREFIX: &str = "lease-run-";
+
+/// Removes the relay directories under `temp` that `lease run` processes which no longer exist
+/// left behind (both `lease` and its guard killed at once). Only real directories (not
+/// symlinks) owned by this user whose pid names no process are removed: a live `lease run`
+/// keeps its own, and in a sticky temporary directory nobody else can swap ours. A `lease run`
+/// in another pid namespace sharing `temp` looks dead: it recreates its directory at its next
+/// check, and its guard keeps the last deadline it read meanwhile.
+fn sweep_stale(temp: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return;
+    };
+    let me = std::process::id();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix(DIR_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let ours = std::fs::symlink_metadata(entry.path())
+            .is_ok_and(|m| m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw());
+        let gone = pid > 0
+            && u32::try_from(pid).is_ok_and(|pid| pid != me)
+            && kill(Pid::from_raw(pid), None) == Err(Errno::ESRCH);
+        if ours && gone {
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => {
+                    tracing::debug!(path = %entry.path().display(), "removed a stale deadline relay")
+                }
+                Err(error) => {
+                    tracing::debug!(%error, path = %entry.path().display(), "cannot remove a stale deadline relay")
+                }
+            }
+        }
+    }
+}
+
 /// The writing side, owned by `lease run`.
 #[derive(Debug)]
 pub(crate) struct DeadlineRelay {
@@ -54,13 +104,16 @@ pub(crate) struct DeadlineRelay {
 }
 
 impl DeadlineRelay {
-    /// A fresh private directory under the system's temporary directory.
+    /// A fresh private directory under the system's temporary directory (after removing the
+    /// stale ones of dead `lease run` processes).
     pub(crate) fn create() -> std::io::Result<Self> {
         use lease_core::TokenSource;
         use std::os::unix::fs::DirBuilderExt;
+        let temp = std::env::temp_dir();
+        sweep_stale(&temp);
         let nonce = lease_core::RandomTokens.next_token();
         let nonce: String = nonce.as_str().chars().take(12).collect();
-        let dir = std::env::temp_dir().join(format!("lease-run-{}-{nonce}", std::process::id()));
+        let dir = temp.join(format!("{DIR_PREFIX}{}-{nonce}", std::process::id()));
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let file = dir.join("deadline");
         Ok(Self {
