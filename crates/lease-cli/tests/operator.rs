@@ -317,18 +317,22 @@ fn relay_dirs(tmp: &Path) -> Vec<String> {
 fn killed_lease_runs_leave_no_relay_directories_behind() {
     let store = tempfile::tempdir().expect("tempdir");
     let tmp = tempfile::tempdir().expect("tmpdir");
+    let ready = store.path().join("ready");
+    let script = format!("touch '{}'; sleep 30", ready.display());
     let mut first = lease(store.path())
         .env("TMPDIR", tmp.path())
-        .args(["run", "--key", "killed", "--", "sleep", "30"])
+        .args(["run", "--key", "killed", "--", "sh", "-c", &script])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("lease starts");
     let started = Instant::now();
-    while relay_dirs(tmp.path()).is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(10), "no relay made");
+    // The command runs, so the guard that removes the directory does.
+    while !ready.exists() {
+        assert!(started.elapsed() < Duration::from_secs(10), "never ran");
         std::thread::sleep(Duration::from_millis(10));
     }
+    assert_eq!(relay_dirs(tmp.path()).len(), 1, "one relay directory");
     first.kill().expect("kill -9 lease");
     let _ = first.wait();
     let killed = Instant::now();
