@@ -33,7 +33,16 @@ pub(crate) enum Command {
     ///
     /// The command sees LEASE_KEY and LEASE_FENCING_TOKEN in its environment: pass the fencing
     /// token with every write to the resource the lease protects. It runs in its own process
-    /// group (unless --foreground); SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to it.
+    /// group (unless --foreground); SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and
+    /// SIGALRM sent to lease are forwarded to it.
+    ///
+    /// On a terminal (standard input is one and lease is in its foreground) the command's group
+    /// gets the terminal's foreground, so it reads it and gets Ctrl-C as under flock(1); lease
+    /// takes the terminal back when the command ends. A command stopped by the terminal (Ctrl-Z,
+    /// or using it from the background) never keeps the lease renewed: lease stops with it, so
+    /// the shell shows the job stopped; `fg` continues the command if the lease can still be
+    /// trusted, and otherwise kills it where it stands (exit 76). Where no job-control shell can
+    /// continue lease, Ctrl-Z is ignored, as the kernel ignores it there.
     ///
     /// The command never outlives its lease. If renewals fail for so long that the lease could
     /// end, the command gets SIGTERM early enough that SIGKILL lands by the holder's deadline
@@ -129,8 +138,9 @@ pub(crate) struct RunArgs {
     /// less of tolerance for a late renewal].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub(crate) grace: Option<Duration>,
-    /// Keep the command in lease's process group, so it can read from the terminal; signals
-    /// then reach only the command itself, not its children.
+    /// Keep the command in lease's process group instead of a group of its own: only the
+    /// command itself is tied to lease and gets forwarded signals, not its children, and there
+    /// is no deadline backstop. Rarely needed: the command's own group gets the terminal too.
     #[arg(long)]
     pub(crate) foreground: bool,
     /// The command and its arguments.

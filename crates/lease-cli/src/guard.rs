@@ -13,7 +13,9 @@
 //!   terminal. Only the command itself is linked; processes it starts are not.
 //!
 //! Both ignore the signals `lease` forwards (they are meant for the command), and exit with the
-//! command's status (128 + N when signal N killed it).
+//! command's status (128 + N when signal N killed it). On a terminal (`--terminal`), the guard
+//! makes its group the terminal's foreground before it starts the command (`terminal.rs`).
+//! When `lease` dies, the guard also removes the deadline relay's directory.
 //!
 //! The guard also enforces the holder's deadline itself (`relay.rs`): if `lease` is alive but
 //! not running (SIGSTOP, a hung process) and the deadline it last published arrives, the guard
