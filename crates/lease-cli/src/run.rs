@@ -495,6 +495,14 @@ async fn supervise(
                 tracing::info!(%signal, "forwarding signal to the command");
                 if let Some(target) = target {
                     target.send(signal);
+                    // A stopped command (SIGSTOP by hand) would act on it only once continued;
+                    // a shell's `kill` continues a stopped job it terminates, and so does lease.
+                    if matches!(signal, Signal::SIGTERM | Signal::SIGHUP)
+                        && target.group
+                        && crate::terminal::stopped(Pid::from_raw(target.pid))
+                    {
+                        target.send(Signal::SIGCONT);
+                    }
                 }
             }
         }

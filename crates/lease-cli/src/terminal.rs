@@ -77,6 +77,12 @@ pub(crate) fn stopped_by_terminal(pid: Pid) -> Option<Signal> {
     }
 }
 
+/// Whether child `pid` is stopped now, by any signal (see [`stopped_by_terminal`]).
+pub(crate) fn stopped(pid: Pid) -> bool {
+    let flags = WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    matches!(waitid(Id::Pid(pid), flags), Ok(WaitStatus::Stopped(..)))
+}
+
 /// Whether this process's group is orphaned: no member has a parent in another group of the
 /// same session, so no job-control shell can continue it, and the kernel discards SIGTSTP,
 /// SIGTTIN and SIGTTOU sent to it. Reads `/proc` (`None` if it cannot).

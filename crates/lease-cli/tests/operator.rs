@@ -254,6 +254,53 @@ fn user_signals_and_alarms_are_forwarded_and_the_lease_released() {
     }
 }
 
+/// Issue 23: `kill -TERM` of `lease` did nothing while its command was stopped (it was
+/// forwarded to a stopped group). Like a shell's `kill` of a stopped job, SIGTERM and SIGHUP
+/// forwarded to a stopped command are followed by SIGCONT.
+#[test]
+fn sigterm_reaches_a_command_stopped_by_hand() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let ready = store.path().join("ready");
+    let script = format!("echo $$ > '{}'; sleep 30 & wait", ready.display());
+    let mut child = lease(store.path())
+        .args(["run", "--key", "stopped-by-hand", "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lease starts");
+    let started = Instant::now();
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&ready)
+            .ok()
+            .and_then(|text| text.trim().parse::<i32>().ok())
+        {
+            break pid;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never ready");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let group = nix::unistd::getpgid(Some(Pid::from_raw(pid))).expect("the command's group");
+    nix::sys::signal::killpg(group, Signal::SIGSTOP).expect("stop the command's group");
+    std::thread::sleep(Duration::from_millis(200));
+    let lease_pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    kill(lease_pid, Signal::SIGTERM).expect("terminate lease");
+    let terminated = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if terminated.elapsed() > Duration::from_secs(5) {
+            let _ = nix::sys::signal::killpg(group, Signal::SIGKILL);
+            let _ = child.kill();
+            panic!("SIGTERM never reached the stopped command");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let out = child.wait_with_output().expect("output");
+    assert_eq!(status.code(), Some(143), "{}", stderr(&out));
+    assert_free(store.path(), "stopped-by-hand");
+}
+
 /// Issue 23: `--key -x` and `--wait -1s` got clap's tip "to pass '-x' as a value, use '-- -x'",
 /// which makes `-x` the command. They get a message about the value now; an over-long key was
 /// echoed whole (3000 bytes), it is cut now.
