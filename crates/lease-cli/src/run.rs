@@ -530,7 +530,14 @@ fn follow_terminal_stop(
     let stopped_at = Instant::now();
     if !orphaned {
         tracing::info!(key = %plan.key, %signal, "the command was stopped; stopping lease with it");
-        if let Err(error) = kill(Pid::this(), signal) {
+        // SIGTTOU is blocked in every thread of `lease` (see terminal.rs), so it would stay
+        // pending: SIGTSTP stops it as well.
+        let own = if signal == Signal::SIGTTOU {
+            Signal::SIGTSTP
+        } else {
+            signal
+        };
+        if let Err(error) = kill(Pid::this(), own) {
             tracing::debug!(%error, "cannot stop lease itself");
         }
     }
