@@ -143,6 +143,17 @@ pub(crate) fn shown(text: &str) -> String {
     }
 }
 
+/// `key` as a message names it: whole up to [`SHOWN_CHARS`] characters, else cut like
+/// [`shown`] (a valid key may still be too long for a store, and is then refused by it).
+pub(crate) fn shown_key(key: &LeaseKey) -> String {
+    let text = key.to_string();
+    if text.chars().nth(SHOWN_CHARS).is_none() {
+        text
+    } else {
+        shown(&text)
+    }
+}
+
 /// `pid 4242 on host build-7`: how this process describes itself as a holder.
 pub(crate) fn owner_description() -> String {
     format!("pid {} on host {}", std::process::id(), hostname())

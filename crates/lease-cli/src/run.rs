@@ -276,7 +276,10 @@ fn acquire_failure(key: &LeaseKey, error: &LeaseError) -> Failure {
                 ),
             )
         }
-        _ => crate::stores::failure(&format!("cannot acquire lease {key}"), error),
+        _ => crate::stores::failure(
+            &format!("cannot acquire lease {}", crate::backend::shown_key(key)),
+            error,
+        ),
     }
 }
 

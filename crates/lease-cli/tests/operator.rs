@@ -345,6 +345,15 @@ fn values_that_look_like_options_and_long_keys_get_short_clear_errors() {
         "the key is echoed whole: {} bytes",
         text.len()
     );
+    // A valid key, too long for the file store's names.
+    let long = "k".repeat(300);
+    let out = lease(store.path())
+        .args(["run", "--key", &long, "--", "true"])
+        .output()
+        .expect("runs");
+    let text = stderr(&out);
+    assert!(text.contains("(300 bytes)"), "{text}");
+    assert!(text.len() < 400, "the key is echoed whole: {}", text.len());
 }
 
 /// The relay directories (`$TMPDIR/lease-run-PID-NONCE`) under `tmp`.
