@@ -39,10 +39,10 @@ pub(crate) enum Command {
     /// On a terminal (standard input is one and lease is in its foreground) the command's group
     /// gets the terminal's foreground, so it reads it and gets Ctrl-C as under flock(1); lease
     /// takes the terminal back when the command ends. A command stopped by the terminal (Ctrl-Z,
-    /// or using it from the background) never keeps the lease renewed: lease stops with it, so
-    /// the shell shows the job stopped; `fg` continues the command if the lease can still be
-    /// trusted, and otherwise kills it where it stands (exit 76). Where no job-control shell can
-    /// continue lease, Ctrl-Z is ignored, as the kernel ignores it there.
+    /// or using it from the background) never keeps the lease renewed: lease stops its own job
+    /// too, so the shell shows the job stopped; `fg` continues the command if the lease can still
+    /// be trusted, and otherwise kills it where it stands (exit 76). Where no job-control shell
+    /// can continue lease, Ctrl-Z is ignored, as the kernel ignores it there.
     ///
     /// The command never outlives its lease. If renewals fail for so long that the lease could
     /// end, the command gets SIGTERM early enough that SIGKILL lands by the holder's deadline

@@ -515,8 +515,8 @@ async fn supervise(
 
 /// The terminal stopped the command's group (Ctrl-Z, or the terminal used from the
 /// background): a stopped command must not keep the lease renewed. When a job-control shell can
-/// continue `lease` (its group is not orphaned), `lease` stops itself with the same signal, so
-/// the shell shows the job stopped and renewals stop with it; `fg` or `bg` continues `lease`,
+/// continue `lease` (its group is not orphaned), `lease` stops its own group (the shell's job)
+/// with the same signal, so the shell shows the job stopped and renewals stop with it; `fg` or `bg` continues `lease`,
 /// which continues the command (giving it the terminal when `lease` has it) if the lease can
 /// still be trusted, or kills it where it stands if not. When nothing can continue `lease`, the
 /// kernel's rule for orphaned groups applies: Ctrl-Z is ignored (the command is continued at
@@ -532,7 +532,7 @@ fn follow_terminal_stop(
     let orphaned = crate::terminal::own_group_orphaned().unwrap_or(true);
     let stopped_at = Instant::now();
     if !orphaned {
-        tracing::info!(key = %plan.key, %signal, "the command was stopped; stopping lease with it");
+        tracing::info!(key = %plan.key, %signal, "the command was stopped; stopping lease's job with it");
         // SIGTTOU is blocked in every thread of `lease` (see terminal.rs), so it would stay
         // pending: SIGTSTP stops it as well.
         let own = if signal == Signal::SIGTTOU {
@@ -540,7 +540,9 @@ fn follow_terminal_stop(
         } else {
             signal
         };
-        if let Err(error) = kill(Pid::this(), own) {
+        // The whole of `lease`'s own group: it is the shell's job (a script running `lease`
+        // included), which the terminal would have stopped had the command been in it.
+        if let Err(error) = nix::sys::signal::killpg(nix::unistd::getpgrp(), own) {
             tracing::debug!(%error, "cannot stop lease itself");
         }
     }

@@ -169,40 +169,57 @@ fn on_a_terminal_the_command_reads_and_ctrl_c_reaches_it() {
     assert_free(store.path(), "tty");
 }
 
-/// Under a job-control shell, Ctrl-Z stops the command and `lease` with it: the shell shows the
-/// job stopped, and nothing renews the lease, which expires. `fg` after that continues `lease`,
-/// which kills the command where it stands (it may no longer trust the lease) and exits 76.
+/// Under a job-control shell, Ctrl-Z stops the command and `lease` with it (and the rest of
+/// `lease`'s job, such as a script that runs it): the shell shows the job stopped, and nothing
+/// renews the lease, which expires. `fg` after that continues `lease`, which kills the command
+/// where it stands (it may no longer trust the lease) and exits 76. Both inside a script (`sh
+/// job`) and with `lease` as the job itself.
 #[test]
 fn a_command_stopped_by_the_terminal_does_not_keep_the_lease() {
     let store = tempfile::tempdir().expect("tempdir");
+    let job = store.path().join("job");
+    std::fs::write(
+        &job,
+        format!(
+            "{LEASE} run --key stopped --ttl 1s -- sh -c 'echo ready; read x'\necho \"status=$?\"\n"
+        ),
+    )
+    .expect("job");
     let mut terminal = Terminal::start("bash --norc --noprofile -i", store.path());
     // bash's own prompt with no rc file: `bash-5.2$ ` (or `#` for root).
     terminal.wait_for("bash-", 0, Duration::from_secs(10));
-    terminal.type_keys(&format!(
+    let direct =
         // `re""ady`: the line typed is echoed, and must not match.
-        "{LEASE} run --key stopped --ttl 1s -- sh -c 'echo re\"\"ady; read x'\n"
-    ));
-    let mark = terminal.screen().len();
-    terminal.wait_for("ready", mark, Duration::from_secs(10));
-    terminal.type_keys("\x1a");
-    let mark = terminal.screen().len();
-    terminal.wait_for("Stopped", mark, Duration::from_secs(5));
-    // Past the 1 s lease: nothing renewed it.
-    std::thread::sleep(Duration::from_millis(1500));
-    let status = lease(store.path())
-        .args(["status", "--key", "stopped", "--json"])
-        .output()
-        .expect("status");
-    let shown = String::from_utf8_lossy(&status.stdout).into_owned();
-    assert!(
-        !shown.contains(r#""state":"held""#),
-        "a stopped command kept its lease renewed: {shown}"
-    );
-    let mark = terminal.screen().len();
-    terminal.type_keys("fg\n");
-    terminal.wait_for("stopped by SIGTSTP", mark, Duration::from_secs(5));
-    terminal.type_keys("echo \"status=$?\"\n");
-    terminal.wait_for(&format!("status={LOST}"), mark, Duration::from_secs(5));
+        format!("{LEASE} run --key stopped --ttl 1s -- sh -c 'echo re\"\"ady; read x'");
+    for (how, line) in [
+        ("in a script", format!("sh {}", job.display())),
+        ("the job", direct),
+    ] {
+        let mark = terminal.screen().len();
+        terminal.type_keys(&format!("{line}\n"));
+        terminal.wait_for("ready", mark, Duration::from_secs(10));
+        terminal.type_keys("\x1a");
+        let mark = terminal.screen().len();
+        terminal.wait_for("Stopped", mark, Duration::from_secs(5));
+        // Past the 1 s lease: nothing renewed it.
+        std::thread::sleep(Duration::from_millis(1500));
+        let status = lease(store.path())
+            .args(["status", "--key", "stopped", "--json"])
+            .output()
+            .expect("status");
+        let shown = String::from_utf8_lossy(&status.stdout).into_owned();
+        assert!(
+            !shown.contains(r#""state":"held""#),
+            "{how}: a stopped command kept its lease renewed: {shown}"
+        );
+        let mark = terminal.screen().len();
+        terminal.type_keys("fg\n");
+        terminal.wait_for("stopped by SIGTSTP", mark, Duration::from_secs(5));
+        if how == "the job" {
+            terminal.type_keys("echo \"status=$?\"\n");
+        }
+        terminal.wait_for(&format!("status={LOST}"), mark, Duration::from_secs(5));
+    }
     terminal.type_keys("exit\n");
     terminal.wait_exit(Duration::from_secs(5));
 }
