@@ -114,7 +114,7 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) backend: BackendArgs,
     /// The lease to hold: a name, or PARTITION#SORT, kept in the store (--file DIR: the lock
-    /// DIR/<encoded KEY>.lease, so `--key x.lock` is never the file x.lock: use --path for that).
+    /// DIR/KEY.lease, KEY encoded, so `--key x.lock` is never the file x.lock: use --path for that).
     #[arg(long, value_name = "KEY")]
     pub(crate) key: Option<String>,
     /// Instead of --key: the lock at exactly PATH, as `flock PATH cmd` takes it, shared safely

@@ -345,7 +345,7 @@ fn run_path_and_a_go_pidlock_never_both_hold() {
 
     // Go released: the path is lease's, and while lease holds it no Go Acquire gets in.
     let marker = dir.path().join("started");
-    let mut holder = lease(dir.path())
+    let holder = lease(dir.path())
         .arg("run")
         .arg("--path")
         .arg(&p)
@@ -513,7 +513,9 @@ fn dynamo_status_shows_malformed_items_corrupt() {
         .as_secs()
         .to_string();
     let token = "go-token-0123456789";
-    let cases: Vec<(&str, Vec<(&str, AttributeValue)>, &str)> = vec![
+    // (partition key, attributes planted, what the reason must name)
+    type Case<'a> = (&'a str, Vec<(&'a str, AttributeValue)>, &'a str);
+    let cases: Vec<Case<'_>> = vec![
         (
             "fence-negative",
             vec![("lease_fence", N("-5".into()))],
