@@ -123,7 +123,7 @@ pub(crate) fn parse_key(text: &str) -> Result<LeaseKey, Failure> {
 
 /// The lease a command names: `--key KEY` in the store, or `--path PATH`, the lock at exactly
 /// PATH, which is the key named PATH's file name in a store with verbatim names on PATH's
-/// directory ([`crate::stores::open_for`]).
+/// directory (opened by `stores::open_for`).
 ///
 /// In the file store, a key that looks like a lock file's name (`x.lock`, `.x`) is refused with
 /// a pointer to `--path`: it would name `DIR/<encoded KEY>.lease`, never the file an operator

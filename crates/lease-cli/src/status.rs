@@ -129,7 +129,7 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, Failure> {
         }
         return Ok(if seen.is_refused() { exit::CORRUPT } else { 0 });
     }
-    let all = list(&backend, args.partition.as_deref()).await?;
+    let all = list(&backend, strict.as_ref(), args.partition.as_deref()).await?;
     if args.json {
         let values: Vec<Value> = all
             .iter()
@@ -148,21 +148,32 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, Failure> {
     })
 }
 
+/// Every lease of the store, or of one partition. With a strict reader (DynamoDB), each listed
+/// lease is read again strictly (one `GetItem` each, after the `Query`), so that a malformed
+/// item is listed corrupt rather than as the record it decodes to.
 async fn list(
     backend: &Backend,
+    strict: Option<&crate::stores::StrictInspect>,
     partition: Option<&str>,
 ) -> Result<Vec<(LeaseKey, Seen)>, Failure> {
     match (partition, backend.leases.as_listing(), &backend.all_keys) {
-        (Some(partition), Some(listing), _) => listing
-            .list_partition(partition)
-            .await
-            .map(|records| {
-                records
-                    .into_iter()
-                    .map(|r| (r.key().clone(), Seen::Record(Some(r))))
-                    .collect()
-            })
-            .map_err(|e| crate::stores::failure(&format!("cannot list partition {partition}"), &e)),
+        (Some(partition), Some(listing), _) => {
+            let records = listing.list_partition(partition).await.map_err(|e| {
+                crate::stores::failure(&format!("cannot list partition {partition}"), &e)
+            })?;
+            let mut all = Vec::with_capacity(records.len());
+            for record in records {
+                let key = record.key().clone();
+                let seen = match strict {
+                    Some(strict) => Seen::of(strict.inspect(&key).await).map_err(|e| {
+                        crate::stores::failure(&format!("cannot read lease {key}"), &e)
+                    })?,
+                    None => Seen::Record(Some(record)),
+                };
+                all.push((key, seen));
+            }
+            Ok(all)
+        }
         (Some(_), None, _) => Err(Failure::usage(format!(
             "the {} cannot list a partition",
             backend.description

@@ -606,6 +606,19 @@ fn dynamo_status_shows_malformed_items_corrupt() {
         let out = output(run.args(["--", "true"]));
         assert_eq!(code(&out), CORRUPT, "{pk}: {}", text(&out.stderr));
     }
+    // Listed, a malformed item is corrupt too (the listing reads each lease again strictly).
+    let mut list = lease(dir.path());
+    list.args(["status", "--all", "--partition", "expiry-text"]);
+    dynamo(&mut list);
+    let out = output(&mut list);
+    let shown = text(&out.stdout);
+    assert_eq!(code(&out), CORRUPT, "{shown}{}", text(&out.stderr));
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("expiry-text") && l.contains("corrupt")),
+        "{shown}"
+    );
     runtime.block_on(async {
         let client = lease_dynamo::sdk_client(Some(&endpoint), Some("us-east-1")).await;
         let deleted = client.delete_table().table_name(&table).send().await;
