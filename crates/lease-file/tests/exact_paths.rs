@@ -7,9 +7,7 @@ use std::io::Write;
 use std::time::{Duration, SystemTime};
 
 use lease_core::executor::block_on;
-use lease_file::{
-    AcquireOptions, DirectoryStore, FileLock, LeaseBackend, LeaseBackendExt, LeaseKey,
-};
+use lease_file::{AcquireOptions, DirectoryStore, FileLock, LeaseBackend, LeaseKey};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -55,9 +53,9 @@ fn a_go_pidlock_at_a_verbatim_path_holds_the_key() {
         .unwrap()
         .as_nanos();
     let mut file = std::fs::File::create_new(&path).unwrap();
-    write!(
+    writeln!(
         file,
-        "{{\"version\":1,\"ownerID\":\"go-1\",\"pid\":4242,\"lastHeartbeatUnixNano\":{nanos}}}\n"
+        "{{\"version\":1,\"ownerID\":\"go-1\",\"pid\":4242,\"lastHeartbeatUnixNano\":{nanos}}}"
     )
     .unwrap();
     let key = LeaseKey::new("dev.lock").unwrap();
