@@ -121,6 +121,9 @@ pub(crate) struct RunArgs {
     /// with Go kit/lockfile PIDLocks and lease-file FileLocks on the same path (a lock
     /// directory; a Go process holding PATH keeps it held). Use it to stand in for flock(1) or
     /// a Go tool's lock file; use --key for leases kept in a store (--file DIR, --dynamo).
+    /// LEASE_KEY is then PATH's file name; LEASE_FENCING_TOKEN is as with --key, one sequence
+    /// shared with FileLocks on PATH. A stale Go lock file is never taken over: remove it by
+    /// hand once its process is gone.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["file", "dynamo"])]
     pub(crate) path: Option<PathBuf>,
     /// Lease duration; renewed every third of it while the command runs.

@@ -170,6 +170,14 @@ fn status_shows_a_live_go_pidlock_held_by_go_with_its_pid_never_free() {
     assert_eq!(value["state"], "held-by-go", "{value}");
     assert_eq!(value["pid"], std::process::id(), "{value}");
     assert_eq!(value["fencing"], serde_json::Value::Null, "{value}");
+    // Never broken by an operator's forced release either: another protocol's lock.
+    let out = output(
+        lease(dir.path())
+            .args(["release", "--force", "--yes-i-know", "--path"])
+            .arg(&at),
+    );
+    assert_eq!(code(&out), HELD, "{}", text(&out.stderr));
+    assert!(at.is_file(), "the Go lock file is left alone");
     assert!(go.release().is_empty());
     assert!(go_at.release().is_empty());
 }
