@@ -276,6 +276,12 @@ fn printing_to_a_closed_pipe_ends_quietly() {
         with_file(&["status", "--all"]),
         with_file(&["status", "--all", "--json"]),
         with_file(&["release", "--key", "k", "--force", "--yes-i-know"]),
+        {
+            // The smallest demo (about 2 s): its table goes nowhere, the demo still ends well.
+            let mut demo = lease(dir.path());
+            demo.args(["demo", "--workers", "2", "--units", "4"]);
+            demo
+        },
     ];
     for mut command in cases {
         let mut child = command
