@@ -56,6 +56,10 @@ impl State {
     }
 }
 
+/// The Go `kit/lockfile` package's default `LeaseStaleThreshold`: a Go contender takes over a
+/// lock file whose heartbeat is older (shown, never acted on: `lease` never takes it over).
+const GO_STALE_THRESHOLD: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// A Go `kit/lockfile` holder as lease-file reports it: a holder of another protocol (no token
 /// of ours, no expiry) that lease-file names as a Go lock file, live or being written.
 fn is_go(holder: &Holder) -> bool {
@@ -268,6 +272,14 @@ fn record_text(key: &LeaseKey, record: Option<&LeaseRecord>, now: SystemTime) ->
                     fmt_time(beat),
                     fmt_duration(ago)
                 ));
+                if ago > GO_STALE_THRESHOLD {
+                    text.push_str(&format!(
+                        "  stale: no heartbeat for longer than Go's default {}: a Go contender may \
+                         take it over, lease never does; remove the file by hand once its \
+                         process is gone\n",
+                        fmt_duration(GO_STALE_THRESHOLD)
+                    ));
+                }
             }
             text
         }

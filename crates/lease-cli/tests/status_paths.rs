@@ -337,6 +337,12 @@ fn run_path_and_a_go_pidlock_never_both_hold() {
         "{}",
         text(&out.stderr)
     );
+    let status = output(lease(dir.path()).arg("status").arg("--path").arg(&p));
+    let shown = text(&status.stdout);
+    assert!(
+        shown.contains("held by Go") && shown.contains("stale"),
+        "{shown}"
+    );
     assert_eq!(std::fs::read(&p).expect("still there"), stale);
     std::fs::remove_file(&p).expect("cleared by hand");
 
