@@ -154,6 +154,48 @@ pub(crate) fn shown_key(key: &LeaseKey) -> String {
     }
 }
 
+/// The lease a command names: `--key KEY` in the store, or `--path PATH`, the lock at exactly
+/// PATH, which is the key named PATH's file name in a store with verbatim names on PATH's
+/// directory (opened by `stores::open_for`).
+///
+/// In the file store, a key that looks like a lock file's name (`x.lock`, `.x`) is refused with
+/// a pointer to `--path`: it would name `DIR/<encoded KEY>.lease`, never the file an operator
+/// moving from flock(1) or Go kit/lockfile means, and a Go process holding that file would not
+/// keep `lease` out.
+pub(crate) fn lease_key(
+    key: Option<&str>,
+    path: Option<&Path>,
+    file_store: bool,
+) -> Result<LeaseKey, Failure> {
+    match (key, path) {
+        (Some(text), _) => {
+            if file_store && (text.starts_with('.') || text.ends_with(".lock")) {
+                return Err(Failure::usage(format!(
+                    "--key {text:?} names the lease DIR/<encoded key>.lease in the file store, \
+                     not a file named {text:?}; for a lock at an exact path (flock(1)'s, or a \
+                     Go kit/lockfile's such as ./.wave-dev.lock) pass --path PATH instead, or \
+                     pick a key that does not look like a lock file's name"
+                )));
+            }
+            parse_key(text)
+        }
+        (None, Some(path)) => {
+            let name = path
+                .file_name()
+                .and_then(|name| name.to_str())
+                .ok_or_else(|| {
+                    Failure::usage(format!(
+                        "bad --path {}: it must end in a file name in UTF-8",
+                        path.display()
+                    ))
+                })?;
+            LeaseKey::new(name)
+                .map_err(|error| Failure::usage(format!("bad --path {}: {error}", path.display())))
+        }
+        (None, None) => Err(Failure::usage("pass --key KEY or --path PATH")),
+    }
+}
+
 /// `pid 4242 on host build-7`: how this process describes itself as a holder.
 pub(crate) fn owner_description() -> String {
     format!("pid {} on host {}", std::process::id(), hostname())

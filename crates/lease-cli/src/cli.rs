@@ -11,9 +11,11 @@ use crate::duration::{parse_duration, parse_wait};
 /// Run a command under a lease, inspect and break leases, and watch a fleet share work.
 ///
 /// Leases live in a directory of files by default (see --file), or in a DynamoDB table with
-/// --dynamo. Exit statuses: the command's own for `run`; 64 bad input, 69 backend error,
-/// 75 held by another or wait timed out, 76 lease lost while the command ran, 126/127 command
-/// not executable/not found.
+/// --dynamo; --path PATH names a lock at an exact path instead (flock(1)'s and Go
+/// kit/lockfile's kind). Exit statuses: the command's own for `run`; 64 bad input, 65 the
+/// store's record is corrupt or another protocol's (`status` says why), 69 backend error, 75
+/// held by another or wait timed out, 76 lease lost while the command ran, 126/127 command not
+/// executable/not found.
 #[derive(Debug, Parser)]
 #[command(
     name = "lease",
@@ -120,12 +122,23 @@ pub(crate) struct BackendArgs {
 
 /// `lease run`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("lease").required(true).args(["key", "path"])))]
 pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) backend: BackendArgs,
-    /// The lease to hold: a name, or PARTITION#SORT.
+    /// The lease to hold: a name, or PARTITION#SORT, kept in the store (--file DIR: the lock
+    /// DIR/KEY.lease, KEY encoded, so `--key x.lock` is never the file x.lock: use --path for that).
     #[arg(long, value_name = "KEY", allow_hyphen_values = true)]
-    pub(crate) key: String,
+    pub(crate) key: Option<String>,
+    /// Instead of --key: the lock at exactly PATH, as `flock PATH cmd` takes it, shared safely
+    /// with Go kit/lockfile PIDLocks and lease-file FileLocks on the same path (a lock
+    /// directory; a Go process holding PATH keeps it held). Use it to stand in for flock(1) or
+    /// a Go tool's lock file; use --key for leases kept in a store (--file DIR, --dynamo).
+    /// LEASE_KEY is then PATH's file name; LEASE_FENCING_TOKEN is as with --key, one sequence
+    /// shared with FileLocks on PATH. A stale Go lock file is never taken over: remove it by
+    /// hand once its process is gone.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["file", "dynamo"])]
+    pub(crate) path: Option<PathBuf>,
     /// Lease duration; renewed every third of it while the command runs.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub(crate) ttl: Duration,
@@ -150,13 +163,17 @@ pub(crate) struct RunArgs {
 
 /// `lease status`.
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("which").required(true).args(["key", "all"])))]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["key", "path", "all"])))]
 pub(crate) struct StatusArgs {
     #[command(flatten)]
     pub(crate) backend: BackendArgs,
     /// The lease to show: a name, or PARTITION#SORT.
     #[arg(long, value_name = "KEY", allow_hyphen_values = true)]
     pub(crate) key: Option<String>,
+    /// Instead of --key: the lock at exactly PATH (as `lease run --path PATH` holds it), or a
+    /// Go kit/lockfile PIDLock there.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["file", "dynamo"])]
+    pub(crate) path: Option<PathBuf>,
     /// Show every lease in the store (with --partition: every lease under that partition key).
     #[arg(long)]
     pub(crate) all: bool,
@@ -170,12 +187,17 @@ pub(crate) struct StatusArgs {
 
 /// `lease release`.
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("lease").required(true).args(["key", "path"])))]
 pub(crate) struct ReleaseArgs {
     #[command(flatten)]
     pub(crate) backend: BackendArgs,
     /// The lease to break: a name, or PARTITION#SORT.
     #[arg(long, value_name = "KEY", allow_hyphen_values = true)]
-    pub(crate) key: String,
+    pub(crate) key: Option<String>,
+    /// Instead of --key: the lock at exactly PATH (as `lease run --path PATH` holds it). A Go
+    /// kit/lockfile PIDLock there is never broken by lease.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["file", "dynamo"])]
+    pub(crate) path: Option<PathBuf>,
     /// Release a lease this process does not hold (the only kind of release offered here).
     #[arg(long)]
     pub(crate) force: bool,

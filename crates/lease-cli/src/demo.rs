@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 use crate::cli::{DemoArgs, DemoWorkerArgs};
 use crate::duration::fmt_duration;
 use crate::exit::Failure;
+use crate::out::outln;
 
 /// The longest a phase (first balance, takeover) may take before the demo gives up.
 const PHASE_LIMIT: Duration = Duration::from_secs(12);
@@ -38,7 +39,7 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<u8, Failure> {
     let started = Instant::now();
     let store = DemoStore::create(&args)?;
     let fleet = format!("demo-{}-{}", std::process::id(), unix_millis());
-    println!(
+    outln!(
         "lease demo: {} worker processes share {} units on the {} (leases {}, rebalance every {})",
         args.workers,
         args.units,
@@ -64,29 +65,31 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<u8, Failure> {
     shutdown(&mut workers).await;
     store.remove();
     let figures = outcome?;
-    println!();
-    println!("summary");
-    println!(
+    outln!();
+    outln!("summary");
+    outln!(
         "  time to balance    {} ({} workers, {} units each)",
         fmt_ms(figures.balanced),
         args.workers,
         fmt_share(args.units, args.workers)
     );
-    println!(
+    outln!(
         "  takeover time      {} (every unit of the killed worker owned again)",
         fmt_ms(figures.takeover)
     );
-    println!(
+    outln!(
         "  rebalanced after   {} ({} workers, {} units each)",
         fmt_ms(figures.rebalanced),
         args.workers - 1,
         fmt_share(args.units, args.workers - 1)
     );
-    println!(
+    outln!(
         "  moves              {} while converging, {} after the kill ({} units were the killed worker's)",
-        figures.moves_converging, figures.moves_after_kill, figures.victim_units
+        figures.moves_converging,
+        figures.moves_after_kill,
+        figures.victim_units
     );
-    println!("  total              {}", fmt_ms(started.elapsed()));
+    outln!("  total              {}", fmt_ms(started.elapsed()));
     Ok(0)
 }
 
@@ -115,7 +118,7 @@ async fn drive(
 
     // Phase 1: converge.
     let balanced = watch(view, rx, &mut tick, started, "balance").await?;
-    println!("balanced after {}", fmt_ms(balanced));
+    outln!("balanced after {}", fmt_ms(balanced));
     let moves_converging = view.moves;
 
     // Hold for a few rounds to show the assignment is stable.
@@ -140,7 +143,7 @@ async fn drive(
     let killed_at = Instant::now();
     kill_now(child).await;
     view.kill(victim);
-    println!(
+    outln!(
         "{:>7}  SIGKILL {} (pid {pid}), which held {victim_units} units: {}",
         fmt_ms(started.elapsed()),
         worker_name(victim),
@@ -148,7 +151,7 @@ async fn drive(
     );
     let moves_before_kill = view.moves;
     let (takeover, rebalanced) = watch_takeover(view, rx, &mut tick, started, killed_at).await?;
-    println!(
+    outln!(
         "takeover after {}, rebalanced after {}",
         fmt_ms(takeover),
         fmt_ms(rebalanced)
@@ -347,7 +350,7 @@ impl View {
             line.push_str(&format!("  {:<18}", worker_name(worker)));
         }
         line.push_str("  free");
-        println!("{}", line.trim_end());
+        outln!("{}", line.trim_end());
     }
 
     fn row(&self) -> String {
@@ -379,7 +382,7 @@ impl View {
     fn print_if_changed(&mut self, started: Instant) {
         let row = self.row();
         if self.printed.as_deref() != Some(row.as_str()) {
-            println!("{:>7}{}", fmt_ms(started.elapsed()), row.trim_end());
+            outln!("{:>7}{}", fmt_ms(started.elapsed()), row.trim_end());
             self.printed = Some(row);
         }
     }

@@ -6,6 +6,7 @@
 //! | 128 + N | `lease run`: the command was killed by signal N |
 //! | 0 | other commands: done |
 //! | 64 | bad input: unknown flags, a flag combination that makes no sense, an unparsable duration or key, a missing command, a missing confirmation flag |
+//! | 65 | the store's record is corrupt (a malformed DynamoDB item, a lock directory with two states) or another protocol's (an old lease-file record, an unknown file): every acquisition refuses it until an operator repairs or removes it; `lease status` shows why |
 //! | 69 | the backend failed or cannot be opened (unwritable directory, unreachable endpoint, missing table) |
 //! | 70 | an internal error (a bug, or the process could not start a thread) |
 //! | 75 | the lease is held by another owner (`--wait 0`), or waiting for it timed out |
@@ -20,6 +21,8 @@ use lease_core::LeaseError;
 
 /// Bad input (`EX_USAGE`).
 pub(crate) const USAGE: u8 = 64;
+/// The store's record is corrupt or another protocol's (`EX_DATAERR`): retrying cannot help.
+pub(crate) const CORRUPT: u8 = 65;
 /// The backend failed or cannot be opened (`EX_UNAVAILABLE`).
 pub(crate) const UNAVAILABLE: u8 = 69;
 /// An internal error (`EX_SOFTWARE`).
@@ -78,6 +81,8 @@ impl Failure {
         }
         let code = if error.is_invalid_input() {
             USAGE
+        } else if error.is_corrupt() || error.is_foreign() {
+            CORRUPT
         } else if error.is_held() || error.is_timeout() {
             HELD
         } else if error.is_not_owned() {

@@ -9,8 +9,10 @@
 //!
 //! Leases live in a directory of files by default (`$LEASE_DIR`, else `/tmp/lease-$UID`; `--file
 //! DIR` picks another), or in a DynamoDB table with `--dynamo TABLE`. Exit statuses are listed in
-//! the `exit` module: the command's own, 64 bad input, 69 backend error, 75 held or wait timed
-//! out, 76 lost while running, 126/127 command not executable/not found.
+//! the `exit` module: the command's own, 64 bad input, 65 corrupt or foreign record, 69 backend
+//! error, 75 held or wait timed out, 76 lost while running, 126/127 command not executable/not
+//! found. `--path PATH` instead of `--key KEY` names a lock at an exact path (flock(1)'s and Go
+//! `kit/lockfile`'s kind).
 //!
 //! Messages for people go to stderr prefixed `lease:`; diagnostics go to stderr through `tracing`,
 //! errors only by default: set `LEASE_LOG` (e.g. `LEASE_LOG=warn`, `LEASE_LOG=debug`) to see more.
@@ -22,6 +24,7 @@ mod demo_worker;
 mod duration;
 mod exit;
 mod guard;
+mod out;
 mod relay;
 mod run;
 mod status;

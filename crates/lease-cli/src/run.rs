@@ -16,7 +16,7 @@ use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::backend::{Backend, owner_description, parse_key};
+use crate::backend::{Backend, lease_key, owner_description};
 use crate::cli::RunArgs;
 use crate::duration::fmt_duration;
 use crate::exit::{self, Failure, signal_status, status_code};
@@ -69,7 +69,8 @@ pub(crate) fn max_grace(ttl: Duration) -> Duration {
 
 impl RunPlan {
     fn from_args(args: &RunArgs) -> Result<Self, Failure> {
-        let key = parse_key(&args.key)?;
+        let file_store = args.backend.dynamo.is_none();
+        let key = lease_key(args.key.as_deref(), args.path.as_deref(), file_store)?;
         validate_duration(args.ttl).map_err(|e| Failure::usage(format!("bad --ttl: {e}")))?;
         if args.ttl < Duration::from_millis(100) {
             return Err(Failure::usage(format!(
@@ -126,7 +127,7 @@ impl RunPlan {
 /// `lease run`: parses, opens the store, runs.
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     let plan = RunPlan::from_args(&args)?;
-    let backend = crate::stores::open(&args.backend).await?;
+    let backend = crate::stores::open_for(&args.backend, args.path.as_deref()).await?;
     run_plan(&backend, &plan).await
 }
 

@@ -2,28 +2,43 @@
 
 use std::time::SystemTime;
 
-use lease_core::{LeaseKey, LeaseRecord};
+use lease_core::{Holder, LeaseError, LeaseKey, LeaseRecord};
 use serde_json::{Value, json};
 
-use crate::backend::{Backend, parse_key};
+use crate::backend::{Backend, lease_key};
 use crate::cli::{ReleaseArgs, StatusArgs, TableCreateArgs};
 use crate::duration::fmt_duration;
-use crate::exit::Failure;
+use crate::exit::{self, Failure};
+use crate::out::outln;
 use crate::run::describe_holder;
 use lease_core::backend::fmt_time;
 
-/// What a record means right now.
+/// What a lease looks like right now, as `status` reports it (`state` in `--json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
+    /// A holder whose lease has not expired, or whose record carries no expiry at all (held
+    /// until released: never shown free).
     Held,
+    /// A Go `kit/lockfile` `PIDLock` holds the path (a lock file, not this protocol's lock
+    /// directory): held until the Go process removes it, never taken over by `lease`.
+    HeldByGo,
+    /// The last holder's lease has expired: free to take.
     Expired,
+    /// Nobody holds it.
     Free,
+    /// The record is malformed: every acquisition refuses it until an operator repairs it.
+    Corrupt,
+    /// The record belongs to another lock protocol (an older format, an unknown file).
+    Foreign,
 }
 
 impl State {
     fn of(record: Option<&LeaseRecord>, now: SystemTime) -> Self {
         match record.and_then(LeaseRecord::holder) {
             None => Self::Free,
+            Some(holder) if is_go(holder) => Self::HeldByGo,
+            // No expiry known: held until released, never guessed free.
+            Some(holder) if holder.expires_at().is_none() => Self::Held,
             Some(_) if record.is_some_and(|r| r.is_held_at(now)) => Self::Held,
             Some(_) => Self::Expired,
         }
@@ -32,51 +47,137 @@ impl State {
     fn name(self) -> &'static str {
         match self {
             Self::Held => "held",
+            Self::HeldByGo => "held-by-go",
             Self::Expired => "expired",
             Self::Free => "free",
+            Self::Corrupt => "corrupt",
+            Self::Foreign => "foreign",
         }
     }
 }
 
-/// `lease status`.
+/// The Go `kit/lockfile` package's default `LeaseStaleThreshold`: a Go contender takes over a
+/// lock file whose heartbeat is older (shown, never acted on: `lease` never takes it over).
+const GO_STALE_THRESHOLD: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// A Go `kit/lockfile` holder as lease-file reports it: a holder of another protocol (no token
+/// of ours, no expiry) that lease-file names as a Go lock file, live or being written.
+fn is_go(holder: &Holder) -> bool {
+    holder.token().is_none()
+        && holder.expires_at().is_none()
+        && holder
+            .owner()
+            .is_some_and(|owner| owner.contains("Go kit/lockfile"))
+}
+
+/// What reading one lease found: its record (or none), or a record the store refuses.
+#[derive(Debug)]
+enum Seen {
+    Record(Option<LeaseRecord>),
+    /// Corrupt or foreign, with the store's reason.
+    Refused {
+        state: State,
+        reason: String,
+    },
+}
+
+impl Seen {
+    /// `result` of an inspect: refusals of the record become [`Seen::Refused`], other errors
+    /// stay errors.
+    fn of(result: Result<Option<LeaseRecord>, LeaseError>) -> Result<Self, LeaseError> {
+        match result {
+            Ok(record) => Ok(Self::Record(record)),
+            Err(LeaseError::Corrupt { reason, .. }) => Ok(Self::Refused {
+                state: State::Corrupt,
+                reason,
+            }),
+            Err(LeaseError::Foreign { reason, .. }) => Ok(Self::Refused {
+                state: State::Foreign,
+                reason,
+            }),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn state(&self, now: SystemTime) -> State {
+        match self {
+            Self::Record(record) => State::of(record.as_ref(), now),
+            Self::Refused { state, .. } => *state,
+        }
+    }
+
+    fn is_refused(&self) -> bool {
+        matches!(self, Self::Refused { .. })
+    }
+}
+
+/// `lease status`. Exit status 0, or [`exit::CORRUPT`] when a record shown is corrupt or
+/// another protocol's.
 pub(crate) async fn status(args: StatusArgs) -> Result<u8, Failure> {
-    let backend = crate::stores::open(&args.backend).await?;
+    let (backend, strict) =
+        crate::stores::open_for_status(&args.backend, args.path.as_deref()).await?;
     let now = SystemTime::now();
-    if let Some(key) = &args.key {
-        let key = parse_key(key)?;
-        let record = backend
-            .leases
-            .inspect(&key)
-            .await
+    if args.key.is_some() || args.path.is_some() {
+        let file_store = args.backend.dynamo.is_none();
+        let key = lease_key(args.key.as_deref(), args.path.as_deref(), file_store)?;
+        let result = match &strict {
+            Some(strict) => strict.inspect(&key).await,
+            None => backend.leases.inspect(&key).await,
+        };
+        let seen = Seen::of(result)
             .map_err(|e| crate::stores::failure(&format!("cannot read lease {key}"), &e))?;
         if args.json {
-            println!("{}", record_json(&key, record.as_ref(), now));
+            outln!("{}", seen_json(&key, &seen, now));
         } else {
-            print!("{}", record_text(&key, record.as_ref(), now));
+            crate::out::text(&seen_text(&key, &seen, now));
         }
-        return Ok(0);
+        return Ok(if seen.is_refused() { exit::CORRUPT } else { 0 });
     }
-    let records = list(&backend, args.partition.as_deref()).await?;
+    let all = list(&backend, strict.as_ref(), args.partition.as_deref()).await?;
     if args.json {
-        let all: Vec<Value> = records
+        let values: Vec<Value> = all
             .iter()
-            .map(|r| record_json(r.key(), Some(r), now))
+            .map(|(k, seen)| seen_json(k, seen, now))
             .collect();
-        println!("{}", Value::Array(all));
-    } else if records.is_empty() {
-        println!("no leases in the {}", backend.description);
+        outln!("{}", Value::Array(values));
+    } else if all.is_empty() {
+        outln!("no leases in the {}", backend.description);
     } else {
-        print!("{}", table_text(&records, now));
+        crate::out::text(&table_text(&all, now));
     }
-    Ok(0)
+    Ok(if all.iter().any(|(_, seen)| seen.is_refused()) {
+        exit::CORRUPT
+    } else {
+        0
+    })
 }
 
-async fn list(backend: &Backend, partition: Option<&str>) -> Result<Vec<LeaseRecord>, Failure> {
+/// Every lease of the store, or of one partition. With a strict reader (DynamoDB), each listed
+/// lease is read again strictly (one `GetItem` each, after the `Query`), so that a malformed
+/// item is listed corrupt rather than as the record it decodes to.
+async fn list(
+    backend: &Backend,
+    strict: Option<&crate::stores::StrictInspect>,
+    partition: Option<&str>,
+) -> Result<Vec<(LeaseKey, Seen)>, Failure> {
     match (partition, backend.leases.as_listing(), &backend.all_keys) {
-        (Some(partition), Some(listing), _) => listing
-            .list_partition(partition)
-            .await
-            .map_err(|e| crate::stores::failure(&format!("cannot list partition {partition}"), &e)),
+        (Some(partition), Some(listing), _) => {
+            let records = listing.list_partition(partition).await.map_err(|e| {
+                crate::stores::failure(&format!("cannot list partition {partition}"), &e)
+            })?;
+            let mut all = Vec::with_capacity(records.len());
+            for record in records {
+                let key = record.key().clone();
+                let seen = match strict {
+                    Some(strict) => Seen::of(strict.inspect(&key).await).map_err(|e| {
+                        crate::stores::failure(&format!("cannot read lease {key}"), &e)
+                    })?,
+                    None => Seen::Record(Some(record)),
+                };
+                all.push((key, seen));
+            }
+            Ok(all)
+        }
         (Some(_), None, _) => Err(Failure::usage(format!(
             "the {} cannot list a partition",
             backend.description
@@ -85,15 +186,16 @@ async fn list(backend: &Backend, partition: Option<&str>) -> Result<Vec<LeaseRec
             let keys = all_keys().map_err(|e| {
                 Failure::unavailable(format!("cannot list the {}: {e}", backend.description))
             })?;
-            let mut records = Vec::with_capacity(keys.len());
+            let mut all = Vec::with_capacity(keys.len());
             for key in keys {
-                let record =
-                    backend.leases.inspect(&key).await.map_err(|e| {
-                        crate::stores::failure(&format!("cannot read lease {key}"), &e)
-                    })?;
-                records.extend(record);
+                // A corrupt lease is listed as such; it does not hide the others.
+                let seen = Seen::of(backend.leases.inspect(&key).await)
+                    .map_err(|e| crate::stores::failure(&format!("cannot read lease {key}"), &e))?;
+                if !matches!(seen, Seen::Record(None)) {
+                    all.push((key, seen));
+                }
             }
-            Ok(records)
+            Ok(all)
         }
         (None, _, None) => Err(Failure::usage(format!(
             "the {} cannot enumerate every lease; pass --partition PARTITION to list one partition",
@@ -102,26 +204,51 @@ async fn list(backend: &Backend, partition: Option<&str>) -> Result<Vec<LeaseRec
     }
 }
 
-fn record_json(key: &LeaseKey, record: Option<&LeaseRecord>, now: SystemTime) -> Value {
-    let state = State::of(record, now);
+fn seen_json(key: &LeaseKey, seen: &Seen, now: SystemTime) -> Value {
+    let state = seen.state(now);
+    let (record, reason) = match seen {
+        Seen::Record(record) => (record.as_ref(), None),
+        Seen::Refused { reason, .. } => (None, Some(reason.as_str())),
+    };
     let holder = record.and_then(LeaseRecord::holder);
     let remaining_ms = holder
         .and_then(|h| h.expires_at())
         .and_then(|until| until.duration_since(now).ok())
         .filter(|_| state == State::Held)
         .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+    // Another protocol's lock has no fencing token of ours.
+    let fencing = record
+        .filter(|_| state != State::HeldByGo)
+        .map(|r| r.fencing().get());
     json!({
         "key": key.to_string(),
         "partition": key.partition(),
         "sort": key.sort(),
         "state": state.name(),
+        "reason": reason,
         "holder": holder.and_then(|h| h.owner()),
+        "pid": holder.and_then(Holder::pid),
         "since": holder.and_then(|h| h.acquired_at()).map(fmt_time),
         "until": holder.and_then(|h| h.expires_at()).map(fmt_time),
+        "heartbeat": holder.and_then(|h| h.renewed_at()).map(fmt_time),
         "remaining_ms": remaining_ms,
-        "fencing": record.map(|r| r.fencing().get()),
+        "fencing": fencing,
         "token": holder.and_then(|h| h.token()).map(|t| t.redacted()),
     })
+}
+
+fn seen_text(key: &LeaseKey, seen: &Seen, now: SystemTime) -> String {
+    match seen {
+        Seen::Record(record) => record_text(key, record.as_ref(), now),
+        Seen::Refused { state, reason } => format!(
+            "{key}: {}: {reason}\n",
+            if *state == State::Foreign {
+                "another protocol's record"
+            } else {
+                "corrupt"
+            }
+        ),
+    }
 }
 
 fn record_text(key: &LeaseKey, record: Option<&LeaseRecord>, now: SystemTime) -> String {
@@ -130,6 +257,32 @@ fn record_text(key: &LeaseKey, record: Option<&LeaseRecord>, now: SystemTime) ->
     };
     let fencing = record.fencing();
     match (State::of(Some(record), now), record.holder()) {
+        (State::HeldByGo, Some(holder)) => {
+            let mut text = format!(
+                "{key}: held by Go: {}\n",
+                holder.owner().unwrap_or("a Go kit/lockfile PIDLock")
+            );
+            if let Some(pid) = holder.pid() {
+                text.push_str(&format!("  pid      {pid}\n"));
+            }
+            if let Some(beat) = holder.renewed_at() {
+                let ago = now.duration_since(beat).unwrap_or_default();
+                text.push_str(&format!(
+                    "  heartbeat {} ({} ago)\n",
+                    fmt_time(beat),
+                    fmt_duration(ago)
+                ));
+                if ago > GO_STALE_THRESHOLD {
+                    text.push_str(&format!(
+                        "  stale: no heartbeat for longer than Go's default {}: a Go contender may \
+                         take it over, lease never does; remove the file by hand once its \
+                         process is gone\n",
+                        fmt_duration(GO_STALE_THRESHOLD)
+                    ));
+                }
+            }
+            text
+        }
         (State::Held, Some(holder)) => {
             let mut text = format!(
                 "{key}: held by {}\n",
@@ -138,13 +291,16 @@ fn record_text(key: &LeaseKey, record: Option<&LeaseRecord>, now: SystemTime) ->
             if let Some(since) = holder.acquired_at() {
                 text.push_str(&format!("  since    {}\n", fmt_time(since)));
             }
-            if let Some(until) = holder.expires_at() {
-                let left = until.duration_since(now).unwrap_or_default();
-                text.push_str(&format!(
-                    "  until    {} (in {})\n",
-                    fmt_time(until),
-                    fmt_duration(left)
-                ));
+            match holder.expires_at() {
+                Some(until) => {
+                    let left = until.duration_since(now).unwrap_or_default();
+                    text.push_str(&format!(
+                        "  until    {} (in {})\n",
+                        fmt_time(until),
+                        fmt_duration(left)
+                    ));
+                }
+                None => text.push_str("  until    released (the record has no expiry)\n"),
             }
             text.push_str(&format!("  fencing  {fencing}\n"));
             text
@@ -157,14 +313,18 @@ fn record_text(key: &LeaseKey, record: Option<&LeaseRecord>, now: SystemTime) ->
     }
 }
 
-fn table_text(records: &[LeaseRecord], now: SystemTime) -> String {
-    let rows: Vec<[String; 5]> = records
+fn table_text(all: &[(LeaseKey, Seen)], now: SystemTime) -> String {
+    let rows: Vec<[String; 5]> = all
         .iter()
-        .map(|record| {
-            let holder = record.holder();
+        .map(|(key, seen)| {
+            let record = match seen {
+                Seen::Record(record) => record.as_ref(),
+                Seen::Refused { .. } => None,
+            };
+            let holder = record.and_then(LeaseRecord::holder);
             [
-                record.key().to_string(),
-                State::of(Some(record), now).name().to_owned(),
+                key.to_string(),
+                seen.state(now).name().to_owned(),
                 holder
                     .and_then(|h| h.owner())
                     .unwrap_or(if holder.is_some() { "?" } else { "-" })
@@ -172,7 +332,7 @@ fn table_text(records: &[LeaseRecord], now: SystemTime) -> String {
                 holder
                     .and_then(|h| h.expires_at())
                     .map_or_else(|| "-".to_owned(), fmt_time),
-                record.fencing().to_string(),
+                record.map_or_else(|| "-".to_owned(), |r| r.fencing().to_string()),
             ]
         })
         .collect();
@@ -193,12 +353,18 @@ fn table_text(records: &[LeaseRecord], now: SystemTime) -> String {
         text.push_str(line.join("  ").trim_end());
         text.push('\n');
     }
+    for (key, seen) in all {
+        if let Seen::Refused { reason, .. } = seen {
+            text.push_str(&format!("{key}: {reason}\n"));
+        }
+    }
     text
 }
 
 /// `lease release --force --yes-i-know`: inspect, then release the holder's token.
 pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
-    let key = parse_key(&args.key)?;
+    let file_store = args.backend.dynamo.is_none();
+    let key = lease_key(args.key.as_deref(), args.path.as_deref(), file_store)?;
     if !args.force {
         return Err(Failure::usage(format!(
             "a lease is released by its holder; to break lease {key} as an operator, \
@@ -211,16 +377,26 @@ pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
              working, and loses the lease at its next renewal"
         )));
     }
-    let backend = crate::stores::open(&args.backend).await?;
+    let backend = crate::stores::open_for(&args.backend, args.path.as_deref()).await?;
     let record = backend
         .leases
         .inspect(&key)
         .await
         .map_err(|e| crate::stores::failure(&format!("cannot read lease {key}"), &e))?;
     let Some(holder) = record.as_ref().and_then(LeaseRecord::holder) else {
-        println!("{key}: free; nothing to release");
+        outln!("{key}: free; nothing to release");
         return Ok(0);
     };
+    if is_go(holder) {
+        return Err(Failure::new(
+            exit::HELD,
+            format!(
+                "lease {key} is held by {}; lease never breaks another protocol's lock: stop \
+                 that process, or remove the file by hand once it is gone",
+                describe_holder(holder)
+            ),
+        ));
+    }
     let Some(token) = holder.token() else {
         return Err(Failure::unavailable(format!(
             "the {} does not reveal the holder's token of lease {key}; cannot break it",
@@ -238,7 +414,7 @@ pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
         .await
         .map_err(|e| crate::stores::failure(&format!("cannot break lease {key}"), &e))?;
     tracing::warn!(%key, holder = %describe_holder(holder), "lease broken by an operator");
-    println!(
+    outln!(
         "{key}: released the lease of {}; its holder loses it at its next renewal",
         describe_holder(holder)
     );
@@ -253,14 +429,14 @@ pub(crate) async fn table_create(args: TableCreateArgs) -> Result<u8, Failure> {
         args.region.as_deref(),
     )
     .await?;
-    println!("table {} is ready", args.dynamo);
+    outln!("table {} is ready", args.dynamo);
     Ok(0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lease_core::{Holder, LeaseToken};
+    use lease_core::{FencingToken, LeaseToken};
     use std::time::Duration;
 
     fn record(key: &str, expires_in: Option<i64>, now: SystemTime) -> LeaseRecord {
@@ -284,11 +460,15 @@ mod tests {
         )
     }
 
+    fn json_of(record: &LeaseRecord, now: SystemTime) -> Value {
+        seen_json(record.key(), &Seen::Record(Some(record.clone())), now)
+    }
+
     #[test]
     fn json_names_the_state_and_never_the_whole_token() {
         let now = SystemTime::now();
         let held = record("a", Some(30), now);
-        let value = record_json(held.key(), Some(&held), now);
+        let value = json_of(&held, now);
         assert_eq!(value["state"], "held");
         assert_eq!(value["holder"], "pid 7 on host h");
         assert_eq!(value["fencing"], 9);
@@ -298,14 +478,14 @@ mod tests {
             "{value}"
         );
         let expired = record("b", Some(-1), now);
-        assert_eq!(
-            record_json(expired.key(), Some(&expired), now)["state"],
-            "expired"
-        );
+        assert_eq!(json_of(&expired, now)["state"], "expired");
         let free = record("c", None, now);
-        assert_eq!(record_json(free.key(), Some(&free), now)["state"], "free");
+        assert_eq!(json_of(&free, now)["state"], "free");
         let never = LeaseKey::new("d").expect("key");
-        assert_eq!(record_json(&never, None, now)["fencing"], Value::Null);
+        assert_eq!(
+            seen_json(&never, &Seen::Record(None), now)["fencing"],
+            Value::Null
+        );
     }
 
     #[test]
@@ -315,11 +495,50 @@ mod tests {
         let text = record_text(held.key(), Some(&held), now);
         assert!(text.starts_with("a: held by pid 7 on host h\n"), "{text}");
         assert!(text.contains("since") && text.contains("until") && text.contains("fencing  9"));
-        let table = table_text(&[held, record("b", None, now)], now);
+        let rows = [held, record("b", None, now)].map(|r| (r.key().clone(), Seen::Record(Some(r))));
+        let table = table_text(&rows, now);
         assert_eq!(table.lines().count(), 3, "{table}");
         assert!(
             table.lines().nth(2).is_some_and(|l| l.starts_with("b ")),
             "{table}"
+        );
+    }
+
+    #[test]
+    fn a_holder_without_an_expiry_is_never_free_or_expired() {
+        let now = SystemTime::now();
+        let key = LeaseKey::new("k").expect("key");
+        let foreign = Holder::new().with_token(LeaseToken::new("0123456789abcdef0123").expect("t"));
+        let record = lease_core::backend::new_record(key, Some(foreign), FencingToken::NONE);
+        assert_eq!(json_of(&record, now)["state"], "held");
+        let text = record_text(record.key(), Some(&record), now);
+        assert!(text.starts_with("k: held by"), "{text}");
+    }
+
+    #[test]
+    fn refused_records_are_corrupt_or_foreign_with_the_reason() {
+        let now = SystemTime::now();
+        let key = LeaseKey::new("k").expect("key");
+        let seen = Seen::of(Err(LeaseError::corrupt(key.clone(), "two state entries")))
+            .expect("a refusal is shown");
+        assert!(seen.is_refused());
+        let value = seen_json(&key, &seen, now);
+        assert_eq!(value["state"], "corrupt");
+        assert_eq!(value["reason"], "two state entries");
+        assert_eq!(value["fencing"], Value::Null);
+        assert_eq!(
+            seen_text(&key, &seen, now),
+            "k: corrupt: two state entries\n"
+        );
+        let table = table_text(&[(key.clone(), seen)], now);
+        assert!(
+            table.contains("corrupt") && table.contains("k: two state entries"),
+            "{table}"
+        );
+        let transient = LeaseError::backend("file", true, std::io::Error::other("EIO"));
+        assert!(
+            Seen::of(Err(transient)).is_err(),
+            "a failure to read is not a state"
         );
     }
 }

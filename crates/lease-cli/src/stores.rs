@@ -23,6 +23,67 @@ pub(crate) async fn open(args: &BackendArgs) -> Result<Backend, Failure> {
     }
 }
 
+/// Opens the store for `--path PATH` when given (the lock at exactly PATH, see
+/// [`crate::backend::lease_key`]), else the store `args` names.
+pub(crate) async fn open_for(args: &BackendArgs, path: Option<&Path>) -> Result<Backend, Failure> {
+    let Some(path) = path else {
+        return open(args).await;
+    };
+    // Like flock(1) and Go's PIDLock, a relative path is taken from the current directory; the
+    // parent is created if missing (as the Go package does), but not probed with files of ours.
+    let dir = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let store = lease_file::DirectoryStore::builder(&dir)
+        .with_verbatim_names(true)
+        .build()
+        .map_err(|error| {
+            Failure::unavailable(format!(
+                "cannot use {} for the lock {}: {}",
+                dir.display(),
+                path.display(),
+                crate::exit::report(&error)
+            ))
+        })?;
+    let sharer = store.clone();
+    let mut backend = Backend::new(store, format!("lock {}", path.display()));
+    backend.kernel_lock = Some(Arc::new(move |lease| sharer.kernel_lock_descriptor(lease)));
+    Ok(backend)
+}
+
+/// A DynamoDB table read strictly by `lease status` ([`lease_dynamo::DynamoLeases::inspect_strict`]):
+/// a malformed item is shown corrupt, with the reason, rather than as a record that reads free.
+pub(crate) struct StrictInspect(lease_dynamo::DynamoLeases);
+
+impl StrictInspect {
+    /// The record of `key`, or [`LeaseError::Corrupt`] for an item every acquisition refuses.
+    pub(crate) async fn inspect(
+        &self,
+        key: &lease_core::LeaseKey,
+    ) -> Result<Option<lease_core::LeaseRecord>, LeaseError> {
+        self.0.inspect_strict(key).await
+    }
+}
+
+/// As [`open_for`], plus the strict reader where the store has one (DynamoDB).
+pub(crate) async fn open_for_status(
+    args: &BackendArgs,
+    path: Option<&Path>,
+) -> Result<(Backend, Option<StrictInspect>), Failure> {
+    match (&args.dynamo, path) {
+        (Some(table), None) => {
+            let leases = dynamo(table, args.endpoint.as_deref(), args.region.as_deref()).await?;
+            let strict = StrictInspect(leases.clone());
+            Ok((
+                Backend::new(leases, format!("DynamoDB table {table}")),
+                Some(strict),
+            ))
+        }
+        _ => Ok((open_for(args, path).await?, None)),
+    }
+}
+
 /// Opens the file store in `dir` (already created and checked).
 pub(crate) fn open_file(dir: &Path) -> Result<Backend, Failure> {
     let store = lease_file::DirectoryStore::open(dir).map_err(|error| {

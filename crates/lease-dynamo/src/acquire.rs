@@ -259,7 +259,7 @@ impl DynamoLeases {
         }
     }
 
-    fn bad_fence(&self, key: &LeaseKey, value: &str) -> LeaseError {
+    pub(crate) fn bad_fence(&self, key: &LeaseKey, value: &str) -> LeaseError {
         malformed(
             key,
             &self.inner.table,
@@ -272,7 +272,7 @@ impl DynamoLeases {
         )
     }
 
-    fn bad_expiry(&self, key: &LeaseKey, value: Option<&str>) -> LeaseError {
+    pub(crate) fn bad_expiry(&self, key: &LeaseKey, value: Option<&str>) -> LeaseError {
         let found = value.map_or_else(|| "is missing".to_owned(), |v| format!("holds {v}"));
         malformed(
             key,

@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use crate::DynamoLeases;
 use crate::error::backend_error_in;
-use crate::item::{Decoded, Item, get_str, s};
+use crate::item::{Decoded, FENCE_LIMIT, Item, Malformed, get_str, s};
 use crate::leases::{MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES};
 use crate::retry::with_retries;
 
@@ -77,6 +77,40 @@ impl DynamoLeases {
         &self,
         key: &LeaseKey,
     ) -> Result<Option<LeaseRecord>, LeaseError> {
+        Ok(self
+            .inspect_decoded(key)
+            .await?
+            .map(|d| d.record(key.clone())))
+    }
+
+    /// As [`LeaseBackend::inspect`], but an item that every acquisition refuses as corrupt is
+    /// that error instead of a record: a fencing counter that is not one (or is exhausted), or
+    /// a holder's token with no usable expiry, as [`LeaseError::Corrupt`] naming the attribute,
+    /// the value found and what to do. `inspect` shows such an item as a record, so that its
+    /// holder's token can be broken with a forced release, but the record alone reads as free
+    /// or expired; this is what `lease status` shows. One strongly consistent `GetItem`, as
+    /// `inspect`.
+    ///
+    /// # Errors
+    /// [`LeaseError::Corrupt`] for such an item; otherwise as `inspect`.
+    pub async fn inspect_strict(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
+        let Some(decoded) = self.inspect_decoded(key).await? else {
+            return Ok(None);
+        };
+        match &decoded.malformed {
+            Some(Malformed::Fence(value)) => return Err(self.bad_fence(key, value)),
+            Some(Malformed::Expiry(value)) => return Err(self.bad_expiry(key, value.as_deref())),
+            None => {}
+        }
+        if decoded.fencing.is_some_and(|f| f >= FENCE_LIMIT) {
+            return Err(self.bad_fence(key, &format!("N {FENCE_LIMIT} (exhausted)")));
+        }
+        Ok(Some(decoded.record(key.clone())))
+    }
+
+    /// The lease item of `key`, decoded (`None` when there is none, or it holds only a fenced
+    /// value).
+    async fn inspect_decoded(&self, key: &LeaseKey) -> Result<Option<Decoded>, LeaseError> {
         self.check_input(key, None)?;
         let inner = &self.inner;
         let span = tracing::debug_span!("lease_dynamo.inspect", table = %inner.table, %key);
@@ -97,8 +131,7 @@ impl DynamoLeases {
             Ok(output
                 .item()
                 .map(|item| Decoded::from_item(&inner.names, item))
-                .filter(Decoded::is_lease)
-                .map(|d| d.record(key.clone())))
+                .filter(Decoded::is_lease))
         }
         .instrument(span)
         .await

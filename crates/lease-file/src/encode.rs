@@ -53,6 +53,31 @@ pub(crate) fn key_file_name(key: &LeaseKey) -> Result<String, LeaseError> {
     Ok(name)
 }
 
+/// The lock directory name of `key` in a store with verbatim names: the key's name as it is.
+///
+/// # Errors
+/// [`LeaseError::InvalidInput`] unless the key is one plain file name: no sort key, no `/` or
+/// NUL, not `.` or `..`, at most 255 bytes.
+pub(crate) fn verbatim_file_name(key: &LeaseKey) -> Result<&str, LeaseError> {
+    let name = key.partition();
+    let problem = if key.sort().is_some() {
+        Some("has a sort key; a lock at an exact path is named by one file name".to_owned())
+    } else if name == "." || name == ".." || name.contains(['/', '\0']) {
+        Some("is not a plain file name (no `/`, not `.` or `..`)".to_owned())
+    } else if name.len() > 255 {
+        Some(format!(
+            "is {} bytes; a file name has at most 255",
+            name.len()
+        ))
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(LeaseError::invalid("key", problem)),
+        None => Ok(name),
+    }
+}
+
 fn decode_part(part: &str) -> Option<String> {
     let bytes = part.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -17,7 +17,7 @@ use lease_core::{
 };
 
 use crate::BACKEND as NAME;
-use crate::encode::{decode_file_name, fenced_file_name, fnv, key_file_name};
+use crate::encode::{decode_file_name, fenced_file_name, fnv, key_file_name, verbatim_file_name};
 use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase};
 use crate::error::{FsError, key_of_path};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
@@ -152,6 +152,8 @@ struct Inner {
     file_mode: u32,
     dir_mode: u32,
     fsync: bool,
+    /// Keys name their lock directories as they are ([`DirectoryStoreBuilder::with_verbatim_names`]).
+    verbatim: bool,
     /// Expiry timed by observation, for holders whose clock this store does not share.
     seen: Arc<Observations>,
     /// The kernel locks of the leases this store acquired, by lock directory.
@@ -202,6 +204,7 @@ pub struct DirectoryStoreBuilder {
     file_mode: u32,
     dir_mode: u32,
     fsync: bool,
+    verbatim: bool,
 }
 
 impl fmt::Debug for DirectoryStoreBuilder {
@@ -213,6 +216,7 @@ impl fmt::Debug for DirectoryStoreBuilder {
             .field("safety_margin", &self.safety_margin)
             .field("file_mode", &format_args!("{:o}", self.file_mode))
             .field("fsync", &self.fsync)
+            .field("verbatim", &self.verbatim)
             .finish_non_exhaustive()
     }
 }
@@ -265,6 +269,22 @@ impl DirectoryStoreBuilder {
         self
     }
 
+    /// Names each key's lock directory by the key's name as it is (default off: a reversible
+    /// encoding, see [`DirectoryStore::lock_dir`]), so that a lease lives at an exact path: key
+    /// `job.lock` in a store on `dir` is the lock directory `dir/job.lock`, the very lock a
+    /// [`FileLock`](crate::FileLock) on that path takes (one protocol, one engine), and the path
+    /// a Go `kit/lockfile` `PIDLock` uses, which is then held for this store while the Go
+    /// process holds it (see the crate docs, *Other lock protocols*). This is how `lease run
+    /// --path` works.
+    ///
+    /// A key must then be one plain file name: no sort key, no `/`, not `.` or `..`, at most
+    /// 255 bytes; others are [`LeaseError::InvalidInput`]. [`DirectoryStore::keys`] decodes
+    /// only encoded names, so it does not list such keys.
+    pub fn with_verbatim_names(mut self, verbatim: bool) -> Self {
+        self.verbatim = verbatim;
+        self
+    }
+
     /// Opens (creating it if needed) the store's directory and detects the [`LockMode`].
     ///
     /// # Errors
@@ -286,6 +306,7 @@ impl DirectoryStoreBuilder {
                 file_mode: self.file_mode,
                 dir_mode: self.dir_mode,
                 fsync: self.fsync,
+                verbatim: self.verbatim,
                 seen: Arc::default(),
                 tenures: Arc::default(),
                 idle: Arc::default(),
@@ -317,6 +338,7 @@ impl DirectoryStore {
             file_mode: 0o644,
             dir_mode: 0o755,
             fsync: false,
+            verbatim: false,
         }
     }
 
@@ -344,6 +366,9 @@ impl DirectoryStore {
     /// [`LeaseError::InvalidInput`] when the key encodes to a file name longer than the store
     /// allows (200 bytes; bytes outside `[A-Za-z0-9_-]` take three each).
     pub fn lock_dir(&self, key: &LeaseKey) -> Result<PathBuf, LeaseError> {
+        if self.inner.verbatim {
+            return Ok(self.inner.dir.join(verbatim_file_name(key)?));
+        }
         Ok(self.inner.dir.join(key_file_name(key)?))
     }
 
@@ -397,7 +422,7 @@ impl DirectoryStore {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn kernel_lock_descriptor(&self, lease: &Lease) -> Option<std::os::fd::OwnedFd> {
-        let path = self.inner.dir.join(key_file_name(lease.key()).ok()?);
+        let path = self.lock_dir(lease.key()).ok()?;
         let tenures = self.tenures();
         let tenure = tenures.get(&path)?;
         (tenure.generation == lease.fencing_token().get())
@@ -461,7 +486,7 @@ impl DirectoryStore {
     }
 
     fn lease_dir(&self, key: &LeaseKey, create: bool) -> Result<Option<KeyDir>, LeaseError> {
-        let path = self.inner.dir.join(key_file_name(key)?);
+        let path = self.lock_dir(key)?;
         KeyDir::open(&path, Kind::Lease, create.then(|| self.modes()))
             .map(|kd| kd.map(|kd| kd.durable(self.inner.fsync)))
             .map_err(fs_error(key))
@@ -529,7 +554,7 @@ impl DirectoryStore {
         validate_duration(duration)?;
         let margin = self.margin(duration)?;
         Self::expiry(self.inner.time.now().wall, duration)?;
-        let path = self.inner.dir.join(key_file_name(key)?);
+        let path = self.lock_dir(key)?;
         let token = options
             .token()
             .cloned()
@@ -597,7 +622,7 @@ impl DirectoryStore {
         let margin = self.margin(duration)?;
         Self::expiry(self.inner.time.now().wall, duration)?;
         let key = lease.key();
-        let path = self.inner.dir.join(key_file_name(key)?);
+        let path = self.lock_dir(key)?;
         let mut tenures = self.tenures();
         if let Some(t) = tenures
             .get_mut(&path)
@@ -720,7 +745,7 @@ impl DirectoryStore {
         token: &LeaseToken,
         fencing: FencingToken,
     ) -> Result<(), LeaseError> {
-        let path = self.inner.dir.join(key_file_name(key)?);
+        let path = self.lock_dir(key)?;
         let mut tenures = self.tenures();
         if let Some(t) = tenures
             .get_mut(&path)
@@ -785,7 +810,7 @@ impl DirectoryStore {
     }
 
     fn inspect_now(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
-        let path = self.inner.dir.join(key_file_name(key)?);
+        let path = self.lock_dir(key)?;
         let kd = match KeyDir::open(&path, Kind::Lease, None) {
             Ok(Some(kd)) => kd,
             Ok(None) => return Ok(None),
@@ -1172,7 +1197,7 @@ impl LeaseBackend for DirectoryStore {
         if self.inner.mode != LockMode::Kernel {
             return None;
         }
-        let path = self.inner.dir.join(key_file_name(key).ok()?);
+        let path = self.lock_dir(key).ok()?;
         let woken = self.inner.waiters.when_released(&path)?;
         Some(Box::pin(woken))
     }
