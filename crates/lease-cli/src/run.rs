@@ -188,6 +188,8 @@ type HolderIdentity = (
 async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<Lease, Failure> {
     let options = AcquireOptions::default().with_owner(owner_description());
     let result = if plan.wait.is_zero() {
+        // One attempt: a deadline already reached lets the store retry nothing.
+        let options = options.with_deadline(backend.leases.clock().monotonic());
         backend
             .leases
             .try_acquire(&plan.key, plan.ttl, &options)
@@ -585,6 +587,8 @@ async fn stop(
             }
         }
     };
+    // The command's stop is timed here, not after the release below.
+    let stopped_after = stopped_at.elapsed();
     if let Some(target) = target.filter(|t| t.group) {
         // Stragglers in the group die with the leader: the lease that protected them is gone.
         target.send(Signal::SIGKILL);
@@ -599,14 +603,25 @@ async fn stop(
         format!(
             "lease {} was lost while {program} ran; it was stopped after {} with {how}",
             plan.key,
-            fmt_duration(stopped_at.elapsed())
+            fmt_duration(stopped_after)
         ),
     ))
 }
 
+/// The longest `lease run` spends releasing its lease once the command has stopped: one attempt
+/// against a store that does not answer. Past it the lease is left to expire on its own.
+pub(crate) const RELEASE_BUDGET: Duration = Duration::from_secs(2);
+
 async fn release(guard: LeaseGuard) {
     let key = guard.key();
-    match guard.release().await {
+    let Ok(released) = tokio::time::timeout(RELEASE_BUDGET, guard.release()).await else {
+        eprintln!(
+            "lease: could not release lease {key} within {} (it will expire on its own)",
+            fmt_duration(RELEASE_BUDGET)
+        );
+        return;
+    };
+    match released {
         Ok(()) => tracing::debug!(%key, "lease released"),
         Err(error) if error.is_not_owned() => {
             tracing::debug!(%key, %error, "lease was no longer ours to release");

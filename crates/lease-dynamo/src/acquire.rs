@@ -72,10 +72,15 @@ impl DynamoLeases {
                 trust_until: holder_deadline(sent, duration, self.margin(duration)),
             };
             let request = self.acquire_request(&attempt, now, options.owner());
+            // Retries end when the lease could no longer be trusted, or at the caller's
+            // deadline if that comes first.
+            let until = options
+                .deadline()
+                .map_or(attempt.trust_until, |d| d.min(attempt.trust_until));
             let result = with_retries(
                 &inner.retry,
                 &*inner.clock,
-                Some(attempt.trust_until),
+                Some(until),
                 "UpdateItem",
                 || request.clone().send(),
             )

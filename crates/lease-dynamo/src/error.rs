@@ -321,8 +321,17 @@ fn credentials_cause(links: &Links<'_>) -> Option<Cause> {
                 CredentialsError::InvalidConfiguration(_) => Cause::permanent(format!(
                     "the AWS credentials configuration is invalid: {detail}"
                 )),
-                CredentialsError::ProviderTimedOut(_) => {
-                    Cause::transient(format!("loading AWS credentials timed out: {detail}"))
+                // Every provider of the chain had its turn: none found credentials in time.
+                CredentialsError::ProviderTimedOut(_) => Cause::permanent(format!(
+                    "no AWS credentials found: loading them timed out ({CREDENTIALS_HELP}): \
+                     {detail}"
+                )),
+                // The instance metadata service turned us away (disabled, no role): the last
+                // provider of the chain has nothing to give, now or later.
+                CredentialsError::ProviderError(_) if metadata_refused(&links[i..]) => {
+                    Cause::permanent(format!(
+                        "no AWS credentials found ({CREDENTIALS_HELP}): {detail}"
+                    ))
                 }
                 CredentialsError::ProviderError(_) => {
                     Cause::transient(format!("loading AWS credentials failed: {detail}"))
@@ -332,6 +341,24 @@ fn credentials_cause(links: &Links<'_>) -> Option<Cause> {
         }
     }
     None
+}
+
+/// What the SDK's instance metadata client says when IMDS answers 401, 403 or 404: disabled,
+/// forbidden, or no role attached. None of these changes by asking again.
+const METADATA_REFUSED: &[&str] = &[
+    "IMDS is disabled",
+    "request forbidden",
+    "insufficient permissions",
+    "401",
+    "403",
+    "404",
+    "not found",
+];
+
+/// Whether a credentials failure came from an instance metadata service that refused us.
+fn metadata_refused(links: &Links<'_>) -> bool {
+    let texts: Vec<String> = links.iter().map(|l| l.to_string()).collect();
+    mentions(&texts, "IMDS") && METADATA_REFUSED.iter().any(|m| mentions(&texts, m))
 }
 
 /// A client configured so that it cannot sign or address a request: no credentials provider,
@@ -707,11 +734,26 @@ mod tests {
         assert!(transient);
         assert!(text.contains("loading AWS credentials failed: "), "{text}");
         assert!(text.contains("503 from STS"), "{text}");
+        // The whole chain timed out: nothing found, at once, with the help (issue 23).
         let (transient, text) = describe(other(CredentialsError::provider_timed_out(
             std::time::Duration::from_secs(5),
         )));
-        assert!(transient);
-        assert!(text.contains("loading AWS credentials timed out"), "{text}");
+        assert!(!transient);
+        assert!(
+            text.contains(
+                "no AWS credentials found: loading them timed out (set AWS_ACCESS_KEY_ID"
+            ),
+            "{text}"
+        );
+        // Instance metadata disabled (403): permanent, with the help (issue 23).
+        let (transient, text) = describe(other(CredentialsError::provider_error(
+            "failed to load IMDS session token: service error: request forbidden: IMDS is disabled or the caller has insufficient permissions.",
+        )));
+        assert!(!transient, "{text}");
+        assert!(
+            text.contains("no AWS credentials found (set AWS_ACCESS_KEY_ID"),
+            "{text}"
+        );
     }
 
     #[test]
