@@ -141,7 +141,9 @@ impl DynamoLeases {
             (":expires_ms", n(attempt.expires_ms)),
             (":now", n(now_ms)),
             (":cutoff_ms", n(cutoff_ms)),
-            (":cutoff_s", n(cutoff_ms / 1000)),
+            // Go's items carry only whole seconds, rounded down: Go's own caller may hold one
+            // until the next whole second, so take it one second after Go would.
+            (":cutoff_s", n((cutoff_ms / 1000).saturating_sub(1))),
             (":cutoff_s_up", n(seconds_up(cutoff_ms))),
             (":seed", n(epoch_micros(now))),
             (":request", s(&attempt.request)),

@@ -61,7 +61,7 @@
 //!
 //! | operation | request | condition | cost |
 //! |---|---|---|---|
-//! | acquire, takeover included | `UpdateItem` `SET token, expires, expires_ms, acquired, owner, request, ttl, fence = if_not_exists(fence, :seed) + 1`, `ReturnValues=ALL_NEW` | the counter is usable (absent, or a number in `[0, 2^63-1)`) **and** the key is free: `attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up)`, with `cutoff = now - max_clock_skew` | 1 request, 1 WCU |
+//! | acquire, takeover included | `UpdateItem` `SET token, expires, expires_ms, acquired, owner, request, ttl, fence = if_not_exists(fence, :seed) + 1`, `ReturnValues=ALL_NEW` | the counter is usable (absent, or a number in `[0, 2^63-1)`) **and** the key is free: `attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up)`, with `cutoff = now - max_clock_skew` and `cutoff_s` its whole second minus one (Go's items carry only a rounded-down second) | 1 request, 1 WCU |
 //! | renew | `UpdateItem` `SET expires, expires_ms, ttl` | `#token = :token AND #fence = :fence AND #expires_ms > :now` | 1 request, 1 WCU |
 //! | release | `UpdateItem` `SET expires = 0, request, ttl REMOVE token, expires_ms, owner, acquired` | `#token = :token AND #fence = :fence` (for a record with no counter: the token, and no usable counter) | 1 request, 1 WCU |
 //! | delete | `DeleteItem` | the state named, as release names a tenure (`#token = :token AND #fence = :fence`), or for a free record `attribute_not_exists(#token) AND #fence = :fence`; **and** `attribute_not_exists(value_fence)` | 1 request, 1 WCU; 2 when a fenced value shares the item (see *Delete*) |
@@ -179,8 +179,11 @@
 //! it does, and keeps its millisecond precision in `lease_expires_at_ms`, an attribute Go never
 //! reads. Judged from either side:
 //!
-//! * a Go item (no `lease_expires_at_ms`, no counter) is held until its whole second, exactly as
-//!   Go judges it; taking it over seeds a fencing counter from the clock (see *Fencing*);
+//! * a Go item (no `lease_expires_at_ms`, no counter) is held until the **end** of its whole
+//!   second, one second longer than Go's own rule: Go rounds its expiry down, so its caller may
+//!   still hold the lease during that second (`:cutoff_s` in the acquire condition is the
+//!   contender's second minus one). Taking it over seeds a fencing counter from the clock (see
+//!   *Fencing*);
 //! * an item of ours is free for Go at the first whole second at or after its expiry, at most
 //!   one second after it is free for us; a release sets `lease_expires_at` to 0, so Go takes the
 //!   key at once (main before 0.2 removed the attribute, which blocked Go until TTL);
