@@ -103,6 +103,35 @@ pub(crate) struct BackendArgs {
     /// AWS region of the table [default: from the AWS environment].
     #[arg(long, value_name = "REGION", requires = "dynamo")]
     pub(crate) region: Option<String>,
+    #[command(flatten)]
+    pub(crate) table: TableOptions,
+}
+
+/// How a DynamoDB table is laid out and trusted (`--dynamo` only).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct TableOptions {
+    /// The most any two hosts' wall clocks using this table may differ (assumption A1 of
+    /// docs/correctness.md): a contender takes an expired lease only once its own clock reads
+    /// the expiry plus this. Set it to what your clock sync guarantees (e.g. 500ms with NTP in
+    /// one region); clocks further apart than this can grant one lease twice [default: 0, as the
+    /// Go package].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "dynamo")]
+    pub(crate) max_clock_skew: Option<Duration>,
+    /// The sort key of leases named without one (--key NAME) [default: LOCK, as the Go package].
+    #[arg(long, value_name = "SORT", requires = "dynamo")]
+    pub(crate) lock_sort_key: Option<String>,
+    /// Rename an item attribute, by its default name: pk, sk, lease_token, lease_expires_at,
+    /// lease_expires_at_ms, ttl, lease_fence, lease_owner, lease_acquired_at, lease_request,
+    /// fenced_value, value_fence. Repeat for several: --attribute-name pk=id
+    /// --attribute-name sk=range.
+    #[arg(long, value_name = "DEFAULT=NAME", requires = "dynamo")]
+    pub(crate) attribute_name: Vec<String>,
+    /// After the table is created (or deleted and recreated, restored, or DynamoDB Local
+    /// restarted), grant no lease for this long: a holder in the table it replaced may still
+    /// run. Set it to the longest --ttl used on the table; 0 turns the check off [default: this
+    /// command's --ttl].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "dynamo")]
+    pub(crate) recreation_grace: Option<Duration>,
 }
 
 /// `lease run`.
@@ -189,6 +218,8 @@ pub(crate) struct TableCreateArgs {
     /// AWS region of the table [default: from the AWS environment].
     #[arg(long, value_name = "REGION")]
     pub(crate) region: Option<String>,
+    #[command(flatten)]
+    pub(crate) table: TableOptions,
 }
 
 /// `lease demo`.

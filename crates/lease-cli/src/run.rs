@@ -122,7 +122,7 @@ impl RunPlan {
 /// `lease run`: parses, opens the store, runs.
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     let plan = RunPlan::from_args(&args)?;
-    let backend = crate::stores::open(&args.backend).await?;
+    let backend = crate::stores::open_holding(&args.backend, plan.ttl).await?;
     run_plan(&backend, &plan).await
 }
 

@@ -251,6 +251,7 @@ pub(crate) async fn table_create(args: TableCreateArgs) -> Result<u8, Failure> {
         &args.dynamo,
         args.endpoint.as_deref(),
         args.region.as_deref(),
+        &args.table,
     )
     .await?;
     println!("table {} is ready", args.dynamo);

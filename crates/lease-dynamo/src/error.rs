@@ -76,6 +76,7 @@ pub struct DynamoError {
     table: String,
     code: Option<String>,
     message: String,
+    schema_mismatch: bool,
 }
 
 impl DynamoError {
@@ -85,7 +86,30 @@ impl DynamoError {
             table: table.to_owned(),
             code: None,
             message: message.into(),
+            schema_mismatch: false,
         }
+    }
+
+    /// A table whose key schema is not the one this manager writes.
+    pub(crate) fn key_schema_mismatch(
+        operation: &'static str,
+        table: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            schema_mismatch: true,
+            ..Self::new(operation, table, message)
+        }
+    }
+
+    /// Whether the table's key schema does not fit the keys this manager writes (two string
+    /// attributes, named by [`AttributeNames`](crate::AttributeNames)): found by
+    /// [`DynamoLeases::create_table`](crate::DynamoLeases::create_table) on an existing table,
+    /// or said by DynamoDB of a request. Configure the key attribute names to match
+    /// ([`with_key_attribute_names`](crate::DynamoLeasesBuilder::with_key_attribute_names)), or
+    /// use another table.
+    pub fn is_key_schema_mismatch(&self) -> bool {
+        self.schema_mismatch
     }
 
     /// The DynamoDB operation (`UpdateItem`, `GetItem`, `Query`, `CreateTable`, ...).
@@ -461,12 +485,12 @@ fn service_hint(code: &str, message: &str, context: &Context<'_>) -> Option<Stri
         "ValidationException" if KEY_SCHEMA_MISMATCH.iter().any(|m| message.contains(m)) => {
             Some(match context.keys {
                 Some((pk, sk)) => format!(
-                    "this manager writes keys ({pk}, {sk}) as strings; does the table's key \
-                     schema match? see with_key_attribute_names"
+                    "the keys are written as string attributes ({pk}, {sk}); does the table's \
+                     key schema match? configure the key attribute names to match it"
                 ),
-                None => "this manager writes its keys as two string attributes (pk and sk \
-                         unless renamed); does the table's key schema match? see \
-                         with_key_attribute_names"
+                None => "the keys are written as two string attributes (pk and sk unless \
+                         renamed); does the table's key schema match? configure the key \
+                         attribute names to match it"
                     .to_owned(),
             })
         }
@@ -531,6 +555,10 @@ where
             None => DisplayErrorContext(&err).to_string(),
         },
     };
+    let schema_mismatch = code.as_deref() == Some("ValidationException")
+        && err
+            .message()
+            .is_some_and(|m| KEY_SCHEMA_MISMATCH.iter().any(|k| m.contains(k)));
     LeaseError::backend(
         "dynamodb",
         class.transient,
@@ -539,6 +567,7 @@ where
             table: context.table.to_owned(),
             code,
             message,
+            schema_mismatch,
         },
     )
 }
@@ -902,7 +931,7 @@ mod tests {
         assert!(!transient);
         assert!(
             text.contains(
-                "The provided key element does not match the schema; this manager writes keys (id, range) as strings; does the table's key schema match? see with_key_attribute_names"
+                "The provided key element does not match the schema; the keys are written as string attributes (id, range); does the table's key schema match? configure the key attribute names to match it"
             ),
             "{text}"
         );

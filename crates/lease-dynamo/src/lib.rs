@@ -284,6 +284,7 @@ mod delete;
 mod error;
 mod expr;
 mod fenced;
+mod grace;
 pub mod go;
 mod item;
 mod leases;

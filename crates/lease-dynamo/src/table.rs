@@ -129,12 +129,12 @@ impl DynamoLeases {
         Err(LeaseError::backend(
             "dynamodb",
             false,
-            DynamoError::new(
+            DynamoError::key_schema_mismatch(
                 "CreateTable",
                 table,
                 format!(
-                    "table `{table}` has key schema {} but this manager expects {}; use \
-                     with_key_attribute_names or another table",
+                    "table `{table}` has key schema {} but the leases are configured for {}; \
+                     configure the key attribute names to match it, or use another table",
                     show(&actual),
                     show(&expected),
                 ),
