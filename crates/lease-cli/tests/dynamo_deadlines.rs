@@ -260,3 +260,39 @@ fn no_credentials_behind_a_forbidden_metadata_endpoint_fail_at_once() {
     assert!(text.contains("no AWS credentials found"), "{text}");
     assert!(text.contains("set AWS_ACCESS_KEY_ID"), "{text}");
 }
+
+/// A cold endpoint: the control plane answers slowly (DynamoDB Local starting its JVM).
+fn cold_control_plane(_: usize, head: &str) -> (u16, String) {
+    let target = head.to_ascii_lowercase();
+    if target.contains("createtable") {
+        std::thread::sleep(Duration::from_millis(2500));
+        return (200, format!(r#"{{"TableDescription":{}}}"#, TABLE));
+    }
+    if target.contains("describetable") {
+        return (200, format!(r#"{{"Table":{}}}"#, TABLE));
+    }
+    (
+        200,
+        r#"{"TimeToLiveSpecification":{"Enabled":true,"AttributeName":"ttl"}}"#.to_owned(),
+    )
+}
+
+const TABLE: &str = r#"{"TableName":"leases","TableStatus":"ACTIVE","CreationDateTime":1.7E9,"KeySchema":[{"AttributeName":"pk","KeyType":"HASH"},{"AttributeName":"sk","KeyType":"RANGE"}],"AttributeDefinitions":[{"AttributeName":"pk","AttributeType":"S"},{"AttributeName":"sk","AttributeType":"S"}]}"#;
+
+/// Issue 23: the first `lease table create` on a cold endpoint failed after 2 s (the lease
+/// requests' attempt timeout) although the table was created.
+#[test]
+fn table_create_waits_for_a_slow_control_plane() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let endpoint = serve(usize::MAX, cold_control_plane);
+    let (output, took) = timed(lease(dir.path()).args([
+        "table",
+        "create",
+        "--dynamo",
+        "leases",
+        "--endpoint",
+        &endpoint,
+    ]));
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}

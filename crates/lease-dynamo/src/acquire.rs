@@ -264,8 +264,7 @@ impl DynamoLeases {
         } else {
             "SET #expires = :zero, #request = :undone REMOVE #token, #owner, #acquired, #expires_ms"
         };
-        let request =
-            self.conditional_update(attempt.key, "#request = :request", update, values);
+        let request = self.conditional_update(attempt.key, "#request = :request", update, values);
         let result = with_retries(&inner.retry, &*inner.clock, None, "UpdateItem", || {
             request.clone().send()
         })

@@ -11,7 +11,6 @@ use std::fmt;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::http::Response as HttpResponse;
-use aws_smithy_types::error::display::DisplayErrorContext;
 use lease_core::{LeaseError, LeaseKey};
 
 /// Error codes DynamoDB returns when a request may succeed if sent again.
@@ -518,6 +517,12 @@ fn service_hint(code: &str, message: &str, context: &Context<'_>) -> Option<Stri
     }
 }
 
+/// The SDK error's chain of causes on one line, in words: no `Debug` dump of the SDK's types
+/// (which `DisplayErrorContext` appends).
+pub(crate) fn plain(err: &(dyn StdError + 'static)) -> String {
+    joined(&chain(err))
+}
+
 /// Turns a failed request into a [`LeaseError::Backend`] naming the operation and table.
 #[cfg(test)]
 pub(crate) fn backend_error<E>(
@@ -549,10 +554,10 @@ where
                 None => message.to_owned(),
             }
         }
-        (SdkError::ServiceError(_), None) => DisplayErrorContext(&err).to_string(),
+        (SdkError::ServiceError(_), None) => plain(&err),
         _ => match client_side_cause(&err, context) {
             Some(cause) => cause.text,
-            None => DisplayErrorContext(&err).to_string(),
+            None => plain(&err),
         },
     };
     let schema_mismatch = code.as_deref() == Some("ValidationException")
@@ -694,6 +699,23 @@ mod tests {
                     "{kind}: {sentence:?} is said twice: {levels:?}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn no_sdk_debug_dump_in_messages() {
+        // Issue 23: messages ended in `(TimeoutError(TimeoutError { source: ... }))`.
+        for err in [
+            SdkError::timeout_error("operation attempt timeout occurred after 2s"),
+            other("something new went wrong"),
+            service("ValidationException", 400),
+        ] {
+            let (_, text) = describe(err);
+            assert!(!text.contains(" { ") && !text.contains("(\""), "{text}");
+            assert!(
+                !text.contains("TimeoutError(") && !text.contains("DispatchFailure("),
+                "{text}"
+            );
         }
     }
 

@@ -336,9 +336,11 @@ fn validate_ttl_buffer(include: bool, buffer: Duration, skew: Duration) -> Resul
         return Err(LeaseError::invalid(
             "ttl buffer",
             format!(
-                "{buffer:?} must exceed three times the clock skew allowance ({skew:?}): after a \
+                "{} must exceed three times the clock skew allowance ({}): after a \
                  TTL deletion fencing tokens restart from the clock, and only this bound keeps \
-                 them above the ones issued before"
+                 them above the ones issued before",
+                lease_core::backend::fmt_duration(buffer),
+                lease_core::backend::fmt_duration(skew),
             ),
         ));
     }

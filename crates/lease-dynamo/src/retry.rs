@@ -153,7 +153,7 @@ where
             operation,
             attempt = attempts,
             backoff_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
-            error = %aws_smithy_types::error::display::DisplayErrorContext(&error),
+            error = %crate::error::plain(&error),
             "transient DynamoDB failure; retrying the same request"
         );
         uncertain |= !class.unapplied;
