@@ -43,7 +43,9 @@ pub(crate) enum Command {
     /// says so on stderr; if lease stops without dying (SIGSTOP), the guard kills the group by
     /// the holder's deadline. When the command exits, processes it left in its group are stopped
     /// (SIGTERM, SIGKILL after --grace) before the lease is released. With --foreground only
-    /// the command itself is tied to lease, not the processes it starts.
+    /// the command itself is tied to lease, not the processes it starts. Once the command has
+    /// stopped, releasing the lease takes at most 2s; a store that does not answer by then is
+    /// left to let the lease expire on its own.
     Run(RunArgs),
     /// Show who holds a lease, since and until when, and its fencing token.
     Status(StatusArgs),
@@ -145,7 +147,9 @@ pub(crate) struct RunArgs {
     /// Lease duration; renewed every third of it while the command runs.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
     pub(crate) ttl: Duration,
-    /// How long to wait for a held lease (0: try once; `forever`: no limit).
+    /// How long to wait for a held lease (0: try once; `forever`: no limit). A deadline for
+    /// everything, the store's own retries included: 0 is one attempt, bounded by one attempt
+    /// timeout (2s on DynamoDB).
     #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_wait)]
     pub(crate) wait: Duration,
     /// How long the command has between SIGTERM and SIGKILL when it must stop. At most

@@ -163,6 +163,56 @@ async fn dynamo(
 mod tests {
     use super::*;
 
+    /// Issue 23: the CLI could not set the skew allowance (always 0: a double grant at 2 s of
+    /// skew on a 10 s lease; lease-dynamo's `tests/clock_skew.rs` shows the hole and that the
+    /// allowance closes it), the lock sort key or the attribute names.
+    #[tokio::test]
+    async fn table_flags_configure_the_dynamodb_manager() {
+        let cli = crate::cli::Cli::parse_args([
+            "lease",
+            "run",
+            "--dynamo",
+            "leases",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--max-clock-skew",
+            "2s",
+            "--lock-sort-key",
+            "MUTEX",
+            "--attribute-name",
+            "pk=id",
+            "--attribute-name",
+            "lease_token=holder",
+            "--key",
+            "k",
+            "--",
+            "true",
+        ])
+        .expect("parses");
+        let crate::cli::Command::Run(run) = cli.command else {
+            panic!("not run");
+        };
+        let args = &run.backend;
+        let leases = dynamo(
+            "leases",
+            args.endpoint.as_deref(),
+            None,
+            &args.table,
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("configured");
+        assert_eq!(leases.max_clock_skew(), Duration::from_secs(2));
+        assert_eq!(leases.lock_sort_key(), "MUTEX");
+        assert_eq!(leases.attribute_names().partition_key(), "id");
+        assert_eq!(leases.attribute_names().token(), "holder");
+        assert_eq!(leases.recreation_grace(), Duration::from_secs(30));
+
+        let bad = attribute_names(&["lease_tokn=x".to_owned()]).expect_err("unknown default");
+        assert_eq!(bad.code, crate::exit::USAGE);
+        assert!(attribute_names(&["pk".to_owned()]).is_err());
+    }
+
     #[test]
     fn only_a_missing_dynamodb_table_gets_advice() {
         assert_eq!(advice(&LeaseError::invalid("key", "empty")), None);
