@@ -5,7 +5,7 @@
 //! given back and reported held until the grace ends (Chubby's grace period after a master
 //! change).
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use lease_core::{Holder, LeaseError, LeaseKey};
 
@@ -77,6 +77,3 @@ impl DynamoLeases {
         ))
     }
 }
-
-/// The default recreation grace: none (the Go package's behaviour).
-pub(crate) const DEFAULT_RECREATION_GRACE: Duration = Duration::ZERO;

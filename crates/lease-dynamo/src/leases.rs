@@ -378,7 +378,7 @@ impl DynamoLeases {
             tokens: Arc::new(RandomTokens),
             validate: true,
             max_clock_skew: Duration::ZERO,
-            recreation_grace: crate::grace::DEFAULT_RECREATION_GRACE,
+            recreation_grace: Duration::ZERO,
             safety_margin: None,
             retry: RetryPolicy::default(),
             list_page_size: None,
