@@ -78,7 +78,10 @@
 //! request: a refused acquire reports the holder (owner, expiry, fencing token) from the reply
 //! itself. The one exception to "one request": an acquisition that finds a fractional fencing
 //! counter (which only a hand-edited item holds; DynamoDB conditions cannot test that a number
-//! is whole) is undone by a second `UpdateItem` and reported as an error.
+//! is whole) is undone by a second `UpdateItem` and reported as an error; and, with a
+//! [recreation grace](DynamoLeasesBuilder::with_recreation_grace), an acquisition that seeds a
+//! new fencing counter reads the table's creation time (`DescribeTable`) and, in a table younger
+//! than the grace, is undone the same way.
 //!
 //! # Transient failures and lost replies
 //!
@@ -86,7 +89,13 @@
 //! throttling (`ProvisionedThroughputExceededException`, `ThrottlingException`,
 //! `RequestLimitExceeded`), `InternalServerError`/5xx, timeouts and transport failures itself,
 //! with full-jitter exponential backoff ([`RetryPolicy`]), never past the time the lease could
-//! still be trusted. Missing tables, validation and access errors are permanent and come back at
+//! still be trusted, nor past the caller's deadline
+//! ([`AcquireOptions::with_deadline`](lease_core::AcquireOptions::with_deadline), which a
+//! waiting acquire sets to the end of its wait): no retry starts at or after it, and a retry's
+//! attempt timeout is capped by the time left, so an acquire given a deadline returns within it
+//! plus one attempt timeout. Missing credentials are permanent in every form the AWS chain
+//! reports them, instance metadata refusing us (401/403/404) or the whole chain timing out
+//! included. Missing tables, validation and access errors are permanent and come back at
 //! once as [`LeaseError::Backend`] naming the table. So does a
 //! client that cannot send at all: no credentials, no region, an endpoint that is not a URL or
 //! whose host name does not exist; the message says which and what to set
