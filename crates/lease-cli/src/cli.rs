@@ -54,7 +54,9 @@ pub(crate) enum Command {
     /// says so on stderr; if lease stops without dying (SIGSTOP), the guard kills the group by
     /// the holder's deadline. When the command exits, processes it left in its group are stopped
     /// (SIGTERM, SIGKILL after --grace) before the lease is released. With --foreground only
-    /// the command itself is tied to lease, not the processes it starts.
+    /// the command itself is tied to lease, not the processes it starts. Once the command has
+    /// stopped, releasing the lease takes at most 2s; a store that does not answer by then is
+    /// left to let the lease expire on its own.
     Run(RunArgs),
     /// Show who holds a lease, since and until when, and its fencing token.
     Status(StatusArgs),
@@ -118,6 +120,35 @@ pub(crate) struct BackendArgs {
     /// AWS region of the table [default: from the AWS environment].
     #[arg(long, value_name = "REGION", requires = "dynamo")]
     pub(crate) region: Option<String>,
+    #[command(flatten)]
+    pub(crate) table: TableOptions,
+}
+
+/// How a DynamoDB table is laid out and trusted (`--dynamo` only).
+#[derive(Debug, Clone, Default, Args)]
+pub(crate) struct TableOptions {
+    /// The most any two hosts' wall clocks using this table may differ (assumption A1 of
+    /// docs/correctness.md): a contender takes an expired lease only once its own clock reads
+    /// the expiry plus this. Set it to what your clock sync guarantees (e.g. 500ms with NTP in
+    /// one region); clocks further apart than this can grant one lease twice [default: 0, as the
+    /// Go package].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "dynamo")]
+    pub(crate) max_clock_skew: Option<Duration>,
+    /// The sort key of leases named without one (--key NAME) [default: LOCK, as the Go package].
+    #[arg(long, value_name = "SORT", requires = "dynamo")]
+    pub(crate) lock_sort_key: Option<String>,
+    /// Rename an item attribute, by its default name: pk, sk, lease_token, lease_expires_at,
+    /// lease_expires_at_ms, ttl, lease_fence, lease_owner, lease_acquired_at, lease_request,
+    /// fenced_value, value_fence. Repeat for several: --attribute-name pk=id
+    /// --attribute-name sk=range.
+    #[arg(long, value_name = "DEFAULT=NAME", requires = "dynamo")]
+    pub(crate) attribute_name: Vec<String>,
+    /// After the table is created (or deleted and recreated, restored, or DynamoDB Local
+    /// restarted), grant no lease for this long: a holder in the table it replaced may still
+    /// run. Set it to the longest --ttl used on the table; 0 turns the check off [default: this
+    /// command's --ttl].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "dynamo")]
+    pub(crate) recreation_grace: Option<Duration>,
 }
 
 /// `lease run`.
@@ -142,7 +173,9 @@ pub(crate) struct RunArgs {
     /// Lease duration; renewed every third of it while the command runs.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub(crate) ttl: Duration,
-    /// How long to wait for a held lease (0: try once; `forever`: no limit).
+    /// How long to wait for a held lease (0: try once; `forever`: no limit). A deadline for
+    /// everything, the store's own retries included: 0 is one attempt, bounded by one attempt
+    /// timeout (2s on DynamoDB).
     #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_wait, allow_hyphen_values = true)]
     pub(crate) wait: Duration,
     /// How long the command has between SIGTERM and SIGKILL when it must stop. At most
@@ -225,6 +258,8 @@ pub(crate) struct TableCreateArgs {
     /// AWS region of the table [default: from the AWS environment].
     #[arg(long, value_name = "REGION")]
     pub(crate) region: Option<String>,
+    #[command(flatten)]
+    pub(crate) table: TableOptions,
 }
 
 /// `lease demo`.

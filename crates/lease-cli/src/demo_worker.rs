@@ -13,7 +13,7 @@ use crate::exit::Failure;
 /// `{"worker":"worker-1","units":{"u00":3,"u01":1},"session":3,"members":4}` (unit to fencing
 /// token).
 pub(crate) async fn run(args: DemoWorkerArgs) -> Result<u8, Failure> {
-    let backend = crate::stores::open(&args.backend).await?;
+    let backend = crate::stores::open_holding(&args.backend, args.ttl).await?;
     let worker = Worker::builder(args.fleet.clone(), args.id.clone())
         .with_store(backend.leases.clone())
         .with_units((0..args.units).map(|unit| unit_name(unit, args.units)))

@@ -127,7 +127,7 @@ impl RunPlan {
 /// `lease run`: parses, opens the store, runs.
 pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
     let plan = RunPlan::from_args(&args)?;
-    let backend = crate::stores::open_for(&args.backend, args.path.as_deref()).await?;
+    let backend = crate::stores::open_for(&args.backend, args.path.as_deref(), plan.ttl).await?;
     run_plan(&backend, &plan).await
 }
 
@@ -202,6 +202,8 @@ type HolderIdentity = (
 async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<Lease, Failure> {
     let options = AcquireOptions::default().with_owner(owner_description());
     let result = if plan.wait.is_zero() {
+        // One attempt: a deadline already reached lets the store retry nothing.
+        let options = options.with_deadline(backend.leases.clock().monotonic());
         backend
             .leases
             .try_acquire(&plan.key, plan.ttl, &options)
@@ -701,6 +703,8 @@ async fn stop(
             }
         }
     };
+    // The command's stop is timed here, not after the release below.
+    let stopped_after = stopped_at.elapsed();
     if let Some(target) = target.filter(|t| t.group) {
         // Stragglers in the group die with the leader: the lease that protected them is gone.
         target.send(Signal::SIGKILL);
@@ -718,14 +722,25 @@ async fn stop(
         exit::LOST,
         format!(
             "{what}; it was stopped after {} with {how}",
-            fmt_duration(stopped_at.elapsed())
+            fmt_duration(stopped_after)
         ),
     ))
 }
 
+/// The longest `lease run` spends releasing its lease once the command has stopped: one attempt
+/// against a store that does not answer. Past it the lease is left to expire on its own.
+pub(crate) const RELEASE_BUDGET: Duration = Duration::from_secs(2);
+
 async fn release(guard: LeaseGuard) {
     let key = guard.key();
-    match guard.release().await {
+    let Ok(released) = tokio::time::timeout(RELEASE_BUDGET, guard.release()).await else {
+        eprintln!(
+            "lease: could not release lease {key} within {} (it will expire on its own)",
+            fmt_duration(RELEASE_BUDGET)
+        );
+        return;
+    };
+    match released {
         Ok(()) => tracing::debug!(%key, "lease released"),
         Err(error) if error.is_not_owned() => {
             tracing::debug!(%key, %error, "lease was no longer ours to release");

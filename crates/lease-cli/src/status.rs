@@ -377,7 +377,12 @@ pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
              working, and loses the lease at its next renewal"
         )));
     }
-    let backend = crate::stores::open_for(&args.backend, args.path.as_deref()).await?;
+    let backend = crate::stores::open_for(
+        &args.backend,
+        args.path.as_deref(),
+        std::time::Duration::ZERO,
+    )
+    .await?;
     let record = backend
         .leases
         .inspect(&key)
@@ -427,6 +432,7 @@ pub(crate) async fn table_create(args: TableCreateArgs) -> Result<u8, Failure> {
         &args.dynamo,
         args.endpoint.as_deref(),
         args.region.as_deref(),
+        &args.table,
     )
     .await?;
     outln!("table {} is ready", args.dynamo);

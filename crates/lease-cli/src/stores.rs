@@ -2,17 +2,32 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use lease_core::LeaseError;
+use lease_dynamo::AttributeNames;
 
 use crate::backend::{Backend, default_dir, prepare_dir};
-use crate::cli::BackendArgs;
+use crate::cli::{BackendArgs, TableOptions};
 use crate::exit::Failure;
 
-/// Opens the store `args` names: DynamoDB with `--dynamo`, else the file store.
-pub(crate) async fn open(args: &BackendArgs) -> Result<Backend, Failure> {
+/// Opens the store `args` names: DynamoDB with `--dynamo`, else the file store. For a command
+/// that acquires leases of `ttl`, the DynamoDB recreation grace defaults to it (commands that
+/// only read pass zero).
+pub(crate) async fn open_holding(args: &BackendArgs, ttl: Duration) -> Result<Backend, Failure> {
     match &args.dynamo {
-        Some(table) => open_dynamo(table, args.endpoint.as_deref(), args.region.as_deref()).await,
+        Some(table) => {
+            let grace = args.table.recreation_grace.unwrap_or(ttl);
+            let leases = dynamo(
+                table,
+                args.endpoint.as_deref(),
+                args.region.as_deref(),
+                &args.table,
+                grace,
+            )
+            .await?;
+            Ok(Backend::new(leases, format!("DynamoDB table {table}")))
+        }
         None => {
             let dir = match &args.file {
                 Some(dir) => prepare_dir(dir, false)?,
@@ -25,9 +40,13 @@ pub(crate) async fn open(args: &BackendArgs) -> Result<Backend, Failure> {
 
 /// Opens the store for `--path PATH` when given (the lock at exactly PATH, see
 /// [`crate::backend::lease_key`]), else the store `args` names.
-pub(crate) async fn open_for(args: &BackendArgs, path: Option<&Path>) -> Result<Backend, Failure> {
+pub(crate) async fn open_for(
+    args: &BackendArgs,
+    path: Option<&Path>,
+    ttl: Duration,
+) -> Result<Backend, Failure> {
     let Some(path) = path else {
-        return open(args).await;
+        return open_holding(args, ttl).await;
     };
     // Like flock(1) and Go's PIDLock, a relative path is taken from the current directory; the
     // parent is created if missing (as the Go package does), but not probed with files of ours.
@@ -73,14 +92,21 @@ pub(crate) async fn open_for_status(
 ) -> Result<(Backend, Option<StrictInspect>), Failure> {
     match (&args.dynamo, path) {
         (Some(table), None) => {
-            let leases = dynamo(table, args.endpoint.as_deref(), args.region.as_deref()).await?;
+            let leases = dynamo(
+                table,
+                args.endpoint.as_deref(),
+                args.region.as_deref(),
+                &args.table,
+                Duration::ZERO,
+            )
+            .await?;
             let strict = StrictInspect(leases.clone());
             Ok((
                 Backend::new(leases, format!("DynamoDB table {table}")),
                 Some(strict),
             ))
         }
-        _ => Ok((open_for(args, path).await?, None)),
+        _ => Ok((open_for(args, path, Duration::ZERO).await?, None)),
     }
 }
 
@@ -113,9 +139,17 @@ pub(crate) fn failure(context: &str, error: &LeaseError) -> Failure {
 }
 
 /// What to do about a store's error, where the CLI knows better than the library: a missing
-/// DynamoDB table is made with `lease table create`.
+/// DynamoDB table is made with `lease table create`; a key schema that does not match is named
+/// with `--attribute-name`.
 pub(crate) fn advice(error: &LeaseError) -> Option<String> {
     let dynamo = std::error::Error::source(error)?.downcast_ref::<lease_dynamo::DynamoError>()?;
+    if dynamo.is_key_schema_mismatch() {
+        return Some(
+            "name the table's key attributes with --attribute-name pk=NAME --attribute-name \
+             sk=NAME (both strings), or use another table"
+                .to_owned(),
+        );
+    }
     dynamo.is_table_missing().then(|| {
         format!(
             "create it with `lease table create --dynamo {}` (with this command's --endpoint and \
@@ -125,34 +159,53 @@ pub(crate) fn advice(error: &LeaseError) -> Option<String> {
     })
 }
 
-/// Opens the DynamoDB store on `table`. Sends nothing: a missing table or bad credentials show
-/// up on the first operation.
-pub(crate) async fn open_dynamo(
-    table: &str,
-    endpoint: Option<&str>,
-    region: Option<&str>,
-) -> Result<Backend, Failure> {
-    let leases = dynamo(table, endpoint, region).await?;
-    Ok(Backend::new(leases, format!("DynamoDB table {table}")))
-}
-
 /// Creates the DynamoDB table `table` (and enables TTL on it), waiting until it is active.
 pub(crate) async fn create_table(
     table: &str,
     endpoint: Option<&str>,
     region: Option<&str>,
+    options: &TableOptions,
 ) -> Result<(), Failure> {
-    dynamo(table, endpoint, region)
+    dynamo(table, endpoint, region, options, Duration::ZERO)
         .await?
         .ensure_table()
         .await
         .map_err(|e| failure(&format!("cannot create table {table}"), &e))
 }
 
+/// The attribute names with `--attribute-name DEFAULT=NAME` applied.
+fn attribute_names(renames: &[String]) -> Result<AttributeNames, Failure> {
+    let mut names = AttributeNames::default();
+    for rename in renames {
+        let bad = |why: &str| Failure::usage(format!("bad --attribute-name {rename:?}: {why}"));
+        let (default, name) = rename
+            .split_once('=')
+            .ok_or_else(|| bad("write it as DEFAULT=NAME, such as pk=id"))?;
+        names = match default {
+            "pk" => names.with_partition_key(name),
+            "sk" => names.with_sort_key(name),
+            "lease_token" => names.with_token(name),
+            "lease_expires_at" => names.with_expires_at(name),
+            "lease_expires_at_ms" => names.with_expires_at_ms(name),
+            "ttl" => names.with_ttl(name),
+            "lease_fence" => names.with_fencing(name),
+            "lease_owner" => names.with_owner(name),
+            "lease_acquired_at" => names.with_acquired_at(name),
+            "lease_request" => names.with_request(name),
+            "fenced_value" => names.with_fenced_value(name),
+            "value_fence" => names.with_value_fence(name),
+            _ => return Err(bad("no attribute has that default name (see --help)")),
+        };
+    }
+    Ok(names)
+}
+
 async fn dynamo(
     table: &str,
     endpoint: Option<&str>,
     region: Option<&str>,
+    options: &TableOptions,
+    grace: Duration,
 ) -> Result<lease_dynamo::DynamoLeases, Failure> {
     // DynamoDB Local wants a region but ignores which; do not make its users set one.
     let region = region.or_else(|| {
@@ -162,13 +215,71 @@ async fn dynamo(
         (endpoint.is_some() && !configured).then_some("us-east-1")
     });
     let client = lease_dynamo::sdk_client(endpoint, region).await;
-    lease_dynamo::DynamoLeases::new(client, table)
+    let mut builder = lease_dynamo::DynamoLeases::builder(client, table)
+        .with_attribute_names(attribute_names(&options.attribute_name)?)
+        .with_max_clock_skew(options.max_clock_skew.unwrap_or_default())
+        .with_recreation_grace(grace);
+    if let Some(sort) = &options.lock_sort_key {
+        builder = builder.with_lock_sort_key(sort.as_str());
+    }
+    builder
+        .build()
         .map_err(|e| failure(&format!("bad --dynamo table {table:?}"), &e))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 23: the CLI could not set the skew allowance (always 0: a double grant at 2 s of
+    /// skew on a 10 s lease; lease-dynamo's `tests/clock_skew.rs` shows the hole and that the
+    /// allowance closes it), the lock sort key or the attribute names.
+    #[tokio::test]
+    async fn table_flags_configure_the_dynamodb_manager() {
+        let cli = crate::cli::Cli::parse_args([
+            "lease",
+            "run",
+            "--dynamo",
+            "leases",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--max-clock-skew",
+            "2s",
+            "--lock-sort-key",
+            "MUTEX",
+            "--attribute-name",
+            "pk=id",
+            "--attribute-name",
+            "lease_token=holder",
+            "--key",
+            "k",
+            "--",
+            "true",
+        ])
+        .expect("parses");
+        let crate::cli::Command::Run(run) = cli.command else {
+            panic!("not run");
+        };
+        let args = &run.backend;
+        let leases = dynamo(
+            "leases",
+            args.endpoint.as_deref(),
+            None,
+            &args.table,
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("configured");
+        assert_eq!(leases.max_clock_skew(), Duration::from_secs(2));
+        assert_eq!(leases.lock_sort_key(), "MUTEX");
+        assert_eq!(leases.attribute_names().partition_key(), "id");
+        assert_eq!(leases.attribute_names().token(), "holder");
+        assert_eq!(leases.recreation_grace(), Duration::from_secs(30));
+
+        let bad = attribute_names(&["lease_tokn=x".to_owned()]).expect_err("unknown default");
+        assert_eq!(bad.code, crate::exit::USAGE);
+        assert!(attribute_names(&["pk".to_owned()]).is_err());
+    }
 
     #[test]
     fn only_a_missing_dynamodb_table_gets_advice() {

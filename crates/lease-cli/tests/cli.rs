@@ -402,6 +402,9 @@ fn dynamo_contention_and_fencing() {
         // Long enough that a slow renewal on a loaded machine does not stop the command.
         "--ttl",
         "6s",
+        // A fresh table: no table was replaced, so no recreation grace to wait out.
+        "--recreation-grace",
+        "0",
         "--",
         "sh",
         "-c",
@@ -682,9 +685,18 @@ fn dynamo_go_leases_are_held_shown_and_breakable() {
     assert!(stdout(&broken).contains("released"), "{}", stdout(&broken));
 
     let mut run = lease(store.path());
-    run.arg("run")
-        .args(backend)
-        .args(["--key", "nightly", "--wait", "0", "--", "true"]);
+    // The table is seconds old and the Go item has no fencing counter: without this, the
+    // recreation grace (a holder of a table this one replaced may still run) would refuse it.
+    run.arg("run").args(backend).args([
+        "--key",
+        "nightly",
+        "--wait",
+        "0",
+        "--recreation-grace",
+        "0",
+        "--",
+        "true",
+    ]);
     local_credentials(&mut run);
     let ran = output(&mut run);
     assert_eq!(code(ran.status), 0, "{}", stderr(&ran));

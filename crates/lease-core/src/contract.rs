@@ -362,8 +362,16 @@ async fn acquire_waiting<B: LeaseBackend + ?Sized>(
         .map(|timeout| crate::lease::instant_after(started, timeout));
     let mut backoff = Backoff::new(wait.initial_backoff, wait.max_backoff);
     let mut attempts = 0u32;
+    // The backend's own retries end with the wait too (an earlier deadline of the caller's
+    // stays).
+    let mut options = wait.acquire.clone();
+    if let Some(give_up) = give_up
+        && options.deadline().is_none_or(|d| d > give_up)
+    {
+        options = options.with_deadline(give_up);
+    }
     loop {
-        let error = match backend.try_acquire(key, duration, &wait.acquire).await {
+        let error = match backend.try_acquire(key, duration, &options).await {
             Ok(lease) => return Ok(lease),
             Err(error) if error.is_held() || error.is_transient() => error,
             Err(error) => return Err(error),

@@ -1,5 +1,7 @@
 //! Per-call options of an acquire.
 
+use std::time::Instant;
+
 use crate::LeaseToken;
 
 /// Per-call options of [`LeaseBackend::try_acquire`](crate::LeaseBackend::try_acquire). `Default` asks for nothing special.
@@ -14,6 +16,7 @@ use crate::LeaseToken;
 pub struct AcquireOptions {
     owner: Option<String>,
     token: Option<LeaseToken>,
+    deadline: Option<Instant>,
 }
 
 impl AcquireOptions {
@@ -31,6 +34,33 @@ impl AcquireOptions {
     pub fn with_token(mut self, token: LeaseToken) -> Self {
         self.token = Some(token);
         self
+    }
+
+    /// Give up by `deadline` (on the backend clock's
+    /// [`monotonic`](crate::Clock::monotonic) time line), retries inside the call included.
+    ///
+    /// The call always makes its first attempt (bounded by the backend's own per-attempt
+    /// timeout, if it has one); it starts no retry at or past the deadline, and a retry's attempt
+    /// timeout is capped by the time left. So a call given a deadline that has already passed
+    /// makes exactly one attempt, and one given `now + d` returns within `d` plus one attempt
+    /// timeout. [`LeaseBackendExt::acquire_with`](crate::LeaseBackendExt::acquire_with) sets it
+    /// to the end of its wait (or keeps an earlier one set here). Backends without internal
+    /// retries may ignore it.
+    ///
+    /// ```
+    /// use lease_core::AcquireOptions;
+    /// use std::time::{Duration, Instant};
+    /// let by = Instant::now() + Duration::from_secs(3);
+    /// assert_eq!(AcquireOptions::default().with_deadline(by).deadline(), Some(by));
+    /// ```
+    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The deadline, if one was set.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
 
     /// The owner description.

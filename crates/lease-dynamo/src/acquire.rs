@@ -26,6 +26,8 @@ struct Attempt<'a> {
     /// Unique to this call: a reply-less retry finds it in the item if an attempt landed.
     request: String,
     expires_ms: u64,
+    /// The fencing counter an item without one is seeded with (the write adds 1).
+    seed: u64,
     sent: Instant,
     trust_until: Instant,
 }
@@ -68,14 +70,20 @@ impl DynamoLeases {
                 duration,
                 request: uuid::Uuid::new_v4().simple().to_string(),
                 expires_ms: now_ms.saturating_add(millis(duration)),
+                seed: epoch_micros(now),
                 sent,
                 trust_until: holder_deadline(sent, duration, self.margin(duration)),
             };
             let request = self.acquire_request(&attempt, now, options.owner());
+            // Retries end when the lease could no longer be trusted, or at the caller's
+            // deadline if that comes first.
+            let until = options
+                .deadline()
+                .map_or(attempt.trust_until, |d| d.min(attempt.trust_until));
             let result = with_retries(
                 &inner.retry,
                 &*inner.clock,
-                Some(attempt.trust_until),
+                Some(until),
                 "UpdateItem",
                 || request.clone().send(),
             )
@@ -136,9 +144,11 @@ impl DynamoLeases {
             (":expires_ms", n(attempt.expires_ms)),
             (":now", n(now_ms)),
             (":cutoff_ms", n(cutoff_ms)),
-            (":cutoff_s", n(cutoff_ms / 1000)),
+            // Go's items carry only whole seconds, rounded down: Go's own caller may hold one
+            // until the next whole second, so take it one second after Go would.
+            (":cutoff_s", n((cutoff_ms / 1000).saturating_sub(1))),
             (":cutoff_s_up", n(seconds_up(cutoff_ms))),
-            (":seed", n(epoch_micros(now))),
+            (":seed", n(attempt.seed)),
             (":request", s(&attempt.request)),
             (":ttl", n(ttl.unwrap_or(0))),
             (":owner", s(owner.unwrap_or(""))),
@@ -157,9 +167,16 @@ impl DynamoLeases {
                 Some(Malformed::Fence(value)) => value,
                 _ => "nothing".to_owned(),
             };
-            self.undo_acquire(attempt).await;
+            self.undo_acquire(attempt, false).await;
             return Err(self.bad_fence(attempt.key, &format!("{shown} after the increment")));
         };
+        // The write created the counter: the item was missing, perhaps with its table.
+        if fencing == attempt.seed.saturating_add(1)
+            && let Err(error) = self.check_recreation_grace(attempt.key).await
+        {
+            self.undo_acquire(attempt, true).await;
+            return Err(error);
+        }
         tracing::Span::current().record("fencing", fencing);
         tracing::debug!("lease acquired");
         Ok(lease_core::backend::new_lease(
@@ -233,25 +250,27 @@ impl DynamoLeases {
         ))
     }
 
-    /// Gives back a key this call took with an unusable counter (best effort, one request).
-    async fn undo_acquire(&self, attempt: &Attempt<'_>) {
+    /// Gives back a key this call took (best effort, one request): with an unusable counter, or
+    /// (`forget_counter`) one it created in a table too young to trust, whose next acquisition
+    /// must find no counter again.
+    async fn undo_acquire(&self, attempt: &Attempt<'_>, forget_counter: bool) {
         let inner = &self.inner;
         let values = vec![
             (":request", s(&attempt.request)),
             (":undone", s(&format!("{}-undone", attempt.request))),
         ];
-        let request = self.conditional_update(
-            attempt.key,
-            "#request = :request",
-            "SET #expires = :zero, #request = :undone REMOVE #token, #owner, #acquired, #expires_ms",
-            values,
-        );
+        let update = if forget_counter {
+            "SET #expires = :zero, #request = :undone REMOVE #token, #owner, #acquired, #expires_ms, #fence"
+        } else {
+            "SET #expires = :zero, #request = :undone REMOVE #token, #owner, #acquired, #expires_ms"
+        };
+        let request = self.conditional_update(attempt.key, "#request = :request", update, values);
         let result = with_retries(&inner.retry, &*inner.clock, None, "UpdateItem", || {
             request.clone().send()
         })
         .await;
         match result {
-            Ok(_) => tracing::warn!("acquisition undone: the fencing counter is not usable"),
+            Ok(_) => tracing::warn!(forget_counter, "acquisition undone"),
             Err(failed) => tracing::error!(
                 error = %backend_error_in("UpdateItem", &self.error_context(), failed.error),
                 "could not undo an acquisition with an unusable fencing counter"

@@ -11,7 +11,6 @@ use std::fmt;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::http::Response as HttpResponse;
-use aws_smithy_types::error::display::DisplayErrorContext;
 use lease_core::{LeaseError, LeaseKey};
 
 /// Error codes DynamoDB returns when a request may succeed if sent again.
@@ -76,6 +75,7 @@ pub struct DynamoError {
     table: String,
     code: Option<String>,
     message: String,
+    schema_mismatch: bool,
 }
 
 impl DynamoError {
@@ -85,7 +85,30 @@ impl DynamoError {
             table: table.to_owned(),
             code: None,
             message: message.into(),
+            schema_mismatch: false,
         }
+    }
+
+    /// A table whose key schema is not the one this manager writes.
+    pub(crate) fn key_schema_mismatch(
+        operation: &'static str,
+        table: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            schema_mismatch: true,
+            ..Self::new(operation, table, message)
+        }
+    }
+
+    /// Whether the table's key schema does not fit the keys this manager writes (two string
+    /// attributes, named by [`AttributeNames`](crate::AttributeNames)): found by
+    /// [`DynamoLeases::create_table`](crate::DynamoLeases::create_table) on an existing table,
+    /// or said by DynamoDB of a request. Configure the key attribute names to match
+    /// ([`with_key_attribute_names`](crate::DynamoLeasesBuilder::with_key_attribute_names)), or
+    /// use another table.
+    pub fn is_key_schema_mismatch(&self) -> bool {
+        self.schema_mismatch
     }
 
     /// The DynamoDB operation (`UpdateItem`, `GetItem`, `Query`, `CreateTable`, ...).
@@ -321,8 +344,17 @@ fn credentials_cause(links: &Links<'_>) -> Option<Cause> {
                 CredentialsError::InvalidConfiguration(_) => Cause::permanent(format!(
                     "the AWS credentials configuration is invalid: {detail}"
                 )),
-                CredentialsError::ProviderTimedOut(_) => {
-                    Cause::transient(format!("loading AWS credentials timed out: {detail}"))
+                // Every provider of the chain had its turn: none found credentials in time.
+                CredentialsError::ProviderTimedOut(_) => Cause::permanent(format!(
+                    "no AWS credentials found: loading them timed out ({CREDENTIALS_HELP}): \
+                     {detail}"
+                )),
+                // The instance metadata service turned us away (disabled, no role): the last
+                // provider of the chain has nothing to give, now or later.
+                CredentialsError::ProviderError(_) if metadata_refused(&links[i..]) => {
+                    Cause::permanent(format!(
+                        "no AWS credentials found ({CREDENTIALS_HELP}): {detail}"
+                    ))
                 }
                 CredentialsError::ProviderError(_) => {
                     Cause::transient(format!("loading AWS credentials failed: {detail}"))
@@ -332,6 +364,24 @@ fn credentials_cause(links: &Links<'_>) -> Option<Cause> {
         }
     }
     None
+}
+
+/// What the SDK's instance metadata client says when IMDS answers 401, 403 or 404: disabled,
+/// forbidden, or no role attached. None of these changes by asking again.
+const METADATA_REFUSED: &[&str] = &[
+    "IMDS is disabled",
+    "request forbidden",
+    "insufficient permissions",
+    "401",
+    "403",
+    "404",
+    "not found",
+];
+
+/// Whether a credentials failure came from an instance metadata service that refused us.
+fn metadata_refused(links: &Links<'_>) -> bool {
+    let texts: Vec<String> = links.iter().map(|l| l.to_string()).collect();
+    mentions(&texts, "IMDS") && METADATA_REFUSED.iter().any(|m| mentions(&texts, m))
 }
 
 /// A client configured so that it cannot sign or address a request: no credentials provider,
@@ -434,12 +484,12 @@ fn service_hint(code: &str, message: &str, context: &Context<'_>) -> Option<Stri
         "ValidationException" if KEY_SCHEMA_MISMATCH.iter().any(|m| message.contains(m)) => {
             Some(match context.keys {
                 Some((pk, sk)) => format!(
-                    "this manager writes keys ({pk}, {sk}) as strings; does the table's key \
-                     schema match? see with_key_attribute_names"
+                    "the keys are written as string attributes ({pk}, {sk}); does the table's \
+                     key schema match? configure the key attribute names to match it"
                 ),
-                None => "this manager writes its keys as two string attributes (pk and sk \
-                         unless renamed); does the table's key schema match? see \
-                         with_key_attribute_names"
+                None => "the keys are written as two string attributes (pk and sk unless \
+                         renamed); does the table's key schema match? configure the key \
+                         attribute names to match it"
                     .to_owned(),
             })
         }
@@ -465,6 +515,12 @@ fn service_hint(code: &str, message: &str, context: &Context<'_>) -> Option<Stri
         )),
         _ => None,
     }
+}
+
+/// The SDK error's chain of causes on one line, in words: no `Debug` dump of the SDK's types
+/// (which `DisplayErrorContext` appends).
+pub(crate) fn plain(err: &(dyn StdError + 'static)) -> String {
+    joined(&chain(err))
 }
 
 /// Turns a failed request into a [`LeaseError::Backend`] naming the operation and table.
@@ -498,12 +554,16 @@ where
                 None => message.to_owned(),
             }
         }
-        (SdkError::ServiceError(_), None) => DisplayErrorContext(&err).to_string(),
+        (SdkError::ServiceError(_), None) => plain(&err),
         _ => match client_side_cause(&err, context) {
             Some(cause) => cause.text,
-            None => DisplayErrorContext(&err).to_string(),
+            None => plain(&err),
         },
     };
+    let schema_mismatch = code.as_deref() == Some("ValidationException")
+        && err
+            .message()
+            .is_some_and(|m| KEY_SCHEMA_MISMATCH.iter().any(|k| m.contains(k)));
     LeaseError::backend(
         "dynamodb",
         class.transient,
@@ -512,6 +572,7 @@ where
             table: context.table.to_owned(),
             code,
             message,
+            schema_mismatch,
         },
     )
 }
@@ -642,6 +703,23 @@ mod tests {
     }
 
     #[test]
+    fn no_sdk_debug_dump_in_messages() {
+        // Issue 23: messages ended in `(TimeoutError(TimeoutError { source: ... }))`.
+        for err in [
+            SdkError::timeout_error("operation attempt timeout occurred after 2s"),
+            other("something new went wrong"),
+            service("ValidationException", 400),
+        ] {
+            let (_, text) = describe(err);
+            assert!(!text.contains(" { ") && !text.contains("(\""), "{text}");
+            assert!(
+                !text.contains("TimeoutError(") && !text.contains("DispatchFailure("),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn classifies_by_meaning() {
         for code in THROTTLING_CODES {
             let class = classify(&service(code, 400));
@@ -707,11 +785,26 @@ mod tests {
         assert!(transient);
         assert!(text.contains("loading AWS credentials failed: "), "{text}");
         assert!(text.contains("503 from STS"), "{text}");
+        // The whole chain timed out: nothing found, at once, with the help (issue 23).
         let (transient, text) = describe(other(CredentialsError::provider_timed_out(
             std::time::Duration::from_secs(5),
         )));
-        assert!(transient);
-        assert!(text.contains("loading AWS credentials timed out"), "{text}");
+        assert!(!transient);
+        assert!(
+            text.contains(
+                "no AWS credentials found: loading them timed out (set AWS_ACCESS_KEY_ID"
+            ),
+            "{text}"
+        );
+        // Instance metadata disabled (403): permanent, with the help (issue 23).
+        let (transient, text) = describe(other(CredentialsError::provider_error(
+            "failed to load IMDS session token: service error: request forbidden: IMDS is disabled or the caller has insufficient permissions.",
+        )));
+        assert!(!transient, "{text}");
+        assert!(
+            text.contains("no AWS credentials found (set AWS_ACCESS_KEY_ID"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -860,7 +953,7 @@ mod tests {
         assert!(!transient);
         assert!(
             text.contains(
-                "The provided key element does not match the schema; this manager writes keys (id, range) as strings; does the table's key schema match? see with_key_attribute_names"
+                "The provided key element does not match the schema; the keys are written as string attributes (id, range); does the table's key schema match? configure the key attribute names to match it"
             ),
             "{text}"
         );

@@ -17,7 +17,8 @@ pub(crate) const FENCE_USABLE: &str = "(attribute_not_exists(#fence) OR (attribu
 
 /// The key is free for a contender whose clock, minus the skew allowance, reads `cutoff`:
 /// nobody holds it, or the holder's expiry has passed. Items the Go package wrote carry only
-/// whole seconds (`#expires`), judged as Go judges them; items this crate wrote carry the
+/// whole seconds (`#expires`), rounded down, and are taken one second after Go's own rule
+/// would (`:cutoff_s` is the contender's second minus one); items this crate wrote carry the
 /// milliseconds too, and `#expires` is their ceiling, so the seconds rule never frees them
 /// early and the milliseconds rule frees them on time.
 pub(crate) const KEY_FREE: &str = "(attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up))";

@@ -104,8 +104,8 @@ pub(crate) struct Decoded {
     /// The holder's token exactly as stored (it may break the rules of tokens this crate
     /// issues: see [`LeaseToken::from_store`]).
     pub(crate) token: Option<LeaseToken>,
-    /// The expiry in milliseconds: `lease_expires_at_ms` when present, else the Go package's
-    /// `lease_expires_at` seconds.
+    /// The expiry in milliseconds: `lease_expires_at_ms` when present, else the end of the Go
+    /// package's whole `lease_expires_at` second (one second stricter than Go's own rule).
     pub(crate) expires_ms: Option<u64>,
     /// The fencing counter, when it is a valid one.
     pub(crate) fencing: Option<u64>,
@@ -126,7 +126,10 @@ impl Decoded {
             _ => None,
         };
         let seconds = get_u64(item, names.expires_at()).map(|s| s.saturating_mul(1000));
-        let expires_ms = get_u64(item, names.expires_at_ms()).or(seconds);
+        // Go writes whole seconds rounded down: its holder may run to the end of that second.
+        let expires_ms = get_u64(item, names.expires_at_ms())
+            .or_else(|| seconds.filter(|s| *s > 0).map(|s| s.saturating_add(1000)))
+            .or(seconds);
         let fence = item.get(names.fencing());
         let fencing = get_u64(item, names.fencing()).filter(|f| *f <= FENCE_LIMIT);
         let mut malformed = None;
@@ -211,7 +214,8 @@ mod tests {
             ("lease_expires_at", n(1_700_000_000)),
         ]);
         let d = Decoded::from_item(&names, &go);
-        assert_eq!(d.expires_ms, Some(1_700_000_000_000));
+        // The end of that second: Go's caller may hold it until then (issue 23).
+        assert_eq!(d.expires_ms, Some(1_700_000_001_000));
         assert_eq!(d.fencing, None);
         assert_eq!(d.malformed, None);
         assert_eq!(

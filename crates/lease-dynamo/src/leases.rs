@@ -63,6 +63,7 @@ pub(crate) struct Inner {
     pub(crate) tokens: Arc<dyn TokenSource>,
     pub(crate) validate: bool,
     pub(crate) max_clock_skew: Duration,
+    pub(crate) recreation_grace: Duration,
     pub(crate) safety_margin: Option<Duration>,
     pub(crate) retry: RetryPolicy,
     pub(crate) list_page_size: Option<i32>,
@@ -78,6 +79,7 @@ impl fmt::Debug for DynamoLeases {
             .field("include_ttl", &i.include_ttl)
             .field("ttl_buffer", &i.ttl_buffer)
             .field("max_clock_skew", &i.max_clock_skew)
+            .field("recreation_grace", &i.recreation_grace)
             .field("clock", &i.clock)
             .field("retry", &i.retry)
             .finish_non_exhaustive()
@@ -97,6 +99,7 @@ impl fmt::Debug for DynamoLeases {
 /// | [`with_token_source`](Self::with_token_source) | [`RandomTokens`] |
 /// | [`with_input_validation`](Self::with_input_validation) | on |
 /// | [`with_max_clock_skew`](Self::with_max_clock_skew) | 0 |
+/// | [`with_recreation_grace`](Self::with_recreation_grace) | 0 (off) |
 /// | [`with_safety_margin`](Self::with_safety_margin) | [`default_safety_margin`] |
 /// | [`with_retry_policy`](Self::with_retry_policy) | [`RetryPolicy::default`] |
 /// | [`with_list_page_size`](Self::with_list_page_size) | 1 MB pages |
@@ -111,6 +114,7 @@ pub struct DynamoLeasesBuilder {
     tokens: Arc<dyn TokenSource>,
     validate: bool,
     max_clock_skew: Duration,
+    recreation_grace: Duration,
     safety_margin: Option<Duration>,
     retry: RetryPolicy,
     list_page_size: Option<i32>,
@@ -229,6 +233,21 @@ impl DynamoLeasesBuilder {
         self
     }
 
+    /// The longest lease any holder takes in this table: after the table is created (or
+    /// deleted and recreated, restored, or DynamoDB Local restarted), no key is granted for this
+    /// long plus [`with_max_clock_skew`](Self::with_max_clock_skew), because a holder of the table
+    /// it replaced may still run until its next renewal fails. An acquisition whose write
+    /// created the key's fencing counter (the item was missing) reads the table's creation time
+    /// (`DescribeTable`, one more request, IAM `dynamodb:DescribeTable`); in a younger table it
+    /// gives the key back and fails with [`LeaseError::Held`] until the grace ends, so a waiting
+    /// acquire sleeps until then. Acquisitions of existing items send nothing more. Zero (the
+    /// default, as in the Go package) turns the check off. See `docs/correctness.md`,
+    /// *Store loss*.
+    pub fn with_recreation_grace(mut self, grace: Duration) -> Self {
+        self.recreation_grace = grace;
+        self
+    }
+
     /// The part of each lease the holder does not trust (see
     /// [`holder_deadline`](lease_core::backend::holder_deadline)).
     pub fn with_safety_margin(mut self, margin: Duration) -> Self {
@@ -291,6 +310,7 @@ impl DynamoLeasesBuilder {
                 tokens: self.tokens,
                 validate: self.validate,
                 max_clock_skew: self.max_clock_skew,
+                recreation_grace: self.recreation_grace,
                 safety_margin: self.safety_margin,
                 retry: self.retry,
                 list_page_size: self.list_page_size,
@@ -316,9 +336,11 @@ fn validate_ttl_buffer(include: bool, buffer: Duration, skew: Duration) -> Resul
         return Err(LeaseError::invalid(
             "ttl buffer",
             format!(
-                "{buffer:?} must exceed three times the clock skew allowance ({skew:?}): after a \
+                "{} must exceed three times the clock skew allowance ({}): after a \
                  TTL deletion fencing tokens restart from the clock, and only this bound keeps \
-                 them above the ones issued before"
+                 them above the ones issued before",
+                lease_core::backend::fmt_duration(buffer),
+                lease_core::backend::fmt_duration(skew),
             ),
         ));
     }
@@ -356,6 +378,7 @@ impl DynamoLeases {
             tokens: Arc::new(RandomTokens),
             validate: true,
             max_clock_skew: Duration::ZERO,
+            recreation_grace: Duration::ZERO,
             safety_margin: None,
             retry: RetryPolicy::default(),
             list_page_size: None,
@@ -398,6 +421,11 @@ impl DynamoLeases {
     /// The declared clock skew allowance.
     pub fn max_clock_skew(&self) -> Duration {
         self.inner.max_clock_skew
+    }
+
+    /// The recreation grace (zero: off).
+    pub fn recreation_grace(&self) -> Duration {
+        self.inner.recreation_grace
     }
 
     /// Whether inputs are validated before sending.

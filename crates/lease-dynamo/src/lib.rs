@@ -61,7 +61,7 @@
 //!
 //! | operation | request | condition | cost |
 //! |---|---|---|---|
-//! | acquire, takeover included | `UpdateItem` `SET token, expires, expires_ms, acquired, owner, request, ttl, fence = if_not_exists(fence, :seed) + 1`, `ReturnValues=ALL_NEW` | the counter is usable (absent, or a number in `[0, 2^63-1)`) **and** the key is free: `attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up)`, with `cutoff = now - max_clock_skew` | 1 request, 1 WCU |
+//! | acquire, takeover included | `UpdateItem` `SET token, expires, expires_ms, acquired, owner, request, ttl, fence = if_not_exists(fence, :seed) + 1`, `ReturnValues=ALL_NEW` | the counter is usable (absent, or a number in `[0, 2^63-1)`) **and** the key is free: `attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up)`, with `cutoff = now - max_clock_skew` and `cutoff_s` its whole second minus one (Go's items carry only a rounded-down second) | 1 request, 1 WCU |
 //! | renew | `UpdateItem` `SET expires, expires_ms, ttl` | `#token = :token AND #fence = :fence AND #expires_ms > :now` | 1 request, 1 WCU |
 //! | release | `UpdateItem` `SET expires = 0, request, ttl REMOVE token, expires_ms, owner, acquired` | `#token = :token AND #fence = :fence` (for a record with no counter: the token, and no usable counter) | 1 request, 1 WCU |
 //! | delete | `DeleteItem` | the state named, as release names a tenure (`#token = :token AND #fence = :fence`), or for a free record `attribute_not_exists(#token) AND #fence = :fence`; **and** `attribute_not_exists(value_fence)` | 1 request, 1 WCU; 2 when a fenced value shares the item (see *Delete*) |
@@ -78,7 +78,10 @@
 //! request: a refused acquire reports the holder (owner, expiry, fencing token) from the reply
 //! itself. The one exception to "one request": an acquisition that finds a fractional fencing
 //! counter (which only a hand-edited item holds; DynamoDB conditions cannot test that a number
-//! is whole) is undone by a second `UpdateItem` and reported as an error.
+//! is whole) is undone by a second `UpdateItem` and reported as an error; and, with a
+//! [recreation grace](DynamoLeasesBuilder::with_recreation_grace), an acquisition that seeds a
+//! new fencing counter reads the table's creation time (`DescribeTable`) and, in a table younger
+//! than the grace, is undone the same way.
 //!
 //! # Transient failures and lost replies
 //!
@@ -86,7 +89,13 @@
 //! throttling (`ProvisionedThroughputExceededException`, `ThrottlingException`,
 //! `RequestLimitExceeded`), `InternalServerError`/5xx, timeouts and transport failures itself,
 //! with full-jitter exponential backoff ([`RetryPolicy`]), never past the time the lease could
-//! still be trusted. Missing tables, validation and access errors are permanent and come back at
+//! still be trusted, nor past the caller's deadline
+//! ([`AcquireOptions::with_deadline`](lease_core::AcquireOptions::with_deadline), which a
+//! waiting acquire sets to the end of its wait): no retry starts at or after it, and a retry's
+//! attempt timeout is capped by the time left, so an acquire given a deadline returns within it
+//! plus one attempt timeout. Missing credentials are permanent in every form the AWS chain
+//! reports them, instance metadata refusing us (401/403/404) or the whole chain timing out
+//! included. Missing tables, validation and access errors are permanent and come back at
 //! once as [`LeaseError::Backend`] naming the table. So does a
 //! client that cannot send at all: no credentials, no region, an endpoint that is not a URL or
 //! whose host name does not exist; the message says which and what to set
@@ -179,8 +188,11 @@
 //! it does, and keeps its millisecond precision in `lease_expires_at_ms`, an attribute Go never
 //! reads. Judged from either side:
 //!
-//! * a Go item (no `lease_expires_at_ms`, no counter) is held until its whole second, exactly as
-//!   Go judges it; taking it over seeds a fencing counter from the clock (see *Fencing*);
+//! * a Go item (no `lease_expires_at_ms`, no counter) is held until the **end** of its whole
+//!   second, one second longer than Go's own rule: Go rounds its expiry down, so its caller may
+//!   still hold the lease during that second (`:cutoff_s` in the acquire condition is the
+//!   contender's second minus one). Taking it over seeds a fencing counter from the clock (see
+//!   *Fencing*);
 //! * an item of ours is free for Go at the first whole second at or after its expiry, at most
 //!   one second after it is free for us; a release sets `lease_expires_at` to 0, so Go takes the
 //!   key at once (main before 0.2 removed the attribute, which blocked Go until TTL);
@@ -282,6 +294,7 @@ mod error;
 mod expr;
 mod fenced;
 pub mod go;
+mod grace;
 mod item;
 mod leases;
 mod names;

@@ -102,11 +102,13 @@ pub(crate) struct Failed<E> {
 }
 
 /// Sends `attempt()` until it succeeds, fails permanently, fails its condition, runs out of
-/// attempts, or the next backoff would end after `trust_until` (by `clock`).
+/// attempts, or time runs out: no retry starts at or past `until` (by `clock`'s monotonic
+/// time), a backoff never sleeps past it, and a retry's attempt timeout is capped by the time
+/// left to it. The first attempt always runs, bounded by the client's own attempt timeout.
 pub(crate) async fn with_retries<T, E, F, Fut>(
     policy: &RetryPolicy,
     clock: &dyn Clock,
-    trust_until: Option<Instant>,
+    until: Option<Instant>,
     operation: &'static str,
     mut attempt: F,
 ) -> Result<T, Failed<E>>
@@ -121,17 +123,26 @@ where
     loop {
         attempts += 1;
         let span = tracing::debug_span!("dynamodb.request", operation, attempt = attempts);
-        let error = match attempt().instrument(span).await {
+        let left = until.map(|until| until.saturating_duration_since(clock.monotonic()));
+        let sent = attempt().instrument(span);
+        let outcome = match left {
+            Some(left) if attempts > 1 => match tokio::time::timeout(left, sent).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(SdkError::timeout_error(OutOfTime(left))),
+            },
+            _ => sent.await,
+        };
+        let error = match outcome {
             Ok(value) => return Ok(value),
             Err(error) => error,
         };
         let class = classify(&error);
         let mut pause = backoff.next_delay();
-        let left = trust_until.map(|until| until.saturating_duration_since(clock.monotonic()));
+        let left = until.map(|until| until.saturating_duration_since(clock.monotonic()));
         if let Some(left) = left {
             pause = pause.min(left);
         }
-        if !class.transient || attempts >= policy.max_attempts || left == Some(Duration::ZERO) {
+        if !class.transient || attempts >= policy.max_attempts || left.is_some_and(|l| l <= pause) {
             return Err(Failed {
                 error,
                 uncertain,
@@ -142,13 +153,29 @@ where
             operation,
             attempt = attempts,
             backoff_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX),
-            error = %aws_smithy_types::error::display::DisplayErrorContext(&error),
+            error = %crate::error::plain(&error),
             "transient DynamoDB failure; retrying the same request"
         );
         uncertain |= !class.unapplied;
         tokio::time::sleep(pause).await;
     }
 }
+
+/// A retry cut short by the caller's deadline (or the lease's), as a timeout.
+#[derive(Debug)]
+struct OutOfTime(Duration);
+
+impl std::fmt::Display for OutOfTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no reply within the {} left before the deadline",
+            lease_core::backend::fmt_duration(self.0)
+        )
+    }
+}
+
+impl std::error::Error for OutOfTime {}
 
 #[cfg(test)]
 mod tests {

@@ -13,9 +13,23 @@ use tracing::Instrument;
 
 use crate::DynamoLeases;
 use crate::error::{DynamoError, backend_error_in};
+use crate::retry::with_retries;
 
 /// How long [`DynamoLeases::create_table`] waits for the table to become `ACTIVE`.
 const ACTIVE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The attempt timeout of the table requests: a cold endpoint (DynamoDB Local starting its JVM,
+/// a region's control plane) may take far longer than the lease requests' attempt timeout.
+const CONTROL_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A per-request configuration with the control plane's attempt timeout.
+fn control_plane() -> aws_sdk_dynamodb::config::Builder {
+    aws_sdk_dynamodb::config::Builder::default().timeout_config(
+        aws_smithy_types::timeout::TimeoutConfig::builder()
+            .operation_attempt_timeout(CONTROL_ATTEMPT_TIMEOUT)
+            .build(),
+    )
+}
 
 fn build_error(what: impl std::fmt::Display, table: &str) -> LeaseError {
     LeaseError::backend(
@@ -58,7 +72,7 @@ impl DynamoLeases {
                     .build()
                     .map_err(|e| build_error(e, table))
             };
-            let result = inner
+            let request = inner
                 .client
                 .create_table()
                 .table_name(table)
@@ -66,9 +80,18 @@ impl DynamoLeases {
                 .attribute_definitions(attribute(names.partition_key())?)
                 .attribute_definitions(attribute(names.sort_key())?)
                 .key_schema(element(names.partition_key(), KeyType::Hash)?)
-                .key_schema(element(names.sort_key(), KeyType::Range)?)
-                .send()
-                .await;
+                .key_schema(element(names.sort_key(), KeyType::Range)?);
+            // Retried when transient: a retry after a create that landed but timed out finds
+            // the table in use, which is success.
+            let result = with_retries(&inner.retry, &*inner.clock, None, "CreateTable", || {
+                request
+                    .clone()
+                    .customize()
+                    .config_override(control_plane())
+                    .send()
+            })
+            .await
+            .map_err(|failed| failed.error);
             match result {
                 Ok(_) => tracing::info!("table created"),
                 Err(e)
@@ -129,12 +152,12 @@ impl DynamoLeases {
         Err(LeaseError::backend(
             "dynamodb",
             false,
-            DynamoError::new(
+            DynamoError::key_schema_mismatch(
                 "CreateTable",
                 table,
                 format!(
-                    "table `{table}` has key schema {} but this manager expects {}; use \
-                     with_key_attribute_names or another table",
+                    "table `{table}` has key schema {} but the leases are configured for {}; \
+                     configure the key attribute names to match it, or use another table",
                     show(&actual),
                     show(&expected),
                 ),
@@ -146,13 +169,27 @@ impl DynamoLeases {
         let inner = &self.inner;
         let started = std::time::Instant::now();
         loop {
-            let described = inner
+            let described = match inner
                 .client
                 .describe_table()
                 .table_name(&inner.table)
+                .customize()
+                .config_override(control_plane())
                 .send()
                 .await
-                .map_err(|e| backend_error_in("DescribeTable", &self.error_context(), e))?;
+            {
+                Ok(described) => described,
+                Err(e) => {
+                    let error = backend_error_in("DescribeTable", &self.error_context(), e);
+                    // A cold or busy endpoint: keep waiting, up to the bound.
+                    if !error.is_transient() || started.elapsed() > ACTIVE_TIMEOUT {
+                        return Err(error);
+                    }
+                    tracing::debug!(%error, "table not described yet; waiting");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            };
             let status = described.table().and_then(|t| t.table_status());
             if status == Some(&TableStatus::Active)
                 && let Some(description) = described.table()
@@ -167,8 +204,9 @@ impl DynamoLeases {
                         "DescribeTable",
                         &inner.table,
                         format!(
-                            "table not ACTIVE after {} (status {status:?})",
-                            lease_core::backend::fmt_duration(ACTIVE_TIMEOUT)
+                            "table not ACTIVE after {} (status {})",
+                            lease_core::backend::fmt_duration(ACTIVE_TIMEOUT),
+                            status.map_or("unknown", TableStatus::as_str)
                         ),
                     ),
                 ));
@@ -203,6 +241,8 @@ impl DynamoLeases {
                 .update_time_to_live()
                 .table_name(table)
                 .time_to_live_specification(spec)
+                .customize()
+                .config_override(control_plane())
                 .send()
                 .await
             {

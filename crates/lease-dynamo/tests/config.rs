@@ -369,7 +369,7 @@ fn create_table_refuses_an_existing_table_with_another_key_schema() {
                 raw_table(&client, &table, keys).await;
                 let leases = DynamoLeases::new(client.clone(), table.clone()).unwrap();
                 let expected = format!(
-                    "table `{table}` has key schema {shown} but this manager expects (pk: S HASH, sk: S RANGE); use with_key_attribute_names or another table"
+                    "table `{table}` has key schema {shown} but the leases are configured for (pk: S HASH, sk: S RANGE); configure the key attribute names to match it, or use another table"
                 );
                 for (what, result) in [
                     ("create_table", leases.create_table().await),
@@ -378,6 +378,9 @@ fn create_table_refuses_an_existing_table_with_another_key_schema() {
                     let error = result.expect_err(what);
                     assert!(!error.is_transient(), "{what}: {error}");
                     assert!(report(&error).contains(&expected), "{what}: {error}");
+                    let source = std::error::Error::source(&error)
+                        .and_then(|s| s.downcast_ref::<lease_dynamo::DynamoError>());
+                    assert!(source.is_some_and(lease_dynamo::DynamoError::is_key_schema_mismatch));
                 }
             }
 
@@ -405,7 +408,7 @@ fn create_table_refuses_an_existing_table_with_another_key_schema() {
                 .expect_err("default names on an (id, rk) table");
             assert!(
                 report(&error).contains(
-                    "has key schema (id: S HASH, rk: S RANGE) but this manager expects (pk: S HASH, sk: S RANGE)"
+                    "has key schema (id: S HASH, rk: S RANGE) but the leases are configured for (pk: S HASH, sk: S RANGE)"
                 ),
                 "{error}"
             );
@@ -434,7 +437,7 @@ fn operations_on_a_table_with_another_key_schema_say_which_keys_they_write() {
                     &[
                         "ValidationException",
                         "does the table's key schema match?",
-                        "with_key_attribute_names",
+                        "configure the key attribute names to match it",
                     ],
                 )
                 .await;
@@ -447,7 +450,7 @@ fn operations_on_a_table_with_another_key_schema_say_which_keys_they_write() {
                 assert!(!error.is_transient(), "{error}");
                 assert!(
                     report(&error).contains(
-                        "this manager writes keys (pk, sk) as strings; does the table's key schema match? see with_key_attribute_names"
+                        "the keys are written as string attributes (pk, sk); does the table's key schema match? configure the key attribute names to match it"
                     ),
                     "{error}"
                 );
