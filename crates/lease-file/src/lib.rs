@@ -160,6 +160,34 @@
 //!   [`LeaseBackend::delete`], which returns
 //!   `LeaseError::Unsupported` and removes nothing (see [`DirectoryStore`], *Delete*, for why).
 //!
+//! # Forks
+//!
+//! A process that holds a lease and calls `fork` gives its child a copy of everything: the
+//! [`FileLockGuard`] or the [`DirectoryStore`] and its [`Lease`], their descriptors, and with them
+//! the kernel lock, which lives on the open file description that parent and child now share
+//! (`flock(LOCK_UN)` or the last close of it in *either* process would free it). The lease stays
+//! the parent's, whatever the child does:
+//!
+//! * Dropping the copy, returning from `main`, unwinding or exiting with it does nothing: a
+//!   guard releases on drop only in the process that acquired it, and no descriptor of a held
+//!   lease is ever unlocked by a process other than the one that locked it (the child only
+//!   forgets the lock; the parent's copy keeps it).
+//! * An explicit release of the parent's lease from the child ([`FileLockGuard::release`],
+//!   [`LeaseBackend::release`] through the inherited store) is refused with
+//!   [`LeaseError::Unsupported`], renaming and unlocking nothing.
+//! * The child may read: [`FileLockGuard::check`], [`FileLockGuard::fencing_token`], and the
+//!   store's `inspect` and listings. It has no heartbeat thread or keeper (threads do not survive
+//!   `fork`), so its copy's `check` goes stale at the deadline even while the parent renews.
+//!   The child may acquire *other* leases through the inherited store; they are its own.
+//! * To hand a lease to a child, let the child acquire its own, or pass the fencing token for
+//!   it to check against the parent; a release with the lease's token through a store the child
+//!   opens itself is a deliberate hand-off and is not refused.
+//!
+//! Every descriptor the crate opens is close-on-exec, so a program a child `exec`s inherits
+//! nothing (`lease run` passes its lock to its guard process on purpose: see the CLI).
+//! `tests/fork.rs` of the unpublished `lease-forktest` crate forks for real, in both modes and
+//! both faces.
+//!
 //! # Design choices
 //!
 //! * **A name, not a record, is the state.** Only a rename from an exact name is atomic *and*
@@ -236,6 +264,15 @@ pub use store::{DirectoryStore, DirectoryStoreBuilder};
 
 /// The backend name in [`LeaseError::Backend`] errors.
 const BACKEND: &str = "file";
+
+/// The refusal of a release in a process other than the one that acquired the lease: a
+/// `fork`ed child's copy of a lease is its parent's, and releasing it would free the parent's.
+fn forked_release() -> LeaseError {
+    LeaseError::unsupported(
+        BACKEND,
+        "release in a process other than the one that acquired the lease (a forked child)",
+    )
+}
 
 #[doc(no_inline)]
 pub use lease_core::{self, prelude::*};

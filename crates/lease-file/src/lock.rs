@@ -1108,9 +1108,16 @@ impl FileLockGuard {
     /// # Errors
     /// [`LeaseError::Lost`] with the reason if the lease was lost; a [`LeaseError::Backend`] for
     /// I/O errors: the tenure is then abandoned (its kernel lock dropped, heartbeats stopped),
-    /// and others take the lease over once it expires.
+    /// and others take the lease over once it expires. [`LeaseError::Unsupported`] in a process
+    /// other than the one that acquired the lease (a `fork`ed child's copy of the guard):
+    /// nothing is renamed or unlocked, the parent keeps holding (see the crate docs, *Forks*).
     pub fn release(mut self) -> Result<(), LeaseError> {
         self.released = true;
+        if self.pid != std::process::id() {
+            // A forked child's copy: the tenure and its kernel lock are the parent's.
+            tracing::warn!(acquired_by = self.pid, "release refused in a forked child");
+            return Err(crate::forked_release());
+        }
         let result = self.shared.release_tenure();
         if result.as_ref().is_err_and(|e| !e.is_not_owned()) {
             self.shared.abandon_tenure();

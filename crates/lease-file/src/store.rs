@@ -161,6 +161,10 @@ struct Inner {
     idle: Arc<Mutex<HashMap<PathBuf, KeyDir>>>,
     /// Threads blocked in `flock` for waiting acquisitions.
     waiters: Waiters,
+    /// The process that acquired each lease held through this store (by lock directory, with
+    /// its generation), so that a `fork`ed child's copy of the store refuses to release its
+    /// parent's leases.
+    acquired_by: Mutex<HashMap<PathBuf, (u64, u32)>>,
 }
 
 impl fmt::Debug for DirectoryStore {
@@ -290,6 +294,7 @@ impl DirectoryStoreBuilder {
                 tenures: Arc::default(),
                 idle: Arc::default(),
                 waiters: Waiters::default(),
+                acquired_by: Mutex::default(),
             }),
         })
     }
@@ -409,6 +414,14 @@ impl DirectoryStore {
     fn tenures(&self) -> MutexGuard<'_, HashMap<PathBuf, Tenure>> {
         self.inner
             .tenures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Which process acquired each lease held through this store.
+    fn acquired_by(&self) -> MutexGuard<'_, HashMap<PathBuf, (u64, u32)>> {
+        self.inner
+            .acquired_by
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
@@ -577,6 +590,8 @@ impl DirectoryStore {
                         Self::expiry(now.wall, duration)?,
                         holder_deadline(now.mono, duration, margin),
                     );
+                    self.acquired_by()
+                        .insert(path.clone(), (held.generation, std::process::id()));
                     self.keep_tenure(path, kd, name, held);
                     Ok(lease)
                 }
@@ -721,6 +736,19 @@ impl DirectoryStore {
         fencing: FencingToken,
     ) -> Result<(), LeaseError> {
         let path = self.inner.dir.join(key_file_name(key)?);
+        {
+            let mut acquired_by = self.acquired_by();
+            match acquired_by.get(&path) {
+                Some(&(generation, pid)) if generation == fencing.get() => {
+                    if pid != std::process::id() {
+                        tracing::warn!(%key, generation, acquired_by = pid, "release refused in a forked child");
+                        return Err(crate::forked_release());
+                    }
+                    acquired_by.remove(&path);
+                }
+                _ => {}
+            }
+        }
         let mut tenures = self.tenures();
         if let Some(t) = tenures
             .get_mut(&path)
