@@ -15,6 +15,14 @@
 //! Both ignore the signals `lease` forwards (they are meant for the command), and exit with the
 //! command's status (128 + N when signal N killed it).
 //!
+//! On files, the guard also receives a descriptor sharing the lease's kernel lock (`--lock-fd`),
+//! so that the lock outlives `lease` until the command's group is gone. It does not keep it: it
+//! starts `lease hold-lock` with it, in a process group of its own, and closes its own copy before
+//! starting the command, which so inherits no descriptor of the lock and cannot unlock it (a
+//! `flock(LOCK_UN)` on a shared open file description frees it for every holder). The holder
+//! waits for end-of-file on a pipe from the guard, then until no live process is left in the
+//! group, and exits.
+//!
 //! The guard also enforces the holder's deadline itself (`relay.rs`): if `lease` is alive but
 //! not running (SIGSTOP, a hung process) and the deadline it last published arrives, the guard
 //! kills the group with SIGKILL just before it. A healthy `lease` stops the command earlier.
@@ -25,10 +33,12 @@ use std::time::Duration;
 
 use nix::sys::prctl::set_pdeathsig;
 use nix::sys::signal::{Signal, killpg};
+use std::os::unix::process::CommandExt;
+
 use nix::unistd::{Pid, execvp, getpgrp, getppid};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::cli::LinkArgs;
+use crate::cli::{HoldLockArgs, LinkArgs};
 use crate::exit::{self, Failure};
 use crate::relay::DeadlineWatch;
 
@@ -118,6 +128,12 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
     if !parent_alive(parent) {
         return Err(kill_group(parent, Cause::ParentDied));
     }
+    // Kept open (close-on-exec, so the command does not inherit it) until the guard exits:
+    // `lease hold-lock` reads end-of-file then, and holds the lock until the group is gone.
+    let _holder_link = match args.lock_fd {
+        Some(fd) => Some(hand_over_lock(fd)?),
+        None => None,
+    };
     let mut child = tokio::process::Command::new(&args.command[0])
         .args(&args.command[1..])
         .kill_on_drop(false)
@@ -164,6 +180,67 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
                 .reset(tokio::time::Instant::now() + Duration::from_secs(3600));
         }
     }
+}
+
+/// Starts `lease hold-lock` with the inherited lock descriptor `fd`, then closes the guard's own
+/// copy, so that the command the guard starts next inherits no descriptor of the lock: a
+/// `flock -u` on every descriptor the command has cannot free it. Returns the write end of the
+/// pipe whose end-of-file tells the holder that the guard is gone.
+fn hand_over_lock(fd: i32) -> Result<std::io::PipeWriter, Failure> {
+    let cannot = |e: &dyn std::fmt::Display| {
+        Failure::internal(format!(
+            "cannot hand the kernel lock to its holder process: {e}"
+        ))
+    };
+    let (reader, writer) = std::io::pipe().map_err(|e| cannot(&e))?;
+    std::process::Command::new("/proc/self/exe")
+        .arg("hold-lock")
+        .arg("--group")
+        .arg(getpgrp().as_raw().to_string())
+        .arg("--lock-fd")
+        .arg(fd.to_string())
+        .stdin(reader)
+        .stdout(std::process::Stdio::null())
+        // Nothing to say, and no pipe of `lease`'s caller kept open after `lease` exits.
+        .stderr(std::process::Stdio::null())
+        // Its own group: a signal to the command's group (SIGKILL when `lease` dies) must not
+        // end it before the processes of the group are gone.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| cannot(&e))?;
+    // The descriptor was inherited from `lease run` for this hand-over and nothing else in this
+    // process owns it.
+    nix::unistd::close(fd).map_err(|e| cannot(&e))?;
+    Ok(writer)
+}
+
+/// `lease hold-lock --group G --lock-fd N`: keeps the inherited descriptor N (sharing the
+/// lease's kernel lock) open, untouched, until the guard is gone (end-of-file on stdin) and no
+/// live process is left in group G; then exits, and the kernel drops its share of the lock.
+pub(crate) fn hold_lock(args: &HoldLockArgs) -> u8 {
+    use std::io::Read;
+    let mut buffer = [0u8; 64];
+    let mut stdin = std::io::stdin();
+    loop {
+        match stdin.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let group = Pid::from_raw(-args.group);
+    while nix::sys::signal::kill(group, None).is_ok()
+        && crate::run::has_live_member(args.group).unwrap_or(true)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    tracing::debug!(
+        group = args.group,
+        fd = args.lock_fd,
+        "command group gone; letting go of the kernel lock"
+    );
+    0
 }
 
 /// `lease exec --parent PID -- COMMAND...`: see the module docs. Returns only on failure.

@@ -57,6 +57,10 @@ fn main() -> ExitCode {
         eprintln!("lease: {failure}");
         return ExitCode::from(failure.code);
     }
+    if let Command::HoldLock(args) = &cli.command {
+        // No runtime: it only waits.
+        return ExitCode::from(guard::hold_lock(args));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -88,8 +92,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Demo(args) => demo::demo(args).await,
         Command::DemoWorker(args) => demo::worker(args).await,
         Command::Guard(args) => guard::guard(args).await,
-        Command::Exec(_) => Err(Failure::internal(
-            "lease exec runs before the runtime starts",
+        Command::Exec(_) | Command::HoldLock(_) => Err(Failure::internal(
+            "lease exec and lease hold-lock run before the runtime starts",
         )),
     }
 }

@@ -222,8 +222,9 @@
 //!   - A takeover after SIGKILL of the holder is one kernel-lock handover plus the acquisition,
 //!     beside a floor of a process blocked in `flock` on a plain file. A blocked `flock` cannot
 //!     time out, so a helper thread blocks in it and wakes the caller: one more wakeup than the
-//!     floor. `lease run` frees the lock only once its command is gone, because the command
-//!     inherits the kernel lock.
+//!     floor. `lease run` frees the lock only once its command's group is gone, because a
+//!     small holder process beside the group (not the command, which could unlock it) inherits
+//!     the kernel lock.
 //!   - A held lease costs one timer wakeup and one rename per heartbeat interval (250 ms by
 //!     default), plus the check that the path still names the directory, beside a floor of a
 //!     thread that only wakes and renames one file.
