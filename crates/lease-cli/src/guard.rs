@@ -38,7 +38,7 @@ use std::os::unix::process::CommandExt;
 use nix::unistd::{Pid, execvp, getpgrp, getppid};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::cli::{HoldLockArgs, LinkArgs};
+use crate::cli::LinkArgs;
 use crate::exit::{self, Failure};
 use crate::relay::DeadlineWatch;
 
@@ -212,35 +212,6 @@ fn hand_over_lock(fd: i32) -> Result<std::io::PipeWriter, Failure> {
     // process owns it.
     nix::unistd::close(fd).map_err(|e| cannot(&e))?;
     Ok(writer)
-}
-
-/// `lease hold-lock --group G --lock-fd N`: keeps the inherited descriptor N (sharing the
-/// lease's kernel lock) open, untouched, until the guard is gone (end-of-file on stdin) and no
-/// live process is left in group G; then exits, and the kernel drops its share of the lock.
-pub(crate) fn hold_lock(args: &HoldLockArgs) -> u8 {
-    use std::io::Read;
-    let mut buffer = [0u8; 64];
-    let mut stdin = std::io::stdin();
-    loop {
-        match stdin.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
-    }
-    let group = Pid::from_raw(-args.group);
-    while nix::sys::signal::kill(group, None).is_ok()
-        && crate::run::has_live_member(args.group).unwrap_or(true)
-    {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    tracing::debug!(
-        group = args.group,
-        fd = args.lock_fd,
-        "command group gone; letting go of the kernel lock"
-    );
-    0
 }
 
 /// `lease exec --parent PID -- COMMAND...`: see the module docs. Returns only on failure.

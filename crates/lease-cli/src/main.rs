@@ -22,6 +22,7 @@ mod demo_worker;
 mod duration;
 mod exit;
 mod guard;
+mod hold;
 mod relay;
 mod run;
 mod status;
@@ -59,7 +60,7 @@ fn main() -> ExitCode {
     }
     if let Command::HoldLock(args) = &cli.command {
         // No runtime: it only waits.
-        return ExitCode::from(guard::hold_lock(args));
+        return ExitCode::from(hold::hold_lock(args));
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
