@@ -729,6 +729,9 @@ impl DirectoryStore {
         ))
     }
 
+    /// The release, refused in a forked child of the process that acquired the lease through
+    /// this store (its kernel lock and state are the parent's); the record of who acquired it
+    /// goes once the release is done or the lease is found gone.
     fn release_now(
         &self,
         key: &LeaseKey,
@@ -736,19 +739,36 @@ impl DirectoryStore {
         fencing: FencingToken,
     ) -> Result<(), LeaseError> {
         let path = self.inner.dir.join(key_file_name(key)?);
+        if let Some(&(generation, pid)) = self.acquired_by().get(&path)
+            && generation == fencing.get()
+            && pid != std::process::id()
+        {
+            tracing::warn!(%key, generation, acquired_by = pid, "release refused in a forked child");
+            return Err(crate::forked_release());
+        }
+        let result = self.release_own(key, token, fencing);
+        if result
+            .as_ref()
+            .map_or_else(LeaseError::is_not_owned, |()| true)
         {
             let mut acquired_by = self.acquired_by();
-            match acquired_by.get(&path) {
-                Some(&(generation, pid)) if generation == fencing.get() => {
-                    if pid != std::process::id() {
-                        tracing::warn!(%key, generation, acquired_by = pid, "release refused in a forked child");
-                        return Err(crate::forked_release());
-                    }
-                    acquired_by.remove(&path);
-                }
-                _ => {}
+            if acquired_by
+                .get(&path)
+                .is_some_and(|&(g, _)| g == fencing.get())
+            {
+                acquired_by.remove(&path);
             }
         }
+        result
+    }
+
+    fn release_own(
+        &self,
+        key: &LeaseKey,
+        token: &LeaseToken,
+        fencing: FencingToken,
+    ) -> Result<(), LeaseError> {
+        let path = self.inner.dir.join(key_file_name(key)?);
         let mut tenures = self.tenures();
         if let Some(t) = tenures
             .get_mut(&path)
