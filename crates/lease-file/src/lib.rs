@@ -175,10 +175,13 @@
 //! * An explicit release of the parent's lease from the child ([`FileLockGuard::release`],
 //!   [`LeaseBackend::release`] through the inherited store) is refused with
 //!   [`LeaseError::Unsupported`], renaming and unlocking nothing.
-//! * The child may read: [`FileLockGuard::check`], [`FileLockGuard::fencing_token`], and the
-//!   store's `inspect` and listings. It has no heartbeat thread or keeper (threads do not survive
-//!   `fork`), so its copy's `check` goes stale at the deadline even while the parent renews.
-//!   The child may acquire *other* leases through the inherited store; they are its own.
+//! * The child may read: [`FileLockGuard::fencing_token`], and the store's `inspect` and
+//!   listings. Its copy's [`FileLockGuard::check`] knows only what the parent knew at the fork:
+//!   it has no heartbeat thread or keeper (threads do not survive `fork`), so it keeps saying
+//!   `Ok` until that moment's deadline even if the parent released meanwhile, and fails after it
+//!   even while the parent renews. A child must not act on it: pass the fencing token with its
+//!   writes, and let the resource's fencing decide. The child may acquire *other* leases
+//!   through the inherited store; they are its own.
 //! * To hand a lease to a child, let the child acquire its own, or pass the fencing token for
 //!   it to check against the parent; a release with the lease's token through a store the child
 //!   opens itself is a deliberate hand-off and is not refused.
