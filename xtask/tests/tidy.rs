@@ -90,14 +90,24 @@ fn every_crate_but_lease_core_uses_the_workspace_lints() {
         let uses_workspace_lints = section(&text, "lints")
             .iter()
             .any(|line| is_workspace_true(line));
-        if manifest
-            .parent()
-            .and_then(Path::file_name)
-            .is_some_and(|name| name == "lease-core")
-        {
+        let folder = manifest.parent().and_then(Path::file_name);
+        if folder.is_some_and(|name| name == "lease-core") {
             assert!(
                 !uses_workspace_lints,
                 "lease-core must carry its own [lints.*] (it builds outside the workspace)"
+            );
+        } else if folder.is_some_and(|name| name == "lease-forktest") {
+            // Test support holding the workspace's one `unsafe` block (`fork` without `exec`):
+            // the workspace's lints with `unsafe_code` at `deny` instead of `forbid`, and never
+            // published.
+            let rust = section(&text, "lints.rust");
+            assert!(
+                rust.iter().any(|line| line == "unsafe_code = \"deny\""),
+                "lease-forktest must deny unsafe code outside its one allowed block"
+            );
+            assert!(
+                text.lines().any(|l| l.replace(' ', "") == "publish=false"),
+                "lease-forktest must be `publish = false`"
             );
         } else {
             assert!(

@@ -78,6 +78,21 @@ pub(crate) enum Command {
     /// Becomes COMMAND, linked to die with PARENT (internal: `lease run --foreground`).
     #[command(hide = true)]
     Exec(LinkArgs),
+    /// Holds the lease's kernel lock until the command's process group is gone (internal:
+    /// started by `lease guard`, so that the command itself holds no descriptor of the lock).
+    #[command(hide = true)]
+    HoldLock(HoldLockArgs),
+}
+
+/// `lease hold-lock` (started by `lease guard`).
+#[derive(Debug, Args)]
+pub(crate) struct HoldLockArgs {
+    /// The command's process group: the lock is held until no live process is left in it.
+    #[arg(long)]
+    pub(crate) group: i32,
+    /// The inherited descriptor sharing the lease's kernel lock (held, never used).
+    #[arg(long)]
+    pub(crate) lock_fd: i32,
 }
 
 /// `lease guard` and `lease exec` (started by `lease run`).
@@ -100,6 +115,10 @@ pub(crate) struct LinkArgs {
     /// the command (see `terminal.rs`).
     #[arg(long)]
     pub(crate) terminal: bool,
+    /// An inherited descriptor sharing the lease's kernel lock (file store): the guard hands it
+    /// to `lease hold-lock` and closes its own copy, so the command inherits none.
+    #[arg(long)]
+    pub(crate) lock_fd: Option<i32>,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,

@@ -17,6 +17,14 @@
 //! makes its group the terminal's foreground before it starts the command (`terminal.rs`).
 //! When `lease` dies, the guard also removes the deadline relay's directory.
 //!
+//! On files, the guard also receives a descriptor sharing the lease's kernel lock (`--lock-fd`),
+//! so that the lock outlives `lease` until the command's group is gone. It does not keep it: it
+//! starts `lease hold-lock` with it, in a process group of its own, and closes its own copy before
+//! starting the command, which so inherits no descriptor of the lock and cannot unlock it (a
+//! `flock(LOCK_UN)` on a shared open file description frees it for every holder). The holder
+//! waits for end-of-file on a pipe from the guard, then until no live process is left in the
+//! group, and exits.
+//!
 //! The guard also enforces the holder's deadline itself (`relay.rs`): if `lease` is alive but
 //! not running (SIGSTOP, a hung process) and the deadline it last published arrives, the guard
 //! kills the group with SIGKILL just before it. A healthy `lease` stops the command earlier.
@@ -27,6 +35,8 @@ use std::time::Duration;
 
 use nix::sys::prctl::set_pdeathsig;
 use nix::sys::signal::{Signal, killpg};
+use std::os::unix::process::CommandExt;
+
 use nix::unistd::{Pid, execvp, getpgrp, getppid};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -136,6 +146,12 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
         // Before the command exists, so it never reads the terminal as a background job.
         crate::terminal::take_foreground_for_own_group();
     }
+    // Kept open (close-on-exec, so the command does not inherit it) until the guard exits:
+    // `lease hold-lock` reads end-of-file then, and holds the lock until the group is gone.
+    let _holder_link = match args.lock_fd {
+        Some(fd) => Some(hand_over_lock(fd)?),
+        None => None,
+    };
     let mut child = tokio::process::Command::new(&args.command[0])
         .args(&args.command[1..])
         .kill_on_drop(false)
@@ -184,6 +200,38 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
                 .reset(tokio::time::Instant::now() + Duration::from_secs(3600));
         }
     }
+}
+
+/// Starts `lease hold-lock` with the inherited lock descriptor `fd`, then closes the guard's own
+/// copy, so that the command the guard starts next inherits no descriptor of the lock: a
+/// `flock -u` on every descriptor the command has cannot free it. Returns the write end of the
+/// pipe whose end-of-file tells the holder that the guard is gone.
+fn hand_over_lock(fd: i32) -> Result<std::io::PipeWriter, Failure> {
+    let cannot = |e: &dyn std::fmt::Display| {
+        Failure::internal(format!(
+            "cannot hand the kernel lock to its holder process: {e}"
+        ))
+    };
+    let (reader, writer) = std::io::pipe().map_err(|e| cannot(&e))?;
+    std::process::Command::new("/proc/self/exe")
+        .arg("hold-lock")
+        .arg("--group")
+        .arg(getpgrp().as_raw().to_string())
+        .arg("--lock-fd")
+        .arg(fd.to_string())
+        .stdin(reader)
+        .stdout(std::process::Stdio::null())
+        // Nothing to say, and no pipe of `lease`'s caller kept open after `lease` exits.
+        .stderr(std::process::Stdio::null())
+        // Its own group: a signal to the command's group (SIGKILL when `lease` dies) must not
+        // end it before the processes of the group are gone.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| cannot(&e))?;
+    // The descriptor was inherited from `lease run` for this hand-over and nothing else in this
+    // process owns it.
+    nix::unistd::close(fd).map_err(|e| cannot(&e))?;
+    Ok(writer)
 }
 
 /// `lease exec --parent PID -- COMMAND...`: see the module docs. Returns only on failure.

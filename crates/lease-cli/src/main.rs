@@ -24,6 +24,7 @@ mod demo_worker;
 mod duration;
 mod exit;
 mod guard;
+mod hold;
 mod out;
 mod relay;
 mod run;
@@ -61,6 +62,10 @@ fn main() -> ExitCode {
         eprintln!("lease: {failure}");
         return ExitCode::from(failure.code);
     }
+    if let Command::HoldLock(args) = &cli.command {
+        // No runtime: it only waits.
+        return ExitCode::from(hold::hold_lock(args));
+    }
     if matches!(cli.command, Command::Run(_)) {
         // Before any thread starts, so that every thread inherits it (see terminal.rs).
         terminal::block_background_stops();
@@ -96,8 +101,8 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Demo(args) => demo::demo(args).await,
         Command::DemoWorker(args) => demo::worker(args).await,
         Command::Guard(args) => guard::guard(args).await,
-        Command::Exec(_) => Err(Failure::internal(
-            "lease exec runs before the runtime starts",
+        Command::Exec(_) | Command::HoldLock(_) => Err(Failure::internal(
+            "lease exec and lease hold-lock run before the runtime starts",
         )),
     }
 }

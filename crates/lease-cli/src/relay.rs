@@ -2,11 +2,19 @@
 //! command by the deadline even when `lease` is alive but not running (SIGSTOP, a debugger, a
 //! hung thread): a paused `lease` cannot renew, and its lease ends while the command would run on.
 //!
-//! `lease run` writes the deadline as an absolute `CLOCK_MONOTONIC` time in nanoseconds (one clock
+//! `lease run` writes the deadline as an absolute `CLOCK_BOOTTIME` time in nanoseconds (one clock
 //! for every process on the host) into a file of its own private directory (mode 0700), twice on
 //! one line so a torn read is recognised; it rewrites the file at every check, recreating it if
 //! something deleted it. The guard reads it at the same interval, keeps the last value it
 //! could read, and sets a timer for that deadline so it acts on time, not at its next read.
+//!
+//! `CLOCK_BOOTTIME`, not `CLOCK_MONOTONIC`: a suspend (or a paused VM) stops the monotonic
+//! clock but not the time in which other hosts (a DynamoDB lease's expiry, a file lease judged
+//! by observation over NFS) let the lease end. `lease run` converts its `Instant` deadline at
+//! each publication by the time left then, so the published deadline is that much real time
+//! ahead; after a resume the guard's next read (one poll interval, on its own timer) finds it
+//! passed by the time slept and kills the group, even if `lease`'s own monotonic deadline has
+//! not moved.
 //!
 //! The directory is removed by `lease run` when it ends, by the guard when `lease` dies, and, when
 //! both were killed at once, by the next `lease run` (one read of the temporary directory at
@@ -20,9 +28,9 @@ use nix::sys::signal::kill;
 use nix::time::{ClockId, clock_gettime};
 use nix::unistd::Pid;
 
-/// `CLOCK_MONOTONIC` now, in nanoseconds.
-pub(crate) fn monotonic_ns() -> u64 {
-    clock_gettime(ClockId::CLOCK_MONOTONIC).map_or(0, |t| {
+/// `CLOCK_BOOTTIME` now, in nanoseconds: monotonic, and counting time suspended.
+pub(crate) fn boottime_ns() -> u64 {
+    clock_gettime(ClockId::CLOCK_BOOTTIME).map_or(0, |t| {
         u64::try_from(t.tv_sec())
             .unwrap_or(0)
             .saturating_mul(1_000_000_000)
@@ -30,10 +38,10 @@ pub(crate) fn monotonic_ns() -> u64 {
     })
 }
 
-/// `at` as an absolute `CLOCK_MONOTONIC` time in nanoseconds (std's `Instant` reads that clock
-/// on Linux, but keeps its value private).
+/// `at` as an absolute `CLOCK_BOOTTIME` time in nanoseconds: now on that clock plus the time
+/// from now to `at` (std's `Instant` reads `CLOCK_MONOTONIC` and keeps its value private).
 pub(crate) fn instant_ns(at: Instant) -> u64 {
-    let now_ns = monotonic_ns();
+    let now_ns = boottime_ns();
     let now = Instant::now();
     match at.checked_duration_since(now) {
         Some(ahead) => now_ns.saturating_add(u64::try_from(ahead.as_nanos()).unwrap_or(u64::MAX)),
@@ -198,9 +206,7 @@ impl DeadlineWatch {
             self.deadline_ns = Some(ns);
         }
         let deadline = self.deadline_ns?;
-        Some(Duration::from_nanos(
-            deadline.saturating_sub(monotonic_ns()),
-        ))
+        Some(Duration::from_nanos(deadline.saturating_sub(boottime_ns())))
     }
 
     /// Removes the relay's directory (the guard's last act when `lease` is gone).

@@ -162,15 +162,26 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
             }
         }
     };
-    // The command inherits the lease's kernel lock (file store), so that the lock outlives
-    // `lease` itself until the command is gone: a contender can then never notice our death
-    // while the command still runs.
-    let inherited = backend
-        .kernel_lock
-        .as_ref()
-        .and_then(|share| share(&guard.lease()))
-        .and_then(inheritable);
-    let child = spawn(plan, fencing.get(), relay.as_ref());
+    // The guard inherits the lease's kernel lock (file store) and hands it to `lease hold-lock`,
+    // which holds it until the command's group is gone, so that the lock outlives `lease` itself
+    // until then: a contender can never notice our death while the command still runs. The
+    // command itself gets no descriptor of it, so it cannot unlock it (`flock -u`): see
+    // `guard.rs`. In the foreground there is no guard and no group: only `lease` holds it.
+    let inherited = if plan.foreground {
+        None
+    } else {
+        backend
+            .kernel_lock
+            .as_ref()
+            .and_then(|share| share(&guard.lease()))
+            .and_then(inheritable)
+    };
+    let child = spawn(
+        plan,
+        fencing.get(),
+        relay.as_ref(),
+        inherited.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
+    );
     drop(inherited);
     let child = match child {
         Ok(child) => child,
@@ -327,6 +338,7 @@ fn spawn(
     plan: &RunPlan,
     fencing: u64,
     relay: Option<&crate::relay::DeadlineRelay>,
+    lock_fd: Option<i32>,
 ) -> Result<Child, Failure> {
     let mut command = Command::new(&plan.link_program);
     command
@@ -347,6 +359,9 @@ fn spawn(
             .arg(poll.as_millis().to_string())
             .arg("--kill-before-ms")
             .arg(kill_before.as_millis().to_string());
+    }
+    if let Some(fd) = lock_fd {
+        command.arg("--lock-fd").arg(fd.to_string());
     }
     command
         .arg("--")
@@ -398,7 +413,7 @@ impl Target {
 
 /// Whether a process of group `pgid` that is not a zombie exists, from `/proc` (`None` if
 /// unreadable). Stops at the first one found.
-fn has_live_member(pgid: i32) -> Option<bool> {
+pub(crate) fn has_live_member(pgid: i32) -> Option<bool> {
     let live = std::fs::read_dir("/proc").ok()?.flatten().any(|entry| {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
             return false;

@@ -95,7 +95,8 @@ impl Timebase {
                 shift(anchor.wall, held.deadline_ns, at)
             }
             _ => {
-                let first = seen.first_seen(path, name, self.clock.monotonic());
+                let duration = Duration::from_nanos(held.duration_ns);
+                let first = seen.first_seen(path, name, duration, self.clock.monotonic());
                 let end = first + Duration::from_nanos(held.duration_ns);
                 if end >= anchor.mono {
                     shift(anchor.wall, nanos(end - anchor.mono), 0)
@@ -135,6 +136,11 @@ pub(crate) fn wall_ns(at: SystemTime) -> u64 {
 }
 
 /// This host's shared monotonic scale: `CLOCK_MONOTONIC` of this boot, in this time namespace.
+///
+/// Not `CLOCK_BOOTTIME`: holders trust their leases until an `Instant` deadline, which is
+/// `CLOCK_MONOTONIC`; a suspend stops both sides of this comparison alike, while a boot-time
+/// scale would pass a sleeping holder's deadline before its own trust ended (see
+/// docs/correctness.md, *Suspend*).
 fn system_shared() -> Option<(u64, u64)> {
     static SCALE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     let scale = (*SCALE.get_or_init(|| {
@@ -156,23 +162,87 @@ fn system_shared() -> Option<(u64, u64)> {
 
 /// What a contender has seen of each lock, to time expiry on its own monotonic clock when the
 /// holder's clock is not shared with it.
+///
+/// Bounded without ever stalling expiry: at most [`OBSERVED_PATHS`] paths are tracked, and a
+/// path met while the memory is full is not tracked yet (it is judged as first seen now, so it
+/// is refused, never taken over early) rather than pushing out a path whose wait is under way.
+/// A tracked path leaves the memory when this process takes the lease over ([`forget`](Self::forget),
+/// which is what lets the next paths in), or when it was not looked at for 16 of its durations
+/// (abandoned: the caller no longer wants it), and only then. A process cycling through more keys
+/// than the bound, all held by stuck holders on other clocks, so takes them over in batches of at
+/// most the bound per duration, instead of clearing the memory and starting every wait again
+/// (which stalled expiry forever).
 #[derive(Debug, Default)]
-pub(crate) struct Observations(Mutex<HashMap<PathBuf, (String, Instant)>>);
+pub(crate) struct Observations(Mutex<HashMap<PathBuf, Observed>>);
+
+/// The most paths [`Observations`] tracks at once.
+pub(crate) const OBSERVED_PATHS: usize = 4096;
+
+/// One tracked path: the state entry name seen, when first seen, when last looked at, and the
+/// duration that name grants.
+#[derive(Debug)]
+struct Observed {
+    name: String,
+    first: Instant,
+    last: Instant,
+    duration: Duration,
+}
 
 impl Observations {
-    /// When this exact state entry name was first seen at `path` (now, if it is new).
-    fn first_seen(&self, path: &Path, name: &str, now: Instant) -> Instant {
+    /// When this exact state entry name (granting `duration`) was first seen at `path` (now, if
+    /// it is new, or if the memory is full of paths still wanted).
+    pub(crate) fn first_seen(
+        &self,
+        path: &Path,
+        name: &str,
+        duration: Duration,
+        now: Instant,
+    ) -> Instant {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if map.len() > 4096 {
-            map.clear();
+        if let Some(entry) = map.get_mut(path) {
+            if entry.name != name {
+                *entry = Observed {
+                    name: name.to_owned(),
+                    first: now,
+                    last: now,
+                    duration,
+                };
+            }
+            entry.last = entry.last.max(now);
+            return entry.first;
         }
-        let entry = map
-            .entry(path.to_owned())
-            .or_insert_with(|| (name.to_owned(), now));
-        if entry.0 != name {
-            *entry = (name.to_owned(), now);
+        if map.len() >= OBSERVED_PATHS {
+            map.retain(|_, seen| {
+                now.saturating_duration_since(seen.last) < seen.duration.saturating_mul(16)
+            });
+            if map.len() >= OBSERVED_PATHS {
+                return now;
+            }
         }
-        entry.1
+        map.insert(
+            path.to_owned(),
+            Observed {
+                name: name.to_owned(),
+                first: now,
+                last: now,
+                duration,
+            },
+        );
+        now
+    }
+
+    /// Stops tracking `path`: this process took its lease over, so its wait is over.
+    pub(crate) fn forget(&self, path: &Path) {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !map.is_empty() {
+            map.remove(path);
+        }
+    }
+
+    /// How many paths are tracked.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 }
 
@@ -210,10 +280,10 @@ pub(crate) fn expired(
     if now.shares_scale(held) {
         return now.past_deadline(held).then_some("its deadline passed");
     }
-    let first = seen.first_seen(kd.path(), found_name, now.mono);
+    let duration = Duration::from_nanos(held.duration_ns);
+    let first = seen.first_seen(kd.path(), found_name, duration, now.mono);
     let waited = now.mono.saturating_duration_since(first);
-    (waited >= Duration::from_nanos(held.duration_ns))
-        .then_some("it stood still for its whole duration")
+    (waited >= duration).then_some("it stood still for its whole duration")
 }
 
 /// The description of a new tenure held by this process, acquired at wall time `at` for
@@ -333,6 +403,7 @@ pub(crate) fn try_acquire(
             let mut record = claim.record.clone();
             record.generation = generation;
             kd.describe(&name, found.ino, &record);
+            seen.forget(kd.path());
             tracing::debug!(path = %kd.path().display(), generation, "lease acquired");
             return Ok(Attempt::Won { held, name, now });
         }
@@ -427,4 +498,87 @@ pub(crate) fn release(kd: &mut KeyDir, name: &str, generation: u64) -> Result<bo
         tracing::debug!(path = %kd.path().display(), generation, "lease released");
     }
     Ok(released)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process cycling through more keys than the observation memory holds, all held by
+    /// stuck holders on other clocks, looks at each once per round, a duration apart, and takes
+    /// over (then [`Observations::forget`]s) each key whose name stood still for its duration,
+    /// as [`try_acquire`] does. Every key is taken over within a few rounds, none before its
+    /// duration passed since this process first saw it. Clearing the memory when full (the old
+    /// rule) restarted every wait and took over nothing, ever.
+    #[test]
+    fn cycling_through_more_keys_than_the_memory_holds_never_stalls_expiry() {
+        let seen = Observations::default();
+        let duration = Duration::from_secs(1);
+        let keys = OBSERVED_PATHS + OBSERVED_PATHS / 4;
+        let paths: Vec<PathBuf> = (0..keys)
+            .map(|i| PathBuf::from(format!("/store/k{i}")))
+            .collect();
+        let start = Instant::now();
+        let mut first_look: Vec<Option<Instant>> = vec![None; keys];
+        let mut taken = vec![false; keys];
+        let mut rounds = 0;
+        while taken.iter().any(|t| !t) {
+            assert!(
+                rounds < 4,
+                "expiry stalled: {} of {keys} keys never taken over after {rounds} rounds",
+                taken.iter().filter(|t| !**t).count()
+            );
+            let now = start + (duration + Duration::from_millis(1)) * rounds;
+            for (i, path) in paths.iter().enumerate() {
+                if taken[i] {
+                    continue;
+                }
+                first_look[i].get_or_insert(now);
+                let first = seen.first_seen(path, "held.1.0.x", duration, now);
+                if now.saturating_duration_since(first) >= duration {
+                    let seen_at = first_look[i].unwrap_or(now);
+                    assert!(
+                        now.saturating_duration_since(seen_at) >= duration,
+                        "key {i} taken over early"
+                    );
+                    taken[i] = true;
+                    seen.forget(path);
+                }
+            }
+            rounds += 1;
+        }
+        assert!(rounds <= 3, "took {rounds} rounds");
+        assert_eq!(seen.len(), 0, "every key taken over is forgotten");
+    }
+
+    /// Paths nobody looks at any more (for 16 of their durations) make room; a path still
+    /// looked at keeps its first sighting even when the memory is full.
+    #[test]
+    fn abandoned_paths_make_room_and_wanted_ones_keep_their_wait() {
+        let seen = Observations::default();
+        let duration = Duration::from_millis(10);
+        let start = Instant::now();
+        for i in 0..OBSERVED_PATHS {
+            seen.first_seen(&PathBuf::from(format!("/a/{i}")), "n", duration, start);
+        }
+        let wanted = PathBuf::from("/a/0");
+        let full = start + Duration::from_millis(5);
+        assert_eq!(
+            seen.first_seen(&PathBuf::from("/b"), "n", duration, full),
+            full
+        );
+        assert_eq!(seen.first_seen(&wanted, "n", duration, full), start);
+        let later = start + duration * 17;
+        seen.first_seen(&wanted, "n", duration, later - duration);
+        assert_eq!(
+            seen.first_seen(&PathBuf::from("/b"), "n", duration, later),
+            later
+        );
+        assert_eq!(
+            seen.len(),
+            2,
+            "the abandoned paths went, the wanted one and /b stay"
+        );
+        assert_eq!(seen.first_seen(&wanted, "n", duration, later), start);
+    }
 }

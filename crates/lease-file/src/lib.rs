@@ -160,6 +160,37 @@
 //!   [`LeaseBackend::delete`], which returns
 //!   `LeaseError::Unsupported` and removes nothing (see [`DirectoryStore`], *Delete*, for why).
 //!
+//! # Forks
+//!
+//! A process that holds a lease and calls `fork` gives its child a copy of everything: the
+//! [`FileLockGuard`] or the [`DirectoryStore`] and its [`Lease`], their descriptors, and with them
+//! the kernel lock, which lives on the open file description that parent and child now share
+//! (`flock(LOCK_UN)` or the last close of it in *either* process would free it). The lease stays
+//! the parent's, whatever the child does:
+//!
+//! * Dropping the copy, returning from `main`, unwinding or exiting with it does nothing: a
+//!   guard releases on drop only in the process that acquired it, and no descriptor of a held
+//!   lease is ever unlocked by a process other than the one that locked it (the child only
+//!   forgets the lock; the parent's copy keeps it).
+//! * An explicit release of the parent's lease from the child ([`FileLockGuard::release`],
+//!   [`LeaseBackend::release`] through the inherited store) is refused with
+//!   [`LeaseError::Unsupported`], renaming and unlocking nothing.
+//! * The child may read: [`FileLockGuard::fencing_token`], and the store's `inspect` and
+//!   listings. Its copy's [`FileLockGuard::check`] knows only what the parent knew at the fork:
+//!   it has no heartbeat thread or keeper (threads do not survive `fork`), so it keeps saying
+//!   `Ok` until that moment's deadline even if the parent released meanwhile, and fails after it
+//!   even while the parent renews. A child must not act on it: pass the fencing token with its
+//!   writes, and let the resource's fencing decide. The child may acquire *other* leases
+//!   through the inherited store; they are its own.
+//! * To hand a lease to a child, let the child acquire its own, or pass the fencing token for
+//!   it to check against the parent; a release with the lease's token through a store the child
+//!   opens itself is a deliberate hand-off and is not refused.
+//!
+//! Every descriptor the crate opens is close-on-exec, so a program a child `exec`s inherits
+//! nothing (`lease run` passes its lock to its guard process on purpose: see the CLI).
+//! `tests/fork.rs` of the unpublished `lease-forktest` crate forks for real, in both modes and
+//! both faces.
+//!
 //! # Design choices
 //!
 //! * **A name, not a record, is the state.** Only a rename from an exact name is atomic *and*
@@ -194,8 +225,9 @@
 //!   - A takeover after SIGKILL of the holder is one kernel-lock handover plus the acquisition,
 //!     beside a floor of a process blocked in `flock` on a plain file. A blocked `flock` cannot
 //!     time out, so a helper thread blocks in it and wakes the caller: one more wakeup than the
-//!     floor. `lease run` frees the lock only once its command is gone, because the command
-//!     inherits the kernel lock.
+//!     floor. `lease run` frees the lock only once its command's group is gone, because a
+//!     small holder process beside the group (not the command, which could unlock it) inherits
+//!     the kernel lock.
 //!   - A held lease costs one timer wakeup and one rename per heartbeat interval (250 ms by
 //!     default), plus the check that the path still names the directory, beside a floor of a
 //!     thread that only wakes and renames one file.
@@ -236,6 +268,15 @@ pub use store::{DirectoryStore, DirectoryStoreBuilder};
 
 /// The backend name in [`LeaseError::Backend`] errors.
 const BACKEND: &str = "file";
+
+/// The refusal of a release in a process other than the one that acquired the lease: a
+/// `fork`ed child's copy of a lease is its parent's, and releasing it would free the parent's.
+fn forked_release() -> LeaseError {
+    LeaseError::unsupported(
+        BACKEND,
+        "release in a process other than the one that acquired the lease (a forked child)",
+    )
+}
 
 #[doc(no_inline)]
 pub use lease_core::{self, prelude::*};

@@ -265,6 +265,10 @@ struct Tenure {
     /// for the duration of its I/O.
     dir: Option<KeyDir>,
     deadline: Instant,
+    /// The same deadline on `CLOCK_BOOTTIME`, which counts time suspended: `Instant` does not,
+    /// and a host that slept past the deadline must not resume trusting its tenure (a holder on
+    /// another host may have taken it over by observation meanwhile). 0: unknown.
+    boot_deadline: u64,
     epoch: u64,
     /// When the heartbeat thread renews next.
     next_beat: Instant,
@@ -884,6 +888,7 @@ impl FileLock {
             name,
             dir: Some(kd),
             deadline: now + opts.stale_threshold.saturating_sub(opts.margin()),
+            boot_deadline: boot_deadline(now + opts.stale_threshold.saturating_sub(opts.margin())),
             epoch,
             next_beat: now + opts.heartbeat_interval,
         });
@@ -912,7 +917,7 @@ impl Shared {
         }
         match &state.tenure {
             None => Err(not_held(key)),
-            Some(t) if Instant::now() >= t.deadline => {
+            Some(t) if Instant::now() >= t.deadline || suspended_past(t.boot_deadline) => {
                 Err(LeaseError::lost(key.clone(), LossReason::DeadlinePassed))
             }
             Some(t) => Ok(lease_core::backend::fencing_token(t.held.generation)),
@@ -1108,9 +1113,16 @@ impl FileLockGuard {
     /// # Errors
     /// [`LeaseError::Lost`] with the reason if the lease was lost; a [`LeaseError::Backend`] for
     /// I/O errors: the tenure is then abandoned (its kernel lock dropped, heartbeats stopped),
-    /// and others take the lease over once it expires.
+    /// and others take the lease over once it expires. [`LeaseError::Unsupported`] in a process
+    /// other than the one that acquired the lease (a `fork`ed child's copy of the guard):
+    /// nothing is renamed or unlocked, the parent keeps holding (see the crate docs, *Forks*).
     pub fn release(mut self) -> Result<(), LeaseError> {
         self.released = true;
+        if self.pid != std::process::id() {
+            // A forked child's copy: the tenure and its kernel lock are the parent's.
+            tracing::warn!(acquired_by = self.pid, "release refused in a forked child");
+            return Err(crate::forked_release());
+        }
         let result = self.shared.release_tenure();
         if result.as_ref().is_err_and(|e| !e.is_not_owned()) {
             self.shared.abandon_tenure();
@@ -1146,6 +1158,32 @@ impl Drop for FileLock {
         }
         self.shared.wake.notify_all();
     }
+}
+
+/// `CLOCK_BOOTTIME` now, in nanoseconds (0 if unreadable).
+fn boottime_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).map_or(0, |t| {
+        u64::try_from(t.tv_sec())
+            .unwrap_or(0)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(u64::try_from(t.tv_nsec()).unwrap_or(0))
+    })
+}
+
+/// `deadline` on `CLOCK_BOOTTIME`: now on that clock plus the time left until it (0 if the
+/// clock cannot be read, which turns the check off).
+fn boot_deadline(deadline: Instant) -> u64 {
+    let left = deadline.saturating_duration_since(Instant::now());
+    match boottime_ns() {
+        0 => 0,
+        now => now.saturating_add(crate::engine::nanos(left)),
+    }
+}
+
+/// Whether `CLOCK_BOOTTIME` says `boot_deadline` passed: the host slept past it, even if the
+/// monotonic clock (stopped while it slept) says otherwise.
+fn suspended_past(boot_deadline: u64) -> bool {
+    boot_deadline != 0 && boottime_ns() >= boot_deadline
 }
 
 fn busy(path: &Path) -> FsError {
@@ -1302,6 +1340,7 @@ fn settle_beat(shared: &Shared, epoch: u64, kd: KeyDir, result: Beat) -> bool {
             t.held = next;
             t.name = next_name;
             t.deadline = sent + opts.stale_threshold.saturating_sub(opts.margin());
+            t.boot_deadline = boot_deadline(t.deadline);
             t.dir = Some(kd);
             tracing::trace!(
                 generation = t.held.generation,
@@ -1362,6 +1401,42 @@ fn own_holder(me: &crate::ident::Identity, label: Option<&str>, generation: u64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host that slept past the tenure's deadline (`CLOCK_BOOTTIME` ran on, `CLOCK_MONOTONIC`
+    /// stood still: here, a boot-time deadline already behind while the monotonic one is far
+    /// ahead) resumes distrusting its tenure: `check` says the deadline passed.
+    #[test]
+    fn a_tenure_slept_past_on_the_boot_clock_is_not_trusted() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let lock = FileLock::builder(dir.path().join("slept.lease"))
+            .with_stale_threshold(Duration::from_secs(60))
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let guard = lock.try_acquire().unwrap_or_else(|e| panic!("{e}"));
+        assert!(guard.check().is_ok());
+        {
+            let mut state = lock
+                .shared
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let tenure = state.tenure.as_mut().unwrap_or_else(|| panic!("a tenure"));
+            assert!(tenure.deadline > Instant::now() + Duration::from_secs(30));
+            // As if the host had slept until a second past the deadline.
+            tenure.boot_deadline = boottime_ns().saturating_sub(1_000_000_000);
+        }
+        let err = guard.check().unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LeaseError::Lost {
+                    reason: LossReason::DeadlinePassed,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
 
     /// A guard copied into a forked child (here: one that says another process acquired it)
     /// leaves the lease alone when dropped; only the acquiring process releases.

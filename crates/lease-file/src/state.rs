@@ -260,6 +260,10 @@ pub(crate) struct KeyDir {
     id: u64,
     dev_ino: (u64, u64),
     locked: bool,
+    /// The process that took the kernel lock. A forked child shares the lock (it lives on the
+    /// open file description, which `fork` shares), so only this process may let it go: a
+    /// child's `flock(LOCK_UN)` would free its parent's lock.
+    locked_in: u32,
     /// fsync the directory after every rename.
     durable: bool,
     /// A directory stream on a duplicate of `file`, made at the first listing and rewound after
@@ -317,6 +321,7 @@ impl KeyDir {
                         id: fnv(&id_bytes),
                         dev_ino,
                         locked: false,
+                        locked_in: 0,
                         durable: false,
                         stream: Mutex::new(stream),
                         entry: Mutex::new(None),
@@ -360,7 +365,7 @@ impl KeyDir {
 
     /// Whether this handle holds the kernel lock.
     pub(crate) fn locked(&self) -> bool {
-        self.locked
+        self.locked && self.locked_in == std::process::id()
     }
 
     /// Tries the kernel lock (`flock(LOCK_EX|LOCK_NB)` on the directory): true if now held.
@@ -369,10 +374,15 @@ impl KeyDir {
     /// An I/O error other than "held by someone else".
     pub(crate) fn try_lock(&mut self) -> Result<bool, FsError> {
         if self.locked {
-            return Ok(true);
+            // Taken by the parent this process was forked from: `flock` on the shared open
+            // file description would succeed without excluding the parent.
+            return Ok(self.locked());
         }
         match self.file.try_lock() {
-            Ok(()) => self.locked = true,
+            Ok(()) => {
+                self.locked = true;
+                self.locked_in = std::process::id();
+            }
             Err(std::fs::TryLockError::WouldBlock) => {}
             Err(std::fs::TryLockError::Error(e)) => return Err(io_error("flock", &self.path, e)),
         }
@@ -384,11 +394,19 @@ impl KeyDir {
     /// # Errors
     /// An I/O error.
     pub(crate) fn lock_blocking(&mut self) -> Result<(), FsError> {
+        if self.locked && !self.locked() {
+            return Err(io_error(
+                "flock",
+                &self.path,
+                io::Error::other("the kernel lock was taken by the process this one forked from"),
+            ));
+        }
         if !self.locked {
             self.file
                 .lock()
                 .map_err(|e| io_error("flock", &self.path, e))?;
             self.locked = true;
+            self.locked_in = std::process::id();
         }
         Ok(())
     }
@@ -399,10 +417,14 @@ impl KeyDir {
         self.file.try_clone().map(std::os::fd::OwnedFd::from)
     }
 
-    /// Drops the kernel lock (also dropped when the handle is).
+    /// Drops the kernel lock (also dropped when the last process holding the handle closes
+    /// it). In a forked child of the process that took it, only forgets it: the lock is shared
+    /// with the parent, whose tenure it still guards.
     pub(crate) fn unlock(&mut self) {
         if self.locked {
-            let _ = self.file.unlock();
+            if self.locked_in == std::process::id() {
+                let _ = self.file.unlock();
+            }
             self.locked = false;
         }
     }

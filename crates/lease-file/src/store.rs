@@ -163,6 +163,10 @@ struct Inner {
     idle: Arc<Mutex<HashMap<PathBuf, KeyDir>>>,
     /// Threads blocked in `flock` for waiting acquisitions.
     waiters: Waiters,
+    /// The process that acquired each lease held through this store (by lock directory, with
+    /// its generation), so that a `fork`ed child's copy of the store refuses to release its
+    /// parent's leases.
+    acquired_by: Mutex<HashMap<PathBuf, (u64, u32)>>,
 }
 
 impl fmt::Debug for DirectoryStore {
@@ -311,6 +315,7 @@ impl DirectoryStoreBuilder {
                 tenures: Arc::default(),
                 idle: Arc::default(),
                 waiters: Waiters::default(),
+                acquired_by: Mutex::default(),
             }),
         })
     }
@@ -434,6 +439,14 @@ impl DirectoryStore {
     fn tenures(&self) -> MutexGuard<'_, HashMap<PathBuf, Tenure>> {
         self.inner
             .tenures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Which process acquired each lease held through this store.
+    fn acquired_by(&self) -> MutexGuard<'_, HashMap<PathBuf, (u64, u32)>> {
+        self.inner
+            .acquired_by
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
@@ -602,6 +615,8 @@ impl DirectoryStore {
                         Self::expiry(now.wall, duration)?,
                         holder_deadline(now.mono, duration, margin),
                     );
+                    self.acquired_by()
+                        .insert(path.clone(), (held.generation, std::process::id()));
                     self.keep_tenure(path, kd, name, held);
                     Ok(lease)
                 }
@@ -739,7 +754,40 @@ impl DirectoryStore {
         ))
     }
 
+    /// The release, refused in a forked child of the process that acquired the lease through
+    /// this store (its kernel lock and state are the parent's); the record of who acquired it
+    /// goes once the release is done or the lease is found gone.
     fn release_now(
+        &self,
+        key: &LeaseKey,
+        token: &LeaseToken,
+        fencing: FencingToken,
+    ) -> Result<(), LeaseError> {
+        let path = self.lock_dir(key)?;
+        if let Some(&(generation, pid)) = self.acquired_by().get(&path)
+            && generation == fencing.get()
+            && pid != std::process::id()
+        {
+            tracing::warn!(%key, generation, acquired_by = pid, "release refused in a forked child");
+            return Err(crate::forked_release());
+        }
+        let result = self.release_own(key, token, fencing);
+        if result
+            .as_ref()
+            .map_or_else(LeaseError::is_not_owned, |()| true)
+        {
+            let mut acquired_by = self.acquired_by();
+            if acquired_by
+                .get(&path)
+                .is_some_and(|&(g, _)| g == fencing.get())
+            {
+                acquired_by.remove(&path);
+            }
+        }
+        result
+    }
+
+    fn release_own(
         &self,
         key: &LeaseKey,
         token: &LeaseToken,

@@ -112,3 +112,40 @@ fn a_lease_released_on_another_clock_is_free_at_once() {
             .unwrap();
     assert!(second.fencing_token() > lease.fencing_token());
 }
+
+/// Suspend-safety of the contender's clock (issue 22, item 8), through injected clocks: a
+/// contender whose monotonic clock stops while its host sleeps (here: the holder's clock runs an
+/// hour, the contender's not at all) only waits longer; it takes over after the lease stood
+/// still for its duration *on its own clock*, never because time passed elsewhere. The holder's
+/// side of the argument (its trust must count the time its host slept) is in
+/// docs/correctness.md, *Suspend*.
+#[test]
+fn a_contender_whose_clock_stops_in_a_suspend_only_waits_longer() {
+    let dir = tempfile::tempdir().unwrap();
+    let holder_clock = Arc::new(ManualClock::new());
+    let contender_clock = Arc::new(ManualClock::new());
+    let holder = store(dir.path(), &holder_clock);
+    let contender = store(dir.path(), &contender_clock);
+    let key = LeaseKey::new("suspended").unwrap();
+    let once = AcquireOptions::default();
+    lease_core::executor::block_on(holder.try_acquire(&key, D, &once)).unwrap();
+    let held = |store: &DirectoryStore| {
+        lease_core::executor::block_on(store.try_acquire(&key, D, &once))
+            .unwrap_err()
+            .is_held()
+    };
+    assert!(held(&contender), "first sighting");
+    // The contender's host sleeps for an hour: its monotonic clock stands still meanwhile.
+    holder_clock.advance(Duration::from_secs(3600));
+    holder_clock.step_wall(Duration::from_secs(3600), true);
+    contender_clock.step_wall(Duration::from_secs(3600), true);
+    assert!(
+        held(&contender),
+        "time slept elsewhere never ends a lease early"
+    );
+    contender_clock.advance(D - Duration::from_millis(1));
+    assert!(held(&contender));
+    contender_clock.advance(Duration::from_millis(1));
+    let taken = lease_core::executor::block_on(contender.try_acquire(&key, D, &once)).unwrap();
+    assert!(taken.fencing_token().get() > 1);
+}

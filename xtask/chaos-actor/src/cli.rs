@@ -107,6 +107,12 @@ pub(crate) struct FileLockArgs {
     /// between (a pause past the lease, a takeover). Never set in a real run.
     #[arg(long)]
     pub(crate) skip_check: bool,
+    /// The forking actor: in every tenure, after the first half of the claims, fork a child
+    /// that disposes of its copy of the held guard (drops it, releases it, unwinds with it or
+    /// exits with it, in turn) and exits; then make the other half, checking as always. A
+    /// child that freed the parent's lease would let a contender's claims overlap these.
+    #[arg(long)]
+    pub(crate) fork_child: bool,
 }
 
 /// The `FileLock` modes.

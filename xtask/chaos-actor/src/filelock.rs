@@ -6,6 +6,8 @@ use lease_file::{
     FileLock, FileLockBuilder, FileLockGuard, LeaseError, ModePreference, WaitOptions,
 };
 
+use lease_forktest::Forked;
+
 use crate::actor::{Actor, Rng};
 use crate::cli::{FileLockArgs, LockModeArg};
 use crate::history::{Surface, mono_ns};
@@ -94,17 +96,31 @@ impl Tenure<'_> {
             acquired,
             self.actor.wall_ms(),
         );
-        self.claims(&guard, token);
+        if self.args.fork_child {
+            let claims = self.args.claims.max(2);
+            self.claims(&guard, token, claims / 2);
+            // A different disposal each tenure, from the token: drop, release, unwind, exit.
+            let how = token % 4;
+            match lease_forktest::fork() {
+                Ok(Forked::Child) => child_disposes(guard, how),
+                Ok(Forked::Parent(child)) => {
+                    let _ = lease_forktest::wait(child);
+                }
+                Err(error) => eprintln!("{}: fork: {error}", history.proc_id()),
+            }
+            self.claims(&guard, token, claims - claims / 2);
+        } else {
+            self.claims(&guard, token, self.args.claims.max(1));
+        }
         guard.release().map_err(|error| ("release", error))?;
         history.rel(self.surface, self.key, token, mono_ns());
         Ok(())
     }
 
-    /// `claims` claims, evenly spread over `hold_ms`: the instant, then `check()`, then the line
+    /// `claims` claims, spaced as `--claims` claims spread over `hold_ms` are: the instant, then `check()`, then the line
     /// only if the check vouched for this tenure. Ends at the first failed check, or a stop.
-    fn claims(&self, guard: &FileLockGuard, token: u64) {
-        let claims = self.args.claims.max(1);
-        let step = Duration::from_millis(self.args.hold_ms) / claims;
+    fn claims(&self, guard: &FileLockGuard, token: u64, claims: u32) {
+        let step = Duration::from_millis(self.args.hold_ms) / self.args.claims.max(1);
         for _ in 0..claims {
             if !self.actor.sleep(step) {
                 return;
@@ -138,4 +154,29 @@ impl Tenure<'_> {
         eprintln!("{}: {what}: {error}", self.actor.history.proc_id());
         self.actor.sleep(ERROR_BACKOFF);
     }
+}
+
+/// The forked child's part: dispose of its copy of the parent's guard one way (`how`: 0 drop,
+/// 1 an explicit release, which must be refused, 2 unwind with it, 3 exit with it) and exit,
+/// writing nothing to the history (the parent's history file is shared).
+fn child_disposes(guard: FileLockGuard, how: u64) -> ! {
+    match how {
+        0 => drop(guard),
+        1 => {
+            if guard.release().is_ok() {
+                // The parent's lease was freed: say so; the checker sees the overlap.
+                eprintln!("forked child: release of the parent's lease succeeded");
+                std::process::exit(3);
+            }
+        }
+        2 => {
+            std::panic::set_hook(Box::new(|_| {}));
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                let _copy = guard;
+                panic!("the forked child unwinds with its copy of the guard");
+            }));
+        }
+        _ => std::process::exit(0),
+    }
+    std::process::exit(0)
 }

@@ -25,8 +25,13 @@ pub(crate) const DYNAMO_SKEW: Duration = Duration::from_millis(500);
 /// What a slot runs.
 #[derive(Debug, Clone)]
 pub(crate) enum Role {
-    /// `lease-chaos-actor filelock` on `files/locks/<lock>`, kernel or heartbeat-only mode.
-    FileLock { lock: &'static str, kernel: bool },
+    /// `lease-chaos-actor filelock` on `files/locks/<lock>`, kernel or heartbeat-only mode;
+    /// `fork`: the forking actor, whose forked child disposes of a copy of each held guard.
+    FileLock {
+        lock: &'static str,
+        kernel: bool,
+        fork: bool,
+    },
     /// `lease run --file` of `lease-chaos-actor touch`.
     RunFile,
     /// `lease run --dynamo` (through the proxy) of `lease-chaos-actor touch`.
@@ -178,7 +183,7 @@ impl Slot {
         let proc = self.proc_name();
         let files = context.files();
         match (&self.role, self.backend) {
-            (Role::FileLock { lock, kernel }, _) => {
+            (Role::FileLock { lock, kernel, fork }, _) => {
                 let mut command = actor(context, "filelock", &proc);
                 command
                     .arg("--path")
@@ -188,6 +193,9 @@ impl Slot {
                     .args(["--claims", "4"]);
                 if context.sabotage {
                     command.args(["--hold-ms", "400", "--skip-check"]);
+                } else if *fork {
+                    // Long enough for a contender to get in after a child that freed the lease.
+                    command.args(["--hold-ms", "60", "--fork-child"]);
                 } else {
                     command.args(["--hold-ms", "8"]);
                 }
@@ -305,7 +313,24 @@ pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
             .into_iter()
             .enumerate()
             {
-                add(format!("fl{i}"), Role::FileLock { lock, kernel });
+                add(
+                    format!("fl{i}"),
+                    Role::FileLock {
+                        lock,
+                        kernel,
+                        fork: false,
+                    },
+                );
+            }
+            for (i, (lock, kernel)) in [("a", true), ("b", false)].into_iter().enumerate() {
+                add(
+                    format!("flfork{i}"),
+                    Role::FileLock {
+                        lock,
+                        kernel,
+                        fork: true,
+                    },
+                );
             }
             for i in 0..3 {
                 add(format!("runf{i}"), Role::RunFile);

@@ -1,0 +1,263 @@
+//! `lease-forktest FACE MODE HOW DIR`: acquires a lease, forks, lets the child dispose of its
+//! copy of the lease one way, then checks in the parent that the lease is still its own.
+//!
+//! * FACE: `lock` (a [`FileLock`] guard) or `store` (a [`DirectoryStore`] lease kept by a
+//!   lease-core [`LeaseGuard`] on a thread);
+//! * MODE: `kernel` or `heartbeat` (heartbeat-only);
+//! * HOW the child disposes of its copy: `drop` (then exits), `return` (returns from `main`
+//!   with the copy in `main`'s frame), `unwind` (panics with it on the stack), `exit` (exits
+//!   without dropping anything), `release` (an explicit release, which must be refused).
+//!
+//! Exit status 0 when the parent still holds: a contender on the same path is refused, the
+//! parent's fencing token still checks, and keeps checking across its next heartbeats or
+//! renewals; then the parent releases and the contender's token is greater. 1 and a message on
+//! stderr otherwise; 2 for bad arguments.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lease_core::{
+    AcquireOptions, FencingToken, KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseGuard,
+    LeaseKey,
+};
+use lease_file::{DirectoryStore, FileLock, FileLockGuard, ModePreference};
+use lease_forktest::{Forked, fork, wait};
+
+/// The lease's length in the store face, and the FileLock's stale threshold: short, so that
+/// renewals and heartbeats happen within the scenario.
+const LEASE: Duration = Duration::from_millis(900);
+/// The FileLock's heartbeat interval and the store keeper's renewal interval.
+const BEAT: Duration = Duration::from_millis(60);
+
+/// What the parent holds, and the child a copy of.
+enum Held {
+    Lock {
+        lock: FileLock,
+        guard: FileLockGuard,
+    },
+    Store {
+        store: Arc<DirectoryStore>,
+        guard: LeaseGuard,
+    },
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [face, mode, how, dir] = args.as_slice() else {
+        eprintln!(
+            "usage: lease-forktest lock|store kernel|heartbeat drop|return|unwind|exit|release DIR"
+        );
+        return ExitCode::from(2);
+    };
+    let mode = match mode.as_str() {
+        "kernel" => ModePreference::Kernel,
+        "heartbeat" => ModePreference::HeartbeatOnly,
+        _ => return ExitCode::from(2),
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let held = match acquire(face, mode, &dir) {
+        Ok(held) => held,
+        Err(message) => {
+            eprintln!("lease-forktest: {message}");
+            return ExitCode::from(1);
+        }
+    };
+    let child = match fork() {
+        Ok(Forked::Parent(child)) => child,
+        Ok(Forked::Child) => {
+            // The child, with its copy of `held` in this frame.
+            match how.as_str() {
+                "drop" => {
+                    drop(held);
+                    std::process::exit(0);
+                }
+                "return" => return ExitCode::SUCCESS,
+                "unwind" => {
+                    let _copy = &held;
+                    panic!("the forked child unwinds with its copy of the lease");
+                }
+                "exit" => std::process::exit(0),
+                "release" => {
+                    let refused = match held {
+                        Held::Lock { guard, .. } => {
+                            guard.release().is_err_and(|e| e.is_unsupported())
+                        }
+                        Held::Store { store, guard } => {
+                            let lease = guard.lease();
+                            let result =
+                                lease_core::executor::block_on(store.release_lease(&lease));
+                            std::mem::forget(guard);
+                            result.is_err_and(|e| e.is_unsupported())
+                        }
+                    };
+                    std::process::exit(if refused { 0 } else { 3 });
+                }
+                _ => std::process::exit(2),
+            }
+        }
+        Err(error) => {
+            eprintln!("lease-forktest: fork: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let status = wait(child).unwrap_or(-1);
+    match still_ours(&held, mode, &dir)
+        .and_then(|fencing| release_then_contend(held, mode, &dir, fencing))
+    {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("lease-forktest: after the child ({how}, exit status {status}): {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn key() -> LeaseKey {
+    LeaseKey::new("forked").unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn lock_at(dir: &std::path::Path, mode: ModePreference) -> Result<FileLock, String> {
+    FileLock::builder(dir.join("forked.lease"))
+        .with_mode(mode)
+        .with_heartbeat_interval(BEAT)
+        .with_stale_threshold(LEASE)
+        .build()
+        .map_err(|e| format!("open lock: {e}"))
+}
+
+fn store_at(dir: &std::path::Path, mode: ModePreference) -> Result<DirectoryStore, String> {
+    DirectoryStore::builder(dir.join("store"))
+        .with_mode(mode)
+        .build()
+        .map_err(|e| format!("open store: {e}"))
+}
+
+fn acquire(face: &str, mode: ModePreference, dir: &std::path::Path) -> Result<Held, String> {
+    match face {
+        "lock" => {
+            let lock = lock_at(dir, mode)?;
+            let guard = lock.try_acquire().map_err(|e| format!("acquire: {e}"))?;
+            Ok(Held::Lock { lock, guard })
+        }
+        "store" => {
+            let store = Arc::new(store_at(dir, mode)?);
+            let lease = lease_core::executor::block_on(store.try_acquire(
+                &key(),
+                LEASE,
+                &AcquireOptions::default(),
+            ))
+            .map_err(|e| format!("acquire: {e}"))?;
+            let backend: Arc<dyn LeaseBackend> = store.clone();
+            let guard = LeaseGuard::spawn_thread(
+                backend,
+                lease,
+                KeeperOptions::default().with_renew_every(BEAT),
+            )
+            .map_err(|e| format!("keep: {e}"))?;
+            Ok(Held::Store { store, guard })
+        }
+        _ => Err(format!("unknown face {face}")),
+    }
+}
+
+/// A fresh contender on the same path (its own descriptors, as another process's would be) is
+/// refused, and the parent's fencing token checks, now and after a few heartbeats or renewals.
+fn still_ours(
+    held: &Held,
+    mode: ModePreference,
+    dir: &std::path::Path,
+) -> Result<FencingToken, String> {
+    let (fencing, check) = match held {
+        Held::Lock { guard, .. } => (
+            guard.fencing_token(),
+            guard.check().map_err(|e| e.to_string()),
+        ),
+        Held::Store { guard, .. } => (
+            guard.fencing_token(),
+            guard.check().map_err(|e| e.to_string()),
+        ),
+    };
+    let checked = check.map_err(|e| format!("the parent's lease no longer checks: {e}"))?;
+    if checked != fencing {
+        return Err(format!(
+            "the parent's fencing token changed from {fencing} to {checked}"
+        ));
+    }
+    for round in 0..2 {
+        contender_refused(mode, dir, held).map_err(|e| format!("round {round}: {e}"))?;
+        std::thread::sleep(BEAT * 3);
+        let again = match held {
+            Held::Lock { guard, .. } => guard.check().map_err(|e| e.to_string()),
+            Held::Store { guard, .. } => guard.check().map_err(|e| e.to_string()),
+        };
+        match again {
+            Ok(token) if token == fencing => {}
+            other => {
+                return Err(format!(
+                    "round {round}: the parent's lease after its heartbeats: {other:?}"
+                ));
+            }
+        }
+    }
+    Ok(fencing)
+}
+
+fn contender_refused(
+    mode: ModePreference,
+    dir: &std::path::Path,
+    held: &Held,
+) -> Result<(), String> {
+    let attempt = match held {
+        Held::Lock { .. } => lock_at(dir, mode)?.try_acquire().map(|g| g.fencing_token()),
+        Held::Store { .. } => lease_core::executor::block_on(store_at(dir, mode)?.try_acquire(
+            &key(),
+            LEASE,
+            &AcquireOptions::default(),
+        ))
+        .map(|lease| lease.fencing_token()),
+    };
+    match attempt {
+        Err(e) if e.is_held() => Ok(()),
+        Err(e) => Err(format!("the contender failed otherwise: {e}")),
+        Ok(token) => Err(format!(
+            "a contender was granted fencing token {token} while the parent holds the lease"
+        )),
+    }
+}
+
+/// The parent releases; a contender then gets a greater token.
+fn release_then_contend(
+    held: Held,
+    mode: ModePreference,
+    dir: &std::path::Path,
+    fencing: FencingToken,
+) -> Result<(), String> {
+    let next = match held {
+        Held::Lock { lock, guard } => {
+            guard
+                .release()
+                .map_err(|e| format!("the parent's release: {e}"))?;
+            drop(lock);
+            lock_at(dir, mode)?.try_acquire().map(|g| g.fencing_token())
+        }
+        Held::Store { store, guard } => {
+            lease_core::executor::block_on(guard.release())
+                .map_err(|e| format!("the parent's release: {e}"))?;
+            lease_core::executor::block_on(store.try_acquire(
+                &key(),
+                LEASE,
+                &AcquireOptions::default(),
+            ))
+            .map(|lease| lease.fencing_token())
+        }
+    }
+    .map_err(|e| format!("the contender after the parent's release: {e}"))?;
+    if next > fencing {
+        Ok(())
+    } else {
+        Err(format!(
+            "the contender's token {next} is not above the parent's {fencing}"
+        ))
+    }
+}
