@@ -103,6 +103,12 @@ pub(crate) struct BackendArgs {
     /// AWS region of the table [default: from the AWS environment].
     #[arg(long, value_name = "REGION", requires = "dynamo")]
     pub(crate) region: Option<String>,
+    /// Accept a file store directory (or lock directory in it) that other users can change:
+    /// owned by another user, or group-writable. Without it such a directory is refused (exit
+    /// 64). Whoever can write it can then deny, release or take over the leases in it and read
+    /// their holders' descriptions; nothing outside the store is ever touched.
+    #[arg(long, conflicts_with = "dynamo")]
+    pub(crate) shared_dir: bool,
 }
 
 /// `lease run`.
