@@ -44,6 +44,16 @@ pub(crate) enum Command {
     /// the holder's deadline. When the command exits, processes it left in its group are stopped
     /// (SIGTERM, SIGKILL after --grace) before the lease is released. With --foreground only
     /// the command itself is tied to lease, not the processes it starts.
+    ///
+    /// Shared directories and other users: a file store (--file DIR, its lock directories) that
+    /// a user other than you and root can change (owned by another user, or group- or
+    /// world-writable without the sticky bit) is refused, exit 64, naming its owner and mode;
+    /// a sticky directory owned by you or root, such as /tmp, is accepted. --shared-dir accepts
+    /// one owned by another user or writable by its group (never world-writable without the
+    /// sticky bit): whoever can write it can then deny, release or take over the leases in it
+    /// and read their holders' descriptions, but nothing outside the store is ever created,
+    /// changed or removed, whatever they do. Created entries follow your umask (exactly the
+    /// configured modes with --shared-dir).
     Run(RunArgs),
     /// Show who holds a lease, since and until when, and its fencing token.
     Status(StatusArgs),
