@@ -383,3 +383,73 @@ fn directories_other_users_can_change_are_refused_unless_shared() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Unmounts on drop, so a failing test leaves no mount behind.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Issue 22 item 9: on a file system out of inodes, an existing key is still acquired through
+/// `lease run` (its state changes are renames, which need no inode). Before, the CLI's
+/// writability probe could not create its file and `lease run` refused every key (exit 69).
+/// Root-only: it mounts a small tmpfs.
+#[test]
+fn an_existing_key_stays_acquirable_with_no_inodes_left() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: mounting a tmpfs with few inodes needs root");
+        return;
+    }
+    let top = tempfile::tempdir().unwrap();
+    let mount = top.path().join("mnt");
+    std::fs::create_dir(&mount).unwrap();
+    let mounted = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=1m,nr_inodes=64,mode=0755",
+            "tmpfs",
+        ])
+        .arg(&mount)
+        .status()
+        .unwrap();
+    if !mounted.success() {
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    }
+    let _mounted = Mounted(mount.clone());
+    let store = mount.join("store");
+    let run = || {
+        Command::new(env!("CARGO_BIN_EXE_lease"))
+            .arg("run")
+            .arg("--file")
+            .arg(&store)
+            .args(["--key", "nightly", "--wait", "0", "--", "true"])
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Use up every inode left.
+    let mut filled = 0;
+    while std::fs::write(mount.join(format!("fill{filled}")), b"").is_ok() {
+        filled += 1;
+        assert!(filled < 1000, "the file system never ran out of inodes");
+    }
+    for _ in 0..3 {
+        let out = run();
+        assert!(
+            out.status.success(),
+            "with no inodes left: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
