@@ -438,7 +438,7 @@ impl KeyDir {
             self.name.as_os_str(),
             nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
         )
-        .is_ok_and(|m| (u64::try_from(m.st_dev).unwrap_or(u64::MAX), m.st_ino) == self.dev_ino)
+        .is_ok_and(|m| (m.st_dev, m.st_ino) == self.dev_ino)
     }
 
     /// The entries' names and inode numbers, capped at [`MAX_ENTRIES`].
