@@ -828,15 +828,10 @@ pub(crate) fn ours(meta: &std::fs::Metadata) -> bool {
     meta.uid() == nix::unistd::geteuid().as_raw() && meta.nlink() == 1
 }
 
-/// Writes the first entry into the temporary directory `temp` and renames it to `name`: true
-/// when this call created the lock directory, false when one (or a file) was there first.
-fn init_place(
-    base: &Base,
-    temp: &OsStr,
-    name: &OsStr,
-    kind: Kind,
-    modes: Modes,
-) -> Result<bool, FsError> {
+/// Opens the temporary directory `temp` just made, checking with `fstat` that it is this
+/// user's (not something another user swapped in), and gives it the configured mode exactly in
+/// a shared directory.
+fn open_temp(base: &Base, temp: &OsStr, modes: Modes) -> Result<File, FsError> {
     let temp_path = base.join(temp);
     let dir = nix::fcntl::openat(base.fd(), temp, dir_flags(), Mode::empty())
         .map(File::from)
@@ -857,6 +852,20 @@ fn init_place(
         nix::sys::stat::fchmod(dir.as_fd(), Mode::from_bits_truncate(modes.dir))
             .map_err(|e| io_error("chmod", &temp_path, e.into()))?;
     }
+    Ok(dir)
+}
+
+/// Writes the first entry into the temporary directory `temp` and renames it to `name`: true
+/// when this call created the lock directory, false when one (or a file) was there first.
+fn init_place(
+    base: &Base,
+    temp: &OsStr,
+    name: &OsStr,
+    kind: Kind,
+    modes: Modes,
+) -> Result<bool, FsError> {
+    let temp_path = base.join(temp);
+    let dir = open_temp(base, temp, modes)?;
     let first = match kind {
         Kind::Lease => State::Free(0).name(),
         Kind::Value => Value {
