@@ -200,8 +200,10 @@
 //!   a second state entry), release or take over any lease in it (rename its state entry), and
 //!   read every holder's description, owner token included. Fencing tokens still never repeat
 //!   for a lock directory nobody replaced. Nothing beyond the store's entries is reachable: no
-//!   link is followed, no planted file is written. A directory anyone can write without the
-//!   sticky bit is refused even with the opt-in.
+//!   link is followed, no planted file is written, and a state entry another user created is
+//!   renamed like any other but never written (a holder there is shown as "a holder still
+//!   writing its description"). A directory anyone can write without the sticky bit is refused
+//!   even with the opt-in.
 //! * **Modes.** Created files and directories get the configured mode less the umask, never
 //!   writable by group or others, and a lease's state entry, which carries the owner token,
 //!   is readable by its owner only (other users see the state's name in a listing, not who
