@@ -17,9 +17,9 @@ use lease_file::{DirectoryStore, FileLock};
 #[test]
 fn temporaries_swapped_for_links_never_reach_outside_the_store() {
     let rounds = if std::env::var_os("LEASE_LONG").is_some() {
-        5_000
+        3_000
     } else {
-        500
+        300
     };
     let top = tempfile::tempdir().unwrap();
     let store_dir = top.path().join("store");
