@@ -63,12 +63,14 @@ pub(crate) fn default_dir() -> PathBuf {
     }
 }
 
-/// Creates the store directory if needed and checks it can hold leases.
-///
-/// The shared default (`private`) is created mode 0700 and must belong to this user and be
-/// writable by nobody else: in `/tmp`, another user could otherwise create it first and read or
-/// break our leases.
+/// Creates the shared default store directory (`private`) if needed and checks it: mode 0700,
+/// belonging to this user and writable by nobody else: in `/tmp`, another user could otherwise
+/// create it first and read or break our leases. A directory named with `--file` is created
+/// and checked by the store itself (`DirectoryStore`'s ownership checks), through descriptors.
 pub(crate) fn prepare_dir(dir: &Path, private: bool) -> Result<PathBuf, Failure> {
+    if !private {
+        return Ok(dir.to_path_buf());
+    }
     let cannot = |what: &str, error: &dyn fmt::Display| {
         Failure::unavailable(format!(
             "cannot use {} as the lease directory: {what}: {error}",
@@ -77,7 +79,7 @@ pub(crate) fn prepare_dir(dir: &Path, private: bool) -> Result<PathBuf, Failure>
     };
     if let Err(error) = std::fs::DirBuilder::new()
         .recursive(true)
-        .mode(if private { 0o700 } else { 0o777 })
+        .mode(0o700)
         .create(dir)
     {
         return Err(cannot("cannot create it", &error));
@@ -86,28 +88,21 @@ pub(crate) fn prepare_dir(dir: &Path, private: bool) -> Result<PathBuf, Failure>
     if !meta.is_dir() {
         return Err(cannot("not a directory", &"exists as a file"));
     }
-    if private {
-        let uid = nix::unistd::getuid().as_raw();
-        if meta.uid() != uid {
-            return Err(cannot(
-                "owned by another user",
-                &format!("uid {} (set LEASE_DIR or pass --file)", meta.uid()),
-            ));
-        }
-        if meta.permissions().mode() & 0o022 != 0 {
-            return Err(cannot(
-                "writable by other users",
-                &format!(
-                    "mode {:o} (chmod 700 it)",
-                    meta.permissions().mode() & 0o777
-                ),
-            ));
-        }
+    let uid = nix::unistd::getuid().as_raw();
+    if meta.uid() != uid {
+        return Err(cannot(
+            "owned by another user",
+            &format!("uid {} (set LEASE_DIR or pass --file)", meta.uid()),
+        ));
     }
-    let probe = dir.join(format!(".lease-probe-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(|e| cannot("not writable", &e))?;
-    if let Err(error) = std::fs::remove_file(&probe) {
-        tracing::debug!(path = %probe.display(), %error, "could not remove probe file");
+    if meta.permissions().mode() & 0o022 != 0 {
+        return Err(cannot(
+            "writable by other users",
+            &format!(
+                "mode {:o} (chmod 700 it)",
+                meta.permissions().mode() & 0o777
+            ),
+        ));
     }
     Ok(dir.to_path_buf())
 }
@@ -226,7 +221,7 @@ mod tests {
 
     #[test]
     fn unusable_directories_are_refused_with_the_reason() {
-        let err = prepare_dir(Path::new("/proc/lease-cannot-be-here"), false).expect_err("/proc");
+        let err = prepare_dir(Path::new("/proc/lease-cannot-be-here"), true).expect_err("/proc");
         assert_eq!(err.code, crate::exit::UNAVAILABLE);
         assert!(err.message.contains("/proc/lease-cannot-be-here"), "{err}");
 

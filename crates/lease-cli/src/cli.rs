@@ -56,7 +56,19 @@ pub(crate) enum Command {
     /// (SIGTERM, SIGKILL after --grace) before the lease is released. With --foreground only
     /// the command itself is tied to lease, not the processes it starts. Once the command has
     /// stopped, releasing the lease takes at most 2s; a store that does not answer by then is
-    /// left to let the lease expire on its own.
+    /// left to let the lease expire on its own. On the file store the command inherits no
+    /// descriptor of the lease's kernel lock (it cannot unlock it): a small `lease hold-lock`
+    /// process keeps a copy until the command's whole group is gone, even if lease is killed.
+    ///
+    /// Shared directories and other users: a file store (--file DIR, its lock directories) that
+    /// a user other than you and root can change (owned by another user, or group- or
+    /// world-writable without the sticky bit) is refused, exit 64, naming its owner and mode;
+    /// a sticky directory owned by you or root, such as /tmp, is accepted. --shared-dir accepts
+    /// one owned by another user or writable by its group (never world-writable without the
+    /// sticky bit): whoever can write it can then deny, release or take over the leases in it
+    /// and read their holders' descriptions, but nothing outside the store is ever created,
+    /// changed or removed, whatever they do. Created entries follow your umask (exactly the
+    /// configured modes with --shared-dir).
     Run(RunArgs),
     /// Show who holds a lease, since and until when, and its fencing token.
     Status(StatusArgs),
@@ -139,6 +151,12 @@ pub(crate) struct BackendArgs {
     /// AWS region of the table [default: from the AWS environment].
     #[arg(long, value_name = "REGION", requires = "dynamo")]
     pub(crate) region: Option<String>,
+    /// Accept a file store directory (or lock directory in it) that other users can change:
+    /// owned by another user, or group-writable. Without it such a directory is refused (exit
+    /// 64). Whoever can write it can then deny, release or take over the leases in it and read
+    /// their holders' descriptions; nothing outside the store is ever touched.
+    #[arg(long, conflicts_with = "dynamo")]
+    pub(crate) shared_dir: bool,
     #[command(flatten)]
     pub(crate) table: TableOptions,
 }

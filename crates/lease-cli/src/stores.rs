@@ -33,7 +33,7 @@ pub(crate) async fn open_holding(args: &BackendArgs, ttl: Duration) -> Result<Ba
                 Some(dir) => prepare_dir(dir, false)?,
                 None => prepare_dir(&default_dir(), true)?,
             };
-            open_file(&dir)
+            open_file(&dir, args.shared_dir)
         }
     }
 }
@@ -56,6 +56,7 @@ pub(crate) async fn open_for(
     };
     let store = lease_file::DirectoryStore::builder(&dir)
         .with_verbatim_names(true)
+        .with_shared_directory(args.shared_dir)
         .build()
         .map_err(|error| {
             Failure::unavailable(format!(
@@ -110,14 +111,23 @@ pub(crate) async fn open_for_status(
     }
 }
 
-/// Opens the file store in `dir` (already created and checked).
-pub(crate) fn open_file(dir: &Path) -> Result<Backend, Failure> {
-    let store = lease_file::DirectoryStore::open(dir).map_err(|error| {
-        Failure::unavailable(format!(
-            "cannot open the lease directory {}: {error}",
-            dir.display()
-        ))
-    })?;
+/// Opens the file store in `dir` (created if missing), accepting a directory other users can
+/// change only when `shared`. A directory refused as unsafe is bad input (exit 64); any other
+/// failure to open it is the backend's (exit 69). There is no writability probe: the first
+/// operation reports a directory it cannot write, and an existing key stays acquirable on a
+/// file system out of inodes (its state changes are renames).
+pub(crate) fn open_file(dir: &Path, shared: bool) -> Result<Backend, Failure> {
+    let store = lease_file::DirectoryStore::builder(dir)
+        .with_shared_directory(shared)
+        .build()
+        .map_err(|error| {
+            let message = format!("cannot open the lease directory {}: {error}", dir.display());
+            if error.is_invalid_input() {
+                Failure::usage(message)
+            } else {
+                Failure::unavailable(message)
+            }
+        })?;
     tracing::debug!(dir = %dir.display(), mode = ?store.mode(), "file store opened");
     let sharer = store.clone();
     let lister = store.clone();

@@ -1,10 +1,14 @@
 //! Error mapping and directory creation shared by the protocol's file work.
 
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
-use std::path::Path;
+use std::os::fd::AsFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
 use crate::error::FsError;
 
@@ -45,30 +49,160 @@ pub(crate) fn io_error(op: &'static str, path: &Path, source: io::Error) -> FsEr
     }
 }
 
-/// Creates `dir` (and parents) with `mode` if it does not exist.
-pub(crate) fn ensure_dir(dir: &Path, mode: u32) -> Result<(), FsError> {
-    if dir.as_os_str().is_empty() {
+/// Flags every directory is opened with: never through a symbolic link, never inherited.
+fn dir_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+/// A directory opened once (a store's directory, a `FileLock`'s parent), that every entry in it
+/// is created, opened, renamed and removed relative to: replacing its path afterwards (by a
+/// symbolic link, or another directory) changes nothing for this handle.
+#[derive(Debug)]
+pub(crate) struct Base {
+    path: PathBuf,
+    dir: File,
+    shared: bool,
+}
+
+impl Base {
+    /// Opens `path` (the current directory for an empty path), creating it and its missing
+    /// parents with `create` when given, and checks who can change it: see [`trusted`].
+    pub(crate) fn open(path: &Path, create: Option<u32>, shared: bool) -> Result<Self, FsError> {
+        let shown = if path.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            path
+        };
+        let dir = open_dir(shown, create)?;
+        let meta = dir.metadata().map_err(|e| io_error("fstat", shown, e))?;
+        trusted(shown, &meta, shared, "directory")?;
+        Ok(Self {
+            path: path.to_owned(),
+            dir,
+            shared,
+        })
+    }
+
+    /// The directory's path, as given (for messages: operations never go through it).
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path of the entry `name`, for messages.
+    pub(crate) fn join(&self, name: &std::ffi::OsStr) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// The directory's descriptor.
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
+    /// The open directory.
+    pub(crate) fn file(&self) -> &File {
+        &self.dir
+    }
+
+    /// Whether other users were allowed to change it (`with_shared_directory`).
+    pub(crate) fn shared(&self) -> bool {
+        self.shared
+    }
+}
+
+/// Opens the directory `path`, its last component never through a link; when it is missing
+/// and `create` says with which mode, its missing components are made one by one, each with
+/// `mkdirat` relative to its opened parent and then opened with `O_NOFOLLOW`.
+fn open_dir(path: &Path, create: Option<u32>) -> Result<File, FsError> {
+    match nix::fcntl::open(path, dir_flags(), Mode::empty()) {
+        Ok(fd) => Ok(File::from(fd)),
+        Err(Errno::ENOENT) if create.is_some() => {
+            let (Some(name), Some(parent)) = (path.file_name(), path.parent()) else {
+                return Err(io_error(
+                    "open directory",
+                    path,
+                    io::Error::from(Errno::ENOENT),
+                ));
+            };
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            let parent_dir = open_dir(parent, create)?;
+            let mode = create.unwrap_or(0o755);
+            match nix::sys::stat::mkdirat(parent_dir.as_fd(), name, Mode::from_bits_truncate(mode))
+            {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(e) => return Err(io_error("create directory", path, e.into())),
+            }
+            nix::fcntl::openat(parent_dir.as_fd(), name, dir_flags(), Mode::empty())
+                .map(File::from)
+                .map_err(|e| dir_error(path, e))
+        }
+        Err(e) => Err(dir_error(path, e)),
+    }
+}
+
+fn dir_error(path: &Path, e: Errno) -> FsError {
+    match e {
+        Errno::ENOTDIR => FsError::NotADirectory {
+            path: path.to_owned(),
+        },
+        e => io_error("open directory", path, e.into()),
+    }
+}
+
+/// Whether a directory with metadata `meta` can only be changed by the caller and root, the
+/// way OpenSSH's `StrictModes` judges a home directory: owned by the caller or root, and not
+/// writable by group or others unless sticky (where others can add entries but never rename or
+/// remove the caller's). With `shared` (the caller's explicit opt-in), any owner and a
+/// group-writable mode are accepted; a directory anyone can write without the sticky bit never
+/// is.
+///
+/// # Errors
+/// [`FsError::InvalidOption`] naming `path`, its owner and mode, and how to allow it.
+pub(crate) fn trusted(
+    path: &Path,
+    meta: &std::fs::Metadata,
+    shared: bool,
+    what: &str,
+) -> Result<(), FsError> {
+    let me = nix::unistd::geteuid().as_raw();
+    let mode = meta.mode() & 0o7777;
+    let sticky = mode & 0o1000 != 0;
+    let owner_ok = meta.uid() == me || meta.uid() == 0;
+    let world = mode & 0o002 != 0 && !sticky;
+    let group = mode & 0o020 != 0 && !sticky;
+    let ok = if shared {
+        !world
+    } else {
+        owner_ok && !world && !group
+    };
+    if ok {
         return Ok(());
     }
-    match std::fs::symlink_metadata(dir) {
-        Ok(meta) if meta.is_dir() => return Ok(()),
-        Ok(meta) if meta.is_symlink() => {
-            return Err(FsError::Hostile {
-                path: dir.to_owned(),
-                reason: "the lock directory is a symbolic link; links are never followed".into(),
-            });
-        }
-        Ok(_) => {
-            return Err(FsError::NotADirectory {
-                path: dir.to_owned(),
-            });
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_error("stat directory", dir, e)),
-    }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(mode)
-        .create(dir)
-        .map_err(|e| io_error("create directory", dir, e))
+    let owner = nix::unistd::User::from_uid(meta.uid().into())
+        .ok()
+        .flatten()
+        .map_or_else(
+            || format!("uid {}", meta.uid()),
+            |u| format!("{} (uid {})", u.name, meta.uid()),
+        );
+    let why = if world {
+        "anyone can rename or remove its entries (world-writable, not sticky); no opt-in \
+         accepts that: make it sticky (chmod +t) or not world-writable"
+            .to_owned()
+    } else {
+        "another user can rename or remove its entries, and so release or deny the leases in \
+         it; if every user who can change it is trusted, allow it with \
+         with_shared_directory(true) (lease: --shared-dir)"
+            .to_owned()
+    };
+    Err(FsError::InvalidOption {
+        option: "shared_directory",
+        reason: format!(
+            "{what} {} is owned by {owner} with mode {mode:04o}: {why}",
+            path.display()
+        ),
+    })
 }

@@ -139,16 +139,24 @@
 //! * Transient I/O errors are tolerated until the tenure's deadline, then reported as
 //!   [`LossReason::BackendFailing`] (and a paused holder's check as
 //!   [`LossReason::DeadlinePassed`]).
-//! * Symlinks are never followed; the lock directory is opened with `O_DIRECTORY|O_NOFOLLOW` and
-//!   every operation goes through its descriptor (so the state read, the kernel lock and the
-//!   rename are all in one directory even if the path is replaced; a holder whose directory was
-//!   moved or replaced loses its tenure at the next heartbeat).
+//! * Symlinks are never followed, and no path is trusted twice: the store's directory (a
+//!   `FileLock`'s parent) is opened once, and every lock directory is created, opened, checked
+//!   and renamed relative to that descriptor; the lock directory is opened with
+//!   `O_DIRECTORY|O_NOFOLLOW` and every operation goes through its descriptor (so the state
+//!   read, the kernel lock and the rename are all in one directory even if the path is
+//!   replaced; a holder whose directory was moved or replaced loses its tenure at the next
+//!   heartbeat). See *Shared directories and other users*.
 //! * Planted files of any name, size or number give a typed error or are ignored, never a panic
 //!   or a spin: only canonical state names count (`free.007` is not one), two state entries or a
 //!   missing one are [`LeaseError::Corrupt`] (never guessed or repaired), a directory with more
 //!   than 4096 entries is refused.
-//! * Every file and directory the crate creates gets exactly the configured mode, whatever the
-//!   umask; temporary names carry a random nonce and nothing is ever deleted by prefix.
+//! * Created files and directories get the configured mode less the umask, never writable by
+//!   group or others, and a lease's state entry (whose description holds the owner token) is
+//!   readable by its owner only; in a directory explicitly shared they get exactly the
+//!   configured mode. Temporary names carry a random nonce and nothing is ever deleted by
+//!   prefix.
+//! * A lock name longer than 255 bytes (the file system's limit) is
+//!   [`LeaseError::InvalidInput`] naming the limit, refused before anything is created.
 //! * No option value panics: out-of-range options are [`LeaseError::InvalidInput`] naming
 //!   the option, and so is a [`DirectoryStore`] safety margin that leaves nothing of a lease to
 //!   trust.
@@ -190,6 +198,49 @@
 //! nothing (`lease run` passes its lock to its guard process on purpose: see the CLI).
 //! `tests/fork.rs` of the unpublished `lease-forktest` crate forks for real, in both modes and
 //! both faces.
+//!
+//! # Shared directories and other users
+//!
+//! Lock directories live where users meet (`/tmp`, `/var/lock`, a CI workspace). Whatever other
+//! users do to the store concurrently (rename, replace or remove its entries, plant symbolic
+//! links, FIFOs or files of any name), **this crate never creates, changes the mode of,
+//! truncates, writes, renames or deletes anything outside the store's own entries**:
+//!
+//! * The store's directory (a `FileLock`'s parent) is opened once, `O_DIRECTORY|O_NOFOLLOW`;
+//!   missing components are created one by one with `mkdirat` relative to their opened parent.
+//!   Every later operation is relative to a descriptor: `mkdirat`, `openat` with
+//!   `O_NOFOLLOW` (and `O_CREAT|O_EXCL` for every create), `renameat`, `unlinkat`, `fstat`,
+//!   `fchmod`. No `chmod`, `open` or `rename` ever takes a path another user could swap.
+//! * A new lock directory is built in a private temporary directory (`mkdirat`, opened with
+//!   `O_NOFOLLOW` and checked by `fstat` to be this user's), its first entry created inside it
+//!   exclusively, then renamed into place. A description is written only into a state entry
+//!   this user owns that has no other name (never through a planted hard link), and truncated
+//!   only after that check.
+//! * **Ownership, like OpenSSH's `StrictModes`.** A store directory, a `FileLock`'s parent or
+//!   a lock directory that a user other than the caller and root can change (owned by another
+//!   user, or writable by group or others without the sticky bit) is refused with
+//!   [`LeaseError::InvalidInput`] naming its path, owner and mode, and how to allow it. A
+//!   sticky directory owned by the caller or root, such as `/tmp` itself, is accepted: others
+//!   can add entries there but never rename or remove this user's. They can still take a
+//!   lock's name first (a lock directory they own is then refused: a denial, never a shared
+//!   lease).
+//! * **The opt-in**, [`DirectoryStoreBuilder::with_shared_directory`],
+//!   [`FileLockBuilder::with_shared_directory`] (`lease --shared-dir`), accepts a directory
+//!   owned by another user or writable by its group, and lock directories made by other users.
+//!   Every user who can write the store can then: deny any key (take its name first, or plant
+//!   a second state entry), release or take over any lease in it (rename its state entry), and
+//!   read every holder's description, owner token included. Fencing tokens still never repeat
+//!   for a lock directory nobody replaced. Nothing beyond the store's entries is reachable: no
+//!   link is followed, no planted file is written, and a state entry another user created is
+//!   renamed like any other but never written (a holder there is shown as "a holder still
+//!   writing its description"). A directory anyone can write without the sticky bit is refused
+//!   even with the opt-in.
+//! * **Modes.** Created files and directories get the configured mode less the umask, never
+//!   writable by group or others, and a lease's state entry, which carries the owner token,
+//!   is readable by its owner only (other users see the state's name in a listing, not who
+//!   holds it). In a shared directory the configured mode is given exactly, through the
+//!   descriptor of what was just created, so a group can share the lock whatever the
+//!   creator's umask.
 //!
 //! # Design choices
 //!

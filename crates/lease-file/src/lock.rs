@@ -13,7 +13,7 @@ use lease_core::{
 
 use crate::engine::{self, Attempt, Claim, Observations, Timebase};
 use crate::error::{FsError, key_of_path, not_held};
-use crate::fsio::ensure_dir;
+use crate::fsio::Base;
 use crate::mode::{LockMode, ModePreference, detect};
 use crate::state::{self, Held, KeyDir, Kind, Modes};
 
@@ -55,6 +55,7 @@ pub(crate) struct Options {
     mode: ModePreference,
     fsync: bool,
     label: Option<String>,
+    shared_directory: bool,
 }
 
 impl fmt::Debug for Options {
@@ -70,6 +71,7 @@ impl fmt::Debug for Options {
             .field("mode", &self.mode)
             .field("fsync", &self.fsync)
             .field("label", &self.label)
+            .field("shared_directory", &self.shared_directory)
             .finish()
     }
 }
@@ -90,6 +92,7 @@ impl Default for Options {
             mode: ModePreference::Auto,
             fsync: false,
             label: None,
+            shared_directory: false,
         }
     }
 }
@@ -107,8 +110,9 @@ impl FileLockBuilder {
         self.options.retry_delay = delay;
         self
     }
-    /// Mode of created files (exactly this mode, whatever the umask). The lock directory gets
-    /// it too, plus the matching search (`x`) bits: 0664 gives 0775, 0600 gives 0700.
+    /// Mode of created files (default 0644), less the umask, as `open(2)` applies it: nothing
+    /// is ever made more readable than the umask allows. The lock directory gets it too, plus
+    /// the matching search (`x`) bits: 0664 gives 0775, 0600 gives 0700 (before the umask).
     pub fn with_file_mode(mut self, mode: u32) -> Self {
         self.options.file_mode = mode & 0o7777;
         self
@@ -154,6 +158,17 @@ impl FileLockBuilder {
     /// before one may then be issued again; turn it on if generations must never repeat).
     pub fn with_fsync(mut self, fsync: bool) -> Self {
         self.options.fsync = fsync;
+        self
+    }
+    /// Accepts a parent directory and a lock directory that users other than the caller and
+    /// root can change (default off: such a directory is refused with
+    /// [`LeaseError::InvalidInput`] naming its owner and mode). Any user who can write either
+    /// can then release or deny this lock and read its holder's description; nothing beyond
+    /// the lock directory's own entries is ever created, changed or removed, whatever they do.
+    /// A directory anyone can write without the sticky bit is refused even so. See the crate
+    /// docs, *Shared directories and other users*.
+    pub fn with_shared_directory(mut self, shared: bool) -> Self {
+        self.options.shared_directory = shared;
         self
     }
     /// A human label shown to contenders.
@@ -316,6 +331,11 @@ struct Waiter {
 
 struct Shared {
     path: PathBuf,
+    /// The lock's parent directory, opened once: the lock directory is created, opened and
+    /// checked relative to it, never through a path another user could swap.
+    base: Arc<Base>,
+    /// The lock directory's name in `base`.
+    name: std::ffi::OsString,
     /// The key errors name: the path ([`key_of_path`]).
     key: LeaseKey,
     options: Options,
@@ -440,12 +460,20 @@ impl FileLock {
             });
         }
         let dir = path.parent().map(Path::to_owned).unwrap_or_default();
-        ensure_dir(&dir, options.dir_mode)?;
-        let (mode, mode_reason) = detect(&dir, options.mode)?;
+        let name = path.file_name().map(ToOwned::to_owned).unwrap_or_default();
+        crate::state::check_name(&name)?;
+        let base = Arc::new(Base::open(
+            &dir,
+            Some(options.dir_mode),
+            options.shared_directory,
+        )?);
+        let (mode, mode_reason) = detect(&base, options.mode)?;
         tracing::debug!(path = %path.display(), ?mode, %mode_reason, "file lock ready");
         Ok(Self {
             shared: Arc::new(Shared {
                 path,
+                base,
+                name,
                 key: key.clone(),
                 options,
                 mode,
@@ -497,7 +525,7 @@ impl FileLock {
     }
 
     fn current_holder(&self) -> Result<Option<Holder>, FsError> {
-        let kd = match KeyDir::open(&self.shared.path, Kind::Lease, None) {
+        let kd = match KeyDir::open(&self.shared.base, &self.shared.name, Kind::Lease, None) {
             Ok(Some(kd)) => kd,
             Ok(None) => return Ok(None),
             Err(FsError::Held { holder, .. }) => return Ok(Some(*holder)),
@@ -678,10 +706,11 @@ impl FileLock {
         let w = waiter.get_or_insert_with(|| {
             let (tx, rx) = mpsc::channel();
             let wanted = Arc::new(Mutex::new(true));
-            let path = self.shared.path.clone();
+            let base = self.shared.base.clone();
+            let name = self.shared.name.clone();
             let still_wanted = wanted.clone();
             std::thread::spawn(move || {
-                let got = KeyDir::open(&path, Kind::Lease, None)
+                let got = KeyDir::open(&base, &name, Kind::Lease, None)
                     .and_then(|kd| kd.map(|mut kd| kd.lock_blocking().map(|()| kd)).transpose());
                 let wanted = still_wanted.lock().unwrap_or_else(PoisonError::into_inner);
                 if *wanted {
@@ -768,14 +797,19 @@ impl FileLock {
             dir: opts.file_mode | ((opts.file_mode & 0o444) >> 2),
             fsync: opts.fsync,
         };
-        KeyDir::open(&self.shared.path, Kind::Lease, Some(modes))?
-            .map(|kd| kd.durable(opts.fsync))
-            .ok_or_else(|| FsError::Io {
-                op: "open lock directory",
-                path: self.shared.path.clone(),
-                transient: true,
-                source: std::io::Error::other("removed while being created"),
-            })
+        KeyDir::open(
+            &self.shared.base,
+            &self.shared.name,
+            Kind::Lease,
+            Some(modes),
+        )?
+        .map(|kd| kd.durable(opts.fsync))
+        .ok_or_else(|| FsError::Io {
+            op: "open lock directory",
+            path: self.shared.path.clone(),
+            transient: true,
+            source: std::io::Error::other("removed while being created"),
+        })
     }
 
     /// Starts the heartbeat thread if it is not running (it parks until a tenure starts).

@@ -1,15 +1,14 @@
 //! Whether kernel locks work where the locks live.
 
-use std::fs::{OpenOptions, TryLockError};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::TryLockError;
 use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::sys::statfs::{NFS_SUPER_MAGIC, SMB_SUPER_MAGIC, statfs};
+use nix::sys::statfs::{NFS_SUPER_MAGIC, SMB_SUPER_MAGIC, fstatfs};
 
 use crate::error::FsError;
-use crate::fsio::io_error;
+use crate::fsio::{Base, io_error};
 
 /// How a lock keeps its critical sections and its tenure, as detected (or forced) for its
 /// directory.
@@ -64,9 +63,10 @@ const AFS_MAGIC: u64 = 0x5346_414F;
 
 /// Decides the mode for locks in `dir`, probing `flock` on the directory itself.
 pub(crate) fn detect(
-    dir: &Path,
+    base: &Base,
     preference: ModePreference,
 ) -> Result<(LockMode, String), FsError> {
+    let dir = base.path();
     let probe = if dir.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -78,11 +78,7 @@ pub(crate) fn detect(
             "heartbeat-only mode requested".into(),
         ));
     }
-    let network = match statfs(if dir.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        dir
-    }) {
+    let network = match fstatfs(base.fd()) {
         Ok(fs) => {
             let kind = fs.filesystem_type();
             #[allow(clippy::cast_sign_loss, clippy::unnecessary_cast)]
@@ -120,11 +116,16 @@ pub(crate) fn detect(
              ModePreference::Kernel if every contender runs on this host)"
         ));
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags((OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW).bits())
-        .open(probe)
-        .map_err(|e| io_error("open directory", probe, e))?;
+    // A second open file description of the directory: its lock is its own, and never the
+    // base descriptor's.
+    let file = nix::fcntl::openat(
+        base.fd(),
+        ".",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map(std::fs::File::from)
+    .map_err(|e| io_error("open directory", probe, e.into()))?;
     match file.try_lock() {
         Ok(()) => {
             let _ = file.unlock();

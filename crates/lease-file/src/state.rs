@@ -9,13 +9,13 @@
 //! on a state that changed. See the crate docs for the argument in full.
 
 use std::ffi::OsStr;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use nix::dir::Dir;
 use nix::errno::Errno;
@@ -26,7 +26,7 @@ use lease_core::Holder;
 
 use crate::encode::fnv;
 use crate::error::FsError;
-use crate::fsio::{MAX_RECORD_BYTES, io_error};
+use crate::fsio::{Base, MAX_RECORD_BYTES, io_error};
 use crate::record::LeaseFileRecord;
 
 /// A state entry while the lock is free: `free.<generation>`.
@@ -249,12 +249,32 @@ pub(crate) struct Modes {
     pub(crate) fsync: bool,
 }
 
+impl Modes {
+    /// The modes to create with in `base`: as configured in a shared directory; elsewhere never
+    /// writable by group or others (such a lock directory would be refused as untrusted).
+    fn for_base(self, base: &Base) -> Self {
+        if base.shared() {
+            self
+        } else {
+            Self {
+                file: self.file & !0o022,
+                dir: self.dir & !0o022,
+                fsync: self.fsync,
+            }
+        }
+    }
+}
+
 /// One lock directory, opened. Every operation goes through its descriptor, so the state read,
 /// the kernel lock taken and the rename made are all in the same directory even if the path is
 /// replaced meanwhile.
 #[derive(Debug)]
 pub(crate) struct KeyDir {
     path: PathBuf,
+    /// The directory holding it, and its name there: what [`still_at_path`](Self::still_at_path)
+    /// looks at, never the path.
+    base: Arc<Base>,
+    name: std::ffi::OsString,
     file: File,
     /// [`fnv`] of the directory's device and inode numbers.
     id: u64,
@@ -295,18 +315,20 @@ impl KeyDir {
     /// `kit/lockfile` record, a lease-file 0.1 record): never taken over, never deleted.
     /// [`FsError::Hostile`] for a symbolic link or anything else that is not a directory.
     pub(crate) fn open(
-        path: &Path,
+        base: &Arc<Base>,
+        name: &OsStr,
         kind: Kind,
         create: Option<Modes>,
     ) -> Result<Option<Self>, FsError> {
+        let path = base.join(name);
+        let path = path.as_path();
+        check_name(name)?;
         for _ in 0..8 {
-            match OpenOptions::new()
-                .read(true)
-                .custom_flags((OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW).bits())
-                .open(path)
-            {
-                Ok(file) => {
+            match nix::fcntl::openat(base.fd(), name, dir_flags(), Mode::empty()) {
+                Ok(fd) => {
+                    let file = File::from(fd);
                     let meta = file.metadata().map_err(|e| io_error("fstat", path, e))?;
+                    crate::fsio::trusted(path, &meta, base.shared(), "lock directory")?;
                     let dev_ino = (meta.dev(), meta.ino());
                     let mut id_bytes = [0u8; 16];
                     id_bytes[..8].copy_from_slice(&dev_ino.0.to_le_bytes());
@@ -317,6 +339,8 @@ impl KeyDir {
                     let stream = stream_of(&file).ok();
                     return Ok(Some(Self {
                         path: path.to_owned(),
+                        base: base.clone(),
+                        name: name.to_owned(),
                         file,
                         id: fnv(&id_bytes),
                         dev_ino,
@@ -327,13 +351,13 @@ impl KeyDir {
                         entry: Mutex::new(None),
                     }));
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => match create {
+                Err(Errno::ENOENT) => match create {
                     None => return Ok(None),
-                    Some(modes) => init(path, kind, modes)?,
+                    Some(modes) => init(base, name, kind, modes)?,
                 },
                 // Another protocol's file, or something hostile; or it changed under the look
                 // (a Go lock released, or this lock's directory created meanwhile): look again.
-                Err(e) => not_a_directory(path, e)?,
+                Err(e) => not_a_directory(base, name, e.into())?,
             }
         }
         Err(FsError::Io {
@@ -431,7 +455,12 @@ impl KeyDir {
 
     /// Whether the path still names this directory (not removed, moved or replaced).
     pub(crate) fn still_at_path(&self) -> bool {
-        std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino)
+        nix::sys::stat::fstatat(
+            self.base.fd(),
+            self.name.as_os_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .is_ok_and(|m| (m.st_dev, m.st_ino) == self.dev_ino)
     }
 
     /// The entries' names and inode numbers, capped at [`MAX_ENTRIES`].
@@ -598,7 +627,7 @@ impl KeyDir {
     /// and `O_NONBLOCK` keeps the open of a FIFO with no reader from blocking the acquisition.
     pub(crate) fn describe(&self, name: &str, ino: u64, record: &LeaseFileRecord) {
         let mut bytes = record.to_bytes();
-        let mut flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         let fits = bytes.len() <= DESCRIPTION_BYTES;
         let mut entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
         if fits {
@@ -609,15 +638,19 @@ impl KeyDir {
                 let _ = file.write_all_at(&bytes, 0);
                 return;
             }
-        } else {
-            flags |= OFlag::O_TRUNC;
         }
         if let Ok(fd) = nix::fcntl::openat(self.file.as_fd(), name, flags, Mode::empty()) {
             let file = File::from(fd);
             let Ok(meta) = file.metadata() else {
                 return;
             };
-            if meta.is_file() {
+            // Only an entry this process's user made, with no other name: a hard link to
+            // someone's file planted under a state name is renamed like any entry, but never
+            // written (truncated only after this check, never by `O_TRUNC`).
+            if meta.is_file() && ours(&meta) {
+                if !fits {
+                    let _ = file.set_len(0);
+                }
                 let _ = file.write_all_at(&bytes, 0);
                 if meta.ino() == ino {
                     *entry = Some((ino, file));
@@ -656,7 +689,7 @@ impl KeyDir {
         }
     }
 
-    /// Creates the file `name` exclusively with exactly `mode` and `bytes`.
+    /// Creates the file `name` exclusively with `mode` (less the umask) and `bytes`.
     ///
     /// # Errors
     /// I/O errors, `EEXIST` included.
@@ -668,6 +701,11 @@ impl KeyDir {
         fsync: bool,
     ) -> Result<(), FsError> {
         let path = self.path.join(name);
+        let mode = if self.base.shared() {
+            mode
+        } else {
+            mode & !0o022
+        };
         let fd = nix::fcntl::openat(
             self.file.as_fd(),
             name,
@@ -675,9 +713,12 @@ impl KeyDir {
             Mode::from_bits_truncate(mode),
         )
         .map_err(|e| io_error("create", &path, e.into()))?;
+        if self.base.shared() {
+            nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(mode))
+                .map_err(|e| io_error("chmod", &path, e.into()))?;
+        }
         let mut file = File::from(fd);
-        file.set_permissions(std::fs::Permissions::from_mode(mode))
-            .and_then(|()| file.write_all(bytes))
+        file.write_all(bytes)
             .and_then(|()| if fsync { file.sync_all() } else { Ok(()) })
             .map_err(|e| io_error("write", &path, e))
     }
@@ -728,62 +769,125 @@ fn read_capped(file: &File, path: &Path) -> Result<Vec<u8>, FsError> {
 /// holding it is renamed into place. A plain rename refuses a non-empty target, so of several
 /// creators exactly one wins, and a creator paused for any time can never reset a directory in
 /// use (an empty directory planted at the path is replaced: it holds no state).
-fn init(path: &Path, kind: Kind, modes: Modes) -> Result<(), FsError> {
-    let (parent, temp) = init_temp_path(path)?;
-    std::fs::DirBuilder::new()
-        .mode(modes.dir)
-        .create(&temp)
-        .map_err(|e| io_error("create lock directory", &temp, e))?;
-    let result = init_place(&temp, path, parent, kind, modes);
+///
+/// Every step goes through a descriptor: `mkdirat` in the base directory, the temporary
+/// directory opened with `O_NOFOLLOW` and checked to be the directory just made (this user's),
+/// the first entry created in it with `openat(O_CREAT|O_EXCL|O_NOFOLLOW)`, `renameat` into
+/// place. Modes are the configured ones less the umask: nothing is `chmod`ed. Whatever another
+/// user swaps the temporary name for meanwhile, nothing outside the base directory's own
+/// entries is created, changed, renamed or removed.
+fn init(base: &Base, name: &OsStr, kind: Kind, modes: Modes) -> Result<(), FsError> {
+    let path = base.join(name);
+    let temp = init_temp_name();
+    let temp_path = base.join(&temp);
+    let modes = modes.for_base(base);
+    nix::sys::stat::mkdirat(
+        base.fd(),
+        temp.as_os_str(),
+        Mode::from_bits_truncate(modes.dir),
+    )
+    .map_err(|e| io_error("create lock directory", &temp_path, e.into()))?;
+    let result = init_place(base, &temp, name, kind, modes);
     if !matches!(result, Ok(true)) {
-        let _ = std::fs::remove_dir(&temp);
+        // Removes an empty directory only, and only an entry of the base directory.
+        let _ = nix::unistd::unlinkat(
+            base.fd(),
+            temp.as_os_str(),
+            nix::unistd::UnlinkatFlags::RemoveDir,
+        );
     }
     if matches!(result, Ok(false)) {
         // Whatever is at the path now is looked at by the next open.
-        let meta = std::fs::symlink_metadata(path);
+        let meta =
+            nix::sys::stat::fstatat(base.fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
         if let Ok(meta) = meta
-            && !meta.is_dir()
+            && meta.st_mode & nix::libc::S_IFMT != nix::libc::S_IFDIR
         {
-            not_a_directory(path, io::Error::from_raw_os_error(Errno::ENOTDIR as i32))?;
+            not_a_directory(
+                base,
+                name,
+                io::Error::from_raw_os_error(Errno::ENOTDIR as i32),
+            )?;
         }
     }
+    let _ = path;
     result.map(|_| ())
 }
 
-/// The lock directory's parent, and a private temporary path beside it to build it in.
-fn init_temp_path(path: &Path) -> Result<(&Path, PathBuf), FsError> {
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(FsError::InvalidOption {
-            option: "path",
-            reason: format!("{} names no file", path.display()),
-        });
-    };
-    let parent = if parent.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        parent
-    };
-    let mut temp_name = OsStr::new(".").to_owned();
-    temp_name.push(name);
-    temp_name.push(format!(
-        ".init.{:016x}",
-        uuid::Uuid::new_v4().as_u64_pair().0
-    ));
-    let temp = parent.join(temp_name);
-    Ok((parent, temp))
+/// A private temporary name to build a lock directory in: `.lease-init.<16 hex>`, so that it
+/// never collides with a key's name, nor with another creator's, and fits whatever the key's
+/// length.
+fn init_temp_name() -> std::ffi::OsString {
+    format!(".lease-init.{:016x}", uuid::Uuid::new_v4().as_u64_pair().0).into()
 }
 
-/// Writes the first entry into the temporary directory `temp` and renames it to `path`: true
+/// The longest lock name, in bytes (`NAME_MAX` on Linux file systems).
+pub(crate) const MAX_NAME_BYTES: usize = 255;
+
+/// Refuses a lock name the file system cannot hold, up front, naming the limit.
+pub(crate) fn check_name(name: &OsStr) -> Result<(), FsError> {
+    let len = name.as_bytes().len();
+    if len > MAX_NAME_BYTES {
+        return Err(FsError::InvalidOption {
+            option: "path",
+            reason: format!(
+                "the lock name is {len} bytes; the file system allows at most {MAX_NAME_BYTES}"
+            ),
+        });
+    }
+    if len == 0 || name == "." || name == ".." || name.as_bytes().contains(&b'/') {
+        return Err(FsError::InvalidOption {
+            option: "path",
+            reason: format!("{} is not a lock name", name.to_string_lossy()),
+        });
+    }
+    Ok(())
+}
+
+/// Whether `meta` is a file this user made that has no other name (not a hard link to
+/// someone's file): the only kind of entry this crate ever writes to.
+pub(crate) fn ours(meta: &std::fs::Metadata) -> bool {
+    meta.uid() == nix::unistd::geteuid().as_raw() && meta.nlink() == 1
+}
+
+/// Opens the temporary directory `temp` just made, checking with `fstat` that it is this
+/// user's (not something another user swapped in), and gives it the configured mode exactly in
+/// a shared directory.
+fn open_temp(base: &Base, temp: &OsStr, modes: Modes) -> Result<File, FsError> {
+    let temp_path = base.join(temp);
+    let dir = nix::fcntl::openat(base.fd(), temp, dir_flags(), Mode::empty())
+        .map(File::from)
+        .map_err(|e| io_error("open lock directory", &temp_path, e.into()))?;
+    let meta = dir
+        .metadata()
+        .map_err(|e| io_error("fstat", &temp_path, e))?;
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(FsError::Hostile {
+            path: temp_path,
+            reason: "the temporary directory was replaced by another user's".into(),
+        });
+    }
+    // In a directory explicitly shared, the configured modes are given exactly (through the
+    // descriptors, so only to what this call created), so that the group can use the lock
+    // whatever the creator's umask; elsewhere the umask applies.
+    if base.shared() {
+        nix::sys::stat::fchmod(dir.as_fd(), Mode::from_bits_truncate(modes.dir))
+            .map_err(|e| io_error("chmod", &temp_path, e.into()))?;
+    }
+    Ok(dir)
+}
+
+/// Writes the first entry into the temporary directory `temp` and renames it to `name`: true
 /// when this call created the lock directory, false when one (or a file) was there first.
 fn init_place(
-    temp: &Path,
-    path: &Path,
-    parent: &Path,
+    base: &Base,
+    temp: &OsStr,
+    name: &OsStr,
     kind: Kind,
     modes: Modes,
 ) -> Result<bool, FsError> {
-    std::fs::set_permissions(temp, std::fs::Permissions::from_mode(modes.dir))
-        .map_err(|e| io_error("chmod", temp, e))?;
+    let temp_path = base.join(temp);
+    let dir = open_temp(base, temp, modes)?;
     let first = match kind {
         Kind::Lease => State::Free(0).name(),
         Kind::Value => Value {
@@ -793,38 +897,56 @@ fn init_place(
         }
         .name(),
     };
-    let file = temp.join(&first);
-    let created = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(modes.file)
-        .open(&file)
-        .map_err(|e| io_error("create", &file, e))?;
-    created
-        .set_permissions(std::fs::Permissions::from_mode(modes.file))
-        .map_err(|e| io_error("chmod", &file, e))?;
+    // The state entry carries the holder's description, owner token included: only its owner
+    // reads it, unless the directory is shared.
+    let first_mode = match kind {
+        Kind::Lease if !base.shared() => modes.file & 0o600,
+        _ => modes.file,
+    };
+    let created = nix::fcntl::openat(
+        dir.as_fd(),
+        first.as_str(),
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(first_mode),
+    )
+    .map_err(|e| io_error("create", &temp_path.join(&first), e.into()))?;
+    if base.shared() {
+        nix::sys::stat::fchmod(&created, Mode::from_bits_truncate(first_mode))
+            .map_err(|e| io_error("chmod", &temp_path.join(&first), e.into()))?;
+    }
     drop(created);
-    match std::fs::rename(temp, path) {
+    let path = base.join(name);
+    match renameat(base.fd(), temp, base.fd(), name) {
         Ok(()) => {
             tracing::debug!(path = %path.display(), "lock directory created");
             if modes.fsync {
-                File::open(parent)
-                    .and_then(|dir| dir.sync_all())
-                    .map_err(|e| io_error("fsync directory", parent, e))?;
+                base.file()
+                    .sync_all()
+                    .map_err(|e| io_error("fsync directory", base.path(), e))?;
             }
             Ok(true)
         }
         Err(e) => {
-            let _ = std::fs::remove_file(&file);
-            match e.raw_os_error().map(Errno::from_raw) {
+            let _ = nix::unistd::unlinkat(
+                dir.as_fd(),
+                first.as_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+            match e {
                 // Someone else created it first, or a file sits there (looked at by the caller).
-                Some(Errno::EEXIST | Errno::ENOTEMPTY | Errno::ENOTDIR | Errno::EISDIR) => {
-                    Ok(false)
-                }
-                _ => Err(io_error("rename lock directory into place", path, e)),
+                Errno::EEXIST | Errno::ENOTEMPTY | Errno::ENOTDIR | Errno::EISDIR => Ok(false),
+                e => Err(io_error(
+                    "rename lock directory into place",
+                    &path,
+                    e.into(),
+                )),
             }
         }
     }
+}
+
+fn dir_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
 }
 
 /// Explains what sits at a lock path that the directory open failed on with `error`: another
@@ -834,50 +956,46 @@ fn init_place(
 /// place (truncated, then written) on every heartbeat. So its type, its size and its bytes are
 /// all taken from one descriptor, an empty read counts as a file being written, and `Ok(())`
 /// says the path changed under the look (gone, or a directory now): the caller looks again.
-fn not_a_directory(path: &Path, error: io::Error) -> Result<(), FsError> {
+fn not_a_directory(base: &Base, name: &OsStr, error: io::Error) -> Result<(), FsError> {
+    let path = base.join(name);
+    let path = path.as_path();
     if !matches!(
         error.raw_os_error().map(Errno::from_raw),
         Some(Errno::ENOTDIR | Errno::ELOOP)
     ) {
         return Err(io_error("open lock directory", path, error));
     }
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io_error("stat lock path", path, e)),
-    };
-    if meta.file_type().is_symlink() {
+    let meta =
+        match nix::sys::stat::fstatat(base.fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(meta) => meta.st_mode & nix::libc::S_IFMT,
+            Err(Errno::ENOENT) => return Ok(()),
+            Err(e) => return Err(io_error("stat lock path", path, e.into())),
+        };
+    if meta == nix::libc::S_IFLNK {
         return Err(FsError::Hostile {
             path: path.to_owned(),
             reason: "it is a symbolic link; links are never followed".into(),
         });
     }
-    if meta.is_dir() {
+    if meta == nix::libc::S_IFDIR {
         return Ok(());
     }
-    if !meta.is_file() {
+    if meta != nix::libc::S_IFREG {
         return Err(FsError::Hostile {
             path: path.to_owned(),
             reason: "it is neither a lock directory nor a regular file".into(),
         });
     }
-    let file = match OpenOptions::new()
-        .read(true)
-        .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
-        .open(path)
-    {
-        Ok(file) => file,
+    let file = match nix::fcntl::openat(
+        base.fd(),
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => File::from(fd),
         // Removed, or replaced by a link, a FIFO or a socket since the stat: look again.
-        Err(e)
-            if e.kind() == io::ErrorKind::NotFound
-                || matches!(
-                    e.raw_os_error().map(Errno::from_raw),
-                    Some(Errno::ELOOP | Errno::ENXIO)
-                ) =>
-        {
-            return Ok(());
-        }
-        Err(e) => return Err(io_error("open", path, e)),
+        Err(Errno::ENOENT | Errno::ELOOP | Errno::ENXIO) => return Ok(()),
+        Err(e) => return Err(io_error("open", path, e.into())),
     };
     let meta = file.metadata().map_err(|e| io_error("fstat", path, e))?;
     if !meta.is_file() {
@@ -893,19 +1011,17 @@ fn not_a_directory(path: &Path, error: io::Error) -> Result<(), FsError> {
     Err(crate::foreign::classify(path, &bytes, modified))
 }
 
-/// The store's keys: lock directory names in `dir`.
-pub(crate) fn entry_names(dir: &Path) -> Result<Vec<std::ffi::OsString>, FsError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_error("list", dir, e)),
-    };
+/// The store's keys: lock directory names in the store's directory, listed through its
+/// descriptor.
+pub(crate) fn entry_names(base: &Base) -> Result<Vec<std::ffi::OsString>, FsError> {
+    let mut dir = Dir::openat(base.fd(), ".", dir_flags(), Mode::empty())
+        .map_err(|e| io_error("list", base.path(), e.into()))?;
     let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| io_error("list", dir, e))?;
-        let name = entry.file_name();
-        if !name.as_bytes().starts_with(b".") {
-            names.push(name);
+    for entry in dir.iter() {
+        let entry = entry.map_err(|e| io_error("list", base.path(), e.into()))?;
+        let name = entry.file_name().to_bytes();
+        if !name.starts_with(b".") {
+            names.push(OsStr::from_bytes(name).to_owned());
         }
     }
     Ok(names)

@@ -21,7 +21,7 @@ use crate::encode::{decode_file_name, fenced_file_name, fnv, key_file_name, verb
 use crate::engine::{self, Attempt, Claim, Gone, Now, Observations, Timebase};
 use crate::error::{FsError, key_of_path};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
-use crate::fsio::ensure_dir;
+use crate::fsio::Base;
 use crate::mode::{LockMode, ModePreference, detect};
 use crate::record::LeaseFileRecord;
 use crate::state::{self, Found, Held, KeyDir, Kind, Modes, State, Value, data_name, entry_names};
@@ -145,6 +145,9 @@ pub struct DirectoryStore {
 
 struct Inner {
     dir: PathBuf,
+    /// The store's directory, opened once: every lock directory is created, opened, listed and
+    /// checked relative to it.
+    base: Arc<Base>,
     mode: LockMode,
     time: Timebase,
     tokens: Arc<dyn TokenSource>,
@@ -209,6 +212,7 @@ pub struct DirectoryStoreBuilder {
     dir_mode: u32,
     fsync: bool,
     verbatim: bool,
+    shared_directory: bool,
 }
 
 impl fmt::Debug for DirectoryStoreBuilder {
@@ -221,6 +225,7 @@ impl fmt::Debug for DirectoryStoreBuilder {
             .field("file_mode", &format_args!("{:o}", self.file_mode))
             .field("fsync", &self.fsync)
             .field("verbatim", &self.verbatim)
+            .field("shared_directory", &self.shared_directory)
             .finish_non_exhaustive()
     }
 }
@@ -254,9 +259,10 @@ impl DirectoryStoreBuilder {
         self
     }
 
-    /// Mode of created files (default 0644), exactly: the umask does not apply. Lock
-    /// directories get the same mode plus the matching search (`x`) bits. Anyone who can write
-    /// a lock directory can act as any owner, so the modes are the access control.
+    /// Mode of created files (default 0644), less the umask, as `open(2)` applies it: nothing
+    /// is ever made more readable than the umask allows. Lock directories get the same mode
+    /// plus the matching search (`x`) bits. Anyone who can write a lock directory can act as
+    /// any owner, so the modes are the access control.
     pub fn with_file_mode(mut self, mode: u32) -> Self {
         let mode = mode & 0o7777;
         self.file_mode = mode;
@@ -289,6 +295,28 @@ impl DirectoryStoreBuilder {
         self
     }
 
+    /// Accepts a store directory and lock directories that users other than the caller and
+    /// root can change: owned by another user, or group-writable (default off: such a
+    /// directory is refused with [`LeaseError::InvalidInput`] naming its owner and mode). Any
+    /// user who can write the store can then deny keys (by creating them first), release or
+    /// take over the leases in it (by renaming their entries), and read holders'
+    /// descriptions, owner tokens included; nothing outside the store's own entries is ever
+    /// created, changed or removed, whatever they do. A directory anyone can write without the
+    /// sticky bit is refused even so. See the crate docs, *Shared directories and other users*.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let store = lease_file::DirectoryStore::builder(dir.path())
+    ///     .with_shared_directory(true)
+    ///     .build()?;
+    /// # let _ = store;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_shared_directory(mut self, shared: bool) -> Self {
+        self.shared_directory = shared;
+        self
+    }
+
     /// Opens (creating it if needed) the store's directory and detects the [`LockMode`].
     ///
     /// # Errors
@@ -297,12 +325,15 @@ impl DirectoryStoreBuilder {
     pub fn build(self) -> Result<DirectoryStore, LeaseError> {
         let dir = self.dir;
         let key = key_of_path(&dir)?;
-        ensure_dir(&dir, 0o755).map_err(|e| e.into_lease(&key))?;
-        let (mode, reason) = detect(&dir, self.preference).map_err(|e| e.into_lease(&key))?;
+        let base = Arc::new(
+            Base::open(&dir, Some(0o755), self.shared_directory).map_err(|e| e.into_lease(&key))?,
+        );
+        let (mode, reason) = detect(&base, self.preference).map_err(|e| e.into_lease(&key))?;
         tracing::debug!(dir = %dir.display(), ?mode, %reason, "directory store opened");
         Ok(DirectoryStore {
             inner: Arc::new(Inner {
                 dir,
+                base,
                 mode,
                 time: self.time,
                 tokens: self.tokens,
@@ -344,6 +375,7 @@ impl DirectoryStore {
             dir_mode: 0o755,
             fsync: false,
             verbatim: false,
+            shared_directory: false,
         }
     }
 
@@ -371,10 +403,16 @@ impl DirectoryStore {
     /// [`LeaseError::InvalidInput`] when the key encodes to a file name longer than the store
     /// allows (200 bytes; bytes outside `[A-Za-z0-9_-]` take three each).
     pub fn lock_dir(&self, key: &LeaseKey) -> Result<PathBuf, LeaseError> {
+        Ok(self.inner.dir.join(self.lock_name(key)?))
+    }
+
+    /// The file name of `key`'s lock directory in the store: the key's name as it is with
+    /// [`DirectoryStoreBuilder::with_verbatim_names`], else its reversible encoding.
+    fn lock_name(&self, key: &LeaseKey) -> Result<String, LeaseError> {
         if self.inner.verbatim {
-            return Ok(self.inner.dir.join(verbatim_file_name(key)?));
+            return verbatim_file_name(key).map(str::to_owned);
         }
-        Ok(self.inner.dir.join(key_file_name(key)?))
+        key_file_name(key)
     }
 
     /// Whether holders take the kernel lock here.
@@ -401,7 +439,7 @@ impl DirectoryStore {
     /// # Errors
     /// [`LeaseError::Backend`] if the directory cannot be read.
     pub fn keys(&self) -> Result<Vec<LeaseKey>, LeaseError> {
-        Ok(entry_names(&self.inner.dir)
+        Ok(entry_names(&self.inner.base)
             .map_err(FsError::into_backend)?
             .iter()
             .filter_map(|name| decode_file_name(name.to_str()?))
@@ -499,10 +537,15 @@ impl DirectoryStore {
     }
 
     fn lease_dir(&self, key: &LeaseKey, create: bool) -> Result<Option<KeyDir>, LeaseError> {
-        let path = self.lock_dir(key)?;
-        KeyDir::open(&path, Kind::Lease, create.then(|| self.modes()))
-            .map(|kd| kd.map(|kd| kd.durable(self.inner.fsync)))
-            .map_err(fs_error(key))
+        let name = self.lock_name(key)?;
+        KeyDir::open(
+            &self.inner.base,
+            name.as_ref(),
+            Kind::Lease,
+            create.then(|| self.modes()),
+        )
+        .map(|kd| kd.map(|kd| kd.durable(self.inner.fsync)))
+        .map_err(fs_error(key))
     }
 
     fn describe(
@@ -858,8 +901,8 @@ impl DirectoryStore {
     }
 
     fn inspect_now(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
-        let path = self.lock_dir(key)?;
-        let kd = match KeyDir::open(&path, Kind::Lease, None) {
+        let name = self.lock_name(key)?;
+        let kd = match KeyDir::open(&self.inner.base, name.as_ref(), Kind::Lease, None) {
             Ok(Some(kd)) => kd,
             Ok(None) => return Ok(None),
             // Another protocol's lock file (a Go PIDLock) holds the key: shown as held, with
@@ -947,19 +990,24 @@ impl DirectoryStore {
 
 impl DirectoryStore {
     fn value_dir(&self, name: &LeaseKey) -> Result<KeyDir, LeaseError> {
-        let path = self.inner.dir.join(fenced_file_name(name)?);
-        KeyDir::open(&path, Kind::Value, Some(self.modes()))
-            .map_err(|error| match error {
-                // A regular file that would read as a Go lock at a lease's path holds nothing
-                // at a fenced value's: it is simply not a value.
-                FsError::Held { path, holder, .. } => LeaseError::corrupt(
-                    name.clone(),
-                    format!("{}: not a fenced value: {holder}", path.display()),
-                ),
-                other => other.into_lease(name),
-            })?
-            .map(|kd| kd.durable(self.inner.fsync))
-            .ok_or_else(|| missing(name))
+        let file_name = fenced_file_name(name)?;
+        KeyDir::open(
+            &self.inner.base,
+            file_name.as_ref(),
+            Kind::Value,
+            Some(self.modes()),
+        )
+        .map_err(|error| match error {
+            // A regular file that would read as a Go lock at a lease's path holds nothing
+            // at a fenced value's: it is simply not a value.
+            FsError::Held { path, holder, .. } => LeaseError::corrupt(
+                name.clone(),
+                format!("{}: not a fenced value: {holder}", path.display()),
+            ),
+            other => other.into_lease(name),
+        })?
+        .map(|kd| kd.durable(self.inner.fsync))
+        .ok_or_else(|| missing(name))
     }
 
     /// [`FencedValues::fence_and_read`]: the value the chain entry names, read and checked, then
@@ -1245,8 +1293,11 @@ impl LeaseBackend for DirectoryStore {
         if self.inner.mode != LockMode::Kernel {
             return None;
         }
-        let path = self.lock_dir(key).ok()?;
-        let woken = self.inner.waiters.when_released(&path)?;
+        let name = self.lock_name(key).ok()?;
+        let woken = self
+            .inner
+            .waiters
+            .when_released(&self.inner.base, name.as_ref())?;
         Some(Box::pin(woken))
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
@@ -56,12 +56,17 @@ impl Waiters {
     /// A future woken when the holder of the lock at `path` lets go, if that holder holds the
     /// kernel lock on it; `None` when it does not (or the lock is free, or unreadable): then
     /// only polling can tell.
-    pub(crate) fn when_released(&self, path: &Path) -> Option<Woken> {
+    pub(crate) fn when_released(
+        &self,
+        base: &Arc<crate::fsio::Base>,
+        name: &std::ffi::OsStr,
+    ) -> Option<Woken> {
+        let path = &base.join(name);
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(signal) = map.get(path) {
             return Some(Woken(signal.clone()));
         }
-        let kd = KeyDir::open(path, Kind::Lease, None).ok()??;
+        let kd = KeyDir::open(base, name, Kind::Lease, None).ok()??;
         let found = kd.state().ok()?;
         let State::Held(held) = found.state else {
             return None;

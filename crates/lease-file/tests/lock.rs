@@ -586,12 +586,24 @@ fn creation_modes_are_honoured() {
     assert_eq!(mode(&path.join(name)), 0o600);
     assert_eq!(mode(&dir.path().join("m")) & 0o077, 0);
     guard.release().unwrap();
-    // A group-shared lock.
+    // A group-shared lock: exactly the configured modes with the opt-in (issue 22); without
+    // it, never writable by group or others, and the state entry (with the owner token)
+    // readable by its owner only.
     let shared = dir.path().join("m/shared.lease");
-    let lock = fast(&shared).with_file_mode(0o664).build().unwrap();
-    let _guard = lock.try_acquire().unwrap();
+    let lock = fast(&shared)
+        .with_file_mode(0o664)
+        .with_shared_directory(true)
+        .build()
+        .unwrap();
+    let guard = lock.try_acquire().unwrap();
     assert_eq!(mode(&shared), 0o775);
     assert_eq!(mode(&shared.join(lease_dir::state(&shared).0)), 0o664);
+    guard.release().unwrap();
+    let private = dir.path().join("m/private.lease");
+    let lock = fast(&private).with_file_mode(0o664).build().unwrap();
+    let _guard = lock.try_acquire().unwrap();
+    assert_eq!(mode(&private), 0o755);
+    assert_eq!(mode(&private.join(lease_dir::state(&private).0)), 0o600);
 }
 
 #[test]

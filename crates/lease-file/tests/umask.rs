@@ -1,7 +1,7 @@
-//! Item 9 of issue 9: every file and directory the crate creates gets exactly the configured
-//! mode, whatever the umask: files the file mode, lock and fenced-value directories the file mode
-//! plus the matching search bits (0664 gives 0775, 0600 gives 0700). The umask is process-wide,
-//! so this binary holds this single test.
+//! Issue 22 item 7 (replacing issue 9's "exactly the configured mode, whatever the umask"):
+//! created modes follow the umask, and the owner token is readable by its owner only, unless
+//! the directory is explicitly shared. The umask is process-wide, so this binary holds this
+//! single test.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -45,11 +45,10 @@ fn show(modes: &BTreeMap<String, (bool, u32)>) -> String {
         .join(", ")
 }
 
-/// Every file under `root` has `file_mode`, every directory `dir_mode`, and each name of
-/// `at_least` (a prefix of a path) is among them.
-fn assert_all(root: &Path, file_mode: u32, dir_mode: u32, at_least: &[&str], context: &str) {
+/// Every entry under `root` has the mode `expected` gives for (its path, whether a directory),
+/// and each name of `at_least` (a prefix of a path) is among them.
+fn assert_all(root: &Path, expected: &dyn Fn(&str, bool) -> u32, at_least: &[&str], context: &str) {
     let modes = modes(root);
-    eprintln!("{context}: {}", show(&modes));
     for prefix in at_least {
         assert!(
             modes.keys().any(|name| name.starts_with(prefix)),
@@ -58,37 +57,60 @@ fn assert_all(root: &Path, file_mode: u32, dir_mode: u32, at_least: &[&str], con
         );
     }
     for (name, (dir, mode)) in &modes {
-        let expected = if *dir { dir_mode } else { file_mode };
+        let expected = expected(name, *dir);
         assert_eq!(
             *mode,
             expected,
-            "{context}: {name} has mode {mode:o}, configured {expected:o} (all: {})",
+            "{context}: {name} has mode {mode:o}, expected {expected:o} (all: {})",
             show(&modes)
         );
     }
 }
 
-/// Before: under umask 077 the old protocol's `P.lock` and `P.owner` companions and its epoch
-/// files came out 0600 (and under 022 a configured 0664 came out 0644), so a lock shared by the
-/// users of a group failed with "permission denied" for everyone but the first. Now the lock
-/// directory, its state entries (which keep the mode through every rename), fenced-value
-/// directories and their data files all get their mode by `chmod` after an exclusive create.
+/// Whether `name` (a path under a store or a lock's parent) is a lease's state entry.
+fn state_entry(name: &str) -> bool {
+    let last = name.rsplit('/').next().unwrap_or(name);
+    last.starts_with("free.") || last.starts_with("held.")
+}
+
+/// Issue 22 item 7: modes follow the umask. Every file and directory the crate creates gets the
+/// configured mode less the umask (as `open(2)` and `mkdir(2)` apply it), and is never writable
+/// by group or others unless the directory is explicitly shared; a lease's state entry, which
+/// holds the owner token, is readable by its owner only. So under umask 077 nothing is readable
+/// by others, and the owner token by nobody but the owner. (Before, issue 9's `chmod` gave
+/// exactly the configured mode whatever the umask: 0644 entries showing every holder's owner
+/// token.) With `with_shared_directory(true)` the configured modes are given exactly, through
+/// the descriptors of what was just created, so a group can share the lock whatever the
+/// creator's umask. The umask is process-wide, so this binary holds this single test.
 #[test]
-fn every_created_file_and_directory_gets_exactly_the_configured_mode() {
-    // Made before the umask changes: under umask 777 a new temporary directory could not even
-    // be entered. The crate creates nothing but in them.
-    let roots: Vec<_> = (0..48).map(|_| tempfile::tempdir().unwrap()).collect();
+fn created_modes_follow_the_umask_and_tokens_stay_private_unless_shared() {
+    // Made before the umask changes. The crate creates nothing but in them.
+    let roots: Vec<_> = (0..64).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut roots = roots.iter();
-    for mask in [0o077, 0o022, 0o777] {
+    for mask in [0o077, 0o022, 0o027, 0o002] {
         umask(Mode::from_bits_truncate(mask));
-        for (file_mode, dir_mode) in [
-            (0o644, 0o755),
-            (0o664, 0o775),
-            (0o600, 0o700),
-            (0o640, 0o750),
-        ] {
-            for preference in [ModePreference::Kernel, ModePreference::HeartbeatOnly] {
-                let context = format!("umask {mask:03o}, mode {file_mode:o}, {preference:?}");
+        for (file_mode, dir_mode) in [(0o644, 0o755), (0o664, 0o775)] {
+            for shared in [false, true] {
+                let preference = if file_mode == 0o644 {
+                    ModePreference::Kernel
+                } else {
+                    ModePreference::HeartbeatOnly
+                };
+                let context = format!(
+                    "umask {mask:03o}, mode {file_mode:o}, shared {shared}, {preference:?}"
+                );
+                let expected = |name: &str, dir: bool| {
+                    let configured = if dir { dir_mode } else { file_mode };
+                    if shared {
+                        return configured;
+                    }
+                    let mode = configured & !mask & !0o022;
+                    if state_entry(name) {
+                        mode & 0o600
+                    } else {
+                        mode
+                    }
+                };
                 // FileLock: the lock directory and its state entry, through acquisition,
                 // heartbeats, release and a second tenure.
                 let dir = roots.next().unwrap();
@@ -97,25 +119,24 @@ fn every_created_file_and_directory_gets_exactly_the_configured_mode() {
                     .with_heartbeat_interval(Duration::from_millis(10))
                     .with_stale_threshold(Duration::from_millis(300))
                     .with_file_mode(file_mode)
+                    .with_shared_directory(shared)
                     .with_mode(preference);
                 let lock = options.clone().build().unwrap();
                 let guard = lock.acquire().unwrap();
-                std::thread::sleep(Duration::from_millis(50)); // a few heartbeats
+                std::thread::sleep(Duration::from_millis(30)); // a few heartbeats
                 guard.release().unwrap();
                 let other = options.build().unwrap();
                 let guard = other.acquire().unwrap();
                 assert_all(
                     dir.path(),
-                    file_mode,
-                    dir_mode,
+                    &expected,
                     &["a.lease/held."],
                     &format!("FileLock held, {context}"),
                 );
                 guard.release().unwrap();
                 assert_all(
                     dir.path(),
-                    file_mode,
-                    dir_mode,
+                    &expected,
                     &["a.lease/free.2"],
                     &format!("FileLock, {context}"),
                 );
@@ -126,6 +147,7 @@ fn every_created_file_and_directory_gets_exactly_the_configured_mode() {
                 let store = DirectoryStore::builder(dir.path())
                     .with_mode(preference)
                     .with_file_mode(file_mode)
+                    .with_shared_directory(shared)
                     .build()
                     .unwrap();
                 let key = LeaseKey::new("jobs").unwrap();
@@ -141,30 +163,38 @@ fn every_created_file_and_directory_gets_exactly_the_configured_mode() {
                     b"v",
                 ))
                 .unwrap();
-                lease_core::executor::block_on(store.put_fenced(
-                    &key,
-                    lease_core::backend::fencing_token(2),
-                    b"w",
-                ))
-                .unwrap();
                 let only_fenced = LeaseKey::new("fenced-only").unwrap();
                 lease_core::executor::block_on(
                     store.fence_and_read(&only_fenced, lease_core::backend::fencing_token(3)),
                 )
                 .unwrap();
+                // The owner token is in the state entry's description.
+                let held = modes(dir.path())
+                    .into_keys()
+                    .find(|name| name.starts_with("jobs.lease/held."))
+                    .unwrap();
+                let bytes = std::fs::read(dir.path().join(&held)).unwrap();
+                assert!(
+                    String::from_utf8_lossy(&bytes).contains(lease.token().as_str()),
+                    "{context}: the description holds the token"
+                );
                 lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
                 assert_all(
                     dir.path(),
-                    file_mode,
-                    dir_mode,
+                    &expected,
                     &[
                         "jobs.lease/free.1",
                         "fenced~jobs/data.",
-                        "fenced~jobs/value.2.",
+                        "fenced~jobs/value.1.",
                         "fenced~fenced-only/value.3.",
                     ],
                     &format!("store, {context}"),
                 );
+                if mask == 0o077 && !shared {
+                    for (name, (_, mode)) in modes(dir.path()) {
+                        assert_eq!(mode & 0o077, 0, "{context}: {name} {mode:o}");
+                    }
+                }
             }
         }
     }
