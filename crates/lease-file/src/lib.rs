@@ -221,6 +221,7 @@ pub mod go;
 mod ident;
 mod lock;
 mod mode;
+mod prune;
 mod record;
 mod state;
 mod store;
@@ -232,6 +233,7 @@ pub use fenced::MAX_FENCED_FILE_BYTES;
 pub use fsio::MAX_RECORD_BYTES;
 pub use lock::{FileLock, FileLockBuilder, FileLockGuard};
 pub use mode::{LockMode, ModePreference};
+pub use prune::PruneReport;
 pub use store::{DirectoryStore, DirectoryStoreBuilder};
 
 /// The backend name in [`LeaseError::Backend`] errors.

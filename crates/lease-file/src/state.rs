@@ -33,6 +33,18 @@ use crate::record::LeaseFileRecord;
 const FREE: &str = "free.";
 /// A state entry while the lock is held: `held.<gen>.<seq>.<token>.<kernel>.<scale>.<deadline>.<duration>`.
 const HELD: &str = "held.";
+/// The state entry of a deleted (pruned) lock directory: `dead.<generation>`.
+///
+/// A delete renames the state entry `free.<g>` (or a holder's `held.<g>...`) to `dead.<g>`: the
+/// same compare-and-swap as every other change, so it happens iff the state is still exactly
+/// the one observed, and no acquisition can ever succeed in that directory afterwards (there is
+/// no `free.*` or `held.*` name left to rename from). Then the entry is unlinked and the empty
+/// directory removed with `rmdir`, which the kernel refuses for any directory that is not empty:
+/// a lock directory created by this crate is never empty (it is renamed into place already
+/// holding its state), so only a deleted one (or an empty one planted by hand, which holds no
+/// state either) can be removed that way, whoever runs it and however late. The next acquirer
+/// creates the directory afresh, starting at `free.<seed>` (see `DirectoryStore`'s fencing).
+pub(crate) const DEAD: &str = "dead.";
 /// A fenced value's chain entry: `value.<fence>.<seq>.<nonce>`.
 const VALUE: &str = "value.";
 /// A fenced value's bytes: `data.<nonce>`.
@@ -295,6 +307,17 @@ impl KeyDir {
         kind: Kind,
         create: Option<Modes>,
     ) -> Result<Option<Self>, FsError> {
+        Self::open_seeded(path, kind, create, &|| 0)
+    }
+
+    /// [`open`](Self::open), a lease directory created here starting at `free.<seed()>`
+    /// instead of `free.0` (asked only when it creates one): see [`DEAD`].
+    pub(crate) fn open_seeded(
+        path: &Path,
+        kind: Kind,
+        create: Option<Modes>,
+        seed: &dyn Fn() -> u64,
+    ) -> Result<Option<Self>, FsError> {
         for _ in 0..8 {
             match OpenOptions::new()
                 .read(true)
@@ -324,7 +347,7 @@ impl KeyDir {
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => match create {
                     None => return Ok(None),
-                    Some(modes) => init(path, kind, modes)?,
+                    Some(modes) => init(path, kind, modes, seed)?,
                 },
                 // Another protocol's file, or something hostile; or it changed under the look
                 // (a Go lock released, or this lock's directory created meanwhile): look again.
@@ -670,6 +693,97 @@ impl KeyDir {
     }
 }
 
+/// What a lock directory that holds no live state holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Deleted: its one entry is `dead.<generation>`.
+    Dead(String),
+    /// Nothing at all (a delete between its unlink and its `rmdir`, or planted by hand).
+    Empty,
+}
+
+/// Deletion ([`DEAD`]): kept apart from the live protocol above.
+impl KeyDir {
+    /// Ends this lock directory if its state is still exactly `from`: one rename to
+    /// `dead.<generation>`. `Ok(false)` when the state moved on (nothing changed).
+    ///
+    /// # Errors
+    /// I/O errors other than `ENOENT`.
+    pub(crate) fn end(&self, from: &str, generation: u64) -> Result<bool, FsError> {
+        let ended = self.swap(from, &format!("{DEAD}{generation}"))?;
+        if ended {
+            tracing::debug!(path = %self.path.display(), generation, "lock directory ended");
+        }
+        Ok(ended)
+    }
+
+    /// `Some` when the directory holds no live state: only a `dead.<g>` entry, or nothing.
+    /// Either is final (nothing ever renames a dead entry back, or adds a state entry to an
+    /// existing directory), so a caller may finish the removal ([`remove_ended`]).
+    ///
+    /// # Errors
+    /// I/O errors listing it.
+    pub(crate) fn ended(&self) -> Result<Option<Ended>, FsError> {
+        let names = self.names()?;
+        Ok(match names.as_slice() {
+            [] => Some(Ended::Empty),
+            [(name, _)] if dead_generation(name).is_some() => Some(Ended::Dead(name.clone())),
+            _ => None,
+        })
+    }
+
+    /// When the directory was last changed (its mtime: every state rename sets it).
+    pub(crate) fn changed_at(&self) -> Option<std::time::SystemTime> {
+        self.file.metadata().and_then(|m| m.modified()).ok()
+    }
+
+    /// Drops the state entry kept open for descriptions (so that a network file system need
+    /// not silly-rename it when it is unlinked).
+    pub(crate) fn close_entry(&self) {
+        *self.entry.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+/// The generation of a `dead.<g>` name, if it is one in canonical form.
+pub(crate) fn dead_generation(name: &str) -> Option<u64> {
+    let generation = decimal(name.strip_prefix(DEAD)?)?;
+    (format!("{DEAD}{generation}") == name).then_some(generation)
+}
+
+/// The store directory, opened for `*at` calls (`O_DIRECTORY|O_NOFOLLOW|O_CLOEXEC`).
+///
+/// # Errors
+/// I/O errors, a symbolic link included.
+pub(crate) fn open_store_dir(dir: &Path) -> Result<std::os::fd::OwnedFd, FsError> {
+    nix::fcntl::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| io_error("open store directory", dir, e.into()))
+}
+
+/// Finishes removing the ended lock directory `kd`, entry `name` of the store directory
+/// `store`: unlinks its `dead.<g>` entry (if any), then `rmdir`s the name, which the kernel
+/// does only if the directory there is empty. Best effort and safe for anyone to run at any
+/// time: true when the name is gone afterwards.
+pub(crate) fn remove_ended(store: &impl AsFd, name: &str, kd: &KeyDir) -> bool {
+    kd.close_entry();
+    if let Ok(Some(Ended::Dead(dead))) = kd.ended() {
+        let _ = nix::unistd::unlinkat(
+            kd.file.as_fd(),
+            dead.as_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!("lease-file/before-rmdir");
+    match nix::unistd::unlinkat(store.as_fd(), name, nix::unistd::UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => true,
+        Err(_) => false,
+    }
+}
+
 /// A directory stream on a duplicate of `dir`: the duplicate shares the open file description
 /// (and so its kernel lock, which closing the duplicate never drops while `dir` is open).
 fn stream_of(dir: &File) -> io::Result<Dir> {
@@ -706,13 +820,13 @@ fn read_capped(file: &File, path: &Path) -> Result<Vec<u8>, FsError> {
 /// holding it is renamed into place. A plain rename refuses a non-empty target, so of several
 /// creators exactly one wins, and a creator paused for any time can never reset a directory in
 /// use (an empty directory planted at the path is replaced: it holds no state).
-fn init(path: &Path, kind: Kind, modes: Modes) -> Result<(), FsError> {
+fn init(path: &Path, kind: Kind, modes: Modes, seed: &dyn Fn() -> u64) -> Result<(), FsError> {
     let (parent, temp) = init_temp_path(path)?;
     std::fs::DirBuilder::new()
         .mode(modes.dir)
         .create(&temp)
         .map_err(|e| io_error("create lock directory", &temp, e))?;
-    let result = init_place(&temp, path, parent, kind, modes);
+    let result = init_place(&temp, path, parent, kind, modes, seed);
     if !matches!(result, Ok(true)) {
         let _ = std::fs::remove_dir(&temp);
     }
@@ -759,11 +873,12 @@ fn init_place(
     parent: &Path,
     kind: Kind,
     modes: Modes,
+    seed: &dyn Fn() -> u64,
 ) -> Result<bool, FsError> {
     std::fs::set_permissions(temp, std::fs::Permissions::from_mode(modes.dir))
         .map_err(|e| io_error("chmod", temp, e))?;
     let first = match kind {
-        Kind::Lease => State::Free(0).name(),
+        Kind::Lease => State::Free(seed()).name(),
         Kind::Value => Value {
             fence: 0,
             seq: 0,
