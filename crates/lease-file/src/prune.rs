@@ -32,6 +32,10 @@ pub struct PruneReport {
     pub ahead_of_clock: usize,
     /// Keys kept because they could not be read (damaged, foreign, or an I/O error).
     pub unreadable: usize,
+    /// Of the keys removed, how many had their (ended, empty of state) directory left in
+    /// place because a creation of the same key was under way: the next acquisition of the
+    /// key, or the next prune, removes it.
+    pub left_in_place: usize,
 }
 
 impl PruneReport {

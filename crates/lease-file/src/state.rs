@@ -763,12 +763,58 @@ pub(crate) fn open_store_dir(dir: &Path) -> Result<std::os::fd::OwnedFd, FsError
     .map_err(|e| io_error("open store directory", dir, e.into()))
 }
 
+/// Whether a creation of the lock directory `name` may be under way: the store listing
+/// `listing` (every name, hidden ones included) holds one of its temporary directories
+/// (`.<name>.init.<nonce>`, see [`init`]).
+///
+/// A creator reads the clock for its first generation *after* making its temporary directory,
+/// and publishes it by a rename that fails while anything but an empty directory is at the
+/// path. So an ended directory is removed only when a listing taken *after* it ended shows no
+/// creation of its name under way: any creator that publishes later made its temporary
+/// directory after that listing, and so read the clock after the key ended, above its old
+/// generation. Without this check a creator paused between reading the clock and its rename
+/// (from before the directory ended) could publish a first generation below the old ones.
+pub(crate) fn creating(listing: &[std::ffi::OsString], name: &str) -> bool {
+    let prefix = format!(".{name}.init.");
+    listing
+        .iter()
+        .any(|entry| entry.as_bytes().starts_with(prefix.as_bytes()))
+}
+
+/// Every name in the store directory `dir`, hidden ones included.
+///
+/// # Errors
+/// I/O errors listing it.
+pub(crate) fn store_listing(dir: &Path) -> Result<Vec<std::ffi::OsString>, FsError> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| io_error("list", dir, e))? {
+        names.push(entry.map_err(|e| io_error("list", dir, e))?.file_name());
+    }
+    Ok(names)
+}
+
 /// Finishes removing the ended lock directory `kd`, entry `name` of the store directory
-/// `store`: unlinks its `dead.<g>` entry (if any), then `rmdir`s the name, which the kernel
-/// does only if the directory there is empty. Best effort and safe for anyone to run at any
-/// time: true when the name is gone afterwards.
-pub(crate) fn remove_ended(store: &impl AsFd, name: &str, kd: &KeyDir) -> bool {
+/// `store` (whose path is `dir`), unless a creation of that name is under way
+/// ([`creating`], in `listing` if given, taken after `kd` ended; else listed now): unlinks its
+/// `dead.<g>` entry (if any), then `rmdir`s the name, which the kernel does only if the
+/// directory there is empty. Safe for anyone to run at any time: true when the name is gone
+/// afterwards. An ended directory left in place blocks every creation of its name (a rename
+/// never replaces a non-empty directory) until someone removes it.
+pub(crate) fn remove_ended(
+    store: &impl AsFd,
+    dir: &Path,
+    name: &str,
+    kd: &KeyDir,
+    listing: Option<&[std::ffi::OsString]>,
+) -> bool {
     kd.close_entry();
+    let pending = match listing {
+        Some(listing) => creating(listing, name),
+        None => store_listing(dir).map_or(true, |listing| creating(&listing, name)),
+    };
+    if pending {
+        return false;
+    }
     if let Ok(Some(Ended::Dead(dead))) = kd.ended() {
         let _ = nix::unistd::unlinkat(
             kd.file.as_fd(),
@@ -878,6 +924,7 @@ fn init_place(
     std::fs::set_permissions(temp, std::fs::Permissions::from_mode(modes.dir))
         .map_err(|e| io_error("chmod", temp, e))?;
     let first = match kind {
+        // Read now that the temporary directory exists, never earlier: see `creating`.
         Kind::Lease => State::Free(seed()).name(),
         Kind::Value => Value {
             fence: 0,

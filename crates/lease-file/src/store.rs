@@ -1199,13 +1199,13 @@ impl DirectoryStore {
         else {
             return false;
         };
-        state::remove_ended(&store, &name, kd);
+        state::remove_ended(&store, &self.inner.dir, &name, kd, None);
         true
     }
 
-    /// Ends `kd` (key `key`, entry `name` of the store directory `store`) from the state
-    /// `found`, then removes it: true when this call ended it.
-    fn end_and_remove(
+    /// Ends `kd` (the lock directory of `key`) from the state `found`: true when this call
+    /// ended it. The caller removes it ([`state::remove_ended`]).
+    fn end(
         &self,
         store: &std::os::fd::OwnedFd,
         key: &LeaseKey,
@@ -1213,17 +1213,15 @@ impl DirectoryStore {
         found: &Found,
     ) -> Result<bool, LeaseError> {
         self.mark_seeded(store).map_err(fs_error(key))?;
-        let generation = found.state.generation();
-        if !kd.end(&found.name, generation).map_err(fs_error(key))? {
+        if !kd
+            .end(&found.name, found.state.generation())
+            .map_err(fs_error(key))?
+        {
             return Ok(false);
         }
         let path = kd.path().to_owned();
         self.tenures().remove(&path);
         self.idle().remove(&path);
-        let name = key_file_name(key)?;
-        if !state::remove_ended(store, &name, kd) {
-            tracing::warn!(%key, "ended lock directory left in place (not empty?); the next acquisition removes it");
-        }
         Ok(true)
     }
 
@@ -1253,8 +1251,12 @@ impl DirectoryStore {
             if let Some(gone) = refusal {
                 return Err(not_owned(key, gone));
             }
-            if self.end_and_remove(&store, key, &kd, &found)? {
+            if self.end(&store, key, &kd, &found)? {
                 tracing::info!(%key, generation = found.state.generation(), "file lease deleted");
+                let name = key_file_name(key)?;
+                if !state::remove_ended(&store, &self.inner.dir, &name, &kd, None) {
+                    tracing::debug!(%key, "ended lock directory left for the next acquisition");
+                }
                 return Ok(());
             }
         }
@@ -1316,12 +1318,15 @@ impl DirectoryStore {
         let names = entry_names(dir).map_err(FsError::into_backend)?;
         let clock = self.clock_micros();
         let mut report = PruneReport::default();
+        // First every eligible key is ended, then one listing taken after all of them shows
+        // which can be removed (none whose creation is under way: see `state::creating`).
+        let mut ended = Vec::new();
         for name in names {
             let Some(key) = name.to_str().and_then(decode_file_name) else {
                 continue;
             };
             match self.prune_one(&store, &key, idle_for, clock) {
-                Ok(Pruned::Removed) => report.removed.push(key),
+                Ok(Pruned::Ended) => ended.push(key),
                 Ok(Pruned::Held) => report.held += 1,
                 Ok(Pruned::Recent) => report.recent += 1,
                 Ok(Pruned::Busy) => report.busy += 1,
@@ -1333,6 +1338,23 @@ impl DirectoryStore {
                 }
             }
         }
+        if !ended.is_empty() {
+            let listing = state::store_listing(dir).map_err(FsError::into_backend)?;
+            for key in &ended {
+                let name = key_file_name(key)?;
+                let removed = match KeyDir::open(&dir.join(&name), Kind::Lease, None) {
+                    Ok(Some(kd)) if matches!(kd.ended(), Ok(Some(_))) => {
+                        state::remove_ended(&store, dir, &name, &kd, Some(&listing))
+                    }
+                    // Removed by someone else already (and perhaps created afresh).
+                    Ok(_) | Err(_) => true,
+                };
+                if !removed {
+                    report.left_in_place += 1;
+                }
+            }
+        }
+        report.removed = ended;
         tracing::info!(
             dir = %dir.display(),
             removed = report.removed.len(),
@@ -1342,6 +1364,8 @@ impl DirectoryStore {
         Ok(report)
     }
 
+    /// Ends `key` if prunable (see [`prune`](Self::prune)); an ended directory found is
+    /// `Ended` too.
     fn prune_one(
         &self,
         store: &std::os::fd::OwnedFd,
@@ -1353,15 +1377,7 @@ impl DirectoryStore {
             return Ok(Pruned::Gone);
         };
         let found = match live_state(&kd, key) {
-            Err(e) if e.is_not_owned() => {
-                self.mark_seeded(store).map_err(fs_error(key))?;
-                let name = key_file_name(key)?;
-                return Ok(if state::remove_ended(store, &name, &kd) {
-                    Pruned::Removed
-                } else {
-                    Pruned::Busy
-                });
-            }
+            Err(e) if e.is_not_owned() => return Ok(Pruned::Ended),
             other => other?,
         };
         let State::Free(generation) = found.state else {
@@ -1380,9 +1396,9 @@ impl DirectoryStore {
         if self.inner.mode == LockMode::Kernel && !kd.try_lock().map_err(fs_error(key))? {
             return Ok(Pruned::Busy);
         }
-        Ok(if self.end_and_remove(store, key, &kd, &found)? {
+        Ok(if self.end(store, key, &kd, &found)? {
             tracing::debug!(%key, generation, "file lease pruned");
-            Pruned::Removed
+            Pruned::Ended
         } else {
             Pruned::Busy
         })
@@ -1395,7 +1411,7 @@ const SEEDED: &str = ".fencing-from-clock";
 
 /// What pruning did with one key.
 enum Pruned {
-    Removed,
+    Ended,
     Held,
     Recent,
     Busy,
