@@ -9,6 +9,7 @@
 //! | `lease-file/before-fence` | a fenced value's entry to a higher fence, same data |
 //! | `lease-file/before-put` | a fenced value's entry to a new data file |
 //! | `lease-file/before-end` | `free.<g>` or `held.<g>...` to `dead.<g>` (a delete or prune) |
+//! | `lease-file/before-create` | the rename that puts a new lock directory in place (its first generation already read) |
 //! | `lease-file/before-rmdir` | the `rmdir` that removes an ended lock directory |
 //!
 //! Configure them with the `fail` crate: `FAILPOINTS='lease-file/before-takeover=1*sleep(5000)'`

@@ -944,6 +944,8 @@ fn init_place(
         .set_permissions(std::fs::Permissions::from_mode(modes.file))
         .map_err(|e| io_error("chmod", &file, e))?;
     drop(created);
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!("lease-file/before-create");
     match std::fs::rename(temp, path) {
         Ok(()) => {
             tracing::debug!(path = %path.display(), "lock directory created");
