@@ -98,31 +98,41 @@ struct Tenure {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
-/// # Delete
+/// # Delete and prune
 ///
-/// The store does not offer [`LeaseBackend::delete`]: it keeps the contract's default, which
-/// returns [`LeaseError::Unsupported`] and touches nothing. A safe delete does not fit the
-/// protocol without changes that its exhaustive model check (`tests/model_check.rs`) does not
-/// yet cover:
+/// [`LeaseBackend::delete`] and [`prune`](DirectoryStore::prune) end a key's lock directory
+/// by one rename of its state entry, from the exact name observed (`free.<g>`, or the holder's
+/// `held.<g>...` for a delete naming the holder), to `dead.<g>`: the protocol's
+/// compare-and-swap, so it happens iff the state is still exactly the one named, and once it
+/// has, no acquisition can succeed in that directory (there is no `free.*` or `held.*` name
+/// left to rename from; an acquirer that observed `free.<g>` before finds its rename fails).
+/// Then the entry is unlinked and the directory removed with `rmdir`, which the kernel refuses
+/// unless the directory is empty: a lock directory is created already holding its state, so
+/// only an ended one can be removed, by anyone, however late. An acquirer that finds an ended
+/// directory finishes its removal and creates the key afresh.
 ///
-/// * The protocol's compare-and-swap is sound because a lock directory always holds exactly one
-///   state entry and its names never repeat. A delete must end that directory (renaming its
-///   state to a tombstone, then removing it), and the next acquirer creates a new one at the
-///   same path starting again from `free.0`, so the same names recur at the same path. Expiry
-///   by observation (for holders on another clock, as in heartbeat-only mode on a network file
-///   system) remembers names by path: a new tenure whose name repeats an old one's could be
-///   timed from the old one's first sighting and taken over while its holder still trusts it.
-/// * Every reader (acquisitions, renewals, releases, `inspect`, listing, [`FileLock`](crate::FileLock)
-///   on the same path, the kernel-lock waiters) treats a directory with no state entry as
-///   damaged ([`LeaseError::Corrupt`]); a tombstone needs a new rule in each, and a rule for
-///   who may remove a directory that a crashed deleter left behind.
-/// * On a network file system a file still open in another process is silly-renamed when
-///   removed, so the directory cannot be removed while any process has its state entry open
-///   (this store keeps it open to write descriptions): tombstoned directories would linger, and
-///   acquirers would have to replace them safely.
+/// *Fencing across a delete.* The first delete in a store creates the marker
+/// `.fencing-from-clock` in its directory; from then on a lock directory created there starts
+/// at `free.<m>`, `m` the store's wall clock in microseconds since the epoch, read after the
+/// creator's temporary directory exists. An ended directory is removed only when a listing
+/// of the store taken after it ended shows no creation of its key under way, so the first
+/// generation of the next directory was read after the key ended. A pruned key's next token
+/// is therefore above all its earlier ones as long as (1) the key saw fewer acquisitions than
+/// microseconds passed since its directory was created, and (2) the wall clock has not stepped
+/// back below its last generation between the prune and the re-creation. `prune` checks (2)
+/// as far as it can: a key whose generation is not below its clock is kept (and counted in
+/// [`PruneReport::ahead_of_clock`]). A store that never deleted a key starts every key at 1,
+/// as before. (The contract lets a delete restart the counter; this store does not, under
+/// those assumptions.)
 ///
-/// To drop a key for good, remove its lock directory by hand once no process uses it (the
-/// fencing generation then restarts at 1, as a delete's would: see the crate docs).
+/// Values kept by [`FencedValues`] are not keys: delete and prune leave them.
+///
+/// Costs: a delete is the renewal's listing plus one `renameat`, the marker's `openat`
+/// (refused with `EEXIST` after the first), a listing of the store directory (to see that no
+/// creation of the key is under way) and two `unlinkat`; prune costs are listed with it.
+/// After a prune of every key, a store directory holds the marker only (an empty file: one
+/// inode, no blocks); on ext4 the directory itself keeps the size its largest listing grew
+/// it to (ext4 never shrinks a directory).
 ///
 /// ```
 /// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
@@ -133,10 +143,11 @@ struct Tenure {
 /// let store = DirectoryStore::open(dir.path())?;
 /// let key = LeaseKey::new("retired")?;
 /// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
-/// let err = lease_core::executor::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))
-///     .unwrap_err();
-/// assert!(err.is_unsupported());
-/// assert!(lease_core::executor::block_on(store.inspect(&key))?.is_some(), "nothing removed");
+/// lease_core::executor::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))?;
+/// assert!(lease_core::executor::block_on(store.inspect(&key))?.is_none());
+/// assert!(store.keys()?.is_empty());
+/// let again = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+/// assert!(again.fencing_token() > lease.fencing_token(), "seeded from the clock");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
@@ -326,8 +337,8 @@ impl DirectoryStore {
         &self.inner.dir
     }
 
-    /// The lock directory of `key` in this store (whether or not it exists yet): what to remove
-    /// by hand to drop a key for good once no process uses it (see *Delete*), or to inspect. Its
+    /// The lock directory of `key` in this store (whether or not it exists yet), to inspect
+    /// (to remove a key, see *Delete and prune*). Its
     /// name is a private encoding of the key; [`keys`](Self::keys) decodes a listing.
     ///
     /// ```
@@ -1141,7 +1152,7 @@ fn holder_of(
 }
 
 /// Delete and prune: a lock directory ends by one rename of its state entry to `dead.<g>`,
-/// then is removed (see *Delete* on [`DirectoryStore`]).
+/// then is removed (see *Delete and prune* on [`DirectoryStore`]).
 impl DirectoryStore {
     /// The generation a lock directory created now starts from: 0 in a store where no key was
     /// ever deleted; once one was (the marker [`SEEDED`] exists), this store's wall clock in
@@ -1271,7 +1282,7 @@ impl DirectoryStore {
     /// (by the system's wall clock against the directory's modification time), so that a store
     /// of many short-lived keys (job ids, tenants) does not grow without bound. Safe against
     /// every concurrent acquirer, renewal and release, in any process: each key ends by one
-    /// rename from the exact `free.<g>` name observed (see *Delete*), so a key acquired
+    /// rename from the exact `free.<g>` name observed (see *Delete and prune*), so a key acquired
     /// meanwhile is left alone, and an acquirer that observed `free.<g>` before the prune finds
     /// its rename fails and opens the re-created key instead. Held keys are never removed, nor
     /// (in kernel mode) a key whose kernel lock someone holds at that moment (an acquisition
@@ -1469,7 +1480,7 @@ impl LeaseBackend for DirectoryStore {
         Box::pin(async move { self.inspect_now(key) })
     }
 
-    /// One rename of the state named to `dead.<g>`, then the directory removed (see *Delete*
+    /// One rename of the state named to `dead.<g>`, then the directory removed (see *Delete and prune*
     /// on [`DirectoryStore`]). The key's next acquisition continues above its old tokens under
     /// the clock assumption in the crate docs.
     fn delete<'a>(
