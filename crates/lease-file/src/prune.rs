@@ -25,7 +25,8 @@ pub struct PruneReport {
     pub held: usize,
     /// Free keys kept because their lock directory changed less than `idle_for` ago.
     pub recent: usize,
-    /// Free keys kept because someone was acquiring (or removing) them at that moment.
+    /// Free keys kept because someone was acquiring, creating (or removing) them at that
+    /// moment, or a creator that crashed left its temporary directory beside them.
     pub busy: usize,
     /// Free keys kept because their fencing generation is not below the store's clock in
     /// microseconds: re-created, their tokens would not continue above the old ones.

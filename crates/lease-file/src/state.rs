@@ -781,6 +781,19 @@ pub(crate) fn creating(listing: &[std::ffi::OsString], name: &str) -> bool {
         .any(|entry| entry.as_bytes().starts_with(prefix.as_bytes()))
 }
 
+/// The names whose creation may be under way in the store listing `listing` (as [`creating`]
+/// says of one name), for many lookups.
+pub(crate) fn creations(listing: &[std::ffi::OsString]) -> std::collections::HashSet<&[u8]> {
+    listing
+        .iter()
+        .filter_map(|entry| {
+            let temp = entry.as_bytes().strip_prefix(b".")?;
+            let at = temp.windows(6).rposition(|w| w == b".init.")?;
+            Some(&temp[..at])
+        })
+        .collect()
+}
+
 /// Every name in the store directory `dir`, hidden ones included.
 ///
 /// # Errors
@@ -805,11 +818,11 @@ pub(crate) fn remove_ended(
     dir: &Path,
     name: &str,
     kd: &KeyDir,
-    listing: Option<&[std::ffi::OsString]>,
+    listing: Option<&std::collections::HashSet<&[u8]>>,
 ) -> bool {
     kd.close_entry();
     let pending = match listing {
-        Some(listing) => creating(listing, name),
+        Some(creations) => creations.contains(name.as_bytes()),
         None => store_listing(dir).map_or(true, |listing| creating(&listing, name)),
     };
     if pending {

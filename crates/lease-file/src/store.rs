@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -1246,6 +1247,19 @@ impl DirectoryStore {
             return Err(missing(key));
         };
         let store = state::open_store_dir(&self.inner.dir).map_err(fs_error(key))?;
+        let name = key_file_name(key)?;
+        let listing = state::store_listing(&self.inner.dir).map_err(fs_error(key))?;
+        if state::creating(&listing, &name) {
+            return Err(LeaseError::backend(
+                NAME,
+                true,
+                format!(
+                    "a creation of {} is under way (or its temporary .{name}.init.* was left by \
+                     a process that crashed: remove it once no process creates the key)",
+                    kd.path().display()
+                ),
+            ));
+        }
         for _ in 0..4 {
             let found = match live_state(&kd, key) {
                 Err(e) if e.is_not_owned() => {
@@ -1264,7 +1278,6 @@ impl DirectoryStore {
             }
             if self.end(&store, key, &kd, &found)? {
                 tracing::info!(%key, generation = found.state.generation(), "file lease deleted");
-                let name = key_file_name(key)?;
                 if !state::remove_ended(&store, &self.inner.dir, &name, &kd, None) {
                     tracing::debug!(%key, "ended lock directory left for the next acquisition");
                 }
@@ -1289,7 +1302,9 @@ impl DirectoryStore {
     /// under way). Ended directories left by an interrupted delete are removed too.
     ///
     /// A key is also kept when its fencing generation is not below this store's clock in
-    /// microseconds ([`PruneReport::ahead_of_clock`]): re-created, it would start from that
+    /// microseconds ([`PruneReport::ahead_of_clock`]), and one whose creation is under way
+    /// ([`PruneReport::busy`]; a temporary `.<name>.init.<nonce>` left by a creator that
+    /// crashed counts: remove it by hand). Re-created, a key would start from that
     /// clock, and its tokens would not continue above the old ones (see the crate docs,
     /// *Deleting and pruning keys*).
     ///
@@ -1326,16 +1341,23 @@ impl DirectoryStore {
     pub fn prune(&self, idle_for: Duration) -> Result<PruneReport, LeaseError> {
         let dir = &self.inner.dir;
         let store = state::open_store_dir(dir).map_err(FsError::into_backend)?;
-        let names = entry_names(dir).map_err(FsError::into_backend)?;
+        let names = state::store_listing(dir).map_err(FsError::into_backend)?;
         let clock = self.clock_micros();
         let mut report = PruneReport::default();
         // First every eligible key is ended, then one listing taken after all of them shows
         // which can be removed (none whose creation is under way: see `state::creating`).
         let mut ended = Vec::new();
-        for name in names {
+        let creations = state::creations(&names);
+        for name in &names {
             let Some(key) = name.to_str().and_then(decode_file_name) else {
                 continue;
             };
+            // A key being created is left alone, and so is one with a temporary left by a
+            // creator that crashed: ended, it could not be removed while that is there.
+            if creations.contains(name.as_bytes()) {
+                report.busy += 1;
+                continue;
+            }
             match self.prune_one(&store, &key, idle_for, clock) {
                 Ok(Pruned::Ended) => ended.push(key),
                 Ok(Pruned::Held) => report.held += 1,
@@ -1351,11 +1373,12 @@ impl DirectoryStore {
         }
         if !ended.is_empty() {
             let listing = state::store_listing(dir).map_err(FsError::into_backend)?;
+            let creations = state::creations(&listing);
             for key in &ended {
                 let name = key_file_name(key)?;
                 let removed = match KeyDir::open(&dir.join(&name), Kind::Lease, None) {
                     Ok(Some(kd)) if matches!(kd.ended(), Ok(Some(_))) => {
-                        state::remove_ended(&store, dir, &name, &kd, Some(&listing))
+                        state::remove_ended(&store, dir, &name, &kd, Some(&creations))
                     }
                     // Removed by someone else already (and perhaps created afresh).
                     Ok(_) | Err(_) => true,

@@ -332,3 +332,33 @@ fn a_prune_racing_acquisitions_never_yields_two_holders_or_a_repeated_token() {
         );
     }
 }
+
+/// A temporary directory left by a creator that crashed keeps its key out of prune and
+/// delete (ended, the key could not be removed while it is there, and would refuse every
+/// acquisition); the key itself keeps working.
+#[test]
+fn a_crashed_creators_temporary_keeps_its_key_from_being_pruned() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirectoryStore::open(dir.path()).unwrap();
+    let key = LeaseKey::new("job").unwrap();
+    let lease = block_on(store.acquire(&key, D)).unwrap();
+    block_on(store.release_lease(&lease)).unwrap();
+    let name = store.lock_dir(&key).unwrap();
+    let name = name.file_name().unwrap().to_str().unwrap();
+    let temp = dir.path().join(format!(".{name}.init.00000000deadbeef"));
+    std::fs::create_dir(&temp).unwrap();
+    std::fs::write(temp.join("free.0"), b"").unwrap();
+
+    let report = store.prune(Duration::ZERO).unwrap();
+    assert!(report.removed.is_empty(), "{report:?}");
+    assert_eq!(report.busy, 1, "{report:?}");
+    let err = block_on(store.delete(&key, None, lease.fencing_token())).unwrap_err();
+    let cause = std::error::Error::source(&err).map(ToString::to_string);
+    assert!(cause.is_some_and(|c| c.contains("init")), "{err:?}");
+    let again = block_on(store.acquire(&key, D)).unwrap();
+    assert!(again.fencing_token() > lease.fencing_token());
+    block_on(store.release_lease(&again)).unwrap();
+
+    std::fs::remove_dir_all(&temp).unwrap();
+    assert_eq!(store.prune(Duration::ZERO).unwrap().removed, vec![key]);
+}
