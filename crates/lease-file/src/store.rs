@@ -1080,11 +1080,31 @@ fn corrupt_fenced(name: &LeaseKey, path: &Path, reason: &str) -> LeaseError {
 /// `NotOwned { Missing }`.
 fn live_state(kd: &KeyDir, key: &LeaseKey) -> Result<Found, LeaseError> {
     kd.state().map_err(|e| {
-        if matches!(kd.ended(), Ok(Some(_))) {
+        if deleted(kd) {
             missing(key)
         } else {
             e.into_lease(key)
         }
+    })
+}
+
+/// Whether `kd` was deleted: ended (`dead.<g>`), or empty and either no longer at its path
+/// (removed) or in a store that deletes keys (`store_deletes`: a removal between its unlink
+/// and its `rmdir`). Elsewhere an empty directory at a key's path is not taken for one: it was
+/// planted, and is refused as damaged like any lock directory without its state.
+fn deleted_in(kd: &KeyDir, store_deletes: impl FnOnce() -> bool) -> bool {
+    match kd.ended() {
+        Ok(Some(state::Ended::Dead(_))) => true,
+        Ok(Some(state::Ended::Empty)) => !kd.still_at_path() || store_deletes(),
+        _ => false,
+    }
+}
+
+fn deleted(kd: &KeyDir) -> bool {
+    deleted_in(kd, || {
+        kd.path()
+            .parent()
+            .is_some_and(|dir| nix::sys::stat::lstat(&dir.join(SEEDED)).is_ok())
     })
 }
 
@@ -1204,7 +1224,7 @@ impl DirectoryStore {
     /// If `kd` (the lock directory of `key`) holds no live state, finishes its removal and
     /// says so: the caller opens the path afresh.
     fn finish_if_ended(&self, key: &LeaseKey, kd: &KeyDir) -> bool {
-        if !matches!(kd.ended(), Ok(Some(_))) {
+        if !deleted(kd) {
             return false;
         }
         let (Ok(name), Ok(store)) = (key_file_name(key), state::open_store_dir(&self.inner.dir))
@@ -1412,6 +1432,11 @@ impl DirectoryStore {
         };
         let found = match live_state(&kd, key) {
             Err(e) if e.is_not_owned() => return Ok(Pruned::Ended),
+            // Empty, at the path: no state to lose (a removal interrupted between its unlink
+            // and its rmdir, or planted).
+            Err(_) if matches!(kd.ended(), Ok(Some(state::Ended::Empty))) => {
+                return Ok(Pruned::Ended);
+            }
             other => other?,
         };
         let State::Free(generation) = found.state else {

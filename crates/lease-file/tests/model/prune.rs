@@ -9,7 +9,7 @@
 //! * **Acquirer**: open `P`; list `d<id>`: `free.<g>` → rename it to `held.<g+1>` (issued; the
 //!   ghost clock is raised to at least `g+1`: assumption (1) of the crate docs, "fewer
 //!   acquisitions than microseconds"), later rename back to `free.<g+1>`; `held.*` → busy, try
-//!   again; `dead.*` or empty → finish the removal (below), then open again. `P` missing →
+//!   again; `dead.*` → finish the removal (below), then open again; empty → open again. `P` missing →
 //!   create: make the temporary `init.<id>` (with `d<id>`), *then* read the clock `c`, write
 //!   `d<id>/free.<c>`, and rename into place: one step that succeeds iff `P` is missing or names
 //!   an empty directory (which it replaces), else the temporary goes.
@@ -191,7 +191,8 @@ impl Prune {
                             )];
                         }
                     },
-                    [] => Pc::Finish(id, 0),
+                    // Empty at the path: refused as damaged (the code reports it); try again.
+                    [] => Pc::Start,
                     _ => unreachable!("two entries in d{id}: {entries:?}"),
                 };
                 vec![Step::new(label, world.with(pid, go(next)))]
