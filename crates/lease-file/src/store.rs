@@ -110,7 +110,14 @@ struct Tenure {
 /// Then the entry is unlinked and the directory removed with `rmdir`, which the kernel refuses
 /// unless the directory is empty: a lock directory is created already holding its state, so
 /// only an ended one can be removed, by anyone, however late. An acquirer that finds an ended
-/// directory finishes its removal and creates the key afresh.
+/// directory finishes its removal and creates the key afresh; in a store that deletes keys it
+/// does the same with an empty directory at a key's path (a removal between its `unlink` and
+/// its `rmdir`: it holds no state), which elsewhere is refused as planted.
+///
+/// A key whose creation is under way (its temporary `.<name>.init.<nonce>` exists) is not
+/// deleted or pruned: a delete fails with a transient [`LeaseError::Backend`] naming the
+/// temporary, and prune counts the key in [`PruneReport::busy`]. A temporary left by a creator
+/// that crashed keeps its key so until it is removed by hand.
 ///
 /// *Fencing across a delete.* The first delete in a store creates the marker
 /// `.fencing-from-clock` in its directory; from then on a lock directory created there starts
