@@ -163,10 +163,13 @@
 //! Every key of a [`DirectoryStore`] costs a lock directory and its state entry, which holds
 //! the last holder's description: on ext4 (4 KiB blocks) **8 KiB and 2 inodes per idle key**
 //! (measured by `tests/prune.rs`: 2,000 keys acquired and released leave 16,384,000 bytes and
-//! 4,000 inodes). [`DirectoryStore::prune`] (and `lease prune --file DIR --idle D`) removes
-//! free keys idle for a given time, and the store implements lease-core's
-//! [`LeaseBackend::delete`]; a pruned key costs nothing, and a store pruned of every key holds
-//! one empty marker file (one inode, no blocks).
+//! 4,000 inodes; with `LEASE_LONG=1`, 100,000 keys leave 819,200,000 bytes and 200,000 inodes).
+//! [`DirectoryStore::prune`] (and `lease prune --file DIR --idle D`) removes free keys idle for
+//! a given time, and the store implements lease-core's [`LeaseBackend::delete`]; a pruned key
+//! costs nothing, and a store pruned of every key holds one empty marker file (one inode, no
+//! blocks). The store directory itself keeps the size its largest listing grew it to, as every
+//! ext4 directory does (4,096,000 bytes after 100,000 keys); recreate the directory while no
+//! process uses it to shrink that too.
 //!
 //! A key ends by one more compare-and-swap rename, `free.<g>` (or a deleting holder's
 //! `held.<g>...`) to `dead.<g>`, after which no rename in that directory can make a holder; the
