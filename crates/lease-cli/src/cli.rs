@@ -58,7 +58,7 @@ pub(crate) enum Command {
     /// survives: a key acquired again after a prune starts its fencing tokens from the wall
     /// clock in microseconds, above every earlier token as long as the clock has not stepped
     /// back below them (a key whose token is ahead of the clock is kept). Removing a key costs
-    /// about 12 syscalls; an idle key kept costs 8 KiB and 2 inodes on ext4. A non-zero --idle
+    /// about 30 syscalls; an idle key kept costs 8 KiB and 2 inodes on ext4. A non-zero --idle
     /// keeps keys in current use out of the prune's way.
     Prune(PruneArgs),
     /// Manage the DynamoDB table.
