@@ -169,6 +169,44 @@ mod prune {
         .unwrap();
     }
 
+    /// Each new fault point fires once per step of its kind: a key created, pruned (ended,
+    /// then its directory removed), and created again.
+    #[test]
+    fn the_prune_fault_points_fire() {
+        let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+        const POINTS: [&str; 3] = [
+            "lease-file/before-create",
+            "lease-file/before-end",
+            "lease-file/before-rmdir",
+        ];
+        for mode in MODES {
+            let hits: Arc<Mutex<Vec<&str>>> = Arc::default();
+            for point in POINTS {
+                let hits = hits.clone();
+                fail::cfg_callback(point, move || hits.lock().unwrap().push(point)).unwrap();
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let clock = Arc::new(ManualClock::new());
+            let store = store(dir.path(), mode, &clock);
+            let key = LeaseKey::new("job").unwrap();
+            let lease = block_on(store.acquire(&key, D)).unwrap();
+            block_on(store.release_lease(&lease)).unwrap();
+            assert_eq!(
+                store.prune(Duration::ZERO).unwrap().removed,
+                vec![key.clone()]
+            );
+            block_on(store.acquire(&key, D)).unwrap();
+            for point in POINTS {
+                fail::remove(point);
+            }
+            assert_eq!(
+                *hits.lock().unwrap(),
+                [POINTS[0], POINTS[1], POINTS[2], POINTS[0]],
+                "{mode:?}"
+            );
+        }
+    }
+
     /// The pruner observed `free.<g>` and is about to end the key; an acquirer takes it first.
     /// The prune's rename from `free.<g>` fails: the key stays, held.
     #[test]
