@@ -119,6 +119,13 @@ struct Tenure {
 /// temporary, and prune counts the key in [`PruneReport::busy`]. A temporary left by a creator
 /// that crashed keeps its key so until it is removed by hand.
 ///
+/// On a network file system (heartbeat-only mode), a state entry that another process still
+/// has open when it is unlinked is silly-renamed (`.nfsXXXX`) by that client, and the ended
+/// directory cannot be removed until that process closes it (a store keeps the entries of up
+/// to 32 released keys open): until then acquisitions of the key fail as damaged, and a later
+/// prune or acquisition removes it. Prune keys that are idle for longer than your processes
+/// keep them.
+///
 /// *Fencing across a delete.* The first delete in a store creates the marker
 /// `.fencing-from-clock` in its directory; from then on a lock directory created there starts
 /// at `free.<m>`, `m` the store's wall clock in microseconds since the epoch, read after the
