@@ -74,6 +74,18 @@ pub(crate) enum Command {
     Status(StatusArgs),
     /// Break a lease held by someone else (an operator's tool; needs --force --yes-i-know).
     Release(ReleaseArgs),
+    /// Remove idle keys from a file store: every free key whose lock directory has not
+    /// changed for --idle. Prints each key removed.
+    ///
+    /// Safe while other processes use the store: a key is removed only from the exact free
+    /// state observed (one rename to a tombstone, then the empty directory removed), so a key
+    /// acquired meanwhile is kept, and held keys (expired ones too) are never removed. Fencing
+    /// survives: a key acquired again after a prune starts its fencing tokens from the wall
+    /// clock in microseconds, above every earlier token as long as the clock has not stepped
+    /// back below them (a key whose token is ahead of the clock is kept). Removing a key costs
+    /// about 30 syscalls; an idle key kept costs 8 KiB and 2 inodes on ext4. A non-zero --idle
+    /// keeps keys in current use out of the prune's way.
+    Prune(PruneArgs),
     /// Manage the DynamoDB table.
     #[command(subcommand)]
     Table(TableCommand),
@@ -274,6 +286,17 @@ pub(crate) struct ReleaseArgs {
     /// Confirm: the holder may still be running and will lose its lease at its next renewal.
     #[arg(long = "yes-i-know")]
     pub(crate) yes_i_know: bool,
+}
+
+/// `lease prune`.
+#[derive(Debug, Args)]
+pub(crate) struct PruneArgs {
+    /// The file store to prune [default: $LEASE_DIR, else /tmp/lease-$UID].
+    #[arg(long, value_name = "DIR")]
+    pub(crate) file: Option<PathBuf>,
+    /// Remove free keys unchanged for at least this long (0s: every free key).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) idle: Duration,
 }
 
 /// `lease table ...`.

@@ -4,6 +4,7 @@
 //! lease run --key nightly-report --ttl 30s --wait 1m -- ./report.sh
 //! lease status --key nightly-report
 //! lease release --force --key nightly-report --yes-i-know
+//! lease prune --file /var/lib/jobs/leases --idle 1d
 //! lease demo
 //! ```
 //!
@@ -97,6 +98,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
         Command::Run(args) => run::run(args).await,
         Command::Status(args) => status::status(args).await,
         Command::Release(args) => status::release(args).await,
+        Command::Prune(args) => stores::prune(&args),
         Command::Table(TableCommand::Create(args)) => status::table_create(args).await,
         Command::Demo(args) => demo::demo(args).await,
         Command::DemoWorker(args) => demo::worker(args).await,

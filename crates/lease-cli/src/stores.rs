@@ -142,6 +142,53 @@ pub(crate) fn open_file(dir: &Path, shared: bool) -> Result<Backend, Failure> {
     Ok(backend)
 }
 
+/// `lease prune`: removes the idle free keys of the file store `args` names and prints each
+/// one removed (as `lease status` names keys), then a summary on stderr.
+pub(crate) fn prune(args: &crate::cli::PruneArgs) -> Result<u8, Failure> {
+    let dir = args.file.clone().unwrap_or_else(default_dir);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(_) => {
+            return Err(Failure::usage(format!(
+                "{} is not a lease directory",
+                dir.display()
+            )));
+        }
+        Err(error) => {
+            return Err(Failure::unavailable(format!(
+                "cannot prune {}: {error}",
+                dir.display()
+            )));
+        }
+    }
+    let store = lease_file::DirectoryStore::open(&dir).map_err(|error| {
+        failure(
+            &format!("cannot open the lease directory {}", dir.display()),
+            &error,
+        )
+    })?;
+    let report = store
+        .prune(args.idle)
+        .map_err(|error| failure(&format!("cannot prune {}", dir.display()), &error))?;
+    for key in &report.removed {
+        println!("{key}");
+    }
+    eprintln!(
+        "lease: removed {} key(s) from {}; kept {} (held {}, changed within {} {}, being \
+         acquired {}, token ahead of the clock {}, unreadable {})",
+        report.removed.len(),
+        dir.display(),
+        report.kept(),
+        report.held,
+        lease_core::backend::fmt_duration(args.idle),
+        report.recent,
+        report.busy,
+        report.ahead_of_clock,
+        report.unreadable,
+    );
+    Ok(0)
+}
+
 /// `error` as the CLI's failure, prefixed with `context`, with the CLI's advice where it has
 /// some ([`Failure::lease`]).
 pub(crate) fn failure(context: &str, error: &LeaseError) -> Failure {

@@ -1086,3 +1086,59 @@ fn a_store_that_keeps_failing_is_reported_as_such_after_the_wait() {
     );
     assert!(!text.contains("held by another owner"), "{text}");
 }
+
+/// `lease prune --idle 0s` removes every free key, prints each, keeps a held one, and a pruned
+/// key's next fencing token is above every earlier one; bad input is a usage error.
+#[test]
+fn prune_removes_idle_keys_and_fencing_continues() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let token_of = |key: &str| {
+        let out = output(lease(store.path()).args([
+            "run",
+            "--key",
+            key,
+            "--",
+            "sh",
+            "-c",
+            "echo $LEASE_FENCING_TOKEN",
+        ]));
+        assert_eq!(code(out.status), 0, "{}", stderr(&out));
+        stdout(&out).trim().parse::<u64>().expect("a token")
+    };
+    let first = token_of("jobs#1");
+    assert_eq!(token_of("jobs#1"), first + 1);
+    token_of("jobs#2");
+    let holder = spawn(lease(store.path()).args(["run", "--key", "held", "--", "sleep", "30"]));
+    wait_until_held(store.path(), "held");
+
+    let dir = store.path().to_str().expect("utf-8 path");
+    let out = output(lease(store.path()).args(["prune", "--file", dir, "--idle", "0s"]));
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    let printed = stdout(&out);
+    let mut removed: Vec<&str> = printed.lines().map(str::trim).collect();
+    removed.sort_unstable();
+    assert_eq!(removed, ["jobs#1", "jobs#2"], "{}", stderr(&out));
+    assert!(stderr(&out).contains("held 1"), "{}", stderr(&out));
+    let all = output(lease(store.path()).args(["status", "--all"]));
+    assert!(!stdout(&all).contains("jobs#"), "{}", stdout(&all));
+    assert!(stdout(&all).contains("held"), "{}", stdout(&all));
+    assert!(token_of("jobs#1") > first + 1, "fencing continues above");
+
+    for bad in [&["prune", "--idle", "soon"][..], &["prune"][..]] {
+        let out = output(lease(store.path()).args(bad));
+        assert_eq!(code(out.status), USAGE, "{bad:?}: {}", stderr(&out));
+    }
+    let file = store.path().join("plain-file");
+    std::fs::write(&file, b"").expect("write");
+    let out = output(lease(store.path()).args([
+        "prune",
+        "--file",
+        file.to_str().expect("utf-8"),
+        "--idle",
+        "1h",
+    ]));
+    assert_eq!(code(out.status), USAGE, "{}", stderr(&out));
+    let mut holder = holder;
+    holder.kill().expect("kill");
+    let _ = finish(holder, Duration::from_secs(10));
+}

@@ -1,4 +1,4 @@
-//! Named fault points before every state rename (feature `failpoints`, tests only).
+//! Named fault points before every state rename (and the removal of an ended directory) (feature `failpoints`, tests only).
 //!
 //! | fault point | the rename it precedes |
 //! |---|---|
@@ -8,6 +8,9 @@
 //! | `lease-file/before-release` | `held.<g>...` to `free.<g>` |
 //! | `lease-file/before-fence` | a fenced value's entry to a higher fence, same data |
 //! | `lease-file/before-put` | a fenced value's entry to a new data file |
+//! | `lease-file/before-end` | `free.<g>` or `held.<g>...` to `dead.<g>` (a delete or prune) |
+//! | `lease-file/before-create` | the rename that puts a new lock directory in place (its first generation already read) |
+//! | `lease-file/before-rmdir` | the `rmdir` that removes an ended lock directory |
 //!
 //! Configure them with the `fail` crate: `FAILPOINTS='lease-file/before-takeover=1*sleep(5000)'`
 //! in a process that called `fail::FailScenario::setup()`, or `fail::cfg` in-process.
@@ -17,6 +20,7 @@ pub(crate) fn pause_at(from: &str, to: &str) {
     let same_generation = |a: &str, b: &str| a.split('.').nth(1) == b.split('.').nth(1);
     let same_data = |a: &str, b: &str| a.rsplit('.').next() == b.rsplit('.').next();
     match (from.split('.').next(), to.split('.').next()) {
+        (_, Some("dead")) => fail::fail_point!("lease-file/before-end"),
         (Some("free"), _) => fail::fail_point!("lease-file/before-acquire"),
         (Some("held"), Some("free")) => fail::fail_point!("lease-file/before-release"),
         (Some("held"), _) if same_generation(from, to) => {

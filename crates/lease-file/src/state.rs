@@ -33,6 +33,18 @@ use crate::record::LeaseFileRecord;
 const FREE: &str = "free.";
 /// A state entry while the lock is held: `held.<gen>.<seq>.<token>.<kernel>.<scale>.<deadline>.<duration>`.
 const HELD: &str = "held.";
+/// The state entry of a deleted (pruned) lock directory: `dead.<generation>`.
+///
+/// A delete renames the state entry `free.<g>` (or a holder's `held.<g>...`) to `dead.<g>`: the
+/// same compare-and-swap as every other change, so it happens iff the state is still exactly
+/// the one observed, and no acquisition can ever succeed in that directory afterwards (there is
+/// no `free.*` or `held.*` name left to rename from). Then the entry is unlinked and the empty
+/// directory removed with `rmdir`, which the kernel refuses for any directory that is not empty:
+/// a lock directory created by this crate is never empty (it is renamed into place already
+/// holding its state), so only a deleted one (or an empty one planted by hand, which holds no
+/// state either) can be removed that way, whoever runs it and however late. The next acquirer
+/// creates the directory afresh, starting at `free.<seed>` (see `DirectoryStore`'s fencing).
+pub(crate) const DEAD: &str = "dead.";
 /// A fenced value's chain entry: `value.<fence>.<seq>.<nonce>`.
 const VALUE: &str = "value.";
 /// A fenced value's bytes: `data.<nonce>`.
@@ -320,6 +332,18 @@ impl KeyDir {
         kind: Kind,
         create: Option<Modes>,
     ) -> Result<Option<Self>, FsError> {
+        Self::open_seeded(base, name, kind, create, &|| 0)
+    }
+
+    /// [`open`](Self::open), a lease directory created here starting at `free.<seed()>`
+    /// instead of `free.0` (asked only when it creates one): see [`DEAD`].
+    pub(crate) fn open_seeded(
+        base: &Arc<Base>,
+        name: &OsStr,
+        kind: Kind,
+        create: Option<Modes>,
+        seed: &dyn Fn() -> u64,
+    ) -> Result<Option<Self>, FsError> {
         let path = base.join(name);
         let path = path.as_path();
         check_name(name)?;
@@ -353,7 +377,7 @@ impl KeyDir {
                 }
                 Err(Errno::ENOENT) => match create {
                     None => return Ok(None),
-                    Some(modes) => init(base, name, kind, modes)?,
+                    Some(modes) => init(base, name, kind, modes, seed)?,
                 },
                 // Another protocol's file, or something hostile; or it changed under the look
                 // (a Go lock released, or this lock's directory created meanwhile): look again.
@@ -733,6 +757,164 @@ impl KeyDir {
     }
 }
 
+/// What a lock directory that holds no live state holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Deleted: its one entry is `dead.<generation>`.
+    Dead(String),
+    /// Nothing at all (a delete between its unlink and its `rmdir`, or planted by hand).
+    Empty,
+}
+
+/// Deletion ([`DEAD`]): kept apart from the live protocol above.
+impl KeyDir {
+    /// Ends this lock directory if its state is still exactly `from`: one rename to
+    /// `dead.<generation>`. `Ok(false)` when the state moved on (nothing changed).
+    ///
+    /// # Errors
+    /// I/O errors other than `ENOENT`.
+    pub(crate) fn end(&self, from: &str, generation: u64) -> Result<bool, FsError> {
+        let ended = self.swap(from, &format!("{DEAD}{generation}"))?;
+        if ended {
+            tracing::debug!(path = %self.path.display(), generation, "lock directory ended");
+        }
+        Ok(ended)
+    }
+
+    /// `Some` when the directory holds no live state: only a `dead.<g>` entry, or nothing.
+    /// Either is final (nothing ever renames a dead entry back, or adds a state entry to an
+    /// existing directory), so a caller may finish the removal ([`remove_ended`]).
+    ///
+    /// # Errors
+    /// I/O errors listing it.
+    pub(crate) fn ended(&self) -> Result<Option<Ended>, FsError> {
+        let names = self.names()?;
+        Ok(match names.as_slice() {
+            [] => Some(Ended::Empty),
+            [(name, _)] if dead_generation(name).is_some() => Some(Ended::Dead(name.clone())),
+            _ => None,
+        })
+    }
+
+    /// When the directory was last changed (its mtime: every state rename sets it).
+    pub(crate) fn changed_at(&self) -> Option<std::time::SystemTime> {
+        self.file.metadata().and_then(|m| m.modified()).ok()
+    }
+
+    /// Drops the state entry kept open for descriptions (so that a network file system need
+    /// not silly-rename it when it is unlinked).
+    pub(crate) fn close_entry(&self) {
+        *self.entry.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+/// The generation of a `dead.<g>` name, if it is one in canonical form.
+pub(crate) fn dead_generation(name: &str) -> Option<u64> {
+    let generation = decimal(name.strip_prefix(DEAD)?)?;
+    (format!("{DEAD}{generation}") == name).then_some(generation)
+}
+
+/// The store directory for `*at` calls: a duplicate of the descriptor it was opened as once
+/// (`O_DIRECTORY|O_NOFOLLOW|O_CLOEXEC`, see [`Base`]), never reopened by its path.
+///
+/// # Errors
+/// I/O errors duplicating it.
+pub(crate) fn open_store_dir(base: &Base) -> Result<std::os::fd::OwnedFd, FsError> {
+    base.fd()
+        .try_clone_to_owned()
+        .map_err(|e| io_error("open store directory", base.path(), e))
+}
+
+/// Whether a creation of the lock directory `name` may be under way: the store listing
+/// `listing` (every name, hidden ones included) holds one of its temporary directories
+/// (`.lease-init.<hash of name>.<nonce>`, see [`init`]).
+///
+/// A creator reads the clock for its first generation *after* making its temporary directory,
+/// and publishes it by a rename that fails while anything but an empty directory is at the
+/// path. So an ended directory is removed only when a listing taken *after* it ended shows no
+/// creation of its name under way: any creator that publishes later made its temporary
+/// directory after that listing, and so read the clock after the key ended, above its old
+/// generation. Without this check a creator paused between reading the clock and its rename
+/// (from before the directory ended) could publish a first generation below the old ones.
+pub(crate) fn creating(listing: &[std::ffi::OsString], name: &str) -> bool {
+    let prefix = format!("{INIT_PREFIX}{}.", init_name_hash(OsStr::new(name)));
+    listing
+        .iter()
+        .any(|entry| entry.as_bytes().starts_with(prefix.as_bytes()))
+}
+
+/// The names whose creation may be under way in the store listing `listing` (as [`creating`]
+/// says of one name), for many lookups: the hashes their temporary directories carry (see
+/// [`creation_pending`]).
+pub(crate) fn creations(listing: &[std::ffi::OsString]) -> std::collections::HashSet<&[u8]> {
+    listing
+        .iter()
+        .filter_map(|entry| {
+            let temp = entry.as_bytes().strip_prefix(INIT_PREFIX.as_bytes())?;
+            temp.get(..16)
+        })
+        .collect()
+}
+
+/// Whether `creations` (from [`creations`]) says a creation of `name` may be under way.
+pub(crate) fn creation_pending(creations: &std::collections::HashSet<&[u8]>, name: &str) -> bool {
+    creations.contains(init_name_hash(OsStr::new(name)).as_bytes())
+}
+
+/// Every name in the store directory, hidden ones included, listed through its descriptor.
+///
+/// # Errors
+/// I/O errors listing it.
+pub(crate) fn store_listing(base: &Base) -> Result<Vec<std::ffi::OsString>, FsError> {
+    let mut dir = Dir::openat(base.fd(), ".", dir_flags(), Mode::empty())
+        .map_err(|e| io_error("list", base.path(), e.into()))?;
+    let mut names = Vec::new();
+    for entry in dir.iter() {
+        let entry = entry.map_err(|e| io_error("list", base.path(), e.into()))?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(OsStr::from_bytes(name).to_owned());
+        }
+    }
+    Ok(names)
+}
+
+/// Finishes removing the ended lock directory `kd`, entry `name` of the store directory
+/// `base`, unless a creation of that name is under way
+/// ([`creating`], in `listing` if given, taken after `kd` ended; else listed now): unlinks its
+/// `dead.<g>` entry (if any), then `rmdir`s the name, which the kernel does only if the
+/// directory there is empty. Safe for anyone to run at any time: true when the name is gone
+/// afterwards. An ended directory left in place blocks every creation of its name (a rename
+/// never replaces a non-empty directory) until someone removes it.
+pub(crate) fn remove_ended(
+    base: &Base,
+    name: &str,
+    kd: &KeyDir,
+    listing: Option<&std::collections::HashSet<&[u8]>>,
+) -> bool {
+    kd.close_entry();
+    let pending = match listing {
+        Some(creations) => creation_pending(creations, name),
+        None => store_listing(base).map_or(true, |listing| creating(&listing, name)),
+    };
+    if pending {
+        return false;
+    }
+    if let Ok(Some(Ended::Dead(dead))) = kd.ended() {
+        let _ = nix::unistd::unlinkat(
+            kd.file.as_fd(),
+            dead.as_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!("lease-file/before-rmdir");
+    match nix::unistd::unlinkat(base.fd(), name, nix::unistd::UnlinkatFlags::RemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => true,
+        Err(_) => false,
+    }
+}
+
 /// A directory stream on a duplicate of `dir`: the duplicate shares the open file description
 /// (and so its kernel lock, which closing the duplicate never drops while `dir` is open).
 fn stream_of(dir: &File) -> io::Result<Dir> {
@@ -776,9 +958,15 @@ fn read_capped(file: &File, path: &Path) -> Result<Vec<u8>, FsError> {
 /// place. Modes are the configured ones less the umask: nothing is `chmod`ed. Whatever another
 /// user swaps the temporary name for meanwhile, nothing outside the base directory's own
 /// entries is created, changed, renamed or removed.
-fn init(base: &Base, name: &OsStr, kind: Kind, modes: Modes) -> Result<(), FsError> {
+fn init(
+    base: &Base,
+    name: &OsStr,
+    kind: Kind,
+    modes: Modes,
+    seed: &dyn Fn() -> u64,
+) -> Result<(), FsError> {
     let path = base.join(name);
-    let temp = init_temp_name();
+    let temp = init_temp_name(name);
     let temp_path = base.join(&temp);
     let modes = modes.for_base(base);
     nix::sys::stat::mkdirat(
@@ -787,7 +975,7 @@ fn init(base: &Base, name: &OsStr, kind: Kind, modes: Modes) -> Result<(), FsErr
         Mode::from_bits_truncate(modes.dir),
     )
     .map_err(|e| io_error("create lock directory", &temp_path, e.into()))?;
-    let result = init_place(base, &temp, name, kind, modes);
+    let result = init_place(base, &temp, name, kind, modes, seed);
     if !matches!(result, Ok(true)) {
         // Removes an empty directory only, and only an entry of the base directory.
         let _ = nix::unistd::unlinkat(
@@ -814,11 +1002,26 @@ fn init(base: &Base, name: &OsStr, kind: Kind, modes: Modes) -> Result<(), FsErr
     result.map(|_| ())
 }
 
-/// A private temporary name to build a lock directory in: `.lease-init.<16 hex>`, so that it
-/// never collides with a key's name, nor with another creator's, and fits whatever the key's
-/// length.
-fn init_temp_name() -> std::ffi::OsString {
-    format!(".lease-init.{:016x}", uuid::Uuid::new_v4().as_u64_pair().0).into()
+/// A private temporary name to build the lock directory `name` in:
+/// `.lease-init.<16 hex: a hash of name>.<16 hex: a nonce>`, so that it never collides with a
+/// key's name, nor with another creator's, fits whatever the key's length, and still tells a
+/// pruner which name may be being created ([`creating`]; a hash collision only makes a pruner
+/// leave a key in place).
+fn init_temp_name(name: &OsStr) -> std::ffi::OsString {
+    format!(
+        "{INIT_PREFIX}{}.{:016x}",
+        init_name_hash(name),
+        uuid::Uuid::new_v4().as_u64_pair().0
+    )
+    .into()
+}
+
+/// The prefix of every temporary lock directory's name.
+const INIT_PREFIX: &str = ".lease-init.";
+
+/// The part of a temporary lock directory's name that stands for the name being created.
+fn init_name_hash(name: &OsStr) -> String {
+    format!("{:016x}", crate::encode::fnv(name.as_bytes()))
 }
 
 /// The longest lock name, in bytes (`NAME_MAX` on Linux file systems).
@@ -885,11 +1088,13 @@ fn init_place(
     name: &OsStr,
     kind: Kind,
     modes: Modes,
+    seed: &dyn Fn() -> u64,
 ) -> Result<bool, FsError> {
     let temp_path = base.join(temp);
     let dir = open_temp(base, temp, modes)?;
     let first = match kind {
-        Kind::Lease => State::Free(0).name(),
+        // Read now that the temporary directory exists, never earlier: see `creating`.
+        Kind::Lease => State::Free(seed()).name(),
         Kind::Value => Value {
             fence: 0,
             seq: 0,
@@ -916,6 +1121,8 @@ fn init_place(
     }
     drop(created);
     let path = base.join(name);
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!("lease-file/before-create");
     match renameat(base.fd(), temp, base.fd(), name) {
         Ok(()) => {
             tracing::debug!(path = %path.display(), "lock directory created");

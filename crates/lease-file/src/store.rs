@@ -23,6 +23,7 @@ use crate::error::{FsError, key_of_path};
 use crate::fenced::{self, MAX_FENCED_FILE_BYTES};
 use crate::fsio::Base;
 use crate::mode::{LockMode, ModePreference, detect};
+use crate::prune::PruneReport;
 use crate::record::LeaseFileRecord;
 use crate::state::{self, Found, Held, KeyDir, Kind, Modes, State, Value, data_name, entry_names};
 use crate::wake::Waiters;
@@ -97,31 +98,55 @@ struct Tenure {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
-/// # Delete
+/// # Delete and prune
 ///
-/// The store does not offer [`LeaseBackend::delete`]: it keeps the contract's default, which
-/// returns [`LeaseError::Unsupported`] and touches nothing. A safe delete does not fit the
-/// protocol without changes that its exhaustive model check (`tests/model_check.rs`) does not
-/// yet cover:
+/// [`LeaseBackend::delete`] and [`prune`](DirectoryStore::prune) end a key's lock directory
+/// by one rename of its state entry, from the exact name observed (`free.<g>`, or the holder's
+/// `held.<g>...` for a delete naming the holder), to `dead.<g>`: the protocol's
+/// compare-and-swap, so it happens iff the state is still exactly the one named, and once it
+/// has, no acquisition can succeed in that directory (there is no `free.*` or `held.*` name
+/// left to rename from; an acquirer that observed `free.<g>` before finds its rename fails).
+/// Then the entry is unlinked and the directory removed with `rmdir`, which the kernel refuses
+/// unless the directory is empty: a lock directory is created already holding its state, so
+/// only an ended one can be removed, by anyone, however late. An acquirer that finds an ended
+/// directory finishes its removal and creates the key afresh; in a store that deletes keys it
+/// does the same with an empty directory at a key's path (a removal between its `unlink` and
+/// its `rmdir`: it holds no state), which elsewhere is refused as planted.
 ///
-/// * The protocol's compare-and-swap is sound because a lock directory always holds exactly one
-///   state entry and its names never repeat. A delete must end that directory (renaming its
-///   state to a tombstone, then removing it), and the next acquirer creates a new one at the
-///   same path starting again from `free.0`, so the same names recur at the same path. Expiry
-///   by observation (for holders on another clock, as in heartbeat-only mode on a network file
-///   system) remembers names by path: a new tenure whose name repeats an old one's could be
-///   timed from the old one's first sighting and taken over while its holder still trusts it.
-/// * Every reader (acquisitions, renewals, releases, `inspect`, listing, [`FileLock`](crate::FileLock)
-///   on the same path, the kernel-lock waiters) treats a directory with no state entry as
-///   damaged ([`LeaseError::Corrupt`]); a tombstone needs a new rule in each, and a rule for
-///   who may remove a directory that a crashed deleter left behind.
-/// * On a network file system a file still open in another process is silly-renamed when
-///   removed, so the directory cannot be removed while any process has its state entry open
-///   (this store keeps it open to write descriptions): tombstoned directories would linger, and
-///   acquirers would have to replace them safely.
+/// A key whose creation is under way (its temporary `.lease-init.<hash>.<nonce>` exists) is not
+/// deleted or pruned: a delete fails with a transient [`LeaseError::Backend`] naming the
+/// temporary, and prune counts the key in [`PruneReport::busy`]. A temporary left by a creator
+/// that crashed keeps its key so until it is removed by hand.
 ///
-/// To drop a key for good, remove its lock directory by hand once no process uses it (the
-/// fencing generation then restarts at 1, as a delete's would: see the crate docs).
+/// On a network file system (heartbeat-only mode), a state entry that another process still
+/// has open when it is unlinked is silly-renamed (`.nfsXXXX`) by that client, and the ended
+/// directory cannot be removed until that process closes it (a store keeps the entries of up
+/// to 32 released keys open): until then acquisitions of the key fail as damaged, and a later
+/// prune or acquisition removes it. Prune keys that are idle for longer than your processes
+/// keep them.
+///
+/// *Fencing across a delete.* The first delete in a store creates the marker
+/// `.fencing-from-clock` in its directory; from then on a lock directory created there starts
+/// at `free.<m>`, `m` the store's wall clock in microseconds since the epoch, read after the
+/// creator's temporary directory exists. An ended directory is removed only when a listing
+/// of the store taken after it ended shows no creation of its key under way, so the first
+/// generation of the next directory was read after the key ended. A pruned key's next token
+/// is therefore above all its earlier ones as long as (1) the key saw fewer acquisitions than
+/// microseconds passed since its directory was created, and (2) the wall clock has not stepped
+/// back below its last generation between the prune and the re-creation. `prune` checks (2)
+/// as far as it can: a key whose generation is not below its clock is kept (and counted in
+/// [`PruneReport::ahead_of_clock`]). A store that never deleted a key starts every key at 1,
+/// as before. (The contract lets a delete restart the counter; this store does not, under
+/// those assumptions.)
+///
+/// Values kept by [`FencedValues`] are not keys: delete and prune leave them.
+///
+/// Costs: a delete is the renewal's listing plus one `renameat`, the marker's `openat`
+/// (refused with `EEXIST` after the first), a listing of the store directory (to see that no
+/// creation of the key is under way) and two `unlinkat`; prune costs are listed with it.
+/// After a prune of every key, a store directory holds the marker only (an empty file: one
+/// inode, no blocks); on ext4 the directory itself keeps the size its largest listing grew
+/// it to (ext4 never shrinks a directory).
 ///
 /// ```
 /// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
@@ -132,10 +157,11 @@ struct Tenure {
 /// let store = DirectoryStore::open(dir.path())?;
 /// let key = LeaseKey::new("retired")?;
 /// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
-/// let err = lease_core::executor::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))
-///     .unwrap_err();
-/// assert!(err.is_unsupported());
-/// assert!(lease_core::executor::block_on(store.inspect(&key))?.is_some(), "nothing removed");
+/// lease_core::executor::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))?;
+/// assert!(lease_core::executor::block_on(store.inspect(&key))?.is_none());
+/// assert!(store.keys()?.is_empty());
+/// let again = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+/// assert!(again.fencing_token() > lease.fencing_token(), "seeded from the clock");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]
@@ -384,8 +410,8 @@ impl DirectoryStore {
         &self.inner.dir
     }
 
-    /// The lock directory of `key` in this store (whether or not it exists yet): what to remove
-    /// by hand to drop a key for good once no process uses it (see *Delete*), or to inspect. Its
+    /// The lock directory of `key` in this store (whether or not it exists yet), to inspect
+    /// (to remove a key, see *Delete and prune*). Its
     /// name is a private encoding of the key; [`keys`](Self::keys) decodes a listing.
     ///
     /// ```
@@ -538,11 +564,12 @@ impl DirectoryStore {
 
     fn lease_dir(&self, key: &LeaseKey, create: bool) -> Result<Option<KeyDir>, LeaseError> {
         let name = self.lock_name(key)?;
-        KeyDir::open(
+        KeyDir::open_seeded(
             &self.inner.base,
             name.as_ref(),
             Kind::Lease,
             create.then(|| self.modes()),
+            &|| self.first_generation(),
         )
         .map(|kd| kd.map(|kd| kd.durable(self.inner.fsync)))
         .map_err(fs_error(key))
@@ -632,6 +659,7 @@ impl DirectoryStore {
         // opened one would be; one that was removed or replaced, or fails, is dropped and the
         // attempt made again through a fresh one.
         let mut kept = self.take_idle(&path);
+        let mut ended = 0;
         loop {
             let cached = kept.is_some();
             let mut kd = match kept.take() {
@@ -641,6 +669,11 @@ impl DirectoryStore {
             let attempt =
                 match engine::try_acquire(&mut kd, &claim, &self.inner.time, &self.inner.seen) {
                     Err(_) if cached => continue,
+                    // Deleted (or being deleted) under us: finish the removal, create afresh.
+                    Err(_) if ended < 8 && self.finish_if_ended(key, &kd) => {
+                        ended += 1;
+                        continue;
+                    }
                     other => other.map_err(fs_error(key))?,
                 };
             return match attempt {
@@ -772,7 +805,7 @@ impl DirectoryStore {
         let key = lease.key();
         let generation = lease.fencing_token().get();
         for _ in 0..4 {
-            let found = kd.state().map_err(fs_error(key))?;
+            let found = live_state(kd, key)?;
             if let Some(gone) = engine::mismatch(&found, generation, lease.token().as_str()) {
                 return Err(not_owned(key, gone));
             }
@@ -885,7 +918,7 @@ impl DirectoryStore {
         fencing: FencingToken,
     ) -> Result<(), LeaseError> {
         for _ in 0..4 {
-            let found = kd.state().map_err(fs_error(key))?;
+            let found = live_state(kd, key)?;
             if let Some(gone) = engine::mismatch(&found, fencing.get(), token.as_str()) {
                 return Err(not_owned(key, gone));
             }
@@ -917,7 +950,12 @@ impl DirectoryStore {
             Err(e) => return Err(e.into_lease(key)),
         };
         let mut kd = kd;
-        let found = kd.state().map_err(fs_error(key))?;
+        let found = match live_state(&kd, key) {
+            Ok(found) => found,
+            // Deleted: absent, as if never seen.
+            Err(e) if e.not_owned_reason() == Some(NotOwnedReason::Missing) => return Ok(None),
+            Err(e) => return Err(e),
+        };
         let holder = match &found.state {
             State::Free(_) => None,
             // A holder whose kernel lock is free on this host has exited: the key is free, as
@@ -1171,6 +1209,38 @@ fn corrupt_fenced(name: &LeaseKey, path: &Path, reason: &str) -> LeaseError {
     .into_lease(name)
 }
 
+/// The live state of `kd`; a directory deleted (or being deleted) is the lease gone:
+/// `NotOwned { Missing }`.
+fn live_state(kd: &KeyDir, key: &LeaseKey) -> Result<Found, LeaseError> {
+    kd.state().map_err(|e| {
+        if deleted(kd) {
+            missing(key)
+        } else {
+            e.into_lease(key)
+        }
+    })
+}
+
+/// Whether `kd` was deleted: ended (`dead.<g>`), or empty and either no longer at its path
+/// (removed) or in a store that deletes keys (`store_deletes`: a removal between its unlink
+/// and its `rmdir`). Elsewhere an empty directory at a key's path is not taken for one: it was
+/// planted, and is refused as damaged like any lock directory without its state.
+fn deleted_in(kd: &KeyDir, store_deletes: impl FnOnce() -> bool) -> bool {
+    match kd.ended() {
+        Ok(Some(state::Ended::Dead(_))) => true,
+        Ok(Some(state::Ended::Empty)) => !kd.still_at_path() || store_deletes(),
+        _ => false,
+    }
+}
+
+fn deleted(kd: &KeyDir) -> bool {
+    deleted_in(kd, || {
+        kd.path()
+            .parent()
+            .is_some_and(|dir| nix::sys::stat::lstat(&dir.join(SEEDED)).is_ok())
+    })
+}
+
 fn missing(key: &LeaseKey) -> LeaseError {
     LeaseError::not_owned(key.clone(), NotOwnedReason::Missing)
 }
@@ -1235,6 +1305,324 @@ fn holder_of(
     holder
 }
 
+/// Delete and prune: a lock directory ends by one rename of its state entry to `dead.<g>`,
+/// then is removed (see *Delete and prune* on [`DirectoryStore`]).
+impl DirectoryStore {
+    /// The generation a lock directory created now starts from: 0 in a store where no key was
+    /// ever deleted; once one was (the marker [`SEEDED`] exists), this store's wall clock in
+    /// microseconds since the epoch, so that a re-created key's tokens continue above its old
+    /// ones (the assumption is in the crate docs, *Deleting and pruning keys*).
+    fn first_generation(&self) -> u64 {
+        let marked = nix::sys::stat::fstatat(
+            self.inner.base.fd(),
+            SEEDED,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .is_ok();
+        if marked { self.clock_micros() } else { 0 }
+    }
+
+    /// This store's wall clock, in microseconds since the epoch (0 before it).
+    fn clock_micros(&self) -> u64 {
+        engine::wall_ns(self.inner.time.now().wall) / 1_000
+    }
+
+    /// Creates the marker [`SEEDED`] (if missing) before the first delete: from then on every
+    /// lock directory created here starts from the clock.
+    fn mark_seeded(&self, store: &impl std::os::fd::AsFd) -> Result<(), FsError> {
+        use nix::fcntl::OFlag;
+        match nix::fcntl::openat(
+            store.as_fd(),
+            SEEDED,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::from_bits_truncate(self.inner.file_mode),
+        ) {
+            Ok(fd) => {
+                let file = std::fs::File::from(fd);
+                let _ = file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(
+                    self.inner.file_mode,
+                ));
+                if self.inner.fsync {
+                    nix::unistd::fsync(store.as_fd()).map_err(|e| {
+                        crate::fsio::io_error("fsync store directory", &self.inner.dir, e.into())
+                    })?;
+                }
+                tracing::info!(dir = %self.inner.dir.display(), "fencing now seeded from the clock");
+                Ok(())
+            }
+            Err(nix::errno::Errno::EEXIST) => Ok(()),
+            Err(e) => Err(crate::fsio::io_error(
+                "create",
+                &self.inner.dir.join(SEEDED),
+                e.into(),
+            )),
+        }
+    }
+
+    /// If `kd` (the lock directory of `key`) holds no live state, finishes its removal and
+    /// says so: the caller opens the path afresh.
+    fn finish_if_ended(&self, key: &LeaseKey, kd: &KeyDir) -> bool {
+        if !deleted(kd) {
+            return false;
+        }
+        let Ok(name) = self.lock_name(key) else {
+            return false;
+        };
+        state::remove_ended(&self.inner.base, &name, kd, None);
+        true
+    }
+
+    /// Ends `kd` (the lock directory of `key`) from the state `found`: true when this call
+    /// ended it. The caller removes it ([`state::remove_ended`]).
+    fn end(
+        &self,
+        store: &std::os::fd::OwnedFd,
+        key: &LeaseKey,
+        kd: &KeyDir,
+        found: &Found,
+    ) -> Result<bool, LeaseError> {
+        self.mark_seeded(store).map_err(fs_error(key))?;
+        if !kd
+            .end(&found.name, found.state.generation())
+            .map_err(fs_error(key))?
+        {
+            return Ok(false);
+        }
+        let path = kd.path().to_owned();
+        self.tenures().remove(&path);
+        self.idle().remove(&path);
+        Ok(true)
+    }
+
+    fn delete_now(
+        &self,
+        key: &LeaseKey,
+        holder: Option<&LeaseToken>,
+        fencing: FencingToken,
+    ) -> Result<(), LeaseError> {
+        let Some(kd) = self.lease_dir(key, false)? else {
+            return Err(missing(key));
+        };
+        let store = state::open_store_dir(&self.inner.base).map_err(fs_error(key))?;
+        let name = self.lock_name(key)?;
+        let listing = state::store_listing(&self.inner.base).map_err(fs_error(key))?;
+        if state::creating(&listing, &name) {
+            return Err(LeaseError::backend(
+                NAME,
+                true,
+                format!(
+                    "a creation of {} is under way (or a temporary .lease-init.* was left by \
+                     a process that crashed: remove it once no process creates the key)",
+                    kd.path().display()
+                ),
+            ));
+        }
+        for _ in 0..4 {
+            let found = match live_state(&kd, key) {
+                Err(e) if e.is_not_owned() => {
+                    self.finish_if_ended(key, &kd);
+                    return Err(e);
+                }
+                other => other?,
+            };
+            let refusal = match (holder, &found.state) {
+                (Some(token), _) => engine::mismatch(&found, fencing.get(), token.as_str()),
+                (None, State::Free(g)) if *g == fencing.get() => None,
+                (None, _) => Some(Gone::TakenOver),
+            };
+            if let Some(gone) = refusal {
+                return Err(not_owned(key, gone));
+            }
+            if self.end(&store, key, &kd, &found)? {
+                tracing::info!(%key, generation = found.state.generation(), "file lease deleted");
+                if !state::remove_ended(&self.inner.base, &name, &kd, None) {
+                    tracing::debug!(%key, "ended lock directory left for the next acquisition");
+                }
+                return Ok(());
+            }
+        }
+        Err(LeaseError::backend(
+            NAME,
+            true,
+            "the lease state kept changing under the delete",
+        ))
+    }
+
+    /// Removes every key that is free and whose lock directory has not changed for `idle_for`
+    /// (by the system's wall clock against the directory's modification time), so that a store
+    /// of many short-lived keys (job ids, tenants) does not grow without bound. Safe against
+    /// every concurrent acquirer, renewal and release, in any process: each key ends by one
+    /// rename from the exact `free.<g>` name observed (see *Delete and prune*), so a key acquired
+    /// meanwhile is left alone, and an acquirer that observed `free.<g>` before the prune finds
+    /// its rename fails and opens the re-created key instead. Held keys are never removed, nor
+    /// (in kernel mode) a key whose kernel lock someone holds at that moment (an acquisition
+    /// under way). Ended directories left by an interrupted delete are removed too.
+    ///
+    /// A key is also kept when its fencing generation is not below this store's clock in
+    /// microseconds ([`PruneReport::ahead_of_clock`]), and one whose creation is under way
+    /// ([`PruneReport::busy`]; a temporary `.lease-init.<hash>.<nonce>` left by a creator that
+    /// crashed counts: remove it by hand). Re-created, a key would start from that
+    /// clock, and its tokens would not continue above the old ones (see the crate docs,
+    /// *Deleting and pruning keys*).
+    ///
+    /// Costs, per key: opening its directory and a stream on it (`openat`, `fstat`, four
+    /// `fcntl`), listing it (two `getdents64`, an `lseek`), its `fstat` for the idle time, a
+    /// `flock` in kernel mode, then `close`s: about 15 syscalls per key kept. A key removed
+    /// adds the marker's `openat` (refused, `EEXIST`), the `renameat` that ends it, and, after
+    /// the second listing of the store, opening and listing it again, two `unlinkat` (its
+    /// entry, then the directory) and the `close`s: 30 syscalls per removed key, counted with
+    /// `strace` on `tests/prune.rs`. Plus two listings of the store directory (`getdents64`,
+    /// a few per thousand keys).
+    ///
+    /// ```
+    /// use lease_core::{LeaseBackendExt, LeaseKey};
+    /// use lease_file::DirectoryStore;
+    /// use std::time::Duration;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = DirectoryStore::open(dir.path())?;
+    /// let key = LeaseKey::new("job-1")?;
+    /// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+    /// assert!(store.prune(Duration::ZERO)?.removed.is_empty(), "held: kept");
+    /// lease_core::executor::block_on(store.release_lease(&lease))?;
+    /// let report = store.prune(Duration::ZERO)?;
+    /// assert_eq!(report.removed, vec![key.clone()]);
+    /// assert!(store.keys()?.is_empty());
+    /// // Acquired again, it continues above every earlier token.
+    /// let again = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+    /// assert!(again.fencing_token() > lease.fencing_token());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`LeaseError::Backend`] if the store directory cannot be opened or listed, or the
+    /// marker that seeds fencing from the clock cannot be created. A key that cannot be read
+    /// is kept and counted in [`PruneReport::unreadable`], not an error.
+    pub fn prune(&self, idle_for: Duration) -> Result<PruneReport, LeaseError> {
+        let dir = &self.inner.dir;
+        let base = &self.inner.base;
+        let store = state::open_store_dir(base).map_err(FsError::into_backend)?;
+        let names = state::store_listing(base).map_err(FsError::into_backend)?;
+        let clock = self.clock_micros();
+        let mut report = PruneReport::default();
+        // First every eligible key is ended, then one listing taken after all of them shows
+        // which can be removed (none whose creation is under way: see `state::creating`).
+        let mut ended = Vec::new();
+        let creations = state::creations(&names);
+        for name in &names {
+            let Some(key) = name.to_str().and_then(decode_file_name) else {
+                continue;
+            };
+            // A key being created is left alone, and so is one with a temporary left by a
+            // creator that crashed: ended, it could not be removed while that is there.
+            if name
+                .to_str()
+                .is_some_and(|n| state::creation_pending(&creations, n))
+            {
+                report.busy += 1;
+                continue;
+            }
+            match self.prune_one(&store, &key, idle_for, clock) {
+                Ok(Pruned::Ended) => ended.push(key),
+                Ok(Pruned::Held) => report.held += 1,
+                Ok(Pruned::Recent) => report.recent += 1,
+                Ok(Pruned::Busy) => report.busy += 1,
+                Ok(Pruned::AheadOfClock) => report.ahead_of_clock += 1,
+                Ok(Pruned::Gone) => {}
+                Err(e) => {
+                    tracing::debug!(%key, error = %e, "prune: key kept");
+                    report.unreadable += 1;
+                }
+            }
+        }
+        if !ended.is_empty() {
+            let listing = state::store_listing(base).map_err(FsError::into_backend)?;
+            let creations = state::creations(&listing);
+            for key in &ended {
+                let name = self.lock_name(key)?;
+                // Whatever is at the path now: `remove_ended` unlinks only a `dead.<g>` entry,
+                // and the `rmdir` removes only an empty directory.
+                let removed =
+                    match KeyDir::open(base, std::ffi::OsStr::new(&name), Kind::Lease, None) {
+                        Ok(Some(kd)) => state::remove_ended(base, &name, &kd, Some(&creations)),
+                        // Removed by someone else already (and perhaps created afresh).
+                        Ok(None) | Err(_) => true,
+                    };
+                if !removed {
+                    report.left_in_place += 1;
+                }
+            }
+        }
+        report.removed = ended;
+        tracing::info!(
+            dir = %dir.display(),
+            removed = report.removed.len(),
+            kept = report.kept(),
+            "store pruned"
+        );
+        Ok(report)
+    }
+
+    /// Ends `key` if prunable (see [`prune`](Self::prune)); an ended directory found is
+    /// `Ended` too.
+    fn prune_one(
+        &self,
+        store: &std::os::fd::OwnedFd,
+        key: &LeaseKey,
+        idle_for: Duration,
+        clock: u64,
+    ) -> Result<Pruned, LeaseError> {
+        let Some(mut kd) = self.lease_dir(key, false)? else {
+            return Ok(Pruned::Gone);
+        };
+        let found = match live_state(&kd, key) {
+            Err(e) if e.is_not_owned() => return Ok(Pruned::Ended),
+            // Empty, at the path: no state to lose (a removal interrupted between its unlink
+            // and its rmdir, or planted).
+            Err(_) if matches!(kd.ended(), Ok(Some(state::Ended::Empty))) => {
+                return Ok(Pruned::Ended);
+            }
+            other => other?,
+        };
+        let State::Free(generation) = found.state else {
+            return Ok(Pruned::Held);
+        };
+        let idle = kd
+            .changed_at()
+            .and_then(|at| SystemTime::now().duration_since(at).ok())
+            .unwrap_or(Duration::ZERO);
+        if idle < idle_for {
+            return Ok(Pruned::Recent);
+        }
+        if generation >= clock {
+            return Ok(Pruned::AheadOfClock);
+        }
+        if self.inner.mode == LockMode::Kernel && !kd.try_lock().map_err(fs_error(key))? {
+            return Ok(Pruned::Busy);
+        }
+        Ok(if self.end(store, key, &kd, &found)? {
+            tracing::debug!(%key, generation, "file lease pruned");
+            Pruned::Ended
+        } else {
+            Pruned::Busy
+        })
+    }
+}
+
+/// The marker in a store directory that some key was once deleted: lock directories created
+/// from then on start their generation from the clock.
+const SEEDED: &str = ".fencing-from-clock";
+
+/// What pruning did with one key.
+enum Pruned {
+    Ended,
+    Held,
+    Recent,
+    Busy,
+    AheadOfClock,
+    Gone,
+}
+
 impl LeaseBackend for DirectoryStore {
     fn name(&self) -> &'static str {
         NAME
@@ -1283,6 +1671,18 @@ impl LeaseBackend for DirectoryStore {
         key: &'a LeaseKey,
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
         Box::pin(async move { self.inspect_now(key) })
+    }
+
+    /// One rename of the state named to `dead.<g>`, then the directory removed (see *Delete and prune*
+    /// on [`DirectoryStore`]). The key's next acquisition continues above its old tokens under
+    /// the clock assumption in the crate docs.
+    fn delete<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        holder: Option<&'a LeaseToken>,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(async move { self.delete_now(key, holder, fencing) })
     }
 
     /// In kernel mode, when the holder holds the kernel lock: a thread blocked in `flock` on the

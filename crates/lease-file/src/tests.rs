@@ -129,7 +129,7 @@ fn key_strategy() -> impl Strategy<Value = LeaseKey> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2048, ..ProptestConfig::default() })]
 
-    /// No lease record name (nor the name of its temporary directory, `.<name>.init.<16 hex>`)
+    /// No lease record name (nor the name of a temporary directory, `.lease-init.<16 hex>.<16 hex>`)
     /// contains `~`, and every fenced-value name does; fenced names never decode as lease keys,
     /// nor do the temporaries of either. So the namespaces are disjoint, and the fenced encoding
     /// is injective like the lease one.
@@ -143,6 +143,7 @@ proptest! {
             prop_assert_eq!(decode_file_name(&fenced), None);
             for name in [&record, &fenced] {
                 prop_assert_eq!(decode_file_name(&format!(".{name}.init.0123456789abcdef")), None);
+                prop_assert_eq!(decode_file_name(".lease-init.0123456789abcdef.0123456789abcdef"), None);
             }
             prop_assert!(fenced.len() <= 255 - 23, "room for the temporary directory's name");
             if let (Ok(record_b), Ok(fenced_b)) = (key_file_name(&b), fenced_file_name(&b)) {

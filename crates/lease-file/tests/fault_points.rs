@@ -124,3 +124,257 @@ fn entries(dir: &std::path::Path) -> Vec<String> {
     names.sort();
     names
 }
+
+mod prune {
+    //! A prune (or delete) racing acquisitions of the same key, paused at each of its steps
+    //! and at the acquirer's: one holder at a time, tokens above every earlier one.
+
+    use super::SERIAL;
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex, PoisonError};
+    use std::time::Duration;
+
+    use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, ManualClock};
+    use lease_file::{DirectoryStore, ModePreference};
+
+    const MODES: [ModePreference; 2] = [ModePreference::Kernel, ModePreference::HeartbeatOnly];
+    const D: Duration = Duration::from_secs(60);
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        lease_core::executor::block_on(f)
+    }
+
+    fn store(
+        dir: &std::path::Path,
+        mode: ModePreference,
+        clock: &Arc<ManualClock>,
+    ) -> DirectoryStore {
+        DirectoryStore::builder(dir)
+            .with_mode(mode)
+            .with_clock(clock.clone())
+            .build()
+            .unwrap()
+    }
+
+    /// Runs `during` (once) when the fault point `point` is first reached, in the thread that
+    /// reached it.
+    fn once_at(point: &'static str, during: impl FnOnce() + Send + 'static) {
+        let armed = Mutex::new(Some(during));
+        fail::cfg_callback(point, move || {
+            let taken = armed.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(during) = taken {
+                during();
+            }
+        })
+        .unwrap();
+    }
+
+    /// Each new fault point fires once per step of its kind: a key created, pruned (ended,
+    /// then its directory removed), and created again.
+    #[test]
+    fn the_prune_fault_points_fire() {
+        let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+        const POINTS: [&str; 3] = [
+            "lease-file/before-create",
+            "lease-file/before-end",
+            "lease-file/before-rmdir",
+        ];
+        for mode in MODES {
+            let hits: Arc<Mutex<Vec<&str>>> = Arc::default();
+            for point in POINTS {
+                let hits = hits.clone();
+                fail::cfg_callback(point, move || hits.lock().unwrap().push(point)).unwrap();
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let clock = Arc::new(ManualClock::new());
+            let store = store(dir.path(), mode, &clock);
+            let key = LeaseKey::new("job").unwrap();
+            let lease = block_on(store.acquire(&key, D)).unwrap();
+            block_on(store.release_lease(&lease)).unwrap();
+            assert_eq!(
+                store.prune(Duration::ZERO).unwrap().removed,
+                vec![key.clone()]
+            );
+            block_on(store.acquire(&key, D)).unwrap();
+            for point in POINTS {
+                fail::remove(point);
+            }
+            assert_eq!(
+                *hits.lock().unwrap(),
+                [POINTS[0], POINTS[1], POINTS[2], POINTS[0]],
+                "{mode:?}"
+            );
+        }
+    }
+
+    /// The pruner observed `free.<g>` and is about to end the key; an acquirer takes it first.
+    /// The prune's rename from `free.<g>` fails: the key stays, held.
+    #[test]
+    fn a_key_acquired_while_the_prune_is_paused_before_ending_it_stays_held() {
+        let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+        for mode in MODES {
+            let dir = tempfile::tempdir().unwrap();
+            let clock = Arc::new(ManualClock::new());
+            let key = LeaseKey::new("job").unwrap();
+            let old = block_on(store(dir.path(), mode, &clock).acquire(&key, D)).unwrap();
+            block_on(store(dir.path(), mode, &clock).release_lease(&old)).unwrap();
+            let got = Arc::new(Mutex::new(None));
+            let (acquirer, k, slot) = (store(dir.path(), mode, &clock), key.clone(), got.clone());
+            once_at("lease-file/before-end", move || {
+                let lease = block_on(acquirer.try_acquire(&k, D, &AcquireOptions::default()));
+                *slot.lock().unwrap() = Some((acquirer, lease));
+            });
+            let report = store(dir.path(), mode, &clock)
+                .prune(Duration::ZERO)
+                .unwrap();
+            fail::remove("lease-file/before-end");
+            let (acquirer, lease) = got.lock().unwrap().take().unwrap();
+            let lease = lease.unwrap();
+            assert!(report.removed.is_empty(), "{mode:?} {report:?}");
+            assert_eq!(report.busy, 1, "{mode:?} {report:?}");
+            assert!(lease.fencing_token() > old.fencing_token());
+            let lease = block_on(acquirer.renew(&lease, D)).unwrap();
+            let record = block_on(acquirer.inspect(&key)).unwrap().unwrap();
+            assert_eq!(record.fencing(), lease.fencing_token(), "{mode:?}");
+        }
+    }
+
+    /// The acquirer observed `free.<g>` and is about to rename it; the key is pruned meanwhile
+    /// (heartbeat-only: in kernel mode the acquirer's kernel lock keeps the prune off). Its
+    /// rename fails, it creates the key afresh, and its token is above the old ones.
+    #[test]
+    fn an_acquirer_paused_before_its_rename_while_the_key_is_pruned_gets_a_higher_token() {
+        let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+        for mode in MODES {
+            let dir = tempfile::tempdir().unwrap();
+            let clock = Arc::new(ManualClock::new());
+            let key = LeaseKey::new("job").unwrap();
+            let acquirer = store(dir.path(), mode, &clock);
+            let old = block_on(acquirer.acquire(&key, D)).unwrap();
+            block_on(acquirer.release_lease(&old)).unwrap();
+            let reports = Arc::new(Mutex::new(Vec::new()));
+            let (pruner, seen) = (store(dir.path(), mode, &clock), reports.clone());
+            once_at("lease-file/before-acquire", move || {
+                seen.lock()
+                    .unwrap()
+                    .push(pruner.prune(Duration::ZERO).unwrap());
+            });
+            let lease = block_on(acquirer.try_acquire(&key, D, &AcquireOptions::default()));
+            fail::remove("lease-file/before-acquire");
+            let lease = lease.unwrap();
+            let report = reports.lock().unwrap().pop().unwrap();
+            match mode {
+                ModePreference::HeartbeatOnly => {
+                    assert_eq!(report.removed, vec![key.clone()], "{report:?}")
+                }
+                _ => assert_eq!(report.busy, 1, "{mode:?} {report:?}"),
+            }
+            assert!(lease.fencing_token() > old.fencing_token(), "{mode:?}");
+            let record = block_on(acquirer.inspect(&key)).unwrap().unwrap();
+            assert_eq!(record.fencing(), lease.fencing_token(), "{mode:?}");
+            assert!(
+                block_on(store(dir.path(), mode, &clock).try_acquire(
+                    &key,
+                    D,
+                    &AcquireOptions::default()
+                ))
+                .unwrap_err()
+                .is_held(),
+                "{mode:?}: one holder"
+            );
+        }
+    }
+
+    /// The pruner ended the key and emptied its directory, and is about to `rmdir` it; an
+    /// acquirer finds the empty directory, removes it itself and creates the key afresh. The
+    /// prune's `rmdir` then meets the new, non-empty directory and removes nothing.
+    #[test]
+    fn an_acquirer_while_the_prune_is_paused_before_its_rmdir_creates_the_key_afresh() {
+        let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+        for mode in MODES {
+            let dir = tempfile::tempdir().unwrap();
+            let clock = Arc::new(ManualClock::new());
+            let key = LeaseKey::new("job").unwrap();
+            let old = block_on(store(dir.path(), mode, &clock).acquire(&key, D)).unwrap();
+            block_on(store(dir.path(), mode, &clock).release_lease(&old)).unwrap();
+            let got = Arc::new(Mutex::new(None));
+            let (acquirer, k, slot) = (store(dir.path(), mode, &clock), key.clone(), got.clone());
+            once_at("lease-file/before-rmdir", move || {
+                let lease = block_on(acquirer.try_acquire(&k, D, &AcquireOptions::default()));
+                *slot.lock().unwrap() = Some((acquirer, lease));
+            });
+            let report = store(dir.path(), mode, &clock)
+                .prune(Duration::ZERO)
+                .unwrap();
+            fail::remove("lease-file/before-rmdir");
+            let (acquirer, lease) = got.lock().unwrap().take().unwrap();
+            let lease = lease.unwrap();
+            assert_eq!(report.removed, vec![key.clone()], "{mode:?} {report:?}");
+            assert!(lease.fencing_token() > old.fencing_token(), "{mode:?}");
+            let lease = block_on(acquirer.renew(&lease, D)).unwrap();
+            assert_eq!(
+                store(dir.path(), mode, &clock).keys().unwrap(),
+                vec![key.clone()]
+            );
+            block_on(acquirer.release_lease(&lease)).unwrap();
+        }
+    }
+
+    /// A creator read the clock for its first generation and is paused before putting its
+    /// directory in place; meanwhile the key is created by another, acquired at a later clock
+    /// reading, released and pruned. When the paused creator resumes, its token must still be
+    /// above the one issued meanwhile: a prune or delete leaves a key alone while a creation of
+    /// it is under way (and an ended directory in place), so the stale first generation is
+    /// never published.
+    #[test]
+    fn a_creator_paused_before_its_rename_across_a_prune_never_issues_a_lower_token() {
+        let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+        for mode in MODES {
+            let dir = tempfile::tempdir().unwrap();
+            let clock = Arc::new(ManualClock::new());
+            // A store that deleted once: new keys start from the clock.
+            let seeder = store(dir.path(), mode, &clock);
+            let other = LeaseKey::new("other").unwrap();
+            let lease = block_on(seeder.acquire(&other, D)).unwrap();
+            block_on(seeder.release_lease(&lease)).unwrap();
+            seeder.prune(Duration::ZERO).unwrap();
+
+            let key = LeaseKey::new("job").unwrap();
+            let (paused_tx, paused) = mpsc::channel::<()>();
+            let (go, go_rx) = mpsc::channel::<()>();
+            let armed = Mutex::new(Some((paused_tx, go_rx)));
+            fail::cfg_callback("lease-file/before-create", move || {
+                let taken = armed.lock().unwrap_or_else(PoisonError::into_inner).take();
+                if let Some((paused_tx, go_rx)) = taken {
+                    paused_tx.send(()).unwrap();
+                    go_rx.recv().unwrap();
+                }
+            })
+            .unwrap();
+            let (creator, k) = (store(dir.path(), mode, &clock), key.clone());
+            let stale = std::thread::spawn(move || {
+                block_on(creator.try_acquire(&k, D, &AcquireOptions::default()))
+            });
+            paused.recv_timeout(Duration::from_secs(5)).unwrap();
+            clock.advance(Duration::from_secs(1));
+            let meanwhile = store(dir.path(), mode, &clock);
+            let newer = block_on(meanwhile.acquire(&key, D)).unwrap();
+            block_on(meanwhile.release_lease(&newer)).unwrap();
+            clock.advance(Duration::from_secs(1));
+            // The prune sees the creation under way and keeps the key (it would otherwise be
+            // ended and left in place until the creation is over).
+            let report = meanwhile.prune(Duration::ZERO).unwrap();
+            assert_eq!(report.busy, 1, "{mode:?} {report:?}");
+            go.send(()).unwrap();
+            let resumed = stale.join().unwrap();
+            fail::remove("lease-file/before-create");
+            let resumed = resumed.unwrap();
+            assert!(
+                resumed.fencing_token() > newer.fencing_token(),
+                "{mode:?}: {} issued after {}",
+                resumed.fencing_token().get(),
+                newer.fencing_token().get()
+            );
+        }
+    }
+}

@@ -91,6 +91,7 @@
 pub(crate) mod cas_chain;
 pub(crate) mod fs;
 pub(crate) mod heartbeat_only;
+pub(crate) mod prune;
 pub(crate) mod toys;
 
 use std::collections::{HashSet, VecDeque};
