@@ -675,16 +675,7 @@ async fn stop(
     } else {
         plan.grace
     };
-    if grace_period.is_zero() {
-        eprintln!("lease: {reason} (key {}); killing {program}", plan.key);
-    } else {
-        eprintln!(
-            "lease: {reason} (key {}); stopping {program}: SIGTERM now, SIGKILL after {}",
-            plan.key,
-            fmt_duration(grace_period)
-        );
-    }
-    tracing::warn!(key = %plan.key, %reason, "lease lost while the command ran; stopping it");
+    announce_stop(plan, reason, grace_period);
     let stopped_at = Instant::now();
     if let Some(target) = target {
         if grace_period.is_zero() {
@@ -740,6 +731,21 @@ async fn stop(
             fmt_duration(stopped_after)
         ),
     ))
+}
+
+/// Says on stderr (and in a trace) why and how the command is being stopped.
+fn announce_stop(plan: &RunPlan, reason: &Stop, grace_period: Duration) {
+    let program = plan.program();
+    if grace_period.is_zero() {
+        eprintln!("lease: {reason} (key {}); killing {program}", plan.key);
+    } else {
+        eprintln!(
+            "lease: {reason} (key {}); stopping {program}: SIGTERM now, SIGKILL after {}",
+            plan.key,
+            fmt_duration(grace_period)
+        );
+    }
+    tracing::warn!(key = %plan.key, %reason, "lease lost while the command ran; stopping it");
 }
 
 /// The longest `lease run` spends releasing its lease once the command has stopped: one attempt
