@@ -6,8 +6,9 @@
 //!
 //! The test runs its own DynamoDB Local on a free loopback port, from the jar that
 //! `cargo xtask dynamo` (or `cargo xtask test`) caches in `target/dynamodb-local/`, or from the
-//! folder in `LEASE_DYNAMO_JAR_DIR` (set by xtask when it runs the jar). Without the jar or
-//! `java` it skips with the reason printed, unless `LEASE_REQUIRE_DYNAMO=1`. Its server is
+//! folder in `LEASE_DYNAMO_JAR_DIR` (set by xtask; empty when its run has no jar, and then this
+//! test skips). Without the jar or `java` it skips with the reason printed, unless
+//! `LEASE_REQUIRE_DYNAMO=1`. Its server is
 //! killed on every path (a `Drop` guard, and the server's watcher ends it when this process
 //! dies).
 //!
@@ -52,16 +53,22 @@ fn skip(reason: &str) -> Option<PathBuf> {
 
 /// The folder holding `DynamoDBLocal.jar` and `DynamoDBLocal_lib/`, if it and `java` are there.
 fn jar_dir() -> Option<PathBuf> {
-    let dir = std::env::var_os("LEASE_DYNAMO_JAR_DIR")
-        .filter(|dir| !dir.is_empty())
-        .map_or_else(
-            || {
-                Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("../../target/dynamodb-local")
-                    .to_path_buf()
-            },
-            PathBuf::from,
+    let named = std::env::var_os("LEASE_DYNAMO_JAR_DIR");
+    if named.as_ref().is_some_and(|dir| dir.is_empty()) {
+        // xtask's way of saying that this run has DynamoDB (in Docker, say) but no jar.
+        say(
+            "SKIPPED: lease-cli dynamo_restart (LEASE_DYNAMO_JAR_DIR is empty: no DynamoDB Local jar)",
         );
+        return None;
+    }
+    let dir = named.map_or_else(
+        || {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/dynamodb-local")
+                .to_path_buf()
+        },
+        PathBuf::from,
+    );
     if !dir.join("DynamoDBLocal.jar").is_file() || !dir.join("DynamoDBLocal_lib").is_dir() {
         return skip(&format!(
             "no DynamoDB Local jar in {}: run `cargo xtask dynamo` once to cache it, or set \
