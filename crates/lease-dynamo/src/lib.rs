@@ -99,8 +99,10 @@
 //! once as [`LeaseError::Backend`] naming the table. So does a
 //! client that cannot send at all: no credentials, no region, an endpoint that is not a URL or
 //! whose host name does not exist; the message says which and what to set
-//! ([`DynamoError::is_table_missing`] tells a missing table apart). A failed condition is an
-//! answer, never retried.
+//! ([`DynamoError::is_table_missing`] tells a missing table apart). The one exception is a
+//! renewal: a table missing under a held lease (deleted, or DynamoDB Local restarted in memory)
+//! took the lease item with it, so the renewal fails with `NotOwned` (reason `Missing`) and a
+//! guard stops trusting at once. A failed condition is an answer, never retried.
 //!
 //! A retry sends the *same* request (same token, timestamps and request id). If an earlier
 //! attempt was applied but its reply lost, the retry fails its condition and the `ALL_OLD` item

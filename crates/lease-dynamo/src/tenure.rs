@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use lease_core::backend::holder_deadline;
 use lease_core::{FencingToken, Lease, LeaseError, LeaseKey, LeaseToken, NotOwnedReason};
 use tracing::Instrument;
@@ -75,6 +76,16 @@ impl DynamoLeases {
                     error, attempts, ..
                 }) => (error, attempts),
             };
+            // The table is gone (deleted, or DynamoDB Local restarted in memory), and the lease
+            // item with it: the lease is lost now, whatever its deadline says; a table created
+            // again under the same name holds no item of ours either.
+            if matches!(
+                error.as_service_error(),
+                Some(UpdateItemError::ResourceNotFoundException(_))
+            ) {
+                tracing::warn!("renew refused: the table does not exist, and the lease with it");
+                return Err(LeaseError::not_owned(key.clone(), NotOwnedReason::Missing));
+            }
             let old = self.refused_item(error)?;
             let old = Decoded::from_item(&inner.names, &old);
             // Only this tenure writes this expiry: an earlier attempt of ours landed.
