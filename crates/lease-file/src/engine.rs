@@ -486,12 +486,38 @@ pub(crate) fn mismatch(found: &Found, generation: u64, token: &str) -> Option<Go
     }
 }
 
-/// Releases the tenure whose state entry is `name`: one rename to `free.<generation>`.
-/// `Ok(false)`: the state had moved on.
+/// Releases the tenure `held` whose state entry is `name` (listed as inode `ino`, if it was
+/// listed): one rename to `free.<generation>`. `Ok(false)`: the state had moved on.
+///
+/// Before the rename, while the state is still this tenure's, its description is erased
+/// ([`KeyDir::erase_description`]: one `ftruncate` of the entry kept open), so that a free key
+/// costs no data block. Only while no one else can have taken the tenure over: its deadline
+/// on the shared scale has not passed, and in kernel mode this handle holds the kernel lock
+/// the tenure names (so no contender's takeover "at once" can have happened). After the
+/// rename it would be too late: a contender may already have renamed the entry again and
+/// written its own description, which the truncation would wipe. A holder that pauses past its
+/// deadline between the check and the truncation can still wipe its successor's description
+/// (a diagnostic only: the successor is then shown as "a holder still writing its
+/// description"), as a paused holder's in-flight writes can reach any resource; nothing the
+/// protocol decides reads a description.
 ///
 /// # Errors
 /// I/O errors.
-pub(crate) fn release(kd: &mut KeyDir, name: &str, generation: u64) -> Result<bool, FsError> {
+pub(crate) fn release(
+    kd: &mut KeyDir,
+    name: &str,
+    held: &Held,
+    ino: Option<u64>,
+    time: &Timebase,
+) -> Result<bool, FsError> {
+    let generation = held.generation;
+    let now = time.now();
+    let still_ours = now.shares_scale(held)
+        && !now.past_deadline(held)
+        && (held.kernel.is_none() || (kd.locked() && held.kernel == Some(kd.id())));
+    if still_ours {
+        kd.erase_description(ino);
+    }
     let released = kd.swap(name, &State::Free(generation).name())?;
     kd.unlock();
     if released {

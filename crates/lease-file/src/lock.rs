@@ -899,7 +899,7 @@ impl FileLock {
         if !kd.still_at_path() {
             // The directory was moved away or replaced while we took it: nobody else can see
             // this tenure, so do not trust it.
-            let _ = engine::release(&mut kd, &name, generation);
+            let _ = engine::release(&mut kd, &name, &held, None, &shared.time);
             if cached {
                 return self.attempt(self.open_dir()?, false);
             }
@@ -994,12 +994,13 @@ impl Shared {
         let Some(tenure) = state.tenure.as_mut() else {
             return Err(self.lease_error(busy(&shared.path)));
         };
-        let generation = tenure.held.generation;
+        let held = tenure.held.clone();
+        let generation = held.generation;
         let name = tenure.name.clone();
         let Some(mut kd) = tenure.dir.take() else {
             return Err(self.lease_error(busy(&shared.path)));
         };
-        let released = engine::release(&mut kd, &name, generation);
+        let released = engine::release(&mut kd, &name, &held, None, &shared.time);
         match released {
             Err(e) => {
                 if let Some(t) = state.tenure.as_mut() {

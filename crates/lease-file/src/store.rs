@@ -679,7 +679,7 @@ impl DirectoryStore {
             return match attempt {
                 Attempt::Won { held, name, now } => {
                     if cached && !kd.still_at_path() {
-                        let _ = engine::release(&mut kd, &name, held.generation);
+                        let _ = engine::release(&mut kd, &name, &held, None, &self.inner.time);
                         continue;
                     }
                     tracing::debug!(%key, generation = held.generation, token = %token, "file lease acquired");
@@ -881,12 +881,13 @@ impl DirectoryStore {
             // and only then: a release refused (another token, say) must not free the holder's
             // lock.
             let released = t.held.token == fnv(token.as_str().as_bytes())
-                && engine::release(&mut t.kd, &t.name, fencing.get()).map_err(fs_error(key))?;
+                && engine::release(&mut t.kd, &t.name, &t.held, None, &self.inner.time)
+                    .map_err(fs_error(key))?;
             let result = if released {
                 tracing::debug!(%key, generation = fencing.get(), "file lease released");
                 Ok(())
             } else {
-                Self::release_in(&mut t.kd, key, token, fencing)
+                Self::release_in(&mut t.kd, key, token, fencing, &self.inner.time)
             };
             if result.is_ok()
                 && let Some(t) = tenures.remove(&path)
@@ -901,7 +902,7 @@ impl DirectoryStore {
             Some(kd) if kd.still_at_path() => kd,
             _ => self.lease_dir(key, false)?.ok_or_else(|| missing(key))?,
         };
-        let result = Self::release_in(&mut kd, key, token, fencing);
+        let result = Self::release_in(&mut kd, key, token, fencing, &self.inner.time);
         if result.is_ok() {
             // Its kernel lock goes with it (held by another handle of this store, if any).
             self.tenures().remove(&path);
@@ -916,13 +917,19 @@ impl DirectoryStore {
         key: &LeaseKey,
         token: &LeaseToken,
         fencing: FencingToken,
+        time: &Timebase,
     ) -> Result<(), LeaseError> {
         for _ in 0..4 {
             let found = live_state(kd, key)?;
             if let Some(gone) = engine::mismatch(&found, fencing.get(), token.as_str()) {
                 return Err(not_owned(key, gone));
             }
-            if engine::release(kd, &found.name, fencing.get()).map_err(fs_error(key))? {
+            let State::Held(held) = &found.state else {
+                return Err(not_owned(key, Gone::Released));
+            };
+            if engine::release(kd, &found.name, held, Some(found.ino), time)
+                .map_err(fs_error(key))?
+            {
                 return Ok(());
             }
         }

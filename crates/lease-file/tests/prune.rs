@@ -349,7 +349,9 @@ fn a_crashed_creators_temporary_keeps_its_key_from_being_pruned() {
     let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    let temp = dir.path().join(format!(".lease-init.{hash:016x}.00000000deadbeef"));
+    let temp = dir
+        .path()
+        .join(format!(".lease-init.{hash:016x}.00000000deadbeef"));
     std::fs::create_dir(&temp).unwrap();
     std::fs::write(temp.join("free.0"), b"").unwrap();
 
