@@ -416,6 +416,13 @@ impl KeyDir {
         self.locked && self.locked_in == std::process::id()
     }
 
+    /// Whether this handle took the kernel lock, in this process or (before a `fork`) in its
+    /// parent: [`locked`](Self::locked) without its `getpid`, for a caller that already knows
+    /// it runs in the acquiring process (a release, which a forked child is refused first).
+    pub(crate) fn lock_taken(&self) -> bool {
+        self.locked
+    }
+
     /// Tries the kernel lock (`flock(LOCK_EX|LOCK_NB)` on the directory): true if now held.
     ///
     /// # Errors

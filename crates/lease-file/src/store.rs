@@ -56,9 +56,11 @@ struct Tenure {
 /// monotonic clock; in kernel mode, a holder on this host whose kernel lock is free, at once.
 /// Holder deadlines come from [`holder_deadline`] measured before each operation.
 ///
-/// The futures do their file I/O inline when first polled: a few local syscalls (acquire and
-/// release as [`FileLock`](crate::FileLock)'s, 9 and 2; a renewal of a lease this store holds
-/// in kernel mode is one `rename`; counted by `benches/file_lease.rs`), no thread hop, no
+/// The futures do their file I/O inline when first polled: a few local syscalls (in kernel
+/// mode an acquire is 13, [`FileLock`](crate::FileLock)'s and one more `getpid` for the fork
+/// check; a release 4, or 5 with the `ftruncate` that empties the entry of a tenure that
+/// lasted; a renewal of a lease this store holds is one `rename`; counted with `strace` on
+/// `benches/file_lease.rs`'s helper), no thread hop, no
 /// runtime needed. The store keeps the lock directories of the leases it holds open, and up to
 /// 32 released ones for the next acquisition of their keys (three descriptors each).
 ///

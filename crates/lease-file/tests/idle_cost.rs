@@ -1,7 +1,9 @@
 //! What an idle (free) key costs on disk, held to the figures in the crate docs (*Deleting and
 //! pruning keys*): its lock directory and one empty state entry, 2 inodes, no data block beside
 //! the directory's own. A released key's entry holds no description (0 bytes, 0 blocks); a held
-//! key's holds one (at most one block).
+//! key's holds one (at most one block). A tenure released within 10 ms of its acquisition (a
+//! hot key, taken again at once) keeps its description: emptying it would cost a large share
+//! of such a cycle.
 //!
 //! Measured on the file system of the test's temporary directory (`TMPDIR`), from `st_blocks`
 //! and file sizes.
@@ -11,7 +13,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
-use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
+use std::sync::Arc;
+
+use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, ManualClock};
 use lease_file::{DirectoryStore, FileLock, ModePreference};
 
 const MODES: [ModePreference; 2] = [ModePreference::Kernel, ModePreference::HeartbeatOnly];
@@ -73,8 +77,10 @@ fn assert_held(lock_dir: &Path, what: &str) {
 fn a_released_store_key_costs_its_directory_and_an_empty_entry() {
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new());
         let store = DirectoryStore::builder(dir.path())
             .with_mode(mode)
+            .with_clock(clock.clone())
             .build()
             .unwrap();
         let keys: Vec<LeaseKey> = (0..20)
@@ -91,6 +97,7 @@ fn a_released_store_key_costs_its_directory_and_an_empty_entry() {
                     owner.starts_with(&format!("pid {} on ", std::process::id())),
                     "{mode:?}, round {round}: the description of a key acquired again is readable"
                 );
+                clock.advance(Duration::from_secs(1));
                 block_on(store.release_lease(&lease)).unwrap();
                 assert_idle(&lock_dir, &format!("{mode:?}, round {round}, released"));
             }
@@ -135,6 +142,7 @@ fn a_released_file_lock_costs_its_directory_and_an_empty_entry() {
                 Some(std::process::id()),
                 "{mode:?}: the holder's description is readable"
             );
+            std::thread::sleep(Duration::from_millis(11));
             if round % 2 == 0 {
                 guard.release().unwrap();
             } else {
@@ -143,4 +151,25 @@ fn a_released_file_lock_costs_its_directory_and_an_empty_entry() {
             assert_idle(&path, &format!("{mode:?}, round {round}, released"));
         }
     }
+}
+
+/// A tenure released at once (a hot key) keeps its description, so a tight acquire + release
+/// loop pays no truncation; one that lasted keeps nothing.
+#[test]
+fn a_hot_key_keeps_its_description_and_a_lasting_tenure_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new());
+    let store = DirectoryStore::builder(dir.path())
+        .with_clock(clock.clone())
+        .build()
+        .unwrap();
+    let key = LeaseKey::new("hot").unwrap();
+    let lease = block_on(store.acquire(&key, D)).unwrap();
+    block_on(store.release_lease(&lease)).unwrap();
+    let lock_dir = store.lock_dir(&key).unwrap();
+    assert_held(&lock_dir, "released at once: the description stays");
+    let lease = block_on(store.acquire(&key, D)).unwrap();
+    clock.advance(Duration::from_millis(10));
+    block_on(store.release_lease(&lease)).unwrap();
+    assert_idle(&lock_dir, "released after 10 ms");
 }
