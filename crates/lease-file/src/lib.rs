@@ -180,8 +180,9 @@
 //! | ext4, 4 KiB blocks | 4,096 bytes (was 5,120) | 4,096 bytes (was 8,192) | 2 |
 //! | tmpfs | 60 bytes (was 1,084) | 0 (was 4,096) | 2 |
 //!
-//! (300 keys acquired by `lease run` and released, less the store directory itself; "was":
-//! before released entries were emptied, when each kept a description padded to 1,024
+//! (300 keys, each run by `lease run --file DIR --key job-N -- sleep 0.02`, less the store
+//! directory itself; a `lease run` whose command returns at once may release within 10 ms;
+//! "was": before released entries were emptied, when each kept a description padded to 1,024
 //! bytes.) `tests/idle_cost.rs` holds every such released key to an empty entry and at most
 //! 4,096 bytes. The directory and its entry are the protocol's floor (the state is the name of
 //! an entry in a directory of its own). Two kinds of key keep their last description (one
