@@ -486,12 +486,53 @@ pub(crate) fn mismatch(found: &Found, generation: u64, token: &str) -> Option<Go
     }
 }
 
-/// Releases the tenure whose state entry is `name`: one rename to `free.<generation>`.
-/// `Ok(false)`: the state had moved on.
+/// How long a tenure must have lasted (since its acquisition or its last renewal; a renewed
+/// one always qualifies) for its release to erase its description: the truncation and the
+/// next description's fresh block then cost well under a hundredth of the tenure.
+pub(crate) const ERASE_AFTER: Duration = Duration::from_millis(10);
+
+/// Releases the tenure `held` whose state entry is `name` (listed as inode `ino`, if it was
+/// listed): one rename to `free.<generation>`. `Ok(false)`: the state had moved on.
+///
+/// Before the rename, if the tenure lasted [`ERASE_AFTER`] and while the state is still this
+/// tenure's, its description is erased
+/// ([`KeyDir::erase_description`]: one `ftruncate` of the entry kept open), so that a free key
+/// costs no data block. Only while no one else can have taken the tenure over: its deadline
+/// on the shared scale has not passed, and in kernel mode this handle holds the kernel lock
+/// the tenure names (so no contender's takeover "at once" can have happened; a forked child's
+/// release is refused before it gets here, so this costs no `getpid`). After the
+/// rename it would be too late: a contender may already have renamed the entry again and
+/// written its own description, which the truncation would wipe. A holder that pauses past its
+/// deadline between the check and the truncation can still wipe its successor's description
+/// (a diagnostic only: the successor is then shown as "a holder still writing its
+/// description"), as a paused holder's in-flight writes can reach any resource; nothing the
+/// protocol decides reads a description.
 ///
 /// # Errors
 /// I/O errors.
-pub(crate) fn release(kd: &mut KeyDir, name: &str, generation: u64) -> Result<bool, FsError> {
+pub(crate) fn release(
+    kd: &mut KeyDir,
+    name: &str,
+    held: &Held,
+    ino: Option<u64>,
+    time: &Timebase,
+) -> Result<bool, FsError> {
+    let generation = held.generation;
+    let now = time.now();
+    let still_ours = now.shares_scale(held)
+        && !now.past_deadline(held)
+        && (held.kernel.is_none() || (held.kernel == Some(kd.id()) && kd.lock_taken()));
+    // A tenure released right after its acquisition is a hot key, likely taken again at once:
+    // emptying its entry would cost the truncation and then a fresh block for the next
+    // description, a large share of such a cycle, to free a block needed again at once.
+    let lasted = held.seq > 0
+        || now.shared.is_some_and(|(_, at)| {
+            at.saturating_sub(held.deadline_ns.saturating_sub(held.duration_ns))
+                >= nanos(ERASE_AFTER)
+        });
+    if still_ours && lasted {
+        kd.erase_description(ino);
+    }
     let released = kd.swap(name, &State::Free(generation).name())?;
     kd.unlock();
     if released {

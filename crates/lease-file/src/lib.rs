@@ -168,10 +168,31 @@
 //!
 //! # Deleting and pruning keys
 //!
-//! Every key of a [`DirectoryStore`] costs a lock directory and its state entry, which holds
-//! the last holder's description: on ext4 (4 KiB blocks) **8 KiB and 2 inodes per idle key**
-//! (measured by `tests/prune.rs`: 2,000 keys acquired and released leave 16,384,000 bytes and
-//! 4,000 inodes; with `LEASE_LONG=1`, 100,000 keys leave 819,200,000 bytes and 200,000 inodes).
+//! Every key of a [`DirectoryStore`] (and every [`FileLock`] path) costs a lock directory and
+//! its state entry. A held key's entry holds its holder's description (at most 1,024 bytes,
+//! one block); a released one's holds nothing: a holder whose tenure lasted 10 ms or more
+//! truncates it before the rename that releases (one `ftruncate`, see [`FileLock`]'s costs),
+//! since only a held state's description is ever read. So an idle key costs **2 inodes and
+//! the directory's one block**:
+//!
+//! | file system | per idle key: apparent size (`du --apparent-size`) | blocks (`du`) | inodes |
+//! |---|---:|---:|---:|
+//! | ext4, 4 KiB blocks | 4,096 bytes (was 5,120) | 4,096 bytes (was 8,192) | 2 |
+//! | tmpfs | 60 bytes (was 1,084) | 0 (was 4,096) | 2 |
+//!
+//! (300 keys, each run by `lease run --file DIR --key job-N -- sleep 0.02`, less the store
+//! directory itself; a `lease run` whose command returns at once may release within 10 ms;
+//! "was": before released entries were emptied, when each kept a description padded to 1,024
+//! bytes.) `tests/idle_cost.rs` holds every such released key to an empty entry and at most
+//! 4,096 bytes. The directory and its entry are the protocol's floor (the state is the name of
+//! an entry in a directory of its own). Two kinds of key keep their last description (one
+//! block more, 8 KiB on ext4) until they are next acquired and released, or pruned: a key
+//! released within 10 ms of its acquisition or renewal (a hot key, likely taken again at once:
+//! the truncation and the next description's fresh block would be a large share of such a
+//! cycle, to free a block needed again), and a key whose last holder crashed or lost its
+//! tenure by expiry (its successor's description must not be erased: only a holder that still
+//! provably holds truncates). `tests/prune.rs` counts a store of keys released at once (2,000
+//! keys: 16,384,000 bytes and 4,000 inodes on ext4; with `LEASE_LONG=1`, 100,000 keys).
 //! [`DirectoryStore::prune`] (and `lease prune --file DIR --idle D`) removes free keys idle for
 //! a given time, and the store implements lease-core's [`LeaseBackend::delete`]; a pruned key
 //! costs nothing, and a store pruned of every key holds one empty marker file (one inode, no
@@ -293,15 +314,17 @@
 //!   that an acquisition opens nothing. A kept directory is trusted only while the path still
 //!   names it: that is checked after every win and before a refusal is reported, and a directory
 //!   moved away or removed by hand is dropped and the path opened afresh.
-//! * **Inline I/O in the store's futures.** The operations are a few local syscalls (11 per
-//!   acquire + release, measured by the benchmark), shorter than a thread hop, so the futures do
+//! * **Inline I/O in the store's futures.** The operations are a few local syscalls (17 per
+//!   acquire + release in kernel mode, one more when the tenure lasted; counted with
+//!   `strace`), shorter than a thread hop, so the futures do
 //!   them when first polled and need no runtime; on a network file system they can block the
 //!   executor thread for the duration of the I/O.
 //! * **Costs**, in syscalls and wakeups (the counts per operation are in [`FileLock`]'s table;
 //!   `benches/file_lease.rs` measures the times, each beside a floor measured in the same run,
 //!   and `cargo xtask bench` writes them to [docs/benchmarks.md](https://github.com/lease-rs/lease/blob/main/docs/benchmarks.md)).
-//!   Kernel and heartbeat-only mode cost the same syscalls on the fast path.
-//!   - An uncontended acquire + release is 11 syscalls on descriptors kept open, beside a floor
+//!   Heartbeat-only mode costs the same syscalls on the fast path less the kernel lock's.
+//!   - An uncontended acquire + release is 17 syscalls on descriptors kept open (7 of them
+//!     `getpid` for the fork checks), beside a floor
 //!     of a bare `open(O_CREAT|O_EXCL)` + `close` + `unlink` in the same directory. The lease's
 //!     renames allocate no inode, so on ext4 its cost does not grow as the journal fills, while
 //!     the floor's create + unlink loop does.

@@ -391,30 +391,37 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 ///
 /// # Costs (kernel mode)
 ///
-/// Syscalls counted with `strace -f` by `benches/file_lease.rs` (marked traces, 200 operations
-/// each; the same on ext4 and tmpfs), the directory being kept open between tenures:
+/// Syscalls counted with `strace -f` on the helper of `benches/file_lease.rs` (marked traces,
+/// 200 operations each, ext4), the directory being kept open between tenures; the heartbeat
+/// thread's `futex` wakes (about one per acquire and release) are not counted:
 ///
 /// | operation | syscalls |
 /// |---|---:|
-/// | acquire | 9 |
-/// | release | 2 |
+/// | acquire | 12 |
+/// | release | 4 |
+/// | release of a tenure that lasted 10 ms or was renewed | 5 |
 /// | heartbeat (its thread) | 3 |
 /// | refused attempt | 12 |
-/// | first acquisition, or after the directory was replaced | +8 |
+/// | first acquisition, or after the directory was replaced | +10 |
 ///
 /// * acquire: `flock(LOCK_EX|LOCK_NB)`; the listing, `getdents64` x2 and `lseek`; `getrandom`
-///   and `getpid` for the owner token and record; one `renameat`; one `pwrite` of the
-///   description; `statx`, that the path still names the directory.
-/// * release: one `renameat`, `flock(LOCK_UN)`.
-/// * heartbeat: the timed `futex` wait, one `renameat`, `statx` (the path check); plus a `flock`
-///   try while a takeover from a hung holder waits for its kernel lock.
+///   for the owner token; `getpid` x4 (the record, and the fork checks: the process that took
+///   the kernel lock and the one that owns the guard); one `renameat`; one `pwrite` of the
+///   description; `newfstatat`, that the path still names the directory.
+/// * release: `getpid` x2 (the fork checks), one `renameat`, `flock(LOCK_UN)`; a tenure that
+///   lasted first empties its state entry with one `ftruncate` (see the crate docs, *Deleting
+///   and pruning keys*: a free key then holds no data block).
+/// * heartbeat: the timed `futex` wait, one `renameat`, `newfstatat` (the path check); plus a
+///   `flock` try while a takeover from a hung holder waits for its kernel lock.
 /// * refused: `flock` (refused), the listing (3), `getrandom`, `getpid`, the holder's
-///   description (`openat`, `statx`, `read` x2, `close`), `statx` (the path check).
-/// * first acquisition: also `openat` and `statx` of the directory, a stream on it (`fcntl` x3,
-///   `newfstatat`), and `openat`, `statx` of the state entry for the description.
+///   description (`openat`, `statx`, `read` x2, `close`), `newfstatat` (the path check).
+/// * first acquisition: also `openat`, `statx` and `geteuid` (the ownership check) of the
+///   directory, a stream on it (`fcntl` x3, `newfstatat`), and `openat`, `statx`, `geteuid` of
+///   the state entry for the description. A process's first acquisition also reads its
+///   identity once (`uname`, `/proc/self/stat`, the boot id).
 ///
 /// The floor, `open(O_CREAT|O_EXCL)` + `close` + `unlink`, is 3. Heartbeat-only mode is the
-/// same without `flock`; [`with_fsync`](FileLockBuilder::with_fsync) adds an `fsync` of the
+/// same without `flock` and the kernel lock's `getpid` (acquire 9, release 2 or 3); [`with_fsync`](FileLockBuilder::with_fsync) adds an `fsync` of the
 /// directory after each rename. The bench's times for these, each beside its floor measured in
 /// the same run, are in
 /// [docs/benchmarks.md](https://github.com/lease-rs/lease/blob/main/docs/benchmarks.md).
@@ -899,7 +906,7 @@ impl FileLock {
         if !kd.still_at_path() {
             // The directory was moved away or replaced while we took it: nobody else can see
             // this tenure, so do not trust it.
-            let _ = engine::release(&mut kd, &name, generation);
+            let _ = engine::release(&mut kd, &name, &held, None, &shared.time);
             if cached {
                 return self.attempt(self.open_dir()?, false);
             }
@@ -994,12 +1001,13 @@ impl Shared {
         let Some(tenure) = state.tenure.as_mut() else {
             return Err(self.lease_error(busy(&shared.path)));
         };
-        let generation = tenure.held.generation;
+        let held = tenure.held.clone();
+        let generation = held.generation;
         let name = tenure.name.clone();
         let Some(mut kd) = tenure.dir.take() else {
             return Err(self.lease_error(busy(&shared.path)));
         };
-        let released = engine::release(&mut kd, &name, generation);
+        let released = engine::release(&mut kd, &name, &held, None, &shared.time);
         match released {
             Err(e) => {
                 if let Some(t) = state.tenure.as_mut() {

@@ -416,6 +416,13 @@ impl KeyDir {
         self.locked && self.locked_in == std::process::id()
     }
 
+    /// Whether this handle took the kernel lock, in this process or (before a `fork`) in its
+    /// parent: [`locked`](Self::locked) without its `getpid`, for a caller that already knows
+    /// it runs in the acquiring process (a release, which a forked child is refused first).
+    pub(crate) fn lock_taken(&self) -> bool {
+        self.locked
+    }
+
     /// Tries the kernel lock (`flock(LOCK_EX|LOCK_NB)` on the directory): true if now held.
     ///
     /// # Errors
@@ -680,6 +687,23 @@ impl KeyDir {
                     *entry = Some((ino, file));
                 }
             }
+        }
+    }
+
+    /// Erases the description from the state entry kept open by the last
+    /// [`describe`](Self::describe) (if it is inode `ino`, when given): one `ftruncate` to 0
+    /// bytes, so that a free key's entry holds no data block (a free state is never described:
+    /// only a held one's description is ever read). Nothing is opened for it: without a kept
+    /// entry (none described through this directory handle, or an entry this user does not own)
+    /// nothing is erased. The caller erases only while the state is still provably its own
+    /// tenure's (see [`engine::release`](crate::engine::release)), since the entry is the one
+    /// file every tenure of this lock describes itself in.
+    pub(crate) fn erase_description(&self, ino: Option<u64>) {
+        let entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((kept, file)) = entry.as_ref()
+            && ino.is_none_or(|ino| ino == *kept)
+        {
+            let _ = file.set_len(0);
         }
     }
 

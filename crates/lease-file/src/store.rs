@@ -56,9 +56,11 @@ struct Tenure {
 /// monotonic clock; in kernel mode, a holder on this host whose kernel lock is free, at once.
 /// Holder deadlines come from [`holder_deadline`] measured before each operation.
 ///
-/// The futures do their file I/O inline when first polled: a few local syscalls (acquire and
-/// release as [`FileLock`](crate::FileLock)'s, 9 and 2; a renewal of a lease this store holds
-/// in kernel mode is one `rename`; counted by `benches/file_lease.rs`), no thread hop, no
+/// The futures do their file I/O inline when first polled: a few local syscalls (in kernel
+/// mode an acquire is 13, [`FileLock`](crate::FileLock)'s and one more `getpid` for the fork
+/// check; a release 4, or 5 with the `ftruncate` that empties the entry of a tenure that
+/// lasted; a renewal of a lease this store holds is one `rename`; counted with `strace` on
+/// `benches/file_lease.rs`'s helper), no thread hop, no
 /// runtime needed. The store keeps the lock directories of the leases it holds open, and up to
 /// 32 released ones for the next acquisition of their keys (three descriptors each).
 ///
@@ -679,7 +681,7 @@ impl DirectoryStore {
             return match attempt {
                 Attempt::Won { held, name, now } => {
                     if cached && !kd.still_at_path() {
-                        let _ = engine::release(&mut kd, &name, held.generation);
+                        let _ = engine::release(&mut kd, &name, &held, None, &self.inner.time);
                         continue;
                     }
                     tracing::debug!(%key, generation = held.generation, token = %token, "file lease acquired");
@@ -881,12 +883,13 @@ impl DirectoryStore {
             // and only then: a release refused (another token, say) must not free the holder's
             // lock.
             let released = t.held.token == fnv(token.as_str().as_bytes())
-                && engine::release(&mut t.kd, &t.name, fencing.get()).map_err(fs_error(key))?;
+                && engine::release(&mut t.kd, &t.name, &t.held, None, &self.inner.time)
+                    .map_err(fs_error(key))?;
             let result = if released {
                 tracing::debug!(%key, generation = fencing.get(), "file lease released");
                 Ok(())
             } else {
-                Self::release_in(&mut t.kd, key, token, fencing)
+                Self::release_in(&mut t.kd, key, token, fencing, &self.inner.time)
             };
             if result.is_ok()
                 && let Some(t) = tenures.remove(&path)
@@ -901,7 +904,7 @@ impl DirectoryStore {
             Some(kd) if kd.still_at_path() => kd,
             _ => self.lease_dir(key, false)?.ok_or_else(|| missing(key))?,
         };
-        let result = Self::release_in(&mut kd, key, token, fencing);
+        let result = Self::release_in(&mut kd, key, token, fencing, &self.inner.time);
         if result.is_ok() {
             // Its kernel lock goes with it (held by another handle of this store, if any).
             self.tenures().remove(&path);
@@ -916,13 +919,19 @@ impl DirectoryStore {
         key: &LeaseKey,
         token: &LeaseToken,
         fencing: FencingToken,
+        time: &Timebase,
     ) -> Result<(), LeaseError> {
         for _ in 0..4 {
             let found = live_state(kd, key)?;
             if let Some(gone) = engine::mismatch(&found, fencing.get(), token.as_str()) {
                 return Err(not_owned(key, gone));
             }
-            if engine::release(kd, &found.name, fencing.get()).map_err(fs_error(key))? {
+            let State::Held(held) = &found.state else {
+                return Err(not_owned(key, Gone::Released));
+            };
+            if engine::release(kd, &found.name, held, Some(found.ino), time)
+                .map_err(fs_error(key))?
+            {
                 return Ok(());
             }
         }
