@@ -17,13 +17,32 @@ pub(crate) fn run(args: &PruneArgs, actor: &Actor) -> Result<(), String> {
         .with_shared_directory(true)
         .build()
         .map_err(|e| format!("open {}: {e}", args.dir.display()))?;
-    let mut removed = 0usize;
+    // Removed, held, busy (a creation under way), ahead of the clock, left in place, failed.
+    let mut totals = [0usize; 6];
     while actor.sleep(Duration::from_millis(args.every_ms)) {
         match store.prune(Duration::ZERO) {
-            Ok(report) => removed += report.removed.len(),
-            Err(error) => eprintln!("prune {}: {error}", args.dir.display()),
+            Ok(report) => {
+                for (total, n) in totals.iter_mut().zip([
+                    report.removed.len(),
+                    report.held,
+                    report.busy,
+                    report.ahead_of_clock,
+                    report.left_in_place,
+                    0,
+                ]) {
+                    *total += n;
+                }
+            }
+            Err(error) => {
+                totals[5] += 1;
+                eprintln!("prune {}: {error}", args.dir.display());
+            }
         }
     }
-    println!("pruned {removed} keys");
+    let [removed, held, busy, ahead, left, failed] = totals;
+    println!(
+        "pruned {removed} keys (kept: {held} held, {busy} busy, {ahead} ahead of the clock, \
+         {left} left in place; {failed} prunes failed)"
+    );
     Ok(())
 }

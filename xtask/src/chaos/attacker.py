@@ -5,7 +5,7 @@ directory). With inotify it races symbolic and hard links to a root-owned sentin
 * every temporary lock directory (`.lease-init.<hash>.<nonce>`) the moment it appears: renamed
   away and replaced by a hard link to the sentinel (refused by fs.protected_hardlinks=1, counted)
   or a symbolic link to it, one time in two (a creation that goes through now and then keeps
-  the keys' other paths in use too);
+  the keys' other paths in use too), the link removed again a few milliseconds later;
 * names not created yet: a key's name the moment its lock directory is pruned (a symbolic link
   for a few milliseconds, then removed: the attacker's own link, never a lock directory), and
   the old CLI's probe names `.lease-probe-<pid>` for the next pids, planted ahead.
@@ -76,7 +76,10 @@ def swap(store, name):
         os.rename(path, moved)
     except OSError:
         return
-    plant(path)
+    if plant(path):
+        # Removed again soon: a link left there for good would make a pruner take the key's
+        # creation for under way forever (a denial of pruning, not what is tested here).
+        unplant.append((time.monotonic() + 0.005, path))
     try:
         os.rmdir(moved)  # empty if root had not got to its first entry; root's otherwise
     except OSError:
@@ -105,8 +108,8 @@ def probes():
             pass
 
 
+unplant = []  # (when, path): a link of the attacker's own, removed soon
 probes()
-unplant = []  # (when, path): a link planted at a name not created yet, removed soon
 next_probes = time.monotonic() + 1.0
 while not os.path.exists(stop):
     readable, _, _ = select.select([fd], [], [], 0.005)
