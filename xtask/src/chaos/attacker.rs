@@ -226,3 +226,23 @@ impl Attacker {
         AttackerReport::Ran { actions, problems }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::AttackerReport;
+
+    #[test]
+    fn only_a_failed_check_fails_the_run() {
+        assert!(!AttackerReport::Skipped("not root".into()).failed());
+        let clean = AttackerReport::Ran {
+            actions: "temp_seen=1".into(),
+            problems: Vec::new(),
+        };
+        assert!(!clean.failed());
+        let changed = AttackerReport::Ran {
+            actions: String::new(),
+            problems: vec!["the sentinel changed".into()],
+        };
+        assert!(changed.failed());
+    }
+}
