@@ -33,6 +33,24 @@ pub(crate) enum Mode {
     /// One lessor-partition worker with fenced checkpoints: a task per unit gained reads its
     /// checkpoint, then every SAVE_EVERY_MS claims the unit and saves the next checkpoint.
     Fleet(FleetArgs),
+    /// `DirectoryStore::prune` of every free key (idle 0 s) every EVERY_MS, in a store opened
+    /// with the shared-directory opt-in, so that keys are created again and again: the
+    /// attacker's moments (temporary lock directories) keep coming. Errors are printed, not
+    /// fatal.
+    Prune(PruneArgs),
+}
+
+/// `prune`.
+#[derive(Debug, Args)]
+pub(crate) struct PruneArgs {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    /// The store directory (opened with `with_shared_directory(true)`).
+    #[arg(long, value_name = "D")]
+    pub(crate) dir: PathBuf,
+    /// Milliseconds between prunes.
+    #[arg(long, value_name = "MS")]
+    pub(crate) every_ms: u64,
 }
 
 /// What every mode takes.

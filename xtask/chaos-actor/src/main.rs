@@ -14,6 +14,7 @@
 //!              [--endpoint URL --table T [--skew-ms S] [--attempt-timeout-ms A]]
 //!              --fleet NAME --worker W --units N --session-ms S --interval-ms I --margin-ms M
 //!              --save-every-ms E [--session-skew-ms MS]
+//! prune        --dir D --every-ms MS
 //! ```
 //!
 //! * `touch` is the command `lease run` runs: `acq` with `$LEASE_FENCING_TOKEN` at its first
@@ -27,6 +28,9 @@
 //!   (`with_checkpoints`): a task per unit gained logs the checkpoint it was handed, then claims
 //!   and saves the next one every E ms (one late save with the old token after a loss, for the
 //!   fence to refuse).
+//! * `prune` removes every free key of a shared store (`DirectoryStore::prune`, idle 0 s) every
+//!   MS ms, so that its keys are created again and again (each creation a moment for the
+//!   chaos run's attacker); it writes no history (`lease run` children do).
 //!
 //! Every mode appends the lines of `docs/chaos.md` to `<RUN_DIR>/history/<ID>.log` (one
 //! `write(2)` per line, `O_APPEND`), reads the instant of a claim *before* the check that
@@ -43,6 +47,7 @@ mod dynamo_lease;
 mod filelock;
 mod fleet;
 mod history;
+mod prune;
 mod touch;
 
 use std::process::ExitCode;
@@ -59,6 +64,7 @@ fn main() -> ExitCode {
         Mode::Filelock(args) => &args.common,
         Mode::DynamoLease(args) => &args.common,
         Mode::Fleet(args) => &args.common,
+        Mode::Prune(args) => &args.common,
     };
     let actor = match Actor::start(common) {
         Ok(actor) => actor,
@@ -72,6 +78,7 @@ fn main() -> ExitCode {
         Mode::Filelock(args) => filelock::run(args, &actor),
         Mode::DynamoLease(args) => dynamo_lease::run(args, &actor),
         Mode::Fleet(args) => fleet::run(args, &actor),
+        Mode::Prune(args) => prune::run(args, &actor),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

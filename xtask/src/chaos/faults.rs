@@ -468,7 +468,12 @@ fn relay_files(tmp: &Path) -> Vec<PathBuf> {
 fn lock_dirs(files: &Path) -> Vec<PathBuf> {
     // The store roots hold lock directories, never state: planted junk named like a state
     // entry must not make one of them look like a lock directory.
-    let roots = [files.join("locks"), files.join("run"), files.join("fleet")];
+    let roots = [
+        files.join("locks"),
+        files.join("run"),
+        files.join("fleet"),
+        files.join("shared"),
+    ];
     let mut found = Vec::new();
     let mut queue = vec![(files.to_path_buf(), 0)];
     while let Some((dir, depth)) = queue.pop() {

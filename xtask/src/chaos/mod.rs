@@ -8,6 +8,7 @@
 //! at once, a fencing token issued twice or going backwards, a fenced value replaced by an older
 //! writer, and a fleet unit trusted by two workers. `docs/chaos.md` has the formats and rules.
 
+mod attacker;
 pub(crate) mod check;
 mod faults;
 pub(crate) mod history;
@@ -250,6 +251,8 @@ pub(crate) struct Outcome {
     proxy: Option<proxy::ProxyCounters>,
     elapsed: Duration,
     spawned: u64,
+    /// The attacker's actions and checks, when the file backend ran.
+    attacker: Option<attacker::AttackerReport>,
 }
 
 /// Keeps every slot running and injects faults until the run's time is up, then stops
@@ -263,6 +266,20 @@ fn run_under_faults(options: &Options, context: &Context, stores: &Stores) -> Re
         .collect();
     let every = Duration::from_millis(800);
     let mut faults = Faults::new(options.seed, &options.backends, every, &context.run)?;
+    let mut attacker = None;
+    let mut attacker_report = None;
+    if options.has(Backend::File) {
+        match attacker::Attacker::start(&context.run) {
+            Ok(started) => {
+                println!("    the attacker (nobody) races links in files/shared");
+                attacker = Some(started);
+            }
+            Err(reason) => {
+                println!("    attacker skipped: {reason}");
+                attacker_report = Some(attacker::AttackerReport::Skipped(reason));
+            }
+        }
+    }
     let started = Instant::now();
     let end = started + options.duration;
     let (mut spawned, mut next_status) = (0u64, started + Duration::from_secs(15));
@@ -303,6 +320,9 @@ fn run_under_faults(options: &Options, context: &Context, stores: &Stores) -> Re
     for slot in &mut slots {
         slot.finish(deadline);
     }
+    if let Some(attacker) = attacker {
+        attacker_report = Some(attacker.finish(Instant::now() + Duration::from_secs(5)));
+    }
     let proxy = stores.proxy.as_ref().map(proxy::Proxy::counters);
     Ok(Outcome {
         slots,
@@ -310,6 +330,7 @@ fn run_under_faults(options: &Options, context: &Context, stores: &Stores) -> Re
         proxy,
         elapsed: started.elapsed(),
         spawned,
+        attacker: attacker_report,
     })
 }
 

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 
+use super::attacker::AttackerReport;
 use super::check::{Assumptions, check};
 use super::faults::Kind;
 use super::history::{History, Surface};
@@ -25,6 +26,9 @@ pub(crate) fn write(options: &Options, run: &Path, outcome: &Outcome) -> Result 
     text.push_str(&processes(outcome));
     text.push_str(&faults(options, outcome));
     text.push_str(&checked.to_markdown(options.seed, &history.faults));
+    if let Some(attacker) = &outcome.attacker {
+        text.push_str(&attacker_section(attacker));
+    }
     let idle = idle_surfaces(options, &history);
     if !idle.is_empty() {
         let _ = writeln!(
@@ -68,6 +72,19 @@ pub(crate) fn write(options: &Options, run: &Path, outcome: &Outcome) -> Result 
                     .into(),
             )
         };
+    }
+    if outcome
+        .attacker
+        .as_ref()
+        .is_some_and(AttackerReport::failed)
+    {
+        return Err(format!(
+            "the chaos run's attacker (seed {}) made root touch something outside the store: \
+             see {}",
+            options.seed,
+            path.display()
+        )
+        .into());
     }
     if checked.failed() {
         return Err(format!(
@@ -211,6 +228,34 @@ fn faults(options: &Options, outcome: &Outcome) -> String {
         );
     }
     text.push('\n');
+    text
+}
+
+fn attacker_section(attacker: &AttackerReport) -> String {
+    let mut text = String::from("### Attacker\n\n");
+    match attacker {
+        AttackerReport::Skipped(reason) => {
+            let _ = writeln!(text, "Skipped: {reason}.\n");
+        }
+        AttackerReport::Ran { actions, problems } => {
+            let _ = writeln!(
+                text,
+                "`nobody`, owner of `files/shared`, raced links to a root-owned 0600 sentinel \
+                 there: {actions}.\n"
+            );
+            if problems.is_empty() {
+                text.push_str(
+                    "The sentinel's mode, owner, size and content are unchanged, and nothing \
+                     was created outside the stores.\n\n",
+                );
+            } else {
+                for problem in problems {
+                    let _ = writeln!(text, "- **{problem}**");
+                }
+                text.push('\n');
+            }
+        }
+    }
     text
 }
 

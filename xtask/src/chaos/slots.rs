@@ -34,6 +34,12 @@ pub(crate) enum Role {
     },
     /// `lease run --file` of `lease-chaos-actor touch`.
     RunFile,
+    /// `lease run --file files/shared --shared-dir` of `lease-chaos-actor touch`, on keys
+    /// `s0`..`s3` in turn: the shared store the attacker owns.
+    RunShared,
+    /// `lease-chaos-actor prune` of `files/shared` every 200 ms, so its keys are created again
+    /// and again under the attacker's eyes.
+    Prune,
     /// `lease run --dynamo` (through the proxy) of `lease-chaos-actor touch`.
     RunDynamo,
     /// `lease-chaos-actor dynamo-lease`: a kept lease and fenced values, through the proxy.
@@ -113,7 +119,8 @@ impl Slot {
     pub(crate) fn lease_length(&self) -> Duration {
         match (&self.role, self.backend) {
             (Role::FileLock { .. }, _) => Duration::from_millis(1000),
-            (Role::RunFile, _) | (Role::Fleet { .. }, Backend::File) => Duration::from_secs(2),
+            (Role::RunFile | Role::RunShared | Role::Prune, _)
+            | (Role::Fleet { .. }, Backend::File) => Duration::from_secs(2),
             _ => Duration::from_secs(3),
         }
     }
@@ -211,6 +218,28 @@ impl Slot {
                     .arg(&dir)
                     .args(["--key", "r0", "--ttl", "2s", "--wait", "3s", "--"]);
                 touch(&mut command, context, &proc, "run-file", &key, 40);
+                command
+            }
+            (Role::RunShared, _) => {
+                let dir = super::attacker::shared_store(&context.run);
+                let name = format!("s{}", self.incarnation % 4);
+                let key = format!("file:{}/{name}", dir.display());
+                let mut command = Command::new(&context.lease);
+                command
+                    .arg("run")
+                    .arg("--file")
+                    .arg(&dir)
+                    .args(["--shared-dir", "--key", &name])
+                    .args(["--ttl", "2s", "--wait", "3s", "--"]);
+                touch(&mut command, context, &proc, "run-file", &key, 40);
+                command
+            }
+            (Role::Prune, _) => {
+                let mut command = actor(context, "prune", &proc);
+                command
+                    .arg("--dir")
+                    .arg(super::attacker::shared_store(&context.run))
+                    .args(["--every-ms", "200"]);
                 command
             }
             (Role::RunDynamo, _) => {
@@ -338,6 +367,10 @@ pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
             for worker in 0..3 {
                 add(format!("fleetf{worker}"), Role::Fleet { worker });
             }
+            for i in 0..2 {
+                add(format!("runs{i}"), Role::RunShared);
+            }
+            add("prune0".to_owned(), Role::Prune);
         }
         Backend::Dynamo => {
             for i in 0..2 {
@@ -364,6 +397,7 @@ pub(crate) fn prepare(run: &Path) -> std::io::Result<()> {
         "files/locks",
         "files/run",
         "files/fleet",
+        "files/shared",
     ] {
         fs::create_dir_all(run.join(dir))?;
     }
