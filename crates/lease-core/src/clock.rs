@@ -67,7 +67,9 @@ pub trait Clock: Send + Sync + fmt::Debug {
 /// process's first reading of std's clock plus the time `CLOCK_BOOTTIME` advanced since then
 /// (`CLOCK_MONOTONIC`, which std's `Instant::now` reads, stops while the host sleeps; boot
 /// time does not). So a lease's deadline, measured on this clock, passes while the host sleeps,
-/// as it does for every other host. Elsewhere it is std's `Instant::now`. Readings never go
+/// as it does for every other host. Elsewhere it is std's `Instant::now`, which may not count
+/// suspended time (on macOS it does not). Time the kernel does not know it lost (a VM paused by
+/// its hypervisor with the guest's clocks stopped) is not counted either. Readings never go
 /// backwards and never fall behind `Instant::now`; after a suspend they run ahead of it by the
 /// time slept, so compare them only with readings of this clock. A sleep ends when this clock
 /// reaches its end (after a resume, within a second of that).
@@ -157,7 +159,8 @@ fn boottime_ns() -> Option<u64> {
         .checked_add(u64::try_from(t.tv_nsec()).ok()?)
 }
 
-/// No boot clock read here: std's `Instant` alone (on macOS it already counts suspended time).
+/// No boot clock read here: std's `Instant` alone, which may not count suspended time (macOS's
+/// does not): the suspend gap stays open on those systems.
 #[cfg(not(target_os = "linux"))]
 fn boottime_ns() -> Option<u64> {
     None
