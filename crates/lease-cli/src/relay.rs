@@ -38,11 +38,19 @@ pub(crate) fn boottime_ns() -> u64 {
     })
 }
 
-/// `at` as an absolute `CLOCK_BOOTTIME` time in nanoseconds: now on that clock plus the time
-/// from now to `at` (std's `Instant` reads `CLOCK_MONOTONIC` and keeps its value private).
+/// Now on the clock lease deadlines are measured on ([`lease_core::SystemClock`], which counts
+/// time suspended). Not std's `Instant::now`: after a suspend it lags that clock by the time
+/// slept, and a deadline compared with it would seem that much further away.
+pub(crate) fn mono_now() -> Instant {
+    lease_core::Clock::monotonic(&lease_core::SystemClock)
+}
+
+/// `at` (a lease deadline, on [`mono_now`]'s clock) as an absolute `CLOCK_BOOTTIME` time in
+/// nanoseconds: now on that clock plus the time from now to `at` (std's `Instant` keeps its
+/// value private).
 pub(crate) fn instant_ns(at: Instant) -> u64 {
     let now_ns = boottime_ns();
-    let now = Instant::now();
+    let now = mono_now();
     match at.checked_duration_since(now) {
         Some(ahead) => now_ns.saturating_add(u64::try_from(ahead.as_nanos()).unwrap_or(u64::MAX)),
         None => now_ns

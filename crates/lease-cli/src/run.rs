@@ -507,7 +507,7 @@ async fn supervise(
                 if let Err(reason) = guard.check() {
                     break Stop::Lost(reason);
                 }
-                let deadline_in = guard.deadline().saturating_duration_since(Instant::now());
+                let deadline_in = guard.deadline().saturating_duration_since(crate::relay::mono_now());
                 if deadline_in <= stop_window {
                     break Stop::Early { deadline_in };
                 }
@@ -566,7 +566,10 @@ fn follow_terminal_stop(
     }
     let suspended = stopped_at.elapsed();
     let trusted = guard.check().is_ok()
-        && guard.deadline().saturating_duration_since(Instant::now()) > stop_window;
+        && guard
+            .deadline()
+            .saturating_duration_since(crate::relay::mono_now())
+            > stop_window;
     if !trusted {
         target.send(Signal::SIGKILL);
         return Err(Stop::Suspended { signal, suspended });
@@ -631,12 +634,9 @@ async fn stop_stragglers(
     );
     target.send(Signal::SIGTERM);
     let slack = kill_slack(plan.ttl);
-    let kill_at = (Instant::now() + plan.grace).min(
-        guard
-            .deadline()
-            .checked_sub(slack)
-            .unwrap_or_else(Instant::now),
-    );
+    // On the deadline's clock, which counts time suspended (not std's `Instant::now`).
+    let now = crate::relay::mono_now;
+    let kill_at = (now() + plan.grace).min(guard.deadline().checked_sub(slack).unwrap_or_else(now));
     let mut poll = tokio::time::interval(Duration::from_millis(10));
     loop {
         tokio::select! {
@@ -644,7 +644,7 @@ async fn stop_stragglers(
                 if !target.group_alive() {
                     return;
                 }
-                if Instant::now() >= kill_at {
+                if now() >= kill_at {
                     break;
                 }
             }

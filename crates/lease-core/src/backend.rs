@@ -8,18 +8,21 @@
 //!
 //! ```
 //! use lease_core::backend;
-//! use lease_core::{LeaseKey, LeaseToken};
-//! use std::time::{Duration, Instant, SystemTime};
+//! use lease_core::{Clock, LeaseKey, LeaseToken, SystemClock};
+//! use std::time::{Duration, SystemTime};
 //!
 //! // What a backend does once its store accepted the write that made `token` the holder.
-//! let sent_at = Instant::now();
+//! // `sent_at` is read from the backend's clock before the write was sent (never std's
+//! // `Instant::now`, which SystemClock runs ahead of after a suspend).
+//! let clock = SystemClock;
+//! let sent_at = clock.monotonic();
 //! let duration = Duration::from_secs(30);
 //! let lease = backend::new_lease(
 //!     LeaseKey::new("nightly")?,
 //!     LeaseToken::new("t-1")?,
 //!     backend::fencing_token(42),
 //!     duration,
-//!     SystemTime::now() + duration,
+//!     clock.now() + duration,
 //!     backend::holder_deadline(sent_at, duration, backend::default_safety_margin(duration)),
 //! );
 //! assert_eq!(lease.fencing_token().get(), 42);

@@ -20,7 +20,12 @@ use crate::sync::lock;
 ///
 /// * [`Clock::now`] is wall time, the only kind a shared store can compare across hosts. It may
 ///   jump (NTP steps, an operator); backends document how much skew they tolerate.
-/// * [`Clock::monotonic`] never goes backwards; holders measure their deadlines with it.
+/// * [`Clock::monotonic`] never goes backwards; holders measure their deadlines with it. It must
+///   keep running while the host is suspended (a laptop's lid, a paused VM): other hosts, and
+///   the stores that judge expiry on their wall clocks, do not stop for this one, so a holder's
+///   deadline must pass across a suspend too. [`SystemClock`] counts suspended time on Linux.
+///   Its `Instant`s are therefore not on the scale of [`Instant::now`] after a suspend: compare
+///   and subtract them only with readings of the same clock.
 /// * [`Clock::sleep`] waits on this clock's monotonic time. It needs no async runtime.
 pub trait Clock: Send + Sync + fmt::Debug {
     /// Wall-clock time.
@@ -58,6 +63,17 @@ pub trait Clock: Send + Sync + fmt::Debug {
 /// The operating system's clocks. Sleeps are served by one shared timer thread, so they work
 /// inside any executor, or none.
 ///
+/// Monotonic time counts time the host spent suspended: on Linux an [`Instant`] is the
+/// process's first reading of std's clock plus the time `CLOCK_BOOTTIME` advanced since then
+/// (`CLOCK_MONOTONIC`, which std's `Instant::now` reads, stops while the host sleeps; boot
+/// time does not). So a lease's deadline, measured on this clock, passes while the host sleeps,
+/// as it does for every other host. Elsewhere it is std's `Instant::now`, which may not count
+/// suspended time (on macOS it does not). Time the kernel does not know it lost (a VM paused by
+/// its hypervisor with the guest's clocks stopped) is not counted either. Readings never go
+/// backwards and never fall behind `Instant::now`; after a suspend they run ahead of it by the
+/// time slept, so compare them only with readings of this clock. A sleep ends when this clock
+/// reaches its end (after a resume, within a second of that).
+///
 /// ```
 /// use lease_core::{Clock, SystemClock};
 /// use std::time::Duration;
@@ -76,17 +92,84 @@ impl Clock for SystemClock {
     }
 
     fn monotonic(&self) -> Instant {
-        Instant::now()
+        system_monotonic()
     }
 
     fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
-        let deadline = crate::lease::instant_after(Instant::now(), duration);
+        let deadline = crate::lease::instant_after(system_monotonic(), duration);
         Box::pin(TimerSleep {
             deadline,
             state: None,
         })
     }
 }
+
+/// [`SystemClock`]'s monotonic time: std's clock at the process's first reading, advanced by
+/// `CLOCK_BOOTTIME` since then.
+fn system_monotonic() -> Instant {
+    static SCALE: OnceLock<BootScale> = OnceLock::new();
+    SCALE
+        .get_or_init(|| BootScale::new(boottime_ns()))
+        .at(boottime_ns())
+}
+
+/// Monotonic time that counts time suspended: `base` plus the boot clock's advance since
+/// `base_boot`, never behind std's clock since `base` and never going backwards.
+#[derive(Debug)]
+struct BootScale {
+    base: Instant,
+    base_boot: Option<u64>,
+    /// The largest advance since `base` handed out, in nanoseconds.
+    last: AtomicU64,
+}
+
+impl BootScale {
+    fn new(base_boot: Option<u64>) -> Self {
+        Self {
+            base: Instant::now(),
+            base_boot,
+            last: AtomicU64::new(0),
+        }
+    }
+
+    /// The instant for a boot clock reading of `boot` nanoseconds (`None`: unreadable, std's
+    /// clock alone).
+    fn at(&self, boot: Option<u64>) -> Instant {
+        let std_since = nanos(self.base.elapsed());
+        let since = match (self.base_boot, boot) {
+            (Some(base), Some(now)) => now.saturating_sub(base).max(std_since),
+            _ => std_since,
+        };
+        let last = self.last.fetch_max(since, Ordering::AcqRel);
+        crate::lease::instant_after(self.base, Duration::from_nanos(last.max(since)))
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `CLOCK_BOOTTIME` in nanoseconds: monotonic, and counting time suspended.
+#[cfg(target_os = "linux")]
+fn boottime_ns() -> Option<u64> {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).ok()?;
+    u64::try_from(t.tv_sec())
+        .ok()?
+        .checked_mul(1_000_000_000)?
+        .checked_add(u64::try_from(t.tv_nsec()).ok()?)
+}
+
+/// No boot clock read here: std's `Instant` alone, which may not count suspended time (macOS's
+/// does not): the suspend gap stays open on those systems.
+#[cfg(not(target_os = "linux"))]
+fn boottime_ns() -> Option<u64> {
+    None
+}
+
+/// The longest the timer thread waits without re-reading the clock: a suspend stops the
+/// condition variable's clock, not [`SystemClock`]'s, so after a resume a sleep ends at most
+/// this long after its end.
+const TIMER_RECHECK: Duration = Duration::from_secs(1);
 
 /// Shared between a sleeping future and whoever fires it.
 #[derive(Debug, Default)]
@@ -181,7 +264,7 @@ impl Timer {
     fn run(&self) {
         let mut heap = lock(&self.heap);
         loop {
-            let now = Instant::now();
+            let now = system_monotonic();
             while heap.peek().is_some_and(|Reverse(e)| e.deadline <= now) {
                 if let Some(Reverse(entry)) = heap.pop() {
                     entry.state.fire();
@@ -189,7 +272,10 @@ impl Timer {
             }
             heap = match heap.peek() {
                 Some(Reverse(next)) => {
-                    let wait = next.deadline.saturating_duration_since(now);
+                    let wait = next
+                        .deadline
+                        .saturating_duration_since(now)
+                        .min(TIMER_RECHECK);
                     self.changed
                         .wait_timeout(heap, wait)
                         .map(|(guard, _)| guard)
@@ -213,14 +299,14 @@ impl Future for TimerSleep {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if Instant::now() >= self.deadline {
+        if system_monotonic() >= self.deadline {
             return Poll::Ready(());
         }
         if self.state.is_none() {
             match Timer::global() {
                 Some(timer) => self.state = Some(timer.schedule(self.deadline)),
                 None => {
-                    std::thread::sleep(self.deadline.saturating_duration_since(Instant::now()));
+                    std::thread::sleep(self.deadline.saturating_duration_since(system_monotonic()));
                     return Poll::Ready(());
                 }
             }
@@ -484,6 +570,97 @@ mod tests {
         clock.advance(Duration::from_secs(3));
         assert_eq!(clock.next_sleep_deadline(), None);
         block_on(long);
+    }
+
+    /// [`SystemClock`] with a suspend that can be injected: the boot clock reading (and wall
+    /// time) run on by the time "slept" while std's clock, like `CLOCK_MONOTONIC`, does not.
+    /// Its monotonic time goes through the same [`BootScale`] as [`SystemClock`]'s.
+    #[derive(Debug)]
+    struct SuspendingClock {
+        scale: BootScale,
+        slept: AtomicU64,
+    }
+
+    impl SuspendingClock {
+        fn new() -> Self {
+            Self {
+                scale: BootScale::new(boottime_ns()),
+                slept: AtomicU64::new(0),
+            }
+        }
+
+        /// The host sleeps for `by` between two readings.
+        fn suspend(&self, by: Duration) {
+            self.slept.fetch_add(nanos(by), Ordering::SeqCst);
+        }
+
+        fn slept(&self) -> Duration {
+            Duration::from_nanos(self.slept.load(Ordering::SeqCst))
+        }
+    }
+
+    impl Clock for SuspendingClock {
+        fn now(&self) -> SystemTime {
+            SystemTime::now() + self.slept()
+        }
+        fn monotonic(&self) -> Instant {
+            self.scale
+                .at(boottime_ns().map(|b| b.saturating_add(nanos(self.slept()))))
+        }
+        fn sleep(&self, duration: Duration) -> BoxFuture<'static, ()> {
+            SystemClock.sleep(duration)
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_suspend_passes_a_kept_lease_deadline() {
+        use crate::{AcquireOptions, KeeperOptions, LeaseBackend, LeaseGuard, LeaseKey};
+        use crate::{LossReason, MemoryBackend};
+
+        let clock = Arc::new(SuspendingClock::new());
+        let backend: Arc<dyn LeaseBackend> =
+            Arc::new(MemoryBackend::builder().with_clock(clock.clone()).build());
+        let key = LeaseKey::new("suspend").expect("key");
+        let lease =
+            block_on(backend.try_acquire(&key, Duration::from_secs(5), &AcquireOptions::default()))
+                .expect("acquired");
+        let (guard, _task) =
+            LeaseGuard::new(backend.clone(), lease.clone(), KeeperOptions::default());
+        assert!(guard.check().is_ok());
+        assert!(lease.is_trusted(&*clock));
+
+        clock.suspend(Duration::from_secs(10));
+        // std's clock barely moved; the lease's time ran out while the host slept.
+        assert_eq!(guard.check(), Err(LossReason::DeadlinePassed));
+        assert!(!lease.is_trusted(&*clock));
+        assert_eq!(lease.remaining(&*clock), Duration::ZERO);
+        // The store agrees: somebody else may take the key now.
+        let other =
+            block_on(backend.try_acquire(&key, Duration::from_secs(5), &AcquireOptions::default()));
+        assert!(other.is_ok(), "{other:?}");
+    }
+
+    #[test]
+    fn system_monotonic_time_never_goes_backwards_nor_behind_std() {
+        let mut last = SystemClock.monotonic();
+        for _ in 0..1000 {
+            let std_now = Instant::now();
+            let now = SystemClock.monotonic();
+            assert!(now >= last);
+            assert!(now >= std_now);
+            last = now;
+        }
+    }
+
+    #[test]
+    fn a_boot_scale_never_goes_backwards() {
+        let scale = BootScale::new(Some(1_000));
+        let later = scale.at(Some(1_000 + 5_000_000_000));
+        assert!(later >= scale.base + Duration::from_secs(5));
+        // A boot reading that went back, or none at all, does not move time back.
+        assert_eq!(scale.at(Some(1_000)), later);
+        assert_eq!(scale.at(None), later);
     }
 
     #[test]

@@ -45,12 +45,14 @@ impl AcquireOptions {
     /// makes exactly one attempt, and one given `now + d` returns within `d` plus one attempt
     /// timeout. [`LeaseBackendExt::acquire_with`](crate::LeaseBackendExt::acquire_with) sets it
     /// to the end of its wait (or keeps an earlier one set here). Backends without internal
-    /// retries may ignore it.
+    /// retries may ignore it. The deadline is on the backend's [`Clock::monotonic`](crate::Clock::monotonic)
+    /// (not std's `Instant::now`, which [`SystemClock`](crate::SystemClock) runs ahead of after a
+    /// suspend).
     ///
     /// ```
-    /// use lease_core::AcquireOptions;
-    /// use std::time::{Duration, Instant};
-    /// let by = Instant::now() + Duration::from_secs(3);
+    /// use lease_core::{AcquireOptions, Clock, SystemClock};
+    /// use std::time::Duration;
+    /// let by = SystemClock.monotonic() + Duration::from_secs(3);
     /// assert_eq!(AcquireOptions::default().with_deadline(by).deadline(), Some(by));
     /// ```
     pub fn with_deadline(mut self, deadline: Instant) -> Self {

@@ -137,10 +137,16 @@ pub(crate) fn wall_ns(at: SystemTime) -> u64 {
 
 /// This host's shared monotonic scale: `CLOCK_MONOTONIC` of this boot, in this time namespace.
 ///
-/// Not `CLOCK_BOOTTIME`: holders trust their leases until an `Instant` deadline, which is
-/// `CLOCK_MONOTONIC`; a suspend stops both sides of this comparison alike, while a boot-time
-/// scale would pass a sleeping holder's deadline before its own trust ended (see
-/// docs/correctness.md, *Suspend*).
+/// Not `CLOCK_BOOTTIME`, and safe beside a holder whose trust runs on
+/// [`SystemClock`](lease_core::SystemClock) (which counts time suspended): every value published
+/// on this scale is a reading of `CLOCK_MONOTONIC` taken *after* the holder's reading of its own
+/// clock, plus the lease's duration (never a conversion of an `Instant`), and the holder's clock
+/// advances at least as much as `CLOCK_MONOTONIC` over any interval. So the holder stops
+/// trusting its deadline no later than a contender here sees the published one pass; across a
+/// suspend the holder stops earlier (by the time slept) and the contender, on a stopped
+/// `CLOCK_MONOTONIC`, waits longer: conservative on both sides. A boot-time scale instead would
+/// need the holder's trust on the boot clock too, and every process on one host to read it
+/// alike (see docs/correctness.md, *Suspend*).
 fn system_shared() -> Option<(u64, u64)> {
     static SCALE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     let scale = (*SCALE.get_or_init(|| {

@@ -280,9 +280,11 @@ struct Tenure {
     /// for the duration of its I/O.
     dir: Option<KeyDir>,
     deadline: Instant,
-    /// The same deadline on `CLOCK_BOOTTIME`, which counts time suspended: `Instant` does not,
-    /// and a host that slept past the deadline must not resume trusting its tenure (a holder on
-    /// another host may have taken it over by observation meanwhile). 0: unknown.
+    /// The same deadline on `CLOCK_BOOTTIME` itself, which counts time suspended: a host that
+    /// slept past the deadline must not resume trusting its tenure (a holder on another host
+    /// may have taken it over by observation meanwhile). `deadline` is on
+    /// [`lease_core::SystemClock`], which counts it too; this second check stays for a clock
+    /// that does not (a boot clock unreadable when `SystemClock` first read it). 0: unknown.
     boot_deadline: u64,
     epoch: u64,
     /// When the heartbeat thread renews next.
@@ -958,7 +960,7 @@ impl Shared {
         }
         match &state.tenure {
             None => Err(not_held(key)),
-            Some(t) if Instant::now() >= t.deadline || suspended_past(t.boot_deadline) => {
+            Some(t) if mono_now() >= t.deadline || suspended_past(t.boot_deadline) => {
                 Err(LeaseError::lost(key.clone(), LossReason::DeadlinePassed))
             }
             Some(t) => Ok(lease_core::backend::fencing_token(t.held.generation)),
@@ -1202,6 +1204,13 @@ impl Drop for FileLock {
     }
 }
 
+/// Now on the clock every tenure deadline here is measured on ([`lease_core::SystemClock`],
+/// which counts time suspended): never std's `Instant::now`, which falls behind it by the time
+/// the host slept, so comparing the two would trust a tenure that long past its deadline.
+fn mono_now() -> Instant {
+    lease_core::Clock::monotonic(&lease_core::SystemClock)
+}
+
 /// `CLOCK_BOOTTIME` now, in nanoseconds (0 if unreadable).
 fn boottime_ns() -> u64 {
     nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).map_or(0, |t| {
@@ -1215,7 +1224,7 @@ fn boottime_ns() -> u64 {
 /// `deadline` on `CLOCK_BOOTTIME`: now on that clock plus the time left until it (0 if the
 /// clock cannot be read, which turns the check off).
 fn boot_deadline(deadline: Instant) -> u64 {
-    let left = deadline.saturating_duration_since(Instant::now());
+    let left = deadline.saturating_duration_since(mono_now());
     match boottime_ns() {
         0 => 0,
         now => now.saturating_add(crate::engine::nanos(left)),
@@ -1286,7 +1295,7 @@ fn heartbeat_loop(shared: &Arc<Shared>) {
             continue;
         };
         lingered = false;
-        let now = Instant::now();
+        let now = mono_now();
         if now < due {
             state = shared
                 .wake
@@ -1308,7 +1317,7 @@ fn heartbeat_once(shared: &Shared, epoch: u64) -> bool {
         match state.tenure.as_mut() {
             Some(t) if t.epoch == epoch => {
                 // The next beat is due an interval after this one starts, however long it takes.
-                t.next_beat = Instant::now() + shared.options.heartbeat_interval;
+                t.next_beat = mono_now() + shared.options.heartbeat_interval;
                 match t.dir.take() {
                     Some(kd) => (kd, t.name.clone(), t.held.clone(), t.token.clone()),
                     None => return true,
@@ -1395,7 +1404,7 @@ fn settle_beat(shared: &Shared, epoch: u64, kd: KeyDir, result: Beat) -> bool {
             return true;
         }
         Ok(Err(reason)) => reason,
-        Err(error) if Instant::now() < t.deadline => {
+        Err(error) if mono_now() < t.deadline => {
             tracing::warn!(%error, "heartbeat failed; retrying until the deadline");
             t.dir = Some(kd);
             shared.wake.notify_all();
@@ -1415,7 +1424,7 @@ fn settle_beat(shared: &Shared, epoch: u64, kd: KeyDir, result: Beat) -> bool {
     state.lost = Some(reason.clone());
     // Keep the tenure's generation visible, but let the kernel lock go to the new owner.
     if let Some(t) = state.tenure.as_mut() {
-        t.deadline = Instant::now();
+        t.deadline = mono_now();
     }
     drop(kd);
     drop(state);
@@ -1463,7 +1472,7 @@ mod tests {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             let tenure = state.tenure.as_mut().unwrap_or_else(|| panic!("a tenure"));
-            assert!(tenure.deadline > Instant::now() + Duration::from_secs(30));
+            assert!(tenure.deadline > mono_now() + Duration::from_secs(30));
             // As if the host had slept until a second past the deadline.
             tenure.boot_deadline = boottime_ns().saturating_sub(1_000_000_000);
         }
