@@ -256,7 +256,7 @@ impl LeaseGuard {
     /// wait ([`with_wait`](LeaseGuardBuilder::with_wait), default: until acquired) and how to
     /// renew ([`with_keeper`](LeaseGuardBuilder::with_keeper)), then acquire where the renewal
     /// task should run: [`acquire_blocking`](LeaseGuardBuilder::acquire_blocking) (a thread),
-    /// [`acquire_spawned`](LeaseGuardBuilder::acquire_spawned) (tokio, feature `tokio`), or
+    /// `acquire_spawned` (tokio, feature `tokio`), or
     /// [`acquire`](LeaseGuardBuilder::acquire) (the task handed to you).
     ///
     /// ```
