@@ -24,10 +24,15 @@ pub(crate) fn hold_lock(args: &HoldLockArgs) -> u8 {
         }
     }
     let group = Pid::from_raw(-args.group);
+    // The group is usually gone within a millisecond of the guard (`lease` reaps it and releases
+    // at once, and a waiter's `flock` wakes only when this process lets go): look again after
+    // 100 µs, doubling up to 10 ms, so that a handover is not held back by a fixed poll.
+    let mut pause = Duration::from_micros(100);
     while nix::sys::signal::kill(group, None).is_ok()
         && crate::run::has_live_member(args.group).unwrap_or(true)
     {
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(10));
     }
     tracing::debug!(
         group = args.group,

@@ -1,6 +1,8 @@
 //! End-to-end tests of the `lease` binary: real processes, a real file store, real signals.
 
-use std::io::Write;
+mod support;
+use support::{dynamo_endpoint, stderr};
+
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -23,10 +25,6 @@ fn lease(default_dir: &Path) -> Command {
 
 fn output(command: &mut Command) -> Output {
     command.output().expect("lease runs")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn stdout(output: &Output) -> String {
@@ -448,25 +446,6 @@ fn dynamo_contention_and_fencing() {
     assert_eq!(code(out.status), 0, "{}{}", stdout(&out), stderr(&out));
     assert!(stdout(&out).contains("takeover time"), "{}", stdout(&out));
     eprintln!("demo on DynamoDB took {took:?}");
-}
-
-/// `LEASE_DYNAMO_ENDPOINT`, or `None` after saying visibly that `test` is skipped.
-fn dynamo_endpoint(test: &str) -> Option<String> {
-    let endpoint = std::env::var("LEASE_DYNAMO_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty());
-    if endpoint.is_none() {
-        assert!(
-            std::env::var("LEASE_REQUIRE_DYNAMO").as_deref() != Ok("1"),
-            "LEASE_REQUIRE_DYNAMO=1 but LEASE_DYNAMO_ENDPOINT is not set"
-        );
-        // Straight to the process's stderr, past libtest's capture, so the skip is seen.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: lease-cli {test} (set LEASE_DYNAMO_ENDPOINT)"
-        );
-    }
-    endpoint
 }
 
 /// Dummy credentials for DynamoDB Local.

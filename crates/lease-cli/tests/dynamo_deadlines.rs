@@ -4,6 +4,9 @@
 //! instance metadata endpoint that answers 403 (no credentials: at once, with the help text).
 //! No DynamoDB Local needed.
 
+mod support;
+use support::stderr;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -125,10 +128,6 @@ fn timed(command: &mut Command) -> (Output, Duration) {
     let started = Instant::now();
     let output = command.output().expect("lease runs");
     (output, started.elapsed())
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn run_args<'a>(endpoint: &'a str, wait: &'a str) -> Vec<&'a str> {

@@ -7,29 +7,13 @@
 //! Rounds: 2 by default, 20 with `LEASE_LONG=1` (each takes about one --ttl plus a table
 //! recreation).
 
-use std::io::Write;
+mod support;
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const TTL: &str = "1500ms";
-
-fn endpoint() -> Option<String> {
-    let endpoint = std::env::var("LEASE_DYNAMO_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty());
-    if endpoint.is_none() {
-        assert!(
-            std::env::var("LEASE_REQUIRE_DYNAMO").as_deref() != Ok("1"),
-            "LEASE_REQUIRE_DYNAMO=1 but LEASE_DYNAMO_ENDPOINT is not set"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: lease-cli dynamo_store_loss (set LEASE_DYNAMO_ENDPOINT)"
-        );
-    }
-    endpoint
-}
 
 fn lease(dir: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_lease"));
@@ -128,7 +112,9 @@ fn create(table: &str, dir: &Path, endpoint: &str) {
 
 #[test]
 fn a_recreated_table_never_grants_a_lease_while_its_old_holder_runs() {
-    let Some(endpoint) = endpoint() else { return };
+    let Some(endpoint) = support::dynamo_endpoint("dynamo_store_loss") else {
+        return;
+    };
     let rounds = if std::env::var("LEASE_LONG").as_deref() == Ok("1") {
         20
     } else {

@@ -2,9 +2,12 @@
 //! util-linux, since unsafe code, and so `openpty` + `setsid` by hand, is forbidden), with
 //! signals a shell sends, with mistyped values, and killed so that it leaves files behind.
 
+mod support;
+use support::stderr;
+
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,10 +27,6 @@ fn lease(store: &Path) -> Command {
         .env_remove("LEASE_LOG")
         .stdin(Stdio::null());
     command
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// A shell command line run on a fresh pty by `script -qec LINE /dev/null`: its standard input

@@ -187,6 +187,16 @@ fn another_user_racing_symlinks_never_makes_root_touch_anything_outside_the_stor
             }
             shown
         }));
+        if i % 25 == 0 {
+            // Prune removes and re-creates lock directories under attack (its `dead.<g>`
+            // rename, `unlinkat` and `rmdir`, then the next round's creation).
+            count(
+                store
+                    .prune(Duration::ZERO)
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+            );
+        }
         if i % 50 == 0 {
             let planted = LeaseKey::new("planted").unwrap();
             if let Ok(lease) = lease_core::executor::block_on(store.try_acquire(

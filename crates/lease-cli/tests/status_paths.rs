@@ -5,6 +5,9 @@
 //! compact JSON record plus a newline; a holder rewrites it in place (truncate + write) every
 //! 250 ms; `Release` removes it.
 
+mod support;
+use support::dynamo_endpoint;
+
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -477,24 +480,6 @@ fn a_key_that_looks_like_a_lock_file_points_to_path() {
         );
     }
     assert!(go.release().is_empty());
-}
-
-/// `LEASE_DYNAMO_ENDPOINT`, or `None` after saying visibly that `test` is skipped.
-fn dynamo_endpoint(test: &str) -> Option<String> {
-    let endpoint = std::env::var("LEASE_DYNAMO_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty());
-    if endpoint.is_none() {
-        assert!(
-            std::env::var("LEASE_REQUIRE_DYNAMO").as_deref() != Ok("1"),
-            "LEASE_REQUIRE_DYNAMO=1 but LEASE_DYNAMO_ENDPOINT is not set"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: lease-cli {test} (set LEASE_DYNAMO_ENDPOINT)"
-        );
-    }
-    endpoint
 }
 
 /// Items no writer leaves (a malformed or exhausted counter, a holder without a usable expiry),

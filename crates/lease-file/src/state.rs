@@ -1242,19 +1242,11 @@ fn not_a_directory(base: &Base, name: &OsStr, error: io::Error) -> Result<(), Fs
     Err(crate::foreign::classify(path, &bytes, modified))
 }
 
-/// The store's keys: lock directory names in the store's directory, listed through its
-/// descriptor.
+/// The store's keys: lock directory names in the store's directory (no hidden ones), listed
+/// through its descriptor.
 pub(crate) fn entry_names(base: &Base) -> Result<Vec<std::ffi::OsString>, FsError> {
-    let mut dir = Dir::openat(base.fd(), ".", dir_flags(), Mode::empty())
-        .map_err(|e| io_error("list", base.path(), e.into()))?;
-    let mut names = Vec::new();
-    for entry in dir.iter() {
-        let entry = entry.map_err(|e| io_error("list", base.path(), e.into()))?;
-        let name = entry.file_name().to_bytes();
-        if !name.starts_with(b".") {
-            names.push(OsStr::from_bytes(name).to_owned());
-        }
-    }
+    let mut names = store_listing(base)?;
+    names.retain(|name| !name.as_bytes().starts_with(b"."));
     Ok(names)
 }
 
