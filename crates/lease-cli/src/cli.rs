@@ -83,7 +83,7 @@ pub(crate) enum Command {
     /// survives: a key acquired again after a prune starts its fencing tokens from the wall
     /// clock in microseconds, above every earlier token as long as the clock has not stepped
     /// back below them (a key whose token is ahead of the clock is kept). Removing a key costs
-    /// about 30 syscalls; an idle key kept costs 8 KiB and 2 inodes on ext4. A non-zero --idle
+    /// about 30 syscalls; an idle key kept costs 4 KiB and 2 inodes on ext4. A non-zero --idle
     /// keeps keys in current use out of the prune's way.
     Prune(PruneArgs),
     /// Manage the DynamoDB table.
@@ -297,6 +297,10 @@ pub(crate) struct PruneArgs {
     /// Remove free keys unchanged for at least this long (0s: every free key).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub(crate) idle: Duration,
+    /// Accept a store other users can change (owned by another user, or group-writable), as
+    /// `lease run --shared-dir` does; without it such a store is refused (exit 64).
+    #[arg(long)]
+    pub(crate) shared_dir: bool,
 }
 
 /// `lease table ...`.

@@ -161,17 +161,20 @@ pub(crate) fn prune(args: &crate::cli::PruneArgs) -> Result<u8, Failure> {
             )));
         }
     }
-    let store = lease_file::DirectoryStore::open(&dir).map_err(|error| {
-        failure(
-            &format!("cannot open the lease directory {}", dir.display()),
-            &error,
-        )
-    })?;
+    let store = lease_file::DirectoryStore::builder(&dir)
+        .with_shared_directory(args.shared_dir)
+        .build()
+        .map_err(|error| {
+            failure(
+                &format!("cannot open the lease directory {}", dir.display()),
+                &error,
+            )
+        })?;
     let report = store
         .prune(args.idle)
         .map_err(|error| failure(&format!("cannot prune {}", dir.display()), &error))?;
     for key in &report.removed {
-        println!("{key}");
+        crate::out::outln!("{key}");
     }
     eprintln!(
         "lease: removed {} key(s) from {}; kept {} (held {}, changed within {} {}, being \
