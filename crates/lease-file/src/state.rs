@@ -896,7 +896,14 @@ pub(crate) fn store_listing(base: &Base) -> Result<Vec<std::ffi::OsString>, FsEr
     for entry in dir.iter() {
         let entry = entry.map_err(|e| io_error("list", base.path(), e.into()))?;
         let name = entry.file_name().to_bytes();
-        if name != b"." && name != b".." {
+        // A creation under way is a directory (`mkdirat`): anything else at a temporary's name
+        // (a link another user planted in a shared store) creates nothing, and is not listed,
+        // so it cannot make a pruner keep a key forever.
+        let planted = name.starts_with(INIT_PREFIX.as_bytes())
+            && entry
+                .file_type()
+                .is_some_and(|kind| kind != nix::dir::Type::Directory);
+        if name != b"." && name != b".." && !planted {
             names.push(OsStr::from_bytes(name).to_owned());
         }
     }

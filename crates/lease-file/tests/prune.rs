@@ -368,3 +368,33 @@ fn a_crashed_creators_temporary_keeps_its_key_from_being_pruned() {
     std::fs::remove_dir_all(&temp).unwrap();
     assert_eq!(store.prune(Duration::ZERO).unwrap().removed, vec![key]);
 }
+
+/// A link planted at a temporary's name (by another user of a shared store) is no creation:
+/// prune removes the key anyway, where it used to count it busy for as long as the link stayed.
+#[test]
+fn a_link_planted_at_a_temporarys_name_does_not_keep_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = DirectoryStore::open(dir.path()).unwrap();
+    let key = LeaseKey::new("job").unwrap();
+    let lease = block_on(store.acquire(&key, D)).unwrap();
+    block_on(store.release_lease(&lease)).unwrap();
+    let name = store.lock_dir(&key).unwrap();
+    let name = name.file_name().unwrap().to_str().unwrap();
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let planted = dir
+        .path()
+        .join(format!(".lease-init.{hash:016x}.00000000deadbeef"));
+    std::os::unix::fs::symlink("/etc", &planted).unwrap();
+
+    let report = store.prune(Duration::ZERO).unwrap();
+    assert_eq!(report.removed, vec![key.clone()], "{report:?}");
+    assert_eq!(report.busy, 0, "{report:?}");
+    assert!(
+        std::fs::symlink_metadata(&planted).is_ok(),
+        "the link is not ours to remove"
+    );
+    let again = block_on(store.acquire(&key, D)).unwrap();
+    assert!(again.fencing_token() > lease.fencing_token());
+}
