@@ -161,7 +161,8 @@ pub enum NotOwnedReason {
     Expired,
     /// Another owner acquired the lease.
     TakenOver,
-    /// There is no current holder: the lease was released, or never held.
+    /// There is no current holder: the lease was released or deleted (a DynamoDB table or a lock
+    /// directory gone with it), or never held.
     Missing,
     /// A newer fencing token has touched the value ([`FencedValues`](crate::FencedValues)).
     Fenced,
@@ -172,7 +173,10 @@ impl fmt::Display for NotOwnedReason {
         f.write_str(match self {
             Self::Expired => "the lease expired",
             Self::TakenOver => "another owner took the lease",
-            Self::Missing => "this caller never acquired it, or has released it",
+            Self::Missing => {
+                "no holder is on record: it was released or deleted (perhaps with its table or \
+                 lock directory), or never acquired"
+            }
             Self::Fenced => "a newer fencing token has written here",
         })
     }
