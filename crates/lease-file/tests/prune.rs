@@ -333,25 +333,38 @@ fn a_prune_racing_acquisitions_never_yields_two_holders_or_a_repeated_token() {
     }
 }
 
-/// A temporary directory left by a creator that crashed keeps its key out of prune and
-/// delete (ended, the key could not be removed while it is there, and would refuse every
-/// acquisition); the key itself keeps working.
-#[test]
-fn a_crashed_creators_temporary_keeps_its_key_from_being_pruned() {
+/// A store with key `job` acquired and released, and the name a creator of `job`'s lock
+/// directory would give its temporary: `.lease-init.<FNV-1a 64 of the name, 16 hex>.<16 hex
+/// nonce>` (nothing is there yet).
+fn released_with_temporary_name() -> (
+    tempfile::TempDir,
+    DirectoryStore,
+    LeaseKey,
+    lease_core::Lease,
+    std::path::PathBuf,
+) {
     let dir = tempfile::tempdir().unwrap();
     let store = DirectoryStore::open(dir.path()).unwrap();
     let key = LeaseKey::new("job").unwrap();
     let lease = block_on(store.acquire(&key, D)).unwrap();
     block_on(store.release_lease(&lease)).unwrap();
     let name = store.lock_dir(&key).unwrap();
-    let name = name.file_name().unwrap().to_str().unwrap();
-    // A creator's temporary is `.lease-init.<FNV-1a 64 of the name, 16 hex>.<16 hex nonce>`.
+    let name = name.file_name().unwrap().to_str().unwrap().to_owned();
     let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
     let temp = dir
         .path()
         .join(format!(".lease-init.{hash:016x}.00000000deadbeef"));
+    (dir, store, key, lease, temp)
+}
+
+/// A temporary directory left by a creator that crashed keeps its key out of prune and
+/// delete (ended, the key could not be removed while it is there, and would refuse every
+/// acquisition); the key itself keeps working.
+#[test]
+fn a_crashed_creators_temporary_keeps_its_key_from_being_pruned() {
+    let (_dir, store, key, lease, temp) = released_with_temporary_name();
     std::fs::create_dir(&temp).unwrap();
     std::fs::write(temp.join("free.0"), b"").unwrap();
 
@@ -373,19 +386,7 @@ fn a_crashed_creators_temporary_keeps_its_key_from_being_pruned() {
 /// prune removes the key anyway, where it used to count it busy for as long as the link stayed.
 #[test]
 fn a_link_planted_at_a_temporarys_name_does_not_keep_a_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = DirectoryStore::open(dir.path()).unwrap();
-    let key = LeaseKey::new("job").unwrap();
-    let lease = block_on(store.acquire(&key, D)).unwrap();
-    block_on(store.release_lease(&lease)).unwrap();
-    let name = store.lock_dir(&key).unwrap();
-    let name = name.file_name().unwrap().to_str().unwrap();
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let planted = dir
-        .path()
-        .join(format!(".lease-init.{hash:016x}.00000000deadbeef"));
+    let (_dir, store, key, lease, planted) = released_with_temporary_name();
     std::os::unix::fs::symlink("/etc", &planted).unwrap();
 
     let report = store.prune(Duration::ZERO).unwrap();
