@@ -23,14 +23,19 @@ pub(crate) fn hold_lock(args: &HoldLockArgs) -> u8 {
             Err(_) => break,
         }
     }
+    // The guard's end is usually the group's: it kills the group (or the command ended and
+    // `lease` killed what was left). A host's init often reaps the zombies within a few tens of
+    // microseconds, and then one `kill(-group, 0)` says the group is gone; until they are reaped
+    // (some container inits take seconds) only a scan of `/proc` tells them from live processes.
+    // So look for the group alone for up to 100 µs, then check it fully, again after 100 µs,
+    // doubling up to 10 ms: a handover is held back neither by a fixed poll nor by a slow reaper.
     let group = Pid::from_raw(-args.group);
-    // The group is usually gone within a millisecond of the guard (`lease` reaps it and releases
-    // at once, and a waiter's `flock` wakes only when this process lets go): look again after
-    // 100 µs, doubling up to 10 ms, so that a handover is not held back by a fixed poll.
+    let quick_until = std::time::Instant::now() + Duration::from_micros(100);
+    while nix::sys::signal::kill(group, None).is_ok() && std::time::Instant::now() < quick_until {
+        std::thread::sleep(Duration::from_micros(20));
+    }
     let mut pause = Duration::from_micros(100);
-    while nix::sys::signal::kill(group, None).is_ok()
-        && crate::run::has_live_member(args.group).unwrap_or(true)
-    {
+    while crate::run::group_alive(args.group) {
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(10));
     }

@@ -402,34 +402,66 @@ impl Target {
     }
 
     /// Whether any process of the command's group is still alive (always false in the
-    /// foreground, where the group is `lease`'s own). Zombies waiting for a parent that does not
-    /// reap them (some container inits) count as gone: they run nothing.
+    /// foreground, where the group is `lease`'s own); see [`group_alive`].
     fn group_alive(self) -> bool {
-        self.group
-            && kill(Pid::from_raw(-self.pid), None).is_ok()
-            && has_live_member(self.pid).unwrap_or(true)
+        self.group && group_alive(self.pid)
     }
+}
+
+/// Whether any process of group `pgid` is still alive. Zombies waiting for a parent that does
+/// not reap them (some container inits take seconds) count as gone: they run nothing. One
+/// `kill(-pgid, 0)` when the group is gone; otherwise a listing of `/proc`, one `getpgid` per
+/// process and one `/proc/PID/stat` read per member of the group. Alive when `/proc` cannot be
+/// read.
+pub(crate) fn group_alive(pgid: i32) -> bool {
+    kill(Pid::from_raw(-pgid), None).is_ok() && has_live_member(pgid).unwrap_or(true)
 }
 
 /// Whether a process of group `pgid` that is not a zombie exists, from `/proc` (`None` if
 /// unreadable). Stops at the first one found.
-pub(crate) fn has_live_member(pgid: i32) -> Option<bool> {
+fn has_live_member(pgid: i32) -> Option<bool> {
+    use std::io::Read;
+    // `pid (comm) state ppid pgrp ...`: comm is at most 64 bytes (kernel threads' names
+    // included), so the fields needed are within the first 256 bytes; one read gets them.
+    let mut buffer = [0u8; 256];
     let live = std::fs::read_dir("/proc").ok()?.flatten().any(|entry| {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            return false;
-        };
-        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let mut fields = rest.split_whitespace();
-        let (Some(state), Some(_ppid), Some(group)) = (fields.next(), fields.next(), fields.next())
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
         else {
             return false;
         };
-        group.parse() == Ok(pgid) && state != "Z" && state != "X"
+        // One syscall tells the group; only members need their state read.
+        if nix::unistd::getpgid(Some(Pid::from_raw(pid))) != Ok(Pid::from_raw(pgid)) {
+            return false;
+        }
+        let Ok(mut file) = std::fs::File::open(entry.path().join("stat")) else {
+            return false;
+        };
+        file.read(&mut buffer)
+            .is_ok_and(|len| buffer.get(..len).is_some_and(|stat| live_in(stat, pgid)))
     });
     Some(live)
+}
+
+/// Whether a `/proc/PID/stat` line is a process of group `pgid` that is not a zombie. Bytes, not
+/// text: a command may name itself with bytes that are not UTF-8 (`prctl(PR_SET_NAME)`), and
+/// must not count as gone for it.
+fn live_in(stat: &[u8], pgid: i32) -> bool {
+    // comm may hold spaces and parentheses: the last `)` ends it.
+    let Some(end) = stat.iter().rposition(|&b| b == b')') else {
+        return false;
+    };
+    let mut fields = stat[end + 1..]
+        .split(u8::is_ascii_whitespace)
+        .filter(|field| !field.is_empty());
+    let (Some(state), Some(_ppid), Some(group)) = (fields.next(), fields.next(), fields.next())
+    else {
+        return false;
+    };
+    let group = std::str::from_utf8(group).ok().and_then(|g| g.parse().ok());
+    group == Some(pgid) && state != b"Z" && state != b"X"
 }
 
 /// Why `lease run` stops the command.
@@ -823,6 +855,36 @@ impl Signals {
 mod tests {
     use super::*;
     use lease_core::{LeaseBackend, MemoryBackend};
+
+    #[test]
+    fn a_stat_line_tells_live_members_of_the_group() {
+        assert!(live_in(b"4242 (sleep) S 4241 4240 4240 0 -1", 4240));
+        assert!(
+            !live_in(b"4242 (sleep) S 4241 4240 4240 0 -1", 4241),
+            "another group"
+        );
+        assert!(
+            !live_in(b"4242 (sleep) Z 4241 4240 4240 0 -1", 4240),
+            "a zombie"
+        );
+        assert!(
+            !live_in(b"4242 (sleep) X 4241 4240 4240 0 -1", 4240),
+            "dead"
+        );
+        // comm may hold spaces, parentheses and bytes that are not UTF-8: a member still counts.
+        assert!(live_in(b"4242 (a) b\xff) R 4241 4240 4240 0", 4240));
+        assert!(live_in(b"4242 (\xff\xfe) S 1 4240 4240", 4240));
+        assert!(!live_in(b"4242 (truncated", 4240));
+    }
+
+    #[test]
+    fn the_running_test_is_a_live_member_of_its_own_group() {
+        let own = nix::unistd::getpgrp().as_raw();
+        assert!(group_alive(own));
+        assert_eq!(has_live_member(own), Some(true));
+        // A group that does not exist: no process of this test's group has that pid as group.
+        assert!(!group_alive(i32::MAX));
+    }
 
     fn memory() -> (Arc<MemoryBackend>, Backend) {
         let store = Arc::new(MemoryBackend::new());

@@ -1121,3 +1121,64 @@ fn prune_removes_idle_keys_and_fencing_continues() {
     holder.kill().expect("kill");
     let _ = finish(holder, Duration::from_secs(10));
 }
+
+/// A process the command leaves in its group is stopped before the lease is released, whatever
+/// it is called: here a straggler whose name (its `comm`, from the executable's file name) is
+/// not UTF-8. Before, `lease` read `/proc/PID/stat` as text, took the unreadable line for "no
+/// such process", and released the lease with the straggler still running.
+#[test]
+fn a_straggler_named_in_bytes_that_are_not_utf8_is_stopped_before_the_release() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let name = std::ffi::OsStr::from_bytes(b"\xff\xfe-straggler");
+    let program = dir.path().join(name);
+    std::fs::copy("/bin/sleep", &program).expect("a copy of sleep");
+    let pid_file = dir.path().join("straggler.pid");
+    let script = format!(
+        "\"$0\" 30 >/dev/null 2>&1 & echo $! > '{}'; sleep 0.2",
+        pid_file.display()
+    );
+    let out = output(
+        lease(dir.path())
+            .args(["run", "--file"])
+            .arg(dir.path().join("store"))
+            .args([
+                "--key",
+                "straggler",
+                "--grace",
+                "1s",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .arg(&program),
+    );
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .expect("the script wrote its straggler's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    // Its state, the field after the last `)` of its stat line: gone, or a zombie, or running.
+    let running = std::fs::read(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let end = stat.iter().rposition(|&b| b == b')').unwrap_or(0);
+        !matches!(stat.get(end + 2), Some(b'Z' | b'X'))
+    });
+    if running {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(
+        !running,
+        "the straggler (pid {pid}) still runs after `lease` released the lease: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("left processes in its group"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
