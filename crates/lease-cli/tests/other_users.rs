@@ -26,7 +26,7 @@ const NOBODY: u32 = 65534;
 
 fn root_only() -> Option<(PathBuf, PathBuf)> {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: the attacker runs as another user, which needs root");
+        eprintln!("SKIPPED: the attacker runs as another user, which needs root");
         return None;
     }
     let python = ["/usr/bin/python3", "/usr/local/bin/python3"]
@@ -37,7 +37,7 @@ fn root_only() -> Option<(PathBuf, PathBuf)> {
     match python {
         Some(python) if setpriv.exists() => Some((python, setpriv)),
         _ => {
-            eprintln!("skipped: needs /usr/bin/python3 and /usr/bin/setpriv for the attacker");
+            eprintln!("SKIPPED: needs /usr/bin/python3 and /usr/bin/setpriv for the attacker");
             None
         }
     }
@@ -286,7 +286,7 @@ fn another_user_racing_symlinks_never_makes_root_touch_anything_outside_the_stor
 #[test]
 fn directories_other_users_can_change_are_refused_unless_shared() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: making directories owned by another user needs root");
+        eprintln!("SKIPPED: making directories owned by another user needs root");
         return;
     }
     let top = tempfile::tempdir().unwrap();
@@ -410,7 +410,7 @@ impl Drop for Mounted {
 #[test]
 fn an_existing_key_stays_acquirable_with_no_inodes_left() {
     if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: mounting a tmpfs with few inodes needs root");
+        eprintln!("SKIPPED: mounting a tmpfs with few inodes needs root");
         return;
     }
     let top = tempfile::tempdir().unwrap();
@@ -428,7 +428,7 @@ fn an_existing_key_stays_acquirable_with_no_inodes_left() {
         .status()
         .unwrap();
     if !mounted.success() {
-        eprintln!("skipped: cannot mount a tmpfs here");
+        eprintln!("SKIPPED: cannot mount a tmpfs here");
         return;
     }
     let _mounted = Mounted(mount.clone());
