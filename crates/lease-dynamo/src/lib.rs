@@ -289,6 +289,9 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+/// This backend's [`name`](lease_core::LeaseBackend::name), in errors, traces and metrics.
+pub(crate) const BACKEND: &str = "dynamodb";
+
 mod acquire;
 mod client;
 mod delete;
