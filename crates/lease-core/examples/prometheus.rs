@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::conformance::recording::Recording;
+use lease_core::conformance::recording::CapturedMetrics;
 use lease_core::executor::block_on;
 use lease_core::{
     AcquireOptions, KeeperOptions, LeaseBackend, LeaseError, LeaseGuard, LeaseKey, ManualClock,
@@ -19,7 +19,7 @@ use lease_core::{
 
 /// Installs `recording`, runs a few operations on the memory backend with a manual clock, and
 /// returns what the recorder exports.
-fn run(recording: &Recording) -> Result<String, LeaseError> {
+fn run(recording: &CapturedMetrics) -> Result<String, LeaseError> {
     recording
         .install()
         .map_err(|e| LeaseError::runtime(format!("cannot install the recorder: {e}")))?;
@@ -54,7 +54,7 @@ fn run(recording: &Recording) -> Result<String, LeaseError> {
 }
 
 fn main() -> Result<(), LeaseError> {
-    print!("{}", run(&Recording::new())?);
+    print!("{}", run(&CapturedMetrics::new())?);
     Ok(())
 }
 
@@ -62,7 +62,7 @@ fn main() -> Result<(), LeaseError> {
 mod tests {
     #[test]
     fn the_example_exports_the_core_metrics() {
-        let text = super::run(&lease_core::conformance::recording::Recording::new()).unwrap();
+        let text = super::run(&lease_core::conformance::recording::CapturedMetrics::new()).unwrap();
         for line in [
             "# TYPE lease_acquisitions_total counter",
             "lease_acquisitions_total{backend=\"memory\",outcome=\"acquired\"} 2",

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lease_core::conformance::recording::Recording;
+use lease_core::conformance::recording::CapturedMetrics;
 use lease_core::executor::block_on;
 use lease_core::metrics::{
     ACQUISITIONS, LOSSES, RENEWAL_DURATION, RENEWAL_FAILURES, RENEWAL_TIME_LEFT, RENEWALS,
@@ -31,7 +31,7 @@ fn eventually(what: &str, done: impl Fn() -> bool) {
 
 #[test]
 fn every_core_metric_moves_as_the_operations_happen() {
-    let recording = Recording::new();
+    let recording = CapturedMetrics::new();
     recording.install().unwrap();
     let clock = Arc::new(ManualClock::new());
     let store = Arc::new(MemoryBackend::builder().with_clock(clock.clone()).build());

@@ -10,7 +10,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::conformance::recording::Recording;
+use lease_core::conformance::recording::CapturedMetrics;
 use lease_core::metrics::{
     ACQUISITIONS, RECONCILED, RENEWAL_FAILURES, RENEWAL_TIME_LEFT, RENEWALS, RETRIES, TAKEOVERS,
     THROTTLED,
@@ -26,7 +26,7 @@ fn the_dynamodb_backend_moves_its_metrics_as_the_operations_happen() {
     support::run(
         "the_dynamodb_backend_moves_its_metrics_as_the_operations_happen",
         |endpoint| async move {
-            let recording = Recording::new();
+            let recording = CapturedMetrics::new();
             recording.install().unwrap();
             let faults = Arc::new(Faults::default());
             let clock = Arc::new(ManualClock::new());

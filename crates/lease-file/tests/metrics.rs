@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::conformance::recording::Recording;
+use lease_core::conformance::recording::CapturedMetrics;
 use lease_core::executor::block_on;
 use lease_core::metrics::{
     ACQUISITIONS, RENEWAL_DURATION, RENEWAL_FAILURES, RENEWAL_TIME_LEFT, RENEWALS, TAKEOVERS,
@@ -19,7 +19,7 @@ const D: Duration = Duration::from_secs(10);
 
 #[test]
 fn the_file_backend_moves_its_metrics_as_the_operations_happen() {
-    let recording = Recording::new();
+    let recording = CapturedMetrics::new();
     recording.install().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new());

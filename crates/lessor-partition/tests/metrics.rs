@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::conformance::recording::Recording;
+use lease_core::conformance::recording::CapturedMetrics;
 use lease_core::executor::block_on;
 use lease_core::metrics::{
     ACQUISITIONS, FLEET_IMBALANCE, FLEET_UNITS_GAINED, FLEET_UNITS_LOST, FLEET_UNITS_OWNED,
@@ -28,7 +28,7 @@ fn worker(store: &MemoryBackend, id: &str) -> Worker {
 
 #[test]
 fn a_fleet_reports_units_owned_gained_lost_and_imbalance_per_worker() {
-    let recording = Recording::new();
+    let recording = CapturedMetrics::new();
     recording.install().unwrap();
     let clock = Arc::new(ManualClock::new());
     let store = MemoryBackend::builder().with_clock(clock.clone()).build();

@@ -19,13 +19,13 @@ pub type Series = (String, Vec<(String, String)>);
 
 /// Every value recorded, by series.
 #[derive(Clone, Debug, Default)]
-pub struct Recording {
-    values: Arc<Mutex<BTreeMap<Series, Arc<Value>>>>,
+pub struct CapturedMetrics {
+    values: Arc<Mutex<BTreeMap<Series, Arc<SeriesValue>>>>,
 }
 
 /// What one series holds.
 #[derive(Debug, Default)]
-pub struct Value {
+pub struct SeriesValue {
     kind: Mutex<Kind>,
     counter: AtomicU64,
     samples: Mutex<Vec<f64>>,
@@ -40,7 +40,7 @@ enum Kind {
     Histogram,
 }
 
-impl CounterFn for Value {
+impl CounterFn for SeriesValue {
     fn increment(&self, value: u64) {
         self.counter.fetch_add(value, Ordering::Relaxed);
     }
@@ -49,7 +49,7 @@ impl CounterFn for Value {
     }
 }
 
-impl GaugeFn for Value {
+impl GaugeFn for SeriesValue {
     fn increment(&self, value: f64) {
         *lock(&self.gauge) += value;
     }
@@ -61,7 +61,7 @@ impl GaugeFn for Value {
     }
 }
 
-impl HistogramFn for Value {
+impl HistogramFn for SeriesValue {
     fn record(&self, value: f64) {
         lock(&self.samples).push(value);
     }
@@ -76,7 +76,7 @@ fn series(key: &Key) -> Series {
     (key.name().to_owned(), labels)
 }
 
-impl Recording {
+impl CapturedMetrics {
     /// A recording with nothing in it yet.
     pub fn new() -> Self {
         Self::default()
@@ -90,13 +90,13 @@ impl Recording {
         metrics::set_global_recorder(self.clone())
     }
 
-    fn value(&self, key: &Key, kind: Kind) -> Arc<Value> {
+    fn value(&self, key: &Key, kind: Kind) -> Arc<SeriesValue> {
         let value = lock(&self.values).entry(series(key)).or_default().clone();
         *lock(&value.kind) = kind;
         value
     }
 
-    fn matching(&self, name: &str, labels: &[(&str, &str)]) -> Vec<Arc<Value>> {
+    fn matching(&self, name: &str, labels: &[(&str, &str)]) -> Vec<Arc<SeriesValue>> {
         lock(&self.values)
             .iter()
             .filter(|((n, ls), _)| {
@@ -211,7 +211,7 @@ fn escape(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-impl Recorder for Recording {
+impl Recorder for CapturedMetrics {
     fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
     fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
