@@ -5,6 +5,7 @@
 mod support;
 
 use std::collections::BTreeMap;
+use std::process::Command;
 
 use support::{read, root};
 
@@ -85,6 +86,29 @@ fn every_metric_is_checked_by_a_recording_test() {
         unchecked.is_empty(),
         "no recording test (crates/*/tests/metrics.rs) checks {unchecked:?}"
     );
+}
+
+#[test]
+fn without_the_feature_no_library_crate_depends_on_the_metrics_facade() {
+    for package in ["lease-core", "lease-file", "lease-dynamo", "lessor-partition"] {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let output = Command::new(cargo)
+            .args(["tree", "-p", package, "-e", "normal", "--prefix", "none"])
+            .current_dir(root())
+            .output()
+            .expect("run cargo tree");
+        assert!(output.status.success(), "cargo tree -p {package} failed");
+        let tree = String::from_utf8_lossy(&output.stdout);
+        let metrics: Vec<&str> = tree
+            .lines()
+            .filter(|line| line.starts_with("metrics "))
+            .collect();
+        assert!(
+            metrics.is_empty(),
+            "{package} (default features) depends on {metrics:?}: the facade belongs behind \
+             the `metrics` feature"
+        );
+    }
 }
 
 fn has_word(text: &str, word: &str) -> bool {
