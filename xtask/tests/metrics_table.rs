@@ -90,7 +90,12 @@ fn every_metric_is_checked_by_a_recording_test() {
 
 #[test]
 fn without_the_feature_no_library_crate_depends_on_the_metrics_facade() {
-    for package in ["lease-core", "lease-file", "lease-dynamo", "lessor-partition"] {
+    for package in [
+        "lease-core",
+        "lease-file",
+        "lease-dynamo",
+        "lessor-partition",
+    ] {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
         let output = Command::new(cargo)
             .args(["tree", "-p", package, "-e", "normal", "--prefix", "none"])
