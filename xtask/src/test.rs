@@ -13,7 +13,7 @@ const DYNAMO_PACKAGES: [&str; 2] = ["lease-dynamo", "lessor-partition"];
 pub(crate) fn test(flags: &[&str]) -> Result {
     let given = parse_flags("test", flags, &["--no-dynamo", "--quick"])?;
     let (no_dynamo, quick) = (given[0], given[1]);
-    let total = 9 + usize::from(!no_dynamo) + if quick { 0 } else { 7 };
+    let total = 11 + usize::from(!no_dynamo) + if quick { 0 } else { 8 };
     let mut steps = Steps::new("test", total).with_test_budget(TEST_TIME_BUDGET);
 
     if !quick {
@@ -57,6 +57,12 @@ pub(crate) fn test(flags: &[&str]) -> Result {
                 "warnings",
             ]),
         )?;
+        steps.run(
+            "clippy, the backends --features metrics",
+            cargo(&["clippy"])
+                .args(METRICS)
+                .args(["--all-targets", "--", "-D", "warnings"]),
+        )?;
     }
 
     let dynamo = if no_dynamo {
@@ -75,6 +81,14 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         Kind::Test,
         "doc tests",
         &mut test_command(&dynamo, &["test", "--workspace", "--doc"]),
+    )?;
+    // Each backend's metrics as its operations happen (lease-core's run with --all-features).
+    steps.run_as(
+        Kind::Test,
+        "metrics, the backends --features metrics",
+        test_command(&dynamo, &["test"])
+            .args(METRICS)
+            .args(["--test", "metrics"]),
     )?;
     // Plain cargo: lease-core needs no DynamoDB.
     steps.run_as(
@@ -125,6 +139,18 @@ pub(crate) fn test(flags: &[&str]) -> Result {
 /// The lease-core tests with every feature (the conformance suite and the model checker).
 const LEASE_CORE_ALL_FEATURES: [&str; 4] = ["test", "-p", "lease-core", "--all-features"];
 
+/// The backend crates with their `metrics` feature (lease-core's is in `--all-features`).
+const METRICS: [&str; 8] = [
+    "-p",
+    "lease-file",
+    "-p",
+    "lease-dynamo",
+    "-p",
+    "lessor-partition",
+    "--features",
+    "lease-file/metrics,lease-dynamo/metrics,lessor-partition/metrics",
+];
+
 /// The pause-injection suites, which need lease-file's `failpoints` feature.
 const PAUSE_INJECTION: [&str; 9] = [
     "test",
@@ -160,6 +186,13 @@ fn build_tests(steps: &mut Steps, dynamo: &Dynamo) -> Result {
         Kind::Build,
         "build pause injection, lease-file --features failpoints",
         cargo(&PAUSE_INJECTION).arg("--no-run"),
+    )?;
+    steps.run_as(
+        Kind::Build,
+        "build the metrics tests, the backends --features metrics",
+        cargo(&["test"])
+            .args(METRICS)
+            .args(["--test", "metrics", "--no-run"]),
     )?;
     // What `cargo xtask chaos` builds first, so that its step is the run alone.
     steps.run_as(

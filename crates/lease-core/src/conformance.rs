@@ -727,6 +727,8 @@ async fn yield_now() {
 }
 
 pub mod model;
+#[cfg(feature = "metrics")]
+pub mod recording;
 
 /// A token names one tenure: a second caller with the same token is a second contender, and a
 /// later tenure under the same token is not the earlier one.

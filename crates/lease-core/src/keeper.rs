@@ -113,6 +113,7 @@ impl Shared {
         };
         let key = self.lease().key().clone();
         tracing::warn!(%key, %reason, "lease lost");
+        crate::metrics::loss(self.backend.name(), &reason);
         // `check` fails from here on; the callback runs before `lost()` waiters wake, so whoever
         // awaits the loss sees the callback's effects.
         if let Some(callback) = &self.on_lost {

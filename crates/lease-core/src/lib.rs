@@ -43,6 +43,8 @@
 //! * [`MemoryBackend`]: the reference backend.
 //! * [`backend`]: what only implementors of a backend use: the one place that assembles a
 //!   [`Lease`] or a [`FencingToken`], and the checks every backend applies the same way.
+//! * [`metrics`]: the names of the metrics every backend reports with the feature `metrics`
+//!   (through the `metrics` facade; `docs/metrics.md` has the table).
 //! * `conformance` (feature `conformance`): the suite every backend passes. Not API-stable.
 //!
 //! This crate depends on no async runtime: its futures run on any executor, or on the minimal
@@ -91,6 +93,7 @@ mod key;
 mod lease;
 mod listing;
 mod memory;
+pub mod metrics;
 mod options;
 mod sync;
 mod token;

@@ -152,6 +152,9 @@ impl MemoryBackend {
             .token()
             .cloned()
             .unwrap_or_else(|| self.tokens.next_token());
+        if entry.holder.is_some() {
+            crate::metrics::takeover(self.name());
+        }
         entry.fencing += 1;
         let expires_at = now + duration;
         entry.holder = Some(HolderEntry {
@@ -349,9 +352,9 @@ impl LeaseBackend for MemoryBackend {
         duration: Duration,
         options: &'a AcquireOptions,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(std::future::ready(
-            self.try_acquire_now(key, duration, options),
-        ))
+        let result = self.try_acquire_now(key, duration, options);
+        crate::metrics::acquisition(self.name(), &result);
+        Box::pin(std::future::ready(result))
     }
 
     fn renew<'a>(
@@ -359,7 +362,10 @@ impl LeaseBackend for MemoryBackend {
         lease: &'a Lease,
         duration: Duration,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(std::future::ready(self.renew_now(lease, duration)))
+        let sent = crate::metrics::started(&*self.clock);
+        let result = self.renew_now(lease, duration);
+        crate::metrics::renewal(self.name(), &*self.clock, lease, sent, &result);
+        Box::pin(std::future::ready(result))
     }
 
     fn release<'a>(

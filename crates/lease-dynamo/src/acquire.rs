@@ -237,6 +237,7 @@ impl DynamoLeases {
             attempts,
             "acquire reconciled: our earlier attempt wrote the item"
         );
+        lease_core::metrics::reconciled(crate::BACKEND, "acquire");
         Ok(lease_core::backend::new_lease(
             attempt.key.clone(),
             attempt.token.clone(),

@@ -250,6 +250,16 @@ where
     }
 }
 
+/// Whether DynamoDB turned the request away for load (throttling), for the metrics.
+#[cfg(feature = "metrics")]
+pub(crate) fn is_throttling<E>(err: &SdkError<E, HttpResponse>) -> bool
+where
+    E: ProvideErrorMetadata + StdError + 'static,
+{
+    matches!(err, SdkError::ServiceError(_))
+        && THROTTLING_CODES.contains(&err.code().unwrap_or_default())
+}
+
 /// Why a request failed before DynamoDB answered, in words an operator can act on.
 #[derive(Debug, PartialEq, Eq)]
 struct Cause {

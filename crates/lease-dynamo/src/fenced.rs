@@ -142,6 +142,7 @@ impl DynamoLeases {
                 attempts,
                 "put_fenced reconciled: the item holds our token and value"
             );
+            lease_core::metrics::reconciled(crate::BACKEND, "put_fenced");
             return Ok(None);
         }
         if uncertain {

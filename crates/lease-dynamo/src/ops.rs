@@ -200,7 +200,7 @@ impl DynamoLeases {
 
 impl LeaseBackend for DynamoLeases {
     fn name(&self) -> &'static str {
-        "dynamodb"
+        crate::BACKEND
     }
 
     fn clock(&self) -> &dyn Clock {
@@ -221,7 +221,11 @@ impl LeaseBackend for DynamoLeases {
         duration: Duration,
         options: &'a AcquireOptions,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(self.acquire_inner(key, duration, options))
+        Box::pin(async move {
+            let result = self.acquire_inner(key, duration, options).await;
+            lease_core::metrics::acquisition(self.name(), &result);
+            result
+        })
     }
 
     fn renew<'a>(
@@ -229,7 +233,12 @@ impl LeaseBackend for DynamoLeases {
         lease: &'a Lease,
         duration: Duration,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(self.renew_inner(lease, duration))
+        Box::pin(async move {
+            let sent = lease_core::metrics::started(self.clock());
+            let result = self.renew_inner(lease, duration).await;
+            lease_core::metrics::renewal(self.name(), self.clock(), lease, sent, &result);
+            result
+        })
     }
 
     fn release<'a>(

@@ -137,6 +137,10 @@ where
             Err(error) => error,
         };
         let class = classify(&error);
+        #[cfg(feature = "metrics")]
+        if crate::error::is_throttling(&error) {
+            lease_core::metrics::throttled(crate::BACKEND, operation);
+        }
         let mut pause = backoff.next_delay();
         let left = until.map(|until| until.saturating_duration_since(clock.monotonic()));
         if let Some(left) = left {
@@ -157,6 +161,7 @@ where
             "transient DynamoDB failure; retrying the same request"
         );
         uncertain |= !class.unapplied;
+        lease_core::metrics::retried(crate::BACKEND, operation);
         tokio::time::sleep(pause).await;
     }
 }

@@ -94,6 +94,7 @@ impl DynamoLeases {
                 && old.expires_ms.is_some_and(|e| e >= expires_ms)
             {
                 tracing::info!(attempts, "renew reconciled: the item shows our expiry");
+                lease_core::metrics::reconciled(crate::BACKEND, "renew");
                 return Ok(renewed());
             }
             let reason = not_owned_reason(&old, token, fencing);
@@ -190,6 +191,7 @@ impl DynamoLeases {
             // nothing has changed the holder since.
             if old.request.as_deref() == Some(request_id.as_str()) {
                 tracing::info!(attempts, "release reconciled: our earlier attempt landed");
+                lease_core::metrics::reconciled(crate::BACKEND, "release");
                 return Ok(());
             }
             let reason = match not_owned_reason(&old, token, fencing) {

@@ -410,6 +410,9 @@ pub(crate) fn try_acquire(
             record.generation = generation;
             kd.describe(&name, found.ino, &record);
             seen.forget(kd.path());
+            if matches!(found.state, State::Held(_)) {
+                lease_core::metrics::takeover(crate::BACKEND);
+            }
             tracing::debug!(path = %kd.path().display(), generation, "lease acquired");
             return Ok(Attempt::Won { held, name, now });
         }

@@ -295,6 +295,14 @@
 //!   descriptor of what was just created, so a group can share the lock whatever the
 //!   creator's umask.
 //!
+//! # Metrics
+//!
+//! With the feature `metrics`, every `try_acquire` and `renew` reports through the `metrics`
+//! facade (lease-core's [`metrics`](lease_core::metrics) module has the names): acquisitions by
+//! outcome, takeovers of an expired holder's lease, renewals with their latency and the time they
+//! had left, failed renewals. Off, there is no dependency and nothing is recorded; the table of
+//! every series is `docs/metrics.md` in the repository.
+//!
 //! # Design choices
 //!
 //! * **A name, not a record, is the state.** Only a rename from an exact name is atomic *and*

@@ -1655,7 +1655,11 @@ impl LeaseBackend for DirectoryStore {
         duration: Duration,
         options: &'a AcquireOptions,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(async move { self.try_acquire_now(key, duration, options) })
+        Box::pin(async move {
+            let result = self.try_acquire_now(key, duration, options);
+            lease_core::metrics::acquisition(self.name(), &result);
+            result
+        })
     }
 
     fn renew<'a>(
@@ -1663,7 +1667,12 @@ impl LeaseBackend for DirectoryStore {
         lease: &'a Lease,
         duration: Duration,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(async move { self.renew_now(lease, duration) })
+        Box::pin(async move {
+            let sent = lease_core::metrics::started(self.clock());
+            let result = self.renew_now(lease, duration);
+            lease_core::metrics::renewal(self.name(), self.clock(), lease, sent, &result);
+            result
+        })
     }
 
     fn release<'a>(

@@ -53,6 +53,14 @@
 //! fleets in the workspace's tests and benchmarks (with a model of KCL 2.x for comparison) are
 //! the unpublished crate `lessor-sim`, built on this crate's public API only.
 //!
+//! # Metrics
+//!
+//! With the feature `metrics`, each fleet worker reports its units owned, gained and lost (by
+//! reason) and its imbalance (units owned minus its share) through the `metrics` facade, one
+//! series per worker and never one per unit; the store's own series (acquisitions, renewals)
+//! come from the backend. Names: lease-core's [`metrics`](lease_core::metrics) module; the table
+//! of every series is `docs/metrics.md` in the repository.
+//!
 //! # The fleet protocol
 //!
 //! Three kinds of record, under two partition keys of the store (fleet `F`):

@@ -5,6 +5,7 @@
 mod builder;
 mod checkpoint;
 mod counted;
+mod meter;
 pub(crate) mod plan;
 mod session;
 mod shared;

@@ -266,6 +266,7 @@ impl Worker {
         match &event {
             FleetEvent::Gained { unit, fencing, .. } => {
                 self.stats.gains += 1;
+                super::meter::gained(&self.config.worker_id);
                 tracing::info!(worker = %self.config.worker_id, unit, %fencing, "fleet: gained unit");
             }
             FleetEvent::Lost {
@@ -274,6 +275,7 @@ impl Worker {
                 reason,
             } => {
                 self.stats.losses += 1;
+                super::meter::lost(&self.config.worker_id, reason);
                 tracing::info!(worker = %self.config.worker_id, unit, %fencing, %reason, "fleet: lost unit");
             }
         }
@@ -810,6 +812,7 @@ impl Worker {
     pub(crate) fn publish(&self) {
         let members = self.members.iter().map(|(m, _)| m.clone()).collect();
         let target = self.units.target;
+        super::meter::owned(&self.config.worker_id, self.units.owned.len(), target);
         let stats = self.stats();
         self.shared.update(|state| {
             state.members = members;
