@@ -187,6 +187,31 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
         let _ = key;
         None
     }
+
+    /// A watch on `key`'s record, if the backend can wake a reader when it changes: the memory
+    /// backend sees every write; the file backend has the kernel report every change of the
+    /// key's lock directory (inotify). `None` (the default) when only polling can tell; the
+    /// [`Observer`](crate::Observer) then reads the record at its poll interval.
+    ///
+    /// The watch is armed when it is returned (see [`RecordWatch`](crate::RecordWatch)): make
+    /// it, then read the record, then wait on it.
+    ///
+    /// ```
+    /// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
+    /// use lease_core::executor::block_on;
+    /// use std::time::Duration;
+    ///
+    /// let store = MemoryBackend::new();
+    /// let key = LeaseKey::new("primary")?;
+    /// let mut watch = store.watch_record(&key).expect("memory sees every write");
+    /// let lease = block_on(store.acquire(&key, Duration::from_secs(10)))?;
+    /// block_on(watch.next_change()); // the acquisition woke it
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn crate::RecordWatch>> {
+        let _ = key;
+        None
+    }
 }
 
 impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
@@ -241,6 +266,9 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     }
     fn changed<'a>(&'a self, key: &'a LeaseKey) -> Option<BoxFuture<'a, ()>> {
         (**self).changed(key)
+    }
+    fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn crate::RecordWatch>> {
+        (**self).watch_record(key)
     }
 }
 
@@ -416,7 +444,10 @@ async fn acquire_waiting<B: LeaseBackend + ?Sized>(
 }
 
 /// Completes when either future does (the other is dropped).
-struct First<'a>(Option<BoxFuture<'static, ()>>, Option<BoxFuture<'a, ()>>);
+pub(crate) struct First<'a>(
+    pub(crate) Option<BoxFuture<'static, ()>>,
+    pub(crate) Option<BoxFuture<'a, ()>>,
+);
 
 impl std::future::Future for First<'_> {
     type Output = ();

@@ -82,6 +82,7 @@
 pub mod backend;
 mod clock;
 mod contract;
+mod election;
 mod error;
 pub mod executor;
 mod fenced;
@@ -95,12 +96,14 @@ mod options;
 mod sync;
 mod token;
 mod wait;
+mod watch;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use contract::{BoxFuture, LeaseBackend, LeaseBackendExt};
+pub use election::{DEFAULT_POLL_INTERVAL, Election, Leader, LeaderChange, Observer};
 pub use error::{Holder, LeaseError, LossReason, NotOwnedReason};
 pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES};
 pub use keeper::{KeeperOptions, KeeperTask, LeaseGuard, LeaseGuardBuilder, LossCallback, Lost};
@@ -108,9 +111,10 @@ pub use key::{LeaseKey, MAX_KEY_PART_BYTES};
 pub use lease::{Lease, LeaseRecord, MAX_LEASE_DURATION, MIN_LEASE_DURATION};
 pub use listing::LeaseListing;
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
-pub use options::AcquireOptions;
+pub use options::{AcquireOptions, MAX_LEASE_VALUE_BYTES};
 pub use token::{FencingToken, LeaseToken, MAX_TOKEN_BYTES, RandomTokens, TokenSource};
 pub use wait::{Backoff, WaitCallback, WaitEvent, WaitOptions};
+pub use watch::RecordWatch;
 
 /// What a user of any backend needs: each backend crate re-exports it at its root, so that one
 /// dependency and one `use` get a lease.
