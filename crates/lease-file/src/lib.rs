@@ -366,6 +366,8 @@ mod store;
 #[cfg(test)]
 mod tests;
 mod wake;
+#[cfg(target_os = "linux")]
+mod watch;
 
 pub use fenced::MAX_FENCED_FILE_BYTES;
 pub use fsio::MAX_RECORD_BYTES;
