@@ -198,7 +198,7 @@ pub(crate) struct TableOptions {
     pub(crate) lock_sort_key: Option<String>,
     /// Rename an item attribute, by its default name: pk, sk, lease_token, lease_expires_at,
     /// lease_expires_at_ms, ttl, lease_fence, lease_owner, lease_acquired_at, lease_request,
-    /// fenced_value, value_fence. Repeat for several: --attribute-name pk=id
+    /// fenced_value, value_fence, lease_value. Repeat for several: --attribute-name pk=id
     /// --attribute-name sk=range.
     #[arg(long, value_name = "DEFAULT=NAME", requires = "dynamo")]
     pub(crate) attribute_name: Vec<String>,
