@@ -208,7 +208,7 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
     /// block_on(watch.next_change()); // the acquisition woke it
     /// # Ok::<(), lease_core::LeaseError>(())
     /// ```
-    fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn crate::RecordWatch>> {
+    fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn RecordWatch>> {
         let _ = key;
         None
     }
@@ -267,9 +267,21 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     fn changed<'a>(&'a self, key: &'a LeaseKey) -> Option<BoxFuture<'a, ()>> {
         (**self).changed(key)
     }
-    fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn crate::RecordWatch>> {
+    fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn RecordWatch>> {
         (**self).watch_record(key)
     }
+}
+
+/// A watch on one key's record, from [`LeaseBackend::watch_record`](crate::LeaseBackend::watch_record).
+///
+/// The watch is armed when it is made: a change that lands after that is never lost, even one
+/// that lands before the first [`next_change`](Self::next_change). So a reader makes the watch,
+/// *then* reads the record, then waits: every change after its read wakes it. Wake-ups may be
+/// spurious (a renewal, a change of another key), never missing.
+pub trait RecordWatch: Send + fmt::Debug {
+    /// Completes when the record may have changed since the watch was made or since this last
+    /// completed. Cancel-safe: a dropped call loses no change.
+    fn next_change(&mut self) -> BoxFuture<'_, ()>;
 }
 
 /// Conveniences over [`LeaseBackend`], implemented for every backend: the waiting acquire, and

@@ -146,7 +146,7 @@ mod watch;
 pub mod conformance;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use contract::{BoxFuture, LeaseBackend, LeaseBackendExt};
+pub use contract::{BoxFuture, LeaseBackend, LeaseBackendExt, RecordWatch};
 pub use election::{DEFAULT_POLL_INTERVAL, Election, Leader, LeaderChange, Observer};
 pub use error::{Holder, LeaseError, LossReason, NotOwnedReason};
 pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES};
@@ -158,7 +158,6 @@ pub use memory::{MemoryBackend, MemoryBackendBuilder};
 pub use options::{AcquireOptions, MAX_LEASE_VALUE_BYTES};
 pub use token::{FencingToken, LeaseToken, MAX_TOKEN_BYTES, RandomTokens, TokenSource};
 pub use wait::{Backoff, WaitCallback, WaitEvent, WaitOptions};
-pub use watch::RecordWatch;
 
 /// What a user of any backend needs: each backend crate re-exports it at its root, so that one
 /// dependency and one `use` get a lease.

@@ -1,4 +1,4 @@
-//! An optional capability of a backend: waking a reader when a key's record may have changed.
+//! What a backend that sees every write hands its [`RecordWatch`]es: a change counter with wakers.
 
 use std::fmt;
 use std::future::Future;
@@ -6,20 +6,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use crate::BoxFuture;
 use crate::sync::lock;
-
-/// A watch on one key's record, from [`LeaseBackend::watch_record`](crate::LeaseBackend::watch_record).
-///
-/// The watch is armed when it is made: a change that lands after that is never lost, even one
-/// that lands before the first [`next_change`](Self::next_change). So a reader makes the watch,
-/// *then* reads the record, then waits: every change after its read wakes it. Wake-ups may be
-/// spurious (a renewal, a change of another key), never missing.
-pub trait RecordWatch: Send + fmt::Debug {
-    /// Completes when the record may have changed since the watch was made or since this last
-    /// completed. Cancel-safe: a dropped call loses no change.
-    fn next_change(&mut self) -> BoxFuture<'_, ()>;
-}
+use crate::{BoxFuture, RecordWatch};
 
 /// A change counter with wakers: what a backend that sees every write of its store (memory, or
 /// a thread reading kernel notifications) hands its watches. [`notify`](Self::notify) on every

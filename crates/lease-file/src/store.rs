@@ -577,18 +577,21 @@ impl DirectoryStore {
         .map_err(fs_error(key))
     }
 
+    /// The new holder's description: its owner label and published value from `options`.
     fn describe(
         &self,
         key: &LeaseKey,
         token: &LeaseToken,
-        label: Option<String>,
+        options: &AcquireOptions,
         now: &Now,
         duration: Duration,
     ) -> LeaseFileRecord {
+        let label = options.owner().map(str::to_owned);
         let mut record =
             engine::holder_record(self.inner.mode, token.as_str(), label, now.wall, duration);
         record.partition = Some(key.partition().to_owned());
         record.sort = key.sort().map(str::to_owned);
+        record.value = options.value().map(str::to_owned);
         record
     }
 
@@ -650,16 +653,7 @@ impl DirectoryStore {
             token: token.as_str(),
             duration,
             kernel: self.inner.mode == LockMode::Kernel,
-            record: LeaseFileRecord {
-                value: options.value().map(str::to_owned),
-                ..self.describe(
-                    key,
-                    &token,
-                    options.owner().map(str::to_owned),
-                    &start,
-                    duration,
-                )
-            },
+            record: self.describe(key, &token, options, &start, duration),
         };
         // A directory kept from an earlier tenure is checked against the path as a freshly
         // opened one would be; one that was removed or replaced, or fails, is dropped and the

@@ -942,8 +942,14 @@ impl CheckReport {
         row("reads", c.reads.to_string());
         row("distinct names written or read", c.names.to_string());
         row("clock offsets applied", c.clock_lines.to_string());
-        row("leaders reported by observers", c.leaders_reported.to_string());
-        row("vacancies reported by observers", c.vacancies_reported.to_string());
+        row(
+            "leaders reported by observers",
+            c.leaders_reported.to_string(),
+        );
+        row(
+            "vacancies reported by observers",
+            c.vacancies_reported.to_string(),
+        );
         row(
             "leaders reported, holder killed before logging",
             c.leaders_unlogged.to_string(),
@@ -1740,7 +1746,12 @@ mod tests {
         let kinds: Vec<_> = report.violations.iter().map(|v| v.kind.as_str()).collect();
         assert_eq!(
             kinds,
-            ["phantom-leader", "phantom-leader", "phantom-leader", "observer-repeat"],
+            [
+                "phantom-leader",
+                "phantom-leader",
+                "phantom-leader",
+                "observer-repeat"
+            ],
             "{:?}",
             report.violations
         );
