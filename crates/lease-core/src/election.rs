@@ -446,4 +446,32 @@ mod tests {
             Some(lease.fencing_token())
         );
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_observer_runs_as_a_tokio_task_woken_by_the_store() {
+        let store = Arc::new(MemoryBackend::new());
+        let key = LeaseKey::new("leader").unwrap();
+        let election = Election::new(store.clone(), &key, Duration::from_secs(10))
+            .with_poll_interval(Duration::from_secs(60));
+        let options = AcquireOptions::default().with_value("a");
+        let lease = store
+            .try_acquire(&key, Duration::from_secs(10), &options)
+            .await
+            .unwrap();
+        let mut observer = election.observe();
+        let task = tokio::spawn(async move {
+            let first = observer.next().await.unwrap();
+            let second = observer.next().await.unwrap();
+            (first, second)
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        store.release_lease(&lease).await.unwrap();
+        // Only the store's wake-up can end the wait before the 60 s poll.
+        let (first, second) = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("woken, not polled")
+            .unwrap();
+        assert_eq!(elected(first).value(), Some("a"));
+        assert_eq!(second, LeaderChange::Vacant);
+    }
 }

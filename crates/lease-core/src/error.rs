@@ -628,6 +628,18 @@ mod tests {
     }
 
     #[test]
+    fn a_held_error_shows_the_published_value_escaped() {
+        let holder = Holder::new()
+            .with_owner("pid 7 on h")
+            .with_value("10.0.0.7:5432\nx");
+        let err = LeaseError::held(LeaseKey::new("k").unwrap(), Some(holder));
+        assert_eq!(
+            err.to_string(),
+            "lease k is held by another owner (pid 7 on h, value \"10.0.0.7:5432\\nx\")"
+        );
+    }
+
+    #[test]
     fn a_timeout_keeps_its_last_error() {
         let key = LeaseKey::new("k").unwrap();
         let cause = LeaseError::backend("dynamodb", true, "connection refused");
