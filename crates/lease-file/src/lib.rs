@@ -169,7 +169,7 @@
 //!   election) lives in the holder's description, written right after the rename that made it
 //!   the holder (an optional `value` field older readers ignore): a reader sees either this
 //!   tenure's value or "a holder still writing its description", never another tenure's.
-//! * Observers of a key ([`LeaseBackend::watch_record`](lease_core::LeaseBackend::watch_record),
+//! * Observers of a key ([`LeaseBackend::watch_record`],
 //!   used by `lease_core::Observer`) are woken by inotify on the key's lock directory, on Linux:
 //!   one inotify instance and one blocked thread per watch, one wake-up per change (a
 //!   heartbeat's rename included); elsewhere, or out of inotify instances, they poll.
