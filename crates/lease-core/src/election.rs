@@ -279,7 +279,7 @@ impl Observer {
             let mut wait = self.poll_interval;
             match leader_of(record.as_ref(), now) {
                 Some(leader) if self.is_new(&leader) => {
-                    if leader.holder.acquired_at().is_none() && self.await_description(&leader) {
+                    if is_undescribed(&leader.holder) && self.await_description(&leader) {
                         wait = DESCRIPTION_RETRY;
                     } else {
                         self.undescribed = None;
@@ -346,6 +346,13 @@ impl Observer {
             }
         }
     }
+}
+
+/// Whether the store shows `holder` before describing it: no owner token and no acquisition
+/// time (the file store between the rename that made the holder and its description). Items of
+/// other writers with a token (DynamoDB items of the Go package) are never waited for.
+fn is_undescribed(holder: &Holder) -> bool {
+    holder.token().is_none() && holder.acquired_at().is_none()
 }
 
 /// The leader `record` names at wall time `now`: its holder, unless that holder's lease expired.
