@@ -72,6 +72,16 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Show who holds a lease, since and until when, and its fencing token.
     Status(StatusArgs),
+    /// Print who holds a lease, then one line for each change of holder (holder, value, since,
+    /// fencing token), until interrupted: a leader election's followers' view.
+    ///
+    /// Each tenure (fencing token) is printed at most once, in order, and "free" never twice in
+    /// a row. On the file store the kernel reports every change of the lease's lock directory
+    /// (inotify), so every holder that holds the lease for longer than one wake-up and one read
+    /// is printed; on DynamoDB the lease is read every --poll-interval (one GetItem each), so
+    /// every holder that holds it longer than that is. SIGINT and SIGTERM end it with status 0,
+    /// as does a closed standard output.
+    Watch(WatchArgs),
     /// Break a lease held by someone else (an operator's tool; needs --force --yes-i-know).
     Release(ReleaseArgs),
     /// Remove idle keys from a file store: every free key whose lock directory has not
@@ -188,7 +198,7 @@ pub(crate) struct TableOptions {
     pub(crate) lock_sort_key: Option<String>,
     /// Rename an item attribute, by its default name: pk, sk, lease_token, lease_expires_at,
     /// lease_expires_at_ms, ttl, lease_fence, lease_owner, lease_acquired_at, lease_request,
-    /// fenced_value, value_fence. Repeat for several: --attribute-name pk=id
+    /// fenced_value, value_fence, lease_value. Repeat for several: --attribute-name pk=id
     /// --attribute-name sk=range.
     #[arg(long, value_name = "DEFAULT=NAME", requires = "dynamo")]
     pub(crate) attribute_name: Vec<String>,
@@ -233,6 +243,11 @@ pub(crate) struct RunArgs {
     /// less of tolerance for a late renewal].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true)]
     pub(crate) grace: Option<Duration>,
+    /// Publish VALUE in the lease record with the acquisition (an address, an id: at most 512
+    /// bytes), for `lease watch`, `lease status` and followers to read; the command sees it as
+    /// LEASE_VALUE. It stays for the whole tenure.
+    #[arg(long, value_name = "VALUE", allow_hyphen_values = true)]
+    pub(crate) value: Option<String>,
     /// Keep the command in lease's process group instead of a group of its own: only the
     /// command itself is tied to lease and gets forwarded signals, not its children, and there
     /// is no deadline backstop. Rarely needed: the command's own group gets the terminal too.
@@ -265,6 +280,23 @@ pub(crate) struct StatusArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// `lease watch`.
+#[derive(Debug, Args)]
+pub(crate) struct WatchArgs {
+    #[command(flatten)]
+    pub(crate) backend: BackendArgs,
+    /// The lease to watch: a name, or PARTITION#SORT.
+    #[arg(long, value_name = "KEY", allow_hyphen_values = true)]
+    pub(crate) key: String,
+    /// Print one JSON object per line instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// How often to read the lease where the store cannot report changes (DynamoDB), and
+    /// where it can, how often to read it anyway.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub(crate) poll_interval: Duration,
 }
 
 /// `lease release`.

@@ -3,6 +3,7 @@
 //! ```text
 //! lease run --key nightly-report --ttl 30s --wait 1m -- ./report.sh
 //! lease status --key nightly-report
+//! lease watch --key primary --json
 //! lease release --force --key nightly-report --yes-i-know
 //! lease prune --file /var/lib/jobs/leases --idle 1d
 //! lease demo
@@ -32,6 +33,7 @@ mod run;
 mod status;
 mod stores;
 mod terminal;
+mod watch;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -97,6 +99,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Run(args) => run::run(args).await,
         Command::Status(args) => status::status(args).await,
+        Command::Watch(args) => watch::watch(args).await,
         Command::Release(args) => status::release(args).await,
         Command::Prune(args) => stores::prune(&args),
         Command::Table(TableCommand::Create(args)) => status::table_create(args).await,

@@ -26,6 +26,11 @@ pub(crate) fn text(text: &str) {
     }
 }
 
+/// Whether standard output was found closed: nothing more is written.
+pub(crate) fn closed() -> bool {
+    CLOSED.load(Ordering::Relaxed)
+}
+
 /// `println!` through [`text`].
 macro_rules! outln {
     () => {

@@ -25,6 +25,8 @@ use lease_core::backend::fmt_time;
 
 /// Environment variable that carries the fencing token to the command.
 pub(crate) const FENCING_ENV: &str = "LEASE_FENCING_TOKEN";
+/// The value published with `--value`, in the command's environment.
+pub(crate) const VALUE_ENV: &str = "LEASE_VALUE";
 /// Environment variable that carries the key to the command.
 pub(crate) const KEY_ENV: &str = "LEASE_KEY";
 
@@ -42,6 +44,8 @@ pub(crate) struct RunPlan {
     pub(crate) command: Vec<OsString>,
     /// The `lease` binary, started again as the guard or exec step.
     pub(crate) link_program: PathBuf,
+    /// The value published with the acquisition (`--value`), also given to the command.
+    pub(crate) value: Option<String>,
 }
 
 /// The default grace between SIGTERM and SIGKILL, when the lease leaves room for it.
@@ -113,6 +117,7 @@ impl RunPlan {
             terminal: !args.foreground && crate::terminal::foreground_terminal().is_some(),
             command: args.command.clone(),
             link_program: PathBuf::from("/proc/self/exe"),
+            value: args.value.clone(),
         })
     }
 
@@ -211,7 +216,10 @@ type HolderIdentity = (
 
 /// Acquires the lease, trying once (`--wait 0`) or waiting with visible progress.
 async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<Lease, Failure> {
-    let options = AcquireOptions::default().with_owner(owner_description());
+    let mut options = AcquireOptions::default().with_owner(owner_description());
+    if let Some(value) = &plan.value {
+        options = options.with_value(value.clone());
+    }
     let result = if plan.wait.is_zero() {
         // One attempt: a deadline already reached lets the store retry nothing.
         let options = options.with_deadline(backend.leases.clock().monotonic());
@@ -304,6 +312,9 @@ fn holder_or_unknown(holder: Option<&Holder>) -> String {
 /// `pid 4242 on host build-7 since T (until U, fencing token 9)`: a holder for people.
 pub(crate) fn describe_holder(holder: &Holder) -> String {
     let mut text = holder.owner().unwrap_or("another owner").to_owned();
+    if let Some(value) = holder.value() {
+        text.push_str(&format!(" (value {value:?})"));
+    }
     if let Some(since) = holder.acquired_at() {
         text.push_str(&format!(" since {}", fmt_time(since)));
     }
@@ -369,6 +380,9 @@ fn spawn(
         .env(KEY_ENV, plan.key.to_string())
         .env(FENCING_ENV, fencing.to_string())
         .kill_on_drop(false);
+    if let Some(value) = &plan.value {
+        command.env(VALUE_ENV, value);
+    }
     if !plan.foreground {
         // Its own process group, so that stopping it on loss reaches everything it started.
         command.process_group(0);
@@ -941,6 +955,7 @@ mod tests {
             terminal: false,
             command: command.iter().map(OsString::from).collect(),
             link_program: lease_binary(),
+            value: None,
         }
     }
 

@@ -228,6 +228,7 @@ fn seen_json(key: &LeaseKey, seen: &Seen, now: SystemTime) -> Value {
         "reason": reason,
         "holder": holder.and_then(|h| h.owner()),
         "pid": holder.and_then(Holder::pid),
+        "value": holder.and_then(Holder::value),
         "since": holder.and_then(|h| h.acquired_at()).map(fmt_time),
         "until": holder.and_then(|h| h.expires_at()).map(fmt_time),
         "heartbeat": holder.and_then(|h| h.renewed_at()).map(fmt_time),
@@ -288,6 +289,9 @@ fn record_text(key: &LeaseKey, record: Option<&LeaseRecord>, now: SystemTime) ->
                 "{key}: held by {}\n",
                 holder.owner().unwrap_or("an unnamed owner")
             );
+            if let Some(value) = holder.value() {
+                text.push_str(&format!("  value    {value:?}\n"));
+            }
             if let Some(since) = holder.acquired_at() {
                 text.push_str(&format!("  since    {}\n", fmt_time(since)));
             }

@@ -254,6 +254,7 @@ fn attribute_names(renames: &[String]) -> Result<AttributeNames, Failure> {
             "lease_request" => names.with_request(name),
             "fenced_value" => names.with_fenced_value(name),
             "value_fence" => names.with_value_fence(name),
+            "lease_value" => names.with_value(name),
             _ => return Err(bad("no attribute has that default name (see --help)")),
         };
     }

@@ -53,6 +53,8 @@ use std::time::{Duration, Instant, SystemTime};
 pub use crate::fenced::validate_fenced_value;
 pub use crate::human::{fmt_duration, fmt_time};
 pub use crate::lease::{default_safety_margin, holder_deadline, validate_duration};
+pub use crate::options::validate_acquire_options;
+pub use crate::watch::Changes;
 
 use crate::{FencingToken, Holder, Lease, LeaseKey, LeaseRecord, LeaseToken, NotOwnedReason};
 

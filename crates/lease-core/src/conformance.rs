@@ -65,6 +65,8 @@ macro_rules! __conformance_case_list {
             delete_removes_the_named_record,
             delete_refuses_any_other_state,
             delete_tells_the_truth,
+            published_value_reaches_readers,
+            observer_reports_each_tenure_once,
         );
     };
 }
@@ -1202,5 +1204,119 @@ pub fn delete_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
         );
         let c = must(s.backend.renew(&c, D).await, "c is untouched");
         must(s.backend.release_lease(&c).await, "c releases");
+    })
+}
+
+/// A value published with an acquisition is in the record for the whole tenure (renewals keep
+/// it), shown to contenders, and gone with the tenure; an oversized one writes nothing.
+pub fn published_value_reaches_readers(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let key = s.key("value");
+        let too_long =
+            AcquireOptions::default().with_value("v".repeat(crate::MAX_LEASE_VALUE_BYTES + 1));
+        let refused = s.backend.try_acquire(&key, D, &too_long).await;
+        assert!(
+            refused.as_ref().is_err_and(LeaseError::is_invalid_input),
+            "an oversized value is invalid input, got {refused:?}"
+        );
+        assert!(
+            must(s.backend.inspect(&key).await, "inspect after refusal")
+                .is_none_or(|r| r.holder().is_none()),
+            "a refused acquire writes nothing"
+        );
+        let longest = "a".repeat(crate::MAX_LEASE_VALUE_BYTES);
+        let options = AcquireOptions::default().with_value(longest.clone());
+        let lease = must(
+            s.backend.try_acquire(&key, D, &options).await,
+            "acquire with a value",
+        );
+        let value_of = |record: Option<crate::LeaseRecord>| {
+            record.and_then(|r| r.holder().and_then(|h| h.value().map(str::to_owned)))
+        };
+        assert_eq!(
+            value_of(must(s.backend.inspect(&key).await, "inspect")).as_deref(),
+            Some(longest.as_str()),
+            "inspect shows the published value"
+        );
+        let held = attempt(s, &key).await.expect_err("held");
+        assert_eq!(
+            held.holder().and_then(Holder::value),
+            Some(longest.as_str()),
+            "the held error shows the value"
+        );
+        let lease = must(s.backend.renew(&lease, D).await, "renew");
+        assert_eq!(
+            value_of(must(s.backend.inspect(&key).await, "inspect after renew")).as_deref(),
+            Some(longest.as_str()),
+            "a renewal keeps the value"
+        );
+        must(s.backend.release_lease(&lease).await, "release");
+        let plain = must(attempt(s, &key).await, "acquire without a value");
+        assert_eq!(
+            value_of(must(s.backend.inspect(&key).await, "inspect plain")),
+            None,
+            "the next tenure does not inherit the value"
+        );
+        s.expire(D);
+        let next = AcquireOptions::default().with_value("10.0.0.8:8080");
+        let taken = must(
+            s.backend.try_acquire(&key, D, &next).await,
+            "take over with a value",
+        );
+        assert!(taken.fencing_token() > plain.fencing_token());
+        assert_eq!(
+            value_of(must(s.backend.inspect(&key).await, "inspect taken")).as_deref(),
+            Some("10.0.0.8:8080"),
+            "a takeover publishes its own value"
+        );
+    })
+}
+
+/// An election's observer reports the current state, then each new leader once (value and
+/// fencing token as the leader's lease has them) and each vacancy (release, expiry) once.
+pub fn observer_reports_each_tenure_once(s: &Subject) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        use crate::{Election, LeaderChange};
+        let key = s.key("observe");
+        let election = Election::new(s.backend.clone(), &key, D);
+        let mut observer = election.observe();
+        let first = must(observer.next().await, "first report");
+        assert_eq!(first, LeaderChange::Vacant, "no leader yet");
+        let mut last = FencingToken::NONE;
+        for round in 0..3 {
+            let value = format!("leader-{round}");
+            let options = AcquireOptions::default().with_value(value.clone());
+            let lease = must(s.backend.try_acquire(&key, D, &options).await, "campaign");
+            let lease = must(s.backend.renew(&lease, D).await, "renew");
+            let LeaderChange::Elected(leader) = must(observer.next().await, "new leader") else {
+                panic!("round {round}: expected the new leader");
+            };
+            assert_eq!(
+                leader.fencing_token(),
+                lease.fencing_token(),
+                "the leader's token"
+            );
+            assert!(
+                leader.fencing_token() > last,
+                "tokens grow from leader to leader"
+            );
+            last = leader.fencing_token();
+            assert_eq!(leader.value(), Some(value.as_str()), "the leader's value");
+            assert_eq!(
+                must(election.leader().await, "leader()").map(|l| l.fencing_token()),
+                Some(lease.fencing_token())
+            );
+            if round % 2 == 0 {
+                must(s.backend.release_lease(&lease).await, "resign");
+            } else {
+                s.expire(D);
+            }
+            assert_eq!(
+                must(observer.next().await, "vacancy"),
+                LeaderChange::Vacant,
+                "round {round}: the leader left"
+            );
+            assert_eq!(must(election.leader().await, "leader() after"), None);
+        }
     })
 }

@@ -187,6 +187,31 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
         let _ = key;
         None
     }
+
+    /// A watch on `key`'s record, if the backend can wake a reader when it changes: the memory
+    /// backend sees every write; the file backend has the kernel report every change of the
+    /// key's lock directory (inotify). `None` (the default) when only polling can tell; the
+    /// [`Observer`](crate::Observer) then reads the record at its poll interval.
+    ///
+    /// The watch is armed when it is returned (see [`RecordWatch`](crate::RecordWatch)): make
+    /// it, then read the record, then wait on it.
+    ///
+    /// ```
+    /// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
+    /// use lease_core::executor::block_on;
+    /// use std::time::Duration;
+    ///
+    /// let store = MemoryBackend::new();
+    /// let key = LeaseKey::new("primary")?;
+    /// let mut watch = store.watch_record(&key).expect("memory sees every write");
+    /// let lease = block_on(store.acquire(&key, Duration::from_secs(10)))?;
+    /// block_on(watch.next_change()); // the acquisition woke it
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn RecordWatch>> {
+        let _ = key;
+        None
+    }
 }
 
 impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
@@ -242,6 +267,21 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
     fn changed<'a>(&'a self, key: &'a LeaseKey) -> Option<BoxFuture<'a, ()>> {
         (**self).changed(key)
     }
+    fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn RecordWatch>> {
+        (**self).watch_record(key)
+    }
+}
+
+/// A watch on one key's record, from [`LeaseBackend::watch_record`](crate::LeaseBackend::watch_record).
+///
+/// The watch is armed when it is made: a change that lands after that is never lost, even one
+/// that lands before the first [`next_change`](Self::next_change). So a reader makes the watch,
+/// *then* reads the record, then waits: every change after its read wakes it. Wake-ups may be
+/// spurious (a renewal, a change of another key), never missing.
+pub trait RecordWatch: Send + fmt::Debug {
+    /// Completes when the record may have changed since the watch was made or since this last
+    /// completed. Cancel-safe: a dropped call loses no change.
+    fn next_change(&mut self) -> BoxFuture<'_, ()>;
 }
 
 /// Conveniences over [`LeaseBackend`], implemented for every backend: the waiting acquire, and
@@ -416,7 +456,10 @@ async fn acquire_waiting<B: LeaseBackend + ?Sized>(
 }
 
 /// Completes when either future does (the other is dropped).
-struct First<'a>(Option<BoxFuture<'static, ()>>, Option<BoxFuture<'a, ()>>);
+pub(crate) struct First<'a>(
+    pub(crate) Option<BoxFuture<'static, ()>>,
+    pub(crate) Option<BoxFuture<'a, ()>>,
+);
 
 impl std::future::Future for First<'_> {
     type Output = ();

@@ -21,6 +21,7 @@ pub struct Holder {
     pid: Option<u32>,
     host: Option<String>,
     renewed_at: Option<SystemTime>,
+    value: Option<String>,
 }
 
 impl Holder {
@@ -70,6 +71,18 @@ impl Holder {
     pub fn with_renewed_at(mut self, at: SystemTime) -> Self {
         self.renewed_at = Some(at);
         self
+    }
+
+    /// The value the holder published with its acquisition
+    /// ([`AcquireOptions::with_value`](crate::AcquireOptions::with_value)).
+    pub fn with_value(mut self, value: impl Into<String>) -> Self {
+        self.value = Some(value.into());
+        self
+    }
+
+    /// The value the holder published with its acquisition, if any: what followers route to.
+    pub fn value(&self) -> Option<&str> {
+        self.value.as_deref()
     }
 
     /// The holder's owner token.
@@ -123,6 +136,12 @@ impl fmt::Display for Holder {
             (Some(pid), Some(host)) => parts.push(format!("pid {pid} on {}", shorten(host, 64))),
             (Some(pid), None) => parts.push(format!("pid {pid}")),
             _ => {}
+        }
+        if let Some(value) = &self.value {
+            parts.push(format!(
+                "value \"{}\"",
+                shorten(value, MAX_SHOWN_OWNER_CHARS)
+            ));
         }
         if let Some(token) = &self.token {
             parts.push(format!("token {token}"));
@@ -606,6 +625,18 @@ mod tests {
         assert_eq!(held.len(), owner.len(), "the holder keeps the whole owner");
         let odd = Holder::new().with_owner("a\nb").to_string();
         assert_eq!(odd, "a\\nb");
+    }
+
+    #[test]
+    fn a_held_error_shows_the_published_value_escaped() {
+        let holder = Holder::new()
+            .with_owner("pid 7 on h")
+            .with_value("10.0.0.7:5432\nx");
+        let err = LeaseError::held(LeaseKey::new("k").unwrap(), Some(holder));
+        assert_eq!(
+            err.to_string(),
+            "lease k is held by another owner (pid 7 on h, value \"10.0.0.7:5432\\nx\")"
+        );
     }
 
     #[test]

@@ -37,6 +37,9 @@
 //! * [`LeaseGuard`]: keeps a lease alive and tells its holder the moment it can no longer trust it
 //!   ([`LeaseGuard::builder`] acquires and keeps in one call).
 //! * [`executor`]: a minimal executor for runtime-free code ([`executor::block_on`]).
+//! * [`Election`]: leader election over any backend: campaign with a published value, read the
+//!   [`Leader`], and an [`Observer`] of every [`LeaderChange`] (see *Leader election* below);
+//!   backends that can wake a reader on a change offer a [`RecordWatch`].
 //! * [`LeaseListing`]: the optional extension that lists the records under one partition key.
 //! * [`FencedValues`]: the optional extension that stores small values (checkpoints) only the
 //!   newest fencing token may write.
@@ -76,6 +79,47 @@
 //!
 //! or a DynamoDB `ConditionExpression: attribute_not_exists(fence) OR fence <= :token`. A write
 //! that updates zero rows came from a holder that lost its lease.
+//!
+//! # Leader election
+//!
+//! The leader is the holder of one key's lease. A candidate [campaigns](Election::campaign)
+//! with a value published in the lease record ([`AcquireOptions::with_value`]: its address, its
+//! id); followers read the [`Leader`] (value, since when, fencing token) once, or follow every
+//! change with an [`Observer`]. They route requests to the leader's value and pass its fencing
+//! token along, so that the resource refuses a deposed leader's late writes whatever a follower
+//! believed:
+//!
+//! ```
+//! use lease_core::{Election, LeaderChange, LeaseKey, MemoryBackend};
+//! use lease_core::executor::block_on;
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! let store = Arc::new(MemoryBackend::new());
+//! let election = Election::new(store, &LeaseKey::new("primary")?, Duration::from_secs(10));
+//!
+//! // A candidate: waits until elected, then its guard renews the lease.
+//! let leading = election.campaign("10.0.0.7:5432").acquire_blocking()?;
+//!
+//! // A follower: where to send writes, and the token the resource checks them against.
+//! let mut observer = election.observe();
+//! if let LeaderChange::Elected(leader) = observer.next_blocking()? {
+//!     let route_to = leader.value().expect("the leader published its address");
+//!     let fence = leader.fencing_token();
+//!     assert_eq!((route_to, fence), ("10.0.0.7:5432", leading.fencing_token()));
+//!     // UPDATE ... WHERE fence <= $fence, as in *Fencing* above.
+//! }
+//!
+//! block_on(leading.release())?; // resign: observers report the vacancy
+//! assert_eq!(observer.next_blocking()?, LeaderChange::Vacant);
+//! # Ok::<(), lease_core::LeaseError>(())
+//! ```
+//!
+//! An observer reports each tenure at most once and in fencing order; it misses none that lasts
+//! longer than one wake-up and one read where the backend offers a
+//! [watch](LeaseBackend::watch_record) (memory; files, through the kernel), and none that lasts
+//! longer than its poll interval elsewhere (DynamoDB: one strongly consistent read per
+//! interval). `docs/correctness.md` states what observation promises and assumes.
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -84,6 +128,7 @@
 pub mod backend;
 mod clock;
 mod contract;
+mod election;
 mod error;
 pub mod executor;
 mod fenced;
@@ -98,12 +143,14 @@ mod options;
 mod sync;
 mod token;
 mod wait;
+mod watch;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use contract::{BoxFuture, LeaseBackend, LeaseBackendExt};
+pub use contract::{BoxFuture, LeaseBackend, LeaseBackendExt, RecordWatch};
+pub use election::{DEFAULT_POLL_INTERVAL, Election, Leader, LeaderChange, Observer};
 pub use error::{Holder, LeaseError, LossReason, NotOwnedReason};
 pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES};
 pub use keeper::{KeeperOptions, KeeperTask, LeaseGuard, LeaseGuardBuilder, LossCallback, Lost};
@@ -111,7 +158,7 @@ pub use key::{LeaseKey, MAX_KEY_PART_BYTES};
 pub use lease::{Lease, LeaseRecord, MAX_LEASE_DURATION, MIN_LEASE_DURATION};
 pub use listing::LeaseListing;
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
-pub use options::AcquireOptions;
+pub use options::{AcquireOptions, MAX_LEASE_VALUE_BYTES};
 pub use token::{FencingToken, LeaseToken, MAX_TOKEN_BYTES, RandomTokens, TokenSource};
 pub use wait::{Backoff, WaitCallback, WaitEvent, WaitOptions};
 

@@ -42,6 +42,7 @@ use crate::{
 pub struct MemoryBackend {
     entries: Arc<Mutex<HashMap<LeaseKey, Entry>>>,
     values: Arc<Mutex<HashMap<LeaseKey, FencedEntry>>>,
+    changes: crate::backend::Changes,
     clock: Arc<dyn Clock>,
     tokens: Arc<dyn TokenSource>,
     safety_margin: Option<Duration>,
@@ -65,6 +66,7 @@ struct HolderEntry {
     owner: Option<String>,
     acquired_at: SystemTime,
     expires_at: SystemTime,
+    value: Option<String>,
 }
 
 impl HolderEntry {
@@ -76,6 +78,9 @@ impl HolderEntry {
             .with_fencing(FencingToken::new(fencing));
         if let Some(owner) = &self.owner {
             holder = holder.with_owner(owner.clone());
+        }
+        if let Some(value) = &self.value {
+            holder = holder.with_value(value.clone());
         }
         holder
     }
@@ -133,6 +138,7 @@ impl MemoryBackend {
         options: &AcquireOptions,
     ) -> Result<Lease, LeaseError> {
         validate_duration(duration)?;
+        crate::backend::validate_acquire_options(options)?;
         let sent = self.clock.monotonic();
         let now = self.clock.now();
         let mut entries = lock(&self.entries);
@@ -162,8 +168,10 @@ impl MemoryBackend {
             owner: options.owner().map(str::to_owned),
             acquired_at: now,
             expires_at,
+            value: options.value().map(str::to_owned),
         });
         tracing::debug!(%key, fencing = entry.fencing, token = %token, "memory lease acquired");
+        self.changes.notify();
         Ok(crate::backend::new_lease(
             key.clone(),
             token,
@@ -195,6 +203,7 @@ impl MemoryBackend {
             }
             Some(h) => {
                 h.expires_at = now + duration;
+                self.changes.notify();
                 Ok(crate::backend::new_lease(
                     key.clone(),
                     lease.token().clone(),
@@ -222,6 +231,7 @@ impl MemoryBackend {
             {
                 e.holder = None;
                 tracing::debug!(%key, "memory lease released");
+                self.changes.notify();
                 Ok(())
             }
             Some(Entry {
@@ -250,6 +260,7 @@ impl MemoryBackend {
             return Err(LeaseError::not_owned(key.clone(), reason));
         }
         entries.remove(key);
+        self.changes.notify();
         tracing::debug!(%key, fencing = fencing.get(), held = holder.is_some(), "memory lease record deleted");
         Ok(())
     }
@@ -322,6 +333,7 @@ impl MemoryBackendBuilder {
         MemoryBackend {
             entries: Arc::default(),
             values: Arc::default(),
+            changes: crate::backend::Changes::new(),
             clock: self.clock,
             tokens: self.tokens,
             safety_margin: self.safety_margin,
@@ -344,6 +356,13 @@ impl LeaseBackend for MemoryBackend {
 
     fn as_fenced_values(&self) -> Option<&dyn FencedValues> {
         Some(self)
+    }
+
+    /// Every write of the store wakes every watch (one counter for the whole store: a write to
+    /// another key wakes it too, harmlessly).
+    fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn crate::RecordWatch>> {
+        let _ = key;
+        Some(self.changes.watch())
     }
 
     fn try_acquire<'a>(

@@ -17,7 +17,36 @@ pub struct AcquireOptions {
     owner: Option<String>,
     token: Option<LeaseToken>,
     deadline: Option<Instant>,
+    value: Option<String>,
 }
+
+/// Checks what an acquire publishes: the value of [`AcquireOptions::with_value`] is at most
+/// [`MAX_LEASE_VALUE_BYTES`] bytes. Every backend calls it before it sends anything.
+///
+/// ```
+/// use lease_core::{AcquireOptions, MAX_LEASE_VALUE_BYTES, backend::validate_acquire_options};
+/// assert!(validate_acquire_options(&AcquireOptions::default().with_value("host-3:8080")).is_ok());
+/// let long = AcquireOptions::default().with_value("x".repeat(MAX_LEASE_VALUE_BYTES + 1));
+/// assert!(validate_acquire_options(&long).unwrap_err().is_invalid_input());
+/// ```
+///
+/// # Errors
+/// [`LeaseError::InvalidInput`](crate::LeaseError::InvalidInput) naming the field `lease value`.
+pub fn validate_acquire_options(options: &AcquireOptions) -> Result<(), crate::LeaseError> {
+    match options.value() {
+        Some(value) if value.len() > MAX_LEASE_VALUE_BYTES => Err(crate::LeaseError::invalid(
+            "lease value",
+            format!(
+                "is {} bytes; the limit is {MAX_LEASE_VALUE_BYTES}",
+                value.len()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The longest value [`AcquireOptions::with_value`] may publish, in bytes.
+pub const MAX_LEASE_VALUE_BYTES: usize = 512;
 
 impl AcquireOptions {
     /// A human description of the new holder, shown to contenders in [`LeaseError::Held`](crate::LeaseError::Held).
@@ -58,6 +87,41 @@ impl AcquireOptions {
     pub fn with_deadline(mut self, deadline: Instant) -> Self {
         self.deadline = Some(deadline);
         self
+    }
+
+    /// Publish `value` in the lease record with this acquisition: an address or an id that
+    /// followers read from [`Holder::value`](crate::Holder::value) (through
+    /// [`inspect`](crate::LeaseBackend::inspect), [`LeaseError::Held`](crate::LeaseError::Held)
+    /// and the election's [`Observer`](crate::Observer)) to route to the holder, and fence with
+    /// its fencing token. It is written by the same write that makes the holder (on the file
+    /// store: the holder's description, written right after it, see `lease-file`), and stays
+    /// for the whole tenure: a renewal never changes it; to publish another value, release and
+    /// acquire again (a new fencing token).
+    ///
+    /// At most [`MAX_LEASE_VALUE_BYTES`] bytes; a longer one fails the acquire with
+    /// [`LeaseError::InvalidInput`](crate::LeaseError::InvalidInput) and writes nothing.
+    ///
+    /// ```
+    /// use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, MemoryBackend};
+    /// use lease_core::executor::block_on;
+    /// use std::time::Duration;
+    ///
+    /// let store = MemoryBackend::new();
+    /// let key = LeaseKey::new("primary")?;
+    /// let options = AcquireOptions::default().with_value("10.0.0.7:5432");
+    /// let lease = block_on(store.try_acquire(&key, Duration::from_secs(10), &options))?;
+    /// let record = block_on(store.inspect(&key))?.expect("acquired");
+    /// assert_eq!(record.holder().and_then(|h| h.value()), Some("10.0.0.7:5432"));
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    pub fn with_value(mut self, value: impl Into<String>) -> Self {
+        self.value = Some(value.into());
+        self
+    }
+
+    /// The value to publish, if one was set.
+    pub fn value(&self) -> Option<&str> {
+        self.value.as_deref()
     }
 
     /// The deadline, if one was set.

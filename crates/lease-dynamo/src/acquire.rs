@@ -42,6 +42,7 @@ impl DynamoLeases {
         options: &AcquireOptions,
     ) -> Result<Lease, LeaseError> {
         self.check_input(key, Some(duration))?;
+        lease_core::backend::validate_acquire_options(options)?;
         if self.inner.validate && options.owner().is_some_and(|o| o.len() > MAX_OWNER_BYTES) {
             return Err(LeaseError::invalid(
                 "owner",
@@ -74,7 +75,7 @@ impl DynamoLeases {
                 sent,
                 trust_until: holder_deadline(sent, duration, self.margin(duration)),
             };
-            let request = self.acquire_request(&attempt, now, options.owner());
+            let request = self.acquire_request(&attempt, now, options);
             // Retries end when the lease could no longer be trusted, or at the caller's
             // deadline if that comes first.
             let until = options
@@ -109,7 +110,7 @@ impl DynamoLeases {
         &self,
         attempt: &Attempt<'_>,
         now: std::time::SystemTime,
-        owner: Option<&str>,
+        options: &AcquireOptions,
     ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
         let inner = &self.inner;
         let now_ms = epoch_millis(now);
@@ -128,10 +129,16 @@ impl DynamoLeases {
             Some(_) => set.push("#ttl = :ttl"),
             None => remove.push("#ttl"),
         }
+        let owner = options.owner();
         match owner {
             Some(_) => set.push("#owner = :owner"),
             // A previous holder's description must not outlive its lease.
             None => remove.push("#owner"),
+        }
+        // Nor its published value.
+        match options.value() {
+            Some(_) => set.push("#value = :value"),
+            None => remove.push("#value"),
         }
         let mut update = format!("SET {}", set.join(", "));
         if !remove.is_empty() {
@@ -152,6 +159,7 @@ impl DynamoLeases {
             (":request", s(&attempt.request)),
             (":ttl", n(ttl.unwrap_or(0))),
             (":owner", s(owner.unwrap_or(""))),
+            (":value", s(options.value().unwrap_or(""))),
         ];
         self.conditional_update(attempt.key, &condition, &update, values)
             .return_values(ReturnValue::AllNew)
@@ -261,9 +269,9 @@ impl DynamoLeases {
             (":undone", s(&format!("{}-undone", attempt.request))),
         ];
         let update = if forget_counter {
-            "SET #expires = :zero, #request = :undone REMOVE #token, #owner, #acquired, #expires_ms, #fence"
+            "SET #expires = :zero, #request = :undone REMOVE #token, #owner, #value, #acquired, #expires_ms, #fence"
         } else {
-            "SET #expires = :zero, #request = :undone REMOVE #token, #owner, #acquired, #expires_ms"
+            "SET #expires = :zero, #request = :undone REMOVE #token, #owner, #value, #acquired, #expires_ms"
         };
         let request = self.conditional_update(attempt.key, "#request = :request", update, values);
         let result = with_retries(&inner.retry, &*inner.clock, None, "UpdateItem", || {

@@ -28,7 +28,7 @@ const NO_FENCED_VALUE: &str = "attribute_not_exists(#vfence)";
 /// Every lease attribute: removing them all leaves an item that is not a lease (and that TTL
 /// never deletes), holding only a fenced value.
 const REMOVE_LEASE: &str =
-    "REMOVE #token, #expires, #expires_ms, #acquired, #fence, #owner, #request, #ttl";
+    "REMOVE #token, #expires, #expires_ms, #acquired, #fence, #owner, #value, #request, #ttl";
 
 /// The condition naming the state `(holder, fencing)`, as release names a tenure.
 fn state_condition(holder: Option<&LeaseToken>, fencing: FencingToken) -> &'static str {

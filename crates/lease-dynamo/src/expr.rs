@@ -56,6 +56,7 @@ pub(crate) fn common(names: &AttributeNames) -> (Placeholders<'_>, Values) {
         ("#owner", names.owner()),
         ("#request", names.request()),
         ("#ttl", names.ttl()),
+        ("#value", names.value()),
     ];
     let constants = vec![
         (":number", s("N")),

@@ -112,6 +112,8 @@ pub(crate) struct Decoded {
     /// Whether the item has a fencing counter attribute at all (valid or not).
     pub(crate) fence_present: bool,
     pub(crate) owner: Option<String>,
+    /// The value the holder published (absent on Go items).
+    pub(crate) value: Option<String>,
     pub(crate) acquired_ms: Option<u64>,
     /// The id of the request that last changed the holder.
     pub(crate) request: Option<String>,
@@ -146,6 +148,7 @@ impl Decoded {
             fencing,
             fence_present: fence.is_some(),
             owner: get_str(item, names.owner()).map(str::to_owned),
+            value: get_str(item, names.value()).map(str::to_owned),
             acquired_ms: get_u64(item, names.acquired_at()),
             request: get_str(item, names.request()).map(str::to_owned),
             malformed,
@@ -163,6 +166,9 @@ impl Decoded {
         let mut holder = Holder::new().with_token(token);
         if let Some(owner) = &self.owner {
             holder = holder.with_owner(owner.clone());
+        }
+        if let Some(value) = &self.value {
+            holder = holder.with_value(value.clone());
         }
         if let Some(ms) = self.expires_ms {
             holder = holder.with_expires_at(from_millis(ms));

@@ -61,9 +61,9 @@
 //!
 //! | operation | request | condition | cost |
 //! |---|---|---|---|
-//! | acquire, takeover included | `UpdateItem` `SET token, expires, expires_ms, acquired, owner, request, ttl, fence = if_not_exists(fence, :seed) + 1`, `ReturnValues=ALL_NEW` | the counter is usable (absent, or a number in `[0, 2^63-1)`) **and** the key is free: `attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up)`, with `cutoff = now - max_clock_skew` and `cutoff_s` its whole second minus one (Go's items carry only a rounded-down second) | 1 request, 1 WCU |
+//! | acquire, takeover included | `UpdateItem` `SET token, expires, expires_ms, acquired, owner, value, request, ttl, fence = if_not_exists(fence, :seed) + 1`, `ReturnValues=ALL_NEW` | the counter is usable (absent, or a number in `[0, 2^63-1)`) **and** the key is free: `attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up)`, with `cutoff = now - max_clock_skew` and `cutoff_s` its whole second minus one (Go's items carry only a rounded-down second) | 1 request, 1 WCU |
 //! | renew | `UpdateItem` `SET expires, expires_ms, ttl` | `#token = :token AND #fence = :fence AND #expires_ms > :now` | 1 request, 1 WCU |
-//! | release | `UpdateItem` `SET expires = 0, request, ttl REMOVE token, expires_ms, owner, acquired` | `#token = :token AND #fence = :fence` (for a record with no counter: the token, and no usable counter) | 1 request, 1 WCU |
+//! | release | `UpdateItem` `SET expires = 0, request, ttl REMOVE token, expires_ms, owner, value, acquired` | `#token = :token AND #fence = :fence` (for a record with no counter: the token, and no usable counter) | 1 request, 1 WCU |
 //! | delete | `DeleteItem` | the state named, as release names a tenure (`#token = :token AND #fence = :fence`), or for a free record `attribute_not_exists(#token) AND #fence = :fence`; **and** `attribute_not_exists(value_fence)` | 1 request, 1 WCU; 2 when a fenced value shares the item (see *Delete*) |
 //! | inspect | `GetItem`, strongly consistent | | 1 request, 1 RCU |
 //! | list a partition | `Query` on `pk`, strongly consistent | | 1 request per 1 MB page, 1 RCU per 4 KB |

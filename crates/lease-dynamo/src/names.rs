@@ -9,7 +9,8 @@ use lease_core::LeaseError;
 /// crate adds `lease_expires_at_ms` (the same expiry in milliseconds), `lease_fence` (the fencing
 /// counter), `lease_owner` (a human description of the holder), `lease_acquired_at`,
 /// `lease_request` (which request last changed the holder: how a retry recognises its own write),
-/// and the two attributes of [`FencedValues`](lease_core::FencedValues): `fenced_value` (the
+/// `lease_value` (the value a holder published with its acquisition, absent on Go items), and
+/// the two attributes of [`FencedValues`](lease_core::FencedValues): `fenced_value` (the
 /// value, binary) and `value_fence` (the highest fencing token that touched it).
 ///
 /// ```
@@ -32,6 +33,7 @@ pub struct AttributeNames {
     request: String,
     fenced_value: String,
     value_fence: String,
+    value: String,
 }
 
 impl Default for AttributeNames {
@@ -49,6 +51,7 @@ impl Default for AttributeNames {
             request: "lease_request".into(),
             fenced_value: "fenced_value".into(),
             value_fence: "value_fence".into(),
+            value: "lease_value".into(),
         }
     }
 }
@@ -69,7 +72,7 @@ macro_rules! name_accessors {
                 }
             )*
 
-            fn all(&self) -> [(&'static str, &str); 12] {
+            fn all(&self) -> [(&'static str, &str); 13] {
                 [$((stringify!($field), self.$field.as_str())),*]
             }
         }
@@ -89,6 +92,7 @@ name_accessors! {
     request, with_request, "last request (string: the id of the acquire or release that last changed the holder)";
     fenced_value, with_fenced_value, "fenced value (binary; see `FencedValues`)";
     value_fence, with_value_fence, "value fence (number: the highest fencing token that wrote or read the fenced value)";
+    value, with_value, "published value (string: what the holder published with `AcquireOptions::with_value`; absent on Go items)";
 }
 
 /// DynamoDB's limit on attribute names that are part of a key, in bytes.

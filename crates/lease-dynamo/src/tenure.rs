@@ -152,7 +152,7 @@ impl DynamoLeases {
             let request_id = uuid::Uuid::new_v4().simple().to_string();
             let now_ms = epoch_millis(inner.clock.now());
             let ttl = self.ttl_at(now_ms);
-            let remove = "REMOVE #token, #owner, #acquired, #expires_ms";
+            let remove = "REMOVE #token, #owner, #value, #acquired, #expires_ms";
             let update = match ttl {
                 // The released item (and its fencing counter) is collected a buffer from now.
                 Some(_) => {

@@ -321,6 +321,7 @@ pub(crate) fn holder_record(
         protocol: Some(mode.as_str().to_owned()),
         partition: None,
         sort: None,
+        value: None,
     }
 }
 

@@ -165,6 +165,14 @@
 //!   deleting it *while held* lets a contender in at once while the holder trusts its lease
 //!   until its next heartbeat notices (at most its deadline): keep locks out of directories
 //!   that are cleaned, and remove a store's keys with [`DirectoryStore::prune`] instead.
+//! * A value published with an acquisition (`AcquireOptions::with_value`, for leader
+//!   election) lives in the holder's description, written right after the rename that made it
+//!   the holder (an optional `value` field older readers ignore): a reader sees either this
+//!   tenure's value or "a holder still writing its description", never another tenure's.
+//! * Observers of a key ([`LeaseBackend::watch_record`],
+//!   used by `lease_core::Observer`) are woken by inotify on the key's lock directory, on Linux:
+//!   one inotify instance and one blocked thread per watch, one wake-up per change (a
+//!   heartbeat's rename included); elsewhere, or out of inotify instances, they poll.
 //!
 //! # Deleting and pruning keys
 //!
@@ -374,6 +382,8 @@ mod store;
 #[cfg(test)]
 mod tests;
 mod wake;
+#[cfg(target_os = "linux")]
+mod watch;
 
 pub use fenced::MAX_FENCED_FILE_BYTES;
 pub use fsio::MAX_RECORD_BYTES;

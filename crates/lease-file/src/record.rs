@@ -67,6 +67,10 @@ pub(crate) struct LeaseFileRecord {
     /// The directory store's key: sort key.
     #[serde(default)]
     pub(crate) sort: Option<String>,
+    /// The value the holder published with its acquisition (`AcquireOptions::with_value`).
+    /// Optional and omitted when absent: older readers and the Go package ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) value: Option<String>,
 }
 
 /// Why bytes are not a valid record.

@@ -106,6 +106,9 @@ impl Held {
         if let Some(label) = record.label {
             holder = holder.with_owner(label);
         }
+        if let Some(value) = record.value {
+            holder = holder.with_value(value);
+        }
         if let Some(at) = from_ns(record.acquired_at_ns) {
             holder = holder.with_acquired_at(at);
         }

@@ -577,18 +577,21 @@ impl DirectoryStore {
         .map_err(fs_error(key))
     }
 
+    /// The new holder's description: its owner label and published value from `options`.
     fn describe(
         &self,
         key: &LeaseKey,
         token: &LeaseToken,
-        label: Option<String>,
+        options: &AcquireOptions,
         now: &Now,
         duration: Duration,
     ) -> LeaseFileRecord {
+        let label = options.owner().map(str::to_owned);
         let mut record =
             engine::holder_record(self.inner.mode, token.as_str(), label, now.wall, duration);
         record.partition = Some(key.partition().to_owned());
         record.sort = key.sort().map(str::to_owned);
+        record.value = options.value().map(str::to_owned);
         record
     }
 
@@ -637,6 +640,7 @@ impl DirectoryStore {
         options: &AcquireOptions,
     ) -> Result<Lease, LeaseError> {
         validate_duration(duration)?;
+        lease_core::backend::validate_acquire_options(options)?;
         let margin = self.margin(duration)?;
         Self::expiry(self.inner.time.now().wall, duration)?;
         let path = self.lock_dir(key)?;
@@ -649,13 +653,7 @@ impl DirectoryStore {
             token: token.as_str(),
             duration,
             kernel: self.inner.mode == LockMode::Kernel,
-            record: self.describe(
-                key,
-                &token,
-                options.owner().map(str::to_owned),
-                &start,
-                duration,
-            ),
+            record: self.describe(key, &token, options, &start, duration),
         };
         // A directory kept from an earlier tenure is checked against the path as a freshly
         // opened one would be; one that was removed or replaced, or fails, is dropped and the
@@ -1304,6 +1302,9 @@ fn holder_of(
                 .unwrap_or_else(|| format!("pid {} on {}", record.pid, record.host)),
         )
         .with_acquired_at(time(record.acquired_at_ns));
+    if let Some(value) = &record.value {
+        holder = holder.with_value(value.clone());
+    }
     if let Some(token) = record
         .owner
         .as_deref()
@@ -1717,6 +1718,22 @@ impl LeaseBackend for DirectoryStore {
             .waiters
             .when_released(&self.inner.base, name.as_ref())?;
         Some(Box::pin(woken))
+    }
+
+    /// The kernel reports every change of the key's lock directory (inotify, on Linux): a
+    /// watch costs one inotify instance and a thread blocked reading it, and each change one
+    /// wake-up. Elsewhere, `None`: observers poll.
+    fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn lease_core::RecordWatch>> {
+        #[cfg(target_os = "linux")]
+        {
+            let name = self.lock_name(key).ok()?;
+            crate::watch::watch(&self.inner.base, name.as_ref())
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = key;
+            None
+        }
     }
 }
 

@@ -38,6 +38,42 @@ pub(crate) enum Mode {
     /// attacker's moments (temporary lock directories) keep coming. Errors are printed, not
     /// fatal.
     Prune(PruneArgs),
+    /// A leader election on a `DirectoryStore` key: `campaign` (the value published is the
+    /// proc id) waits until elected, claims every 10 ms for HOLD_MS after `check()`, then
+    /// resigns (releases); again. `observe` logs every change its `Observer` reports.
+    Election(ElectionArgs),
+}
+
+/// `election`.
+#[derive(Debug, Args)]
+pub(crate) struct ElectionArgs {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    /// The store directory.
+    #[arg(long, value_name = "D")]
+    pub(crate) dir: PathBuf,
+    /// The election's key in the store.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) key: String,
+    /// `campaign` or `observe`.
+    #[arg(long, value_enum)]
+    pub(crate) role: ElectionRole,
+    /// The leader's lease, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    pub(crate) ttl_ms: u64,
+    /// How long a leader leads before it resigns, in milliseconds (at most; random from a
+    /// fifth of it).
+    #[arg(long, value_name = "MS", default_value_t = 100)]
+    pub(crate) hold_ms: u64,
+}
+
+/// What an `election` actor does.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum ElectionRole {
+    /// Campaign, lead, resign, in a loop.
+    Campaign,
+    /// Report every change of leader.
+    Observe,
 }
 
 /// `prune`.

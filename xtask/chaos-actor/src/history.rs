@@ -27,6 +27,8 @@ pub(crate) enum Surface {
     FleetFile,
     /// A fleet worker on `DynamoLeases`.
     FleetDynamo,
+    /// A leader election (`Election`) on a `DirectoryStore`.
+    ElectionFile,
 }
 
 impl Surface {
@@ -40,6 +42,7 @@ impl Surface {
             Self::LeaseDynamo => "lease-dynamo",
             Self::FleetFile => "fleet-file",
             Self::FleetDynamo => "fleet-dynamo",
+            Self::ElectionFile => "election-file",
         }
     }
 }
@@ -193,6 +196,24 @@ impl History {
         self.line(
             "read",
             format_args!("{} {name} {token} {sent} {done} {seen}", s.as_str()),
+        );
+    }
+
+    /// `campaign <proc> <surface> <key> <mono>`: about to stand for election on `key`.
+    pub(crate) fn campaign(&self, s: Surface, key: &str, mono: u64) {
+        let key = field(key);
+        self.line("campaign", format_args!("{} {key} {mono}", s.as_str()));
+    }
+
+    /// `observe <proc> <surface> <key> <token> <leader> <mono>`: an observer reported the
+    /// leader `leader` (the value it published) with fencing `token` at `mono`; a vacancy is
+    /// token 0 and leader `-`.
+    pub(crate) fn observe(&self, s: Surface, key: &str, leader: Option<(u64, &str)>, mono: u64) {
+        let key = field(key);
+        let (token, leader) = leader.map_or((0, "-".to_owned()), |(t, l)| (t, field(l)));
+        self.line(
+            "observe",
+            format_args!("{} {key} {token} {leader} {mono}", s.as_str()),
         );
     }
 

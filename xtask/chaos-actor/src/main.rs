@@ -15,6 +15,7 @@
 //!              --fleet NAME --worker W --units N --session-ms S --interval-ms I --margin-ms M
 //!              --save-every-ms E [--session-skew-ms MS]
 //! prune        --dir D --every-ms MS
+//! election     --dir D --key K --role campaign|observe [--ttl-ms T] [--hold-ms H]
 //! ```
 //!
 //! * `touch` is the command `lease run` runs: `acq` with `$LEASE_FENCING_TOKEN` at its first
@@ -31,6 +32,9 @@
 //! * `prune` removes every free key of a shared store (`DirectoryStore::prune`, idle 0 s) every
 //!   MS ms, so that its keys are created again and again (each creation a moment for the
 //!   chaos run's attacker); it writes no history (`lease run` children do).
+//! * `election` campaigns on a `DirectoryStore` key with its proc id as the published value
+//!   (`Election::campaign`), claims while it leads, resigns; or observes the election and logs
+//!   every report as an `observe` line.
 //!
 //! Every mode appends the lines of `docs/chaos.md` to `<RUN_DIR>/history/<ID>.log` (one
 //! `write(2)` per line, `O_APPEND`), reads the instant of a claim *before* the check that
@@ -44,6 +48,7 @@ mod cli;
 mod clock;
 mod dynamo;
 mod dynamo_lease;
+mod election;
 mod filelock;
 mod fleet;
 mod history;
@@ -65,6 +70,7 @@ fn main() -> ExitCode {
         Mode::DynamoLease(args) => &args.common,
         Mode::Fleet(args) => &args.common,
         Mode::Prune(args) => &args.common,
+        Mode::Election(args) => &args.common,
     };
     let actor = match Actor::start(common) {
         Ok(actor) => actor,
@@ -79,6 +85,7 @@ fn main() -> ExitCode {
         Mode::DynamoLease(args) => dynamo_lease::run(args, &actor),
         Mode::Fleet(args) => fleet::run(args, &actor),
         Mode::Prune(args) => prune::run(args, &actor),
+        Mode::Election(args) => election::run(args, &actor),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -45,16 +45,23 @@ pub(crate) enum ViolationKind {
     OlderWriter,
     /// An overlap on fleet surfaces: one unit trusted by two workers.
     UnitDoubleTrust,
+    /// An election's observer reported a leader the history says never held that tenure: a
+    /// token another proc acquired, or a proc that never campaigned on the key.
+    PhantomLeader,
+    /// An observer reported a tenure twice, or one older than a tenure it had reported.
+    ObserverRepeat,
 }
 
 impl ViolationKind {
     /// Every kind, in report order.
-    pub(crate) const ALL: [ViolationKind; 5] = [
+    pub(crate) const ALL: [ViolationKind; 7] = [
         ViolationKind::Overlap,
         ViolationKind::TokenTwice,
         ViolationKind::TokenRegression,
         ViolationKind::OlderWriter,
         ViolationKind::UnitDoubleTrust,
+        ViolationKind::PhantomLeader,
+        ViolationKind::ObserverRepeat,
     ];
 
     /// Its name in docs/chaos.md and in the report.
@@ -65,6 +72,8 @@ impl ViolationKind {
             ViolationKind::TokenRegression => "token-regression",
             ViolationKind::OlderWriter => "older-writer",
             ViolationKind::UnitDoubleTrust => "unit-double-trust",
+            ViolationKind::PhantomLeader => "phantom-leader",
+            ViolationKind::ObserverRepeat => "observer-repeat",
         }
     }
 }
@@ -112,6 +121,13 @@ pub(crate) struct Counts {
     pub(crate) names: usize,
     /// Tenures, `(proc, token)` per key.
     pub(crate) tenures: usize,
+    /// Leaders reported by election observers.
+    pub(crate) leaders_reported: u64,
+    /// Vacancies reported by election observers.
+    pub(crate) vacancies_reported: u64,
+    /// Leaders reported whose `acq` line is missing, by a proc that campaigned on the key
+    /// (killed between its election and its log line): not provable either way.
+    pub(crate) leaders_unlogged: u64,
 }
 
 /// The checker's verdict on one run.
@@ -148,9 +164,12 @@ pub(crate) fn check(history: &History, assumptions: &Assumptions) -> CheckReport
     check_token_regressions(&tenures, &mut sink);
     check_older_writers(history, &tenures, &mut sink);
     check_writes_below_read_fences(history, &tenures, &mut sink);
+    let unlogged = check_observers(history, &mut sink);
+    let mut counts = counts(history, tenures.len());
+    counts.leaders_unlogged = unlogged;
     CheckReport {
         assumptions: *assumptions,
-        counts: counts(history, tenures.len()),
+        counts,
         violations: sink.violations,
         beyond_assumption: sink.beyond,
         violation_totals: sink.totals,
@@ -181,7 +200,93 @@ fn counts(history: &History, tenures: usize) -> Counts {
     for write in &history.writes {
         *counts.writes.entry(write.outcome).or_insert(0) += 1;
     }
+    for observe in &history.observes {
+        match observe.leader {
+            Some(_) => counts.leaders_reported += 1,
+            None => counts.vacancies_reported += 1,
+        }
+    }
     counts
+}
+
+/// `phantom-leader` and `observer-repeat`: every leader an election observer reported is a
+/// tenure the history shows (the `acq` of that key and token is the reported proc's), and each
+/// observer's reports of one key have strictly increasing tokens. A report whose tenure has no
+/// `acq` line is tolerated, and counted (returned), when the reported proc campaigned on the
+/// key (a `campaign` line, written before it stood): it may have been killed between its
+/// election and its log line.
+fn check_observers(history: &History, sink: &mut Sink<'_>) -> u64 {
+    let mut acquired_by: HashMap<(Id, u64), Id> = HashMap::new();
+    let campaigned: std::collections::HashSet<(Id, Id)> =
+        history.campaigns.iter().copied().collect();
+    for acq in history
+        .acqs
+        .iter()
+        .filter(|a| a.surface == Surface::ElectionFile)
+    {
+        acquired_by.entry((acq.key, acq.token)).or_insert(acq.proc);
+    }
+    let mut unlogged = 0;
+    let mut last: HashMap<(Id, Id), (u64, u64)> = HashMap::new();
+    for o in &history.observes {
+        let Some((token, leader)) = o.leader else {
+            continue;
+        };
+        let key = sink.history.keys.name(o.key);
+        let phantom = match acquired_by.get(&(o.key, token)) {
+            Some(&holder) if holder == leader => None,
+            Some(&holder) => Some(holder),
+            None if campaigned.contains(&(o.key, leader)) => {
+                unlogged += 1;
+                None
+            }
+            None => Some(leader),
+        };
+        if let Some(holder) = phantom {
+            let finding = Finding {
+                kind: ViolationKind::PhantomLeader,
+                key_or_name: key,
+                surfaces: [o.surface, o.surface],
+                procs: [o.proc, holder],
+                window: (o.mono, o.mono),
+                at_mono: o.mono,
+            };
+            sink.record(finding, |s| {
+                format!(
+                    "{} reported {} leading with token {token} at {}; the history says {}",
+                    s.proc(o.proc),
+                    s.proc(leader),
+                    o.mono,
+                    if holder == leader {
+                        "it never campaigned on this key".to_owned()
+                    } else {
+                        format!("token {token} was {}'s", s.proc(holder))
+                    }
+                )
+            });
+        }
+        if let Some(&(before, at)) = last.get(&(o.proc, o.key))
+            && token <= before
+        {
+            let finding = Finding {
+                kind: ViolationKind::ObserverRepeat,
+                key_or_name: key,
+                surfaces: [o.surface, o.surface],
+                procs: [o.proc, o.proc],
+                window: (at, o.mono),
+                at_mono: o.mono,
+            };
+            sink.record(finding, |s| {
+                format!(
+                    "{} reported token {token} at {} after token {before} at {at}",
+                    s.proc(o.proc),
+                    o.mono
+                )
+            });
+        }
+        last.insert((o.proc, o.key), (token, o.mono));
+    }
+    unlogged
 }
 
 /// One `(proc, token)` of a key: from its acquisition (or first claim) to its last claim.
@@ -837,6 +942,18 @@ impl CheckReport {
         row("reads", c.reads.to_string());
         row("distinct names written or read", c.names.to_string());
         row("clock offsets applied", c.clock_lines.to_string());
+        row(
+            "leaders reported by observers",
+            c.leaders_reported.to_string(),
+        );
+        row(
+            "vacancies reported by observers",
+            c.vacancies_reported.to_string(),
+        );
+        row(
+            "leaders reported, holder killed before logging",
+            c.leaders_unlogged.to_string(),
+        );
         let table = std::mem::take(md);
         md.push_str("### History checked\n\n| | count |\n|---|---:|\n");
         md.push_str(&table);
@@ -1580,5 +1697,63 @@ mod tests {
         clean_history(&clean);
         let md = check(&clean.load(), &ASSUME).to_markdown(7, &[]);
         assert!(md.contains("None: every guarantee held."), "{md}");
+    }
+
+    #[test]
+    fn observers_report_only_tenures_the_history_shows_and_none_twice() {
+        let run = TempRun::new("observe");
+        let key = "file:/e/leader";
+        run.log(
+            "elect0.1",
+            &[
+                format!("campaign elect0.1 election-file {key} 5"),
+                acq("elect0.1", "election-file", key, 1, 5, 10),
+                claim("elect0.1", "election-file", key, 1, 20),
+                format!("campaign elect0.1 election-file {key} 90"),
+            ],
+        );
+        run.log(
+            "watch0.1",
+            &[
+                format!("observe watch0.1 election-file {key} 0 - 1"),
+                format!("observe watch0.1 election-file {key} 1 elect0.1 12"),
+                format!("observe watch0.1 election-file {key} 0 - 40"),
+                // Elected at 95, killed before its `acq` line: tolerated, counted.
+                format!("observe watch0.1 election-file {key} 2 elect0.1 100"),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(report.violations, []);
+        assert_eq!(
+            (
+                report.counts.leaders_reported,
+                report.counts.vacancies_reported,
+                report.counts.leaders_unlogged
+            ),
+            (2, 2, 1)
+        );
+
+        // Token 1 reported as another proc's, a proc that never stood, and a repeat.
+        run.log(
+            "watch1.1",
+            &[
+                format!("observe watch1.1 election-file {key} 1 elect9.1 12"),
+                format!("observe watch1.1 election-file {key} 3 nobody.1 50"),
+                format!("observe watch1.1 election-file {key} 3 nobody.1 60"),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        let kinds: Vec<_> = report.violations.iter().map(|v| v.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "phantom-leader",
+                "phantom-leader",
+                "phantom-leader",
+                "observer-repeat"
+            ],
+            "{:?}",
+            report.violations
+        );
     }
 }

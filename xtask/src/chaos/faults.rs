@@ -399,6 +399,8 @@ impl Faults {
         let files = run.join("files");
         let mut dirs = lock_dirs(&files);
         dirs.extend([files.join("run"), files.join("fleet"), files.join("locks")]);
+        // The election's store, where the run has one.
+        dirs.extend(Some(files.join("election")).filter(|dir| dir.is_dir()));
         let dir = dirs.get(self.rng.index(dirs.len()))?.clone();
         let n = self.rng.next_u64() % 1_000_000;
         let (name, what) = match self.rng.between(0, 5) {
@@ -473,6 +475,7 @@ fn lock_dirs(files: &Path) -> Vec<PathBuf> {
         files.join("run"),
         files.join("fleet"),
         files.join("shared"),
+        files.join("election"),
     ];
     let mut found = Vec::new();
     let mut queue = vec![(files.to_path_buf(), 0)];

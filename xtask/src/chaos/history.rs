@@ -72,11 +72,14 @@ pub(crate) enum Surface {
     FleetFile,
     /// A fleet worker over DynamoDB; keys are units.
     FleetDynamo,
+    /// A leader election (`Election`) over the file store: campaigners' tenures and
+    /// observers' reports.
+    ElectionFile,
 }
 
 impl Surface {
     /// Every surface with its name in history lines.
-    pub(crate) const ALL: [(Surface, &'static str); 7] = [
+    pub(crate) const ALL: [(Surface, &'static str); 8] = [
         (Surface::RunFile, "run-file"),
         (Surface::RunDynamo, "run-dynamo"),
         (Surface::FilelockKernel, "filelock-kernel"),
@@ -84,6 +87,7 @@ impl Surface {
         (Surface::LeaseDynamo, "lease-dynamo"),
         (Surface::FleetFile, "fleet-file"),
         (Surface::FleetDynamo, "fleet-dynamo"),
+        (Surface::ElectionFile, "election-file"),
     ];
 
     /// The surface named `name` in a history line.
@@ -242,6 +246,22 @@ pub(crate) struct Read {
     pub(crate) value: Option<(u64, u64)>,
 }
 
+/// An `observe` line: an election's observer reported a leader (or a vacancy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Observe {
+    /// The observing process.
+    pub(crate) proc: Id,
+    /// Its surface.
+    pub(crate) surface: Surface,
+    /// The election's lease key ([`History::keys`]).
+    pub(crate) key: Id,
+    /// The reported leader: its fencing token and the proc its published value names
+    /// ([`History::procs`]); `None` for a vacancy.
+    pub(crate) leader: Option<(u64, Id)>,
+    /// When it was reported (ns).
+    pub(crate) mono: u64,
+}
+
 /// A `clock` line: from `mono` on, the process's wall clock runs `offset_ms` off the host's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ClockSet {
@@ -325,6 +345,10 @@ pub(crate) struct History {
     pub(crate) reads: Vec<Read>,
     /// Every `clock` line.
     pub(crate) clocks: Vec<ClockSet>,
+    /// Every `observe` line, in file order (so each observer's in its own order).
+    pub(crate) observes: Vec<Observe>,
+    /// `(key, proc)` of every `campaign` line: who stood for election where.
+    pub(crate) campaigns: Vec<(Id, Id)>,
     /// Every `fault` line, sorted by `mono`.
     pub(crate) faults: Vec<Fault>,
     /// One entry per file read: the history files in name order, then `faults.log`.
@@ -409,6 +433,15 @@ impl History {
             "claim" | "rel" => self.claim_or_rel_line(kind == "claim", rest),
             "write" => self.write_line(rest),
             "read" => self.read_line(rest),
+            "observe" => self.observe_line(rest),
+            "campaign" => {
+                let [proc, surface, key, mono] = fields(rest)?;
+                Surface::parse(surface)?;
+                num::<u64>(mono)?;
+                let (proc, key) = (self.procs.intern(proc), self.keys.intern(key));
+                self.campaigns.push((key, proc));
+                Some(())
+            }
             "clock" => {
                 let [proc, offset, mono] = fields(rest)?;
                 let (offset_ms, mono) = (num(offset)?, num(mono)?);
@@ -483,6 +516,27 @@ impl History {
         span.first_mono = span.first_mono.min(mono);
         span.last_mono = span.last_mono.max(mono);
         span.count += 1;
+        Some(())
+    }
+
+    /// `observe <proc> <surface> <key> <token> <leader> <mono>`; a vacancy is `0 -`.
+    fn observe_line(&mut self, rest: &str) -> Option<()> {
+        let [proc, surface, key, token, leader, mono] = fields(rest)?;
+        let surface = Surface::parse(surface)?;
+        let (token, mono): (u64, u64) = (num(token)?, num(mono)?);
+        let leader = match (token, leader) {
+            (0, "-") => None,
+            (0, _) | (_, "-") => return None,
+            (token, leader) => Some((token, self.procs.intern(leader))),
+        };
+        let observe = Observe {
+            proc: self.procs.intern(proc),
+            surface,
+            key: self.keys.intern(key),
+            leader,
+            mono,
+        };
+        self.observes.push(observe);
         Some(())
     }
 

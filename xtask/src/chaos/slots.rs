@@ -46,6 +46,9 @@ pub(crate) enum Role {
     DynamoLease,
     /// `lease-chaos-actor fleet` worker on the files or on DynamoDB.
     Fleet { worker: u32 },
+    /// `lease-chaos-actor election` on `files/election`, key `leader`: a campaigner, or
+    /// (`observe`) an observer.
+    Election { observe: bool },
 }
 
 /// Paths and endpoints every slot's command is built from.
@@ -118,7 +121,7 @@ impl Slot {
     /// How long this slot's lease (or session) lasts: SIGSTOPs are longer than this.
     pub(crate) fn lease_length(&self) -> Duration {
         match (&self.role, self.backend) {
-            (Role::FileLock { .. }, _) => Duration::from_millis(1000),
+            (Role::FileLock { .. } | Role::Election { .. }, _) => Duration::from_millis(1000),
             (Role::RunFile | Role::RunShared | Role::Prune, _)
             | (Role::Fleet { .. }, Backend::File) => Duration::from_secs(2),
             _ => Duration::from_secs(3),
@@ -268,6 +271,15 @@ impl Slot {
                 command
             }
             (Role::Fleet { worker }, backend) => fleet(context, &proc, *worker, backend),
+            (Role::Election { observe }, _) => {
+                let mut command = actor(context, "election", &proc);
+                command
+                    .arg("--dir")
+                    .arg(files.join("election"))
+                    .args(["--key", "leader", "--ttl-ms", "1000", "--hold-ms", "100"])
+                    .args(["--role", if *observe { "observe" } else { "campaign" }]);
+                command
+            }
         }
     }
 }
@@ -371,6 +383,12 @@ pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
                 add(format!("runs{i}"), Role::RunShared);
             }
             add("prune0".to_owned(), Role::Prune);
+            for i in 0..3 {
+                add(format!("elect{i}"), Role::Election { observe: false });
+            }
+            for i in 0..2 {
+                add(format!("watch{i}"), Role::Election { observe: true });
+            }
         }
         Backend::Dynamo => {
             for i in 0..2 {
@@ -398,6 +416,7 @@ pub(crate) fn prepare(run: &Path) -> std::io::Result<()> {
         "files/run",
         "files/fleet",
         "files/shared",
+        "files/election",
     ] {
         fs::create_dir_all(run.join(dir))?;
     }
