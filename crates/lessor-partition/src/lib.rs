@@ -112,8 +112,11 @@
 //! never raises an existing member's (they only give). Each member keeps its lowest-id units up
 //! to its target (sticky); the rest (free units, units of dead sessions, then the surplus of
 //! members above their target) is dealt to members below their target. A worker hands its
-//! surplus over and takes what the plan deals it, at most `max_moves_per_interval` of each per
-//! tick. Since the targets of a member list are fixed, a unit moves at most once per membership
+//! surplus over, at most `max_moves_per_interval` units per tick, and takes every unit the plan
+//! deals it that is free or held by a dead session at once: the bound throttles moving live
+//! units (as KCL limits stealing), never taking units nobody can be working on, so a dead
+//! worker's units are owned again within a session duration plus two intervals at any unit
+//! count. Since the targets of a member list are fixed, a unit moves at most once per membership
 //! change and a settled fleet makes no moves.
 //!
 //! **Taking a unit** is: release a dead owner's hold with its token (fails if anyone changed the
@@ -275,10 +278,11 @@
 //! | 8192 | 2 | churn | 299.50 | 1894.8 | 23.1 % | 7188.0 | 45475 | 3155.9 | 1547 | 56806.3 | 27853 | 0.127 | 1.63 | 52992 / 49158 |
 //!
 //! In steady state the figures are the formula's. Under churn every worker lists the units once
-//! per membership change it sees; units a plan deals beyond the move bound are taken on the
-//! next ticks without listing again (at L = 8192, W = 2 a flap moves 4096 units, 256 per tick:
-//! before that rule every one of those ticks listed all 8192 units, 71.1 % of ticks and 5831.5
-//! records read per worker per tick; now 23.1 % and 1894.8).
+//! per membership change it sees; a surplus handed over beyond the move bound is taken on the
+//! next ticks without listing again for each batch (at L = 8192, W = 2 a flap moves 4096 units:
+//! before that rule every tick of the move listed all 8192 units, 71.1 % of ticks and 5831.5
+//! records read per worker per tick; then 23.1 % and 1894.8). Free units and dead owners' units
+//! are taken in the tick that plans them, whatever their number.
 //!
 //! ## Running a worker
 //!
@@ -298,7 +302,8 @@
 //! ## Timing
 //!
 //! * A joining worker reaches its share in about three ticks (it is seen on the others' next
-//!   listing, they release, it takes), more if its share exceeds the move bound.
+//!   listing, they release, it takes), more if its share exceeds the move bound (which limits
+//!   how many units its peers hand over per tick).
 //! * A crashed worker's units are owned again about one session duration `d` after its last
 //!   renewal: an observer first sees that renewal at its next tick and judges the session dead
 //!   once a listing sent `d` after that answer still shows it. That is within `d + 2I` of the

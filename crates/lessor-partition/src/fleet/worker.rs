@@ -557,13 +557,15 @@ impl Worker {
         self.units.planned(dealt.dealt);
     }
 
-    /// Takes up to `max_moves` of the units the latest plan dealt this worker. When the last is
-    /// taken and the worker is still below target, it lists again on the next tick.
+    /// Takes every unit the latest plan dealt this worker: they are all free or held by a dead
+    /// session, so the move bound (which throttles handing over live units) does not apply, and a
+    /// dead worker's units are owned again in one tick at any unit count. When the last is taken
+    /// and the worker is still below target, it lists again on the next tick.
     async fn take_pending(&mut self, events: &mut Vec<FleetEvent>) {
         if self.units.pending_takes.is_empty() {
             return;
         }
-        for (unit, dead) in self.units.next_takes(self.config.max_moves) {
+        for (unit, dead) in self.units.next_takes(usize::MAX) {
             if !self.keep_session(events).await {
                 self.units.pending_takes.clear();
                 return;
