@@ -92,6 +92,13 @@
 //! holder's session duration; with [`WorkerBuilder::with_clock_skew_bound`] a record whose store-side
 //! `expires_at + skew` had passed on this worker's wall clock when `confirmed`'s listing was sent
 //! is also dead. A session whose record shows a *greater* fencing token, or no holder, has ended.
+//! A session that replaced a *held* session of the same worker id (the worker crashed and
+//! restarted) is **on probation**: it is not a member until listings have shown it for its
+//! session duration, so a worker that crash-loops is dealt nothing, and its units (whose session
+//! ended when the new one appeared) go to the members as any dead worker's do, instead of back to
+//! a process that is down again before it takes them. A clean restart (the old session released)
+//! joins at once. Probation changes only whom the plan deals to, never a verdict that a session
+//! ended.
 //! **Every verdict is a function of listing timestamps alone**: when it is used, and how long the
 //! requests between the listing and its use took, cannot change it.
 //!
@@ -322,6 +329,10 @@
 //!   after a SIGKILL, 12.0 s after a SIGSTOP of 12 s, and 9.6 s after a SIGKILL followed at once
 //!   by a restart under the same id (the restarted worker's first unit 5.4 s after the kill,
 //!   once its old session had expired); 9,280 accepted checkpoint saves checked, none backwards.
+//! * A worker restarted under its id after a crash is dealt units one session duration after
+//!   the others first list its new session (probation). A worker that crash-loops (up 8 s, down
+//!   4 s, 10 s sessions) therefore costs each of its units one takeover, within `d + 2I` of the
+//!   crash, and nothing after that (`crates/lessor-sim/tests/loss24.rs`).
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]

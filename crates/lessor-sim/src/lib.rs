@@ -312,6 +312,8 @@ pub struct Simulation {
     foreign: BTreeMap<String, Lease>,
     violations: Vec<String>,
     errors: u64,
+    /// Counters of workers replaced by [`Simulation::restart`].
+    retired_stats: Vec<WorkerStats>,
 }
 
 impl Simulation {
@@ -334,6 +336,7 @@ impl Simulation {
             foreign: BTreeMap::new(),
             violations: Vec::new(),
             errors: 0,
+            retired_stats: Vec::new(),
         }
     }
 
@@ -356,6 +359,53 @@ impl Simulation {
         {
             w.status = Status::Paused { until };
         }
+    }
+
+    /// Starts worker `index` again after a crash or a stop: a new process under the same worker
+    /// id, which knows nothing of its predecessor (it waits for the old session to expire in the
+    /// store, then starts a new one with a greater fencing token). Does nothing to a worker that
+    /// is running or paused. Its counters start again; the old ones are kept in the totals.
+    pub fn restart(&mut self, index: usize) {
+        let Some(old) = self.workers.get(index) else {
+            return;
+        };
+        if matches!(old.status, Status::Running | Status::Paused { .. }) {
+            return;
+        }
+        let earlier = old.final_stats.unwrap_or_else(|| old.worker.stats());
+        match self.build_worker(index) {
+            Ok(worker) => {
+                self.retired_stats.push(earlier);
+                self.workers[index] = worker;
+            }
+            Err(error) => {
+                self.violations
+                    .push(format!("cannot build a worker: {error}"));
+            }
+        }
+    }
+
+    /// A new running worker named after `index`, ticking first at a seeded phase.
+    fn build_worker(&mut self, index: usize) -> Result<SimWorker, LeaseError> {
+        let mut builder = Worker::builder("sim", format!("w{index:03}"))
+            .with_store(Arc::new(self.store.clone()))
+            .with_units(self.units.iter().cloned())
+            .with_session_duration(self.config.session_duration)
+            .with_interval(self.config.interval)
+            .with_max_moves_per_interval(self.config.max_moves);
+        if let Some(skew) = self.config.skew_bound {
+            builder = builder.with_clock_skew_bound(skew);
+        }
+        let phase = Duration::from_micros(
+            self.rng
+                .below(u64::try_from(self.config.interval.as_micros()).unwrap_or(1)),
+        );
+        Ok(SimWorker {
+            worker: builder.build()?,
+            status: Status::Running,
+            next_tick: self.now() + phase,
+            final_stats: None,
+        })
     }
 
     /// Makes worker `index`'s session record vanish from every listing and `inspect`, as if it
@@ -523,26 +573,8 @@ impl Simulation {
 impl FleetModel for Simulation {
     fn join(&mut self) -> usize {
         let index = self.workers.len();
-        let mut builder = Worker::builder("sim", format!("w{index:03}"))
-            .with_store(Arc::new(self.store.clone()))
-            .with_units(self.units.iter().cloned())
-            .with_session_duration(self.config.session_duration)
-            .with_interval(self.config.interval)
-            .with_max_moves_per_interval(self.config.max_moves);
-        if let Some(skew) = self.config.skew_bound {
-            builder = builder.with_clock_skew_bound(skew);
-        }
-        let phase = Duration::from_micros(
-            self.rng
-                .below(u64::try_from(self.config.interval.as_micros()).unwrap_or(1)),
-        );
-        match builder.build() {
-            Ok(worker) => self.workers.push(SimWorker {
-                worker,
-                status: Status::Running,
-                next_tick: self.now() + phase,
-                final_stats: None,
-            }),
+        match self.build_worker(index) {
+            Ok(worker) => self.workers.push(worker),
             Err(error) => {
                 self.violations
                     .push(format!("cannot build a worker: {error}"));
@@ -613,8 +645,11 @@ impl FleetModel for Simulation {
 
     fn counters(&self) -> Counters {
         let mut out = Counters::default();
-        for w in &self.workers {
-            let s = w.final_stats.unwrap_or_else(|| w.worker.stats());
+        let live = self
+            .workers
+            .iter()
+            .map(|w| w.final_stats.unwrap_or_else(|| w.worker.stats()));
+        for s in live.chain(self.retired_stats.iter().copied()) {
             out.requests += s.requests;
             out.records_read += s.records_read;
             out.moves += s.gains;
