@@ -129,7 +129,8 @@
 //! **Taking a unit** is: release a dead owner's hold with its token (fails if anyone changed the
 //! record since it was listed), acquire (fails unless the key is free), then, with checkpoints,
 //! fence and read the unit's checkpoint (retried three times). Only then is the unit trusted and
-//! reported [`FleetEvent::Gained`] (with the checkpoint: `None` means none was ever saved). A
+//! reported [`FleetEvent::Gained`] (with the checkpoint: `None` means none was ever saved, or,
+//! right after a [`FleetEvent::CheckpointLost`], that it vanished with the store's data). A
 //! checkpoint that cannot be read gives the unit back: no unit is ever reported gained with its
 //! fence not raised, so an earlier owner's late save is always refused once a new owner works.
 //!
@@ -216,6 +217,21 @@
 //! Two simulators (the unpublished crate `lessor-sim`) check this property: `lessor_sim` after
 //! every tick, and `lessor_sim::latency`, in which every request takes time and the workers
 //! interleave request by request, after every request.
+//!
+//! ## Store loss
+//!
+//! When the store loses the fleet's data (a DynamoDB table deleted and re-created, DynamoDB Local
+//! restarted, a memory store wiped), every session renewal fails (`NotOwned`, reason `Missing`),
+//! so every worker drops its units and starts a new session, and the unit records are gone. With
+//! checkpoints, the fleet keeps a **store epoch**, a fenced value `fleet/<fleet>/store` counting
+//! the losses workers have seen, read when each session starts (one request) and when a gained
+//! unit has no checkpoint (at most once a tick). A worker that finds the epoch it read before
+//! missing knows the data is gone: it counts the loss ([`WorkerStats::store_losses`]), takes no
+//! unit for one session duration (owners from before the loss may trust their units until their
+//! deadlines, and nothing in the store says who they were), and reports every unit it gains
+//! without a checkpoint as [`FleetEvent::CheckpointLost`] (and [`UnitTask::checkpoint_lost`]),
+//! never as "never saved". A loss that no worker that knew the old store survives to check looks
+//! like a new store. See `docs/correctness.md` (*A fleet whose store loses its data*).
 //!
 //! ## Slow stores
 //!

@@ -148,3 +148,112 @@ fn a_flapping_workers_units_are_taken_over_like_any_dead_workers() {
         assert_safe(&sim);
     }
 }
+
+/// The store loses everything mid-run (a memory store wiped, as a table deleted and re-created
+/// or an emulator restarted): every unit whose checkpoint vanished is reported to the
+/// application ([`FleetEvent::CheckpointLost`] before its `Gained` with no checkpoint), none is
+/// reported as never saved, no unit is trusted twice, and the fleet owns everything again.
+/// Before, the new owners read `None` for every vanished checkpoint, exactly as for a unit never
+/// saved.
+#[test]
+fn a_wiped_store_reports_every_vanished_checkpoint() {
+    use lessor_partition::FleetEvent;
+    use std::collections::{BTreeMap, BTreeSet};
+    for (seed, resave, pause) in [(21, false, false), (22, true, false), (23, false, true)] {
+        let units = 64;
+        let mut sim = Simulation::new(SimConfig::new(units, seed).with_checkpoints());
+        for _ in 0..4 {
+            sim.join();
+        }
+        assert!(sim.run_until_balanced(INTERVAL * 20).is_some());
+        // Moves first, so the units' fencing tokens are past the ones a re-created store starts
+        // its counters at.
+        for _ in 0..3 {
+            let victim = sim.running()[0];
+            sim.shutdown(victim);
+            sim.join();
+            assert!(sim.run_until_balanced(INTERVAL * 20).is_some());
+        }
+        let data = |unit: &str, fencing: lease_core::FencingToken| {
+            format!("{unit}@{fencing}").into_bytes()
+        };
+        // The application saves progress every interval for a while.
+        for _ in 0..3 {
+            assert_eq!(sim.save_checkpoints(&data), units);
+            sim.run_for(INTERVAL);
+        }
+        let _ = sim.take_events();
+        let workers = sim.running();
+        let stats_before: u64 = workers.iter().map(|&i| sim_stats(&sim, i).0).sum();
+        assert_eq!(stats_before, 0);
+        if pause {
+            // A worker frozen across the loss still trusts its units until its deadline.
+            let frozen = sim.running()[0];
+            sim.pause(frozen, SESSION);
+        }
+        sim.wipe_store();
+        // Old owners still trust their units until their next renewal fails: with `resave`
+        // they save again from memory into the empty store.
+        let resaved = if resave {
+            sim.save_checkpoints(&data)
+        } else {
+            0
+        };
+        let mut reported: BTreeSet<String> = BTreeSet::new();
+        let mut restored: BTreeSet<String> = BTreeSet::new();
+        let mut silent: BTreeSet<String> = BTreeSet::new();
+        let mut lost_before_gain: BTreeMap<String, bool> = BTreeMap::new();
+        // Every worker finds its session gone within an interval and drops its units.
+        sim.run_for(INTERVAL * 2);
+        let took = sim
+            .run_until(INTERVAL * 40, &mut |s: &Simulation| s.all_owned())
+            .map(|t| t + INTERVAL * 2);
+        for (_, event) in sim.take_events() {
+            match event {
+                FleetEvent::CheckpointLost { unit, .. } => {
+                    lost_before_gain.insert(unit, true);
+                }
+                FleetEvent::Gained {
+                    unit, checkpoint, ..
+                } => {
+                    let announced = lost_before_gain.remove(&unit).unwrap_or(false);
+                    match (checkpoint, announced) {
+                        (Some(_), _) => {
+                            restored.insert(unit);
+                        }
+                        (None, true) => {
+                            reported.insert(unit);
+                        }
+                        (None, false) => {
+                            silent.insert(unit);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let losses: u64 = workers.iter().map(|&i| sim_stats(&sim, i).0).sum();
+        eprintln!(
+            "seed {seed}, re-saves from memory {resaved}, a pause {pause}: owned again after {took:?}; {} \
+             checkpoints reported lost, {} read back (re-saved), {} read as never saved; {losses} \
+             workers saw the loss",
+            reported.len(),
+            restored.len(),
+            silent.len()
+        );
+        assert!(took.is_some(), "not owned again: {:?}", sim.unowned_units());
+        assert!(
+            silent.is_empty(),
+            "vanished checkpoints read as never saved: {silent:?}"
+        );
+        assert_eq!(reported.len() + restored.len(), units);
+        assert!(losses >= 1);
+        assert_safe(&sim);
+    }
+}
+
+/// (store losses seen, checkpoints reported lost) of worker `index`.
+fn sim_stats(sim: &Simulation, index: usize) -> (u64, u64) {
+    sim.worker_stats(index)
+        .map_or((0, 0), |s| (s.store_losses, s.checkpoints_lost))
+}
