@@ -16,25 +16,7 @@ pub(crate) async fn run(args: DemoWorkerArgs) -> Result<u8, Failure> {
     let backend = crate::stores::open_holding(&args.backend, args.ttl)
         .await
         .map_err(|failure| told(&args.id, failure))?;
-    let worker = Worker::builder(args.fleet.clone(), args.id.clone())
-        .with_store(backend.leases.clone())
-        .with_units((0..args.units).map(|unit| unit_name(unit, args.units)))
-        .with_session_duration(args.ttl)
-        .with_interval(args.interval)
-        // One host, one wall clock: judge a killed worker's session dead as soon as it expires.
-        .with_clock_skew_bound(Duration::from_millis(50))
-        .build()
-        .map_err(|e| {
-            if e.is_unsupported() {
-                Failure::unavailable(format!(
-                    "the {} cannot list partitions, which the fleet needs: {e}",
-                    backend.description
-                ))
-            } else {
-                Failure::usage(format!("cannot configure demo worker {}: {e}", args.id))
-            }
-        })
-        .map_err(|failure| told(&args.id, failure))?;
+    let worker = build(&args, &backend).map_err(|failure| told(&args.id, failure))?;
     // One listing before anything else: a store the fleet cannot use (a DynamoDB table that does
     // not exist, say) fails here with its cause and the fix, which the parent shows, instead of
     // every tick failing quietly.
@@ -96,6 +78,28 @@ pub(crate) async fn run(args: DemoWorkerArgs) -> Result<u8, Failure> {
             args.id
         ))),
     }
+}
+
+/// The demo's worker `args.id` on `backend`.
+fn build(args: &DemoWorkerArgs, backend: &crate::backend::Backend) -> Result<Worker, Failure> {
+    Worker::builder(args.fleet.clone(), args.id.clone())
+        .with_store(backend.leases.clone())
+        .with_units((0..args.units).map(|unit| unit_name(unit, args.units)))
+        .with_session_duration(args.ttl)
+        .with_interval(args.interval)
+        // One host, one wall clock: judge a killed worker's session dead as soon as it expires.
+        .with_clock_skew_bound(Duration::from_millis(50))
+        .build()
+        .map_err(|e| {
+            if e.is_unsupported() {
+                Failure::unavailable(format!(
+                    "the {} cannot list partitions, which the fleet needs: {e}",
+                    backend.description
+                ))
+            } else {
+                Failure::usage(format!("cannot configure demo worker {}: {e}", args.id))
+            }
+        })
 }
 
 /// Tells the parent why this worker cannot run (one JSON line, `{"worker":..,"error":..}`), so

@@ -237,30 +237,16 @@ impl StoreLessor {
             if free.is_empty() {
                 break;
             }
-            let mut acquired_all = true;
-            let mut acquired_any = false;
-            for piece in free.iter() {
-                let key = LeaseKey::with_sort_key(partition_key, piece.to_string())?;
-                match self
-                    .store
-                    .try_acquire(
-                        &key,
-                        duration,
-                        &AcquireOptions::default().with_owner("lessor"),
-                    )
-                    .await
-                {
-                    Ok(lease) => {
-                        acquired_any = true;
-                        mine.insert(*piece, lease);
-                    }
-                    Err(error) if error.is_held() => acquired_all = false,
-                    Err(error) => {
-                        self.release_all(&mine).await;
-                        return Err(error);
-                    }
+            let (acquired_all, acquired_any) = match self
+                .acquire(partition_key, &free, duration, &mut mine)
+                .await
+            {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    self.release_all(&mine).await;
+                    return Err(error);
                 }
-            }
+            };
             if !acquired_any && held.is_some() {
                 break;
             }
@@ -295,6 +281,31 @@ impl StoreLessor {
             mine.retain(|range, _| !clashing.contains_key(range));
         }
         Ok(mine)
+    }
+
+    /// Acquires every piece of `free` that nobody holds, into `mine`: whether it got all of
+    /// them, and whether any. One request per piece.
+    async fn acquire(
+        &self,
+        partition_key: &str,
+        free: &PartitionSet,
+        duration: Duration,
+        mine: &mut BTreeMap<Partition, Lease>,
+    ) -> Result<(bool, bool), LeaseError> {
+        let (mut all, mut any) = (true, false);
+        for piece in free.iter() {
+            let key = LeaseKey::with_sort_key(partition_key, piece.to_string())?;
+            let options = AcquireOptions::default().with_owner("lessor");
+            match self.store.try_acquire(&key, duration, &options).await {
+                Ok(lease) => {
+                    any = true;
+                    mine.insert(*piece, lease);
+                }
+                Err(error) if error.is_held() => all = false,
+                Err(error) => return Err(error),
+            }
+        }
+        Ok((all, any))
     }
 
     /// With [`with_compaction`](Self::with_compaction): deletes the records of `released`
