@@ -526,9 +526,10 @@ impl UnitTask {
         self.fencing
     }
 
-    /// The checkpoint stored when the unit was gained (`None`: none was ever saved, or no
-    /// checkpoint store is configured). Reading it raised the unit's fence, so every earlier
-    /// owner's saves are refused.
+    /// The checkpoint stored when the unit was gained (`None`: none was ever saved, no
+    /// checkpoint store is configured, or, when [`checkpoint_lost`](Self::checkpoint_lost)
+    /// says so, it vanished with the store's data). Reading it raised the unit's fence, so every
+    /// earlier owner's saves are refused.
     pub fn checkpoint(&self) -> Option<&[u8]> {
         self.checkpoint.as_deref()
     }
