@@ -23,8 +23,16 @@ use crate::duration::fmt_duration;
 use crate::exit::Failure;
 use crate::out::outln;
 
-/// The longest a phase (first balance, takeover) may take before the demo gives up.
-const PHASE_LIMIT: Duration = Duration::from_secs(12);
+/// The least time a phase (first balance, takeover) is given before the demo gives up.
+const PHASE_FLOOR: Duration = Duration::from_secs(12);
+
+/// The longest a phase may take before the demo gives up: a takeover needs a lease duration (the
+/// killed worker's session must be judged dead) plus a few intervals to take and rebalance, so
+/// the limit scales with both: two lease durations plus eight intervals, at least
+/// [`PHASE_FLOOR`].
+fn phase_limit(ttl: Duration, interval: Duration) -> Duration {
+    (ttl * 2 + interval * 8).max(PHASE_FLOOR)
+}
 
 /// What a worker last said it owns.
 #[derive(Debug, Clone, Default)]
@@ -32,6 +40,8 @@ struct Report {
     units: BTreeSet<u32>,
     /// The fencing token of each owned unit: a new token is a new ownership.
     fencing: BTreeMap<u32, u64>,
+    /// Why the worker stopped, when it could not run (its first error).
+    error: Option<String>,
 }
 
 /// `lease demo`.
@@ -117,7 +127,8 @@ async fn drive(
     view.print_header();
 
     // Phase 1: converge.
-    let balanced = watch(view, rx, &mut tick, started, "balance").await?;
+    let phase = phase_limit(args.ttl, args.interval);
+    let balanced = watch(view, rx, &mut tick, started, "balance", phase).await?;
     outln!("balanced after {}", fmt_ms(balanced));
     let moves_converging = view.moves;
 
@@ -126,7 +137,10 @@ async fn drive(
     while Instant::now() < hold_until {
         tokio::select! {
             report = rx.recv() => match report {
-                Some((worker, report)) => view.update(worker, report),
+                Some((worker, report)) => {
+                    worker_failed(worker, &report)?;
+                    view.update(worker, report);
+                }
                 None => return Err(Failure::internal("every worker exited")),
             },
             _ = tick.tick() => view.print_if_changed(started),
@@ -150,7 +164,8 @@ async fn drive(
         ranges(view.victim_units.iter().copied())
     );
     let moves_before_kill = view.moves;
-    let (takeover, rebalanced) = watch_takeover(view, rx, &mut tick, started, killed_at).await?;
+    let (takeover, rebalanced) =
+        watch_takeover(view, rx, &mut tick, started, killed_at, phase).await?;
     outln!(
         "takeover after {}, rebalanced after {}",
         fmt_ms(takeover),
@@ -166,6 +181,18 @@ async fn drive(
     })
 }
 
+/// The first error a worker reported: the demo stops with it (it names the store, the cause and,
+/// for a missing DynamoDB table, the fix).
+fn worker_failed(worker: u32, report: &Report) -> Result<(), Failure> {
+    match &report.error {
+        Some(error) => Err(Failure::unavailable(format!(
+            "{} failed: {error}",
+            worker_name(worker)
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Until the view is balanced; returns the time since `started`.
 async fn watch(
     view: &mut View,
@@ -173,12 +200,16 @@ async fn watch(
     tick: &mut tokio::time::Interval,
     started: Instant,
     goal: &str,
+    phase: Duration,
 ) -> Result<Duration, Failure> {
-    let limit = Instant::now() + PHASE_LIMIT;
+    let limit = Instant::now() + phase;
     loop {
         tokio::select! {
             report = rx.recv() => match report {
-                Some((worker, report)) => view.update(worker, report),
+                Some((worker, report)) => {
+                    worker_failed(worker, &report)?;
+                    view.update(worker, report);
+                }
                 None => return Err(Failure::internal("every worker exited")),
             },
             _ = tick.tick() => {
@@ -189,7 +220,7 @@ async fn watch(
                 if Instant::now() > limit {
                     return Err(Failure::internal(format!(
                         "the fleet did not {goal} within {}; still free: {}",
-                        fmt_duration(PHASE_LIMIT),
+                        fmt_duration(phase),
                         ranges(view.free())
                     )));
                 }
@@ -205,13 +236,15 @@ async fn watch_takeover(
     tick: &mut tokio::time::Interval,
     started: Instant,
     killed_at: Instant,
+    phase: Duration,
 ) -> Result<(Duration, Duration), Failure> {
-    let limit = Instant::now() + PHASE_LIMIT;
+    let limit = Instant::now() + phase;
     let mut takeover = None;
     loop {
         tokio::select! {
             report = rx.recv() => match report {
                 Some((worker, report)) => {
+                    worker_failed(worker, &report)?;
                     view.update(worker, report);
                     if takeover.is_none() && view.victim_units_owned() {
                         takeover = Some(killed_at.elapsed());
@@ -230,7 +263,7 @@ async fn watch_takeover(
                     return Err(Failure::internal(format!(
                         "the fleet did not take over the killed worker's units and rebalance \
                          within {}; still free: {}",
-                        fmt_duration(PHASE_LIMIT),
+                        fmt_duration(phase),
                         ranges(view.free())
                     )));
                 }
@@ -564,6 +597,12 @@ fn spawn_worker(
 
 fn parse_report(line: &str) -> Option<Report> {
     let value: serde_json::Value = serde_json::from_str(line).ok()?;
+    if let Some(error) = value.get("error").and_then(serde_json::Value::as_str) {
+        return Some(Report {
+            error: Some(error.to_owned()),
+            ..Report::default()
+        });
+    }
     let fencing: BTreeMap<u32, u64> = value
         .get("units")?
         .as_object()?
@@ -573,6 +612,7 @@ fn parse_report(line: &str) -> Option<Report> {
     Some(Report {
         units: fencing.keys().copied().collect(),
         fencing,
+        error: None,
     })
 }
 
@@ -617,7 +657,27 @@ mod tests {
         Report {
             units: units.iter().map(|(u, _)| *u).collect(),
             fencing: units.iter().copied().collect(),
+            error: None,
         }
+    }
+
+    #[test]
+    fn phase_limits_scale_with_the_lease_and_the_interval() {
+        let ms = Duration::from_millis;
+        // The defaults keep the old twelve seconds.
+        assert_eq!(phase_limit(ms(1500), ms(250)), Duration::from_secs(12));
+        // 10 s leases, 2.5 s ticks: a takeover needs the lease plus a few ticks, over 12 s.
+        let limit = phase_limit(ms(10_000), ms(2500));
+        assert!(limit >= ms(10_000) + ms(2500) * 6, "{limit:?}");
+    }
+
+    #[test]
+    fn a_worker_error_stops_the_demo_with_its_cause() {
+        let told = parse_report(r#"{"worker":"worker-0","error":"table `t` does not exist"}"#)
+            .expect("an error report parses");
+        let failure = worker_failed(0, &told).expect_err("the demo stops");
+        assert_eq!(failure.message, "worker-1 failed: table `t` does not exist");
+        assert!(worker_failed(1, &report(&[(1, 2)])).is_ok());
     }
 
     #[test]

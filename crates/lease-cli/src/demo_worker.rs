@@ -13,25 +13,16 @@ use crate::exit::Failure;
 /// `{"worker":"worker-1","units":{"u00":3,"u01":1},"session":3,"members":4}` (unit to fencing
 /// token).
 pub(crate) async fn run(args: DemoWorkerArgs) -> Result<u8, Failure> {
-    let backend = crate::stores::open_holding(&args.backend, args.ttl).await?;
-    let worker = Worker::builder(args.fleet.clone(), args.id.clone())
-        .with_store(backend.leases.clone())
-        .with_units((0..args.units).map(|unit| unit_name(unit, args.units)))
-        .with_session_duration(args.ttl)
-        .with_interval(args.interval)
-        // One host, one wall clock: judge a killed worker's session dead as soon as it expires.
-        .with_clock_skew_bound(Duration::from_millis(50))
-        .build()
-        .map_err(|e| {
-            if e.is_unsupported() {
-                Failure::unavailable(format!(
-                    "the {} cannot list partitions, which the fleet needs: {e}",
-                    backend.description
-                ))
-            } else {
-                Failure::usage(format!("cannot configure demo worker {}: {e}", args.id))
-            }
-        })?;
+    let backend = crate::stores::open_holding(&args.backend, args.ttl)
+        .await
+        .map_err(|failure| told(&args.id, failure))?;
+    let worker = build(&args, &backend).map_err(|failure| told(&args.id, failure))?;
+    // One listing before anything else: a store the fleet cannot use (a DynamoDB table that does
+    // not exist, say) fails here with its cause and the fix, which the parent shows, instead of
+    // every tick failing quietly.
+    preflight(&backend, &args.fleet)
+        .await
+        .map_err(|failure| told(&args.id, failure))?;
     let handle = worker.handle();
     let running = tokio::spawn(worker.run());
 
@@ -87,6 +78,57 @@ pub(crate) async fn run(args: DemoWorkerArgs) -> Result<u8, Failure> {
             args.id
         ))),
     }
+}
+
+/// The demo's worker `args.id` on `backend`.
+fn build(args: &DemoWorkerArgs, backend: &crate::backend::Backend) -> Result<Worker, Failure> {
+    Worker::builder(args.fleet.clone(), args.id.clone())
+        .with_store(backend.leases.clone())
+        .with_units((0..args.units).map(|unit| unit_name(unit, args.units)))
+        .with_session_duration(args.ttl)
+        .with_interval(args.interval)
+        // One host, one wall clock: judge a killed worker's session dead as soon as it expires.
+        .with_clock_skew_bound(Duration::from_millis(50))
+        .build()
+        .map_err(|e| {
+            if e.is_unsupported() {
+                Failure::unavailable(format!(
+                    "the {} cannot list partitions, which the fleet needs: {e}",
+                    backend.description
+                ))
+            } else {
+                Failure::usage(format!("cannot configure demo worker {}: {e}", args.id))
+            }
+        })
+}
+
+/// Tells the parent why this worker cannot run (one JSON line, `{"worker":..,"error":..}`), so
+/// `lease demo` shows the first worker error instead of giving up without a cause.
+fn told(id: &str, failure: Failure) -> Failure {
+    let line = json!({ "worker": id, "error": failure.message });
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+    failure
+}
+
+/// Lists the fleet's sessions once: the store answers, and the fleet can use it.
+async fn preflight(backend: &crate::backend::Backend, fleet: &str) -> Result<(), Failure> {
+    let Some(listing) = backend.leases.as_listing() else {
+        return Err(Failure::unavailable(format!(
+            "the {} cannot list partitions, which the fleet needs",
+            backend.description
+        )));
+    };
+    listing
+        .list_partition(&format!("fleet/{fleet}/sessions"))
+        .await
+        .map(drop)
+        .map_err(|error| {
+            crate::stores::failure(
+                &format!("the demo fleet cannot use the {}", backend.description),
+                &error,
+            )
+        })
 }
 
 /// The unit named `u07`, as the workers call it.

@@ -85,17 +85,21 @@ pub trait Lessor: Send + Sync + fmt::Debug {
 ///
 /// Each leased range is one lease record under partition key `lessor/<section>` with the range's
 /// text form as sort key. Acquiring is per key, and overlapping ranges have different keys, so the
-/// grant is made race-free by *acquire, then re-list*: after acquiring its candidate ranges, a
-/// caller lists the section again and gives back every range that overlaps a live record of
-/// someone else. Of two overlapping acquisitions, the later one's listing (by the store's order)
-/// sees the earlier, so at most one keeps the keys; when both see each other both give back, and
-/// the next round (up to four) retries what is still free.
+/// grant is made race-free by *acquire, then list*: after acquiring its candidate ranges (at
+/// first the whole requested range), a caller lists the section and gives back every range that
+/// overlaps a live record of someone else. Of two overlapping acquisitions, the later one's
+/// listing (by the store's order) sees the earlier, so at most one keeps the keys; when both see
+/// each other both give back, and the next round (up to four) acquires what that listing showed
+/// free.
 ///
-/// Cost per call: one listing, one acquire per free piece, one more listing, one release per
-/// lease; another round only on a collision. A record is judged live until its `expires_at` plus
+/// Cost per call: one acquire, one listing and one release when nobody holds part of the range;
+/// otherwise one more round (an acquire per free piece, one listing) per collision or partly
+/// held range, plus a release of what was given back. A record is judged live until its `expires_at` plus
 /// the skew bound (default one second) has passed, so wall clocks of callers may disagree by that
 /// much. Released records stay in the store (they carry the fencing counter), so a section's
-/// listing grows with the number of distinct ranges ever leased in it.
+/// listing grows with the number of distinct ranges ever leased in it, unless
+/// [`with_compaction`](Self::with_compaction) deletes them (see there for why it is not the
+/// default).
 ///
 /// ```
 /// use lessor_partition::{Lessor, Partition, StoreLessor};
@@ -120,6 +124,7 @@ pub struct StoreLessor {
     store: Arc<dyn LeaseBackend>,
     skew: Duration,
     rounds: u32,
+    compact: bool,
 }
 
 impl StoreLessor {
@@ -133,7 +138,24 @@ impl StoreLessor {
             store,
             skew: Duration::from_secs(1),
             rounds: 4,
+            compact: false,
         })
+    }
+
+    /// Deletes the record of every range this lessor released, so a section's listing holds
+    /// only the ranges leased now (one delete request per released range; a store that cannot
+    /// delete keeps them).
+    ///
+    /// Not the default, because a record carries its range's fencing counter: the memory and
+    /// DynamoDB stores start a re-created key's counter at 1 again, so after compaction a later
+    /// grant of the *same* range can carry a smaller fencing token than an earlier one, and a
+    /// resource that fences writes with the grant's tokens would refuse the new holder and
+    /// accept a stale one. Use it when callers rely on the grant's deadline alone (as LUCI's
+    /// callers do) and do not fence writes with [`Grant::leases`]. Without it, a section's
+    /// listing grows with the number of distinct ranges ever leased in it.
+    pub fn with_compaction(mut self) -> Self {
+        self.compact = true;
+        self
     }
 
     /// How far callers' wall clocks may disagree (default one second).
@@ -199,43 +221,36 @@ impl StoreLessor {
     ) -> Result<BTreeMap<Partition, Lease>, LeaseError> {
         let mut mine: BTreeMap<Partition, Lease> = BTreeMap::new();
         let wanted = PartitionSet::of(partition);
+        // What others hold, as of the latest listing: none before the first. The first round
+        // acquires the whole range blind and lists once to check it; only a collision (or a
+        // range partly held) costs another round.
+        let mut held: Option<PartitionSet> = None;
         for round in 0..self.rounds {
-            let held = self.held(partition_key, &mine).await?;
             let mut covered = PartitionSet::new();
             for range in mine.keys() {
                 covered.insert(*range);
             }
-            let free = wanted.difference(&held).difference(&covered);
-            if free.is_empty() && round > 0 {
+            let free = match &held {
+                Some(held) => wanted.difference(held).difference(&covered),
+                None => wanted.clone(),
+            };
+            if free.is_empty() {
                 break;
             }
-            let mut acquired_any = false;
-            for piece in free.iter() {
-                let key = LeaseKey::with_sort_key(partition_key, piece.to_string())?;
-                match self
-                    .store
-                    .try_acquire(
-                        &key,
-                        duration,
-                        &AcquireOptions::default().with_owner("lessor"),
-                    )
-                    .await
-                {
-                    Ok(lease) => {
-                        acquired_any = true;
-                        mine.insert(*piece, lease);
-                    }
-                    Err(error) if error.is_held() => {}
-                    Err(error) => {
-                        self.release_all(&mine).await;
-                        return Err(error);
-                    }
+            let (acquired_all, acquired_any) = match self
+                .acquire(partition_key, &free, duration, &mut mine)
+                .await
+            {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    self.release_all(&mine).await;
+                    return Err(error);
                 }
-            }
-            if !acquired_any {
+            };
+            if !acquired_any && held.is_some() {
                 break;
             }
-            // Re-list: give back whatever overlaps someone else's live record.
+            // List (once per round): give back whatever overlaps someone else's live record.
             let others = match self.held(partition_key, &mine).await {
                 Ok(others) => others,
                 Err(error) => {
@@ -248,8 +263,12 @@ impl StoreLessor {
                 .filter(|(range, _)| others.overlaps(range))
                 .map(|(range, lease)| (*range, lease.clone()))
                 .collect();
+            held = Some(others);
             if clashing.is_empty() {
-                break;
+                if acquired_all {
+                    break;
+                }
+                continue;
             }
             tracing::debug!(
                 section = partition_key,
@@ -258,9 +277,58 @@ impl StoreLessor {
                 "lessor: overlapping grant, giving back"
             );
             self.release_all(&clashing).await;
+            self.compact(&clashing).await;
             mine.retain(|range, _| !clashing.contains_key(range));
         }
         Ok(mine)
+    }
+
+    /// Acquires every piece of `free` that nobody holds, into `mine`: whether it got all of
+    /// them, and whether any. One request per piece.
+    async fn acquire(
+        &self,
+        partition_key: &str,
+        free: &PartitionSet,
+        duration: Duration,
+        mine: &mut BTreeMap<Partition, Lease>,
+    ) -> Result<(bool, bool), LeaseError> {
+        let (mut all, mut any) = (true, false);
+        for piece in free.iter() {
+            let key = LeaseKey::with_sort_key(partition_key, piece.to_string())?;
+            let options = AcquireOptions::default().with_owner("lessor");
+            match self.store.try_acquire(&key, duration, &options).await {
+                Ok(lease) => {
+                    any = true;
+                    mine.insert(*piece, lease);
+                }
+                Err(error) if error.is_held() => all = false,
+                Err(error) => return Err(error),
+            }
+        }
+        Ok((all, any))
+    }
+
+    /// With [`with_compaction`](Self::with_compaction): deletes the records of `released`
+    /// leases, each with the compare-and-delete on the free record at its fencing counter
+    /// ([`LeaseBackend::delete`]), so a record someone acquired meanwhile stays. One request per
+    /// record; nothing on a store that cannot delete (the records are kept).
+    async fn compact(&self, released: &BTreeMap<Partition, Lease>) {
+        if !self.compact {
+            return;
+        }
+        for lease in released.values() {
+            match self
+                .store
+                .delete(lease.key(), None, lease.fencing_token())
+                .await
+            {
+                Ok(()) => {}
+                Err(error) if error.is_unsupported() => return,
+                Err(error) => {
+                    tracing::debug!(key = %lease.key(), %error, "lessor: released record changed; kept");
+                }
+            }
+        }
     }
 }
 
@@ -306,6 +374,7 @@ impl Lessor for StoreLessor {
             }
             .await;
             self.release_all(&leases).await;
+            self.compact(&leases).await;
             if outcome {
                 Ok(())
             } else {

@@ -100,6 +100,13 @@
 //! holder's session duration; with [`WorkerBuilder::with_clock_skew_bound`] a record whose store-side
 //! `expires_at + skew` had passed on this worker's wall clock when `confirmed`'s listing was sent
 //! is also dead. A session whose record shows a *greater* fencing token, or no holder, has ended.
+//! A session that replaced a *held* session of the same worker id (the worker crashed and
+//! restarted) is **on probation**: it is not a member until listings have shown it for its
+//! session duration, so a worker that crash-loops is dealt nothing, and its units (whose session
+//! ended when the new one appeared) go to the members as any dead worker's do, instead of back to
+//! a process that is down again before it takes them. A clean restart (the old session released)
+//! joins at once. Probation changes only whom the plan deals to, never a verdict that a session
+//! ended.
 //! **Every verdict is a function of listing timestamps alone**: when it is used, and how long the
 //! requests between the listing and its use took, cannot change it.
 //!
@@ -120,14 +127,18 @@
 //! never raises an existing member's (they only give). Each member keeps its lowest-id units up
 //! to its target (sticky); the rest (free units, units of dead sessions, then the surplus of
 //! members above their target) is dealt to members below their target. A worker hands its
-//! surplus over and takes what the plan deals it, at most `max_moves_per_interval` of each per
-//! tick. Since the targets of a member list are fixed, a unit moves at most once per membership
+//! surplus over, at most `max_moves_per_interval` units per tick, and takes every unit the plan
+//! deals it that is free or held by a dead session at once: the bound throttles moving live
+//! units (as KCL limits stealing), never taking units nobody can be working on, so a dead
+//! worker's units are owned again within a session duration plus two intervals at any unit
+//! count. Since the targets of a member list are fixed, a unit moves at most once per membership
 //! change and a settled fleet makes no moves.
 //!
 //! **Taking a unit** is: release a dead owner's hold with its token (fails if anyone changed the
 //! record since it was listed), acquire (fails unless the key is free), then, with checkpoints,
 //! fence and read the unit's checkpoint (retried three times). Only then is the unit trusted and
-//! reported [`FleetEvent::Gained`] (with the checkpoint: `None` means none was ever saved). A
+//! reported [`FleetEvent::Gained`] (with the checkpoint: `None` means none was ever saved, or,
+//! right after a [`FleetEvent::CheckpointLost`], that it vanished with the store's data). A
 //! checkpoint that cannot be read gives the unit back: no unit is ever reported gained with its
 //! fence not raised, so an earlier owner's late save is always refused once a new owner works.
 //!
@@ -215,6 +226,21 @@
 //! every tick, and `lessor_sim::latency`, in which every request takes time and the workers
 //! interleave request by request, after every request.
 //!
+//! ## Store loss
+//!
+//! When the store loses the fleet's data (a DynamoDB table deleted and re-created, DynamoDB Local
+//! restarted, a memory store wiped), every session renewal fails (`NotOwned`, reason `Missing`),
+//! so every worker drops its units and starts a new session, and the unit records are gone. With
+//! checkpoints, the fleet keeps a **store epoch**, a fenced value `fleet/<fleet>/store` counting
+//! the losses workers have seen, read when each session starts (one request) and when a gained
+//! unit has no checkpoint (at most once a tick). A worker that finds the epoch it read before
+//! missing knows the data is gone: it counts the loss ([`WorkerStats::store_losses`]), takes no
+//! unit for one session duration (owners from before the loss may trust their units until their
+//! deadlines, and nothing in the store says who they were), and reports every unit it gains
+//! without a checkpoint as [`FleetEvent::CheckpointLost`] (and [`UnitTask::checkpoint_lost`]),
+//! never as "never saved". A loss that no worker that knew the old store survives to check looks
+//! like a new store. See `docs/correctness.md` (*A fleet whose store loses its data*).
+//!
 //! ## Slow stores
 //!
 //! A session renewal extends trust only when its reply comes back within `m / 2` (half the safety
@@ -283,10 +309,11 @@
 //! | 8192 | 2 | churn | 299.50 | 1894.8 | 23.1 % | 7188.0 | 45475 | 3155.9 | 1547 | 56806.3 | 27853 | 0.127 | 1.63 | 52992 / 49158 |
 //!
 //! In steady state the figures are the formula's. Under churn every worker lists the units once
-//! per membership change it sees; units a plan deals beyond the move bound are taken on the
-//! next ticks without listing again (at L = 8192, W = 2 a flap moves 4096 units, 256 per tick:
-//! before that rule every one of those ticks listed all 8192 units, 71.1 % of ticks and 5831.5
-//! records read per worker per tick; now 23.1 % and 1894.8).
+//! per membership change it sees; a surplus handed over beyond the move bound is taken on the
+//! next ticks without listing again for each batch (at L = 8192, W = 2 a flap moves 4096 units:
+//! before that rule every tick of the move listed all 8192 units, 71.1 % of ticks and 5831.5
+//! records read per worker per tick; then 23.1 % and 1894.8). Free units and dead owners' units
+//! are taken in the tick that plans them, whatever their number.
 //!
 //! ## Running a worker
 //!
@@ -306,7 +333,8 @@
 //! ## Timing
 //!
 //! * A joining worker reaches its share in about three ticks (it is seen on the others' next
-//!   listing, they release, it takes), more if its share exceeds the move bound.
+//!   listing, they release, it takes), more if its share exceeds the move bound (which limits
+//!   how many units its peers hand over per tick).
 //! * A crashed worker's units are owned again about one session duration `d` after its last
 //!   renewal: an observer first sees that renewal at its next tick and judges the session dead
 //!   once a listing sent `d` after that answer still shows it. That is within `d + 2I` of the
@@ -325,6 +353,10 @@
 //!   after a SIGKILL, 12.0 s after a SIGSTOP of 12 s, and 9.6 s after a SIGKILL followed at once
 //!   by a restart under the same id (the restarted worker's first unit 5.4 s after the kill,
 //!   once its old session had expired); 9,280 accepted checkpoint saves checked, none backwards.
+//! * A worker restarted under its id after a crash is dealt units one session duration after
+//!   the others first list its new session (probation). A worker that crash-loops (up 8 s, down
+//!   4 s, 10 s sessions) therefore costs each of its units one takeover, within `d + 2I` of the
+//!   crash, and nothing after that (`crates/lessor-sim/tests/loss24.rs`).
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -43,11 +43,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use lease_core::{
-    AcquireOptions, BoxFuture, Clock, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
-    LeaseListing, LeaseRecord, LeaseToken, ManualClock, MemoryBackend,
+    AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Lease, LeaseBackend, LeaseError,
+    LeaseKey, LeaseListing, LeaseRecord, LeaseToken, ManualClock, MemoryBackend,
 };
 
-use lessor_partition::{Worker, WorkerStats};
+use lessor_partition::{FleetEvent, Worker, WorkerStats};
 
 pub use kcl::{KclConfig, KclSimulation};
 pub use rng::Rng;
@@ -165,6 +165,9 @@ pub struct SimConfig {
     pub skew_bound: Option<Duration>,
     /// The seed of every random choice.
     pub seed: u64,
+    /// Whether the workers keep per-unit checkpoints in the store
+    /// ([`WorkerBuilder::with_checkpoints`](lessor_partition::WorkerBuilder::with_checkpoints)).
+    pub checkpoints: bool,
 }
 
 impl SimConfig {
@@ -177,7 +180,15 @@ impl SimConfig {
             max_moves: 256,
             skew_bound: None,
             seed,
+            checkpoints: false,
         }
+    }
+
+    /// With per-unit checkpoints in the store: the simulation then records every worker's
+    /// events ([`Simulation::take_events`]), and [`Simulation::save_checkpoints`] saves them.
+    pub fn with_checkpoints(mut self) -> Self {
+        self.checkpoints = true;
+        self
     }
 
     /// With a skew bound (see [`WorkerBuilder::with_clock_skew_bound`](lessor_partition::WorkerBuilder::with_clock_skew_bound)).
@@ -195,15 +206,42 @@ impl SimConfig {
 
 /// The simulated store: a [`MemoryBackend`] whose listings and `inspect` can be made to miss
 /// chosen records, as when a record is deleted behind the protocol's back (an operator, a TTL) or
-/// a listing drops a record it reads mid-rewrite. The contract has no delete, so this is how the
-/// simulator models one.
+/// a listing drops a record it reads mid-rewrite, and whose whole contents can be lost at once
+/// ([`Simulation::wipe_store`]: a table deleted and re-created, an emulator restarted). The
+/// contract has no delete, so this is how the simulator models one.
 #[derive(Clone, Debug)]
 struct SimStore {
-    inner: MemoryBackend,
+    clock: Arc<ManualClock>,
+    inner: Arc<Mutex<MemoryBackend>>,
     hidden: Arc<Mutex<BTreeSet<(String, String)>>>,
 }
 
 impl SimStore {
+    fn new(clock: Arc<ManualClock>) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Self::empty(&clock))),
+            clock,
+            hidden: Arc::default(),
+        }
+    }
+
+    fn empty(clock: &Arc<ManualClock>) -> MemoryBackend {
+        MemoryBackend::builder().with_clock(clock.clone()).build()
+    }
+
+    /// The store's current contents (a handle: clones share them).
+    fn inner(&self) -> MemoryBackend {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Loses every record and fenced value at once.
+    fn wipe(&self) {
+        *self.inner.lock().unwrap_or_else(PoisonError::into_inner) = Self::empty(&self.clock);
+    }
+
     fn is_hidden(&self, key: &LeaseKey) -> bool {
         let Some(sort) = key.sort() else {
             return false;
@@ -217,13 +255,16 @@ impl SimStore {
 
 impl LeaseBackend for SimStore {
     fn name(&self) -> &'static str {
-        self.inner.name()
+        self.inner().name()
     }
     fn clock(&self) -> &dyn Clock {
-        self.inner.clock()
+        &*self.clock
     }
 
     fn as_listing(&self) -> Option<&dyn LeaseListing> {
+        Some(self)
+    }
+    fn as_fenced_values(&self) -> Option<&dyn FencedValues> {
         Some(self)
     }
     fn try_acquire<'a>(
@@ -232,14 +273,16 @@ impl LeaseBackend for SimStore {
         duration: Duration,
         options: &'a AcquireOptions,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        self.inner.try_acquire(key, duration, options)
+        let inner = self.inner();
+        Box::pin(async move { inner.try_acquire(key, duration, options).await })
     }
     fn renew<'a>(
         &'a self,
         lease: &'a Lease,
         duration: Duration,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        self.inner.renew(lease, duration)
+        let inner = self.inner();
+        Box::pin(async move { inner.renew(lease, duration).await })
     }
     fn release<'a>(
         &'a self,
@@ -247,7 +290,8 @@ impl LeaseBackend for SimStore {
         token: &'a LeaseToken,
         fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.inner.release(key, token, fencing)
+        let inner = self.inner();
+        Box::pin(async move { inner.release(key, token, fencing).await })
     }
     fn delete<'a>(
         &'a self,
@@ -255,7 +299,8 @@ impl LeaseBackend for SimStore {
         holder: Option<&'a LeaseToken>,
         fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.inner.delete(key, holder, fencing)
+        let inner = self.inner();
+        Box::pin(async move { inner.delete(key, holder, fencing).await })
     }
     fn inspect<'a>(
         &'a self,
@@ -264,7 +309,8 @@ impl LeaseBackend for SimStore {
         if self.is_hidden(key) {
             return Box::pin(std::future::ready(Ok(None)));
         }
-        self.inner.inspect(key)
+        let inner = self.inner();
+        Box::pin(async move { inner.inspect(key).await })
     }
 }
 
@@ -273,11 +319,33 @@ impl LeaseListing for SimStore {
         &'a self,
         partition: &'a str,
     ) -> BoxFuture<'a, Result<Vec<LeaseRecord>, LeaseError>> {
+        let inner = self.inner();
         Box::pin(async move {
-            let mut records = self.inner.list_partition(partition).await?;
+            let mut records = inner.list_partition(partition).await?;
             records.retain(|r| !self.is_hidden(r.key()));
             Ok(records)
         })
+    }
+}
+
+impl FencedValues for SimStore {
+    fn fence_and_read<'a>(
+        &'a self,
+        name: &'a LeaseKey,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, LeaseError>> {
+        let inner = self.inner();
+        Box::pin(async move { inner.fence_and_read(name, fencing).await })
+    }
+
+    fn put_fenced<'a>(
+        &'a self,
+        name: &'a LeaseKey,
+        fencing: FencingToken,
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        let inner = self.inner();
+        Box::pin(async move { inner.put_fenced(name, fencing, value).await })
     }
 }
 
@@ -312,16 +380,17 @@ pub struct Simulation {
     foreign: BTreeMap<String, Lease>,
     violations: Vec<String>,
     errors: u64,
+    /// Counters of workers replaced by [`Simulation::restart`].
+    retired_stats: Vec<WorkerStats>,
+    /// The events every worker reported, with its id, when checkpoints are on.
+    events: Vec<(String, FleetEvent)>,
 }
 
 impl Simulation {
     /// An empty fleet.
     pub fn new(config: SimConfig) -> Self {
         let clock = Arc::new(ManualClock::new());
-        let store = SimStore {
-            inner: MemoryBackend::builder().with_clock(clock.clone()).build(),
-            hidden: Arc::default(),
-        };
+        let store = SimStore::new(clock.clone());
         let width = config.units.to_string().len();
         let units = (0..config.units).map(|i| format!("u{i:0width$}")).collect();
         Self {
@@ -334,6 +403,8 @@ impl Simulation {
             foreign: BTreeMap::new(),
             violations: Vec::new(),
             errors: 0,
+            retired_stats: Vec::new(),
+            events: Vec::new(),
         }
     }
 
@@ -356,6 +427,88 @@ impl Simulation {
         {
             w.status = Status::Paused { until };
         }
+    }
+
+    /// Loses the store's whole contents at once (sessions, units, checkpoints and their
+    /// fences), as when a table is deleted and re-created or an emulator restarts. The workers
+    /// are not told: they find out from the store.
+    pub fn wipe_store(&mut self) {
+        self.store.wipe();
+    }
+
+    /// The events the workers reported since the last call, each with the worker's id (recorded
+    /// only with [`SimConfig::with_checkpoints`]).
+    pub fn take_events(&mut self) -> Vec<(String, FleetEvent)> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Has every running or paused worker save `data(unit, fencing)` as the checkpoint of every
+    /// unit it trusts now, as an application saves its progress; a paused one saves what it
+    /// still believes it owns. Returns how many saves the store accepted. Requests made here are
+    /// the application's, counted in the workers' checkpoint requests.
+    pub fn save_checkpoints(&mut self, data: &dyn Fn(&str, FencingToken) -> Vec<u8>) -> usize {
+        let mut saved = 0;
+        for w in &mut self.workers {
+            if !matches!(w.status, Status::Running | Status::Paused { .. }) {
+                continue;
+            }
+            for (unit, fencing) in w.worker.owned_units() {
+                let bytes = data(&unit, fencing);
+                let save = w.worker.save_checkpoint(&unit, &bytes);
+                saved += usize::from(lease_core::executor::block_on(save).is_ok());
+            }
+        }
+        saved
+    }
+
+    /// Starts worker `index` again after a crash or a stop: a new process under the same worker
+    /// id, which knows nothing of its predecessor (it waits for the old session to expire in the
+    /// store, then starts a new one with a greater fencing token). Does nothing to a worker that
+    /// is running or paused. Its counters start again; the old ones are kept in the totals.
+    pub fn restart(&mut self, index: usize) {
+        let Some(old) = self.workers.get(index) else {
+            return;
+        };
+        if matches!(old.status, Status::Running | Status::Paused { .. }) {
+            return;
+        }
+        let earlier = old.final_stats.unwrap_or_else(|| old.worker.stats());
+        match self.build_worker(index) {
+            Ok(worker) => {
+                self.retired_stats.push(earlier);
+                self.workers[index] = worker;
+            }
+            Err(error) => {
+                self.violations
+                    .push(format!("cannot build a worker: {error}"));
+            }
+        }
+    }
+
+    /// A new running worker named after `index`, ticking first at a seeded phase.
+    fn build_worker(&mut self, index: usize) -> Result<SimWorker, LeaseError> {
+        let mut builder = Worker::builder("sim", format!("w{index:03}"))
+            .with_store(Arc::new(self.store.clone()))
+            .with_units(self.units.iter().cloned())
+            .with_session_duration(self.config.session_duration)
+            .with_interval(self.config.interval)
+            .with_max_moves_per_interval(self.config.max_moves);
+        if let Some(skew) = self.config.skew_bound {
+            builder = builder.with_clock_skew_bound(skew);
+        }
+        if self.config.checkpoints {
+            builder = builder.with_checkpoints();
+        }
+        let phase = Duration::from_micros(
+            self.rng
+                .below(u64::try_from(self.config.interval.as_micros()).unwrap_or(1)),
+        );
+        Ok(SimWorker {
+            worker: builder.build()?,
+            status: Status::Running,
+            next_tick: self.now() + phase,
+            final_stats: None,
+        })
     }
 
     /// Makes worker `index`'s session record vanish from every listing and `inspect`, as if it
@@ -390,7 +543,7 @@ impl Simulation {
         if trusted {
             return false;
         }
-        let store = &self.store.inner;
+        let store = &self.store.inner();
         if let Ok(Some(record)) = lease_core::executor::block_on(store.inspect(&key))
             && let Some(old) = record.holder().and_then(|h| h.token())
         {
@@ -415,7 +568,7 @@ impl Simulation {
     /// made here are not counted. Returns how many holds were renewed; a hold that is gone is
     /// forgotten.
     pub fn renew_foreign_holds(&mut self) -> usize {
-        let store = &self.store.inner;
+        let store = &self.store.inner();
         self.foreign.retain(|_, lease| {
             match lease_core::executor::block_on(store.renew(lease, FOREIGN_HOLD)) {
                 Ok(renewed) => {
@@ -486,6 +639,11 @@ impl Simulation {
         self.workers.get(index).map(|w| w.worker.assignment())
     }
 
+    /// The request and event counters of worker `index` (of its latest process).
+    pub fn worker_stats(&self, index: usize) -> Option<WorkerStats> {
+        self.workers.get(index).map(|w| w.worker.stats())
+    }
+
     /// How many units worker `index` trusts now.
     pub fn owned_by(&self, index: usize) -> usize {
         self.workers
@@ -523,26 +681,8 @@ impl Simulation {
 impl FleetModel for Simulation {
     fn join(&mut self) -> usize {
         let index = self.workers.len();
-        let mut builder = Worker::builder("sim", format!("w{index:03}"))
-            .with_store(Arc::new(self.store.clone()))
-            .with_units(self.units.iter().cloned())
-            .with_session_duration(self.config.session_duration)
-            .with_interval(self.config.interval)
-            .with_max_moves_per_interval(self.config.max_moves);
-        if let Some(skew) = self.config.skew_bound {
-            builder = builder.with_clock_skew_bound(skew);
-        }
-        let phase = Duration::from_micros(
-            self.rng
-                .below(u64::try_from(self.config.interval.as_micros()).unwrap_or(1)),
-        );
-        match builder.build() {
-            Ok(worker) => self.workers.push(SimWorker {
-                worker,
-                status: Status::Running,
-                next_tick: self.now() + phase,
-                final_stats: None,
-            }),
+        match self.build_worker(index) {
+            Ok(worker) => self.workers.push(worker),
             Err(error) => {
                 self.violations
                     .push(format!("cannot build a worker: {error}"));
@@ -613,8 +753,11 @@ impl FleetModel for Simulation {
 
     fn counters(&self) -> Counters {
         let mut out = Counters::default();
-        for w in &self.workers {
-            let s = w.final_stats.unwrap_or_else(|| w.worker.stats());
+        let live = self
+            .workers
+            .iter()
+            .map(|w| w.final_stats.unwrap_or_else(|| w.worker.stats()));
+        for s in live.chain(self.retired_stats.iter().copied()) {
             out.requests += s.requests;
             out.records_read += s.records_read;
             out.moves += s.gains;
@@ -650,8 +793,14 @@ impl FleetModel for Simulation {
             w.status = Status::Running;
             w.next_tick = at;
         }
-        if lease_core::executor::block_on(w.worker.tick()).is_err() {
-            self.errors += 1;
+        match lease_core::executor::block_on(w.worker.tick()) {
+            Ok(report) if self.config.checkpoints => {
+                let id = w.worker.id().to_owned();
+                self.events
+                    .extend(report.events.into_iter().map(|e| (id.clone(), e)));
+            }
+            Ok(_) => {}
+            Err(_) => self.errors += 1,
         }
         w.next_tick = at + interval;
         self.check_safety();

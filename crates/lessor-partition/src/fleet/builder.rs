@@ -150,7 +150,11 @@ impl WorkerBuilder {
         self
     }
 
-    /// Most units given away, and most taken, per tick (default 256).
+    /// Most live units handed over per tick (default 256): it throttles moving units that a
+    /// live worker holds (its surplus after a join or a cap change). Units that are free or held
+    /// by a dead session are taken without this bound, in the tick that plans them, so a dead
+    /// worker's units are owned again within a session duration plus two intervals at any unit
+    /// count.
     pub fn with_max_moves_per_interval(mut self, moves: usize) -> Self {
         self.max_moves = moves.max(1);
         self

@@ -2,7 +2,7 @@
 //! [`FencedValues`](lease_core::FencedValues), named after the fleet and the unit.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use lease_core::{FencedValues, FencingToken, LeaseBackend, LeaseError, LeaseKey, NotOwnedReason};
 
@@ -26,6 +26,26 @@ pub(crate) struct Checkpoints {
     partition: String,
     /// The partition of the unit records, for errors that name the unit.
     units_key: String,
+    /// The name of the fleet's store epoch ([`StoreEpoch`]), apart from the unit checkpoints
+    /// (a unit id may be any text).
+    epoch_name: String,
+    /// The store epoch this worker adopted (how many store losses it records), shared by its
+    /// clones.
+    adopted: Arc<Mutex<Option<u64>>>,
+}
+
+/// The fencing at which the store epoch is read and written: always the same, so a check never
+/// refuses another (the value is what matters, not the fence).
+const EPOCH_FENCING: u64 = 1;
+
+/// What checking the store epoch found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum EpochCheck {
+    /// The epoch this worker adopted before (or the first it saw).
+    Same,
+    /// The epoch this worker adopted is gone or was replaced: the store lost its data since.
+    /// The epoch now records one more loss.
+    Lost,
 }
 
 impl fmt::Debug for Checkpoints {
@@ -49,10 +69,14 @@ impl Checkpoints {
     ) -> Result<Self, LeaseError> {
         let partition = format!("fleet/{fleet}/checkpoints");
         LeaseKey::new(partition.clone())?;
+        let epoch_name = format!("fleet/{fleet}/store");
+        LeaseKey::new(epoch_name.clone())?;
         let checkpoints = Self {
             source,
             partition,
             units_key,
+            epoch_name,
+            adopted: Arc::default(),
         };
         checkpoints.values()?;
         Ok(checkpoints)
@@ -81,6 +105,61 @@ impl Checkpoints {
             Ok(key) => LeaseError::not_owned(key, NotOwnedReason::Fenced),
             Err(_) => error,
         }
+    }
+
+    /// Whether the store epoch adopted so far records a store loss: an empty checkpoint may then
+    /// be one that vanished.
+    pub(crate) fn after_loss(&self) -> bool {
+        self.adopted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|losses| losses > 0)
+    }
+
+    /// Reads the fleet's **store epoch** and compares it with the one this worker adopted
+    /// before: a fenced value apart from the unit checkpoints (`fleet/<fleet>/store`) holding
+    /// how many times workers found the store's data lost. It is written when missing, so it
+    /// vanishes with the data when the store loses it (a table deleted and re-created, an
+    /// emulator restarted, a store wiped). A worker that adopted it and finds it missing, or
+    /// recording fewer losses, knows the store lost its data since, and writes one more loss;
+    /// one that finds more losses adopts them. Workers that write it at once write the same
+    /// figure, so no check mistakes a race for a loss. One request; two when it writes.
+    ///
+    /// What it cannot see: a loss that no worker that knew the store before survives to check
+    /// (every worker restarted, and a new one re-created the epoch first).
+    pub(crate) async fn check_epoch(&self) -> Result<EpochCheck, LeaseError> {
+        let name = LeaseKey::new(self.epoch_name.clone())?;
+        let values = self.values()?;
+        let level = lease_core::backend::fencing_token(EPOCH_FENCING);
+        let found = values.fence_and_read(&name, level).await?;
+        let current = match found.as_deref() {
+            None => None,
+            Some(bytes) => Some(
+                std::str::from_utf8(bytes)
+                    .ok()
+                    .and_then(|text| text.parse::<u64>().ok())
+                    .ok_or_else(|| {
+                        LeaseError::runtime(format!(
+                            "the fleet's store epoch {} holds no loss count",
+                            self.epoch_name
+                        ))
+                    })?,
+            ),
+        };
+        let adopted = *self.adopted.lock().unwrap_or_else(PoisonError::into_inner);
+        let (check, known) = match (adopted, current) {
+            (None, current) => (EpochCheck::Same, current.unwrap_or(0)),
+            (Some(before), Some(now)) if now == before => (EpochCheck::Same, before),
+            (Some(before), Some(now)) if now > before => (EpochCheck::Lost, now),
+            (Some(before), _) => (EpochCheck::Lost, before + 1),
+        };
+        if current != Some(known) {
+            values
+                .put_fenced(&name, level, known.to_string().as_bytes())
+                .await?;
+        }
+        *self.adopted.lock().unwrap_or_else(PoisonError::into_inner) = Some(known);
+        Ok(check)
     }
 
     /// Raises the fence of `unit` to `fencing` and returns its checkpoint. One request.

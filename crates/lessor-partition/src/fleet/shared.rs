@@ -502,6 +502,7 @@ pub struct UnitTask {
     pub(crate) unit: String,
     pub(crate) fencing: FencingToken,
     pub(crate) checkpoint: Option<Vec<u8>>,
+    pub(crate) checkpoint_lost: bool,
     pub(crate) shared: Arc<Shared>,
 }
 
@@ -525,11 +526,19 @@ impl UnitTask {
         self.fencing
     }
 
-    /// The checkpoint stored when the unit was gained (`None`: none was ever saved, or no
-    /// checkpoint store is configured). Reading it raised the unit's fence, so every earlier
-    /// owner's saves are refused.
+    /// The checkpoint stored when the unit was gained (`None`: none was ever saved, no
+    /// checkpoint store is configured, or, when [`checkpoint_lost`](Self::checkpoint_lost)
+    /// says so, it vanished with the store's data). Reading it raised the unit's fence, so every
+    /// earlier owner's saves are refused.
     pub fn checkpoint(&self) -> Option<&[u8]> {
         self.checkpoint.as_deref()
+    }
+
+    /// Whether the unit's checkpoint vanished with the store's data
+    /// ([`FleetEvent::CheckpointLost`](crate::FleetEvent::CheckpointLost)): then
+    /// [`checkpoint`](Self::checkpoint) is `None` although one may have been saved.
+    pub fn checkpoint_lost(&self) -> bool {
+        self.checkpoint_lost
     }
 
     /// Whether the worker may act on the unit now (see [`WorkerHandle::owns`]).

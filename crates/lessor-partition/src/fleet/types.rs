@@ -17,8 +17,23 @@ pub enum FleetEvent {
         /// The unit's checkpoint, when checkpoints are configured
         /// ([`WorkerBuilder::with_checkpoints`](crate::WorkerBuilder::with_checkpoints)): loading
         /// it fenced out every earlier owner before this event, and `None` means no checkpoint was
-        /// ever saved (a failed load gives the unit back instead).
+        /// ever saved (a failed load gives the unit back instead), or, when
+        /// [`CheckpointLost`](FleetEvent::CheckpointLost) came right before, that it vanished
+        /// with the store's data.
         checkpoint: Option<Vec<u8>>,
+    },
+    /// The checkpoint of `unit` has vanished with the store's data: the worker found the
+    /// fleet's store epoch gone or replaced (the table deleted and re-created, the emulator
+    /// restarted, the store wiped), and then gained `unit` with no checkpoint. Sent right before
+    /// the unit's [`Gained`](FleetEvent::Gained), whose `checkpoint` is then `None` although one
+    /// may have been saved: rebuild the unit's state from its source. After a store loss the
+    /// fleet cannot tell a vanished checkpoint from one never saved, so every unit gained
+    /// without one is reported, until a checkpoint is saved for it.
+    CheckpointLost {
+        /// The unit.
+        unit: String,
+        /// The unit's fencing token for the ownership that is starting.
+        fencing: FencingToken,
     },
     /// The worker no longer owns `unit`: stop working on it before the callback returns.
     Lost {
@@ -63,6 +78,11 @@ pub struct WorkerStats {
     pub checkpoint_failures: u64,
     /// Times a live peer was seen configured with a different unit list.
     pub mismatches: u64,
+    /// Times this worker found the checkpoint store's data lost (its store epoch gone or
+    /// replaced since the worker first read it).
+    pub store_losses: u64,
+    /// Units gained whose checkpoint was reported lost ([`FleetEvent::CheckpointLost`]).
+    pub checkpoints_lost: u64,
 }
 
 /// What one [`Worker::tick`](crate::Worker::tick) did.

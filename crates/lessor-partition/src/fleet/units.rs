@@ -234,9 +234,9 @@ impl Units {
             self.relist = true;
             Give::Nothing
         };
-        // Free units and dead owners' units dealt to this worker, to take now and, beyond the
-        // move bound, on the next ticks without listing again: every take is conditional (the
-        // dead hold's release on the token and fencing listed, the acquire on a free key), and a
+        // Free units and dead owners' units dealt to this worker, all taken this tick (the move
+        // bound throttles handing over live units only): every take is conditional (the dead
+        // hold's release on the token and fencing listed, the acquire on a free key), and a
         // verdict that a session ended stays true however late it is acted on.
         self.pending_takes = mine
             .take

@@ -200,6 +200,10 @@ pub(crate) struct View {
     sessions: BTreeMap<String, Seen<SessionVersion>>,
     absent: BTreeMap<(String, u64), Absence>,
     foreign: BTreeMap<String, Seen<ForeignVersion>>,
+    /// Sessions that replaced a held session of the same worker id (a restart after a crash),
+    /// with the reply of the first listing that showed them: such a session is not a member
+    /// until listings have shown it for its own session duration (see [`View::live_peers`]).
+    restarts: BTreeMap<String, (u64, Instant)>,
     /// The fencing counter of the unit-set epoch record, as last listed.
     epoch: Option<u64>,
     /// Published loads: worker → (session fencing it was published under, load, record token,
@@ -257,6 +261,7 @@ impl View {
             sessions: BTreeMap::new(),
             absent: BTreeMap::new(),
             foreign: BTreeMap::new(),
+            restarts: BTreeMap::new(),
             epoch: None,
             loads: BTreeMap::new(),
         }
@@ -296,9 +301,22 @@ impl View {
                 ..version
             };
             let old = self.sessions.remove(worker);
+            let restarted = old.as_ref().is_some_and(|old| {
+                Self::held(old) && held && old.version.fencing < version.fencing
+            });
+            if restarted {
+                self.restarts
+                    .insert(worker.to_owned(), (version.fencing, listing.reply));
+            }
             sessions.insert(worker.to_owned(), Seen::update(old, version, listing));
         }
         self.sessions = sessions;
+        let sessions = &self.sessions;
+        self.restarts.retain(|worker, (fencing, _)| {
+            sessions
+                .get(worker)
+                .is_some_and(|seen| seen.version.fencing == *fencing)
+        });
         let sessions = &self.sessions;
         self.absent.retain(|(worker, _), absence| {
             if sessions.contains_key(worker) {
@@ -358,12 +376,33 @@ impl View {
         }
     }
 
+    /// Whether the session this record shows replaced a held session of the same worker (the
+    /// worker crashed and restarted) less than its session duration ago, by listings alone.
+    ///
+    /// Such a session is left out of the members: a worker that crash-loops (up for less than
+    /// a session duration, down for a few seconds) would otherwise be dealt its own units back
+    /// at every restart and keep them unowned while it is down, since each new session restarts
+    /// the peers' verdict on it. On probation it is dealt nothing, its predecessor's units (that
+    /// session ended: its fencing is smaller) go to the members, and it joins as any new worker
+    /// once it has stayed up for a session duration. Only planning changes: which sessions may
+    /// be judged ended, and so safety, does not.
+    fn on_probation(&self, worker: &str, seen: &Seen<SessionVersion>) -> bool {
+        self.restarts.get(worker).is_some_and(|&(fencing, first)| {
+            let duration = Self::tag(seen).map_or(self.own_duration, |t| t.duration);
+            fencing == seen.version.fencing
+                && seen.confirmed.saturating_duration_since(first) < duration
+        })
+    }
+
     /// The peers this worker believes live (itself excluded), sorted by id, with their session
-    /// fencing and tag.
+    /// fencing and tag. A session that restarted a crashed one is not counted until it has been
+    /// listed for its session duration ([`on_probation`](Self::on_probation)).
     pub(crate) fn live_peers(&self, me: &str) -> Vec<(String, u64, Option<SessionTag>)> {
         self.sessions
             .iter()
-            .filter(|(worker, seen)| *worker != me && !self.dead(seen))
+            .filter(|(worker, seen)| {
+                *worker != me && !self.dead(seen) && !self.on_probation(worker, seen)
+            })
             .map(|(worker, seen)| (worker.clone(), seen.version.fencing, Self::tag(seen)))
             .collect()
     }
@@ -559,6 +598,43 @@ mod tests {
         );
         assert!(view.session_ended(&owner("x", 1)));
         assert!(!view.session_ended(&owner("x", 2)));
+    }
+
+    #[test]
+    fn a_session_that_replaced_a_held_one_is_a_member_only_after_a_session_duration() {
+        let base = Instant::now();
+        let mut view = View::new(Duration::from_secs(10), None);
+        view.observe_sessions(&[session("x", 1, "a.10000.-.1", 10)], listing(base, 0, 0));
+        assert_eq!(view.live_peers("me").len(), 1);
+        // Crashed and restarted: a new session over the held one.
+        view.observe_sessions(
+            &[session("x", 2, "b.10000.-.1", 30)],
+            listing(base, 12_000, 12_000),
+        );
+        assert!(view.session_ended(&owner("x", 1)));
+        assert!(view.live_peers("me").is_empty(), "on probation");
+        view.observe_sessions(
+            &[session("x", 2, "b.10000.-.1", 40)],
+            listing(base, 21_000, 21_000),
+        );
+        assert!(view.live_peers("me").is_empty(), "9 s listed");
+        view.observe_sessions(
+            &[session("x", 2, "b.10000.-.1", 50)],
+            listing(base, 22_000, 22_000),
+        );
+        assert_eq!(view.live_peers("me").len(), 1);
+        // A released session followed by a new one is a clean restart: a member at once.
+        let released = lease_core::backend::new_record(
+            LeaseKey::with_sort_key("fleet/t/sessions", "y").expect("key"),
+            None,
+            lease_core::backend::fencing_token(4),
+        );
+        view.observe_sessions(&[released], listing(base, 23_000, 23_000));
+        view.observe_sessions(
+            &[session("y", 5, "c.10000.-.1", 60)],
+            listing(base, 24_000, 24_000),
+        );
+        assert_eq!(view.live_peers("me").len(), 1);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use lease_core::{
 };
 
 use super::builder::{Config, WorkerBuilder};
-use super::checkpoint::Checkpoints;
+use super::checkpoint::{Checkpoints, EpochCheck};
 use super::counted::CountedStore;
 use super::session::{Kept, Session};
 use super::shared::{Shared, SharedUnit, UnitTask, WorkerHandle};
@@ -79,6 +79,10 @@ pub struct Worker {
     pub(crate) member_tags: BTreeMap<String, Option<SessionTag>>,
     pub(crate) planned_members: Option<Vec<(String, u64)>>,
     pub(crate) ticks_since_plan: u32,
+    /// The tick in which the store epoch was last read.
+    pub(crate) epoch_checked_at: Option<u64>,
+    /// After a store loss, no unit is taken before this instant (see `check_store_epoch`).
+    pub(crate) takes_frozen_until: Option<Instant>,
     pub(crate) stats: WorkerStats,
     pub(crate) shared: Arc<Shared>,
 }
@@ -143,6 +147,8 @@ impl Worker {
             member_tags: BTreeMap::new(),
             planned_members: None,
             ticks_since_plan: 0,
+            epoch_checked_at: None,
+            takes_frozen_until: None,
             stats: WorkerStats::default(),
             shared,
         }
@@ -269,6 +275,10 @@ impl Worker {
                 super::meter::gained(&self.config.worker_id);
                 tracing::info!(worker = %self.config.worker_id, unit, %fencing, "fleet: gained unit");
             }
+            FleetEvent::CheckpointLost { unit, fencing } => {
+                self.stats.checkpoints_lost += 1;
+                tracing::error!(worker = %self.config.worker_id, unit, %fencing, "fleet: the unit's checkpoint vanished with the store's data");
+            }
             FleetEvent::Lost {
                 unit,
                 fencing,
@@ -321,6 +331,11 @@ impl Worker {
         events: &mut Vec<FleetEvent>,
     ) {
         let fencing = lease.fencing_token();
+        let checkpoint_lost = checkpoint.is_none()
+            && self
+                .checkpoints
+                .as_ref()
+                .is_some_and(Checkpoints::after_loss);
         let shared = self.shared.clone();
         self.shared.update(|state| {
             let task_alive = state.tasks_wanted;
@@ -342,11 +357,16 @@ impl Worker {
                     unit: unit.to_owned(),
                     fencing,
                     checkpoint: checkpoint.clone(),
+                    checkpoint_lost,
                     shared,
                 });
             }
         });
         self.units.hold(unit, lease);
+        if checkpoint_lost {
+            let unit = unit.to_owned();
+            self.emit(FleetEvent::CheckpointLost { unit, fencing }, events);
+        }
         self.emit(
             FleetEvent::Gained {
                 unit: unit.to_owned(),
@@ -461,9 +481,15 @@ impl Worker {
 
     async fn tick_inner(&mut self, report: &mut TickReport) -> Result<(), LeaseError> {
         let events = &mut report.events;
-        let fresh = self.session.is_none() && !self.start_session().await?;
+        let starting = self.session.is_none();
+        let fresh = starting && !self.start_session().await?;
         if self.session.is_none() || fresh || !self.keep_session(events).await {
             return Ok(());
+        }
+        if starting {
+            // A session ends when the store loses its records: the next one checks whether the
+            // checkpoints went with them.
+            self.check_store_epoch().await;
         }
         let first = self.planned_members.is_none() && self.ticks_since_plan == 0;
         self.observe_sessions().await?;
@@ -471,6 +497,12 @@ impl Worker {
         self.finish_handoffs(events).await;
         self.keep_units(events).await;
         self.publish_load(false).await;
+        if self
+            .takes_frozen_until
+            .is_some_and(|until| self.clock().monotonic() < until)
+        {
+            return Ok(());
+        }
         if first {
             // Let workers that start together see each other before anyone deals units:
             // without this the first to start takes everything and hands most of it back.
@@ -559,13 +591,15 @@ impl Worker {
         self.units.planned(dealt.dealt);
     }
 
-    /// Takes up to `max_moves` of the units the latest plan dealt this worker. When the last is
-    /// taken and the worker is still below target, it lists again on the next tick.
+    /// Takes every unit the latest plan dealt this worker: they are all free or held by a dead
+    /// session, so the move bound (which throttles handing over live units) does not apply, and a
+    /// dead worker's units are owned again in one tick at any unit count. When the last is taken
+    /// and the worker is still below target, it lists again on the next tick.
     async fn take_pending(&mut self, events: &mut Vec<FleetEvent>) {
         if self.units.pending_takes.is_empty() {
             return;
         }
-        for (unit, dead) in self.units.next_takes(self.config.max_moves) {
+        for (unit, dead) in self.units.next_takes(usize::MAX) {
             if !self.keep_session(events).await {
                 self.units.pending_takes.clear();
                 return;
@@ -629,6 +663,14 @@ impl Worker {
             }
             self.stats.checkpoint_requests += 1;
             match store.load(unit, fencing).await {
+                Ok(None) => {
+                    // Empty: never saved, or vanished with the store's data (a store whose
+                    // sessions survived, such as a separate checkpoint store). Once per tick.
+                    if self.epoch_checked_at != Some(self.stats.ticks) {
+                        self.check_store_epoch().await;
+                    }
+                    return Some(None);
+                }
                 Ok(data) => return Some(data),
                 Err(error) => {
                     tracing::warn!(worker = %self.config.worker_id, unit, attempt, %error, "fleet: checkpoint load failed");
@@ -638,6 +680,35 @@ impl Worker {
         self.stats.checkpoint_failures += 1;
         tracing::warn!(worker = %self.config.worker_id, unit, "fleet: giving the unit back: its checkpoint could not be fenced");
         None
+    }
+
+    /// Reads the fleet's store epoch ([`Checkpoints::check_epoch`]; one request, two when it
+    /// must be written): when the epoch this worker adopted is gone, the store lost its data:
+    /// every unit gained without a checkpoint from then on is reported
+    /// [`FleetEvent::CheckpointLost`], and the worker takes no unit for a session duration, so
+    /// that every owner from before the loss has stopped trusting (the unit records that would
+    /// have told who held what are gone). A failed read is retried at the next occasion.
+    async fn check_store_epoch(&mut self) {
+        let Some(store) = self.checkpoints.clone() else {
+            return;
+        };
+        self.stats.checkpoint_requests += 1;
+        match store.check_epoch().await {
+            Ok(EpochCheck::Same) => self.epoch_checked_at = Some(self.stats.ticks),
+            Ok(EpochCheck::Lost) => {
+                self.epoch_checked_at = Some(self.stats.ticks);
+                self.stats.store_losses += 1;
+                // The unit records went with the data, so no verdict guards them: a worker
+                // paused across the loss may trust its units until its deadline, at most a
+                // session after its last renewal, which was before the loss.
+                self.takes_frozen_until =
+                    Some(self.clock().monotonic() + self.config.session_duration);
+                tracing::error!(worker = %self.config.worker_id, "fleet: the checkpoint store lost its data (its store epoch vanished); units gained without a checkpoint are reported lost");
+            }
+            Err(error) => {
+                tracing::warn!(worker = %self.config.worker_id, %error, "fleet: reading the store epoch failed");
+            }
+        }
     }
 
     /// Hands units above the target over ([`Units::surplus`]), at most `max_moves` per tick.

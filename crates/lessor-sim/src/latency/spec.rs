@@ -313,9 +313,10 @@ fn zip(a: &WorkerStats, b: &WorkerStats, f: impl Fn(u64, u64) -> u64) -> WorkerS
 /// The longest the fleet should take to own every unit again after a worker crashed, or froze
 /// for longer than its session: an observer judges the session dead one session duration after
 /// it first saw the last renewal, at most `session + 2 * interval` after the crash (the crate
-/// documentation's timing section), then takes the units, `max_moves` per tick, each take
-/// `requests_per_take` requests of at most `request`, after its tick's own requests (session
-/// renewal, sessions listing, units listing, one spare).
+/// documentation's timing section), then takes the units (in one tick, since dead owners' units
+/// are taken without the move bound; counting `max_moves` per tick keeps the bound loose), each
+/// take `requests_per_take` requests of at most `request`, after its tick's own requests
+/// (session renewal, sessions listing, units listing, one spare).
 ///
 /// `takes` is the number of units the busiest taker must take.
 ///
