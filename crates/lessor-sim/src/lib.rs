@@ -37,6 +37,7 @@ struct ReadmeDoctests;
 mod kcl;
 pub mod latency;
 mod rng;
+pub mod scale;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -165,6 +166,11 @@ pub struct SimConfig {
     pub skew_bound: Option<Duration>,
     /// The seed of every random choice.
     pub seed: u64,
+    /// Whether the workers elect an assigner.
+    pub assigner: bool,
+    /// Whether safety is checked after every worker's tick (else only by
+    /// [`Simulation::check_now`]): the scale table's big cells turn it off.
+    pub check_every_step: bool,
 }
 
 impl SimConfig {
@@ -177,6 +183,8 @@ impl SimConfig {
             max_moves: 256,
             skew_bound: None,
             seed,
+            assigner: false,
+            check_every_step: true,
         }
     }
 
@@ -201,6 +209,8 @@ impl SimConfig {
 struct SimStore {
     inner: MemoryBackend,
     hidden: Arc<Mutex<BTreeSet<(String, String)>>>,
+    /// Every request the workers send, with the records and bytes it reads or writes.
+    tally: Arc<scale::Tally>,
 }
 
 impl SimStore {
@@ -232,6 +242,8 @@ impl LeaseBackend for SimStore {
         duration: Duration,
         options: &'a AcquireOptions,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        self.tally
+            .write(key, options.token().map(LeaseToken::as_str));
         self.inner.try_acquire(key, duration, options)
     }
     fn renew<'a>(
@@ -239,6 +251,7 @@ impl LeaseBackend for SimStore {
         lease: &'a Lease,
         duration: Duration,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        self.tally.write(lease.key(), Some(lease.token().as_str()));
         self.inner.renew(lease, duration)
     }
     fn release<'a>(
@@ -247,6 +260,7 @@ impl LeaseBackend for SimStore {
         token: &'a LeaseToken,
         fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.tally.write(key, Some(token.as_str()));
         self.inner.release(key, token, fencing)
     }
     fn delete<'a>(
@@ -255,6 +269,7 @@ impl LeaseBackend for SimStore {
         holder: Option<&'a LeaseToken>,
         fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.tally.write(key, holder.map(LeaseToken::as_str));
         self.inner.delete(key, holder, fencing)
     }
     fn inspect<'a>(
@@ -262,9 +277,14 @@ impl LeaseBackend for SimStore {
         key: &'a LeaseKey,
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
         if self.is_hidden(key) {
+            self.tally.read(&[]);
             return Box::pin(std::future::ready(Ok(None)));
         }
-        self.inner.inspect(key)
+        Box::pin(async move {
+            let record = self.inner.inspect(key).await?;
+            self.tally.read(record.as_slice());
+            Ok(record)
+        })
     }
 }
 
@@ -276,6 +296,7 @@ impl LeaseListing for SimStore {
         Box::pin(async move {
             let mut records = self.inner.list_partition(partition).await?;
             records.retain(|r| !self.is_hidden(r.key()));
+            self.tally.read(&records);
             Ok(records)
         })
     }
@@ -321,6 +342,7 @@ impl Simulation {
         let store = SimStore {
             inner: MemoryBackend::builder().with_clock(clock.clone()).build(),
             hidden: Arc::default(),
+            tally: Arc::default(),
         };
         let width = config.units.to_string().len();
         let units = (0..config.units).map(|i| format!("u{i:0width$}")).collect();
@@ -340,6 +362,16 @@ impl Simulation {
     /// Safety violations seen so far: a unit trusted by two workers at one instant.
     pub fn violations(&self) -> &[String] {
         &self.violations
+    }
+
+    /// What the workers' requests have read and written so far ([`scale::Tally`]).
+    pub fn tally(&self) -> scale::TallyCounts {
+        self.store.tally.counts()
+    }
+
+    /// Checks safety now (as after every tick unless [`SimConfig::check_every_step`] is off).
+    pub fn check_now(&mut self) {
+        self.check_safety();
     }
 
     /// Tick errors seen so far (none are expected on the memory backend).
@@ -654,7 +686,9 @@ impl FleetModel for Simulation {
             self.errors += 1;
         }
         w.next_tick = at + interval;
-        self.check_safety();
+        if self.config.check_every_step {
+            self.check_safety();
+        }
         true
     }
 }

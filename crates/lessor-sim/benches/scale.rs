@@ -1,0 +1,113 @@
+//! The scale table: requests, records and bytes a fleet reads per worker and fleet-wide per
+//! tick, W in {2, 8, 32, 128, 1,000} x L in {64, 1,024, 16,384, 100,000}, steady and under churn
+//! (a crash and a replacement every 8 ticks), without and with an assigner, priced as DynamoDB on
+//! demand.
+//!
+//! Writes `$LEASE_BENCH_OUT/41-lessor-scale.md` when that variable is set, and prints it.
+//! `LEASE_BENCH_QUICK=1` (and the smoke run of `cargo test --all-targets`) runs the small cells
+//! only; `LEASE_SCALE_MAX_WORK=N` skips cells whose W x L exceeds N (default 2,000,000 in a full
+//! run: the others take minutes each without an assigner).
+
+#[path = "common/mod.rs"]
+mod section;
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use lessor_sim::scale::{
+    PRICE_DATE, READ_PRICE_PER_MILLION, ScaleCell, ScaleRow, WRITE_PRICE_PER_MILLION, run_cell,
+};
+
+const WORKERS: [usize; 5] = [2, 8, 32, 128, 1000];
+const UNITS: [usize; 4] = [64, 1024, 16_384, 100_000];
+
+fn row(out: &mut String, r: &ScaleRow, mode: &str) {
+    let c = &r.cell;
+    let _ = writeln!(
+        out,
+        "| {} | {} | {} | {} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {} / {} | ${:.0} | ${:.0} | {} | {:.1} s |",
+        c.workers,
+        c.units,
+        if c.churn { "churn" } else { "steady" },
+        mode,
+        r.requests_per_worker_tick,
+        r.records_per_worker_tick,
+        r.bytes_per_worker_tick,
+        r.fleet_requests_per_tick,
+        r.fleet_records_per_tick,
+        r.fleet_bytes_per_tick,
+        r.ticks_not_owned,
+        c.ticks,
+        r.read_cost_month,
+        r.write_cost_month,
+        r.violations,
+        r.took.as_secs_f64(),
+    );
+}
+
+fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench")
+        || std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let max_work: usize = std::env::var("LEASE_SCALE_MAX_WORK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 2048 } else { 2_000_000 });
+    let started = Instant::now();
+    let mut out = String::new();
+    let _ = writeln!(out, "## lessor-partition at scale (simulated)\n");
+    let _ = writeln!(
+        out,
+        "Deterministic simulator (`lessor_sim::scale`): real `Worker`s on one `MemoryBackend` \
+         with a `ManualClock`, 10 s sessions, 2.5 s interval. Each cell runs until every unit is \
+         owned, then measures 32 ticks; *churn*: a random running worker crashes and a new one \
+         joins every 8 ticks. Records and bytes are those the reads return, sized as lease-dynamo's \
+         items. Cost: DynamoDB on demand, us-east-1, ${READ_PRICE_PER_MILLION} per million read \
+         request units (strongly consistent: one per 4 KB a request returns) and \
+         ${WRITE_PRICE_PER_MILLION} per million write request units (one per 1 KB written), \
+         prices as of {PRICE_DATE} (after the November 2024 price cut), a 30-day month. \
+         Cells with W x L above {max_work} were not run{}.\n",
+        if quick { " (quick run)" } else { "" }
+    );
+    let _ = writeln!(
+        out,
+        "| W | L | scenario | mode | req/worker/tick | records/worker/tick | bytes/worker/tick | fleet req/tick | fleet records/tick | fleet bytes/tick | ticks not fully owned | reads $/month | writes $/month | units trusted twice | simulated in |"
+    );
+    let _ = writeln!(
+        out,
+        "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let mut skipped = Vec::new();
+    for &workers in &WORKERS {
+        for &units in &UNITS {
+            if workers * units > max_work {
+                skipped.push(format!("{workers} x {units}"));
+                continue;
+            }
+            for churn in [false, true] {
+                let mut cell = ScaleCell::new(workers, units);
+                if churn {
+                    cell = cell.with_churn();
+                }
+                let r = run_cell(&cell);
+                assert_eq!(r.violations, 0, "units trusted twice in {cell:?}");
+                row(&mut out, &r, "every worker plans");
+            }
+        }
+    }
+    if !skipped.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nNot run (W x L above the limit): {}.",
+            skipped.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nKCL 3.x, as a model (not simulated here): one leader scans the lease table (L items) \
+         and writes assignments, each worker queries an index by owner for its own L/W leases \
+         and renews each of them; its membership is O(W) writes and O(L) reads a leader \
+         round.\n\nTook {:.1} s.",
+        started.elapsed().as_secs_f64()
+    );
+    section::publish("41-lessor-scale.md", &out);
+}
