@@ -564,6 +564,9 @@ impl FleetModel for Simulation {
         if let Some(skew) = self.config.skew_bound {
             builder = builder.with_clock_skew_bound(skew);
         }
+        if self.config.assigner {
+            builder = builder.with_assigner();
+        }
         let phase = Duration::from_micros(
             self.rng
                 .below(u64::try_from(self.config.interval.as_micros()).unwrap_or(1)),

@@ -332,6 +332,23 @@ impl View {
             .collect()
     }
 
+    /// Live peers whose session record the listings have shown unchanged for at least `span`:
+    /// a member renewing every interval never stays unchanged that long, so these have probably
+    /// stopped. A suspicion decides nothing; it only makes workers watch (see
+    /// [`WorkerBuilder::with_assigner`](crate::WorkerBuilder::with_assigner)).
+    pub(crate) fn suspects(&self, me: &str, span: Duration) -> Vec<String> {
+        self.sessions
+            .iter()
+            .filter(|(worker, seen)| {
+                worker.as_str() != me
+                    && Self::held(seen)
+                    && !self.dead(seen)
+                    && seen.unchanged_for(span)
+            })
+            .map(|(worker, _)| worker.clone())
+            .collect()
+    }
+
     fn held(seen: &Seen<SessionVersion>) -> bool {
         seen.version.token.is_some() || seen.version.expires_at.is_some()
     }

@@ -14,6 +14,7 @@ use lease_core::{
     LeaseListing, LeaseRecord, LeaseToken, LossReason, NotOwnedReason,
 };
 
+use super::assigner::{self, Assigner, Heard};
 use super::builder::{Config, WorkerBuilder};
 use super::checkpoint::Checkpoints;
 use super::counted::CountedStore;
@@ -81,6 +82,8 @@ pub struct Worker {
     pub(crate) ticks_since_plan: u32,
     pub(crate) stats: WorkerStats,
     pub(crate) shared: Arc<Shared>,
+    /// Its part in electing and following an assigner, when the fleet has one.
+    pub(crate) assigner: Assigner,
 }
 
 impl WorkerBuilder {
@@ -145,6 +148,7 @@ impl Worker {
             ticks_since_plan: 0,
             stats: WorkerStats::default(),
             shared,
+            assigner: Assigner::default(),
         }
     }
 
@@ -464,7 +468,18 @@ impl Worker {
             return Ok(());
         }
         let first = self.planned_members.is_none() && self.ticks_since_plan == 0;
+        let heard = self.hear_assigner().await;
+        if !first && heard.is_some_and(|h| self.assigner.agrees(h)) && self.quiet() {
+            // The assigner saw what this worker saw at its latest full tick, and it has nothing
+            // to move: keep what it holds without listing.
+            self.ticks_since_plan += 1;
+            self.drop_retired(events);
+            self.finish_handoffs(events).await;
+            self.keep_units(events).await;
+            return Ok(());
+        }
         self.observe_sessions().await?;
+        self.follow_or_lead(heard).await;
         self.drop_retired(events);
         self.finish_handoffs(events).await;
         self.keep_units(events).await;
@@ -495,6 +510,56 @@ impl Worker {
         }
         self.after_moves().await;
         Ok(())
+    }
+
+    /// Reads the assigner record (one request) unless this worker is the assigner or the fleet
+    /// has none.
+    async fn hear_assigner(&mut self) -> Option<Heard> {
+        if self.config.assigner_key.is_none() || self.assigner.is_assigner() {
+            return None;
+        }
+        let heard = self.assigner.hear(&self.config, &self.store).await;
+        if heard != Heard::Unknown {
+            self.stats.records_read += 1;
+        }
+        Some(heard)
+    }
+
+    /// After a sessions listing: notes this worker's own digest, and publishes the fleet's if it
+    /// is (or, with nobody alive, becomes) the assigner.
+    async fn follow_or_lead(&mut self, heard: Option<Heard>) {
+        if self.config.assigner_key.is_none() {
+            return;
+        }
+        let epoch = self.view.epoch();
+        self.assigner
+            .note_own(assigner::digest(&self.members, epoch, &[]));
+        if !self.assigner.is_assigner() && heard != Some(Heard::Nobody) {
+            return;
+        }
+        let suspects = self
+            .view
+            .suspects(&self.config.worker_id, assigner::suspect_span(&self.config));
+        let published = assigner::digest(&self.members, epoch, &suspects);
+        self.assigner
+            .lead(&self.config, &self.store, heard, published)
+            .await;
+    }
+
+    /// Whether this worker has nothing to move or judge: its latest plan is of the members and
+    /// epoch it sees, it has nothing pending, dealt, owed or handed over, and it is not the
+    /// sweeper with a resync due. Only then may it skip listing while the assigner agrees.
+    fn quiet(&self) -> bool {
+        self.planned_members.as_ref() == Some(&self.members)
+            && self.planned_epoch == self.view.epoch()
+            && self.units.pending_takes.is_empty()
+            && !self.units.relist
+            && self.units.next_verdict.is_none()
+            && self.units.target == Some(self.units.owned.len())
+            && self.units.handing_over.is_empty()
+            && !self.mismatch
+            && !self.units.by_load
+            && !(self.is_sweeper() && self.ticks_since_plan + 1 >= self.config.resync_every)
     }
 
     /// Lists the units partition: one request.
@@ -921,6 +986,7 @@ impl Worker {
             }
             None => Ok(()),
         };
+        self.assigner.resign(&self.store).await;
         self.units.target = None;
         self.planned_members = None;
         self.members.clear();

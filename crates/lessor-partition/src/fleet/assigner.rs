@@ -1,0 +1,229 @@
+//! The assigner ([`WorkerBuilder::with_assigner`](crate::WorkerBuilder::with_assigner)): one
+//! worker, elected with a lease, that lists the sessions every tick and publishes a digest of the
+//! membership in its lease's token; every other worker reads that one record per tick and skips
+//! its own listings while the digest matches what it last saw and it has nothing to move.
+//!
+//! The digest decides only *when* a worker lists. Every verdict on a peer's session and every
+//! take stays the worker's own (its listings, its timestamps, its leases), so an assigner that is
+//! slow, paused, partitioned or duplicated can only make workers list later, never make one trust
+//! a unit another trusts.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use lease_core::{AcquireOptions, Lease, LeaseBackend, LeaseKey, LeaseRecord, LeaseToken};
+
+use super::builder::{Config, fnv1a};
+use super::counted::CountedStore;
+
+/// The assigner record as this worker last read it, and since when it has seen it unchanged:
+/// the assigner renews every interval, so a record unchanged for a session duration (by this
+/// worker's reads alone, as [`View`](super::view::View) judges sessions) means no assigner is
+/// alive.
+#[derive(Clone, Debug)]
+struct Seen {
+    version: (u64, Option<LeaseToken>, Option<SystemTime>),
+    /// Reply of the first read that showed this version.
+    since: Instant,
+    /// Send of the newest read that showed it.
+    confirmed: Instant,
+}
+
+/// What a read of the assigner record tells a worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Heard {
+    /// A live assigner publishes this digest.
+    Digest(u64),
+    /// No assigner is alive (none holds the lease, or the record has not changed for a session
+    /// duration): tick in full and try to become the assigner.
+    Nobody,
+    /// The record could not be read: tick in full.
+    Unknown,
+}
+
+/// This worker's part in the assigner protocol.
+#[derive(Debug, Default)]
+pub(crate) struct Assigner {
+    /// The assigner lease, while this worker is the assigner, with the digest its token carries.
+    held: Option<(Lease, u64)>,
+    /// The record as last read.
+    seen: Option<Seen>,
+    /// The digest of this worker's own view at its latest full tick (no suspects).
+    own: Option<u64>,
+}
+
+/// The digest of a membership: the live members with their session fencing, the unit-set epoch
+/// and the suspected members. Stable across builds ([`fnv1a`]).
+pub(crate) fn digest(members: &[(String, u64)], epoch: Option<u64>, suspects: &[String]) -> u64 {
+    let mut bytes = Vec::new();
+    for (member, fencing) in members {
+        bytes.extend_from_slice(member.as_bytes());
+        bytes.push(0);
+        bytes.extend_from_slice(&fencing.to_be_bytes());
+    }
+    bytes.push(1);
+    bytes.extend_from_slice(&epoch.unwrap_or(0).to_be_bytes());
+    for suspect in suspects {
+        bytes.push(2);
+        bytes.extend_from_slice(suspect.as_bytes());
+    }
+    fnv1a(bytes)
+}
+
+/// The digest an assigner token carries: `<random>.<digest hex>`.
+fn parse_digest(token: &str) -> Option<u64> {
+    let (_, hex) = token.rsplit_once('.')?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
+impl Assigner {
+    /// Whether this worker holds the assigner lease (it then always ticks in full).
+    pub(crate) fn is_assigner(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Records the digest of this worker's own view after a full tick.
+    pub(crate) fn note_own(&mut self, own: u64) {
+        self.own = Some(own);
+    }
+
+    /// Whether `heard` matches this worker's own view at its latest full tick.
+    pub(crate) fn agrees(&self, heard: Heard) -> bool {
+        matches!(heard, Heard::Digest(d) if Some(d) == self.own)
+    }
+
+    /// Reads the assigner record: one request, one record.
+    pub(crate) async fn hear(&mut self, config: &Config, store: &CountedStore) -> Heard {
+        let Some(key) = config.assigner_key.as_ref() else {
+            return Heard::Unknown;
+        };
+        let sent = store.clock().monotonic();
+        let record = store.inspect(key).await;
+        let reply = store.clock().monotonic();
+        match record {
+            Ok(record) => self.judge(config, record.as_ref(), sent, reply),
+            Err(error) => {
+                tracing::debug!(worker = %config.worker_id, %error, "fleet: reading the assigner record failed; ticking in full");
+                Heard::Unknown
+            }
+        }
+    }
+
+    fn judge(
+        &mut self,
+        config: &Config,
+        record: Option<&LeaseRecord>,
+        sent: Instant,
+        reply: Instant,
+    ) -> Heard {
+        let Some((record, holder)) = record.and_then(|r| Some((r, r.holder()?))) else {
+            self.seen = None;
+            return Heard::Nobody;
+        };
+        let version = (
+            record.fencing().get(),
+            holder.token().cloned(),
+            holder.expires_at(),
+        );
+        let seen = match self.seen.take() {
+            Some(old) if old.version == version => Seen {
+                confirmed: sent.max(old.confirmed),
+                ..old
+            },
+            _ => Seen {
+                version,
+                since: reply,
+                confirmed: sent,
+            },
+        };
+        let stale = seen.confirmed.saturating_duration_since(seen.since) >= config.session_duration;
+        let digest = seen
+            .version
+            .1
+            .as_ref()
+            .and_then(|t| parse_digest(t.as_str()));
+        self.seen = Some(seen);
+        match digest {
+            Some(digest) if !stale => Heard::Digest(digest),
+            _ => Heard::Nobody,
+        }
+    }
+
+    /// After a full tick: the assigner publishes `digest` (renewing its lease, or re-acquiring it
+    /// with the new digest in its token: two requests); a worker that heard [`Heard::Nobody`]
+    /// tries to become the assigner (one request; the store lets only one win, and only once the
+    /// old lease expired).
+    pub(crate) async fn lead(
+        &mut self,
+        config: &Config,
+        store: &CountedStore,
+        heard: Option<Heard>,
+        digest: u64,
+    ) {
+        let Some(key) = config.assigner_key.as_ref() else {
+            return;
+        };
+        match self.held.take() {
+            Some((lease, published)) if published == digest => {
+                match store.renew(&lease, config.session_duration).await {
+                    Ok(renewed) => self.held = Some((renewed, digest)),
+                    Err(error) => {
+                        tracing::info!(worker = %config.worker_id, %error, "fleet: no longer the assigner");
+                    }
+                }
+            }
+            Some((lease, _)) => {
+                // A new digest: the token cannot change on renewal, so release and take again.
+                // Another worker may win in between; it then publishes instead.
+                let released = store
+                    .release(lease.key(), lease.token(), lease.fencing_token())
+                    .await;
+                if released.is_ok() {
+                    self.take(config, store, key, digest).await;
+                }
+            }
+            None if heard == Some(Heard::Nobody) => self.take(config, store, key, digest).await,
+            None => {}
+        }
+    }
+
+    async fn take(&mut self, config: &Config, store: &CountedStore, key: &LeaseKey, digest: u64) {
+        let random = config.tokens.next_token();
+        let Ok(token) = LeaseToken::new(format!("{}.{digest:x}", random.as_str())) else {
+            return;
+        };
+        let options = AcquireOptions::default()
+            .with_owner(config.worker_id.clone())
+            .with_token(token);
+        match store
+            .try_acquire(key, config.session_duration, &options)
+            .await
+        {
+            Ok(lease) => {
+                if self.held.is_none() {
+                    tracing::info!(worker = %config.worker_id, fencing = %lease.fencing_token(), "fleet: now the assigner");
+                }
+                self.held = Some((lease, digest));
+            }
+            Err(error) => {
+                tracing::debug!(worker = %config.worker_id, %error, "fleet: did not become the assigner");
+            }
+        }
+    }
+
+    /// Lets the assigner lease go (shutdown, or the session ended): best effort, so that another
+    /// worker takes over at once instead of after a session duration.
+    pub(crate) async fn resign(&mut self, store: &CountedStore) {
+        if let Some((lease, _)) = self.held.take() {
+            let _ = store
+                .release(lease.key(), lease.token(), lease.fencing_token())
+                .await;
+        }
+    }
+}
+
+/// How long a member's session record must stay unchanged before the assigner suspects it: half
+/// an interval, as a member renewing every interval changes its record between any two listings
+/// an interval apart.
+pub(crate) fn suspect_span(config: &Config) -> Duration {
+    config.interval / 2
+}
