@@ -518,6 +518,19 @@ impl Simulation {
         self.workers.get(index).map(|w| w.worker.assignment())
     }
 
+    /// The worker whose process holds the assigner lease (see [`SimConfig::assigner`]), as the
+    /// store shows it now.
+    pub fn assigner(&self) -> Option<usize> {
+        let key = LeaseKey::with_sort_key("fleet/sim/assigner", "lease").ok()?;
+        let record = lease_core::executor::block_on(self.store.inner.inspect(&key)).ok()??;
+        let holder = record.holder()?;
+        if holder.expires_at().is_some_and(|at| at <= self.clock.now()) {
+            return None;
+        }
+        let owner = holder.owner()?;
+        self.workers.iter().position(|w| w.worker.id() == owner)
+    }
+
     /// How many units worker `index` trusts now.
     pub fn owned_by(&self, index: usize) -> usize {
         self.workers

@@ -217,3 +217,53 @@ fn membership_costs_o_of_w_records_a_tick_with_an_assigner() {
         assert!(with.requests_per_worker_tick < 2.2);
     }
 }
+
+/// The takeover figure: two workers electing an assigner over 16,384 units, one killed (the one
+/// that is not the assigner, so the survivor is the assigner, and then the assigner itself):
+/// every unit owned again within a session duration plus two intervals of the kill. The move
+/// bound is lifted here (`max_moves` = L): with the default bound of 256 a tick, taking the dead
+/// worker's 8,192 units takes 32 ticks more, which is the bound's own issue (expired units must
+/// be taken without it), not the assigner's.
+#[test]
+fn a_dead_workers_16384_units_are_owned_again_within_a_session_and_two_intervals() {
+    use lessor_sim::{FleetModel, SimConfig, Simulation};
+    let units = 16_384;
+    for kill_assigner in [false, true] {
+        let mut config = SimConfig::new(units, 5).with_max_moves(units);
+        config.assigner = true;
+        config.check_every_step = false;
+        let mut sim = Simulation::new(config);
+        sim.join();
+        sim.join();
+        assert!(sim.run_until_balanced(secs(120)).is_some());
+        sim.run_for(secs(10));
+        let assigner = sim.assigner().expect("an assigner");
+        let victim = if kill_assigner {
+            assigner
+        } else {
+            1 - assigner
+        };
+        sim.crash(victim);
+        let bound = config_bound();
+        let took = sim.run_until_all_owned(bound + secs(60));
+        sim.check_now();
+        println!(
+            "W=2, L={units}, killed the {}: all owned again after {took:?} (bound {bound:?})",
+            if kill_assigner {
+                "assigner"
+            } else {
+                "follower"
+            }
+        );
+        assert!(sim.violations().is_empty(), "{:?}", &sim.violations()[..1]);
+        assert!(
+            took.is_some_and(|t| t <= bound),
+            "took {took:?}, bound {bound:?}"
+        );
+    }
+}
+
+/// A session duration plus two intervals at the defaults.
+fn config_bound() -> Duration {
+    secs(10) + ms(2 * 2500)
+}

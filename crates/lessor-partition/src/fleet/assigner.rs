@@ -33,6 +33,10 @@ struct Seen {
 pub(crate) enum Heard {
     /// A live assigner publishes this digest.
     Digest(u64),
+    /// The assigner has not renewed for half an interval (it renews every tick): perhaps it
+    /// stopped. Tick in full, so that this worker watches the sessions itself from now on
+    /// instead of a session duration later.
+    Quiet,
     /// No assigner is alive (none holds the lease, or the record has not changed for a session
     /// duration): tick in full and try to become the assigner.
     Nobody,
@@ -135,7 +139,7 @@ impl Assigner {
                 confirmed: sent,
             },
         };
-        let stale = seen.confirmed.saturating_duration_since(seen.since) >= config.session_duration;
+        let unchanged = seen.confirmed.saturating_duration_since(seen.since);
         let digest = seen
             .version
             .1
@@ -143,8 +147,10 @@ impl Assigner {
             .and_then(|t| parse_digest(t.as_str()));
         self.seen = Some(seen);
         match digest {
-            Some(digest) if !stale => Heard::Digest(digest),
-            _ => Heard::Nobody,
+            _ if unchanged >= config.session_duration => Heard::Nobody,
+            Some(_) if unchanged >= suspect_span(config) => Heard::Quiet,
+            Some(digest) => Heard::Digest(digest),
+            None => Heard::Nobody,
         }
     }
 
