@@ -155,6 +155,8 @@ pub struct ScaleCell {
     pub assigner: bool,
     /// The seed.
     pub seed: u64,
+    /// Session duration and interval (default 10 s and 2.5 s).
+    pub timing: Option<(Duration, Duration)>,
 }
 
 impl ScaleCell {
@@ -167,6 +169,7 @@ impl ScaleCell {
             ticks: 32,
             assigner: false,
             seed: 1,
+            timing: None,
         }
     }
 
@@ -179,6 +182,12 @@ impl ScaleCell {
     /// With an assigner.
     pub fn with_assigner(mut self) -> Self {
         self.assigner = true;
+        self
+    }
+
+    /// With sessions of `session` renewed every `interval`.
+    pub fn with_timing(mut self, session: Duration, interval: Duration) -> Self {
+        self.timing = Some((session, interval));
         self
     }
 
@@ -228,6 +237,10 @@ pub fn run_cell(cell: &ScaleCell) -> ScaleRow {
     let mut config = SimConfig::new(cell.units, cell.seed);
     config.assigner = cell.assigner;
     config.check_every_step = false;
+    if let Some((session, interval)) = cell.timing {
+        config.session_duration = session;
+        config.interval = interval;
+    }
     let mut sim = Simulation::new(config);
     for _ in 0..cell.workers {
         sim.join();

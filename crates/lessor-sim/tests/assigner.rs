@@ -267,3 +267,24 @@ fn a_dead_workers_16384_units_are_owned_again_within_a_session_and_two_intervals
 fn config_bound() -> Duration {
     secs(10) + ms(2 * 2500)
 }
+
+/// The figures `crates/lessor-partition/tests/dynamo_assigner.rs` compares DynamoDB Local's
+/// counts with (8 workers, 256 units, or 1,024 with `LEASE_LONG=1` there; 2 s sessions, 0.5 s
+/// interval, an assigner): the simulator must still produce them, within 2 %.
+#[test]
+fn the_real_store_tests_figures_are_the_simulators() {
+    for (units, requests, records) in [(256, 2.16, 6.0), (1024, 2.16, 18.0)] {
+        let row = run_cell(
+            &ScaleCell::new(8, units)
+                .with_assigner()
+                .with_timing(secs(2), ms(500))
+                .with_ticks(16),
+        );
+        println!(
+            "8 x {units}, 2 s / 0.5 s, assigner: {:.3} requests and {:.2} records per worker per tick",
+            row.requests_per_worker_tick, row.records_per_worker_tick
+        );
+        assert!((row.requests_per_worker_tick - requests).abs() <= requests * 0.02);
+        assert!((row.records_per_worker_tick - records).abs() <= records * 0.02);
+    }
+}

@@ -33,7 +33,7 @@ struct Seen {
 pub(crate) enum Heard {
     /// A live assigner publishes this digest.
     Digest(u64),
-    /// The assigner has not renewed for half an interval (it renews every tick): perhaps it
+    /// The assigner has not renewed for an interval (it renews every tick): perhaps it
     /// stopped. Tick in full, so that this worker watches the sessions itself from now on
     /// instead of a session duration later.
     Quiet,
@@ -227,9 +227,11 @@ impl Assigner {
     }
 }
 
-/// How long a member's session record must stay unchanged before the assigner suspects it: half
-/// an interval, as a member renewing every interval changes its record between any two listings
-/// an interval apart.
+/// How long a record renewed every interval must stay unchanged before it is suspected: an
+/// interval, measured from the reply of the first read that showed it to the send of the newest.
+/// Two reads an interval apart span a little less than that (the first one's latency), so a
+/// single renewal that lands just after a read, as when two workers' tick phases slide past each
+/// other, never raises a suspicion: only a renewal missed outright does.
 pub(crate) fn suspect_span(config: &Config) -> Duration {
-    config.interval / 2
+    config.interval
 }
