@@ -100,6 +100,10 @@ fn main() {
                     cell = cell.with_assigner();
                 }
                 let r = run_cell(&cell);
+                eprintln!(
+                    "W={workers} L={units} churn={churn} assigner={assigner}: {:.1} s",
+                    r.took.as_secs_f64()
+                );
                 assert_eq!(r.violations, 0, "units trusted twice in {cell:?}");
                 row(
                     &mut out,

@@ -33,7 +33,10 @@ const CHECKPOINT_ATTEMPTS: u32 = 3;
 /// partition (`W` records). It lists the units partition (`L` records, one request) when
 /// membership changed, after a listing offered it something to take, for the member with the
 /// lowest id every `resync_every` ticks, and, while it is below its share with nothing offered,
-/// after 1, 2, 4, ... ticks. Unit leases are renewed once per half unit-lease duration. Moves
+/// after 1, 2, 4, ... ticks. With an assigner ([`WorkerBuilder::with_assigner`]), a worker that
+/// is not the assigner reads the assigner record instead of listing (two requests, one record)
+/// while the assigner's digest matches its own last listing and it has nothing to move. Unit
+/// leases are renewed once per half unit-lease duration. Moves
 /// cost one release by the giver and one acquire by the taker (plus a release of the dead
 /// owner's token when the owner crashed) and, with checkpoints, one fenced read.
 ///
