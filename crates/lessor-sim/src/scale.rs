@@ -18,7 +18,7 @@
 //! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lease_core::{LeaseKey, LeaseRecord};
 
@@ -224,8 +224,6 @@ pub struct ScaleRow {
     pub write_cost_month: f64,
     /// Safety violations (units trusted twice) seen.
     pub violations: usize,
-    /// Wall time the cell took to simulate.
-    pub took: Duration,
 }
 
 /// Runs one cell: `W` workers join, the fleet runs until it owns every unit (at most 10 simulated
@@ -233,7 +231,6 @@ pub struct ScaleRow {
 /// running worker and a new worker every 8 ticks under churn. Safety is checked at every tick's
 /// end (the big cells would spend most of their time checking after every worker's tick).
 pub fn run_cell(cell: &ScaleCell) -> ScaleRow {
-    let started = Instant::now();
     let mut config = SimConfig::new(cell.units, cell.seed);
     config.assigner = cell.assigner;
     config.check_every_step = false;
@@ -293,6 +290,5 @@ pub fn run_cell(cell: &ScaleCell) -> ScaleRow {
         read_cost_month: counts.read_units as f64 * month * READ_PRICE_PER_MILLION / 1e6,
         write_cost_month: counts.write_units as f64 * month * WRITE_PRICE_PER_MILLION / 1e6,
         violations: sim.violations().len(),
-        took: started.elapsed(),
     }
 }
