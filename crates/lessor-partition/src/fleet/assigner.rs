@@ -29,10 +29,11 @@ struct Seen {
 }
 
 /// What a read of the assigner record tells a worker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Heard {
-    /// A live assigner publishes this digest.
-    Digest(u64),
+    /// A live assigner publishes this digest, and the members it suspects when their names fit
+    /// in its token (`None` when they do not).
+    Digest(u64, Option<Vec<String>>),
     /// The assigner has not renewed for an interval (it renews every tick): perhaps it
     /// stopped. Tick in full, so that this worker watches the sessions itself from now on
     /// instead of a session duration later.
@@ -51,9 +52,12 @@ pub(crate) struct Assigner {
     held: Option<(Lease, u64)>,
     /// The record as last read.
     seen: Option<Seen>,
-    /// The digest of this worker's own view at its latest full tick (no suspects).
-    own: Option<u64>,
+    /// This worker's own view at its latest sessions listing.
+    own: Option<OwnView>,
 }
+
+/// The live members (with their session fencing) and the unit-set epoch a worker last listed.
+type OwnView = (Vec<(String, u64)>, Option<u64>);
 
 /// The digest of a membership: the live members with their session fencing, the unit-set epoch
 /// and the suspected members. Stable across builds ([`fnv1a`]).
@@ -73,10 +77,30 @@ pub(crate) fn digest(members: &[(String, u64)], epoch: Option<u64>, suspects: &[
     fnv1a(bytes)
 }
 
-/// The digest an assigner token carries: `<random>.<digest hex>`.
-fn parse_digest(token: &str) -> Option<u64> {
-    let (_, hex) = token.rsplit_once('.')?;
-    u64::from_str_radix(hex, 16).ok()
+/// An assigner token: `<random>.<digest hex>`, then `.<suspect>` for each suspect when all
+/// their names fit in a token (worker ids contain no '.'), else `.?`.
+fn assigner_token(random: &str, digest: u64, suspects: &[String]) -> String {
+    let mut token = format!("{random}.{digest:x}");
+    let named: usize = suspects.iter().map(|s| s.len() + 1).sum();
+    if token.len() + named <= lease_core::MAX_TOKEN_BYTES {
+        for suspect in suspects {
+            token.push('.');
+            token.push_str(suspect);
+        }
+    } else {
+        token.push_str(".?");
+    }
+    token
+}
+
+/// The digest and the suspects' names (if they fit) of an assigner token.
+fn parse_token(token: &str) -> Option<(u64, Option<Vec<String>>)> {
+    let mut parts = token.split('.');
+    let _random = parts.next()?;
+    let digest = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let rest: Vec<String> = parts.map(str::to_owned).collect();
+    let suspects = (rest.len() != 1 || rest[0] != "?").then_some(rest);
+    Some((digest, suspects))
 }
 
 impl Assigner {
@@ -85,14 +109,20 @@ impl Assigner {
         self.held.is_some()
     }
 
-    /// Records the digest of this worker's own view after a full tick.
-    pub(crate) fn note_own(&mut self, own: u64) {
-        self.own = Some(own);
+    /// Records this worker's own view after a sessions listing.
+    pub(crate) fn note_own(&mut self, members: &[(String, u64)], epoch: Option<u64>) {
+        self.own = Some((members.to_vec(), epoch));
     }
 
-    /// Whether `heard` matches this worker's own view at its latest full tick.
-    pub(crate) fn agrees(&self, heard: Heard) -> bool {
-        matches!(heard, Heard::Digest(d) if Some(d) == self.own)
+    /// The members to watch if `heard` matches this worker's own view at its latest sessions
+    /// listing (its members and epoch, with the suspects the assigner names): `Some(suspects)`
+    /// (perhaps none), else `None`.
+    pub(crate) fn agrees(&self, heard: &Heard) -> Option<Vec<String>> {
+        let (Heard::Digest(published, Some(suspects)), Some((members, epoch))) = (heard, &self.own)
+        else {
+            return None;
+        };
+        (digest(members, *epoch, suspects) == *published).then(|| suspects.clone())
     }
 
     /// Reads the assigner record: one request, one record.
@@ -140,16 +170,16 @@ impl Assigner {
             },
         };
         let unchanged = seen.confirmed.saturating_duration_since(seen.since);
-        let digest = seen
+        let parsed = seen
             .version
             .1
             .as_ref()
-            .and_then(|t| parse_digest(t.as_str()));
+            .and_then(|t| parse_token(t.as_str()));
         self.seen = Some(seen);
-        match digest {
+        match parsed {
             _ if unchanged >= config.session_duration => Heard::Nobody,
             Some(_) if unchanged >= suspect_span(config) => Heard::Quiet,
-            Some(digest) => Heard::Digest(digest),
+            Some((digest, suspects)) => Heard::Digest(digest, suspects),
             None => Heard::Nobody,
         }
     }
@@ -162,8 +192,9 @@ impl Assigner {
         &mut self,
         config: &Config,
         store: &CountedStore,
-        heard: Option<Heard>,
+        heard: Option<&Heard>,
         digest: u64,
+        suspects: &[String],
     ) {
         let Some(key) = config.assigner_key.as_ref() else {
             return;
@@ -184,17 +215,26 @@ impl Assigner {
                     .release(lease.key(), lease.token(), lease.fencing_token())
                     .await;
                 if released.is_ok() {
-                    self.take(config, store, key, digest).await;
+                    self.take(config, store, key, digest, suspects).await;
                 }
             }
-            None if heard == Some(Heard::Nobody) => self.take(config, store, key, digest).await,
+            None if heard == Some(&Heard::Nobody) => {
+                self.take(config, store, key, digest, suspects).await;
+            }
             None => {}
         }
     }
 
-    async fn take(&mut self, config: &Config, store: &CountedStore, key: &LeaseKey, digest: u64) {
+    async fn take(
+        &mut self,
+        config: &Config,
+        store: &CountedStore,
+        key: &LeaseKey,
+        digest: u64,
+        suspects: &[String],
+    ) {
         let random = config.tokens.next_token();
-        let Ok(token) = LeaseToken::new(format!("{}.{digest:x}", random.as_str())) else {
+        let Ok(token) = LeaseToken::new(assigner_token(random.as_str(), digest, suspects)) else {
             return;
         };
         let options = AcquireOptions::default()

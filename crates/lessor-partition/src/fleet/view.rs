@@ -178,6 +178,19 @@ struct SessionVersion {
     expires_at: Option<SystemTime>,
 }
 
+impl SessionVersion {
+    fn of(record: &LeaseRecord) -> Self {
+        // A record without a holder is a released session: keep it as a version too (its
+        // fencing proves every earlier session ended).
+        let holder = record.holder();
+        Self {
+            fencing: record.fencing().get(),
+            token: holder.and_then(|h| h.token().cloned()),
+            expires_at: holder.and_then(lease_core::Holder::expires_at),
+        }
+    }
+}
+
 /// A unit owner's session missing from the sessions listings.
 #[derive(Clone, Copy, Debug)]
 struct Absence {
@@ -281,21 +294,8 @@ impl View {
                 }
                 continue;
             }
-            let holder = record.holder();
-            let version = SessionVersion {
-                fencing: record.fencing().get(),
-                token: holder.and_then(|h| h.token().cloned()),
-                expires_at: holder.and_then(lease_core::Holder::expires_at),
-            };
-            // A record without a holder is a released session: keep it as a version too (its
-            // fencing proves every earlier session ended).
-            let held = holder.is_some();
-            let version = SessionVersion {
-                token: if held { version.token } else { None },
-                expires_at: if held { version.expires_at } else { None },
-                ..version
-            };
             let old = self.sessions.remove(worker);
+            let version = SessionVersion::of(record);
             sessions.insert(worker.to_owned(), Seen::update(old, version, listing));
         }
         self.sessions = sessions;
@@ -310,6 +310,24 @@ impl View {
             }
             true
         });
+    }
+
+    /// Takes in one read of `worker`'s session record (a get, stamped like a listing): the same
+    /// rule as for a listing, for that record only. A record the read did not find changes
+    /// nothing (only full listings judge absence).
+    pub(crate) fn observe_session(
+        &mut self,
+        worker: &str,
+        record: Option<&LeaseRecord>,
+        listing: Listing,
+    ) {
+        let Some(record) = record else {
+            return;
+        };
+        let old = self.sessions.remove(worker);
+        let version = SessionVersion::of(record);
+        self.sessions
+            .insert(worker.to_owned(), Seen::update(old, version, listing));
     }
 
     /// The load `worker` published under session `session`, if any.

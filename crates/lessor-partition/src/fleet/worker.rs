@@ -427,6 +427,12 @@ impl Worker {
         let (records, listing) = self.listing(&self.config.sessions.clone()).await?;
         self.stats.records_read += records.len() as u64;
         self.view.observe_sessions(&records, listing);
+        self.refresh_members();
+        Ok(())
+    }
+
+    /// The live members by the view, this worker included.
+    fn refresh_members(&mut self) {
         let me = self.config.worker_id.clone();
         let peers = self.view.live_peers(&me);
         self.member_tags = peers.iter().map(|(m, _, t)| (m.clone(), *t)).collect();
@@ -437,7 +443,36 @@ impl Worker {
         }
         self.members = members;
         self.note_mismatch(&me);
-        Ok(())
+    }
+
+    /// Reads the session record of each member the assigner suspects (one request each) into
+    /// the view, by the same rule as a listing. Returns whether the live members are unchanged
+    /// (else the worker ticks in full: a suspect's session ended, by its own reads).
+    async fn watch(&mut self, suspects: &[String]) -> bool {
+        let before = self.members.clone();
+        for suspect in suspects {
+            let Ok(key) = LeaseKey::with_sort_key(self.config.sessions.as_str(), suspect.as_str())
+            else {
+                return false;
+            };
+            let sent = self.clock().monotonic();
+            let wall_sent = self.clock().now();
+            let Ok(record) = self.store.inspect(&key).await else {
+                return false;
+            };
+            let reply = self.clock().monotonic();
+            self.stats.records_read += u64::from(record.is_some());
+            let listing = Listing {
+                sent,
+                reply,
+                wall_sent,
+            };
+            self.view.observe_session(suspect, record.as_ref(), listing);
+        }
+        if !suspects.is_empty() {
+            self.refresh_members();
+        }
+        self.members == before
     }
 
     fn note_mismatch(&mut self, me: &str) {
@@ -472,9 +507,15 @@ impl Worker {
         }
         let first = self.planned_members.is_none() && self.ticks_since_plan == 0;
         let heard = self.hear_assigner().await;
-        if !first && heard.is_some_and(|h| self.assigner.agrees(h)) && self.quiet() {
-            // The assigner saw what this worker saw at its latest full tick, and it has nothing
-            // to move: keep what it holds without listing.
+        let watch = heard.as_ref().and_then(|h| self.assigner.agrees(h));
+        if !first
+            && self.quiet()
+            && let Some(suspects) = watch
+            && self.watch(&suspects).await
+        {
+            // The assigner saw what this worker saw at its latest full tick, the members it
+            // suspects are still live by this worker's own reads, and it has nothing to move:
+            // keep what it holds without listing.
             self.ticks_since_plan += 1;
             self.drop_retired(events);
             self.finish_handoffs(events).await;
@@ -482,7 +523,7 @@ impl Worker {
             return Ok(());
         }
         self.observe_sessions().await?;
-        self.follow_or_lead(heard).await;
+        self.follow_or_lead(heard.as_ref()).await;
         self.drop_retired(events);
         self.finish_handoffs(events).await;
         self.keep_units(events).await;
@@ -530,14 +571,13 @@ impl Worker {
 
     /// After a sessions listing: notes this worker's own digest, and publishes the fleet's if it
     /// is (or, with nobody alive, becomes) the assigner.
-    async fn follow_or_lead(&mut self, heard: Option<Heard>) {
+    async fn follow_or_lead(&mut self, heard: Option<&Heard>) {
         if self.config.assigner_key.is_none() {
             return;
         }
         let epoch = self.view.epoch();
-        self.assigner
-            .note_own(assigner::digest(&self.members, epoch, &[]));
-        if !self.assigner.is_assigner() && heard != Some(Heard::Nobody) {
+        self.assigner.note_own(&self.members, epoch);
+        if !self.assigner.is_assigner() && heard != Some(&Heard::Nobody) {
             return;
         }
         let suspects = self
@@ -545,7 +585,7 @@ impl Worker {
             .suspects(&self.config.worker_id, assigner::suspect_span(&self.config));
         let published = assigner::digest(&self.members, epoch, &suspects);
         self.assigner
-            .lead(&self.config, &self.store, heard, published)
+            .lead(&self.config, &self.store, heard, published, &suspects)
             .await;
     }
 
