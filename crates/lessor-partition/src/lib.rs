@@ -163,12 +163,15 @@
 //! the reply of the first to the send of the newest: a member renewing every interval never
 //! stays unchanged that long). It renews the lease every tick with the same digest, or releases
 //! and takes it again with a new one (the token cannot change on renewal; whoever wins in
-//! between publishes instead). Every other worker reads that one record each tick (a get: one
-//! request, one record) and, when the digest equals the one it computes from its own latest
-//! sessions listing (with no suspects), its latest plan is of that listing's members and epoch,
-//! and it has nothing pending, dealt, owed or handed over (and is not the lowest-id member with
-//! a resync due), it **skips listing**: it renews its session and unit leases and nothing else.
-//! Otherwise it ticks in full. A follower whose reads show the assigner record unchanged for an
+//! between publishes instead); the suspects' names follow the digest in the token when they fit
+//! (256 bytes). Every other worker reads that one record each tick (a get: one request, one
+//! record) and, when the digest equals the one it computes from its own latest sessions listing
+//! and the named suspects, its latest plan is of that listing's members and epoch, and it has
+//! nothing pending, dealt, owed or handed over (and is not the lowest-id member with a resync
+//! due), it **skips listing**: it renews its session and unit leases and reads each suspect's
+//! session record (one get each, judged by the same `since`/`confirmed` rule as a listing), and
+//! nothing else. Otherwise (or once a suspect's session has ended by its own reads) it ticks in
+//! full. A follower whose reads show the assigner record unchanged for an
 //! interval ticks in full too (it watches the sessions itself from then on), and one whose reads
 //! show it unchanged for a session duration (or free) also tries to take the lease, so the fleet
 //! **falls back** to every worker planning within one session duration of the assigner's last
@@ -291,9 +294,10 @@
 //! With an assigner ([`WorkerBuilder::with_assigner`]), in steady state a follower sends **2
 //! requests** (session renew + a get of the assigner record, 1 record) and the assigner 3
 //! (session renew, sessions listing of `W` records, assigner renew), so the fleet reads about
-//! `2W + L/8` records a tick instead of `W² + L/8`. A membership change (or a suspicion) makes
-//! every worker tick in full for a tick or more: one sessions listing each, and a units listing
-//! each when the members change, as without an assigner. `cargo bench -p lessor-sim --bench
+//! `2W + L/8` records a tick instead of `W² + L/8`. A suspicion costs every follower one get per
+//! suspect per tick until it clears or the suspect's session has ended; a membership change makes
+//! every worker tick in full once: one sessions listing and one units listing each, as without
+//! an assigner (so churn still costs `O(W² + W·L)` records per change, not `O(units moved)`). `cargo bench -p lessor-sim --bench
 //! scale` (also run by `cargo xtask bench`) measures both, W up to 1,000 and L up to 100,000,
 //! and prices them as DynamoDB on demand. KCL 2.x sends `L/W` renewals every 3.3 s and reads all `L` leases per
 //! worker every 20 s.

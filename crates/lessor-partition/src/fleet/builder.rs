@@ -227,10 +227,10 @@ impl WorkerBuilder {
     /// (`fleet/F/assigner`, one session duration long): every tick it lists the sessions, as
     /// today, and publishes a digest of the live members, the unit-set epoch and the members it
     /// suspects (a session record unchanged for an interval) in the lease's token. Every other
-    /// worker reads that one record per tick (one request, besides its session renewal) and,
-    /// while the digest matches its own view of its latest full tick and it has nothing to move,
-    /// skips listing: its units stay trusted by its own session and unit leases, exactly as
-    /// before. When the digest changes, a member is suspected, the worker has work, or no
+    /// worker reads that one record per tick (one request, besides its session renewal, plus one
+    /// read of each suspect's session record) and, while the digest matches its own view of its
+    /// latest full tick and it has nothing to move, skips listing: its units stay trusted by its
+    /// own session and unit leases, exactly as before. When the digest changes, a member is suspected, the worker has work, or no
     /// assigner has renewed for a session duration, the worker ticks as without an assigner (and
     /// tries to become the assigner when the lease is free). The assigner only decides *when*
     /// workers list; every verdict on a peer and every take is the worker's own, so a slow,
