@@ -63,7 +63,8 @@
 //!
 //! # The fleet protocol
 //!
-//! Three kinds of record, under two partition keys of the store (fleet `F`):
+//! Three kinds of record, under two partition keys of the store (fleet `F`), and a fourth with
+//! an assigner (below):
 //!
 //! * **Sessions** — `fleet/F/sessions`, sort key = worker id. Each worker holds one session
 //!   lease (default 10 s) and renews it every interval (default 2.5 s). Its token names the
@@ -171,6 +172,36 @@
 //! again), and the epoch moves. The lowest-id member also deletes session records released for
 //! ten session durations that no unit names, so listings stay the size of the live fleet.
 //!
+//! **An assigner** ([`WorkerBuilder::with_assigner`], KCL 3.x's leader/worker split). Listing
+//! every session every interval costs the fleet `W²` records a tick. With an assigner, one
+//! worker holds a fourth kind of record, the **assigner lease** `fleet/F/assigner` (sort key
+//! `lease`, one session duration long, taken with the store's compare-and-swap like any lease).
+//! It ticks as above and, after each sessions listing, publishes a **digest** in the lease's
+//! token: a hash of the live members with their session fencing, the unit-set epoch and the
+//! members it *suspects* (a session record its listings showed unchanged for an interval, from
+//! the reply of the first to the send of the newest: a member renewing every interval never
+//! stays unchanged that long). It renews the lease every tick with the same digest, or releases
+//! and takes it again with a new one (the token cannot change on renewal; whoever wins in
+//! between publishes instead); the suspects' names follow the digest in the token when they fit
+//! (256 bytes). Every other worker reads that one record each tick (a get: one request, one
+//! record) and, when the digest equals the one it computes from its own latest sessions listing
+//! and the named suspects, its latest plan is of that listing's members and epoch, and it has
+//! nothing pending, dealt, owed or handed over (and is not the lowest-id member with a resync
+//! due), it **skips listing**: it renews its session and unit leases and reads each suspect's
+//! session record (one get each, judged by the same `since`/`confirmed` rule as a listing), and
+//! nothing else. Otherwise (or once a suspect's session has ended by its own reads) it ticks in
+//! full. A follower whose reads show the assigner record unchanged for an
+//! interval ticks in full too (it watches the sessions itself from then on), and one whose reads
+//! show it unchanged for a session duration (or free) also tries to take the lease, so the fleet
+//! **falls back** to every worker planning within one session duration of the assigner's last
+//! renewal, and elects another. Workers balancing by load never skip (loads travel with the
+//! sessions listing). The digest is a hint about *when* to list, nothing more: every verdict on
+//! a peer's session comes from the worker's own listings and timestamps, and every take is its
+//! own acquire, so the argument below is unchanged, and an assigner that is slow, paused,
+//! partitioned or doubled can only make workers list later (balance later), never trust a unit
+//! another trusts. Two incarnations cannot both publish: the store lets only the lease's current
+//! holder renew it, and a release followed by an acquire fails for a holder that lost it.
+//!
 //! ## Why no unit ever has two trusting owners
 //!
 //! Suppose worker `X` trusts unit `u` at instant `t`: it holds `u`'s lease under session `s`, and
@@ -221,6 +252,16 @@
 //! changed. The wait keeps the rule of 2 for a foreign holder that keeps renewing (changing the
 //! expiry): it is left alone. A holder whose token the store does not show cannot be released
 //! conditionally and is left alone.
+//!
+//! **With an assigner** nothing above changes: a follower that skips listing makes no verdict
+//! and takes nothing on that tick, and when it lists again its verdicts rest on its own listings
+//! alone (a record version's `since` and `confirmed` are still the reply of the first and the
+//! send of the newest listing that showed it, however long the gap between them). The assigner
+//! decides only whether a follower lists this tick. `crates/lessor-sim/tests/assigner.rs` runs
+//! the latency simulator's traces with the assigner paused past its lease while a peer crashes,
+//! cut off and then healed (two assigners for a while), on a store answering in 300 ms and in
+//! 800 ms, with a suspected peer paused while it trusts, and the chaos run with every worker
+//! electing: 0 units trusted twice and 0 checkpoints written by an older owner.
 //!
 //! Two simulators (the unpublished crate `lessor-sim`) check this property: `lessor_sim` after
 //! every tick, and `lessor_sim::latency`, in which every request takes time and the workers
@@ -282,7 +323,17 @@
 //!   `resync_every` ticks.
 //!
 //! So a worker sends on average `2 + 1/(8W) + (L/W) / 17 280` requests per interval and reads
-//! `W + L/(8W)` records. KCL 2.x sends `L/W` renewals every 3.3 s and reads all `L` leases per
+//! `W + L/(8W)` records.
+//!
+//! With an assigner ([`WorkerBuilder::with_assigner`]), in steady state a follower sends **2
+//! requests** (session renew + a get of the assigner record, 1 record) and the assigner 3
+//! (session renew, sessions listing of `W` records, assigner renew), so the fleet reads about
+//! `2W + L/8` records a tick instead of `W² + L/8`. A suspicion costs every follower one get per
+//! suspect per tick until it clears or the suspect's session has ended; a membership change makes
+//! every worker tick in full once: one sessions listing and one units listing each, as without
+//! an assigner (so churn still costs `O(W² + W·L)` records per change, not `O(units moved)`). `cargo bench -p lessor-sim --bench
+//! scale` (also run by `cargo xtask bench`) measures both, W up to 1,000 and L up to 100,000,
+//! and prices them as DynamoDB on demand. KCL 2.x sends `L/W` renewals every 3.3 s and reads all `L` leases per
 //! worker every 20 s.
 //!
 //! Measured in `lessor_sim` by the benchmark (`cargo bench -p lessor-sim --bench fleet`, also

@@ -37,6 +37,7 @@ struct ReadmeDoctests;
 mod kcl;
 pub mod latency;
 mod rng;
+pub mod scale;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -168,6 +169,11 @@ pub struct SimConfig {
     /// Whether the workers keep per-unit checkpoints in the store
     /// ([`WorkerBuilder::with_checkpoints`](lessor_partition::WorkerBuilder::with_checkpoints)).
     pub checkpoints: bool,
+    /// Whether the workers elect an assigner.
+    pub assigner: bool,
+    /// Whether safety is checked after every worker's tick (else only by
+    /// [`Simulation::check_now`]): the scale table's big cells turn it off.
+    pub check_every_step: bool,
 }
 
 impl SimConfig {
@@ -181,6 +187,8 @@ impl SimConfig {
             skew_bound: None,
             seed,
             checkpoints: false,
+            assigner: false,
+            check_every_step: true,
         }
     }
 
@@ -214,6 +222,8 @@ struct SimStore {
     clock: Arc<ManualClock>,
     inner: Arc<Mutex<MemoryBackend>>,
     hidden: Arc<Mutex<BTreeSet<(String, String)>>>,
+    /// Every request the workers send, with the records and bytes it reads or writes.
+    tally: Arc<scale::Tally>,
 }
 
 impl SimStore {
@@ -222,6 +232,7 @@ impl SimStore {
             inner: Arc::new(Mutex::new(Self::empty(&clock))),
             clock,
             hidden: Arc::default(),
+            tally: Arc::default(),
         }
     }
 
@@ -273,6 +284,8 @@ impl LeaseBackend for SimStore {
         duration: Duration,
         options: &'a AcquireOptions,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        self.tally
+            .write(key, options.token().map(LeaseToken::as_str));
         let inner = self.inner();
         Box::pin(async move { inner.try_acquire(key, duration, options).await })
     }
@@ -281,6 +294,7 @@ impl LeaseBackend for SimStore {
         lease: &'a Lease,
         duration: Duration,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        self.tally.write(lease.key(), Some(lease.token().as_str()));
         let inner = self.inner();
         Box::pin(async move { inner.renew(lease, duration).await })
     }
@@ -290,6 +304,7 @@ impl LeaseBackend for SimStore {
         token: &'a LeaseToken,
         fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.tally.write(key, Some(token.as_str()));
         let inner = self.inner();
         Box::pin(async move { inner.release(key, token, fencing).await })
     }
@@ -299,6 +314,7 @@ impl LeaseBackend for SimStore {
         holder: Option<&'a LeaseToken>,
         fencing: FencingToken,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.tally.write(key, holder.map(LeaseToken::as_str));
         let inner = self.inner();
         Box::pin(async move { inner.delete(key, holder, fencing).await })
     }
@@ -307,10 +323,15 @@ impl LeaseBackend for SimStore {
         key: &'a LeaseKey,
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
         if self.is_hidden(key) {
+            self.tally.read(&[]);
             return Box::pin(std::future::ready(Ok(None)));
         }
         let inner = self.inner();
-        Box::pin(async move { inner.inspect(key).await })
+        Box::pin(async move {
+            let record = inner.inspect(key).await?;
+            self.tally.read(record.as_slice());
+            Ok(record)
+        })
     }
 }
 
@@ -323,6 +344,7 @@ impl LeaseListing for SimStore {
         Box::pin(async move {
             let mut records = inner.list_partition(partition).await?;
             records.retain(|r| !self.is_hidden(r.key()));
+            self.tally.read(&records);
             Ok(records)
         })
     }
@@ -413,6 +435,16 @@ impl Simulation {
         &self.violations
     }
 
+    /// What the workers' requests have read and written so far ([`scale::Tally`]).
+    pub fn tally(&self) -> scale::TallyCounts {
+        self.store.tally.counts()
+    }
+
+    /// Checks safety now (as after every tick unless [`SimConfig::check_every_step`] is off).
+    pub fn check_now(&mut self) {
+        self.check_safety();
+    }
+
     /// Tick errors seen so far (none are expected on the memory backend).
     pub fn errors(&self) -> u64 {
         self.errors
@@ -498,6 +530,9 @@ impl Simulation {
         }
         if self.config.checkpoints {
             builder = builder.with_checkpoints();
+        }
+        if self.config.assigner {
+            builder = builder.with_assigner();
         }
         let phase = Duration::from_micros(
             self.rng
@@ -642,6 +677,19 @@ impl Simulation {
     /// The request and event counters of worker `index` (of its latest process).
     pub fn worker_stats(&self, index: usize) -> Option<WorkerStats> {
         self.workers.get(index).map(|w| w.worker.stats())
+    }
+
+    /// The worker whose process holds the assigner lease (see [`SimConfig::assigner`]), as the
+    /// store shows it now.
+    pub fn assigner(&self) -> Option<usize> {
+        let key = LeaseKey::with_sort_key("fleet/sim/assigner", "lease").ok()?;
+        let record = lease_core::executor::block_on(self.store.inner().inspect(&key)).ok()??;
+        let holder = record.holder()?;
+        if holder.expires_at().is_some_and(|at| at <= self.clock.now()) {
+            return None;
+        }
+        let owner = holder.owner()?;
+        self.workers.iter().position(|w| w.worker.id() == owner)
     }
 
     /// How many units worker `index` trusts now.
@@ -803,7 +851,9 @@ impl FleetModel for Simulation {
             Err(_) => self.errors += 1,
         }
         w.next_tick = at + interval;
-        self.check_safety();
+        if self.config.check_every_step {
+            self.check_safety();
+        }
         true
     }
 }

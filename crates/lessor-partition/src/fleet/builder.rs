@@ -55,6 +55,7 @@ pub struct WorkerBuilder {
     max_units: Option<usize>,
     tokens: Arc<dyn TokenSource>,
     by_load: bool,
+    assigner: bool,
 }
 
 impl fmt::Debug for WorkerBuilder {
@@ -87,6 +88,7 @@ impl WorkerBuilder {
             // The one default source of randomness: injected here, never called by the worker.
             tokens: Arc::new(RandomTokens),
             by_load: false,
+            assigner: false,
         }
     }
 
@@ -224,6 +226,26 @@ impl WorkerBuilder {
         self
     }
 
+    /// Lets the fleet elect an **assigner** (KCL 3.x's leader), so that membership costs `O(W)`
+    /// records a tick fleet-wide instead of `O(W²)`. One worker holds the assigner lease
+    /// (`fleet/F/assigner`, one session duration long): every tick it lists the sessions, as
+    /// today, and publishes a digest of the live members, the unit-set epoch and the members it
+    /// suspects (a session record unchanged for an interval) in the lease's token. Every other
+    /// worker reads that one record per tick (one request, besides its session renewal, plus one
+    /// read of each suspect's session record) and, while the digest matches its own view of its
+    /// latest full tick and it has nothing to move, skips listing: its units stay trusted by its
+    /// own session and unit leases, exactly as before. When the digest changes, a member is suspected, the worker has work, or no
+    /// assigner has renewed for a session duration, the worker ticks as without an assigner (and
+    /// tries to become the assigner when the lease is free). The assigner only decides *when*
+    /// workers list; every verdict on a peer and every take is the worker's own, so a slow,
+    /// paused or duplicated assigner can only delay balance. Not with
+    /// [`with_balance_by_load`](Self::with_balance_by_load) (loads travel with the sessions
+    /// listing): that worker always ticks in full. Every worker of a fleet should agree on this.
+    pub fn with_assigner(mut self) -> Self {
+        self.assigner = true;
+        self
+    }
+
     /// Where the random parts of session and unit tokens come from (default
     /// [`RandomTokens`]): inject one for reproducible tests.
     pub fn with_token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
@@ -268,7 +290,11 @@ impl WorkerBuilder {
                 Some(Checkpoints::new(source, &self.fleet, units_key.clone())?)
             }
         };
+        let assigner_key = (self.assigner && !self.by_load)
+            .then(|| LeaseKey::with_sort_key(format!("fleet/{}/assigner", self.fleet), "lease"))
+            .transpose()?;
         let config = Config {
+            assigner_key,
             epoch_key,
             load_key: self.by_load.then_some(load_key),
             units_hash: units_hash(&units),
@@ -325,8 +351,13 @@ impl WorkerBuilder {
 
 /// FNV-1a over the sorted unit list: equal lists, equal hashes.
 fn units_hash(units: &[String]) -> u64 {
+    fnv1a(units.iter().flat_map(|u| u.bytes().chain([0])))
+}
+
+/// FNV-1a: stable across builds and versions, so that workers of different builds agree.
+pub(crate) fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in units.iter().flat_map(|u| u.bytes().chain([0])) {
+    for byte in bytes {
         hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
     }
     hash
@@ -352,6 +383,8 @@ pub(crate) struct Config {
     pub(crate) epoch_key: LeaseKey,
     /// This worker's load record, when it balances by load.
     pub(crate) load_key: Option<LeaseKey>,
+    /// The assigner lease, when the fleet elects one ([`WorkerBuilder::with_assigner`]).
+    pub(crate) assigner_key: Option<LeaseKey>,
 }
 
 impl fmt::Debug for Config {

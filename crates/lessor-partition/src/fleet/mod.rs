@@ -2,6 +2,7 @@
 //!
 //! See the crate documentation for the protocol and why it is safe.
 
+mod assigner;
 mod builder;
 mod checkpoint;
 mod counted;

@@ -178,6 +178,19 @@ struct SessionVersion {
     expires_at: Option<SystemTime>,
 }
 
+impl SessionVersion {
+    fn of(record: &LeaseRecord) -> Self {
+        // A record without a holder is a released session: keep it as a version too (its
+        // fencing proves every earlier session ended).
+        let holder = record.holder();
+        Self {
+            fencing: record.fencing().get(),
+            token: holder.and_then(|h| h.token().cloned()),
+            expires_at: holder.and_then(lease_core::Holder::expires_at),
+        }
+    }
+}
+
 /// A unit owner's session missing from the sessions listings.
 #[derive(Clone, Copy, Debug)]
 struct Absence {
@@ -286,28 +299,9 @@ impl View {
                 }
                 continue;
             }
-            let holder = record.holder();
-            let version = SessionVersion {
-                fencing: record.fencing().get(),
-                token: holder.and_then(|h| h.token().cloned()),
-                expires_at: holder.and_then(lease_core::Holder::expires_at),
-            };
-            // A record without a holder is a released session: keep it as a version too (its
-            // fencing proves every earlier session ended).
-            let held = holder.is_some();
-            let version = SessionVersion {
-                token: if held { version.token } else { None },
-                expires_at: if held { version.expires_at } else { None },
-                ..version
-            };
             let old = self.sessions.remove(worker);
-            let restarted = old.as_ref().is_some_and(|old| {
-                Self::held(old) && held && old.version.fencing < version.fencing
-            });
-            if restarted {
-                self.restarts
-                    .insert(worker.to_owned(), (version.fencing, listing.reply));
-            }
+            let version = SessionVersion::of(record);
+            self.note_restart(worker, old.as_ref(), record, &version, listing);
             sessions.insert(worker.to_owned(), Seen::update(old, version, listing));
         }
         self.sessions = sessions;
@@ -330,6 +324,44 @@ impl View {
         });
     }
 
+    /// Takes in one read of `worker`'s session record (a get, stamped like a listing): the same
+    /// rule as for a listing, for that record only. A record the read did not find changes
+    /// nothing (only full listings judge absence).
+    pub(crate) fn observe_session(
+        &mut self,
+        worker: &str,
+        record: Option<&LeaseRecord>,
+        listing: Listing,
+    ) {
+        let Some(record) = record else {
+            return;
+        };
+        let old = self.sessions.remove(worker);
+        let version = SessionVersion::of(record);
+        self.note_restart(worker, old.as_ref(), record, &version, listing);
+        self.sessions
+            .insert(worker.to_owned(), Seen::update(old, version, listing));
+    }
+
+    /// A held session replaced by a held session of the same worker with a greater fencing
+    /// token is a restart (a crash and a new incarnation): its new session is on probation.
+    fn note_restart(
+        &mut self,
+        worker: &str,
+        old: Option<&Seen<SessionVersion>>,
+        record: &LeaseRecord,
+        version: &SessionVersion,
+        listing: Listing,
+    ) {
+        let held = record.holder().is_some();
+        let restarted =
+            old.is_some_and(|old| Self::held(old) && held && old.version.fencing < version.fencing);
+        if restarted {
+            self.restarts
+                .insert(worker.to_owned(), (version.fencing, listing.reply));
+        }
+    }
+
     /// The load `worker` published under session `session`, if any.
     pub(crate) fn load_of(&self, worker: &str) -> Option<&PublishedLoad> {
         self.loads.get(worker)
@@ -347,6 +379,23 @@ impl View {
             .iter()
             .filter(|(_, seen)| !Self::held(seen) && seen.unchanged_for(age))
             .map(|(worker, seen)| (worker.clone(), seen.version.fencing))
+            .collect()
+    }
+
+    /// Live peers whose session record the listings have shown unchanged for at least `span`:
+    /// a member renewing every interval never stays unchanged that long, so these have probably
+    /// stopped. A suspicion decides nothing; it only makes workers watch (see
+    /// [`WorkerBuilder::with_assigner`](crate::WorkerBuilder::with_assigner)).
+    pub(crate) fn suspects(&self, me: &str, span: Duration) -> Vec<String> {
+        self.sessions
+            .iter()
+            .filter(|(worker, seen)| {
+                worker.as_str() != me
+                    && Self::held(seen)
+                    && !self.dead(seen)
+                    && seen.unchanged_for(span)
+            })
+            .map(|(worker, _)| worker.clone())
             .collect()
     }
 

@@ -14,6 +14,7 @@ use lease_core::{
     LeaseListing, LeaseRecord, LeaseToken, LossReason, NotOwnedReason,
 };
 
+use super::assigner::{self, Assigner, Heard};
 use super::builder::{Config, WorkerBuilder};
 use super::checkpoint::{Checkpoints, EpochCheck};
 use super::counted::CountedStore;
@@ -32,7 +33,10 @@ const CHECKPOINT_ATTEMPTS: u32 = 3;
 /// partition (`W` records). It lists the units partition (`L` records, one request) when
 /// membership changed, after a listing offered it something to take, for the member with the
 /// lowest id every `resync_every` ticks, and, while it is below its share with nothing offered,
-/// after 1, 2, 4, ... ticks. Unit leases are renewed once per half unit-lease duration. Moves
+/// after 1, 2, 4, ... ticks. With an assigner ([`WorkerBuilder::with_assigner`]), a worker that
+/// is not the assigner reads the assigner record instead of listing (two requests, one record)
+/// while the assigner's digest matches its own last listing and it has nothing to move. Unit
+/// leases are renewed once per half unit-lease duration. Moves
 /// cost one release by the giver and one acquire by the taker (plus a release of the dead
 /// owner's token when the owner crashed) and, with checkpoints, one fenced read.
 ///
@@ -85,6 +89,8 @@ pub struct Worker {
     pub(crate) takes_frozen_until: Option<Instant>,
     pub(crate) stats: WorkerStats,
     pub(crate) shared: Arc<Shared>,
+    /// Its part in electing and following an assigner, when the fleet has one.
+    pub(crate) assigner: Assigner,
 }
 
 impl WorkerBuilder {
@@ -151,6 +157,7 @@ impl Worker {
             takes_frozen_until: None,
             stats: WorkerStats::default(),
             shared,
+            assigner: Assigner::default(),
         }
     }
 
@@ -442,6 +449,12 @@ impl Worker {
         let (records, listing) = self.listing(&self.config.sessions.clone()).await?;
         self.stats.records_read += records.len() as u64;
         self.view.observe_sessions(&records, listing);
+        self.refresh_members();
+        Ok(())
+    }
+
+    /// The live members by the view, this worker included.
+    fn refresh_members(&mut self) {
         let me = self.config.worker_id.clone();
         let peers = self.view.live_peers(&me);
         self.member_tags = peers.iter().map(|(m, _, t)| (m.clone(), *t)).collect();
@@ -452,7 +465,36 @@ impl Worker {
         }
         self.members = members;
         self.note_mismatch(&me);
-        Ok(())
+    }
+
+    /// Reads the session record of each member the assigner suspects (one request each) into
+    /// the view, by the same rule as a listing. Returns whether the live members are unchanged
+    /// (else the worker ticks in full: a suspect's session ended, by its own reads).
+    async fn watch(&mut self, suspects: &[String]) -> bool {
+        let before = self.members.clone();
+        for suspect in suspects {
+            let Ok(key) = LeaseKey::with_sort_key(self.config.sessions.as_str(), suspect.as_str())
+            else {
+                return false;
+            };
+            let sent = self.clock().monotonic();
+            let wall_sent = self.clock().now();
+            let Ok(record) = self.store.inspect(&key).await else {
+                return false;
+            };
+            let reply = self.clock().monotonic();
+            self.stats.records_read += u64::from(record.is_some());
+            let listing = Listing {
+                sent,
+                reply,
+                wall_sent,
+            };
+            self.view.observe_session(suspect, record.as_ref(), listing);
+        }
+        if !suspects.is_empty() {
+            self.refresh_members();
+        }
+        self.members == before
     }
 
     fn note_mismatch(&mut self, me: &str) {
@@ -492,7 +534,24 @@ impl Worker {
             self.check_store_epoch().await;
         }
         let first = self.planned_members.is_none() && self.ticks_since_plan == 0;
+        let heard = self.hear_assigner().await;
+        let watch = heard.as_ref().and_then(|h| self.assigner.agrees(h));
+        if !first
+            && self.quiet()
+            && let Some(suspects) = watch
+            && self.watch(&suspects).await
+        {
+            // The assigner saw what this worker saw at its latest full tick, the members it
+            // suspects are still live by this worker's own reads, and it has nothing to move:
+            // keep what it holds without listing.
+            self.ticks_since_plan += 1;
+            self.drop_retired(events);
+            self.finish_handoffs(events).await;
+            self.keep_units(events).await;
+            return Ok(());
+        }
         self.observe_sessions().await?;
+        self.follow_or_lead(heard.as_ref()).await;
         self.drop_retired(events);
         self.finish_handoffs(events).await;
         self.keep_units(events).await;
@@ -529,6 +588,55 @@ impl Worker {
         }
         self.after_moves().await;
         Ok(())
+    }
+
+    /// Reads the assigner record (one request) unless this worker is the assigner or the fleet
+    /// has none.
+    async fn hear_assigner(&mut self) -> Option<Heard> {
+        if self.config.assigner_key.is_none() || self.assigner.is_assigner() {
+            return None;
+        }
+        let heard = self.assigner.hear(&self.config, &self.store).await;
+        if heard != Heard::Unknown {
+            self.stats.records_read += 1;
+        }
+        Some(heard)
+    }
+
+    /// After a sessions listing: notes this worker's own digest, and publishes the fleet's if it
+    /// is (or, with nobody alive, becomes) the assigner.
+    async fn follow_or_lead(&mut self, heard: Option<&Heard>) {
+        if self.config.assigner_key.is_none() {
+            return;
+        }
+        let epoch = self.view.epoch();
+        self.assigner.note_own(&self.members, epoch);
+        if !self.assigner.is_assigner() && heard != Some(&Heard::Nobody) {
+            return;
+        }
+        let suspects = self
+            .view
+            .suspects(&self.config.worker_id, assigner::suspect_span(&self.config));
+        let published = assigner::digest(&self.members, epoch, &suspects);
+        self.assigner
+            .lead(&self.config, &self.store, heard, published, &suspects)
+            .await;
+    }
+
+    /// Whether this worker has nothing to move or judge: its latest plan is of the members and
+    /// epoch it sees, it has nothing pending, dealt, owed or handed over, and it is not the
+    /// sweeper with a resync due. Only then may it skip listing while the assigner agrees.
+    fn quiet(&self) -> bool {
+        self.planned_members.as_ref() == Some(&self.members)
+            && self.planned_epoch == self.view.epoch()
+            && self.units.pending_takes.is_empty()
+            && !self.units.relist
+            && self.units.next_verdict.is_none()
+            && self.units.target == Some(self.units.owned.len())
+            && self.units.handing_over.is_empty()
+            && !self.mismatch
+            && !self.units.by_load
+            && !(self.is_sweeper() && self.ticks_since_plan + 1 >= self.config.resync_every)
     }
 
     /// Lists the units partition: one request.
@@ -995,6 +1103,7 @@ impl Worker {
             }
             None => Ok(()),
         };
+        self.assigner.resign(&self.store).await;
         self.units.target = None;
         self.planned_members = None;
         self.members.clear();

@@ -39,7 +39,14 @@ pub struct ChaosReport {
 
 /// Runs 600 simulated seconds of chaos with `seed` (see the module docs).
 pub fn chaos(seed: u64) -> ChaosReport {
-    let spec = WorkerSpec::new()
+    chaos_with(seed, WorkerSpec::new())
+}
+
+/// [`chaos`] with every worker built from `base` (plus the run's checkpoints and saves): for
+/// instance [`WorkerSpec::with_assigner`], so that the assigner is paused, crashed, restarted and
+/// rolled like any worker.
+pub fn chaos_with(seed: u64, base: WorkerSpec) -> ChaosReport {
+    let spec = base
         .with_checkpoints(CheckpointKind::Store)
         .with_saves_every(Duration::from_secs(2));
     let latency = Latency::uniform(Duration::from_millis(2), Duration::from_millis(40));

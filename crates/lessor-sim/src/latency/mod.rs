@@ -65,7 +65,7 @@ use lease_core::{Clock, FencingToken, ManualClock, MemoryBackend};
 use lease_core::{FencedValues, LeaseError};
 use lessor_partition::{Worker, WorkerHandle, WorkerStats};
 
-pub use chaos::{ChaosReport, chaos};
+pub use chaos::{ChaosReport, chaos, chaos_with};
 pub use check::{Metrics, Violation};
 pub use checkpoints::CheckpointKind;
 pub use link::{Latency, LatencyStore};
@@ -187,6 +187,23 @@ impl LatencySim {
         &self.store
     }
 
+    /// The worker (by index) whose current process holds the assigner lease
+    /// ([`WorkerBuilder::with_assigner`](lessor_partition::WorkerBuilder::with_assigner)), as
+    /// the store shows it now.
+    pub fn assigner(&self) -> Option<usize> {
+        let key =
+            lease_core::LeaseKey::with_sort_key(format!("fleet/{FLEET}/assigner"), "lease").ok()?;
+        let record =
+            lease_core::executor::block_on(lease_core::LeaseBackend::inspect(&self.store, &key))
+                .ok()??;
+        let holder = record.holder()?;
+        if holder.expires_at().is_some_and(|at| at <= self.clock.now()) {
+            return None;
+        }
+        let owner = holder.owner()?;
+        self.workers.iter().position(|s| s.id == owner)
+    }
+
     /// The shared clock.
     pub fn clock(&self) -> &Arc<ManualClock> {
         &self.clock
@@ -296,6 +313,9 @@ impl LatencySim {
         }
         if let Some(skew) = spec.skew_bound {
             builder = builder.with_clock_skew_bound(skew);
+        }
+        if spec.assigner {
+            builder = builder.with_assigner();
         }
         if let Some(kind) = spec.checkpoints {
             let inner = self.checkpoint_store(kind);

@@ -43,6 +43,9 @@ pub struct WorkerSpec {
     /// How often the simulated application saves a checkpoint of every unit it owns (needs
     /// `checkpoints`).
     pub save_every: Option<Duration>,
+    /// Whether the worker takes part in electing an assigner
+    /// ([`WorkerBuilder::with_assigner`](lessor_partition::WorkerBuilder::with_assigner)).
+    pub assigner: bool,
 }
 
 impl Default for WorkerSpec {
@@ -57,6 +60,7 @@ impl Default for WorkerSpec {
             skew_bound: None,
             checkpoints: None,
             save_every: None,
+            assigner: false,
         }
     }
 }
@@ -106,6 +110,12 @@ impl WorkerSpec {
     /// With a wall-clock skew bound.
     pub fn with_skew_bound(mut self, skew: Duration) -> Self {
         self.skew_bound = Some(skew);
+        self
+    }
+
+    /// Takes part in electing an assigner.
+    pub fn with_assigner(mut self) -> Self {
+        self.assigner = true;
         self
     }
 

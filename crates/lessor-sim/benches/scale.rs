@@ -1,0 +1,184 @@
+//! The scale table: requests, records and bytes a fleet reads per worker and fleet-wide per
+//! tick, W in {2, 8, 32, 128, 1,000} x L in {64, 1,024, 16,384, 100,000}, steady and under churn
+//! (a crash and a replacement every 8 ticks), without and with an assigner, priced as DynamoDB on
+//! demand.
+//!
+//! Writes `$LEASE_BENCH_OUT/41-lessor-scale.md` when that variable is set, and prints it.
+//! `LEASE_BENCH_QUICK=1` (and the smoke run of `cargo test --all-targets`) runs the small cells
+//! only; `LEASE_SCALE_MAX_WORK=N` skips cells whose W x L exceeds N (default 1,100,000 in a full
+//! run), and cells without an assigner whose W x L exceeds N / 8 (those take minutes each);
+//! `LEASE_SCALE_MAX_UNITS=N` skips cells with more than N units (default 16,384: the memory
+//! store takes minutes per cell at 100,000).
+
+#[path = "common/mod.rs"]
+mod section;
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use lessor_sim::scale::{
+    PRICE_DATE, READ_PRICE_PER_MILLION, ScaleCell, ScaleRow, WRITE_PRICE_PER_MILLION, run_cell,
+};
+
+const WORKERS: [usize; 5] = [2, 8, 32, 128, 1000];
+const UNITS: [usize; 4] = [64, 1024, 16_384, 100_000];
+
+/// The size of a KCL lease or worker-metrics item in the model.
+const KCL_ITEM_BYTES: f64 = 300.0;
+
+/// The KCL 3.x model's DynamoDB on-demand cost a month, reads and writes, for `workers` workers
+/// and `units` leases (see the section's text for the assumptions).
+fn kcl3_month(workers: usize, units: usize) -> f64 {
+    let (w, l) = (workers as f64, units as f64);
+    let writes_per_second = l / 3.3 + w / 30.0;
+    let read_units = |items: f64| (items * KCL_ITEM_BYTES / 4096.0).ceil().max(1.0);
+    let reads_per_second = (read_units(l) + read_units(w)) / 10.0 + w * read_units(l / w) / 10.0;
+    let month = lessor_sim::scale::MONTH_SECONDS;
+    (writes_per_second * WRITE_PRICE_PER_MILLION + reads_per_second * READ_PRICE_PER_MILLION)
+        * month
+        / 1e6
+}
+
+fn row(out: &mut String, r: &ScaleRow, mode: &str, took: f64) {
+    let c = &r.cell;
+    let _ = writeln!(
+        out,
+        "| {} | {} | {} | {} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} | {} / {} | ${:.0} | ${:.0} | {} | {:.1} s |",
+        c.workers,
+        c.units,
+        if c.churn { "churn" } else { "steady" },
+        mode,
+        r.requests_per_worker_tick,
+        r.records_per_worker_tick,
+        r.bytes_per_worker_tick,
+        r.fleet_requests_per_tick,
+        r.fleet_records_per_tick,
+        r.fleet_bytes_per_tick,
+        r.ticks_not_owned,
+        c.ticks,
+        r.read_cost_month,
+        r.write_cost_month,
+        r.violations,
+        took,
+    );
+}
+
+fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench")
+        || std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
+    let max_work: usize = std::env::var("LEASE_SCALE_MAX_WORK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 2048 } else { 1_100_000 });
+    // The simulator's memory store is slow at 100,000 units (163 s for W = 2 in steady state,
+    // mostly taking and listing them): those cells run only when asked for.
+    let max_units: usize = std::env::var("LEASE_SCALE_MAX_UNITS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16_384);
+    // Without an assigner every worker lists every session record every tick: the big cells
+    // would take many minutes each, and the W = 1,000 x L = 64 cell already shows the W^2.
+    let max_work_without = max_work / 8;
+    let started = Instant::now();
+    let mut out = String::new();
+    let _ = writeln!(out, "## lessor-partition at scale (simulated)\n");
+    let _ = writeln!(
+        out,
+        "Deterministic simulator (`lessor_sim::scale`): real `Worker`s on one `MemoryBackend` \
+         with a `ManualClock`, 10 s sessions, 2.5 s interval. Each cell runs until every unit is \
+         owned, then measures 32 ticks, with a move bound of one share (L/W) a tick or 256 if more (the \
+         default bound of 256 also throttles taking a dead worker's units, another part of issue \
+         24); *churn*: a random running worker crashes and a new one \
+         joins every 8 ticks. Records and bytes are those the reads return, sized as lease-dynamo's \
+         items. Cost: DynamoDB on demand, us-east-1, ${READ_PRICE_PER_MILLION} per million read \
+         request units (strongly consistent: one per 4 KB a request returns) and \
+         ${WRITE_PRICE_PER_MILLION} per million write request units (one per 1 KB written), \
+         prices as of {PRICE_DATE} (after the November 2024 price cut), a 30-day month. \
+         Cells with W x L above {max_work} (above {max_work_without} without an assigner) or L \
+         above {max_units} were not run (`LEASE_SCALE_MAX_WORK`, `LEASE_SCALE_MAX_UNITS`: the \
+         simulator's memory store takes minutes per cell at L = 100,000){}.\n",
+        if quick { " (quick run)" } else { "" }
+    );
+    let _ = writeln!(
+        out,
+        "| W | L | scenario | mode | req/worker/tick | records/worker/tick | bytes/worker/tick | fleet req/tick | fleet records/tick | fleet bytes/tick | ticks not fully owned | reads $/month | writes $/month | units trusted twice | simulated in |"
+    );
+    let _ = writeln!(
+        out,
+        "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    let mut skipped = Vec::new();
+    let mut ours = Vec::new();
+    for &workers in &WORKERS {
+        for &units in &UNITS {
+            if workers * units > max_work || units > max_units {
+                skipped.push(format!("{workers} x {units}"));
+                continue;
+            }
+            for (churn, assigner) in [(false, false), (false, true), (true, false), (true, true)] {
+                // W = 1,000 without an assigner: the steady cell shows the W^2; its churn cell
+                // would take minutes more to say the same.
+                if !assigner && churn && workers >= 1000 {
+                    continue;
+                }
+                if !assigner && workers * units > max_work_without {
+                    if !churn {
+                        skipped.push(format!("{workers} x {units} without an assigner"));
+                    }
+                    continue;
+                }
+                let mut cell = ScaleCell::new(workers, units);
+                if churn {
+                    cell = cell.with_churn();
+                }
+                if assigner {
+                    cell = cell.with_assigner();
+                }
+                let cell_started = Instant::now();
+                let r = run_cell(&cell);
+                let took = cell_started.elapsed().as_secs_f64();
+                eprintln!("W={workers} L={units} churn={churn} assigner={assigner}: {took:.1} s");
+                assert_eq!(r.violations, 0, "units trusted twice in {cell:?}");
+                let mode = if assigner {
+                    "assigner"
+                } else {
+                    "every worker plans"
+                };
+                row(&mut out, &r, mode, took);
+                if assigner && !churn {
+                    ours.push((workers, units, r.read_cost_month + r.write_cost_month));
+                }
+            }
+        }
+    }
+    if !skipped.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nNot run (W x L above the limit): {}.",
+            skipped.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n### Beside KCL 3.x, as a model (steady state, a month)\n\n\
+         KCL 3.x is not simulated here. The model: every lease renewed every 3.3 s (a 10 s \
+         failover time), each worker writing its metrics every 30 s, the leader scanning the L \
+         leases and W metrics items every 10 s, each worker querying its own L/W leases by \
+         owner every 10 s; items of {KCL_ITEM_BYTES} bytes, strongly consistent reads, the same \
+         prices.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| W | L | ours with an assigner $/month (simulated) | KCL 3.x $/month (model) |"
+    );
+    let _ = writeln!(out, "|---:|---:|---:|---:|");
+    for (workers, units, cost) in ours {
+        let _ = writeln!(
+            out,
+            "| {workers} | {units} | ${cost:.0} | ${:.0} |",
+            kcl3_month(workers, units)
+        );
+    }
+    let _ = writeln!(out, "\nTook {:.1} s.", started.elapsed().as_secs_f64());
+    section::publish("41-lessor-scale.md", &out);
+}
