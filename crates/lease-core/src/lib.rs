@@ -82,6 +82,7 @@
 pub mod backend;
 mod clock;
 mod contract;
+mod counting;
 mod error;
 pub mod executor;
 mod fenced;
@@ -101,6 +102,7 @@ pub mod conformance;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use contract::{BoxFuture, LeaseBackend, LeaseBackendExt};
+pub use counting::CountingLease;
 pub use error::{Holder, LeaseError, LossReason, NotOwnedReason};
 pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES};
 pub use keeper::{KeeperOptions, KeeperTask, LeaseGuard, LeaseGuardBuilder, LossCallback, Lost};
@@ -127,10 +129,10 @@ pub use wait::{Backoff, WaitCallback, WaitEvent, WaitOptions};
 /// ```
 pub mod prelude {
     pub use crate::{
-        AcquireOptions, Clock, FencedValues, FencingToken, KeeperOptions, Lease, LeaseBackend,
-        LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseRecord, LeaseToken,
-        LossReason, ManualClock, MemoryBackend, NotOwnedReason, SystemClock, TokenSource,
-        WaitOptions,
+        AcquireOptions, Clock, CountingLease, FencedValues, FencingToken, KeeperOptions, Lease,
+        LeaseBackend, LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseRecord,
+        LeaseToken, LossReason, ManualClock, MemoryBackend, NotOwnedReason, SystemClock,
+        TokenSource, WaitOptions,
     };
 }
 

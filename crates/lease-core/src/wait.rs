@@ -161,6 +161,15 @@ impl Backoff {
     }
 }
 
+/// A number in `0..n` (0 when `n` is 0), drawn like the backoff's jitter: where a counting lease
+/// starts looking for a free slot, so that contenders spread over the slots.
+pub(crate) fn random_below(n: u32) -> u32 {
+    if n == 0 {
+        return 0;
+    }
+    u32::try_from(Jitter::new().next() % u64::from(n)).unwrap_or(0)
+}
+
 /// A small xorshift generator seeded from the standard library's per-process random keys.
 #[derive(Debug, Clone)]
 struct Jitter(u64);
