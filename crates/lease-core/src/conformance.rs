@@ -732,6 +732,7 @@ async fn yield_now() {
 }
 
 mod counting;
+pub mod counting_model;
 pub mod model;
 
 pub use counting::{

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::conformance::Subject;
+use lease_core::conformance::counting_model::{check_counting_against_model, counting_ops};
 use lease_core::conformance::model::{check_against_model, ops};
 use lease_core::{ManualClock, MemoryBackend};
 use proptest::prelude::*;
@@ -45,4 +46,16 @@ fn checker_catches_a_backend_that_breaks_the_skew_allowance() {
         &ops,
     ));
     assert!(result.is_err_and(|e| e.contains("model says Held")));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Counting leases: never more holders than the largest N, never two of one slot, fencing per
+    /// slot strictly increasing, as N changes and holders pause.
+    #[test]
+    fn memory_counting_leases_match_the_model(ops in counting_ops(5, 4, DURATION, 60)) {
+        let result = lease_core::executor::block_on(check_counting_against_model(&subject(Duration::ZERO), DURATION, &ops));
+        prop_assert!(result.is_ok(), "{}", result.unwrap_err());
+    }
 }
