@@ -45,16 +45,19 @@ pub(crate) enum ViolationKind {
     OlderWriter,
     /// An overlap on fleet surfaces: one unit trusted by two workers.
     UnitDoubleTrust,
+    /// More tenures of one counting lease's slots at once than its `N`.
+    OverLimit,
 }
 
 impl ViolationKind {
     /// Every kind, in report order.
-    pub(crate) const ALL: [ViolationKind; 5] = [
+    pub(crate) const ALL: [ViolationKind; 6] = [
         ViolationKind::Overlap,
         ViolationKind::TokenTwice,
         ViolationKind::TokenRegression,
         ViolationKind::OlderWriter,
         ViolationKind::UnitDoubleTrust,
+        ViolationKind::OverLimit,
     ];
 
     /// Its name in docs/chaos.md and in the report.
@@ -65,6 +68,7 @@ impl ViolationKind {
             ViolationKind::TokenRegression => "token-regression",
             ViolationKind::OlderWriter => "older-writer",
             ViolationKind::UnitDoubleTrust => "unit-double-trust",
+            ViolationKind::OverLimit => "over-limit",
         }
     }
 }
@@ -112,6 +116,8 @@ pub(crate) struct Counts {
     pub(crate) names: usize,
     /// Tenures, `(proc, token)` per key.
     pub(crate) tenures: usize,
+    /// Tenures of counting leases' slots, and the most of one counting lease held at once.
+    pub(crate) counting: (usize, usize),
 }
 
 /// The checker's verdict on one run.
@@ -144,13 +150,17 @@ pub(crate) fn check(history: &History, assumptions: &Assumptions) -> CheckReport
         beyond_totals: BTreeMap::new(),
     };
     check_overlaps(&tenures, &mut sink);
+    let counting = check_counting_limits(&tenures, &mut sink);
     check_token_twice(&tenures, &mut sink);
     check_token_regressions(&tenures, &mut sink);
     check_older_writers(history, &tenures, &mut sink);
     check_writes_below_read_fences(history, &tenures, &mut sink);
     CheckReport {
         assumptions: *assumptions,
-        counts: counts(history, tenures.len()),
+        counts: Counts {
+            counting,
+            ..counts(history, tenures.len())
+        },
         violations: sink.violations,
         beyond_assumption: sink.beyond,
         violation_totals: sink.totals,
@@ -492,6 +502,63 @@ fn check_overlaps(tenures: &[Tenure], sink: &mut Sink<'_>) {
     }
 }
 
+/// The `N` of a counting lease's name: a key with a path component `slots<N>` (the chaos run's
+/// counting-lease actors use `slots2`), its slots being `<name>#slot-<i>`.
+fn counting_limit(name: &str) -> Option<usize> {
+    name.split('/')
+        .find_map(|part| part.strip_prefix("slots")?.parse().ok())
+}
+
+/// The tenures of each counting lease (slot 0, the name, and its `#slot-<i>` keys), with its `N`.
+fn counting_groups<'t>(
+    tenures: &'t [Tenure],
+    history: &History,
+) -> BTreeMap<(String, usize), Vec<&'t Tenure>> {
+    let mut groups: BTreeMap<(String, usize), Vec<&Tenure>> = BTreeMap::new();
+    for t in tenures.iter().filter(|t| t.claimed) {
+        let name = history.keys.name(t.key);
+        let base = name.split_once("#slot-").map_or(name, |(base, _)| base);
+        if let Some(limit) = counting_limit(base) {
+            groups.entry((base.to_owned(), limit)).or_default().push(t);
+        }
+    }
+    for group in groups.values_mut() {
+        group.sort_by_key(|t| t.start);
+    }
+    groups
+}
+
+/// `over-limit`: more tenures of one counting lease's slots trusted at once (closed intervals
+/// of claims) than its `N`. (Two of one slot are an `overlap` of that slot's key.) Returns the
+/// counting tenures and the most held at once.
+fn check_counting_limits(tenures: &[Tenure], sink: &mut Sink<'_>) -> (usize, usize) {
+    let (mut count, mut most) = (0, 0);
+    for ((name, limit), group) in counting_groups(tenures, sink.history) {
+        count += group.len();
+        let mut open: Vec<&Tenure> = Vec::new();
+        for b in group {
+            open.retain(|a| a.end >= b.start);
+            open.push(b);
+            most = most.max(open.len());
+            if open.len() <= limit {
+                continue;
+            }
+            let a = open[0];
+            let held = open.len();
+            let finding = sink.tenure_pair(ViolationKind::OverLimit, a, b);
+            sink.record(finding, |s| {
+                let all: Vec<String> = open.iter().map(|t| s.tenure(t)).collect();
+                format!(
+                    "{held} holders of the counting lease {name} (at most {limit}) at {}: {}",
+                    b.start,
+                    all.join("; ")
+                )
+            });
+        }
+    }
+    (count, most)
+}
+
 /// `token-twice`: one token of one key held by two procs.
 fn check_token_twice(tenures: &[Tenure], sink: &mut Sink<'_>) {
     let mut by_token: Vec<&Tenure> = tenures.iter().collect();
@@ -829,6 +896,10 @@ impl CheckReport {
         row("claims", c.claims.to_string());
         row("releases", c.releases.to_string());
         row("tenures", c.tenures.to_string());
+        row(
+            "counting-lease tenures (most held at once)",
+            format!("{} ({})", c.counting.0, c.counting.1),
+        );
         row("distinct keys", c.keys.to_string());
         for outcome in [Outcome::Ok, Outcome::Refused, Outcome::Error] {
             let n = c.writes.get(&outcome).copied().unwrap_or(0);
@@ -1051,6 +1122,39 @@ mod tests {
         assert_eq!(report.beyond_assumption, []);
         assert!(!report.failed());
         assert_eq!(report.counts.tenures, 2);
+    }
+
+    #[test]
+    fn three_holders_of_a_counting_lease_of_two_are_caught() {
+        // Slots 0 and 1 of `slots2` held at once is the limit; a third holder (slot 2, as a
+        // holder with a larger N would take it) over [300, 400] is one too many. Each slot has
+        // one holder, so there is no overlap.
+        let k = "file:/chaos/files/counting/slots2";
+        let (k1, k2) = (format!("{k}#slot-1"), format!("{k}#slot-2"));
+        let run = TempRun::new("counting");
+        let holder = |proc: &str, key: &str, token: u64, from: u64, to: u64| {
+            vec![
+                acq(proc, "run-file", key, token, from, from),
+                claim(proc, "run-file", key, token, from),
+                claim(proc, "run-file", key, token, to),
+            ]
+        };
+        run.log("countf0.1", &holder("countf0.1", k, 1, 0, 1000));
+        run.log("countf1.1", &holder("countf1.1", &k1, 1, 100, 500));
+        run.log("countf1.2", &holder("countf1.2", &k1, 2, 600, 900));
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), []);
+        assert_eq!(report.counts.counting, (3, 2));
+        run.log("countf2.1", &holder("countf2.1", &k2, 1, 300, 400));
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("over-limit", k)]);
+        let v = &report.violations[0];
+        assert!(
+            v.description.contains("3 holders of the counting lease"),
+            "{}",
+            v.description
+        );
+        assert_eq!(report.counts.counting, (4, 3));
     }
 
     #[test]

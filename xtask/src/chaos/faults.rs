@@ -282,7 +282,12 @@ impl Faults {
         backend: Backend,
         targets: &mut Targets<'_>,
     ) -> Option<(String, String)> {
-        let clocked = |slot: &Slot| !matches!(slot.role, Role::RunFile | Role::RunDynamo);
+        let clocked = |slot: &Slot| {
+            !matches!(
+                slot.role,
+                Role::RunFile | Role::RunDynamo | Role::RunCounting
+            )
+        };
         let proc = self.pick(backend, targets.slots, clocked)?.proc_name();
         if let Some(at) = self.stepped.iter().position(|(b, _)| *b == backend) {
             let (_, previous) = self.stepped.remove(at);
