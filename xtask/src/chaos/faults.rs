@@ -403,7 +403,12 @@ impl Faults {
     fn file_garbage(&mut self, run: &Path) -> Option<(String, String)> {
         let files = run.join("files");
         let mut dirs = lock_dirs(&files);
-        dirs.extend([files.join("run"), files.join("fleet"), files.join("locks")]);
+        dirs.extend([
+            files.join("run"),
+            files.join("counting"),
+            files.join("fleet"),
+            files.join("locks"),
+        ]);
         let dir = dirs.get(self.rng.index(dirs.len()))?.clone();
         let n = self.rng.next_u64() % 1_000_000;
         let (name, what) = match self.rng.between(0, 5) {
@@ -476,6 +481,7 @@ fn lock_dirs(files: &Path) -> Vec<PathBuf> {
     let roots = [
         files.join("locks"),
         files.join("run"),
+        files.join("counting"),
         files.join("fleet"),
         files.join("shared"),
     ];

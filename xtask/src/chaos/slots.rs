@@ -445,6 +445,7 @@ pub(crate) fn prepare(run: &Path) -> std::io::Result<()> {
         "tmp",
         "files/locks",
         "files/run",
+        "files/counting",
         "files/fleet",
         "files/shared",
     ] {
