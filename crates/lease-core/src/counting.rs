@@ -168,8 +168,8 @@ impl CountingLease {
         backend: &'a B,
         duration: Duration,
         options: &'a AcquireOptions,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(self.try_slots(backend, duration, options))
+    ) -> impl Future<Output = Result<Lease, LeaseError>> + Send + 'a {
+        self.try_slots(backend, duration, options)
     }
 
     /// Takes a slot for `duration`, **waiting** until one is free ([`WaitOptions::default()`]:
