@@ -240,7 +240,7 @@ pub(crate) struct RunArgs {
     /// lease of its own with its own fencing token (slot 0 is the lease KEY itself, slot i the
     /// lease KEY#slot-i). The command sees its slot as LEASE_SLOT; LEASE_FENCING_TOKEN is its
     /// slot's, so fence writes per slot. 1, the default, is the one lease KEY. A try costs one
-    /// request per slot tried from a random one: one when that slot is free, N when all are
+    /// request per slot tried from a random one (one per process): one when that slot is free, N when all are
     /// held. After N shrinks, copies started with a larger N keep their slots >= N until they
     /// end: at most the largest N in use runs meanwhile. Not with --path.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024), conflicts_with = "path")]

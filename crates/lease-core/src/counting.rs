@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::contract::wait_for_lease;
 use crate::options::AcquireOptions;
-use crate::wait::{WaitOptions, random_below};
+use crate::wait::{WaitOptions, start_below};
 use crate::{BoxFuture, Holder, Lease, LeaseBackend, LeaseError, LeaseKey, LeaseRecord};
 
 /// At most `N` concurrent holders of one name (a semaphore), over any [`LeaseBackend`].
@@ -65,10 +65,12 @@ use crate::{BoxFuture, Holder, Lease, LeaseBackend, LeaseError, LeaseKey, LeaseR
 ///
 /// # Cost
 ///
-/// [`try_acquire`](Self::try_acquire) starts at a random slot and tries slots in turn, one
-/// [`LeaseBackend::try_acquire`] each, until one is granted: **one request when that slot is
-/// free**; with `k` of `N` slots held, `(N + 1) / (N - k + 1)` requests on average; `N` requests
-/// when all are held. Releasing or renewing a slot is one request, as for any lease.
+/// [`try_acquire`](Self::try_acquire) starts at a slot chosen once per thread at random (so
+/// processes spread over the slots, and a thread that takes and gives back a slot in a loop
+/// finds the same one free again) and tries slots in turn, one [`LeaseBackend::try_acquire`]
+/// each, until one is granted: **one request when that slot is free**; with `k` of `N` slots
+/// held, about `(N + 1) / (N - k + 1)` requests averaged over starting slots; `N` requests when
+/// all are held. Releasing or renewing a slot is one request, as for any lease.
 /// [`slots`](Self::slots) is one listing where the backend offers [`LeaseListing`](crate::LeaseListing),
 /// else one read per slot.
 #[derive(Clone, PartialEq, Eq)]
@@ -152,8 +154,8 @@ impl CountingLease {
         (slot >= 1 && slot.to_string() == number).then_some(slot)
     }
 
-    /// One attempt to take a free slot for `duration`: slots are tried in turn from a random one
-    /// until one is granted (one [`LeaseBackend::try_acquire`] each; see *Cost*). The returned
+    /// One attempt to take a free slot for `duration`: slots are tried in turn from this thread's
+    /// starting slot until one is granted (one [`LeaseBackend::try_acquire`] each; see *Cost*). The returned
     /// lease is the slot's: keep it with [`LeaseGuard`](crate::LeaseGuard), release it with
     /// [`LeaseBackendExt::release_lease`](crate::LeaseBackendExt::release_lease).
     ///
@@ -255,7 +257,7 @@ impl CountingLease {
     ) -> Result<Lease, LeaseError> {
         crate::lease::validate_duration(duration)?;
         let limit = self.limit();
-        let start = random_below(limit);
+        let start = start_below(limit);
         let mut first_to_expire: Option<Holder> = None;
         for step in 0..limit {
             let slot = (start + step) % limit;

@@ -129,8 +129,8 @@ fn counting_checker_catches_a_slot_given_twice() {
     let result =
         lease_core::executor::block_on(check_counting_against_model(&subject, DURATION, &ops));
     let error = result.unwrap_err();
-    assert!(
-        error.contains("step 2") && error.contains("model says Held"),
-        "{error}"
-    );
+    // Caught when a held slot is granted (step 1, if the first slot tried is held), or at the
+    // latest when a third holder gets in (step 2).
+    let caught = error.contains("which the model holds taken") || error.contains("model says Held");
+    assert!(caught, "{error}");
 }

@@ -99,8 +99,7 @@ fn per_op(batch: u32, mut op: impl FnMut()) -> f64 {
 fn measure(
     backend: &'static str,
     store: Arc<dyn LeaseBackend>,
-    rounds: u32,
-    batch: u32,
+    (rounds, batch, counted_n): (u32, u32, u32),
 ) -> Figures {
     let once = AcquireOptions::default();
     let plain_key = LeaseKey::new(format!("plain-{backend}")).unwrap();
@@ -144,7 +143,7 @@ fn measure(
     };
     let requests = |op: &dyn Fn(&Counted)| {
         counted.attempts.store(0, Ordering::Relaxed);
-        let n = 2000;
+        let n = counted_n;
         for _ in 0..n {
             op(&counted);
         }
@@ -182,20 +181,22 @@ fn measure(
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench")
         || std::env::var("LEASE_BENCH_QUICK").as_deref() == Ok("1");
-    let (rounds, memory_batch, file_batch) = if quick { (5, 200, 20) } else { (41, 5000, 200) };
+    let (rounds, memory_batch, file_batch, counted) = if quick {
+        (5, 200, 20, 200)
+    } else {
+        (41, 5000, 200, 2000)
+    };
     let dir = tempfile::tempdir().unwrap();
     let figures = [
         measure(
             "memory",
             Arc::new(MemoryBackend::new()),
-            rounds,
-            memory_batch,
+            (rounds, memory_batch, counted),
         ),
         measure(
             "file",
             Arc::new(DirectoryStore::open(dir.path()).unwrap()),
-            rounds,
-            file_batch,
+            (rounds, file_batch, counted),
         ),
     ];
     let mut md = String::from("## Counting leases: a slot against a plain lease\n\n");
@@ -205,7 +206,7 @@ fn main() {
          the same backend (the floor), interleaved over {rounds} rounds (batches of {memory_batch} \
          on memory, {file_batch} on files, kernel mode, in a temporary directory); the ratio is \
          the median of per-round ratios. Target: at most 1.1x with a free slot. Requests are \
-         `try_acquire` calls per acquire, averaged over 2000 (the first slot tried is random).\n"
+         `try_acquire` calls per acquire, averaged over {counted} (the first slot tried is chosen once per thread, at random).\n"
     );
     md.push_str("| backend | operation | ratio to plain acquire + release | requests per acquire |\n|---|---|---:|---:|\n");
     for f in &figures {
