@@ -33,8 +33,9 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Acquire a lease, run COMMAND while keeping it alive, stop COMMAND if the lease is lost.
     ///
-    /// The command sees LEASE_KEY and LEASE_FENCING_TOKEN in its environment: pass the fencing
-    /// token with every write to the resource the lease protects. It runs in its own process
+    /// The command sees LEASE_KEY, LEASE_FENCING_TOKEN and LEASE_SLOT (0, or its slot with
+    /// --holders) in its environment: pass the fencing token with every write to the resource
+    /// the lease protects. It runs in its own process
     /// group (unless --foreground); SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and
     /// SIGALRM sent to lease are forwarded to it.
     ///
@@ -70,7 +71,8 @@ pub(crate) enum Command {
     /// changed or removed, whatever they do. Created entries follow your umask (exactly the
     /// configured modes with --shared-dir).
     Run(RunArgs),
-    /// Show who holds a lease, since and until when, and its fencing token.
+    /// Show who holds a lease, since and until when, and its fencing token (with --holders N,
+    /// the holder of every slot).
     Status(StatusArgs),
     /// Print who holds a lease, then one line for each change of holder (holder, value, since,
     /// fencing token), until interrupted: a leader election's followers' view.
@@ -248,6 +250,16 @@ pub(crate) struct RunArgs {
     /// LEASE_VALUE. It stays for the whole tenure.
     #[arg(long, value_name = "VALUE", allow_hyphen_values = true)]
     pub(crate) value: Option<String>,
+    /// Let up to N copies of the command run at once under KEY, across every process using
+    /// it (a semaphore, as `consul lock -n N`): each copy holds one of N slots, and slot i is a
+    /// lease of its own with its own fencing token (slot 0 is the lease KEY itself, slot i the
+    /// lease KEY#slot-i). The command sees its slot as LEASE_SLOT; LEASE_FENCING_TOKEN is its
+    /// slot's, so fence writes per slot. 1, the default, is the one lease KEY. A try costs one
+    /// request per slot tried from a random one (one per process): one when that slot is free, N when all are
+    /// held. After N shrinks, copies started with a larger N keep their slots >= N until they
+    /// end: at most the largest N in use runs meanwhile. Not with --path.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024), conflicts_with = "path")]
+    pub(crate) holders: u32,
     /// Keep the command in lease's process group instead of a group of its own: only the
     /// command itself is tied to lease and gets forwarded signals, not its children, and there
     /// is no deadline backstop. Rarely needed: the command's own group gets the terminal too.
@@ -274,6 +286,10 @@ pub(crate) struct StatusArgs {
     /// Show every lease in the store (with --partition: every lease under that partition key).
     #[arg(long)]
     pub(crate) all: bool,
+    /// With --key: show every slot of KEY as `lease run --holders N` holds them (slots >= N
+    /// that holders of a larger N still hold included).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024), requires = "key")]
+    pub(crate) holders: Option<u32>,
     /// With --all: list the leases under this partition key.
     #[arg(long, value_name = "PARTITION", requires = "all")]
     pub(crate) partition: Option<String>,

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use lease_core::backend::{default_safety_margin, validate_duration};
 use lease_core::{
-    AcquireOptions, Holder, KeeperOptions, Lease, LeaseBackendExt, LeaseError, LeaseGuard,
-    LeaseKey, LossReason, WaitOptions,
+    AcquireOptions, CountingLease, Holder, KeeperOptions, Lease, LeaseBackendExt, LeaseError,
+    LeaseGuard, LeaseKey, LossReason, WaitOptions,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -29,11 +29,15 @@ pub(crate) const FENCING_ENV: &str = "LEASE_FENCING_TOKEN";
 pub(crate) const VALUE_ENV: &str = "LEASE_VALUE";
 /// Environment variable that carries the key to the command.
 pub(crate) const KEY_ENV: &str = "LEASE_KEY";
+/// Environment variable that carries the command's slot (`--holders`; 0 otherwise).
+pub(crate) const SLOT_ENV: &str = "LEASE_SLOT";
 
 /// What `lease run` was asked to do, validated.
 #[derive(Debug, Clone)]
 pub(crate) struct RunPlan {
     pub(crate) key: LeaseKey,
+    /// `--holders N` above 1: the slots of `key`.
+    pub(crate) counting: Option<CountingLease>,
     pub(crate) ttl: Duration,
     pub(crate) wait: Duration,
     pub(crate) grace: Duration,
@@ -108,8 +112,16 @@ impl RunPlan {
                 )));
             }
         };
+        let counting = match args.holders {
+            1 => None,
+            n => Some(
+                CountingLease::new(key.clone(), n)
+                    .map_err(|e| Failure::usage(format!("bad --holders: {e}")))?,
+            ),
+        };
         Ok(Self {
             key,
+            counting,
             ttl: args.ttl,
             wait: args.wait,
             grace,
@@ -147,7 +159,12 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
         }
     };
     let fencing = lease.fencing_token();
-    tracing::info!(key = %plan.key, %fencing, backend = backend.leases.name(), "lease acquired");
+    let slot = plan
+        .counting
+        .as_ref()
+        .and_then(|counting| counting.slot_of(lease.key()))
+        .unwrap_or(0);
+    tracing::info!(key = %lease.key(), slot, %fencing, backend = backend.leases.name(), "lease acquired");
     let guard = LeaseGuard::spawn(backend.leases.clone(), lease, KeeperOptions::default())
         .map_err(|e| Failure::internal(format!("cannot start the lease keeper: {e}")))?;
 
@@ -183,7 +200,7 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
     };
     let child = spawn(
         plan,
-        fencing.get(),
+        (fencing.get(), slot),
         relay.as_ref(),
         inherited.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
     );
@@ -223,10 +240,19 @@ async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<Lease, Failure> {
     let result = if plan.wait.is_zero() {
         // One attempt: a deadline already reached lets the store retry nothing.
         let options = options.with_deadline(backend.leases.clock().monotonic());
-        backend
-            .leases
-            .try_acquire(&plan.key, plan.ttl, &options)
-            .await
+        match &plan.counting {
+            Some(counting) => {
+                counting
+                    .try_acquire(backend.leases.as_ref(), plan.ttl, &options)
+                    .await
+            }
+            None => {
+                backend
+                    .leases
+                    .try_acquire(&plan.key, plan.ttl, &options)
+                    .await
+            }
+        }
     } else {
         let announced: Arc<Mutex<Option<HolderIdentity>>> = Arc::default();
         let seen = announced.clone();
@@ -256,10 +282,19 @@ async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<Lease, Failure> {
                 }
             });
         let started = Instant::now();
-        let result = backend
-            .leases
-            .acquire_with(&plan.key, plan.ttl, &wait)
-            .await;
+        let result = match &plan.counting {
+            Some(counting) => {
+                counting
+                    .acquire_with(backend.leases.as_ref(), plan.ttl, &wait)
+                    .await
+            }
+            None => {
+                backend
+                    .leases
+                    .acquire_with(&plan.key, plan.ttl, &wait)
+                    .await
+            }
+        };
         let waited = announced
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -267,7 +302,7 @@ async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<Lease, Failure> {
         if let (Ok(lease), true) = (&result, waited) {
             eprintln!(
                 "lease: acquired lease {} (fencing token {}) after {}",
-                plan.key,
+                lease.key(),
                 lease.fencing_token(),
                 fmt_duration(started.elapsed())
             );
@@ -347,7 +382,7 @@ fn inheritable(fd: std::os::fd::OwnedFd) -> Option<std::os::fd::OwnedFd> {
 /// process group, or `lease exec` in the foreground.
 fn spawn(
     plan: &RunPlan,
-    fencing: u64,
+    (fencing, slot): (u64, u32),
     relay: Option<&crate::relay::DeadlineRelay>,
     lock_fd: Option<i32>,
 ) -> Result<Child, Failure> {
@@ -379,6 +414,7 @@ fn spawn(
         .args(&plan.command)
         .env(KEY_ENV, plan.key.to_string())
         .env(FENCING_ENV, fencing.to_string())
+        .env(SLOT_ENV, slot.to_string())
         .kill_on_drop(false);
     if let Some(value) = &plan.value {
         command.env(VALUE_ENV, value);
@@ -948,6 +984,7 @@ mod tests {
         let ttl = Duration::from_millis(ttl_ms);
         RunPlan {
             key: LeaseKey::new(key).expect("key"),
+            counting: None,
             ttl,
             wait: Duration::ZERO,
             grace: max_grace(ttl),

@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use lease_core::{Holder, LeaseError, LeaseKey, LeaseRecord};
+use lease_core::{CountingLease, Holder, LeaseError, LeaseKey, LeaseRecord};
 use serde_json::{Value, json};
 
 use crate::backend::{Backend, lease_key};
@@ -117,6 +117,10 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, Failure> {
     let (backend, strict) =
         crate::stores::open_for_status(&args.backend, args.path.as_deref()).await?;
     let now = SystemTime::now();
+    if let (Some(holders), Some(text)) = (args.holders, args.key.as_deref()) {
+        let key = lease_key(Some(text), None, args.backend.dynamo.is_none())?;
+        return slots_status(&backend, strict.as_ref(), &key, holders, args.json).await;
+    }
     if args.key.is_some() || args.path.is_some() {
         let file_store = args.backend.dynamo.is_none();
         let key = lease_key(args.key.as_deref(), args.path.as_deref(), file_store)?;
@@ -146,6 +150,72 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, Failure> {
         crate::out::text(&table_text(&all, now));
     }
     Ok(if all.iter().any(|(_, seen)| seen.is_refused()) {
+        exit::CORRUPT
+    } else {
+        0
+    })
+}
+
+/// `lease status --key KEY --holders N`: every slot of KEY below N, and the slots at or above
+/// N that the partition listing finds (held by holders of a larger N), in slot order.
+async fn slots_status(
+    backend: &Backend,
+    strict: Option<&crate::stores::StrictInspect>,
+    name: &LeaseKey,
+    holders: u32,
+    json: bool,
+) -> Result<u8, Failure> {
+    let counting = CountingLease::new(name.clone(), holders)
+        .map_err(|e| Failure::usage(format!("bad --holders: {e}")))?;
+    let mut keys: Vec<LeaseKey> = (0..holders)
+        .filter_map(|slot| counting.slot_key(slot).cloned())
+        .collect();
+    if let Some(listing) = backend.leases.as_listing() {
+        let records = listing
+            .list_partition(name.partition())
+            .await
+            .map_err(|e| crate::stores::failure(&format!("cannot list the slots of {name}"), &e))?;
+        keys.extend(
+            records
+                .iter()
+                .map(LeaseRecord::key)
+                .filter(|key| counting.slot_of(key).is_some_and(|slot| slot >= holders))
+                .cloned(),
+        );
+    }
+    let now = SystemTime::now();
+    let mut slots = Vec::with_capacity(keys.len());
+    for key in keys {
+        let result = match strict {
+            Some(strict) => strict.inspect(&key).await,
+            None => backend.leases.inspect(&key).await,
+        };
+        let seen = Seen::of(result)
+            .map_err(|e| crate::stores::failure(&format!("cannot read lease {key}"), &e))?;
+        slots.push((counting.slot_of(&key).unwrap_or(0), key, seen));
+    }
+    let held = slots
+        .iter()
+        .filter(|(_, _, seen)| matches!(seen.state(now), State::Held | State::HeldByGo))
+        .count();
+    if json {
+        let values: Vec<Value> = slots
+            .iter()
+            .map(|(slot, key, seen)| {
+                let mut value = seen_json(key, seen, now);
+                value["slot"] = json!(slot);
+                value
+            })
+            .collect();
+        outln!("{}", Value::Array(values));
+    } else {
+        let mut text = format!("{name}: {held} of {holders} slots held\n");
+        for (slot, key, seen) in &slots {
+            text.push_str(&format!("slot {slot}  {}", seen_text(key, seen, now)));
+        }
+        crate::out::text(&text);
+    }
+    Ok(if slots.iter().any(|(_, _, seen)| seen.is_refused()) {
         exit::CORRUPT
     } else {
         0

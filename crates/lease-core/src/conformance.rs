@@ -67,6 +67,11 @@ macro_rules! __conformance_case_list {
             delete_tells_the_truth,
             published_value_reaches_readers,
             observer_reports_each_tenure_once,
+            counting_lease_admits_at_most_n,
+            counting_lease_slots_expire_and_fence,
+            counting_lease_limit_changes_never_share_a_slot,
+            counting_lease_waits_for_a_slot,
+            counting_lease_survives_lost_replies,
         );
     };
 }
@@ -728,9 +733,17 @@ async fn yield_now() {
     .await;
 }
 
+mod counting;
+pub mod counting_model;
 pub mod model;
 #[cfg(feature = "metrics")]
 pub mod recording;
+
+pub use counting::{
+    counting_lease_admits_at_most_n, counting_lease_limit_changes_never_share_a_slot,
+    counting_lease_slots_expire_and_fence, counting_lease_survives_lost_replies,
+    counting_lease_waits_for_a_slot,
+};
 
 /// A token names one tenure: a second caller with the same token is a second contender, and a
 /// later tenure under the same token is not the earlier one.

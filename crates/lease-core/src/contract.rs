@@ -395,7 +395,25 @@ async fn acquire_waiting<B: LeaseBackend + ?Sized>(
     duration: Duration,
     wait: &WaitOptions,
 ) -> Result<Lease, LeaseError> {
-    let clock = backend.clock();
+    let attempt =
+        |options: AcquireOptions| async move { backend.try_acquire(key, duration, &options).await };
+    wait_for_lease(backend.clock(), key, wait, attempt, || backend.changed(key)).await
+}
+
+/// The waiting loop of every acquire: `attempt` until it succeeds, waiting out a held lease (and
+/// transient failures) as `wait` says, woken early by `changed` where the store can tell.
+/// `key` names what is waited for in events, traces and the timeout.
+pub(crate) async fn wait_for_lease<'a, A, F>(
+    clock: &dyn Clock,
+    key: &LeaseKey,
+    wait: &WaitOptions,
+    mut attempt: A,
+    changed: impl Fn() -> Option<BoxFuture<'a, ()>>,
+) -> Result<Lease, LeaseError>
+where
+    A: FnMut(AcquireOptions) -> F,
+    F: Future<Output = Result<Lease, LeaseError>>,
+{
     let started = clock.monotonic();
     let give_up = wait
         .timeout
@@ -411,7 +429,7 @@ async fn acquire_waiting<B: LeaseBackend + ?Sized>(
         options = options.with_deadline(give_up);
     }
     loop {
-        let error = match backend.try_acquire(key, duration, &options).await {
+        let error = match attempt(options.clone()).await {
             Ok(lease) => return Ok(lease),
             Err(error) if error.is_held() || error.is_transient() => error,
             Err(error) => return Err(error),
@@ -448,7 +466,7 @@ async fn acquire_waiting<B: LeaseBackend + ?Sized>(
         }
         tracing::debug!(%key, attempts, ?delay, error = %error, "lease busy; waiting");
         let sleep = clock.sleep(delay);
-        match backend.changed(key) {
+        match changed() {
             Some(changed) => First(Some(sleep), Some(changed)).await,
             None => sleep.await,
         }

@@ -43,6 +43,7 @@
 //! * [`LeaseListing`]: the optional extension that lists the records under one partition key.
 //! * [`FencedValues`]: the optional extension that stores small values (checkpoints) only the
 //!   newest fencing token may write.
+//! * [`CountingLease`]: at most N holders of a name, each in a slot that is a lease of its own.
 //! * [`MemoryBackend`]: the reference backend.
 //! * [`backend`]: what only implementors of a backend use: the one place that assembles a
 //!   [`Lease`] or a [`FencingToken`], and the checks every backend applies the same way.
@@ -63,6 +64,16 @@
 //! a contender that waits for `expires_at` (plus the backend's skew allowance) can never take over
 //! while the holder still trusts the lease, as long as clocks drift less than the margin and wall
 //! clocks disagree by less than the declared skew. `docs/correctness.md` states each assumption.
+//!
+//! # At most N holders
+//!
+//! A [`CountingLease`] is a semaphore over any backend: up to N holders of one name, each in a
+//! **slot** that is an ordinary lease of a key derived from the name (slot 0 is the name itself,
+//! slot `i` the key written `NAME#slot-i`). A slot expires when its holder stops renewing, keeps
+//! its own fencing token sequence, and is kept alive by a [`LeaseGuard`] like any lease. Taking
+//! a free slot costs one request; when N changes between holders, a newcomer takes only slots
+//! below its own N, so at most the largest N in use hold at once and no slot ever has two
+//! holders (see [`CountingLease`]).
 //!
 //! # Fencing
 //!
@@ -128,6 +139,7 @@
 pub mod backend;
 mod clock;
 mod contract;
+mod counting;
 mod election;
 mod error;
 pub mod executor;
@@ -150,6 +162,7 @@ pub mod conformance;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use contract::{BoxFuture, LeaseBackend, LeaseBackendExt, RecordWatch};
+pub use counting::CountingLease;
 pub use election::{DEFAULT_POLL_INTERVAL, Election, Leader, LeaderChange, Observer};
 pub use error::{Holder, LeaseError, LossReason, NotOwnedReason};
 pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES};
@@ -177,10 +190,10 @@ pub use wait::{Backoff, WaitCallback, WaitEvent, WaitOptions};
 /// ```
 pub mod prelude {
     pub use crate::{
-        AcquireOptions, Clock, FencedValues, FencingToken, KeeperOptions, Lease, LeaseBackend,
-        LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseRecord, LeaseToken,
-        LossReason, ManualClock, MemoryBackend, NotOwnedReason, SystemClock, TokenSource,
-        WaitOptions,
+        AcquireOptions, Clock, CountingLease, FencedValues, FencingToken, KeeperOptions, Lease,
+        LeaseBackend, LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseListing, LeaseRecord,
+        LeaseToken, LossReason, ManualClock, MemoryBackend, NotOwnedReason, SystemClock,
+        TokenSource, WaitOptions,
     };
 }
 

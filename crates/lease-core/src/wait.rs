@@ -161,6 +161,20 @@ impl Backoff {
     }
 }
 
+/// A number in `0..n` (0 when `n` is 0) from a seed drawn once per thread like the backoff's
+/// jitter: where a counting lease starts looking for a free slot. Threads (and so processes)
+/// spread over the slots, and a thread that takes and gives back a slot in a loop keeps
+/// finding the same one free, in one request, on a store whose caches already hold it.
+pub(crate) fn start_below(n: u32) -> u32 {
+    thread_local! {
+        static SEED: u64 = Jitter::new().next();
+    }
+    if n == 0 {
+        return 0;
+    }
+    u32::try_from(SEED.with(|seed| *seed) % u64::from(n)).unwrap_or(0)
+}
+
 /// A small xorshift generator seeded from the standard library's per-process random keys.
 #[derive(Debug, Clone)]
 struct Jitter(u64);

@@ -546,7 +546,50 @@ async fn run(endpoint: &str, plan: &Plan) -> String {
         }
     }
     let load = [load_before, load_average()];
-    report(&mut samples, plan, &warm, warm_time, load)
+    let mut out = report(&mut samples, plan, &warm, warm_time, load);
+    out.push_str(&counting(&leases, &counter, plan.rounds).await);
+    out
+}
+
+/// A counting lease's slot (N = 4, all free) against a plain lease, acquire + release, back to
+/// back in each of `rounds` rounds, alternating which goes first; requests counted.
+async fn counting(leases: &DynamoLeases, counter: &RequestCounter, rounds: usize) -> String {
+    use lease_core::{AcquireOptions, CountingLease, LeaseBackend, LeaseBackendExt, LeaseKey};
+    let once = AcquireOptions::default();
+    let d = Duration::from_secs(30);
+    let plain_key = LeaseKey::new("bench-counting-plain").unwrap();
+    let slots = CountingLease::new(LeaseKey::new("bench-counting").unwrap(), 4).unwrap();
+    let (mut plain, mut slot, mut requests) = (Vec::new(), Vec::new(), 0usize);
+    for round in 0..rounds.max(1) {
+        for first in [round % 2 == 0, round % 2 == 1] {
+            let started = Instant::now();
+            if first {
+                let lease = leases.try_acquire(&plain_key, d, &once).await.unwrap();
+                leases.release_lease(&lease).await.unwrap();
+                plain.push(started.elapsed());
+            } else {
+                let before = counter.count();
+                let lease = slots.try_acquire(leases, d, &once).await.unwrap();
+                leases.release_lease(&lease).await.unwrap();
+                slot.push(started.elapsed());
+                requests += counter.count() - before;
+            }
+        }
+    }
+    plain.sort();
+    slot.sort();
+    let (p, c) = (quantile(&plain, 0.5), quantile(&slot, 0.5));
+    format!(
+        "\n### Counting leases on DynamoDB Local\n\n`CountingLease` (N = 4, all slots free) \
+         acquire + release against a plain lease's, {} rounds back to back: median {} ms \
+         against {} ms, **{:.2}x** (target at most 1.1x), {:.2} requests per acquire + release \
+         (one `UpdateItem` each).\n",
+        plain.len(),
+        ms(c),
+        ms(p),
+        c.as_secs_f64() / p.as_secs_f64(),
+        requests as f64 / slot.len() as f64,
+    )
 }
 
 /// The one-minute load average (Linux), to show whether other work shared the machine.

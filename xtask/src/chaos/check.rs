@@ -50,11 +50,13 @@ pub(crate) enum ViolationKind {
     PhantomLeader,
     /// An observer reported a tenure twice, or one older than a tenure it had reported.
     ObserverRepeat,
+    /// More tenures of one counting lease's slots at once than its `N`.
+    OverLimit,
 }
 
 impl ViolationKind {
     /// Every kind, in report order.
-    pub(crate) const ALL: [ViolationKind; 7] = [
+    pub(crate) const ALL: [ViolationKind; 8] = [
         ViolationKind::Overlap,
         ViolationKind::TokenTwice,
         ViolationKind::TokenRegression,
@@ -62,6 +64,7 @@ impl ViolationKind {
         ViolationKind::UnitDoubleTrust,
         ViolationKind::PhantomLeader,
         ViolationKind::ObserverRepeat,
+        ViolationKind::OverLimit,
     ];
 
     /// Its name in docs/chaos.md and in the report.
@@ -74,6 +77,7 @@ impl ViolationKind {
             ViolationKind::UnitDoubleTrust => "unit-double-trust",
             ViolationKind::PhantomLeader => "phantom-leader",
             ViolationKind::ObserverRepeat => "observer-repeat",
+            ViolationKind::OverLimit => "over-limit",
         }
     }
 }
@@ -128,6 +132,8 @@ pub(crate) struct Counts {
     /// Leaders reported whose `acq` line is missing, by a proc that campaigned on the key
     /// (killed between its election and its log line): not provable either way.
     pub(crate) leaders_unlogged: u64,
+    /// Tenures of counting leases' slots, and the most of one counting lease held at once.
+    pub(crate) counting: (usize, usize),
 }
 
 /// The checker's verdict on one run.
@@ -160,6 +166,7 @@ pub(crate) fn check(history: &History, assumptions: &Assumptions) -> CheckReport
         beyond_totals: BTreeMap::new(),
     };
     check_overlaps(&tenures, &mut sink);
+    let counting = check_counting_limits(&tenures, &mut sink);
     check_token_twice(&tenures, &mut sink);
     check_token_regressions(&tenures, &mut sink);
     check_older_writers(history, &tenures, &mut sink);
@@ -169,7 +176,7 @@ pub(crate) fn check(history: &History, assumptions: &Assumptions) -> CheckReport
     counts.leaders_unlogged = unlogged;
     CheckReport {
         assumptions: *assumptions,
-        counts,
+        counts: Counts { counting, ..counts },
         violations: sink.violations,
         beyond_assumption: sink.beyond,
         violation_totals: sink.totals,
@@ -597,6 +604,63 @@ fn check_overlaps(tenures: &[Tenure], sink: &mut Sink<'_>) {
     }
 }
 
+/// The `N` of a counting lease's name: a key with a path component `slots<N>` (the chaos run's
+/// counting-lease actors use `slots2`), its slots being `<name>#slot-<i>`.
+fn counting_limit(name: &str) -> Option<usize> {
+    name.split('/')
+        .find_map(|part| part.strip_prefix("slots")?.parse().ok())
+}
+
+/// The tenures of each counting lease (slot 0, the name, and its `#slot-<i>` keys), with its `N`.
+fn counting_groups<'t>(
+    tenures: &'t [Tenure],
+    history: &History,
+) -> BTreeMap<(String, usize), Vec<&'t Tenure>> {
+    let mut groups: BTreeMap<(String, usize), Vec<&Tenure>> = BTreeMap::new();
+    for t in tenures.iter().filter(|t| t.claimed) {
+        let name = history.keys.name(t.key);
+        let base = name.split_once("#slot-").map_or(name, |(base, _)| base);
+        if let Some(limit) = counting_limit(base) {
+            groups.entry((base.to_owned(), limit)).or_default().push(t);
+        }
+    }
+    for group in groups.values_mut() {
+        group.sort_by_key(|t| t.start);
+    }
+    groups
+}
+
+/// `over-limit`: more tenures of one counting lease's slots trusted at once (closed intervals
+/// of claims) than its `N`. (Two of one slot are an `overlap` of that slot's key.) Returns the
+/// counting tenures and the most held at once.
+fn check_counting_limits(tenures: &[Tenure], sink: &mut Sink<'_>) -> (usize, usize) {
+    let (mut count, mut most) = (0, 0);
+    for ((name, limit), group) in counting_groups(tenures, sink.history) {
+        count += group.len();
+        let mut open: Vec<&Tenure> = Vec::new();
+        for b in group {
+            open.retain(|a| a.end >= b.start);
+            open.push(b);
+            most = most.max(open.len());
+            if open.len() <= limit {
+                continue;
+            }
+            let a = open[0];
+            let held = open.len();
+            let finding = sink.tenure_pair(ViolationKind::OverLimit, a, b);
+            sink.record(finding, |s| {
+                let all: Vec<String> = open.iter().map(|t| s.tenure(t)).collect();
+                format!(
+                    "{held} holders of the counting lease {name} (at most {limit}) at {}: {}",
+                    b.start,
+                    all.join("; ")
+                )
+            });
+        }
+    }
+    (count, most)
+}
+
 /// `token-twice`: one token of one key held by two procs.
 fn check_token_twice(tenures: &[Tenure], sink: &mut Sink<'_>) {
     let mut by_token: Vec<&Tenure> = tenures.iter().collect();
@@ -934,6 +998,10 @@ impl CheckReport {
         row("claims", c.claims.to_string());
         row("releases", c.releases.to_string());
         row("tenures", c.tenures.to_string());
+        row(
+            "counting-lease tenures (most held at once)",
+            format!("{} ({})", c.counting.0, c.counting.1),
+        );
         row("distinct keys", c.keys.to_string());
         for outcome in [Outcome::Ok, Outcome::Refused, Outcome::Error] {
             let n = c.writes.get(&outcome).copied().unwrap_or(0);
@@ -1168,6 +1236,39 @@ mod tests {
         assert_eq!(report.beyond_assumption, []);
         assert!(!report.failed());
         assert_eq!(report.counts.tenures, 2);
+    }
+
+    #[test]
+    fn three_holders_of_a_counting_lease_of_two_are_caught() {
+        // Slots 0 and 1 of `slots2` held at once is the limit; a third holder (slot 2, as a
+        // holder with a larger N would take it) over [300, 400] is one too many. Each slot has
+        // one holder, so there is no overlap.
+        let k = "file:/chaos/files/counting/slots2";
+        let (k1, k2) = (format!("{k}#slot-1"), format!("{k}#slot-2"));
+        let run = TempRun::new("counting");
+        let holder = |proc: &str, key: &str, token: u64, from: u64, to: u64| {
+            vec![
+                acq(proc, "run-file", key, token, from, from),
+                claim(proc, "run-file", key, token, from),
+                claim(proc, "run-file", key, token, to),
+            ]
+        };
+        run.log("countf0.1", &holder("countf0.1", k, 1, 0, 1000));
+        run.log("countf1.1", &holder("countf1.1", &k1, 1, 100, 500));
+        run.log("countf1.2", &holder("countf1.2", &k1, 2, 600, 900));
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), []);
+        assert_eq!(report.counts.counting, (3, 2));
+        run.log("countf2.1", &holder("countf2.1", &k2, 1, 300, 400));
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("over-limit", k)]);
+        let v = &report.violations[0];
+        assert!(
+            v.description.contains("3 holders of the counting lease"),
+            "{}",
+            v.description
+        );
+        assert_eq!(report.counts.counting, (4, 3));
     }
 
     #[test]

@@ -282,7 +282,12 @@ impl Faults {
         backend: Backend,
         targets: &mut Targets<'_>,
     ) -> Option<(String, String)> {
-        let clocked = |slot: &Slot| !matches!(slot.role, Role::RunFile | Role::RunDynamo);
+        let clocked = |slot: &Slot| {
+            !matches!(
+                slot.role,
+                Role::RunFile | Role::RunDynamo | Role::RunCounting
+            )
+        };
         let proc = self.pick(backend, targets.slots, clocked)?.proc_name();
         if let Some(at) = self.stepped.iter().position(|(b, _)| *b == backend) {
             let (_, previous) = self.stepped.remove(at);
@@ -398,7 +403,12 @@ impl Faults {
     fn file_garbage(&mut self, run: &Path) -> Option<(String, String)> {
         let files = run.join("files");
         let mut dirs = lock_dirs(&files);
-        dirs.extend([files.join("run"), files.join("fleet"), files.join("locks")]);
+        dirs.extend([
+            files.join("run"),
+            files.join("counting"),
+            files.join("fleet"),
+            files.join("locks"),
+        ]);
         // The election's store, where the run has one.
         dirs.extend(Some(files.join("election")).filter(|dir| dir.is_dir()));
         let dir = dirs.get(self.rng.index(dirs.len()))?.clone();
@@ -473,6 +483,7 @@ fn lock_dirs(files: &Path) -> Vec<PathBuf> {
     let roots = [
         files.join("locks"),
         files.join("run"),
+        files.join("counting"),
         files.join("fleet"),
         files.join("shared"),
         files.join("election"),

@@ -42,6 +42,9 @@ pub(crate) enum Role {
     Prune,
     /// `lease run --dynamo` (through the proxy) of `lease-chaos-actor touch`.
     RunDynamo,
+    /// `lease run --holders 2` of `lease-chaos-actor touch` on the key `slots2`, on the files
+    /// or through the proxy on DynamoDB: a counting lease, each holder in a slot.
+    RunCounting,
     /// `lease-chaos-actor dynamo-lease`: a kept lease and fenced values, through the proxy.
     DynamoLease,
     /// `lease-chaos-actor fleet` worker on the files or on DynamoDB.
@@ -123,6 +126,7 @@ impl Slot {
         match (&self.role, self.backend) {
             (Role::FileLock { .. } | Role::Election { .. }, _) => Duration::from_millis(1000),
             (Role::RunFile | Role::RunShared | Role::Prune, _)
+            | (Role::RunCounting, Backend::File)
             | (Role::Fleet { .. }, Backend::File) => Duration::from_secs(2),
             _ => Duration::from_secs(3),
         }
@@ -258,6 +262,7 @@ impl Slot {
                 touch(&mut command, context, &proc, "run-dynamo", &key, 60);
                 command
             }
+            (Role::RunCounting, backend) => counting(context, &proc, backend),
             (Role::DynamoLease, _) => {
                 let mut command = actor(context, "dynamo-lease", &proc);
                 command
@@ -311,6 +316,44 @@ fn touch(
         .arg(&context.run)
         .args(["--surface", surface, "--key", key, "--ticks", "6"])
         .args(["--every-ms", &every.to_string()]);
+}
+
+/// How many holders the counting-lease actors allow, and the key they share: a key named
+/// `slots<N>` is a counting lease of `N` holders to the checker.
+pub(crate) const COUNTING_HOLDERS: u32 = 2;
+
+/// `lease run --holders 2` of `touch` on the key `slots2`: on the files (ttl 2 s) or on
+/// DynamoDB (ttl 3 s, through the proxy).
+fn counting(context: &Context, proc: &str, backend: Backend) -> Command {
+    let name = format!("slots{COUNTING_HOLDERS}");
+    let mut command = Command::new(&context.lease);
+    command.arg("run");
+    let key = match backend {
+        Backend::File => {
+            let dir = context.files().join("counting");
+            command.arg("--file").arg(&dir).args(["--ttl", "2s"]);
+            format!("file:{}/{name}", dir.display())
+        }
+        Backend::Dynamo => {
+            command
+                .args(["--dynamo", TABLE, "--region", "us-east-1"])
+                .args([
+                    "--endpoint",
+                    context.endpoint.as_deref().unwrap_or_default(),
+                ])
+                .args(["--ttl", "3s"]);
+            format!("dynamo:{TABLE}/{name}/LOCK")
+        }
+    };
+    command
+        .args(["--key", &name, "--holders", &COUNTING_HOLDERS.to_string()])
+        .args(["--wait", "4s", "--"]);
+    let surface = match backend {
+        Backend::File => "run-file",
+        Backend::Dynamo => "run-dynamo",
+    };
+    touch(&mut command, context, proc, surface, &key, 40);
+    command
 }
 
 /// A fleet worker on the files or on DynamoDB.
@@ -382,6 +425,9 @@ pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
             for i in 0..2 {
                 add(format!("runs{i}"), Role::RunShared);
             }
+            for i in 0..4 {
+                add(format!("countf{i}"), Role::RunCounting);
+            }
             add("prune0".to_owned(), Role::Prune);
             for i in 0..3 {
                 add(format!("elect{i}"), Role::Election { observe: false });
@@ -396,6 +442,9 @@ pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
             }
             for i in 0..3 {
                 add(format!("dl{i}"), Role::DynamoLease);
+            }
+            for i in 0..3 {
+                add(format!("countd{i}"), Role::RunCounting);
             }
             for worker in 0..3 {
                 add(format!("fleetd{worker}"), Role::Fleet { worker });
@@ -414,6 +463,7 @@ pub(crate) fn prepare(run: &Path) -> std::io::Result<()> {
         "tmp",
         "files/locks",
         "files/run",
+        "files/counting",
         "files/fleet",
         "files/shared",
         "files/election",

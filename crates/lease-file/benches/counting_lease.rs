@@ -1,0 +1,230 @@
+//! Counting leases (`lease_core::CountingLease`) against a plain lease on the same backend:
+//! acquire + release of a slot when slots are free, partly held and all held, on the memory
+//! backend and on the file store (kernel mode, in a temporary directory).
+//!
+//! Variants are interleaved: each round runs one batch of every variant, and a ratio is the
+//! median of the per-round ratios to the plain lease's batch of that round, so both share the
+//! round's noise. Target: a counting acquire + release with a free slot at most 1.1x a plain
+//! lease's. Requests per acquire (`try_acquire` calls on the backend) are counted apart, on a
+//! counting wrapper, since the starting slot is random.
+//!
+//! Writes `$LEASE_BENCH_OUT/25-counting-lease.md` when that variable is set, prints the section
+//! always; `LEASE_BENCH_QUICK=1` (and `cargo test --all-targets`, which runs this without
+//! `--bench`) runs a few rounds, as a smoke test.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lease_core::executor::block_on;
+use lease_core::{
+    AcquireOptions, BoxFuture, Clock, CountingLease, FencingToken, Lease, LeaseBackend,
+    LeaseBackendExt, LeaseError, LeaseKey, LeaseRecord, LeaseToken, MemoryBackend,
+};
+use lease_file::DirectoryStore;
+
+const LIMIT: u32 = 4;
+const D: Duration = Duration::from_secs(30);
+
+/// A backend that counts the `try_acquire` calls it forwards.
+#[derive(Debug)]
+struct Counted {
+    inner: Arc<dyn LeaseBackend>,
+    attempts: AtomicU64,
+}
+
+impl LeaseBackend for Counted {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn clock(&self) -> &dyn Clock {
+        self.inner.clock()
+    }
+    fn try_acquire<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        duration: Duration,
+        options: &'a AcquireOptions,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        self.attempts.fetch_add(1, Ordering::Relaxed);
+        self.inner.try_acquire(key, duration, options)
+    }
+    fn renew<'a>(
+        &'a self,
+        lease: &'a Lease,
+        duration: Duration,
+    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
+        self.inner.renew(lease, duration)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+        token: &'a LeaseToken,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.inner.release(key, token, fencing)
+    }
+    fn inspect<'a>(
+        &'a self,
+        key: &'a LeaseKey,
+    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
+        self.inner.inspect(key)
+    }
+}
+
+/// One backend's figures.
+struct Figures {
+    backend: &'static str,
+    plain_us: f64,
+    /// (what, median ratio to the plain lease, requests per acquire).
+    rows: Vec<(&'static str, f64, f64)>,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Seconds per operation of `batch` calls of `op`.
+fn per_op(batch: u32, mut op: impl FnMut()) -> f64 {
+    let started = Instant::now();
+    for _ in 0..batch {
+        op();
+    }
+    started.elapsed().as_secs_f64() / f64::from(batch)
+}
+
+fn measure(
+    backend: &'static str,
+    store: Arc<dyn LeaseBackend>,
+    (rounds, batch, counted_n): (u32, u32, u32),
+) -> Figures {
+    let once = AcquireOptions::default();
+    let plain_key = LeaseKey::new(format!("plain-{backend}")).unwrap();
+    let free =
+        CountingLease::new(LeaseKey::new(format!("free-{backend}")).unwrap(), LIMIT).unwrap();
+    let half =
+        CountingLease::new(LeaseKey::new(format!("half-{backend}")).unwrap(), LIMIT).unwrap();
+    let full =
+        CountingLease::new(LeaseKey::new(format!("full-{backend}")).unwrap(), LIMIT).unwrap();
+    // Other holders: half of `half`'s slots, all of `full`'s.
+    let mut others = Vec::new();
+    for _ in 0..LIMIT / 2 {
+        others.push(block_on(half.try_acquire(store.as_ref(), D, &once)).unwrap());
+    }
+    for _ in 0..LIMIT {
+        others.push(block_on(full.try_acquire(store.as_ref(), D, &once)).unwrap());
+    }
+    let plain = || {
+        let lease = block_on(store.try_acquire(&plain_key, D, &once)).unwrap();
+        block_on(store.release_lease(&lease)).unwrap();
+    };
+    let slot = |counting: &CountingLease| {
+        let lease = block_on(counting.try_acquire(store.as_ref(), D, &once)).unwrap();
+        block_on(store.release_lease(&lease)).unwrap();
+    };
+    let refused = || {
+        let err = block_on(full.try_acquire(store.as_ref(), D, &once)).unwrap_err();
+        assert!(err.is_held());
+    };
+    let (mut plain_s, mut ratios) = (Vec::new(), vec![Vec::new(); 3]);
+    for _ in 0..rounds {
+        let base = per_op(batch, plain);
+        plain_s.push(base);
+        ratios[0].push(per_op(batch, || slot(&free)) / base);
+        ratios[1].push(per_op(batch, || slot(&half)) / base);
+        ratios[2].push(per_op(batch, refused) / base);
+    }
+    let counted = Counted {
+        inner: store.clone(),
+        attempts: AtomicU64::new(0),
+    };
+    let requests = |op: &dyn Fn(&Counted)| {
+        counted.attempts.store(0, Ordering::Relaxed);
+        let n = counted_n;
+        for _ in 0..n {
+            op(&counted);
+        }
+        counted.attempts.load(Ordering::Relaxed) as f64 / f64::from(n)
+    };
+    let take = |counting: &CountingLease, c: &Counted| {
+        let lease = block_on(counting.try_acquire(c, D, &once)).unwrap();
+        block_on(c.release_lease(&lease)).unwrap();
+    };
+    let free_requests = requests(&|c| take(&free, c));
+    let half_requests = requests(&|c| take(&half, c));
+    let full_requests = requests(&|c: &Counted| {
+        block_on(full.try_acquire(c, D, &once)).unwrap_err();
+    });
+    for lease in &others {
+        block_on(store.release_lease(lease)).unwrap();
+    }
+    let mut ratios = ratios.into_iter().map(median);
+    let mut next = || ratios.next().unwrap_or(f64::NAN);
+    Figures {
+        backend,
+        plain_us: median(plain_s) * 1e6,
+        rows: vec![
+            (
+                "slot acquire + release, all 4 slots free",
+                next(),
+                free_requests,
+            ),
+            ("slot acquire + release, 2 of 4 held", next(), half_requests),
+            ("attempt on 4 of 4 held (`Held`)", next(), full_requests),
+        ],
+    }
+}
+
+fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench")
+        || std::env::var("LEASE_BENCH_QUICK").as_deref() == Ok("1");
+    let (rounds, memory_batch, file_batch, counted) = if quick {
+        (5, 200, 20, 200)
+    } else {
+        (41, 5000, 200, 2000)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let figures = [
+        measure(
+            "memory",
+            Arc::new(MemoryBackend::new()),
+            (rounds, memory_batch, counted),
+        ),
+        measure(
+            "file",
+            Arc::new(DirectoryStore::open(dir.path()).unwrap()),
+            (rounds, file_batch, counted),
+        ),
+    ];
+    let mut md = String::from("## Counting leases: a slot against a plain lease\n\n");
+    let _ = writeln!(
+        md,
+        "`CountingLease` with N = {LIMIT} against a plain `try_acquire` + `release` of one key on \
+         the same backend (the floor), interleaved over {rounds} rounds (batches of {memory_batch} \
+         on memory, {file_batch} on files, kernel mode, in a temporary directory); the ratio is \
+         the median of per-round ratios. Target: at most 1.1x with a free slot. Requests are \
+         `try_acquire` calls per acquire, averaged over {counted} (the first slot tried is chosen once per thread, at random).\n"
+    );
+    md.push_str("| backend | operation | ratio to plain acquire + release | requests per acquire |\n|---|---|---:|---:|\n");
+    for f in &figures {
+        let _ = writeln!(
+            md,
+            "| {} | plain acquire + release (floor) | 1.00x ({:.1} µs) | 1 |",
+            f.backend, f.plain_us
+        );
+        for (what, ratio, requests) in &f.rows {
+            let _ = writeln!(
+                md,
+                "| {} | {what} | {ratio:.2}x | {requests:.2} |",
+                f.backend
+            );
+        }
+    }
+    println!("{md}");
+    if let Ok(out) = std::env::var("LEASE_BENCH_OUT") {
+        std::fs::write(std::path::Path::new(&out).join("25-counting-lease.md"), md).unwrap();
+    }
+}
