@@ -105,14 +105,14 @@ const ACQUIRE_CONDITION: &str = concat!(
 );
 const ACQUIRE_UPDATE: &str = "SET #token = :token, #expires = :expires, #expires_ms = :expires_ms, \
      #acquired = :now, #fence = if_not_exists(#fence, :seed) + :one, #request = :request, \
-     #ttl = :ttl REMOVE #owner";
+     #ttl = :ttl REMOVE #owner, #value";
 /// `TENURE AND #expires_ms > :now_ms` in `src/tenure.rs`.
 const RENEW_CONDITION: &str = "#token = :token AND #fence = :fence AND #expires_ms > :now_ms";
 const RENEW_UPDATE: &str = "SET #expires = :expires, #expires_ms = :expires_ms, #ttl = :ttl";
 /// `TENURE` in `src/expr.rs`.
 const RELEASE_CONDITION: &str = "#token = :token AND #fence = :fence";
 const RELEASE_UPDATE: &str = "SET #expires = :zero, #request = :request, #ttl = :ttl \
-     REMOVE #token, #owner, #acquired, #expires_ms";
+     REMOVE #token, #owner, #value, #acquired, #expires_ms";
 /// The default TTL buffer.
 const TTL_BUFFER_S: u64 = 3600;
 
@@ -153,6 +153,7 @@ impl Raw<'_> {
             .expression_attribute_names("#acquired", "lease_acquired_at")
             .expression_attribute_names("#fence", "lease_fence")
             .expression_attribute_names("#owner", "lease_owner")
+            .expression_attribute_names("#value", "lease_value")
             .expression_attribute_names("#request", "lease_request")
             .expression_attribute_names("#ttl", "ttl")
             .expression_attribute_values(":number", s("N"))
@@ -206,6 +207,7 @@ impl Raw<'_> {
             .expression_attribute_names("#acquired", "lease_acquired_at")
             .expression_attribute_names("#fence", "lease_fence")
             .expression_attribute_names("#owner", "lease_owner")
+            .expression_attribute_names("#value", "lease_value")
             .expression_attribute_names("#request", "lease_request")
             .expression_attribute_names("#ttl", "ttl")
             .expression_attribute_values(":zero", n(0))
