@@ -403,14 +403,13 @@ impl Faults {
     fn file_garbage(&mut self, run: &Path) -> Option<(String, String)> {
         let files = run.join("files");
         let mut dirs = lock_dirs(&files);
-        dirs.extend([
-            files.join("run"),
-            files.join("counting"),
-            files.join("fleet"),
-            files.join("locks"),
-        ]);
-        // The election's store, where the run has one.
-        dirs.extend(Some(files.join("election")).filter(|dir| dir.is_dir()));
+        dirs.extend([files.join("run"), files.join("fleet"), files.join("locks")]);
+        // The counting leases' and the election's stores, where the run has them.
+        dirs.extend(
+            [files.join("counting"), files.join("election")]
+                .into_iter()
+                .filter(|dir| dir.is_dir()),
+        );
         let dir = dirs.get(self.rng.index(dirs.len()))?.clone();
         let n = self.rng.next_u64() % 1_000_000;
         let (name, what) = match self.rng.between(0, 5) {
