@@ -238,7 +238,7 @@ impl StoreLessor {
                 break;
             }
             let (acquired_all, acquired_any) = match self
-                .acquire(partition_key, &free, duration, &mut mine)
+                .try_acquire_free(partition_key, &free, duration, &mut mine)
                 .await
             {
                 Ok(outcome) => outcome,
@@ -283,9 +283,9 @@ impl StoreLessor {
         Ok(mine)
     }
 
-    /// Acquires every piece of `free` that nobody holds, into `mine`: whether it got all of
+    /// One attempt at every piece of `free` (those nobody holds are taken), into `mine`: whether it got all of
     /// them, and whether any. One request per piece.
-    async fn acquire(
+    async fn try_acquire_free(
         &self,
         partition_key: &str,
         free: &PartitionSet,
