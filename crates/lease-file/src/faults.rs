@@ -11,9 +11,15 @@
 //! | `lease-file/before-end` | `free.<g>` or `held.<g>...` to `dead.<g>` (a delete or prune) |
 //! | `lease-file/before-create` | the rename that puts a new lock directory in place (its first generation already read) |
 //! | `lease-file/before-rmdir` | the `rmdir` that removes an ended lock directory |
+//! | `lease-file/before-describe` | not a rename: a new holder's description (owner, value), written just after the rename that made it the holder |
 //!
 //! Configure them with the `fail` crate: `FAILPOINTS='lease-file/before-takeover=1*sleep(5000)'`
 //! in a process that called `fail::FailScenario::setup()`, or `fail::cfg` in-process.
+
+/// Runs the fault point before a new holder's description is written.
+pub(crate) fn before_describe() {
+    fail::fail_point!("lease-file/before-describe");
+}
 
 /// Runs the fault point for the rename `from` to `to`.
 pub(crate) fn pause_at(from: &str, to: &str) {

@@ -660,6 +660,8 @@ impl KeyDir {
     /// FIFO (or device) under a state name is renamed like any state entry but never described,
     /// and `O_NONBLOCK` keeps the open of a FIFO with no reader from blocking the acquisition.
     pub(crate) fn describe(&self, name: &str, ino: u64, record: &LeaseFileRecord) {
+        #[cfg(feature = "failpoints")]
+        crate::faults::before_describe();
         let mut bytes = record.to_bytes();
         let flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         let fits = bytes.len() <= DESCRIPTION_BYTES;

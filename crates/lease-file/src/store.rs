@@ -968,8 +968,8 @@ impl DirectoryStore {
             // A holder whose kernel lock is free on this host has exited: the key is free, as
             // the next acquisition will find (it takes the lock first, as this check does).
             State::Held(held) if self.holder_is_gone(&mut kd, held) => None,
-            State::Held(_) => {
-                Some(self.holder(&kd, &found, engine::describe_tenure(&kd, &found).as_ref()))
+            State::Held(held) => {
+                Some(self.holder(&kd, &found, described(&kd, &found, held).as_ref()))
             }
         };
         Ok(Some(lease_core::backend::new_record(
@@ -1272,6 +1272,35 @@ fn time(ns: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
 }
 
+/// How long a read waits for a holder caught between the rename that made it the holder and
+/// its description (owner, published value), which it writes just after, before showing it
+/// without one.
+const DESCRIPTION_WAIT: Duration = Duration::from_millis(20);
+
+/// Whether `record` describes the tenure `held` (not an earlier holder's leftover).
+fn describes(record: &LeaseFileRecord, held: &Held) -> bool {
+    record.generation == held.generation
+        && record.owner.as_deref().map(|t| fnv(t.as_bytes())) == Some(held.token)
+}
+
+/// The description of the tenure `held` (state `found`), waiting up to [`DESCRIPTION_WAIT`]
+/// for its holder to write it: an observer that reads a new leader the instant it is elected
+/// learns its value, not "no value". A holder killed or paused in between is shown without one.
+fn described(kd: &KeyDir, found: &Found, held: &Held) -> Option<LeaseFileRecord> {
+    let give_up = std::time::Instant::now() + DESCRIPTION_WAIT;
+    let mut pause = Duration::from_micros(20);
+    loop {
+        let record = engine::describe_tenure(kd, found);
+        if record.as_ref().is_some_and(|r| describes(r, held))
+            || std::time::Instant::now() >= give_up
+        {
+            return record;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(2));
+    }
+}
+
 /// The holder of the state `found`, as its name and (when it describes this very tenure) its
 /// diagnostic record say; its expiry as [`Timebase::display_expiry`] shows it.
 fn holder_of(
@@ -1287,10 +1316,7 @@ fn holder_of(
     if let Some(at) = expires_at {
         holder = holder.with_expires_at(at);
     }
-    let record = record.filter(|r| {
-        r.generation == held.generation
-            && r.owner.as_deref().map(|t| fnv(t.as_bytes())) == Some(held.token)
-    });
+    let record = record.filter(|r| describes(r, held));
     let Some(record) = record else {
         return holder.with_owner("a holder still writing its description");
     };

@@ -378,3 +378,48 @@ mod prune {
         }
     }
 }
+
+/// A leader read the instant the rename makes it the holder, before it writes its description
+/// (owner and published value, written just after): the read waits for the description. It
+/// used to show "a holder still writing its description" with no value, and an election
+/// observer, which reports each tenure once, then gave its followers a leader without the
+/// address they route to (a 30-minute chaos run caught it: an observer reported token 13667
+/// with no value).
+#[test]
+fn a_leader_read_mid_acquisition_is_shown_with_its_published_value() {
+    use lease_core::executor::block_on;
+    use lease_core::{AcquireOptions, LeaseBackend, LeaseKey};
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(lease_file::DirectoryStore::open(dir.path()).unwrap());
+    let key = LeaseKey::new("leader").unwrap();
+    let (renamed, told) = std::sync::mpsc::channel::<()>();
+    let renamed = Mutex::new(renamed);
+    fail::cfg_callback("lease-file/before-describe", move || {
+        let _ = renamed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(());
+        std::thread::sleep(Duration::from_millis(5));
+    })
+    .unwrap();
+    let holder = {
+        let (store, key) = (store.clone(), key.clone());
+        std::thread::spawn(move || {
+            let options = AcquireOptions::default().with_value("10.0.0.7:8080");
+            block_on(store.try_acquire(&key, Duration::from_secs(30), &options))
+        })
+    };
+    told.recv_timeout(Duration::from_secs(10)).unwrap();
+    let record = block_on(store.inspect(&key));
+    let lease = holder.join().unwrap();
+    fail::remove("lease-file/before-describe");
+    let lease = lease.unwrap();
+    let holder = record.unwrap().unwrap().holder().cloned().unwrap();
+    assert_eq!(holder.fencing(), Some(lease.fencing_token()));
+    assert_eq!(
+        holder.value(),
+        Some("10.0.0.7:8080"),
+        "the leader is shown without its value: {holder:?}"
+    );
+}
