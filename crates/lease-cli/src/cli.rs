@@ -114,13 +114,15 @@ pub(crate) enum Command {
     /// Becomes COMMAND, linked to die with PARENT (internal: `lease run --foreground`).
     #[command(hide = true)]
     Exec(LinkArgs),
-    /// Holds the lease's kernel lock until the command's process group is gone (internal:
-    /// started by `lease guard`, so that the command itself holds no descriptor of the lock).
+    /// Holds the lease's kernel lock until `lease run` is gone and the command's process group
+    /// with it; kills the group if `lease run` dies (internal: started by `lease guard`, so that
+    /// the command itself holds no descriptor of the lock).
     #[command(hide = true)]
     HoldLock(HoldLockArgs),
 }
 
-/// `lease hold-lock` (started by `lease guard`).
+/// `lease hold-lock` (started by `lease guard`). Its standard input is the parent link: a pipe
+/// whose only writer is `lease run` (see `hold.rs`).
 #[derive(Debug, Args)]
 pub(crate) struct HoldLockArgs {
     /// The command's process group: the lock is held until no live process is left in it.
@@ -129,6 +131,13 @@ pub(crate) struct HoldLockArgs {
     /// The inherited descriptor sharing the lease's kernel lock (held, never used).
     #[arg(long)]
     pub(crate) lock_fd: i32,
+    /// The `lease run` process, named in the message when it dies.
+    #[arg(long)]
+    pub(crate) parent: i32,
+    /// The deadline relay's file (see `relay.rs`), whose directory is removed if `lease run`
+    /// dies.
+    #[arg(long)]
+    pub(crate) deadline_file: Option<std::path::PathBuf>,
 }
 
 /// `lease guard` and `lease exec` (started by `lease run`).
@@ -153,8 +162,12 @@ pub(crate) struct LinkArgs {
     pub(crate) terminal: bool,
     /// An inherited descriptor sharing the lease's kernel lock (file store): the guard hands it
     /// to `lease hold-lock` and closes its own copy, so the command inherits none.
-    #[arg(long)]
+    #[arg(long, requires = "parent_link_fd")]
     pub(crate) lock_fd: Option<i32>,
+    /// With `--lock-fd`: an inherited descriptor of the read end of a pipe whose only writer is
+    /// `lease run` (the parent link), which becomes `lease hold-lock`'s standard input.
+    #[arg(long, requires = "lock_fd")]
+    pub(crate) parent_link_fd: Option<i32>,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,

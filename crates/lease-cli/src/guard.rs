@@ -18,12 +18,14 @@
 //! When `lease` dies, the guard also removes the deadline relay's directory.
 //!
 //! On files, the guard also receives a descriptor sharing the lease's kernel lock (`--lock-fd`),
-//! so that the lock outlives `lease` until the command's group is gone. It does not keep it: it
-//! starts `lease hold-lock` with it, in a process group of its own, and closes its own copy before
-//! starting the command, which so inherits no descriptor of the lock and cannot unlock it (a
-//! `flock(LOCK_UN)` on a shared open file description frees it for every holder). The holder
-//! waits for end-of-file on a pipe from the guard, then until no live process is left in the
-//! group, and exits.
+//! so that the lock outlives `lease` until the command's group is gone, and the read end of the
+//! parent link (`--parent-link-fd`), a pipe whose only writer is `lease run`. It keeps neither:
+//! it starts `lease hold-lock` with both (the link as its standard input), in a process group of
+//! its own, and closes its own copies before starting the command, which so inherits no
+//! descriptor of the lock and cannot unlock it (a `flock(LOCK_UN)` on a shared open file
+//! description frees it for every holder). The holder learns of `lease`'s death from the link
+//! as soon as the guard does, kills the group itself and lets the lock go once no live process is
+//! left in it (`hold.rs`): a contender waits for neither the guard's reaction nor its death.
 //!
 //! The guard also enforces the holder's deadline itself (`relay.rs`): if `lease` is alive but
 //! not running (SIGSTOP, a hung process) and the deadline it last published arrives, the guard
@@ -77,8 +79,8 @@ enum Cause {
 }
 
 /// Nothing may run without the lease: kills this process group, the guard with it, after
-/// saying why on stderr. Returns only if the kill failed.
-fn kill_group(parent: i32, cause: Cause) -> Failure {
+/// saying why on stderr (unless `report` is false). Returns only if the kill failed.
+fn kill_group(parent: i32, cause: Cause, report: bool) -> Failure {
     let group = getpgrp();
     let why = match cause {
         Cause::ParentDied => format!("the lease process (pid {parent}) died"),
@@ -87,9 +89,11 @@ fn kill_group(parent: i32, cause: Cause) -> Failure {
              stopped?)"
         ),
     };
-    eprintln!(
-        "lease: {why}; killing the command's process group {group} so nothing runs without the lease"
-    );
+    if report {
+        eprintln!(
+            "lease: {why}; killing the command's process group {group} so nothing runs without the lease"
+        );
+    }
     tracing::warn!(
         parent,
         group = group.as_raw(),
@@ -104,13 +108,14 @@ fn kill_group(parent: i32, cause: Cause) -> Failure {
     }
 }
 
-/// `lease` died: its deadline relay directory would be left behind (nobody else removes it), so
-/// the guard removes it, then kills the group.
-fn parent_died(parent: i32, watch: Option<&DeadlineWatch>) -> Failure {
+/// `lease` died: its deadline relay directory would be left behind (`lease run` cannot remove
+/// it), so the guard removes it, then kills the group; `report`: whether to say so (on files
+/// `lease hold-lock` does, and is usually first).
+fn parent_died(parent: i32, watch: Option<&DeadlineWatch>, report: bool) -> Failure {
     if let Some(watch) = watch {
         watch.clean_up();
     }
-    kill_group(parent, Cause::ParentDied)
+    kill_group(parent, Cause::ParentDied, report)
 }
 
 /// Arms the parent-death signal (after the test-only delay). The caller checks the parent next.
@@ -140,17 +145,17 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
     ];
     let watch = args.deadline_file.clone().map(DeadlineWatch::new);
     if !parent_alive(parent) {
-        return Err(parent_died(parent, watch.as_ref()));
+        return Err(parent_died(parent, watch.as_ref(), true));
     }
     if args.terminal {
         // Before the command exists, so it never reads the terminal as a background job.
         crate::terminal::take_foreground_for_own_group();
     }
-    // Kept open (close-on-exec, so the command does not inherit it) until the guard exits:
-    // `lease hold-lock` reads end-of-file then, and holds the lock until the group is gone.
-    let _holder_link = match args.lock_fd {
-        Some(fd) => Some(hand_over_lock(fd)?),
-        None => None,
+    // `lease hold-lock` reports `lease`'s death itself, after killing the group; the guard then
+    // only kills (in case the holder is gone) and stays quiet.
+    let mut holder = match (args.lock_fd, args.parent_link_fd) {
+        (Some(lock), Some(link)) => Some(hand_over_lock(&args, lock, link)?),
+        _ => None,
     };
     let mut child = tokio::process::Command::new(&args.command[0])
         .args(&args.command[1..])
@@ -182,14 +187,17 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
             _ = f.recv() => false,
         };
         if !parent_alive(parent) {
-            return Err(parent_died(parent, watch.as_ref()));
+            let holder_reports = holder
+                .as_mut()
+                .is_some_and(|holder| matches!(holder.try_wait(), Ok(None)));
+            return Err(parent_died(parent, watch.as_ref(), !holder_reports));
         }
         if let Some(watch) = watch.as_mut()
             && let Some(left) = watch.left()
         {
             if left <= kill_before {
                 watch.clean_up();
-                return Err(kill_group(parent, Cause::DeadlineReached));
+                return Err(kill_group(parent, Cause::DeadlineReached, true));
             }
             kill_timer
                 .as_mut()
@@ -202,36 +210,45 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
     }
 }
 
-/// Starts `lease hold-lock` with the inherited lock descriptor `fd`, then closes the guard's own
-/// copy, so that the command the guard starts next inherits no descriptor of the lock: a
-/// `flock -u` on every descriptor the command has cannot free it. Returns the write end of the
-/// pipe whose end-of-file tells the holder that the guard is gone.
-fn hand_over_lock(fd: i32) -> Result<std::io::PipeWriter, Failure> {
+/// Starts `lease hold-lock` with the inherited lock descriptor `lock` and the parent link `link`
+/// (as its standard input), then closes the guard's own copies of both, so that the command the
+/// guard starts next inherits no descriptor of the lock: a `flock -u` on every descriptor the
+/// command has cannot free it, and its lifetime does not hold the link open.
+fn hand_over_lock(args: &LinkArgs, lock: i32, link: i32) -> Result<std::process::Child, Failure> {
     let cannot = |e: &dyn std::fmt::Display| {
         Failure::internal(format!(
             "cannot hand the kernel lock to its holder process: {e}"
         ))
     };
-    let (reader, writer) = std::io::pipe().map_err(|e| cannot(&e))?;
-    std::process::Command::new("/proc/self/exe")
+    // The inherited read end, opened again as a file of its own (an inherited descriptor number
+    // cannot be adopted without `unsafe`): a pipe's end-of-file comes once no writer is left,
+    // however many readers there are.
+    let link_end = std::fs::File::open(format!("/proc/self/fd/{link}")).map_err(|e| cannot(&e))?;
+    let mut holder = std::process::Command::new("/proc/self/exe");
+    holder
         .arg("hold-lock")
         .arg("--group")
         .arg(getpgrp().as_raw().to_string())
         .arg("--lock-fd")
-        .arg(fd.to_string())
-        .stdin(reader)
+        .arg(lock.to_string())
+        .arg("--parent")
+        .arg(args.parent.to_string());
+    if let Some(file) = &args.deadline_file {
+        holder.arg("--deadline-file").arg(file);
+    }
+    let holder = holder
+        .stdin(link_end)
         .stdout(std::process::Stdio::null())
-        // Nothing to say, and no pipe of `lease`'s caller kept open after `lease` exits.
-        .stderr(std::process::Stdio::null())
         // Its own group: a signal to the command's group (SIGKILL when `lease` dies) must not
         // end it before the processes of the group are gone.
         .process_group(0)
         .spawn()
         .map_err(|e| cannot(&e))?;
-    // The descriptor was inherited from `lease run` for this hand-over and nothing else in this
-    // process owns it.
-    nix::unistd::close(fd).map_err(|e| cannot(&e))?;
-    Ok(writer)
+    // Both were inherited from `lease run` for this hand-over and nothing else in this process
+    // owns them.
+    nix::unistd::close(lock).map_err(|e| cannot(&e))?;
+    nix::unistd::close(link).map_err(|e| cannot(&e))?;
+    Ok(holder)
 }
 
 /// `lease exec --parent PID -- COMMAND...`: see the module docs. Returns only on failure.

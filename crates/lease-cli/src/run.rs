@@ -198,13 +198,29 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
             .and_then(|share| share(&guard.lease()))
             .and_then(inheritable)
     };
+    // With the lock goes the parent link, through which `lease hold-lock` learns of our death
+    // (or end) without waiting for the guard: see `hold.rs`.
+    let (link, link_end) = match inherited.as_ref().map(|_| ParentLink::new()) {
+        Some(Ok((link, end))) => (Some(link), Some(end)),
+        Some(Err(error)) => {
+            release(guard).await;
+            return Err(Failure::internal(format!(
+                "cannot create the link to the kernel lock's holder: {error}"
+            )));
+        }
+        None => (None, None),
+    };
     let child = spawn(
         plan,
         (fencing.get(), slot),
         relay.as_ref(),
-        inherited.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
+        inherited
+            .as_ref()
+            .map(std::os::fd::AsRawFd::as_raw_fd)
+            .zip(link_end.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)),
     );
     drop(inherited);
+    drop(link_end);
     let child = match child {
         Ok(child) => child,
         Err(failure) => {
@@ -221,7 +237,35 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
         // The command's group had the terminal; `lease` is the shell's job: take it back.
         crate::terminal::give_foreground(nix::unistd::getpgrp());
     }
+    // The lease is released and the command stopped: the holder may let the lock go.
+    drop(link);
     result
+}
+
+/// The writing end of the parent link (see `hold.rs`): only this process holds it (it is
+/// close-on-exec), so the kernel closes it when `lease` dies. Dropping it says `lease` ended on
+/// its own terms: one byte, then end-of-file.
+struct ParentLink(std::io::PipeWriter);
+
+impl ParentLink {
+    /// The link, and its read end made inheritable for the guard, which hands it to the
+    /// holder.
+    fn new() -> std::io::Result<(Self, std::os::fd::OwnedFd)> {
+        let (reader, writer) = std::io::pipe()?;
+        let reader = inheritable(reader.into()).ok_or_else(|| {
+            std::io::Error::other("cannot clear close-on-exec on the parent link")
+        })?;
+        Ok((Self(writer), reader))
+    }
+}
+
+impl Drop for ParentLink {
+    fn drop(&mut self) {
+        use std::io::Write;
+        if let Err(error) = self.0.write_all(b"e") {
+            tracing::debug!(%error, "the kernel lock's holder is gone already");
+        }
+    }
 }
 
 /// Who holds a lease, as far as a waiting message cares: owner, since, fencing token.
@@ -384,7 +428,7 @@ fn spawn(
     plan: &RunPlan,
     (fencing, slot): (u64, u32),
     relay: Option<&crate::relay::DeadlineRelay>,
-    lock_fd: Option<i32>,
+    lock_fd_and_link: Option<(i32, i32)>,
 ) -> Result<Child, Failure> {
     let mut command = Command::new(&plan.link_program);
     command
@@ -406,8 +450,12 @@ fn spawn(
             .arg("--kill-before-ms")
             .arg(kill_before.as_millis().to_string());
     }
-    if let Some(fd) = lock_fd {
-        command.arg("--lock-fd").arg(fd.to_string());
+    if let Some((lock, link)) = lock_fd_and_link {
+        command
+            .arg("--lock-fd")
+            .arg(lock.to_string())
+            .arg("--parent-link-fd")
+            .arg(link.to_string());
     }
     command
         .arg("--")
@@ -464,12 +512,18 @@ impl Target {
 /// process and one `/proc/PID/stat` read per member of the group. Alive when `/proc` cannot be
 /// read.
 pub(crate) fn group_alive(pgid: i32) -> bool {
-    kill(Pid::from_raw(-pgid), None).is_ok() && has_live_member(pgid).unwrap_or(true)
+    kill(Pid::from_raw(-pgid), None).is_ok() && has_live_member(pgid, None).unwrap_or(true)
+}
+
+/// [`group_alive`], not counting process `spared` (one that can run nothing more: SIGKILL is
+/// pending for it), and without the first `kill(-pgid, 0)`.
+pub(crate) fn group_alive_besides(pgid: i32, spared: i32) -> bool {
+    has_live_member(pgid, Some(spared)).unwrap_or(true)
 }
 
 /// Whether a process of group `pgid` that is not a zombie exists, from `/proc` (`None` if
 /// unreadable). Stops at the first one found.
-fn has_live_member(pgid: i32) -> Option<bool> {
+fn has_live_member(pgid: i32, spared: Option<i32>) -> Option<bool> {
     use std::io::Read;
     // `pid (comm) state ppid pgrp ...`: comm is at most 64 bytes (kernel threads' names
     // included), so the fields needed are within the first 256 bytes; one read gets them.
@@ -482,6 +536,9 @@ fn has_live_member(pgid: i32) -> Option<bool> {
         else {
             return false;
         };
+        if spared == Some(pid) {
+            return false;
+        }
         // One syscall tells the group; only members need their state read.
         if nix::unistd::getpgid(Some(Pid::from_raw(pid))) != Ok(Pid::from_raw(pgid)) {
             return false;
@@ -931,9 +988,27 @@ mod tests {
     fn the_running_test_is_a_live_member_of_its_own_group() {
         let own = nix::unistd::getpgrp().as_raw();
         assert!(group_alive(own));
-        assert_eq!(has_live_member(own), Some(true));
+        assert_eq!(has_live_member(own, None), Some(true));
         // A group that does not exist: no process of this test's group has that pid as group.
         assert!(!group_alive(i32::MAX));
+    }
+
+    #[test]
+    fn a_spared_process_does_not_keep_its_group_alive() {
+        use std::os::unix::process::CommandExt;
+        let mut leader = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("sleep");
+        let pgid = i32::try_from(leader.id()).expect("pid");
+        assert!(group_alive(pgid));
+        assert!(
+            !group_alive_besides(pgid, pgid),
+            "only the spared leader is in it"
+        );
+        let _ = leader.kill();
+        let _ = leader.wait();
     }
 
     fn memory() -> (Arc<MemoryBackend>, Backend) {

@@ -1,6 +1,8 @@
 //! The command under `lease run` holds no descriptor of the holder's kernel lock (issue 22,
 //! item 5): a command that runs `flock -u` on every descriptor it has, and closes them all,
-//! cannot let a contender in while the holder lives.
+//! cannot let a contender in while the holder lives. And the process that holds the lock for
+//! the command's group (`lease hold-lock`) acts on `lease`'s death itself, whatever state the
+//! guard is in.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -100,4 +102,93 @@ fn a_command_that_unlocks_every_inherited_descriptor_cannot_let_a_contender_in()
         "the holder: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// The guard stopped (a debugger, a stray SIGSTOP) when `lease` dies, under a supervisor that
+/// adopts orphans in the same session (a child subreaper: `tini -s`, a container's init, here
+/// the test process), so the kernel does not continue the group as it continues an orphaned
+/// one. On main before this test the stopped guard could not act on its parent's death, so the
+/// command's group kept the kernel lock (through `lease hold-lock`) for as long as the guard
+/// stayed stopped, with its command running on and no lease holder alive: every contender
+/// waited. Now the lock's holder hears of the death from its own link to `lease`, kills the
+/// group (SIGKILL ends a stopped guard too) and lets the lock go.
+#[test]
+fn a_stopped_guard_does_not_keep_the_lock_of_a_dead_lease() {
+    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::unistd::Pid;
+    // Orphans of this test's processes come to this process, in this session.
+    nix::sys::prctl::set_child_subreaper(true).unwrap_or_else(|e| panic!("subreaper: {e}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let store = dir.path().join("store");
+    let ready = dir.path().join("running");
+    let said = dir.path().join("stderr");
+    let mut holder = lease(dir.path())
+        .arg("run")
+        .arg("--file")
+        .arg(&store)
+        .args(["--key", "k", "--ttl", "30s", "--", "sh", "-c"])
+        .arg(r#"cut -d' ' -f5 /proc/$$/stat > "$1.tmp"; mv "$1.tmp" "$1"; exec sleep 60"#)
+        .arg("sh")
+        .arg(&ready)
+        .stdout(Stdio::null())
+        // A file, not a pipe: on the old code the stopped group kept a pipe open for ever.
+        .stderr(std::fs::File::create(&said).unwrap_or_else(|e| panic!("{e}")))
+        .spawn()
+        .unwrap_or_else(|e| panic!("start lease run: {e}"));
+    let limit = Instant::now() + Duration::from_secs(20);
+    let group = loop {
+        if let Ok(text) = std::fs::read_to_string(&ready) {
+            break text
+                .trim()
+                .parse::<i32>()
+                .unwrap_or_else(|e| panic!("pgid {text:?}: {e}"));
+        }
+        assert!(Instant::now() < limit, "the command never got going");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let lease_pid = Pid::from_raw(i32::try_from(holder.id()).unwrap_or_else(|e| panic!("{e}")));
+    // `lease` first, so that it does not continue the guard it would see stopped; the guard
+    // leads the group, so its pid is the group's id.
+    kill(lease_pid, Signal::SIGSTOP).unwrap_or_else(|e| panic!("stop lease: {e}"));
+    kill(Pid::from_raw(group), Signal::SIGSTOP).unwrap_or_else(|e| panic!("stop guard: {e}"));
+    // The stopped guard cannot react to anything from here on.
+    std::thread::sleep(Duration::from_millis(100));
+    kill(lease_pid, Signal::SIGKILL).unwrap_or_else(|e| panic!("kill -9 lease: {e}"));
+    let _ = holder.wait();
+    let started = Instant::now();
+    let contender = lease(dir.path())
+        .arg("run")
+        .arg("--file")
+        .arg(&store)
+        .args(["--key", "k", "--wait", "3s", "--", "true"])
+        .output()
+        .unwrap_or_else(|e| panic!("start the contender: {e}"));
+    let waited = started.elapsed();
+    // Whatever happened, leave no stopped process behind.
+    let group_left = killpg(Pid::from_raw(group), Signal::SIGKILL).is_ok()
+        && killpg(Pid::from_raw(group), Signal::SIGCONT).is_ok();
+    assert_eq!(
+        contender.status.code(),
+        Some(0),
+        "the contender never got the lease of the dead holder (its guard stopped): {}",
+        String::from_utf8_lossy(&contender.stderr)
+    );
+    assert!(
+        waited < Duration::from_secs(2),
+        "the contender waited {waited:?}"
+    );
+    // The holder says it after letting the lock go: give it a moment.
+    let limit = Instant::now() + Duration::from_secs(2);
+    let said = loop {
+        let text = std::fs::read_to_string(&said).unwrap_or_default();
+        if text.contains("was killed") || Instant::now() >= limit {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(
+        said.contains("died; the command's process group") && said.contains("was killed"),
+        "the death is reported: {said}"
+    );
+    let _ = group_left;
 }
