@@ -226,11 +226,7 @@ fn check_observers(history: &History, sink: &mut Sink<'_>) -> u64 {
     let mut acquired_by: HashMap<(Id, u64), Id> = HashMap::new();
     let campaigned: std::collections::HashSet<(Id, Id)> =
         history.campaigns.iter().copied().collect();
-    for acq in history
-        .acqs
-        .iter()
-        .filter(|a| a.surface == Surface::ElectionFile)
-    {
+    for acq in history.acqs.iter().filter(|a| a.surface.is_election()) {
         acquired_by.entry((acq.key, acq.token)).or_insert(acq.proc);
     }
     let mut unlogged = 0;
@@ -1802,25 +1798,33 @@ mod tests {
 
     #[test]
     fn observers_report_only_tenures_the_history_shows_and_none_twice() {
-        let run = TempRun::new("observe");
-        let key = "file:/e/leader";
+        for (surface, key) in [
+            ("election-file", "file:/e/leader"),
+            ("election-dynamo", "dynamo:chaos/leader/LOCK"),
+        ] {
+            observers_checked(surface, key);
+        }
+    }
+
+    fn observers_checked(surface: &str, key: &str) {
+        let run = TempRun::new(&format!("observe-{surface}"));
         run.log(
             "elect0.1",
             &[
-                format!("campaign elect0.1 election-file {key} 5"),
-                acq("elect0.1", "election-file", key, 1, 5, 10),
-                claim("elect0.1", "election-file", key, 1, 20),
-                format!("campaign elect0.1 election-file {key} 90"),
+                format!("campaign elect0.1 {surface} {key} 5"),
+                acq("elect0.1", surface, key, 1, 5, 10),
+                claim("elect0.1", surface, key, 1, 20),
+                format!("campaign elect0.1 {surface} {key} 90"),
             ],
         );
         run.log(
             "watch0.1",
             &[
-                format!("observe watch0.1 election-file {key} 0 - 1"),
-                format!("observe watch0.1 election-file {key} 1 elect0.1 12"),
-                format!("observe watch0.1 election-file {key} 0 - 40"),
+                format!("observe watch0.1 {surface} {key} 0 - 1"),
+                format!("observe watch0.1 {surface} {key} 1 elect0.1 12"),
+                format!("observe watch0.1 {surface} {key} 0 - 40"),
                 // Elected at 95, killed before its `acq` line: tolerated, counted.
-                format!("observe watch0.1 election-file {key} 2 elect0.1 100"),
+                format!("observe watch0.1 {surface} {key} 2 elect0.1 100"),
             ],
         );
         let report = check(&run.load(), &ASSUME);
@@ -1838,9 +1842,9 @@ mod tests {
         run.log(
             "watch1.1",
             &[
-                format!("observe watch1.1 election-file {key} 1 elect9.1 12"),
-                format!("observe watch1.1 election-file {key} 3 nobody.1 50"),
-                format!("observe watch1.1 election-file {key} 3 nobody.1 60"),
+                format!("observe watch1.1 {surface} {key} 1 elect9.1 12"),
+                format!("observe watch1.1 {surface} {key} 3 nobody.1 50"),
+                format!("observe watch1.1 {surface} {key} 3 nobody.1 60"),
             ],
         );
         let report = check(&run.load(), &ASSUME);
