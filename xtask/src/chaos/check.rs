@@ -129,6 +129,8 @@ pub(crate) struct Counts {
     pub(crate) leaders_reported: u64,
     /// Vacancies reported by election observers.
     pub(crate) vacancies_reported: u64,
+    /// `(leaders, vacancies)` reported by election observers, per surface.
+    pub(crate) observed: BTreeMap<Surface, (u64, u64)>,
     /// Leaders reported whose `acq` line is missing, by a proc that campaigned on the key
     /// (killed between its election and its log line): not provable either way.
     pub(crate) leaders_unlogged: u64,
@@ -208,9 +210,16 @@ fn counts(history: &History, tenures: usize) -> Counts {
         *counts.writes.entry(write.outcome).or_insert(0) += 1;
     }
     for observe in &history.observes {
+        let per_surface = counts.observed.entry(observe.surface).or_default();
         match observe.leader {
-            Some(_) => counts.leaders_reported += 1,
-            None => counts.vacancies_reported += 1,
+            Some(_) => {
+                counts.leaders_reported += 1;
+                per_surface.0 += 1;
+            }
+            None => {
+                counts.vacancies_reported += 1;
+                per_surface.1 += 1;
+            }
         }
     }
     counts
@@ -1014,6 +1023,12 @@ impl CheckReport {
             "vacancies reported by observers",
             c.vacancies_reported.to_string(),
         );
+        for (surface, (leaders, vacancies)) in &c.observed {
+            row(
+                &format!("leaders / vacancies reported, `{}`", surface.as_str()),
+                format!("{leaders} / {vacancies}"),
+            );
+        }
         row(
             "leaders reported, holder killed before logging",
             c.leaders_unlogged.to_string(),
@@ -1836,6 +1851,15 @@ mod tests {
                 report.counts.leaders_unlogged
             ),
             (2, 2, 1)
+        );
+        let surface_id = crate::chaos::history::Surface::parse(surface).unwrap();
+        assert_eq!(report.counts.observed.get(&surface_id), Some(&(2, 2)));
+        let md = report.to_markdown(7, &[]);
+        assert!(
+            md.contains(&format!(
+                "| leaders / vacancies reported, `{surface}` | 2 / 2 |"
+            )),
+            "{md}"
         );
 
         // Token 1 reported as another proc's, a proc that never stood, and a repeat.
