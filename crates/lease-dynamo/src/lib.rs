@@ -264,10 +264,10 @@
 //!
 //! With the feature `metrics`, every `try_acquire` and `renew` reports through the `metrics`
 //! facade (lease-core's [`metrics`](lease_core::metrics) module has the names): acquisitions by
-//! outcome, renewals with their latency and the time they had left, failed renewals, and this
-//! crate's retries: requests sent again, throttled requests and lost replies reconciled, by
-//! operation. An acquire's reply does not say whether it took an expired holder's lease, so no
-//! takeover is counted here. Off, there is no dependency and nothing is recorded; the table of
+//! outcome, takeovers (an acquire whose reply shows the expired holder it replaced), renewals
+//! with their latency and the time they had left, failed renewals, and this crate's retries:
+//! requests sent again, throttled requests and lost replies reconciled, by operation. An acquire
+//! reconciled after a lost reply counts no takeover: the reply that would tell was lost. Off, there is no dependency and nothing is recorded; the table of
 //! every series is `docs/metrics.md` in the repository.
 //!
 //! # Benchmarks and stress
