@@ -7,8 +7,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::contract::First;
 use crate::{
-    AcquireOptions, FencingToken, Holder, LeaseBackend, LeaseError, LeaseGuard, LeaseGuardBuilder,
-    LeaseKey, LeaseRecord, LeaseToken, RecordWatch, WaitOptions,
+    FencingToken, Holder, LeaseBackend, LeaseError, LeaseGuard, LeaseGuardBuilder, LeaseKey,
+    LeaseRecord, LeaseToken, RecordWatch,
 };
 
 /// How often an [`Observer`] reads the record when its backend offers no
@@ -107,16 +107,14 @@ impl Election {
     /// a [`LeaseGuard`] builder that waits until elected (until the lease is free), publishing
     /// `value` in the record with the acquisition. Finish it where the renewal should run:
     /// [`acquire_blocking`](LeaseGuardBuilder::acquire_blocking), `acquire_spawned` (tokio), or
-    /// [`acquire`](LeaseGuardBuilder::acquire). Calling
-    /// [`with_wait`](LeaseGuardBuilder::with_wait) on it replaces the value too: pass it again
-    /// in the wait's [`AcquireOptions`].
+    /// [`acquire`](LeaseGuardBuilder::acquire). The value is the builder's
+    /// ([`with_value`](LeaseGuardBuilder::with_value)), so a wait set with
+    /// [`with_wait`](LeaseGuardBuilder::with_wait) keeps it.
     ///
     /// Costs what an acquire costs: one attempt, then one per wake-up or backoff while another
     /// leads.
     pub fn campaign(&self, value: impl Into<String>) -> LeaseGuardBuilder {
-        let options = AcquireOptions::default().with_value(value);
-        LeaseGuard::builder(self.backend.clone(), &self.key, self.duration)
-            .with_wait(WaitOptions::default().with_acquire_options(options))
+        LeaseGuard::builder(self.backend.clone(), &self.key, self.duration).with_value(value)
     }
 
     /// The current leader: the holder on record whose lease has not expired by this backend's
@@ -372,7 +370,7 @@ fn leader_of(record: Option<&LeaseRecord>, now: SystemTime) -> Option<Leader> {
 mod tests {
     use super::*;
     use crate::executor::block_on;
-    use crate::{LeaseBackendExt, ManualClock, MemoryBackend};
+    use crate::{AcquireOptions, LeaseBackendExt, ManualClock, MemoryBackend, WaitOptions};
     use std::future::Future;
 
     fn setup() -> (Arc<ManualClock>, Arc<MemoryBackend>, Election) {
@@ -388,6 +386,39 @@ mod tests {
             LeaderChange::Elected(leader) => leader,
             LeaderChange::Vacant => panic!("expected a leader, got a vacancy"),
         }
+    }
+
+    /// A campaign given a wait of its own still publishes its value (the wait's options used to
+    /// replace it, so the leader was elected with no value for followers to route to).
+    #[test]
+    fn a_campaign_with_a_wait_publishes_its_value() {
+        let (_clock, store, election) = setup();
+        let key = election.key().clone();
+        let waits = [
+            WaitOptions::new(Duration::from_secs(1)),
+            WaitOptions::new(Duration::ZERO)
+                .with_acquire_options(AcquireOptions::default().with_owner("me")),
+        ];
+        for wait in waits {
+            let guard = election
+                .campaign("10.0.0.7:5432")
+                .with_wait(wait)
+                .acquire_blocking()
+                .unwrap();
+            let leader = block_on(election.leader()).unwrap().expect("a leader");
+            assert_eq!(leader.value(), Some("10.0.0.7:5432"));
+            block_on(guard.release()).unwrap();
+        }
+        // A value the wait's own options name is the one published.
+        let own = AcquireOptions::default().with_value("own");
+        let guard = election
+            .campaign("campaign")
+            .with_wait(WaitOptions::new(Duration::ZERO).with_acquire_options(own))
+            .acquire_blocking()
+            .unwrap();
+        let record = block_on(store.inspect(&key)).unwrap().unwrap();
+        assert_eq!(record.holder().and_then(|h| h.value()), Some("own"));
+        block_on(guard.release()).unwrap();
     }
 
     #[test]

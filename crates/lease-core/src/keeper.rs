@@ -283,6 +283,7 @@ impl LeaseGuard {
             key: key.clone(),
             duration,
             wait: WaitOptions::default(),
+            value: None,
             keeper: KeeperOptions::default(),
         }
     }
@@ -430,6 +431,9 @@ pub struct LeaseGuardBuilder {
     key: LeaseKey,
     duration: Duration,
     wait: WaitOptions,
+    /// Published with the acquisition unless the wait's own options name a value: kept apart
+    /// from `wait` so that replacing the wait does not drop it.
+    value: Option<String>,
     keeper: KeeperOptions,
 }
 
@@ -440,6 +444,7 @@ impl fmt::Debug for LeaseGuardBuilder {
             .field("key", &self.key)
             .field("duration", &self.duration)
             .field("wait", &self.wait)
+            .field("value", &self.value)
             .field("keeper", &self.keeper)
             .finish()
     }
@@ -448,9 +453,39 @@ impl fmt::Debug for LeaseGuardBuilder {
 impl LeaseGuardBuilder {
     /// How to wait for a held lease (default: [`WaitOptions::default()`], until acquired).
     /// `WaitOptions::new(Duration::ZERO)` makes one attempt, failing with
-    /// [`LeaseError::Timeout`] naming the holder.
+    /// [`LeaseError::Timeout`] naming the holder. A value set with
+    /// [`with_value`](Self::with_value) (or by [`Election::campaign`](crate::Election::campaign))
+    /// is kept: it is published unless `wait`'s own
+    /// [`AcquireOptions::with_value`](crate::AcquireOptions::with_value) names another.
     pub fn with_wait(mut self, wait: WaitOptions) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// Publishes `value` in the lease record with the acquisition (at most
+    /// [`MAX_LEASE_VALUE_BYTES`](crate::MAX_LEASE_VALUE_BYTES)), as
+    /// [`AcquireOptions::with_value`](crate::AcquireOptions::with_value) does, whatever
+    /// [`with_wait`](Self::with_wait) is called with before or after, unless the wait's own
+    /// acquire options name a value.
+    ///
+    /// ```
+    /// use lease_core::{LeaseBackend, LeaseGuard, LeaseKey, MemoryBackend, WaitOptions};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let store = Arc::new(MemoryBackend::new());
+    /// let key = LeaseKey::new("primary")?;
+    /// let guard = LeaseGuard::builder(store.clone(), &key, Duration::from_secs(3))
+    ///     .with_value("10.0.0.7:5432")
+    ///     .with_wait(WaitOptions::new(Duration::from_secs(5)))
+    ///     .acquire_blocking()?;
+    /// let record = lease_core::executor::block_on(store.inspect(&key))?.expect("held");
+    /// assert_eq!(record.holder().and_then(|h| h.value()), Some("10.0.0.7:5432"));
+    /// lease_core::executor::block_on(guard.release())?;
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    pub fn with_value(mut self, value: impl Into<String>) -> Self {
+        self.value = Some(value.into());
         self
     }
 
@@ -483,7 +518,12 @@ impl LeaseGuardBuilder {
     ///
     /// # Errors
     /// As [`LeaseBackendExt::acquire_with`].
-    pub async fn acquire(self) -> Result<(LeaseGuard, KeeperTask), LeaseError> {
+    pub async fn acquire(mut self) -> Result<(LeaseGuard, KeeperTask), LeaseError> {
+        if let Some(value) = self.value.take()
+            && self.wait.acquire.value().is_none()
+        {
+            self.wait.acquire = self.wait.acquire.with_value(value);
+        }
         let lease = self
             .backend
             .acquire_with(&self.key, self.duration, &self.wait)

@@ -141,10 +141,12 @@ impl Raw<'_> {
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
     }
 
-    async fn acquire(&self, pk: &str, token: &str, request: &str) -> UpdateResult {
+    /// The reply, and the seed of a counter the write creates.
+    async fn acquire(&self, pk: &str, token: &str, request: &str) -> (UpdateResult, u64) {
         let now = now_ms();
         let expires = now + 60_000;
-        self.update(pk)
+        let reply = self
+            .update(pk)
             .update_expression(ACQUIRE_UPDATE)
             .condition_expression(ACQUIRE_CONDITION)
             .expression_attribute_names("#token", "lease_token")
@@ -170,9 +172,10 @@ impl Raw<'_> {
             .expression_attribute_values(":seed", n(now * 1000))
             .expression_attribute_values(":request", s(request))
             .expression_attribute_values(":ttl", n(expires.div_ceil(1000) + TTL_BUFFER_S))
-            .return_values(ReturnValue::AllNew)
+            .return_values(ReturnValue::UpdatedOld)
             .send()
-            .await
+            .await;
+        (reply, now * 1000)
     }
 
     async fn renew(&self, pk: &str, token: &str, fence: &str) -> UpdateResult {
@@ -297,11 +300,16 @@ fn hex(v: u128) -> String {
     format!("{v:032x}")
 }
 
-/// The fencing counter in an `ALL_NEW` reply.
-fn fence_of(reply: &aws_sdk_dynamodb::operation::update_item::UpdateItemOutput) -> String {
+/// The fencing counter an acquire wrote, from its `UPDATED_OLD` reply: the old one plus 1, or
+/// `seed` plus 1 where there was none.
+fn fence_of(
+    reply: &aws_sdk_dynamodb::operation::update_item::UpdateItemOutput,
+    seed: u64,
+) -> String {
     match reply.attributes().and_then(|a| a.get("lease_fence")) {
-        Some(AttributeValue::N(v)) => v.clone(),
-        other => panic!("raw acquire: no fencing counter in the reply: {other:?}"),
+        Some(AttributeValue::N(v)) => (v.parse::<u64>().unwrap() + 1).to_string(),
+        None => (seed + 1).to_string(),
+        other => panic!("raw acquire: a reply with a counter that is not one: {other:?}"),
     }
 }
 
@@ -393,9 +401,9 @@ impl Bench<'_> {
         let pk = format!("raw-{i}");
         let n = 4 * i as u128;
         let (token, other, request, release_request) = (hex(n), hex(n + 1), hex(n + 2), hex(n + 3));
-        let (acquired, t_acq) = timed(raw.acquire(&pk, &token, &request)).await;
-        let fence = fence_of(&acquired.unwrap());
-        let (refused, t_cont) = timed(raw.acquire(&pk, &other, &request)).await;
+        let ((acquired, seed), t_acq) = timed(raw.acquire(&pk, &token, &request)).await;
+        let fence = fence_of(&acquired.unwrap(), seed);
+        let ((refused, _), t_cont) = timed(raw.acquire(&pk, &other, &request)).await;
         let refused = refused.unwrap_err().into_service_error();
         assert!(refused.is_conditional_check_failed_exception(), "{refused}");
         let (renewed, t_renew) = timed(raw.renew(&pk, &token, &fence)).await;

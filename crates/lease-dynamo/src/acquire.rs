@@ -161,25 +161,38 @@ impl DynamoLeases {
             (":owner", s(owner.unwrap_or(""))),
             (":value", s(options.value().unwrap_or(""))),
         ];
+        // The attributes as they were before the write (only those it changed): the counter the
+        // write incremented, and the token of a holder it replaced, at no extra request.
         self.conditional_update(attempt.key, &condition, &update, values)
-            .return_values(ReturnValue::AllNew)
+            .return_values(ReturnValue::UpdatedOld)
     }
 
-    /// The write succeeded: the lease is ours, with the counter the write produced.
-    async fn acquired(&self, attempt: &Attempt<'_>, item: &Item) -> Result<Lease, LeaseError> {
-        let decoded = Decoded::from_item(&self.inner.names, item);
-        let Some(fencing) = decoded.fencing else {
-            // The condition passed a counter that is not whole (DynamoDB cannot test for that):
-            // give the key back rather than hold it under a token nobody can use.
-            let shown = match decoded.malformed {
-                Some(Malformed::Fence(value)) => value,
-                _ => "nothing".to_owned(),
-            };
-            self.undo_acquire(attempt, false).await;
-            return Err(self.bad_fence(attempt.key, &format!("{shown} after the increment")));
+    /// The write succeeded: the lease is ours, with the counter the write produced from the
+    /// one in `old` (the changed attributes as they were before it).
+    async fn acquired(&self, attempt: &Attempt<'_>, old: &Item) -> Result<Lease, LeaseError> {
+        let decoded = Decoded::from_item(&self.inner.names, old);
+        let fencing = match (decoded.fencing, decoded.fence_present) {
+            (Some(before), _) => before.saturating_add(1),
+            (None, false) => attempt.seed.saturating_add(1),
+            (None, true) => {
+                // The condition passed a counter that is not whole (DynamoDB cannot test for
+                // that): give the key back rather than hold it under a token nobody can use.
+                let shown = match decoded.malformed {
+                    Some(Malformed::Fence(value)) => plus_one(&value),
+                    _ => "nothing".to_owned(),
+                };
+                self.undo_acquire(attempt, false).await;
+                return Err(self.bad_fence(attempt.key, &format!("{shown} after the increment")));
+            }
         };
+        // The condition let the write replace a holder only if its lease had expired; a
+        // released key has no token.
+        if decoded.token.is_some() {
+            tracing::debug!("took over a lease that expired unreleased");
+            lease_core::metrics::takeover(crate::BACKEND);
+        }
         // The write created the counter: the item was missing, perhaps with its table.
-        if fencing == attempt.seed.saturating_add(1)
+        if !decoded.fence_present
             && let Err(error) = self.check_recreation_grace(attempt.key).await
         {
             self.undo_acquire(attempt, true).await;
@@ -313,5 +326,19 @@ impl DynamoLeases {
                 self.inner.names.expires_at()
             ),
         )
+    }
+}
+
+/// A shown counter (`N 1.5`) as the increment left it (`N 2.5`): the reply holds the value
+/// before it. Shown unchanged with `plus 1` where it is not a plain decimal.
+fn plus_one(shown: &str) -> String {
+    let number = shown.strip_prefix("N ").unwrap_or(shown);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    match whole.parse::<u128>() {
+        Ok(whole) if fraction.bytes().all(|b| b.is_ascii_digit()) => {
+            let dot = if fraction.is_empty() { "" } else { "." };
+            format!("N {}{dot}{fraction}", whole.saturating_add(1))
+        }
+        _ => format!("{shown} plus 1"),
     }
 }

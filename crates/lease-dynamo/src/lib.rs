@@ -61,7 +61,7 @@
 //!
 //! | operation | request | condition | cost |
 //! |---|---|---|---|
-//! | acquire, takeover included | `UpdateItem` `SET token, expires, expires_ms, acquired, owner, value, request, ttl, fence = if_not_exists(fence, :seed) + 1`, `ReturnValues=ALL_NEW` | the counter is usable (absent, or a number in `[0, 2^63-1)`) **and** the key is free: `attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up)`, with `cutoff = now - max_clock_skew` and `cutoff_s` its whole second minus one (Go's items carry only a rounded-down second) | 1 request, 1 WCU |
+//! | acquire, takeover included | `UpdateItem` `SET token, expires, expires_ms, acquired, owner, value, request, ttl, fence = if_not_exists(fence, :seed) + 1`, `ReturnValues=UPDATED_OLD` (the counter before the increment, and the token of a holder replaced: a takeover) | the counter is usable (absent, or a number in `[0, 2^63-1)`) **and** the key is free: `attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up)`, with `cutoff = now - max_clock_skew` and `cutoff_s` its whole second minus one (Go's items carry only a rounded-down second) | 1 request, 1 WCU |
 //! | renew | `UpdateItem` `SET expires, expires_ms, ttl` | `#token = :token AND #fence = :fence AND #expires_ms > :now` | 1 request, 1 WCU |
 //! | release | `UpdateItem` `SET expires = 0, request, ttl REMOVE token, expires_ms, owner, value, acquired` | `#token = :token AND #fence = :fence` (for a record with no counter: the token, and no usable counter) | 1 request, 1 WCU |
 //! | delete | `DeleteItem` | the state named, as release names a tenure (`#token = :token AND #fence = :fence`), or for a free record `attribute_not_exists(#token) AND #fence = :fence`; **and** `attribute_not_exists(value_fence)` | 1 request, 1 WCU; 2 when a fenced value shares the item (see *Delete*) |
@@ -264,10 +264,10 @@
 //!
 //! With the feature `metrics`, every `try_acquire` and `renew` reports through the `metrics`
 //! facade (lease-core's [`metrics`](lease_core::metrics) module has the names): acquisitions by
-//! outcome, renewals with their latency and the time they had left, failed renewals, and this
-//! crate's retries: requests sent again, throttled requests and lost replies reconciled, by
-//! operation. An acquire's reply does not say whether it took an expired holder's lease, so no
-//! takeover is counted here. Off, there is no dependency and nothing is recorded; the table of
+//! outcome, takeovers (an acquire whose reply shows the expired holder it replaced), renewals
+//! with their latency and the time they had left, failed renewals, and this crate's retries:
+//! requests sent again, throttled requests and lost replies reconciled, by operation. An acquire
+//! reconciled after a lost reply counts no takeover: the reply that would tell was lost. Off, there is no dependency and nothing is recorded; the table of
 //! every series is `docs/metrics.md` in the repository.
 //!
 //! # Benchmarks and stress

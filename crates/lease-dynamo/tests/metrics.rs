@@ -81,16 +81,23 @@ fn the_dynamodb_backend_moves_its_metrics_as_the_operations_happen() {
             leases.release_lease(&lease).await.unwrap();
             assert_eq!(recording.counter(RECONCILED, &op("release")), 1);
 
-            // The released holder's renewal is refused. A DynamoDB acquire's reply does not
-            // say whether it took an expired holder's lease: no takeover is counted.
+            // The released holder's renewal is refused. An acquisition of the released key is
+            // no takeover; one that replaces a holder whose lease expired unreleased is one (the
+            // write's reply names the holder it replaced).
             assert!(leases.renew(&lease, D).await.unwrap_err().is_not_owned());
             let failed = [("backend", "dynamodb"), ("kind", "not_owned")];
             assert_eq!(recording.counter(RENEWAL_FAILURES, &failed), 1);
             let stale = leases.try_acquire(&key, D, &once).await.unwrap();
-            clock.advance(D + Duration::from_secs(1));
-            leases.try_acquire(&key, D, &once).await.unwrap();
-            assert!(leases.renew(&stale, D).await.is_err());
             assert_eq!(recording.counter(TAKEOVERS, &dynamo), 0);
+            clock.advance(D + Duration::from_secs(1));
+            let taken = leases.try_acquire(&key, D, &once).await.unwrap();
+            assert!(taken.fencing_token() > stale.fencing_token());
+            assert!(leases.renew(&stale, D).await.is_err());
+            assert_eq!(recording.counter(TAKEOVERS, &dynamo), 1);
+            // A fresh key (no item yet) is no takeover either.
+            let fresh = LeaseKey::new("metered-fresh").unwrap();
+            leases.try_acquire(&fresh, D, &once).await.unwrap();
+            assert_eq!(recording.counter(TAKEOVERS, &dynamo), 1);
         },
     );
 }

@@ -6,6 +6,10 @@
 //! keeper; `DirectoryStore` renewed explicitly): 36 combinations of three processes each, the six
 //! of one fault point at a time, about 20 s in all. `LEASE_FILE_PAUSES_KEEP=<dir>` keeps the
 //! histories.
+//!
+//! Counting leases (`CountingLease`): in-process clients on a manual clock, one paused inside
+//! its acquire, takeover or renewal while the others act, checked after every step with
+//! `conformance::counting_model::check_trusted_slots` (about 0.1 s).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
@@ -683,4 +687,247 @@ fn a_holder_that_ignores_its_loss_is_caught() {
         );
         println!("{:?} {:?}: {:?}", o.combo.mode, o.combo.face, overlaps[0]);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Counting leases: a slot's holder paused inside a request, in-process on a manual clock.
+// ---------------------------------------------------------------------------------------------
+
+/// The lease of every counting-lease slot here; pauses move the manual clock by twice this.
+const SLOT_LEASE: Duration = Duration::from_secs(10);
+
+/// Clients of one counting lease, each with a store of its own on one directory and one manual
+/// clock, and what they were granted: the invariant is checked after every step.
+struct Slots {
+    clock: Arc<lease_core::ManualClock>,
+    stores: Vec<DirectoryStore>,
+    counting: lease_core::CountingLease,
+    /// What each client believes it holds: (slot, lease).
+    held: Mutex<HashMap<usize, (u32, lease_core::Lease)>>,
+    /// Every fencing token granted, per slot, in the order granted.
+    granted: Mutex<HashMap<u32, Vec<lease_core::FencingToken>>>,
+}
+
+impl Slots {
+    fn new(dir: &Path, mode: ModePreference, clients: usize, limit: u32) -> Self {
+        let clock = Arc::new(lease_core::ManualClock::new());
+        let stores = (0..clients)
+            .map(|_| {
+                DirectoryStore::builder(dir)
+                    .with_mode(mode)
+                    .with_clock(clock.clone())
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        let name = LeaseKey::new("backfill").unwrap();
+        Self {
+            clock,
+            stores,
+            counting: lease_core::CountingLease::new(name, limit).unwrap(),
+            held: Mutex::default(),
+            granted: Mutex::default(),
+        }
+    }
+
+    /// One attempt of `client` to take a slot; records (and checks the fencing of) a grant.
+    fn try_acquire(&self, client: usize) -> Result<u32, lease_core::LeaseError> {
+        let once = AcquireOptions::default();
+        let lease = block_on(
+            self.counting
+                .try_acquire(&self.stores[client], SLOT_LEASE, &once),
+        )?;
+        let slot = self.counting.slot_of(lease.key()).unwrap();
+        let mut granted = self.granted.lock().unwrap();
+        let tokens = granted.entry(slot).or_default();
+        if let Some(last) = tokens.last() {
+            assert!(
+                lease.fencing_token() > *last,
+                "slot {slot}: fencing token {} granted after {last}",
+                lease.fencing_token()
+            );
+        }
+        tokens.push(lease.fencing_token());
+        self.held.lock().unwrap().insert(client, (slot, lease));
+        Ok(slot)
+    }
+
+    /// `client` renews its slot; a refusal ends its belief that it holds it.
+    fn renew(&self, client: usize) -> Result<(), lease_core::LeaseError> {
+        let (slot, lease) = self.held.lock().unwrap().get(&client).cloned().unwrap();
+        match block_on(self.stores[client].renew(&lease, SLOT_LEASE)) {
+            Ok(renewed) => {
+                assert_eq!(renewed.fencing_token(), lease.fencing_token());
+                self.held.lock().unwrap().insert(client, (slot, renewed));
+                Ok(())
+            }
+            Err(error) => {
+                self.held.lock().unwrap().remove(&client);
+                Err(error)
+            }
+        }
+    }
+
+    /// The promise at this instant: no slot trusted twice, at most N trusted.
+    fn check(&self, step: &str) {
+        let held = self.held.lock().unwrap();
+        let limit = self.counting.limit();
+        let result = lease_core::conformance::counting_model::check_trusted_slots(
+            self.clock.as_ref(),
+            held.values().map(|(slot, lease)| (*slot, limit, lease)),
+        );
+        if let Err(violation) = result {
+            panic!("after {step}: {violation}");
+        }
+    }
+
+    /// How many clients trust their slot now.
+    fn trusting(&self) -> usize {
+        let held = self.held.lock().unwrap();
+        held.values()
+            .filter(|(_, lease)| lease.is_trusted(self.clock.as_ref()))
+            .count()
+    }
+
+    /// Runs `call` on a thread of its own that stops at `point` (only there, and only once);
+    /// while it is stopped, the clock moves past every lease's end and `meanwhile` runs; then
+    /// the call resumes. Panics if the call never reached the point.
+    fn paused<T: Send>(
+        &self,
+        point: &'static str,
+        call: impl FnOnce() -> T + Send,
+        meanwhile: impl FnOnce(),
+    ) -> T {
+        let (paused_tx, paused) = std::sync::mpsc::channel::<()>();
+        let (go, go_rx) = std::sync::mpsc::channel::<()>();
+        let armed = Mutex::new(Some((paused_tx, go_rx)));
+        fail::cfg_callback(point, move || {
+            if std::thread::current().name() != Some("paused") {
+                return;
+            }
+            let taken = armed.lock().unwrap().take();
+            if let Some((paused_tx, go_rx)) = taken {
+                paused_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+            }
+        })
+        .unwrap();
+        let out = std::thread::scope(|scope| {
+            let paused_call = std::thread::Builder::new()
+                .name("paused".to_owned())
+                .spawn_scoped(scope, call)
+                .unwrap();
+            let reached = paused.recv_timeout(Duration::from_secs(5)).is_ok();
+            if reached {
+                self.clock.advance(2 * SLOT_LEASE);
+                meanwhile();
+                go.send(()).unwrap();
+            }
+            let out = paused_call.join().unwrap();
+            assert!(reached, "the call never reached {point}");
+            out
+        });
+        fail::remove(point);
+        out
+    }
+}
+
+/// A counting lease's promise holds when a slot's holder is paused past its lease's end inside
+/// its own acquire, takeover or renewal (at the fault point right before the rename), whether or
+/// not another client takes the slot meanwhile: never two trusted holders of one slot, never
+/// more than N trusted, fencing per slot strictly increasing; and the paused holder never trusts
+/// a slot another has. In both modes, about 0.1 s in all.
+#[test]
+fn counting_lease_holders_paused_inside_a_request_break_nothing() {
+    let scenario = fail::FailScenario::setup();
+    for mode in [ModePreference::Kernel, ModePreference::HeartbeatOnly] {
+        // Renewal paused while another takes the slot over: the renewal is refused.
+        let dir = tempfile::tempdir().unwrap();
+        let s = Slots::new(dir.path(), mode, 3, 2);
+        let a = s.try_acquire(0).unwrap();
+        s.try_acquire(1).unwrap();
+        let renewed = s.paused(
+            "lease-file/before-renew",
+            || s.renew(0),
+            || {
+                s.renew(1).unwrap_err(); // expired too: the pause outlasted every lease
+                s.check("the pause");
+                assert_eq!(s.try_acquire(2).unwrap(), a, "{mode:?}: the paused slot");
+                s.check("the takeover of the paused slot");
+            },
+        );
+        assert!(renewed.unwrap_err().is_not_owned(), "{mode:?}");
+        s.check("the paused renewal");
+        assert_eq!(s.trusting(), 1, "{mode:?}");
+
+        // Renewal paused with nobody else about: it may land, but grants no trust past the
+        // lease's end, and the slot is free to take at once.
+        let dir = tempfile::tempdir().unwrap();
+        let s = Slots::new(dir.path(), mode, 2, 1);
+        s.try_acquire(0).unwrap();
+        let _ = s.paused("lease-file/before-renew", || s.renew(0), || {});
+        s.check("the paused renewal");
+        assert_eq!(s.trusting(), 0, "{mode:?}: trusted after a paused renewal");
+        assert_eq!(s.try_acquire(1).unwrap(), 0);
+        s.check("the takeover");
+        assert_eq!(s.trusting(), 1, "{mode:?}");
+        let _ = s.renew(0);
+        s.check("the paused holder's next renewal");
+
+        // Acquisition of a free slot paused while another client takes every slot: the
+        // paused rename fails, and the acquisition finds no slot (or one it may take).
+        let dir = tempfile::tempdir().unwrap();
+        let s = Slots::new(dir.path(), mode, 3, 2);
+        s.try_acquire(1).unwrap();
+        let got = s.paused(
+            "lease-file/before-acquire",
+            || s.try_acquire(0),
+            || {
+                s.try_acquire(2).unwrap();
+                s.check("the acquisition during the pause");
+                s.renew(2).unwrap();
+                s.check("a renewal during the pause");
+            },
+        );
+        s.check("the paused acquisition");
+        if let Err(error) = got {
+            assert!(error.is_held(), "{mode:?}: {error}");
+        }
+        assert!(s.trusting() <= 2, "{mode:?}");
+
+        // Acquisition paused past its own lease's end, nobody about: its rename lands on a
+        // lease already over, trusted by nobody, which another takes over at once.
+        let dir = tempfile::tempdir().unwrap();
+        let s = Slots::new(dir.path(), mode, 2, 1);
+        let got = s.paused("lease-file/before-acquire", || s.try_acquire(0), || {});
+        s.check("the paused acquisition");
+        assert_eq!(got.unwrap(), 0);
+        assert_eq!(
+            s.trusting(),
+            0,
+            "{mode:?}: trusted a lease granted after its end"
+        );
+        assert_eq!(s.try_acquire(1).unwrap(), 0, "{mode:?}: taken over");
+        s.check("the takeover");
+        assert!(s.renew(0).unwrap_err().is_not_owned(), "{mode:?}");
+
+        // Takeover of an expired slot paused while another client takes it over first.
+        let dir = tempfile::tempdir().unwrap();
+        let s = Slots::new(dir.path(), mode, 3, 1);
+        s.try_acquire(1).unwrap();
+        s.clock.advance(2 * SLOT_LEASE);
+        let got = s.paused(
+            "lease-file/before-takeover",
+            || s.try_acquire(0),
+            || {
+                s.try_acquire(2).unwrap();
+                s.check("the other takeover");
+            },
+        );
+        s.check("the paused takeover");
+        assert!(got.unwrap_err().is_held(), "{mode:?}");
+        assert_eq!(s.trusting(), 1, "{mode:?}");
+        assert_eq!(s.granted.lock().unwrap()[&0].len(), 2, "{mode:?}");
+    }
+    scenario.teardown();
 }

@@ -38,8 +38,8 @@ pub(crate) enum Mode {
     /// attacker's moments (temporary lock directories) keep coming. Errors are printed, not
     /// fatal.
     Prune(PruneArgs),
-    /// A leader election on a `DirectoryStore` key: `campaign` (the value published is the
-    /// proc id) waits until elected, claims every 10 ms for HOLD_MS after `check()`, then
+    /// A leader election on a `DirectoryStore` or `DynamoLeases` key: `campaign` (the value
+    /// published is the proc id) waits until elected, claims every 10 ms for HOLD_MS after `check()`, then
     /// resigns (releases); again. `observe` logs every change its `Observer` reports.
     Election(ElectionArgs),
 }
@@ -49,9 +49,14 @@ pub(crate) enum Mode {
 pub(crate) struct ElectionArgs {
     #[command(flatten)]
     pub(crate) common: Common,
-    /// The store directory.
-    #[arg(long, value_name = "D")]
-    pub(crate) dir: PathBuf,
+    /// The store.
+    #[arg(long, value_enum, default_value = "file")]
+    pub(crate) backend: Backend,
+    /// The `DirectoryStore` directory (file backend).
+    #[arg(long, value_name = "D", required_if_eq("backend", "file"))]
+    pub(crate) dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) dynamo: DynamoArgs,
     /// The election's key in the store.
     #[arg(long, value_name = "KEY")]
     pub(crate) key: String,

@@ -29,6 +29,8 @@ pub(crate) enum Surface {
     FleetDynamo,
     /// A leader election (`Election`) on a `DirectoryStore`.
     ElectionFile,
+    /// A leader election (`Election`) on `DynamoLeases`.
+    ElectionDynamo,
 }
 
 impl Surface {
@@ -43,6 +45,7 @@ impl Surface {
             Self::FleetFile => "fleet-file",
             Self::FleetDynamo => "fleet-dynamo",
             Self::ElectionFile => "election-file",
+            Self::ElectionDynamo => "election-dynamo",
         }
     }
 }

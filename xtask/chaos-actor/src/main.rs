@@ -32,9 +32,9 @@
 //! * `prune` removes every free key of a shared store (`DirectoryStore::prune`, idle 0 s) every
 //!   MS ms, so that its keys are created again and again (each creation a moment for the
 //!   chaos run's attacker); it writes no history (`lease run` children do).
-//! * `election` campaigns on a `DirectoryStore` key with its proc id as the published value
-//!   (`Election::campaign`), claims while it leads, resigns; or observes the election and logs
-//!   every report as an `observe` line.
+//! * `election` campaigns on a `DirectoryStore` or `DynamoLeases` key with its proc id as the
+//!   published value (`Election::campaign`), claims while it leads, resigns; or observes the
+//!   election and logs every report as an `observe` line.
 //!
 //! Every mode appends the lines of `docs/chaos.md` to `<RUN_DIR>/history/<ID>.log` (one
 //! `write(2)` per line, `O_APPEND`), reads the instant of a claim *before* the check that

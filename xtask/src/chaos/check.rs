@@ -129,6 +129,8 @@ pub(crate) struct Counts {
     pub(crate) leaders_reported: u64,
     /// Vacancies reported by election observers.
     pub(crate) vacancies_reported: u64,
+    /// `(leaders, vacancies)` reported by election observers, per surface.
+    pub(crate) observed: BTreeMap<Surface, (u64, u64)>,
     /// Leaders reported whose `acq` line is missing, by a proc that campaigned on the key
     /// (killed between its election and its log line): not provable either way.
     pub(crate) leaders_unlogged: u64,
@@ -208,9 +210,16 @@ fn counts(history: &History, tenures: usize) -> Counts {
         *counts.writes.entry(write.outcome).or_insert(0) += 1;
     }
     for observe in &history.observes {
+        let per_surface = counts.observed.entry(observe.surface).or_default();
         match observe.leader {
-            Some(_) => counts.leaders_reported += 1,
-            None => counts.vacancies_reported += 1,
+            Some(_) => {
+                counts.leaders_reported += 1;
+                per_surface.0 += 1;
+            }
+            None => {
+                counts.vacancies_reported += 1;
+                per_surface.1 += 1;
+            }
         }
     }
     counts
@@ -226,11 +235,7 @@ fn check_observers(history: &History, sink: &mut Sink<'_>) -> u64 {
     let mut acquired_by: HashMap<(Id, u64), Id> = HashMap::new();
     let campaigned: std::collections::HashSet<(Id, Id)> =
         history.campaigns.iter().copied().collect();
-    for acq in history
-        .acqs
-        .iter()
-        .filter(|a| a.surface == Surface::ElectionFile)
-    {
+    for acq in history.acqs.iter().filter(|a| a.surface.is_election()) {
         acquired_by.entry((acq.key, acq.token)).or_insert(acq.proc);
     }
     let mut unlogged = 0;
@@ -1018,6 +1023,12 @@ impl CheckReport {
             "vacancies reported by observers",
             c.vacancies_reported.to_string(),
         );
+        for (surface, (leaders, vacancies)) in &c.observed {
+            row(
+                &format!("leaders / vacancies reported, `{}`", surface.as_str()),
+                format!("{leaders} / {vacancies}"),
+            );
+        }
         row(
             "leaders reported, holder killed before logging",
             c.leaders_unlogged.to_string(),
@@ -1802,25 +1813,33 @@ mod tests {
 
     #[test]
     fn observers_report_only_tenures_the_history_shows_and_none_twice() {
-        let run = TempRun::new("observe");
-        let key = "file:/e/leader";
+        for (surface, key) in [
+            ("election-file", "file:/e/leader"),
+            ("election-dynamo", "dynamo:chaos/leader/LOCK"),
+        ] {
+            observers_checked(surface, key);
+        }
+    }
+
+    fn observers_checked(surface: &str, key: &str) {
+        let run = TempRun::new(&format!("observe-{surface}"));
         run.log(
             "elect0.1",
             &[
-                format!("campaign elect0.1 election-file {key} 5"),
-                acq("elect0.1", "election-file", key, 1, 5, 10),
-                claim("elect0.1", "election-file", key, 1, 20),
-                format!("campaign elect0.1 election-file {key} 90"),
+                format!("campaign elect0.1 {surface} {key} 5"),
+                acq("elect0.1", surface, key, 1, 5, 10),
+                claim("elect0.1", surface, key, 1, 20),
+                format!("campaign elect0.1 {surface} {key} 90"),
             ],
         );
         run.log(
             "watch0.1",
             &[
-                format!("observe watch0.1 election-file {key} 0 - 1"),
-                format!("observe watch0.1 election-file {key} 1 elect0.1 12"),
-                format!("observe watch0.1 election-file {key} 0 - 40"),
+                format!("observe watch0.1 {surface} {key} 0 - 1"),
+                format!("observe watch0.1 {surface} {key} 1 elect0.1 12"),
+                format!("observe watch0.1 {surface} {key} 0 - 40"),
                 // Elected at 95, killed before its `acq` line: tolerated, counted.
-                format!("observe watch0.1 election-file {key} 2 elect0.1 100"),
+                format!("observe watch0.1 {surface} {key} 2 elect0.1 100"),
             ],
         );
         let report = check(&run.load(), &ASSUME);
@@ -1833,14 +1852,23 @@ mod tests {
             ),
             (2, 2, 1)
         );
+        let surface_id = crate::chaos::history::Surface::parse(surface).unwrap();
+        assert_eq!(report.counts.observed.get(&surface_id), Some(&(2, 2)));
+        let md = report.to_markdown(7, &[]);
+        assert!(
+            md.contains(&format!(
+                "| leaders / vacancies reported, `{surface}` | 2 / 2 |"
+            )),
+            "{md}"
+        );
 
         // Token 1 reported as another proc's, a proc that never stood, and a repeat.
         run.log(
             "watch1.1",
             &[
-                format!("observe watch1.1 election-file {key} 1 elect9.1 12"),
-                format!("observe watch1.1 election-file {key} 3 nobody.1 50"),
-                format!("observe watch1.1 election-file {key} 3 nobody.1 60"),
+                format!("observe watch1.1 {surface} {key} 1 elect9.1 12"),
+                format!("observe watch1.1 {surface} {key} 3 nobody.1 50"),
+                format!("observe watch1.1 {surface} {key} 3 nobody.1 60"),
             ],
         );
         let report = check(&run.load(), &ASSUME);

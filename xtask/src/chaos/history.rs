@@ -75,11 +75,13 @@ pub(crate) enum Surface {
     /// A leader election (`Election`) over the file store: campaigners' tenures and
     /// observers' reports.
     ElectionFile,
+    /// A leader election (`Election`) over DynamoDB, through the proxy.
+    ElectionDynamo,
 }
 
 impl Surface {
     /// Every surface with its name in history lines.
-    pub(crate) const ALL: [(Surface, &'static str); 8] = [
+    pub(crate) const ALL: [(Surface, &'static str); 9] = [
         (Surface::RunFile, "run-file"),
         (Surface::RunDynamo, "run-dynamo"),
         (Surface::FilelockKernel, "filelock-kernel"),
@@ -88,6 +90,7 @@ impl Surface {
         (Surface::FleetFile, "fleet-file"),
         (Surface::FleetDynamo, "fleet-dynamo"),
         (Surface::ElectionFile, "election-file"),
+        (Surface::ElectionDynamo, "election-dynamo"),
     ];
 
     /// The surface named `name` in a history line.
@@ -111,8 +114,17 @@ impl Surface {
     pub(crate) fn is_dynamo(self) -> bool {
         matches!(
             self,
-            Surface::RunDynamo | Surface::LeaseDynamo | Surface::FleetDynamo
+            Surface::RunDynamo
+                | Surface::LeaseDynamo
+                | Surface::FleetDynamo
+                | Surface::ElectionDynamo
         )
+    }
+
+    /// Whether the surface is a leader election (its `acq` lines are elections, and observers
+    /// report on its keys).
+    pub(crate) fn is_election(self) -> bool {
+        matches!(self, Surface::ElectionFile | Surface::ElectionDynamo)
     }
 
     /// Whether the surface is a fleet worker (its keys are units).

@@ -49,8 +49,8 @@ pub(crate) enum Role {
     DynamoLease,
     /// `lease-chaos-actor fleet` worker on the files or on DynamoDB.
     Fleet { worker: u32 },
-    /// `lease-chaos-actor election` on `files/election`, key `leader`: a campaigner, or
-    /// (`observe`) an observer.
+    /// `lease-chaos-actor election` on `files/election` or on DynamoDB (through the proxy),
+    /// key `leader`: a campaigner, or (`observe`) an observer.
     Election { observe: bool },
 }
 
@@ -124,7 +124,9 @@ impl Slot {
     /// How long this slot's lease (or session) lasts: SIGSTOPs are longer than this.
     pub(crate) fn lease_length(&self) -> Duration {
         match (&self.role, self.backend) {
-            (Role::FileLock { .. } | Role::Election { .. }, _) => Duration::from_millis(1000),
+            (Role::FileLock { .. }, _) | (Role::Election { .. }, Backend::File) => {
+                Duration::from_millis(1000)
+            }
             (Role::RunFile | Role::RunShared | Role::Prune, _)
             | (Role::RunCounting, Backend::File)
             | (Role::Fleet { .. }, Backend::File) => Duration::from_secs(2),
@@ -276,12 +278,28 @@ impl Slot {
                 command
             }
             (Role::Fleet { worker }, backend) => fleet(context, &proc, *worker, backend),
-            (Role::Election { observe }, _) => {
+            (Role::Election { observe }, backend) => {
                 let mut command = actor(context, "election", &proc);
+                match backend {
+                    Backend::File => command.arg("--dir").arg(files.join("election")).args([
+                        "--ttl-ms",
+                        "1000",
+                        "--hold-ms",
+                        "100",
+                    ]),
+                    // A lease as the other DynamoDB actors' (3 s), led a little longer.
+                    Backend::Dynamo => command
+                        .args(["--backend", "dynamo", "--table", TABLE])
+                        .args([
+                            "--endpoint",
+                            context.endpoint.as_deref().unwrap_or_default(),
+                        ])
+                        .args(["--skew-ms", &DYNAMO_SKEW.as_millis().to_string()])
+                        .args(["--attempt-timeout-ms", "800"])
+                        .args(["--ttl-ms", "3000", "--hold-ms", "400"]),
+                };
                 command
-                    .arg("--dir")
-                    .arg(files.join("election"))
-                    .args(["--key", "leader", "--ttl-ms", "1000", "--hold-ms", "100"])
+                    .args(["--key", "leader"])
                     .args(["--role", if *observe { "observe" } else { "campaign" }]);
                 command
             }
@@ -448,6 +466,12 @@ pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
             }
             for worker in 0..3 {
                 add(format!("fleetd{worker}"), Role::Fleet { worker });
+            }
+            for i in 0..3 {
+                add(format!("electd{i}"), Role::Election { observe: false });
+            }
+            for i in 0..2 {
+                add(format!("watchd{i}"), Role::Election { observe: true });
             }
         }
     }

@@ -16,7 +16,8 @@ use proptest::prelude::*;
 
 use super::Subject;
 use crate::{
-    AcquireOptions, CountingLease, FencingToken, Lease, LeaseBackendExt, LeaseError, LeaseToken,
+    AcquireOptions, Clock, CountingLease, FencingToken, Lease, LeaseBackendExt, LeaseError,
+    LeaseToken,
 };
 
 /// One step of a client, or of time.
@@ -266,23 +267,63 @@ impl CountingRun<'_> {
     /// At no instant do two clients trust one slot, or more clients trust slots than the
     /// largest limit among them.
     fn at_most_n_trusting(&self) -> Result<(), String> {
-        let clock = self.subject.clock();
-        let trusting: Vec<&Held> = self
-            .held
-            .values()
-            .filter(|held| held.lease.is_trusted(clock.as_ref()))
-            .collect();
-        let slots: BTreeSet<u32> = trusting.iter().map(|held| held.slot).collect();
-        if slots.len() < trusting.len() {
-            return Err(format!("two clients trust one slot: {trusting:?}"));
-        }
-        let most = trusting.iter().map(|held| held.limit).max().unwrap_or(0);
-        if trusting.len() > usize::try_from(most).unwrap_or(usize::MAX) {
-            return Err(format!(
-                "{} clients trust slots of at most {most}",
-                trusting.len()
-            ));
-        }
-        Ok(())
+        check_trusted_slots(
+            self.subject.clock().as_ref(),
+            self.held
+                .values()
+                .map(|held| (held.slot, held.limit, &held.lease)),
+        )
     }
+}
+
+/// The counting lease's promise at this instant, for the slots clients believe they hold:
+/// `(slot, limit acquired with, lease)`. Among the leases `clock` says are trusted, no two are
+/// of one slot, and they number at most the largest limit among them. Pause-injection tests
+/// call it between the steps of real processes or threads.
+///
+/// ```
+/// use lease_core::conformance::counting_model::check_trusted_slots;
+/// use lease_core::{CountingLease, LeaseBackend, LeaseKey, MemoryBackend};
+/// use lease_core::executor::block_on;
+/// use std::time::Duration;
+///
+/// let store = MemoryBackend::new();
+/// let two = CountingLease::new(LeaseKey::new("backfill")?, 2)?;
+/// let a = block_on(two.acquire(&store, Duration::from_secs(5)))?;
+/// let b = block_on(two.acquire(&store, Duration::from_secs(5)))?;
+/// let slot = |l: &lease_core::Lease| two.slot_of(l.key()).unwrap_or(u32::MAX);
+/// let held = [(slot(&a), 2, &a), (slot(&b), 2, &b)];
+/// assert!(check_trusted_slots(store.clock(), held).is_ok());
+/// // Had both been given slot 0, or had they acquired with a limit of 1, it would say so.
+/// assert!(check_trusted_slots(store.clock(), [(0, 2, &a), (0, 2, &b)]).is_err());
+/// assert!(check_trusted_slots(store.clock(), [(0, 1, &a), (1, 1, &b)]).is_err());
+/// # Ok::<(), lease_core::LeaseError>(())
+/// ```
+///
+/// # Errors
+/// A description of the violation, naming the trusted leases.
+pub fn check_trusted_slots<'a>(
+    clock: &dyn Clock,
+    held: impl IntoIterator<Item = (u32, u32, &'a Lease)>,
+) -> Result<(), String> {
+    let trusting: Vec<(u32, u32, &Lease)> = held
+        .into_iter()
+        .filter(|(_, _, lease)| lease.is_trusted(clock))
+        .collect();
+    let slots: BTreeSet<u32> = trusting.iter().map(|(slot, _, _)| *slot).collect();
+    if slots.len() < trusting.len() {
+        return Err(format!("two clients trust one slot: {trusting:?}"));
+    }
+    let most = trusting
+        .iter()
+        .map(|(_, limit, _)| *limit)
+        .max()
+        .unwrap_or(0);
+    if trusting.len() > usize::try_from(most).unwrap_or(usize::MAX) {
+        return Err(format!(
+            "{} clients trust slots of at most {most}: {trusting:?}",
+            trusting.len()
+        ));
+    }
+    Ok(())
 }
