@@ -137,7 +137,7 @@ fn profiles(root_manifest: &str) -> String {
 
 /// Every crate under `crates/` whose manifest does not say `publish = false`, with its version
 /// (the workspace's, which every published crate either inherits or spells out the same).
-fn published_crates() -> Result<Vec<(String, String)>> {
+pub(crate) fn published_crates() -> Result<Vec<(String, String)>> {
     let root = project_root();
     let workspace_version =
         manifest_value(&fs::read_to_string(root.join("Cargo.toml"))?, "version")
