@@ -106,20 +106,7 @@ impl Steps {
             if command.get_current_dir().is_none() {
                 command.current_dir(project_root());
             }
-            println!("    $ {}", command_line(command));
-            let status = command.status().map_err(|error| {
-                format!(
-                    "{title}: could not start `{}`: {error}",
-                    command_line(command)
-                )
-            })?;
-            if !status.success() {
-                return Err(format!(
-                    "step `{title}` failed ({status}): {}",
-                    command_line(command)
-                )
-                .into());
-            }
+            run_command(title, command)?;
         }
         self.finish_as(kind, title, started);
         Ok(())
@@ -181,6 +168,27 @@ pub(crate) fn cargo(args: &[&str]) -> Command {
     let mut command = Command::new("cargo");
     command.args(args);
     command
+}
+
+/// Runs one command of the step `title`, printing its line; a failure names the step and the
+/// command.
+pub(crate) fn run_command(title: &str, command: &mut Command) -> Result {
+    println!("    $ {}", command_line(command));
+    let status = command.status().map_err(|error| {
+        format!(
+            "{title}: could not start `{}`: {error}",
+            command_line(command)
+        )
+    })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "step `{title}` failed ({status}): {}",
+            command_line(command)
+        )
+        .into())
+    }
 }
 
 /// The command as one copyable shell line, with the variables it sets in front (and a `cd` to
