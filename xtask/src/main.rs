@@ -11,6 +11,8 @@ mod chaos;
 mod docker;
 mod dynamo_local;
 mod package;
+mod public_api;
+mod quick_start;
 mod step;
 mod test;
 
@@ -27,7 +29,9 @@ cargo xtask <TASK> [FLAGS]
 Tasks:
   test [--no-dynamo] [--quick]
         THE test command: fmt --check, clippy -D warnings (default features, then
-        lease-core --all-features), DynamoDB Local up, cargo test (all targets, doc
+        lease-core --all-features), DynamoDB Local up, the builds (every test target,
+        the public API's rustdoc JSON and the README quick starts, which two xtask
+        tests then only check and run), cargo test (all targets, doc
         tests, lease-core --all-features), DynamoDB Local down, a one-minute chaos
         run (below; --backend all --seed 1), rustdoc with -D warnings, rustdoc as
         docs.rs renders it (--all-features --cfg docsrs), and the packages: cargo

@@ -10,7 +10,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::step::{Steps, cargo, command_line};
+use crate::step::{Steps, cargo, run_command};
 use crate::{Result, project_root};
 
 /// A page docs.rs renders for a feature-gated item; with `doc_cfg` it names the feature.
@@ -54,7 +54,7 @@ pub(crate) fn packages(steps: &mut Steps) -> Result {
     for (name, _) in &published {
         package.args(["-p", name]);
     }
-    run(title, package.current_dir(project_root()))?;
+    run_command(title, package.current_dir(project_root()))?;
 
     let scratch = target_dir().join("package-check");
     if scratch.exists() {
@@ -65,7 +65,7 @@ pub(crate) fn packages(steps: &mut Steps) -> Result {
     for (name, version) in &published {
         let folder = format!("{name}-{version}");
         let archive = target_dir().join("package").join(format!("{folder}.crate"));
-        run(
+        run_command(
             title,
             std::process::Command::new("tar")
                 .arg("-xzf")
@@ -93,7 +93,7 @@ pub(crate) fn packages(steps: &mut Steps) -> Result {
     build
         .env("CARGO_TARGET_DIR", target_dir())
         .current_dir(&scratch);
-    run(title, &mut build)?;
+    run_command(title, &mut build)?;
     steps.finish(title, started);
     Ok(())
 }
@@ -137,7 +137,7 @@ fn profiles(root_manifest: &str) -> String {
 
 /// Every crate under `crates/` whose manifest does not say `publish = false`, with its version
 /// (the workspace's, which every published crate either inherits or spells out the same).
-fn published_crates() -> Result<Vec<(String, String)>> {
+pub(crate) fn published_crates() -> Result<Vec<(String, String)>> {
     let root = project_root();
     let workspace_version =
         manifest_value(&fs::read_to_string(root.join("Cargo.toml"))?, "version")
@@ -170,26 +170,6 @@ fn manifest_value(manifest: &str, key: &str) -> Option<String> {
         let value = value.trim();
         (name.trim() == key && value.starts_with('"')).then(|| value.trim_matches('"').to_owned())
     })
-}
-
-/// Runs a command of the step, printing its line; a failure names the step and the command.
-fn run(title: &str, command: &mut std::process::Command) -> Result {
-    println!("    $ {}", command_line(command));
-    let status = command.status().map_err(|error| {
-        format!(
-            "{title}: could not start `{}`: {error}",
-            command_line(command)
-        )
-    })?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "step `{title}` failed ({status}): {}",
-            command_line(command)
-        )
-        .into())
-    }
 }
 
 /// The cargo target directory (`CARGO_TARGET_DIR`, else `<root>/target`).

@@ -87,24 +87,26 @@ impl Steps {
         self.run_as(Kind::Other, title, command)
     }
 
-    /// Runs `command` in the workspace root as one step of `kind`; a non-zero exit ends the
-    /// task.
+    /// Runs `command` as one step of `kind`, in the workspace root unless it names its own
+    /// directory; a non-zero exit ends the task.
     pub(crate) fn run_as(&mut self, kind: Kind, title: &str, command: &mut Command) -> Result {
+        self.run_all_as(kind, title, std::slice::from_mut(command))
+    }
+
+    /// Runs `commands` one after another as one step of `kind`, each in the workspace root
+    /// unless it names its own directory; the first non-zero exit ends the task.
+    pub(crate) fn run_all_as(
+        &mut self,
+        kind: Kind,
+        title: &str,
+        commands: &mut [Command],
+    ) -> Result {
         let started = self.announce(title);
-        command.current_dir(project_root());
-        println!("    $ {}", command_line(command));
-        let status = command.status().map_err(|error| {
-            format!(
-                "{title}: could not start `{}`: {error}",
-                command_line(command)
-            )
-        })?;
-        if !status.success() {
-            return Err(format!(
-                "step `{title}` failed ({status}): {}",
-                command_line(command)
-            )
-            .into());
+        for command in commands {
+            if command.get_current_dir().is_none() {
+                command.current_dir(project_root());
+            }
+            run_command(title, command)?;
         }
         self.finish_as(kind, title, started);
         Ok(())
@@ -168,9 +170,37 @@ pub(crate) fn cargo(args: &[&str]) -> Command {
     command
 }
 
-/// The command as one copyable shell line, with the variables it sets in front.
+/// Runs one command of the step `title`, printing its line; a failure names the step and the
+/// command.
+pub(crate) fn run_command(title: &str, command: &mut Command) -> Result {
+    println!("    $ {}", command_line(command));
+    let status = command.status().map_err(|error| {
+        format!(
+            "{title}: could not start `{}`: {error}",
+            command_line(command)
+        )
+    })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "step `{title}` failed ({status}): {}",
+            command_line(command)
+        )
+        .into())
+    }
+}
+
+/// The command as one copyable shell line, with the variables it sets in front (and a `cd` to
+/// its folder when that is not the workspace root).
 pub(crate) fn command_line(command: &Command) -> String {
     let mut line = String::new();
+    if let Some(dir) = command
+        .get_current_dir()
+        .filter(|dir| *dir != project_root())
+    {
+        let _ = write!(line, "cd {} && ", shell_quote(&dir.to_string_lossy()));
+    }
     for (name, value) in command.get_envs() {
         if let Some(value) = value {
             let _ = write!(

@@ -4,7 +4,7 @@ use std::process::Command;
 
 use crate::dynamo_local::Dynamo;
 use crate::step::{Kind, Steps, TEST_TIME_BUDGET, cargo};
-use crate::{Result, parse_flags};
+use crate::{Result, parse_flags, project_root, public_api, quick_start};
 
 /// The suites that need DynamoDB; `cargo xtask test` runs them as part of the workspace.
 const DYNAMO_PACKAGES: [&str; 2] = ["lease-dynamo", "lessor-partition"];
@@ -13,7 +13,7 @@ const DYNAMO_PACKAGES: [&str; 2] = ["lease-dynamo", "lessor-partition"];
 pub(crate) fn test(flags: &[&str]) -> Result {
     let given = parse_flags("test", flags, &["--no-dynamo", "--quick"])?;
     let (no_dynamo, quick) = (given[0], given[1]);
-    let total = 11 + usize::from(!no_dynamo) + if quick { 0 } else { 8 };
+    let total = 13 + usize::from(!no_dynamo) + if quick { 0 } else { 8 };
     let mut steps = Steps::new("test", total).with_test_budget(TEST_TIME_BUDGET);
 
     if !quick {
@@ -206,7 +206,52 @@ fn build_tests(steps: &mut Steps, dynamo: &Dynamo) -> Result {
             "-p",
             "lease-cli",
         ]),
+    )?;
+    build_what_xtask_tests_check(steps)
+}
+
+/// What two xtask tests compile before they check anything: they run the same commands, which
+/// cargo then finds up to date, so their test time is the checking alone.
+fn build_what_xtask_tests_check(steps: &mut Steps) -> Result {
+    let root = project_root();
+    let public_api_dir = public_api::target_dir(&root, std::env::var_os("CARGO_TARGET_DIR"));
+    let mut documents: Vec<Command> = public_api::LISTED
+        .iter()
+        .map(|(package, features)| {
+            public_api::rustdoc_json("cargo".into(), &root, package, *features, &public_api_dir)
+        })
+        .collect();
+    steps.run_all_as(
+        Kind::Build,
+        "build the public API's rustdoc JSON (xtask/tests/surface.rs)",
+        &mut documents,
+    )?;
+    steps.run_all_as(
+        Kind::Build,
+        "build the README quick starts (xtask/tests/readme_quick_starts.rs)",
+        &mut quick_start_builds(&root)?,
     )
+}
+
+/// A `cargo build` of every published crate's README quick start, written out as a crate.
+fn quick_start_builds(root: &std::path::Path) -> Result<Vec<Command>> {
+    let crates: Vec<(String, std::path::PathBuf)> = crate::package::published_crates()?
+        .into_iter()
+        .map(|(name, _)| {
+            let dir = root.join("crates").join(&name);
+            (name, dir)
+        })
+        .collect();
+    let target = quick_start::target_dir(root);
+    let mut builds = Vec::new();
+    for (krate, dir) in &crates {
+        if let Some(quick) = quick_start::write(root, &crates, krate, dir)
+            .map_err(|problem| format!("{krate}/README.md quick start: {problem}"))?
+        {
+            builds.push(quick.build("cargo".as_ref(), &target));
+        }
+    }
+    Ok(builds)
 }
 
 /// `cargo xtask itest`: only the suites that need DynamoDB, with DynamoDB provisioned.

@@ -6,6 +6,8 @@
 //! when the code and the list differ. After a deliberate change, one command regenerates it:
 //! `LEASE_BLESS=1 cargo test -p xtask --test surface`; review the list's diff.
 
+#[path = "../src/public_api.rs"]
+mod public_api;
 #[path = "surface/render.rs"]
 mod render;
 #[path = "surface/rustdoc.rs"]
@@ -18,20 +20,12 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Instant;
 
+use public_api::LISTED;
 use render::{Entry, Kind, Render};
 use rustdoc::{Doc, document, id_key, joined};
 use support::{crates, read, root};
 
 const LIST: &str = "docs/public-api.txt";
-
-/// The library crates listed, in dependency order (a crate's re-exports of another are
-/// resolved through the other's list), with the features documented (`None`: all).
-const LISTED: [(&str, Option<&[&str]>); 4] = [
-    ("lease-core", None),
-    ("lease-file", None),
-    ("lease-dynamo", None),
-    ("lessor-partition", None),
-];
 
 /// Crates with no library surface, and why.
 const UNLISTED: [(&str, &str); 1] = [("lease-cli", "a binary: its surface is its command line")];
@@ -41,9 +35,7 @@ fn entries() -> &'static BTreeMap<String, Vec<Entry>> {
     static ENTRIES: OnceLock<BTreeMap<String, Vec<Entry>>> = OnceLock::new();
     ENTRIES.get_or_init(|| {
         let started = Instant::now();
-        let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-            .map_or_else(|| root().join("target"), PathBuf::from)
-            .join("public-api");
+        let target_dir = public_api::target_dir(&root(), std::env::var_os("CARGO_TARGET_DIR"));
         let mut known = BTreeMap::new();
         let mut all = BTreeMap::new();
         for (package, features) in LISTED {

@@ -699,22 +699,63 @@ fn wall_ns() -> u128 {
         .as_nanos()
 }
 
-/// Whether any process of group `pgid` is alive (zombies count as gone).
+/// Whether any process of group `pgid` is alive (zombies count as gone). `/proc/PID/stat` is
+/// read as bytes: a command's name (comm) is whatever its file is called, UTF-8 or not.
 fn group_alive(pgid: i32) -> bool {
     std::fs::read_dir("/proc")
         .expect("proc")
         .flatten()
         .any(|entry| {
-            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-            let Some((_, rest)) = stat.rsplit_once(')') else {
+            let stat = std::fs::read(entry.path().join("stat")).unwrap_or_default();
+            // comm may hold spaces and parentheses: the last `)` ends it.
+            let Some(end) = stat.iter().rposition(|&b| b == b')') else {
                 return false;
             };
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            fields.len() > 2
-                && fields[2].parse() == Ok(pgid)
-                && fields[0] != "Z"
-                && fields[0] != "X"
+            let mut fields = stat[end + 1..]
+                .split(u8::is_ascii_whitespace)
+                .filter(|field| !field.is_empty());
+            let (Some(state), Some(_ppid), Some(group)) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                return false;
+            };
+            let group = std::str::from_utf8(group).ok().and_then(|g| g.parse().ok());
+            group == Some(pgid) && state != b"Z" && state != b"X"
         })
+}
+
+#[test]
+fn a_group_member_whose_name_is_not_utf8_counts_as_alive() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The kernel names a process after the file it executes: here, bytes that are not UTF-8.
+    let name = dir
+        .path()
+        .join(std::ffi::OsStr::from_bytes(b"sl\xffe\xfep"));
+    std::os::unix::fs::symlink(which("sleep"), &name).expect("symlink sleep");
+    let mut child = Command::new(&name)
+        .arg("30")
+        .process_group(0)
+        .spawn()
+        .expect("spawn sleep under a non-UTF-8 name");
+    let pgid = i32::try_from(child.id()).expect("pid fits i32");
+    let alive = group_alive(pgid);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        alive,
+        "a live process named by non-UTF-8 bytes was taken for gone"
+    );
+    assert!(!group_alive(pgid), "the reaped group still counts as alive");
+}
+
+/// The path of `program` on `PATH`.
+fn which(program: &str) -> std::path::PathBuf {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join(program))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| panic!("{program} is not on PATH"))
 }
 
 /// Waits up to 5 s for every process of group `pgid` to be gone; how long it took.

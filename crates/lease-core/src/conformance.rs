@@ -733,12 +733,14 @@ async fn yield_now() {
     .await;
 }
 
+mod counted;
 mod counting;
 pub mod counting_model;
 pub mod model;
 #[cfg(feature = "metrics")]
 pub mod recording;
 
+pub use counted::{CountedBackend, RequestCounts};
 pub use counting::{
     counting_lease_admits_at_most_n, counting_lease_limit_changes_never_share_a_slot,
     counting_lease_slots_expire_and_fence, counting_lease_survives_lost_replies,

@@ -15,64 +15,17 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use lease_core::conformance::CountedBackend;
 use lease_core::executor::block_on;
 use lease_core::{
-    AcquireOptions, BoxFuture, Clock, CountingLease, FencingToken, Lease, LeaseBackend,
-    LeaseBackendExt, LeaseError, LeaseKey, LeaseRecord, LeaseToken, MemoryBackend,
+    AcquireOptions, CountingLease, LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend,
 };
 use lease_file::DirectoryStore;
 
 const LIMIT: u32 = 4;
 const D: Duration = Duration::from_secs(30);
-
-/// A backend that counts the `try_acquire` calls it forwards.
-#[derive(Debug)]
-struct Counted {
-    inner: Arc<dyn LeaseBackend>,
-    attempts: AtomicU64,
-}
-
-impl LeaseBackend for Counted {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn clock(&self) -> &dyn Clock {
-        self.inner.clock()
-    }
-    fn try_acquire<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        duration: Duration,
-        options: &'a AcquireOptions,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        self.attempts.fetch_add(1, Ordering::Relaxed);
-        self.inner.try_acquire(key, duration, options)
-    }
-    fn renew<'a>(
-        &'a self,
-        lease: &'a Lease,
-        duration: Duration,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        self.inner.renew(lease, duration)
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        token: &'a LeaseToken,
-        fencing: FencingToken,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.inner.release(key, token, fencing)
-    }
-    fn inspect<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
-        self.inner.inspect(key)
-    }
-}
 
 /// One backend's figures.
 struct Figures {
@@ -137,25 +90,23 @@ fn measure(
         ratios[1].push(per_op(batch, || slot(&half)) / base);
         ratios[2].push(per_op(batch, refused) / base);
     }
-    let counted = Counted {
-        inner: store.clone(),
-        attempts: AtomicU64::new(0),
-    };
-    let requests = |op: &dyn Fn(&Counted)| {
-        counted.attempts.store(0, Ordering::Relaxed);
+    // Counts the `try_acquire` calls it forwards.
+    let counted = CountedBackend::new(store.clone());
+    let requests = |op: &dyn Fn(&CountedBackend)| {
+        let before = counted.counts().acquires;
         let n = counted_n;
         for _ in 0..n {
             op(&counted);
         }
-        counted.attempts.load(Ordering::Relaxed) as f64 / f64::from(n)
+        (counted.counts().acquires - before) as f64 / f64::from(n)
     };
-    let take = |counting: &CountingLease, c: &Counted| {
+    let take = |counting: &CountingLease, c: &CountedBackend| {
         let lease = block_on(counting.try_acquire(c, D, &once)).unwrap();
         block_on(c.release_lease(&lease)).unwrap();
     };
     let free_requests = requests(&|c| take(&free, c));
     let half_requests = requests(&|c| take(&half, c));
-    let full_requests = requests(&|c: &Counted| {
+    let full_requests = requests(&|c: &CountedBackend| {
         block_on(full.try_acquire(c, D, &once)).unwrap_err();
     });
     for lease in &others {

@@ -14,14 +14,11 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use support::endpoint;
 
-use lease_core::{
-    AcquireOptions, BoxFuture, Clock, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
-    LeaseListing, LeaseRecord, LeaseToken,
-};
+use lease_core::LeaseBackend;
+use lease_core::conformance::CountedBackend;
 use lease_dynamo::DynamoLeases;
 use lessor_partition::{Worker, WorkerHandle};
 
@@ -39,99 +36,6 @@ const SIM_FIGURES: [(usize, f64, f64); 2] = [(256, 2.16, 6.0), (1024, 2.16, 18.0
 fn figures() -> (usize, f64, f64) {
     let long = std::env::var("LEASE_LONG").is_ok_and(|v| v == "1");
     SIM_FIGURES[usize::from(long)]
-}
-
-/// A store that counts every request and every record its reads return.
-#[derive(Debug)]
-struct Counting {
-    inner: Arc<dyn LeaseBackend>,
-    requests: AtomicU64,
-    records: AtomicU64,
-}
-
-impl Counting {
-    fn count(&self) -> &dyn LeaseBackend {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        &*self.inner
-    }
-    fn counts(&self) -> (u64, u64) {
-        (
-            self.requests.load(Ordering::Relaxed),
-            self.records.load(Ordering::Relaxed),
-        )
-    }
-}
-
-impl LeaseBackend for Counting {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn clock(&self) -> &dyn Clock {
-        self.inner.clock()
-    }
-    fn as_listing(&self) -> Option<&dyn LeaseListing> {
-        Some(self)
-    }
-    fn try_acquire<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        duration: Duration,
-        options: &'a AcquireOptions,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        self.count().try_acquire(key, duration, options)
-    }
-    fn renew<'a>(
-        &'a self,
-        lease: &'a Lease,
-        duration: Duration,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        self.count().renew(lease, duration)
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        token: &'a LeaseToken,
-        fencing: FencingToken,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.count().release(key, token, fencing)
-    }
-    fn delete<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-        holder: Option<&'a LeaseToken>,
-        fencing: FencingToken,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        self.count().delete(key, holder, fencing)
-    }
-    fn inspect<'a>(
-        &'a self,
-        key: &'a LeaseKey,
-    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, LeaseError>> {
-        Box::pin(async move {
-            let record = self.count().inspect(key).await?;
-            self.records
-                .fetch_add(u64::from(record.is_some()), Ordering::Relaxed);
-            Ok(record)
-        })
-    }
-}
-
-impl LeaseListing for Counting {
-    fn list_partition<'a>(
-        &'a self,
-        partition: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<LeaseRecord>, LeaseError>> {
-        Box::pin(async move {
-            let listing = self
-                .count()
-                .as_listing()
-                .ok_or_else(|| LeaseError::unsupported(self.inner.name(), "list_partition"))?;
-            let records = listing.list_partition(partition).await?;
-            self.records
-                .fetch_add(records.len() as u64, Ordering::Relaxed);
-            Ok(records)
-        })
-    }
 }
 
 fn all_owned(handles: &BTreeMap<usize, WorkerHandle>, units: usize) -> bool {
@@ -185,11 +89,12 @@ fn eight_workers_with_an_assigner_cost_what_the_simulator_says_on_dynamodb_local
             .ensure_table()
             .await
             .expect("table on DynamoDB Local");
-        let counting = Arc::new(Counting {
-            inner: Arc::new(leases),
-            requests: AtomicU64::new(0),
-            records: AtomicU64::new(0),
-        });
+        // Every request and every record its reads return.
+        let counting = Arc::new(CountedBackend::new(Arc::new(leases)));
+        let counts = || {
+            let now = counting.counts();
+            (now.requests, now.records)
+        };
         let store: Arc<dyn LeaseBackend> = counting.clone();
 
         let mut handles = BTreeMap::new();
@@ -221,11 +126,11 @@ fn eight_workers_with_an_assigner_cost_what_the_simulator_says_on_dynamodb_local
         // measured; one must match.
         let mut matched = false;
         for attempt in 1..=3 {
-            let (requests, records) = counting.counts();
+            let (requests, records) = counts();
             let before_ticks = ticks(&handles);
             tokio::time::sleep(INTERVAL * WINDOW).await;
             let (requests, records) = {
-                let (r, c) = counting.counts();
+                let (r, c) = counts();
                 (r - requests, c - records)
             };
             let worker_ticks = (ticks(&handles) - before_ticks).max(1) as f64;

@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::{Map, Value};
 
+use crate::public_api;
 use crate::support::root;
 
 /// One crate's rustdoc JSON.
@@ -20,35 +20,11 @@ pub(crate) struct Doc {
 }
 
 /// Runs `cargo rustdoc` for `package`'s library with `features` (`None`: all of them) into
-/// `target_dir`, and reads the JSON it wrote. Rustdoc's JSON output is unstable, so the one
-/// pinned stable toolchain is asked for it with `RUSTC_BOOTSTRAP=1`; its own target dir keeps
-/// that variable from invalidating the builds of the main one.
+/// `target_dir` (the command `cargo xtask test` builds with, so after its build step cargo
+/// finds the JSON up to date), and reads the JSON it wrote.
 pub(crate) fn document(package: &str, features: Option<&[&str]>, target_dir: &Path) -> Doc {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut command = Command::new(cargo);
-    command
-        .current_dir(root())
-        .env("RUSTC_BOOTSTRAP", "1")
-        .args([
-            "rustdoc",
-            "--quiet",
-            "--package",
-            package,
-            "--lib",
-            "--target-dir",
-        ])
-        .arg(target_dir);
-    match features {
-        None => {
-            command.arg("--all-features");
-        }
-        Some(features) if !features.is_empty() => {
-            command.args(["--features", &features.join(",")]);
-        }
-        Some(_) => {}
-    }
-    command.args(["--", "-Z", "unstable-options", "--output-format", "json"]);
-    let output = command
+    let output = public_api::rustdoc_json(cargo, &root(), package, features, target_dir)
         .output()
         .unwrap_or_else(|e| panic!("run cargo rustdoc -p {package}: {e}"));
     assert!(
