@@ -41,8 +41,8 @@ pub(crate) fn hold_lock(args: &HoldLockArgs) -> u8 {
     };
     if killed {
         // The guard leads the group and was killed with it: it can run nothing more, so the
-        // lock need not wait for its teardown (a multi-threaded process takes hundreds of
-        // microseconds to die), only for the command's processes.
+        // lock need not wait for its teardown (a multi-threaded process is slow to die), only
+        // for the command's processes.
         scan_until_gone(|| crate::run::group_alive_besides(args.group, args.group));
     } else {
         wait_until_gone(args.group);
@@ -94,14 +94,20 @@ fn quiet_stderr() {
     }
 }
 
+/// How long [`wait_until_gone`] asks the kernel alone, and the first pause between scans.
+const QUICK: Duration = Duration::from_micros(50);
+
+/// The longest pause between two scans of `/proc`.
+const SLOWEST: Duration = Duration::from_millis(10);
+
 /// Returns once no live process is left in group `pgid`. A host's init often reaps orphaned
-/// zombies within microseconds, and then `kill(-group, 0)` alone says the group is gone; until
-/// they are reaped (some container inits take seconds) only a scan of `/proc` tells them from
-/// live processes. So ask the kernel alone for up to 50 µs, then scan, again after 50 µs,
-/// doubling up to 10 ms: a handover is held back neither by a fixed poll nor by a slow reaper.
+/// zombies at once, and then `kill(-group, 0)` alone says the group is gone; until they are
+/// reaped (some container inits take seconds) only a scan of `/proc` tells them from live
+/// processes. So ask the kernel alone for [`QUICK`], then scan (see [`scan_until_gone`]): a
+/// handover is held back neither by a fixed poll nor by a slow reaper.
 fn wait_until_gone(pgid: i32) {
     let group = Pid::from_raw(-pgid);
-    let quick_until = Instant::now() + Duration::from_micros(50);
+    let quick_until = Instant::now() + QUICK;
     while kill(group, None).is_ok() {
         if Instant::now() >= quick_until {
             scan_until_gone(|| crate::run::group_alive(pgid));
@@ -111,11 +117,12 @@ fn wait_until_gone(pgid: i32) {
     }
 }
 
-/// Scans `/proc` until `alive` says no: at once, then after 50 µs, doubling up to 10 ms.
+/// Scans `/proc` until `alive` says no: at once, then after [`QUICK`], the pause doubling up
+/// to [`SLOWEST`].
 fn scan_until_gone(alive: impl Fn() -> bool) {
-    let mut pause = Duration::from_micros(50);
+    let mut pause = QUICK;
     while alive() {
         std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(10));
+        pause = (pause * 2).min(SLOWEST);
     }
 }
