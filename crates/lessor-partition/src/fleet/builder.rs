@@ -293,8 +293,12 @@ impl WorkerBuilder {
         let assigner_key = (self.assigner && !self.by_load)
             .then(|| LeaseKey::with_sort_key(format!("fleet/{}/assigner", self.fleet), "lease"))
             .transpose()?;
+        let takes_key = assigner_key
+            .is_some()
+            .then(|| format!("fleet/{}/takes", self.fleet));
         let config = Config {
             assigner_key,
+            takes_key,
             epoch_key,
             load_key: self.by_load.then_some(load_key),
             units_hash: units_hash(&units),
@@ -385,6 +389,8 @@ pub(crate) struct Config {
     pub(crate) load_key: Option<LeaseKey>,
     /// The assigner lease, when the fleet elects one ([`WorkerBuilder::with_assigner`]).
     pub(crate) assigner_key: Option<LeaseKey>,
+    /// The partition of the take lists the assigner writes ([`super::takes`]), with an assigner.
+    pub(crate) takes_key: Option<String>,
 }
 
 impl fmt::Debug for Config {

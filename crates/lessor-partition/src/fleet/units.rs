@@ -62,6 +62,8 @@ pub(crate) struct Dealt {
     pub(crate) give: Give,
     /// The plan dealt this worker units to take.
     pub(crate) dealt: bool,
+    /// Every other member's target and the units dealt to it (for the assigner's take lists).
+    pub(crate) others: Vec<(String, usize, Vec<String>)>,
 }
 
 /// The members the planner works with, as the worker last listed them.
@@ -216,6 +218,10 @@ impl Units {
         let me = config.worker_id.clone();
         let mut plans = plan_with(&units, &members, &reading.holdings, Some(own_loads), &me);
         let mine = plans.remove(&me)?;
+        let others = plans
+            .into_iter()
+            .map(|(id, plan)| (id, plan.target, plan.take))
+            .collect();
         self.target = Some(mine.target);
         self.by_load = by_load;
         let free_for_me = mine
@@ -248,7 +254,49 @@ impl Units {
             })
             .collect();
         let dealt = !self.pending_takes.is_empty();
-        Some(Dealt { give, dealt })
+        Some(Dealt {
+            give,
+            dealt,
+            others,
+        })
+    }
+
+    /// Classifies the units of an assigner's take list from their records, each read by this
+    /// worker (`records`: unit, record holder, the read's stamps), by the rule a listing gets
+    /// ([`Units::read`]): returns the ones free to take now (with the dead hold to release
+    /// first) and how many are not (held by a live member or not yet judged).
+    pub(crate) fn read_hinted(
+        &self,
+        config: &Config,
+        view: &mut View,
+        members: &[(String, u64)],
+        records: Vec<(String, Option<UnitHolder>, Listing)>,
+    ) -> (Vec<PendingTake>, usize) {
+        let mut takes = Vec::new();
+        let mut waiting = 0;
+        for (unit, holder, listing) in records {
+            if self.owned.contains_key(&unit) || self.retired.contains(&unit) {
+                continue;
+            }
+            let mut reading = Reading::default();
+            let mut foreign_seen = BTreeSet::new();
+            let mut classifier = Classifier {
+                config,
+                owned: &self.owned,
+                members,
+                view,
+                listing,
+                reading: &mut reading,
+                foreign_seen: &mut foreign_seen,
+            };
+            if classifier.classify(&unit, holder.as_ref()) == Holding::Free {
+                let dead = reading.dead.remove(&unit);
+                takes.push((unit, dead));
+            } else {
+                waiting += 1;
+            }
+        }
+        (takes, waiting)
     }
 
     /// After a plan's moves: with nothing left to take and at target, the next listing can wait

@@ -91,7 +91,16 @@ pub struct Worker {
     pub(crate) shared: Arc<Shared>,
     /// Its part in electing and following an assigner, when the fleet has one.
     pub(crate) assigner: Assigner,
+    /// Plans made from take lists since the last one that left this worker at its target (or
+    /// its last units listing): bounded by [`MAX_HINTED_ROUNDS`], then it lists.
+    pub(crate) hinted_rounds: u32,
+    /// Ticks this worker waited for a take list of its current membership.
+    pub(crate) hint_waits: u32,
 }
+
+/// How many plans in a row a worker makes from take lists while still below its target before
+/// it lists the units (a session duration of 10 s at a 2.5 s interval takes 4 to end).
+const MAX_HINTED_ROUNDS: u32 = 8;
 
 impl WorkerBuilder {
     /// Checks the configuration and makes the worker. Sends nothing.
@@ -158,6 +167,8 @@ impl Worker {
             stats: WorkerStats::default(),
             shared,
             assigner: Assigner::default(),
+            hinted_rounds: 0,
+            hint_waits: 0,
         }
     }
 
@@ -570,7 +581,25 @@ impl Worker {
         }
         if self.should_plan() {
             report.planned = true;
+            match self.plan_from_takes(heard.as_ref(), events).await {
+                Hinted::Planned => {
+                    self.ticks_since_plan = 0;
+                    self.planned_epoch = self.view.epoch();
+                    self.planned_members = Some(self.members.clone());
+                    self.after_moves().await;
+                    return Ok(());
+                }
+                Hinted::Wait => {
+                    self.ticks_since_plan += 1;
+                    self.give_surplus(events).await;
+                    self.take_pending(events).await;
+                    return Ok(());
+                }
+                Hinted::List => {}
+            }
             self.ticks_since_plan = 0;
+            self.hinted_rounds = 0;
+            self.hint_waits = 0;
             let (records, listing) = self.list_units().await?;
             self.stats.records_read += records.len() as u64;
             self.planned_epoch = self.view.epoch();
@@ -588,6 +617,93 @@ impl Worker {
         }
         self.after_moves().await;
         Ok(())
+    }
+
+    /// Plans from this worker's take list ([`super::takes`]) instead of a units listing, while an
+    /// assigner is alive and agrees: one request for the list, one read of each listed unit it
+    /// does not own, each judged by the rule a listing gets; then it gives its surplus above the
+    /// list's target and takes what is free. [`Hinted::List`] when the list is missing, of
+    /// another membership for a second tick, too long to write, or the worker has used lists
+    /// for [`MAX_HINTED_ROUNDS`] plans without reaching its target; a failed unit read also
+    /// ends in a listing on the next plan.
+    async fn plan_from_takes(
+        &mut self,
+        heard: Option<&Heard>,
+        events: &mut Vec<FleetEvent>,
+    ) -> Hinted {
+        let usable = self.config.takes_key.is_some()
+            && matches!(heard, Some(Heard::Digest(..)))
+            && !self.assigner.is_assigner()
+            && !self.mismatch
+            && !self.units.by_load
+            && self.hinted_rounds < MAX_HINTED_ROUNDS
+            && !(self.is_sweeper() && self.ticks_since_plan + 1 >= self.config.resync_every);
+        if !usable {
+            return Hinted::List;
+        }
+        let Some(fencing) = self.assigner.heard_fencing() else {
+            return Hinted::List;
+        };
+        let Some(list) = super::takes::read(&self.config, &self.store, fencing).await else {
+            return Hinted::List;
+        };
+        self.stats.records_read += 1;
+        let plan = assigner::digest(&self.members, self.view.epoch(), &[]);
+        if list.plan != plan {
+            // The assigner plans on its own tick: wait one for it.
+            self.hint_waits += 1;
+            return if self.hint_waits > 1 {
+                Hinted::List
+            } else {
+                Hinted::Wait
+            };
+        }
+        let Some(units) = list.units else {
+            return Hinted::List;
+        };
+        self.hint_waits = 0;
+        let mut records = Vec::new();
+        for unit in units {
+            if self.units.owned.contains_key(&unit) {
+                continue;
+            }
+            let Some(key) = unit_key(&self.config, &unit) else {
+                continue;
+            };
+            let sent = self.clock().monotonic();
+            let wall_sent = self.clock().now();
+            let Ok(record) = self.store.inspect(&key).await else {
+                self.hinted_rounds = MAX_HINTED_ROUNDS;
+                return Hinted::List;
+            };
+            let reply = self.clock().monotonic();
+            self.stats.records_read += u64::from(record.is_some());
+            let holder = record.as_ref().and_then(UnitHolder::parse);
+            let listing = Listing {
+                sent,
+                reply,
+                wall_sent,
+            };
+            records.push((unit, holder, listing));
+        }
+        let (takes, waiting) =
+            self.units
+                .read_hinted(&self.config, &mut self.view, &self.members, records);
+        tracing::debug!(worker = %self.config.worker_id, target = list.target, take = takes.len(), waiting, "fleet: planned from the assigner's take list");
+        self.units.target = Some(list.target);
+        self.units.pending_takes = takes;
+        self.give_surplus(events).await;
+        self.take_pending(events).await;
+        // Units not yet free (a giver still handing over, a session not yet judged ended):
+        // look at the list again next tick.
+        self.units.relist = waiting > 0 && self.units.below_target();
+        self.units.next_verdict = None;
+        if self.units.below_target() {
+            self.hinted_rounds += 1;
+        } else {
+            self.hinted_rounds = 0;
+        }
+        Hinted::Planned
     }
 
     /// Reads the assigner record (one request) unless this worker is the assigner or the fleet
@@ -684,6 +800,12 @@ impl Worker {
         else {
             return;
         };
+        if self.assigner.is_assigner() {
+            let plan = assigner::digest(&self.members, self.view.epoch(), &[]);
+            self.assigner
+                .publish_takes(&self.config, &self.store, plan, dealt.others)
+                .await;
+        }
         match dealt.give {
             Give::ByLoad(units) => {
                 for unit in &units {
@@ -1220,6 +1342,17 @@ impl Worker {
             .map_err(|e| LeaseError::runtime(format!("cannot start the worker thread: {e}")))?;
         Ok((handle, thread))
     }
+}
+
+/// What a plan from a take list came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hinted {
+    /// Planned and moved: no listing this tick.
+    Planned,
+    /// The list is of another membership: wait a tick for the assigner's plan.
+    Wait,
+    /// List the units and plan as without an assigner.
+    List,
 }
 
 /// Completes when the sleep ends, the application pokes the worker (a task finished, a stop),
