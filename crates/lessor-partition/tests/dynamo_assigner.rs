@@ -72,6 +72,11 @@ impl LeaseBackend for Counting {
     fn as_listing(&self) -> Option<&dyn LeaseListing> {
         Some(self)
     }
+    // The assigner's take lists (fenced values) travel uncounted: they are written and read
+    // only when membership changes, never in the steady state this test compares.
+    fn as_fenced_values(&self) -> Option<&dyn lease_core::FencedValues> {
+        self.inner.as_fenced_values()
+    }
     fn try_acquire<'a>(
         &'a self,
         key: &'a LeaseKey,

@@ -289,7 +289,11 @@ impl Assigner {
             };
             // Unchanged since this worker last wrote it (under this or an earlier tenure of
             // its own): a newer assigner's list in between can only make the follower list.
-            if self.written.get(&member).is_some_and(|(_, old)| *old == list) {
+            if self
+                .written
+                .get(&member)
+                .is_some_and(|(_, old)| *old == list)
+            {
                 continue;
             }
             match takes::write(config, store, fencing, &member, &list).await {

@@ -100,6 +100,9 @@ pub(crate) struct Units {
     /// A unit was handed over by load since the epoch last moved.
     pub(crate) gave_by_load: bool,
     pub(crate) target: Option<usize>,
+    /// Dead members' units the assigner took for the members its plan dealt them to: handed
+    /// over before any other surplus.
+    pub(crate) hand_on: BTreeSet<String>,
 }
 
 /// The units of a units listing, each with its holder if the record names one.
@@ -134,6 +137,7 @@ impl Units {
     pub(crate) fn forget(&mut self, unit: &str) -> Option<Lease> {
         let lease = self.owned.remove(unit)?;
         self.handing_over.remove(unit);
+        self.hand_on.remove(unit);
         self.load_dirty = true;
         Some(lease)
     }
@@ -211,6 +215,7 @@ impl Units {
         members: Members<'_>,
         own_loads: &BTreeMap<String, f64>,
         reading: &Reading,
+        take_all_dead: bool,
     ) -> Option<Dealt> {
         let units: Vec<String> = self.known.iter().cloned().collect();
         let members = plan_members(config, view, members);
@@ -253,6 +258,21 @@ impl Units {
                 (u, dead)
             })
             .collect();
+        if take_all_dead {
+            // The assigner judges a death first (it lists the sessions every tick; a follower
+            // starts reading a suspect's record only once the assigner names it): it takes every
+            // dead member's unit at once, so the fleet owns them a session duration after the
+            // crash, and hands the ones dealt to others on (released, so free to take with no
+            // verdict) before any other surplus.
+            for (unit, dead) in &reading.dead {
+                if !self.pending_takes.iter().any(|(u, _)| u == unit)
+                    && !self.owned.contains_key(unit)
+                {
+                    self.pending_takes.push((unit.clone(), Some(dead.clone())));
+                    self.hand_on.insert(unit.clone());
+                }
+            }
+        }
         let dealt = !self.pending_takes.is_empty();
         Some(Dealt {
             give,
@@ -340,7 +360,8 @@ impl Units {
             .collect()
     }
 
-    /// The units above the target to hand over, highest ids first, at most `max_moves`.
+    /// The units above the target to hand over, at most `max_moves`: the ones taken to hand on
+    /// first, then the highest ids.
     pub(crate) fn surplus(&self, max_moves: usize) -> Vec<String> {
         let Some(target) = self.target else {
             return Vec::new();
@@ -351,7 +372,13 @@ impl Units {
             .filter(|u| !self.handing_over.contains(*u))
             .collect();
         let surplus = kept.len().saturating_sub(target).min(max_moves);
-        kept.into_iter().rev().take(surplus).cloned().collect()
+        let handed_on = kept.iter().filter(|u| self.hand_on.contains(**u));
+        let rest = kept.iter().rev().filter(|u| !self.hand_on.contains(**u));
+        handed_on
+            .chain(rest)
+            .take(surplus)
+            .map(|u| (*u).clone())
+            .collect()
     }
 
     /// The configured units no listing shows and this worker does not hold, at most

@@ -807,10 +807,14 @@ impl Worker {
             live: &self.members,
             tags: &self.member_tags,
         };
-        let Some(dealt) = self
-            .units
-            .plan(&self.config, &self.view, members, &own_loads, &reading)
-        else {
+        let Some(dealt) = self.units.plan(
+            &self.config,
+            &self.view,
+            members,
+            &own_loads,
+            &reading,
+            self.assigner.is_assigner(),
+        ) else {
             return;
         };
         if self.assigner.is_assigner() {
