@@ -586,21 +586,8 @@ impl Worker {
         }
         if self.should_plan() {
             report.planned = true;
-            match self.plan_from_takes(heard.as_ref(), events).await {
-                Hinted::Planned => {
-                    self.ticks_since_plan = 0;
-                    self.planned_epoch = self.view.epoch();
-                    self.planned_members = Some(self.members.clone());
-                    self.after_moves().await;
-                    return Ok(());
-                }
-                Hinted::Wait => {
-                    self.ticks_since_plan += 1;
-                    self.give_surplus(events).await;
-                    self.take_pending(events).await;
-                    return Ok(());
-                }
-                Hinted::List => {}
+            if self.follow_take_list(heard.as_ref(), events).await {
+                return Ok(());
             }
             self.ticks_since_plan = 0;
             self.hinted_rounds = 0;
@@ -622,6 +609,31 @@ impl Worker {
         }
         self.after_moves().await;
         Ok(())
+    }
+
+    /// Plans from the take list when it can ([`Worker::plan_from_takes`]): `true` when the
+    /// tick is done (planned, or waiting a tick for the assigner), `false` to list the units.
+    async fn follow_take_list(
+        &mut self,
+        heard: Option<&Heard>,
+        events: &mut Vec<FleetEvent>,
+    ) -> bool {
+        match self.plan_from_takes(heard, events).await {
+            Hinted::Planned => {
+                self.ticks_since_plan = 0;
+                self.planned_epoch = self.view.epoch();
+                self.planned_members = Some(self.members.clone());
+                self.after_moves().await;
+                true
+            }
+            Hinted::Wait => {
+                self.ticks_since_plan += 1;
+                self.give_surplus(events).await;
+                self.take_pending(events).await;
+                true
+            }
+            Hinted::List => false,
+        }
     }
 
     /// Plans from this worker's take list ([`super::takes`]) instead of a units listing, while an
@@ -667,6 +679,36 @@ impl Worker {
             return Hinted::List;
         };
         self.hint_waits = 0;
+        let Some(records) = self.read_listed(units).await else {
+            self.hinted_rounds = MAX_HINTED_ROUNDS;
+            return Hinted::List;
+        };
+        let (takes, waiting) =
+            self.units
+                .read_hinted(&self.config, &mut self.view, &self.members, records);
+        tracing::debug!(worker = %self.config.worker_id, target = list.target, take = takes.len(), waiting, "fleet: planned from the assigner's take list");
+        self.units.target = Some(list.target);
+        self.units.pending_takes = takes;
+        self.give_surplus(events).await;
+        self.take_pending(events).await;
+        // Units not yet free (a giver still handing over, a session not yet judged ended):
+        // look at the list again next tick.
+        self.units.relist = waiting > 0 && self.units.below_target();
+        self.units.next_verdict = None;
+        if self.units.below_target() {
+            self.hinted_rounds += 1;
+        } else {
+            self.hinted_rounds = 0;
+        }
+        Hinted::Planned
+    }
+
+    /// Reads the record of each listed unit this worker does not hold, [`TAKES_IN_FLIGHT`] at
+    /// a time: `None` if a read failed.
+    async fn read_listed(
+        &mut self,
+        units: Vec<String>,
+    ) -> Option<Vec<(String, Option<UnitHolder>, Listing)>> {
         let wanted: Vec<(String, LeaseKey)> = units
             .into_iter()
             .filter(|unit| !self.units.owned.contains_key(unit))
@@ -690,33 +732,13 @@ impl Worker {
                 wall_sent,
             };
             for ((unit, _), record) in batch.iter().zip(read) {
-                let Ok(record) = record else {
-                    self.hinted_rounds = MAX_HINTED_ROUNDS;
-                    return Hinted::List;
-                };
+                let record = record.ok()?;
                 self.stats.records_read += u64::from(record.is_some());
                 let holder = record.as_ref().and_then(UnitHolder::parse);
                 records.push((unit.clone(), holder, listing));
             }
         }
-        let (takes, waiting) =
-            self.units
-                .read_hinted(&self.config, &mut self.view, &self.members, records);
-        tracing::debug!(worker = %self.config.worker_id, target = list.target, take = takes.len(), waiting, "fleet: planned from the assigner's take list");
-        self.units.target = Some(list.target);
-        self.units.pending_takes = takes;
-        self.give_surplus(events).await;
-        self.take_pending(events).await;
-        // Units not yet free (a giver still handing over, a session not yet judged ended):
-        // look at the list again next tick.
-        self.units.relist = waiting > 0 && self.units.below_target();
-        self.units.next_verdict = None;
-        if self.units.below_target() {
-            self.hinted_rounds += 1;
-        } else {
-            self.hinted_rounds = 0;
-        }
-        Hinted::Planned
+        Some(records)
     }
 
     /// Reads the assigner record (one request) unless this worker is the assigner or the fleet
