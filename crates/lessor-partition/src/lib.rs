@@ -202,6 +202,18 @@
 //! another trusts. Two incarnations cannot both publish: the store lets only the lease's current
 //! holder renew it, and a release followed by an acquire fails for a holder that lost it.
 //!
+//! **Take lists.** When the assigner plans, it writes each other member's part of the plan (the
+//! membership's digest, the member's target, the units dealt to it) as a fenced value
+//! `fleet/F/takes` / worker id under its lease's fencing token, one write per member whose part
+//! changed. A follower that must plan after a membership change reads its own list (one request)
+//! instead of listing the units, reads the record of each listed unit it does not hold (one get
+//! each), judges each as a listing's record, hands its surplus above the target over and takes
+//! what it found free; a list of another membership, a missing or too long one, or eight hinted
+//! plans in a row below target make it list as before. The assigner also takes every dead
+//! member's unit itself once its own listing judges the session ended, and hands the ones dealt to
+//! others over before any other surplus. A list decides only which units a follower looks at, so
+//! a wrong one costs requests or balance, never a unit trusted twice.
+//!
 //! ## Why no unit ever has two trusting owners
 //!
 //! Suppose worker `X` trusts unit `u` at instant `t`: it holds `u`'s lease under session `s`, and
@@ -330,8 +342,9 @@
 //! (session renew, sessions listing of `W` records, assigner renew), so the fleet reads about
 //! `2W + L/8` records a tick instead of `W² + L/8`. A suspicion costs every follower one get per
 //! suspect per tick until it clears or the suspect's session has ended; a membership change makes
-//! every worker tick in full once: one sessions listing and one units listing each, as without
-//! an assigner (so churn still costs `O(W² + W·L)` records per change, not `O(units moved)`). `cargo bench -p lessor-sim --bench
+//! every worker list the sessions once (`W` records each), the assigner list the units, and each
+//! follower read its take list and the records of the units listed in it: `O(W² + L + units
+//! moved)` records per change instead of `O(W² + W·L)`. `cargo bench -p lessor-sim --bench
 //! scale` (also run by `cargo xtask bench`) measures both, W up to 1,000 and L up to 100,000,
 //! and prices them as DynamoDB on demand. KCL 2.x sends `L/W` renewals every 3.3 s and reads all `L` leases per
 //! worker every 20 s.

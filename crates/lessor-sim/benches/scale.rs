@@ -63,6 +63,65 @@ fn row(out: &mut String, r: &ScaleRow, mode: &str, took: f64) {
     );
 }
 
+/// Records per crash plus replacement: the churn cell's fleet-wide records a tick less the
+/// steady cell's, times the 8 ticks between changes; with an assigner, and beside every worker
+/// planning where that cell ran. Cells the table skipped are run here (with an assigner).
+fn churn_section(
+    out: &mut String,
+    rows: &mut std::collections::BTreeMap<(usize, usize, bool, bool), f64>,
+    quick: bool,
+) {
+    let cells: &[(usize, usize)] = if quick {
+        &[(8, 1024)]
+    } else {
+        &[(8, 1024), (8, 16_384), (128, 1024), (128, 16_384)]
+    };
+    let _ = writeln!(
+        out,
+        "\n### Churn: records per crash + replacement\n\n\
+         Fleet-wide records read per change beyond the steady state: (churn cell - steady \
+         cell) records a tick x 8 ticks. With an assigner, a follower that must plan reads its \
+         take list (one fenced value) and the records of the units listed in it; the assigner \
+         lists the units once per change it plans for, and takes a dead member's units itself.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| W | L | assigner: records per change | in units of L | every worker plans: records per change |"
+    );
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|");
+    for &(workers, units) in cells {
+        for churn in [false, true] {
+            rows.entry((workers, units, churn, true))
+                .or_insert_with(|| {
+                    let mut cell = ScaleCell::new(workers, units).with_assigner();
+                    if churn {
+                        cell = cell.with_churn();
+                    }
+                    let started = Instant::now();
+                    let r = run_cell(&cell);
+                    eprintln!(
+                        "churn section W={workers} L={units} churn={churn}: {:.1} s",
+                        started.elapsed().as_secs_f64()
+                    );
+                    assert_eq!(r.violations, 0, "units trusted twice in {cell:?}");
+                    r.fleet_records_per_tick
+                });
+        }
+        let per_change = |assigner: bool| {
+            let steady = rows.get(&(workers, units, false, assigner))?;
+            let churn = rows.get(&(workers, units, true, assigner))?;
+            Some((churn - steady) * 8.0)
+        };
+        let with = per_change(true).unwrap_or(f64::NAN);
+        let without = per_change(false).map_or_else(|| "not run".to_owned(), |r| format!("{r:.0}"));
+        let _ = writeln!(
+            out,
+            "| {workers} | {units} | {with:.0} | {:.2} | {without} |",
+            with / units as f64
+        );
+    }
+}
+
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench")
         || std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
@@ -109,6 +168,7 @@ fn main() {
     );
     let mut skipped = Vec::new();
     let mut ours = Vec::new();
+    let mut rows = std::collections::BTreeMap::new();
     for &workers in &WORKERS {
         for &units in &UNITS {
             if workers * units > max_work || units > max_units {
@@ -145,6 +205,7 @@ fn main() {
                     "every worker plans"
                 };
                 row(&mut out, &r, mode, took);
+                rows.insert((workers, units, churn, assigner), r.fleet_records_per_tick);
                 if assigner && !churn {
                     ours.push((workers, units, r.read_cost_month + r.write_cost_month));
                 }
@@ -158,6 +219,7 @@ fn main() {
             skipped.join(", ")
         );
     }
+    churn_section(&mut out, &mut rows, quick);
     let _ = writeln!(
         out,
         "\n### Beside KCL 3.x, as a model (steady state, a month)\n\n\

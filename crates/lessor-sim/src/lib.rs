@@ -357,7 +357,11 @@ impl FencedValues for SimStore {
         fencing: FencingToken,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, LeaseError>> {
         let inner = self.inner();
-        Box::pin(async move { inner.fence_and_read(name, fencing).await })
+        Box::pin(async move {
+            let value = inner.fence_and_read(name, fencing).await?;
+            self.tally.read_value(name, value.as_ref().map(Vec::len));
+            Ok(value)
+        })
     }
 
     fn put_fenced<'a>(
@@ -366,6 +370,7 @@ impl FencedValues for SimStore {
         fencing: FencingToken,
         value: &'a [u8],
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        self.tally.write_value(name, value.len());
         let inner = self.inner();
         Box::pin(async move { inner.put_fenced(name, fencing, value).await })
     }

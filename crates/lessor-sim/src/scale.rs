@@ -125,6 +125,30 @@ impl Tally {
             .fetch_add(bytes.div_ceil(1024).max(1), Ordering::Relaxed);
     }
 
+    /// Counts one fenced read (a fence raise that returns the value) of the value at `key`,
+    /// `value` bytes long if there is one: one request, one record if there is a value. Billed
+    /// as the write it is on DynamoDB (an `UpdateItem` returning the item), and as a read of
+    /// the bytes it returns.
+    pub(crate) fn read_value(&self, key: &LeaseKey, value: Option<usize>) {
+        let bytes = value.map_or(0, |len| item_bytes(key, len, 0));
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.records
+            .fetch_add(u64::from(value.is_some()), Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.read_units
+            .fetch_add(bytes.div_ceil(4096).max(1), Ordering::Relaxed);
+    }
+
+    /// Counts one fenced write of `value` bytes at `key`.
+    pub(crate) fn write_value(&self, key: &LeaseKey, value: usize) {
+        let bytes = item_bytes(key, value, 0);
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.write_units
+            .fetch_add(bytes.div_ceil(1024).max(1), Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn counts(&self) -> TallyCounts {
         TallyCounts {

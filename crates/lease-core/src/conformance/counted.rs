@@ -11,8 +11,10 @@ use crate::{
 };
 
 /// A [`LeaseBackend`] that forwards every request to another and counts it, by kind, with the
-/// records its reads return. It lists when the backend it wraps lists; it offers no fenced values
-/// and no change notifications (callers poll, and every poll is counted).
+/// records its reads return. It lists when the backend it wraps lists; it passes the wrapped
+/// backend's fenced values through uncounted (a fleet's take lists and checkpoints travel only
+/// when membership changes, never in the steady state such counts compare); it offers no change
+/// notifications (callers poll, and every poll is counted).
 ///
 /// ```
 /// use lease_core::conformance::CountedBackend;
@@ -118,6 +120,10 @@ impl LeaseBackend for CountedBackend {
 
     fn as_listing(&self) -> Option<&dyn LeaseListing> {
         self.inner.as_listing().map(|_| self as &dyn LeaseListing)
+    }
+
+    fn as_fenced_values(&self) -> Option<&dyn crate::FencedValues> {
+        self.inner.as_fenced_values()
     }
 
     fn try_acquire<'a>(

@@ -8,12 +8,14 @@
 //! slow, paused, partitioned or duplicated can only make workers list later, never make one trust
 //! a unit another trusts.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_core::{AcquireOptions, Lease, LeaseBackend, LeaseKey, LeaseRecord, LeaseToken};
 
 use super::builder::{Config, fnv1a};
 use super::counted::CountedStore;
+use super::takes::{self, TakeList};
 
 /// The assigner record as this worker last read it, and since when it has seen it unchanged:
 /// the assigner renews every interval, so a record unchanged for a session duration (by this
@@ -54,6 +56,8 @@ pub(crate) struct Assigner {
     seen: Option<Seen>,
     /// This worker's own view at its latest sessions listing.
     own: Option<OwnView>,
+    /// The take list last written for each member, and under which assigner fencing.
+    written: BTreeMap<String, (u64, TakeList)>,
 }
 
 /// The live members (with their session fencing) and the unit-set epoch a worker last listed.
@@ -107,6 +111,12 @@ impl Assigner {
     /// Whether this worker holds the assigner lease (it then always ticks in full).
     pub(crate) fn is_assigner(&self) -> bool {
         self.held.is_some()
+    }
+
+    /// The fencing token of the assigner lease as this worker last read it.
+    pub(crate) fn heard_fencing(&self) -> Option<lease_core::FencingToken> {
+        let seen = self.seen.as_ref()?;
+        Some(lease_core::backend::fencing_token(seen.version.0))
     }
 
     /// Records this worker's own view after a sessions listing.
@@ -252,6 +262,51 @@ impl Assigner {
             }
             Err(error) => {
                 tracing::debug!(worker = %config.worker_id, %error, "fleet: did not become the assigner");
+            }
+        }
+    }
+
+    /// While this worker is the assigner: writes each other member's part of the plan it just
+    /// made for the membership of digest `plan` ([`takes`]), one request per member whose part
+    /// changed since it last wrote it. Stops at the first refusal (a newer assigner wrote).
+    pub(crate) async fn publish_takes(
+        &mut self,
+        config: &Config,
+        store: &CountedStore,
+        plan: u64,
+        others: Vec<(String, usize, Vec<String>)>,
+    ) {
+        let Some(fencing) = self.held.as_ref().map(|(lease, _)| lease.fencing_token()) else {
+            return;
+        };
+        let live: Vec<String> = others.iter().map(|(id, _, _)| id.clone()).collect();
+        self.written.retain(|id, _| live.contains(id));
+        for (member, target, units) in others {
+            let list = TakeList {
+                plan,
+                target,
+                units: Some(units),
+            };
+            // Unchanged since this worker last wrote it (under this or an earlier tenure of
+            // its own): a newer assigner's list in between can only make the follower list.
+            if self
+                .written
+                .get(&member)
+                .is_some_and(|(_, old)| *old == list)
+            {
+                continue;
+            }
+            match takes::write(config, store, fencing, &member, &list).await {
+                Ok(()) => {
+                    self.written.insert(member, (fencing.get(), list));
+                }
+                Err(error) if error.is_not_owned() => {
+                    tracing::info!(worker = %config.worker_id, %error, "fleet: a newer assigner writes the take lists");
+                    return;
+                }
+                Err(error) => {
+                    tracing::debug!(worker = %config.worker_id, member, %error, "fleet: writing a take list failed");
+                }
             }
         }
     }

@@ -236,9 +236,14 @@ impl WorkerBuilder {
     /// latest full tick and it has nothing to move, skips listing: its units stay trusted by its
     /// own session and unit leases, exactly as before. When the digest changes, a member is suspected, the worker has work, or no
     /// assigner has renewed for a session duration, the worker ticks as without an assigner (and
-    /// tries to become the assigner when the lease is free). The assigner only decides *when*
-    /// workers list; every verdict on a peer and every take is the worker's own, so a slow,
-    /// paused or duplicated assigner can only delay balance. Not with
+    /// tries to become the assigner when the lease is free). After a membership change the
+    /// assigner writes each follower's part of its plan as a *take list* (a fenced value
+    /// `fleet/F/takes` / worker id, one write per member whose part changed), so a follower reads
+    /// that one value and the records of the units it names instead of listing all the units, and
+    /// the assigner takes a dead member's units itself as soon as its own listing judges the
+    /// session ended. The assigner decides only *when* workers list and *which* units they look
+    /// at; every verdict on a peer and every take is the worker's own, so a slow, paused or
+    /// duplicated assigner can only delay balance. Not with
     /// [`with_balance_by_load`](Self::with_balance_by_load) (loads travel with the sessions
     /// listing): that worker always ticks in full. Every worker of a fleet should agree on this.
     pub fn with_assigner(mut self) -> Self {
@@ -293,8 +298,12 @@ impl WorkerBuilder {
         let assigner_key = (self.assigner && !self.by_load)
             .then(|| LeaseKey::with_sort_key(format!("fleet/{}/assigner", self.fleet), "lease"))
             .transpose()?;
+        let takes_key = assigner_key
+            .is_some()
+            .then(|| format!("fleet/{}/takes", self.fleet));
         let config = Config {
             assigner_key,
+            takes_key,
             epoch_key,
             load_key: self.by_load.then_some(load_key),
             units_hash: units_hash(&units),
@@ -385,6 +394,8 @@ pub(crate) struct Config {
     pub(crate) load_key: Option<LeaseKey>,
     /// The assigner lease, when the fleet elects one ([`WorkerBuilder::with_assigner`]).
     pub(crate) assigner_key: Option<LeaseKey>,
+    /// The partition of the take lists the assigner writes ([`super::takes`]), with an assigner.
+    pub(crate) takes_key: Option<String>,
 }
 
 impl fmt::Debug for Config {

@@ -42,6 +42,12 @@ impl CountedStore {
         self.requests.load(Ordering::Relaxed)
     }
 
+    /// The store's fenced values, counting one request (the caller sends one): `None` when the
+    /// store keeps none.
+    pub(crate) fn fenced(&self) -> Option<&dyn lease_core::FencedValues> {
+        self.send().as_fenced_values()
+    }
+
     /// Counts one request and returns the store to send it to.
     fn send(&self) -> &dyn LeaseBackend {
         self.requests.fetch_add(1, Ordering::Relaxed);

@@ -10,6 +10,7 @@ mod meter;
 pub(crate) mod plan;
 mod session;
 mod shared;
+mod takes;
 mod types;
 mod units;
 mod view;

@@ -62,6 +62,8 @@ pub(crate) struct Dealt {
     pub(crate) give: Give,
     /// The plan dealt this worker units to take.
     pub(crate) dealt: bool,
+    /// Every other member's target and the units dealt to it (for the assigner's take lists).
+    pub(crate) others: Vec<(String, usize, Vec<String>)>,
 }
 
 /// The members the planner works with, as the worker last listed them.
@@ -98,6 +100,9 @@ pub(crate) struct Units {
     /// A unit was handed over by load since the epoch last moved.
     pub(crate) gave_by_load: bool,
     pub(crate) target: Option<usize>,
+    /// Dead members' units the assigner took for the members its plan dealt them to: handed
+    /// over before any other surplus.
+    pub(crate) hand_on: BTreeSet<String>,
 }
 
 /// The units of a units listing, each with its holder if the record names one.
@@ -132,6 +137,7 @@ impl Units {
     pub(crate) fn forget(&mut self, unit: &str) -> Option<Lease> {
         let lease = self.owned.remove(unit)?;
         self.handing_over.remove(unit);
+        self.hand_on.remove(unit);
         self.load_dirty = true;
         Some(lease)
     }
@@ -209,6 +215,7 @@ impl Units {
         members: Members<'_>,
         own_loads: &BTreeMap<String, f64>,
         reading: &Reading,
+        take_all_dead: bool,
     ) -> Option<Dealt> {
         let units: Vec<String> = self.known.iter().cloned().collect();
         let members = plan_members(config, view, members);
@@ -216,6 +223,10 @@ impl Units {
         let me = config.worker_id.clone();
         let mut plans = plan_with(&units, &members, &reading.holdings, Some(own_loads), &me);
         let mine = plans.remove(&me)?;
+        let others = plans
+            .into_iter()
+            .map(|(id, plan)| (id, plan.target, plan.take))
+            .collect();
         self.target = Some(mine.target);
         self.by_load = by_load;
         let free_for_me = mine
@@ -247,8 +258,65 @@ impl Units {
                 (u, dead)
             })
             .collect();
+        if take_all_dead {
+            // The assigner judges a death first (it lists the sessions every tick; a follower
+            // starts reading a suspect's record only once the assigner names it): it takes every
+            // dead member's unit at once, so the fleet owns them a session duration after the
+            // crash, and hands the ones dealt to others on (released, so free to take with no
+            // verdict) before any other surplus.
+            for (unit, dead) in &reading.dead {
+                if !self.pending_takes.iter().any(|(u, _)| u == unit)
+                    && !self.owned.contains_key(unit)
+                {
+                    self.pending_takes.push((unit.clone(), Some(dead.clone())));
+                    self.hand_on.insert(unit.clone());
+                }
+            }
+        }
         let dealt = !self.pending_takes.is_empty();
-        Some(Dealt { give, dealt })
+        Some(Dealt {
+            give,
+            dealt,
+            others,
+        })
+    }
+
+    /// Classifies the units of an assigner's take list from their records, each read by this
+    /// worker (`records`: unit, record holder, the read's stamps), by the rule a listing gets
+    /// ([`Units::read`]): returns the ones free to take now (with the dead hold to release
+    /// first) and how many are not (held by a live member or not yet judged).
+    pub(crate) fn read_hinted(
+        &self,
+        config: &Config,
+        view: &mut View,
+        members: &[(String, u64)],
+        records: Vec<(String, Option<UnitHolder>, Listing)>,
+    ) -> (Vec<PendingTake>, usize) {
+        let mut takes = Vec::new();
+        let mut waiting = 0;
+        for (unit, holder, listing) in records {
+            if self.owned.contains_key(&unit) || self.retired.contains(&unit) {
+                continue;
+            }
+            let mut reading = Reading::default();
+            let mut foreign_seen = BTreeSet::new();
+            let mut classifier = Classifier {
+                config,
+                owned: &self.owned,
+                members,
+                view,
+                listing,
+                reading: &mut reading,
+                foreign_seen: &mut foreign_seen,
+            };
+            if classifier.classify(&unit, holder.as_ref()) == Holding::Free {
+                let dead = reading.dead.remove(&unit);
+                takes.push((unit, dead));
+            } else {
+                waiting += 1;
+            }
+        }
+        (takes, waiting)
     }
 
     /// After a plan's moves: with nothing left to take and at target, the next listing can wait
@@ -292,7 +360,8 @@ impl Units {
             .collect()
     }
 
-    /// The units above the target to hand over, highest ids first, at most `max_moves`.
+    /// The units above the target to hand over, at most `max_moves`: the ones taken to hand on
+    /// first, then the highest ids.
     pub(crate) fn surplus(&self, max_moves: usize) -> Vec<String> {
         let Some(target) = self.target else {
             return Vec::new();
@@ -303,7 +372,13 @@ impl Units {
             .filter(|u| !self.handing_over.contains(*u))
             .collect();
         let surplus = kept.len().saturating_sub(target).min(max_moves);
-        kept.into_iter().rev().take(surplus).cloned().collect()
+        let handed_on = kept.iter().filter(|u| self.hand_on.contains(**u));
+        let rest = kept.iter().rev().filter(|u| !self.hand_on.contains(**u));
+        handed_on
+            .chain(rest)
+            .take(surplus)
+            .map(|u| (*u).clone())
+            .collect()
     }
 
     /// The configured units no listing shows and this worker does not hold, at most

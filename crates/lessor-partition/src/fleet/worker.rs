@@ -21,8 +21,13 @@ use super::counted::CountedStore;
 use super::session::{Kept, Session};
 use super::shared::{Shared, SharedUnit, UnitTask, WorkerHandle};
 use super::types::{Assignment, FleetEvent, TickReport, WorkerStats};
-use super::units::{self, DeadHold, Give, Members, Reading, Units, unit_key};
+use super::units::{self, Give, Members, Reading, Units, unit_key};
 use super::view::{Listing, PublishedLoad, SessionTag, UnitHolder, View};
+
+/// How many takes (each a conditional release of a dead hold, then a conditional acquire) a
+/// worker has in flight at once: a dead worker's share on a store answering in milliseconds is
+/// taken in share / 16 round trips instead of share x 2.
+const TAKES_IN_FLIGHT: usize = 16;
 
 /// How many times a checkpoint load is tried before a gained unit is given back.
 const CHECKPOINT_ATTEMPTS: u32 = 3;
@@ -91,7 +96,16 @@ pub struct Worker {
     pub(crate) shared: Arc<Shared>,
     /// Its part in electing and following an assigner, when the fleet has one.
     pub(crate) assigner: Assigner,
+    /// Plans made from take lists since the last one that left this worker at its target (or
+    /// its last units listing): bounded by [`MAX_HINTED_ROUNDS`], then it lists.
+    pub(crate) hinted_rounds: u32,
+    /// Ticks this worker waited for a take list of its current membership.
+    pub(crate) hint_waits: u32,
 }
+
+/// How many plans in a row a worker makes from take lists while still below its target before
+/// it lists the units (a session duration of 10 s at a 2.5 s interval takes 4 to end).
+const MAX_HINTED_ROUNDS: u32 = 8;
 
 impl WorkerBuilder {
     /// Checks the configuration and makes the worker. Sends nothing.
@@ -158,6 +172,8 @@ impl Worker {
             stats: WorkerStats::default(),
             shared,
             assigner: Assigner::default(),
+            hinted_rounds: 0,
+            hint_waits: 0,
         }
     }
 
@@ -570,7 +586,12 @@ impl Worker {
         }
         if self.should_plan() {
             report.planned = true;
+            if self.follow_take_list(heard.as_ref(), events).await {
+                return Ok(());
+            }
             self.ticks_since_plan = 0;
+            self.hinted_rounds = 0;
+            self.hint_waits = 0;
             let (records, listing) = self.list_units().await?;
             self.stats.records_read += records.len() as u64;
             self.planned_epoch = self.view.epoch();
@@ -588,6 +609,136 @@ impl Worker {
         }
         self.after_moves().await;
         Ok(())
+    }
+
+    /// Plans from the take list when it can ([`Worker::plan_from_takes`]): `true` when the
+    /// tick is done (planned, or waiting a tick for the assigner), `false` to list the units.
+    async fn follow_take_list(
+        &mut self,
+        heard: Option<&Heard>,
+        events: &mut Vec<FleetEvent>,
+    ) -> bool {
+        match self.plan_from_takes(heard, events).await {
+            Hinted::Planned => {
+                self.ticks_since_plan = 0;
+                self.planned_epoch = self.view.epoch();
+                self.planned_members = Some(self.members.clone());
+                self.after_moves().await;
+                true
+            }
+            Hinted::Wait => {
+                self.ticks_since_plan += 1;
+                self.give_surplus(events).await;
+                self.take_pending(events).await;
+                true
+            }
+            Hinted::List => false,
+        }
+    }
+
+    /// Plans from this worker's take list ([`super::takes`]) instead of a units listing, while an
+    /// assigner is alive and agrees: one request for the list, one read of each listed unit it
+    /// does not own, each judged by the rule a listing gets; then it gives its surplus above the
+    /// list's target and takes what is free. [`Hinted::List`] when the list is missing, of
+    /// another membership for a second tick, too long to write, or the worker has used lists
+    /// for [`MAX_HINTED_ROUNDS`] plans without reaching its target; a failed unit read also
+    /// ends in a listing on the next plan.
+    async fn plan_from_takes(
+        &mut self,
+        heard: Option<&Heard>,
+        events: &mut Vec<FleetEvent>,
+    ) -> Hinted {
+        let usable = self.config.takes_key.is_some()
+            && matches!(heard, Some(Heard::Digest(..)))
+            && !self.assigner.is_assigner()
+            && !self.mismatch
+            && !self.units.by_load
+            && self.hinted_rounds < MAX_HINTED_ROUNDS
+            && !(self.is_sweeper() && self.ticks_since_plan + 1 >= self.config.resync_every);
+        if !usable {
+            return Hinted::List;
+        }
+        let Some(fencing) = self.assigner.heard_fencing() else {
+            return Hinted::List;
+        };
+        let Some(list) = super::takes::read(&self.config, &self.store, fencing).await else {
+            return Hinted::List;
+        };
+        self.stats.records_read += 1;
+        let plan = assigner::digest(&self.members, self.view.epoch(), &[]);
+        if list.plan != plan {
+            // The assigner plans on its own tick: wait one for it.
+            self.hint_waits += 1;
+            return if self.hint_waits > 1 {
+                Hinted::List
+            } else {
+                Hinted::Wait
+            };
+        }
+        let Some(units) = list.units else {
+            return Hinted::List;
+        };
+        self.hint_waits = 0;
+        let Some(records) = self.read_listed(units).await else {
+            self.hinted_rounds = MAX_HINTED_ROUNDS;
+            return Hinted::List;
+        };
+        let (takes, waiting) =
+            self.units
+                .read_hinted(&self.config, &mut self.view, &self.members, records);
+        tracing::debug!(worker = %self.config.worker_id, target = list.target, take = takes.len(), waiting, "fleet: planned from the assigner's take list");
+        self.units.target = Some(list.target);
+        self.units.pending_takes = takes;
+        self.give_surplus(events).await;
+        self.take_pending(events).await;
+        // Units not yet free (a giver still handing over, a session not yet judged ended):
+        // look at the list again next tick.
+        self.units.relist = waiting > 0 && self.units.below_target();
+        self.units.next_verdict = None;
+        if self.units.below_target() {
+            self.hinted_rounds += 1;
+        } else {
+            self.hinted_rounds = 0;
+        }
+        Hinted::Planned
+    }
+
+    /// Reads the record of each listed unit this worker does not hold, [`TAKES_IN_FLIGHT`] at
+    /// a time: `None` if a read failed.
+    async fn read_listed(
+        &mut self,
+        units: Vec<String>,
+    ) -> Option<Vec<(String, Option<UnitHolder>, Listing)>> {
+        let wanted: Vec<(String, LeaseKey)> = units
+            .into_iter()
+            .filter(|unit| !self.units.owned.contains_key(unit))
+            .filter_map(|unit| Some((unit.clone(), unit_key(&self.config, &unit)?)))
+            .collect();
+        let mut records = Vec::new();
+        for batch in wanted.chunks(TAKES_IN_FLIGHT) {
+            // One stamp pair for the batch: the earliest send and the latest reply, which only
+            // shortens any span a verdict measures.
+            let sent = self.clock().monotonic();
+            let wall_sent = self.clock().now();
+            let store = &*self.store;
+            let reads: Vec<_> = batch
+                .iter()
+                .map(|(_, key)| Box::pin(store.inspect(key)))
+                .collect();
+            let read = lease_core::executor::join_all(reads).await;
+            let listing = Listing {
+                sent,
+                reply: self.clock().monotonic(),
+                wall_sent,
+            };
+            for ((unit, _), record) in batch.iter().zip(read) {
+                let record = record.ok()?;
+                self.stats.records_read += u64::from(record.is_some());
+                let holder = record.as_ref().and_then(UnitHolder::parse);
+                records.push((unit.clone(), holder, listing));
+            }
+        }
+        Some(records)
     }
 
     /// Reads the assigner record (one request) unless this worker is the assigner or the fleet
@@ -678,12 +829,22 @@ impl Worker {
             live: &self.members,
             tags: &self.member_tags,
         };
-        let Some(dealt) = self
-            .units
-            .plan(&self.config, &self.view, members, &own_loads, &reading)
-        else {
+        let Some(dealt) = self.units.plan(
+            &self.config,
+            &self.view,
+            members,
+            &own_loads,
+            &reading,
+            self.assigner.is_assigner(),
+        ) else {
             return;
         };
+        if self.assigner.is_assigner() {
+            let plan = assigner::digest(&self.members, self.view.epoch(), &[]);
+            self.assigner
+                .publish_takes(&self.config, &self.store, plan, dealt.others)
+                .await;
+        }
         match dealt.give {
             Give::ByLoad(units) => {
                 for unit in &units {
@@ -701,38 +862,53 @@ impl Worker {
 
     /// Takes every unit the latest plan dealt this worker: they are all free or held by a dead
     /// session, so the move bound (which throttles handing over live units) does not apply, and a
-    /// dead worker's units are owned again in one tick at any unit count. When the last is taken
-    /// and the worker is still below target, it lists again on the next tick.
+    /// dead worker's units are owned again in one tick at any unit count. The takes go out
+    /// [`TAKES_IN_FLIGHT`] at a time (each a release of the dead hold, if any, then an acquire:
+    /// both conditional, so their order across units does not matter), the session kept before
+    /// each batch; then each unit acquired is fenced and trusted. When the last is taken and
+    /// the worker is still below target, it lists again on the next tick.
     async fn take_pending(&mut self, events: &mut Vec<FleetEvent>) {
         if self.units.pending_takes.is_empty() {
             return;
         }
-        for (unit, dead) in self.units.next_takes(usize::MAX) {
+        let pending = self.units.next_takes(usize::MAX);
+        for batch in pending.chunks(TAKES_IN_FLIGHT) {
             if !self.keep_session(events).await {
                 self.units.pending_takes.clear();
                 return;
             }
-            self.take(&unit, dead.as_ref(), events).await;
+            let Some(session) = self.session.as_ref().map(|s| s.lease.fencing_token()) else {
+                return;
+            };
+            let acquired = {
+                let (config, store) = (&self.config, &*self.store);
+                let takes: Vec<_> = batch
+                    .iter()
+                    .map(|(unit, dead)| {
+                        Box::pin(async move {
+                            let key = unit_key(config, unit)?;
+                            if let Some(dead) = dead {
+                                units::release_dead(config, store, &key, unit, dead).await;
+                            }
+                            let lease =
+                                units::acquire_unit(config, store, session, &key, unit).await?;
+                            Some((unit.clone(), lease))
+                        })
+                    })
+                    .collect();
+                lease_core::executor::join_all(takes).await
+            };
+            for (unit, lease) in acquired.into_iter().flatten() {
+                self.fence_and_gain(&unit, lease, events).await;
+            }
         }
         self.units.took();
     }
 
-    /// Takes `unit`: releases a dead owner's hold first, acquires, fences and reads the unit's
-    /// checkpoint, and only then trusts the unit and tells the application. A checkpoint that
-    /// cannot be read gives the unit back: an unfenced unit is never reported gained.
-    async fn take(&mut self, unit: &str, dead: Option<&DeadHold>, events: &mut Vec<FleetEvent>) {
-        let Some(key) = unit_key(&self.config, unit) else {
-            return;
-        };
-        if let Some(dead) = dead {
-            units::release_dead(&self.config, &self.store, &key, unit, dead).await;
-            if !self.keep_session(events).await {
-                return;
-            }
-        }
-        let Some(lease) = self.acquire_unit(&key, unit).await else {
-            return;
-        };
+    /// After acquiring `unit`: fences and reads its checkpoint, and only then trusts the unit
+    /// and tells the application. A checkpoint that cannot be read gives the unit back: an
+    /// unfenced unit is never reported gained.
+    async fn fence_and_gain(&mut self, unit: &str, lease: Lease, events: &mut Vec<FleetEvent>) {
         match self
             .load_checkpoint(unit, lease.fencing_token(), events)
             .await
@@ -1220,6 +1396,17 @@ impl Worker {
             .map_err(|e| LeaseError::runtime(format!("cannot start the worker thread: {e}")))?;
         Ok((handle, thread))
     }
+}
+
+/// What a plan from a take list came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hinted {
+    /// Planned and moved: no listing this tick.
+    Planned,
+    /// The list is of another membership: wait a tick for the assigner's plan.
+    Wait,
+    /// List the units and plan as without an assigner.
+    List,
 }
 
 /// Completes when the sleep ends, the application pokes the worker (a task finished, a stop),
