@@ -957,20 +957,43 @@ impl DirectoryStore {
             Err(e) => return Err(e.into_lease(key)),
         };
         let mut kd = kd;
-        let found = match live_state(&kd, key) {
-            Ok(found) => found,
-            // Deleted: absent, as if never seen.
-            Err(e) if e.not_owned_reason() == Some(NotOwnedReason::Missing) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let holder = match &found.state {
-            State::Free(_) => None,
-            // A holder whose kernel lock is free on this host has exited: the key is free, as
-            // the next acquisition will find (it takes the lock first, as this check does).
-            State::Held(held) if self.holder_is_gone(&mut kd, held) => None,
-            State::Held(held) => {
-                Some(self.holder(&kd, &found, described(&kd, &found, held).as_ref()))
-            }
+        // A holder is described just after the rename that made it the holder, and its
+        // description is erased just before the rename that releases it: a read that falls
+        // between the two finds no description of the current tenure. It reads the state again
+        // until the description is there or the state has moved on, for up to
+        // [`DESCRIPTION_WAIT`]: an observer that wakes on the rename reports the leader with its
+        // value, and one that wakes on the erasure reports the release, not a leader without
+        // one. A holder paused or killed in between is shown without a description.
+        let give_up = std::time::Instant::now() + DESCRIPTION_WAIT;
+        let mut pause = Duration::from_micros(20);
+        let (found, holder) = loop {
+            let found = match live_state(&kd, key) {
+                Ok(found) => found,
+                // Deleted: absent, as if never seen.
+                Err(e) if e.not_owned_reason() == Some(NotOwnedReason::Missing) => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            };
+            let holder = match &found.state {
+                State::Free(_) => None,
+                // A holder whose kernel lock is free on this host has exited: the key is free,
+                // as the next acquisition will find (it takes the lock first, as this check
+                // does).
+                State::Held(held) if self.holder_is_gone(&mut kd, held) => None,
+                State::Held(held) => {
+                    let record = engine::describe_tenure(&kd, &found);
+                    if !record.as_ref().is_some_and(|r| describes(r, held))
+                        && std::time::Instant::now() < give_up
+                    {
+                        std::thread::sleep(pause);
+                        pause = (pause * 2).min(Duration::from_millis(2));
+                        continue;
+                    }
+                    Some(self.holder(&kd, &found, record.as_ref()))
+                }
+            };
+            break (found, holder);
         };
         Ok(Some(lease_core::backend::new_record(
             key.clone(),
@@ -1272,33 +1295,15 @@ fn time(ns: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
 }
 
-/// How long a read waits for a holder caught between the rename that made it the holder and
-/// its description (owner, published value), which it writes just after, before showing it
-/// without one.
+/// How long a read waits for the description (owner, published value) of a holder caught
+/// between the rename that made it the holder and its description, or between the erasure of
+/// its description and the rename that releases it, before showing it without one.
 const DESCRIPTION_WAIT: Duration = Duration::from_millis(20);
 
 /// Whether `record` describes the tenure `held` (not an earlier holder's leftover).
 fn describes(record: &LeaseFileRecord, held: &Held) -> bool {
     record.generation == held.generation
         && record.owner.as_deref().map(|t| fnv(t.as_bytes())) == Some(held.token)
-}
-
-/// The description of the tenure `held` (state `found`), waiting up to [`DESCRIPTION_WAIT`]
-/// for its holder to write it: an observer that reads a new leader the instant it is elected
-/// learns its value, not "no value". A holder killed or paused in between is shown without one.
-fn described(kd: &KeyDir, found: &Found, held: &Held) -> Option<LeaseFileRecord> {
-    let give_up = std::time::Instant::now() + DESCRIPTION_WAIT;
-    let mut pause = Duration::from_micros(20);
-    loop {
-        let record = engine::describe_tenure(kd, found);
-        if record.as_ref().is_some_and(|r| describes(r, held))
-            || std::time::Instant::now() >= give_up
-        {
-            return record;
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(2));
-    }
 }
 
 /// The holder of the state `found`, as its name and (when it describes this very tenure) its

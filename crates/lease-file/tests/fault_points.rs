@@ -423,3 +423,49 @@ fn a_leader_read_mid_acquisition_is_shown_with_its_published_value() {
         "the leader is shown without its value: {holder:?}"
     );
 }
+
+/// The other side of the same window: a holder erases its description just before the rename
+/// that releases it (so a free key costs no data block). A read between the two used to show
+/// the ending tenure as a leader without owner or value (a second 30-minute chaos run caught an
+/// observer reporting token 12206 so, just before its release); it now reads again and reports
+/// the release.
+#[test]
+fn a_leader_read_mid_release_is_shown_released() {
+    use lease_core::executor::block_on;
+    use lease_core::{AcquireOptions, LeaseBackend, LeaseKey};
+    let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(lease_file::DirectoryStore::open(dir.path()).unwrap());
+    let key = LeaseKey::new("leader").unwrap();
+    let options = AcquireOptions::default().with_value("10.0.0.7:8080");
+    let lease = block_on(store.try_acquire(&key, Duration::from_secs(30), &options)).unwrap();
+    // Long enough a tenure for its release to erase its description first.
+    std::thread::sleep(Duration::from_millis(30));
+    let (erased, told) = std::sync::mpsc::channel::<()>();
+    let erased = Mutex::new(erased);
+    fail::cfg_callback("lease-file/before-release", move || {
+        let _ = erased
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(());
+        std::thread::sleep(Duration::from_millis(5));
+    })
+    .unwrap();
+    let releasing = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            block_on(store.release(lease.key(), lease.token(), lease.fencing_token()))
+        })
+    };
+    told.recv_timeout(Duration::from_secs(10)).unwrap();
+    let record = block_on(store.inspect(&key));
+    let released = releasing.join().unwrap();
+    fail::remove("lease-file/before-release");
+    released.unwrap();
+    let record = record.unwrap().unwrap();
+    assert!(
+        record.holder().is_none(),
+        "a tenure being released is shown as held without its description: {:?}",
+        record.holder()
+    );
+}
