@@ -145,9 +145,9 @@ fn main() {
         out,
         "Deterministic simulator (`lessor_sim::scale`): real `Worker`s on one `MemoryBackend` \
          with a `ManualClock`, 10 s sessions, 2.5 s interval. Each cell runs until every unit is \
-         owned, then measures 32 ticks, with a move bound of one share (L/W) a tick or 256 if more (the \
-         default bound of 256 also throttles taking a dead worker's units, another part of issue \
-         24); *churn*: a random running worker crashes and a new one \
+         owned, then measures 32 ticks, with a move bound of one share (L/W) a tick or 256 if more (it \
+         throttles moving a live worker's units only: free units and a dead worker's are taken at \
+         once); *churn*: a random running worker crashes and a new one \
          joins every 8 ticks. Records and bytes are those the reads return, sized as lease-dynamo's \
          items. Cost: DynamoDB on demand, us-east-1, ${READ_PRICE_PER_MILLION} per million read \
          request units (strongly consistent: one per 4 KB a request returns) and \
