@@ -151,8 +151,7 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
         // Before the command exists, so it never reads the terminal as a background job.
         crate::terminal::take_foreground_for_own_group();
     }
-    // `lease hold-lock` reports `lease`'s death itself, after killing the group; the guard then
-    // only kills (in case the holder is gone) and stays quiet.
+    // `lease hold-lock` reports `lease`'s death itself; the guard then kills quietly.
     let mut holder = match (args.lock_fd, args.parent_link_fd) {
         (Some(lock), Some(link)) => Some(hand_over_lock(&args, lock, link)?),
         _ => None,
@@ -187,10 +186,7 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
             _ = f.recv() => false,
         };
         if !parent_alive(parent) {
-            let holder_reports = holder
-                .as_mut()
-                .is_some_and(|holder| matches!(holder.try_wait(), Ok(None)));
-            return Err(parent_died(parent, watch.as_ref(), !holder_reports));
+            return Err(parent_died(parent, watch.as_ref(), !running(&mut holder)));
         }
         if let Some(watch) = watch.as_mut()
             && let Some(left) = watch.left()
@@ -208,6 +204,13 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
                 .reset(tokio::time::Instant::now() + Duration::from_secs(3600));
         }
     }
+}
+
+/// Whether `holder` (the guard's `lease hold-lock`, if any) is still running.
+fn running(holder: &mut Option<std::process::Child>) -> bool {
+    holder
+        .as_mut()
+        .is_some_and(|holder| matches!(holder.try_wait(), Ok(None)))
 }
 
 /// Starts `lease hold-lock` with the inherited lock descriptor `lock` and the parent link `link`

@@ -184,11 +184,6 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
             }
         }
     };
-    // The guard inherits the lease's kernel lock (file store) and hands it to `lease hold-lock`,
-    // which holds it until the command's group is gone, so that the lock outlives `lease` itself
-    // until then: a contender can never notice our death while the command still runs. The
-    // command itself gets no descriptor of it, so it cannot unlock it (`flock -u`): see
-    // `guard.rs`. In the foreground there is no guard and no group: only `lease` holds it.
     let inherited = if plan.foreground {
         None
     } else {
@@ -198,31 +193,8 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
             .and_then(|share| share(&guard.lease()))
             .and_then(inheritable)
     };
-    // With the lock goes the parent link, through which `lease hold-lock` learns of our death
-    // (or end) without waiting for the guard: see `hold.rs`.
-    let (link, link_end) = match inherited.as_ref().map(|_| ParentLink::new()) {
-        Some(Ok((link, end))) => (Some(link), Some(end)),
-        Some(Err(error)) => {
-            release(guard).await;
-            return Err(Failure::internal(format!(
-                "cannot create the link to the kernel lock's holder: {error}"
-            )));
-        }
-        None => (None, None),
-    };
-    let child = spawn(
-        plan,
-        (fencing.get(), slot),
-        relay.as_ref(),
-        inherited
-            .as_ref()
-            .map(std::os::fd::AsRawFd::as_raw_fd)
-            .zip(link_end.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)),
-    );
-    drop(inherited);
-    drop(link_end);
-    let child = match child {
-        Ok(child) => child,
+    let (child, link) = match start(plan, (fencing.get(), slot), relay.as_ref(), inherited) {
+        Ok(started) => started,
         Err(failure) => {
             release(guard).await;
             return Err(failure);
@@ -240,6 +212,38 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
     // The lease is released and the command stopped: the holder may let the lock go.
     drop(link);
     result
+}
+
+/// Starts the command (see [`spawn`]). On files the guard inherits `inherited`, a share of the
+/// lease's kernel lock, and hands it to `lease hold-lock`, which holds it until the command's
+/// group is gone, so that the lock outlives `lease` itself until then: a contender can never
+/// notice our death while the command still runs. The command itself gets no descriptor of it,
+/// so it cannot unlock it (`flock -u`): see `guard.rs`. With the lock goes the parent link,
+/// through which `lease hold-lock` learns of our death (or end) without waiting for the guard
+/// (`hold.rs`); the caller keeps it until the lease is released and the command stopped. In the
+/// foreground there is no guard and no group: only `lease` holds the lock.
+fn start(
+    plan: &RunPlan,
+    tokens: (u64, u32),
+    relay: Option<&crate::relay::DeadlineRelay>,
+    inherited: Option<std::os::fd::OwnedFd>,
+) -> Result<(Child, Option<ParentLink>), Failure> {
+    use std::os::fd::AsRawFd;
+    let (link, link_end) = match inherited.as_ref().map(|_| ParentLink::new()) {
+        Some(Ok((link, end))) => (Some(link), Some(end)),
+        Some(Err(error)) => {
+            return Err(Failure::internal(format!(
+                "cannot create the link to the kernel lock's holder: {error}"
+            )));
+        }
+        None => (None, None),
+    };
+    let fds = inherited
+        .as_ref()
+        .map(AsRawFd::as_raw_fd)
+        .zip(link_end.as_ref().map(AsRawFd::as_raw_fd));
+    // Both are the guard's now (inherited); ours close when this returns.
+    Ok((spawn(plan, tokens, relay, fds)?, link))
 }
 
 /// The writing end of the parent link (see `hold.rs`): only this process holds it (it is

@@ -960,13 +960,14 @@ impl DirectoryStore {
         // A holder is described just after the rename that made it the holder, and its
         // description is erased just before the rename that releases it: a read that falls
         // between the two finds no description of the current tenure. It reads the state again
-        // until the description is there or the state has moved on, for up to
-        // [`DESCRIPTION_WAIT`]: an observer that wakes on the rename reports the leader with its
-        // value, and one that wakes on the erasure reports the release, not a leader without
-        // one. A holder paused or killed in between is shown without a description.
-        let give_up = std::time::Instant::now() + DESCRIPTION_WAIT;
+        // until the description is there or the state has moved on, [`DESCRIPTION_READS`] times
+        // at most: an observer that wakes on the rename reports the leader with its value, and
+        // one that wakes on the erasure reports the release, not a leader without one. A holder
+        // paused or killed in between is shown without a description.
+        let mut reads = 0;
         let mut pause = Duration::from_micros(20);
         let (found, holder) = loop {
+            reads += 1;
             let found = match live_state(&kd, key) {
                 Ok(found) => found,
                 // Deleted: absent, as if never seen.
@@ -984,7 +985,7 @@ impl DirectoryStore {
                 State::Held(held) => {
                     let record = engine::describe_tenure(&kd, &found);
                     if !record.as_ref().is_some_and(|r| describes(r, held))
-                        && std::time::Instant::now() < give_up
+                        && reads < DESCRIPTION_READS
                     {
                         std::thread::sleep(pause);
                         pause = (pause * 2).min(Duration::from_millis(2));
@@ -1295,10 +1296,12 @@ fn time(ns: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
 }
 
-/// How long a read waits for the description (owner, published value) of a holder caught
-/// between the rename that made it the holder and its description, or between the erasure of
-/// its description and the rename that releases it, before showing it without one.
-const DESCRIPTION_WAIT: Duration = Duration::from_millis(20);
+/// How many times a read reads the state of a holder caught without its description (between
+/// the rename that made it the holder and its description, or between the erasure of its
+/// description and the rename that releases it) before showing it without one. The pauses
+/// between reads double from 20 microseconds up to 2 milliseconds: about 20 milliseconds in
+/// all.
+const DESCRIPTION_READS: u32 = 16;
 
 /// Whether `record` describes the tenure `held` (not an earlier holder's leftover).
 fn describes(record: &LeaseFileRecord, held: &Held) -> bool {
