@@ -26,9 +26,6 @@ use crate::cli::HoldLockArgs;
 
 /// `lease hold-lock --group G --lock-fd N --parent P [--deadline-file F]`: see the module docs.
 pub(crate) fn hold_lock(args: &HoldLockArgs) -> u8 {
-    // A first scan of `/proc` costs several times a later one (code and buffers paged in):
-    // pay for it now, not on the handover's path.
-    let _ = crate::run::group_alive_besides(args.group, args.group);
     let ended = parent_ended();
     let group = Pid::from_raw(args.group);
     let killed = if ended {
