@@ -183,14 +183,18 @@
 //! stays unchanged that long). It renews the lease every tick with the same digest, or releases
 //! and takes it again with a new one (the token cannot change on renewal; whoever wins in
 //! between publishes instead); the suspects' names follow the digest in the token when they fit
-//! (256 bytes). Every other worker reads that one record each tick (a get: one request, one
-//! record) and, when the digest equals the one it computes from its own latest sessions listing
-//! and the named suspects, its latest plan is of that listing's members and epoch, and it has
-//! nothing pending, dealt, owed or handed over (and is not the lowest-id member with a resync
-//! due), it **skips listing**: it renews its session and unit leases and reads each suspect's
-//! session record (one get each, judged by the same `since`/`confirmed` rule as a listing), and
-//! nothing else. Otherwise (or once a suspect's session has ended by its own reads) it ticks in
-//! full. A follower whose reads show the assigner record unchanged for an
+//! (256 bytes), and so do the names of the members whose session changed (joined, left, ended,
+//! restarted) in the assigner's latest two changes of membership. Every other worker reads that
+//! one record each tick (a get: one request, one record) and reads each suspect's session record
+//! (one get each, judged by the same `since`/`confirmed` rule as a listing); when the digest it
+//! computes from its own view differs, it also reads the record of each member named as changed.
+//! When the digest then equals its own, it **skips listing the sessions**: with its latest plan
+//! of these members and epoch and nothing pending, dealt, owed or handed over (and not the
+//! lowest-id member with a resync due) it renews its session and unit leases and does nothing
+//! else; otherwise it plans as below without a sessions listing. When its own reads still
+//! disagree (its verdict on a session comes up to two intervals after the assigner's) it keeps
+//! what it holds for up to three ticks, then lists the sessions as without an assigner. A
+//! follower whose reads show the assigner record unchanged for an
 //! interval ticks in full too (it watches the sessions itself from then on), and one whose reads
 //! show it unchanged for a session duration (or free) also tries to take the lease, so the fleet
 //! **falls back** to every worker planning within one session duration of the assigner's last
@@ -342,9 +346,10 @@
 //! (session renew, sessions listing of `W` records, assigner renew), so the fleet reads about
 //! `2W + L/8` records a tick instead of `W² + L/8`. A suspicion costs every follower one get per
 //! suspect per tick until it clears or the suspect's session has ended; a membership change makes
-//! every worker list the sessions once (`W` records each), the assigner list the units, and each
-//! follower read its take list and the records of the units listed in it: `O(W² + L + units
-//! moved)` records per change instead of `O(W² + W·L)`. `cargo bench -p lessor-sim --bench
+//! every follower read the changed members' session records (a get each, for a tick or a few),
+//! the assigner list the units, each follower read its take list and the records of the units
+//! listed in it, and a new worker list the sessions once: `O(W + L + units moved)` records per
+//! change, of which `L` is the assigner's one units listing, instead of `O(W² + W·L)`. `cargo bench -p lessor-sim --bench
 //! scale` (also run by `cargo xtask bench`) measures both, W up to 1,000 and L up to 100,000,
 //! and prices them as DynamoDB on demand. KCL 2.x sends `L/W` renewals every 3.3 s and reads all `L` leases per
 //! worker every 20 s.

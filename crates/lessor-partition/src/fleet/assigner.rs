@@ -1,7 +1,8 @@
 //! The assigner ([`WorkerBuilder::with_assigner`](crate::WorkerBuilder::with_assigner)): one
 //! worker, elected with a lease, that lists the sessions every tick and publishes a digest of the
-//! membership in its lease's token; every other worker reads that one record per tick and skips
-//! its own listings while the digest matches what it last saw and it has nothing to move.
+//! membership in its lease's token, with the names of the members it suspects and of those that
+//! changed lately; every other worker reads that one record per tick, reads the named members'
+//! session records, and skips its own sessions listing while the digest matches its own view.
 //!
 //! The digest decides only *when* a worker lists. Every verdict on a peer's session and every
 //! take stays the worker's own (its listings, its timestamps, its leases), so an assigner that is
@@ -33,9 +34,10 @@ struct Seen {
 /// What a read of the assigner record tells a worker.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Heard {
-    /// A live assigner publishes this digest, and the members it suspects when their names fit
-    /// in its token (`None` when they do not).
-    Digest(u64, Option<Vec<String>>),
+    /// A live assigner publishes this digest, with the members it suspects and the members whose
+    /// session changed in its latest two changes of membership, each when their names fit in its
+    /// token (`None` when they do not).
+    Digest(u64, Option<Vec<String>>, Option<Vec<String>>),
     /// The assigner has not renewed for an interval (it renews every tick): perhaps it
     /// stopped. Tick in full, so that this worker watches the sessions itself from now on
     /// instead of a session duration later.
@@ -50,18 +52,18 @@ pub(crate) enum Heard {
 /// This worker's part in the assigner protocol.
 #[derive(Debug, Default)]
 pub(crate) struct Assigner {
-    /// The assigner lease, while this worker is the assigner, with the digest its token carries.
-    held: Option<(Lease, u64)>,
+    /// The assigner lease, while this worker is the assigner, with what its token carries after
+    /// the random part.
+    held: Option<(Lease, String)>,
     /// The record as last read.
     seen: Option<Seen>,
-    /// This worker's own view at its latest sessions listing.
-    own: Option<OwnView>,
+    /// While this worker is the assigner: the members it last published, and the members whose
+    /// entry changed in each of its latest two changes of membership (newest first).
+    published: Option<Vec<(String, u64)>>,
+    recent: [Vec<String>; 2],
     /// The take list last written for each member, and under which assigner fencing.
     written: BTreeMap<String, (u64, TakeList)>,
 }
-
-/// The live members (with their session fencing) and the unit-set epoch a worker last listed.
-type OwnView = (Vec<(String, u64)>, Option<u64>);
 
 /// The digest of a membership: the live members with their session fencing, the unit-set epoch
 /// and the suspected members. Stable across builds ([`fnv1a`]).
@@ -81,30 +83,83 @@ pub(crate) fn digest(members: &[(String, u64)], epoch: Option<u64>, suspects: &[
     fnv1a(bytes)
 }
 
-/// An assigner token: `<random>.<digest hex>`, then `.<suspect>` for each suspect when all
-/// their names fit in a token (worker ids contain no '.'), else `.?`.
-fn assigner_token(random: &str, digest: u64, suspects: &[String]) -> String {
-    let mut token = format!("{random}.{digest:x}");
-    let named: usize = suspects.iter().map(|s| s.len() + 1).sum();
-    if token.len() + named <= lease_core::MAX_TOKEN_BYTES {
-        for suspect in suspects {
-            token.push('.');
-            token.push_str(suspect);
-        }
-    } else {
-        token.push_str(".?");
+/// The most bytes of an assigner token's random part (the rest carries the digest and names).
+const RANDOM_ROOM: usize = 64;
+
+/// What an assigner token carries after its random part: `.<digest hex>`, then `.<suspect>` for
+/// each suspect, then an empty part and `.<member>` for each member whose entry changed in the
+/// latest changes of membership (`changes`, newest first: as many whole changes as fit; worker
+/// ids are not empty and contain no '.'). Names that do not fit in a token are replaced by `?`:
+/// all of them (`.?`), or the changed members only (`..?`).
+pub(crate) fn token_suffix(digest: u64, suspects: &[String], changes: &[Vec<String>]) -> String {
+    let mut suffix = format!(".{digest:x}");
+    let room = lease_core::MAX_TOKEN_BYTES - RANDOM_ROOM;
+    let named = |names: &[String]| names.iter().map(|s| s.len() + 1).sum::<usize>();
+    if suffix.len() + named(suspects) + 3 > room {
+        suffix.push_str(".?");
+        return suffix;
     }
-    token
+    for suspect in suspects {
+        suffix.push('.');
+        suffix.push_str(suspect);
+    }
+    let mut changed: Vec<String> = Vec::new();
+    for change in changes {
+        let mut wider: Vec<String> = changed.iter().chain(change).cloned().collect();
+        wider.sort();
+        wider.dedup();
+        if suffix.len() + 1 + named(&wider) > room {
+            break;
+        }
+        changed = wider;
+    }
+    if changed.is_empty() && changes.iter().any(|change| !change.is_empty()) {
+        suffix.push_str("..?");
+        return suffix;
+    }
+    if !changed.is_empty() {
+        suffix.push('.');
+        for member in &changed {
+            suffix.push('.');
+            suffix.push_str(member);
+        }
+    }
+    suffix
 }
 
-/// The digest and the suspects' names (if they fit) of an assigner token.
-fn parse_token(token: &str) -> Option<(u64, Option<Vec<String>>)> {
+/// The names an assigner token carries: the suspects and the changed members, each `None` when
+/// they did not fit.
+type Names = (Option<Vec<String>>, Option<Vec<String>>);
+
+/// The digest and the names of an assigner token ([`token_suffix`]).
+fn parse_token(token: &str) -> Option<(u64, Names)> {
     let mut parts = token.split('.');
     let _random = parts.next()?;
     let digest = u64::from_str_radix(parts.next()?, 16).ok()?;
-    let rest: Vec<String> = parts.map(str::to_owned).collect();
-    let suspects = (rest.len() != 1 || rest[0] != "?").then_some(rest);
-    Some((digest, suspects))
+    let rest: Vec<&str> = parts.collect();
+    if rest == ["?"] {
+        return Some((digest, (None, None)));
+    }
+    let (suspects, changed) = match rest.iter().position(|part| part.is_empty()) {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => (&rest[..], &[][..]),
+    };
+    let owned = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+    let changed = (changed != ["?"]).then(|| owned(changed));
+    Some((digest, (Some(owned(suspects)), changed)))
+}
+
+/// The ids whose entry differs between two member lists, sorted.
+fn changed_between(old: &[(String, u64)], new: &[(String, u64)]) -> Vec<String> {
+    let mut changed: Vec<String> = old
+        .iter()
+        .filter(|entry| !new.contains(entry))
+        .chain(new.iter().filter(|entry| !old.contains(entry)))
+        .map(|(id, _)| id.clone())
+        .collect();
+    changed.sort();
+    changed.dedup();
+    changed
 }
 
 impl Assigner {
@@ -119,20 +174,18 @@ impl Assigner {
         Some(lease_core::backend::fencing_token(seen.version.0))
     }
 
-    /// Records this worker's own view after a sessions listing.
-    pub(crate) fn note_own(&mut self, members: &[(String, u64)], epoch: Option<u64>) {
-        self.own = Some((members.to_vec(), epoch));
-    }
-
-    /// The members to watch if `heard` matches this worker's own view at its latest sessions
-    /// listing (its members and epoch, with the suspects the assigner names): `Some(suspects)`
-    /// (perhaps none), else `None`.
-    pub(crate) fn agrees(&self, heard: &Heard) -> Option<Vec<String>> {
-        let (Heard::Digest(published, Some(suspects)), Some((members, epoch))) = (heard, &self.own)
-        else {
-            return None;
-        };
-        (digest(members, *epoch, suspects) == *published).then(|| suspects.clone())
+    /// The members whose entry changed in each of this assigner's latest two changes of
+    /// membership (newest first), after noting `members` as the ones it publishes now.
+    pub(crate) fn changed(&mut self, members: &[(String, u64)]) -> &[Vec<String>] {
+        match self.published.replace(members.to_vec()) {
+            Some(old) if old != members => {
+                let newest = changed_between(&old, members);
+                self.recent = [newest, std::mem::take(&mut self.recent[0])];
+            }
+            Some(_) => {}
+            None => self.recent = Default::default(),
+        }
+        &self.recent
     }
 
     /// Reads the assigner record: one request, one record.
@@ -189,30 +242,29 @@ impl Assigner {
         match parsed {
             _ if unchanged >= config.session_duration => Heard::Nobody,
             Some(_) if unchanged >= suspect_span(config) => Heard::Quiet,
-            Some((digest, suspects)) => Heard::Digest(digest, suspects),
+            Some((digest, (suspects, changed))) => Heard::Digest(digest, suspects, changed),
             None => Heard::Nobody,
         }
     }
 
-    /// After a full tick: the assigner publishes `digest` (renewing its lease, or re-acquiring it
-    /// with the new digest in its token: two requests); a worker that heard [`Heard::Nobody`]
-    /// tries to become the assigner (one request; the store lets only one win, and only once the
-    /// old lease expired).
+    /// After a full tick: the assigner publishes `suffix` ([`token_suffix`]: the digest and the
+    /// names), renewing its lease, or re-acquiring it with the new suffix in its token (two
+    /// requests); a worker that heard [`Heard::Nobody`] tries to become the assigner (one
+    /// request; the store lets only one win, and only once the old lease expired).
     pub(crate) async fn lead(
         &mut self,
         config: &Config,
         store: &CountedStore,
         heard: Option<&Heard>,
-        digest: u64,
-        suspects: &[String],
+        suffix: String,
     ) {
         let Some(key) = config.assigner_key.as_ref() else {
             return;
         };
         match self.held.take() {
-            Some((lease, published)) if published == digest => {
+            Some((lease, published)) if published == suffix => {
                 match store.renew(&lease, config.session_duration).await {
-                    Ok(renewed) => self.held = Some((renewed, digest)),
+                    Ok(renewed) => self.held = Some((renewed, suffix)),
                     Err(error) => {
                         tracing::info!(worker = %config.worker_id, %error, "fleet: no longer the assigner");
                     }
@@ -225,13 +277,16 @@ impl Assigner {
                     .release(lease.key(), lease.token(), lease.fencing_token())
                     .await;
                 if released.is_ok() {
-                    self.take(config, store, key, digest, suspects).await;
+                    self.take(config, store, key, suffix, false).await;
                 }
             }
             None if heard == Some(&Heard::Nobody) => {
-                self.take(config, store, key, digest, suspects).await;
+                self.take(config, store, key, suffix, true).await;
             }
             None => {}
+        }
+        if self.held.is_none() {
+            self.published = None;
         }
     }
 
@@ -240,11 +295,15 @@ impl Assigner {
         config: &Config,
         store: &CountedStore,
         key: &LeaseKey,
-        digest: u64,
-        suspects: &[String],
+        suffix: String,
+        new: bool,
     ) {
         let random = config.tokens.next_token();
-        let Ok(token) = LeaseToken::new(assigner_token(random.as_str(), digest, suspects)) else {
+        let mut random = random.as_str().replace('.', "");
+        while random.len() > RANDOM_ROOM {
+            random.pop();
+        }
+        let Ok(token) = LeaseToken::new(format!("{random}{suffix}")) else {
             return;
         };
         let options = AcquireOptions::default()
@@ -255,10 +314,10 @@ impl Assigner {
             .await
         {
             Ok(lease) => {
-                if self.held.is_none() {
+                if new {
                     tracing::info!(worker = %config.worker_id, fencing = %lease.fencing_token(), "fleet: now the assigner");
                 }
-                self.held = Some((lease, digest));
+                self.held = Some((lease, suffix));
             }
             Err(error) => {
                 tracing::debug!(worker = %config.worker_id, %error, "fleet: did not become the assigner");
@@ -329,4 +388,79 @@ impl Assigner {
 /// other, never raises a suspicion: only a renewal missed outright does.
 pub(crate) fn suspect_span(config: &Config) -> Duration {
     config.interval
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|id| (*id).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_token_carries_the_suspects_and_the_recent_changes_that_fit() {
+        let suffix = token_suffix(
+            0xab,
+            &names(&["w1"]),
+            &[names(&["w7"]), names(&["w2", "w7"])],
+        );
+        assert_eq!(suffix, ".ab.w1..w2.w7");
+        let parsed = parse_token(&format!("random{suffix}"));
+        assert_eq!(
+            parsed,
+            Some((0xab, (Some(names(&["w1"])), Some(names(&["w2", "w7"])))))
+        );
+        let quiet = token_suffix(0xab, &[], &[Vec::new(), Vec::new()]);
+        assert_eq!(
+            parse_token(&format!("r{quiet}")),
+            Some((0xab, (Some(vec![]), Some(vec![]))))
+        );
+        let only_changed = token_suffix(1, &[], &[names(&["w3"])]);
+        assert_eq!(
+            parse_token(&format!("r{only_changed}")),
+            Some((1, (Some(vec![]), Some(names(&["w3"])))))
+        );
+    }
+
+    #[test]
+    fn names_that_do_not_fit_are_a_question_mark() {
+        let many: Vec<String> = (0..100).map(|i| format!("worker-{i:04}")).collect();
+        // The newest change fits, the older one does not: only the newest is named.
+        let suffix = token_suffix(7, &[], &[names(&["w1"]), many.clone()]);
+        assert_eq!(
+            parse_token(&format!("r{suffix}")).map(|p| p.1.1),
+            Some(Some(names(&["w1"])))
+        );
+        // No change fits: the changed members are unknown, the suspects known.
+        let suffix = token_suffix(7, &names(&["w2"]), std::slice::from_ref(&many));
+        assert_eq!(
+            parse_token(&format!("r{suffix}")).map(|p| p.1),
+            Some((Some(names(&["w2"])), None))
+        );
+        // The suspects do not fit: nothing is named.
+        let suffix = token_suffix(7, &many, &[names(&["w1"])]);
+        assert_eq!(
+            parse_token(&format!("r{suffix}")).map(|p| p.1),
+            Some((None, None))
+        );
+        assert!(
+            format!("{}{suffix}", "r".repeat(RANDOM_ROOM)).len() <= lease_core::MAX_TOKEN_BYTES
+        );
+    }
+
+    #[test]
+    fn the_changes_are_those_of_the_latest_two_changes_of_membership() {
+        let mut assigner = Assigner::default();
+        let a = vec![("w1".to_owned(), 1), ("w2".to_owned(), 2)];
+        assert_eq!(assigner.changed(&a), &[Vec::<String>::new(), Vec::new()]);
+        let b = vec![("w1".to_owned(), 1), ("w2".to_owned(), 5)];
+        assert_eq!(assigner.changed(&b), &[names(&["w2"]), Vec::new()]);
+        assert_eq!(assigner.changed(&b), &[names(&["w2"]), Vec::new()]);
+        let c = vec![("w2".to_owned(), 5), ("w3".to_owned(), 6)];
+        assert_eq!(
+            assigner.changed(&c),
+            &[names(&["w1", "w3"]), names(&["w2"])]
+        );
+    }
 }

@@ -230,13 +230,15 @@ impl WorkerBuilder {
     /// records a tick fleet-wide instead of `O(W²)`. One worker holds the assigner lease
     /// (`fleet/F/assigner`, one session duration long): every tick it lists the sessions, as
     /// today, and publishes a digest of the live members, the unit-set epoch and the members it
-    /// suspects (a session record unchanged for an interval) in the lease's token. Every other
-    /// worker reads that one record per tick (one request, besides its session renewal, plus one
-    /// read of each suspect's session record) and, while the digest matches its own view of its
-    /// latest full tick and it has nothing to move, skips listing: its units stay trusted by its
-    /// own session and unit leases, exactly as before. When the digest changes, a member is suspected, the worker has work, or no
-    /// assigner has renewed for a session duration, the worker ticks as without an assigner (and
-    /// tries to become the assigner when the lease is free). After a membership change the
+    /// suspects (a session record unchanged for an interval) in the lease's token, with the names
+    /// of the members that changed lately. Every other worker reads that one record per tick (one
+    /// request, besides its session renewal, plus one read of each suspect's session record and,
+    /// when its own view differs from the digest, of each changed member's) and, while the digest
+    /// matches its own view, skips listing the sessions: with nothing to move its units stay
+    /// trusted by its own session and unit leases, exactly as before. When its reads disagree with
+    /// the digest for more than three ticks, or no assigner has renewed for a session duration,
+    /// the worker ticks as without an assigner (and tries to become the assigner when the lease
+    /// is free). After a membership change the
     /// assigner writes each follower's part of its plan as a *take list* (a fenced value
     /// `fleet/F/takes` / worker id, one write per member whose part changed), so a follower reads
     /// that one value and the records of the units it names instead of listing all the units, and

@@ -101,7 +101,17 @@ pub struct Worker {
     pub(crate) hinted_rounds: u32,
     /// Ticks this worker waited for a take list of its current membership.
     pub(crate) hint_waits: u32,
+    /// Ticks in a row in which this worker's members differed from the assigner's after it read
+    /// the sessions the assigner names: bounded by [`MAX_LAG_TICKS`], then it lists them.
+    pub(crate) lag_ticks: u32,
 }
+
+/// How many ticks in a row a worker keeps what it holds, without listing the sessions, while
+/// its own reads of the sessions the assigner names still disagree with the assigner's digest.
+/// Two verdicts on one session, each from its own reads, come within an interval or two of each
+/// other (a follower starts reading a suspect an interval after the assigner); a listing would
+/// not bring them closer, since it reads the same records.
+const MAX_LAG_TICKS: u32 = 3;
 
 /// How many plans in a row a worker makes from take lists while still below its target before
 /// it lists the units (a session duration of 10 s at a 2.5 s interval takes 4 to end).
@@ -174,6 +184,7 @@ impl Worker {
             assigner: Assigner::default(),
             hinted_rounds: 0,
             hint_waits: 0,
+            lag_ticks: 0,
         }
     }
 
@@ -483,13 +494,14 @@ impl Worker {
         self.note_mismatch(&me);
     }
 
-    /// Reads the session record of each member the assigner suspects (one request each) into
-    /// the view, by the same rule as a listing. Returns whether the live members are unchanged
-    /// (else the worker ticks in full: a suspect's session ended, by its own reads).
-    async fn watch(&mut self, suspects: &[String]) -> bool {
-        let before = self.members.clone();
-        for suspect in suspects {
-            let Ok(key) = LeaseKey::with_sort_key(self.config.sessions.as_str(), suspect.as_str())
+    /// Reads the session record of each member named (one request each) into the view, by the
+    /// same rule as a listing, and updates the live members. `false` if a read failed.
+    async fn read_sessions(&mut self, names: &[String]) -> bool {
+        for name in names {
+            if *name == self.config.worker_id {
+                continue;
+            }
+            let Ok(key) = LeaseKey::with_sort_key(self.config.sessions.as_str(), name.as_str())
             else {
                 return false;
             };
@@ -505,12 +517,53 @@ impl Worker {
                 reply,
                 wall_sent,
             };
-            self.view.observe_session(suspect, record.as_ref(), listing);
+            self.view.observe_session(name, record.as_ref(), listing);
         }
-        if !suspects.is_empty() {
+        if !names.is_empty() {
             self.refresh_members();
         }
-        self.members == before
+        true
+    }
+
+    /// Brings this worker's members level with the assigner's without listing the sessions
+    /// (see [`Synced`]): it reads the sessions the assigner suspects, and, when its own members
+    /// differ from the assigner's digest, those the assigner names as recently changed. Each
+    /// verdict on a session stays this worker's own (its reads, its timestamps): the names only
+    /// say which records to read.
+    async fn sync_with_assigner(&mut self, heard: Option<&Heard>) -> Synced {
+        let Some(Heard::Digest(published, Some(suspects), changed)) = heard else {
+            self.lag_ticks = 0;
+            return Synced::List;
+        };
+        if self.units.by_load
+            || (self.is_sweeper() && self.ticks_since_plan + 1 >= self.config.resync_every)
+        {
+            // Loads come with a sessions listing; the sweeper's resync lists them too.
+            self.lag_ticks = 0;
+            return Synced::List;
+        }
+        let agrees =
+            |w: &Self| assigner::digest(&w.members, w.view.epoch(), suspects) == *published;
+        let mut names = suspects.clone();
+        if !agrees(self)
+            && let Some(changed) = changed
+        {
+            names.extend(changed.iter().filter(|c| !suspects.contains(c)).cloned());
+        }
+        if !self.read_sessions(&names).await {
+            self.lag_ticks = 0;
+            return Synced::List;
+        }
+        if agrees(self) {
+            self.lag_ticks = 0;
+            return Synced::Agreed;
+        }
+        self.lag_ticks += 1;
+        if self.lag_ticks > MAX_LAG_TICKS {
+            self.lag_ticks = 0;
+            return Synced::List;
+        }
+        Synced::Lagging
     }
 
     fn note_mismatch(&mut self, me: &str) {
@@ -551,22 +604,23 @@ impl Worker {
         }
         let first = self.planned_members.is_none() && self.ticks_since_plan == 0;
         let heard = self.hear_assigner().await;
-        let watch = heard.as_ref().and_then(|h| self.assigner.agrees(h));
-        if !first
-            && self.quiet()
-            && let Some(suspects) = watch
-            && self.watch(&suspects).await
-        {
-            // The assigner saw what this worker saw at its latest full tick, the members it
-            // suspects are still live by this worker's own reads, and it has nothing to move:
-            // keep what it holds without listing.
+        let synced = if first {
+            Synced::List
+        } else {
+            self.sync_with_assigner(heard.as_ref()).await
+        };
+        if synced == Synced::Lagging || (synced == Synced::Agreed && self.quiet()) {
+            // The assigner sees the members this worker sees (or will within a tick or two)
+            // and this worker has nothing to move: keep what it holds without listing.
             self.ticks_since_plan += 1;
             self.drop_retired(events);
             self.finish_handoffs(events).await;
             self.keep_units(events).await;
             return Ok(());
         }
-        self.observe_sessions().await?;
+        if synced == Synced::List {
+            self.observe_sessions().await?;
+        }
         self.follow_or_lead(heard.as_ref()).await;
         self.drop_retired(events);
         self.finish_handoffs(events).await;
@@ -588,6 +642,11 @@ impl Worker {
             report.planned = true;
             if self.follow_take_list(heard.as_ref(), events).await {
                 return Ok(());
+            }
+            if synced != Synced::List {
+                // Planning from a units listing judges holders by the sessions (an absent
+                // session only by listings): list them too, as without an assigner.
+                self.observe_sessions().await?;
             }
             self.ticks_since_plan = 0;
             self.hinted_rounds = 0;
@@ -761,7 +820,6 @@ impl Worker {
             return;
         }
         let epoch = self.view.epoch();
-        self.assigner.note_own(&self.members, epoch);
         if !self.assigner.is_assigner() && heard != Some(&Heard::Nobody) {
             return;
         }
@@ -769,8 +827,10 @@ impl Worker {
             .view
             .suspects(&self.config.worker_id, assigner::suspect_span(&self.config));
         let published = assigner::digest(&self.members, epoch, &suspects);
+        let changed = self.assigner.changed(&self.members);
+        let suffix = assigner::token_suffix(published, &suspects, changed);
         self.assigner
-            .lead(&self.config, &self.store, heard, published, &suspects)
+            .lead(&self.config, &self.store, heard, suffix)
             .await;
     }
 
@@ -1396,6 +1456,18 @@ impl Worker {
             .map_err(|e| LeaseError::runtime(format!("cannot start the worker thread: {e}")))?;
         Ok((handle, thread))
     }
+}
+
+/// How a follower's members compare with its assigner's ([`Worker::sync_with_assigner`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Synced {
+    /// Its members are the assigner's: plan without listing the sessions.
+    Agreed,
+    /// Its own reads of the named sessions do not yet agree with the assigner: keep what it
+    /// holds for a tick.
+    Lagging,
+    /// No assigner to follow, a read failed, or it lagged too long: list the sessions.
+    List,
 }
 
 /// What a plan from a take list came to.
