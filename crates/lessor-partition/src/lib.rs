@@ -172,28 +172,32 @@
 //! again), and the epoch moves. The lowest-id member also deletes session records released for
 //! ten session durations that no unit names, so listings stay the size of the live fleet.
 //!
-//! **An assigner** ([`WorkerBuilder::with_assigner`], KCL 3.x's leader/worker split). Listing
-//! every session every interval costs the fleet `W²` records a tick. With an assigner, one
+//! **An assigner** (KCL 3.x's leader/worker split; on by default,
+//! [`WorkerBuilder::without_assigner`] turns it off). Listing every session every interval costs
+//! the fleet `W²` records a tick. With an assigner, one
 //! worker holds a fourth kind of record, the **assigner lease** `fleet/F/assigner` (sort key
 //! `lease`, one session duration long, taken with the store's compare-and-swap like any lease).
 //! It ticks as above and, after each sessions listing, publishes a **digest** in the lease's
-//! token: a hash of the live members with their session fencing, the unit-set epoch and the
-//! members it *suspects* (a session record its listings showed unchanged for an interval, from
-//! the reply of the first to the send of the newest: a member renewing every interval never
-//! stays unchanged that long). It renews the lease every tick with the same digest, or releases
-//! and takes it again with a new one (the token cannot change on renewal; whoever wins in
-//! between publishes instead); the suspects' names follow the digest in the token when they fit
-//! (256 bytes), and so do the names of the members whose session changed (joined, left, ended,
-//! restarted) in the assigner's latest two changes of membership. Every other worker reads that
+//! token: a hash of the live members with their session fencing and the unit-set epoch, with a
+//! *generation* that counts its rewrites of take lists (below). It renews the lease every tick
+//! with the same token, or releases and takes it again with a new one (the token cannot change
+//! on renewal; whoever wins in between publishes instead). The token also names, when the names
+//! fit (256 bytes), the members it *suspects* (a session record its listings showed unchanged for
+//! an interval, from the reply of the first to the send of the newest: a member renewing every
+//! interval never stays unchanged that long) and the members whose session changed (joined, left,
+//! ended, restarted) in its latest two changes of membership. Every other worker reads that
 //! one record each tick (a get: one request, one record) and reads each suspect's session record
 //! (one get each, judged by the same `since`/`confirmed` rule as a listing); when the digest it
-//! computes from its own view differs, it also reads the record of each member named as changed.
+//! computes from its own view differs, it also reads the unit-set epoch record and the record of
+//! each member named as changed (a record not found removes that member, and judges no unit).
 //! When the digest then equals its own, it **skips listing the sessions**: with its latest plan
 //! of these members and epoch and nothing pending, dealt, owed or handed over (and not the
 //! lowest-id member with a resync due) it renews its session and unit leases and does nothing
 //! else; otherwise it plans as below without a sessions listing. When its own reads still
 //! disagree (its verdict on a session comes up to two intervals after the assigner's) it keeps
-//! what it holds for up to three ticks, then lists the sessions as without an assigner. A
+//! what it holds and follows the assigner's current take list for up to three ticks, then lists
+//! the sessions as without an assigner; it lists at once when the assigner cannot name what
+//! changed (a new assigner, or too many names). A
 //! follower whose reads show the assigner record unchanged for an
 //! interval ticks in full too (it watches the sessions itself from then on), and one whose reads
 //! show it unchanged for a session duration (or free) also tries to take the lease, so the fleet
@@ -209,13 +213,16 @@
 //! **Take lists.** When the assigner plans, it writes each other member's part of the plan (the
 //! membership's digest, the member's target, the units dealt to it) as a fenced value
 //! `fleet/F/takes` / worker id under its lease's fencing token, one write per member whose part
-//! changed. A follower that must plan after a membership change reads its own list (one request)
+//! changed, and then publishes the next generation. A follower that must plan after a membership
+//! change, or whose latest plan followed an older generation, reads its own list (one request)
 //! instead of listing the units, reads the record of each listed unit it does not hold (one get
 //! each), judges each as a listing's record, hands its surplus above the target over and takes
-//! what it found free; a list of another membership, a missing or too long one, or eight hinted
-//! plans in a row below target make it list as before. The assigner also takes every dead
-//! member's unit itself once its own listing judges the session ended, and hands the ones dealt to
-//! others over before any other surplus. A list decides only which units a follower looks at, so
+//! what it found free; a list of neither its own membership nor the assigner's current one, a
+//! missing or too long one, or eight hinted plans in a row below target make it list as before.
+//! The assigner also takes every dead member's unit itself once its own listing judges the
+//! session ended, and every unit whose foreign or absent holder it judges free (it lists the
+//! units again when such a verdict falls due, even at its own target), and hands the ones dealt
+//! to others over before any other surplus, all at once: the move bound limits moving live work. A list decides only which units a follower looks at, so
 //! a wrong one costs requests or balance, never a unit trusted twice.
 //!
 //! ## Why no unit ever has two trusting owners
@@ -338,10 +345,11 @@
 //!   below its share with nothing offered lists again when a pending verdict falls due or after
 //!   `resync_every` ticks.
 //!
-//! So a worker sends on average `2 + 1/(8W) + (L/W) / 17 280` requests per interval and reads
+//! So without an assigner ([`WorkerBuilder::without_assigner`]) a worker sends on average
+//! `2 + 1/(8W) + (L/W) / 17 280` requests per interval and reads
 //! `W + L/(8W)` records.
 //!
-//! With an assigner ([`WorkerBuilder::with_assigner`]), in steady state a follower sends **2
+//! With an assigner (the default), in steady state a follower sends **2
 //! requests** (session renew + a get of the assigner record, 1 record) and the assigner 3
 //! (session renew, sessions listing of `W` records, assigner renew), so the fleet reads about
 //! `2W + L/8` records a tick instead of `W² + L/8`. A suspicion costs every follower one get per

@@ -183,8 +183,22 @@ async fn run_through_a_loss(
         owned(&handles).len() < UNITS
     })
     .await;
+    // Owned again, each by a gain after the loss: a worker that has not yet found its own
+    // session gone may still show units it is about to drop, and the events reach the log a
+    // moment after the worker publishes what it owns.
+    let gained_after_loss = || {
+        let log = log.lock().expect("log");
+        let gained: BTreeSet<&String> = log
+            .iter()
+            .filter_map(|event| match event {
+                FleetEvent::Gained { unit, .. } => Some(unit),
+                _ => None,
+            })
+            .collect();
+        gained.len()
+    };
     let took = wait("every unit owned again", Duration::from_secs(90), || {
-        owned(&handles).len() == UNITS
+        owned(&handles).len() == UNITS && gained_after_loss() == UNITS
     })
     .await;
     println!(

@@ -169,7 +169,7 @@ pub struct SimConfig {
     /// Whether the workers keep per-unit checkpoints in the store
     /// ([`WorkerBuilder::with_checkpoints`](lessor_partition::WorkerBuilder::with_checkpoints)).
     pub checkpoints: bool,
-    /// Whether the workers elect an assigner.
+    /// Whether the workers elect an assigner (the default, as for a worker).
     pub assigner: bool,
     /// Whether safety is checked after every worker's tick (else only by
     /// [`Simulation::check_now`]): the scale table's big cells turn it off.
@@ -187,7 +187,7 @@ impl SimConfig {
             skew_bound: None,
             seed,
             checkpoints: false,
-            assigner: false,
+            assigner: true,
             check_every_step: true,
         }
     }
@@ -536,8 +536,8 @@ impl Simulation {
         if self.config.checkpoints {
             builder = builder.with_checkpoints();
         }
-        if self.config.assigner {
-            builder = builder.with_assigner();
+        if !self.config.assigner {
+            builder = builder.without_assigner();
         }
         let phase = Duration::from_micros(
             self.rng

@@ -270,7 +270,8 @@ fn workers_with_different_unit_lists_converge() {
 /// its lease every 3 s. From 60 s to 300 s the fleet lists the units on at most 20 % of its ticks
 /// and no worker on more than 35 % (the cost model: one listing per worker per membership change,
 /// a change every 12 ticks, plus a few while below target). Measured on the old protocol: 25.9 %
-/// for the fleet, 92 % for the worst worker (17.9 % and 27 % without the foreign holder).
+/// for the fleet, 92 % for the worst worker (17.9 % and 27 % without the foreign holder). With
+/// the assigner (the default) only the assigner lists the units on a change.
 #[test]
 fn listing_stays_rare_under_churn_and_foreign_holders() {
     let mut sim = LatencySim::new(256, 6).with_latency(Latency::uniform(ms(2), ms(20)));

@@ -44,21 +44,36 @@ fn cold_start_balances_within_a_few_intervals() {
 
 #[test]
 fn a_balanced_fleet_stays_put_and_costs_two_requests_per_worker_per_interval() {
-    let mut sim = fleet(1024, 8, 3);
-    assert!(sim.run_until_balanced(INTERVAL * 20).is_some());
-    sim.run_for(INTERVAL * 10);
-    let before = sim.counters();
-    sim.run_for(INTERVAL * 80);
-    let spent = sim.counters().since(&before);
-    assert_eq!(spent.moves, 0, "no flapping: {spent:?}");
-    let per_worker_interval = spent.requests as f64 / (8.0 * 80.0);
-    // Two requests, plus the lowest-id member's units listing every eighth tick.
-    assert!(
-        per_worker_interval <= 2.0 + 1.0 / 8.0 / 8.0 + 0.01,
-        "{per_worker_interval}"
-    );
-    assert!(sim.is_balanced());
-    assert_safe(&sim);
+    for assigner in [true, false] {
+        let mut config = SimConfig::new(1024, 3);
+        config.assigner = assigner;
+        let mut sim = Simulation::new(config);
+        for _ in 0..8 {
+            sim.join();
+        }
+        assert!(sim.run_until_balanced(INTERVAL * 20).is_some());
+        sim.run_for(INTERVAL * 10);
+        let before = sim.counters();
+        sim.run_for(INTERVAL * 80);
+        let spent = sim.counters().since(&before);
+        assert_eq!(spent.moves, 0, "no flapping: {spent:?}");
+        let per_worker_interval = spent.requests as f64 / (8.0 * 80.0);
+        // Two requests (the session renewal; the assigner record, or the sessions listing
+        // without an assigner), plus the lowest-id member's units listing every eighth tick;
+        // with an assigner, plus the assigner's own sessions listing and lease renewal every
+        // tick and the lowest-id member's sessions listing with its units listing.
+        let bound = if assigner {
+            2.0 + 1.0 / 8.0 + 2.0 / 8.0 / 8.0
+        } else {
+            2.0 + 1.0 / 8.0 / 8.0
+        };
+        assert!(
+            per_worker_interval <= bound + 0.01,
+            "assigner {assigner}: {per_worker_interval}"
+        );
+        assert!(sim.is_balanced());
+        assert_safe(&sim);
+    }
 }
 
 #[test]

@@ -34,10 +34,8 @@ struct Seen {
 /// What a read of the assigner record tells a worker.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Heard {
-    /// A live assigner publishes this digest, with the members it suspects and the members whose
-    /// session changed in its latest two changes of membership, each when their names fit in its
-    /// token (`None` when they do not).
-    Digest(u64, Option<Vec<String>>, Option<Vec<String>>),
+    /// A live assigner publishes this.
+    Digest(Published),
     /// The assigner has not renewed for an interval (it renews every tick): perhaps it
     /// stopped. Tick in full, so that this worker watches the sessions itself from now on
     /// instead of a session duration later.
@@ -49,6 +47,21 @@ pub(crate) enum Heard {
     Unknown,
 }
 
+/// What a live assigner's token says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Published {
+    /// The digest of the membership it sees ([`digest`]).
+    pub(crate) digest: u64,
+    /// How many times it has rewritten take lists: a follower whose latest plan followed an
+    /// older generation reads its list again.
+    pub(crate) generation: u64,
+    /// The members it suspects, when their names fit in its token.
+    pub(crate) suspects: Option<Vec<String>>,
+    /// The members whose session changed in its latest two changes of membership, when known
+    /// and their names fit.
+    pub(crate) changed: Option<Vec<String>>,
+}
+
 /// This worker's part in the assigner protocol.
 #[derive(Debug, Default)]
 pub(crate) struct Assigner {
@@ -58,16 +71,22 @@ pub(crate) struct Assigner {
     /// The record as last read.
     seen: Option<Seen>,
     /// While this worker is the assigner: the members it last published, and the members whose
-    /// entry changed in each of its latest two changes of membership (newest first).
+    /// entry changed in each of its latest two changes of membership (newest first; `None`
+    /// before it has seen one: it cannot know what its followers saw before it).
     published: Option<Vec<(String, u64)>>,
-    recent: [Vec<String>; 2],
+    recent: [Option<Vec<String>>; 2],
     /// The take list last written for each member, and under which assigner fencing.
     written: BTreeMap<String, (u64, TakeList)>,
+    /// Take-list rewrites so far ([`Published::generation`]).
+    generation: u64,
+    /// The digest and suspects last published, to publish again with a new generation.
+    last: Option<(u64, Vec<String>)>,
 }
 
-/// The digest of a membership: the live members with their session fencing, the unit-set epoch
-/// and the suspected members. Stable across builds ([`fnv1a`]).
-pub(crate) fn digest(members: &[(String, u64)], epoch: Option<u64>, suspects: &[String]) -> u64 {
+/// The digest of a membership: the live members with their session fencing and the unit-set
+/// epoch. The assigner publishes it, and its take lists carry the digest of the membership they
+/// were planned for. Stable across builds ([`fnv1a`]).
+pub(crate) fn digest(members: &[(String, u64)], epoch: Option<u64>) -> u64 {
     let mut bytes = Vec::new();
     for (member, fencing) in members {
         bytes.extend_from_slice(member.as_bytes());
@@ -76,23 +95,24 @@ pub(crate) fn digest(members: &[(String, u64)], epoch: Option<u64>, suspects: &[
     }
     bytes.push(1);
     bytes.extend_from_slice(&epoch.unwrap_or(0).to_be_bytes());
-    for suspect in suspects {
-        bytes.push(2);
-        bytes.extend_from_slice(suspect.as_bytes());
-    }
     fnv1a(bytes)
 }
 
 /// The most bytes of an assigner token's random part (the rest carries the digest and names).
 const RANDOM_ROOM: usize = 64;
 
-/// What an assigner token carries after its random part: `.<digest hex>`, then `.<suspect>` for
-/// each suspect, then an empty part and `.<member>` for each member whose entry changed in the
-/// latest changes of membership (`changes`, newest first: as many whole changes as fit; worker
-/// ids are not empty and contain no '.'). Names that do not fit in a token are replaced by `?`:
-/// all of them (`.?`), or the changed members only (`..?`).
-pub(crate) fn token_suffix(digest: u64, suspects: &[String], changes: &[Vec<String>]) -> String {
-    let mut suffix = format!(".{digest:x}");
+/// What an assigner token carries after its random part: `.<digest hex>-<generation hex>`, then
+/// `.<suspect>` for each suspect, then an empty part and `.<member>` for each member whose entry
+/// changed in the latest changes of membership (`changes`, newest first: as many whole known
+/// changes as fit; worker ids are not empty and contain no '.'). Names that are unknown or do not
+/// fit in a token are replaced by `?`: all of them (`.?`), or the changed members only (`..?`).
+fn token_suffix(
+    digest: u64,
+    generation: u64,
+    suspects: &[String],
+    changes: &[Option<Vec<String>>],
+) -> String {
+    let mut suffix = format!(".{digest:x}-{generation:x}");
     let room = lease_core::MAX_TOKEN_BYTES - RANDOM_ROOM;
     let named = |names: &[String]| names.iter().map(|s| s.len() + 1).sum::<usize>();
     if suffix.len() + named(suspects) + 3 > room {
@@ -104,7 +124,11 @@ pub(crate) fn token_suffix(digest: u64, suspects: &[String], changes: &[Vec<Stri
         suffix.push_str(suspect);
     }
     let mut changed: Vec<String> = Vec::new();
+    let mut named_any = false;
     for change in changes {
+        let Some(change) = change else {
+            break;
+        };
         let mut wider: Vec<String> = changed.iter().chain(change).cloned().collect();
         wider.sort();
         wider.dedup();
@@ -112,8 +136,9 @@ pub(crate) fn token_suffix(digest: u64, suspects: &[String], changes: &[Vec<Stri
             break;
         }
         changed = wider;
+        named_any = true;
     }
-    if changed.is_empty() && changes.iter().any(|change| !change.is_empty()) {
+    if !named_any {
         suffix.push_str("..?");
         return suffix;
     }
@@ -127,18 +152,22 @@ pub(crate) fn token_suffix(digest: u64, suspects: &[String], changes: &[Vec<Stri
     suffix
 }
 
-/// The names an assigner token carries: the suspects and the changed members, each `None` when
-/// they did not fit.
-type Names = (Option<Vec<String>>, Option<Vec<String>>);
-
-/// The digest and the names of an assigner token ([`token_suffix`]).
-fn parse_token(token: &str) -> Option<(u64, Names)> {
+/// What an assigner token says ([`token_suffix`]).
+fn parse_token(token: &str) -> Option<Published> {
     let mut parts = token.split('.');
     let _random = parts.next()?;
-    let digest = u64::from_str_radix(parts.next()?, 16).ok()?;
+    let (digest, generation) = parts.next()?.split_once('-')?;
+    let digest = u64::from_str_radix(digest, 16).ok()?;
+    let generation = u64::from_str_radix(generation, 16).ok()?;
     let rest: Vec<&str> = parts.collect();
+    let published = |suspects, changed| Published {
+        digest,
+        generation,
+        suspects,
+        changed,
+    };
     if rest == ["?"] {
-        return Some((digest, (None, None)));
+        return Some(published(None, None));
     }
     let (suspects, changed) = match rest.iter().position(|part| part.is_empty()) {
         Some(at) => (&rest[..at], &rest[at + 1..]),
@@ -146,7 +175,7 @@ fn parse_token(token: &str) -> Option<(u64, Names)> {
     };
     let owned = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
     let changed = (changed != ["?"]).then(|| owned(changed));
-    Some((digest, (Some(owned(suspects)), changed)))
+    Some(published(Some(owned(suspects)), changed))
 }
 
 /// The ids whose entry differs between two member lists, sorted.
@@ -174,18 +203,17 @@ impl Assigner {
         Some(lease_core::backend::fencing_token(seen.version.0))
     }
 
-    /// The members whose entry changed in each of this assigner's latest two changes of
-    /// membership (newest first), after noting `members` as the ones it publishes now.
-    pub(crate) fn changed(&mut self, members: &[(String, u64)]) -> &[Vec<String>] {
+    /// Notes `members` as the ones this assigner publishes now, and with them the members whose
+    /// entry changed in each of its latest two changes of membership.
+    pub(crate) fn note_members(&mut self, members: &[(String, u64)]) {
         match self.published.replace(members.to_vec()) {
             Some(old) if old != members => {
                 let newest = changed_between(&old, members);
-                self.recent = [newest, std::mem::take(&mut self.recent[0])];
+                self.recent = [Some(newest), self.recent[0].take()];
             }
             Some(_) => {}
             None => self.recent = Default::default(),
         }
-        &self.recent
     }
 
     /// Reads the assigner record: one request, one record.
@@ -242,25 +270,29 @@ impl Assigner {
         match parsed {
             _ if unchanged >= config.session_duration => Heard::Nobody,
             Some(_) if unchanged >= suspect_span(config) => Heard::Quiet,
-            Some((digest, (suspects, changed))) => Heard::Digest(digest, suspects, changed),
+            Some(published) => Heard::Digest(published),
             None => Heard::Nobody,
         }
     }
 
-    /// After a full tick: the assigner publishes `suffix` ([`token_suffix`]: the digest and the
-    /// names), renewing its lease, or re-acquiring it with the new suffix in its token (two
-    /// requests); a worker that heard [`Heard::Nobody`] tries to become the assigner (one
-    /// request; the store lets only one win, and only once the old lease expired).
+    /// After a full tick: the assigner publishes `digest` and `suspects` with its generation and
+    /// the recently changed members ([`token_suffix`]), renewing its lease, or re-acquiring it
+    /// with the new token (two requests); a worker that heard [`Heard::Nobody`] tries to become
+    /// the assigner (one request; the store lets only one win, and only once the old lease
+    /// expired).
     pub(crate) async fn lead(
         &mut self,
         config: &Config,
         store: &CountedStore,
         heard: Option<&Heard>,
-        suffix: String,
+        digest: u64,
+        suspects: &[String],
     ) {
         let Some(key) = config.assigner_key.as_ref() else {
             return;
         };
+        let suffix = token_suffix(digest, self.generation, suspects, &self.recent);
+        self.last = Some((digest, suspects.to_vec()));
         match self.held.take() {
             Some((lease, published)) if published == suffix => {
                 match store.renew(&lease, config.session_duration).await {
@@ -327,7 +359,9 @@ impl Assigner {
 
     /// While this worker is the assigner: writes each other member's part of the plan it just
     /// made for the membership of digest `plan` ([`takes`]), one request per member whose part
-    /// changed since it last wrote it. Stops at the first refusal (a newer assigner wrote).
+    /// changed since it last wrote it; then, if it wrote any, publishes the next generation so
+    /// that followers read their lists again (two requests). Stops at the first refusal (a
+    /// newer assigner wrote).
     pub(crate) async fn publish_takes(
         &mut self,
         config: &Config,
@@ -340,6 +374,7 @@ impl Assigner {
         };
         let live: Vec<String> = others.iter().map(|(id, _, _)| id.clone()).collect();
         self.written.retain(|id, _| live.contains(id));
+        let mut wrote = false;
         for (member, target, units) in others {
             let list = TakeList {
                 plan,
@@ -358,6 +393,7 @@ impl Assigner {
             match takes::write(config, store, fencing, &member, &list).await {
                 Ok(()) => {
                     self.written.insert(member, (fencing.get(), list));
+                    wrote = true;
                 }
                 Err(error) if error.is_not_owned() => {
                     tracing::info!(worker = %config.worker_id, %error, "fleet: a newer assigner writes the take lists");
@@ -367,6 +403,10 @@ impl Assigner {
                     tracing::debug!(worker = %config.worker_id, member, %error, "fleet: writing a take list failed");
                 }
             }
+        }
+        if wrote && let Some((digest, suspects)) = self.last.clone() {
+            self.generation += 1;
+            self.lead(config, store, None, digest, &suspects).await;
         }
     }
 
@@ -398,69 +438,71 @@ mod tests {
         ids.iter().map(|id| (*id).to_owned()).collect()
     }
 
+    /// The suspects and the changed members a token names.
+    type Names = (Option<Vec<String>>, Option<Vec<String>>);
+
+    fn said(suffix: &str) -> Option<Names> {
+        parse_token(&format!("random{suffix}")).map(|p| (p.suspects, p.changed))
+    }
+
     #[test]
     fn a_token_carries_the_suspects_and_the_recent_changes_that_fit() {
-        let suffix = token_suffix(
-            0xab,
-            &names(&["w1"]),
-            &[names(&["w7"]), names(&["w2", "w7"])],
-        );
-        assert_eq!(suffix, ".ab.w1..w2.w7");
-        let parsed = parse_token(&format!("random{suffix}"));
+        let changes = [Some(names(&["w7"])), Some(names(&["w2", "w7"]))];
+        let suffix = token_suffix(0xab, 3, &names(&["w1"]), &changes);
+        assert_eq!(suffix, ".ab-3.w1..w2.w7");
         assert_eq!(
-            parsed,
-            Some((0xab, (Some(names(&["w1"])), Some(names(&["w2", "w7"])))))
+            parse_token(&format!("random{suffix}")),
+            Some(Published {
+                digest: 0xab,
+                generation: 3,
+                suspects: Some(names(&["w1"])),
+                changed: Some(names(&["w2", "w7"])),
+            })
         );
-        let quiet = token_suffix(0xab, &[], &[Vec::new(), Vec::new()]);
+        let quiet = token_suffix(0xab, 0, &[], &[Some(Vec::new()), Some(Vec::new())]);
+        assert_eq!(said(&quiet), Some((Some(vec![]), Some(vec![]))));
+        let only_changed = token_suffix(1, 0, &[], &[Some(names(&["w3"])), None]);
         assert_eq!(
-            parse_token(&format!("r{quiet}")),
-            Some((0xab, (Some(vec![]), Some(vec![]))))
-        );
-        let only_changed = token_suffix(1, &[], &[names(&["w3"])]);
-        assert_eq!(
-            parse_token(&format!("r{only_changed}")),
-            Some((1, (Some(vec![]), Some(names(&["w3"])))))
+            said(&only_changed),
+            Some((Some(vec![]), Some(names(&["w3"]))))
         );
     }
 
     #[test]
-    fn names_that_do_not_fit_are_a_question_mark() {
+    fn names_that_are_unknown_or_do_not_fit_are_a_question_mark() {
         let many: Vec<String> = (0..100).map(|i| format!("worker-{i:04}")).collect();
         // The newest change fits, the older one does not: only the newest is named.
-        let suffix = token_suffix(7, &[], &[names(&["w1"]), many.clone()]);
-        assert_eq!(
-            parse_token(&format!("r{suffix}")).map(|p| p.1.1),
-            Some(Some(names(&["w1"])))
-        );
-        // No change fits: the changed members are unknown, the suspects known.
-        let suffix = token_suffix(7, &names(&["w2"]), std::slice::from_ref(&many));
-        assert_eq!(
-            parse_token(&format!("r{suffix}")).map(|p| p.1),
-            Some((Some(names(&["w2"])), None))
-        );
+        let suffix = token_suffix(7, 0, &[], &[Some(names(&["w1"])), Some(many.clone())]);
+        assert_eq!(said(&suffix), Some((Some(vec![]), Some(names(&["w1"])))));
+        // No change fits, or none is known: the changed members are unknown.
+        let suffix = token_suffix(7, 0, &names(&["w2"]), &[Some(many.clone())]);
+        assert_eq!(said(&suffix), Some((Some(names(&["w2"])), None)));
+        let suffix = token_suffix(7, 0, &names(&["w2"]), &[None, None]);
+        assert_eq!(said(&suffix), Some((Some(names(&["w2"])), None)));
         // The suspects do not fit: nothing is named.
-        let suffix = token_suffix(7, &many, &[names(&["w1"])]);
-        assert_eq!(
-            parse_token(&format!("r{suffix}")).map(|p| p.1),
-            Some((None, None))
-        );
-        assert!(
-            format!("{}{suffix}", "r".repeat(RANDOM_ROOM)).len() <= lease_core::MAX_TOKEN_BYTES
-        );
+        let suffix = token_suffix(7, u64::MAX, &many, &[Some(names(&["w1"]))]);
+        assert_eq!(said(&suffix), Some((None, None)));
+        let longest = format!("{}{suffix}", "r".repeat(RANDOM_ROOM));
+        assert!(longest.len() <= lease_core::MAX_TOKEN_BYTES);
     }
 
     #[test]
     fn the_changes_are_those_of_the_latest_two_changes_of_membership() {
         let mut assigner = Assigner::default();
         let a = vec![("w1".to_owned(), 1), ("w2".to_owned(), 2)];
-        assert_eq!(assigner.changed(&a), &[Vec::<String>::new(), Vec::new()]);
+        assigner.note_members(&a);
+        // A new assigner cannot name what changed before it: followers that differ list.
+        assert_eq!(assigner.recent, [None, None]);
         let b = vec![("w1".to_owned(), 1), ("w2".to_owned(), 5)];
-        assert_eq!(assigner.changed(&b), &[names(&["w2"]), Vec::new()]);
-        assert_eq!(assigner.changed(&b), &[names(&["w2"]), Vec::new()]);
+        assigner.note_members(&b);
+        assert_eq!(assigner.recent, [Some(names(&["w2"])), None]);
+        assigner.note_members(&b);
+        assert_eq!(assigner.recent, [Some(names(&["w2"])), None]);
         let c = vec![("w2".to_owned(), 5), ("w3".to_owned(), 6)];
+        assigner.note_members(&c);
         assert_eq!(
-            assigner.changed(&c),
-            &[names(&["w1", "w3"]), names(&["w2"])]
+            assigner.recent,
+            [Some(names(&["w1", "w3"])), Some(names(&["w2"]))]
         );
     }
 }

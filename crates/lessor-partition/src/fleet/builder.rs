@@ -88,7 +88,7 @@ impl WorkerBuilder {
             // The one default source of randomness: injected here, never called by the worker.
             tokens: Arc::new(RandomTokens),
             by_load: false,
-            assigner: false,
+            assigner: true,
         }
     }
 
@@ -227,7 +227,8 @@ impl WorkerBuilder {
     }
 
     /// Lets the fleet elect an **assigner** (KCL 3.x's leader), so that membership costs `O(W)`
-    /// records a tick fleet-wide instead of `O(W²)`. One worker holds the assigner lease
+    /// records a tick fleet-wide instead of `O(W²)`: the default, which this only restates
+    /// ([`without_assigner`](Self::without_assigner) turns it off). One worker holds the assigner lease
     /// (`fleet/F/assigner`, one session duration long): every tick it lists the sessions, as
     /// today, and publishes a digest of the live members, the unit-set epoch and the members it
     /// suspects (a session record unchanged for an interval) in the lease's token, with the names
@@ -247,9 +248,34 @@ impl WorkerBuilder {
     /// at; every verdict on a peer and every take is the worker's own, so a slow, paused or
     /// duplicated assigner can only delay balance. Not with
     /// [`with_balance_by_load`](Self::with_balance_by_load) (loads travel with the sessions
-    /// listing): that worker always ticks in full. Every worker of a fleet should agree on this.
+    /// listing): that worker always ticks in full. A fleet whose workers disagree on this stays
+    /// safe (the assigner decides nothing a worker trusts) but saves only on its followers.
     pub fn with_assigner(mut self) -> Self {
         self.assigner = true;
+        self
+    }
+
+    /// No assigner: every worker lists the sessions every tick and plans for itself, as fleets
+    /// did before the assigner existed. It costs `W` records per worker a tick (`W²`
+    /// fleet-wide) and saves the assigner's lease renewal (one request a tick), so it suits
+    /// fleets of a few workers, and a fleet that shares its store with workers of a version
+    /// without the assigner.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use lease_core::MemoryBackend;
+    /// use lessor_partition::Worker;
+    ///
+    /// let worker = Worker::builder("fleet", "worker-1")
+    ///     .with_store(Arc::new(MemoryBackend::new()))
+    ///     .with_units((0..4).map(|u| format!("unit-{u}")))
+    ///     .without_assigner()
+    ///     .build()?;
+    /// assert_eq!(worker.id(), "worker-1");
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    pub fn without_assigner(mut self) -> Self {
+        self.assigner = false;
         self
     }
 

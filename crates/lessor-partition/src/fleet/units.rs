@@ -360,8 +360,9 @@ impl Units {
             .collect()
     }
 
-    /// The units above the target to hand over, at most `max_moves`: the ones taken to hand on
-    /// first, then the highest ids.
+    /// The units above the target to hand over: first every unit taken to hand on (a dead
+    /// member's, which nobody has begun to work on under this plan: the move bound, which
+    /// limits moving live work, does not apply), then at most `max_moves` more, the highest ids.
     pub(crate) fn surplus(&self, max_moves: usize) -> Vec<String> {
         let Some(target) = self.target else {
             return Vec::new();
@@ -371,14 +372,21 @@ impl Units {
             .keys()
             .filter(|u| !self.handing_over.contains(*u))
             .collect();
-        let surplus = kept.len().saturating_sub(target).min(max_moves);
-        let handed_on = kept.iter().filter(|u| self.hand_on.contains(**u));
-        let rest = kept.iter().rev().filter(|u| !self.hand_on.contains(**u));
-        handed_on
-            .chain(rest)
-            .take(surplus)
+        let excess = kept.len().saturating_sub(target);
+        let handed_on: Vec<String> = kept
+            .iter()
+            .filter(|u| self.hand_on.contains(**u))
+            .take(excess)
             .map(|u| (*u).clone())
-            .collect()
+            .collect();
+        let rest = (excess - handed_on.len()).min(max_moves);
+        let others = kept
+            .iter()
+            .rev()
+            .filter(|u| !self.hand_on.contains(**u))
+            .take(rest)
+            .map(|u| (*u).clone());
+        handed_on.into_iter().chain(others).collect()
     }
 
     /// The configured units no listing shows and this worker does not hold, at most

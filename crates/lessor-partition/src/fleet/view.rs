@@ -367,6 +367,11 @@ impl View {
         self.loads.get(worker)
     }
 
+    /// Takes in one read of the unit-set epoch record.
+    pub(crate) fn observe_epoch(&mut self, record: &LeaseRecord) {
+        self.epoch = Some(record.fencing().get());
+    }
+
     /// The unit-set epoch as last listed: it moves whenever units are added or retired.
     pub(crate) fn epoch(&self) -> Option<u64> {
         self.epoch

@@ -14,7 +14,7 @@ use lease_core::{
     LeaseListing, LeaseRecord, LeaseToken, LossReason, NotOwnedReason,
 };
 
-use super::assigner::{self, Assigner, Heard};
+use super::assigner::{self, Assigner, Heard, Published};
 use super::builder::{Config, WorkerBuilder};
 use super::checkpoint::{Checkpoints, EpochCheck};
 use super::counted::CountedStore;
@@ -104,6 +104,10 @@ pub struct Worker {
     /// Ticks in a row in which this worker's members differed from the assigner's after it read
     /// the sessions the assigner names: bounded by [`MAX_LAG_TICKS`], then it lists them.
     pub(crate) lag_ticks: u32,
+    /// The digest of the membership its latest plan was made for (a take list's, or its own
+    /// from a units listing) and the assigner's take-list generation then: when the assigner
+    /// publishes another, it reads its list again.
+    pub(crate) followed_plan: Option<(u64, u64)>,
 }
 
 /// How many ticks in a row a worker keeps what it holds, without listing the sessions, while
@@ -185,6 +189,7 @@ impl Worker {
             hinted_rounds: 0,
             hint_waits: 0,
             lag_ticks: 0,
+            followed_plan: None,
         }
     }
 
@@ -525,13 +530,32 @@ impl Worker {
         true
     }
 
+    /// Reads the unit-set epoch record (one request) into the view. `false` if the read failed.
+    async fn read_epoch(&mut self) -> bool {
+        let Ok(record) = self.store.inspect(&self.config.epoch_key).await else {
+            return false;
+        };
+        if let Some(record) = record {
+            self.stats.records_read += 1;
+            self.view.observe_epoch(&record);
+        }
+        true
+    }
+
     /// Brings this worker's members level with the assigner's without listing the sessions
-    /// (see [`Synced`]): it reads the sessions the assigner suspects, and, when its own members
-    /// differ from the assigner's digest, those the assigner names as recently changed. Each
+    /// (see [`Synced`]): it reads the sessions the assigner suspects, and, when its own view
+    /// differs from the assigner's digest, those the assigner names as recently changed and the
+    /// unit-set epoch. Each
     /// verdict on a session stays this worker's own (its reads, its timestamps): the names only
     /// say which records to read.
     async fn sync_with_assigner(&mut self, heard: Option<&Heard>) -> Synced {
-        let Some(Heard::Digest(published, Some(suspects), changed)) = heard else {
+        let Some(Heard::Digest(Published {
+            digest: published,
+            generation,
+            suspects: Some(suspects),
+            changed,
+        })) = heard
+        else {
             self.lag_ticks = 0;
             return Synced::List;
         };
@@ -542,17 +566,33 @@ impl Worker {
             self.lag_ticks = 0;
             return Synced::List;
         }
-        let agrees =
-            |w: &Self| assigner::digest(&w.members, w.view.epoch(), suspects) == *published;
+        let agrees = |w: &Self| assigner::digest(&w.members, w.view.epoch()) == *published;
         let mut names = suspects.clone();
-        if !agrees(self)
-            && let Some(changed) = changed
-        {
+        if !agrees(self) {
+            let Some(changed) = changed else {
+                // The assigner cannot say what changed (a new assigner, or too many names):
+                // its own reads cannot bring this worker level, a listing can.
+                self.lag_ticks = 0;
+                return Synced::List;
+            };
             names.extend(changed.iter().filter(|c| !suspects.contains(c)).cloned());
+            // Units added or retired move the epoch, which a sessions listing would bring.
+            if !self.read_epoch().await {
+                self.lag_ticks = 0;
+                return Synced::List;
+            }
         }
         if !self.read_sessions(&names).await {
             self.lag_ticks = 0;
             return Synced::List;
+        }
+        if self
+            .followed_plan
+            .is_some_and(|followed| followed != (*published, *generation))
+        {
+            // The assigner planned again since this worker's latest plan (perhaps for members
+            // this worker already sees): its take list may have changed.
+            self.units.relist = true;
         }
         if agrees(self) {
             self.lag_ticks = 0;
@@ -609,9 +649,9 @@ impl Worker {
         } else {
             self.sync_with_assigner(heard.as_ref()).await
         };
-        if synced == Synced::Lagging || (synced == Synced::Agreed && self.quiet()) {
-            // The assigner sees the members this worker sees (or will within a tick or two)
-            // and this worker has nothing to move: keep what it holds without listing.
+        if synced != Synced::List && self.quiet() {
+            // The assigner sees the members this worker sees (or this worker will, within a
+            // tick or two) and it has nothing to move: keep what it holds without listing.
             self.ticks_since_plan += 1;
             self.drop_retired(events);
             self.finish_handoffs(events).await;
@@ -643,22 +683,8 @@ impl Worker {
             if self.follow_take_list(heard.as_ref(), events).await {
                 return Ok(());
             }
-            if synced != Synced::List {
-                // Planning from a units listing judges holders by the sessions (an absent
-                // session only by listings): list them too, as without an assigner.
-                self.observe_sessions().await?;
-            }
-            self.ticks_since_plan = 0;
-            self.hinted_rounds = 0;
-            self.hint_waits = 0;
-            let (records, listing) = self.list_units().await?;
-            self.stats.records_read += records.len() as u64;
-            self.planned_epoch = self.view.epoch();
-            self.plan_and_move(&records, listing, events).await;
-            self.planned_members = Some(self.members.clone());
-            if self.is_sweeper() {
-                units::sweep_sessions(&self.config, &self.store, &self.view, &records).await;
-            }
+            self.plan_from_listing(heard.as_ref(), synced, events)
+                .await?;
         } else {
             self.ticks_since_plan += 1;
             if !self.units.by_load {
@@ -667,6 +693,37 @@ impl Worker {
             self.take_pending(events).await;
         }
         self.after_moves().await;
+        Ok(())
+    }
+
+    /// Lists the units (and the sessions, if this tick has not) and plans from the listing, as
+    /// without an assigner.
+    async fn plan_from_listing(
+        &mut self,
+        heard: Option<&Heard>,
+        synced: Synced,
+        events: &mut Vec<FleetEvent>,
+    ) -> Result<(), LeaseError> {
+        if synced != Synced::List {
+            // Planning from a units listing judges holders by the sessions (an absent session
+            // only by listings): list them too.
+            self.observe_sessions().await?;
+        }
+        self.ticks_since_plan = 0;
+        self.hinted_rounds = 0;
+        self.hint_waits = 0;
+        let (records, listing) = self.list_units().await?;
+        self.stats.records_read += records.len() as u64;
+        self.planned_epoch = self.view.epoch();
+        self.plan_and_move(&records, listing, events).await;
+        self.planned_members = Some(self.members.clone());
+        self.followed_plan = Some((
+            assigner::digest(&self.members, self.view.epoch()),
+            heard_generation(heard),
+        ));
+        if self.is_sweeper() {
+            units::sweep_sessions(&self.config, &self.store, &self.view, &records).await;
+        }
         Ok(())
     }
 
@@ -724,8 +781,13 @@ impl Worker {
             return Hinted::List;
         };
         self.stats.records_read += 1;
-        let plan = assigner::digest(&self.members, self.view.epoch(), &[]);
-        if list.plan != plan {
+        // A list of the membership this worker sees, or of the one the assigner publishes now
+        // (its plan for members this worker's own reads have not yet caught up with: the list
+        // only says which units to look at, and each verdict on them stays this worker's).
+        let plan = assigner::digest(&self.members, self.view.epoch());
+        let current =
+            matches!(heard, Some(Heard::Digest(published)) if published.digest == list.plan);
+        if list.plan != plan && !current {
             // The assigner plans on its own tick: wait one for it.
             self.hint_waits += 1;
             return if self.hint_waits > 1 {
@@ -738,6 +800,7 @@ impl Worker {
             return Hinted::List;
         };
         self.hint_waits = 0;
+        self.followed_plan = Some((list.plan, heard_generation(heard)));
         let Some(records) = self.read_listed(units).await else {
             self.hinted_rounds = MAX_HINTED_ROUNDS;
             return Hinted::List;
@@ -826,11 +889,10 @@ impl Worker {
         let suspects = self
             .view
             .suspects(&self.config.worker_id, assigner::suspect_span(&self.config));
-        let published = assigner::digest(&self.members, epoch, &suspects);
-        let changed = self.assigner.changed(&self.members);
-        let suffix = assigner::token_suffix(published, &suspects, changed);
+        let published = assigner::digest(&self.members, epoch);
+        self.assigner.note_members(&self.members);
         self.assigner
-            .lead(&self.config, &self.store, heard, suffix)
+            .lead(&self.config, &self.store, heard, published, &suspects)
             .await;
     }
 
@@ -900,7 +962,7 @@ impl Worker {
             return;
         };
         if self.assigner.is_assigner() {
-            let plan = assigner::digest(&self.members, self.view.epoch(), &[]);
+            let plan = assigner::digest(&self.members, self.view.epoch());
             self.assigner
                 .publish_takes(&self.config, &self.store, plan, dealt.others)
                 .await;
@@ -1208,8 +1270,13 @@ impl Worker {
             .next_verdict
             .is_some_and(|at| self.clock().monotonic() >= at);
         let below = self.units.below_target() && (verdict_due || due >= self.config.resync_every);
+        // The assigner lists again when a verdict it waits for falls due even at its target:
+        // it takes what it then judges free (a dead or foreign hold) and hands it on, where a
+        // follower would judge the hold from its own first read, a session duration later.
+        let judge = verdict_due && self.assigner.is_assigner();
         let rebalance = self.units.by_load && due >= self.config.resync_every;
         changed
+            || judge
             || self.units.relist
             || resync
             || below
@@ -1455,6 +1522,14 @@ impl Worker {
             .spawn(move || lease_core::executor::block_on(self.run()))
             .map_err(|e| LeaseError::runtime(format!("cannot start the worker thread: {e}")))?;
         Ok((handle, thread))
+    }
+}
+
+/// The take-list generation `heard` publishes (0 without one).
+fn heard_generation(heard: Option<&Heard>) -> u64 {
+    match heard {
+        Some(Heard::Digest(published)) => published.generation,
+        _ => 0,
     }
 }
 

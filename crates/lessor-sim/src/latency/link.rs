@@ -4,8 +4,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use lease_core::{
-    AcquireOptions, BoxFuture, Clock, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
-    LeaseListing, LeaseRecord, LeaseToken, MemoryBackend,
+    AcquireOptions, BoxFuture, Clock, FencedValues, FencingToken, Lease, LeaseBackend, LeaseError,
+    LeaseKey, LeaseListing, LeaseRecord, LeaseToken, MemoryBackend,
 };
 
 use crate::Rng;
@@ -192,6 +192,9 @@ impl LeaseBackend for LatencyStore {
     fn as_listing(&self) -> Option<&dyn LeaseListing> {
         Some(self)
     }
+    fn as_fenced_values(&self) -> Option<&dyn FencedValues> {
+        Some(self)
+    }
     fn try_acquire<'a>(
         &'a self,
         key: &'a LeaseKey,
@@ -239,6 +242,29 @@ impl LeaseBackend for LatencyStore {
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         Box::pin(async move {
             self.send(|s| s.delete(key, holder, fencing))
+                .await
+                .map(|((), _)| ())
+        })
+    }
+}
+
+/// The shared store's fenced values (the assigner's take lists), at the worker's latency.
+impl FencedValues for LatencyStore {
+    fn fence_and_read<'a>(
+        &'a self,
+        name: &'a LeaseKey,
+        fencing: FencingToken,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, LeaseError>> {
+        Box::pin(async move { Ok(self.send(|s| s.fence_and_read(name, fencing)).await?.0) })
+    }
+    fn put_fenced<'a>(
+        &'a self,
+        name: &'a LeaseKey,
+        fencing: FencingToken,
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<(), LeaseError>> {
+        Box::pin(async move {
+            self.send(|s| s.put_fenced(name, fencing, value))
                 .await
                 .map(|((), _)| ())
         })

@@ -314,8 +314,8 @@ impl LatencySim {
         if let Some(skew) = spec.skew_bound {
             builder = builder.with_clock_skew_bound(skew);
         }
-        if spec.assigner {
-            builder = builder.with_assigner();
+        if !spec.assigner {
+            builder = builder.without_assigner();
         }
         if let Some(kind) = spec.checkpoints {
             let inner = self.checkpoint_store(kind);

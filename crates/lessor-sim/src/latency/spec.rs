@@ -44,7 +44,8 @@ pub struct WorkerSpec {
     /// `checkpoints`).
     pub save_every: Option<Duration>,
     /// Whether the worker takes part in electing an assigner
-    /// ([`WorkerBuilder::with_assigner`](lessor_partition::WorkerBuilder::with_assigner)).
+    /// ([`WorkerBuilder::with_assigner`](lessor_partition::WorkerBuilder::with_assigner), the
+    /// default).
     pub assigner: bool,
 }
 
@@ -60,7 +61,7 @@ impl Default for WorkerSpec {
             skew_bound: None,
             checkpoints: None,
             save_every: None,
-            assigner: false,
+            assigner: true,
         }
     }
 }
@@ -113,9 +114,16 @@ impl WorkerSpec {
         self
     }
 
-    /// Takes part in electing an assigner.
+    /// Takes part in electing an assigner (the default, as for a worker).
     pub fn with_assigner(mut self) -> Self {
         self.assigner = true;
+        self
+    }
+
+    /// Plans for itself without an assigner
+    /// ([`WorkerBuilder::without_assigner`](lessor_partition::WorkerBuilder::without_assigner)).
+    pub fn without_assigner(mut self) -> Self {
+        self.assigner = false;
         self
     }
 
