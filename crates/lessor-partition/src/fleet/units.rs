@@ -264,10 +264,12 @@ impl Units {
             // dead member's unit at once, so the fleet owns them a session duration after the
             // crash, and hands the ones dealt to others on (released, so free to take with no
             // verdict) before any other surplus.
+            // A set of the takes so far: a dead member's units can be half of a big fleet's,
+            // and a scan of the list per unit made this quadratic in them.
+            let dealt: BTreeSet<String> =
+                self.pending_takes.iter().map(|(u, _)| u.clone()).collect();
             for (unit, dead) in &reading.dead {
-                if !self.pending_takes.iter().any(|(u, _)| u == unit)
-                    && !self.owned.contains_key(unit)
-                {
+                if !dealt.contains(unit) && !self.owned.contains_key(unit) {
                     self.pending_takes.push((unit.clone(), Some(dead.clone())));
                     self.hand_on.insert(unit.clone());
                 }
