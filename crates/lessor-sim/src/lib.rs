@@ -39,7 +39,7 @@ pub mod latency;
 mod rng;
 pub mod scale;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -705,21 +705,71 @@ impl Simulation {
     }
 
     fn check_safety(&mut self) {
-        let mut owners: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-        for w in &self.workers {
-            if matches!(w.status, Status::Running | Status::Paused { .. }) {
-                for unit in w.worker.owned_units().into_keys() {
-                    owners.entry(unit).or_default().push(w.worker.id());
+        let trusted = self.trusted();
+        let violations = self.double_trust(&trusted);
+        self.violations.extend(violations);
+    }
+
+    /// Checks safety now, as [`check_now`](Self::check_now), and says whether every unit has a
+    /// running owner, as [`all_owned`](FleetModel::all_owned): one look at each worker's units
+    /// for both (each look copies a worker's unit set, so the scale table's big cells would
+    /// spend much of their time in two).
+    pub fn check_now_and_owned(&mut self) -> bool {
+        let trusted = self.trusted();
+        let violations = self.double_trust(&trusted);
+        let owned = if violations.is_empty() {
+            // No unit has two trusting owners, so the running workers' sets are disjoint.
+            trusted
+                .iter()
+                .filter(|(_, running, _)| *running)
+                .map(|(_, _, units)| units.len())
+                .sum::<usize>()
+                == self.config.units
+        } else {
+            distinct_owned(&trusted) == self.config.units
+        };
+        self.violations.extend(violations);
+        owned
+    }
+
+    /// The units every running or paused worker trusts now: (worker index, running, units).
+    fn trusted(&self) -> Vec<(usize, bool, BTreeMap<String, FencingToken>)> {
+        self.workers
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| matches!(w.status, Status::Running | Status::Paused { .. }))
+            .map(|(i, w)| (i, w.status == Status::Running, w.worker.owned_units()))
+            .collect()
+    }
+
+    /// A violation for every unit two of `trusted` trust, in unit order, naming the workers in
+    /// index order.
+    fn double_trust(
+        &self,
+        trusted: &[(usize, bool, BTreeMap<String, FencingToken>)],
+    ) -> Vec<String> {
+        let total = trusted.iter().map(|(_, _, units)| units.len()).sum();
+        let mut seen: HashSet<&str> = HashSet::with_capacity(total);
+        let mut twice: BTreeSet<&str> = BTreeSet::new();
+        for (_, _, units) in trusted {
+            for unit in units.keys() {
+                if !seen.insert(unit) {
+                    twice.insert(unit);
                 }
             }
         }
         let now = self.now();
-        for (unit, who) in owners {
-            if who.len() > 1 {
-                let text = format!("at {now:?}: unit {unit} trusted by {who:?}");
-                self.violations.push(text);
-            }
-        }
+        twice
+            .into_iter()
+            .map(|unit| {
+                let who: Vec<&str> = trusted
+                    .iter()
+                    .filter(|(_, _, units)| units.contains_key(unit))
+                    .map(|(i, _, _)| self.workers[*i].worker.id())
+                    .collect();
+                format!("at {now:?}: unit {unit} trusted by {who:?}")
+            })
+            .collect()
     }
 
     fn counts(&self) -> Vec<usize> {
@@ -797,11 +847,22 @@ impl FleetModel for Simulation {
     }
 
     fn all_owned(&self) -> bool {
-        let mut owned = std::collections::BTreeSet::new();
-        for w in self.workers.iter().filter(|w| w.status == Status::Running) {
-            owned.extend(w.worker.owned_units().into_keys());
+        let trusted: Vec<_> = self
+            .trusted()
+            .into_iter()
+            .filter(|(_, running, _)| *running)
+            .collect();
+        // Fewer trusted units than units, counted with repeats: some unit has no owner, no
+        // need to count distinct ones.
+        if trusted
+            .iter()
+            .map(|(_, _, units)| units.len())
+            .sum::<usize>()
+            < self.config.units
+        {
+            return false;
         }
-        owned.len() == self.config.units
+        distinct_owned(&trusted) == self.config.units
     }
 
     fn counters(&self) -> Counters {
@@ -861,6 +922,15 @@ impl FleetModel for Simulation {
         }
         true
     }
+}
+
+/// How many distinct units the running workers of `trusted` trust.
+fn distinct_owned(trusted: &[(usize, bool, BTreeMap<String, FencingToken>)]) -> usize {
+    let mut owned: HashSet<&str> = HashSet::new();
+    for (_, _, units) in trusted.iter().filter(|(_, running, _)| *running) {
+        owned.extend(units.keys().map(String::as_str));
+    }
+    owned.len()
 }
 
 impl Simulation {

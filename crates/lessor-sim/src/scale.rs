@@ -273,9 +273,10 @@ pub fn run_cell(cell: &ScaleCell) -> ScaleRow {
     }
     let interval = sim.interval();
     let mut waited = Duration::ZERO;
-    while !sim.all_owned() && waited < Duration::from_secs(600) {
+    let mut owned = sim.all_owned();
+    while !owned && waited < Duration::from_secs(600) {
         sim.run_for(interval);
-        sim.check_now();
+        owned = sim.check_now_and_owned();
         waited += interval;
     }
     for _ in 0..4 {
@@ -296,9 +297,9 @@ pub fn run_cell(cell: &ScaleCell) -> ScaleRow {
             }
         }
         sim.run_for(interval);
-        sim.check_now();
+        let owned = sim.check_now_and_owned();
         worker_ticks += sim.running().len() as u64;
-        if !sim.all_owned() {
+        if !owned {
             not_owned += 1;
         }
     }
