@@ -17,7 +17,8 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use lessor_sim::scale::{
-    PRICE_DATE, READ_PRICE_PER_MILLION, ScaleCell, ScaleRow, WRITE_PRICE_PER_MILLION, run_cell,
+    ChurnCell, PRICE_DATE, READ_PRICE_PER_MILLION, ScaleCell, ScaleRow, WRITE_PRICE_PER_MILLION,
+    run_cell, run_churn, run_kill,
 };
 
 const WORKERS: [usize; 5] = [2, 8, 32, 128, 1000];
@@ -122,6 +123,112 @@ fn churn_section(
     }
 }
 
+/// Session duration and interval pairs of the takeover tables.
+const TIMINGS: [(u64, u64); 3] = [(10_000, 2_500), (2_000, 500), (1_000, 250)];
+
+/// `d` as `10 s` or `500 ms`.
+fn short(d: std::time::Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+/// The takeover tables: a fleet under steady churn (W = 8, L = 16,384: 2,048 units a worker, a
+/// crash and a replacement every 20 s of simulated time) at three session durations, and one
+/// kill at W = 2, L = 16,384.
+fn takeover_section(out: &mut String, quick: bool) {
+    use std::time::Duration;
+    let (workers, units, crashes) = if quick { (4, 2048, 2) } else { (8, 16_384, 10) };
+    let _ = writeln!(
+        out,
+        "\n### Takeover under churn\n\n\
+         W = {workers}, L = {units} ({} units a worker), with an assigner: every 20 s of \
+         simulated time a random running worker crashes and a new one joins, {crashes} times. A \
+         tick is *fully owned* when at its end every unit has a running worker that trusts it. \
+         The longest stretch not fully owned runs from a crash to the first worker tick after \
+         which every unit is owned again (ownership is checked after every worker tick while \
+         some unit is unowned). No protocol can re-own a crashed worker's units before its \
+         session is judged dead, a session duration `d` after its last renewal (see \
+         docs/correctness.md), so at most `1 - (d + I) / 20 s` of the ticks can be fully \
+         owned.\n",
+        units / workers
+    );
+    let _ = writeln!(
+        out,
+        "| d / I | ticks fully owned | % | at most 1 - (d + I) / 20 s | longest stretch not fully owned | bound d + 2I | units trusted twice | simulated in |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (session, interval) in TIMINGS {
+        let (session, interval) = (
+            Duration::from_millis(session),
+            Duration::from_millis(interval),
+        );
+        let cell = ChurnCell::new(workers, units, session, interval).with_crashes(crashes);
+        let started = Instant::now();
+        let r = run_churn(&cell);
+        let took = started.elapsed().as_secs_f64();
+        eprintln!("takeover under churn d={session:?}: {took:.1} s");
+        assert_eq!(r.violations, 0, "units trusted twice in {cell:?}");
+        let ceiling = 1.0 - (session + interval).as_secs_f64() / cell.period.as_secs_f64();
+        let _ = writeln!(
+            out,
+            "| {} / {} | {} / {} | {:.1} % | {:.1} % | {} | {:.2} s | {} | {took:.1} s |",
+            short(session),
+            short(interval),
+            r.ticks_owned,
+            r.ticks,
+            r.owned_fraction() * 100.0,
+            ceiling * 100.0,
+            r.longest_not_owned.map_or_else(
+                || "not closed".to_owned(),
+                |d| format!("{:.2} s", d.as_secs_f64())
+            ),
+            cell.bound().as_secs_f64(),
+            r.violations,
+        );
+    }
+    let units = if quick { 2048 } else { 16_384 };
+    let _ = writeln!(
+        out,
+        "\n**One kill**, W = 2, L = {units}, with an assigner: once the fleet is balanced and has \
+         run a session duration more, one worker is killed; the time until every unit is owned \
+         again (checked after every worker tick).\n"
+    );
+    let _ = writeln!(
+        out,
+        "| d / I | killed | every unit owned again after | bound d + 2I | units trusted twice |"
+    );
+    let _ = writeln!(out, "|---|---|---:|---:|---:|");
+    for (session, interval) in TIMINGS {
+        let (session, interval) = (
+            Duration::from_millis(session),
+            Duration::from_millis(interval),
+        );
+        for victim_is_assigner in [false, true] {
+            let (took, violations) = run_kill(2, units, session, interval, victim_is_assigner);
+            assert_eq!(violations, 0, "units trusted twice after a kill");
+            let _ = writeln!(
+                out,
+                "| {} / {} | {} | {} | {:.2} s | {violations} |",
+                short(session),
+                short(interval),
+                if victim_is_assigner {
+                    "the assigner"
+                } else {
+                    "the other worker"
+                },
+                took.map_or_else(
+                    || "not within 60 s".to_owned(),
+                    |d| format!("{:.2} s", d.as_secs_f64())
+                ),
+                (session + interval * 2).as_secs_f64(),
+            );
+        }
+    }
+}
+
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench")
         || std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
@@ -220,6 +327,7 @@ fn main() {
         );
     }
     churn_section(&mut out, &mut rows, quick);
+    takeover_section(&mut out, quick);
     let _ = writeln!(
         out,
         "\n### Beside KCL 3.x, as a model (steady state, a month)\n\n\

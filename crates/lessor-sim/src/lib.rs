@@ -39,7 +39,8 @@ pub mod latency;
 mod rng;
 pub mod scale;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -403,6 +404,9 @@ pub struct Simulation {
     rng: Rng,
     units: Vec<String>,
     workers: Vec<SimWorker>,
+    /// Due events (when, worker), earliest first; an entry whose worker is no longer due then
+    /// (it ticked, paused, crashed or stopped) is stale and dropped when it reaches the top.
+    queue: BinaryHeap<Reverse<(Duration, usize)>>,
     /// Units held by [`Simulation::hold_unit_with_token`], with the lease that holds them.
     foreign: BTreeMap<String, Lease>,
     violations: Vec<String>,
@@ -427,6 +431,7 @@ impl Simulation {
             store,
             units,
             workers: Vec::new(),
+            queue: BinaryHeap::new(),
             foreign: BTreeMap::new(),
             violations: Vec::new(),
             errors: 0,
@@ -464,6 +469,7 @@ impl Simulation {
         {
             w.status = Status::Paused { until };
         }
+        self.schedule(index);
     }
 
     /// Loses the store's whole contents at once (sessions, units, checkpoints and their
@@ -514,6 +520,7 @@ impl Simulation {
             Ok(worker) => {
                 self.retired_stats.push(earlier);
                 self.workers[index] = worker;
+                self.schedule(index);
             }
             Err(error) => {
                 self.violations
@@ -785,7 +792,10 @@ impl FleetModel for Simulation {
     fn join(&mut self) -> usize {
         let index = self.workers.len();
         match self.build_worker(index) {
-            Ok(worker) => self.workers.push(worker),
+            Ok(worker) => {
+                self.workers.push(worker);
+                self.schedule(index);
+            }
             Err(error) => {
                 self.violations
                     .push(format!("cannot build a worker: {error}"));
@@ -799,6 +809,7 @@ impl FleetModel for Simulation {
             w.status = Status::Crashed;
             w.final_stats = Some(w.worker.stats());
         }
+        self.schedule(index);
     }
 
     fn shutdown(&mut self, index: usize) {
@@ -811,6 +822,7 @@ impl FleetModel for Simulation {
             w.status = Status::Stopped;
             w.final_stats = Some(w.worker.stats());
         }
+        self.schedule(index);
     }
 
     fn run_for(&mut self, duration: Duration) {
@@ -917,6 +929,7 @@ impl FleetModel for Simulation {
             Err(_) => self.errors += 1,
         }
         w.next_tick = at + interval;
+        self.schedule(index);
         if self.config.check_every_step {
             self.check_safety();
         }
@@ -934,16 +947,40 @@ fn distinct_owned(trusted: &[(usize, bool, BTreeMap<String, FencingToken>)]) -> 
 }
 
 impl Simulation {
-    /// The next event: (worker, when).
+    /// When the next event (a worker's tick, or the end of a pause) is due, if any.
+    pub fn next_event_at(&self) -> Option<Duration> {
+        self.next_event().map(|(_, at)| at)
+    }
+
+    /// The next event: (worker, when), the earliest due and of those the lowest index.
     fn next_event(&self) -> Option<(usize, Duration)> {
-        self.workers
-            .iter()
-            .enumerate()
-            .filter_map(|(i, w)| match w.status {
-                Status::Running => Some((i, w.next_tick)),
-                Status::Paused { until } => Some((i, until.max(w.next_tick))),
-                Status::Crashed | Status::Stopped => None,
-            })
-            .min_by_key(|(i, at)| (*at, *i))
+        self.queue.peek().map(|Reverse((at, i))| (*i, *at))
+    }
+
+    /// When worker `index` is due next: its tick, or the end of its pause; `None` once it has
+    /// crashed or stopped.
+    fn due(&self, index: usize) -> Option<Duration> {
+        let w = self.workers.get(index)?;
+        match w.status {
+            Status::Running => Some(w.next_tick),
+            Status::Paused { until } => Some(until.max(w.next_tick)),
+            Status::Crashed | Status::Stopped => None,
+        }
+    }
+
+    /// Queues worker `index`'s next event after its schedule changed, and drops the queue's
+    /// stale entries from the top, so [`next_event`](Self::next_event) is the queue's first: a
+    /// queue, not a scan of every worker per event (at W = 1,000 the scan was a tenth of a
+    /// scale cell).
+    fn schedule(&mut self, index: usize) {
+        if let Some(at) = self.due(index) {
+            self.queue.push(Reverse((at, index)));
+        }
+        while let Some(&Reverse((at, i))) = self.queue.peek() {
+            if self.due(i) == Some(at) {
+                break;
+            }
+            self.queue.pop();
+        }
     }
 }
