@@ -5,10 +5,12 @@
 //!
 //! Writes `$LEASE_BENCH_OUT/41-lessor-scale.md` when that variable is set, and prints it.
 //! `LEASE_BENCH_QUICK=1` (and the smoke run of `cargo test --all-targets`) runs the small cells
-//! only; `LEASE_SCALE_MAX_WORK=N` skips cells whose W x L exceeds N (default 1,100,000 in a full
-//! run), and cells without an assigner whose W x L exceeds N / 8 (those take minutes each);
-//! `LEASE_SCALE_MAX_UNITS=N` skips cells with more than N units (default 16,384: the memory
-//! store takes minutes per cell at 100,000).
+//! only; in a full run every cell with an assigner runs. `LEASE_SCALE_MAX_WORK=N` skips cells
+//! whose W x L exceeds N (default: none in a full run), `LEASE_SCALE_MAX_WORK_WITHOUT=N` cells
+//! without an assigner whose W x L exceeds N (default 1,100,000: every worker lists every session
+//! record every tick, and under churn all L units twice per change, so the bigger ones take
+//! minutes each), `LEASE_SCALE_MAX_UNITS=N` cells with more than N units (default 100,000).
+//! The W = 1,000 x L = 100,000 cells hold about 6 GB.
 
 #[path = "common/mod.rs"]
 mod section;
@@ -126,12 +128,12 @@ fn churn_section(
 /// Session duration and interval pairs of the takeover tables.
 const TIMINGS: [(u64, u64); 3] = [(10_000, 2_500), (2_000, 500), (1_000, 250)];
 
-/// `d` as `10 s` or `500 ms`.
+/// `d` as `10 s`, `2.5 s` or `500 ms`.
 fn short(d: std::time::Duration) -> String {
-    if d.subsec_millis() == 0 {
-        format!("{} s", d.as_secs())
-    } else {
-        format!("{} ms", d.as_millis())
+    match (d.as_secs(), d.subsec_millis()) {
+        (0, ms) => format!("{ms} ms"),
+        (s, 0) => format!("{s} s"),
+        _ => format!("{} s", d.as_secs_f64()),
     }
 }
 
@@ -232,19 +234,25 @@ fn takeover_section(out: &mut String, quick: bool) {
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench")
         || std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
-    let max_work: usize = std::env::var("LEASE_SCALE_MAX_WORK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 2048 } else { 1_100_000 });
-    // The simulator's memory store is slow at 100,000 units (163 s for W = 2 in steady state,
-    // mostly taking and listing them): those cells run only when asked for.
-    let max_units: usize = std::env::var("LEASE_SCALE_MAX_UNITS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(16_384);
-    // Without an assigner every worker lists every session record every tick: the big cells
-    // would take many minutes each, and the W = 1,000 x L = 64 cell already shows the W^2.
-    let max_work_without = max_work / 8;
+    let limit = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let max_work = limit(
+        "LEASE_SCALE_MAX_WORK",
+        if quick { 2048 } else { usize::MAX },
+    );
+    let max_units = limit("LEASE_SCALE_MAX_UNITS", 100_000);
+    // Without an assigner every worker lists every session record every tick, and under churn
+    // every unit twice per change: the big cells would take minutes each, and the
+    // W = 1,000 x L = 64 cell already shows the W^2.
+    let max_work_without = limit(
+        "LEASE_SCALE_MAX_WORK_WITHOUT",
+        if quick { 256 } else { 1_100_000 },
+    )
+    .min(max_work);
     let started = Instant::now();
     let mut out = String::new();
     let _ = writeln!(out, "## lessor-partition at scale (simulated)\n");
@@ -260,9 +268,17 @@ fn main() {
          request units (strongly consistent: one per 4 KB a request returns) and \
          ${WRITE_PRICE_PER_MILLION} per million write request units (one per 1 KB written), \
          prices as of {PRICE_DATE} (after the November 2024 price cut), a 30-day month. \
-         Cells with W x L above {max_work} (above {max_work_without} without an assigner) or L \
-         above {max_units} were not run (`LEASE_SCALE_MAX_WORK`, `LEASE_SCALE_MAX_UNITS`: the \
-         simulator's memory store takes minutes per cell at L = 100,000){}.\n",
+         {}Cells without an assigner with W x L above {max_work_without} were not run \
+         (`LEASE_SCALE_MAX_WORK_WITHOUT`: every worker planning lists all L units twice per \
+         change, so those take minutes each){}.\n",
+        if max_work == usize::MAX && max_units >= 100_000 {
+            "Every cell with an assigner ran. ".to_owned()
+        } else {
+            format!(
+                "Cells with W x L above {max_work} or L above {max_units} were not run \
+                 (`LEASE_SCALE_MAX_WORK`, `LEASE_SCALE_MAX_UNITS`). "
+            )
+        },
         if quick { " (quick run)" } else { "" }
     );
     let _ = writeln!(

@@ -40,7 +40,7 @@ mod rng;
 pub mod scale;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -755,16 +755,7 @@ impl Simulation {
         &self,
         trusted: &[(usize, bool, BTreeMap<String, FencingToken>)],
     ) -> Vec<String> {
-        let total = trusted.iter().map(|(_, _, units)| units.len()).sum();
-        let mut seen: HashSet<&str> = HashSet::with_capacity(total);
-        let mut twice: BTreeSet<&str> = BTreeSet::new();
-        for (_, _, units) in trusted {
-            for unit in units.keys() {
-                if !seen.insert(unit) {
-                    twice.insert(unit);
-                }
-            }
-        }
+        let (_, twice) = merge_units(trusted.iter().map(|(_, _, units)| units));
         let now = self.now();
         twice
             .into_iter()
@@ -939,11 +930,37 @@ impl FleetModel for Simulation {
 
 /// How many distinct units the running workers of `trusted` trust.
 fn distinct_owned(trusted: &[(usize, bool, BTreeMap<String, FencingToken>)]) -> usize {
-    let mut owned: HashSet<&str> = HashSet::new();
-    for (_, _, units) in trusted.iter().filter(|(_, running, _)| *running) {
-        owned.extend(units.keys().map(String::as_str));
+    let running = trusted.iter().filter(|(_, running, _)| *running);
+    merge_units(running.map(|(_, _, units)| units)).0
+}
+
+/// Merges the (sorted) unit sets `sets`: how many distinct units they hold, and the units held
+/// by more than one, in order. A k-way merge, so no unit name is hashed or copied.
+fn merge_units<'a>(
+    sets: impl Iterator<Item = &'a BTreeMap<String, FencingToken>>,
+) -> (usize, Vec<&'a str>) {
+    let mut iters: Vec<_> = sets.map(BTreeMap::keys).collect();
+    let mut heads: BinaryHeap<Reverse<(&str, usize)>> = iters
+        .iter_mut()
+        .enumerate()
+        .filter_map(|(i, it)| it.next().map(|u| Reverse((u.as_str(), i))))
+        .collect();
+    let (mut distinct, mut twice) = (0, Vec::new());
+    let mut last: Option<&str> = None;
+    while let Some(Reverse((unit, i))) = heads.pop() {
+        if last == Some(unit) {
+            if twice.last() != Some(&unit) {
+                twice.push(unit);
+            }
+        } else {
+            distinct += 1;
+            last = Some(unit);
+        }
+        if let Some(next) = iters[i].next() {
+            heads.push(Reverse((next.as_str(), i)));
+        }
     }
-    owned.len()
+    (distinct, twice)
 }
 
 impl Simulation {
@@ -982,5 +999,34 @@ impl Simulation {
             }
             self.queue.pop();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_units;
+    use lease_core::FencingToken;
+    use std::collections::BTreeMap;
+
+    fn set(units: &[&str]) -> BTreeMap<String, FencingToken> {
+        units
+            .iter()
+            .map(|u| ((*u).to_owned(), lease_core::backend::fencing_token(1)))
+            .collect()
+    }
+
+    #[test]
+    fn merging_unit_sets_counts_distinct_units_and_names_each_repeat_once() {
+        let sets = [
+            set(&["a", "b", "d"]),
+            set(&["b", "c"]),
+            set(&[]),
+            set(&["b", "d", "e"]),
+        ];
+        let (distinct, twice) = merge_units(sets.iter());
+        assert_eq!(distinct, 5);
+        assert_eq!(twice, ["b", "d"]);
+        assert_eq!(merge_units(sets[..2].iter()), (4, vec!["b"]));
+        assert_eq!(merge_units(std::iter::empty()), (0, Vec::new()));
     }
 }
