@@ -7,7 +7,7 @@
 //! `LEASE_BENCH_QUICK=1` (and the smoke run of `cargo test --all-targets`) runs the small cells
 //! only; in a full run every cell with an assigner runs. `LEASE_SCALE_MAX_WORK=N` skips cells
 //! whose W x L exceeds N (default: none in a full run), `LEASE_SCALE_MAX_WORK_WITHOUT=N` cells
-//! without an assigner whose W x L exceeds N (default 1,100,000: every worker lists every session
+//! without an assigner whose W x L exceeds N (default 1,000,000: every worker lists every session
 //! record every tick, and under churn all L units twice per change, so the bigger ones take
 //! minutes each), `LEASE_SCALE_MAX_UNITS=N` cells with more than N units (default 100,000).
 //! The W = 1,000 x L = 100,000 cells hold about 6 GB.
@@ -250,7 +250,7 @@ fn main() {
     // W = 1,000 x L = 64 cell already shows the W^2.
     let max_work_without = limit(
         "LEASE_SCALE_MAX_WORK_WITHOUT",
-        if quick { 256 } else { 1_100_000 },
+        if quick { 256 } else { 1_000_000 },
     )
     .min(max_work);
     let started = Instant::now();
