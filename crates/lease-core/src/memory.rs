@@ -1,6 +1,6 @@
 //! The reference in-process backend.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -15,11 +15,11 @@ use crate::{
     SystemClock, TokenSource,
 };
 
-/// Leases in a `HashMap` behind a mutex: the reference implementation of the contract.
+/// Leases in a `BTreeMap` behind a mutex: the reference implementation of the contract.
 ///
 /// Clones share the same store, so clones act as separate clients of one store. Expiry is judged
 /// by the backend's [`Clock`] at the moment of each operation. Every operation costs one mutex
-/// acquisition and no I/O. Used by the doc examples, the lessor's tests, and as the reference for
+/// acquisition and no I/O; listing a partition visits only that partition's keys. Used by the doc examples, the lessor's tests, and as the reference for
 /// the other backends.
 ///
 /// ```
@@ -40,7 +40,8 @@ use crate::{
 /// ```
 #[derive(Clone)]
 pub struct MemoryBackend {
-    entries: Arc<Mutex<HashMap<LeaseKey, Entry>>>,
+    /// Ordered by key, so a partition's keys are one range, already in listing order.
+    entries: Arc<Mutex<BTreeMap<LeaseKey, Entry>>>,
     values: Arc<Mutex<HashMap<LeaseKey, FencedEntry>>>,
     changes: crate::backend::Changes,
     clock: Arc<dyn Clock>,
@@ -266,13 +267,18 @@ impl MemoryBackend {
     }
 
     fn inspect_now(&self, key: &LeaseKey) -> Option<LeaseRecord> {
-        lock(&self.entries).get(key).map(|entry| {
-            LeaseRecord::new(
-                key.clone(),
-                entry.holder.as_ref().map(|h| h.describe(entry.fencing)),
-                FencingToken::new(entry.fencing),
-            )
-        })
+        lock(&self.entries).get(key).map(|entry| entry.record(key))
+    }
+}
+
+impl Entry {
+    /// The record of this entry at `key`.
+    fn record(&self, key: &LeaseKey) -> LeaseRecord {
+        LeaseRecord::new(
+            key.clone(),
+            self.holder.as_ref().map(|h| h.describe(self.fencing)),
+            FencingToken::new(self.fencing),
+        )
     }
 }
 
@@ -420,13 +426,21 @@ impl LeaseListing for MemoryBackend {
         &'a self,
         partition: &'a str,
     ) -> BoxFuture<'a, Result<Vec<LeaseRecord>, LeaseError>> {
-        let mut keys: Vec<LeaseKey> = lock(&self.entries)
-            .keys()
-            .filter(|k| k.partition() == partition)
-            .cloned()
-            .collect();
-        keys.sort();
-        let records = keys.iter().filter_map(|k| self.inspect_now(k)).collect();
+        let entries = lock(&self.entries);
+        // Keys order by partition first, so the partition's keys follow its bare key (the
+        // least key with that partition), in key order.
+        let records = match LeaseKey::new(partition) {
+            Ok(first) => entries
+                .range(first..)
+                .take_while(|(k, _)| k.partition() == partition)
+                .map(|(k, entry)| entry.record(k))
+                .collect(),
+            Err(_) => entries
+                .iter()
+                .filter(|(k, _)| k.partition() == partition)
+                .map(|(k, entry)| entry.record(k))
+                .collect(),
+        };
         Box::pin(std::future::ready(Ok(records)))
     }
 }

@@ -5,10 +5,12 @@
 //!
 //! Writes `$LEASE_BENCH_OUT/41-lessor-scale.md` when that variable is set, and prints it.
 //! `LEASE_BENCH_QUICK=1` (and the smoke run of `cargo test --all-targets`) runs the small cells
-//! only; `LEASE_SCALE_MAX_WORK=N` skips cells whose W x L exceeds N (default 1,100,000 in a full
-//! run), and cells without an assigner whose W x L exceeds N / 8 (those take minutes each);
-//! `LEASE_SCALE_MAX_UNITS=N` skips cells with more than N units (default 16,384: the memory
-//! store takes minutes per cell at 100,000).
+//! only; in a full run every cell with an assigner runs. `LEASE_SCALE_MAX_WORK=N` skips cells
+//! whose W x L exceeds N (default: none in a full run), `LEASE_SCALE_MAX_WORK_WITHOUT=N` cells
+//! without an assigner whose W x L exceeds N (default 1,000,000: every worker lists every session
+//! record every tick, and under churn all L units twice per change, so the bigger ones take
+//! minutes each), `LEASE_SCALE_MAX_UNITS=N` cells with more than N units (default 100,000).
+//! The W = 1,000 x L = 100,000 cells hold about 6 GB.
 
 #[path = "common/mod.rs"]
 mod section;
@@ -17,7 +19,8 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use lessor_sim::scale::{
-    PRICE_DATE, READ_PRICE_PER_MILLION, ScaleCell, ScaleRow, WRITE_PRICE_PER_MILLION, run_cell,
+    ChurnCell, PRICE_DATE, READ_PRICE_PER_MILLION, ScaleCell, ScaleRow, WRITE_PRICE_PER_MILLION,
+    run_cell, run_churn, run_kill,
 };
 
 const WORKERS: [usize; 5] = [2, 8, 32, 128, 1000];
@@ -122,22 +125,134 @@ fn churn_section(
     }
 }
 
+/// Session duration and interval pairs of the takeover tables.
+const TIMINGS: [(u64, u64); 3] = [(10_000, 2_500), (2_000, 500), (1_000, 250)];
+
+/// `d` as `10 s`, `2.5 s` or `500 ms`.
+fn short(d: std::time::Duration) -> String {
+    match (d.as_secs(), d.subsec_millis()) {
+        (0, ms) => format!("{ms} ms"),
+        (s, 0) => format!("{s} s"),
+        _ => format!("{} s", d.as_secs_f64()),
+    }
+}
+
+/// The takeover tables: a fleet under steady churn (W = 8, L = 16,384: 2,048 units a worker, a
+/// crash and a replacement every 20 s of simulated time) at three session durations, and one
+/// kill at W = 2, L = 16,384.
+fn takeover_section(out: &mut String, quick: bool) {
+    use std::time::Duration;
+    let (workers, units, crashes) = if quick { (4, 2048, 2) } else { (8, 16_384, 10) };
+    let _ = writeln!(
+        out,
+        "\n### Takeover under churn\n\n\
+         W = {workers}, L = {units} ({} units a worker), with an assigner: every 20 s of \
+         simulated time a random running worker crashes and a new one joins, {crashes} times. A \
+         tick is *fully owned* when at its end every unit has a running worker that trusts it. \
+         The longest stretch not fully owned runs from a crash to the first worker tick after \
+         which every unit is owned again (ownership is checked after every worker tick while \
+         some unit is unowned). No protocol can re-own a crashed worker's units before its \
+         session is judged dead, a session duration `d` after its last renewal (see \
+         docs/correctness.md), so at most `1 - (d + I) / 20 s` of the ticks can be fully \
+         owned.\n",
+        units / workers
+    );
+    let _ = writeln!(
+        out,
+        "| d / I | ticks fully owned | % | at most 1 - (d + I) / 20 s | longest stretch not fully owned | bound d + 2I | units trusted twice | simulated in |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (session, interval) in TIMINGS {
+        let (session, interval) = (
+            Duration::from_millis(session),
+            Duration::from_millis(interval),
+        );
+        let cell = ChurnCell::new(workers, units, session, interval).with_crashes(crashes);
+        let started = Instant::now();
+        let r = run_churn(&cell);
+        let took = started.elapsed().as_secs_f64();
+        eprintln!("takeover under churn d={session:?}: {took:.1} s");
+        assert_eq!(r.violations, 0, "units trusted twice in {cell:?}");
+        let ceiling = 1.0 - (session + interval).as_secs_f64() / cell.period.as_secs_f64();
+        let _ = writeln!(
+            out,
+            "| {} / {} | {} / {} | {:.1} % | {:.1} % | {} | {:.2} s | {} | {took:.1} s |",
+            short(session),
+            short(interval),
+            r.ticks_owned,
+            r.ticks,
+            r.owned_fraction() * 100.0,
+            ceiling * 100.0,
+            r.longest_not_owned.map_or_else(
+                || "not closed".to_owned(),
+                |d| format!("{:.2} s", d.as_secs_f64())
+            ),
+            cell.bound().as_secs_f64(),
+            r.violations,
+        );
+    }
+    let units = if quick { 2048 } else { 16_384 };
+    let _ = writeln!(
+        out,
+        "\n**One kill**, W = 2, L = {units}, with an assigner: once the fleet is balanced and has \
+         run a session duration more, one worker is killed; the time until every unit is owned \
+         again (checked after every worker tick).\n"
+    );
+    let _ = writeln!(
+        out,
+        "| d / I | killed | every unit owned again after | bound d + 2I | units trusted twice |"
+    );
+    let _ = writeln!(out, "|---|---|---:|---:|---:|");
+    for (session, interval) in TIMINGS {
+        let (session, interval) = (
+            Duration::from_millis(session),
+            Duration::from_millis(interval),
+        );
+        for victim_is_assigner in [false, true] {
+            let (took, violations) = run_kill(2, units, session, interval, victim_is_assigner);
+            assert_eq!(violations, 0, "units trusted twice after a kill");
+            let _ = writeln!(
+                out,
+                "| {} / {} | {} | {} | {:.2} s | {violations} |",
+                short(session),
+                short(interval),
+                if victim_is_assigner {
+                    "the assigner"
+                } else {
+                    "the other worker"
+                },
+                took.map_or_else(
+                    || "not within 60 s".to_owned(),
+                    |d| format!("{:.2} s", d.as_secs_f64())
+                ),
+                (session + interval * 2).as_secs_f64(),
+            );
+        }
+    }
+}
+
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench")
         || std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
-    let max_work: usize = std::env::var("LEASE_SCALE_MAX_WORK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 2048 } else { 1_100_000 });
-    // The simulator's memory store is slow at 100,000 units (163 s for W = 2 in steady state,
-    // mostly taking and listing them): those cells run only when asked for.
-    let max_units: usize = std::env::var("LEASE_SCALE_MAX_UNITS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(16_384);
-    // Without an assigner every worker lists every session record every tick: the big cells
-    // would take many minutes each, and the W = 1,000 x L = 64 cell already shows the W^2.
-    let max_work_without = max_work / 8;
+    let limit = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let max_work = limit(
+        "LEASE_SCALE_MAX_WORK",
+        if quick { 2048 } else { usize::MAX },
+    );
+    let max_units = limit("LEASE_SCALE_MAX_UNITS", 100_000);
+    // Without an assigner every worker lists every session record every tick, and under churn
+    // every unit twice per change: the big cells would take minutes each, and the
+    // W = 1,000 x L = 64 cell already shows the W^2.
+    let max_work_without = limit(
+        "LEASE_SCALE_MAX_WORK_WITHOUT",
+        if quick { 256 } else { 1_000_000 },
+    )
+    .min(max_work);
     let started = Instant::now();
     let mut out = String::new();
     let _ = writeln!(out, "## lessor-partition at scale (simulated)\n");
@@ -153,9 +268,17 @@ fn main() {
          request units (strongly consistent: one per 4 KB a request returns) and \
          ${WRITE_PRICE_PER_MILLION} per million write request units (one per 1 KB written), \
          prices as of {PRICE_DATE} (after the November 2024 price cut), a 30-day month. \
-         Cells with W x L above {max_work} (above {max_work_without} without an assigner) or L \
-         above {max_units} were not run (`LEASE_SCALE_MAX_WORK`, `LEASE_SCALE_MAX_UNITS`: the \
-         simulator's memory store takes minutes per cell at L = 100,000){}.\n",
+         {}Cells without an assigner with W x L above {max_work_without} were not run \
+         (`LEASE_SCALE_MAX_WORK_WITHOUT`: every worker planning lists all L units twice per \
+         change, so those take minutes each){}.\n",
+        if max_work == usize::MAX && max_units >= 100_000 {
+            "Every cell with an assigner ran. ".to_owned()
+        } else {
+            format!(
+                "Cells with W x L above {max_work} or L above {max_units} were not run \
+                 (`LEASE_SCALE_MAX_WORK`, `LEASE_SCALE_MAX_UNITS`). "
+            )
+        },
         if quick { " (quick run)" } else { "" }
     );
     let _ = writeln!(
@@ -220,6 +343,7 @@ fn main() {
         );
     }
     churn_section(&mut out, &mut rows, quick);
+    takeover_section(&mut out, quick);
     let _ = writeln!(
         out,
         "\n### Beside KCL 3.x, as a model (steady state, a month)\n\n\

@@ -273,9 +273,10 @@ pub fn run_cell(cell: &ScaleCell) -> ScaleRow {
     }
     let interval = sim.interval();
     let mut waited = Duration::ZERO;
-    while !sim.all_owned() && waited < Duration::from_secs(600) {
+    let mut owned = sim.all_owned();
+    while !owned && waited < Duration::from_secs(600) {
         sim.run_for(interval);
-        sim.check_now();
+        owned = sim.check_now_and_owned();
         waited += interval;
     }
     for _ in 0..4 {
@@ -296,9 +297,9 @@ pub fn run_cell(cell: &ScaleCell) -> ScaleRow {
             }
         }
         sim.run_for(interval);
-        sim.check_now();
+        let owned = sim.check_now_and_owned();
         worker_ticks += sim.running().len() as u64;
-        if !sim.all_owned() {
+        if !owned {
             not_owned += 1;
         }
     }
@@ -320,4 +321,197 @@ pub fn run_cell(cell: &ScaleCell) -> ScaleRow {
         write_cost_month: counts.write_units as f64 * month * WRITE_PRICE_PER_MILLION / 1e6,
         violations: sim.violations().len(),
     }
+}
+
+/// A fleet under steady churn, for the "takeover under churn" table: `workers` workers (with an
+/// assigner) dividing `units` units, one running worker crashed and a new one started every
+/// `period` of simulated time, `crashes` times.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ChurnCell {
+    /// Workers.
+    pub workers: usize,
+    /// Units.
+    pub units: usize,
+    /// Session duration `d`.
+    pub session: Duration,
+    /// Tick interval `I`.
+    pub interval: Duration,
+    /// Simulated time between crashes (each with a replacement).
+    pub period: Duration,
+    /// Crashes measured.
+    pub crashes: u32,
+    /// The seed (tick phases, victims).
+    pub seed: u64,
+}
+
+impl ChurnCell {
+    /// `workers` x `units` with sessions of `session` renewed every `interval`, a crash and a
+    /// replacement every 20 s, 10 crashes measured, seed 1.
+    pub fn new(workers: usize, units: usize, session: Duration, interval: Duration) -> Self {
+        Self {
+            workers,
+            units,
+            session,
+            interval,
+            period: Duration::from_secs(20),
+            crashes: 10,
+            seed: 1,
+        }
+    }
+
+    /// Measuring `crashes` crashes.
+    pub fn with_crashes(mut self, crashes: u32) -> Self {
+        self.crashes = crashes;
+        self
+    }
+
+    /// With seed `seed`.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The bound on a crashed worker's units being owned again: `d + 2I`.
+    pub fn bound(&self) -> Duration {
+        self.session + self.interval * 2
+    }
+}
+
+/// What a [`ChurnCell`] measured.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ChurnRow {
+    /// The cell.
+    pub cell: ChurnCell,
+    /// Ticks (intervals) measured: `crashes` periods.
+    pub ticks: u32,
+    /// Of which fully owned at their end: every unit had a running worker that trusted it.
+    pub ticks_owned: u32,
+    /// The longest time the fleet was not fully owned: from a crash (or, for a gap that no
+    /// crash opened, the end of the last fully owned tick) to the first worker tick after which
+    /// every unit was owned again. `None` if some gap had not closed when the run ended.
+    pub longest_not_owned: Option<Duration>,
+    /// Units trusted twice (must be 0).
+    pub violations: usize,
+}
+
+impl ChurnRow {
+    /// Fully owned ticks as a fraction of the ticks measured.
+    pub fn owned_fraction(&self) -> f64 {
+        f64::from(self.ticks_owned) / f64::from(self.ticks.max(1))
+    }
+}
+
+/// Runs a [`ChurnCell`]: the workers join (move bound one share a tick, as [`run_cell`]), the
+/// fleet runs until it owns every unit (at most 10 simulated minutes) and four ticks more; then
+/// every `period` a random running worker crashes and a new one joins, `crashes` times, and each
+/// tick's end is judged fully owned or not. Safety is checked at every tick's end; while the fleet
+/// is not fully owned, ownership is checked after every worker tick, so the longest gap is timed
+/// to the tick that closed it.
+pub fn run_churn(cell: &ChurnCell) -> ChurnRow {
+    let share = cell.units.div_ceil(cell.workers.max(1));
+    let mut config = SimConfig::new(cell.units, cell.seed).with_max_moves(share.max(256));
+    config.assigner = true;
+    config.check_every_step = false;
+    config.session_duration = cell.session;
+    config.interval = cell.interval;
+    let mut sim = Simulation::new(config);
+    for _ in 0..cell.workers {
+        sim.join();
+    }
+    let interval = cell.interval;
+    let mut waited = Duration::ZERO;
+    let mut owned = sim.all_owned();
+    while !owned && waited < Duration::from_secs(600) {
+        sim.run_for(interval);
+        owned = sim.check_now_and_owned();
+        waited += interval;
+    }
+    for _ in 0..4 {
+        sim.run_for(interval);
+        owned = sim.check_now_and_owned();
+    }
+    let per_period = u32::try_from(cell.period.as_nanos() / interval.as_nanos().max(1))
+        .unwrap_or(u32::MAX)
+        .max(1);
+    let ticks = per_period.saturating_mul(cell.crashes);
+    let mut rng = crate::Rng::new(cell.seed ^ 0x7a6e);
+    let mut gap_since = (!owned).then(|| sim.now());
+    let mut longest = Duration::ZERO;
+    let mut ticks_owned = 0;
+    for tick in 0..ticks {
+        if tick % per_period == 0 {
+            let running = sim.running();
+            if !running.is_empty() {
+                let victim = running[rng.below(running.len() as u64) as usize];
+                sim.crash(victim);
+                sim.join();
+                gap_since.get_or_insert(sim.now());
+            }
+        }
+        let end = sim.now() + interval;
+        while sim.next_event_at().is_some_and(|at| at <= end) {
+            sim.step();
+            if let Some(since) = gap_since
+                && sim.all_owned()
+            {
+                longest = longest.max(sim.now() - since);
+                gap_since = None;
+            }
+        }
+        sim.run_for(end.saturating_sub(sim.now()));
+        if sim.check_now_and_owned() {
+            ticks_owned += 1;
+        } else {
+            // A gap no crash opened (a hand-over between two ticks): counted from the end of
+            // the last fully owned tick, an upper bound.
+            gap_since.get_or_insert(end - interval);
+        }
+    }
+    ChurnRow {
+        cell: cell.clone(),
+        ticks,
+        ticks_owned,
+        longest_not_owned: gap_since.is_none().then_some(longest),
+        violations: sim.violations().len(),
+    }
+}
+
+/// Kills one of `workers` (with an assigner; `victim_is_assigner` picks the assigner or another
+/// worker) once the fleet owns `units` units and has run a session duration more; returns how
+/// long until every unit is owned again (checked after every worker tick; `None` if not within
+/// a minute of simulated time) and the units trusted twice.
+pub fn run_kill(
+    workers: usize,
+    units: usize,
+    session: Duration,
+    interval: Duration,
+    victim_is_assigner: bool,
+) -> (Option<Duration>, usize) {
+    let share = units.div_ceil(workers.max(1));
+    let mut config = SimConfig::new(units, 1).with_max_moves(share.max(256));
+    config.assigner = true;
+    config.check_every_step = false;
+    config.session_duration = session;
+    config.interval = interval;
+    let mut sim = Simulation::new(config);
+    for _ in 0..workers {
+        sim.join();
+    }
+    let settled = sim.run_until(Duration::from_secs(600), &mut |s| {
+        s.assigner().is_some() && s.is_balanced()
+    });
+    sim.run_for(session);
+    sim.check_now();
+    let assigner = sim.assigner();
+    let victim = match (settled, assigner) {
+        (Some(_), Some(a)) if victim_is_assigner => a,
+        (Some(_), Some(a)) => (a + 1) % workers.max(1),
+        _ => return (None, sim.violations().len()),
+    };
+    sim.crash(victim);
+    let took = sim.run_until_all_owned(Duration::from_secs(60));
+    sim.check_now();
+    (took, sim.violations().len())
 }
