@@ -86,8 +86,8 @@ fn main() {
     let _ = writeln!(
         out,
         "Deterministic simulator (`lessor_sim`): real `Worker`s on one `MemoryBackend` \
-         with a `ManualClock`, and a model of KCL 2.x as ANCHORS.md describes it. Ours: 10 s \
-         session lease, 2.5 s interval, at most 256 moves per tick, no skew bound (expiry by \
+         with a `ManualClock`, and a model of KCL 2.x as ANCHORS.md describes it. Ours: the \
+         assigner on (the default), 10 s session lease, 2.5 s interval, at most 256 moves per tick, no skew bound (expiry by \
          observation only). KCL: 10 s failover, renewals every 3.3 s, taker scan every 20 s, \
          1 steal per scan. A listing or a scan counts as one request; records read are counted \
          separately. {} seeds per timing figure{}.\n",
