@@ -13,15 +13,17 @@
 //! Without `LEASE_DYNAMO_ENDPOINT` it says it was skipped.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::collections::{BTreeMap, BTreeSet};
+#[path = "../tests/support/fleet.rs"]
+mod fleet;
+
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
+use fleet::all_owned;
 use lease_core::LeaseBackend;
-use lease_core::conformance::CountedBackend;
-use lease_dynamo::DynamoLeases;
-use lessor_partition::{Worker, WorkerHandle};
+use lessor_partition::WorkerHandle;
 
 const SECTION: &str = "42-lessor-dynamo.md";
 const SESSION: Duration = Duration::from_secs(2);
@@ -64,14 +66,6 @@ fn main() {
     }
 }
 
-fn all_owned(handles: &BTreeMap<usize, WorkerHandle>, units: usize) -> bool {
-    let owned: BTreeSet<String> = handles
-        .values()
-        .flat_map(|h| h.owned_units().into_keys())
-        .collect();
-    owned.len() == units
-}
-
 async fn wait_until(limit: Duration, done: impl Fn() -> bool) -> Duration {
     let start = Instant::now();
     while !done() {
@@ -89,28 +83,12 @@ async fn assigner_of(store: &dyn LeaseBackend) -> Option<String> {
 }
 
 async fn run(endpoint: &str, workers: usize, units: usize, kills: usize) -> String {
-    let client = lease_dynamo::sdk_client(Some(endpoint), Some("us-east-1")).await;
-    let stamp = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    let leases = DynamoLeases::new(client, format!("lessor-bench-{stamp}")).unwrap();
-    leases.ensure_table().await.unwrap();
-    let counting = Arc::new(CountedBackend::new(Arc::new(leases)));
+    let counting = fleet::counted_table(endpoint, "lessor-bench").await;
     let store: Arc<dyn LeaseBackend> = counting.clone();
-
-    let mut handles = BTreeMap::new();
-    let mut tasks = BTreeMap::new();
-    for index in 0..workers {
-        let worker = Worker::builder("bench", format!("w{index}"))
-            .with_store(store.clone())
-            .with_units((0..units).map(|u| format!("unit-{u:04}")))
-            .with_session_duration(SESSION)
-            .with_interval(INTERVAL)
-            .build()
-            .unwrap();
-        handles.insert(index, worker.handle());
-        tasks.insert(index, tokio::spawn(worker.run()));
-    }
+    let fleet::Fleet {
+        mut handles,
+        mut tasks,
+    } = fleet::start("bench", &store, (workers, units), (SESSION, INTERVAL));
     let cold = wait_until(Duration::from_secs(120), || all_owned(&handles, units)).await;
     tokio::time::sleep(SESSION * 2).await;
 

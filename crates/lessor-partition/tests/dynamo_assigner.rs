@@ -11,17 +11,18 @@
 //! Needs `LEASE_DYNAMO_ENDPOINT` (as `cargo xtask itest` sets, with dummy AWS credentials);
 //! without it the test prints `SKIPPED:` to stderr and passes, unless `LEASE_REQUIRE_DYNAMO=1`.
 
+#[path = "support/fleet.rs"]
+mod fleet;
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use support::endpoint;
 
+use fleet::all_owned;
 use lease_core::LeaseBackend;
-use lease_core::conformance::CountedBackend;
-use lease_dynamo::DynamoLeases;
-use lessor_partition::{Worker, WorkerHandle};
+use lessor_partition::WorkerHandle;
 
 const WORKERS: usize = 8;
 const SESSION: Duration = Duration::from_secs(2);
@@ -37,14 +38,6 @@ const SIM_FIGURES: [(usize, f64, f64); 2] = [(256, 2.16, 6.0), (1024, 2.16, 18.0
 fn figures() -> (usize, f64, f64) {
     let long = std::env::var("LEASE_LONG").is_ok_and(|v| v == "1");
     SIM_FIGURES[usize::from(long)]
-}
-
-fn all_owned(handles: &BTreeMap<usize, WorkerHandle>, units: usize) -> bool {
-    let owned: BTreeSet<String> = handles
-        .values()
-        .flat_map(|h| h.owned_units().into_keys())
-        .collect();
-    owned.len() == units
 }
 
 fn ticks(handles: &BTreeMap<usize, WorkerHandle>) -> u64 {
@@ -81,37 +74,22 @@ fn eight_workers_with_an_assigner_cost_what_the_simulator_says_on_dynamodb_local
         .expect("runtime");
     let (units, sim_requests, sim_records) = figures();
     runtime.block_on(async {
-        let client = lease_dynamo::sdk_client(Some(&endpoint), Some("us-east-1")).await;
-        let stamp = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        let leases = DynamoLeases::new(client, format!("lessor-assigner-{stamp}")).expect("leases");
-        leases
-            .ensure_table()
-            .await
-            .expect("table on DynamoDB Local");
         // Every request and every record its reads return.
-        let counting = Arc::new(CountedBackend::new(Arc::new(leases)));
+        let counting = fleet::counted_table(&endpoint, "lessor-assigner").await;
         let counts = || {
             let now = counting.counts();
             (now.requests, now.records)
         };
         let store: Arc<dyn LeaseBackend> = counting.clone();
-
-        let mut handles = BTreeMap::new();
-        let mut tasks = BTreeMap::new();
-        for index in 0..WORKERS {
-            let worker = Worker::builder("assigner-itest", format!("w{index}"))
-                .with_store(store.clone())
-                .with_units((0..units).map(|u| format!("unit-{u:04}")))
-                .with_session_duration(SESSION)
-                .with_interval(INTERVAL)
-                .with_assigner()
-                .build()
-                .expect("worker");
-            handles.insert(index, worker.handle());
-            tasks.insert(index, tokio::spawn(worker.run()));
-        }
+        let fleet::Fleet {
+            mut handles,
+            mut tasks,
+        } = fleet::start(
+            "assigner-itest",
+            &store,
+            (WORKERS, units),
+            (SESSION, INTERVAL),
+        );
         let took = wait(
             "8 workers to own every unit",
             Duration::from_secs(120),

@@ -250,6 +250,26 @@ pub struct ScaleRow {
     pub violations: usize,
 }
 
+/// Starts `workers` workers, runs until the fleet owns every unit (at most 10 simulated minutes)
+/// and four ticks more, checking safety at every tick's end: whether it owns every unit then.
+fn settle(sim: &mut Simulation, workers: usize, interval: Duration) -> bool {
+    for _ in 0..workers {
+        sim.join();
+    }
+    let mut waited = Duration::ZERO;
+    let mut owned = sim.all_owned();
+    while !owned && waited < Duration::from_secs(600) {
+        sim.run_for(interval);
+        owned = sim.check_now_and_owned();
+        waited += interval;
+    }
+    for _ in 0..4 {
+        sim.run_for(interval);
+        owned = sim.check_now_and_owned();
+    }
+    owned
+}
+
 /// Runs one cell: `W` workers join (with a move bound of one share, `L/W`, a tick, or 256 if
 /// more), the fleet runs until it owns every unit (at most 10 simulated minutes) and four ticks
 /// more, then `ticks` ticks are measured, with a crash of a random
@@ -268,21 +288,8 @@ pub fn run_cell(cell: &ScaleCell) -> ScaleRow {
         config.interval = interval;
     }
     let mut sim = Simulation::new(config);
-    for _ in 0..cell.workers {
-        sim.join();
-    }
     let interval = sim.interval();
-    let mut waited = Duration::ZERO;
-    let mut owned = sim.all_owned();
-    while !owned && waited < Duration::from_secs(600) {
-        sim.run_for(interval);
-        owned = sim.check_now_and_owned();
-        waited += interval;
-    }
-    for _ in 0..4 {
-        sim.run_for(interval);
-        sim.check_now();
-    }
+    settle(&mut sim, cell.workers, interval);
     let before = sim.tally();
     let mut not_owned = 0;
     let mut worker_ticks = 0_u64;
@@ -417,21 +424,8 @@ pub fn run_churn(cell: &ChurnCell) -> ChurnRow {
     config.session_duration = cell.session;
     config.interval = cell.interval;
     let mut sim = Simulation::new(config);
-    for _ in 0..cell.workers {
-        sim.join();
-    }
     let interval = cell.interval;
-    let mut waited = Duration::ZERO;
-    let mut owned = sim.all_owned();
-    while !owned && waited < Duration::from_secs(600) {
-        sim.run_for(interval);
-        owned = sim.check_now_and_owned();
-        waited += interval;
-    }
-    for _ in 0..4 {
-        sim.run_for(interval);
-        owned = sim.check_now_and_owned();
-    }
+    let owned = settle(&mut sim, cell.workers, interval);
     let per_period = u32::try_from(cell.period.as_nanos() / interval.as_nanos().max(1))
         .unwrap_or(u32::MAX)
         .max(1);
