@@ -325,8 +325,9 @@ impl View {
     }
 
     /// Takes in one read of `worker`'s session record (a get, stamped like a listing): the same
-    /// rule as for a listing, for that record only. A record the read did not find changes
-    /// nothing (only full listings judge absence).
+    /// rule as for a listing, for that record only. A record the read did not find leaves the
+    /// members, as a listing without it would drop it; but only listings judge a unit owner's
+    /// absence ([`session_ended`](Self::session_ended)), so no unit is judged free by a get.
     pub(crate) fn observe_session(
         &mut self,
         worker: &str,
@@ -334,6 +335,8 @@ impl View {
         listing: Listing,
     ) {
         let Some(record) = record else {
+            self.sessions.remove(worker);
+            self.restarts.remove(worker);
             return;
         };
         let old = self.sessions.remove(worker);
@@ -713,6 +716,22 @@ mod tests {
         );
         view.observe_sessions(&[], listing(base, 20_300, 20_400));
         assert!(view.session_ended(&x));
+    }
+
+    #[test]
+    fn a_record_a_get_does_not_find_leaves_the_members_but_frees_no_unit() {
+        let base = Instant::now();
+        let mut view = View::new(Duration::from_secs(10), None);
+        let x = owner("x", 5);
+        view.observe_sessions(&[session("x", 5, "t", 60_000)], listing(base, 0, 10));
+        assert_eq!(view.live_peers("me").len(), 1);
+        view.observe_session("x", None, listing(base, 20_000, 20_010));
+        view.observe_session("x", None, listing(base, 40_000, 40_010));
+        assert!(view.live_peers("me").is_empty(), "gone from the members");
+        assert!(
+            !view.session_ended(&x),
+            "a get proves no absence: only listings judge a unit's owner gone"
+        );
     }
 
     #[test]
