@@ -559,9 +559,7 @@ impl Worker {
             self.lag_ticks = 0;
             return Synced::List;
         };
-        if self.units.by_load
-            || (self.is_sweeper() && self.ticks_since_plan + 1 >= self.config.resync_every)
-        {
+        if self.units.by_load || self.sweeper_resync_due() {
             // Loads come with a sessions listing; the sweeper's resync lists them too.
             self.lag_ticks = 0;
             return Synced::List;
@@ -770,7 +768,7 @@ impl Worker {
             && !self.mismatch
             && !self.units.by_load
             && self.hinted_rounds < MAX_HINTED_ROUNDS
-            && !(self.is_sweeper() && self.ticks_since_plan + 1 >= self.config.resync_every);
+            && !self.sweeper_resync_due();
         if !usable {
             return Hinted::List;
         }
@@ -909,7 +907,7 @@ impl Worker {
             && self.units.handing_over.is_empty()
             && !self.mismatch
             && !self.units.by_load
-            && !(self.is_sweeper() && self.ticks_since_plan + 1 >= self.config.resync_every)
+            && !self.sweeper_resync_due()
     }
 
     /// Lists the units partition: one request.
@@ -1262,9 +1260,8 @@ impl Worker {
     fn should_plan(&self) -> bool {
         let changed = self.planned_members.as_ref() != Some(&self.members)
             || self.planned_epoch != self.view.epoch();
-        let sweeper = self.is_sweeper();
         let due = self.ticks_since_plan + 1;
-        let resync = sweeper && due >= self.config.resync_every;
+        let resync = self.sweeper_resync_due();
         let verdict_due = self
             .units
             .next_verdict
@@ -1282,6 +1279,12 @@ impl Worker {
             || below
             || rebalance
             || self.mismatch && due >= self.config.resync_every
+    }
+
+    /// Whether this tick is the sweeper's resync: it lists the units and the sessions whatever
+    /// the assigner says.
+    fn sweeper_resync_due(&self) -> bool {
+        self.is_sweeper() && self.ticks_since_plan + 1 >= self.config.resync_every
     }
 
     /// The member with the lowest id resyncs and sweeps.
@@ -1539,7 +1542,7 @@ enum Synced {
     /// Its members are the assigner's: plan without listing the sessions.
     Agreed,
     /// Its own reads of the named sessions do not yet agree with the assigner: keep what it
-    /// holds for a tick.
+    /// holds, or follow the assigner's current take list, without listing the sessions.
     Lagging,
     /// No assigner to follow, a read failed, or it lagged too long: list the sessions.
     List,
