@@ -15,15 +15,14 @@ use crate::error::FsError;
 /// Largest record accepted, in bytes. Anything larger is refused unread past the cap.
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
 
-/// Maps an I/O error on `path` to a [`FsError`], naming hostile situations clearly.
+/// Maps an I/O error on `path` to a [`FsError`]: a file of the wrong kind in the lock's place
+/// is hostile (its errno says all there is to say); anything else, a permission denied
+/// included, is I/O with the OS error as its source.
 pub(crate) fn io_error(op: &'static str, path: &Path, source: io::Error) -> FsError {
     let hostile = match source.raw_os_error().map(Errno::from_raw) {
-        Some(Errno::ELOOP) => Some("it is a symbolic link; links are never followed".to_owned()),
-        Some(Errno::EISDIR) => Some("it is a directory, not a regular file".to_owned()),
-        Some(Errno::ENXIO) => Some("it is a FIFO or socket, not a regular file".to_owned()),
-        Some(Errno::EACCES | Errno::EPERM) => Some(format!(
-            "permission denied ({source}); check the file and directory modes"
-        )),
+        Some(Errno::ELOOP) => Some("it is a symbolic link; links are never followed"),
+        Some(Errno::EISDIR) => Some("it is a directory, not a regular file"),
+        Some(Errno::ENXIO) => Some("it is a FIFO or socket, not a regular file"),
         _ => None,
     };
     match hostile {
@@ -195,7 +194,7 @@ pub(crate) fn trusted(
     } else {
         "another user can rename or remove its entries, and so release or deny the leases in \
          it; if every user who can change it is trusted, allow it with \
-         with_shared_directory(true) (lease: --shared-dir)"
+         with_shared_directory() (lease: --shared-dir)"
             .to_owned()
     };
     Err(FsError::InvalidOption {
