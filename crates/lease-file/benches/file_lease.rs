@@ -636,10 +636,8 @@ fn takeover_once(cfg: &Config, waiter: Waiter, d: &Path, cli: Option<&Path>) -> 
         Waiter::CliHolderOnly => {
             let h = lease_run(&["sleeper"]);
             h.expect("running");
-            let key = LeaseKey::new("takeover").unwrap();
-            let lock_dir = DirectoryStore::open(&cli_dir)
-                .and_then(|s| s.lock_dir(&key))
-                .unwrap();
+            // The store names key `takeover`'s lock directory `takeover.lease`.
+            let lock_dir = cli_dir.join("takeover.lease");
             (
                 h,
                 Proc::helper(&["raw-wait-dir", lock_dir.to_str().unwrap()]),
@@ -731,9 +729,9 @@ fn heartbeat_cpu(cfg: &Config, filesystems: &[Fs]) -> Vec<Cpu> {
         let lock = d.join("cpu.lock");
         let hb = d.join("cpu-hb.lock");
         let store = d.join("cpu-store");
-        let store_key = DirectoryStore::open(&store)
-            .and_then(|s| s.lock_dir(&LeaseKey::new("held").unwrap()))
-            .unwrap();
+        // The store names key `held`'s lock directory `held.lease`.
+        DirectoryStore::open(&store).unwrap();
+        let store_key = store.join("held.lease");
         let arg = |p: &Path| p.to_str().unwrap().to_owned();
         for (label, args, dir) in [
             (

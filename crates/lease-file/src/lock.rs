@@ -153,11 +153,12 @@ impl FileLockBuilder {
         self.options.mode = mode;
         self
     }
-    /// fsync the lock directory after every rename, and its parent when it is created (default
-    /// off: leases do not outlive a power loss anyway, but a fencing generation issued just
-    /// before one may then be issued again; turn it on if generations must never repeat).
-    pub fn with_fsync(mut self, fsync: bool) -> Self {
-        self.options.fsync = fsync;
+    /// fsyncs the lock directory after every rename, and its parent when it is created (by
+    /// default nothing is fsynced: leases do not outlive a power loss anyway, but a fencing
+    /// generation issued just before one may then be issued again; call this if generations
+    /// must never repeat, even across a power loss).
+    pub fn with_fsync(mut self) -> Self {
+        self.options.fsync = true;
         self
     }
     /// Accepts a parent directory and a lock directory that users other than the caller and
@@ -165,41 +166,16 @@ impl FileLockBuilder {
     /// [`LeaseError::InvalidInput`] naming its owner and mode). Any user who can write either
     /// can then release or deny this lock and read its holder's description; nothing beyond
     /// the lock directory's own entries is ever created, changed or removed, whatever they do.
-    /// A directory anyone can write without the sticky bit is refused even so. See the crate
-    /// docs, *Shared directories and other users*.
-    pub fn with_shared_directory(mut self, shared: bool) -> Self {
-        self.options.shared_directory = shared;
+    /// A directory anyone can write without the sticky bit is refused even so. See
+    /// [*Shared directories and other users*](crate::protocol#shared-directories-and-other-users).
+    pub fn with_shared_directory(mut self) -> Self {
+        self.options.shared_directory = true;
         self
     }
     /// A human label shown to contenders.
     pub fn with_label(mut self, label: impl Into<String>) -> Self {
         self.options.label = Some(label.into());
         self
-    }
-
-    /// The acquire retry limit.
-    pub fn acquire_retries(&self) -> u32 {
-        self.options.acquire_retries
-    }
-    /// The delay between acquire retries.
-    pub fn retry_delay(&self) -> Duration {
-        self.options.retry_delay
-    }
-    /// The file creation mode.
-    pub fn file_mode(&self) -> u32 {
-        self.options.file_mode
-    }
-    /// The directory creation mode.
-    pub fn dir_mode(&self) -> u32 {
-        self.options.dir_mode
-    }
-    /// The heartbeat interval.
-    pub fn heartbeat_interval(&self) -> Duration {
-        self.options.heartbeat_interval
-    }
-    /// The stale threshold.
-    pub fn stale_threshold(&self) -> Duration {
-        self.options.stale_threshold
     }
 
     /// The lock, with its parent directory created if needed and its [`LockMode`] detected.
@@ -342,7 +318,6 @@ struct Shared {
     key: LeaseKey,
     options: Options,
     mode: LockMode,
-    mode_reason: String,
     time: Timebase,
     state: Mutex<State>,
     wake: Condvar,
@@ -356,7 +331,8 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A cross-process lease on one path (Go: `lockfile.PIDLock`, see [`go`](crate::go)).
+/// A cross-process lease on one path (Go: `lockfile.PIDLock`, see
+/// [*Coming from Go*](#coming-from-gos-kitlockfile)).
 ///
 /// [`acquire`](Self::acquire) waits until the lease is acquired, [`try_acquire`](Self::try_acquire)
 /// makes one attempt; both return a [`FileLockGuard`], whose existence proves holding: it has
@@ -385,10 +361,54 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
+/// # Coming from Go's `kit/lockfile`
+///
+/// A Go `PIDLock` and a `FileLock` on the same path exclude each other (see
+/// [*Other lock protocols*](crate::protocol#other-lock-protocols-on-the-same-path)), so a
+/// program can move from one to the other one process at a time. The names map as follows;
+/// the verbs differ: Go's `Acquire` makes one attempt, which is
+/// [`try_acquire`](Self::try_acquire) here ([`acquire`](Self::acquire) waits, as `lock()` does
+/// in Rust), and holding is a value, the [`FileLockGuard`] both return, rather than state inside
+/// the lock: Go's `Release` and `Held` are the guard's.
+///
+/// | Go | Rust |
+/// |---|---|
+/// | `NewPIDLock(path)` | [`FileLock::new`] |
+/// | `NewPIDLockWithOptions(path, opts)` | [`FileLock::builder`] |
+/// | its options (`AcquireRetryLimit`, `AcquireRetryDelay`, ...) | [`FileLockBuilder`]'s `with_*` setters, with the Go package's defaults |
+/// | `(*PIDLock).Acquire` (one attempt) | [`FileLock::try_acquire`], which returns the [`FileLockGuard`] |
+/// | `(*PIDLock).Release` | [`FileLockGuard::release`] (or drop the guard) |
+/// | `(*PIDLock).Path` | [`FileLock::path`] |
+/// | `(*PIDLock).Held` | [`FileLockGuard::check`]`.is_ok()` |
+/// | `IsLeaseHeld`, `IsLeaseNotOwned` | [`LeaseError::is_held`], [`LeaseError::is_not_owned`] |
+///
+/// Two Go options have no counterpart, because this protocol has nothing for them to do; a port
+/// drops them:
+///
+/// * `ProcessAppearsAlive` (which the Go package itself ignores): this crate never judges a
+///   holder by its pid, which may be reused or live in another PID namespace. A holder's death
+///   is known from the kernel lock it held, or in heartbeat-only mode from its heartbeats
+///   stopping for [`with_stale_threshold`](FileLockBuilder::with_stale_threshold).
+/// * `InvalidPIDLockStaleThreshold`: there are no unparseable records to reclaim. The lock's
+///   state is a file name, and a file of another protocol at the path is never taken over (an
+///   unparseable one younger than the Go package's own 1.2 s reads as a Go lock being written).
+///   To wait longer for a busy lock, use [`acquire_with`](Self::acquire_with).
+///
+/// ```
+/// use lease_file::FileLock;
+///
+/// let dir = tempfile::tempdir()?;
+/// let lock = FileLock::builder(dir.path().join("a.lock")).build()?; // Go: NewPIDLock
+/// let held = lock.try_acquire()?; // Go: lock.Acquire()
+/// assert!(held.check().is_ok()); // Go: lock.Held()
+/// held.release()?; // Go: lock.Release()
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
 /// # Files
 ///
 /// The path `P` is a directory holding one state entry whose name is the lease state
-/// (`free.<generation>` or `held.<generation>.<renewal>...`, see the crate docs); the holder's
+/// (`free.<generation>` or `held.<generation>.<renewal>...`, see [`protocol`](crate::protocol)); the holder's
 /// diagnostic record (pid, host, label, times) is that entry's content. Nothing else is created.
 ///
 /// # Costs (kernel mode)
@@ -486,7 +506,6 @@ impl FileLock {
                 key: key.clone(),
                 options,
                 mode,
-                mode_reason,
                 time: Timebase::system(),
                 state: Mutex::new(State::default()),
                 wake: Condvar::new(),
@@ -494,12 +513,6 @@ impl FileLock {
                 idle: Mutex::new(None),
             }),
         })
-    }
-
-    /// The key this lock's errors name: its path, as a [`LeaseKey`] (control characters
-    /// replaced by `?`, and only the end of a path longer than a key may be).
-    pub fn key(&self) -> &LeaseKey {
-        &self.shared.key
     }
 
     fn lease_error(&self, error: FsError) -> LeaseError {
@@ -514,11 +527,6 @@ impl FileLock {
     /// Which protocol this lock runs.
     pub fn mode(&self) -> LockMode {
         self.shared.mode
-    }
-
-    /// Why that mode was chosen (`"flock works"`, `"nfs file system: ..."`).
-    pub fn mode_reason(&self) -> &str {
-        &self.shared.mode_reason
     }
 
     /// The current holder, or `None` if free (released or never held): pid and host, the label
@@ -950,6 +958,14 @@ impl Shared {
         error.into_lease(&self.key)
     }
 
+    /// The current tenure's deadline ([`FileLockGuard::deadline`]); now when there is none.
+    fn tenure_deadline(&self) -> Instant {
+        lock(&self.state)
+            .tenure
+            .as_ref()
+            .map_or_else(mono_now, |t| t.deadline)
+    }
+
     /// The fencing generation of the current tenure if it can be trusted, else why not
     /// ([`FileLockGuard::check`]).
     fn check_tenure(&self) -> Result<FencingToken, LeaseError> {
@@ -965,11 +981,6 @@ impl Shared {
             }
             Some(t) => Ok(lease_core::backend::fencing_token(t.held.generation)),
         }
-    }
-
-    /// Why the last tenure was lost, if it was.
-    fn loss(&self) -> Option<LossReason> {
-        lock(&self.state).lost.clone()
     }
 
     /// Releases the current tenure ([`FileLockGuard::release`]); on an I/O error the tenure
@@ -1064,11 +1075,13 @@ impl Shared {
     }
 }
 
-/// A held [`FileLock`]: its existence proves that the lock was acquired, and it is the only way
-/// to act on the tenure ([`check`](Self::check), [`fencing_token`](Self::fencing_token),
-/// [`release`](Self::release)). While it lives, the lock's heartbeat thread keeps the lease alive,
-/// even after the [`FileLock`] itself is dropped: the guard is `'static` and can move between
-/// threads.
+/// A held [`FileLock`]: the file backend's blocking guard. Its existence proves that the lock
+/// was acquired, and it is the only way to act on the tenure. It has the names every guard of
+/// the project has, with the same meaning (lease-core's `BlockingLeaseGuard`): [`key`](Self::key),
+/// [`fencing_token`](Self::fencing_token), [`check`](Self::check) (whose error says why the
+/// lease was lost) and a blocking [`release`](Self::release). While it lives, the lock's
+/// heartbeat thread keeps the lease alive, even after the [`FileLock`] itself is dropped: the
+/// guard is `'static` and can move between threads.
 ///
 /// Dropping the guard releases the lease best-effort, **in the process that acquired it only**:
 /// the copy of a guard in a child made by `fork` leaves the parent's lease alone.
@@ -1085,7 +1098,6 @@ impl Shared {
 ///     assert!(lock.try_acquire().unwrap_err().is_held());
 /// } // dropped: released
 /// let again = lock.try_acquire()?;
-/// assert!(again.lost().is_none());
 /// again.release()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -1118,12 +1130,9 @@ impl FileLockGuard {
         }
     }
 
-    /// The lock's path.
-    pub fn path(&self) -> &Path {
-        &self.shared.path
-    }
-
-    /// The key this guard's errors name ([`FileLock::key`]).
+    /// The key this guard's errors name: the lock's path as a [`LeaseKey`] (control characters
+    /// replaced by `?`, and only the end of a path longer than a key may be); the path itself
+    /// is [`FileLock::path`].
     pub fn key(&self) -> &LeaseKey {
         &self.shared.key
     }
@@ -1131,9 +1140,24 @@ impl FileLockGuard {
     /// The fencing generation of this tenure if it can still be trusted, else why not: pass it
     /// with every write to the protected resource. Reads no file.
     ///
+    /// ```
+    /// use lease_core::{LeaseError, LossReason};
+    /// use lease_file::FileLock;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let guard = FileLock::new(dir.path().join("a.lease"))?.acquire()?;
+    /// match guard.check() {
+    ///     Ok(fencing) => assert_eq!(fencing, guard.fencing_token()),
+    ///     Err(LeaseError::Lost { reason: LossReason::DeadlinePassed, .. }) => { /* paused */ }
+    ///     Err(other) => return Err(other.into()), // taken over, removed, heartbeats failing
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
     /// # Errors
-    /// [`LeaseError::Lost`] with the [`LossReason`] when the lease was lost
-    /// ([`LossReason::DeadlinePassed`] once the holder-side deadline passed without a
+    /// [`LeaseError::Lost`] with the [`LossReason`] when the lease was lost (the reason the
+    /// [`on_lost`](FileLockBuilder::on_lost) callback was told;
+    /// [`LossReason::DeadlinePassed`] once the holder-side deadline passed without a
     /// heartbeat: paused, or I/O stalled). It is [`is_not_owned`](LeaseError::is_not_owned).
     pub fn check(&self) -> Result<FencingToken, LeaseError> {
         self.shared.check_tenure()
@@ -1144,9 +1168,24 @@ impl FileLockGuard {
         self.fencing
     }
 
-    /// Why this tenure was lost, if it was.
-    pub fn lost(&self) -> Option<LossReason> {
-        self.shared.loss()
+    /// The holder-side deadline of the latest heartbeat, on the system's monotonic clock
+    /// ([`SystemClock`](lease_core::SystemClock)): after it, [`check`](Self::check) fails.
+    /// Each heartbeat moves it on by the stale threshold less a margin; once the lease is lost
+    /// it is the moment the loss was noticed.
+    ///
+    /// ```
+    /// use lease_core::{Clock, SystemClock};
+    /// use lease_file::FileLock;
+    /// use std::time::Duration;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let guard = FileLock::new(dir.path().join("a.lease"))?.acquire()?;
+    /// let left = guard.deadline().saturating_duration_since(SystemClock.monotonic());
+    /// assert!(left > Duration::ZERO && left <= Duration::from_secs(3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn deadline(&self) -> Instant {
+        self.shared.tenure_deadline()
     }
 
     /// Releases the lease (Go: `Release`): one rename of this tenure's state entry to
@@ -1159,7 +1198,7 @@ impl FileLockGuard {
     /// I/O errors: the tenure is then abandoned (its kernel lock dropped, heartbeats stopped),
     /// and others take the lease over once it expires. [`LeaseError::Unsupported`] in a process
     /// other than the one that acquired the lease (a `fork`ed child's copy of the guard):
-    /// nothing is renamed or unlocked, the parent keeps holding (see the crate docs, *Forks*).
+    /// nothing is renamed or unlocked, the parent keeps holding (see [*Forks*](crate::protocol#forks)).
     pub fn release(mut self) -> Result<(), LeaseError> {
         self.released = true;
         if self.pid != std::process::id() {
@@ -1452,6 +1491,22 @@ fn own_holder(me: &crate::ident::Identity, label: Option<&str>, generation: u64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The builder's defaults are the Go `kit/lockfile` package's: defaultAcquireRetryLimit 12,
+    /// defaultAcquireRetryDelay 20 ms, heartbeat every 250 ms, stale after 3 s, modes 0644 and
+    /// 0755 (its defaultInvalidLockStaleThreshold has no counterpart: see `FileLock`, *Coming
+    /// from Go*).
+    #[test]
+    fn defaults_match_the_go_package() {
+        let o = FileLock::builder("a.lease").options;
+        assert_eq!(o.heartbeat_interval, Duration::from_millis(250));
+        assert_eq!(o.stale_threshold, Duration::from_secs(3));
+        assert_eq!(o.acquire_retries, 12);
+        assert_eq!(o.retry_delay, Duration::from_millis(20));
+        assert_eq!(o.file_mode, 0o644);
+        assert_eq!(o.dir_mode, 0o755);
+        assert!(!o.fsync && !o.shared_directory);
+    }
 
     /// A host that slept past the tenure's deadline (`CLOCK_BOOTTIME` ran on, `CLOCK_MONOTONIC`
     /// stood still: here, a boot-time deadline already behind while the monotonic one is far

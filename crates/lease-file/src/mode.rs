@@ -11,7 +11,19 @@ use crate::error::FsError;
 use crate::fsio::{Base, io_error};
 
 /// How a lock keeps its critical sections and its tenure, as detected (or forced) for its
-/// directory.
+/// directory: [`FileLock::mode`](crate::FileLock::mode), [`DirectoryStore::mode`](crate::DirectoryStore::mode).
+///
+/// ```
+/// use lease_file::{DirectoryStore, LockMode, ModePreference};
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = DirectoryStore::builder(dir.path())
+///     .with_mode(ModePreference::HeartbeatOnly)
+///     .build()?;
+/// assert_eq!(store.mode(), LockMode::HeartbeatOnly);
+/// assert_eq!(store.mode().to_string(), "heartbeat-only");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LockMode {
@@ -26,8 +38,8 @@ pub enum LockMode {
 }
 
 impl LockMode {
-    /// The name written into records' `protocol` field.
-    pub fn as_str(self) -> &'static str {
+    /// The name written into records' `protocol` field, and shown by [`Display`](std::fmt::Display).
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::Kernel => "kernel",
             Self::HeartbeatOnly => "heartbeat-only",
@@ -41,7 +53,21 @@ impl std::fmt::Display for LockMode {
     }
 }
 
-/// Which mode to use.
+/// Which mode to use ([`FileLockBuilder::with_mode`](crate::FileLockBuilder::with_mode),
+/// [`DirectoryStoreBuilder::with_mode`](crate::DirectoryStoreBuilder::with_mode)); the
+/// protocol's [*Modes*](crate::protocol#modes) say what each gives up.
+///
+/// ```
+/// use lease_file::{FileLock, ModePreference};
+///
+/// let dir = tempfile::tempdir()?;
+/// // Kernel locks or an error: on NFS this fails instead of falling back.
+/// let lock = FileLock::builder(dir.path().join("a.lease"))
+///     .with_mode(ModePreference::Kernel)
+///     .build()?;
+/// # let _ = lock;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ModePreference {

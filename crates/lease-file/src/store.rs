@@ -44,17 +44,43 @@ struct Tenure {
     held: Held,
 }
 
-/// Leases as files in one directory: the lease-core [`LeaseBackend`] and [`LeaseListing`] on a
-/// local (or, in heartbeat-only mode, network) file system.
+/// Leases as files in one directory: the lease-core [`LeaseBackend`], [`LeaseListing`] and
+/// [`FencedValues`] on a local (or, in heartbeat-only mode, network) file system. Hold its
+/// leases with lease-core's guards ([`LeaseGuard`](lease_core::LeaseGuard),
+/// `CountingLease`, `Election`): they wait, renew and release on top of the single-attempt
+/// contract this store implements.
 ///
-/// Each key is one lock directory named by an encoding of the key, run by the crate's one protocol
-/// (see the crate docs): every change is one `rename` of its state entry from the exact name
-/// observed. Expiry never reads the wall clock: a holder on the same clock scale (this host's
-/// `CLOCK_MONOTONIC`, or one injected [`Clock`] with
-/// [`shared_monotonic`](Clock::shared_monotonic)) is expired once its deadline on that scale has
-/// passed; any other holder once its state has stood still for its duration on this store's
-/// monotonic clock; in kernel mode, a holder on this host whose kernel lock is free, at once.
-/// Holder deadlines come from [`holder_deadline`] measured before each operation.
+/// ```
+/// use lease_core::{LeaseGuard, LeaseKey, LeaseListing, WaitOptions};
+/// use lease_file::DirectoryStore;
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let dir = tempfile::tempdir()?;
+/// let store = Arc::new(DirectoryStore::open(dir.path())?);
+/// let key = LeaseKey::with_sort_key("jobs", "nightly")?;
+/// let d = Duration::from_secs(30);
+/// // Waits until acquired, then renews every 10 s on a thread of its own.
+/// let guard = LeaseGuard::builder(store.clone(), &key, d).acquire_blocking()?;
+/// // A zero wait is one attempt: turned away, told who holds it.
+/// let busy = LeaseGuard::builder(store.clone(), &key, d)
+///     .with_wait(WaitOptions::new(Duration::ZERO))
+///     .acquire_blocking()
+///     .unwrap_err();
+/// assert!(busy.is_held());
+/// assert_eq!(pollster::block_on(store.list_partition("jobs"))?.len(), 1);
+/// guard.release()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Each key is one lock directory run by the crate's one protocol (see [`protocol`](crate::protocol)):
+/// every change is one `rename` of its state entry from the exact name observed. Expiry never
+/// reads the wall clock: a holder on the same clock scale (this host's `CLOCK_MONOTONIC`, or
+/// one injected [`Clock`] with [`shared_monotonic`](Clock::shared_monotonic)) is expired once
+/// its deadline on that scale has passed; any other holder once its state has stood still for
+/// its duration on this store's monotonic clock; in kernel mode, a holder on this host whose
+/// kernel lock is free, at once. Holder deadlines come from [`holder_deadline`] measured before
+/// each operation.
 ///
 /// The futures do their file I/O inline when first polled: a few local syscalls (in kernel
 /// mode an acquire is 13, [`FileLock`](crate::FileLock)'s and one more `getpid` for the fork
@@ -64,41 +90,18 @@ struct Tenure {
 /// runtime needed. The store keeps the lock directories of the leases it holds open, and up to
 /// 32 released ones for the next acquisition of their keys (three descriptors each).
 ///
-/// ```
-/// use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, LeaseListing};
-/// use lease_file::DirectoryStore;
-/// use std::time::Duration;
+/// # Files
 ///
-/// let dir = tempfile::tempdir()?;
-/// let store = DirectoryStore::open(dir.path())?;
-/// let key = LeaseKey::with_sort_key("jobs", "nightly")?;
-/// let (d, once) = (Duration::from_secs(30), AcquireOptions::default());
-/// let lease = lease_core::executor::block_on(store.acquire(&key, d))?; // waits until acquired
-/// assert!(lease_core::executor::block_on(store.try_acquire(&key, d, &once)).unwrap_err().is_held());
-/// let listed = lease_core::executor::block_on(store.list_partition("jobs"))?;
-/// assert_eq!(listed.len(), 1);
-/// lease_core::executor::block_on(store.release_lease(&lease))?;
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-///
-/// Kept alive by a lease-core [`LeaseGuard`](lease_core::LeaseGuard) on a thread of its own:
-///
-/// ```
-/// use lease_core::{KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseGuard, LeaseKey};
-/// use lease_file::DirectoryStore;
-/// use std::sync::Arc;
-/// use std::time::Duration;
-///
-/// let dir = tempfile::tempdir()?;
-/// let store: Arc<dyn LeaseBackend> = Arc::new(DirectoryStore::open(dir.path())?);
-/// let key = LeaseKey::new("leader")?;
-/// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(3)))?;
-/// let guard = LeaseGuard::spawn_thread(store.clone(), lease, KeeperOptions::default())?;
-/// let fencing = guard.check()?;
-/// assert_eq!(fencing, guard.fencing_token());
-/// lease_core::executor::block_on(guard.release())?;
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
+/// Key `(partition, sort)` is the lock directory `<dir>/<partition>.<sort>.lease` (without a
+/// sort key, `<dir>/<partition>.lease`), each part percent-encoded: every byte outside
+/// `[A-Za-z0-9_-]` becomes `%XX`, so no key escapes the directory (`("../etc", "pass wd")` is
+/// `%2E%2E%2Fetc.pass%20wd.lease`) and [`keys`](Self::keys) decodes a listing back. An encoded
+/// name is at most 200 bytes; a longer one is [`LeaseError::InvalidInput`]. With
+/// [`with_verbatim_names`](DirectoryStoreBuilder::with_verbatim_names) the key's name is the
+/// directory's name as it is. A fenced value named `(partition, sort)` lives in the directory
+/// `<dir>/fenced~<partition>.<sort>` (encoded the same way, no suffix). Other names in the
+/// directory are temporaries (`.lease-init.*`), the marker `.fencing-from-clock`, or not this
+/// store's.
 ///
 /// # Delete and prune
 ///
@@ -215,7 +218,7 @@ impl fmt::Debug for DirectoryStore {
 ///
 /// ```
 /// use lease_core::ManualClock;
-/// use lease_file::{DirectoryStore, ModePreference};
+/// use lease_file::{DirectoryStore, LockMode, ModePreference};
 /// use std::sync::Arc;
 /// use std::time::Duration;
 ///
@@ -225,8 +228,9 @@ impl fmt::Debug for DirectoryStore {
 ///     .with_clock(Arc::new(ManualClock::new()))
 ///     .with_safety_margin(Duration::from_millis(100))
 ///     .with_file_mode(0o600)
+///     .with_fsync()
 ///     .build()?;
-/// assert_eq!(store.dir(), dir.path());
+/// assert_eq!(store.mode(), LockMode::Kernel, "a local file system");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[must_use]
@@ -298,28 +302,47 @@ impl DirectoryStoreBuilder {
         self
     }
 
-    /// fsync every change (default off): lock and value directories after each rename, data
-    /// files when written, and the store directory when a lock directory is created. Leases do
-    /// not outlive a power loss anyway, but without it a fencing generation issued just before
-    /// one may be issued again after it; turn it on if generations must never repeat.
-    pub fn with_fsync(mut self, fsync: bool) -> Self {
-        self.fsync = fsync;
+    /// fsyncs every change (by default nothing is fsynced): lock and value directories after
+    /// each rename, data files when written, and the store directory when a lock directory is
+    /// created. Leases do not outlive a power loss anyway, but without it a fencing generation
+    /// issued just before one may be issued again after it; call this if generations must never
+    /// repeat, even across a power loss.
+    pub fn with_fsync(mut self) -> Self {
+        self.fsync = true;
         self
     }
 
-    /// Names each key's lock directory by the key's name as it is (default off: a reversible
-    /// encoding, see [`DirectoryStore::lock_dir`]), so that a lease lives at an exact path: key
-    /// `job.lock` in a store on `dir` is the lock directory `dir/job.lock`, the very lock a
+    /// Names each key's lock directory by the key's name as it is (by default a reversible
+    /// encoding, see [*Files*](DirectoryStore#files)), so that a lease lives at an exact path:
+    /// key `job.lock` in a store on `dir` is the lock directory `dir/job.lock`, the very lock a
     /// [`FileLock`](crate::FileLock) on that path takes (one protocol, one engine), and the path
     /// a Go `kit/lockfile` `PIDLock` uses, which is then held for this store while the Go
-    /// process holds it (see the crate docs, *Other lock protocols*). This is how `lease run
-    /// --path` works.
+    /// process holds it (see
+    /// [*Other lock protocols*](crate::protocol#other-lock-protocols-on-the-same-path)). This is
+    /// how `lease run --path` works.
+    ///
+    /// ```
+    /// use lease_core::{LeaseGuard, LeaseKey};
+    /// use lease_file::{DirectoryStore, FileLock};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let dir = tempfile::tempdir()?;
+    /// let store = Arc::new(DirectoryStore::builder(dir.path()).with_verbatim_names().build()?);
+    /// let key = LeaseKey::new("job.lock")?;
+    /// let guard = LeaseGuard::builder(store, &key, Duration::from_secs(30)).acquire_blocking()?;
+    /// // The same lock as a FileLock on dir/job.lock:
+    /// let lock = FileLock::new(dir.path().join("job.lock"))?;
+    /// assert!(lock.try_acquire().unwrap_err().is_held());
+    /// guard.release()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// A key must then be one plain file name: no sort key, no `/`, not `.` or `..`, at most
     /// 255 bytes; others are [`LeaseError::InvalidInput`]. [`DirectoryStore::keys`] decodes
     /// only encoded names, so it does not list such keys.
-    pub fn with_verbatim_names(mut self, verbatim: bool) -> Self {
-        self.verbatim = verbatim;
+    pub fn with_verbatim_names(mut self) -> Self {
+        self.verbatim = true;
         self
     }
 
@@ -330,18 +353,19 @@ impl DirectoryStoreBuilder {
     /// take over the leases in it (by renaming their entries), and read holders'
     /// descriptions, owner tokens included; nothing outside the store's own entries is ever
     /// created, changed or removed, whatever they do. A directory anyone can write without the
-    /// sticky bit is refused even so. See the crate docs, *Shared directories and other users*.
+    /// sticky bit is refused even so. See
+    /// [*Shared directories and other users*](crate::protocol#shared-directories-and-other-users).
     ///
     /// ```
     /// let dir = tempfile::tempdir()?;
     /// let store = lease_file::DirectoryStore::builder(dir.path())
-    ///     .with_shared_directory(true)
+    ///     .with_shared_directory()
     ///     .build()?;
     /// # let _ = store;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn with_shared_directory(mut self, shared: bool) -> Self {
-        self.shared_directory = shared;
+    pub fn with_shared_directory(mut self) -> Self {
+        self.shared_directory = true;
         self
     }
 
@@ -407,30 +431,8 @@ impl DirectoryStore {
         }
     }
 
-    /// The directory.
-    pub fn dir(&self) -> &Path {
-        &self.inner.dir
-    }
-
-    /// The lock directory of `key` in this store (whether or not it exists yet), to inspect
-    /// (to remove a key, see *Delete and prune*). Its
-    /// name is a private encoding of the key; [`keys`](Self::keys) decodes a listing.
-    ///
-    /// ```
-    /// use lease_core::LeaseKey;
-    /// use lease_file::DirectoryStore;
-    ///
-    /// let dir = tempfile::tempdir()?;
-    /// let store = DirectoryStore::open(dir.path())?;
-    /// let path = store.lock_dir(&LeaseKey::new("../etc")?)?;
-    /// assert_eq!(path.parent(), Some(dir.path()), "no key escapes the directory");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`LeaseError::InvalidInput`] when the key encodes to a file name longer than the store
-    /// allows (200 bytes; bytes outside `[A-Za-z0-9_-]` take three each).
-    pub fn lock_dir(&self, key: &LeaseKey) -> Result<PathBuf, LeaseError> {
+    /// The lock directory of `key` in this store, whether or not it exists yet.
+    fn lock_dir(&self, key: &LeaseKey) -> Result<PathBuf, LeaseError> {
         Ok(self.inner.dir.join(self.lock_name(key)?))
     }
 

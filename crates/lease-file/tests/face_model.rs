@@ -127,7 +127,7 @@ fn both_faces_work_with_fsync() {
     use lease_core::{FencedValues, LeaseBackendExt, LeaseKey};
     let dir = tempfile::tempdir().unwrap();
     let lock = options(dir.path().join("durable.lease"), ModePreference::Kernel)
-        .with_fsync(true)
+        .with_fsync()
         .build()
         .unwrap();
     let first = lock.acquire().unwrap();
@@ -138,7 +138,7 @@ fn both_faces_work_with_fsync() {
     second.release().unwrap();
 
     let store = lease_file::DirectoryStore::builder(dir.path().join("store"))
-        .with_fsync(true)
+        .with_fsync()
         .build()
         .unwrap();
     let key = LeaseKey::new("durable").unwrap();

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use lease_file::{FileLock, LossReason, NotOwnedReason};
+use lease_core::{LossReason, NotOwnedReason};
+use lease_file::FileLock;
 
 /// One test at a time: they share the fault point registry.
 static SERIAL: Mutex<()> = Mutex::new(());

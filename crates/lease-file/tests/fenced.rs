@@ -1,6 +1,8 @@
 //! Fenced values on the directory store: their namespace, hostile files, and racing writers.
 #![allow(clippy::unwrap_used)]
 
+mod lease_dir;
+
 use std::os::unix::fs::{MetadataExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
@@ -25,11 +27,11 @@ fn t(n: u64) -> FencingToken {
 
 /// A fenced value's directory: the prefix, then the key encoded as its lock directory's name
 /// is, without the `.lease` suffix.
-fn fenced_path(store: &DirectoryStore, name: &LeaseKey) -> PathBuf {
-    let lock_dir = store.lock_dir(name).unwrap();
+fn fenced_path(store: &Path, name: &LeaseKey) -> PathBuf {
+    let lock_dir = lease_dir::key_dir(store, name);
     let stem = lock_dir.file_name().unwrap().to_str().unwrap();
     let stem = stem.strip_suffix(".lease").unwrap();
-    store.dir().join(format!("{FENCED_PREFIX}{stem}"))
+    store.join(format!("{FENCED_PREFIX}{stem}"))
 }
 
 #[test]
@@ -72,7 +74,7 @@ fn largest_value_round_trips_and_oversized_touches_nothing() {
             .map(|i| (i % 251) as u8)
             .collect();
         block_on(store.put_fenced(&name, t(1), &big)).unwrap();
-        let data = data_files(&fenced_path(&store, &name));
+        let data = data_files(&fenced_path(dir.path(), &name));
         assert_eq!(data.len(), 1, "{data:?}");
         assert_eq!(
             std::fs::metadata(&data[0]).unwrap().len(),
@@ -187,7 +189,7 @@ fn hostile_files_at_a_fenced_path_are_refused_and_left_alone() {
         let target_store = DirectoryStore::open(outside.path()).unwrap();
         let target_name = LeaseKey::new("target").unwrap();
         block_on(target_store.put_fenced(&target_name, t(1), b"outside")).unwrap();
-        let target = fenced_path(&target_store, &target_name);
+        let target = fenced_path(outside.path(), &target_name);
         let target_before = snapshot(&target);
 
         // A valid data file, to plant whole, truncated and flipped as the value's path.
@@ -252,7 +254,7 @@ fn hostile_files_at_a_fenced_path_are_refused_and_left_alone() {
         ];
         for (i, (what, plant)) in cases.iter().enumerate() {
             let name = LeaseKey::with_sort_key("hostile", format!("case-{i}")).unwrap();
-            let path = fenced_path(&store, &name);
+            let path = fenced_path(dir.path(), &name);
             plant(&path);
             let before = snapshot(&path);
             let read = block_on(store.fence_and_read(&name, t(100)));
@@ -478,7 +480,7 @@ fn a_writer_behind_a_newer_fence_is_refused_and_the_newer_value_stays() {
                 Some(expected.to_vec()),
                 "{context}"
             );
-            let value_dir = fenced_path(&store, &name);
+            let value_dir = fenced_path(dir.path(), &name);
             assert!(chain(&value_dir)[0].starts_with("value.4."), "{context}");
             assert_no_strays(dir.path());
         }
@@ -569,7 +571,7 @@ fn a_corrupt_or_missing_value_inside_its_directory_is_refused_and_left_alone() {
         for (i, (what, plant)) in cases.iter().enumerate() {
             let name = LeaseKey::with_sort_key("inside", format!("case-{i}")).unwrap();
             block_on(store.put_fenced(&name, t(7), b"some value")).unwrap();
-            let value_dir = fenced_path(&store, &name);
+            let value_dir = fenced_path(dir.path(), &name);
             let data = data_files(&value_dir).remove(0);
             plant(&value_dir, &data);
             let before = snapshot(&value_dir);

@@ -14,11 +14,8 @@ use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
 use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey};
-use lease_file::go::PidLock as _;
-use lease_file::{
-    DirectoryStore, FileLock, FileLockBuilder, LeaseError, LossReason, ModePreference,
-    NotOwnedReason, WaitOptions,
-};
+use lease_core::{LeaseError, LossReason, NotOwnedReason, WaitOptions};
+use lease_file::{DirectoryStore, FileLock, FileLockBuilder, ModePreference};
 
 const MODES: [ModePreference; 2] = [ModePreference::Kernel, ModePreference::HeartbeatOnly];
 
@@ -188,7 +185,7 @@ fn planted_state_like_names_in_a_lock_directory_are_ignored() {
         let first = lock.fencing_token();
         assert_eq!(first.get(), 2, "{mode:?}: continues from free.1");
         std::thread::sleep(Duration::from_millis(60)); // a few heartbeats among the junk
-        assert!(lock.held(), "{mode:?}");
+        assert!(lock.check().is_ok(), "{mode:?}");
         lock.release().unwrap();
         let next = other.try_acquire().unwrap();
         assert!(next.fencing_token() > first, "{mode:?}");
@@ -213,7 +210,7 @@ fn the_store_ignores_planted_state_like_names() {
         let lease =
             lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
         lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
-        let lock_dir = store.lock_dir(&key).unwrap();
+        let lock_dir = lease_dir::key_dir(dir.path(), &key);
         for name in NOT_STATES {
             std::fs::write(lock_dir.join(name), b"planted").unwrap();
         }
@@ -404,7 +401,7 @@ fn many_junk_entries_are_ignored_and_too_many_are_refused() {
             start.elapsed()
         );
         std::thread::sleep(Duration::from_millis(60));
-        assert!(holder.held(), "{mode:?}");
+        assert!(holder.check().is_ok(), "{mode:?}");
         holder.release().unwrap();
         assert!(
             contender.try_acquire().unwrap_err().is_corrupt(),
@@ -643,7 +640,7 @@ fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
                 .with_mode(mode)
                 .build()
                 .unwrap();
-            assert_eq!(store.lock_dir(&key).unwrap(), path);
+            assert_eq!(lease_dir::key_dir(dir.path(), &key), path);
             let err = within(Duration::from_secs(5), move || {
                 lease_core::executor::block_on(store.try_acquire(
                     &key,
@@ -725,7 +722,7 @@ fn a_state_entry_deleted_under_a_live_holder_is_never_taken_over() {
             "{mode:?}: {reason}"
         );
         assert!(deleted.elapsed() < Duration::from_secs(1), "{mode:?}");
-        assert!(!holder.held());
+        assert!(holder.check().is_err());
         // Past the holder's deadline, with its kernel lock let go: still refused.
         std::thread::sleep(Duration::from_millis(400));
         for _ in 0..3 {
@@ -814,7 +811,7 @@ fn a_lock_directory_replaced_under_a_live_holder_ends_its_tenure_at_the_next_hea
         // The old holder's release touches neither directory.
         assert!(holder.release().unwrap_err().is_not_owned());
         assert_eq!(state(&moved), last);
-        assert!(contender.held());
+        assert!(contender.check().is_ok());
         assert_eq!(field(&state(&path), 1), "1");
         contender.release().unwrap();
         assert_eq!(g1.get(), 1);
@@ -1326,6 +1323,6 @@ fn a_waiter_that_gave_up_never_keeps_the_kernel_lock() {
         "the new owner's heartbeat never got the kernel lock: {}",
         state(&path)
     );
-    assert!(taker.held());
+    assert!(taker.check().is_ok());
     taker.release().unwrap();
 }

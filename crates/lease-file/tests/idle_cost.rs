@@ -9,6 +9,8 @@
 //! and file sizes.
 #![allow(clippy::unwrap_used)]
 
+mod lease_dir;
+
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
@@ -89,7 +91,7 @@ fn a_released_store_key_costs_its_directory_and_an_empty_entry() {
         for round in 0..3 {
             for key in &keys {
                 let lease = block_on(store.acquire(key, D)).unwrap();
-                let lock_dir = store.lock_dir(key).unwrap();
+                let lock_dir = lease_dir::key_dir(dir.path(), key);
                 assert_held(&lock_dir, &format!("{mode:?}, round {round}, held"));
                 let holder = block_on(store.inspect(key)).unwrap().unwrap();
                 let owner = holder.holder().and_then(|h| h.owner()).unwrap_or_default();
@@ -104,7 +106,7 @@ fn a_released_store_key_costs_its_directory_and_an_empty_entry() {
         }
         let (mut inodes, mut bytes) = (0, 0);
         for key in &keys {
-            let (i, d, _, b) = key_cost(&store.lock_dir(key).unwrap());
+            let (i, d, _, b) = key_cost(&lease_dir::key_dir(dir.path(), key));
             inodes += i;
             bytes += d + b;
         }
@@ -166,7 +168,7 @@ fn a_hot_key_keeps_its_description_and_a_lasting_tenure_does_not() {
     let key = LeaseKey::new("hot").unwrap();
     let lease = block_on(store.acquire(&key, D)).unwrap();
     block_on(store.release_lease(&lease)).unwrap();
-    let lock_dir = store.lock_dir(&key).unwrap();
+    let lock_dir = lease_dir::key_dir(dir.path(), &key);
     assert_held(&lock_dir, "released at once: the description stays");
     let lease = block_on(store.acquire(&key, D)).unwrap();
     clock.advance(Duration::from_millis(10));

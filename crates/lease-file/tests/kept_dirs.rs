@@ -3,13 +3,23 @@
 //! hand is dropped and the path opened afresh, whether the kept one looks free or held.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+mod lease_dir;
+
 use std::time::Duration;
 
 use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey};
-use lease_file::go::PidLock as _;
-use lease_file::{DirectoryStore, FileLock, NotOwnedReason};
+use lease_core::NotOwnedReason;
+use lease_file::{DirectoryStore, FileLock};
 
 const TTL: Duration = Duration::from_secs(30);
+
+/// Why `guard`'s tenure can no longer be trusted, if it cannot: `check`'s error carries it.
+fn loss(guard: &lease_file::FileLockGuard) -> Option<lease_core::LossReason> {
+    match guard.check() {
+        Err(lease_core::LeaseError::Lost { reason, .. }) => Some(reason),
+        _ => None,
+    }
+}
 
 #[test]
 fn a_file_lock_never_acquires_through_a_kept_directory_that_was_moved_away() {
@@ -54,7 +64,7 @@ fn a_file_lock_is_not_refused_by_a_kept_directory_that_was_moved_away() {
     // `b` holds the old directory, moved away: the path names a new, free lock.
     std::fs::rename(&path, dir.path().join("old.lease")).unwrap();
     let guard = a.try_acquire().unwrap();
-    assert!(guard.held());
+    assert!(guard.check().is_ok());
     guard.release().unwrap();
 }
 
@@ -63,7 +73,7 @@ fn a_store_never_acquires_through_a_kept_directory_that_was_moved_away() {
     let dir = tempfile::tempdir().unwrap();
     let key = LeaseKey::new("job").unwrap();
     let a = DirectoryStore::open(dir.path()).unwrap();
-    let path = a.lock_dir(&key).unwrap();
+    let path = lease_dir::key_dir(dir.path(), &key);
     let b = DirectoryStore::open(dir.path()).unwrap();
     let lease =
         lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
@@ -192,7 +202,7 @@ fn descriptions_follow_the_state_entry_even_when_it_is_replaced_by_a_copy() {
 
 #[test]
 fn a_holder_whose_directory_is_removed_or_moved_loses_at_its_next_heartbeat() {
-    use lease_file::LossReason;
+    use lease_core::LossReason;
     for remove in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("job.lease");
@@ -209,20 +219,20 @@ fn a_holder_whose_directory_is_removed_or_moved_loses_at_its_next_heartbeat() {
         }
         // Long before the deadline (2.7 s): the loss is the removal, not failing heartbeats.
         let started = std::time::Instant::now();
-        while guard.lost().is_none() && started.elapsed() < Duration::from_secs(1) {
+        while loss(&guard).is_none() && started.elapsed() < Duration::from_secs(1) {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(
             matches!(
-                guard.lost(),
+                loss(&guard),
                 Some(LossReason::NotOwned(
                     NotOwnedReason::TakenOver | NotOwnedReason::Missing
                 ))
             ),
             "remove {remove}: {:?} after {:?}",
-            guard.lost(),
+            loss(&guard),
             started.elapsed()
         );
-        assert!(!guard.held());
+        assert!(guard.check().is_err());
     }
 }

@@ -12,10 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_dir::{Held, State, fnv, monotonic_ns};
-use lease_file::go::PidLock as _;
-use lease_file::{
-    FileLock, FileLockBuilder, LockMode, LossReason, ModePreference, NotOwnedReason, WaitOptions,
-};
+use lease_core::{LossReason, NotOwnedReason, WaitOptions};
+use lease_file::{FileLock, FileLockBuilder, LockMode, ModePreference};
+
+/// Why `guard`'s tenure can no longer be trusted, if it cannot: `check`'s error carries it.
+fn loss(guard: &lease_file::FileLockGuard) -> Option<lease_core::LossReason> {
+    match guard.check() {
+        Err(lease_core::LeaseError::Lost { reason, .. }) => Some(reason),
+        _ => None,
+    }
+}
 
 fn fast(path: impl Into<std::path::PathBuf>) -> FileLockBuilder {
     FileLock::builder(path)
@@ -78,7 +84,7 @@ fn acquire_release_held_path_and_fencing() {
     assert_eq!(lock.mode(), LockMode::Kernel);
     let guard = lock.try_acquire().unwrap();
     let first = guard.fencing_token();
-    assert!(guard.held());
+    assert!(guard.check().is_ok());
     // While the guard lives, acquiring through the same lock is contending with it.
     let again = lock.try_acquire().unwrap_err();
     assert!(again.is_held(), "{again}");
@@ -286,7 +292,7 @@ fn a_live_holder_is_never_stale_and_learns_when_its_state_is_taken() {
     // The live holder keeps renewing past the stale threshold: the contender never calls it stale.
     std::thread::sleep(Duration::from_millis(500));
     assert!(contender.try_acquire().unwrap_err().is_held());
-    assert!(guard.held());
+    assert!(guard.check().is_ok());
     let (_, now) = held(&path);
     assert_eq!(now.generation, g1.get());
     assert!(now.seq >= 5, "renewed meanwhile: {now:?}");
@@ -297,11 +303,11 @@ fn a_live_holder_is_never_stale_and_learns_when_its_state_is_taken() {
         ..Held::hung(g1.get() + 10, Duration::from_millis(300))
     };
     rename_state(&path, &operator.name());
-    assert!(wait_for(Duration::from_secs(2), || !guard.held()));
+    assert!(wait_for(Duration::from_secs(2), || guard.check().is_err()));
     assert!(
-        guard.lost() == Some(LossReason::NotOwned(NotOwnedReason::TakenOver)),
+        loss(&guard) == Some(LossReason::NotOwned(NotOwnedReason::TakenOver)),
         "{:?}",
-        guard.lost()
+        loss(&guard)
     );
     // The new owner is the operator's generation.
     assert_eq!(
@@ -340,7 +346,7 @@ fn heartbeat_only_mode_works_and_says_so() {
     // The holder claims no kernel lock, as its state entry says.
     assert_eq!(lease_dir::state(&path).1.held().unwrap().kernel, None);
     std::thread::sleep(Duration::from_millis(100));
-    assert!(guard.held());
+    assert!(guard.check().is_ok());
     let (_, state) = held(&path);
     assert_eq!(
         state.kernel, None,
@@ -592,7 +598,7 @@ fn creation_modes_are_honoured() {
     let shared = dir.path().join("m/shared.lease");
     let lock = fast(&shared)
         .with_file_mode(0o664)
-        .with_shared_directory(true)
+        .with_shared_directory()
         .build()
         .unwrap();
     let guard = lock.try_acquire().unwrap();
@@ -628,18 +634,18 @@ fn a_moved_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
         std::thread::sleep(Duration::from_millis(1));
     };
     assert!(
-        !guard_a.held(),
+        guard_a.check().is_err(),
         "b acquired while a still trusted its tenure"
     );
     assert!(
         matches!(
-            guard_a.lost(),
+            loss(&guard_a),
             Some(LossReason::NotOwned(
                 NotOwnedReason::TakenOver | NotOwnedReason::Missing
             ))
         ),
         "the heartbeat noticed: {:?}",
-        guard_a.lost()
+        loss(&guard_a)
     );
     assert_eq!(
         gb.fencing_token().get(),
@@ -686,18 +692,18 @@ fn a_replaced_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
         std::thread::sleep(Duration::from_millis(1));
     };
     assert!(
-        !guard_a.held(),
+        guard_a.check().is_err(),
         "b acquired while a still trusted its tenure"
     );
     assert!(
         matches!(
-            guard_a.lost(),
+            loss(&guard_a),
             Some(LossReason::NotOwned(
                 NotOwnedReason::TakenOver | NotOwnedReason::Missing
             ))
         ),
         "{:?}",
-        guard_a.lost()
+        loss(&guard_a)
     );
     assert!(
         replaced.elapsed() >= Duration::from_millis(200),
@@ -729,7 +735,7 @@ fn failing_heartbeats_are_tolerated_until_the_deadline_then_untrusted() {
     // Take the state entry away: every renewal now fails (and contenders are refused).
     let name = rename_state(&path, "stash");
     std::thread::sleep(Duration::from_millis(120));
-    assert!(guard.held(), "a few failed heartbeats are tolerated");
+    assert!(guard.check().is_ok(), "a few failed heartbeats are tolerated");
     let other = fast(&path).build().unwrap();
     assert!(other.try_acquire().unwrap_err().is_corrupt());
     // Put it back in time: renewals resume from the name the holder last wrote.
@@ -738,7 +744,7 @@ fn failing_heartbeats_are_tolerated_until_the_deadline_then_untrusted() {
     assert!(wait_for(Duration::from_secs(1), || {
         held(&path).1.seq > stuck.held().unwrap().seq
     }));
-    assert!(guard.held());
+    assert!(guard.check().is_ok());
     // Now for good.
     rename_state(&path, "stash");
     let broken = Instant::now();
@@ -762,7 +768,7 @@ fn failing_heartbeats_are_tolerated_until_the_deadline_then_untrusted() {
         at.duration_since(broken) >= Duration::from_millis(150),
         "not before the deadline"
     );
-    assert!(!guard.held());
+    assert!(guard.check().is_err());
     assert_eq!(lease_dir::entries(&path), ["stash"], "nothing repaired");
     assert!(other.try_acquire().unwrap_err().is_corrupt());
     assert_eq!(guard.fencing_token(), g);
@@ -789,7 +795,7 @@ fn store_keys_cannot_escape_the_directory() {
     assert!(
         inside
             .iter()
-            .any(|n| dir.join(n) == store.lock_dir(&key).unwrap()),
+            .any(|n| dir.join(n) == lease_dir::key_dir(&dir, &key)),
         "{inside:?}"
     );
     lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
@@ -827,15 +833,15 @@ fn a_deleted_state_entry_under_a_live_holder_is_refused_never_free() {
         "refused, not waited for"
     );
     // The holder cannot renew: it stops trusting its tenure at its deadline.
-    assert!(wait_for(Duration::from_secs(2), || guard.lost().is_some()));
-    assert!(!guard.held());
+    assert!(wait_for(Duration::from_secs(2), || loss(&guard).is_some()));
+    assert!(guard.check().is_err());
     assert!(
         matches!(
-            guard.lost(),
+            loss(&guard),
             Some(LossReason::BackendFailing { .. } | LossReason::DeadlinePassed)
         ),
         "{:?}",
-        guard.lost()
+        loss(&guard)
     );
     assert!(
         other.try_acquire().unwrap_err().is_corrupt(),

@@ -6,6 +6,8 @@
 //! `LEASE_LONG=1` runs the store-size test with 100,000 keys instead of 2,000.
 #![allow(clippy::unwrap_used)]
 
+mod lease_dir;
+
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -348,7 +350,7 @@ fn released_with_temporary_name() -> (
     let key = LeaseKey::new("job").unwrap();
     let lease = block_on(store.acquire(&key, D)).unwrap();
     block_on(store.release_lease(&lease)).unwrap();
-    let name = store.lock_dir(&key).unwrap();
+    let name = lease_dir::key_dir(dir.path(), &key);
     let name = name.file_name().unwrap().to_str().unwrap().to_owned();
     let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)

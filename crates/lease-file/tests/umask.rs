@@ -79,7 +79,7 @@ fn state_entry(name: &str) -> bool {
 /// holds the owner token, is readable by its owner only. So under umask 077 nothing is readable
 /// by others, and the owner token by nobody but the owner. (Before, issue 9's `chmod` gave
 /// exactly the configured mode whatever the umask: 0644 entries showing every holder's owner
-/// token.) With `with_shared_directory(true)` the configured modes are given exactly, through
+/// token.) With `with_shared_directory()` the configured modes are given exactly, through
 /// the descriptors of what was just created, so a group can share the lock whatever the
 /// creator's umask. The umask is process-wide, so this binary holds this single test.
 #[test]
@@ -115,12 +115,14 @@ fn created_modes_follow_the_umask_and_tokens_stay_private_unless_shared() {
                 // heartbeats, release and a second tenure.
                 let dir = roots.next().unwrap();
                 let path = dir.path().join("a.lease");
-                let options = FileLock::builder(&path)
+                let mut options = FileLock::builder(&path)
                     .with_heartbeat_interval(Duration::from_millis(10))
                     .with_stale_threshold(Duration::from_millis(300))
                     .with_file_mode(file_mode)
-                    .with_shared_directory(shared)
                     .with_mode(preference);
+                if shared {
+                    options = options.with_shared_directory();
+                }
                 let lock = options.clone().build().unwrap();
                 let guard = lock.acquire().unwrap();
                 std::thread::sleep(Duration::from_millis(30)); // a few heartbeats
@@ -144,12 +146,13 @@ fn created_modes_follow_the_umask_and_tokens_stay_private_unless_shared() {
                 // DirectoryStore: lock directories, state entries, fenced-value directories
                 // and their data files.
                 let dir = roots.next().unwrap();
-                let store = DirectoryStore::builder(dir.path())
+                let mut store = DirectoryStore::builder(dir.path())
                     .with_mode(preference)
-                    .with_file_mode(file_mode)
-                    .with_shared_directory(shared)
-                    .build()
-                    .unwrap();
+                    .with_file_mode(file_mode);
+                if shared {
+                    store = store.with_shared_directory();
+                }
+                let store = store.build().unwrap();
                 let key = LeaseKey::new("jobs").unwrap();
                 let lease =
                     lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5)))

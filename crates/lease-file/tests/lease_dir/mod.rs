@@ -228,3 +228,26 @@ pub fn monotonic_ns() -> u64 {
     let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).unwrap();
     u64::try_from(now.tv_sec()).unwrap() * 1_000_000_000 + u64::try_from(now.tv_nsec()).unwrap()
 }
+
+/// The lock directory of a key in a store on `store` (names not verbatim), as the store names
+/// it: each part of the key percent-encoded (every byte outside `[A-Za-z0-9_-]` as `%XX`), the
+/// sort key after a `.`, then `.lease`.
+pub fn key_dir(store: &Path, key: &lease_core::LeaseKey) -> std::path::PathBuf {
+    let encode = |part: &str| -> String {
+        part.bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect()
+    };
+    let mut name = encode(key.partition());
+    if let Some(sort) = key.sort() {
+        name.push('.');
+        name.push_str(&encode(sort));
+    }
+    store.join(format!("{name}.lease"))
+}

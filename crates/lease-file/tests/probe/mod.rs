@@ -41,7 +41,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
-use lease_file::lease_core::{LossReason, NotOwnedReason, WaitOptions};
+use lease_core::{LossReason, NotOwnedReason, WaitOptions};
 use lease_file::{FileLock, FileLockBuilder, FileLockGuard, ModePreference};
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize) -> Result<T, String> {
