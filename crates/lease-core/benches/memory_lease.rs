@@ -9,7 +9,7 @@ use std::hint::black_box;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
+use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, MemoryBackend};
 
 fn median_and_p99(mut samples: Vec<Duration>) -> (Duration, Duration) {
     samples.sort();
@@ -53,20 +53,20 @@ fn main() {
     let once = AcquireOptions::default();
     let acquire_release = measure(iterations, |i| {
         let key = &keys[i % keys.len()];
-        let lease = lease_core::executor::block_on(store.try_acquire(key, d, &once)).unwrap();
-        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+        let lease = pollster::block_on(store.try_acquire(key, d, &once)).unwrap();
+        pollster::block_on(store.release(lease.key(), lease.token(), lease.fencing_token()))
+            .unwrap();
     });
     let held: Vec<_> = keys
         .iter()
-        .map(|k| lease_core::executor::block_on(store.try_acquire(k, d, &once)).unwrap())
+        .map(|k| pollster::block_on(store.try_acquire(k, d, &once)).unwrap())
         .collect();
     let renew = measure(iterations, |i| {
-        black_box(lease_core::executor::block_on(store.renew(&held[i % held.len()], d)).unwrap());
+        black_box(pollster::block_on(store.renew(&held[i % held.len()], d)).unwrap());
     });
     let contended = measure(iterations, |i| {
         let err =
-            lease_core::executor::block_on(store.try_acquire(&keys[i % keys.len()], d, &once))
-                .unwrap_err();
+            pollster::block_on(store.try_acquire(&keys[i % keys.len()], d, &once)).unwrap_err();
         black_box(err);
     });
 

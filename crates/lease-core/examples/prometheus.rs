@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::conformance::recording::CapturedMetrics;
-use lease_core::executor::block_on;
 use lease_core::{
-    AcquireOptions, KeeperOptions, LeaseBackend, LeaseError, LeaseGuard, LeaseKey, ManualClock,
-    MemoryBackend,
+    AcquireOptions, LeaseBackend, LeaseError, LeaseGuard, LeaseKey, ManualClock, MemoryBackend,
+    WaitOptions,
 };
+use pollster::block_on;
 
 /// Installs `recording`, runs a few operations on the memory backend with a manual clock, and
 /// returns what the recorder exports.
@@ -35,21 +35,24 @@ fn run(recording: &CapturedMetrics) -> Result<String, LeaseError> {
     clock.advance(Duration::from_secs(4));
     let lease = block_on(store.renew(&lease, d))?;
     // The holder stalls past its expiry; a contender takes the lease over and the stalled
-    // holder's renewal is refused.
+    // holder's renewal is refused. The taker keeps its lease with a guard.
     clock.advance(Duration::from_secs(11));
-    let taker = block_on(store.try_acquire(&key, d, &once))?;
+    let backend: Arc<dyn LeaseBackend> = store.clone();
+    let guard = LeaseGuard::builder(backend, &key, d)
+        .with_wait(WaitOptions::new(Duration::ZERO))
+        .with_renew_every(Duration::from_secs(1))
+        .acquire_blocking()?;
     let _refused = block_on(store.renew(&lease, d));
 
-    // A kept lease, released behind its keeper's back: the keeper reports the loss.
-    let backend: Arc<dyn LeaseBackend> = store.clone();
-    let options = KeeperOptions::default().with_renew_every(Duration::from_secs(1));
-    let guard = LeaseGuard::spawn_thread(backend, taker.clone(), options)?;
-    block_on(store.release(&key, taker.token(), taker.fencing_token()))?;
-    while guard.is_trusted() {
+    // Released behind its keeper's back: the keeper reports the loss.
+    let record = block_on(store.inspect(&key))?;
+    if let Some(token) = record.as_ref().and_then(|r| r.holder()?.token()) {
+        block_on(store.release(&key, token, guard.fencing_token()))?;
+    }
+    while guard.check().is_ok() {
         clock.advance(Duration::from_millis(100));
         std::thread::sleep(Duration::from_millis(1));
     }
-    let _reason = block_on(guard.lost());
     Ok(recording.render())
 }
 

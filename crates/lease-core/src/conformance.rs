@@ -31,9 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::{
-    AcquireOptions, BoxFuture, Clock, FencingToken, Holder, KeeperOptions, Lease, LeaseBackend,
-    LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseToken, LossReason, ManualClock,
-    NotOwnedReason, WaitOptions,
+    AcquireOptions, BoxFuture, Clock, FencingToken, Holder, Lease, LeaseBackend, LeaseBackendExt,
+    LeaseError, LeaseGuard, LeaseKey, LeaseToken, LossReason, ManualClock, NotOwnedReason,
+    WaitOptions,
 };
 
 /// One conformance case: a function of the subject returning the future that runs it.
@@ -263,7 +263,7 @@ pub fn held_error_names_holder(s: &Subject) -> BoxFuture<'_, ()> {
             "holder expiry {expires:?} vs lease {:?}",
             lease.expires_at()
         );
-        if let Some(fencing) = holder.fencing() {
+        if let Some(fencing) = holder.fencing_token() {
             assert_eq!(fencing, lease.fencing_token(), "holder's fencing token");
         }
         assert!(
@@ -562,8 +562,7 @@ pub fn guard_renews_and_reports_loss(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("guard");
         let lease = must(attempt(s, &key).await, "acquire");
-        let (guard, task) =
-            LeaseGuard::new(s.backend.clone(), lease.clone(), KeeperOptions::default());
+        let (guard, task) = LeaseGuard::keep_for_test(s.backend.clone(), lease.clone());
         let script = async {
             // Two renewals carry the lease well past its first expiry.
             for _ in 0..2 {
@@ -788,7 +787,7 @@ pub fn same_token_is_a_second_contender(s: &Subject) -> BoxFuture<'_, ()> {
         assert_eq!(
             record
                 .holder()
-                .and_then(Holder::fencing)
+                .and_then(Holder::fencing_token)
                 .unwrap_or(record.fencing()),
             later.fencing_token(),
             "the new tenure is untouched"
@@ -938,7 +937,7 @@ async fn offers_delete(s: &Subject) -> bool {
     let probe = LeaseToken::new("delete-probe-token").expect("valid token");
     let result = s
         .backend
-        .delete(&key, Some(&probe), FencingToken::new(1))
+        .delete(&key, Some(&probe), Some(FencingToken::new(1)))
         .await;
     if result.as_ref().is_err_and(LeaseError::is_unsupported) {
         return false;
@@ -947,7 +946,9 @@ async fn offers_delete(s: &Subject) -> bool {
         ("a holder", result),
         (
             "a free record",
-            s.backend.delete(&key, None, FencingToken::new(1)).await,
+            s.backend
+                .delete(&key, None, Some(FencingToken::new(1)))
+                .await,
         ),
     ] {
         let err = result.expect_err("a delete of a key the store never saw must be refused");
@@ -991,7 +992,7 @@ pub fn delete_removes_the_named_record(s: &Subject) -> BoxFuture<'_, ()> {
         let lease = must(attempt(s, &held).await, "acquire");
         must(
             s.backend
-                .delete(&held, Some(lease.token()), lease.fencing_token())
+                .delete(&held, Some(lease.token()), Some(lease.fencing_token()))
                 .await,
             "the holder deletes its held record",
         );
@@ -1001,7 +1002,7 @@ pub fn delete_removes_the_named_record(s: &Subject) -> BoxFuture<'_, ()> {
         );
         let err = refused(
             s.backend
-                .delete(&held, Some(lease.token()), lease.fencing_token())
+                .delete(&held, Some(lease.token()), Some(lease.fencing_token()))
                 .await,
             "a second delete",
         );
@@ -1020,7 +1021,13 @@ pub fn delete_removes_the_named_record(s: &Subject) -> BoxFuture<'_, ()> {
         must(s.backend.release_lease(&gone).await, "release");
         let record = must(s.backend.inspect(&free).await, "inspect").expect("released record");
         must(
-            s.backend.delete_record(&record).await,
+            s.backend
+                .delete(
+                    record.key(),
+                    record.holder().and_then(Holder::token),
+                    record.fencing_token(),
+                )
+                .await,
             "delete a free record as inspect shows it",
         );
         assert!(must(s.backend.inspect(&free).await, "inspect").is_none());
@@ -1030,12 +1037,14 @@ pub fn delete_removes_the_named_record(s: &Subject) -> BoxFuture<'_, ()> {
         must(attempt(s, &kept).await, "acquire");
         s.expire(D);
         refused(
-            s.backend.delete(&expired, None, late.fencing_token()).await,
+            s.backend
+                .delete(&expired, None, Some(late.fencing_token()))
+                .await,
             "an expired holder named as free",
         );
         must(
             s.backend
-                .delete(&expired, Some(late.token()), late.fencing_token())
+                .delete(&expired, Some(late.token()), Some(late.fencing_token()))
                 .await,
             "delete the record of an expired holder",
         );
@@ -1095,6 +1104,7 @@ pub fn delete_refuses_any_other_state(s: &Subject) -> BoxFuture<'_, ()> {
             ),
             ("free, while held", None, f),
         ] {
+            let fencing = (fencing != FencingToken::NONE).then_some(fencing);
             let err = refused(s.backend.delete(&key, holder, fencing).await, what);
             assert_eq!(
                 err.not_owned_reason(),
@@ -1108,7 +1118,7 @@ pub fn delete_refuses_any_other_state(s: &Subject) -> BoxFuture<'_, ()> {
 
         must(s.backend.release_lease(&a).await, "a releases");
         let err = refused(
-            s.backend.delete(&key, Some(a.token()), f).await,
+            s.backend.delete(&key, Some(a.token()), Some(f)).await,
             "held, while free",
         );
         assert_eq!(
@@ -1117,19 +1127,19 @@ pub fn delete_refuses_any_other_state(s: &Subject) -> BoxFuture<'_, ()> {
             "{err}"
         );
         refused(
-            s.backend.delete(&key, None, other_fencing).await,
+            s.backend.delete(&key, None, Some(other_fencing)).await,
             "free at another fencing token",
         );
 
         // The record the caller read changes under it: a tenure comes, and goes.
         let b = must(attempt(s, &key).await, "b");
         refused(
-            s.backend.delete(&key, None, f).await,
+            s.backend.delete(&key, None, Some(f)).await,
             "free at f, now held by b",
         );
         must(s.backend.release_lease(&b).await, "b releases");
         let err = refused(
-            s.backend.delete(&key, None, f).await,
+            s.backend.delete(&key, None, Some(f)).await,
             "free at f, now free at b's fencing token",
         );
         assert_eq!(
@@ -1141,7 +1151,7 @@ pub fn delete_refuses_any_other_state(s: &Subject) -> BoxFuture<'_, ()> {
         assert!(record.holder().is_none());
         assert_eq!(record.fencing(), b.fencing_token(), "record intact");
         must(
-            s.backend.delete(&key, None, b.fencing_token()).await,
+            s.backend.delete(&key, None, Some(b.fencing_token())).await,
             "the state as it stands is deleted",
         );
     })
@@ -1166,7 +1176,7 @@ pub fn delete_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
         faults.lose_next_reply(None);
         let result = s
             .backend
-            .delete(&key, Some(a.token()), a.fencing_token())
+            .delete(&key, Some(a.token()), Some(a.fencing_token()))
             .await;
         assert_eq!(faults.lost_replies(), lost + 1, "the reply was lost");
         assert!(
@@ -1181,7 +1191,7 @@ pub fn delete_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
         faults.lose_next_reply(None);
         let err = refused(
             s.backend
-                .delete(&key, Some(a.token()), a.fencing_token())
+                .delete(&key, Some(a.token()), Some(a.fencing_token()))
                 .await,
             "a second delete of a's record with its reply lost",
         );
@@ -1198,7 +1208,10 @@ pub fn delete_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
             s,
             &*faults,
             &key,
-            || s.backend.delete(&key, Some(b.token()), b.fencing_token()),
+            || {
+                s.backend
+                    .delete(&key, Some(b.token()), Some(b.fencing_token()))
+            },
             "c acquires the key b's delete removed",
         )
         .await;
@@ -1213,7 +1226,7 @@ pub fn delete_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
         faults.lose_next_reply(None);
         refused(
             s.backend
-                .delete(&key, Some(&stranger), c.fencing_token())
+                .delete(&key, Some(&stranger), Some(c.fencing_token()))
                 .await,
             "a stranger's delete with its reply lost",
         );
@@ -1295,7 +1308,7 @@ pub fn observer_reports_each_tenure_once(s: &Subject) -> BoxFuture<'_, ()> {
         let key = s.key("observe");
         let election = Election::new(s.backend.clone(), &key, D);
         let mut observer = election.observe();
-        let first = must(observer.next().await, "first report");
+        let first = must(observer.next_change().await, "first report");
         assert_eq!(first, LeaderChange::Vacant, "no leader yet");
         let mut last = FencingToken::NONE;
         for round in 0..3 {
@@ -1303,22 +1316,23 @@ pub fn observer_reports_each_tenure_once(s: &Subject) -> BoxFuture<'_, ()> {
             let options = AcquireOptions::default().with_value(value.clone());
             let lease = must(s.backend.try_acquire(&key, D, &options).await, "campaign");
             let lease = must(s.backend.renew(&lease, D).await, "renew");
-            let LeaderChange::Elected(leader) = must(observer.next().await, "new leader") else {
+            let LeaderChange::Elected(leader) = must(observer.next_change().await, "new leader")
+            else {
                 panic!("round {round}: expected the new leader");
             };
             assert_eq!(
                 leader.fencing_token(),
-                lease.fencing_token(),
+                Some(lease.fencing_token()),
                 "the leader's token"
             );
             assert!(
-                leader.fencing_token() > last,
+                lease.fencing_token() > last,
                 "tokens grow from leader to leader"
             );
-            last = leader.fencing_token();
+            last = lease.fencing_token();
             assert_eq!(leader.value(), Some(value.as_str()), "the leader's value");
             assert_eq!(
-                must(election.leader().await, "leader()").map(|l| l.fencing_token()),
+                must(election.leader().await, "leader()").and_then(|l| l.fencing_token()),
                 Some(lease.fencing_token())
             );
             if round % 2 == 0 {
@@ -1327,7 +1341,7 @@ pub fn observer_reports_each_tenure_once(s: &Subject) -> BoxFuture<'_, ()> {
                 s.expire(D);
             }
             assert_eq!(
-                must(observer.next().await, "vacancy"),
+                must(observer.next_change().await, "vacancy"),
                 LeaderChange::Vacant,
                 "round {round}: the leader left"
             );

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::options::AcquireOptions;
 use crate::wait::{Backoff, WaitEvent, WaitOptions};
-use crate::{Clock, FencingToken, Holder, Lease, LeaseError, LeaseKey, LeaseRecord, LeaseToken};
+use crate::{Clock, FencingToken, Lease, LeaseError, LeaseKey, LeaseRecord, LeaseToken};
 
 /// A boxed, `Send` future: what the dyn-compatible contract returns, with no runtime attached.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -16,8 +16,9 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// The backend contract: single-attempt operations on one lease store.
 ///
 /// This is the *contract* between backends and callers, kept minimal and dyn-compatible
-/// (`Arc<dyn LeaseBackend>` works); convenience lives in [`LeaseBackendExt`], implemented for
-/// every backend. Each operation is one attempt: a backend may retry transient transport failures
+/// (`Arc<dyn LeaseBackend>` works); callers hold leases through guards
+/// ([`LeaseGuard::builder`](crate::LeaseGuard::builder)), which wait, renew and release on top
+/// of it. Each operation is one attempt: a backend may retry transient transport failures
 /// inside it (and must reconcile a write whose reply was lost), but never a failed condition.
 ///
 /// Semantics every backend keeps (checked by the conformance suite):
@@ -113,12 +114,13 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
     /// [`list_partition`](crate::LeaseListing::list_partition) reported it. This is a
     /// compare-and-delete: a record that changed since the caller read it (acquired, renewed
     /// by another tenure, released, taken over, or released and acquired again) is never
-    /// deleted. [`LeaseBackendExt::delete_record`] deletes exactly what a record says.
+    /// deleted. `delete(record.key(), holder token, record.fencing_token())` deletes exactly what
+    /// a record says.
     ///
     /// * A holder whose lease expired but was not released still holds the record, as for
     ///   [`release`](Self::release): name it with `Some(token)`; `None` is refused.
     /// * A record the store gave no fencing counter (see [`release`](Self::release)) is named
-    ///   with [`FencingToken::NONE`].
+    ///   with `fencing: None`.
     /// * After a delete, `inspect` returns `None` and `list_partition` omits the key, as if the
     ///   store had never seen it. The next [`try_acquire`](Self::try_acquire) creates the record
     ///   afresh **with its fencing counter started again from the beginning**, as for a key the
@@ -132,19 +134,22 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
     /// Costs what a `release` costs in the backends that offer it (one conditional write).
     ///
     /// ```
-    /// use lease_core::{Holder, LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
+    /// use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, MemoryBackend};
+    /// use pollster::block_on;
     /// use std::time::Duration;
     ///
     /// let store = MemoryBackend::new();
     /// let key = LeaseKey::with_sort_key("units", "retired-7")?;
-    /// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+    /// let once = AcquireOptions::default();
+    /// let lease = block_on(store.try_acquire(&key, Duration::from_secs(10), &once))?;
+    /// let fencing = Some(lease.fencing_token());
     /// // Named as the record stands: held by `lease`'s token at its fencing token.
-    /// let stale = lease_core::executor::block_on(store.delete(&key, None, lease.fencing_token()));
+    /// let stale = block_on(store.delete(&key, None, fencing));
     /// assert!(stale.unwrap_err().is_not_owned(), "held, not free: nothing deleted");
-    /// lease_core::executor::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))?;
-    /// assert!(lease_core::executor::block_on(store.inspect(&key))?.is_none());
+    /// block_on(store.delete(&key, Some(lease.token()), fencing))?;
+    /// assert!(block_on(store.inspect(&key))?.is_none());
     /// // A second delete finds no record in the state it names.
-    /// let again = lease_core::executor::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()));
+    /// let again = block_on(store.delete(&key, Some(lease.token()), fencing));
     /// assert!(again.unwrap_err().is_not_owned());
     /// # Ok::<(), lease_core::LeaseError>(())
     /// ```
@@ -170,7 +175,7 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
         &'a self,
         key: &'a LeaseKey,
         holder: Option<&'a LeaseToken>,
-        fencing: FencingToken,
+        fencing: Option<FencingToken>,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         let _ = (key, holder, fencing);
         Box::pin(std::future::ready(Err(LeaseError::unsupported(
@@ -197,14 +202,14 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
     /// it, then read the record, then wait on it.
     ///
     /// ```
-    /// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
-    /// use lease_core::executor::block_on;
+    /// use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, MemoryBackend};
+    /// use pollster::block_on;
     /// use std::time::Duration;
     ///
     /// let store = MemoryBackend::new();
     /// let key = LeaseKey::new("primary")?;
     /// let mut watch = store.watch_record(&key).expect("memory sees every write");
-    /// let lease = block_on(store.acquire(&key, Duration::from_secs(10)))?;
+    /// let _lease = block_on(store.try_acquire(&key, Duration::from_secs(10), &AcquireOptions::default()))?;
     /// block_on(watch.next_change()); // the acquisition woke it
     /// # Ok::<(), lease_core::LeaseError>(())
     /// ```
@@ -260,7 +265,7 @@ impl<B: LeaseBackend + ?Sized> LeaseBackend for Arc<B> {
         &'a self,
         key: &'a LeaseKey,
         holder: Option<&'a LeaseToken>,
-        fencing: FencingToken,
+        fencing: Option<FencingToken>,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         (**self).delete(key, holder, fencing)
     }
@@ -284,36 +289,10 @@ pub trait RecordWatch: Send + fmt::Debug {
     fn next_change(&mut self) -> BoxFuture<'_, ()>;
 }
 
-/// Conveniences over [`LeaseBackend`], implemented for every backend: the waiting acquire, and
-/// calls that take a [`Lease`] or a [`LeaseRecord`] whole.
-///
-/// Do not implement this trait yourself: the blanket implementation covers every
-/// `LeaseBackend`, including `dyn LeaseBackend`.
-///
-/// The verbs are Rust's, as in `std`, `lock_api` and `tokio::sync`: [`acquire`](Self::acquire)
-/// **waits** until the lease is acquired, and the contract's
-/// [`LeaseBackend::try_acquire`] makes **one attempt** (it fails with [`LeaseError::Held`] at
-/// once). Go's one-attempt `Acquire` is `try_acquire` here, or the `go` module of a backend.
-///
-/// ```
-/// use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend, WaitOptions};
-/// use std::time::Duration;
-///
-/// let store = MemoryBackend::new();
-/// let key = LeaseKey::new("deploy")?;
-/// let d = Duration::from_secs(10);
-/// let lease = lease_core::executor::block_on(store.acquire(&key, d))?; // waits until acquired
-/// let busy = lease_core::executor::block_on(store.try_acquire(&key, d, &AcquireOptions::default()));
-/// assert!(busy.unwrap_err().is_held(), "one attempt: turned away at once");
-/// let wait = WaitOptions::new(Duration::from_millis(20));
-/// let timed_out = lease_core::executor::block_on(store.acquire_with(&key, d, &wait));
-/// assert!(timed_out.unwrap_err().is_timeout());
-/// lease_core::executor::block_on(store.release_lease(&lease))?;
-/// let again = lease_core::executor::block_on(store.acquire_with(&key, d, &wait))?;
-/// assert!(again.fencing_token() > lease.fencing_token());
-/// # Ok::<(), lease_core::LeaseError>(())
-/// ```
-pub trait LeaseBackendExt: LeaseBackend {
+/// The raw waiting calls, for this crate's own tests and conformance suite: callers outside
+/// hold leases through guards.
+#[cfg(any(test, feature = "conformance"))]
+pub(crate) trait LeaseBackendExt: LeaseBackend {
     /// Acquires `key` for `duration`, **waiting** until it is free as
     /// [`WaitOptions::default()`] says: with no timeout, like `tokio::sync::Semaphore::acquire`
     /// or `std::sync::Mutex::lock`. Cancel the wait by dropping the future (for example under
@@ -358,37 +337,12 @@ pub trait LeaseBackendExt: LeaseBackend {
     fn release_lease<'a>(&'a self, lease: &'a Lease) -> BoxFuture<'a, Result<(), LeaseError>> {
         self.release(lease.key(), lease.token(), lease.fencing_token())
     }
-
-    /// Deletes `record`'s key if it is still exactly as `record` shows it: held by the same
-    /// token at the same fencing token, or free at the same fencing counter
-    /// ([`LeaseBackend::delete`], whose rules and errors apply). A held record whose holder's
-    /// token the backend does not report is named as free, and so refused.
-    ///
-    /// ```
-    /// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, LeaseListing, MemoryBackend};
-    /// use std::time::Duration;
-    ///
-    /// let store = MemoryBackend::new();
-    /// let key = LeaseKey::with_sort_key("sessions", "worker-3")?;
-    /// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(10)))?;
-    /// lease_core::executor::block_on(store.release_lease(&lease))?;
-    /// for record in lease_core::executor::block_on(store.list_partition("sessions"))? {
-    ///     lease_core::executor::block_on(store.delete_record(&record))?;
-    /// }
-    /// assert!(lease_core::executor::block_on(store.list_partition("sessions"))?.is_empty());
-    /// # Ok::<(), lease_core::LeaseError>(())
-    /// ```
-    fn delete_record<'a>(
-        &'a self,
-        record: &'a LeaseRecord,
-    ) -> BoxFuture<'a, Result<(), LeaseError>> {
-        let holder = record.holder().and_then(Holder::token);
-        self.delete(record.key(), holder, record.fencing())
-    }
 }
 
+#[cfg(any(test, feature = "conformance"))]
 impl<B: LeaseBackend + ?Sized> LeaseBackendExt for B {}
 
+#[cfg(any(test, feature = "conformance"))]
 async fn acquire_waiting<B: LeaseBackend + ?Sized>(
     backend: &B,
     key: &LeaseKey,
@@ -397,7 +351,15 @@ async fn acquire_waiting<B: LeaseBackend + ?Sized>(
 ) -> Result<Lease, LeaseError> {
     let attempt =
         |options: AcquireOptions| async move { backend.try_acquire(key, duration, &options).await };
-    wait_for_lease(backend.clock(), key, wait, attempt, || backend.changed(key)).await
+    wait_for_lease(
+        backend.clock(),
+        key,
+        wait,
+        &AcquireOptions::default(),
+        attempt,
+        || backend.changed(key),
+    )
+    .await
 }
 
 /// The waiting loop of every acquire: `attempt` until it succeeds, waiting out a held lease (and
@@ -407,6 +369,7 @@ pub(crate) async fn wait_for_lease<'a, A, F>(
     clock: &dyn Clock,
     key: &LeaseKey,
     wait: &WaitOptions,
+    acquire: &AcquireOptions,
     mut attempt: A,
     changed: impl Fn() -> Option<BoxFuture<'a, ()>>,
 ) -> Result<Lease, LeaseError>
@@ -422,15 +385,17 @@ where
     let mut attempts = 0u32;
     // The backend's own retries end with the wait too (an earlier deadline of the caller's
     // stays).
-    let mut options = wait.acquire.clone();
-    if let Some(give_up) = give_up
-        && options.deadline().is_none_or(|d| d > give_up)
-    {
-        options = options.with_deadline(give_up);
+    let mut options = acquire.clone();
+    if let Some(give_up) = give_up {
+        if options.deadline().is_none_or(|d| d > give_up) {
+            options = options.with_deadline(give_up);
+        }
     }
     loop {
         let error = match attempt(options.clone()).await {
             Ok(lease) => return Ok(lease),
+            // A zero timeout is one attempt: its error names the holder as it is.
+            Err(error) if wait.timeout == Some(Duration::ZERO) => return Err(error),
             Err(error) if error.is_held() || error.is_transient() => error,
             Err(error) => return Err(error),
         };

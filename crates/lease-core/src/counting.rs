@@ -3,10 +3,12 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::contract::wait_for_lease;
+use crate::keeper::{LeaseGuardBuilder, Target};
 use crate::options::AcquireOptions;
 use crate::wait::{WaitOptions, start_below};
 use crate::{BoxFuture, Holder, Lease, LeaseBackend, LeaseError, LeaseKey, LeaseRecord};
@@ -21,25 +23,26 @@ use crate::{BoxFuture, Holder, Lease, LeaseBackend, LeaseError, LeaseKey, LeaseR
 /// the highest token per slot ([`slot_of`](Self::slot_of) names the slot of a lease).
 ///
 /// ```
-/// use lease_core::{CountingLease, LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
-/// use lease_core::executor::block_on;
+/// use lease_core::{CountingLease, LeaseKey, MemoryBackend, WaitOptions};
+/// use std::sync::Arc;
 /// use std::time::Duration;
 ///
-/// let store = MemoryBackend::new();
+/// let store = Arc::new(MemoryBackend::new());
 /// let backfills = CountingLease::new(LeaseKey::new("backfill")?, 2)?;
 /// let d = Duration::from_secs(30);
-/// let first = block_on(backfills.acquire(&store, d))?;
-/// let second = block_on(backfills.acquire(&store, d))?;
+/// let first = backfills.lease(store.clone(), d).acquire_blocking()?;
+/// let second = backfills.lease(store.clone(), d).acquire_blocking()?;
 /// assert_ne!(backfills.slot_of(first.key()), backfills.slot_of(second.key()));
 /// // A third is turned away while both slots are held, and told about a holder.
-/// let once = Default::default();
-/// let busy = block_on(backfills.try_acquire(&store, d, &once)).unwrap_err();
+/// let once = WaitOptions::new(Duration::ZERO);
+/// let busy = backfills.lease(store.clone(), d).with_wait(once.clone()).acquire_blocking().unwrap_err();
 /// assert!(busy.is_held() && busy.holder().is_some());
-/// // A slot is a lease: release it (or keep it with a `LeaseGuard`) as any other.
-/// block_on(store.release_lease(&first))?;
-/// let third = block_on(backfills.try_acquire(&store, d, &once))?;
-/// assert_eq!(third.key(), first.key(), "the freed slot");
-/// assert!(third.fencing_token() > first.fencing_token(), "fencing grows per slot");
+/// // A slot is a lease: release it as any other.
+/// let (first_key, first_token) = (first.key().clone(), first.fencing_token());
+/// first.release()?;
+/// let third = backfills.lease(store, d).with_wait(once).acquire_blocking()?;
+/// assert_eq!(third.key(), &first_key, "the freed slot");
+/// assert!(third.fencing_token() > first_token, "fencing grows per slot");
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 ///
@@ -154,66 +157,70 @@ impl CountingLease {
         (slot >= 1 && slot.to_string() == number).then_some(slot)
     }
 
-    /// One attempt to take a free slot for `duration`: slots are tried in turn from this thread's
-    /// starting slot until one is granted (one [`LeaseBackend::try_acquire`] each; see *Cost*). The returned
-    /// lease is the slot's: keep it with [`LeaseGuard`](crate::LeaseGuard), release it with
-    /// [`LeaseBackendExt::release_lease`](crate::LeaseBackendExt::release_lease).
+    /// A [`LeaseGuardBuilder`] that takes a free slot for `duration` from `backend` and keeps it.
+    /// Each attempt tries the slots in turn from this thread's starting slot until one is granted
+    /// (see *Cost*); while every slot is held it waits as set
+    /// ([`with_wait`](LeaseGuardBuilder::with_wait); default: until a slot is free), woken early by
+    /// a release where the backend can tell. The guard's [`key`](crate::LeaseGuard::key) is the
+    /// slot's ([`slot_of`](Self::slot_of) names it).
     ///
-    /// # Errors
-    /// [`LeaseError::Held`] naming this counting lease's name when every slot is held, with the
-    /// holder whose lease expires first (where the store tells expiries; each slot's holder is
-    /// in [`slots`](Self::slots)). Any other error of a slot's attempt at once, such as a
-    /// transient [`LeaseError::Backend`] (whose slot may or may not have been granted: a slot
-    /// granted unknowingly is never renewed and expires).
-    pub fn try_acquire<'a, B: LeaseBackend + ?Sized>(
-        &'a self,
-        backend: &'a B,
-        duration: Duration,
-        options: &'a AcquireOptions,
-    ) -> impl Future<Output = Result<Lease, LeaseError>> + Send + 'a {
-        self.try_slots(backend, duration, options)
+    /// Errors (from `acquire`): [`LeaseError::Held`] naming this counting lease's name after a
+    /// single attempt while every slot is held, with the holder whose lease expires first;
+    /// [`LeaseError::Timeout`] when waiting runs out; any other error of a slot's attempt at
+    /// once (a slot granted unknowingly by a failed attempt is never renewed and expires).
+    pub fn lease(&self, backend: Arc<dyn LeaseBackend>, duration: Duration) -> LeaseGuardBuilder {
+        LeaseGuardBuilder::new(backend, Target::Slots(self.clone()), duration)
     }
 
-    /// Takes a slot for `duration`, **waiting** until one is free ([`WaitOptions::default()`]:
-    /// no timeout), as [`LeaseBackendExt::acquire`](crate::LeaseBackendExt::acquire) waits for a
-    /// lease.
-    ///
-    /// # Errors
-    /// As [`acquire_with`](Self::acquire_with).
-    pub fn acquire<'a, B: LeaseBackend + ?Sized>(
-        &'a self,
-        backend: &'a B,
+    /// Takes a slot, waiting as `wait` says: what a [`LeaseGuardBuilder`] of [`lease`](Self::lease)
+    /// runs.
+    pub(crate) async fn acquire_slot(
+        &self,
+        backend: &dyn LeaseBackend,
         duration: Duration,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(async move {
-            self.acquire_with(backend, duration, &WaitOptions::default())
-                .await
-        })
+        wait: &WaitOptions,
+        options: &AcquireOptions,
+    ) -> Result<Lease, LeaseError> {
+        let attempt = |options: AcquireOptions| async move {
+            self.try_slots(backend, duration, &options).await
+        };
+        let changed = || self.any_slot_changed(backend);
+        wait_for_lease(backend.clock(), &self.name, wait, options, attempt, changed).await
     }
 
-    /// Takes a slot for `duration`, retrying a round of [`try_acquire`](Self::try_acquire)
-    /// while every slot is held (or the store fails transiently) until `wait`'s timeout, as
-    /// [`LeaseBackendExt::acquire_with`](crate::LeaseBackendExt::acquire_with) does for one
-    /// lease: capped exponential backoff with full jitter, never sleeping past the first
-    /// holder's expiry, and woken early by a release where the backend can tell
-    /// ([`LeaseBackend::changed`]).
-    ///
-    /// # Errors
-    /// [`LeaseError::Timeout`] naming this counting lease's name and the last holder seen when
-    /// time runs out; invalid input and permanent failures at once.
-    pub fn acquire_with<'a, B: LeaseBackend + ?Sized>(
-        &'a self,
-        backend: &'a B,
+    /// One attempt to take a free slot, for this crate's conformance suite.
+    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
+    pub(crate) async fn try_acquire<B: LeaseBackend + ?Sized>(
+        &self,
+        backend: &B,
         duration: Duration,
-        wait: &'a WaitOptions,
-    ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(async move {
-            let attempt = |options: AcquireOptions| async move {
-                self.try_slots(backend, duration, &options).await
-            };
-            let changed = || self.any_slot_changed(backend);
-            wait_for_lease(backend.clock(), &self.name, wait, attempt, changed).await
-        })
+        options: &AcquireOptions,
+    ) -> Result<Lease, LeaseError> {
+        self.try_slots(backend, duration, options).await
+    }
+
+    /// Takes a slot waiting as `wait` says, for this crate's conformance suite.
+    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
+    pub(crate) async fn acquire_with<B: LeaseBackend + ?Sized>(
+        &self,
+        backend: &B,
+        duration: Duration,
+        wait: &WaitOptions,
+    ) -> Result<Lease, LeaseError> {
+        let attempt = |options: AcquireOptions| async move {
+            self.try_slots(backend, duration, &options).await
+        };
+        let changed = || self.any_slot_changed(backend);
+        let options = AcquireOptions::default();
+        wait_for_lease(
+            backend.clock(),
+            &self.name,
+            wait,
+            &options,
+            attempt,
+            changed,
+        )
+        .await
     }
 
     /// The record of every slot on record, by slot, slots at or above the limit included (held

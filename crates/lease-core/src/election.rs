@@ -2,9 +2,12 @@
 //! every change of leader.
 
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::BoxFuture;
 use crate::contract::First;
 use crate::{
     FencingToken, Holder, LeaseBackend, LeaseError, LeaseGuard, LeaseGuardBuilder, LeaseKey,
@@ -105,16 +108,18 @@ impl Election {
 
     /// Campaigns with `value` (at most [`MAX_LEASE_VALUE_BYTES`](crate::MAX_LEASE_VALUE_BYTES)):
     /// a [`LeaseGuard`] builder that waits until elected (until the lease is free), publishing
-    /// `value` in the record with the acquisition. Finish it where the renewal should run:
-    /// [`acquire_blocking`](LeaseGuardBuilder::acquire_blocking), `acquire_spawned` (tokio), or
-    /// [`acquire`](LeaseGuardBuilder::acquire). The value is the builder's
-    /// ([`with_value`](LeaseGuardBuilder::with_value)), so a wait set with
-    /// [`with_wait`](LeaseGuardBuilder::with_wait) keeps it.
+    /// `value` in the record with the acquisition. Finish it with
+    /// [`acquire`](LeaseGuardBuilder::acquire) or
+    /// [`acquire_blocking`](LeaseGuardBuilder::acquire_blocking); options set with
+    /// [`with_options`](LeaseGuardBuilder::with_options) keep the value unless they name one.
     ///
     /// Costs what an acquire costs: one attempt, then one per wake-up or backoff while another
     /// leads.
     pub fn campaign(&self, value: impl Into<String>) -> LeaseGuardBuilder {
-        LeaseGuard::builder(self.backend.clone(), &self.key, self.duration).with_value(value)
+        let mut builder = LeaseGuard::builder(self.backend.clone(), &self.key, self.duration);
+        let options = builder.options_mut();
+        *options = std::mem::take(options).with_value(value);
+        builder
     }
 
     /// The current leader: the holder on record whose lease has not expired by this backend's
@@ -129,7 +134,7 @@ impl Election {
 
     /// An observer of this election's changes of leader, starting from the current state.
     pub fn observe(&self) -> Observer {
-        Observer {
+        let state = ObserverState {
             backend: self.backend.clone(),
             key: self.key.clone(),
             poll_interval: self.poll_interval,
@@ -138,6 +143,10 @@ impl Election {
             last: None,
             highest: None,
             undescribed: None,
+        };
+        Observer {
+            state: Some(state),
+            pending: None,
         }
     }
 }
@@ -161,10 +170,10 @@ impl Leader {
     }
 
     /// The leader's fencing token: it names this tenure, and only grows from one leader to the
-    /// next. [`FencingToken::NONE`] for a record with no fencing counter (written by another
+    /// next. `None` for a record with no fencing counter (written by another
     /// lease library).
-    pub fn fencing_token(&self) -> FencingToken {
-        self.fencing
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        (self.fencing != FencingToken::NONE).then_some(self.fencing)
     }
 
     /// Everything the store says of the leader.
@@ -176,7 +185,7 @@ impl Leader {
 impl fmt::Display for Leader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.holder)?;
-        if self.holder.fencing().is_none() {
+        if self.holder.fencing_token().is_none() {
             write!(f, ", fencing token {}", self.fencing)?;
         }
         Ok(())
@@ -213,9 +222,72 @@ pub enum LeaderChange {
 /// Costs one [`inspect`](LeaseBackend::inspect) per wake-up (every write to the key, renewals
 /// included) and per poll interval; no busy polling.
 ///
-/// Runtime-free: [`next`](Self::next) is a `Send` future that any executor (tokio included)
-/// drives, and [`next_blocking`](Self::next_blocking) runs it on the current thread.
+/// A [`Stream`](futures_core::Stream) of `Result<LeaderChange, LeaseError>` that never ends:
+/// runtime-free, it runs on any executor (`StreamExt::next` of `futures` or `tokio-stream`;
+/// `futures::executor::block_on_stream` without a runtime).
+///
+/// Cancel-safe: dropping a pending `next()` loses no change; the next poll goes on from where
+/// the dropped one was.
+///
+/// # Errors
+/// A permanent error from [`inspect`](LeaseBackend::inspect) is an item; transient ones are
+/// retried at the poll interval.
+#[must_use = "streams do nothing unless polled"]
 pub struct Observer {
+    state: Option<ObserverState>,
+    pending: Option<BoxFuture<'static, (ObserverState, Result<LeaderChange, LeaseError>)>>,
+}
+
+impl fmt::Debug for Observer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.state {
+            Some(state) => state.fmt(f),
+            None => f.debug_struct("Observer").finish_non_exhaustive(),
+        }
+    }
+}
+
+impl futures_core::Stream for Observer {
+    type Item = Result<LeaderChange, LeaseError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.pending.is_none() {
+            let Some(mut state) = this.state.take() else {
+                return Poll::Ready(None);
+            };
+            this.pending = Some(Box::pin(async move {
+                let change = state.next().await;
+                (state, change)
+            }));
+        }
+        let Some(pending) = this.pending.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match pending.as_mut().poll(cx) {
+            Poll::Ready((state, change)) => {
+                this.pending = None;
+                this.state = Some(state);
+                Poll::Ready(Some(change))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Observer {
+    /// The stream's next item, for this crate's own tests.
+    #[cfg_attr(not(any(test, feature = "conformance")), allow(dead_code))]
+    pub(crate) async fn next_change(&mut self) -> Result<LeaderChange, LeaseError> {
+        use futures_core::Stream;
+        std::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx))
+            .await
+            .unwrap_or_else(|| Err(LeaseError::runtime("the observer ended")))
+    }
+}
+
+/// What an [`Observer`] knows between reads.
+struct ObserverState {
     backend: Arc<dyn LeaseBackend>,
     key: LeaseKey,
     poll_interval: Duration,
@@ -229,7 +301,7 @@ pub struct Observer {
     undescribed: Option<(FencingToken, Instant)>,
 }
 
-impl fmt::Debug for Observer {
+impl fmt::Debug for ObserverState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Observer")
             .field("backend", &self.backend.name())
@@ -241,7 +313,7 @@ impl fmt::Debug for Observer {
     }
 }
 
-impl Observer {
+impl ObserverState {
     /// The next change: the current state on the first call, then each change after the
     /// last one reported. Waits (without busy polling) until there is one.
     ///
@@ -251,7 +323,7 @@ impl Observer {
     /// # Errors
     /// A permanent error from [`inspect`](LeaseBackend::inspect); transient ones are retried
     /// at the poll interval.
-    pub async fn next(&mut self) -> Result<LeaderChange, LeaseError> {
+    async fn next(&mut self) -> Result<LeaderChange, LeaseError> {
         let backend = self.backend.clone();
         let clock = backend.clock();
         loop {
@@ -308,15 +380,6 @@ impl Observer {
         }
     }
 
-    /// [`next`](Self::next) on the current thread ([`executor::block_on`](crate::executor::block_on)),
-    /// for backends that need no async runtime (memory, file).
-    ///
-    /// # Errors
-    /// As [`next`](Self::next).
-    pub fn next_blocking(&mut self) -> Result<LeaderChange, LeaseError> {
-        crate::executor::block_on(self.next())
-    }
-
     /// Whether `leader` is a tenure after the newest one reported.
     fn is_new(&self, leader: &Leader) -> bool {
         match &self.highest {
@@ -361,7 +424,10 @@ fn leader_of(record: Option<&LeaseRecord>, now: SystemTime) -> Option<Leader> {
         return None;
     }
     Some(Leader {
-        fencing: holder.fencing().unwrap_or(record.fencing()),
+        fencing: holder
+            .fencing_token()
+            .or(record.fencing_token())
+            .unwrap_or(FencingToken::NONE),
         holder: holder.clone(),
     })
 }
@@ -394,31 +460,33 @@ mod tests {
     fn a_campaign_with_a_wait_publishes_its_value() {
         let (_clock, store, election) = setup();
         let key = election.key().clone();
-        let waits = [
-            WaitOptions::new(Duration::from_secs(1)),
-            WaitOptions::new(Duration::ZERO)
-                .with_acquire_options(AcquireOptions::default().with_owner("me")),
-        ];
-        for wait in waits {
-            let guard = election
-                .campaign("10.0.0.7:5432")
-                .with_wait(wait)
-                .acquire_blocking()
-                .unwrap();
+        for (wait, options) in [
+            (WaitOptions::new(Duration::from_secs(1)), None),
+            (
+                WaitOptions::new(Duration::ZERO),
+                Some(AcquireOptions::default().with_owner("me")),
+            ),
+        ] {
+            let mut campaign = election.campaign("10.0.0.7:5432").with_wait(wait);
+            if let Some(options) = options {
+                campaign = campaign.with_options(options);
+            }
+            let guard = campaign.acquire_blocking().unwrap();
             let leader = block_on(election.leader()).unwrap().expect("a leader");
             assert_eq!(leader.value(), Some("10.0.0.7:5432"));
-            block_on(guard.release()).unwrap();
+            guard.release().unwrap();
         }
-        // A value the wait's own options name is the one published.
+        // A value the builder's own options name is the one published.
         let own = AcquireOptions::default().with_value("own");
         let guard = election
             .campaign("campaign")
-            .with_wait(WaitOptions::new(Duration::ZERO).with_acquire_options(own))
+            .with_wait(WaitOptions::new(Duration::ZERO))
+            .with_options(own)
             .acquire_blocking()
             .unwrap();
         let record = block_on(store.inspect(&key)).unwrap().unwrap();
         assert_eq!(record.holder().and_then(|h| h.value()), Some("own"));
-        block_on(guard.release()).unwrap();
+        guard.release().unwrap();
     }
 
     #[test]
@@ -428,11 +496,14 @@ mod tests {
         let options = AcquireOptions::default().with_value("a");
         let lease = block_on(store.try_acquire(&key, Duration::from_secs(10), &options)).unwrap();
         let mut observer = election.observe();
-        let first = elected(observer.next_blocking().unwrap());
-        assert_eq!(first.fencing_token(), lease.fencing_token());
+        let first = elected(block_on(observer.next_change()).unwrap());
+        assert_eq!(first.fencing_token(), Some(lease.fencing_token()));
         // Nothing is written: only the expiry, on the manual clock, can end the tenure.
         clock.set_auto_advance(true);
-        assert_eq!(observer.next_blocking().unwrap(), LeaderChange::Vacant);
+        assert_eq!(
+            block_on(observer.next_change()).unwrap(),
+            LeaderChange::Vacant
+        );
         assert!(clock.elapsed() >= Duration::from_secs(10));
         assert_eq!(block_on(election.leader()).unwrap(), None);
     }
@@ -442,18 +513,24 @@ mod tests {
         let (_clock, store, election) = setup();
         let key = election.key().clone();
         let mut observer = election.observe();
-        assert_eq!(observer.next_blocking().unwrap(), LeaderChange::Vacant);
+        assert_eq!(
+            block_on(observer.next_change()).unwrap(),
+            LeaderChange::Vacant
+        );
         for round in 0..5 {
             let options = AcquireOptions::default().with_value(format!("v{round}"));
             let lease =
                 block_on(store.try_acquire(&key, Duration::from_secs(10), &options)).unwrap();
             // Renewals wake the observer but report nothing.
             let lease = block_on(store.renew(&lease, Duration::from_secs(10))).unwrap();
-            let leader = elected(observer.next_blocking().unwrap());
-            assert_eq!(leader.fencing_token(), lease.fencing_token());
+            let leader = elected(block_on(observer.next_change()).unwrap());
+            assert_eq!(leader.fencing_token(), Some(lease.fencing_token()));
             assert_eq!(leader.value(), Some(format!("v{round}").as_str()));
             block_on(store.release_lease(&lease)).unwrap();
-            assert_eq!(observer.next_blocking().unwrap(), LeaderChange::Vacant);
+            assert_eq!(
+                block_on(observer.next_change()).unwrap(),
+                LeaderChange::Vacant
+            );
         }
     }
 
@@ -463,15 +540,18 @@ mod tests {
         let key = election.key().clone();
         let lease = block_on(store.acquire(&key, Duration::from_secs(10))).unwrap();
         let mut observer = election.observe();
-        elected(observer.next_blocking().unwrap());
+        elected(block_on(observer.next_change()).unwrap());
         // The observer's clock judges the lease expired; the store then shows the same tenure
         // live again (as a store whose clock runs behind would).
-        clock.step_wall(Duration::from_secs(11), true);
-        assert_eq!(observer.next_blocking().unwrap(), LeaderChange::Vacant);
-        clock.step_wall(Duration::from_secs(11), false);
+        clock.set_wall(crate::Clock::now(&*clock) + Duration::from_secs(11));
+        assert_eq!(
+            block_on(observer.next_change()).unwrap(),
+            LeaderChange::Vacant
+        );
+        clock.set_wall(crate::Clock::now(&*clock) - Duration::from_secs(11));
         let next = block_on(store.renew(&lease, Duration::from_secs(10)));
         assert!(next.is_ok());
-        let mut next = std::pin::pin!(observer.next());
+        let mut next = std::pin::pin!(observer.next_change());
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         assert!(
             next.as_mut().poll(&mut cx).is_pending(),
@@ -480,7 +560,7 @@ mod tests {
         assert_eq!(
             block_on(election.leader())
                 .unwrap()
-                .map(|l| l.fencing_token()),
+                .and_then(|l| l.fencing_token()),
             Some(lease.fencing_token())
         );
     }
@@ -498,8 +578,8 @@ mod tests {
             .unwrap();
         let mut observer = election.observe();
         let task = tokio::spawn(async move {
-            let first = observer.next().await.unwrap();
-            let second = observer.next().await.unwrap();
+            let first = observer.next_change().await.unwrap();
+            let second = observer.next_change().await.unwrap();
             (first, second)
         });
         tokio::time::sleep(Duration::from_millis(20)).await;

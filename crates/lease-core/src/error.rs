@@ -2,6 +2,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::{FencingToken, LeaseKey, LeaseToken};
@@ -106,7 +107,7 @@ impl Holder {
     }
 
     /// The holder's fencing token.
-    pub fn fencing(&self) -> Option<FencingToken> {
+    pub fn fencing_token(&self) -> Option<FencingToken> {
         self.fencing
     }
 
@@ -201,69 +202,65 @@ impl fmt::Display for NotOwnedReason {
     }
 }
 
-/// Why a holder stopped holding a lease it held: the one loss type of every crate.
+/// Why a holder can no longer trust a lease it held: the one loss type of every guard.
 ///
-/// [`LeaseGuard`](crate::LeaseGuard), the file backend's `FileLock` and the lessor's fleet
-/// worker all report a loss with it, and [`LeaseError::Lost`] carries it.
+/// [`LeaseGuard`](crate::LeaseGuard), the file backend's `FileLockGuard` and the fleet's unit
+/// tasks all report a loss with it, inside [`LeaseError::Lost`].
 ///
 /// ```
 /// use lease_core::{LossReason, NotOwnedReason};
 ///
 /// let taken = LossReason::NotOwned(NotOwnedReason::TakenOver);
-/// assert!(taken.is_involuntary());
-/// assert!(!LossReason::Shutdown.is_involuntary());
+/// assert_eq!(taken.to_string(), "another owner took the lease");
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum LossReason {
     /// The store says this holder no longer owns the lease: another owner took it, or it expired
     /// or vanished before a renewal landed.
     NotOwned(NotOwnedReason),
     /// Renewals kept failing until the holder-side deadline passed. The store may still name this
-    /// holder, but nothing proves the lease is live.
-    BackendFailing {
-        /// The last renewal error.
-        last_error: String,
-    },
+    /// holder, but nothing proves the lease is live. Carries the last renewal's error, which is
+    /// also this reason's [`source`](std::error::Error::source).
+    BackendFailing(Arc<LeaseError>),
     /// The holder-side deadline passed before a renewal completed, with no error seen: the
     /// process was paused or a renewal hung.
     DeadlinePassed,
-    /// The holder gave the lease to another holder on purpose (a fleet's plan moved a unit).
-    HandedOver,
-    /// The holder is shutting down and releases the lease.
-    Shutdown,
-    /// The lease's record was deleted on purpose; nobody takes it again.
-    Retired,
 }
 
-impl LossReason {
-    /// Whether the holder lost the lease against its will (taken over, expired, unprovable),
-    /// rather than giving it up ([`HandedOver`](Self::HandedOver), [`Shutdown`](Self::Shutdown),
-    /// [`Retired`](Self::Retired)).
-    pub fn is_involuntary(&self) -> bool {
-        !matches!(self, Self::HandedOver | Self::Shutdown | Self::Retired)
+impl PartialEq for LossReason {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::NotOwned(a), Self::NotOwned(b)) => a == b,
+            (Self::BackendFailing(a), Self::BackendFailing(b)) => {
+                Arc::ptr_eq(a, b) || a.to_string() == b.to_string()
+            }
+            (Self::DeadlinePassed, Self::DeadlinePassed) => true,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for LossReason {}
+
+impl StdError for LossReason {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        match self {
+            Self::BackendFailing(last) => Some(last.as_ref()),
+            _ => None,
+        }
     }
 }
 
 impl fmt::Display for LossReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::NotOwned(reason) => write!(f, "lease lost: {reason}"),
-            Self::BackendFailing { last_error } => write!(
-                f,
-                "lease can no longer be trusted: renewals failed until its deadline ({last_error})"
-            ),
-            Self::DeadlinePassed => {
-                f.write_str("lease can no longer be trusted: its deadline passed before a renewal")
-            }
-            Self::HandedOver => f.write_str("lease handed over to another holder"),
-            Self::Shutdown => f.write_str("lease given up at shutdown"),
-            Self::Retired => f.write_str("lease retired: its record was deleted"),
+            Self::NotOwned(reason) => write!(f, "{reason}"),
+            Self::BackendFailing(_) => f.write_str("renewals failed until its deadline passed"),
+            Self::DeadlinePassed => f.write_str("its deadline passed before a renewal"),
         }
     }
 }
-
-impl StdError for LossReason {}
 
 /// Everything that can go wrong with a lease, by meaning.
 ///
@@ -338,11 +335,12 @@ pub enum LeaseError {
         last_error: Option<Box<LeaseError>>,
     },
     /// The caller held the lease and lost it before the operation could complete.
-    #[error("lease {key}: {reason}")]
+    #[error("lease {key} lost")]
     Lost {
         /// The key.
         key: LeaseKey,
-        /// How it was lost.
+        /// How it was lost (its source, where it has one, is this error's source).
+        #[source]
         reason: LossReason,
     },
     /// The store's record (a lock file, a DynamoDB item) is not what the protocol needs: a
@@ -475,14 +473,6 @@ impl LeaseError {
         }
     }
 
-    /// The last attempt's error of a [`Timeout`](Self::Timeout).
-    pub fn last_error(&self) -> Option<&LeaseError> {
-        match self {
-            Self::Timeout { last_error, .. } => last_error.as_deref(),
-            _ => None,
-        }
-    }
-
     /// Another owner holds the lease (Go: `IsLeaseHeld`).
     pub fn is_held(&self) -> bool {
         matches!(self, Self::Held { .. })
@@ -492,11 +482,6 @@ impl LeaseError {
     /// or [`Lost`](Self::Lost) after holding it.
     pub fn is_not_owned(&self) -> bool {
         matches!(self, Self::NotOwned { .. } | Self::Lost { .. })
-    }
-
-    /// The caller held the lease and lost it ([`Lost`](Self::Lost)).
-    pub fn is_lost(&self) -> bool {
-        matches!(self, Self::Lost { .. })
     }
 
     /// The store's record is corrupt or hostile ([`Corrupt`](Self::Corrupt)).
@@ -565,14 +550,6 @@ impl LeaseError {
                 reason: LossReason::NotOwned(reason),
                 ..
             } => Some(*reason),
-            _ => None,
-        }
-    }
-
-    /// How the lease was lost, for a [`Lost`](Self::Lost) error.
-    pub fn loss_reason(&self) -> Option<&LossReason> {
-        match self {
-            Self::Lost { reason, .. } => Some(reason),
             _ => None,
         }
     }
@@ -646,7 +623,9 @@ mod tests {
         let err = LeaseError::timeout(key.clone(), Duration::from_secs(3), cause);
         assert!(err.is_timeout());
         assert_eq!(err.to_string(), "timed out after 3s waiting for lease k");
-        assert!(err.last_error().is_some_and(LeaseError::is_transient));
+        assert!(
+            matches!(&err, LeaseError::Timeout { last_error: Some(last), .. } if last.is_transient())
+        );
         // The last error is the source, said there and only there.
         let source = std::error::Error::source(&err).map(ToString::to_string);
         assert_eq!(
@@ -671,7 +650,7 @@ mod tests {
         assert!(!LeaseError::backend("memory", false, "boom").is_transient());
         assert!(LeaseError::invalid("duration", "zero").is_invalid_input());
         let lost = LeaseError::lost(key.clone(), LossReason::NotOwned(NotOwnedReason::TakenOver));
-        assert!(lost.is_lost() && lost.is_not_owned());
+        assert!(matches!(lost, LeaseError::Lost { .. }) && lost.is_not_owned());
         assert_eq!(lost.not_owned_reason(), Some(NotOwnedReason::TakenOver));
         assert_eq!(lost.key(), Some(&key));
         assert!(LeaseError::corrupt(key.clone(), "a symlink").is_corrupt());

@@ -1,24 +1,9 @@
-//! A minimal executor for runtime-free code.
-//!
-//! The backend contract's futures run on any executor. Code that has no async runtime (a
-//! command-line tool, a test, a doc example, the memory and file backends driven from a plain
-//! thread) runs them here: [`block_on`] drives one future on the current thread, [`join_all`]
-//! polls several at once, and [`sleep_until`] waits on a [`Clock`] for a deadline. Nothing here
-//! does I/O, so a backend that needs a reactor (DynamoDB on tokio) is driven by its runtime
-//! instead.
-//!
-//! ```
-//! use lease_core::executor::block_on;
-//! use lease_core::{LeaseBackendExt, LeaseKey, MemoryBackend};
-//! use std::time::Duration;
-//!
-//! let store = MemoryBackend::new();
-//! let lease = block_on(store.acquire(&LeaseKey::new("nightly")?, Duration::from_secs(30)))?;
-//! block_on(store.release_lease(&lease))?;
-//! # Ok::<(), lease_core::LeaseError>(())
-//! ```
+//! A minimal executor: this crate's blocking guards and its own tests drive the contract's
+//! runtime-free futures on the current thread with it. Not public: async users bring their
+//! runtime, blocking users get a blocking guard.
 
 use std::future::Future;
+#[cfg(any(test, feature = "conformance"))]
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
@@ -48,7 +33,7 @@ impl Wake for ThreadWaker {
 /// let answer = lease_core::executor::block_on(async { 6 * 7 });
 /// assert_eq!(answer, 42);
 /// ```
-pub fn block_on<F: Future>(future: F) -> F::Output {
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
     let mut cx = Context::from_waker(&waker);
@@ -69,12 +54,14 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 /// ]));
 /// assert_eq!(outputs, vec![1, 2]);
 /// ```
-pub fn join_all<F: Future + Unpin>(futures: Vec<F>) -> JoinAll<F> {
+#[cfg(any(test, feature = "conformance"))]
+pub(crate) fn join_all<F: Future + Unpin>(futures: Vec<F>) -> JoinAll<F> {
     JoinAll {
         slots: futures.into_iter().map(Slot::Pending).collect(),
     }
 }
 
+#[cfg(any(test, feature = "conformance"))]
 enum Slot<F: Future> {
     Pending(F),
     Done(Option<F::Output>),
@@ -82,10 +69,12 @@ enum Slot<F: Future> {
 
 /// The future returned by [`join_all`].
 #[must_use = "futures do nothing unless polled"]
-pub struct JoinAll<F: Future> {
+#[cfg(any(test, feature = "conformance"))]
+pub(crate) struct JoinAll<F: Future> {
     slots: Vec<Slot<F>>,
 }
 
+#[cfg(any(test, feature = "conformance"))]
 impl<F: Future> std::fmt::Debug for JoinAll<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JoinAll")
@@ -95,8 +84,10 @@ impl<F: Future> std::fmt::Debug for JoinAll<F> {
 }
 
 // The futures are boxed or otherwise `Unpin`, and outputs are only moved out, never pinned.
+#[cfg(any(test, feature = "conformance"))]
 impl<F: Future> Unpin for JoinAll<F> {}
 
+#[cfg(any(test, feature = "conformance"))]
 impl<F: Future + Unpin> Future for JoinAll<F> {
     type Output = Vec<F::Output>;
 
@@ -137,6 +128,6 @@ impl<F: Future + Unpin> Future for JoinAll<F> {
 /// block_on(sleep_until(&SystemClock, deadline));
 /// assert!(SystemClock.monotonic() >= deadline);
 /// ```
-pub fn sleep_until(clock: &dyn Clock, deadline: Instant) -> BoxFuture<'static, ()> {
+pub(crate) fn sleep_until(clock: &dyn Clock, deadline: Instant) -> BoxFuture<'static, ()> {
     clock.sleep(deadline.saturating_duration_since(clock.monotonic()))
 }

@@ -83,19 +83,6 @@ pub fn fmt_duration(duration: Duration) -> String {
     }
 }
 
-/// `error` and every source below it joined by `: `, each level saying its own part once: what a
-/// loss keeps of the error behind it.
-pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(source) = next {
-        text.push_str(": ");
-        text.push_str(&source.to_string());
-        next = source.source();
-    }
-    text
-}
-
 /// `n` rounded (half up) to its three most significant decimal digits.
 fn round_to_3_digits(n: u128) -> u128 {
     let mut scale = 1u128;

@@ -1,4 +1,5 @@
-//! Keeping a lease: renewal ahead of expiry, and a guard that knows when it can no longer trust it.
+//! Keeping a lease: guards that prove holding, renewal ahead of expiry, and the moment a lease
+//! can no longer be trusted.
 
 use std::fmt;
 use std::future::Future;
@@ -7,70 +8,32 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use crate::contract::wait_for_lease;
+use crate::counting::CountingLease;
 use crate::executor::sleep_until;
+use crate::options::AcquireOptions;
 use crate::sync::lock;
 use crate::{
-    Backoff, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseBackendExt, LeaseError, LeaseKey,
-    LossReason, NotOwnedReason, WaitOptions,
+    Backoff, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey, LossReason,
+    NotOwnedReason, WaitOptions,
 };
 
 /// A callback told once when the lease is lost.
-pub type LossCallback = Arc<dyn Fn(&LossReason) + Send + Sync>;
+type LossCallback = Arc<dyn Fn(&LossReason) + Send + Sync>;
 
-/// How a keeper renews.
-///
-/// ```
-/// use lease_core::KeeperOptions;
-/// use std::time::Duration;
-///
-/// let options = KeeperOptions::default()
-///     .with_renew_every(Duration::from_secs(5))
-///     .on_lost(|reason| eprintln!("{reason}"));
-/// # let _ = options;
-/// ```
+/// How a keeper renews: set through [`LeaseGuardBuilder`].
 #[derive(Clone, Default)]
-pub struct KeeperOptions {
-    renew_every: Option<Duration>,
-    duration: Option<Duration>,
-    retry: Option<(Duration, Duration)>,
-    on_lost: Option<LossCallback>,
+pub(crate) struct KeeperOptions {
+    pub(crate) renew_every: Option<Duration>,
+    pub(crate) on_lost: Option<LossCallback>,
 }
 
 impl fmt::Debug for KeeperOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KeeperOptions")
             .field("renew_every", &self.renew_every)
-            .field("duration", &self.duration)
-            .field("retry", &self.retry)
             .field("on_lost", &self.on_lost.is_some())
             .finish()
-    }
-}
-
-impl KeeperOptions {
-    /// Renew this often (default: a third of the lease duration).
-    pub fn with_renew_every(mut self, every: Duration) -> Self {
-        self.renew_every = Some(every.max(Duration::from_millis(1)));
-        self
-    }
-
-    /// Renew for this duration (default: the lease's own duration).
-    pub fn with_duration(mut self, duration: Duration) -> Self {
-        self.duration = Some(duration);
-        self
-    }
-
-    /// Backoff between failed renewals (default: 20 ms doubling to a tenth of the duration).
-    pub fn with_retry_backoff(mut self, initial: Duration, max: Duration) -> Self {
-        self.retry = Some((initial, max));
-        self
-    }
-
-    /// Calls `callback` once, from the keeper task, when the lease is lost: after
-    /// [`LeaseGuard::check`] starts failing and before [`LeaseGuard::lost`] completes.
-    pub fn on_lost(mut self, callback: impl Fn(&LossReason) + Send + Sync + 'static) -> Self {
-        self.on_lost = Some(Arc::new(callback));
-        self
     }
 }
 
@@ -146,38 +109,45 @@ impl Shared {
     }
 }
 
-/// Holds a lease and keeps it alive through its [`KeeperTask`].
+/// Proof of holding a lease, kept alive by renewals: the async guard.
 ///
-/// Acquire and keep in one call with [`LeaseGuard::builder`]; wrap a [`Lease`] you already hold
-/// with [`new`](Self::new), [`spawn_thread`](Self::spawn_thread) or `spawn` (feature `tokio`).
+/// Get one with [`LeaseGuard::builder`] (one key), [`CountingLease::lease`] (a slot of at most N
+/// holders) or [`Election::campaign`](crate::Election::campaign) (a leader's lease), then
+/// [`acquire`](LeaseGuardBuilder::acquire) it. While it lives a keeper renews the lease every
+/// third of its duration (on the current tokio runtime with the feature `tokio`, else on a thread
+/// of its own).
 ///
 /// * [`check`](Self::check) says, synchronously and from the monotonic clock, whether the holder
 ///   may still act: it fails the moment the lease is lost *or* its deadline passes, even if the
-///   keeper task has not run (a paused process learns it on its first check after resuming).
+///   keeper has not run (a paused process learns it on its first check after resuming).
 /// * [`lost`](Self::lost) is a future that completes with the reason when the lease is lost.
 /// * [`release`](Self::release) gives the lease up; dropping the guard releases best-effort from
-///   the keeper task.
+///   the keeper.
 ///
-/// The guard owns an `Arc` of the backend, so it is `'static` and can move between tasks.
+/// Every guard of this project has these names with these meanings: [`BlockingLeaseGuard`], the
+/// file backend's `FileLockGuard` and the fleet's `UnitTask` too (blocking guards release
+/// without `await` and have no `lost`).
 ///
 /// ```
-/// use lease_core::{KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseGuard, LeaseKey, MemoryBackend};
+/// use lease_core::{LeaseGuard, LeaseKey, MemoryBackend};
 /// use std::sync::Arc;
 /// use std::time::Duration;
 ///
-/// let store: Arc<dyn LeaseBackend> = Arc::new(MemoryBackend::new());
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lease_core::LeaseError> {
+/// let store = Arc::new(MemoryBackend::new());
 /// let key = LeaseKey::new("leader")?;
-/// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(3)))?;
-/// let guard = LeaseGuard::spawn_thread(store.clone(), lease, KeeperOptions::default())
-///     .expect("spawn keeper thread");
-/// let fencing = guard.check().expect("freshly acquired");
+/// let guard = LeaseGuard::builder(store, &key, Duration::from_secs(3)).acquire().await?;
+/// let fencing = guard.check()?; // pass it with every write to the protected resource
 /// assert_eq!(fencing, guard.fencing_token());
-/// lease_core::executor::block_on(guard.release())?;
-/// # Ok::<(), lease_core::LeaseError>(())
+/// guard.release().await?;
+/// # Ok(())
+/// # }
 /// ```
 #[must_use = "dropping the guard releases the lease"]
 pub struct LeaseGuard {
     shared: Arc<Shared>,
+    key: LeaseKey,
     done: bool,
 }
 
@@ -191,20 +161,11 @@ impl fmt::Debug for LeaseGuard {
     }
 }
 
-/// The renewal loop of a [`LeaseGuard`]: a `Send + 'static` future to spawn on any executor.
-///
-/// It completes when the lease is released, lost, or the guard is dropped (after the best-effort
-/// release). If it is never polled, nothing renews the lease and the guard's
-/// [`check`](LeaseGuard::check) fails at the deadline.
-#[must_use = "the keeper task does nothing unless spawned or polled"]
-pub struct KeeperTask {
+/// The renewal loop of a guard: a `Send + 'static` future, spawned where the guard was acquired.
+/// It completes when the lease is released, lost, or the guard is dropped (after the
+/// best-effort release).
+struct KeeperTask {
     future: BoxFuture<'static, ()>,
-}
-
-impl fmt::Debug for KeeperTask {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("KeeperTask").finish_non_exhaustive()
-    }
 }
 
 impl Future for KeeperTask {
@@ -216,12 +177,41 @@ impl Future for KeeperTask {
 }
 
 impl LeaseGuard {
-    /// A guard for `lease` and the task that keeps it. Spawn the task on your executor.
-    pub fn new(
+    /// A builder that acquires `key` for `duration` from `backend` and keeps it. Set how to wait
+    /// ([`with_wait`](LeaseGuardBuilder::with_wait), default: until acquired; a zero timeout
+    /// makes one attempt), what the record says ([`with_options`](LeaseGuardBuilder::with_options))
+    /// and how to renew, then [`acquire`](LeaseGuardBuilder::acquire) (async) or
+    /// [`acquire_blocking`](LeaseGuardBuilder::acquire_blocking).
+    ///
+    /// ```
+    /// use lease_core::{LeaseGuard, LeaseKey, MemoryBackend, WaitOptions};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let key = LeaseKey::new("nightly")?;
+    /// let guard = LeaseGuard::builder(Arc::new(MemoryBackend::new()), &key, Duration::from_secs(3))
+    ///     .with_wait(WaitOptions::new(Duration::from_secs(5)))
+    ///     .acquire_blocking()?;
+    /// assert!(guard.check().is_ok());
+    /// guard.release()?;
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    pub fn builder(
+        backend: Arc<dyn LeaseBackend>,
+        key: &LeaseKey,
+        duration: Duration,
+    ) -> LeaseGuardBuilder {
+        LeaseGuardBuilder::new(backend, Target::Key(key.clone()), duration)
+    }
+
+    /// A guard for `lease` and the task that keeps it.
+    fn keep(
         backend: Arc<dyn LeaseBackend>,
         lease: Lease,
         options: KeeperOptions,
     ) -> (Self, KeeperTask) {
+        let key = lease.key().clone();
+        let span = tracing::debug_span!("lease_keeper", key = %lease.key(), fencing = %lease.fencing_token());
         let shared = Arc::new(Shared {
             backend,
             state: Mutex::new(State {
@@ -234,10 +224,6 @@ impl LeaseGuard {
             }),
             on_lost: options.on_lost.clone(),
         });
-        let span = {
-            let lease = lock(&shared.state).lease.clone();
-            tracing::debug_span!("lease_keeper", key = %lease.key(), fencing = %lease.fencing_token())
-        };
         let task = KeeperTask {
             future: Box::pin(tracing::Instrument::instrument(
                 keep(shared.clone(), options),
@@ -247,66 +233,42 @@ impl LeaseGuard {
         (
             Self {
                 shared,
+                key,
                 done: false,
             },
             task,
         )
     }
 
-    /// A builder that acquires `key` for `duration` from `backend` and keeps it: set how to
-    /// wait ([`with_wait`](LeaseGuardBuilder::with_wait), default: until acquired) and how to
-    /// renew ([`with_keeper`](LeaseGuardBuilder::with_keeper)), then acquire where the renewal
-    /// task should run: [`acquire_blocking`](LeaseGuardBuilder::acquire_blocking) (a thread),
-    /// `acquire_spawned` (tokio, feature `tokio`), or
-    /// [`acquire`](LeaseGuardBuilder::acquire) (the task handed to you).
-    ///
-    /// ```
-    /// use lease_core::{LeaseGuard, LeaseKey, MemoryBackend, WaitOptions};
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    ///
-    /// let key = LeaseKey::new("nightly")?;
-    /// let guard = LeaseGuard::builder(Arc::new(MemoryBackend::new()), &key, Duration::from_secs(3))
-    ///     .with_wait(WaitOptions::new(Duration::from_secs(5)))
-    ///     .acquire_blocking()?;
-    /// assert!(guard.is_trusted());
-    /// lease_core::executor::block_on(guard.release())?;
-    /// # Ok::<(), lease_core::LeaseError>(())
-    /// ```
-    pub fn builder(
-        backend: Arc<dyn LeaseBackend>,
-        key: &LeaseKey,
-        duration: Duration,
-    ) -> LeaseGuardBuilder {
-        LeaseGuardBuilder {
-            backend,
-            key: key.clone(),
-            duration,
-            wait: WaitOptions::default(),
-            value: None,
-            keeper: KeeperOptions::default(),
-        }
-    }
-
-    /// Like [`new`](Self::new), running the task on a thread of its own with
-    /// [`block_on`](crate::executor::block_on): for backends that need no async runtime (memory, file).
-    ///
-    /// # Errors
-    /// [`LeaseError::Runtime`] if the thread cannot be spawned (the lease is then released
-    /// best-effort).
-    pub fn spawn_thread(
+    /// A guard for `lease` and its keeper task, for the conformance suite to drive by hand.
+    #[cfg(feature = "conformance")]
+    pub(crate) fn keep_for_test(
         backend: Arc<dyn LeaseBackend>,
         lease: Lease,
-        options: KeeperOptions,
-    ) -> Result<Self, LeaseError> {
-        let (guard, task) = Self::new(backend, lease, options);
-        guard.on_thread(task)
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        Self::keep(backend, lease, KeeperOptions::default())
     }
 
-    /// Runs `task` on a thread of its own; if none can start, releases the lease best-effort.
-    pub(crate) fn on_thread(self, task: KeeperTask) -> Result<Self, LeaseError> {
+    /// The lease as of the last renewal.
+    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
+    pub(crate) fn lease(&self) -> Lease {
+        self.shared.lease()
+    }
+
+    /// Runs `task` where this guard lives: on the current tokio runtime (feature `tokio`), else
+    /// on a thread of its own; if neither can start, releases the lease best-effort.
+    fn start(self, task: KeeperTask) -> Result<Self, LeaseError> {
+        #[cfg(feature = "tokio")]
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(task);
+            return Ok(self);
+        }
+        self.start_on_thread(task)
+    }
+
+    fn start_on_thread(self, task: KeeperTask) -> Result<Self, LeaseError> {
         let spawned = std::thread::Builder::new()
-            .name(format!("lease-keeper-{}", self.key()))
+            .name(format!("lease-keeper-{}", self.key))
             .spawn(move || crate::executor::block_on(task));
         match spawned {
             Ok(_) => Ok(self),
@@ -319,59 +281,38 @@ impl LeaseGuard {
         }
     }
 
-    /// Like [`new`](Self::new), spawning the task on the current tokio runtime.
-    ///
-    /// # Errors
-    /// [`LeaseError::Runtime`] when called outside a tokio runtime.
-    #[cfg(feature = "tokio")]
-    pub fn spawn(
-        backend: Arc<dyn LeaseBackend>,
-        lease: Lease,
-        options: KeeperOptions,
-    ) -> Result<Self, LeaseError> {
-        let handle = tokio_handle()?;
-        let (guard, task) = Self::new(backend, lease, options);
-        handle.spawn(task);
-        Ok(guard)
+    /// The key held (for a counting lease: the slot's key).
+    pub fn key(&self) -> &LeaseKey {
+        &self.key
     }
 
-    /// The key.
-    pub fn key(&self) -> LeaseKey {
-        self.shared.lease().key().clone()
-    }
-
-    /// The lease as of the last renewal.
-    pub fn lease(&self) -> Lease {
-        self.shared.lease()
-    }
-
-    /// The fencing token: pass it with every write to the protected resource.
+    /// The fencing token: pass it with every write to the protected resource. It stays the
+    /// same across renewals.
     pub fn fencing_token(&self) -> FencingToken {
         self.shared.lease().fencing_token()
     }
 
-    /// `Ok(fencing token)` while the lease can be trusted; the loss reason once it cannot.
+    /// `Ok(fencing token)` while the lease can be trusted.
     ///
     /// # Errors
-    /// The [`LossReason`], or [`LossReason::DeadlinePassed`] when the deadline passed before the
-    /// keeper task noticed.
-    pub fn check(&self) -> Result<FencingToken, LossReason> {
+    /// [`LeaseError::Lost`] with the [`LossReason`] once it cannot, or with
+    /// [`LossReason::DeadlinePassed`] when the deadline passed before the keeper noticed.
+    pub fn check(&self) -> Result<FencingToken, LeaseError> {
         let state = lock(&self.shared.state);
         if let Some(reason) = &state.lost {
-            return Err(reason.clone());
+            return Err(LeaseError::lost(self.key.clone(), reason.clone()));
         }
         if self.shared.backend.clock().monotonic() >= state.lease.deadline() {
-            return Err(LossReason::DeadlinePassed);
+            return Err(LeaseError::lost(
+                self.key.clone(),
+                LossReason::DeadlinePassed,
+            ));
         }
         Ok(state.lease.fencing_token())
     }
 
-    /// Whether [`check`](Self::check) succeeds.
-    pub fn is_trusted(&self) -> bool {
-        self.check().is_ok()
-    }
-
-    /// The holder-side deadline of the latest renewal.
+    /// The holder-side deadline of the latest renewal, on the backend's monotonic clock: after
+    /// it, [`check`](Self::check) fails.
     pub fn deadline(&self) -> Instant {
         self.shared.lease().deadline()
     }
@@ -419,21 +360,83 @@ impl Drop for LeaseGuard {
     }
 }
 
-/// Acquires a lease and keeps it: [`LeaseGuard::builder`], `with_*` setters, then one of the
-/// acquiring calls, which say where the renewal task runs.
+/// Proof of holding a lease, for code without an async runtime: the blocking guard.
 ///
-/// Every acquiring call waits as [`with_wait`](Self::with_wait) says (default
-/// [`WaitOptions::default()`]: until acquired) through
-/// [`LeaseBackendExt::acquire_with`]; nothing is kept until the lease is acquired.
-#[must_use = "a builder does nothing until one of its acquire calls"]
+/// [`acquire_blocking`](LeaseGuardBuilder::acquire_blocking) returns it. Its keeper renews on a
+/// thread of its own, so it suits the backends that need no async runtime (memory, files); a
+/// DynamoDB lease is kept by the async [`LeaseGuard`] on tokio. The same names mean the same as
+/// on [`LeaseGuard`]; [`release`](Self::release) blocks instead of returning a future.
+///
+/// ```
+/// use lease_core::{LeaseGuard, LeaseKey, MemoryBackend};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let store = Arc::new(MemoryBackend::new());
+/// let guard = LeaseGuard::builder(store, &LeaseKey::new("nightly")?, Duration::from_secs(30))
+///     .acquire_blocking()?;
+/// let fencing = guard.check()?; // pass it with every write
+/// # let _ = fencing;
+/// guard.release()?;
+/// # Ok::<(), lease_core::LeaseError>(())
+/// ```
+#[must_use = "dropping the guard releases the lease"]
+#[derive(Debug)]
+pub struct BlockingLeaseGuard {
+    inner: LeaseGuard,
+}
+
+impl BlockingLeaseGuard {
+    /// The key held (for a counting lease: the slot's key).
+    pub fn key(&self) -> &LeaseKey {
+        self.inner.key()
+    }
+
+    /// The fencing token: pass it with every write to the protected resource.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.inner.fencing_token()
+    }
+
+    /// `Ok(fencing token)` while the lease can be trusted.
+    ///
+    /// # Errors
+    /// As [`LeaseGuard::check`].
+    pub fn check(&self) -> Result<FencingToken, LeaseError> {
+        self.inner.check()
+    }
+
+    /// The holder-side deadline of the latest renewal.
+    pub fn deadline(&self) -> Instant {
+        self.inner.deadline()
+    }
+
+    /// Releases the lease (one backend release call, on this thread) and stops the keeper.
+    ///
+    /// # Errors
+    /// As [`LeaseGuard::release`].
+    pub fn release(self) -> Result<(), LeaseError> {
+        crate::executor::block_on(self.inner.release())
+    }
+}
+
+/// What a [`LeaseGuardBuilder`] acquires.
+#[derive(Debug)]
+pub(crate) enum Target {
+    /// One key.
+    Key(LeaseKey),
+    /// A free slot of a counting lease.
+    Slots(CountingLease),
+}
+
+/// Acquires a lease and keeps it: made by [`LeaseGuard::builder`], [`CountingLease::lease`] and
+/// [`Election::campaign`](crate::Election::campaign).
+#[must_use = "a builder does nothing until acquire or acquire_blocking"]
 pub struct LeaseGuardBuilder {
     backend: Arc<dyn LeaseBackend>,
-    key: LeaseKey,
+    target: Target,
     duration: Duration,
     wait: WaitOptions,
-    /// Published with the acquisition unless the wait's own options name a value: kept apart
-    /// from `wait` so that replacing the wait does not drop it.
-    value: Option<String>,
+    options: AcquireOptions,
     keeper: KeeperOptions,
 }
 
@@ -441,134 +444,121 @@ impl fmt::Debug for LeaseGuardBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseGuardBuilder")
             .field("backend", &self.backend.name())
-            .field("key", &self.key)
+            .field("target", &self.target)
             .field("duration", &self.duration)
             .field("wait", &self.wait)
-            .field("value", &self.value)
+            .field("options", &self.options)
             .field("keeper", &self.keeper)
             .finish()
     }
 }
 
 impl LeaseGuardBuilder {
-    /// How to wait for a held lease (default: [`WaitOptions::default()`], until acquired).
-    /// `WaitOptions::new(Duration::ZERO)` makes one attempt, failing with
-    /// [`LeaseError::Timeout`] naming the holder. A value set with
-    /// [`with_value`](Self::with_value) (or by [`Election::campaign`](crate::Election::campaign))
-    /// is kept: it is published unless `wait`'s own
-    /// [`AcquireOptions::with_value`](crate::AcquireOptions::with_value) names another.
+    pub(crate) fn new(backend: Arc<dyn LeaseBackend>, target: Target, duration: Duration) -> Self {
+        Self {
+            backend,
+            target,
+            duration,
+            wait: WaitOptions::default(),
+            options: AcquireOptions::default(),
+            keeper: KeeperOptions::default(),
+        }
+    }
+
+    /// How to wait while the lease is held (default: until acquired, no timeout). A zero
+    /// timeout makes one attempt and fails with [`LeaseError::Held`], naming the holder, when
+    /// the lease is busy.
     pub fn with_wait(mut self, wait: WaitOptions) -> Self {
         self.wait = wait;
         self
     }
 
-    /// Publishes `value` in the lease record with the acquisition (at most
-    /// [`MAX_LEASE_VALUE_BYTES`](crate::MAX_LEASE_VALUE_BYTES)), as
-    /// [`AcquireOptions::with_value`](crate::AcquireOptions::with_value) does, whatever
-    /// [`with_wait`](Self::with_wait) is called with before or after, unless the wait's own
-    /// acquire options name a value.
-    ///
-    /// ```
-    /// use lease_core::{LeaseBackend, LeaseGuard, LeaseKey, MemoryBackend, WaitOptions};
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    ///
-    /// let store = Arc::new(MemoryBackend::new());
-    /// let key = LeaseKey::new("primary")?;
-    /// let guard = LeaseGuard::builder(store.clone(), &key, Duration::from_secs(3))
-    ///     .with_value("10.0.0.7:5432")
-    ///     .with_wait(WaitOptions::new(Duration::from_secs(5)))
-    ///     .acquire_blocking()?;
-    /// let record = lease_core::executor::block_on(store.inspect(&key))?.expect("held");
-    /// assert_eq!(record.holder().and_then(|h| h.value()), Some("10.0.0.7:5432"));
-    /// lease_core::executor::block_on(guard.release())?;
-    /// # Ok::<(), lease_core::LeaseError>(())
-    /// ```
-    pub fn with_value(mut self, value: impl Into<String>) -> Self {
-        self.value = Some(value.into());
-        self
-    }
-
-    /// How the keeper renews (default: [`KeeperOptions::default()`]).
-    pub fn with_keeper(mut self, options: KeeperOptions) -> Self {
-        self.keeper = options;
-        self
-    }
-
-    /// Acquires, waiting as [`with_wait`](Self::with_wait) says, and returns the guard and its
-    /// renewal task, for you to spawn on your executor.
-    ///
-    /// Cancel safety: dropping this future before it completes acquires nothing that outlives
-    /// it, except that a backend's attempt already sent may land; its lease then expires
-    /// unrenewed.
-    ///
-    /// ```
-    /// use lease_core::{KeeperOptions, LeaseGuard, LeaseKey, MemoryBackend};
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    ///
-    /// let key = LeaseKey::new("reindex")?;
-    /// let builder = LeaseGuard::builder(Arc::new(MemoryBackend::new()), &key, Duration::from_secs(3))
-    ///     .with_keeper(KeeperOptions::default().with_renew_every(Duration::from_secs(1)));
-    /// let (guard, task) = lease_core::executor::block_on(builder.acquire())?;
-    /// std::thread::spawn(move || lease_core::executor::block_on(task));
-    /// lease_core::executor::block_on(guard.release())?;
-    /// # Ok::<(), lease_core::LeaseError>(())
-    /// ```
-    ///
-    /// # Errors
-    /// As [`LeaseBackendExt::acquire_with`].
-    pub async fn acquire(mut self) -> Result<(LeaseGuard, KeeperTask), LeaseError> {
-        if let Some(value) = self.value.take()
-            && self.wait.acquire.value().is_none()
-        {
-            self.wait.acquire = self.wait.acquire.with_value(value);
+    /// What the lease's record says of its holder: an owner description, a published value
+    /// (an address, an id), a token of the caller's choosing. A value set before (by
+    /// [`Election::campaign`](crate::Election::campaign)) stays unless `options` names one.
+    pub fn with_options(mut self, options: AcquireOptions) -> Self {
+        let value = self.options.value().map(str::to_owned);
+        self.options = options;
+        if let (None, Some(value)) = (self.options.value(), value) {
+            self.options = std::mem::take(&mut self.options).with_value(value);
         }
-        let lease = self
-            .backend
-            .acquire_with(&self.key, self.duration, &self.wait)
-            .await?;
-        Ok(LeaseGuard::new(self.backend, lease, self.keeper))
+        self
     }
 
-    /// Acquires and keeps the lease from a thread of its own, without an async runtime: the one
-    /// call for backends that need no I/O reactor (memory, file). Blocks the calling thread
-    /// while it waits.
-    ///
-    /// # Errors
-    /// As [`LeaseBackendExt::acquire_with`]; [`LeaseError::Runtime`] if the keeper thread
-    /// cannot start (the lease is then released best-effort).
-    pub fn acquire_blocking(self) -> Result<LeaseGuard, LeaseError> {
-        let (guard, task) = crate::executor::block_on(self.acquire())?;
-        guard.on_thread(task)
+    /// Renew this often (default: a third of the lease duration). Renewals that fail are
+    /// retried with backoff until the holder-side deadline.
+    pub fn with_renew_every(mut self, every: Duration) -> Self {
+        self.keeper.renew_every = Some(every.max(Duration::from_millis(1)));
+        self
     }
 
-    /// Acquires and keeps the lease from a task on the current tokio runtime: the one call for
-    /// async code on tokio.
+    /// Calls `callback` once, from the keeper, when the lease is lost: after `check` starts
+    /// failing and before [`LeaseGuard::lost`] completes.
+    pub fn on_lost(mut self, callback: impl Fn(&LossReason) + Send + Sync + 'static) -> Self {
+        self.keeper.on_lost = Some(Arc::new(callback));
+        self
+    }
+
+    pub(crate) fn options_mut(&mut self) -> &mut AcquireOptions {
+        &mut self.options
+    }
+
+    /// Acquires, waiting as set, and starts the keeper: on the current tokio runtime with the
+    /// feature `tokio` (which the DynamoDB backend needs), else on a thread of its own.
     ///
-    /// Cancel safety: as [`acquire`](Self::acquire); once acquired, the guard is returned in
-    /// the same poll, so a cancelled call never leaves a kept lease behind.
+    /// Cancel safety: dropping the future before it completes may leave a lease granted that
+    /// nobody renews; it expires after its duration.
     ///
     /// # Errors
-    /// [`LeaseError::Runtime`] outside a tokio runtime (nothing is sent); otherwise as
-    /// [`LeaseBackendExt::acquire_with`].
-    #[cfg(feature = "tokio")]
-    pub async fn acquire_spawned(self) -> Result<LeaseGuard, LeaseError> {
-        let handle = tokio_handle()?;
-        let (guard, task) = self.acquire().await?;
-        handle.spawn(task);
-        Ok(guard)
+    /// [`LeaseError::Held`] after a single attempt (zero timeout), [`LeaseError::Timeout`] when
+    /// waiting ran out, invalid input and permanent failures at once; [`LeaseError::Runtime`]
+    /// when no keeper can start (the lease is then released).
+    pub async fn acquire(self) -> Result<LeaseGuard, LeaseError> {
+        let keeper = self.keeper.clone();
+        let backend = self.backend.clone();
+        let lease = self.acquire_lease().await?;
+        let (guard, task) = LeaseGuard::keep(backend, lease, keeper);
+        guard.start(task)
+    }
+
+    /// Acquires on the current thread, waiting as set, and keeps the lease from a thread of its
+    /// own: for code without an async runtime, on the backends that need none (memory, files).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    pub fn acquire_blocking(self) -> Result<BlockingLeaseGuard, LeaseError> {
+        let keeper = self.keeper.clone();
+        let backend = self.backend.clone();
+        let lease = crate::executor::block_on(self.acquire_lease())?;
+        let (guard, task) = LeaseGuard::keep(backend, lease, keeper);
+        Ok(BlockingLeaseGuard {
+            inner: guard.start_on_thread(task)?,
+        })
+    }
+
+    async fn acquire_lease(self) -> Result<Lease, LeaseError> {
+        let backend = self.backend.as_ref();
+        let (duration, options) = (self.duration, &self.options);
+        match &self.target {
+            Target::Key(key) => {
+                let attempt = |options: AcquireOptions| async move {
+                    backend.try_acquire(key, duration, &options).await
+                };
+                wait_for_lease(backend.clock(), key, &self.wait, options, attempt, || {
+                    backend.changed(key)
+                })
+                .await
+            }
+            Target::Slots(counting) => {
+                counting
+                    .acquire_slot(backend, duration, &self.wait, options)
+                    .await
+            }
+        }
     }
 }
 
-/// The current tokio runtime, or the error that says there is none.
-#[cfg(feature = "tokio")]
-fn tokio_handle() -> Result<tokio::runtime::Handle, LeaseError> {
-    tokio::runtime::Handle::try_current()
-        .map_err(|e| LeaseError::runtime(format!("keeping a lease on tokio needs a runtime: {e}")))
-}
-
-/// The future of [`LeaseGuard::lost`].
+/// The future [`LeaseGuard::lost`] returns: completes with the reason when the lease is lost.
 #[must_use = "futures do nothing unless polled"]
 pub struct Lost {
     shared: Arc<Shared>,
@@ -631,18 +621,18 @@ async fn keep(shared: Arc<Shared>, options: KeeperOptions) {
     let backend = shared.backend.clone();
     let clock = backend.clock();
     let first = shared.lease();
-    let duration = options.duration.unwrap_or(first.duration());
+    let duration = first.duration();
     let every = options
         .renew_every
         .unwrap_or(duration / 3)
         .max(Duration::from_millis(1));
-    let (retry_initial, retry_max) = options.retry.unwrap_or((
+    let (retry_initial, retry_max) = (
         Duration::from_millis(20),
         (duration / 10).max(Duration::from_millis(20)),
-    ));
+    );
     let mut backoff = Backoff::new(retry_initial, retry_max);
     let mut next_renew = crate::lease::instant_after(clock.monotonic(), every);
-    let mut last_error: Option<String> = None;
+    let mut last_error: Option<LeaseError> = None;
 
     let stop = loop {
         let lease = shared.lease();
@@ -688,7 +678,7 @@ async fn keep(shared: Arc<Shared>, options: KeeperOptions) {
                     return;
                 }
                 tracing::warn!(key = %lease.key(), %error, "lease renewal failed; retrying");
-                last_error = Some(crate::human::error_chain(&error));
+                last_error = Some(error);
                 next_renew = crate::lease::instant_after(clock.monotonic(), backoff.next_delay());
             }
         }
@@ -707,9 +697,9 @@ async fn keep(shared: Arc<Shared>, options: KeeperOptions) {
 
 /// The deadline passed: tell the holder, then release best-effort in case a renewal did land, so
 /// a live record of ours does not keep others waiting.
-async fn lose_at_deadline(shared: &Shared, last_error: Option<String>) {
+async fn lose_at_deadline(shared: &Shared, last_error: Option<LeaseError>) {
     shared.lose(match last_error {
-        Some(last_error) => LossReason::BackendFailing { last_error },
+        Some(last_error) => LossReason::BackendFailing(Arc::new(last_error)),
         None => LossReason::DeadlinePassed,
     });
     let lease = shared.lease();

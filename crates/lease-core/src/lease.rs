@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::{Clock, FencingToken, Holder, LeaseError, LeaseKey, LeaseToken};
+use crate::{FencingToken, Holder, LeaseError, LeaseKey, LeaseToken};
 
 /// Shortest lease duration accepted.
 pub const MIN_LEASE_DURATION: Duration = Duration::from_millis(10);
@@ -100,6 +100,12 @@ impl Lease {
         &self.key
     }
 
+    /// Whether the holder may still act on this lease by `clock`: this crate's own checks.
+    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
+    pub(crate) fn is_trusted(&self, clock: &dyn crate::Clock) -> bool {
+        clock.monotonic() < self.deadline
+    }
+
     /// The owner token of this acquisition.
     pub fn token(&self) -> &LeaseToken {
         &self.token
@@ -123,16 +129,6 @@ impl Lease {
     /// The holder-side deadline on the monotonic clock.
     pub fn deadline(&self) -> Instant {
         self.deadline
-    }
-
-    /// Whether the holder may still act under this lease by `clock`.
-    pub fn is_trusted(&self, clock: &dyn Clock) -> bool {
-        clock.monotonic() < self.deadline
-    }
-
-    /// Trusted time left by `clock`.
-    pub fn remaining(&self, clock: &dyn Clock) -> Duration {
-        self.deadline.saturating_duration_since(clock.monotonic())
     }
 }
 
@@ -177,9 +173,16 @@ impl LeaseRecord {
         self.holder.as_ref()
     }
 
-    /// The last fencing token issued for this key.
-    pub fn fencing(&self) -> FencingToken {
+    /// The raw fencing counter, [`FencingToken::NONE`] for none: this crate's own checks.
+    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
+    pub(crate) fn fencing(&self) -> FencingToken {
         self.fencing
+    }
+
+    /// The last fencing token issued for this key; `None` when the record carries no fencing
+    /// counter (an item another library wrote, such as the Go `lease` package).
+    pub fn fencing_token(&self) -> Option<FencingToken> {
+        (self.fencing != FencingToken::NONE).then_some(self.fencing)
     }
 
     /// Whether a holder's lease is live at wall time `now` (as the store judges it).

@@ -53,18 +53,9 @@ pub const RECONCILED: &str = "lease_lost_replies_reconciled_total";
 pub const THROTTLED: &str = "lease_throttled_total";
 /// Counter: requests sent again after a transient failure, by `backend` and `operation`.
 pub const RETRIES: &str = "lease_retries_total";
-/// Gauge: units a fleet worker owns, by `worker`.
-pub const FLEET_UNITS_OWNED: &str = "lease_fleet_units_owned";
-/// Counter: units a fleet worker gained, by `worker`.
-pub const FLEET_UNITS_GAINED: &str = "lease_fleet_units_gained_total";
-/// Counter: units a fleet worker lost or handed over, by `worker` and `reason` ([`loss_reason`]).
-pub const FLEET_UNITS_LOST: &str = "lease_fleet_units_lost_total";
-/// Gauge: units a fleet worker owns minus its share from its last plan, by `worker`: positive
-/// above its share, negative below.
-pub const FLEET_IMBALANCE: &str = "lease_fleet_imbalance";
 
 /// Every metric name above, in the order `docs/metrics.md` lists them.
-pub const ALL: [&str; 14] = [
+pub const ALL: [&str; 10] = [
     ACQUISITIONS,
     TAKEOVERS,
     RENEWALS,
@@ -75,10 +66,6 @@ pub const ALL: [&str; 14] = [
     RECONCILED,
     THROTTLED,
     RETRIES,
-    FLEET_UNITS_OWNED,
-    FLEET_UNITS_GAINED,
-    FLEET_UNITS_LOST,
-    FLEET_IMBALANCE,
 ];
 
 /// Label: the backend's [`name`](crate::LeaseBackend::name) (`memory`, `file`, `dynamodb`).
@@ -91,8 +78,6 @@ pub const LABEL_REASON: &str = "reason";
 pub const LABEL_KIND: &str = "kind";
 /// Label: the operation or request that was reconciled, throttled or retried.
 pub const LABEL_OPERATION: &str = "operation";
-/// Label: a fleet worker's id.
-pub const LABEL_WORKER: &str = "worker";
 
 /// The bounded label value naming an error's kind: `held`, `not_owned`, `invalid_input`,
 /// `backend_transient`, `backend`, `timeout`, `lost`, `corrupt`, `foreign`, `runtime`,
@@ -140,9 +125,6 @@ pub fn loss_reason(reason: &LossReason) -> &'static str {
         LossReason::NotOwned(NotOwnedReason::Fenced) => "fenced",
         LossReason::BackendFailing { .. } => "backend_failing",
         LossReason::DeadlinePassed => "deadline_passed",
-        LossReason::HandedOver => "handed_over",
-        LossReason::Shutdown => "shutdown",
-        LossReason::Retired => "retired",
     }
 }
 

@@ -122,25 +122,27 @@ impl fmt::Debug for LeaseToken {
 /// the [`Lease`](crate::Lease) and compares raw values with [`get`](Self::get):
 ///
 /// ```
-/// use lease_core::{LeaseBackendExt, LeaseKey, MemoryBackend};
+/// use lease_core::{LeaseGuard, LeaseKey, MemoryBackend};
+/// use std::sync::Arc;
 /// use std::time::Duration;
 ///
-/// let store = MemoryBackend::new();
+/// let store = Arc::new(MemoryBackend::new());
 /// let key = LeaseKey::new("reports")?;
-/// let first = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5)))?;
-/// lease_core::executor::block_on(store.release_lease(&first))?;
-/// let later = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5)))?;
-/// assert!(later.fencing_token() > first.fencing_token());
-/// assert!(later.fencing_token().get() > first.fencing_token().get());
+/// let first = LeaseGuard::builder(store.clone(), &key, Duration::from_secs(5)).acquire_blocking()?;
+/// let first_token = first.fencing_token();
+/// first.release()?;
+/// let later = LeaseGuard::builder(store, &key, Duration::from_secs(5)).acquire_blocking()?;
+/// assert!(later.fencing_token() > first_token);
+/// assert!(later.fencing_token().get() > first_token.get());
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FencingToken(u64);
 
 impl FencingToken {
-    /// No fencing token: what a record carries when its writer issued none (an item the Go
-    /// `lease` package wrote). Every token a backend of this project issues is greater.
-    pub const NONE: Self = Self(0);
+    /// No fencing token (a record whose writer issued none, such as an item of the Go `lease`
+    /// package): inside this crate only; callers see `Option<FencingToken>::None`.
+    pub(crate) const NONE: Self = Self(0);
 
     /// Wraps a raw value; backends call it through [`crate::backend::fencing_token`].
     pub(crate) const fn new(value: u64) -> Self {

@@ -6,7 +6,6 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::options::AcquireOptions;
 use crate::{Holder, LeaseError, LeaseKey};
 
 /// A callback told about each failed attempt while waiting.
@@ -38,7 +37,6 @@ pub struct WaitOptions {
     pub(crate) timeout: Option<Duration>,
     pub(crate) initial_backoff: Duration,
     pub(crate) max_backoff: Duration,
-    pub(crate) acquire: AcquireOptions,
     pub(crate) on_wait: Option<WaitCallback>,
 }
 
@@ -48,7 +46,6 @@ impl fmt::Debug for WaitOptions {
             .field("timeout", &self.timeout)
             .field("initial_backoff", &self.initial_backoff)
             .field("max_backoff", &self.max_backoff)
-            .field("acquire", &self.acquire)
             .field("on_wait", &self.on_wait.is_some())
             .finish()
     }
@@ -66,7 +63,6 @@ impl WaitOptions {
             timeout: (timeout <= Self::MAX_TIMEOUT).then_some(timeout),
             initial_backoff: Duration::from_millis(25),
             max_backoff: Duration::from_secs(1),
-            acquire: AcquireOptions::default(),
             on_wait: None,
         }
     }
@@ -81,12 +77,6 @@ impl WaitOptions {
     pub fn with_backoff(mut self, initial: Duration, max: Duration) -> Self {
         self.initial_backoff = initial.max(Duration::from_millis(1));
         self.max_backoff = max.max(self.initial_backoff);
-        self
-    }
-
-    /// Options for every attempt.
-    pub fn with_acquire_options(mut self, options: AcquireOptions) -> Self {
-        self.acquire = options;
         self
     }
 

@@ -154,13 +154,12 @@ fn every_variant() -> Vec<LeaseError> {
         out.push(LeaseError::lost(key(), LossReason::NotOwned(reason)));
     }
     for reason in [
-        LossReason::BackendFailing {
-            last_error: "dynamodb backend failed (transient)".into(),
-        },
+        LossReason::BackendFailing(std::sync::Arc::new(LeaseError::backend(
+            "dynamodb",
+            true,
+            Opening(name_too_long()),
+        ))),
         LossReason::DeadlinePassed,
-        LossReason::HandedOver,
-        LossReason::Shutdown,
-        LossReason::Retired,
     ] {
         out.push(LeaseError::lost(key(), reason));
     }

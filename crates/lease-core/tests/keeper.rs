@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease_core::{
-    AcquireOptions, BoxFuture, Clock, FencingToken, KeeperOptions, Lease, LeaseBackend,
-    LeaseBackendExt, LeaseError, LeaseGuard, LeaseKey, LeaseRecord, LeaseToken, LossReason,
-    ManualClock, MemoryBackend, NotOwnedReason, WaitOptions,
+    AcquireOptions, BlockingLeaseGuard, BoxFuture, Clock, FencingToken, Lease, LeaseBackend,
+    LeaseError, LeaseGuard, LeaseKey, LeaseRecord, LeaseToken, LossReason, ManualClock,
+    MemoryBackend, NotOwnedReason, WaitOptions,
 };
 
 /// Wraps the memory backend; renewals can be made to fail or hang.
@@ -86,7 +86,7 @@ impl LeaseBackend for Flaky {
         &'a self,
         key: &'a LeaseKey,
         holder: Option<&'a LeaseToken>,
-        fencing: FencingToken,
+        fencing: Option<FencingToken>,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         self.inner.delete(key, holder, fencing)
     }
@@ -94,12 +94,28 @@ impl LeaseBackend for Flaky {
 
 const D: Duration = Duration::from_secs(9);
 
-fn setup() -> (Arc<ManualClock>, Arc<Flaky>, Lease) {
+fn setup() -> (Arc<ManualClock>, Arc<Flaky>, LeaseKey) {
     let clock = Arc::new(ManualClock::new());
     let backend = Flaky::new(clock.clone());
     let key = LeaseKey::new("keeper").unwrap();
-    let lease = lease_core::executor::block_on(backend.acquire(&key, D)).unwrap();
-    (clock, backend, lease)
+    (clock, backend, key)
+}
+
+/// A blocking guard on `key`, renewed every third of `D` by its keeper thread.
+fn keep(backend: &Arc<Flaky>, key: &LeaseKey) -> BlockingLeaseGuard {
+    LeaseGuard::builder(backend.clone(), key, D)
+        .acquire_blocking()
+        .unwrap()
+}
+
+/// The store's record of `key`: its holder's token and expiry.
+fn holder(backend: &Flaky, key: &LeaseKey) -> (LeaseToken, std::time::SystemTime) {
+    let record = pollster::block_on(backend.inspect(key)).unwrap().unwrap();
+    let holder = record.holder().unwrap();
+    (
+        holder.token().unwrap().clone(),
+        holder.expires_at().unwrap(),
+    )
 }
 
 fn wait_for(mut cond: impl FnMut() -> bool) {
@@ -118,55 +134,72 @@ fn step(clock: &ManualClock, by: Duration) {
     clock.advance(by);
 }
 
+fn lost_reason(result: Result<FencingToken, LeaseError>) -> LossReason {
+    match result {
+        Err(LeaseError::Lost { reason, .. }) => reason,
+        other => panic!("expected a loss, got {other:?}"),
+    }
+}
+
 #[test]
 fn renews_every_third_and_keeps_the_lease_for_many_durations() {
-    let (clock, backend, lease) = setup();
-    let guard =
-        LeaseGuard::spawn_thread(backend.clone(), lease.clone(), KeeperOptions::default()).unwrap();
+    let (clock, backend, key) = setup();
+    let guard = keep(&backend, &key);
+    let fencing = guard.fencing_token();
+    let (_, mut expires) = holder(&backend, &key);
     for i in 1..=12 {
         step(&clock, D / 3);
         wait_for(|| backend.renewals.load(Ordering::SeqCst) >= i);
-        wait_for(|| guard.lease().expires_at() > lease.expires_at());
+        wait_for(|| holder(&backend, &key).1 > expires);
+        expires = holder(&backend, &key).1;
     }
     assert!(clock.elapsed() >= D * 4);
-    assert_eq!(guard.check(), Ok(lease.fencing_token()));
+    assert_eq!(guard.check().unwrap(), fencing);
     let once = AcquireOptions::default();
-    let err =
-        lease_core::executor::block_on(backend.try_acquire(lease.key(), D, &once)).unwrap_err();
+    let err = pollster::block_on(backend.try_acquire(&key, D, &once)).unwrap_err();
     assert!(err.is_held());
 }
 
 #[test]
 fn the_builder_waits_as_told_and_keeps_what_it_acquires() {
-    let (clock, backend, lease) = setup();
-    // A zero wait is one attempt: turned away with a timeout naming the holder.
-    let err = LeaseGuard::builder(backend.clone(), lease.key(), D)
+    let (clock, backend, key) = setup();
+    let first =
+        pollster::block_on(backend.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
+    // A zero wait is one attempt: turned away with the holder's error, naming the holder.
+    let err = LeaseGuard::builder(backend.clone(), &key, D)
         .with_wait(WaitOptions::new(Duration::ZERO))
+        .acquire_blocking()
+        .unwrap_err();
+    assert!(err.is_held(), "{err}");
+    assert!(err.holder().is_some());
+    // A short wait times out, naming the holder too.
+    clock.set_auto_advance(true);
+    let err = LeaseGuard::builder(backend.clone(), &key, D)
+        .with_wait(WaitOptions::new(Duration::from_secs(1)))
         .acquire_blocking()
         .unwrap_err();
     assert!(err.is_timeout(), "{err}");
     assert!(err.holder().is_some());
     // The default waits until the holder's lease expires, then keeps the new one.
-    clock.set_auto_advance(true);
-    let guard = LeaseGuard::builder(backend.clone(), lease.key(), D)
-        .with_keeper(KeeperOptions::default().with_renew_every(D / 3))
+    let guard = LeaseGuard::builder(backend.clone(), &key, D)
+        .with_renew_every(D / 3)
         .acquire_blocking()
         .unwrap();
     clock.set_auto_advance(false);
-    assert!(guard.fencing_token() > lease.fencing_token());
+    assert!(guard.fencing_token() > first.fencing_token());
     assert!(clock.elapsed() >= D, "waited for the expiry");
-    lease_core::executor::block_on(guard.release()).unwrap();
+    guard.release().unwrap();
 }
 
 #[test]
 fn transient_failures_are_ridden_out_until_the_deadline_then_reported() {
-    let (clock, backend, lease) = setup();
+    let (clock, backend, key) = setup();
     let reasons = Arc::new(Mutex::new(Vec::new()));
     let seen = reasons.clone();
-    let options = KeeperOptions::default()
-        .with_retry_backoff(Duration::from_millis(100), Duration::from_millis(500))
-        .on_lost(move |r| seen.lock().unwrap().push(r.clone()));
-    let guard = LeaseGuard::spawn_thread(backend.clone(), lease.clone(), options).unwrap();
+    let guard = LeaseGuard::builder(backend.clone(), &key, D)
+        .on_lost(move |r| seen.lock().unwrap().push(r.clone()))
+        .acquire_blocking()
+        .unwrap();
     backend.fail_renewals.store(true, Ordering::SeqCst);
     // Before the deadline the holder still trusts the lease while renewals fail.
     let mut elapsed = Duration::ZERO;
@@ -178,56 +211,78 @@ fn transient_failures_are_ridden_out_until_the_deadline_then_reported() {
     assert!(backend.renewals.load(Ordering::SeqCst) > 3, "retried");
     // Keep failing past the deadline: the keeper gives up there, so do not wait for it to sleep.
     step(&clock, D / 5);
-    let reason = lease_core::executor::block_on(guard.lost());
+    wait_for(|| !reasons.lock().unwrap().is_empty());
+    let reason = lost_reason(guard.check());
+    // The last renewal's error is the reason's source, with its own cause below it.
+    let LossReason::BackendFailing(last) = &reason else {
+        panic!("{reason:?}")
+    };
+    assert!(last.is_transient(), "{last}");
+    let cause = std::error::Error::source(last.as_ref()).map(ToString::to_string);
+    assert_eq!(cause.as_deref(), Some("injected throttling"));
+    let error = guard.check().unwrap_err();
+    let chain: Vec<String> =
+        std::iter::successors(Some(&error as &(dyn std::error::Error + 'static)), |e| {
+            e.source()
+        })
+        .map(ToString::to_string)
+        .collect();
     assert!(
-        matches!(reason, LossReason::BackendFailing { ref last_error } if last_error.contains("injected")),
-        "{reason:?}"
+        chain.iter().any(|e| e == "injected throttling"),
+        "{chain:?}"
     );
     assert_eq!(reasons.lock().unwrap().len(), 1, "callback told once");
-    assert!(guard.check().is_err());
 }
 
 #[test]
 fn a_hung_renewal_is_cut_off_at_the_deadline() {
-    let (clock, backend, lease) = setup();
-    let guard =
-        LeaseGuard::spawn_thread(backend.clone(), lease.clone(), KeeperOptions::default()).unwrap();
+    let (clock, backend, key) = setup();
+    let reasons = Arc::new(Mutex::new(Vec::new()));
+    let seen = reasons.clone();
+    let guard = LeaseGuard::builder(backend.clone(), &key, D)
+        .on_lost(move |r| seen.lock().unwrap().push(r.clone()))
+        .acquire_blocking()
+        .unwrap();
     backend.hang_renewals.store(true, Ordering::SeqCst);
     step(&clock, D / 3);
     wait_for(|| backend.renewals.load(Ordering::SeqCst) == 1);
     assert!(guard.check().is_ok());
     step(&clock, D);
-    assert_eq!(
-        lease_core::executor::block_on(guard.lost()),
-        LossReason::DeadlinePassed
-    );
+    wait_for(|| !reasons.lock().unwrap().is_empty());
+    assert_eq!(reasons.lock().unwrap()[0], LossReason::DeadlinePassed);
+    assert_eq!(lost_reason(guard.check()), LossReason::DeadlinePassed);
 }
 
 #[test]
-fn check_fails_at_the_deadline_even_if_the_keeper_never_ran() {
-    let (clock, backend, lease) = setup();
-    let (guard, _task_never_polled) =
-        LeaseGuard::new(backend, lease.clone(), KeeperOptions::default());
-    assert!(guard.is_trusted());
-    clock.advance(lease.remaining(clock.as_ref()));
-    assert_eq!(guard.check(), Err(LossReason::DeadlinePassed));
+fn check_fails_at_the_deadline_even_if_the_keeper_never_noticed() {
+    let (clock, backend, key) = setup();
+    let guard = keep(&backend, &key);
+    backend.hang_renewals.store(true, Ordering::SeqCst);
+    assert!(guard.check().is_ok());
+    // One jump past the deadline: whatever the keeper thread has seen yet, the guard's own
+    // monotonic check says the lease can no longer be trusted.
+    clock.advance(D);
+    assert!(guard.deadline() <= clock.monotonic());
+    assert!(matches!(guard.check(), Err(LeaseError::Lost { .. })));
 }
 
 #[test]
 fn takeover_is_reported_as_not_owned() {
-    let (clock, backend, lease) = setup();
-    let guard =
-        LeaseGuard::spawn_thread(backend.clone(), lease.clone(), KeeperOptions::default()).unwrap();
-    lease_core::executor::block_on(backend.inner.release(
-        lease.key(),
-        lease.token(),
-        lease.fencing_token(),
-    ))
-    .unwrap();
-    let thief = lease_core::executor::block_on(backend.acquire(lease.key(), D)).unwrap();
+    let (clock, backend, key) = setup();
+    let reasons = Arc::new(Mutex::new(Vec::new()));
+    let seen = reasons.clone();
+    let guard = LeaseGuard::builder(backend.clone(), &key, D)
+        .on_lost(move |r| seen.lock().unwrap().push(r.clone()))
+        .acquire_blocking()
+        .unwrap();
+    let (token, _) = holder(&backend, &key);
+    pollster::block_on(backend.inner.release(&key, &token, guard.fencing_token())).unwrap();
+    let once = AcquireOptions::default();
+    let thief = pollster::block_on(backend.try_acquire(&key, D, &once)).unwrap();
     step(&clock, D / 3);
+    wait_for(|| !reasons.lock().unwrap().is_empty());
     assert_eq!(
-        lease_core::executor::block_on(guard.lost()),
+        lost_reason(guard.check()),
         LossReason::NotOwned(NotOwnedReason::TakenOver)
     );
     assert!(thief.fencing_token() > guard.fencing_token());
@@ -235,15 +290,12 @@ fn takeover_is_reported_as_not_owned() {
 
 #[test]
 fn dropping_the_guard_releases_and_explicit_release_is_one_call() {
-    let (_clock, backend, lease) = setup();
-    let guard =
-        LeaseGuard::spawn_thread(backend.clone(), lease.clone(), KeeperOptions::default()).unwrap();
+    let (_clock, backend, key) = setup();
+    let guard = keep(&backend, &key);
     drop(guard);
     wait_for(|| backend.releases.load(Ordering::SeqCst) == 1);
-    let next = lease_core::executor::block_on(backend.acquire(lease.key(), D)).unwrap();
-
-    let guard = LeaseGuard::spawn_thread(backend.clone(), next, KeeperOptions::default()).unwrap();
-    lease_core::executor::block_on(guard.release()).unwrap();
+    let guard = keep(&backend, &key);
+    guard.release().unwrap();
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(
         backend.releases.load(Ordering::SeqCst),
@@ -252,24 +304,32 @@ fn dropping_the_guard_releases_and_explicit_release_is_one_call() {
     );
 }
 
+/// The async guard's `lost()` completes with the reason on any executor.
+#[test]
+fn an_async_guard_reports_its_loss_through_lost() {
+    let (clock, backend, key) = setup();
+    let guard =
+        pollster::block_on(LeaseGuard::builder(backend.clone(), &key, D).acquire()).unwrap();
+    let (token, _) = holder(&backend, &key);
+    pollster::block_on(backend.inner.release(&key, &token, guard.fencing_token())).unwrap();
+    step(&clock, D / 3);
+    assert_eq!(
+        pollster::block_on(guard.lost()),
+        LossReason::NotOwned(NotOwnedReason::Missing)
+    );
+    assert!(guard.check().is_err());
+}
+
 #[cfg(feature = "tokio")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spawns_on_tokio_and_runs_with_the_system_clock() {
+async fn keeps_on_tokio_and_runs_with_the_system_clock() {
     let backend: Arc<dyn LeaseBackend> = Arc::new(MemoryBackend::new());
     let key = LeaseKey::new("tokio").unwrap();
-    let lease = backend
-        .acquire(&key, Duration::from_millis(300))
+    let guard = LeaseGuard::builder(backend.clone(), &key, Duration::from_millis(300))
+        .acquire()
         .await
         .unwrap();
-    let guard = LeaseGuard::spawn(backend.clone(), lease, KeeperOptions::default()).unwrap();
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(guard.check().is_ok(), "renewed for three durations");
-    guard.release().await.unwrap();
-    let guard = LeaseGuard::builder(backend.clone(), &key, Duration::from_millis(300))
-        .acquire_spawned()
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(guard.check().is_ok(), "kept from a tokio task");
     guard.release().await.unwrap();
 }

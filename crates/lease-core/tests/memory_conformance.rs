@@ -16,7 +16,7 @@ fn harness(_name: &str, case: Case) {
     let clock = Arc::new(ManualClock::new());
     let backend = Arc::new(MemoryBackend::builder().with_clock(clock.clone()).build());
     let subject = Subject::new(backend, clock);
-    lease_core::executor::block_on(case(&subject));
+    pollster::block_on(case(&subject));
 }
 
 lease_core::conformance_tests!(harness);
@@ -97,17 +97,17 @@ fn a_backend_without_delete_says_unsupported_and_passes_the_delete_cases() {
         MemoryBackend::builder().with_clock(clock.clone()).build(),
     ));
     let key = LeaseKey::new("kept").unwrap();
-    let lease = lease_core::executor::block_on(lease_core::LeaseBackendExt::acquire(
-        &*backend,
+    let lease = pollster::block_on(backend.try_acquire(
         &key,
         Duration::from_secs(10),
+        &lease_core::AcquireOptions::default(),
     ))
     .unwrap();
     let dyn_backend: Arc<dyn LeaseBackend> = backend.clone();
-    let err = lease_core::executor::block_on(dyn_backend.delete(
+    let err = pollster::block_on(dyn_backend.delete(
         &key,
         Some(lease.token()),
-        lease.fencing_token(),
+        Some(lease.fencing_token()),
     ))
     .unwrap_err();
     assert!(err.is_unsupported(), "{err}");
@@ -116,15 +116,13 @@ fn a_backend_without_delete_says_unsupported_and_passes_the_delete_cases() {
         "the no-delete backend does not support delete"
     );
     assert!(
-        lease_core::executor::block_on(backend.inspect(&key))
-            .unwrap()
-            .is_some(),
+        pollster::block_on(backend.inspect(&key)).unwrap().is_some(),
         "nothing deleted"
     );
     let subject = Subject::new(backend, clock);
     for (name, case) in lease_core::conformance::CASES {
         if name.starts_with("delete_") {
-            lease_core::executor::block_on(case(&subject));
+            pollster::block_on(case(&subject));
         }
     }
 }

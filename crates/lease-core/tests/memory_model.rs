@@ -25,7 +25,7 @@ proptest! {
 
     #[test]
     fn memory_backend_matches_the_model(ops in ops(3, 2, DURATION, 60)) {
-        let result = lease_core::executor::block_on(check_against_model(&subject(Duration::ZERO), DURATION, &ops));
+        let result = pollster::block_on(check_against_model(&subject(Duration::ZERO), DURATION, &ops));
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }
@@ -40,7 +40,7 @@ fn checker_catches_a_backend_that_breaks_the_skew_allowance() {
         lease_core::conformance::model::Op::Acquire { client: 1, key: 0 },
     ];
     // The memory backend has no allowance; the model is told it has 100 ms, so it expects Held.
-    let result = lease_core::executor::block_on(check_against_model(
+    let result = pollster::block_on(check_against_model(
         &subject(Duration::from_millis(100)),
         DURATION,
         &ops,
@@ -55,7 +55,7 @@ proptest! {
     /// slot strictly increasing, as N changes and holders pause.
     #[test]
     fn memory_counting_leases_match_the_model(ops in counting_ops(5, 4, DURATION, 60)) {
-        let result = lease_core::executor::block_on(check_counting_against_model(&subject(Duration::ZERO), DURATION, &ops));
+        let result = pollster::block_on(check_counting_against_model(&subject(Duration::ZERO), DURATION, &ops));
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }
@@ -83,7 +83,7 @@ impl lease_core::LeaseBackend for Usurper {
                 result => return result,
             };
             let holder = held.holder().unwrap();
-            let (token, fencing) = (holder.token().unwrap(), holder.fencing().unwrap());
+            let (token, fencing) = (holder.token().unwrap(), holder.fencing_token().unwrap());
             self.0.release(key, token, fencing).await.unwrap();
             self.0.try_acquire(key, duration, options).await
         })
@@ -126,8 +126,7 @@ fn counting_checker_catches_a_slot_given_twice() {
         lose_reply: false,
     };
     let ops = [acquire(0), acquire(1), acquire(2)];
-    let result =
-        lease_core::executor::block_on(check_counting_against_model(&subject, DURATION, &ops));
+    let result = pollster::block_on(check_counting_against_model(&subject, DURATION, &ops));
     let error = result.unwrap_err();
     // Caught when a held slot is granted (step 1, if the first slot tried is held), or at the
     // latest when a third holder gets in (step 2).

@@ -9,14 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lease_core::conformance::recording::CapturedMetrics;
-use lease_core::executor::block_on;
 use lease_core::metrics::{
     ACQUISITIONS, LOSSES, RENEWAL_DURATION, RENEWAL_FAILURES, RENEWAL_TIME_LEFT, RENEWALS,
     TAKEOVERS,
 };
-use lease_core::{
-    AcquireOptions, KeeperOptions, LeaseBackend, LeaseGuard, LeaseKey, ManualClock, MemoryBackend,
-};
+use lease_core::{AcquireOptions, LeaseBackend, LeaseGuard, LeaseKey, ManualClock, MemoryBackend};
+use pollster::block_on;
 
 const D: Duration = Duration::from_secs(10);
 
@@ -82,22 +80,25 @@ fn every_core_metric_moves_as_the_operations_happen() {
     // A kept lease renews through its keeper, then loses the lease when it is released behind
     // its back (a forced loss): counted by reason.
     let b = LeaseKey::new("b").unwrap();
-    let held = block_on(store.try_acquire(&b, D, &once)).unwrap();
     let backend: Arc<dyn LeaseBackend> = store.clone();
-    let options = KeeperOptions::default().with_renew_every(Duration::from_secs(1));
-    let guard = LeaseGuard::spawn_thread(backend, held.clone(), options).unwrap();
+    let guard = LeaseGuard::builder(backend, &b, D)
+        .with_renew_every(Duration::from_secs(1))
+        .acquire_blocking()
+        .unwrap();
+    let record = block_on(store.inspect(&b)).unwrap().unwrap();
+    let token = record.holder().and_then(|h| h.token()).unwrap().clone();
     let renewals = recording.counter(RENEWALS, &memory);
     // The keeper thread may not wait on the clock yet: advance in steps until it renews.
     eventually("the keeper renews", || {
         clock.advance(Duration::from_millis(100));
         recording.counter(RENEWALS, &memory) > renewals
     });
-    block_on(store.release(&b, held.token(), held.fencing_token())).unwrap();
+    block_on(store.release(&b, &token, guard.fencing_token())).unwrap();
     eventually("the keeper finds the lease gone", || {
         clock.advance(Duration::from_millis(100));
-        !guard.is_trusted()
+        guard.check().is_err()
     });
-    let reason = block_on(guard.lost());
+    let reason = guard.check().unwrap_err();
     let lost = [("backend", "memory"), ("reason", "missing")];
     assert_eq!(recording.counter(LOSSES, &lost), 1, "{reason}");
     drop(guard);
@@ -118,7 +119,7 @@ fn every_core_metric_moves_as_the_operations_happen() {
                 "{name}: label {label}"
             );
             assert!(value != "a" && value != "b", "{name}: {label}={value}");
-            assert_ne!(value, held.token().as_str(), "{name}: a token in {label}");
+            assert_ne!(value, token.as_str(), "{name}: a token in {label}");
         }
     }
 }

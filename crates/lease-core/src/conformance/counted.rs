@@ -169,7 +169,7 @@ impl LeaseBackend for CountedBackend {
         &'a self,
         key: &'a LeaseKey,
         holder: Option<&'a LeaseToken>,
-        fencing: FencingToken,
+        fencing: Option<FencingToken>,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         self.send(&self.deletes).delete(key, holder, fencing)
     }
