@@ -80,7 +80,7 @@ pub trait Clock: Send + Sync + fmt::Debug {
 ///
 /// let clock = SystemClock;
 /// let before = clock.monotonic();
-/// lease_core::executor::block_on(clock.sleep(Duration::from_millis(5)));
+/// pollster::block_on(clock.sleep(Duration::from_millis(5)));
 /// assert!(clock.monotonic() - before >= Duration::from_millis(5));
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
@@ -335,7 +335,7 @@ impl Future for TimerSleep {
 /// assert_eq!(clock.monotonic() - t0, Duration::from_secs(30));
 ///
 /// clock.set_auto_advance(true);
-/// lease_core::executor::block_on(clock.sleep(Duration::from_secs(5)));
+/// pollster::block_on(clock.sleep(Duration::from_secs(5)));
 /// assert_eq!(clock.monotonic() - t0, Duration::from_secs(35));
 /// ```
 #[derive(Debug)]

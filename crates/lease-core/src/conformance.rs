@@ -16,12 +16,13 @@
 //!     let clock = Arc::new(ManualClock::new());
 //!     let backend = MemoryBackend::builder().with_clock(clock.clone()).build();
 //!     let subject = Subject::new(Arc::new(backend), clock);
-//!     lease_core::executor::block_on(case(&subject));
+//!     pollster::block_on(case(&subject));
 //! }
 //!
 //! // In a test file: `lease_core::conformance_tests!(harness);`
-//! // Here, run one case by hand:
-//! harness("exclusive_acquire", lease_core::conformance::exclusive_acquire);
+//! // Here, run one case by hand, by its name in `CASES`:
+//! let (name, case) = lease_core::conformance::CASES[0];
+//! harness(name, case);
 //! ```
 //!
 //! Cases panic (with a message naming the broken rule) when the backend breaks the contract.
@@ -214,6 +215,7 @@ fn near(a: SystemTime, b: SystemTime, within: Duration) -> bool {
 }
 
 /// A held key cannot be acquired again, not even by the same client.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn exclusive_acquire(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("exclusive");
@@ -244,6 +246,7 @@ pub fn exclusive_acquire(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// The held error says who holds the lease and until when.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn held_error_names_holder(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("holder");
@@ -274,6 +277,7 @@ pub fn held_error_names_holder(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// Only the owner renews and releases; a released key is free at once.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn renew_and_release_by_owner_only(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("owner-only");
@@ -340,6 +344,7 @@ pub fn renew_and_release_by_owner_only(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// After another owner takes an expired lease, the old holder can neither renew nor release.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn renew_after_takeover_is_not_owned(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("takeover");
@@ -379,6 +384,7 @@ pub fn renew_after_takeover_is_not_owned(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// A lease is held until it expires, then anyone may take it over with a greater fencing token.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn expiry_then_takeover(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("expiry");
@@ -403,6 +409,7 @@ pub fn expiry_then_takeover(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// Fencing tokens grow across acquire, release, expiry and takeover.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn fencing_strictly_increasing(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("fencing");
@@ -430,6 +437,7 @@ pub fn fencing_strictly_increasing(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// Many concurrent contenders for one free key: exactly one wins, the rest see it held.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn concurrent_contenders_one_winner(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         for round in 0..3 {
@@ -457,6 +465,7 @@ pub fn concurrent_contenders_one_winner(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// Bad durations and tokens fail as invalid input and write nothing.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn validation_rejects_bad_input(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("validation");
@@ -492,6 +501,7 @@ pub fn validation_rejects_bad_input(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// Inspect shows the holder and the fencing token, and changes nothing.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn inspect_reports_the_record(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("inspect");
@@ -521,6 +531,7 @@ pub fn inspect_reports_the_record(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// Waiting for a held lease succeeds right after it expires, and times out while it does not.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn wait_takes_over_after_expiry(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("wait");
@@ -558,6 +569,7 @@ pub fn wait_takes_over_after_expiry(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// A guard renews ahead of expiry and reports a takeover as a loss.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn guard_renews_and_reports_loss(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("guard");
@@ -601,6 +613,7 @@ pub fn guard_renews_and_reports_loss(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// Listing a partition returns every record under it, sorted, released ones included.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn listing_sees_every_sort_key(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let listing = s
@@ -636,6 +649,7 @@ pub fn listing_sees_every_sort_key(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// Fenced values: the newest token reads and writes, older ones are refused, values round-trip.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn fenced_values_refuse_stale_writers(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let fenced = s.backend.as_fenced_values().expect(
@@ -740,6 +754,7 @@ pub mod model;
 pub mod recording;
 
 pub use counted::{CountedBackend, RequestCounts};
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub use counting::{
     counting_lease_admits_at_most_n, counting_lease_limit_changes_never_share_a_slot,
     counting_lease_slots_expire_and_fence, counting_lease_survives_lost_replies,
@@ -748,6 +763,7 @@ pub use counting::{
 
 /// A token names one tenure: a second caller with the same token is a second contender, and a
 /// later tenure under the same token is not the earlier one.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn same_token_is_a_second_contender(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("same-token");
@@ -798,6 +814,7 @@ pub fn same_token_is_a_second_contender(s: &Subject) -> BoxFuture<'_, ()> {
 }
 
 /// Release succeeds only for the tenure it names, and says so truthfully when a reply is lost.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn release_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("release-truth");
@@ -980,6 +997,7 @@ fn refused(result: Result<(), LeaseError>, what: &str) -> LeaseError {
 
 /// Delete removes a record in exactly the state named, held (expired or not) or free: the key is
 /// then absent from inspect and listing, and acquiring it starts afresh.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn delete_removes_the_named_record(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         if !offers_delete(s).await {
@@ -1080,6 +1098,7 @@ async fn deleted_key_is_acquired_afresh(s: &Subject, held: &LeaseKey) {
 /// Delete is a compare-and-delete: a record in any state but the one named (another token,
 /// another fencing token, held where free was named or free where held was named) is refused as
 /// not-owned and left exactly as it was.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn delete_refuses_any_other_state(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         if !offers_delete(s).await {
@@ -1161,6 +1180,7 @@ pub fn delete_refuses_any_other_state(s: &Subject) -> BoxFuture<'_, ()> {
 /// deleted the record; otherwise not-owned (the record is gone either way), and never a record
 /// created since. Only for backends whose requests cross a network
 /// ([`Subject::with_reply_faults`]), and that offer delete.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn delete_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let Some(faults) = s.faults.clone() else {
@@ -1237,6 +1257,7 @@ pub fn delete_tells_the_truth(s: &Subject) -> BoxFuture<'_, ()> {
 
 /// A value published with an acquisition is in the record for the whole tenure (renewals keep
 /// it), shown to contenders, and gone with the tenure; an oversized one writes nothing.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn published_value_reaches_readers(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let key = s.key("value");
@@ -1302,6 +1323,7 @@ pub fn published_value_reaches_readers(s: &Subject) -> BoxFuture<'_, ()> {
 
 /// An election's observer reports the current state, then each new leader once (value and
 /// fencing token as the leader's lease has them) and each vacancy (release, expiry) once.
+#[doc(hidden)] // run through conformance_tests! and CASES, by name
 pub fn observer_reports_each_tenure_once(s: &Subject) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         use crate::{Election, LeaderChange};

@@ -45,23 +45,25 @@ const DESCRIPTION_RETRY: Duration = Duration::from_millis(1);
 ///
 /// ```
 /// use lease_core::{Election, LeaderChange, LeaseKey, MemoryBackend};
-/// use lease_core::executor::block_on;
+/// use pollster::block_on;
 /// use std::sync::Arc;
 /// use std::time::Duration;
 ///
 /// let store = Arc::new(MemoryBackend::new());
 /// let election = Election::new(store, &LeaseKey::new("primary")?, Duration::from_secs(10));
-/// let mut observer = election.observe();
-/// assert!(matches!(observer.next_blocking()?, LeaderChange::Vacant));
+/// // A follower: an Observer is a Stream of changes (here without a runtime).
+/// let mut changes = futures::executor::block_on_stream(election.observe());
+/// assert!(matches!(changes.next().transpose()?, Some(LeaderChange::Vacant)));
 ///
+/// // A candidate: waits until elected, then its guard renews the lease.
 /// let guard = election.campaign("10.0.0.7:5432").acquire_blocking()?;
-/// let LeaderChange::Elected(leader) = observer.next_blocking()? else { panic!("a leader") };
-/// assert_eq!(leader.value(), Some("10.0.0.7:5432"));
-/// assert_eq!(leader.fencing_token(), guard.fencing_token());
+/// let Some(LeaderChange::Elected(leader)) = changes.next().transpose()? else { panic!("a leader") };
+/// assert_eq!(leader.value(), Some("10.0.0.7:5432")); // where to route
+/// assert_eq!(leader.fencing_token(), Some(guard.fencing_token())); // what to fence with
 /// assert_eq!(block_on(election.leader())?, Some(leader));
 ///
-/// block_on(guard.release())?; // resign
-/// assert!(matches!(observer.next_blocking()?, LeaderChange::Vacant));
+/// guard.release()?; // resign: observers report the vacancy
+/// assert!(matches!(changes.next().transpose()?, Some(LeaderChange::Vacant)));
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 #[derive(Clone)]

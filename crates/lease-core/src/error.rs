@@ -269,14 +269,18 @@ impl fmt::Display for LossReason {
 /// common branches (the Go package's `IsLeaseHeld` and `IsLeaseNotOwned`).
 ///
 /// ```
-/// use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend};
+/// use lease_core::{LeaseGuard, LeaseKey, MemoryBackend, WaitOptions};
+/// use std::sync::Arc;
 /// use std::time::Duration;
 ///
-/// let store = MemoryBackend::new();
+/// let store = Arc::new(MemoryBackend::new());
 /// let key = LeaseKey::new("nightly-report")?;
 /// let d = Duration::from_secs(30);
-/// let _mine = lease_core::executor::block_on(store.acquire(&key, d))?;
-/// let err = lease_core::executor::block_on(store.try_acquire(&key, d, &AcquireOptions::default())).unwrap_err();
+/// let _mine = LeaseGuard::builder(store.clone(), &key, d).acquire_blocking()?;
+/// let err = LeaseGuard::builder(store, &key, d)
+///     .with_wait(WaitOptions::new(Duration::ZERO))
+///     .acquire_blocking()
+///     .unwrap_err();
 /// assert!(err.is_held());
 /// assert!(err.holder().and_then(|h| h.expires_at()).is_some());
 /// # Ok::<(), lease_core::LeaseError>(())

@@ -23,16 +23,6 @@ impl Wake for ThreadWaker {
     }
 }
 
-/// Runs a future to completion on the current thread, parking between polls.
-///
-/// Enough for the memory and file backends and for [`SystemClock`](crate::SystemClock) sleeps.
-/// A backend that does network I/O on a runtime (such as DynamoDB on tokio) must be driven by that
-/// runtime instead.
-///
-/// ```
-/// let answer = lease_core::executor::block_on(async { 6 * 7 });
-/// assert_eq!(answer, 42);
-/// ```
 pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
@@ -45,15 +35,6 @@ pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
     }
 }
 
-/// Polls all futures concurrently and returns their outputs in order.
-///
-/// ```
-/// let outputs = lease_core::executor::block_on(lease_core::executor::join_all(vec![
-///     Box::pin(async { 1 }) as std::pin::Pin<Box<dyn std::future::Future<Output = i32>>>,
-///     Box::pin(async { 2 }),
-/// ]));
-/// assert_eq!(outputs, vec![1, 2]);
-/// ```
 #[cfg(any(test, feature = "conformance"))]
 pub(crate) fn join_all<F: Future + Unpin>(futures: Vec<F>) -> JoinAll<F> {
     JoinAll {
@@ -117,17 +98,6 @@ impl<F: Future + Unpin> Future for JoinAll<F> {
     }
 }
 
-/// Sleeps on `clock` until its monotonic time reaches `deadline` (at once if it has).
-///
-/// ```
-/// use lease_core::executor::{block_on, sleep_until};
-/// use lease_core::{Clock, SystemClock};
-/// use std::time::Duration;
-///
-/// let deadline = SystemClock.monotonic() + Duration::from_millis(5);
-/// block_on(sleep_until(&SystemClock, deadline));
-/// assert!(SystemClock.monotonic() >= deadline);
-/// ```
 pub(crate) fn sleep_until(clock: &dyn Clock, deadline: Instant) -> BoxFuture<'static, ()> {
     clock.sleep(deadline.saturating_duration_since(clock.monotonic()))
 }

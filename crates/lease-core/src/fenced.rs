@@ -23,21 +23,24 @@ pub const MAX_FENCED_VALUE_BYTES: usize = 64 * 1024;
 /// that do not collide with lease keys (for example a `checkpoints/` partition).
 ///
 /// ```
-/// use lease_core::{FencedValues, LeaseBackendExt, LeaseKey, MemoryBackend};
+/// use lease_core::{FencedValues, LeaseGuard, LeaseKey, MemoryBackend};
+/// use pollster::block_on;
+/// use std::sync::Arc;
 /// use std::time::Duration;
 ///
-/// let store = MemoryBackend::new();
+/// let store = Arc::new(MemoryBackend::new());
 /// let shard = LeaseKey::new("shard-7")?;
 /// let name = LeaseKey::with_sort_key("checkpoints", "shard-7")?;
-/// let old = lease_core::executor::block_on(store.acquire(&shard, Duration::from_secs(5)))?;
-/// lease_core::executor::block_on(store.put_fenced(&name, old.fencing_token(), b"offset=10"))?;
+/// let old = LeaseGuard::builder(store.clone(), &shard, Duration::from_secs(5)).acquire_blocking()?;
+/// let old_token = old.fencing_token();
+/// block_on(store.put_fenced(&name, old_token, b"offset=10"))?;
 /// // The old owner is paused past its lease; the next owner fences the name and reads.
-/// lease_core::executor::block_on(store.release_lease(&old))?;
-/// let new = lease_core::executor::block_on(store.acquire(&shard, Duration::from_secs(5)))?;
-/// let seen = lease_core::executor::block_on(store.fence_and_read(&name, new.fencing_token()))?;
+/// old.release()?;
+/// let new = LeaseGuard::builder(store.clone(), &shard, Duration::from_secs(5)).acquire_blocking()?;
+/// let seen = block_on(store.fence_and_read(&name, new.fencing_token()))?;
 /// assert_eq!(seen.as_deref(), Some(&b"offset=10"[..]));
 /// // The old owner wakes up and writes: refused.
-/// let late = lease_core::executor::block_on(store.put_fenced(&name, old.fencing_token(), b"offset=9"));
+/// let late = block_on(store.put_fenced(&name, old_token, b"offset=9"));
 /// assert!(late.unwrap_err().is_not_owned());
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```

@@ -103,7 +103,7 @@ fn decimal(n: u128, unit: u128) -> String {
         return whole.to_string();
     }
     let mut width = unit.ilog10() as usize;
-    while fraction.is_multiple_of(10) {
+    while fraction % 10 == 0 {
         fraction /= 10;
         width -= 1;
     }

@@ -605,9 +605,7 @@ impl<T> Future for Race<'_, T> {
         if let Some(stop) = self.shared.stop_requested(cx) {
             return Poll::Ready(Event::Stop(stop));
         }
-        if let Some(work) = self.work.as_mut()
-            && let Poll::Ready(output) = work.as_mut().poll(cx)
-        {
+        if let Some(Poll::Ready(output)) = self.work.as_mut().map(|work| work.as_mut().poll(cx)) {
             return Poll::Ready(Event::Done(output));
         }
         match self.timer.as_mut().poll(cx) {

@@ -23,19 +23,20 @@ use crate::{
 /// the other backends.
 ///
 /// ```
-/// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, ManualClock, MemoryBackend};
+/// use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, ManualClock, MemoryBackend};
 /// use std::sync::Arc;
 /// use std::time::Duration;
 ///
 /// let clock = Arc::new(ManualClock::new());
 /// let store = MemoryBackend::builder().with_clock(clock.clone()).build();
 /// let key = LeaseKey::new("rebuild-index")?;
+/// let once = AcquireOptions::default();
 ///
-/// let first = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+/// let first = pollster::block_on(store.try_acquire(&key, Duration::from_secs(10), &once))?;
 /// clock.advance(Duration::from_secs(11));
-/// let second = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(10)))?;
+/// let second = pollster::block_on(store.try_acquire(&key, Duration::from_secs(10), &once))?;
 /// assert!(second.fencing_token() > first.fencing_token());
-/// assert!(lease_core::executor::block_on(store.renew(&first, Duration::from_secs(10))).unwrap_err().is_not_owned());
+/// assert!(pollster::block_on(store.renew(&first, Duration::from_secs(10))).unwrap_err().is_not_owned());
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 #[derive(Clone)]
@@ -147,9 +148,7 @@ impl MemoryBackend {
             holder: None,
             fencing: 0,
         });
-        if let Some(holder) = &entry.holder
-            && now < holder.expires_at
-        {
+        if let Some(holder) = entry.holder.as_ref().filter(|h| now < h.expires_at) {
             return Err(LeaseError::held(
                 key.clone(),
                 Some(holder.describe(entry.fencing)),

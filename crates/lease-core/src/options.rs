@@ -103,7 +103,7 @@ impl AcquireOptions {
     ///
     /// ```
     /// use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, MemoryBackend};
-    /// use lease_core::executor::block_on;
+    /// use pollster::block_on;
     /// use std::time::Duration;
     ///
     /// let store = MemoryBackend::new();

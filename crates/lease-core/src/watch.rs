@@ -15,7 +15,7 @@ use crate::{BoxFuture, RecordWatch};
 ///
 /// ```
 /// use lease_core::backend::Changes;
-/// use lease_core::executor::block_on;
+/// use pollster::block_on;
 ///
 /// let changes = Changes::new();
 /// let mut watch = changes.watch();

@@ -25,8 +25,8 @@ use crate::{
 /// let store = CountedBackend::new(Arc::new(MemoryBackend::new()));
 /// let key = LeaseKey::new("job")?;
 /// let once = AcquireOptions::default();
-/// lease_core::executor::block_on(store.try_acquire(&key, Duration::from_secs(10), &once))?;
-/// lease_core::executor::block_on(store.inspect(&key))?;
+/// pollster::block_on(store.try_acquire(&key, Duration::from_secs(10), &once))?;
+/// pollster::block_on(store.inspect(&key))?;
 /// let counts = store.counts();
 /// assert_eq!((counts.requests, counts.acquires, counts.records), (2, 1, 1));
 /// # Ok::<(), lease_core::LeaseError>(())

@@ -166,7 +166,7 @@ impl CountingRun<'_> {
         }
         let counting = CountingLease::new(self.name.clone(), limit).map_err(|e| e.to_string())?;
         let free: BTreeSet<u32> = (0..limit).filter(|slot| self.is_free(*slot)).collect();
-        if lose_reply && let Some(faults) = &self.subject.faults {
+        if let Some(faults) = self.subject.faults.as_ref().filter(|_| lose_reply) {
             faults.lose_next_reply(None);
         }
         let result = counting
@@ -195,8 +195,9 @@ impl CountingRun<'_> {
             ));
         }
         let state = self.slots.entry(slot).or_default();
-        if let Some(last) = state.last_fencing
-            && lease.fencing_token() <= last
+        if let Some(last) = state
+            .last_fencing
+            .filter(|last| lease.fencing_token() <= *last)
         {
             return Err(format!(
                 "slot {slot}'s fencing token {} is not above {last}",
@@ -284,13 +285,15 @@ impl CountingRun<'_> {
 /// ```
 /// use lease_core::conformance::counting_model::check_trusted_slots;
 /// use lease_core::{CountingLease, LeaseBackend, LeaseKey, MemoryBackend};
-/// use lease_core::executor::block_on;
+/// use pollster::block_on;
 /// use std::time::Duration;
 ///
 /// let store = MemoryBackend::new();
 /// let two = CountingLease::new(LeaseKey::new("backfill")?, 2)?;
-/// let a = block_on(two.acquire(&store, Duration::from_secs(5)))?;
-/// let b = block_on(two.acquire(&store, Duration::from_secs(5)))?;
+/// let once = lease_core::AcquireOptions::default();
+/// let a = block_on(store.try_acquire(two.name(), Duration::from_secs(5), &once))?;
+/// let second = two.slot_key(1).expect("two slots");
+/// let b = block_on(store.try_acquire(second, Duration::from_secs(5), &once))?;
 /// let slot = |l: &lease_core::Lease| two.slot_of(l.key()).unwrap_or(u32::MAX);
 /// let held = [(slot(&a), 2, &a), (slot(&b), 2, &b)];
 /// assert!(check_trusted_slots(store.clock(), held).is_ok());

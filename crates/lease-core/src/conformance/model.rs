@@ -169,8 +169,9 @@ impl ModelRun<'_> {
             return Err(format!("model says {expect:?}, backend {result:?}"));
         }
         if let Ok(lease) = result {
-            if let Some(last) = state.last_fencing
-                && lease.fencing_token() <= last
+            if let Some(last) = state
+                .last_fencing
+                .filter(|last| lease.fencing_token() <= *last)
             {
                 return Err(format!(
                     "fencing token {} not above {last}",
