@@ -44,7 +44,7 @@ fn main() {
     let smoke_test = !std::env::args().any(|a| a == "--bench");
     let quick = smoke_test || std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
     let plan = Plan::new(quick);
-    let section = match std::env::var(lease_dynamo::ENDPOINT_ENV) {
+    let section = match std::env::var(support::ENDPOINT_ENV) {
         Ok(endpoint) if !endpoint.is_empty() => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -55,11 +55,11 @@ fn main() {
         _ => {
             let text = format!(
                 "## lease-dynamo: DynamoDB Local\n\nSkipped: `{}` was not set (run `cargo xtask bench`).\n",
-                lease_dynamo::ENDPOINT_ENV
+                support::ENDPOINT_ENV
             );
             eprintln!(
                 "SKIPPED: dynamo_lease bench: {} not set",
-                lease_dynamo::ENDPOINT_ENV
+                support::ENDPOINT_ENV
             );
             text
         }
@@ -530,12 +530,25 @@ async fn run(endpoint: &str, plan: &Plan) -> String {
             .build(),
     );
     let table = support::fresh_table(&client, "bench").await;
-    let leases = DynamoLeases::new(client, table.clone()).unwrap();
+    let leases = DynamoLeases::new(client.clone(), table.clone()).unwrap();
+    // The raw calls go through a client configured as the manager configures its own copy:
+    // same endpoint and interceptors, the SDK's retries off, `RetryPolicy`'s 2 s per attempt.
+    let raw_client = Client::from_conf(
+        client
+            .config()
+            .to_builder()
+            .retry_config(aws_smithy_types::retry::RetryConfig::disabled())
+            .timeout_config(
+                aws_smithy_types::timeout::TimeoutConfig::builder()
+                    .operation_attempt_timeout(Duration::from_secs(2))
+                    .build(),
+            )
+            .build(),
+    );
     let mut bench = Bench {
         leases: &leases,
-        // The raw calls go through the manager's own client: same endpoint, same configuration.
         raw: Raw {
-            client: leases.client(),
+            client: &raw_client,
             table: &table,
         },
         counter: &counter,

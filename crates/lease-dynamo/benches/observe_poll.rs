@@ -29,7 +29,7 @@ fn main() {
     let smoke_test = !std::env::args().any(|a| a == "--bench");
     let quick = smoke_test || std::env::var("LEASE_BENCH_QUICK").is_ok_and(|v| v == "1");
     let rounds = if quick { 4 } else { 50 };
-    let section = match std::env::var(lease_dynamo::ENDPOINT_ENV) {
+    let section = match std::env::var(support::ENDPOINT_ENV) {
         Ok(endpoint) if !endpoint.is_empty() => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -41,12 +41,12 @@ fn main() {
         _ => {
             eprintln!(
                 "SKIPPED: observe_poll bench: {} not set",
-                lease_dynamo::ENDPOINT_ENV
+                support::ENDPOINT_ENV
             );
             format!(
                 "## lease-dynamo: how soon an observer learns of a change\n\nSkipped: `{}` was not \
                  set (run `cargo xtask bench`).\n",
-                lease_dynamo::ENDPOINT_ENV
+                support::ENDPOINT_ENV
             )
         }
     };

@@ -308,7 +308,7 @@ impl DynamoLeases {
                 "attribute `{}` holds {value}, which is not a fencing counter \
                  (a whole number from 0 to {FENCE_LIMIT}); nothing was acquired. Repair or \
                  remove the attribute: fencing tokens then restart from the clock-seeded value",
-                self.inner.names.fencing()
+                self.inner.names.fencing.as_str()
             ),
         )
     }
@@ -323,7 +323,7 @@ impl DynamoLeases {
                  expires: neither this crate nor the Go package writes an item so. Check that \
                  every writer uses the same attribute names, or break the lease with a forced \
                  release of the holder's token",
-                self.inner.names.expires_at()
+                self.inner.names.expires_at.as_str()
             ),
         )
     }

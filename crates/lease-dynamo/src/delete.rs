@@ -180,7 +180,7 @@ impl DynamoLeases {
     ) -> DeleteItemFluentBuilder {
         let inner = &self.inner;
         let (mut names, mut all) = common(&inner.names);
-        names.push(("#vfence", inner.names.value_fence()));
+        names.push(("#vfence", inner.names.value_fence.as_str()));
         all.extend(values);
         let mut request = inner
             .client

@@ -48,15 +48,15 @@ pub(crate) type Values = Vec<(&'static str, AttributeValue)>;
 /// The placeholders of the lease attributes, and the constants conditions compare with.
 pub(crate) fn common(names: &AttributeNames) -> (Placeholders<'_>, Values) {
     let placeholders = vec![
-        ("#token", names.token()),
-        ("#expires", names.expires_at()),
-        ("#expires_ms", names.expires_at_ms()),
-        ("#acquired", names.acquired_at()),
-        ("#fence", names.fencing()),
-        ("#owner", names.owner()),
-        ("#request", names.request()),
-        ("#ttl", names.ttl()),
-        ("#value", names.value()),
+        ("#token", names.token.as_str()),
+        ("#expires", names.expires_at.as_str()),
+        ("#expires_ms", names.expires_at_ms.as_str()),
+        ("#acquired", names.acquired_at.as_str()),
+        ("#fence", names.fencing.as_str()),
+        ("#owner", names.owner.as_str()),
+        ("#request", names.request.as_str()),
+        ("#ttl", names.ttl.as_str()),
+        ("#value", names.value.as_str()),
     ];
     let constants = vec![
         (":number", s("N")),

@@ -25,19 +25,19 @@ struct FencedItem {
 impl FencedItem {
     fn decode(leases: &DynamoLeases, name: &LeaseKey, item: &Item) -> Result<Self, LeaseError> {
         let names = &leases.inner.names;
-        let value = match item.get(names.fenced_value()) {
+        let value = match item.get(names.fenced_value.as_str()) {
             None => None,
             Some(AttributeValue::B(blob)) => Some(blob.clone().into_inner()),
             Some(_) => {
                 return Err(malformed(
                     name,
                     &leases.inner.table,
-                    format!("the `{}` attribute is not binary (B)", names.fenced_value()),
+                    format!("the `{}` attribute is not binary (B)", names.fenced_value.as_str()),
                 ));
             }
         };
         Ok(Self {
-            fence: get_u64(item, names.value_fence()),
+            fence: get_u64(item, names.value_fence.as_str()),
             value,
         })
     }
@@ -73,7 +73,7 @@ impl DynamoLeases {
                 .table_name(&inner.table)
                 .set_key(Some(self.key_item(name)))
                 .condition_expression(NOT_FENCED_OUT)
-                .expression_attribute_names("#vfence", names.value_fence())
+                .expression_attribute_names("#vfence", names.value_fence.as_str())
                 .expression_attribute_values(":t", n(fencing.get()))
                 .return_values_on_condition_check_failure(
                     ReturnValuesOnConditionCheckFailure::AllOld,
@@ -82,7 +82,7 @@ impl DynamoLeases {
             request = match value {
                 Some(value) => request
                     .update_expression("SET #val = :v, #vfence = :t")
-                    .expression_attribute_names("#val", names.fenced_value())
+                    .expression_attribute_names("#val", names.fenced_value.as_str())
                     .expression_attribute_values(":v", AttributeValue::B(Blob::new(value))),
                 None => request
                     .update_expression("SET #vfence = :t")
@@ -154,10 +154,16 @@ impl DynamoLeases {
                 "fenced write outcome unknown: an earlier attempt may have landed before a newer token fenced the name"
             );
             return Err(LeaseError::backend(
-                "dynamodb",
+                crate::BACKEND,
                 false,
-                "fenced write outcome unknown: an earlier attempt's reply was lost, and a newer \
-                 token has fenced the name since, so it may or may not have been applied",
+                crate::DynamoError::new(
+                    "UpdateItem",
+                    &self.inner.table,
+                    crate::DynamoErrorKind::Unreachable,
+                    "fenced write outcome unknown: an earlier attempt's reply was lost, and a \
+                     newer token has fenced the name since, so it may or may not have been \
+                     applied",
+                ),
             ));
         }
         tracing::debug!(fence = old.fence, "fenced out by a newer token");

@@ -11,6 +11,7 @@ use lease_core::{Holder, LeaseError, LeaseKey};
 
 use crate::DynamoLeases;
 use crate::error::{DynamoError, backend_error_in};
+use crate::DynamoErrorKind;
 
 impl DynamoLeases {
     /// When the table was created, by DynamoDB (`DescribeTable`, one request).
@@ -29,11 +30,12 @@ impl DynamoLeases {
             .and_then(|t| SystemTime::try_from(*t).ok())
             .ok_or_else(|| {
                 LeaseError::backend(
-                    "dynamodb",
+                    crate::BACKEND,
                     false,
                     DynamoError::new(
                         "DescribeTable",
                         &inner.table,
+                        DynamoErrorKind::Rejected,
                         "the table description has no creation time",
                     ),
                 )

@@ -123,34 +123,34 @@ pub(crate) struct Decoded {
 
 impl Decoded {
     pub(crate) fn from_item(names: &AttributeNames, item: &Item) -> Self {
-        let token = match item.get(names.token()) {
+        let token = match item.get(names.token.as_str()) {
             Some(AttributeValue::S(t)) => Some(lease_core::backend::stored_token(t.as_str())),
             _ => None,
         };
-        let seconds = get_u64(item, names.expires_at()).map(|s| s.saturating_mul(1000));
+        let seconds = get_u64(item, names.expires_at.as_str()).map(|s| s.saturating_mul(1000));
         // Go writes whole seconds rounded down: its holder may run to the end of that second.
-        let expires_ms = get_u64(item, names.expires_at_ms())
+        let expires_ms = get_u64(item, names.expires_at_ms.as_str())
             .or_else(|| seconds.filter(|s| *s > 0).map(|s| s.saturating_add(1000)))
             .or(seconds);
-        let fence = item.get(names.fencing());
-        let fencing = get_u64(item, names.fencing()).filter(|f| *f <= FENCE_LIMIT);
+        let fence = item.get(names.fencing.as_str());
+        let fencing = get_u64(item, names.fencing.as_str()).filter(|f| *f <= FENCE_LIMIT);
         let mut malformed = None;
         if let (Some(raw), None) = (fence, fencing) {
             malformed = Some(Malformed::Fence(show(raw)));
         } else if token.is_some() && seconds.is_none() {
             // Every writer (Go's and ours) writes the seconds; the acquire condition reads them,
             // so without them the lease never expires, whatever else the item says.
-            malformed = Some(Malformed::Expiry(item.get(names.expires_at()).map(show)));
+            malformed = Some(Malformed::Expiry(item.get(names.expires_at.as_str()).map(show)));
         }
         Self {
             token,
             expires_ms,
             fencing,
             fence_present: fence.is_some(),
-            owner: get_str(item, names.owner()).map(str::to_owned),
-            value: get_str(item, names.value()).map(str::to_owned),
-            acquired_ms: get_u64(item, names.acquired_at()),
-            request: get_str(item, names.request()).map(str::to_owned),
+            owner: get_str(item, names.owner.as_str()).map(str::to_owned),
+            value: get_str(item, names.value.as_str()).map(str::to_owned),
+            acquired_ms: get_u64(item, names.acquired_at.as_str()),
+            request: get_str(item, names.request.as_str()).map(str::to_owned),
             malformed,
         }
     }

@@ -13,15 +13,15 @@ use crate::error::Context;
 use crate::{AttributeNames, RetryPolicy};
 
 /// Default sort key of leases named by a partition key alone (the Go default).
-pub const DEFAULT_LOCK_SORT_KEY: &str = "LOCK";
+pub(crate) const DEFAULT_LOCK_SORT_KEY: &str = "LOCK";
 /// Default time an item is kept after its lease ends before DynamoDB TTL may delete it.
-pub const DEFAULT_TTL_BUFFER: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_TTL_BUFFER: Duration = Duration::from_secs(3600);
 /// Longest owner description accepted, in bytes.
-pub const MAX_OWNER_BYTES: usize = 1024;
+pub(crate) const MAX_OWNER_BYTES: usize = 1024;
 /// DynamoDB's limit on a partition key value, in bytes.
-pub const MAX_PARTITION_KEY_BYTES: usize = 2048;
+pub(crate) const MAX_PARTITION_KEY_BYTES: usize = 2048;
 /// DynamoDB's limit on a sort key value, in bytes.
-pub const MAX_SORT_KEY_BYTES: usize = 1024;
+pub(crate) const MAX_SORT_KEY_BYTES: usize = 1024;
 
 /// Leases stored in one DynamoDB table, one item per lease: the Rust counterpart of the Go
 /// `lease` package's manager, implementing [`LeaseBackend`](lease_core::LeaseBackend),
@@ -57,8 +57,8 @@ pub(crate) struct Inner {
     pub(crate) table: String,
     pub(crate) names: AttributeNames,
     pub(crate) lock_sort_key: String,
-    pub(crate) include_ttl: bool,
-    pub(crate) ttl_buffer: Duration,
+    /// The TTL buffer; `None`: no TTL attribute is written.
+    pub(crate) ttl: Option<Duration>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) tokens: Arc<dyn TokenSource>,
     pub(crate) validate: bool,
@@ -76,40 +76,55 @@ impl fmt::Debug for DynamoLeases {
             .field("table", &i.table)
             .field("names", &i.names)
             .field("lock_sort_key", &i.lock_sort_key)
-            .field("include_ttl", &i.include_ttl)
-            .field("ttl_buffer", &i.ttl_buffer)
+            .field("ttl", &i.ttl)
+            .field("validate", &i.validate)
             .field("max_clock_skew", &i.max_clock_skew)
             .field("recreation_grace", &i.recreation_grace)
             .field("clock", &i.clock)
+            .field("safety_margin", &i.safety_margin)
             .field("retry", &i.retry)
+            .field("list_page_size", &i.list_page_size)
             .finish_non_exhaustive()
     }
 }
 
 /// Configures a [`DynamoLeases`]; every option defaults to the Go package's value.
 ///
-/// | option | default |
-/// |---|---|
-/// | [`with_attribute_names`](Self::with_attribute_names) | `pk`, `sk`, `lease_token`, `lease_expires_at`, `ttl`, `lease_fence`, `lease_owner`, `lease_acquired_at`, `fenced_value`, `value_fence` |
-/// | [`with_fenced_value_attributes`](Self::with_fenced_value_attributes) | `fenced_value`, `value_fence` |
-/// | [`with_lock_sort_key`](Self::with_lock_sort_key) | `LOCK` |
-/// | [`with_ttl`](Self::with_ttl) | on |
-/// | [`with_ttl_buffer`](Self::with_ttl_buffer) | 1 hour |
-/// | [`with_clock`](Self::with_clock) | [`SystemClock`] |
-/// | [`with_token_source`](Self::with_token_source) | [`RandomTokens`] |
-/// | [`with_input_validation`](Self::with_input_validation) | on |
-/// | [`with_max_clock_skew`](Self::with_max_clock_skew) | 0 |
-/// | [`with_recreation_grace`](Self::with_recreation_grace) | 0 (off) |
-/// | [`with_safety_margin`](Self::with_safety_margin) | [`default_safety_margin`] |
-/// | [`with_retry_policy`](Self::with_retry_policy) | [`RetryPolicy::default`] |
-/// | [`with_list_page_size`](Self::with_list_page_size) | 1 MB pages |
+/// | option | default | Go option |
+/// |---|---|---|
+/// | [`with_attribute_names`](Self::with_attribute_names) | [`AttributeNames::default`]: `pk`, `sk`, `lease_token`, `lease_expires_at`, `ttl`, ... | `WithKeyAttributeNames`, `WithLeaseAttributeNames` |
+/// | [`with_lock_sort_key`](Self::with_lock_sort_key) | `LOCK` | `WithLockSortKey` |
+/// | [`with_ttl_buffer`](Self::with_ttl_buffer) / [`without_ttl`](Self::without_ttl) | 1 hour | `WithTTLBuffer` / `WithIncludeTTL(false)` |
+/// | [`with_clock`](Self::with_clock) | [`SystemClock`] | `WithNow` |
+/// | [`with_token_source`](Self::with_token_source) | [`RandomTokens`] | `WithTokenGenerator` |
+/// | [`without_input_validation`](Self::without_input_validation) | validated | `WithValidateInput(false)` |
+/// | [`with_max_clock_skew`](Self::with_max_clock_skew) | 0 | |
+/// | [`with_recreation_grace`](Self::with_recreation_grace) | 0 (off) | |
+/// | [`with_safety_margin`](Self::with_safety_margin) | [`default_safety_margin`] | |
+/// | [`with_retry_policy`](Self::with_retry_policy) | [`RetryPolicy::default`] | |
+/// | [`with_list_page_size`](Self::with_list_page_size) | 1 MB pages | |
+///
+/// ```
+/// use lease_dynamo::{AttributeNames, DynamoLeases, RetryPolicy};
+/// use std::time::Duration;
+///
+/// # fn demo(client: aws_sdk_dynamodb::Client) -> Result<(), lease_core::LeaseError> {
+/// let mut names = AttributeNames::default();
+/// names.owner = "who".into();
+/// let leases = DynamoLeases::builder(client, "leases")
+///     .with_attribute_names(names)
+///     .with_max_clock_skew(Duration::from_millis(500))
+///     .with_retry_policy(RetryPolicy::default().with_max_attempts(3))
+///     .without_ttl()
+///     .build()?;
+/// # let _ = leases; Ok(()) }
+/// ```
 pub struct DynamoLeasesBuilder {
     client: Client,
     table: String,
     names: AttributeNames,
     lock_sort_key: String,
-    include_ttl: bool,
-    ttl_buffer: Duration,
+    ttl: Option<Duration>,
     clock: Arc<dyn Clock>,
     tokens: Arc<dyn TokenSource>,
     validate: bool,
@@ -129,100 +144,57 @@ impl fmt::Debug for DynamoLeasesBuilder {
 }
 
 impl DynamoLeasesBuilder {
-    /// All attribute names at once.
+    /// The attribute names of the lease item (default: the Go package's names, see
+    /// [`AttributeNames`]). The key attribute names must match the table's key schema.
     pub fn with_attribute_names(mut self, names: AttributeNames) -> Self {
         self.names = names;
         self
     }
 
-    /// The partition and sort key attribute names (a Go option).
-    pub fn with_key_attribute_names(
-        mut self,
-        partition: impl Into<String>,
-        sort: impl Into<String>,
-    ) -> Self {
-        self.names = self.names.with_partition_key(partition).with_sort_key(sort);
-        self
-    }
-
-    /// The token, expiry and TTL attribute names (a Go option).
-    pub fn with_lease_attribute_names(
-        mut self,
-        token: impl Into<String>,
-        expires_at: impl Into<String>,
-        ttl: impl Into<String>,
-    ) -> Self {
-        self.names = self
-            .names
-            .with_token(token)
-            .with_expires_at(expires_at)
-            .with_ttl(ttl);
-        self
-    }
-
-    /// The fencing counter attribute name.
-    pub fn with_fencing_attribute(mut self, name: impl Into<String>) -> Self {
-        self.names = self.names.with_fencing(name);
-        self
-    }
-
-    /// The owner description attribute name.
-    pub fn with_owner_attribute(mut self, name: impl Into<String>) -> Self {
-        self.names = self.names.with_owner(name);
-        self
-    }
-
-    /// The attribute names of [`FencedValues`](lease_core::FencedValues): the value (binary,
-    /// default `fenced_value`) and its fence (number, default `value_fence`). Like every
-    /// attribute name they must be non-empty and distinct from the lease attributes.
-    pub fn with_fenced_value_attributes(
-        mut self,
-        value: impl Into<String>,
-        fence: impl Into<String>,
-    ) -> Self {
-        self.names = self.names.with_fenced_value(value).with_value_fence(fence);
-        self
-    }
-
-    /// The sort key of leases named by a partition key alone (a Go option).
+    /// The sort key of leases named by a partition key alone (Go's `WithLockSortKey`):
+    /// `LeaseKey::new("a")` is stored as `(a, LOCK)` by default.
     pub fn with_lock_sort_key(mut self, sort: impl Into<String>) -> Self {
         self.lock_sort_key = sort.into();
         self
     }
 
-    /// Whether to write the TTL attribute (a Go option).
-    pub fn with_ttl(mut self, include: bool) -> Self {
-        self.include_ttl = include;
-        self
-    }
-
-    /// How long after a lease ends (or is released) DynamoDB TTL may delete its item (a Go
-    /// option). Zero writes no TTL attribute at all, as in the Go package. Otherwise it must be at
-    /// least one second and more than three times [`with_max_clock_skew`](Self::with_max_clock_skew):
-    /// the fencing counter restarts from the clock after a TTL deletion, and that stays above
-    /// every token issued before only under this bound (see the crate docs, *Fencing*);
-    /// [`build`](Self::build) checks it.
+    /// How long after a lease ends (or is released) DynamoDB TTL may delete its item (Go's
+    /// `WithTTLBuffer`; default 1 hour). It must be at least one second and more than three
+    /// times [`with_max_clock_skew`](Self::with_max_clock_skew): the fencing counter restarts
+    /// from the clock after a TTL deletion, and that stays above every token issued before only
+    /// under this bound (see [`DynamoLeases`], *Fencing*); [`build`](Self::build) checks it.
     pub fn with_ttl_buffer(mut self, buffer: Duration) -> Self {
-        self.ttl_buffer = buffer;
+        self.ttl = Some(buffer);
         self
     }
 
-    /// The clock for timestamps and deadlines (a Go option).
+    /// Writes no TTL attribute, so DynamoDB never deletes a lease item (Go's
+    /// `WithIncludeTTL(false)`), and [`ensure_table`](DynamoLeases::ensure_table) does not turn
+    /// TTL on. The fencing counter is then never reset by a deletion either.
+    pub fn without_ttl(mut self) -> Self {
+        self.ttl = None;
+        self
+    }
+
+    /// The clock for timestamps and deadlines (Go's `WithNow`); tests pass a
+    /// [`ManualClock`](lease_core::ManualClock).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
 
-    /// The owner token source (a Go option).
+    /// Where owner tokens come from when [`AcquireOptions`](lease_core::AcquireOptions) names
+    /// none (Go's `WithTokenGenerator`).
     pub fn with_token_source(mut self, tokens: Arc<dyn TokenSource>) -> Self {
         self.tokens = tokens;
         self
     }
 
-    /// Whether to validate durations and owner descriptions before sending (a Go
-    /// option); keys and tokens are always valid by construction.
-    pub fn with_input_validation(mut self, on: bool) -> Self {
-        self.validate = on;
+    /// Sends durations, key lengths and owner descriptions to DynamoDB unchecked (Go's
+    /// `WithValidateInput(false)`): DynamoDB then refuses what it cannot store. Keys and tokens
+    /// are valid by construction either way.
+    pub fn without_input_validation(mut self) -> Self {
+        self.validate = false;
         self
     }
 
@@ -277,7 +249,9 @@ impl DynamoLeasesBuilder {
     pub fn build(self) -> Result<DynamoLeases, LeaseError> {
         validate_table_name(&self.table)?;
         self.names.validate()?;
-        validate_ttl_buffer(self.include_ttl, self.ttl_buffer, self.max_clock_skew)?;
+        if let Some(buffer) = self.ttl {
+            validate_ttl_buffer(buffer, self.max_clock_skew)?;
+        }
         LeaseKey::with_sort_key("x", self.lock_sort_key.as_str()).map_err(|_| {
             LeaseError::invalid(
                 "lock sort key",
@@ -287,7 +261,8 @@ impl DynamoLeasesBuilder {
         let mut config = self.client.config().to_builder();
         // Retries happen in this crate, where a retried write can be reconciled.
         config.set_retry_config(Some(RetryConfig::disabled()));
-        if let Some(timeout) = self.retry.attempt_timeout() {
+        {
+            let timeout = self.retry.attempt_timeout;
             let timeouts = self
                 .client
                 .config()
@@ -304,8 +279,7 @@ impl DynamoLeasesBuilder {
                 table: self.table,
                 names: self.names,
                 lock_sort_key: self.lock_sort_key,
-                include_ttl: self.include_ttl,
-                ttl_buffer: self.ttl_buffer,
+                ttl: self.ttl,
                 clock: self.clock,
                 tokens: self.tokens,
                 validate: self.validate,
@@ -319,15 +293,12 @@ impl DynamoLeasesBuilder {
     }
 }
 
-fn validate_ttl_buffer(include: bool, buffer: Duration, skew: Duration) -> Result<(), LeaseError> {
-    if !include || buffer.is_zero() {
-        return Ok(());
-    }
+fn validate_ttl_buffer(buffer: Duration, skew: Duration) -> Result<(), LeaseError> {
     if buffer < Duration::from_secs(1) {
         return Err(LeaseError::invalid(
             "ttl buffer",
             format!(
-                "{} is under the one second TTL works in; use zero to write no TTL",
+                "{} is under the one second TTL works in; without_ttl() writes no TTL",
                 lease_core::backend::fmt_duration(buffer)
             ),
         ));
@@ -372,8 +343,7 @@ impl DynamoLeases {
             table: table.into(),
             names: AttributeNames::default(),
             lock_sort_key: DEFAULT_LOCK_SORT_KEY.to_owned(),
-            include_ttl: true,
-            ttl_buffer: DEFAULT_TTL_BUFFER,
+            ttl: Some(DEFAULT_TTL_BUFFER),
             clock: Arc::new(SystemClock),
             tokens: Arc::new(RandomTokens),
             validate: true,
@@ -393,62 +363,19 @@ impl DynamoLeases {
         Self::builder(client, table).build()
     }
 
-    /// The table.
+    /// The table this manager's leases live in: for logs, and for requests of your own beside
+    /// the leases (a scan for reports, a backup).
     pub fn table(&self) -> &str {
         &self.inner.table
-    }
-
-    /// The attribute names.
-    pub fn attribute_names(&self) -> &AttributeNames {
-        &self.inner.names
-    }
-
-    /// The sort key of leases named by a partition key alone.
-    pub fn lock_sort_key(&self) -> &str {
-        &self.inner.lock_sort_key
-    }
-
-    /// Whether the TTL attribute is written.
-    pub fn includes_ttl(&self) -> bool {
-        self.inner.include_ttl
-    }
-
-    /// How long after a lease ends its item may be deleted by TTL.
-    pub fn ttl_buffer(&self) -> Duration {
-        self.inner.ttl_buffer
-    }
-
-    /// The declared clock skew allowance.
-    pub fn max_clock_skew(&self) -> Duration {
-        self.inner.max_clock_skew
-    }
-
-    /// The recreation grace (zero: off).
-    pub fn recreation_grace(&self) -> Duration {
-        self.inner.recreation_grace
-    }
-
-    /// Whether inputs are validated before sending.
-    pub fn validates_input(&self) -> bool {
-        self.inner.validate
-    }
-
-    /// The retry policy.
-    pub fn retry_policy(&self) -> &RetryPolicy {
-        &self.inner.retry
-    }
-
-    /// The client this manager sends with (the SDK's retries off).
-    pub fn client(&self) -> &Client {
-        &self.inner.client
     }
 
     /// The TTL attribute for an item whose lease ends (or was released) at `ms`, or `None` when
     /// no TTL is written: TTL off, or a zero buffer (as in the Go package).
     pub(crate) fn ttl_at(&self, ms: u64) -> Option<u64> {
         let inner = &self.inner;
-        (inner.include_ttl && !inner.ttl_buffer.is_zero())
-            .then(|| crate::item::ttl_seconds(ms, inner.ttl_buffer))
+        inner
+            .ttl
+            .map(|buffer| crate::item::ttl_seconds(ms, buffer))
     }
 
     pub(crate) fn margin(&self, duration: Duration) -> Duration {
@@ -471,7 +398,7 @@ impl DynamoLeases {
         Context {
             table: &inner.table,
             region: config.region().map(|r| r.as_ref()),
-            keys: Some((inner.names.partition_key(), inner.names.sort_key())),
+            keys: Some((inner.names.partition_key.as_str(), inner.names.sort_key.as_str())),
         }
     }
 }

@@ -308,7 +308,6 @@ mod delete;
 mod error;
 mod expr;
 mod fenced;
-pub mod go;
 mod grace;
 mod item;
 mod leases;
@@ -318,14 +317,8 @@ mod retry;
 mod table;
 mod tenure;
 
-pub use client::{ENDPOINT_ENV, sdk_client, sdk_client_from_env};
-pub use error::DynamoError;
-pub use leases::{
-    DEFAULT_LOCK_SORT_KEY, DEFAULT_TTL_BUFFER, DynamoLeases, DynamoLeasesBuilder, MAX_OWNER_BYTES,
-    MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES,
-};
+pub use client::client_for_endpoint;
+pub use error::{DynamoError, DynamoErrorKind};
+pub use leases::{DynamoLeases, DynamoLeasesBuilder};
 pub use names::AttributeNames;
 pub use retry::RetryPolicy;
-
-#[doc(no_inline)]
-pub use lease_core::{self, prelude::*};

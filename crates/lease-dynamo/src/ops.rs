@@ -67,8 +67,8 @@ impl DynamoLeases {
     pub(crate) fn key_item(&self, key: &LeaseKey) -> Item {
         let names = &self.inner.names;
         HashMap::from([
-            (names.partition_key().to_owned(), s(key.partition())),
-            (names.sort_key().to_owned(), s(self.sort_value(key))),
+            (names.partition_key.as_str().to_owned(), s(key.partition())),
+            (names.sort_key.as_str().to_owned(), s(self.sort_value(key))),
         ])
     }
 
@@ -155,7 +155,7 @@ impl DynamoLeases {
                     .table_name(&inner.table)
                     .consistent_read(true)
                     .key_condition_expression("#pk = :pk")
-                    .expression_attribute_names("#pk", names.partition_key())
+                    .expression_attribute_names("#pk", names.partition_key.as_str())
                     .expression_attribute_values(":pk", s(partition))
                     .set_limit(inner.list_page_size)
                     .set_exclusive_start_key(start.take());
@@ -172,7 +172,7 @@ impl DynamoLeases {
                     if !decoded.is_lease() {
                         continue;
                     }
-                    let Some(sort) = get_str(item, names.sort_key()) else {
+                    let Some(sort) = get_str(item, names.sort_key.as_str()) else {
                         continue;
                     };
                     let key = if sort == inner.lock_sort_key {

@@ -21,15 +21,18 @@ use crate::error::classify;
 /// ```
 /// use lease_dynamo::RetryPolicy;
 /// use std::time::Duration;
-/// let policy = RetryPolicy::default().with_max_attempts(3).with_backoff(Duration::from_millis(10), Duration::from_millis(200));
-/// assert_eq!(policy.max_attempts(), 3);
+/// let policy = RetryPolicy::default()
+///     .with_max_attempts(3)
+///     .with_backoff(Duration::from_millis(10), Duration::from_millis(200))
+///     .with_attempt_timeout(Duration::from_secs(1));
+/// # let _ = policy;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
-    max_attempts: u32,
+    pub(crate) max_attempts: u32,
     initial_backoff: Duration,
     max_backoff: Duration,
-    attempt_timeout: Option<Duration>,
+    pub(crate) attempt_timeout: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -39,21 +42,13 @@ impl Default for RetryPolicy {
             max_attempts: 5,
             initial_backoff: Duration::from_millis(25),
             max_backoff: Duration::from_secs(1),
-            attempt_timeout: Some(Duration::from_secs(2)),
+            attempt_timeout: Duration::from_secs(2),
         }
     }
 }
 
 impl RetryPolicy {
-    /// No retries: one attempt per operation.
-    pub fn none() -> Self {
-        Self {
-            max_attempts: 1,
-            ..Self::default()
-        }
-    }
-
-    /// Attempts per operation, the first included (at least 1).
+    /// Attempts per operation, the first included (at least 1; 1 turns retries off).
     pub fn with_max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);
         self
@@ -67,20 +62,11 @@ impl RetryPolicy {
         self
     }
 
-    /// The SDK's per-attempt timeout (`None`: the SDK's default, which has none).
-    pub fn with_attempt_timeout(mut self, timeout: Option<Duration>) -> Self {
+    /// How long one attempt may take before it counts as a timeout (and, if attempts are
+    /// left, is retried): the SDK's per-attempt timeout.
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
         self.attempt_timeout = timeout;
         self
-    }
-
-    /// Attempts per operation.
-    pub fn max_attempts(&self) -> u32 {
-        self.max_attempts
-    }
-
-    /// The per-attempt timeout.
-    pub fn attempt_timeout(&self) -> Option<Duration> {
-        self.attempt_timeout
     }
 
     /// The backoff between this policy's attempts: lease-core's own full-jitter [`Backoff`],

@@ -3,15 +3,16 @@
 use std::time::Duration;
 
 use aws_sdk_dynamodb::operation::create_table::CreateTableError;
-use aws_sdk_dynamodb::operation::update_time_to_live::UpdateTimeToLiveError;
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    TableDescription, TableStatus, TimeToLiveSpecification,
+    TableDescription, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
 };
 use lease_core::LeaseError;
 use tracing::Instrument;
 
 use crate::DynamoLeases;
+use crate::DynamoErrorKind;
 use crate::error::{DynamoError, backend_error_in};
 use crate::retry::with_retries;
 
@@ -31,28 +32,55 @@ fn control_plane() -> aws_sdk_dynamodb::config::Builder {
     )
 }
 
-fn build_error(what: impl std::fmt::Display, table: &str) -> LeaseError {
-    LeaseError::backend(
-        "dynamodb",
-        false,
-        DynamoError::new("CreateTable", table, what.to_string()),
-    )
+/// A request this crate could not build (never seen: its parts are all set).
+fn build_error(error: aws_sdk_dynamodb::error::BuildError, table: &str) -> LeaseError {
+    let mut dynamo = DynamoError::new(
+        "CreateTable",
+        table,
+        DynamoErrorKind::Rejected,
+        "the request could not be built",
+    );
+    dynamo.set_source(error);
+    LeaseError::backend(crate::BACKEND, false, dynamo)
 }
 
 impl DynamoLeases {
-    /// Creates the table on demand (`PAY_PER_REQUEST`) with the key schema from the options
-    /// (partition and sort key, both strings) and waits until it is `ACTIVE`. A table that
-    /// already exists is left as it is (and waited for), if its key schema is the one this
-    /// manager writes.
+    /// Creates the table on demand (`PAY_PER_REQUEST`) with the configured key attribute
+    /// names (partition and sort key, both strings), waits until it is `ACTIVE`, and turns on
+    /// DynamoDB TTL on the TTL attribute unless the manager was built
+    /// [`without_ttl`](crate::DynamoLeasesBuilder::without_ttl). Idempotent: a table that
+    /// exists is left as it is (and waited for) if its key schema is the one this manager
+    /// writes, and TTL already on is fine. Call it once, at deployment or start-up.
     ///
-    /// Needs `dynamodb:CreateTable` and `dynamodb:DescribeTable`.
+    /// TTL only collects items: correctness never depends on it (DynamoDB may delete expired
+    /// items days late).
+    ///
+    /// Needs `dynamodb:CreateTable`, `dynamodb:DescribeTable`, and with TTL
+    /// `dynamodb:UpdateTimeToLive` and `dynamodb:DescribeTimeToLive`.
+    ///
+    /// ```no_run
+    /// # async fn demo(leases: lease_dynamo::DynamoLeases) -> Result<(), lease_core::LeaseError> {
+    /// leases.ensure_table().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// [`LeaseError::Backend`] naming the table, or a timeout after two minutes. A table whose
-    /// key schema is not exactly (partition key: S HASH, sort key: S RANGE) under this manager's
-    /// [key attribute names](crate::DynamoLeasesBuilder::with_key_attribute_names) is a permanent
-    /// error that names both schemas.
-    pub async fn create_table(&self) -> Result<(), LeaseError> {
+    /// [`LeaseError::Backend`] with a [`DynamoError`] naming the table, or a timeout after two
+    /// minutes. A table whose key schema is not exactly (partition key: S HASH, sort key: S
+    /// RANGE) under this manager's [`AttributeNames`](crate::AttributeNames) is a permanent
+    /// error of kind [`KeySchemaMismatch`](DynamoErrorKind::KeySchemaMismatch) that names
+    /// both schemas.
+    pub async fn ensure_table(&self) -> Result<(), LeaseError> {
+        self.create_table().await?;
+        if self.inner.ttl.is_some() {
+            self.enable_ttl().await?;
+        }
+        Ok(())
+    }
+
+    /// Creates the table unless it exists, waits until it is `ACTIVE` and checks its key
+    /// schema.
+    async fn create_table(&self) -> Result<(), LeaseError> {
         let inner = &self.inner;
         let table = inner.table.as_str();
         let names = &inner.names;
@@ -77,10 +105,10 @@ impl DynamoLeases {
                 .create_table()
                 .table_name(table)
                 .billing_mode(BillingMode::PayPerRequest)
-                .attribute_definitions(attribute(names.partition_key())?)
-                .attribute_definitions(attribute(names.sort_key())?)
-                .key_schema(element(names.partition_key(), KeyType::Hash)?)
-                .key_schema(element(names.sort_key(), KeyType::Range)?);
+                .attribute_definitions(attribute(names.partition_key.as_str())?)
+                .attribute_definitions(attribute(names.sort_key.as_str())?)
+                .key_schema(element(names.partition_key.as_str(), KeyType::Hash)?)
+                .key_schema(element(names.sort_key.as_str(), KeyType::Range)?);
             // Retried when transient: a retry after a create that landed but timed out finds
             // the table in use, which is success.
             let result = with_retries(&inner.retry, &*inner.clock, None, "CreateTable", || {
@@ -117,8 +145,8 @@ impl DynamoLeases {
     fn check_key_schema(&self, description: &TableDescription) -> Result<(), LeaseError> {
         let names = &self.inner.names;
         let expected = [
-            (names.partition_key(), "S", "HASH"),
-            (names.sort_key(), "S", "RANGE"),
+            (names.partition_key.as_str(), "S", "HASH"),
+            (names.sort_key.as_str(), "S", "RANGE"),
         ];
         let type_of = |name: &str| {
             description
@@ -150,11 +178,12 @@ impl DynamoLeases {
         };
         let table = self.inner.table.as_str();
         Err(LeaseError::backend(
-            "dynamodb",
+            crate::BACKEND,
             false,
-            DynamoError::key_schema_mismatch(
+            DynamoError::new(
                 "CreateTable",
                 table,
+                DynamoErrorKind::KeySchemaMismatch,
                 format!(
                     "table `{table}` has key schema {} but the leases are configured for {}; \
                      configure the key attribute names to match it, or use another table",
@@ -198,11 +227,12 @@ impl DynamoLeases {
             }
             if started.elapsed() > ACTIVE_TIMEOUT {
                 return Err(LeaseError::backend(
-                    "dynamodb",
+                    crate::BACKEND,
                     true,
                     DynamoError::new(
                         "DescribeTable",
                         &inner.table,
+                        DynamoErrorKind::Unavailable,
                         format!(
                             "table not ACTIVE after {} (status {})",
                             lease_core::backend::fmt_duration(ACTIVE_TIMEOUT),
@@ -216,24 +246,18 @@ impl DynamoLeases {
     }
 
     /// Enables DynamoDB TTL on the TTL attribute. Already enabled is fine.
-    ///
-    /// Needs `dynamodb:UpdateTimeToLive`. TTL only collects items: correctness never depends on
-    /// it (DynamoDB may delete expired items days late).
-    ///
-    /// # Errors
-    /// [`LeaseError::Backend`] naming the table.
-    pub async fn enable_ttl(&self) -> Result<(), LeaseError> {
+    async fn enable_ttl(&self) -> Result<(), LeaseError> {
         let inner = &self.inner;
         let table = inner.table.as_str();
         let span = tracing::info_span!(
             "lease_dynamo.enable_ttl",
             table,
-            attribute = inner.names.ttl()
+            attribute = inner.names.ttl.as_str()
         );
         async {
             let spec = TimeToLiveSpecification::builder()
                 .enabled(true)
-                .attribute_name(inner.names.ttl())
+                .attribute_name(inner.names.ttl.as_str())
                 .build()
                 .map_err(|e| build_error(e, table))?;
             match inner
@@ -250,39 +274,42 @@ impl DynamoLeases {
                     tracing::info!("TTL enabled");
                     Ok(())
                 }
-                Err(e) if is_already_enabled(&e) => Ok(()),
-                Err(e) => Err(backend_error_in(
-                    "UpdateTimeToLive",
-                    &self.error_context(),
-                    e,
-                )),
+                Err(e) => {
+                    // DynamoDB refuses to enable TTL twice with a `ValidationException`, the code
+                    // of every invalid request: ask it how TTL stands instead of reading words.
+                    if e.code() == Some("ValidationException") && self.ttl_enabled().await {
+                        tracing::debug!("TTL already enabled");
+                        return Ok(());
+                    }
+                    Err(backend_error_in(
+                        "UpdateTimeToLive",
+                        &self.error_context(),
+                        e,
+                    ))
+                }
             }
         }
         .instrument(span)
         .await
     }
 
-    /// [`create_table`](Self::create_table), then [`enable_ttl`](Self::enable_ttl) when TTL is
-    /// on.
-    ///
-    /// # Errors
-    /// As those two.
-    pub async fn ensure_table(&self) -> Result<(), LeaseError> {
-        self.create_table().await?;
-        if self.inner.include_ttl {
-            self.enable_ttl().await?;
-        }
-        Ok(())
+    /// Whether TTL is on (or turning on) on this manager's TTL attribute, by
+    /// `DescribeTimeToLive`; `false` when that cannot be told.
+    async fn ttl_enabled(&self) -> bool {
+        let inner = &self.inner;
+        let described = inner
+            .client
+            .describe_time_to_live()
+            .table_name(&inner.table)
+            .customize()
+            .config_override(control_plane())
+            .send()
+            .await;
+        described.ok().and_then(|d| d.time_to_live_description).is_some_and(|ttl| {
+            matches!(
+                ttl.time_to_live_status,
+                Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+            ) && ttl.attribute_name.as_deref() == Some(inner.names.ttl.as_str())
+        })
     }
-}
-
-fn is_already_enabled(
-    e: &aws_sdk_dynamodb::error::SdkError<
-        UpdateTimeToLiveError,
-        aws_smithy_runtime_api::http::Response,
-    >,
-) -> bool {
-    use aws_sdk_dynamodb::error::ProvideErrorMetadata;
-    e.code() == Some("ValidationException")
-        && e.message().is_some_and(|m| m.contains("already enabled"))
 }

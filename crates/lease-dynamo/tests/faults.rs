@@ -232,7 +232,7 @@ fn a_second_call_with_the_holders_token_is_held() {
     support::run(
         "a_second_call_with_the_holders_token_is_held",
         |endpoint| async move {
-            let r = rig(&endpoint, RetryPolicy::none()).await;
+            let r = rig(&endpoint, RetryPolicy::default().with_max_attempts(1)).await;
             let token = RandomTokens.next_token();
             let options = AcquireOptions::default().with_token(token.clone());
             let key = LeaseKey::new("k").unwrap();
@@ -309,7 +309,7 @@ fn sdk_retries_are_off_and_persistent_throttling_is_transient() {
         "sdk_retries_are_off_and_persistent_throttling_is_transient",
         |endpoint| async move {
             // One attempt: the SDK's standard retry strategy would have retried throttling.
-            let r = rig(&endpoint, RetryPolicy::none()).await;
+            let r = rig(&endpoint, RetryPolicy::default().with_max_attempts(1)).await;
             r.faults.throttle(1);
             let err = r
                 .leases
@@ -438,7 +438,7 @@ fn lost_put_fenced_reply_is_reconciled() {
             assert_eq!(r.counter.take().len(), 2);
 
             // Without retries the caller sees a transient error and may repeat the same call.
-            let r = rig(&endpoint, RetryPolicy::none()).await;
+            let r = rig(&endpoint, RetryPolicy::default().with_max_attempts(1)).await;
             r.faults.lose_replies(1);
             let err = r.leases.put_fenced(&name, t(7), b"v7").await.unwrap_err();
             assert!(
@@ -565,7 +565,7 @@ fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
             );
 
             // With retries off, a lost reply is a transient failure: the outcome is unknown.
-            let once = rig(&endpoint, RetryPolicy::none()).await;
+            let once = rig(&endpoint, RetryPolicy::default().with_max_attempts(1)).await;
             let lease = once
                 .leases
                 .try_acquire(

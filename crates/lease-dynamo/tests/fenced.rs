@@ -216,12 +216,13 @@ fn fenced_attribute_names_are_configurable() {
         return;
     };
     support::runtime().block_on(async {
+        let mut names = AttributeNames::default();
+        names.fenced_value = "cp_value".into();
+        names.value_fence = "cp_fence".into();
         let (leases, client) = support::leases(&endpoint, &Wiring::default(), |b| {
-            b.with_fenced_value_attributes("cp_value", "cp_fence")
+            b.with_attribute_names(names)
         })
         .await;
-        assert_eq!(leases.attribute_names().fenced_value(), "cp_value");
-        assert_eq!(leases.attribute_names().value_fence(), "cp_fence");
         let name = LeaseKey::with_sort_key("checkpoints", "a").unwrap();
         leases
             .put_fenced(&name, lease_core::backend::fencing_token(3), b"x")
@@ -237,8 +238,11 @@ fn fenced_attribute_names_are_configurable() {
 fn fenced_attribute_names_are_validated() {
     let client = support::client("http://127.0.0.1:9", &Wiring::default());
     let build = |value: &str, fence: &str| {
+        let mut names = AttributeNames::default();
+        names.fenced_value = value.into();
+        names.value_fence = fence.into();
         DynamoLeases::builder(client.clone(), "leases")
-            .with_fenced_value_attributes(value, fence)
+            .with_attribute_names(names)
             .build()
     };
     for (value, fence) in [
@@ -255,7 +259,7 @@ fn fenced_attribute_names_are_validated() {
     build("cp", "cp_fence").unwrap();
     let names = AttributeNames::default();
     assert_eq!(
-        (names.fenced_value(), names.value_fence()),
+        (names.fenced_value.as_str(), names.value_fence.as_str()),
         ("fenced_value", "value_fence")
     );
 }

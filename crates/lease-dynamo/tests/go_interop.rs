@@ -16,7 +16,7 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem};
 use lease_core::{Clock, FencingToken, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
-use lease_dynamo::go;
+
 use support::Wiring;
 
 /// The Go package's conditions, verbatim.
@@ -173,7 +173,7 @@ fn set_wall(clock: &ManualClock, at: SystemTime) {
 }
 
 struct Rig {
-    leases: go::Manager,
+    leases: support::GoCalls,
     go: Go,
     clock: Arc<ManualClock>,
 }
@@ -191,7 +191,7 @@ async fn rig(endpoint: &str) -> Rig {
         table: leases.table().to_owned(),
     };
     Rig {
-        leases: go::Manager::from(leases),
+        leases: support::GoCalls(leases),
         go,
         clock,
     }

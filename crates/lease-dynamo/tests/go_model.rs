@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use lease_core::{Clock, Lease, LeaseKey, ManualClock};
-use lease_dynamo::{DynamoLeases, go};
+use lease_dynamo::DynamoLeases;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -72,7 +72,7 @@ enum Held {
 }
 
 struct World {
-    leases: go::Manager,
+    leases: support::GoCalls,
     client: Client,
     clock: Arc<ManualClock>,
     keys: Vec<String>,
@@ -231,7 +231,7 @@ fn go_and_rust_clients_never_both_hold_a_key() {
             .build()
             .unwrap();
         let mut world = World {
-            leases: go::Manager::from(leases),
+            leases: support::GoCalls(leases),
             client: client.clone(),
             clock,
             keys: (0..KEYS).map(|k| format!("case{case}-k{k}")).collect(),

@@ -263,11 +263,11 @@ fn a_huge_owner_makes_a_short_message() {
     );
 }
 
-/// `with_ttl_buffer(0)` writes no TTL attribute, as in Go, and removes one left behind; the
-/// buffer is checked against the fencing re-seed argument.
+/// `without_ttl()` writes no TTL attribute (Go's `WithIncludeTTL(false)`, or its zero buffer),
+/// and removes one left behind; a buffer is checked against the fencing re-seed argument.
 #[test]
-fn a_zero_ttl_buffer_writes_no_ttl() {
-    support::run("a_zero_ttl_buffer_writes_no_ttl", |endpoint| async move {
+fn without_ttl_writes_no_ttl() {
+    support::run("without_ttl_writes_no_ttl", |endpoint| async move {
         let (leases, client, clock) = rig(&endpoint).await;
         let table = leases.table().to_owned();
         let lease = leases
@@ -278,7 +278,7 @@ fn a_zero_ttl_buffer_writes_no_ttl() {
         leases.release_lease(&lease).await.unwrap();
         let zero = DynamoLeases::builder(client.clone(), table.clone())
             .with_clock(clock.clone())
-            .with_ttl_buffer(Duration::ZERO)
+            .without_ttl()
             .build()
             .unwrap();
         let lease = zero
@@ -308,7 +308,9 @@ fn a_zero_ttl_buffer_writes_no_ttl() {
         let err = build(Duration::from_secs(3), Duration::from_secs(1)).unwrap_err();
         assert!(report(&err).contains("three times"), "{err}");
         assert!(build(Duration::from_secs(4), Duration::from_secs(1)).is_ok());
-        assert!(build(Duration::ZERO, Duration::from_secs(1)).is_ok());
+        // A zero buffer would write a TTL at the lease's end: refused, naming the way to none.
+        let err = build(Duration::ZERO, Duration::ZERO).unwrap_err();
+        assert!(err.is_invalid_input() && err.to_string().contains("without_ttl()"), "{err}");
     });
 }
 
@@ -319,7 +321,7 @@ fn extreme_durations_never_panic() {
         let (leases, client, clock) = rig(&endpoint).await;
         let unvalidated = DynamoLeases::builder(client.clone(), leases.table())
             .with_clock(clock.clone())
-            .with_input_validation(false)
+            .without_input_validation()
             .build()
             .unwrap();
         let lease = unvalidated

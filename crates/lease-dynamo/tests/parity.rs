@@ -14,7 +14,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use lease_core::{
     AcquireOptions, Clock, LeaseBackend, LeaseKey, LeaseToken, ManualClock, TokenSource,
 };
-use lease_dynamo::{AttributeNames, DynamoLeases, go};
+use lease_dynamo::{AttributeNames, DynamoLeases};
 use support::{RequestCounter, Wiring};
 
 const D: Duration = Duration::from_secs(30);
@@ -67,17 +67,23 @@ fn defaults_match_the_go_package() {
     // No server needed: the builder alone.
     let client = support::client("http://127.0.0.1:9", &Wiring::default());
     let leases = DynamoLeases::new(client, "leases").unwrap();
-    let names = leases.attribute_names();
-    assert_eq!((names.partition_key(), names.sort_key()), ("pk", "sk"));
+    let names = AttributeNames::default();
+    assert_eq!((names.partition_key.as_str(), names.sort_key.as_str()), ("pk", "sk"));
     assert_eq!(
-        (names.token(), names.expires_at(), names.ttl()),
+        (names.token.as_str(), names.expires_at.as_str(), names.ttl.as_str()),
         ("lease_token", "lease_expires_at", "ttl")
     );
-    assert_eq!(leases.lock_sort_key(), "LOCK");
-    assert!(leases.includes_ttl());
-    assert_eq!(leases.ttl_buffer(), Duration::from_secs(3600));
-    assert!(leases.validates_input());
-    assert_eq!(leases.max_clock_skew(), Duration::ZERO);
+    // The settings show in `Debug` (there are no getters that echo the builder).
+    let shown = format!("{leases:?}");
+    for setting in [
+        format!("names: {names:?}"),
+        "lock_sort_key: \"LOCK\"".to_owned(),
+        "ttl: Some(3600s)".to_owned(),
+        "validate: true".to_owned(),
+        "max_clock_skew: 0ns".to_owned(),
+    ] {
+        assert!(shown.contains(&setting), "{setting} in {shown}");
+    }
     assert_eq!(LeaseBackend::name(&leases), "dynamodb");
 }
 
@@ -92,7 +98,7 @@ fn item_layout_ttl_clock_and_token_generator() {
                     .with_token_source(Arc::new(Numbered::default()))
             })
             .await;
-            let go = go::Manager::from(leases.clone());
+            let go = support::GoCalls(leases.clone());
             let now = clock.now();
             let lease = go.acquire("job", D).await.unwrap();
             assert_eq!(
@@ -183,21 +189,24 @@ fn item_layout_ttl_clock_and_token_generator() {
 fn custom_names_sort_key_and_no_ttl() {
     support::run("custom_names_sort_key_and_no_ttl", |endpoint| async move {
         let client = support::client(&endpoint, &Wiring::default());
-        let names = AttributeNames::default()
-            .with_partition_key("PK")
-            .with_sort_key("SK")
-            .with_fencing("fence");
+        // Go's WithKeyAttributeNames and WithLeaseAttributeNames, and two of this crate's.
+        let mut names = AttributeNames::default();
+        names.partition_key = "PK".into();
+        names.sort_key = "SK".into();
+        names.token = "owner_token".into();
+        names.expires_at = "expires".into();
+        names.ttl = "expire_at".into();
+        names.fencing = "fence".into();
+        names.owner = "who".into();
         let table = support::table_name("names");
         let leases = DynamoLeases::builder(client.clone(), table.clone())
             .with_attribute_names(names)
-            .with_lease_attribute_names("owner_token", "expires", "expire_at")
-            .with_owner_attribute("who")
             .with_lock_sort_key("MUTEX")
-            .with_ttl(false)
+            .without_ttl()
             .build()
             .unwrap();
         leases.ensure_table().await.unwrap();
-        let go = go::Manager::from(leases.clone());
+        let go = support::GoCalls(leases.clone());
         let options = AcquireOptions::default().with_owner("me");
         let lease = leases
             .try_acquire(&LeaseKey::new("job").unwrap(), D, &options)
@@ -235,7 +244,7 @@ fn invalid_input_is_rejected_before_sending() {
                 faults: None,
             };
             let (leases, client) = support::leases(&endpoint, &wiring, |b| b).await;
-            let go = go::Manager::from(leases.clone());
+            let go = support::GoCalls(leases.clone());
             let invalid = |r: Result<_, lease_core::LeaseError>| {
                 let err = r.expect_err("rejected");
                 assert!(err.is_invalid_input(), "{err}");
@@ -258,12 +267,16 @@ fn invalid_input_is_rejected_before_sending() {
 
             let bad_table = DynamoLeases::new(client.clone(), "a b");
             assert!(bad_table.unwrap_err().to_string().contains("table name"));
+            let mut clashing = AttributeNames::default();
+            clashing.token = "pk".into();
             let clash = DynamoLeases::builder(client.clone(), "leases")
-                .with_lease_attribute_names("pk", "e", "t")
+                .with_attribute_names(clashing)
                 .build();
             assert!(clash.unwrap_err().to_string().contains("both named `pk`"));
+            let mut unnamed = AttributeNames::default();
+            unnamed.fencing = String::new();
             let empty = DynamoLeases::builder(client.clone(), "leases")
-                .with_fencing_attribute("")
+                .with_attribute_names(unnamed)
                 .build();
             assert!(empty.unwrap_err().is_invalid_input());
             let sort = DynamoLeases::builder(client, "leases")
@@ -273,10 +286,10 @@ fn invalid_input_is_rejected_before_sending() {
 
             // With validation off, bounds are left to DynamoDB (a 31-day lease is accepted).
             let (lax, _) = support::leases(&endpoint, &Wiring::default(), |b| {
-                b.with_input_validation(false)
+                b.without_input_validation()
             })
             .await;
-            let lax = go::Manager::from(lax);
+            let lax = support::GoCalls(lax);
             lax.acquire("k", Duration::from_secs(31 * 24 * 3600))
                 .await
                 .unwrap();
@@ -295,7 +308,7 @@ fn held_error_reports_the_holder_from_the_failed_write() {
                 faults: None,
             };
             let (leases, _) = support::leases(&endpoint, &wiring, |b| b).await;
-            let go = go::Manager::from(leases.clone());
+            let go = support::GoCalls(leases.clone());
             let key = LeaseKey::new("k").unwrap();
             let options = AcquireOptions::default().with_owner("host-a pid 7");
             let lease = leases.try_acquire(&key, D, &options).await.unwrap();
@@ -323,7 +336,7 @@ fn fencing_keeps_growing_after_the_item_is_deleted() {
                 b.with_clock(clock.clone())
             })
             .await;
-            let go = go::Manager::from(leases.clone());
+            let go = support::GoCalls(leases.clone());
             let mut last = 0;
             for _ in 0..3 {
                 let lease = go.acquire("k", D).await.unwrap();
@@ -333,7 +346,7 @@ fn fencing_keeps_growing_after_the_item_is_deleted() {
                 clock.advance(Duration::from_micros(1));
             }
             // What TTL does, no earlier than the buffer after the release.
-            clock.advance(leases.ttl_buffer());
+            clock.advance(Duration::from_secs(3600)); // the default TTL buffer
             client
                 .delete_item()
                 .table_name(leases.table())
@@ -361,7 +374,7 @@ fn skew_allowance_delays_takeover() {
             b.with_clock(clock.clone()).with_max_clock_skew(skew)
         })
         .await;
-        let go = go::Manager::from(leases.clone());
+        let go = support::GoCalls(leases.clone());
         let first = go.acquire("k", D).await.unwrap();
         clock.advance(D);
         assert!(go.acquire("k", D).await.unwrap_err().is_held(), "at expiry");

@@ -28,7 +28,7 @@ use aws_smithy_types::config_bag::ConfigBag;
 use lease_dynamo::DynamoLeases;
 
 /// The environment variable naming the endpoint.
-pub const ENDPOINT_ENV: &str = lease_dynamo::ENDPOINT_ENV;
+pub const ENDPOINT_ENV: &str = "LEASE_DYNAMO_ENDPOINT";
 /// Set to `1` to fail instead of skipping when no DynamoDB can be had.
 pub const REQUIRE_ENV: &str = "LEASE_REQUIRE_DYNAMO";
 
@@ -341,4 +341,59 @@ pub async fn leases(
         counter.take();
     }
     (leases, client)
+}
+
+/// The Go package's `Manager` calls, each spelled with this crate's API as its docs map them
+/// (`go_package` module): `Acquire(pk, d)` and `AcquireKey` are one
+/// [`try_acquire`](lease_core::LeaseBackend::try_acquire), `Refresh` is
+/// [`renew`](lease_core::LeaseBackend::renew), `Release` is
+/// [`release`](lease_core::LeaseBackend::release) of the lease's tenure. The Go-parity tests
+/// call these, so they test the behaviour through what a user of this crate calls.
+#[derive(Clone, Debug)]
+pub struct GoCalls(pub DynamoLeases);
+
+impl GoCalls {
+    /// Go's `Acquire(ctx, pk, d)`.
+    pub async fn acquire(
+        &self,
+        pk: &str,
+        d: std::time::Duration,
+    ) -> Result<lease_core::Lease, lease_core::LeaseError> {
+        self.acquire_key(&lease_core::LeaseKey::new(pk)?, d).await
+    }
+
+    /// Go's `AcquireKey(ctx, key, d)`.
+    pub async fn acquire_key(
+        &self,
+        key: &lease_core::LeaseKey,
+        d: std::time::Duration,
+    ) -> Result<lease_core::Lease, lease_core::LeaseError> {
+        use lease_core::LeaseBackend as _;
+        self.0
+            .try_acquire(key, d, &lease_core::AcquireOptions::default())
+            .await
+    }
+
+    /// Go's `Refresh(ctx, lease, d)`.
+    pub async fn refresh(
+        &self,
+        lease: &lease_core::Lease,
+        d: std::time::Duration,
+    ) -> Result<lease_core::Lease, lease_core::LeaseError> {
+        use lease_core::LeaseBackend as _;
+        self.0.renew(lease, d).await
+    }
+
+    /// Go's `Release(ctx, lease)`.
+    pub async fn release(&self, lease: &lease_core::Lease) -> Result<(), lease_core::LeaseError> {
+        use lease_core::LeaseBackend as _;
+        self.0
+            .release(lease.key(), lease.token(), lease.fencing_token())
+            .await
+    }
+
+    /// The manager underneath.
+    pub fn leases(&self) -> &DynamoLeases {
+        &self.0
+    }
 }
