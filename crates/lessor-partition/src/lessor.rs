@@ -1,15 +1,18 @@
 //! The LUCI-style lessor: lease the unleased part of a key range for the length of a callback.
+//!
+//! [`Lessor`] is LUCI's interface (`lessor.Lessor`), [`StoreLessor`] implements it over any
+//! store that can list, and a [`Registry`] (LUCI's `lessor.Register` / `lessor.Get`) maps ids to
+//! lessor factories; the application owns the registry and passes it where it is needed.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_core::backend::validate_duration;
-use lease_core::executor::sleep_until;
 use lease_core::{
     AcquireOptions, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
     LeaseListing, LeaseRecord, LossReason,
@@ -29,8 +32,8 @@ pub(crate) fn listing_of<'a>(
         .ok_or_else(|| LeaseError::unsupported(store.name(), operation))
 }
 
-/// What [`Lessor::with_lease`] granted: the leased parts of the requested range and until when the
-/// callback may act on them.
+/// What [`Lessor::with_lease`] granted (see [`StoreLessor`] for an example): the leased parts of the
+/// requested range and until when the callback may act on them.
 #[derive(Clone, Debug)]
 pub struct Grant {
     partitions: PartitionSet,
@@ -102,18 +105,18 @@ pub trait Lessor: Send + Sync + fmt::Debug {
 /// default).
 ///
 /// ```
-/// use lessor_partition::{Lessor, Partition, StoreLessor};
+/// use lessor_partition::{Lessor, Partition, PartitionSet, StoreLessor};
 /// use lease_core::MemoryBackend;
 /// use std::sync::Arc;
 /// use std::time::Duration;
 ///
 /// let lessor = StoreLessor::new(Arc::new(MemoryBackend::new()))?;
-/// let got = lease_core::executor::block_on(lessor.with_lease(
+/// let got = pollster::block_on(lessor.with_lease(
 ///     "tq-sweep",
 ///     Partition::universe(),
 ///     Duration::from_secs(30),
 ///     Box::new(|grant| Box::pin(async move {
-///         assert_eq!(grant.partitions().as_slice(), &[Partition::universe()]);
+///         assert_eq!(grant.partitions(), &PartitionSet::from(Partition::universe()));
 ///     })),
 /// ));
 /// assert!(got.is_ok());
@@ -220,7 +223,7 @@ impl StoreLessor {
         duration: Duration,
     ) -> Result<BTreeMap<Partition, Lease>, LeaseError> {
         let mut mine: BTreeMap<Partition, Lease> = BTreeMap::new();
-        let wanted = PartitionSet::of(partition);
+        let wanted = PartitionSet::from(partition);
         // What others hold, as of the latest listing: none before the first. The first round
         // acquires the whole range blind and lists once to check it; only a collision (or a
         // range partly held) costs another round.
@@ -319,7 +322,7 @@ impl StoreLessor {
         for lease in released.values() {
             match self
                 .store
-                .delete(lease.key(), None, lease.fencing_token())
+                .delete(lease.key(), None, Some(lease.fencing_token()))
                 .await
             {
                 Ok(()) => {}
@@ -370,7 +373,7 @@ impl Lessor for StoreLessor {
             tracing::debug!(section, requested = %partition, granted = %grant.partitions, "lessor: granted");
             let outcome = Race {
                 work: callback(grant),
-                timer: sleep_until(clock, deadline),
+                timer: clock.sleep(deadline.saturating_duration_since(clock.monotonic())),
             }
             .await;
             self.release_all(&leases).await;
@@ -408,10 +411,13 @@ impl Future for Race<'_> {
     }
 }
 
-/// Makes a lessor; registered under an id with [`Registry::register`] or [`register`].
+/// Makes a lessor; registered under an id with [`Registry::register`].
 pub type LessorFactory = Arc<dyn Fn() -> Result<Arc<dyn Lessor>, LeaseError> + Send + Sync>;
 
-/// Lessor implementations by id (LUCI's `lessor.Register` / `lessor.Get`).
+/// Lessor implementations by id (LUCI's `lessor.Register` / `lessor.Get`), in a registry the
+/// application owns: make one at start-up, register the lessors the deployment offers, and pass
+/// it (or an `Arc` of it) to whatever picks a lessor by its configured id. Usable from any
+/// thread.
 ///
 /// ```
 /// use lessor_partition::{Registry, StoreLessor};
@@ -432,8 +438,12 @@ pub struct Registry {
 
 impl fmt::Debug for Registry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let factories = self
+            .factories
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         f.debug_struct("Registry")
-            .field("ids", &self.ids())
+            .field("ids", &factories.keys().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -485,46 +495,4 @@ impl Registry {
             })?;
         factory()
     }
-
-    /// The registered ids, sorted.
-    pub fn ids(&self) -> Vec<String> {
-        self.factories
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .keys()
-            .cloned()
-            .collect()
-    }
-}
-
-fn global() -> &'static Registry {
-    static GLOBAL: OnceLock<Registry> = OnceLock::new();
-    GLOBAL.get_or_init(Registry::new)
-}
-
-/// Registers `factory` under `id` in the process-wide registry.
-///
-/// # Errors
-/// [`LeaseError::InvalidInput`] (field "lessor id") if `id` is taken.
-///
-/// ```
-/// use lessor_partition::StoreLessor;
-/// use lease_core::MemoryBackend;
-/// use std::sync::Arc;
-///
-/// lessor_partition::register("doc-memory", Arc::new(|| Ok(Arc::new(StoreLessor::new(Arc::new(MemoryBackend::new()))?) as _)))?;
-/// let lessor = lessor_partition::get("doc-memory")?;
-/// # let _ = lessor;
-/// # Ok::<(), lease_core::LeaseError>(())
-/// ```
-pub fn register(id: impl Into<String>, factory: LessorFactory) -> Result<(), LeaseError> {
-    global().register(id, factory)
-}
-
-/// A lessor from the process-wide registry.
-///
-/// # Errors
-/// [`LeaseError::InvalidInput`] (field "lessor id"), or the factory's own error.
-pub fn get(id: &str) -> Result<Arc<dyn Lessor>, LeaseError> {
-    global().get(id)
 }

@@ -7,9 +7,9 @@ use std::str::FromStr;
 /// The exclusive upper end of a [`Partition`]: a key, or the end of the keyspace (2^128).
 ///
 /// 2^128 does not fit a `u128`, so the end of the universe is a variant of its own; it sorts after
-/// every `At`.
+/// every `At`. Callers see it as [`Partition::high`]: `None` for `Max`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum End {
+pub(crate) enum End {
     /// The range ends before this key.
     At(u128),
     /// The range runs to the end of the keyspace: 2^128, exclusive.
@@ -33,11 +33,6 @@ impl End {
         }
     }
 
-    /// The end just after `key`.
-    fn after(key: u128) -> Self {
-        key.checked_add(1).map_or(Self::Max, Self::At)
-    }
-
     /// `self <= key` as ends: whether a range ending here stops at or before `key`.
     fn is_at_or_before(self, key: u128) -> bool {
         match self {
@@ -49,9 +44,10 @@ impl End {
 
 /// A non-empty half-open range `[low, high)` of 128-bit keys.
 ///
-/// `high` may be 2^128 (written [`End::Max`]), so the whole keyspace, [`Partition::universe`], is
-/// representable. The text form is `"<low>_<high>"` in lowercase hex without padding, as LUCI
-/// writes it; the universe is `"0_100000000000000000000000000000000"`.
+/// `high` may be 2^128 ([`Partition::to_end`], whose [`high`](Partition::high) is `None`), so the
+/// whole keyspace, [`Partition::universe`], is representable. The text form is `"<low>_<high>"`
+/// in lowercase hex without padding, as LUCI writes it; the universe is
+/// `"0_100000000000000000000000000000000"`.
 ///
 /// ```
 /// use lessor_partition::Partition;
@@ -87,21 +83,13 @@ impl Partition {
     }
 
     /// `[low, end)`, or `None` if empty.
-    pub fn with_end(low: u128, end: End) -> Option<Self> {
+    pub(crate) fn with_end(low: u128, end: End) -> Option<Self> {
         end.is_after(low).then_some(Self { low, end })
     }
 
     /// The whole keyspace `[0, 2^128)`.
     pub fn universe() -> Self {
         Self::to_end(0)
-    }
-
-    /// The single key `key`.
-    pub fn single(key: u128) -> Self {
-        Self {
-            low: key,
-            end: End::after(key),
-        }
     }
 
     /// The first key in the range.
@@ -117,20 +105,15 @@ impl Partition {
         }
     }
 
-    /// The exclusive upper bound as an [`End`].
-    pub fn end(&self) -> End {
-        self.end
-    }
-
     /// The last key in the range.
-    pub fn last(&self) -> u128 {
+    pub(crate) fn last(&self) -> u128 {
         // Non-empty, so `end > low >= 0` and `end - 1` exists.
         self.end.last_key().unwrap_or(self.low)
     }
 
     /// How many keys the range holds, minus one (the universe holds 2^128 keys, which does not fit
     /// a `u128`).
-    pub fn len_minus_one(&self) -> u128 {
+    pub(crate) fn len_minus_one(&self) -> u128 {
         self.last() - self.low
     }
 
@@ -140,7 +123,7 @@ impl Partition {
     }
 
     /// Whether the two ranges share a key.
-    pub fn overlaps(&self, other: &Self) -> bool {
+    pub(crate) fn overlaps(&self, other: &Self) -> bool {
         self.intersection(other).is_some()
     }
 
@@ -329,31 +312,14 @@ impl PartitionSet {
         Self::default()
     }
 
-    /// The set holding one range.
-    pub fn of(partition: Partition) -> Self {
-        Self {
-            ranges: vec![partition],
-        }
-    }
-
     /// Whether the set holds no key.
     pub fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
 
-    /// How many disjoint ranges the set holds.
-    pub fn len(&self) -> usize {
-        self.ranges.len()
-    }
-
-    /// The ranges, sorted.
+    /// The ranges, sorted, disjoint and never adjacent (`&set` iterates the same).
     pub fn iter(&self) -> std::slice::Iter<'_, Partition> {
         self.ranges.iter()
-    }
-
-    /// The ranges, sorted.
-    pub fn as_slice(&self) -> &[Partition] {
-        &self.ranges
     }
 
     /// Whether `key` is in the set.
@@ -363,7 +329,7 @@ impl PartitionSet {
     }
 
     /// Whether any key of `partition` is in the set.
-    pub fn overlaps(&self, partition: &Partition) -> bool {
+    pub(crate) fn overlaps(&self, partition: &Partition) -> bool {
         let index = self.ranges.partition_point(|p| p.last() < partition.low);
         self.ranges
             .get(index)
@@ -441,6 +407,15 @@ impl PartitionSet {
     }
 }
 
+impl From<Partition> for PartitionSet {
+    /// The set holding one range.
+    fn from(partition: Partition) -> Self {
+        Self {
+            ranges: vec![partition],
+        }
+    }
+}
+
 impl FromIterator<Partition> for PartitionSet {
     fn from_iter<I: IntoIterator<Item = Partition>>(iter: I) -> Self {
         let mut set = Self::new();
@@ -506,7 +481,7 @@ mod tests {
         assert_eq!(u.len_minus_one(), u128::MAX);
         let parts = u.split(3);
         assert_eq!(parts.len(), 3);
-        assert_eq!(parts[2].end(), End::Max);
+        assert_eq!(parts[2].end, End::Max);
         let sizes: Vec<u128> = parts.iter().map(Partition::len_minus_one).collect();
         assert!(sizes.iter().max().unwrap() - sizes.iter().min().unwrap() <= 1);
         assert_eq!(u.split(1), vec![u]);
@@ -595,9 +570,9 @@ mod tests {
             let parts = a.split(n);
             prop_assert!(!parts.is_empty() && parts.len() <= n);
             prop_assert_eq!(parts[0].low(), a.low());
-            prop_assert_eq!(parts[parts.len() - 1].end(), a.end());
+            prop_assert_eq!(parts[parts.len() - 1].end, a.end);
             for w in parts.windows(2) {
-                prop_assert_eq!(w[0].end(), End::At(w[1].low()));
+                prop_assert_eq!(w[0].end, End::At(w[1].low()));
                 let (x, y) = (w[0].len_minus_one(), w[1].len_minus_one());
                 prop_assert!(x >= y && x - y <= 1);
             }
@@ -622,7 +597,7 @@ mod tests {
                 }
             }
             // Sorted, disjoint and never adjacent.
-            for w in set.as_slice().windows(2) {
+            for w in set.ranges.windows(2) {
                 prop_assert!(w[0].last().checked_add(1).is_some_and(|next| next < w[1].low()));
             }
             for (i, k) in points.iter().enumerate() {

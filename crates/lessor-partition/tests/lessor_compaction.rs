@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use lease_core::conformance::CountedBackend;
 use lease_core::{LeaseListing as _, MemoryBackend};
-use lessor_partition::{Grant, Lessor, Partition, StoreLessor};
+use lessor_partition::{Grant, Lessor, Partition, PartitionSet, StoreLessor};
 use proptest::prelude::Rng as _;
 use proptest::test_runner::{RngAlgorithm, TestRng};
 
@@ -26,19 +26,19 @@ fn three_hundred_calls(compact: bool) -> (usize, f64) {
         let a = u128::from(rng.next_u64() % 64);
         let b = u128::from(rng.next_u64() % 64);
         let range = Partition::new(a.min(b), a.max(b) + 1).expect("non-empty");
-        lease_core::executor::block_on(lessor.with_lease(
+        pollster::block_on(lessor.with_lease(
             "sweep",
             range,
             Duration::from_secs(60),
             Box::new(move |g: Grant| {
                 Box::pin(async move {
-                    assert_eq!(g.partitions().as_slice(), &[range]);
+                    assert_eq!(g.partitions(), &PartitionSet::from(range));
                 })
             }),
         ))
         .expect("with_lease");
     }
-    let records = lease_core::executor::block_on(memory.list_partition("lessor/sweep"))
+    let records = pollster::block_on(memory.list_partition("lessor/sweep"))
         .expect("list")
         .len();
     let lists = store.counts().listings as f64 / f64::from(calls);
