@@ -26,6 +26,8 @@ use lease_core::LeaseBackend;
 use lessor_partition::WorkerHandle;
 
 const SECTION: &str = "42-lessor-dynamo.md";
+/// Where DynamoDB Local answers (as `cargo xtask itest` and `cargo xtask bench` set it).
+const ENDPOINT_ENV: &str = "LEASE_DYNAMO_ENDPOINT";
 const SESSION: Duration = Duration::from_secs(2);
 const INTERVAL: Duration = Duration::from_millis(500);
 const WINDOW: u32 = 16;
@@ -37,7 +39,7 @@ const SIM_RECORDS: f64 = 18.0;
 
 fn main() {
     let smoke_test = !std::env::args().any(|a| a == "--bench");
-    let section = match std::env::var(lease_dynamo::ENDPOINT_ENV) {
+    let section = match std::env::var(ENDPOINT_ENV) {
         Ok(endpoint) if !endpoint.is_empty() => {
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -50,12 +52,12 @@ fn main() {
         _ => {
             eprintln!(
                 "SKIPPED: dynamo_fleet bench: {} not set",
-                lease_dynamo::ENDPOINT_ENV
+                ENDPOINT_ENV
             );
             format!(
                 "## lessor-partition on DynamoDB Local\n\nSkipped: `{}` was not set (run \
                  `cargo xtask bench`).\n",
-                lease_dynamo::ENDPOINT_ENV
+                ENDPOINT_ENV
             )
         }
     };

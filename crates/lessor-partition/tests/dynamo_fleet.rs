@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use support::endpoint;
 
+use futures::StreamExt;
 use lease_core::LeaseBackend;
 use lease_dynamo::DynamoLeases;
 use lessor_partition::{FleetEvent, Worker, WorkerHandle};
@@ -60,7 +61,7 @@ fn eight_workers_share_256_units_on_dynamodb_local() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let client = lease_dynamo::sdk_client(Some(&endpoint), Some("us-east-1")).await;
+        let client = lease_dynamo::client_for_endpoint(&endpoint).await;
         let stamp = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
@@ -83,9 +84,9 @@ fn eight_workers_share_256_units_on_dynamodb_local() {
                 .with_interval(INTERVAL)
                 .build()
                 .expect("worker");
-            let events = worker.handle();
+            let mut events = worker.handle().events();
             tokio::spawn(async move {
-                while let Some(e) = events.next_event().await {
+                while let Some(e) = events.next().await {
                     log.lock().expect("log").push((index, e));
                 }
             });
@@ -151,7 +152,12 @@ fn eight_workers_share_256_units_on_dynamodb_local() {
         let mut last: BTreeMap<String, u64> = BTreeMap::new();
         let mut gains = 0;
         for (who, event) in log.lock().expect("log").iter() {
-            if let FleetEvent::Gained { unit, fencing, .. } = event {
+            if let FleetEvent::Gained {
+                unit,
+                fencing_token: fencing,
+                ..
+            } = event
+            {
                 gains += 1;
                 if let Some(before) = last.get(unit) {
                     assert!(

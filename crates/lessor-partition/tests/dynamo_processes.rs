@@ -35,26 +35,25 @@
 //! whatever the scheduling of the processes (a SIGSTOP between a save and its log line only
 //! delays the line).
 //!
-//! A child also checks that [`WorkerHandle::next_unit`](lessor_partition::WorkerHandle::next_unit)
+//! A child also checks that [`WorkerHandle::units`](lessor_partition::WorkerHandle::units)
 //! ends once the worker has stopped: the application's loop on it is how its process exits.
 
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
-use std::future::Future;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Context, Waker};
 use std::time::{Duration, Instant, SystemTime};
 use support::endpoint;
 
-use lease_core::{FencedValues, LossReason};
+use futures::StreamExt;
+use lease_core::FencedValues;
 use lease_dynamo::DynamoLeases;
-use lessor_partition::{UnitTask, Worker};
+use lessor_partition::{Checkpoint, UnitEnd, UnitTask, Worker};
 
 const CHILD_ENV: &str = "LESSOR_DYNAMO_CHILD";
 const FLEET: &str = "procs";
@@ -76,7 +75,7 @@ const MARGIN: Duration = Duration::from_secs(1);
 const SAVE_EVERY: Duration = Duration::from_millis(1000);
 /// How often each process writes the units it owns to its status file.
 const STATUS_EVERY: Duration = Duration::from_millis(250);
-/// How long after `Worker::run` returns a child waits for `WorkerHandle::next_unit` to end.
+/// How long after `Worker::run` returns a child waits for `WorkerHandle::units` to end.
 const UNITS_END: Duration = Duration::from_secs(5);
 /// A child that outlives this (its parent hung or lost its guard) exits on its own.
 const CHILD_LIFETIME: Duration = Duration::from_secs(240);
@@ -100,7 +99,7 @@ fn tokio_runtime(threads: usize) -> tokio::runtime::Runtime {
 }
 
 async fn dynamo_leases(endpoint: &str, table: &str) -> Arc<DynamoLeases> {
-    let client = lease_dynamo::sdk_client(Some(endpoint), Some("us-east-1")).await;
+    let client = lease_dynamo::client_for_endpoint(endpoint).await;
     Arc::new(DynamoLeases::new(client, table).expect("leases"))
 }
 
@@ -146,12 +145,14 @@ async fn run_child(dir: PathBuf, endpoint: String, table: String, id: String) {
     let alive = Arc::new(AtomicUsize::new(0));
 
     // One task per unit gained, until the worker stops; then wait for them all, so that every
-    // final save is in the log before the process exits.
-    let mut units = Box::pin({
-        let (handle, alive) = (handle.clone(), alive.clone());
+    // final save is in the log before the process exits. Asking for the stream before the
+    // worker runs means no unit is ever gained without a task.
+    let mut stream = handle.units();
+    let units = tokio::spawn({
+        let alive = alive.clone();
         async move {
             let mut tasks = tokio::task::JoinSet::new();
-            while let Some(task) = handle.next_unit().await {
+            while let Some(task) = stream.next().await {
                 alive.fetch_add(1, Ordering::SeqCst);
                 let (log, alive) = (log.clone(), alive.clone());
                 tasks.spawn(async move {
@@ -167,11 +168,6 @@ async fn run_child(dir: PathBuf, endpoint: String, table: String, id: String) {
             }
         }
     });
-    // Its first poll asks the worker for tasks (`next_unit`): done before the worker runs, so that
-    // no unit is ever gained without a task.
-    let first = units.as_mut().poll(&mut Context::from_waker(Waker::noop()));
-    assert!(first.is_pending());
-    let units = tokio::spawn(units);
     let run = tokio::spawn(worker.run());
 
     let stop = dir.join(format!("stop-{id}"));
@@ -187,13 +183,13 @@ async fn run_child(dir: PathBuf, endpoint: String, table: String, id: String) {
     }
     handle.stop();
     run.await.expect("join run").expect("clean stop");
-    // The worker has released every unit, so every task has finished, and `next_unit` must say
-    // the worker stopped: an application loop on it that still waits would never end.
+    // The worker has released every unit, so every task has finished, and `units` must say the
+    // worker stopped: an application loop on it that still waits would never end.
     match tokio::time::timeout(UNITS_END, units).await {
         Ok(joined) => joined.expect("join unit tasks"),
         Err(_) => {
             let what = format!(
-                "{id} (pid {}): next_unit() still pending {UNITS_END:?} after run() returned, \
+                "{id} (pid {}): units() still pending {UNITS_END:?} after run() returned, \
                  with {} unit tasks alive",
                 std::process::id(),
                 alive.load(Ordering::SeqCst)
@@ -258,13 +254,14 @@ enum Saved {
 /// The application's work on one unit: count up from the checkpoint, saving every
 /// [`SAVE_EVERY`]; a final save when asked to hand the unit over; stop at once on any other loss.
 async fn work_on(task: UnitTask, log: Arc<SaveLog>) {
-    let fencing = task.fencing().get();
-    let mut counter: u64 = task.checkpoint().map_or(0, |bytes| {
-        std::str::from_utf8(bytes)
+    let fencing = task.fencing_token().get();
+    let mut counter: u64 = match task.checkpoint() {
+        Checkpoint::Saved(bytes) => std::str::from_utf8(bytes)
             .ok()
             .and_then(|text| text.parse().ok())
-            .expect("a checkpoint this test wrote")
-    });
+            .expect("a checkpoint this test wrote"),
+        _ => 0,
+    };
     let now = millis_now();
     log.line(now, task.unit(), fencing, counter, "read");
     loop {
@@ -278,7 +275,7 @@ async fn work_on(task: UnitTask, log: Arc<SaveLog>) {
                 Saved::Over => return,
                 Saved::Failed => {}
             },
-            Some(LossReason::HandedOver | LossReason::Shutdown) => {
+            Some(UnitEnd::HandedOver | UnitEnd::Shutdown) => {
                 save(&task, &log, counter + 1, "final").await;
                 return;
             }
@@ -292,9 +289,9 @@ async fn work_on(task: UnitTask, log: Arc<SaveLog>) {
 }
 
 async fn save(task: &UnitTask, log: &SaveLog, counter: u64, kind: &str) -> Saved {
-    let (unit, fencing) = (task.unit(), task.fencing().get());
+    let (unit, fencing) = (task.unit(), task.fencing_token().get());
     let sent = millis_now();
-    if !task.is_owned() {
+    if task.check().is_err() {
         log.line(sent, unit, fencing, counter, "gone");
         return Saved::Over;
     }

@@ -1,7 +1,7 @@
 //! A fleet with checkpoints on DynamoDB Local whose table is deleted and re-created mid-run, or
 //! whose server is restarted (with `LEASE_LONG=1`): every unit whose checkpoint vanished is
-//! reported to the application ([`FleetEvent::CheckpointLost`] before its `Gained` with no
-//! checkpoint), none reads as never saved, and the fleet owns every unit again.
+//! reported to the application (its `Gained` carries `Checkpoint::Lost`), none reads as never
+//! saved, and the fleet owns every unit again.
 //!
 //! Needs `LEASE_DYNAMO_ENDPOINT` (as `cargo xtask itest` sets, with dummy AWS credentials);
 //! without it the test prints `SKIPPED:` to stderr and passes, unless `LEASE_REQUIRE_DYNAMO=1`.
@@ -21,7 +21,8 @@ use support::endpoint;
 
 use lease_core::LeaseBackend;
 use lease_dynamo::DynamoLeases;
-use lessor_partition::{FleetEvent, Worker, WorkerHandle};
+use futures::StreamExt;
+use lessor_partition::{Checkpoint, FleetEvent, Worker, WorkerHandle};
 
 const WORKERS: usize = 4;
 const UNITS: usize = 32;
@@ -54,10 +55,11 @@ fn a_table_deleted_and_recreated_reports_every_vanished_checkpoint() {
     else {
         return;
     };
-    runtime().block_on(run_through_a_loss(&endpoint, |leases| {
+    let at = endpoint.clone();
+    runtime().block_on(run_through_a_loss(&endpoint, move |leases| {
         Box::pin(async move {
-            leases
-                .client()
+            lease_dynamo::client_for_endpoint(&at)
+                .await
                 .delete_table()
                 .table_name(leases.table())
                 .send()
@@ -121,7 +123,7 @@ async fn run_through_a_loss(
     endpoint: &str,
     loss: impl FnOnce(DynamoLeases) -> Pin<Box<dyn Future<Output = ()> + Send>>,
 ) {
-    let client = lease_dynamo::sdk_client(Some(endpoint), Some("us-east-1")).await;
+    let client = lease_dynamo::client_for_endpoint(endpoint).await;
     let stamp = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
@@ -149,10 +151,10 @@ async fn run_through_a_loss(
             .with_checkpoints()
             .build()
             .expect("worker");
-        let events = worker.handle();
+        let mut events = worker.handle().events();
         let log = log.clone();
         tokio::spawn(async move {
-            while let Some(e) = events.next_event().await {
+            while let Some(e) = events.next().await {
                 log.lock().expect("log").push(e);
             }
         });
@@ -207,25 +209,18 @@ async fn run_through_a_loss(
     );
     let _ = took;
 
-    let mut announced = BTreeSet::new();
     let (mut reported, mut restored, mut silent) =
         (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
     for event in log.lock().expect("log").iter() {
-        match event {
-            FleetEvent::CheckpointLost { unit, .. } => {
-                announced.insert(unit.clone());
-            }
-            FleetEvent::Gained {
-                unit, checkpoint, ..
-            } => {
-                let told = announced.remove(unit);
-                match (checkpoint, told) {
-                    (Some(_), _) => restored.insert(unit.clone()),
-                    (None, true) => reported.insert(unit.clone()),
-                    (None, false) => silent.insert(unit.clone()),
-                };
-            }
-            _ => {}
+        if let FleetEvent::Gained {
+            unit, checkpoint, ..
+        } = event
+        {
+            match checkpoint {
+                Checkpoint::Saved(_) => restored.insert(unit.clone()),
+                Checkpoint::Lost => reported.insert(unit.clone()),
+                _ => silent.insert(unit.clone()),
+            };
         }
     }
     let losses: u64 = handles.iter().map(|h| h.stats().store_losses).sum();
@@ -250,8 +245,7 @@ async fn run_through_a_loss(
     for task in tasks {
         let _ = task.await;
     }
-    let _ = leases
-        .client()
+    let _ = client
         .delete_table()
         .table_name(&table)
         .send()

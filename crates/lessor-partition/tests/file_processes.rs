@@ -44,12 +44,20 @@ fn child_worker() {
         .with_interval(INTERVAL)
         .build()
         .expect("worker");
-    let events = worker.handle();
+    let events = worker.handle().events();
     std::thread::spawn(move || {
-        while let Some(event) = lease_core::executor::block_on(events.next_event()) {
+        for event in futures::executor::block_on_stream(events) {
             let line = match &event {
-                FleetEvent::Gained { unit, fencing, .. } => format!("gained {unit} {fencing}"),
-                FleetEvent::Lost { unit, fencing, .. } => format!("lost {unit} {fencing}"),
+                FleetEvent::Gained {
+                    unit,
+                    fencing_token,
+                    ..
+                } => format!("gained {unit} {fencing_token}"),
+                FleetEvent::Lost {
+                    unit,
+                    fencing_token,
+                    ..
+                } => format!("lost {unit} {fencing_token}"),
                 _ => continue,
             };
             let mut log = std::fs::OpenOptions::new()

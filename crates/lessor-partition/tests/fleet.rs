@@ -5,35 +5,55 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
 use lease_core::{
     FencedValues, FencingToken, LeaseKey, LossReason, ManualClock, MemoryBackend, NotOwnedReason,
 };
-use lessor_partition::{FleetEvent, Worker, WorkerHandle};
+use lessor_partition::{Checkpoint, FleetEvent, UnitEnd, UnitTask, Worker};
 
-/// Every event of the watched workers, read from their handles' queues.
+/// Every event of the watched workers, read from their handles' streams.
 #[derive(Default)]
 struct Events {
-    handles: Vec<(String, WorkerHandle)>,
+    streams: Vec<(String, BoxStream<'static, FleetEvent>)>,
     seen: Vec<(String, FleetEvent)>,
 }
 
 type Log = Arc<Mutex<Events>>;
 
-fn watch(log: &Log, worker: &Worker) {
+fn watch(log: &Log, id: &str, worker: &Worker) {
     let mut log = log.lock().expect("log");
-    log.handles.push((worker.id().to_owned(), worker.handle()));
+    let stream = worker.handle().events().boxed();
+    log.streams.push((id.to_owned(), stream));
 }
 
 /// Every event so far, in the order each worker queued them.
 fn events(log: &Log) -> Vec<(String, FleetEvent)> {
     let mut log = log.lock().expect("log");
-    let Events { handles, seen } = &mut *log;
-    for (id, handle) in handles.iter() {
-        while let Some(event) = handle.try_next_event() {
-            seen.push((id.clone(), event));
-        }
+    let Events { streams, seen } = &mut *log;
+    for (id, stream) in streams.iter_mut() {
+        seen.extend(queued(stream).into_iter().map(|e| (id.clone(), e)));
     }
     seen.clone()
+}
+
+/// What `stream` has ready now, without waiting.
+fn queued<T>(stream: &mut (impl futures::Stream<Item = T> + Unpin)) -> Vec<T> {
+    let mut out = Vec::new();
+    while let Some(Some(item)) = stream.next().now_or_never() {
+        out.push(item);
+    }
+    out
+}
+
+/// The units `worker` trusts now.
+fn owned(worker: &Worker) -> usize {
+    worker.handle().owned_units().len()
+}
+
+/// The fencing token of `unit` if `worker` owns it now.
+fn owns(worker: &Worker, unit: &str) -> Option<FencingToken> {
+    worker.handle().owns(unit)
 }
 
 fn worker(store: &MemoryBackend, id: &str, units: usize, log: &Log) -> Worker {
@@ -42,14 +62,14 @@ fn worker(store: &MemoryBackend, id: &str, units: usize, log: &Log) -> Worker {
         .with_units((0..units).map(|u| format!("u{u:02}")))
         .build()
         .expect("worker");
-    watch(log, &worker);
+    watch(log, id, &worker);
     worker
 }
 
 fn tick_all(workers: &mut [&mut Worker], clock: &ManualClock, rounds: usize) {
     for _ in 0..rounds {
         for w in workers.iter_mut() {
-            lease_core::executor::block_on(w.tick()).expect("tick");
+            pollster::block_on(w.tick()).expect("tick");
         }
         clock.advance(Duration::from_millis(2500));
     }
@@ -66,26 +86,31 @@ fn every_change_of_owner_raises_the_units_fencing_token() {
         worker(&store, "c", 12, &log),
     );
     tick_all(&mut [&mut a], &clock, 3);
-    assert_eq!(a.owned_units().len(), 12);
+    assert_eq!(owned(&a), 12);
     tick_all(&mut [&mut a, &mut b], &clock, 4);
-    assert_eq!(b.owned_units().len(), 6);
+    assert_eq!(owned(&b), 6);
     // c joins, then a crashes (stops ticking), then b shuts down cleanly.
     tick_all(&mut [&mut a, &mut b, &mut c], &clock, 4);
     tick_all(&mut [&mut b, &mut c], &clock, 8);
     assert_eq!(
-        a.owned_units().len(),
+        owned(&a),
         0,
         "a crashed worker stops trusting once its session ends"
     );
-    assert_eq!(b.owned_units().len() + c.owned_units().len(), 12);
-    lease_core::executor::block_on(b.shutdown()).expect("shutdown");
+    assert_eq!(owned(&b) + owned(&c), 12);
+    pollster::block_on(b.shutdown()).expect("shutdown");
     tick_all(&mut [&mut c], &clock, 2);
-    assert_eq!(c.owned_units().len(), 12);
+    assert_eq!(owned(&c), 12);
 
     let mut last: BTreeMap<String, FencingToken> = BTreeMap::new();
     let mut gains = 0;
     for (who, event) in events(&log).iter() {
-        if let FleetEvent::Gained { unit, fencing, .. } = event {
+        if let FleetEvent::Gained {
+            unit,
+            fencing_token: fencing,
+            ..
+        } = event
+        {
             gains += 1;
             if let Some(before) = last.get(unit) {
                 assert!(
@@ -100,7 +125,7 @@ fn every_change_of_owner_raises_the_units_fencing_token() {
     assert!(events(&log).iter().any(|(_, e)| matches!(
         e,
         FleetEvent::Lost {
-            reason: LossReason::Shutdown,
+            reason: UnitEnd::Shutdown,
             ..
         }
     )));
@@ -138,20 +163,20 @@ fn checkpoints_follow_the_owner(
             None => builder.with_checkpoints(),
         };
         let worker = builder.build().expect("worker");
-        watch(&log, &worker);
+        watch(&log, id, &worker);
         worker
     };
     let (mut a, mut b) = (make("a"), make("b"));
     tick_all(&mut [&mut a, &mut b], clock, 3);
-    let (owner, other) = if a.owns("only").is_some() {
-        (&mut a, &mut b)
+    let ((owner, owner_id), (other, other_id)) = if owns(&a, "only").is_some() {
+        ((&mut a, "a"), (&mut b, "b"))
     } else {
-        (&mut b, &mut a)
+        ((&mut b, "b"), (&mut a, "a"))
     };
-    let old_fencing = owner.owns("only").expect("owned");
-    lease_core::executor::block_on(owner.save_checkpoint("only", b"offset=41"))
+    let old_fencing = owns(owner, "only").expect("owned");
+    pollster::block_on(owner.handle().save_checkpoint("only", b"offset=41"))
         .expect("owner saves");
-    let err = lease_core::executor::block_on(other.save_checkpoint("only", b"nope"))
+    let err = pollster::block_on(other.handle().save_checkpoint("only", b"nope"))
         .expect_err("not owner");
     assert!(err.is_not_owned(), "{err:?}");
     assert_eq!(
@@ -162,21 +187,21 @@ fn checkpoints_follow_the_owner(
 
     // The owner pauses past its session; the other takes over and receives the checkpoint.
     tick_all(&mut [other], clock, 8);
-    let new_fencing = other.owns("only").expect("taken over");
+    let new_fencing = owns(other, "only").expect("taken over");
     assert!(new_fencing > old_fencing);
     let handed = events(&log).iter().rev().find_map(|(who, e)| match e {
-        FleetEvent::Gained { checkpoint, .. } if who == other.id() => Some(checkpoint.clone()),
+        FleetEvent::Gained { checkpoint, .. } if who == other_id => Some(checkpoint.clone()),
         _ => None,
     });
-    assert_eq!(handed, Some(Some(b"offset=41".to_vec())));
+    assert_eq!(handed, Some(Checkpoint::Saved(b"offset=41".to_vec())));
     // The paused owner no longer trusts the unit; even bypassing the worker, its token is fenced.
-    assert!(owner.owns("only").is_none());
+    assert!(owns(owner, "only").is_none(), "{owner_id} paused");
     let values: &dyn FencedValues = match &separate {
         Some(values) => &**values,
         None => store,
     };
     let name = LeaseKey::with_sort_key("fleet/cp/checkpoints", "only").expect("name");
-    let late = lease_core::executor::block_on(values.put_fenced(&name, old_fencing, b"late"))
+    let late = pollster::block_on(values.put_fenced(&name, old_fencing, b"late"))
         .expect_err("fenced out");
     assert!(late.is_not_owned(), "{late:?}");
     assert_eq!(late.not_owned_reason(), Some(NotOwnedReason::Fenced));
@@ -232,10 +257,10 @@ fn dynamic(store: &MemoryBackend, id: &str) -> Worker {
 }
 
 fn owned_total(workers: &[&Worker]) -> (usize, Vec<usize>) {
-    let counts: Vec<usize> = workers.iter().map(|w| w.owned_units().len()).collect();
+    let counts: Vec<usize> = workers.iter().map(|w| owned(w)).collect();
     let mut all: Vec<String> = workers
         .iter()
-        .flat_map(|w| w.owned_units().into_keys())
+        .flat_map(|w| w.handle().owned_units().into_keys())
         .collect();
     all.sort();
     all.dedup();
@@ -253,56 +278,50 @@ fn units_added_and_retired_at_run_time_are_planned_by_every_worker() {
     assert_eq!(owned_total(&[&a, &b]).0, 0, "no units yet");
 
     let added =
-        lease_core::executor::block_on(a.handle().add_units((0..6).map(|u| format!("s{u}"))))
+        pollster::block_on(a.handle().add_units((0..6).map(|u| format!("s{u}"))))
             .expect("add");
     assert_eq!(added, 6);
     tick_all(&mut [&mut a, &mut b], &clock, 3);
     assert_eq!(owned_total(&[&a, &b]), (6, vec![3, 3]));
     // Adding what exists adds nothing.
-    let again = lease_core::executor::block_on(b.handle().add_units(["s0", "s9"])).expect("add");
+    let again = pollster::block_on(b.handle().add_units(["s0", "s9"])).expect("add");
     assert_eq!(again, 1);
     tick_all(&mut [&mut a, &mut b], &clock, 3);
     assert_eq!(owned_total(&[&a, &b]).0, 7);
 
     // The owner of s0 retires it: its record is deleted and nobody takes it again.
-    let (owner, handle) = if a.owns("s0").is_some() {
-        ("a", a.handle())
-    } else {
-        ("b", b.handle())
-    };
-    assert!(
-        handle.try_next_unit().is_none(),
-        "tasks are handed out from now on"
-    );
+    let owner = if owns(&a, "s0").is_some() { "a" } else { "b" };
     let key = lease_core::LeaseKey::with_sort_key("fleet/dyn/units", "s0").expect("key");
     // A task for a unit gained from now on; for s0, retire through a task made by a handoff-free
     // path: lose it to the other worker first, then retire there.
     let holder = if owner == "a" { &mut a } else { &mut b };
-    lease_core::executor::block_on(holder.shutdown()).expect("shutdown");
+    pollster::block_on(holder.shutdown()).expect("shutdown");
     let other = if owner == "a" { &mut b } else { &mut a };
-    let other_handle = other.handle();
-    assert!(other_handle.try_next_unit().is_none());
+    let mut units = other.handle().units(); // tasks are handed out from now on
     tick_all(&mut [&mut *other], &clock, 3);
-    let mut task = None;
-    while let Some(t) = other_handle.try_next_unit() {
-        if t.unit() == "s0" {
-            task = Some(t);
-        }
-    }
-    let task = task.expect("the survivor gained s0 as a task");
-    lease_core::executor::block_on(task.retire()).expect("retire");
-    assert!(!task.is_owned());
+    let task: UnitTask = queued(&mut units)
+        .into_iter()
+        .find(|t| t.unit() == "s0")
+        .expect("the survivor gained s0 as a task");
+    let fencing = task.check().expect("owned");
+    pollster::block_on(task.retire()).expect("retire");
+    let retired = task.check().expect_err("retired");
+    assert!(
+        matches!(&retired, lease_core::LeaseError::Lost { reason: LossReason::NotOwned(NotOwnedReason::Missing), .. }),
+        "{retired:?}"
+    );
+    assert_eq!(task.fencing_token(), fencing);
     assert_eq!(
-        lease_core::executor::block_on(lease_core::LeaseBackend::inspect(&store, &key))
+        pollster::block_on(lease_core::LeaseBackend::inspect(&store, &key))
             .expect("inspect"),
         None,
         "the retired unit's record is deleted"
     );
     tick_all(&mut [&mut *other], &clock, 3);
-    assert!(other.owns("s0").is_none());
-    assert_eq!(other.owned_units().len(), 6, "the other units stay owned");
-    let reason = lease_core::executor::block_on(task.lost());
-    assert_eq!(reason, LossReason::Retired);
+    assert!(owns(other, "s0").is_none());
+    assert_eq!(owned(other), 6, "the other units stay owned");
+    let reason = pollster::block_on(task.lost());
+    assert_eq!(reason, UnitEnd::Retired);
 }
 
 /// A unit being handed over stays with its task until the task has saved a final checkpoint and
@@ -320,43 +339,35 @@ fn a_handoff_waits_for_the_tasks_final_checkpoint() {
             .expect("worker")
     };
     let mut a = make("a");
-    let handle = a.handle();
-    assert!(handle.try_next_unit().is_none());
+    let mut units = a.handle().units();
     tick_all(&mut [&mut a], &clock, 3);
-    let task = handle.try_next_unit().expect("a task for the unit");
-    lease_core::executor::block_on(task.save_checkpoint(b"1")).expect("save");
+    let task = queued(&mut units).pop().expect("a task for the unit");
+    pollster::block_on(task.save_checkpoint(b"1")).expect("save");
 
     // "b" joins with a lower... no: "0b" sorts first, so the single unit's target moves to it.
     let mut b = make("0b");
+    let mut b_events = b.handle().events();
     tick_all(&mut [&mut a, &mut b], &clock, 3);
+    assert!(owns(&a, "only").is_some(), "still a's while its task finishes");
+    assert!(owns(&b, "only").is_none());
+    assert_eq!(pollster::block_on(task.lost()), UnitEnd::HandedOver);
     assert!(
-        a.owns("only").is_some(),
-        "still a's while its task finishes"
-    );
-    assert!(b.owns("only").is_none());
-    assert_eq!(
-        lease_core::executor::block_on(task.lost()),
-        LossReason::HandedOver
-    );
-    assert!(
-        task.is_owned(),
+        task.check().is_ok(),
         "a handoff leaves the unit owned until the task is done"
     );
-    lease_core::executor::block_on(task.save_checkpoint(b"final")).expect("final save");
+    pollster::block_on(task.save_checkpoint(b"final")).expect("final save");
     drop(task);
     tick_all(&mut [&mut a, &mut b], &clock, 3);
-    assert!(a.owns("only").is_none());
-    assert!(b.owns("only").is_some());
-    let gained = b.handle().try_next_event();
-    let mut checkpoint = None;
-    let mut next = gained;
-    while let Some(event) = next {
-        if let FleetEvent::Gained { checkpoint: c, .. } = event {
-            checkpoint = c;
-        }
-        next = b.handle().try_next_event();
-    }
-    assert_eq!(checkpoint.as_deref(), Some(&b"final"[..]));
+    assert!(owns(&a, "only").is_none());
+    assert!(owns(&b, "only").is_some());
+    let checkpoint = queued(&mut b_events)
+        .into_iter()
+        .filter_map(|event| match event {
+            FleetEvent::Gained { checkpoint, .. } => Some(checkpoint),
+            _ => None,
+        })
+        .last();
+    assert_eq!(checkpoint, Some(Checkpoint::Saved(b"final".to_vec())));
 }
 
 /// A departed worker's released session record is deleted by the sweeper once it has stayed
@@ -368,10 +379,10 @@ fn departed_workers_session_records_are_deleted() {
     let log: Log = Arc::default();
     let (mut a, mut z) = (worker(&store, "a", 4, &log), worker(&store, "z", 4, &log));
     tick_all(&mut [&mut a, &mut z], &clock, 4);
-    lease_core::executor::block_on(z.shutdown()).expect("shutdown");
+    pollster::block_on(z.shutdown()).expect("shutdown");
     let key = lease_core::LeaseKey::with_sort_key("fleet/t/sessions", "z").expect("key");
     let exists = || {
-        lease_core::executor::block_on(lease_core::LeaseBackend::inspect(&store, &key))
+        pollster::block_on(lease_core::LeaseBackend::inspect(&store, &key))
             .expect("inspect")
             .is_some()
     };
@@ -379,7 +390,7 @@ fn departed_workers_session_records_are_deleted() {
     assert!(exists(), "kept while recently released");
     tick_all(&mut [&mut a], &clock, 48);
     assert!(!exists(), "deleted after ten session durations released");
-    assert_eq!(a.owned_units().len(), 4);
+    assert_eq!(owned(&a), 4);
 }
 
 /// A worker's unit limit travels in its session token: every planner honours it, and the others
@@ -425,40 +436,47 @@ fn balancing_by_load_gives_the_heavy_units_owner_fewer_units() {
             .expect("worker")
     };
     let (mut a, mut b) = (make("a"), make("b"));
+    let (mut a_units, mut b_units) = (a.handle().units(), b.handle().units());
     for round in 0..12 {
         tick_all(&mut [&mut a, &mut b], &clock, 1);
         eprintln!(
             "round {round}: {:?} {:?} {:?}",
             owned_total(&[&a, &b]),
-            a.assignment(),
-            b.assignment()
+            a.handle().snapshot(),
+            b.handle().snapshot()
         );
     }
     assert_eq!(owned_total(&[&a, &b]), (8, vec![4, 4]));
-    let heavy = if a.owns("u0").is_some() { &a } else { &b };
-    heavy.handle().report_load("u0", 5.0);
+    // The owner of u0 reports its load through the unit's task; the others' tasks are done.
+    let u0 = queued(&mut a_units)
+        .into_iter()
+        .chain(queued(&mut b_units))
+        .find(|task| task.unit() == "u0" && task.check().is_ok())
+        .expect("u0 came as a task");
+    u0.report_load(5.0);
     tick_all(&mut [&mut a, &mut b], &clock, 40);
     let (total, counts) = owned_total(&[&a, &b]);
     assert_eq!(total, 8);
-    let (with_heavy, other) = if a.owns("u0").is_some() {
+    let (with_heavy, other) = if owns(&a, "u0").is_some() {
         (counts[0], counts[1])
     } else {
         (counts[1], counts[0])
     };
     // Loads 5 + k against 8 - 1 - k: balanced within a unit when k = 1 (6 against 6).
     assert!(with_heavy < other, "{with_heavy} vs {other}");
-    let moves = a.stats().gains + b.stats().gains;
+    let gains = |w: &Worker| w.handle().stats().gains;
+    let moves = gains(&a) + gains(&b);
     tick_all(&mut [&mut a, &mut b], &clock, 40);
     assert_eq!(
-        a.stats().gains + b.stats().gains,
+        gains(&a) + gains(&b),
         moves,
         "settled: no more moves"
     );
 }
 
-/// Found by the DynamoDB process test: once an ownership ended while its task was alive,
-/// `next_unit()` and `next_event()` never returned `None` after the worker stopped, so an
-/// application waiting on them never exited.
+/// Found by the DynamoDB process test: once an ownership ended while its task was alive, the
+/// units and events streams never ended after the worker stopped, so an application waiting on
+/// them never exited.
 #[test]
 fn the_units_and_events_streams_end_when_the_worker_stops() {
     let clock = Arc::new(ManualClock::new());
@@ -471,40 +489,28 @@ fn the_units_and_events_streams_end_when_the_worker_stops() {
             .expect("worker")
     };
     let mut a = make("a");
-    let handle = a.handle();
-    assert!(handle.try_next_unit().is_none());
+    let (mut units, mut events) = (a.handle().units(), a.handle().events());
     tick_all(&mut [&mut a], &clock, 3);
-    let task = handle.try_next_unit().expect("a task");
+    let task = queued(&mut units).pop().expect("a task");
     // a pauses past its session; b takes the unit; a learns it lost it while the task lives.
     clock.advance(Duration::from_secs(30));
     let mut b = make("b");
     tick_all(&mut [&mut b], &clock, 8);
-    assert!(b.owns("only").is_some());
-    lease_core::executor::block_on(a.tick()).expect("tick");
+    assert!(owns(&b, "only").is_some());
+    pollster::block_on(a.tick()).expect("tick");
     // The session's own loss: its trust lapsed with no renewal answered (the pause).
     assert_eq!(
-        lease_core::executor::block_on(task.lost()),
-        LossReason::DeadlinePassed
+        pollster::block_on(task.lost()),
+        UnitEnd::Lost(LossReason::DeadlinePassed)
+    );
+    let lost = task.check().expect_err("lost");
+    assert!(
+        matches!(&lost, lease_core::LeaseError::Lost { reason: LossReason::DeadlinePassed, .. }),
+        "{lost:?}"
     );
     drop(task);
-    lease_core::executor::block_on(a.shutdown()).expect("shutdown");
-    assert!(
-        matches!(now(handle.next_unit()), Some(None)),
-        "next_unit ends"
-    );
-    while handle.try_next_event().is_some() {}
-    assert!(
-        matches!(now(handle.next_event()), Some(None)),
-        "next_event ends"
-    );
-}
-
-/// Polls `future` once: its output if it is ready now.
-fn now<T>(future: impl std::future::Future<Output = T>) -> Option<T> {
-    let mut future = std::pin::pin!(future);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(value) => Some(value),
-        std::task::Poll::Pending => None,
-    }
+    pollster::block_on(a.shutdown()).expect("shutdown");
+    assert!(matches!(units.next().now_or_never(), Some(None)), "units end");
+    queued(&mut events);
+    assert!(matches!(events.next().now_or_never(), Some(None)), "events end");
 }

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::conformance::recording::CapturedMetrics;
-use lease_core::executor::block_on;
-use lease_core::metrics::{
-    ACQUISITIONS, FLEET_IMBALANCE, FLEET_UNITS_GAINED, FLEET_UNITS_LOST, FLEET_UNITS_OWNED,
-    RENEWALS,
-};
+use lease_core::metrics::{ACQUISITIONS, RENEWALS};
 use lease_core::{ManualClock, MemoryBackend};
 use lessor_partition::Worker;
+use lessor_partition::metrics::{
+    FLEET_IMBALANCE, FLEET_UNITS_GAINED, FLEET_UNITS_LOST, FLEET_UNITS_OWNED, LABEL_WORKER,
+};
+use pollster::block_on;
 
 fn worker(store: &MemoryBackend, id: &str) -> Worker {
     Worker::builder("t", id)
@@ -33,17 +33,17 @@ fn a_fleet_reports_units_owned_gained_lost_and_imbalance_per_worker() {
     let clock = Arc::new(ManualClock::new());
     let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let (mut a, mut b) = (worker(&store, "a"), worker(&store, "b"));
-    let gauge = |name: &str, id: &str| recording.gauges(name, &[("worker", id)]);
+    let gauge = |name: &str, id: &str| recording.gauges(name, &[(LABEL_WORKER, id)]);
 
     for _ in 0..8 {
         block_on(a.tick()).unwrap();
         clock.advance(Duration::from_millis(2500));
     }
-    assert_eq!(a.owned_units().len(), 12);
+    assert_eq!(a.handle().owned_units().len(), 12);
     assert_eq!(gauge(FLEET_UNITS_OWNED, "a"), [12.0]);
     assert_eq!(gauge(FLEET_IMBALANCE, "a"), [0.0]);
     assert_eq!(
-        recording.counter(FLEET_UNITS_GAINED, &[("worker", "a")]),
+        recording.counter(FLEET_UNITS_GAINED, &[(LABEL_WORKER, "a")]),
         12
     );
 
@@ -56,18 +56,18 @@ fn a_fleet_reports_units_owned_gained_lost_and_imbalance_per_worker() {
         above = above.max(gauge(FLEET_IMBALANCE, "a")[0]);
         clock.advance(Duration::from_millis(2500));
     }
-    assert_eq!(b.owned_units().len(), 6);
+    assert_eq!(b.handle().owned_units().len(), 6);
     assert!(above > 0.0, "a was never seen above its share");
     assert_eq!(gauge(FLEET_UNITS_OWNED, "a"), [6.0]);
     assert_eq!(gauge(FLEET_UNITS_OWNED, "b"), [6.0]);
     assert_eq!(gauge(FLEET_IMBALANCE, "b"), [0.0]);
-    let handed = [("worker", "a"), ("reason", "handed_over")];
+    let handed = [(LABEL_WORKER, "a"), ("reason", "handed_over")];
     assert_eq!(recording.counter(FLEET_UNITS_LOST, &handed), 6);
-    assert_eq!(recording.counter(FLEET_UNITS_GAINED, &[("worker", "b")]), 6);
+    assert_eq!(recording.counter(FLEET_UNITS_GAINED, &[(LABEL_WORKER, "b")]), 6);
 
     // b shuts down: its units are lost with the reason, and it owns none.
     block_on(b.shutdown()).unwrap();
-    let shutdown = [("worker", "b"), ("reason", "shutdown")];
+    let shutdown = [(LABEL_WORKER, "b"), ("reason", "shutdown")];
     assert_eq!(recording.counter(FLEET_UNITS_LOST, &shutdown), 6);
     assert_eq!(gauge(FLEET_UNITS_OWNED, "b"), [0.0]);
 

@@ -1,8 +1,9 @@
-//! The assigner ([`WorkerBuilder::with_assigner`](crate::WorkerBuilder::with_assigner)): one
-//! worker, elected with a lease, that lists the sessions every tick and publishes a digest of the
-//! membership in its lease's token, with the names of the members it suspects and of those that
-//! changed lately; every other worker reads that one record per tick, reads the named members'
-//! session records, and skips its own sessions listing while the digest matches its own view.
+//! The assigner (the default; [`WorkerBuilder::without_assigner`](crate::WorkerBuilder::without_assigner)
+//! turns it off): one worker, elected with a lease, that lists the sessions every tick and
+//! publishes a digest of the membership in its lease's token, with the names of the members it
+//! suspects and of those that changed lately; every other worker reads that one record per tick,
+//! reads the named members' session records, and skips its own sessions listing while the digest
+//! matches its own view.
 //!
 //! The digest decides only *when* a worker lists. Every verdict on a peer's session and every
 //! take stays the worker's own (its listings, its timestamps, its leases), so an assigner that is
@@ -17,6 +18,7 @@ use lease_core::{AcquireOptions, Lease, LeaseBackend, LeaseKey, LeaseRecord, Lea
 use super::builder::{Config, fnv1a};
 use super::counted::CountedStore;
 use super::takes::{self, TakeList};
+use super::view::fencing_of;
 
 /// The assigner record as this worker last read it, and since when it has seen it unchanged:
 /// the assigner renews every interval, so a record unchanged for a session duration (by this
@@ -245,7 +247,7 @@ impl Assigner {
             return Heard::Nobody;
         };
         let version = (
-            record.fencing().get(),
+            fencing_of(record),
             holder.token().cloned(),
             holder.expires_at(),
         );

@@ -9,16 +9,16 @@ use lease_core::{FencedValues, LeaseBackend, LeaseError, LeaseKey, RandomTokens,
 
 use super::checkpoint::{CheckpointSource, Checkpoints};
 use super::view::{EPOCH_SORT_KEY, LOAD_SUFFIX, SessionTag};
+use crate::lessor::listing_of;
 
 /// Longest worker id accepted, in bytes (it travels inside owner tokens of at most 256 bytes).
 const MAX_WORKER_ID_BYTES: usize = 180;
-use crate::PartitionSet;
-use crate::lessor::listing_of;
 
 /// What a worker is made from: its checked configuration, its store, its checkpoints.
 pub(crate) type Parts = (Config, Arc<dyn LeaseBackend>, Option<Checkpoints>);
 
-/// Configures a [`Worker`](crate::Worker).
+/// Configures a [`Worker`](crate::Worker): the store and the units are required, every other
+/// setting has a default that suits a fleet on DynamoDB or files.
 ///
 /// ```
 /// use lessor_partition::{Partition, Worker};
@@ -100,7 +100,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// The units (shard keys) the fleet divides; every worker must be given the same set.
+    /// The units (shard keys) the fleet divides; every worker must be given the same set. Adds to
+    /// the units already given.
     pub fn with_units<I, S>(mut self, units: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -110,17 +111,14 @@ impl WorkerBuilder {
         self
     }
 
-    /// Key ranges as units, named by their text form.
+    /// Key ranges as units, named by their text form (`"low_high"`): a slice or `Vec` of
+    /// [`Partition`](crate::Partition)s, or a [`PartitionSet`](crate::PartitionSet) by reference.
+    /// Adds to the units already given.
     pub fn with_partitions<'a>(
         self,
         partitions: impl IntoIterator<Item = &'a crate::Partition>,
     ) -> Self {
         self.with_units(partitions.into_iter().map(ToString::to_string))
-    }
-
-    /// The ranges of a set as units.
-    pub fn with_partition_set(self, set: &PartitionSet) -> Self {
-        self.with_partitions(set.iter())
     }
 
     /// How long a session lease lasts without renewal (default 10 s): a crashed worker's units
@@ -200,7 +198,7 @@ impl WorkerBuilder {
     /// How long the application's [`UnitTask`](crate::UnitTask) of a unit being handed over (or
     /// released at shutdown) may keep it to save a final checkpoint before it is released anyway
     /// (default 5 s). Only applies to applications that take units with
-    /// [`WorkerHandle::next_unit`](crate::WorkerHandle::next_unit).
+    /// [`WorkerHandle::units`](crate::WorkerHandle::units).
     pub fn with_handoff_timeout(mut self, timeout: Duration) -> Self {
         self.handoff_timeout = timeout;
         self
@@ -226,40 +224,23 @@ impl WorkerBuilder {
         self
     }
 
-    /// Lets the fleet elect an **assigner** (KCL 3.x's leader), so that membership costs `O(W)`
-    /// records a tick fleet-wide instead of `O(W²)`: the default, which this only restates
-    /// ([`without_assigner`](Self::without_assigner) turns it off). One worker holds the assigner lease
-    /// (`fleet/F/assigner`, one session duration long): every tick it lists the sessions, as
-    /// today, and publishes a digest of the live members, the unit-set epoch and the members it
-    /// suspects (a session record unchanged for an interval) in the lease's token, with the names
-    /// of the members that changed lately. Every other worker reads that one record per tick (one
-    /// request, besides its session renewal, plus one read of each suspect's session record and,
-    /// when its own view differs from the digest, of each changed member's) and, while the digest
-    /// matches its own view, skips listing the sessions: with nothing to move its units stay
-    /// trusted by its own session and unit leases, exactly as before. When its reads disagree with
-    /// the digest for more than three ticks, or no assigner has renewed for a session duration,
-    /// the worker ticks as without an assigner (and tries to become the assigner when the lease
-    /// is free). After a membership change the
-    /// assigner writes each follower's part of its plan as a *take list* (a fenced value
-    /// `fleet/F/takes` / worker id, one write per member whose part changed), so a follower reads
-    /// that one value and the records of the units it names instead of listing all the units, and
-    /// the assigner takes a dead member's units itself as soon as its own listing judges the
-    /// session ended. The assigner decides only *when* workers list and *which* units they look
-    /// at; every verdict on a peer and every take is the worker's own, so a slow, paused or
-    /// duplicated assigner can only delay balance. Not with
-    /// [`with_balance_by_load`](Self::with_balance_by_load) (loads travel with the sessions
-    /// listing): that worker always ticks in full. A fleet whose workers disagree on this stays
-    /// safe (the assigner decides nothing a worker trusts) but saves only on its followers.
-    pub fn with_assigner(mut self) -> Self {
-        self.assigner = true;
-        self
-    }
-
-    /// No assigner: every worker lists the sessions every tick and plans for itself, as fleets
-    /// did before the assigner existed. It costs `W` records per worker a tick (`W²`
-    /// fleet-wide) and saves the assigner's lease renewal (one request a tick), so it suits
-    /// fleets of a few workers, and a fleet that shares its store with workers of a version
-    /// without the assigner.
+    /// No assigner: every worker lists the sessions every tick and plans for itself. It costs `W`
+    /// records per worker a tick (`W²` fleet-wide) and saves the assigner's lease renewal (one
+    /// request a tick), so it suits fleets of a few workers.
+    ///
+    /// By default the fleet elects an **assigner** (KCL 3.x's leader), so that membership costs
+    /// `O(W)` records a tick fleet-wide instead of `O(W²)`. One worker holds the assigner lease
+    /// (`fleet/F/assigner`, one session duration long): every tick it lists the sessions and
+    /// publishes a digest of the live members, the unit-set epoch and the members it suspects in
+    /// the lease's token, with the names of the members that changed lately; after a membership
+    /// change it writes each follower's part of its plan as a *take list* (a fenced value
+    /// `fleet/F/takes` / worker id). Every other worker reads that one record per tick and, while
+    /// the digest matches its own view, skips listing. The assigner decides only *when* workers
+    /// list and *which* units they look at; every verdict on a peer and every take is the
+    /// worker's own, so a slow, paused or duplicated assigner can only delay balance (see
+    /// [`protocol`](crate::protocol)). A worker that balances by load
+    /// ([`with_balance_by_load`](Self::with_balance_by_load)) always ticks in full. A fleet whose
+    /// workers disagree on this stays safe but saves only on its followers.
     ///
     /// ```
     /// use std::sync::Arc;
@@ -271,7 +252,7 @@ impl WorkerBuilder {
     ///     .with_units((0..4).map(|u| format!("unit-{u}")))
     ///     .without_assigner()
     ///     .build()?;
-    /// assert_eq!(worker.id(), "worker-1");
+    /// assert_eq!(worker.handle().snapshot().worker_id, "worker-1");
     /// # Ok::<(), lease_core::LeaseError>(())
     /// ```
     pub fn without_assigner(mut self) -> Self {
@@ -420,7 +401,7 @@ pub(crate) struct Config {
     pub(crate) epoch_key: LeaseKey,
     /// This worker's load record, when it balances by load.
     pub(crate) load_key: Option<LeaseKey>,
-    /// The assigner lease, when the fleet elects one ([`WorkerBuilder::with_assigner`]).
+    /// The assigner lease, when the fleet elects one (unless [`WorkerBuilder::without_assigner`]).
     pub(crate) assigner_key: Option<LeaseKey>,
     /// The partition of the take lists the assigner writes ([`super::takes`]), with an assigner.
     pub(crate) takes_key: Option<String>,

@@ -105,7 +105,7 @@ impl LeaseBackend for CountedStore {
         &'a self,
         key: &'a LeaseKey,
         holder: Option<&'a LeaseToken>,
-        fencing: FencingToken,
+        fencing: Option<FencingToken>,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         self.send().delete(key, holder, fencing)
     }

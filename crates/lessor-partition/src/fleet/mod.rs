@@ -1,11 +1,12 @@
 //! The fleet: many workers sharing many units, each unit with exactly one trusted owner.
 //!
-//! See the crate documentation for the protocol and why it is safe.
+//! See [`crate::protocol`] for the protocol and why it is safe.
 
 mod assigner;
 mod builder;
 mod checkpoint;
 mod counted;
+mod join;
 mod meter;
 pub(crate) mod plan;
 mod session;
@@ -18,5 +19,5 @@ mod worker;
 
 pub use builder::WorkerBuilder;
 pub use shared::{UnitTask, WorkerHandle};
-pub use types::{Assignment, FleetEvent, TickReport, WorkerStats};
+pub use types::{Assignment, Checkpoint, FleetEvent, TickReport, UnitEnd, WorkerStats};
 pub use worker::Worker;

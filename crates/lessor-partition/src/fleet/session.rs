@@ -2,6 +2,7 @@
 //! requests, trusted only as far as replies that came back in time allow, and never renewed once
 //! that trust has lapsed.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lease_core::{
@@ -21,18 +22,19 @@ pub(crate) struct Session {
     /// When the next renewal is due.
     pub(crate) renew_due: Instant,
     /// The error of the latest renewal, if it failed: what a lapse is blamed on.
-    pub(crate) last_error: Option<String>,
+    pub(crate) last_error: Option<Arc<LeaseError>>,
 }
 
 /// Why every unit goes when the store refuses the session's renewal.
 fn refused(error: &LeaseError) -> LossReason {
-    error.loss_reason().cloned().unwrap_or_else(|| {
-        LossReason::NotOwned(
+    match error {
+        LeaseError::Lost { reason, .. } => reason.clone(),
+        _ => LossReason::NotOwned(
             error
                 .not_owned_reason()
                 .unwrap_or(NotOwnedReason::TakenOver),
-        )
-    })
+        ),
+    }
 }
 
 /// What keeping a session asks of the worker that owns it.
@@ -100,15 +102,8 @@ impl Session {
             Err(error) => {
                 tracing::warn!(worker = %config.worker_id, %error, "fleet: session renewal failed; trusting it until its deadline");
                 self.renew_due = reply + config.interval / 4;
-                // The whole chain: a lapse reports it as the reason, with no source of its own.
-                let mut chain = error.to_string();
-                let mut next = std::error::Error::source(&error);
-                while let Some(source) = next {
-                    chain.push_str(": ");
-                    chain.push_str(&source.to_string());
-                    next = source.source();
-                }
-                self.last_error = Some(chain);
+                // A lapse reports it as the reason (and its source).
+                self.last_error = Some(Arc::new(error));
                 Kept::Unchanged
             }
         }
@@ -120,7 +115,7 @@ impl Session {
     fn lapse(&self, config: &Config) -> Kept {
         tracing::warn!(worker = %config.worker_id, "fleet: session trust lapsed before a renewal answered in time; dropping every unit");
         let reason = match self.last_error.clone() {
-            Some(last_error) => LossReason::BackendFailing { last_error },
+            Some(last_error) => LossReason::BackendFailing(last_error),
             None => LossReason::DeadlinePassed,
         };
         Kept::Ended {

@@ -14,14 +14,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use lease_core::executor::sleep_until;
+use futures_core::Stream;
 use lease_core::{
     AcquireOptions, BoxFuture, Clock, FencingToken, LeaseBackend, LeaseError, LeaseKey, LeaseToken,
     LossReason, NotOwnedReason, TokenSource,
 };
 
 use super::checkpoint::Checkpoints;
-use super::types::{Assignment, FleetEvent, WorkerStats};
+use super::types::{Assignment, Checkpoint, FleetEvent, UnitEnd, WorkerStats};
 
 /// Events kept for a consumer that has not read them yet; older ones are dropped (and counted).
 const EVENT_QUEUE: usize = 65_536;
@@ -41,11 +41,11 @@ pub(crate) struct SharedUnit {
     /// Set when the worker asked the application to hand the unit over (or is shutting down):
     /// the unit is still owned until it is released, and released once the task is dropped or
     /// this instant passes.
-    pub(crate) handoff: Option<(LossReason, Instant)>,
+    pub(crate) handoff: Option<(UnitEnd, Instant)>,
     /// Whether the application holds a [`UnitTask`] for this ownership (handed out, not dropped).
     pub(crate) task_alive: bool,
     /// Why the ownership ended, once it has (kept until the unit's task is told).
-    pub(crate) ended: Option<LossReason>,
+    pub(crate) ended: Option<UnitEnd>,
 }
 
 #[derive(Debug, Default)]
@@ -62,7 +62,9 @@ pub(crate) struct State {
     pub(crate) finished: bool,
     pub(crate) events: VecDeque<FleetEvent>,
     pub(crate) events_dropped: u64,
-    /// Whether the application takes units as tasks ([`WorkerHandle::next_unit`]): only then does a
+    /// Checkpoints the application saved (through a handle or a task), for the stats.
+    pub(crate) saves: u64,
+    /// Whether the application takes units as tasks ([`WorkerHandle::units`]): only then does a
     /// handoff wait for the task to finish.
     pub(crate) tasks_wanted: bool,
     pub(crate) new_tasks: VecDeque<UnitTask>,
@@ -184,6 +186,13 @@ impl Shared {
         Self::owns_at(&self.lock(), unit, now)
     }
 
+    /// Registers `waker` to be woken at the next change (once, however often it is polled).
+    fn wake_on_change(state: &mut State, waker: &Waker) {
+        if !state.wakers.iter().any(|w| w.will_wake(waker)) {
+            state.wakers.push(waker.clone());
+        }
+    }
+
     /// A future that completes at the next change after `seen` (a generation).
     fn changed(self: &Arc<Self>, seen: u64) -> Changed {
         Changed {
@@ -207,7 +216,7 @@ impl Future for Changed {
         if state.generation != self.seen {
             return Poll::Ready(());
         }
-        state.wakers.push(cx.waker().clone());
+        Shared::wake_on_change(&mut state, cx.waker());
         Poll::Pending
     }
 }
@@ -233,7 +242,9 @@ async fn change_or(shared: &Arc<Shared>, seen: u64, until: Option<Instant>) {
     let changed = Box::pin(shared.changed(seen));
     match until {
         Some(until) => {
-            let sleep: BoxFuture<'static, ()> = sleep_until(shared.clock(), until);
+            let clock = shared.clock();
+            let sleep: BoxFuture<'static, ()> =
+                clock.sleep(until.saturating_duration_since(clock.monotonic()));
             Either(changed, sleep).await;
         }
         None => changed.await,
@@ -242,12 +253,15 @@ async fn change_or(shared: &Arc<Shared>, seen: u64, until: Option<Instant>) {
 
 /// Observes a running [`Worker`](crate::Worker) and acts for the application while it runs: which
 /// units it may act on now, fenced checkpoint saves, its events and its new units as tasks, and
-/// stopping it. Cheap to clone; usable from any thread or task.
+/// stopping it. Cheap to clone; usable from any thread or task. It answers from what the worker
+/// shares, without waiting for it, so a worker busy with a slow store never delays an answer, and
+/// trust is compared with the store's clock at each call.
 ///
 /// ```
 /// use lessor_partition::Worker;
 /// use lease_core::{ManualClock, MemoryBackend};
 /// use std::sync::Arc;
+/// use std::time::Duration;
 ///
 /// let clock = Arc::new(ManualClock::new());
 /// let store = MemoryBackend::builder().with_clock(clock.clone()).build();
@@ -257,14 +271,13 @@ async fn change_or(shared: &Arc<Shared>, seen: u64, until: Option<Instant>) {
 ///     .build()?;
 /// let handle = worker.handle();
 /// for _ in 0..3 {
-///     lease_core::executor::block_on(worker.tick())?;
-///     clock.advance(worker.interval());
+///     pollster::block_on(worker.tick())?;
+///     clock.advance(Duration::from_millis(2500)); // the default interval
 /// }
 /// // The handle answers without the worker: it owns both units, each with a fencing token.
 /// assert!(handle.owns("u1").is_some());
-/// assert_eq!(handle.snapshot().units.len(), 2);
-/// // Events were queued for whoever reads them.
-/// assert!(handle.try_next_event().is_some());
+/// assert_eq!(handle.owned_units().len(), 2);
+/// assert_eq!(handle.snapshot().members, ["a"]);
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 #[derive(Clone, Debug)]
@@ -286,7 +299,8 @@ impl WorkerHandle {
         Shared::trusted_units(&self.shared.lock(), now)
     }
 
-    /// The worker's view now: what it may act on and whom it sees.
+    /// The worker's view now: what it may act on (as [`owned_units`](Self::owned_units)), its
+    /// session, whom it sees and its share.
     pub fn snapshot(&self) -> Assignment {
         let now = self.shared.clock().monotonic();
         let state = self.shared.lock();
@@ -304,12 +318,24 @@ impl WorkerHandle {
     }
 
     /// Until when, on the store's monotonic clock, the worker may trust what it owns unless its
-    /// session is renewed first.
+    /// session is renewed first; `None` without a session.
     pub fn deadline(&self) -> Option<Instant> {
         self.shared.lock().session.map(|(_, deadline)| deadline)
     }
 
-    /// Stores `data` as the checkpoint of `unit`, fenced by the worker's fencing token for it.
+    /// The worker's counters as of its latest tick, with the application's checkpoint saves and
+    /// the events dropped so far.
+    pub fn stats(&self) -> WorkerStats {
+        let state = self.shared.lock();
+        let mut stats = state.stats;
+        stats.checkpoint_requests += state.saves;
+        stats.events_dropped = state.events_dropped;
+        stats
+    }
+
+    /// Stores `data` as the checkpoint of `unit`, fenced by the worker's fencing token for it:
+    /// for an application that follows [`events`](Self::events); one that takes
+    /// [`units`](Self::units) saves through each [`UnitTask`].
     ///
     /// # Errors
     /// [`LeaseError::NotOwned`] (key: the unit's record) unless the worker owns the unit now,
@@ -323,60 +349,62 @@ impl WorkerHandle {
         save_fenced(&self.shared, unit, fencing, data).await
     }
 
-    /// The next [`FleetEvent`], waiting for one; `None` once the worker has shut down
+    /// The worker's [`FleetEvent`]s, as a stream that ends once the worker has shut down
     /// ([`Worker::shutdown`](crate::Worker::shutdown), the end of `run`) and every event was
-    /// read. Events are queued by the worker without waiting for the application, so a
-    /// slow consumer never delays a renewal (past 65 536 unread events the oldest are dropped).
-    pub async fn next_event(&self) -> Option<FleetEvent> {
-        loop {
-            let seen = {
-                let mut state = self.shared.lock();
-                if let Some(event) = state.events.pop_front() {
-                    return Some(event);
-                }
-                if state.finished {
-                    return None;
-                }
-                state.generation
-            };
-            change_or(&self.shared, seen, None).await;
+    /// read. Events are queued by the worker without waiting for the application, so a slow
+    /// consumer never delays a renewal (past 65 536 unread events the oldest are dropped,
+    /// counted in [`WorkerStats::events_dropped`]). Every stream of a worker reads the one
+    /// queue: each event goes to one reader.
+    ///
+    /// ```
+    /// use futures::StreamExt;
+    /// use lessor_partition::{FleetEvent, Worker};
+    /// use lease_core::MemoryBackend;
+    /// use std::sync::Arc;
+    ///
+    /// let mut worker = Worker::builder("demo", "a")
+    ///     .with_store(Arc::new(MemoryBackend::new()))
+    ///     .with_units(["u1"])
+    ///     .build()?;
+    /// let mut events = worker.handle().events();
+    /// pollster::block_on(worker.shutdown())?; // no session yet: nothing to hand over
+    /// assert_eq!(pollster::block_on(events.next()), None::<FleetEvent>);
+    /// # Ok::<(), lease_core::LeaseError>(())
+    /// ```
+    pub fn events(&self) -> impl Stream<Item = FleetEvent> + Send + Unpin + 'static {
+        Events {
+            shared: self.shared.clone(),
         }
     }
 
-    /// The next queued [`FleetEvent`], if any, without waiting.
-    pub fn try_next_event(&self) -> Option<FleetEvent> {
-        self.shared.lock().events.pop_front()
-    }
-
-    /// The worker's request counters as of its latest tick.
-    pub fn stats(&self) -> WorkerStats {
-        self.shared.lock().stats
-    }
-
-    /// Events dropped because nobody read them (see [`next_event`](Self::next_event)).
-    pub fn events_dropped(&self) -> u64 {
-        self.shared.lock().events_dropped
-    }
-
-    /// The next unit this worker gained, as a [`UnitTask`] to run; `None` once the worker has
-    /// stopped. From the first call on, the worker hands units over gracefully: when the plan moves
-    /// a unit away (or at shutdown), the unit's task is told through [`UnitTask::lost`] and the
-    /// unit is released only once the task is dropped or the handoff timeout passes, so the task
-    /// can save a final checkpoint that the next owner reads.
-    pub async fn next_unit(&self) -> Option<UnitTask> {
-        loop {
-            let seen = {
-                let mut state = self.shared.lock();
-                state.tasks_wanted = true;
-                if let Some(task) = state.new_tasks.pop_front() {
-                    return Some(task);
-                }
-                if state.finished {
-                    return None;
-                }
-                state.generation
-            };
-            change_or(&self.shared, seen, None).await;
+    /// The units this worker gains from now on, each as a [`UnitTask`] to run, as a stream that
+    /// ends once the worker has shut down. Calling it switches the worker to handing units over
+    /// gracefully: when the plan moves a unit away (or at shutdown), the unit's task is told
+    /// through [`UnitTask::lost`] and the unit is released only once the task is dropped or the
+    /// handoff timeout passes, so the task can save a final checkpoint that the next owner
+    /// reads. Every stream of a worker reads the one queue: each task goes to one reader.
+    ///
+    /// ```no_run
+    /// use futures::StreamExt;
+    /// use lessor_partition::{UnitEnd, Worker};
+    ///
+    /// async fn work(worker: Worker) {
+    ///     let mut units = worker.handle().units();
+    ///     tokio::spawn(worker.run());
+    ///     while let Some(task) = units.next().await {
+    ///         tokio::spawn(async move {
+    ///             // ... work on task.unit(), writing with task.fencing_token() ...
+    ///             if let UnitEnd::HandedOver | UnitEnd::Shutdown = task.lost().await {
+    ///                 let _ = task.save_checkpoint(b"final").await;
+    ///             }
+    ///         });
+    ///     }
+    /// }
+    /// ```
+    pub fn units(&self) -> impl Stream<Item = UnitTask> + Send + Unpin + 'static {
+        self.shared.lock().tasks_wanted = true;
+        Units {
+            shared: self.shared.clone(),
         }
     }
 
@@ -411,30 +439,53 @@ impl WorkerHandle {
         Ok(added)
     }
 
-    /// Reports the load of `unit`, owned by this worker (see [`UnitTask::report_load`]).
-    pub fn report_load(&self, unit: &str, load: f64) {
-        if !load.is_finite() || load < 0.0 {
-            return;
-        }
-        if let Some(owned) = self.shared.lock().units.get_mut(unit) {
-            owned.load = load;
-        }
-    }
-
-    /// The next unit gained as a [`UnitTask`], if one is waiting, without waiting. Like
-    /// [`next_unit`](Self::next_unit), the first call switches the worker to handing units out
-    /// as tasks (and to graceful handoffs).
-    pub fn try_next_unit(&self) -> Option<UnitTask> {
-        let mut state = self.shared.lock();
-        state.tasks_wanted = true;
-        state.new_tasks.pop_front()
-    }
-
     /// Asks [`Worker::run`](crate::Worker::run) to shut down cleanly (hand every unit over, then
     /// end the session) and return.
     pub fn stop(&self) {
         self.shared.update(|state| state.stop = true);
         self.shared.wake_worker();
+    }
+}
+
+/// [`WorkerHandle::events`]: pops the shared event queue.
+struct Events {
+    shared: Arc<Shared>,
+}
+
+impl Stream for Events {
+    type Item = FleetEvent;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<FleetEvent>> {
+        let mut state = self.shared.lock();
+        if let Some(event) = state.events.pop_front() {
+            return Poll::Ready(Some(event));
+        }
+        if state.finished {
+            return Poll::Ready(None);
+        }
+        Shared::wake_on_change(&mut state, cx.waker());
+        Poll::Pending
+    }
+}
+
+/// [`WorkerHandle::units`]: pops the shared queue of new unit tasks.
+struct Units {
+    shared: Arc<Shared>,
+}
+
+impl Stream for Units {
+    type Item = UnitTask;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<UnitTask>> {
+        let mut state = self.shared.lock();
+        if let Some(task) = state.new_tasks.pop_front() {
+            return Poll::Ready(Some(task));
+        }
+        if state.finished {
+            return Poll::Ready(None);
+        }
+        Shared::wake_on_change(&mut state, cx.waker());
+        Poll::Pending
     }
 }
 
@@ -463,6 +514,11 @@ pub(crate) async fn touch(
     }
 }
 
+/// The key of `unit`'s record, for errors that name the unit.
+fn unit_key(shared: &Shared, unit: &str) -> Result<LeaseKey, LeaseError> {
+    LeaseKey::with_sort_key(shared.units_key.as_str(), unit)
+}
+
 /// Why the application may not act on `unit` now: [`LeaseError::NotOwned`] with the unit's key,
 /// `TakenOver` when this worker holds no current ownership of it, `Expired` when it does but its
 /// trust has lapsed.
@@ -472,7 +528,7 @@ fn not_owned(shared: &Shared, unit: &str) -> LeaseError {
     } else {
         NotOwnedReason::TakenOver
     };
-    match LeaseKey::with_sort_key(shared.units_key.as_str(), unit) {
+    match unit_key(shared, unit) {
         Ok(key) => LeaseError::not_owned(key, reason),
         Err(error) => error,
     }
@@ -488,21 +544,59 @@ async fn save_fenced(
         .checkpoints
         .clone()
         .ok_or_else(|| LeaseError::invalid("checkpoints", "no checkpoints configured"))?;
+    shared.lock().saves += 1;
     store.save(unit, fencing, data).await
 }
 
+/// Where one ownership stands, as a unit task sees it.
+enum Verdict {
+    /// Owned and trusted; look again at this instant (its deadline) or at the next change.
+    Owned(Instant),
+    /// Still owned, but the worker asks for it back.
+    HandingOver(UnitEnd),
+    /// The ownership is over.
+    Ended(UnitEnd),
+}
+
 /// One unit the worker gained, for the application to work on (typically as its own async task):
-/// the unit's fencing token for every write, the checkpoint read when the unit was gained (which
-/// fenced out every earlier owner), and [`lost`](Self::lost), which completes when the ownership
-/// ends, at the latest at its deadline.
+/// the unit's guard. It carries the unit's fencing token for every write, the checkpoint read
+/// when the unit was gained (which fenced out every earlier owner), [`check`](Self::check) before
+/// every act and [`lost`](Self::lost), which completes when the ownership ends or must end, at
+/// the latest at its deadline. Tasks come from [`WorkerHandle::units`].
 ///
 /// Dropping the task tells the worker the application is done with the unit: during a handoff the
 /// worker then releases it at once.
+///
+/// ```
+/// use futures::StreamExt;
+/// use lessor_partition::{Checkpoint, Worker};
+/// use lease_core::{ManualClock, MemoryBackend};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let clock = Arc::new(ManualClock::new());
+/// let store = MemoryBackend::builder().with_clock(clock.clone()).build();
+/// let mut worker = Worker::builder("demo", "a")
+///     .with_store(Arc::new(store))
+///     .with_units(["u1"])
+///     .with_checkpoints()
+///     .build()?;
+/// let mut units = worker.handle().units(); // every unit gained from now on comes as a task
+/// for _ in 0..3 {
+///     pollster::block_on(worker.tick())?;
+///     clock.advance(Duration::from_millis(2500));
+/// }
+/// let task = pollster::block_on(units.next()).expect("u1, gained");
+/// assert_eq!((task.unit(), task.checkpoint()), ("u1", &Checkpoint::Empty));
+/// let fencing = task.check()?; // before every act; writes carry the fencing token
+/// pollster::block_on(task.save_checkpoint(b"offset=1"))?;
+/// assert_eq!(fencing, task.fencing_token());
+/// # Ok::<(), lease_core::LeaseError>(())
+/// ```
 pub struct UnitTask {
     pub(crate) unit: String,
     pub(crate) fencing: FencingToken,
-    pub(crate) checkpoint: Option<Vec<u8>>,
-    pub(crate) checkpoint_lost: bool,
+    pub(crate) checkpoint: Checkpoint,
     pub(crate) shared: Arc<Shared>,
 }
 
@@ -510,40 +604,52 @@ impl fmt::Debug for UnitTask {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UnitTask")
             .field("unit", &self.unit)
-            .field("fencing", &self.fencing)
+            .field("fencing_token", &self.fencing)
             .finish_non_exhaustive()
     }
 }
 
 impl UnitTask {
-    /// The unit.
+    /// The unit (the sort key of its record, `fleet/<fleet>/units`).
     pub fn unit(&self) -> &str {
         &self.unit
     }
 
     /// The fencing token of this ownership: pass it with every write the unit's work makes.
-    pub fn fencing(&self) -> FencingToken {
+    pub fn fencing_token(&self) -> FencingToken {
         self.fencing
     }
 
-    /// The checkpoint stored when the unit was gained (`None`: none was ever saved, no
-    /// checkpoint store is configured, or, when [`checkpoint_lost`](Self::checkpoint_lost)
-    /// says so, it vanished with the store's data). Reading it raised the unit's fence, so every
-    /// earlier owner's saves are refused.
-    pub fn checkpoint(&self) -> Option<&[u8]> {
-        self.checkpoint.as_deref()
+    /// The fencing token if the worker may act on the unit now (see [`WorkerHandle::owns`]; a
+    /// unit being handed over is still owned until its task is dropped).
+    ///
+    /// # Errors
+    /// [`LeaseError::Lost`] with the unit's key and why: the unit's [`UnitEnd::Lost`] reason,
+    /// `DeadlinePassed` or `NotOwned(Expired)` when a deadline passed before the worker said
+    /// why, `NotOwned(Missing)` once it was released (handed over, shut down) or retired (or
+    /// while it is being retired), `NotOwned(TakenOver)` when the worker holds a newer
+    /// ownership of the unit.
+    pub fn check(&self) -> Result<FencingToken, LeaseError> {
+        let now = self.shared.clock().monotonic();
+        let reason = {
+            let state = self.shared.lock();
+            if Shared::owns_at(&state, &self.unit, now) == Some(self.fencing) {
+                return Ok(self.fencing);
+            }
+            match Self::verdict(&state, &self.unit, self.fencing, now) {
+                Verdict::Ended(UnitEnd::Lost(reason)) => reason,
+                _ => LossReason::NotOwned(NotOwnedReason::Missing),
+            }
+        };
+        match unit_key(&self.shared, &self.unit) {
+            Ok(key) => Err(LeaseError::lost(key, reason)),
+            Err(error) => Err(error),
+        }
     }
 
-    /// Whether the unit's checkpoint vanished with the store's data
-    /// ([`FleetEvent::CheckpointLost`](crate::FleetEvent::CheckpointLost)): then
-    /// [`checkpoint`](Self::checkpoint) is `None` although one may have been saved.
-    pub fn checkpoint_lost(&self) -> bool {
-        self.checkpoint_lost
-    }
-
-    /// Whether the worker may act on the unit now (see [`WorkerHandle::owns`]).
-    pub fn is_owned(&self) -> bool {
-        self.shared.owns(&self.unit) == Some(self.fencing)
+    /// The checkpoint read when the unit was gained.
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.checkpoint
     }
 
     /// Stores `data` as the unit's checkpoint, fenced by this ownership's token.
@@ -552,7 +658,7 @@ impl UnitTask {
     /// [`LeaseError::NotOwned`] once the ownership ended, or with [`NotOwnedReason::Fenced`] if
     /// a newer owner fenced it; see [`WorkerHandle::save_checkpoint`].
     pub async fn save_checkpoint(&self, data: &[u8]) -> Result<(), LeaseError> {
-        if !self.is_owned() {
+        if self.shared.owns(&self.unit) != Some(self.fencing) {
             return Err(not_owned(&self.shared, &self.unit));
         }
         save_fenced(&self.shared, &self.unit, self.fencing, data).await
@@ -575,7 +681,7 @@ impl UnitTask {
 
     /// Retires the unit for good (KCL: a shard that reached its end): stops trusting it at once,
     /// deletes its record with this ownership's token, and moves the fleet's unit-set epoch, so
-    /// no worker takes it again. The worker then reports it lost ([`LossReason::Retired`]).
+    /// no worker takes it again. The worker then reports it lost ([`UnitEnd::Retired`]).
     ///
     /// Only for units that no worker is configured with (units added with
     /// [`WorkerHandle::add_units`]): a worker configured with a retired unit would make it again.
@@ -597,9 +703,9 @@ impl UnitTask {
         let Some(token) = token else {
             return Err(not_owned(&self.shared, &self.unit));
         };
-        let key = LeaseKey::with_sort_key(self.shared.units_key.as_str(), self.unit.as_str())?;
+        let key = unit_key(&self.shared, &self.unit)?;
         let store = &*self.shared.store;
-        let outcome = store.delete(&key, Some(&token), self.fencing).await;
+        let outcome = store.delete(&key, Some(&token), Some(self.fencing)).await;
         // A lost reply retried finds the record gone and cannot prove whose delete that was;
         // either way the record is gone, which is all a retirement needs.
         let gone = |e: &LeaseError| e.not_owned_reason() == Some(NotOwnedReason::Missing);
@@ -621,53 +727,47 @@ impl UnitTask {
 
     /// Completes when this ownership ends or must end, with why:
     ///
-    /// * [`LossReason::HandedOver`] or [`LossReason::Shutdown`]: the worker asks for the unit back.
-    ///   It is still owned: save a final checkpoint, then drop the task, within the handoff
-    ///   timeout.
-    /// * any other reason: the ownership is over (at the latest when its deadline passed, on the
+    /// * [`UnitEnd::HandedOver`] or [`UnitEnd::Shutdown`]: the worker asks for the unit back. It
+    ///   is still owned: save a final checkpoint, then drop the task, within the handoff timeout.
+    /// * any other: the ownership is over (at the latest when its deadline passed, on the
     ///   store's clock, even if the worker was paused or starved): stop at once.
-    ///   [`LossReason::DeadlinePassed`] when the task saw the deadline pass before the worker
+    ///   `UnitEnd::Lost(DeadlinePassed)` when the task saw the deadline pass before the worker
     ///   said why.
-    pub async fn lost(&self) -> LossReason {
+    pub async fn lost(&self) -> UnitEnd {
         loop {
             let (seen, wake_at) = {
                 let now = self.shared.clock().monotonic();
                 let state = self.shared.lock();
                 match Self::verdict(&state, &self.unit, self.fencing, now) {
-                    Ok(wake_at) => (state.generation, wake_at),
-                    Err(reason) => return reason,
+                    Verdict::Owned(wake_at) => (state.generation, wake_at),
+                    Verdict::HandingOver(end) | Verdict::Ended(end) => return end,
                 }
             };
             change_or(&self.shared, seen, Some(wake_at)).await;
         }
     }
 
-    /// `Err(reason)` if the ownership ended or a handoff was asked; else the instant to look again.
-    fn verdict(
-        state: &State,
-        unit: &str,
-        fencing: FencingToken,
-        now: Instant,
-    ) -> Result<Instant, LossReason> {
+    fn verdict(state: &State, unit: &str, fencing: FencingToken, now: Instant) -> Verdict {
+        let lost = |reason| Verdict::Ended(UnitEnd::Lost(reason));
         let Some(owned) = state.units.get(unit).filter(|u| u.fencing == fencing) else {
-            return Err(LossReason::NotOwned(NotOwnedReason::TakenOver));
+            return lost(LossReason::NotOwned(NotOwnedReason::TakenOver));
         };
-        if let Some(reason) = &owned.ended {
-            return Err(reason.clone());
+        if let Some(end) = &owned.ended {
+            return Verdict::Ended(end.clone());
         }
         let Some((_, session_deadline)) = state.session else {
-            return Err(LossReason::DeadlinePassed);
+            return lost(LossReason::DeadlinePassed);
         };
         if now >= session_deadline {
-            return Err(LossReason::DeadlinePassed);
+            return lost(LossReason::DeadlinePassed);
         }
         if now >= owned.deadline {
-            return Err(LossReason::NotOwned(NotOwnedReason::Expired));
+            return lost(LossReason::NotOwned(NotOwnedReason::Expired));
         }
-        if let Some((reason, _)) = &owned.handoff {
-            return Err(reason.clone());
+        if let Some((end, _)) = &owned.handoff {
+            return Verdict::HandingOver(end.clone());
         }
-        Ok(session_deadline.min(owned.deadline))
+        Verdict::Owned(session_deadline.min(owned.deadline))
     }
 }
 

@@ -596,10 +596,9 @@ pub(crate) async fn sweep_sessions(
         let Ok(key) = LeaseKey::with_sort_key(config.sessions.as_str(), worker.as_str()) else {
             continue;
         };
-        match store
-            .delete(&key, None, lease_core::backend::fencing_token(fencing))
-            .await
-        {
+        // A record without a fencing counter (0) is deleted as one.
+        let counter = (fencing != 0).then(|| lease_core::backend::fencing_token(fencing));
+        match store.delete(&key, None, counter).await {
             Ok(()) => {
                 tracing::info!(worker = %config.worker_id, gone = %worker, "fleet: deleted a departed worker's session record")
             }

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
-use lease_core::{LeaseRecord, LeaseToken};
+use lease_core::{FencingToken, LeaseRecord, LeaseToken};
 
 /// The sort key, in the sessions partition, of the record whose fencing counter is the unit-set
 /// epoch (worker ids contain no '.', so it is never a worker's).
@@ -121,6 +121,12 @@ impl UnitOwner {
     }
 }
 
+/// The record's fencing counter as a number: 0 when it carries none (a record another library
+/// wrote), below every token a backend issues.
+pub(crate) fn fencing_of(record: &LeaseRecord) -> u64 {
+    record.fencing_token().map_or(0, FencingToken::get)
+}
+
 impl UnitHolder {
     pub(crate) fn parse(record: &LeaseRecord) -> Option<Self> {
         let holder = record.holder()?;
@@ -129,7 +135,7 @@ impl UnitHolder {
         Some(Self {
             token,
             owner,
-            fencing: record.fencing().get(),
+            fencing: fencing_of(record),
             expires_at: holder.expires_at(),
         })
     }
@@ -184,7 +190,7 @@ impl SessionVersion {
         // fencing proves every earlier session ended).
         let holder = record.holder();
         Self {
-            fencing: record.fencing().get(),
+            fencing: fencing_of(record),
             token: holder.and_then(|h| h.token().cloned()),
             expires_at: holder.and_then(lease_core::Holder::expires_at),
         }
@@ -257,7 +263,7 @@ impl PublishedLoad {
             session: session.parse().ok()?,
             load,
             units: units.parse().ok()?,
-            fencing: record.fencing().get(),
+            fencing: fencing_of(record),
             token,
         })
     }
@@ -291,7 +297,7 @@ impl View {
             if worker.contains('.') {
                 // Not a worker (worker ids have no '.'): the unit-set epoch.
                 if worker == EPOCH_SORT_KEY {
-                    self.epoch = Some(record.fencing().get());
+                    self.epoch = Some(fencing_of(record));
                 } else if let Some(owner) = worker.strip_suffix(LOAD_SUFFIX)
                     && let Some(load) = PublishedLoad::parse(record)
                 {
@@ -372,7 +378,7 @@ impl View {
 
     /// Takes in one read of the unit-set epoch record.
     pub(crate) fn observe_epoch(&mut self, record: &LeaseRecord) {
-        self.epoch = Some(record.fencing().get());
+        self.epoch = Some(fencing_of(record));
     }
 
     /// The unit-set epoch as last listed: it moves whenever units are added or retired.
@@ -393,7 +399,7 @@ impl View {
     /// Live peers whose session record the listings have shown unchanged for at least `span`:
     /// a member renewing every interval never stays unchanged that long, so these have probably
     /// stopped. A suspicion decides nothing; it only makes workers watch (see
-    /// [`WorkerBuilder::with_assigner`](crate::WorkerBuilder::with_assigner)).
+    /// [`WorkerBuilder::without_assigner`](crate::WorkerBuilder::without_assigner)).
     pub(crate) fn suspects(&self, me: &str, span: Duration) -> Vec<String> {
         self.sessions
             .iter()

@@ -6,9 +6,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use lease_core::executor::sleep_until;
 use lease_core::{
     AcquireOptions, BoxFuture, Clock, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
     LeaseListing, LeaseRecord, LeaseToken, LossReason, NotOwnedReason,
@@ -19,8 +18,9 @@ use super::builder::{Config, WorkerBuilder};
 use super::checkpoint::{Checkpoints, EpochCheck};
 use super::counted::CountedStore;
 use super::session::{Kept, Session};
+use super::join::join_all;
 use super::shared::{Shared, SharedUnit, UnitTask, WorkerHandle};
-use super::types::{Assignment, FleetEvent, TickReport, WorkerStats};
+use super::types::{Checkpoint, FleetEvent, TickReport, UnitEnd, WorkerStats};
 use super::units::{self, Give, Members, Reading, Units, unit_key};
 use super::view::{Listing, PublishedLoad, SessionTag, UnitHolder, View};
 
@@ -38,12 +38,18 @@ const CHECKPOINT_ATTEMPTS: u32 = 3;
 /// partition (`W` records). It lists the units partition (`L` records, one request) when
 /// membership changed, after a listing offered it something to take, for the member with the
 /// lowest id every `resync_every` ticks, and, while it is below its share with nothing offered,
-/// after 1, 2, 4, ... ticks. With an assigner ([`WorkerBuilder::with_assigner`]), a worker that
-/// is not the assigner reads the assigner record instead of listing (two requests, one record)
-/// while the assigner's digest matches its own last listing and it has nothing to move. Unit
-/// leases are renewed once per half unit-lease duration. Moves
-/// cost one release by the giver and one acquire by the taker (plus a release of the dead
-/// owner's token when the owner crashed) and, with checkpoints, one fenced read.
+/// after 1, 2, 4, ... ticks. With an assigner (the default), a worker that is not the assigner
+/// reads the assigner record instead of listing (two requests, one record) while the assigner's
+/// digest matches its own last listing and it has nothing to move. Unit leases are renewed once
+/// per half unit-lease duration. Moves cost one release by the giver and one acquire by the taker
+/// (plus a release of the dead owner's token when the owner crashed) and, with checkpoints, one
+/// fenced read.
+///
+/// The worker itself only runs: [`tick`](Self::tick), [`run`](Self::run),
+/// [`spawn_thread`](Self::spawn_thread), [`shutdown`](Self::shutdown). Everything the
+/// application asks of it (what it owns, checkpoints, events, units as tasks, stopping it) goes
+/// through its [`WorkerHandle`] ([`handle`](Self::handle)), which stays usable while `run` owns
+/// the worker.
 ///
 /// ```
 /// use lessor_partition::Worker;
@@ -56,17 +62,18 @@ const CHECKPOINT_ATTEMPTS: u32 = 3;
 /// let make = |id: &str| Worker::builder("demo", id).with_store(Arc::new(store.clone()))
 ///     .with_units((0..6).map(|i| format!("shard-{i}"))).build();
 /// let (mut a, mut b) = (make("a")?, make("b")?);
+/// let (ha, hb) = (a.handle(), b.handle());
 /// for _ in 0..4 {
-///     lease_core::executor::block_on(a.tick())?;
-///     lease_core::executor::block_on(b.tick())?;
+///     pollster::block_on(a.tick())?;
+///     pollster::block_on(b.tick())?;
 ///     clock.advance(Duration::from_millis(2500));
 /// }
-/// assert_eq!(a.assignment().units.len(), 3);
-/// assert_eq!(b.assignment().units.len(), 3);
-/// lease_core::executor::block_on(a.shutdown())?;
-/// lease_core::executor::block_on(b.tick())?;
-/// lease_core::executor::block_on(b.tick())?;
-/// assert_eq!(b.assignment().units.len(), 6);
+/// assert_eq!(ha.owned_units().len(), 3);
+/// assert_eq!(hb.owned_units().len(), 3);
+/// pollster::block_on(a.shutdown())?; // hands its units over at once
+/// pollster::block_on(b.tick())?;
+/// pollster::block_on(b.tick())?;
+/// assert_eq!(hb.owned_units().len(), 6);
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 pub struct Worker {
@@ -193,25 +200,16 @@ impl Worker {
         }
     }
 
-    /// The worker id.
-    pub fn id(&self) -> &str {
-        &self.config.worker_id
-    }
-
-    /// The tick interval.
-    pub fn interval(&self) -> Duration {
-        self.config.interval
-    }
-
-    /// A handle to observe this worker and act for the application while it runs.
+    /// A handle to observe this worker and act for the application while it runs: take it
+    /// before [`run`](Self::run) or [`spawn_thread`](Self::spawn_thread) takes the worker.
     pub fn handle(&self) -> WorkerHandle {
         WorkerHandle {
             shared: self.shared.clone(),
         }
     }
 
-    /// Request counts so far.
-    pub fn stats(&self) -> WorkerStats {
+    /// Request counts so far (what [`publish`](Self::publish) shares with the handles).
+    pub(crate) fn stats(&self) -> WorkerStats {
         WorkerStats {
             requests: self.store.requests(),
             ..self.stats
@@ -242,7 +240,7 @@ impl Worker {
                 self.set_session(renewed);
             }
             Kept::Ended { reason, release } => {
-                self.lose_all(reason, events);
+                self.lose_all(UnitEnd::Lost(reason), events);
                 self.set_session(None);
                 if let Some(lease) = release {
                     let _ = self
@@ -271,56 +269,24 @@ impl Worker {
         Ok(true)
     }
 
-    /// The fencing token of `unit` if this worker owns it and may act on it *now*: its session
-    /// and the unit's lease are both within their holder-side deadlines. Check it (or use the
-    /// fencing token at the resource) before every act; [`WorkerHandle::owns`] answers the same
-    /// while the worker runs.
-    pub fn owns(&self, unit: &str) -> Option<FencingToken> {
-        self.shared.owns(unit)
-    }
-
-    /// Until when, on the store's monotonic clock, this worker may trust what it owns, unless a
-    /// renewal of its session answers in time first.
-    pub fn deadline(&self) -> Option<Instant> {
-        self.handle().deadline()
-    }
-
-    /// The units it trusts now, with their fencing tokens.
-    pub fn owned_units(&self) -> BTreeMap<String, FencingToken> {
-        self.handle().owned_units()
-    }
-
-    /// Its current view.
-    pub fn assignment(&self) -> Assignment {
-        self.handle().snapshot()
-    }
-
-    /// Stores `data` as the checkpoint of `unit`, fenced by this worker's fencing token for it
-    /// (see [`WorkerHandle::save_checkpoint`]).
-    ///
-    /// # Errors
-    /// [`LeaseError::NotOwned`] (key: the unit's) unless this worker trusts its ownership now, or
-    /// with [`NotOwnedReason::Fenced`](lease_core::NotOwnedReason::Fenced) if a newer owner fenced
-    /// it; [`LeaseError::InvalidInput`] without checkpoints.
-    pub async fn save_checkpoint(&mut self, unit: &str, data: &[u8]) -> Result<(), LeaseError> {
-        self.stats.checkpoint_requests += 1;
-        self.handle().save_checkpoint(unit, data).await
-    }
-
     pub(crate) fn emit(&mut self, event: FleetEvent, events: &mut Vec<FleetEvent>) {
         match &event {
-            FleetEvent::Gained { unit, fencing, .. } => {
+            FleetEvent::Gained {
+                unit,
+                fencing_token: fencing,
+                checkpoint,
+            } => {
                 self.stats.gains += 1;
                 super::meter::gained(&self.config.worker_id);
+                if *checkpoint == Checkpoint::Lost {
+                    self.stats.checkpoints_lost += 1;
+                    tracing::error!(worker = %self.config.worker_id, unit, %fencing, "fleet: the unit's checkpoint vanished with the store's data");
+                }
                 tracing::info!(worker = %self.config.worker_id, unit, %fencing, "fleet: gained unit");
-            }
-            FleetEvent::CheckpointLost { unit, fencing } => {
-                self.stats.checkpoints_lost += 1;
-                tracing::error!(worker = %self.config.worker_id, unit, %fencing, "fleet: the unit's checkpoint vanished with the store's data");
             }
             FleetEvent::Lost {
                 unit,
-                fencing,
+                fencing_token: fencing,
                 reason,
             } => {
                 self.stats.losses += 1;
@@ -370,11 +336,17 @@ impl Worker {
         events: &mut Vec<FleetEvent>,
     ) {
         let fencing = lease.fencing_token();
-        let checkpoint_lost = checkpoint.is_none()
-            && self
+        let checkpoint = match checkpoint {
+            Some(bytes) => Checkpoint::Saved(bytes),
+            None if self
                 .checkpoints
                 .as_ref()
-                .is_some_and(Checkpoints::after_loss);
+                .is_some_and(Checkpoints::after_loss) =>
+            {
+                Checkpoint::Lost
+            }
+            None => Checkpoint::Empty,
+        };
         let shared = self.shared.clone();
         self.shared.update(|state| {
             let task_alive = state.tasks_wanted;
@@ -396,20 +368,15 @@ impl Worker {
                     unit: unit.to_owned(),
                     fencing,
                     checkpoint: checkpoint.clone(),
-                    checkpoint_lost,
                     shared,
                 });
             }
         });
         self.units.hold(unit, lease);
-        if checkpoint_lost {
-            let unit = unit.to_owned();
-            self.emit(FleetEvent::CheckpointLost { unit, fencing }, events);
-        }
         self.emit(
             FleetEvent::Gained {
                 unit: unit.to_owned(),
-                fencing,
+                fencing_token: fencing,
                 checkpoint,
             },
             events,
@@ -420,7 +387,7 @@ impl Worker {
     pub(crate) fn lose_unit(
         &mut self,
         unit: &str,
-        reason: LossReason,
+        reason: UnitEnd,
         events: &mut Vec<FleetEvent>,
     ) -> Option<Lease> {
         let lease = self.units.forget(unit)?;
@@ -436,7 +403,7 @@ impl Worker {
         self.emit(
             FleetEvent::Lost {
                 unit: unit.to_owned(),
-                fencing: lease.fencing_token(),
+                fencing_token: lease.fencing_token(),
                 reason,
             },
             events,
@@ -446,7 +413,7 @@ impl Worker {
 
     pub(crate) fn lose_all(
         &mut self,
-        reason: LossReason,
+        reason: UnitEnd,
         events: &mut Vec<FleetEvent>,
     ) -> Vec<Lease> {
         let units: Vec<String> = self.units.owned.keys().cloned().collect();
@@ -614,7 +581,8 @@ impl Worker {
         self.mismatch = mismatch;
     }
 
-    /// One round of the protocol. Call it every [`interval`](Self::interval).
+    /// One round of the protocol. Call it every interval
+    /// ([`WorkerBuilder::with_interval`]), or let [`run`](Self::run) do it.
     ///
     /// # Errors
     /// A store failure ([`LeaseError::Backend`]) of a listing or of acquiring the session; the worker
@@ -845,7 +813,7 @@ impl Worker {
                 .iter()
                 .map(|(_, key)| Box::pin(store.inspect(key)))
                 .collect();
-            let read = lease_core::executor::join_all(reads).await;
+            let read = join_all(reads).await;
             let listing = Listing {
                 sent,
                 reply: self.clock().monotonic(),
@@ -938,11 +906,7 @@ impl Worker {
             listing,
         );
         for unit in &reading.stale {
-            self.lose_unit(
-                unit,
-                LossReason::NotOwned(NotOwnedReason::TakenOver),
-                events,
-            );
+            self.lose_unit(unit, taken_over(), events);
         }
         let own_loads = self.units.own_loads(&self.shared);
         let members = Members {
@@ -968,8 +932,7 @@ impl Worker {
         match dealt.give {
             Give::ByLoad(units) => {
                 for unit in &units {
-                    self.begin_handoff(unit, LossReason::HandedOver, events)
-                        .await;
+                    self.begin_handoff(unit, UnitEnd::HandedOver, events).await;
                 }
             }
             Give::Surplus => self.give_surplus(events).await,
@@ -1016,7 +979,7 @@ impl Worker {
                         })
                     })
                     .collect();
-                lease_core::executor::join_all(takes).await
+                join_all(takes).await
             };
             for (unit, lease) in acquired.into_iter().flatten() {
                 self.fence_and_gain(&unit, lease, events).await;
@@ -1088,8 +1051,8 @@ impl Worker {
 
     /// Reads the fleet's store epoch ([`Checkpoints::check_epoch`]; one request, two when it
     /// must be written): when the epoch this worker adopted is gone, the store lost its data:
-    /// every unit gained without a checkpoint from then on is reported
-    /// [`FleetEvent::CheckpointLost`], and the worker takes no unit for a session duration, so
+    /// every unit gained without a checkpoint from then on is reported with
+    /// [`Checkpoint::Lost`], and the worker takes no unit for a session duration, so
     /// that every owner from before the loss has stopped trusting (the unit records that would
     /// have told who held what are gone). A failed read is retried at the next occasion.
     async fn check_store_epoch(&mut self) {
@@ -1118,8 +1081,7 @@ impl Worker {
     /// Hands units above the target over ([`Units::surplus`]), at most `max_moves` per tick.
     async fn give_surplus(&mut self, events: &mut Vec<FleetEvent>) {
         for unit in self.units.surplus(self.config.max_moves) {
-            self.begin_handoff(&unit, LossReason::HandedOver, events)
-                .await;
+            self.begin_handoff(&unit, UnitEnd::HandedOver, events).await;
         }
     }
 
@@ -1130,11 +1092,15 @@ impl Worker {
             let Some(lease) = self.units.owned.get(&unit).cloned() else {
                 continue;
             };
-            if !lease.is_trusted(self.clock()) {
-                self.lose_unit(&unit, LossReason::NotOwned(NotOwnedReason::Expired), events);
+            let left = lease
+                .deadline()
+                .saturating_duration_since(self.clock().monotonic());
+            if left.is_zero() {
+                let expired = LossReason::NotOwned(NotOwnedReason::Expired);
+                self.lose_unit(&unit, UnitEnd::Lost(expired), events);
                 continue;
             }
-            if lease.remaining(self.clock()) > self.config.unit_duration / 2 {
+            if left > self.config.unit_duration / 2 {
                 continue;
             }
             if !self.keep_session(events).await {
@@ -1143,11 +1109,7 @@ impl Worker {
             match self.store.renew(&lease, self.config.unit_duration).await {
                 Ok(renewed) => self.keep_unit(unit, renewed),
                 Err(error) if error.is_not_owned() => {
-                    self.lose_unit(
-                        &unit,
-                        LossReason::NotOwned(NotOwnedReason::TakenOver),
-                        events,
-                    );
+                    self.lose_unit(&unit, taken_over(), events);
                 }
                 Err(error) => {
                     tracing::warn!(worker = %self.config.worker_id, unit, %error, "fleet: unit renewal failed; retrying next tick");
@@ -1311,7 +1273,7 @@ impl Worker {
     fn drop_retired(&mut self, events: &mut Vec<FleetEvent>) {
         let retired = std::mem::take(&mut self.shared.lock().retired);
         for unit in retired {
-            self.lose_unit(&unit, LossReason::Retired, events);
+            self.lose_unit(&unit, UnitEnd::Retired, events);
             self.units.retire(unit);
         }
     }
@@ -1321,7 +1283,7 @@ impl Worker {
     pub(crate) async fn begin_handoff(
         &mut self,
         unit: &str,
-        reason: LossReason,
+        reason: UnitEnd,
         events: &mut Vec<FleetEvent>,
     ) {
         let until = self.clock().monotonic() + self.config.handoff_timeout;
@@ -1342,7 +1304,7 @@ impl Worker {
     /// Releases the handed-over units whose task finished or whose timeout passed.
     pub(crate) async fn finish_handoffs(&mut self, events: &mut Vec<FleetEvent>) {
         let now = self.clock().monotonic();
-        let done: Vec<(String, LossReason)> = {
+        let done: Vec<(String, UnitEnd)> = {
             let state = self.shared.lock();
             self.units
                 .handing_over
@@ -1359,8 +1321,8 @@ impl Worker {
         }
     }
 
-    async fn release_unit(&mut self, unit: &str, reason: LossReason, events: &mut Vec<FleetEvent>) {
-        let handed_over = reason == LossReason::HandedOver;
+    async fn release_unit(&mut self, unit: &str, reason: UnitEnd, events: &mut Vec<FleetEvent>) {
+        let handed_over = reason == UnitEnd::HandedOver;
         let Some(lease) = self.lose_unit(unit, reason, events) else {
             return;
         };
@@ -1377,7 +1339,7 @@ impl Worker {
     /// Hands every unit over and ends the session, so the others take over on their next tick
     /// instead of waiting for an expiry. Each unit's task (if the application takes units as
     /// tasks) is asked to finish and given up to the handoff timeout to save a final checkpoint;
-    /// each unit is reported lost ([`LossReason::Shutdown`]) when it is released.
+    /// each unit is reported lost ([`UnitEnd::Shutdown`]) when it is released.
     ///
     /// # Errors
     /// Only failures to release the session are returned; unit releases are best effort.
@@ -1386,7 +1348,7 @@ impl Worker {
         let units: Vec<String> = self.units.owned.keys().cloned().collect();
         for unit in units {
             if !self.units.handing_over.contains(&unit) {
-                self.begin_handoff(&unit, LossReason::Shutdown, &mut events)
+                self.begin_handoff(&unit, UnitEnd::Shutdown, &mut events)
                     .await;
             }
         }
@@ -1397,7 +1359,7 @@ impl Worker {
             self.finish_handoffs(&mut events).await;
             self.wait_for_handoffs().await;
         }
-        self.lose_all(LossReason::Shutdown, &mut events);
+        self.lose_all(UnitEnd::Shutdown, &mut events);
         let outcome = match self.session.take() {
             Some(session) => {
                 self.set_session(None);
@@ -1446,8 +1408,9 @@ impl Worker {
 
     /// Ticks every interval on the store's clock until [`WorkerHandle::stop`], then shuts down
     /// cleanly. Between ticks it finishes handoffs as soon as their tasks do. Tick errors are
-    /// logged and retried on the next tick. Runs on any executor (for the memory and file
-    /// backends, [`lease_core::executor::block_on`] on a thread is enough).
+    /// logged and retried on the next tick. A `Send` future that needs no particular runtime:
+    /// spawn it on tokio (DynamoDB), or run it on a thread of its own with
+    /// [`spawn_thread`](Self::spawn_thread) (memory, files).
     ///
     /// # Errors
     /// A failure to release the session at shutdown.
@@ -1504,28 +1467,52 @@ impl Worker {
             .min()
     }
 
-    /// Runs [`Worker::run`] on a new thread with [`lease_core::executor::block_on`]: for backends that need
-    /// no async runtime (memory, files).
+    /// Runs [`Worker::run`] on a new thread of its own, polled without an async runtime: for
+    /// backends that need none (memory, files). Returns the worker's handle and the thread, which
+    /// ends after [`WorkerHandle::stop`] with what `run` returns.
+    ///
+    /// ```
+    /// use lessor_partition::Worker;
+    /// use lease_core::MemoryBackend;
+    /// use std::sync::Arc;
+    ///
+    /// let worker = Worker::builder("demo", "a")
+    ///     .with_store(Arc::new(MemoryBackend::new()))
+    ///     .with_units(["u1"])
+    ///     .build()?;
+    /// let (handle, thread) = worker.spawn_thread()?;
+    /// handle.stop();
+    /// let stats = thread.join().expect("the worker thread")?;
+    /// assert!(stats.ticks <= 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
-    /// The thread could not be started.
+    /// The operating system's error when the thread could not be started (as
+    /// [`std::thread::Builder::spawn`]).
     pub fn spawn_thread(
         self,
-    ) -> Result<
-        (
-            WorkerHandle,
-            std::thread::JoinHandle<Result<WorkerStats, LeaseError>>,
-        ),
-        LeaseError,
-    > {
+    ) -> std::io::Result<(
+        WorkerHandle,
+        std::thread::JoinHandle<Result<WorkerStats, LeaseError>>,
+    )> {
         let handle = self.handle();
         let name = format!("fleet-{}", self.config.worker_id);
         let thread = std::thread::Builder::new()
             .name(name)
-            .spawn(move || lease_core::executor::block_on(self.run()))
-            .map_err(|e| LeaseError::runtime(format!("cannot start the worker thread: {e}")))?;
+            .spawn(move || pollster::block_on(self.run()))?;
         Ok((handle, thread))
     }
+}
+
+/// The end of an ownership the store says another worker took.
+fn taken_over() -> UnitEnd {
+    UnitEnd::Lost(LossReason::NotOwned(NotOwnedReason::TakenOver))
+}
+
+/// A sleep on `clock` until its monotonic time reaches `until`.
+fn sleep_until(clock: &dyn Clock, until: Instant) -> BoxFuture<'static, ()> {
+    clock.sleep(until.saturating_duration_since(clock.monotonic()))
 }
 
 /// The take-list generation `heard` publishes (0 without one).

@@ -19,7 +19,7 @@ pub(crate) struct Fleet {
 /// A fresh table named after `prefix` on DynamoDB Local, behind a store that counts every
 /// request and every record its reads return.
 pub(crate) async fn counted_table(endpoint: &str, prefix: &str) -> Arc<CountedBackend> {
-    let client = lease_dynamo::sdk_client(Some(endpoint), Some("us-east-1")).await;
+    let client = lease_dynamo::client_for_endpoint(endpoint).await;
     let stamp = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());

@@ -140,7 +140,7 @@ impl Drop for LocalDynamo {
 
 /// Returns once the server at `endpoint` answers `ListTables`.
 pub(crate) async fn wait_until_answers(endpoint: &str) {
-    let client = lease_dynamo::sdk_client(Some(endpoint), Some("us-east-1")).await;
+    let client = lease_dynamo::client_for_endpoint(endpoint).await;
     let until = Instant::now() + READY_TIMEOUT;
     loop {
         let answered =
