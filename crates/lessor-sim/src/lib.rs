@@ -49,7 +49,7 @@ use lease_core::{
     LeaseKey, LeaseListing, LeaseRecord, LeaseToken, ManualClock, MemoryBackend,
 };
 
-use lessor_partition::{FleetEvent, Worker, WorkerStats};
+use lessor_partition::{FleetEvent, Worker, WorkerHandle, WorkerStats};
 
 pub use kcl::{KclConfig, KclSimulation};
 pub use rng::Rng;
@@ -313,7 +313,7 @@ impl LeaseBackend for SimStore {
         &'a self,
         key: &'a LeaseKey,
         holder: Option<&'a LeaseToken>,
-        fencing: FencingToken,
+        fencing: Option<FencingToken>,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         self.tally.write(key, holder.map(LeaseToken::as_str));
         let inner = self.inner();
@@ -388,6 +388,9 @@ enum Status {
 #[derive(Debug)]
 struct SimWorker {
     worker: Worker,
+    /// What the application would ask the worker: what it owns, its counters, its saves.
+    handle: WorkerHandle,
+    id: String,
     status: Status,
     next_tick: Duration,
     /// Stats of the worker at the moment it stopped counting toward a live fleet.
@@ -495,10 +498,10 @@ impl Simulation {
             if !matches!(w.status, Status::Running | Status::Paused { .. }) {
                 continue;
             }
-            for (unit, fencing) in w.worker.owned_units() {
+            for (unit, fencing) in w.handle.owned_units() {
                 let bytes = data(&unit, fencing);
-                let save = w.worker.save_checkpoint(&unit, &bytes);
-                saved += usize::from(lease_core::executor::block_on(save).is_ok());
+                let save = w.handle.save_checkpoint(&unit, &bytes);
+                saved += usize::from(pollster::block_on(save).is_ok());
             }
         }
         saved
@@ -515,7 +518,7 @@ impl Simulation {
         if matches!(old.status, Status::Running | Status::Paused { .. }) {
             return;
         }
-        let earlier = old.final_stats.unwrap_or_else(|| old.worker.stats());
+        let earlier = old.final_stats.unwrap_or_else(|| old.handle.stats());
         match self.build_worker(index) {
             Ok(worker) => {
                 self.retired_stats.push(earlier);
@@ -531,7 +534,8 @@ impl Simulation {
 
     /// A new running worker named after `index`, ticking first at a seeded phase.
     fn build_worker(&mut self, index: usize) -> Result<SimWorker, LeaseError> {
-        let mut builder = Worker::builder("sim", format!("w{index:03}"))
+        let id = format!("w{index:03}");
+        let mut builder = Worker::builder("sim", id.clone())
             .with_store(Arc::new(self.store.clone()))
             .with_units(self.units.iter().cloned())
             .with_session_duration(self.config.session_duration)
@@ -550,8 +554,11 @@ impl Simulation {
             self.rng
                 .below(u64::try_from(self.config.interval.as_micros()).unwrap_or(1)),
         );
+        let worker = builder.build()?;
         Ok(SimWorker {
-            worker: builder.build()?,
+            handle: worker.handle(),
+            id,
+            worker,
             status: Status::Running,
             next_tick: self.now() + phase,
             final_stats: None,
@@ -586,20 +593,21 @@ impl Simulation {
             .workers
             .iter()
             .filter(|w| matches!(w.status, Status::Running | Status::Paused { .. }))
-            .any(|w| w.worker.owns(unit).is_some());
+            .any(|w| w.handle.owns(unit).is_some());
         if trusted {
             return false;
         }
         let store = &self.store.inner();
-        if let Ok(Some(record)) = lease_core::executor::block_on(store.inspect(&key))
+        if let Ok(Some(record)) = pollster::block_on(store.inspect(&key))
             && let Some(old) = record.holder().and_then(|h| h.token())
+            && let Some(fencing) = record.fencing_token()
         {
-            let _ = lease_core::executor::block_on(store.release(&key, old, record.fencing()));
+            let _ = pollster::block_on(store.release(&key, old, fencing));
         }
         let options = AcquireOptions::default()
             .with_owner("foreign")
             .with_token(token);
-        match lease_core::executor::block_on(store.try_acquire(&key, FOREIGN_HOLD, &options)) {
+        match pollster::block_on(store.try_acquire(&key, FOREIGN_HOLD, &options)) {
             Ok(lease) => {
                 self.foreign.insert(unit.to_owned(), lease);
                 true
@@ -617,7 +625,7 @@ impl Simulation {
     pub fn renew_foreign_holds(&mut self) -> usize {
         let store = &self.store.inner();
         self.foreign.retain(|_, lease| {
-            match lease_core::executor::block_on(store.renew(lease, FOREIGN_HOLD)) {
+            match pollster::block_on(store.renew(lease, FOREIGN_HOLD)) {
                 Ok(renewed) => {
                     *lease = renewed;
                     true
@@ -634,7 +642,7 @@ impl Simulation {
         self.workers
             .iter()
             .filter(|w| w.status == Status::Running)
-            .map(|w| w.worker.assignment().target)
+            .map(|w| w.handle.snapshot().target)
             .collect()
     }
 
@@ -645,14 +653,14 @@ impl Simulation {
             .workers
             .iter()
             .filter(|w| w.status == Status::Running)
-            .map(|w| w.worker.id().to_owned())
+            .map(|w| w.id.clone())
             .collect();
         !running.is_empty()
             && self
                 .workers
                 .iter()
                 .filter(|w| w.status == Status::Running)
-                .all(|w| w.worker.assignment().members == running)
+                .all(|w| w.handle.snapshot().members == running)
     }
 
     /// The number of units.
@@ -664,9 +672,9 @@ impl Simulation {
     pub fn unowned_units(&self) -> Vec<String> {
         let mut owned = std::collections::BTreeSet::new();
         for w in self.workers.iter().filter(|w| w.status == Status::Running) {
-            owned.extend(w.worker.owned_units().into_keys());
+            owned.extend(w.handle.owned_units().into_keys());
         }
-        let records = lease_core::executor::block_on(self.store.list_partition("fleet/sim/units"))
+        let records = pollster::block_on(self.store.list_partition("fleet/sim/units"))
             .unwrap_or_default();
         self.units
             .iter()
@@ -683,32 +691,32 @@ impl Simulation {
 
     /// The view of worker `index`.
     pub fn assignment(&self, index: usize) -> Option<lessor_partition::Assignment> {
-        self.workers.get(index).map(|w| w.worker.assignment())
+        self.workers.get(index).map(|w| w.handle.snapshot())
     }
 
     /// The request and event counters of worker `index` (of its latest process).
     pub fn worker_stats(&self, index: usize) -> Option<WorkerStats> {
-        self.workers.get(index).map(|w| w.worker.stats())
+        self.workers.get(index).map(|w| w.handle.stats())
     }
 
     /// The worker whose process holds the assigner lease (see [`SimConfig::assigner`]), as the
     /// store shows it now.
     pub fn assigner(&self) -> Option<usize> {
         let key = LeaseKey::with_sort_key("fleet/sim/assigner", "lease").ok()?;
-        let record = lease_core::executor::block_on(self.store.inner().inspect(&key)).ok()??;
+        let record = pollster::block_on(self.store.inner().inspect(&key)).ok()??;
         let holder = record.holder()?;
         if holder.expires_at().is_some_and(|at| at <= self.clock.now()) {
             return None;
         }
         let owner = holder.owner()?;
-        self.workers.iter().position(|w| w.worker.id() == owner)
+        self.workers.iter().position(|w| w.id == owner)
     }
 
     /// How many units worker `index` trusts now.
     pub fn owned_by(&self, index: usize) -> usize {
         self.workers
             .get(index)
-            .map_or(0, |w| w.worker.owned_units().len())
+            .map_or(0, |w| w.handle.owned_units().len())
     }
 
     fn check_safety(&mut self) {
@@ -745,7 +753,7 @@ impl Simulation {
             .iter()
             .enumerate()
             .filter(|(_, w)| matches!(w.status, Status::Running | Status::Paused { .. }))
-            .map(|(i, w)| (i, w.status == Status::Running, w.worker.owned_units()))
+            .map(|(i, w)| (i, w.status == Status::Running, w.handle.owned_units()))
             .collect()
     }
 
@@ -763,7 +771,7 @@ impl Simulation {
                 let who: Vec<&str> = trusted
                     .iter()
                     .filter(|(_, _, units)| units.contains_key(unit))
-                    .map(|(i, _, _)| self.workers[*i].worker.id())
+                    .map(|(i, _, _)| self.workers[*i].id.as_str())
                     .collect();
                 format!("at {now:?}: unit {unit} trusted by {who:?}")
             })
@@ -774,7 +782,7 @@ impl Simulation {
         self.workers
             .iter()
             .filter(|w| w.status == Status::Running)
-            .map(|w| w.worker.owned_units().len())
+            .map(|w| w.handle.owned_units().len())
             .collect()
     }
 }
@@ -798,7 +806,7 @@ impl FleetModel for Simulation {
     fn crash(&mut self, index: usize) {
         if let Some(w) = self.workers.get_mut(index) {
             w.status = Status::Crashed;
-            w.final_stats = Some(w.worker.stats());
+            w.final_stats = Some(w.handle.stats());
         }
         self.schedule(index);
     }
@@ -807,11 +815,11 @@ impl FleetModel for Simulation {
         if let Some(w) = self.workers.get_mut(index)
             && matches!(w.status, Status::Running | Status::Paused { .. })
         {
-            if lease_core::executor::block_on(w.worker.shutdown()).is_err() {
+            if pollster::block_on(w.worker.shutdown()).is_err() {
                 self.errors += 1;
             }
             w.status = Status::Stopped;
-            w.final_stats = Some(w.worker.stats());
+            w.final_stats = Some(w.handle.stats());
         }
         self.schedule(index);
     }
@@ -873,7 +881,7 @@ impl FleetModel for Simulation {
         let live = self
             .workers
             .iter()
-            .map(|w| w.final_stats.unwrap_or_else(|| w.worker.stats()));
+            .map(|w| w.final_stats.unwrap_or_else(|| w.handle.stats()));
         for s in live.chain(self.retired_stats.iter().copied()) {
             out.requests += s.requests;
             out.records_read += s.records_read;
@@ -910,9 +918,9 @@ impl FleetModel for Simulation {
             w.status = Status::Running;
             w.next_tick = at;
         }
-        match lease_core::executor::block_on(w.worker.tick()) {
+        match pollster::block_on(w.worker.tick()) {
             Ok(report) if self.config.checkpoints => {
-                let id = w.worker.id().to_owned();
+                let id = w.id.clone();
                 self.events
                     .extend(report.events.into_iter().map(|e| (id.clone(), e)));
             }

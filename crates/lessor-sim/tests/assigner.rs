@@ -1,4 +1,4 @@
-//! The assigner (`WorkerBuilder::with_assigner`) under the latency-aware simulator: an assigner
+//! The assigner (on unless `WorkerBuilder::without_assigner`) under the latency-aware simulator: an assigner
 //! paused past its lease, two assigners after a partition heals, an assigner on a slow store, a
 //! peer paused while it trusts, and the seeded chaos run with every worker electing an
 //! assigner. In each: no unit trusted twice, no fenced checkpoint written by an older owner,

@@ -151,14 +151,14 @@ fn a_flapping_workers_units_are_taken_over_like_any_dead_workers() {
 
 /// The store loses everything mid-run (a memory store wiped, as a table deleted and re-created
 /// or an emulator restarted): every unit whose checkpoint vanished is reported to the
-/// application ([`FleetEvent::CheckpointLost`] before its `Gained` with no checkpoint), none is
-/// reported as never saved, no unit is trusted twice, and the fleet owns everything again.
-/// Before, the new owners read `None` for every vanished checkpoint, exactly as for a unit never
-/// saved.
+/// application (its `Gained` carries [`Checkpoint::Lost`](lessor_partition::Checkpoint::Lost)),
+/// none is reported as never saved, no unit is trusted twice, and the fleet owns everything
+/// again. Before, the new owners read nothing for every vanished checkpoint, exactly as for a
+/// unit never saved.
 #[test]
 fn a_wiped_store_reports_every_vanished_checkpoint() {
-    use lessor_partition::FleetEvent;
-    use std::collections::{BTreeMap, BTreeSet};
+    use lessor_partition::{Checkpoint, FleetEvent};
+    use std::collections::BTreeSet;
     for (seed, resave, pause) in [(21, false, false), (22, true, false), (23, false, true)] {
         let units = 64;
         let mut sim = Simulation::new(SimConfig::new(units, seed).with_checkpoints());
@@ -202,34 +202,21 @@ fn a_wiped_store_reports_every_vanished_checkpoint() {
         let mut reported: BTreeSet<String> = BTreeSet::new();
         let mut restored: BTreeSet<String> = BTreeSet::new();
         let mut silent: BTreeSet<String> = BTreeSet::new();
-        let mut lost_before_gain: BTreeMap<String, bool> = BTreeMap::new();
         // Every worker finds its session gone within an interval and drops its units.
         sim.run_for(INTERVAL * 2);
         let took = sim
             .run_until(INTERVAL * 40, &mut |s: &Simulation| s.all_owned())
             .map(|t| t + INTERVAL * 2);
         for (_, event) in sim.take_events() {
-            match event {
-                FleetEvent::CheckpointLost { unit, .. } => {
-                    lost_before_gain.insert(unit, true);
-                }
-                FleetEvent::Gained {
-                    unit, checkpoint, ..
-                } => {
-                    let announced = lost_before_gain.remove(&unit).unwrap_or(false);
-                    match (checkpoint, announced) {
-                        (Some(_), _) => {
-                            restored.insert(unit);
-                        }
-                        (None, true) => {
-                            reported.insert(unit);
-                        }
-                        (None, false) => {
-                            silent.insert(unit);
-                        }
-                    }
-                }
-                _ => {}
+            if let FleetEvent::Gained {
+                unit, checkpoint, ..
+            } = event
+            {
+                match checkpoint {
+                    Checkpoint::Saved(_) => restored.insert(unit),
+                    Checkpoint::Lost => reported.insert(unit),
+                    _ => silent.insert(unit),
+                };
             }
         }
         let losses: u64 = workers.iter().map(|&i| sim_stats(&sim, i).0).sum();

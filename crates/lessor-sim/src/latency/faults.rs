@@ -178,7 +178,7 @@ impl LatencySim {
             .with_owner("foreign holder")
             .with_token(token);
         let store = self.store.clone();
-        let Ok(mut held) = lease_core::executor::block_on(store.try_acquire(&key, lease, &options))
+        let Ok(mut held) = pollster::block_on(store.try_acquire(&key, lease, &options))
         else {
             return false;
         };

@@ -238,7 +238,7 @@ impl LeaseBackend for LatencyStore {
         &'a self,
         key: &'a LeaseKey,
         holder: Option<&'a LeaseToken>,
-        fencing: FencingToken,
+        fencing: Option<FencingToken>,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         Box::pin(async move {
             self.send(|s| s.delete(key, holder, fencing))

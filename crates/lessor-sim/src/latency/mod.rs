@@ -57,13 +57,16 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+
+use futures_core::Stream;
 
 use lease_core::{Clock, FencingToken, ManualClock, MemoryBackend};
 
 use lease_core::{FencedValues, LeaseError};
-use lessor_partition::{Worker, WorkerHandle, WorkerStats};
+use lessor_partition::{FleetEvent, Worker, WorkerHandle, WorkerStats};
 
 pub use chaos::{ChaosReport, chaos, chaos_with};
 pub use check::{Metrics, Violation};
@@ -98,6 +101,8 @@ struct Slot {
     link: SharedLink,
     status: Status,
     handle: Option<WorkerHandle>,
+    /// The current process's events, as its application would read them.
+    events: Option<Events>,
     run: Option<Task<Result<WorkerStats, LeaseError>>>,
     app: Option<Task<()>>,
     /// Started once the current process has stopped cleanly.
@@ -108,6 +113,15 @@ struct Slot {
     covering: bool,
     /// Counters of its finished processes.
     past: WorkerCost,
+}
+
+/// A worker's stream of events ([`WorkerHandle::events`]).
+struct Events(Pin<Box<dyn Stream<Item = FleetEvent> + Send>>);
+
+impl fmt::Debug for Events {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Events")
+    }
 }
 
 /// The latency-aware simulator: see the [module documentation](self).
@@ -188,13 +202,13 @@ impl LatencySim {
     }
 
     /// The worker (by index) whose current process holds the assigner lease
-    /// ([`WorkerBuilder::with_assigner`](lessor_partition::WorkerBuilder::with_assigner)), as
-    /// the store shows it now.
+    /// (unless [`WorkerBuilder::without_assigner`](lessor_partition::WorkerBuilder::without_assigner)),
+    /// as the store shows it now.
     pub fn assigner(&self) -> Option<usize> {
         let key =
             lease_core::LeaseKey::with_sort_key(format!("fleet/{FLEET}/assigner"), "lease").ok()?;
         let record =
-            lease_core::executor::block_on(lease_core::LeaseBackend::inspect(&self.store, &key))
+            pollster::block_on(lease_core::LeaseBackend::inspect(&self.store, &key))
                 .ok()??;
         let holder = record.holder()?;
         if holder.expires_at().is_some_and(|at| at <= self.clock.now()) {
@@ -227,6 +241,7 @@ impl LatencySim {
             link: new_link(self.latency.clone(), seed),
             status: Status::Down,
             handle: None,
+            events: None,
             run: None,
             app: None,
             replace_with: None,
@@ -337,6 +352,7 @@ impl LatencySim {
         let slot = &mut self.workers[index];
         slot.run = Some(Task::new(worker.run()));
         slot.app = app;
+        slot.events = Some(Events(Box::pin(handle.events())));
         slot.handle = Some(handle);
         slot.status = Status::Running;
         slot.held.clear();

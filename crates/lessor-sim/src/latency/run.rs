@@ -1,6 +1,6 @@
 //! The executor: poll what is ready, else advance the clock; check after every step.
 
-use std::task::Poll;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use lease_core::{Clock, FencingToken};
@@ -9,7 +9,7 @@ use super::{
     Disruption, LatencySim, Metrics, Status, Violation, WorkerCost, lock_ledger, lock_link,
 };
 use lease_core::LossReason;
-use lessor_partition::{FleetEvent, WorkerHandle};
+use lessor_partition::{Checkpoint, FleetEvent, UnitEnd, WorkerHandle};
 
 impl LatencySim {
     /// Runs one step: polls one ready future of a running worker (or of a foreign holder), or,
@@ -182,20 +182,30 @@ impl LatencySim {
 
     /// Takes in worker `i`'s events and its session state after it ran.
     fn observe(&mut self, i: usize) {
-        let Some(handle) = self.workers[i].handle.clone() else {
+        let Some(events) = self.workers[i].events.as_mut() else {
             return;
         };
+        let mut queued = Vec::new();
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Poll::Ready(Some(event)) = events.0.as_mut().poll_next(&mut cx) {
+            queued.push(event);
+        }
         let mut lost_session = false;
-        while let Some(event) = handle.try_next_event() {
+        for event in queued {
             match event {
                 FleetEvent::Gained {
                     unit,
-                    fencing,
+                    fencing_token,
                     checkpoint,
-                } => self.gained(i, unit, fencing, checkpoint.is_some()),
+                } => self.gained(
+                    i,
+                    unit,
+                    fencing_token,
+                    matches!(checkpoint, Checkpoint::Saved(_)),
+                ),
                 FleetEvent::Lost {
                     unit,
-                    fencing,
+                    fencing_token: fencing,
                     reason,
                 } => {
                     if lost_with_session(&reason) {
@@ -277,6 +287,7 @@ impl LatencySim {
             }
         }
         slot.handle = None;
+        slot.events = None;
         slot.run = None;
         slot.app = None;
         lock_ledger(&self.ledger).forget_pending(&slot.id);
@@ -385,9 +396,9 @@ impl LatencySim {
 /// Whether a unit went because its worker's session could no longer be trusted (renewals that did
 /// not answer in time or failed until the deadline). A session refused by the store reports the
 /// store's `NotOwned` reason, which a unit's own takeover or expiry also reports: not counted.
-fn lost_with_session(reason: &LossReason) -> bool {
+fn lost_with_session(reason: &UnitEnd) -> bool {
     matches!(
         reason,
-        LossReason::DeadlinePassed | LossReason::BackendFailing { .. }
+        UnitEnd::Lost(LossReason::DeadlinePassed | LossReason::BackendFailing(_))
     )
 }

@@ -44,8 +44,8 @@ pub struct WorkerSpec {
     /// `checkpoints`).
     pub save_every: Option<Duration>,
     /// Whether the worker takes part in electing an assigner
-    /// ([`WorkerBuilder::with_assigner`](lessor_partition::WorkerBuilder::with_assigner), the
-    /// default).
+    /// (the default; [`WorkerBuilder::without_assigner`](lessor_partition::WorkerBuilder::without_assigner)
+    /// turns it off).
     pub assigner: bool,
 }
 

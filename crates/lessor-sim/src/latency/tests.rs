@@ -40,7 +40,7 @@ fn held(store: &MemoryBackend) -> bool {
     let Ok(key) = LeaseKey::new("k") else {
         return false;
     };
-    lease_core::executor::block_on(store.inspect(&key))
+    pollster::block_on(store.inspect(&key))
         .ok()
         .flatten()
         .is_some_and(|r| r.holder().is_some())
@@ -68,24 +68,23 @@ fn a_request_lands_halfway_and_its_deadline_counts_from_the_send() {
 /// too: a wrapper that forgot one would answer `Unsupported` and change the protocol's path).
 #[test]
 fn every_operation_reaches_the_store_and_takes_its_latency() -> Result<(), LeaseError> {
-    use lease_core::{LeaseBackendExt, LeaseListing};
+    use lease_core::LeaseListing;
+    use pollster::block_on;
     let clock = Arc::new(ManualClock::new());
     clock.set_auto_advance(true);
     let store = MemoryBackend::builder().with_clock(clock.clone()).build();
     let slow = LatencyStore::new(store, new_link(Latency::fixed(ms(20)), 1));
     let key = LeaseKey::with_sort_key("p", "k")?;
     let ten = Duration::from_secs(10);
-    let lease = lease_core::executor::block_on(slow.acquire(&key, ten))?;
-    let lease = lease_core::executor::block_on(slow.renew(&lease, ten))?;
-    assert_eq!(
-        lease_core::executor::block_on(slow.list_partition("p"))?.len(),
-        1
-    );
-    lease_core::executor::block_on(slow.release_lease(&lease))?;
-    let lease = lease_core::executor::block_on(slow.acquire(&key, ten))?;
+    let options = AcquireOptions::default();
+    let lease = block_on(slow.try_acquire(&key, ten, &options))?;
+    let lease = block_on(slow.renew(&lease, ten))?;
+    assert_eq!(block_on(slow.list_partition("p"))?.len(), 1);
+    block_on(slow.release(lease.key(), lease.token(), lease.fencing_token()))?;
+    let lease = block_on(slow.try_acquire(&key, ten, &options))?;
     let token = lease.token();
-    lease_core::executor::block_on(slow.delete(&key, Some(token), lease.fencing_token()))?;
-    assert_eq!(lease_core::executor::block_on(slow.inspect(&key))?, None);
+    block_on(slow.delete(&key, Some(token), Some(lease.fencing_token())))?;
+    assert_eq!(block_on(slow.inspect(&key))?, None);
     assert_eq!(clock.elapsed(), ms(7 * 20));
     Ok(())
 }
@@ -125,7 +124,7 @@ fn the_checker_sees_two_trusting_owners_and_when_it_ends() {
         .collect();
     for _ in 0..3 {
         for worker in &mut workers {
-            lease_core::executor::block_on(worker.tick()).expect("a tick");
+            pollster::block_on(worker.tick()).expect("a tick");
         }
         clock.advance(ms(2500));
     }
