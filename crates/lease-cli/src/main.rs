@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Leases live in a directory of files by default (`$LEASE_DIR`, else `/tmp/lease-$UID`; `--file
-//! DIR` picks another), or in a DynamoDB table with `--dynamo TABLE`. Exit statuses are listed in
+//! DIR` picks another), or in a DynamoDB table with `--dynamo TABLE` when built with the
+//! `dynamo` feature (`cargo install lease-cli --features dynamo`; without it, `--dynamo` fails
+//! with exit 64 and says so). Exit statuses are listed in
 //! the `exit` module: the command's own, 64 bad input, 65 corrupt or foreign record, 69 backend
 //! error, 75 held or wait timed out, 76 lost while running, 126/127 command not executable/not
 //! found. `--path PATH` instead of `--key KEY` names a lock at an exact path (flock(1)'s and Go
@@ -58,6 +60,12 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if cli.dynamo_table().is_some()
+        && let Err(failure) = stores::dynamo_available()
+    {
+        eprintln!("lease: {failure}");
+        return ExitCode::from(failure.code);
+    }
     init_tracing();
     if let Command::Exec(args) = &cli.command {
         // No runtime: this process becomes the command.
