@@ -42,6 +42,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 
 use crate::cli::{Cli, Command, TableCommand};
 use crate::exit::Failure;
@@ -120,14 +121,27 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
+/// Diagnostics to stderr, filtered by `LEASE_LOG`: a level (`warn`, `debug`), or
+/// `target=level` pairs with an optional default, comma-separated (`lease_file=debug,warn`), as
+/// `RUST_LOG`'s common form; `error` when unset or unreadable. `Targets` reads those lists
+/// without `env-filter`'s regex engine (span and field filters are not supported).
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
-    let installed = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let filter = std::env::var("LEASE_LOG")
+        .ok()
+        .and_then(|directives| directives.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::ERROR));
+    let installed = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_target(false)
+                .with_filter(filter),
+        )
         .try_init();
     if let Err(error) = installed {
         eprintln!("lease: cannot set up logging: {error}");
