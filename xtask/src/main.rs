@@ -29,10 +29,12 @@ cargo xtask <TASK> [FLAGS]
 Tasks:
   test [--no-dynamo] [--quick]
         THE test command: fmt --check, clippy -D warnings (default features, then
-        lease-core --all-features), DynamoDB Local up, the builds (every test target,
-        the public API's rustdoc JSON and the README quick starts, which two xtask
-        tests then only check and run), cargo test (all targets, doc
-        tests, lease-core --all-features), DynamoDB Local down, a one-minute chaos
+        lease-cli --features dynamo, lease-core --all-features), DynamoDB Local up,
+        the builds (every test target, the public API's rustdoc JSON and the README
+        quick starts, which two xtask tests then only check and run), cargo test
+        (all targets and doc tests with --features lease-cli/dynamo, lease-cli's
+        refusal of --dynamo without that feature, lease-core --all-features),
+        DynamoDB Local down, a one-minute chaos
         run (below; --backend all --seed 1), rustdoc with -D warnings, rustdoc as
         docs.rs renders it (--all-features --cfg docsrs), and the packages: cargo
         package of every published crate, each .crate unpacked into

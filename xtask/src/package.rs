@@ -88,7 +88,10 @@ pub(crate) fn packages(steps: &mut Steps) -> Result {
         project_root().join("Cargo.lock"),
         scratch.join("Cargo.lock"),
     )?;
+    // With lease-cli's `dynamo` feature, so that its DynamoDB test files (`required-features`)
+    // are built from the package too.
     let mut build = cargo(&["build", "--workspace", "--tests", "--benches"]);
+    build.args(crate::test::CLI_DYNAMO);
     // Shared, so that dependencies the workspace already built are not built again.
     build
         .env("CARGO_TARGET_DIR", target_dir())

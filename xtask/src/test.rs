@@ -13,7 +13,7 @@ const DYNAMO_PACKAGES: [&str; 2] = ["lease-dynamo", "lessor-partition"];
 pub(crate) fn test(flags: &[&str]) -> Result {
     let given = parse_flags("test", flags, &["--no-dynamo", "--quick"])?;
     let (no_dynamo, quick) = (given[0], given[1]);
-    let total = 13 + usize::from(!no_dynamo) + if quick { 0 } else { 8 };
+    let total = 15 + usize::from(!no_dynamo) + if quick { 0 } else { 9 };
     let mut steps = Steps::new("test", total).with_test_budget(TEST_TIME_BUDGET);
 
     if !quick {
@@ -37,6 +37,22 @@ pub(crate) fn test(flags: &[&str]) -> Result {
                 "-p",
                 "lease-core",
                 "--all-features",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        )?;
+        // The workspace step above built lease-cli as the README's first command does, without
+        // DynamoDB; its `dynamo` feature adds the table store's code paths and tests.
+        steps.run(
+            "clippy, lease-cli --features dynamo",
+            &mut cargo(&[
+                "clippy",
+                "-p",
+                "lease-cli",
+                "--features",
+                "dynamo",
                 "--all-targets",
                 "--",
                 "-D",
@@ -75,12 +91,19 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     steps.run_as(
         Kind::Test,
         "tests, all targets",
-        &mut test_command(&dynamo, &["test", "--workspace", "--all-targets"]),
+        test_command(&dynamo, &["test", "--workspace", "--all-targets"]).args(CLI_DYNAMO),
     )?;
     steps.run_as(
         Kind::Test,
         "doc tests",
-        &mut test_command(&dynamo, &["test", "--workspace", "--doc"]),
+        test_command(&dynamo, &["test", "--workspace", "--doc"]).args(CLI_DYNAMO),
+    )?;
+    // Plain cargo, as lease-core's below: without LEASE_REQUIRE_DYNAMO, which these tests
+    // refuse (built without the feature, the CLI's DynamoDB tests do not exist).
+    steps.run_as(
+        Kind::Test,
+        "lease-cli without `dynamo`: --dynamo refused, naming the feature",
+        &mut cargo(&CLI_WITHOUT_DYNAMO),
     )?;
     // Each backend's metrics as its operations happen (lease-core's run with --all-features).
     steps.run_as(
@@ -136,6 +159,25 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     Ok(())
 }
 
+/// Every workspace build and test passes lease-cli's `dynamo` feature, so that the CLI's
+/// DynamoDB code and suites are built and run (with LEASE_REQUIRE_DYNAMO=1, they fail rather
+/// than skip); the README's first command builds lease-cli without it, and
+/// [`CLI_WITHOUT_DYNAMO`] checks that build.
+pub(crate) const CLI_DYNAMO: [&str; 2] = ["--features", "lease-cli/dynamo"];
+
+/// The tests of lease-cli that exist only without its `dynamo` feature (their names begin
+/// with `without_the_dynamo_feature`): `--dynamo` refused with the feature to build with.
+const CLI_WITHOUT_DYNAMO: [&str; 8] = [
+    "test",
+    "-p",
+    "lease-cli",
+    "--bin",
+    "lease",
+    "--test",
+    "cli",
+    "without_the_dynamo_feature",
+];
+
 /// The lease-core tests with every feature (the conformance suite and the model checker).
 const LEASE_CORE_ALL_FEATURES: [&str; 4] = ["test", "-p", "lease-core", "--all-features"];
 
@@ -172,10 +214,16 @@ fn build_tests(steps: &mut Steps, dynamo: &Dynamo) -> Result {
     steps.run_as(
         Kind::Build,
         "build tests, all targets",
-        &mut test_command(
+        test_command(
             dynamo,
             &["test", "--workspace", "--all-targets", "--no-run"],
-        ),
+        )
+        .args(CLI_DYNAMO),
+    )?;
+    steps.run_as(
+        Kind::Build,
+        "build lease-cli without `dynamo`",
+        cargo(&CLI_WITHOUT_DYNAMO[..7]).arg("--no-run"),
     )?;
     steps.run_as(
         Kind::Build,
@@ -198,14 +246,7 @@ fn build_tests(steps: &mut Steps, dynamo: &Dynamo) -> Result {
     steps.run_as(
         Kind::Build,
         "build the chaos actors and `lease`",
-        &mut cargo(&[
-            "build",
-            "--quiet",
-            "-p",
-            "lease-chaos-actor",
-            "-p",
-            "lease-cli",
-        ]),
+        &mut cargo(&crate::chaos::BUILD),
     )?;
     build_what_xtask_tests_check(steps)
 }

@@ -49,6 +49,74 @@ fn lease_core_default_build_has_no_runtime_no_aws_and_no_workspace_crate() {
     );
 }
 
+/// The most packages the README's first command, `cargo run -p lease-cli -- demo`, may compile
+/// (issue 33: it compiled 195, the AWS SDK and the aws-lc-sys C library among them, for a demo
+/// that uses only files).
+const FIRST_COMMAND_BUDGET: usize = 80;
+
+/// The packages `cargo build -p lease-cli` compiles with `features`: its normal and build
+/// dependencies (proc macros and what build scripts use included), each `name version` once, as
+/// cargo prints one `Compiling` line for each.
+fn cli_build_packages(features: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "tree",
+        "-p",
+        "lease-cli",
+        "-e",
+        "normal,build",
+        "--prefix",
+        "none",
+    ];
+    args.extend_from_slice(features);
+    let mut packages: Vec<String> = cargo_stdout(&args)
+        .lines()
+        .map(|line| {
+            line.split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|package| !package.is_empty())
+        .collect();
+    packages.sort_unstable();
+    packages.dedup();
+    packages
+}
+
+#[test]
+fn the_readmes_first_command_builds_no_aws_crate_no_c_library_and_at_most_80_packages() {
+    let packages = cli_build_packages(&[]);
+    let offenders: Vec<&String> = packages
+        .iter()
+        .filter(|package| {
+            let name = package.split(' ').next().unwrap_or_default();
+            name.starts_with("aws-")
+                || name == "lease-dynamo"
+                || name.ends_with("-sys")
+                // What builds C code, and the Rust crypto crates that embed C or assembly.
+                || ["cc", "cmake", "ring", "openssl"].contains(&name)
+        })
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "lease-cli's default build (the README's first command) must compile no AWS crate and no \
+         C library, yet compiles {offenders:?}: put them behind the `dynamo` feature"
+    );
+    assert!(
+        packages.len() <= FIRST_COMMAND_BUDGET,
+        "lease-cli's default build (the README's first command) compiles {} packages, over the \
+         budget of {FIRST_COMMAND_BUDGET}:\n{}",
+        packages.len(),
+        packages.join("\n")
+    );
+    // The store the feature is for is still there with it.
+    let with_dynamo = cli_build_packages(&["--features", "dynamo"]);
+    assert!(
+        with_dynamo.iter().any(|p| p.starts_with("lease-dynamo ")),
+        "lease-cli --features dynamo does not build lease-dynamo"
+    );
+}
+
 #[test]
 fn lease_core_folder_alone_builds_outside_the_workspace() {
     let scratch = Scratch::new("lease-core-standalone");

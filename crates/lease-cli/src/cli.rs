@@ -100,6 +100,12 @@ pub(crate) enum Command {
     Prune(PruneArgs),
     /// Manage the DynamoDB table.
     #[command(subcommand)]
+    #[cfg_attr(
+        not(feature = "dynamo"),
+        command(
+            about = "Manage the DynamoDB table: not in this build, which lacks the `dynamo` feature"
+        )
+    )]
     Table(TableCommand),
     /// Start a small fleet of worker processes sharing units of work, kill one, and show the
     /// partitions move.
@@ -173,6 +179,13 @@ pub(crate) struct LinkArgs {
     pub(crate) command: Vec<OsString>,
 }
 
+/// The help of `--dynamo` in a `lease` built without the `dynamo` feature, where the flag is
+/// parsed (so that `--file` still conflicts with it, and so on) but refused with the feature to
+/// build with.
+#[cfg(not(feature = "dynamo"))]
+const NO_DYNAMO: &str = "Keep leases in the DynamoDB table TABLE: not in this build, which lacks \
+     the `dynamo` feature (cargo install lease-cli --features dynamo)";
+
 /// Where leases are kept.
 #[derive(Debug, Clone, Default, Args)]
 pub(crate) struct BackendArgs {
@@ -181,6 +194,7 @@ pub(crate) struct BackendArgs {
     pub(crate) file: Option<PathBuf>,
     /// Keep leases in the DynamoDB table TABLE (credentials and region from the AWS environment).
     #[arg(long, value_name = "TABLE")]
+    #[cfg_attr(not(feature = "dynamo"), arg(help = NO_DYNAMO))]
     pub(crate) dynamo: Option<String>,
     /// DynamoDB endpoint URL, such as http://localhost:8000 for DynamoDB Local.
     #[arg(long, value_name = "URL", requires = "dynamo")]
@@ -376,6 +390,7 @@ pub(crate) enum TableCommand {
 pub(crate) struct TableCreateArgs {
     /// The table to create.
     #[arg(long, value_name = "TABLE")]
+    #[cfg_attr(not(feature = "dynamo"), arg(help = NO_DYNAMO))]
     pub(crate) dynamo: String,
     /// DynamoDB endpoint URL, such as http://localhost:8000 for DynamoDB Local.
     #[arg(long, value_name = "URL")]
@@ -399,6 +414,7 @@ pub(crate) struct DemoArgs {
     pub(crate) units: u32,
     /// Run against this DynamoDB table instead of a temporary directory.
     #[arg(long, value_name = "TABLE")]
+    #[cfg_attr(not(feature = "dynamo"), arg(help = NO_DYNAMO))]
     pub(crate) dynamo: Option<String>,
     /// DynamoDB endpoint URL.
     #[arg(long, value_name = "URL", requires = "dynamo")]
@@ -444,6 +460,25 @@ impl Cli {
         T: Into<OsString> + Clone,
     {
         Self::try_parse_from(args)
+    }
+
+    /// The DynamoDB table the command names with `--dynamo`, if any: `main` refuses it at once
+    /// in a `lease` built without the `dynamo` feature. Every subcommand is listed, so that a
+    /// new one has to say whether it can name a table.
+    pub(crate) fn dynamo_table(&self) -> Option<&str> {
+        let backend = match &self.command {
+            Command::Run(args) => &args.backend,
+            Command::Status(args) => &args.backend,
+            Command::Watch(args) => &args.backend,
+            Command::Release(args) => &args.backend,
+            Command::DemoWorker(args) => &args.backend,
+            Command::Demo(args) => return args.dynamo.as_deref(),
+            Command::Table(TableCommand::Create(args)) => return Some(&args.dynamo),
+            Command::Prune(_) | Command::Guard(_) | Command::Exec(_) | Command::HoldLock(_) => {
+                return None;
+            }
+        };
+        backend.dynamo.as_deref()
     }
 }
 
@@ -495,5 +530,77 @@ mod tests {
         for args in bad {
             assert!(Cli::parse_args(*args).is_err(), "{args:?}");
         }
+    }
+
+    /// Every command that can name a DynamoDB table reports it, so that a `lease` without the
+    /// `dynamo` feature refuses it before doing anything (and one with it opens the table).
+    #[test]
+    fn every_dynamo_table_named_is_found() {
+        let named: &[&[&str]] = &[
+            &["lease", "run", "--dynamo", "t", "--key", "k", "--", "true"],
+            &["lease", "status", "--dynamo", "t", "--all"],
+            &["lease", "watch", "--dynamo", "t", "--key", "k"],
+            &[
+                "lease",
+                "release",
+                "--dynamo",
+                "t",
+                "--key",
+                "k",
+                "--force",
+                "--yes-i-know",
+            ],
+            &["lease", "table", "create", "--dynamo", "t"],
+            &["lease", "demo", "--dynamo", "t"],
+            &[
+                "lease",
+                "demo-worker",
+                "--dynamo",
+                "t",
+                "--id",
+                "w",
+                "--fleet",
+                "f",
+                "--units",
+                "1",
+                "--ttl",
+                "1s",
+                "--interval",
+                "1s",
+            ],
+        ];
+        for args in named {
+            let cli = Cli::parse_args(*args).expect("parses");
+            assert_eq!(cli.dynamo_table(), Some("t"), "{args:?}");
+        }
+        let unnamed: &[&[&str]] = &[
+            &["lease", "run", "--key", "k", "--", "true"],
+            &["lease", "status", "--file", "/x", "--all"],
+            &["lease", "prune", "--idle", "1d"],
+            &["lease", "demo"],
+        ];
+        for args in unnamed {
+            let cli = Cli::parse_args(*args).expect("parses");
+            assert_eq!(cli.dynamo_table(), None, "{args:?}");
+        }
+    }
+
+    /// Without the `dynamo` feature, `--dynamo` is refused as bad input with the feature to
+    /// build with, never ignored.
+    #[test]
+    fn without_the_dynamo_feature_dynamo_names_the_feature() {
+        let refused = crate::stores::dynamo_available();
+        if cfg!(feature = "dynamo") {
+            assert!(refused.is_ok());
+            return;
+        }
+        let failure = refused.expect_err("no dynamo feature");
+        assert_eq!(failure.code, crate::exit::USAGE);
+        assert!(
+            failure
+                .message
+                .contains("cargo install lease-cli --features dynamo"),
+            "{failure}"
+        );
     }
 }

@@ -482,6 +482,7 @@ fn unix_millis() -> u128 {
 #[derive(Debug)]
 enum DemoStore {
     Dir(PathBuf),
+    #[cfg(feature = "dynamo")]
     Dynamo {
         table: String,
         endpoint: Option<String>,
@@ -491,6 +492,11 @@ enum DemoStore {
 
 impl DemoStore {
     fn create(args: &DemoArgs) -> Result<Self, Failure> {
+        if args.dynamo.is_some() {
+            // Refused without the `dynamo` feature, never run on files instead.
+            crate::stores::dynamo_available()?;
+        }
+        #[cfg(feature = "dynamo")]
         if let Some(table) = &args.dynamo {
             return Ok(Self::Dynamo {
                 table: table.clone(),
@@ -514,6 +520,7 @@ impl DemoStore {
     fn describe(&self) -> String {
         match self {
             Self::Dir(dir) => format!("file store {}", dir.display()),
+            #[cfg(feature = "dynamo")]
             Self::Dynamo { table, .. } => format!("DynamoDB table {table}"),
         }
     }
@@ -521,6 +528,7 @@ impl DemoStore {
     fn args(&self) -> Vec<String> {
         match self {
             Self::Dir(dir) => vec!["--file".to_owned(), dir.display().to_string()],
+            #[cfg(feature = "dynamo")]
             Self::Dynamo {
                 table,
                 endpoint,

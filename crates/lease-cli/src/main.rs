@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Leases live in a directory of files by default (`$LEASE_DIR`, else `/tmp/lease-$UID`; `--file
-//! DIR` picks another), or in a DynamoDB table with `--dynamo TABLE`. Exit statuses are listed in
+//! DIR` picks another), or in a DynamoDB table with `--dynamo TABLE` when built with the
+//! `dynamo` feature (`cargo install lease-cli --features dynamo`; without it, `--dynamo` fails
+//! with exit 64 and says so). Exit statuses are listed in
 //! the `exit` module: the command's own, 64 bad input, 65 corrupt or foreign record, 69 backend
 //! error, 75 held or wait timed out, 76 lost while running, 126/127 command not executable/not
 //! found. `--path PATH` instead of `--key KEY` names a lock at an exact path (flock(1)'s and Go
@@ -40,6 +42,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::error::ErrorKind;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 
 use crate::cli::{Cli, Command, TableCommand};
 use crate::exit::Failure;
@@ -58,6 +61,12 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if cli.dynamo_table().is_some()
+        && let Err(failure) = stores::dynamo_available()
+    {
+        eprintln!("lease: {failure}");
+        return ExitCode::from(failure.code);
+    }
     init_tracing();
     if let Command::Exec(args) = &cli.command {
         // No runtime: this process becomes the command.
@@ -112,14 +121,27 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
+/// Diagnostics to stderr, filtered by `LEASE_LOG`: a level (`warn`, `debug`), or
+/// `target=level` pairs with an optional default, comma-separated (`lease_file=debug,warn`), as
+/// `RUST_LOG`'s common form; `error` when unset or unreadable. `Targets` reads those lists
+/// without `env-filter`'s regex engine (span and field filters are not supported).
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
-    let installed = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
+    let filter = std::env::var("LEASE_LOG")
+        .ok()
+        .and_then(|directives| directives.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::ERROR));
+    let installed = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_target(false)
+                .with_filter(filter),
+        )
         .try_init();
     if let Err(error) = installed {
         eprintln!("lease: cannot set up logging: {error}");

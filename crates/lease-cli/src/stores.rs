@@ -1,21 +1,57 @@
 //! The concrete stores: the only module that names lease-file and lease-dynamo.
+//!
+//! DynamoDB is the `dynamo` feature: without it, lease-dynamo and the AWS SDK are not compiled,
+//! the `--dynamo` flags still parse, and a command that names a table fails with
+//! [`dynamo_available`]'s message, which says how to get a `lease` that has them.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::LeaseError;
+#[cfg(feature = "dynamo")]
 use lease_dynamo::AttributeNames;
 
 use crate::backend::{Backend, default_dir, prepare_dir};
-use crate::cli::{BackendArgs, TableOptions};
+use crate::cli::BackendArgs;
+#[cfg(feature = "dynamo")]
+use crate::cli::TableOptions;
 use crate::exit::Failure;
+
+/// `Ok` if this `lease` was built with DynamoDB (the `dynamo` feature), else
+/// [`without_dynamo`]. `main` asks before it runs any command that names a table.
+pub(crate) fn dynamo_available() -> Result<(), Failure> {
+    if cfg!(feature = "dynamo") {
+        Ok(())
+    } else {
+        Err(without_dynamo())
+    }
+}
+
+/// The failure of a command that names a DynamoDB table in a `lease` built without the
+/// `dynamo` feature: bad input (exit 64, as for a flag clap does not know), naming the feature
+/// to build with. The DynamoDB paths below fail with it too, so that no command reaches a table
+/// by a way that skips `main`'s check.
+fn without_dynamo() -> Failure {
+    Failure::usage(
+        "--dynamo: this lease is built without DynamoDB support (lease-cli's `dynamo` \
+         feature); install one with it: `cargo install lease-cli --features dynamo` (from a \
+         clone of the repository: `cargo run -p lease-cli --features dynamo -- ...`)",
+    )
+}
 
 /// Opens the store `args` names: DynamoDB with `--dynamo`, else the file store. For a command
 /// that acquires leases of `ttl`, the DynamoDB recreation grace defaults to it (commands that
 /// only read pass zero).
-pub(crate) async fn open_holding(args: &BackendArgs, ttl: Duration) -> Result<Backend, Failure> {
+pub(crate) async fn open_holding(
+    args: &BackendArgs,
+    // Only DynamoDB's recreation grace uses it.
+    #[cfg_attr(not(feature = "dynamo"), expect(unused_variables))] ttl: Duration,
+) -> Result<Backend, Failure> {
     match &args.dynamo {
+        #[cfg(not(feature = "dynamo"))]
+        Some(_) => Err(without_dynamo()),
+        #[cfg(feature = "dynamo")]
         Some(table) => {
             let grace = args.table.recreation_grace.unwrap_or(ttl);
             let leases = dynamo(
@@ -74,15 +110,30 @@ pub(crate) async fn open_for(
 
 /// A DynamoDB table read strictly by `lease status` ([`lease_dynamo::DynamoLeases::inspect_strict`]):
 /// a malformed item is shown corrupt, with the reason, rather than as a record that reads free.
+#[cfg(feature = "dynamo")]
 pub(crate) struct StrictInspect(lease_dynamo::DynamoLeases);
+
+/// Without the `dynamo` feature there is no strict reader: no value of this type exists.
+#[cfg(not(feature = "dynamo"))]
+pub(crate) enum StrictInspect {}
 
 impl StrictInspect {
     /// The record of `key`, or [`LeaseError::Corrupt`] for an item every acquisition refuses.
+    #[cfg(feature = "dynamo")]
     pub(crate) async fn inspect(
         &self,
         key: &lease_core::LeaseKey,
     ) -> Result<Option<lease_core::LeaseRecord>, LeaseError> {
         self.0.inspect_strict(key).await
+    }
+
+    /// Never called: there is no value to call it on.
+    #[cfg(not(feature = "dynamo"))]
+    pub(crate) async fn inspect(
+        &self,
+        _key: &lease_core::LeaseKey,
+    ) -> Result<Option<lease_core::LeaseRecord>, LeaseError> {
+        match *self {}
     }
 }
 
@@ -92,6 +143,9 @@ pub(crate) async fn open_for_status(
     path: Option<&Path>,
 ) -> Result<(Backend, Option<StrictInspect>), Failure> {
     match (&args.dynamo, path) {
+        #[cfg(not(feature = "dynamo"))]
+        (Some(_), None) => Err(without_dynamo()),
+        #[cfg(feature = "dynamo")]
         (Some(table), None) => {
             let leases = dynamo(
                 table,
@@ -198,9 +252,16 @@ pub(crate) fn failure(context: &str, error: &LeaseError) -> Failure {
     Failure::lease(context, error, advice)
 }
 
+/// No advice without the `dynamo` feature: the file store's errors say what to do themselves.
+#[cfg(not(feature = "dynamo"))]
+pub(crate) fn advice(_error: &LeaseError) -> Option<String> {
+    None
+}
+
 /// What to do about a store's error, where the CLI knows better than the library: a missing
 /// DynamoDB table is made with `lease table create`; a key schema that does not match is named
 /// with `--attribute-name`.
+#[cfg(feature = "dynamo")]
 pub(crate) fn advice(error: &LeaseError) -> Option<String> {
     let dynamo = std::error::Error::source(error)?.downcast_ref::<lease_dynamo::DynamoError>()?;
     if dynamo.is_key_schema_mismatch() {
@@ -220,6 +281,18 @@ pub(crate) fn advice(error: &LeaseError) -> Option<String> {
 }
 
 /// Creates the DynamoDB table `table` (and enables TTL on it), waiting until it is active.
+#[cfg(not(feature = "dynamo"))]
+pub(crate) async fn create_table(
+    _table: &str,
+    _endpoint: Option<&str>,
+    _region: Option<&str>,
+    _options: &crate::cli::TableOptions,
+) -> Result<(), Failure> {
+    Err(without_dynamo())
+}
+
+/// Creates the DynamoDB table `table` (and enables TTL on it), waiting until it is active.
+#[cfg(feature = "dynamo")]
 pub(crate) async fn create_table(
     table: &str,
     endpoint: Option<&str>,
@@ -234,6 +307,7 @@ pub(crate) async fn create_table(
 }
 
 /// The attribute names with `--attribute-name DEFAULT=NAME` applied.
+#[cfg(feature = "dynamo")]
 fn attribute_names(renames: &[String]) -> Result<AttributeNames, Failure> {
     let mut names = AttributeNames::default();
     for rename in renames {
@@ -261,6 +335,7 @@ fn attribute_names(renames: &[String]) -> Result<AttributeNames, Failure> {
     Ok(names)
 }
 
+#[cfg(feature = "dynamo")]
 async fn dynamo(
     table: &str,
     endpoint: Option<&str>,
@@ -295,6 +370,7 @@ mod tests {
     /// Issue 23: the CLI could not set the skew allowance (always 0: a double grant at 2 s of
     /// skew on a 10 s lease; lease-dynamo's `tests/clock_skew.rs` shows the hole and that the
     /// allowance closes it), the lock sort key or the attribute names.
+    #[cfg(feature = "dynamo")]
     #[tokio::test]
     async fn table_flags_configure_the_dynamodb_manager() {
         let cli = crate::cli::Cli::parse_args([

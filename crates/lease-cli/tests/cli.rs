@@ -1,7 +1,11 @@
 //! End-to-end tests of the `lease` binary: real processes, a real file store, real signals.
 
 mod support;
-use support::{dynamo_endpoint, stderr};
+use support::stderr;
+// The DynamoDB tests exist only with the `dynamo` feature, as the store does (see
+// `without_the_dynamo_feature_dynamo_is_refused_naming_it` for `lease` without it).
+#[cfg(feature = "dynamo")]
+use support::dynamo_endpoint;
 
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -322,6 +326,90 @@ fn bad_input_gets_a_clear_message_and_a_usage_status() {
     assert_eq!(code(help.status), 0);
 }
 
+/// A `lease` built without the `dynamo` feature refuses every command that names a DynamoDB
+/// table, before doing anything (no command run, no demo worker started, no file store used),
+/// with the usage status and the feature to build with: never ignoring `--dynamo` for files.
+#[cfg(not(feature = "dynamo"))]
+#[test]
+fn without_the_dynamo_feature_dynamo_is_refused_naming_it() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let marker = store.path().join("ran");
+    let marker = marker.to_str().expect("utf-8 path");
+    let cases: &[&[&str]] = &[
+        &["run", "--dynamo", "t", "--key", "k", "--", "touch", marker],
+        &[
+            "status",
+            "--dynamo",
+            "t",
+            "--endpoint",
+            "http://127.0.0.1:1",
+            "--region",
+            "us-east-1",
+            "--all",
+        ],
+        &["status", "--dynamo", "t", "--key", "k"],
+        &["watch", "--dynamo", "t", "--key", "k"],
+        &[
+            "release",
+            "--dynamo",
+            "t",
+            "--key",
+            "k",
+            "--force",
+            "--yes-i-know",
+        ],
+        &["table", "create", "--dynamo", "t"],
+        &["demo", "--dynamo", "t", "--workers", "2"],
+    ];
+    for args in cases {
+        let (out, took) = finish(
+            spawn(lease(store.path()).args(*args)),
+            Duration::from_secs(10),
+        );
+        let text = stderr(&out);
+        assert_eq!(code(out.status), USAGE, "{args:?}: {text}");
+        assert!(
+            text.contains("cargo install lease-cli --features dynamo"),
+            "{args:?}: {text}"
+        );
+        assert!(!text.contains("worker-"), "{args:?}: {text}");
+        assert!(took < Duration::from_secs(5), "{args:?}: took {took:?}");
+    }
+    assert!(!Path::new(marker).exists(), "a command ran");
+    let entries = std::fs::read_dir(store.path())
+        .expect("read the store")
+        .count();
+    assert_eq!(entries, 0, "the default file store was used");
+    // The clap checks stay as with the feature: --file and --dynamo conflict.
+    let out = output(lease(store.path()).args([
+        "run", "--file", "/x", "--dynamo", "t", "--key", "k", "--", "true",
+    ]));
+    assert_eq!(code(out.status), USAGE);
+    assert!(
+        stderr(&out).contains("cannot be used with"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `cargo xtask test` sets `LEASE_REQUIRE_DYNAMO=1` to make every DynamoDB test run; built
+/// without the `dynamo` feature, lease-cli's are not compiled, so fail rather than let them
+/// vanish (xtask passes `--features lease-cli/dynamo`), and otherwise say they are skipped.
+#[cfg(not(feature = "dynamo"))]
+#[test]
+fn the_dynamo_tests_need_the_dynamo_feature() {
+    use std::io::Write as _;
+    assert!(
+        std::env::var("LEASE_REQUIRE_DYNAMO").as_deref() != Ok("1"),
+        "LEASE_REQUIRE_DYNAMO=1 but lease-cli's DynamoDB tests are not compiled: pass \
+         `--features lease-cli/dynamo`"
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: lease-cli's DynamoDB tests (built without the `dynamo` feature)"
+    );
+}
+
 #[test]
 fn the_demo_runs_to_completion() {
     let started = Instant::now();
@@ -356,6 +444,7 @@ fn the_demo_runs_to_completion() {
 
 /// `--dynamo` against `LEASE_DYNAMO_ENDPOINT` (e.g. DynamoDB Local), skipped visibly without it.
 #[test]
+#[cfg(feature = "dynamo")]
 fn dynamo_contention_and_fencing() {
     let Some(endpoint) = dynamo_endpoint("dynamo_contention_and_fencing") else {
         return;
@@ -449,6 +538,7 @@ fn dynamo_contention_and_fencing() {
 }
 
 /// Dummy credentials for DynamoDB Local.
+#[cfg(feature = "dynamo")]
 fn local_credentials(command: &mut Command) {
     command
         .env("AWS_ACCESS_KEY_ID", "local")
@@ -456,6 +546,7 @@ fn local_credentials(command: &mut Command) {
 }
 
 /// A fresh table made with `lease table create`, named from `prefix`.
+#[cfg(feature = "dynamo")]
 fn created_table(dir: &Path, endpoint: &str, prefix: &str) -> String {
     let table = unused_table(prefix);
     let mut create = lease(dir);
@@ -474,6 +565,7 @@ fn created_table(dir: &Path, endpoint: &str, prefix: &str) -> String {
 }
 
 /// A table name nobody created.
+#[cfg(feature = "dynamo")]
 fn unused_table(prefix: &str) -> String {
     format!(
         "{prefix}-{}-{}",
@@ -485,6 +577,7 @@ fn unused_table(prefix: &str) -> String {
 }
 
 #[test]
+#[cfg(feature = "dynamo")]
 fn dynamo_missing_table_says_how_to_create_it() {
     let Some(endpoint) = dynamo_endpoint("dynamo_missing_table_says_how_to_create_it") else {
         return;
@@ -521,6 +614,7 @@ fn dynamo_missing_table_says_how_to_create_it() {
 }
 
 #[test]
+#[cfg(feature = "dynamo")]
 fn dynamo_without_credentials_fails_at_once_and_says_so() {
     let Some(endpoint) = dynamo_endpoint("dynamo_without_credentials_fails_at_once_and_says_so")
     else {
@@ -583,6 +677,7 @@ fn any_wait_is_accepted_without_a_panic() {
 /// it held until Go's expiry (main showed "free, expired 1970" and ran the command), and an
 /// operator can break it even when Go's token breaks this crate's token rules.
 #[test]
+#[cfg(feature = "dynamo")]
 fn dynamo_go_leases_are_held_shown_and_breakable() {
     let Some(endpoint) = dynamo_endpoint("dynamo_go_leases_are_held_shown_and_breakable") else {
         return;
@@ -902,6 +997,7 @@ fn a_stopped_lease_process_cannot_keep_its_command_running_on_files() {
 }
 
 #[test]
+#[cfg(feature = "dynamo")]
 fn kill_9_of_lease_kills_the_command_group_on_dynamodb() {
     let Some(endpoint) = dynamo_endpoint("kill_9_of_lease_kills_the_command_group_on_dynamodb")
     else {
@@ -1076,6 +1172,7 @@ fn a_foreground_command_dies_with_lease() {
 /// status say the store failed, with its last error (main said "gave up waiting for lease k held
 /// by another owner" and exited 75).
 #[test]
+#[cfg(feature = "dynamo")]
 fn a_store_that_keeps_failing_is_reported_as_such_after_the_wait() {
     let store = tempfile::tempdir().expect("tempdir");
     let mut run = lease(store.path());

@@ -2,7 +2,9 @@
 //! lease duration and the interval.
 
 mod support;
-use support::{dynamo_endpoint, stderr};
+#[cfg(feature = "dynamo")]
+use support::dynamo_endpoint;
+use support::stderr;
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -66,6 +68,7 @@ fn a_demo_with_long_leases_completes() {
 /// On a DynamoDB table that does not exist, the demo fails at once with the first worker's error,
 /// which names the table and the fix.
 #[test]
+#[cfg(feature = "dynamo")]
 fn a_demo_on_a_missing_table_names_it_and_the_fix() {
     let Some(endpoint) = dynamo_endpoint("a_demo_on_a_missing_table_names_it_and_the_fix") else {
         return;

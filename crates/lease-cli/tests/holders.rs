@@ -2,7 +2,9 @@
 //! slot of its own with its own fencing token, on the file store and on DynamoDB Local.
 
 mod support;
-use support::{dynamo_endpoint, stderr};
+#[cfg(feature = "dynamo")]
+use support::dynamo_endpoint;
+use support::stderr;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -15,13 +17,18 @@ const HELD: i32 = 75;
 #[derive(Debug, Clone)]
 enum Store {
     File(PathBuf),
-    Dynamo { table: String, endpoint: String },
+    #[cfg(feature = "dynamo")]
+    Dynamo {
+        table: String,
+        endpoint: String,
+    },
 }
 
 impl Store {
     fn args(&self) -> Vec<String> {
         match self {
             Self::File(dir) => vec!["--file".into(), dir.display().to_string()],
+            #[cfg(feature = "dynamo")]
             Self::Dynamo { table, endpoint } => vec![
                 "--dynamo".into(),
                 table.clone(),
@@ -190,6 +197,7 @@ fn five_runs_with_two_holders_on_files() {
 }
 
 #[test]
+#[cfg(feature = "dynamo")]
 fn five_runs_with_two_holders_on_dynamodb() {
     let Some(endpoint) = dynamo_endpoint("five_runs_with_two_holders_on_dynamodb") else {
         return;

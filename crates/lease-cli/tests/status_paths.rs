@@ -5,7 +5,9 @@
 //! compact JSON record plus a newline; a holder rewrites it in place (truncate + write) every
 //! 250 ms; `Release` removes it.
 
+#[cfg(feature = "dynamo")]
 mod support;
+#[cfg(feature = "dynamo")]
 use support::dynamo_endpoint;
 
 use std::fs::OpenOptions;
@@ -487,6 +489,7 @@ fn a_key_that_looks_like_a_lock_file_points_to_path() {
 /// `free`, never the token (main showed them free, the token twice); `lease run` refuses each
 /// with the same exit status.
 #[test]
+#[cfg(feature = "dynamo")]
 fn dynamo_status_shows_malformed_items_corrupt() {
     let Some(endpoint) = dynamo_endpoint("dynamo_status_shows_malformed_items_corrupt") else {
         return;

@@ -3,7 +3,9 @@
 //! standard output end it with status 0.
 
 mod support;
-use support::{dynamo_endpoint, stderr};
+#[cfg(feature = "dynamo")]
+use support::dynamo_endpoint;
+use support::stderr;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -152,6 +154,7 @@ fn watch_ends_quietly_when_its_output_is_closed() {
 }
 
 #[test]
+#[cfg(feature = "dynamo")]
 fn watch_shows_each_holder_on_dynamodb() {
     let Some(endpoint) = dynamo_endpoint("watch_shows_each_holder_on_dynamodb") else {
         return;

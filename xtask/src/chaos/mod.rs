@@ -143,6 +143,20 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| project_root().join("target"))
 }
 
+/// What the run builds first: the actors, and `lease` with its `dynamo` feature (the actors
+/// build lease-dynamo anyway, so it costs no more with `--backend file`; `cargo xtask test`
+/// builds the same beforehand).
+pub(crate) const BUILD: [&str; 8] = [
+    "build",
+    "--quiet",
+    "-p",
+    "lease-chaos-actor",
+    "-p",
+    "lease-cli",
+    "--features",
+    "lease-cli/dynamo",
+];
+
 /// `cargo xtask chaos [--minutes N] [--backend file|dynamo|all] [--seed S]`.
 pub(crate) fn chaos(flags: &[&str]) -> Result {
     let options = Options::parse(flags)?;
@@ -156,14 +170,7 @@ pub(crate) fn chaos(flags: &[&str]) -> Result {
     slots::prepare(&run)?;
     let mut steps = Steps::new("chaos", 4);
     let mut build = Command::new("cargo");
-    build.args([
-        "build",
-        "--quiet",
-        "-p",
-        "lease-chaos-actor",
-        "-p",
-        "lease-cli",
-    ]);
+    build.args(BUILD);
     steps.run_as(Kind::Build, "build the actors and `lease`", &mut build)?;
 
     let title = "start the stores";
