@@ -30,7 +30,6 @@ use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef;
 use aws_smithy_types::config_bag::ConfigBag;
 use lease_core::AcquireOptions;
-use lease_core::LeaseBackendExt;
 use lease_core::{LeaseBackend, LeaseKey};
 use lease_dynamo::DynamoLeases;
 use support::{RequestCounter, Wiring};
@@ -386,7 +385,7 @@ impl Bench<'_> {
         let (renewed, t_renew) = timed(leases.renew(&lease, D)).await;
         let renewed = renewed.unwrap();
         let req_renew = counter.take().len();
-        let (released, t_rel) = timed(leases.release_lease(&renewed)).await;
+        let (released, t_rel) = timed(support::release(leases, &renewed)).await;
         released.unwrap();
         let req_rel = counter.take().len();
         (
@@ -574,11 +573,13 @@ async fn run(endpoint: &str, plan: &Plan) -> String {
     out
 }
 
-/// A counting lease's slot (N = 4, all free) against a plain lease, acquire + release, back to
-/// back in each of `rounds` rounds, alternating which goes first; requests counted.
+/// A counting lease's slot (N = 4, all free) against a plain lease, each taken by a guard with
+/// one attempt and released, back to back in each of `rounds` rounds, alternating which goes
+/// first; requests counted.
 async fn counting(leases: &DynamoLeases, counter: &RequestCounter, rounds: usize) -> String {
-    use lease_core::{AcquireOptions, CountingLease, LeaseBackend, LeaseBackendExt, LeaseKey};
-    let once = AcquireOptions::default();
+    use lease_core::{CountingLease, LeaseGuard, LeaseKey, WaitOptions};
+    let store: Arc<dyn LeaseBackend> = Arc::new(leases.clone());
+    let once = || WaitOptions::new(Duration::ZERO);
     let d = Duration::from_secs(30);
     let plain_key = LeaseKey::new("bench-counting-plain").unwrap();
     let slots = CountingLease::new(LeaseKey::new("bench-counting").unwrap(), 4).unwrap();
@@ -587,13 +588,22 @@ async fn counting(leases: &DynamoLeases, counter: &RequestCounter, rounds: usize
         for first in [round % 2 == 0, round % 2 == 1] {
             let started = Instant::now();
             if first {
-                let lease = leases.try_acquire(&plain_key, d, &once).await.unwrap();
-                leases.release_lease(&lease).await.unwrap();
+                let guard = LeaseGuard::builder(store.clone(), &plain_key, d)
+                    .with_wait(once())
+                    .acquire()
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
                 plain.push(started.elapsed());
             } else {
                 let before = counter.count();
-                let lease = slots.try_acquire(leases, d, &once).await.unwrap();
-                leases.release_lease(&lease).await.unwrap();
+                let guard = slots
+                    .lease(store.clone(), d)
+                    .with_wait(once())
+                    .acquire()
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
                 slot.push(started.elapsed());
                 requests += counter.count() - before;
             }

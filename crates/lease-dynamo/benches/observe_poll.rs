@@ -19,7 +19,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lease_core::{AcquireOptions, Election, LeaderChange, LeaseBackend, LeaseBackendExt, LeaseKey};
+use futures::StreamExt as _;
+use lease_core::{AcquireOptions, Election, LeaderChange, LeaseBackend, LeaseKey};
 use support::Wiring;
 
 const POLL: Duration = Duration::from_millis(100);
@@ -64,10 +65,13 @@ async fn run(endpoint: &str, rounds: usize) -> String {
     let key = LeaseKey::new("leader").unwrap();
     let election = Election::new(observed, &key, Duration::from_secs(30)).with_poll_interval(POLL);
     let mut observer = election.observe();
-    assert_eq!(observer.next().await.unwrap(), LeaderChange::Vacant);
+    assert_eq!(
+        observer.next().await.unwrap().unwrap(),
+        LeaderChange::Vacant
+    );
     let (send, mut reports) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
-        while let Ok(change) = observer.next().await {
+        while let Some(Ok(change)) = observer.next().await {
             if send.send((Instant::now(), change)).is_err() {
                 break;
             }
@@ -90,7 +94,7 @@ async fn run(endpoint: &str, rounds: usize) -> String {
         elected.push(at.saturating_duration_since(start));
         tokio::time::sleep(POLL * u32::try_from(100 - phase).unwrap() / 100).await;
         let start = Instant::now();
-        holder.release_lease(&lease).await.unwrap();
+        support::release(&holder, &lease).await.unwrap();
         let (at, change) = reports.recv().await.unwrap();
         assert_eq!(change, LeaderChange::Vacant);
         vacant.push(at.saturating_duration_since(start));

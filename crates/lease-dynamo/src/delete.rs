@@ -18,8 +18,8 @@ use crate::retry::{Failed, with_retries};
 /// A free record at the caller's fencing counter.
 const FREE_AT: &str = "attribute_not_exists(#token) AND #fence = :fence";
 
-/// A free record whose counter is there but unusable (inspect reports it as
-/// [`FencingToken::NONE`]).
+/// A free record whose counter is there but unusable (inspect reports it with no fencing
+/// token).
 const FREE_UNFENCED: &str = "attribute_not_exists(#token) AND attribute_exists(#fence) AND NOT (attribute_type(#fence, :number) AND #fence >= :zero AND #fence <= :fence_limit)";
 
 /// No fenced value shares the item: deleting it takes nothing but the lease.
@@ -31,8 +31,8 @@ const REMOVE_LEASE: &str =
     "REMOVE #token, #expires, #expires_ms, #acquired, #fence, #owner, #value, #request, #ttl";
 
 /// The condition naming the state `(holder, fencing)`, as release names a tenure.
-fn state_condition(holder: Option<&LeaseToken>, fencing: FencingToken) -> &'static str {
-    match (holder, fencing == FencingToken::NONE) {
+fn state_condition(holder: Option<&LeaseToken>, fencing: Option<FencingToken>) -> &'static str {
+    match (holder, fencing.is_none()) {
         (Some(_), false) => TENURE,
         (Some(_), true) => TENURE_UNFENCED,
         (None, false) => FREE_AT,
@@ -51,11 +51,10 @@ enum Refusal {
 }
 
 /// Whether `old` is in the state `(holder, fencing)`, read as the conditions read it.
-fn in_state(old: &Decoded, holder: Option<&LeaseToken>, fencing: FencingToken) -> bool {
-    let fencing_matches = if fencing == FencingToken::NONE {
-        old.fencing.is_none() && (holder.is_some() || old.fence_present)
-    } else {
-        old.fencing == Some(fencing.get())
+fn in_state(old: &Decoded, holder: Option<&LeaseToken>, fencing: Option<FencingToken>) -> bool {
+    let fencing_matches = match fencing {
+        None => old.fencing.is_none() && (holder.is_some() || old.fence_present),
+        Some(fencing) => old.fencing == Some(fencing.get()),
     };
     old.token.as_ref() == holder && old.is_lease() && fencing_matches
 }
@@ -64,7 +63,7 @@ fn in_state(old: &Decoded, holder: Option<&LeaseToken>, fencing: FencingToken) -
 /// (gone, or holding only a fenced value) is `Missing`, also when this call's own earlier
 /// attempt removed it and its reply was lost: nothing in a deleted item can prove whose delete
 /// it was, and a write counts as this call's own only when the store proves it.
-fn refusal(old: &Decoded, holder: Option<&LeaseToken>, fencing: FencingToken) -> Refusal {
+fn refusal(old: &Decoded, holder: Option<&LeaseToken>, fencing: Option<FencingToken>) -> Refusal {
     if !old.is_lease() {
         return Refusal::NotOwned(NotOwnedReason::Missing);
     }
@@ -83,7 +82,7 @@ impl DynamoLeases {
         &self,
         key: &LeaseKey,
         holder: Option<&LeaseToken>,
-        fencing: FencingToken,
+        fencing: Option<FencingToken>,
     ) -> Result<(), LeaseError> {
         self.check_input(key, None)?;
         let inner = &self.inner;
@@ -92,7 +91,7 @@ impl DynamoLeases {
             table = %inner.table,
             %key,
             token = holder.map(tracing::field::display),
-            fencing = fencing.get(),
+            fencing = fencing.map(FencingToken::get),
         );
         async {
             let state = state_condition(holder, fencing);
@@ -218,8 +217,8 @@ impl DynamoLeases {
 }
 
 /// The values the state conditions compare with.
-fn state_values(holder: Option<&LeaseToken>, fencing: FencingToken) -> Values {
-    let mut values = vec![(":fence", n(fencing.get()))];
+fn state_values(holder: Option<&LeaseToken>, fencing: Option<FencingToken>) -> Values {
+    let mut values = vec![(":fence", n(fencing.map_or(0, FencingToken::get)))];
     if let Some(token) = holder {
         values.push((":token", s(token.as_str())));
     }
@@ -246,7 +245,7 @@ mod tests {
 
     #[test]
     fn refusals_say_why_and_a_matching_state_keeps_the_fenced_value() {
-        let f = lease_core::backend::fencing_token;
+        let f = |raw| Some(lease_core::backend::fencing_token(raw));
         let mine = token("mine-0000000000");
         let held = decoded(&[
             ("lease_token", s("mine-0000000000")),
@@ -268,15 +267,15 @@ mod tests {
                 not_owned(TakenOver),
             ),
             (&held, None, f(7), not_owned(TakenOver)),
-            (&held, Some(&mine), FencingToken::NONE, not_owned(TakenOver)),
+            (&held, Some(&mine), None, not_owned(TakenOver)),
             (&free, None, f(7), Refusal::KeepFencedValue),
             (&free, None, f(6), not_owned(TakenOver)),
             (&free, Some(&mine), f(7), not_owned(Missing)),
-            (&free, None, FencingToken::NONE, not_owned(TakenOver)),
+            (&free, None, None, not_owned(TakenOver)),
             (&gone, Some(&mine), f(7), not_owned(Missing)),
             (&gone, None, f(7), not_owned(Missing)),
-            (&gone, None, FencingToken::NONE, not_owned(Missing)),
-            (&value_only, None, FencingToken::NONE, not_owned(Missing)),
+            (&gone, None, None, not_owned(Missing)),
+            (&value_only, None, None, not_owned(Missing)),
         ];
         for (i, (old, holder, fencing, expected)) in cases.into_iter().enumerate() {
             assert_eq!(refusal(old, holder, fencing), expected, "case {i}");
@@ -290,15 +289,12 @@ mod tests {
             ("lease_token", s("go-token-000000")),
             ("lease_expires_at", n(5)),
         ]);
-        assert!(in_state(&go_held, Some(&mine), FencingToken::NONE));
-        assert!(!in_state(&go_held, None, FencingToken::NONE));
+        assert!(in_state(&go_held, Some(&mine), None));
+        assert!(!in_state(&go_held, None, None));
         let broken_free = decoded(&[("lease_fence", n(u64::MAX))]);
-        assert!(in_state(&broken_free, None, FencingToken::NONE));
-        assert!(!in_state(&decoded(&[]), None, FencingToken::NONE));
-        assert_eq!(
-            state_condition(Some(&mine), FencingToken::NONE),
-            TENURE_UNFENCED
-        );
-        assert_eq!(state_condition(None, FencingToken::NONE), FREE_UNFENCED);
+        assert!(in_state(&broken_free, None, None));
+        assert!(!in_state(&decoded(&[]), None, None));
+        assert_eq!(state_condition(Some(&mine), None), TENURE_UNFENCED);
+        assert_eq!(state_condition(None, None), FREE_UNFENCED);
     }
 }

@@ -439,13 +439,13 @@ fn credentials_cause(links: &Links<'_>) -> Option<Cause> {
         .enumerate()
         .find_map(|(i, link)| Some((i, link.downcast_ref::<CredentialsError>()?)))?;
     Some(match credentials {
-        CredentialsError::CredentialsNotLoaded(_) => {
-            Cause::permanent(Credentials, format!("no AWS credentials found ({CREDENTIALS_HELP})"))
-        }
-        CredentialsError::InvalidConfiguration(_) => Cause::permanent(
+        CredentialsError::CredentialsNotLoaded(_) => Cause::permanent(
             Credentials,
-            "the AWS credentials configuration is invalid",
+            format!("no AWS credentials found ({CREDENTIALS_HELP})"),
         ),
+        CredentialsError::InvalidConfiguration(_) => {
+            Cause::permanent(Credentials, "the AWS credentials configuration is invalid")
+        }
         // Every provider of the chain had its turn: none found credentials in time.
         CredentialsError::ProviderTimedOut(_) => Cause::permanent(
             Credentials,
@@ -509,7 +509,9 @@ fn configuration_cause(texts: &[String], context: &Context<'_>) -> Option<Cause>
             .unwrap_or_default();
         return Some(Cause::permanent(
             Configuration,
-            format!("the AWS region{region} is not valid: it must be a host label such as us-east-1"),
+            format!(
+                "the AWS region{region} is not valid: it must be a host label such as us-east-1"
+            ),
         ));
     }
     if let Some(url) = texts.iter().find_map(|t| {
@@ -644,7 +646,10 @@ fn service_meaning(
             Unavailable,
             format!("DynamoDB could not serve the request (HTTP {status})"),
         ),
-        _ => (Rejected, format!("DynamoDB refused the request (HTTP {status})")),
+        _ => (
+            Rejected,
+            format!("DynamoDB refused the request (HTTP {status})"),
+        ),
     }
 }
 
@@ -702,10 +707,7 @@ where
         },
         _ => match client_side_cause(&err, context) {
             Some(cause) => (cause.kind, cause.text),
-            None => (
-                Configuration,
-                "the request could not be built".to_owned(),
-            ),
+            None => (Configuration, "the request could not be built".to_owned()),
         },
     };
     let answered = matches!(err, SdkError::ServiceError(_));
@@ -769,12 +771,12 @@ pub(crate) fn malformed(key: &LeaseKey, table: &str, what: impl fmt::Display) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use DynamoErrorKind::*;
     use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
     use aws_sdk_dynamodb::types::error::ResourceNotFoundException;
     use aws_smithy_runtime_api::http::StatusCode;
     use aws_smithy_types::body::SdkBody;
     use aws_smithy_types::error::ErrorMetadata;
-    use DynamoErrorKind::*;
 
     type Sdk = SdkError<UpdateItemError, HttpResponse>;
 
@@ -894,7 +896,10 @@ mod tests {
         for (kind, err) in kinds {
             let error = backend_error_in("UpdateItem", &Context::table("leases"), err);
             let levels: Vec<String> = chain(&error).iter().map(ToString::to_string).collect();
-            assert!(levels.len() >= 3, "{kind}: the SDK's error is a source: {levels:?}");
+            assert!(
+                levels.len() >= 3,
+                "{kind}: the SDK's error is a source: {levels:?}"
+            );
             assert!(
                 levels[1].starts_with("UpdateItem on table `leases` failed: "),
                 "{kind}"
@@ -992,7 +997,11 @@ mod tests {
             assert!(!classify(&service(code, 400)).transient, "{code}");
             assert_eq!(kind_of(service(code, 400)), kind, "{code}");
         }
-        assert_eq!(kind_of(table_missing()), TableMissing, "the modelled variant");
+        assert_eq!(
+            kind_of(table_missing()),
+            TableMissing,
+            "the modelled variant"
+        );
         let io: Sdk = SdkError::dispatch_failure(ConnectorError::io("reset".into()));
         assert!(classify(&io).transient);
         assert_eq!(kind_of(io), Unreachable);
@@ -1012,12 +1021,48 @@ mod tests {
         // Each of these messages would mislead a classifier that reads words: "not found",
         // "throttl", "Internal", "denied" and "expired" name nothing here but the text.
         let cases = [
-            ("ValidationException", "Requested resource not found", 400, Rejected, false),
-            ("ValidationException", "throttling settings are invalid", 400, Rejected, false),
-            ("ConditionalCheckFailedException", "Internal error? no", 400, Rejected, false),
-            ("SomethingNew", "access denied to the cache (not found)", 503, Unavailable, true),
-            ("ThrottlingException", "The table was not found", 400, Throttled, true),
-            ("ResourceNotFoundException", "expired token", 400, TableMissing, false),
+            (
+                "ValidationException",
+                "Requested resource not found",
+                400,
+                Rejected,
+                false,
+            ),
+            (
+                "ValidationException",
+                "throttling settings are invalid",
+                400,
+                Rejected,
+                false,
+            ),
+            (
+                "ConditionalCheckFailedException",
+                "Internal error? no",
+                400,
+                Rejected,
+                false,
+            ),
+            (
+                "SomethingNew",
+                "access denied to the cache (not found)",
+                503,
+                Unavailable,
+                true,
+            ),
+            (
+                "ThrottlingException",
+                "The table was not found",
+                400,
+                Throttled,
+                true,
+            ),
+            (
+                "ResourceNotFoundException",
+                "expired token",
+                400,
+                TableMissing,
+                false,
+            ),
         ];
         for (code, message, status, kind, transient) in cases {
             let err = || service_with(code, message, status);
@@ -1139,7 +1184,10 @@ mod tests {
     async fn a_metadata_service_that_refuses_is_permanent_and_one_that_fails_is_not() {
         // 403 to the session token request: IMDS disabled, or the caller may not use it.
         let forbidden = imds_credentials_error(403).await;
-        assert!(matches!(forbidden, CredentialsError::ProviderError(_)), "{forbidden:?}");
+        assert!(
+            matches!(forbidden, CredentialsError::ProviderError(_)),
+            "{forbidden:?}"
+        );
         let (transient, text) = describe(other(forbidden));
         assert!(!transient, "{text}");
         assert!(
@@ -1207,7 +1255,8 @@ mod tests {
             assert!(text.contains("does not exist"), "{text}");
             assert!(text.contains(nxdomain), "{text}");
         }
-        let err = || dns("failed to lookup address information: Temporary failure in name resolution");
+        let err =
+            || dns("failed to lookup address information: Temporary failure in name resolution");
         let class = classify(&err());
         assert!(class.transient && class.unapplied);
         assert_eq!(kind_of(err()), Unreachable);

@@ -32,7 +32,10 @@ impl FencedItem {
                 return Err(malformed(
                     name,
                     &leases.inner.table,
-                    format!("the `{}` attribute is not binary (B)", names.fenced_value.as_str()),
+                    format!(
+                        "the `{}` attribute is not binary (B)",
+                        names.fenced_value.as_str()
+                    ),
                 ));
             }
         };

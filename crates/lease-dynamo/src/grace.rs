@@ -9,9 +9,9 @@ use std::time::SystemTime;
 
 use lease_core::{Holder, LeaseError, LeaseKey};
 
+use crate::DynamoErrorKind;
 use crate::DynamoLeases;
 use crate::error::{DynamoError, backend_error_in};
-use crate::DynamoErrorKind;
 
 impl DynamoLeases {
     /// When the table was created, by DynamoDB (`DescribeTable`, one request).

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use lease_core::{FencingToken, Holder, LeaseKey, LeaseRecord, LeaseToken};
+use lease_core::{Holder, LeaseKey, LeaseRecord, LeaseToken};
 
 use crate::AttributeNames;
 
@@ -13,6 +13,11 @@ pub(crate) type Item = HashMap<String, AttributeValue>;
 /// The largest fencing counter an item may hold before an acquisition: the next one is at most
 /// `i64::MAX`, so fencing tokens fit the signed 64-bit columns resources usually keep them in.
 pub(crate) const FENCE_LIMIT: u64 = i64::MAX as u64;
+
+/// The raw fencing value that stands for "no counter" in lease-core's records and releases (an
+/// item of the Go package's, or one whose counter is unusable). No acquisition issues it: a new
+/// counter is seeded from the clock, an existing one only grows.
+pub(crate) const NO_COUNTER: u64 = 0;
 
 /// Milliseconds since the Unix epoch (0 before it).
 pub(crate) fn epoch_millis(at: SystemTime) -> u64 {
@@ -140,7 +145,9 @@ impl Decoded {
         } else if token.is_some() && seconds.is_none() {
             // Every writer (Go's and ours) writes the seconds; the acquire condition reads them,
             // so without them the lease never expires, whatever else the item says.
-            malformed = Some(Malformed::Expiry(item.get(names.expires_at.as_str()).map(show)));
+            malformed = Some(Malformed::Expiry(
+                item.get(names.expires_at.as_str()).map(show),
+            ));
         }
         Self {
             token,
@@ -182,13 +189,13 @@ impl Decoded {
         Some(holder)
     }
 
-    /// The record; an item with no (valid) fencing counter reports [`FencingToken::NONE`].
+    /// The record; an item with no (valid) fencing counter reports no fencing token (raw 0,
+    /// which no acquisition issues: the counter is seeded from the clock).
     pub(crate) fn record(&self, key: LeaseKey) -> LeaseRecord {
         lease_core::backend::new_record(
             key,
             self.holder(),
-            self.fencing
-                .map_or(FencingToken::NONE, lease_core::backend::fencing_token),
+            lease_core::backend::fencing_token(self.fencing.unwrap_or(NO_COUNTER)),
         )
     }
 }
@@ -226,8 +233,8 @@ mod tests {
         assert_eq!(d.malformed, None);
         assert_eq!(
             d.record(LeaseKey::new("k").unwrap_or_else(|_| unreachable!()))
-                .fencing(),
-            FencingToken::NONE
+                .fencing_token(),
+            None
         );
     }
 

@@ -373,9 +373,7 @@ impl DynamoLeases {
     /// no TTL is written: TTL off, or a zero buffer (as in the Go package).
     pub(crate) fn ttl_at(&self, ms: u64) -> Option<u64> {
         let inner = &self.inner;
-        inner
-            .ttl
-            .map(|buffer| crate::item::ttl_seconds(ms, buffer))
+        inner.ttl.map(|buffer| crate::item::ttl_seconds(ms, buffer))
     }
 
     pub(crate) fn margin(&self, duration: Duration) -> Duration {
@@ -398,7 +396,10 @@ impl DynamoLeases {
         Context {
             table: &inner.table,
             region: config.region().map(|r| r.as_ref()),
-            keys: Some((inner.names.partition_key.as_str(), inner.names.sort_key.as_str())),
+            keys: Some((
+                inner.names.partition_key.as_str(),
+                inner.names.sort_key.as_str(),
+            )),
         }
     }
 }

@@ -137,16 +137,28 @@ mod tests {
     #[test]
     fn names_are_checked_for_emptiness_length_and_clashes() {
         assert!(AttributeNames::default().validate().is_ok());
-        let mut empty = AttributeNames::default();
-        empty.fencing = String::new();
+        let empty = AttributeNames {
+            fencing: String::new(),
+            ..AttributeNames::default()
+        };
         let e = empty.validate().unwrap_err();
-        assert!(e.to_string().contains("fencing attribute name is empty"), "{e}");
-        let mut long = AttributeNames::default();
-        long.sort_key = "x".repeat(256);
+        assert!(
+            e.to_string().contains("fencing attribute name is empty"),
+            "{e}"
+        );
+        let long = AttributeNames {
+            sort_key: "x".repeat(256),
+            ..AttributeNames::default()
+        };
         assert!(long.validate().is_err());
-        let mut clash = AttributeNames::default();
-        clash.value_fence = "pk".into();
+        let clash = AttributeNames {
+            value_fence: "pk".into(),
+            ..AttributeNames::default()
+        };
         let e = clash.validate().unwrap_err();
-        assert!(e.to_string().contains("value_fence and partition_key"), "{e}");
+        assert!(
+            e.to_string().contains("value_fence and partition_key"),
+            "{e}"
+        );
     }
 }

@@ -268,7 +268,7 @@ impl LeaseBackend for DynamoLeases {
         &'a self,
         key: &'a LeaseKey,
         holder: Option<&'a LeaseToken>,
-        fencing: FencingToken,
+        fencing: Option<FencingToken>,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         Box::pin(self.delete_inner(key, holder, fencing))
     }

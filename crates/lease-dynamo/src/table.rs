@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::operation::create_table::CreateTableError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
     TableDescription, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
@@ -11,8 +11,8 @@ use aws_sdk_dynamodb::types::{
 use lease_core::LeaseError;
 use tracing::Instrument;
 
-use crate::DynamoLeases;
 use crate::DynamoErrorKind;
+use crate::DynamoLeases;
 use crate::error::{DynamoError, backend_error_in};
 use crate::retry::with_retries;
 
@@ -305,11 +305,14 @@ impl DynamoLeases {
             .config_override(control_plane())
             .send()
             .await;
-        described.ok().and_then(|d| d.time_to_live_description).is_some_and(|ttl| {
-            matches!(
-                ttl.time_to_live_status,
-                Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
-            ) && ttl.attribute_name.as_deref() == Some(inner.names.ttl.as_str())
-        })
+        described
+            .ok()
+            .and_then(|d| d.time_to_live_description)
+            .is_some_and(|ttl| {
+                matches!(
+                    ttl.time_to_live_status,
+                    Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+                ) && ttl.attribute_name.as_deref() == Some(inner.names.ttl.as_str())
+            })
     }
 }

@@ -160,7 +160,8 @@ impl DynamoLeases {
                 }
                 None => format!("SET #expires = :zero, #request = :request {remove}, #ttl"),
             };
-            let condition = if fencing == FencingToken::NONE {
+            // A tenure of an item with no fencing counter (a Go holder's) is named with raw 0.
+            let condition = if fencing.get() == crate::item::NO_COUNTER {
                 TENURE_UNFENCED
             } else {
                 TENURE

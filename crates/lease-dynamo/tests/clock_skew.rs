@@ -57,7 +57,7 @@ async fn try_at(endpoint: &str, allowance: Duration, at: Duration) -> (bool, boo
         .try_acquire(&key, D, &AcquireOptions::default())
         .await
         .is_ok();
-    (taken, lease.is_trusted(holder_clock.as_ref()))
+    (taken, support::trusted(&lease, holder_clock.as_ref()))
 }
 
 #[test]

@@ -7,10 +7,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::LeaseBackendExt;
 use lease_core::{
-    AcquireOptions, FencedValues, FencingToken, LeaseBackend, LeaseKey, ManualClock,
-    NotOwnedReason, RandomTokens, TokenSource,
+    AcquireOptions, FencedValues, LeaseBackend, LeaseKey, ManualClock, NotOwnedReason,
+    RandomTokens, TokenSource,
 };
 use lease_dynamo::{DynamoLeases, RetryPolicy};
 use support::{Faults, RequestCounter, Wiring};
@@ -57,7 +56,7 @@ fn lost_acquire_reply_is_reconciled_from_all_old() {
                 .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                 .await
                 .unwrap();
-            r.leases.release_lease(&first).await.unwrap();
+            support::release(&r.leases, &first).await.unwrap();
             r.counter.take();
 
             r.faults.lose_replies(1);
@@ -78,7 +77,7 @@ fn lost_acquire_reply_is_reconciled_from_all_old() {
                 .unwrap()
                 .unwrap();
             assert_eq!(record.holder().and_then(|h| h.token()), Some(lease.token()));
-            assert_eq!(record.fencing(), lease.fencing_token());
+            assert_eq!(record.fencing_token(), Some(lease.fencing_token()));
             // We really hold it: renew and release work, others are turned away.
             assert!(
                 r.leases
@@ -88,7 +87,7 @@ fn lost_acquire_reply_is_reconciled_from_all_old() {
                     .is_held()
             );
             let lease = r.leases.renew(&lease, D).await.unwrap();
-            r.leases.release_lease(&lease).await.unwrap();
+            support::release(&r.leases, &lease).await.unwrap();
         },
     );
 }
@@ -165,14 +164,18 @@ fn lost_release_reply_is_reconciled() {
             .unwrap();
         r.counter.take();
         r.faults.lose_replies(1);
-        r.leases.release_lease(&lease).await.unwrap();
+        support::release(&r.leases, &lease).await.unwrap();
         assert_eq!((r.faults.lost(), r.counter.take().len()), (1, 2));
         let record = LeaseBackend::inspect(&r.leases, lease.key())
             .await
             .unwrap()
             .unwrap();
         assert!(record.holder().is_none());
-        assert_eq!(record.fencing(), lease.fencing_token(), "fencing kept");
+        assert_eq!(
+            record.fencing_token(),
+            Some(lease.fencing_token()),
+            "fencing kept"
+        );
 
         // The trait's release(key, token, fencing).
         let lease = r
@@ -187,7 +190,7 @@ fn lost_release_reply_is_reconciled() {
         assert_eq!(r.faults.lost(), 2);
 
         // Without a lost reply a second release is still refused: reconciliation needs doubt.
-        let err = r.leases.release_lease(&lease).await.unwrap_err();
+        let err = support::release(&r.leases, &lease).await.unwrap_err();
         assert!(err.is_not_owned(), "{err}");
     });
 }
@@ -206,9 +209,9 @@ fn a_lost_reply_never_makes_a_strangers_release_succeed() {
                 .try_acquire(&key, D, &AcquireOptions::default())
                 .await
                 .unwrap();
-            r.leases.release_lease(&lease).await.unwrap();
+            support::release(&r.leases, &lease).await.unwrap();
             let stranger = RandomTokens.next_token();
-            for fencing in [lease.fencing_token(), FencingToken::NONE] {
+            for fencing in [lease.fencing_token(), lease_core::backend::fencing_token(0)] {
                 r.faults.lose_replies(1);
                 let lost = r.faults.lost();
                 let err = LeaseBackend::release(&r.leases, &key, &stranger, fencing)
@@ -219,7 +222,7 @@ fn a_lost_reply_never_makes_a_strangers_release_succeed() {
             }
             // The released lease released again, its reply lost: still nothing to release.
             r.faults.lose_replies(1);
-            let err = r.leases.release_lease(&lease).await.unwrap_err();
+            let err = support::release(&r.leases, &lease).await.unwrap_err();
             assert!(err.is_not_owned(), "{err}");
         },
     );
@@ -249,7 +252,7 @@ fn a_second_call_with_the_holders_token_is_held() {
             assert!(err.is_held(), "{err}");
             let holder = err.holder().unwrap();
             assert_eq!(holder.token(), Some(&token));
-            assert!(holder.fencing().is_some());
+            assert!(holder.fencing_token().is_some());
 
             // Two managers sharing one token generator, as the Go option invites.
             let key = LeaseKey::new("shared-generator").unwrap();
@@ -275,7 +278,7 @@ fn throttling_and_5xx_are_retried_with_backoff() {
                 .try_acquire(&LeaseKey::new("k").unwrap(), D, &AcquireOptions::default())
                 .await
                 .unwrap();
-            r.leases.release_lease(&first).await.unwrap();
+            support::release(&r.leases, &first).await.unwrap();
             r.counter.take();
 
             r.faults.throttle(2);
@@ -297,7 +300,7 @@ fn throttling_and_5xx_are_retried_with_backoff() {
             let lease = r.leases.renew(&lease, D).await.unwrap();
             assert_eq!(r.counter.take().len(), 3);
             r.faults.server_error(1);
-            r.leases.release_lease(&lease).await.unwrap();
+            support::release(&r.leases, &lease).await.unwrap();
             assert_eq!(r.counter.take().len(), 2);
         },
     );
@@ -353,7 +356,7 @@ fn renew_retries_stop_at_the_lease_deadline() {
                 .unwrap();
             // Past the holder's deadline (duration minus margin) but before the store's expiry.
             r.clock.advance(D - Duration::from_millis(500));
-            assert!(!lease.is_trusted(r.clock.as_ref()));
+            assert!(!support::trusted(&lease, r.clock.as_ref()));
             r.counter.take();
             r.faults.throttle(5);
             let err = r.leases.renew(&lease, D).await.unwrap_err();
@@ -522,9 +525,14 @@ fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
             // Throttled and 5xx answers never reached the table: the retry deletes, and says so.
             r.faults.throttle(1);
             r.faults.server_error(1);
-            LeaseBackend::delete(&r.leases, &key, Some(lease.token()), lease.fencing_token())
-                .await
-                .unwrap();
+            LeaseBackend::delete(
+                &r.leases,
+                &key,
+                Some(lease.token()),
+                Some(lease.fencing_token()),
+            )
+            .await
+            .unwrap();
             assert_eq!(r.counter.take(), ["DeleteItem"; 3]);
             assert!(
                 LeaseBackend::inspect(&r.leases, &key)
@@ -545,10 +553,14 @@ fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
                 .unwrap();
             r.counter.take();
             r.faults.lose_replies(1);
-            let err =
-                LeaseBackend::delete(&r.leases, &key, Some(lease.token()), lease.fencing_token())
-                    .await
-                    .unwrap_err();
+            let err = LeaseBackend::delete(
+                &r.leases,
+                &key,
+                Some(lease.token()),
+                Some(lease.fencing_token()),
+            )
+            .await
+            .unwrap_err();
             assert_eq!(
                 err.not_owned_reason(),
                 Some(NotOwnedReason::Missing),
@@ -580,7 +592,7 @@ fn delete_retries_transient_failures_and_never_claims_a_lost_one() {
                 &once.leases,
                 &key,
                 Some(lease.token()),
-                lease.fencing_token(),
+                Some(lease.fencing_token()),
             )
             .await
             .unwrap_err();

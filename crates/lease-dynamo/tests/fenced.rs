@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use lease_core::AcquireOptions;
-use lease_core::LeaseBackendExt;
 use lease_core::{FencedValues, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
 use lease_dynamo::{AttributeNames, DynamoLeases};
 use support::Wiring;
@@ -77,7 +76,7 @@ fn fenced_value_and_lease_coexist_on_one_item() {
 
         // Lease operations do not touch the fenced attributes.
         let lease = leases.renew(&lease, D).await.unwrap();
-        leases.release_lease(&lease).await.unwrap();
+        support::release(&leases, &lease).await.unwrap();
         clock.advance(D);
         let next = leases
             .try_acquire(
@@ -89,7 +88,7 @@ fn fenced_value_and_lease_coexist_on_one_item() {
             .unwrap();
         assert_eq!(next.fencing_token().get(), lease.fencing_token().get() + 1);
         let record = LeaseBackend::inspect(&leases, &key).await.unwrap().unwrap();
-        assert_eq!(record.fencing(), next.fencing_token());
+        assert_eq!(record.fencing_token(), Some(next.fencing_token()));
         let seen = leases
             .fence_and_read(&key, next.fencing_token())
             .await
@@ -123,7 +122,7 @@ fn fenced_value_and_lease_coexist_on_one_item() {
             .try_acquire(&name, D, &AcquireOptions::default())
             .await
             .unwrap();
-        leases.release_lease(&l).await.unwrap();
+        support::release(&leases, &l).await.unwrap();
         assert_eq!(
             leases.fence_and_read(&name, t(2)).await.unwrap().as_deref(),
             Some(&b"cp"[..])
@@ -155,7 +154,7 @@ fn delete_keeps_a_fenced_value_that_shares_the_item() {
         leases.put_fenced(&key, fence, b"final").await.unwrap();
         counter.take();
 
-        let err = LeaseBackend::delete(&leases, &key, None, fence)
+        let err = LeaseBackend::delete(&leases, &key, None, Some(fence))
             .await
             .unwrap_err();
         assert!(err.is_not_owned(), "{err}");
@@ -165,7 +164,7 @@ fn delete_keeps_a_fenced_value_that_shares_the_item() {
             "a refused delete is one request"
         );
 
-        LeaseBackend::delete(&leases, &key, Some(lease.token()), fence)
+        LeaseBackend::delete(&leases, &key, Some(lease.token()), Some(fence))
             .await
             .unwrap();
         assert_eq!(
@@ -197,7 +196,7 @@ fn delete_keeps_a_fenced_value_that_shares_the_item() {
         );
 
         // A second delete finds no lease, and leaves the value alone.
-        let err = LeaseBackend::delete(&leases, &key, Some(lease.token()), fence)
+        let err = LeaseBackend::delete(&leases, &key, Some(lease.token()), Some(fence))
             .await
             .unwrap_err();
         assert_eq!(

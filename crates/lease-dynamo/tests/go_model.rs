@@ -91,7 +91,7 @@ impl World {
 
     fn trusts(&self, held: &Held) -> bool {
         match held {
-            Held::Ours(lease) => lease.is_trusted(self.clock.as_ref()),
+            Held::Ours(lease) => support::trusted(lease, self.clock.as_ref()),
             Held::Go(_, expires) => unix_s(self.clock.now()) < *expires,
         }
     }

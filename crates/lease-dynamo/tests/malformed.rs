@@ -12,10 +12,7 @@ use std::time::{Duration, SystemTime};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::AttributeValue;
 use lease_core::AcquireOptions;
-use lease_core::{
-    Clock, FencingToken, LeaseBackend, LeaseBackendExt, LeaseKey, LeaseListing, ManualClock,
-    WaitOptions,
-};
+use lease_core::{Clock, LeaseBackend, LeaseKey, LeaseListing, ManualClock, WaitOptions};
 use lease_dynamo::DynamoLeases;
 use support::Wiring;
 
@@ -99,9 +96,14 @@ fn foreign_tokens_are_shown_held_and_breakable() {
                 assert!(record.is_held_at(clock.now()), "{pk}");
                 assert!(!report(&err).contains(&long), "{pk}: tokens stay redacted");
                 // An operator breaks it, naming the tenure as the record shows it.
-                LeaseBackend::release(&leases, &key, holder.token().unwrap(), record.fencing())
-                    .await
-                    .unwrap_or_else(|e| panic!("{pk}: cannot break: {e}"));
+                LeaseBackend::release(
+                    &leases,
+                    &key,
+                    holder.token().unwrap(),
+                    support::tenure_fencing(&record),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{pk}: cannot break: {e}"));
                 leases
                     .try_acquire(&key, D, &AcquireOptions::default())
                     .await
@@ -136,7 +138,10 @@ fn a_holder_without_a_usable_expiry_is_explained_and_breakable() {
                 let key = LeaseKey::new(pk).unwrap();
                 let wait = WaitOptions::new(Duration::from_secs(30));
                 let started = std::time::Instant::now();
-                let err = leases.acquire_with(&key, D, &wait).await.unwrap_err();
+                let err = support::guard(&leases, &key, D, wait)
+                    .await
+                    .map(|_| ())
+                    .unwrap_err();
                 assert!(
                     started.elapsed() < Duration::from_secs(5),
                     "{pk}: not retried until the timeout"
@@ -147,7 +152,7 @@ fn a_holder_without_a_usable_expiry_is_explained_and_breakable() {
                 assert!(text.contains("never expires"), "{pk}: {text}");
                 let record = LeaseBackend::inspect(&leases, &key).await.unwrap().unwrap();
                 let token = record.holder().and_then(|h| h.token()).unwrap().clone();
-                LeaseBackend::release(&leases, &key, &token, record.fencing())
+                LeaseBackend::release(&leases, &key, &token, support::tenure_fencing(&record))
                     .await
                     .unwrap();
                 leases
@@ -275,7 +280,7 @@ fn without_ttl_writes_no_ttl() {
             .await
             .unwrap();
         assert!(raw(&client, &table, "k").await.contains_key("ttl"));
-        leases.release_lease(&lease).await.unwrap();
+        support::release(&leases, &lease).await.unwrap();
         let zero = DynamoLeases::builder(client.clone(), table.clone())
             .with_clock(clock.clone())
             .without_ttl()
@@ -291,7 +296,7 @@ fn without_ttl_writes_no_ttl() {
         );
         let lease = zero.renew(&lease, D).await.unwrap();
         assert!(!raw(&client, &table, "k").await.contains_key("ttl"));
-        zero.release_lease(&lease).await.unwrap();
+        support::release(&zero, &lease).await.unwrap();
         assert!(!raw(&client, &table, "k").await.contains_key("ttl"));
 
         let build = |buffer: Duration, skew: Duration| {
@@ -310,7 +315,10 @@ fn without_ttl_writes_no_ttl() {
         assert!(build(Duration::from_secs(4), Duration::from_secs(1)).is_ok());
         // A zero buffer would write a TTL at the lease's end: refused, naming the way to none.
         let err = build(Duration::ZERO, Duration::ZERO).unwrap_err();
-        assert!(err.is_invalid_input() && err.to_string().contains("without_ttl()"), "{err}");
+        assert!(
+            err.is_invalid_input() && err.to_string().contains("without_ttl()"),
+            "{err}"
+        );
     });
 }
 
@@ -332,9 +340,9 @@ fn extreme_durations_never_panic() {
             )
             .await
             .unwrap();
-        assert!(lease.is_trusted(clock.as_ref()));
+        assert!(support::trusted(&lease, clock.as_ref()));
         let renewed = unvalidated.renew(&lease, Duration::MAX).await.unwrap();
-        unvalidated.release_lease(&renewed).await.unwrap();
+        support::release(&unvalidated, &renewed).await.unwrap();
         let err = leases
             .try_acquire(
                 &LeaseKey::new("max").unwrap(),
@@ -346,15 +354,14 @@ fn extreme_durations_never_panic() {
         assert!(err.is_invalid_input(), "validation on: {err}");
 
         let key = LeaseKey::new("forever").unwrap();
-        let lease = leases
-            .acquire_with(&key, D, &WaitOptions::new(Duration::MAX))
+        let guard = support::guard(&leases, &key, D, WaitOptions::new(Duration::MAX))
             .await
             .unwrap();
-        leases.release_lease(&lease).await.unwrap();
+        guard.release().await.unwrap();
         let listed = leases.list_partition("forever").await.unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].holder(), None);
-        assert!(listed[0].fencing() > FencingToken::NONE);
+        assert!(listed[0].fencing_token().is_some());
         let _ = lease_core::backend::stored_token("");
     });
 }

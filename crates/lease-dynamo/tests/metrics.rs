@@ -15,7 +15,7 @@ use lease_core::metrics::{
     ACQUISITIONS, RECONCILED, RENEWAL_FAILURES, RENEWAL_TIME_LEFT, RENEWALS, RETRIES, TAKEOVERS,
     THROTTLED,
 };
-use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, ManualClock};
+use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, ManualClock};
 use lease_dynamo::RetryPolicy;
 use support::{Faults, Wiring};
 
@@ -78,7 +78,7 @@ fn the_dynamodb_backend_moves_its_metrics_as_the_operations_happen() {
 
             // A lost release reply, reconciled.
             faults.lose_replies(1);
-            leases.release_lease(&lease).await.unwrap();
+            support::release(&leases, &lease).await.unwrap();
             assert_eq!(recording.counter(RECONCILED, &op("release")), 1);
 
             // The released holder's renewal is refused. An acquisition of the released key is

@@ -68,9 +68,16 @@ fn defaults_match_the_go_package() {
     let client = support::client("http://127.0.0.1:9", &Wiring::default());
     let leases = DynamoLeases::new(client, "leases").unwrap();
     let names = AttributeNames::default();
-    assert_eq!((names.partition_key.as_str(), names.sort_key.as_str()), ("pk", "sk"));
     assert_eq!(
-        (names.token.as_str(), names.expires_at.as_str(), names.ttl.as_str()),
+        (names.partition_key.as_str(), names.sort_key.as_str()),
+        ("pk", "sk")
+    );
+    assert_eq!(
+        (
+            names.token.as_str(),
+            names.expires_at.as_str(),
+            names.ttl.as_str()
+        ),
         ("lease_token", "lease_expires_at", "ttl")
     );
     // The settings show in `Debug` (there are no getters that echo the builder).
@@ -318,7 +325,7 @@ fn held_error_reports_the_holder_from_the_failed_write() {
             assert_eq!(counter.count(), 1, "no extra read");
             let holder = err.holder().unwrap();
             assert_eq!(holder.owner(), Some("host-a pid 7"));
-            assert_eq!(holder.fencing(), Some(lease.fencing_token()));
+            assert_eq!(holder.fencing_token(), Some(lease.fencing_token()));
             assert_eq!(holder.expires_at(), Some(lease.expires_at()));
             assert_eq!(holder.token(), Some(lease.token()));
             assert!(!err.to_string().contains(lease.token().as_str()), "{err}");

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::AcquireOptions;
-use lease_core::LeaseBackendExt;
 use lease_core::{FencedValues, LeaseBackend, LeaseKey, LeaseListing, ManualClock};
 use support::{RequestCounter, Wiring};
 
@@ -60,7 +59,7 @@ fn one_request_per_operation() {
         let lease = leases.renew(&lease, D).await.unwrap();
         expect("renew", &["UpdateItem"]);
 
-        leases.release_lease(&lease).await.unwrap();
+        support::release(&leases, &lease).await.unwrap();
         expect("release", &["UpdateItem"]);
 
         let again = leases
@@ -89,33 +88,43 @@ fn one_request_per_operation() {
         assert!(err.is_not_owned());
         expect("renew after takeover", &["UpdateItem"]);
 
-        let err = leases.release_lease(&again).await.unwrap_err();
+        let err = support::release(&leases, &again).await.unwrap_err();
         assert!(err.is_not_owned());
         expect("release after takeover", &["UpdateItem"]);
 
         let key = LeaseKey::new("job").unwrap();
         let record = LeaseBackend::inspect(&leases, &key).await.unwrap().unwrap();
-        assert_eq!(record.fencing(), taken.fencing_token());
+        assert_eq!(record.fencing_token(), Some(taken.fencing_token()));
         expect("inspect", &["GetItem"]);
 
         let records = leases.list_partition("job").await.unwrap();
         assert_eq!(records.len(), 1);
         expect("list a partition", &["Query"]);
 
-        let err = LeaseBackend::delete(&leases, &key, None, taken.fencing_token())
+        let err = LeaseBackend::delete(&leases, &key, None, Some(taken.fencing_token()))
             .await
             .unwrap_err();
         assert!(err.is_not_owned(), "{err}");
         expect("delete refused (held, named free)", &["DeleteItem"]);
 
-        LeaseBackend::delete(&leases, &key, Some(taken.token()), taken.fencing_token())
-            .await
-            .unwrap();
+        LeaseBackend::delete(
+            &leases,
+            &key,
+            Some(taken.token()),
+            Some(taken.fencing_token()),
+        )
+        .await
+        .unwrap();
         expect("delete", &["DeleteItem"]);
 
-        let err = LeaseBackend::delete(&leases, &key, Some(taken.token()), taken.fencing_token())
-            .await
-            .unwrap_err();
+        let err = LeaseBackend::delete(
+            &leases,
+            &key,
+            Some(taken.token()),
+            Some(taken.fencing_token()),
+        )
+        .await
+        .unwrap_err();
         assert!(err.is_not_owned(), "{err}");
         expect("delete of a deleted record", &["DeleteItem"]);
 

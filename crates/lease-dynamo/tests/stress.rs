@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lease_core::AcquireOptions;
-use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
+use lease_core::{LeaseBackend, LeaseKey};
 use lease_dynamo::DynamoLeases;
 
 const CONTENDERS: usize = 32;
@@ -93,7 +93,7 @@ async fn contender(
         } else {
             until = until.min(Instant::now());
             // A failed release (the lease ran out meanwhile) is fine: `until` is still right.
-            let _ = leases.release_lease(&current).await;
+            let _ = support::release(&leases, &current).await;
         }
         if from < until {
             log.lock().unwrap().entry(k).or_default().push(Held {

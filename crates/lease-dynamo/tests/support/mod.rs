@@ -397,3 +397,40 @@ impl GoCalls {
         &self.0
     }
 }
+
+/// Releases `lease`'s tenure: the raw contract call a guard's `release` makes.
+pub async fn release(
+    store: &dyn lease_core::LeaseBackend,
+    lease: &lease_core::Lease,
+) -> Result<(), lease_core::LeaseError> {
+    store
+        .release(lease.key(), lease.token(), lease.fencing_token())
+        .await
+}
+
+/// Waits for `key` as a guard does (`wait`), for `duration`: the guard, or why not.
+pub async fn guard(
+    leases: &DynamoLeases,
+    key: &lease_core::LeaseKey,
+    duration: std::time::Duration,
+    wait: lease_core::WaitOptions,
+) -> Result<lease_core::LeaseGuard, lease_core::LeaseError> {
+    lease_core::LeaseGuard::builder(Arc::new(leases.clone()), key, duration)
+        .with_wait(wait)
+        .acquire()
+        .await
+}
+
+/// Whether `lease` is still trusted by its holder on `clock` (its deadline has not passed).
+pub fn trusted(lease: &lease_core::Lease, clock: &dyn lease_core::Clock) -> bool {
+    clock.monotonic() < lease.deadline()
+}
+
+/// The fencing token a release names `record`'s tenure with: its own, or, for a record with no
+/// counter (a Go item), raw 0, which is how lease-core's `release` still spells "none" (it
+/// takes a `FencingToken`, where `delete` takes an `Option`).
+pub fn tenure_fencing(record: &lease_core::LeaseRecord) -> lease_core::FencingToken {
+    record
+        .fencing_token()
+        .unwrap_or(lease_core::backend::fencing_token(0))
+}
