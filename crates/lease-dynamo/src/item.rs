@@ -107,7 +107,7 @@ pub(crate) enum Malformed {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Decoded {
     /// The holder's token exactly as stored (it may break the rules of tokens this crate
-    /// issues: see [`LeaseToken::from_store`]).
+    /// issues: see [`stored_token`](lease_core::backend::stored_token)).
     pub(crate) token: Option<LeaseToken>,
     /// The expiry in milliseconds: `lease_expires_at_ms` when present, else the end of the Go
     /// package's whole `lease_expires_at` second (one second stricter than Go's own rule).

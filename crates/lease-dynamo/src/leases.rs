@@ -24,27 +24,29 @@ pub(crate) const MAX_PARTITION_KEY_BYTES: usize = 2048;
 pub(crate) const MAX_SORT_KEY_BYTES: usize = 1024;
 
 /// Leases stored in one DynamoDB table, one item per lease: the Rust counterpart of the Go
-/// `lease` package's manager, implementing [`LeaseBackend`](lease_core::LeaseBackend),
-/// [`LeaseListing`](lease_core::LeaseListing) and [`FencedValues`](lease_core::FencedValues).
-/// Its lease operations are the trait methods; [`go::Manager`](crate::go::Manager) wraps it
-/// with the Go package's method names.
+/// `lease` package's manager. It implements [`LeaseBackend`](lease_core::LeaseBackend),
+/// [`LeaseListing`](lease_core::LeaseListing) and [`FencedValues`](lease_core::FencedValues):
+/// hold a lease with a [`LeaseGuard`](lease_core::LeaseGuard) over it, or call the trait's
+/// one-request operations directly.
 ///
-/// Cheap to clone (clones share one configuration). See the [crate documentation](crate) for the
-/// item layout, the request each operation sends, and the time model.
+/// Cheap to clone (clones share one configuration). [`design`](crate::design) shows the item
+/// layout, the request each operation sends and its cost, and the time model.
 ///
 /// ```no_run
-/// # async fn demo() -> Result<(), lease_core::LeaseError> {
-/// use lease_dynamo::{DynamoLeases, LeaseBackend, LeaseBackendExt, LeaseKey};
+/// use lease_core::{AcquireOptions, LeaseBackend, LeaseKey};
+/// use lease_dynamo::DynamoLeases;
 /// use std::time::Duration;
 ///
-/// let client = lease_dynamo::sdk_client(None, None).await;
+/// # async fn demo(client: aws_sdk_dynamodb::Client) -> Result<(), lease_core::LeaseError> {
 /// let leases = DynamoLeases::builder(client, "leases")
 ///     .with_max_clock_skew(Duration::from_millis(500))
 ///     .build()?;
+/// // The raw operations, one conditional request each (a guard calls these for you).
 /// let key = LeaseKey::new("nightly-report")?;
-/// let lease = leases.acquire(&key, Duration::from_secs(30)).await?;
-/// let lease = leases.renew(&lease, Duration::from_secs(30)).await?;
-/// leases.release_lease(&lease).await?;
+/// let d = Duration::from_secs(30);
+/// let lease = leases.try_acquire(&key, d, &AcquireOptions::default()).await?;
+/// let lease = leases.renew(&lease, d).await?;
+/// leases.release(lease.key(), lease.token(), lease.fencing_token()).await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -162,7 +164,8 @@ impl DynamoLeasesBuilder {
     /// `WithTTLBuffer`; default 1 hour). It must be at least one second and more than three
     /// times [`with_max_clock_skew`](Self::with_max_clock_skew): the fencing counter restarts
     /// from the clock after a TTL deletion, and that stays above every token issued before only
-    /// under this bound (see [`DynamoLeases`], *Fencing*); [`build`](Self::build) checks it.
+    /// under this bound (see *Fencing* in [`design`](crate::design)); [`build`](Self::build)
+    /// checks it.
     pub fn with_ttl_buffer(mut self, buffer: Duration) -> Self {
         self.ttl = Some(buffer);
         self
@@ -357,6 +360,13 @@ impl DynamoLeases {
 
     /// A manager with every default (the Go package's defaults).
     ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lease_core::LeaseError> {
+    /// let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    /// let leases = lease_dynamo::DynamoLeases::new(aws_sdk_dynamodb::Client::new(&config), "leases")?;
+    /// # let _ = leases; Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`LeaseError::InvalidInput`] for an invalid table name.
     pub fn new(client: Client, table: impl Into<String>) -> Result<Self, LeaseError> {
@@ -365,6 +375,13 @@ impl DynamoLeases {
 
     /// The table this manager's leases live in: for logs, and for requests of your own beside
     /// the leases (a scan for reports, a backup).
+    ///
+    /// ```
+    /// # fn demo(client: aws_sdk_dynamodb::Client) -> Result<(), lease_core::LeaseError> {
+    /// let leases = lease_dynamo::DynamoLeases::new(client, "leases")?;
+    /// assert_eq!(leases.table(), "leases");
+    /// # Ok(()) }
+    /// ```
     pub fn table(&self) -> &str {
         &self.inner.table
     }

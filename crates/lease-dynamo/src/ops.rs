@@ -91,6 +91,18 @@ impl DynamoLeases {
     /// or expired; this is what `lease status` shows. One strongly consistent `GetItem`, as
     /// `inspect`.
     ///
+    /// ```no_run
+    /// # async fn demo(leases: lease_dynamo::DynamoLeases) -> Result<(), lease_core::LeaseError> {
+    /// let key = lease_core::LeaseKey::new("nightly")?;
+    /// match leases.inspect_strict(&key).await {
+    ///     Ok(Some(record)) => println!("holder: {:?}", record.holder()),
+    ///     Ok(None) => println!("never acquired"),
+    ///     Err(e) if e.is_corrupt() => println!("repair the item: {e}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`LeaseError::Corrupt`] for such an item; otherwise as `inspect`.
     pub async fn inspect_strict(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
@@ -263,7 +275,7 @@ impl LeaseBackend for DynamoLeases {
     /// [`FencedValues`](lease_core::FencedValues) value shares the item, a second conditional
     /// `UpdateItem` on the same state removes only the lease attributes and the TTL, so the
     /// value stays and is never collected by TTL. IAM: `dynamodb:DeleteItem` (and
-    /// `dynamodb:UpdateItem`). See the crate docs, *Delete*, for lost replies.
+    /// `dynamodb:UpdateItem`). See *Delete* in [`design`](crate::design) for lost replies.
     fn delete<'a>(
         &'a self,
         key: &'a LeaseKey,
