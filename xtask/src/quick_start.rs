@@ -143,6 +143,10 @@ impl QuickStart {
     }
 }
 
+/// The name under which the repository's own README (at the root, `dir` = the root) is written:
+/// its quick start may add any crates, and is checked like a crate's.
+pub(crate) const ROOT: &str = "root";
+
 /// Writes the quick start of `krate` (its folder `dir`) as a crate in
 /// `<target>/readme-quick-starts/<krate>`; `Ok(None)` when its README has no ```rust block.
 /// `root` is the workspace's root and `crates` its crates (name and folder).
@@ -159,7 +163,7 @@ pub(crate) fn write(
         return Ok(None);
     };
     let deps = cargo_add(&readme).ok_or("no `cargo add` line")?;
-    if !deps.iter().any(|dep| dep.name == krate) {
+    if krate != ROOT && !deps.iter().any(|dep| dep.name == krate) {
         return Err(format!("its `cargo add` line does not add {krate}"));
     }
     let package = format!("quick-start-{krate}");

@@ -274,7 +274,8 @@ fn build_what_xtask_tests_check(steps: &mut Steps) -> Result {
     )
 }
 
-/// A `cargo build` of every published crate's README quick start, written out as a crate.
+/// A `cargo build` of every published crate's README quick start, and the repository README's,
+/// each written out as a crate.
 fn quick_start_builds(root: &std::path::Path) -> Result<Vec<Command>> {
     let crates: Vec<(String, std::path::PathBuf)> = crate::package::published_crates()?
         .into_iter()
@@ -285,7 +286,12 @@ fn quick_start_builds(root: &std::path::Path) -> Result<Vec<Command>> {
         .collect();
     let target = quick_start::target_dir(root);
     let mut builds = Vec::new();
-    for (krate, dir) in &crates {
+    let readmes = crates
+        .iter()
+        .cloned()
+        .chain([(quick_start::ROOT.to_owned(), root.to_path_buf())]);
+    for (krate, dir) in readmes {
+        let (krate, dir) = (&krate, &dir);
         if let Some(quick) = quick_start::write(root, &crates, krate, dir)
             .map_err(|problem| format!("{krate}/README.md quick start: {problem}"))?
         {
