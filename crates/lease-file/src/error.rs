@@ -71,6 +71,9 @@ pub(crate) enum FsError {
         path: PathBuf,
         /// What the probe saw.
         reason: String,
+        /// The error `flock` failed with, when it did.
+        #[source]
+        source: Option<std::io::Error>,
     },
     /// An I/O error; `transient` when retrying may help.
     #[error("{op} {}", path.display())]
@@ -218,6 +221,12 @@ mod tests {
             FsError::Unsupported {
                 path: path.clone(),
                 reason: "NFS".into(),
+                source: None,
+            },
+            FsError::Unsupported {
+                path: path.clone(),
+                reason: "flock failed".into(),
+                source: Some(std::io::Error::from_raw_os_error(37)),
             },
             crate::fsio::io_error("open", &path, std::io::Error::from_raw_os_error(36)),
         ];

@@ -87,6 +87,28 @@ const FUSE_MAGIC: u64 = 0x6573_5546;
 const V9FS_MAGIC: u64 = 0x0102_1997;
 const AFS_MAGIC: u64 = 0x5346_414F;
 
+/// The kind of network (or user-space) file system `base` is on, where `flock` is not to be
+/// trusted across hosts; `None` for a local one (or when `statfs` fails).
+fn network_file_system(base: &Base) -> Option<&'static str> {
+    let kind = fstatfs(base.fd()).ok()?.filesystem_type();
+    #[allow(clippy::cast_sign_loss, clippy::unnecessary_cast)]
+    let raw = (kind.0 as u64) & 0xffff_ffff;
+    if kind == NFS_SUPER_MAGIC {
+        Some("nfs")
+    } else if kind == SMB_SUPER_MAGIC || raw == CIFS_MAGIC || raw == SMB2_MAGIC {
+        Some("smb/cifs")
+    } else if raw == FUSE_MAGIC {
+        // sshfs, s3fs and friends: the kernel emulates flock for this host only.
+        Some("fuse")
+    } else if raw == V9FS_MAGIC {
+        Some("9p")
+    } else if raw == AFS_MAGIC {
+        Some("afs")
+    } else {
+        None
+    }
+}
+
 /// Decides the mode for locks in `dir`, probing `flock` on the directory itself.
 pub(crate) fn detect(
     base: &Base,
@@ -104,43 +126,27 @@ pub(crate) fn detect(
             "heartbeat-only mode requested".into(),
         ));
     }
-    let network = match fstatfs(base.fd()) {
-        Ok(fs) => {
-            let kind = fs.filesystem_type();
-            #[allow(clippy::cast_sign_loss, clippy::unnecessary_cast)]
-            let raw = (kind.0 as u64) & 0xffff_ffff;
-            if kind == NFS_SUPER_MAGIC {
-                Some("nfs")
-            } else if kind == SMB_SUPER_MAGIC || raw == CIFS_MAGIC || raw == SMB2_MAGIC {
-                Some("smb/cifs")
-            } else if raw == FUSE_MAGIC {
-                // sshfs, s3fs and friends: the kernel emulates flock for this host only.
-                Some("fuse")
-            } else if raw == V9FS_MAGIC {
-                Some("9p")
-            } else if raw == AFS_MAGIC {
-                Some("afs")
-            } else {
-                None
-            }
-        }
-        Err(_) => None,
-    };
-    let fallback = |reason: String| match preference {
+    let network = network_file_system(base);
+    let fallback = |reason: String, source: Option<std::io::Error>| match preference {
         ModePreference::Kernel => Err(FsError::Unsupported {
             path: probe.to_owned(),
-            reason: reason.clone(),
+            reason,
+            source,
         }),
         _ => {
-            tracing::warn!(path = %probe.display(), %reason, "kernel locks unusable; heartbeat-only mode");
+            let error = source.as_ref().map(ToString::to_string).unwrap_or_default();
+            tracing::warn!(path = %probe.display(), %reason, %error, "kernel locks unusable; heartbeat-only mode");
             Ok((LockMode::HeartbeatOnly, reason))
         }
     };
     if let Some(kind) = network {
-        return fallback(format!(
-            "{kind} file system: flock is not reliable across hosts there (force \
-             ModePreference::Kernel if every contender runs on this host)"
-        ));
+        return fallback(
+            format!(
+                "{kind} file system: flock is not reliable across hosts there (force \
+                 ModePreference::Kernel if every contender runs on this host)"
+            ),
+            None,
+        );
     }
     // A second open file description of the directory: its lock is its own, and never the
     // base descriptor's.
@@ -160,7 +166,7 @@ pub(crate) fn detect(
         Err(TryLockError::WouldBlock) => Ok((LockMode::Kernel, "flock works (held)".into())),
         Err(TryLockError::Error(e)) => match e.raw_os_error().map(Errno::from_raw) {
             Some(Errno::ENOLCK | Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::EINVAL) => {
-                fallback(format!("flock failed: {e}"))
+                fallback("flock failed".to_owned(), Some(e))
             }
             _ => Err(io_error("probe flock", probe, e)),
         },
