@@ -1,6 +1,8 @@
 //! Counting leases (`lease_core::CountingLease`) against a plain lease on the same backend:
 //! acquire + release of a slot when slots are free, partly held and all held, on the memory
-//! backend and on the file store (kernel mode, in a temporary directory).
+//! backend and on the file store (kernel mode, in a temporary directory). Both are taken as users
+//! take them, through async guards with a zero wait (one attempt), on a current-thread tokio
+//! runtime that runs their keepers.
 //!
 //! Variants are interleaved: each round runs one batch of every variant, and a ratio is the
 //! median of the per-round ratios to the plain lease's batch of that round, so both share the
@@ -18,10 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lease_core::conformance::CountedBackend;
-use lease_core::executor::block_on;
-use lease_core::{
-    AcquireOptions, CountingLease, LeaseBackend, LeaseBackendExt, LeaseKey, MemoryBackend,
-};
+use lease_core::{CountingLease, LeaseBackend, LeaseGuard, LeaseKey, MemoryBackend, WaitOptions};
 use lease_file::DirectoryStore;
 
 const LIMIT: u32 = 4;
@@ -54,7 +53,12 @@ fn measure(
     store: Arc<dyn LeaseBackend>,
     (rounds, batch, counted_n): (u32, u32, u32),
 ) -> Figures {
-    let once = AcquireOptions::default();
+    // Guards are how a slot is taken: async ones, whose keeper is a task on this runtime.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let once = || WaitOptions::new(Duration::ZERO);
     let plain_key = LeaseKey::new(format!("plain-{backend}")).unwrap();
     let free =
         CountingLease::new(LeaseKey::new(format!("free-{backend}")).unwrap(), LIMIT).unwrap();
@@ -62,55 +66,57 @@ fn measure(
         CountingLease::new(LeaseKey::new(format!("half-{backend}")).unwrap(), LIMIT).unwrap();
     let full =
         CountingLease::new(LeaseKey::new(format!("full-{backend}")).unwrap(), LIMIT).unwrap();
+    let take = |counting: &CountingLease, store: &Arc<dyn LeaseBackend>| {
+        rt.block_on(counting.lease(store.clone(), D).with_wait(once()).acquire())
+    };
     // Other holders: half of `half`'s slots, all of `full`'s.
     let mut others = Vec::new();
     for _ in 0..LIMIT / 2 {
-        others.push(block_on(half.try_acquire(store.as_ref(), D, &once)).unwrap());
+        others.push(take(&half, &store).unwrap());
     }
     for _ in 0..LIMIT {
-        others.push(block_on(full.try_acquire(store.as_ref(), D, &once)).unwrap());
+        others.push(take(&full, &store).unwrap());
     }
     let plain = || {
-        let lease = block_on(store.try_acquire(&plain_key, D, &once)).unwrap();
-        block_on(store.release_lease(&lease)).unwrap();
+        rt.block_on(async {
+            let guard = LeaseGuard::builder(store.clone(), &plain_key, D)
+                .with_wait(once())
+                .acquire()
+                .await
+                .unwrap();
+            guard.release().await.unwrap();
+        });
     };
-    let slot = |counting: &CountingLease| {
-        let lease = block_on(counting.try_acquire(store.as_ref(), D, &once)).unwrap();
-        block_on(store.release_lease(&lease)).unwrap();
+    let slot = |counting: &CountingLease, store: &Arc<dyn LeaseBackend>| {
+        let guard = take(counting, store).unwrap();
+        rt.block_on(guard.release()).unwrap();
     };
-    let refused = || {
-        let err = block_on(full.try_acquire(store.as_ref(), D, &once)).unwrap_err();
-        assert!(err.is_held());
+    let refused = |store: &Arc<dyn LeaseBackend>| {
+        assert!(take(&full, store).unwrap_err().is_held());
     };
     let (mut plain_s, mut ratios) = (Vec::new(), vec![Vec::new(); 3]);
     for _ in 0..rounds {
         let base = per_op(batch, plain);
         plain_s.push(base);
-        ratios[0].push(per_op(batch, || slot(&free)) / base);
-        ratios[1].push(per_op(batch, || slot(&half)) / base);
-        ratios[2].push(per_op(batch, refused) / base);
+        ratios[0].push(per_op(batch, || slot(&free, &store)) / base);
+        ratios[1].push(per_op(batch, || slot(&half, &store)) / base);
+        ratios[2].push(per_op(batch, || refused(&store)) / base);
     }
     // Counts the `try_acquire` calls it forwards.
-    let counted = CountedBackend::new(store.clone());
-    let requests = |op: &dyn Fn(&CountedBackend)| {
+    let counted = Arc::new(CountedBackend::new(store.clone()));
+    let through: Arc<dyn LeaseBackend> = counted.clone();
+    let requests = |op: &dyn Fn()| {
         let before = counted.counts().acquires;
-        let n = counted_n;
-        for _ in 0..n {
-            op(&counted);
+        for _ in 0..counted_n {
+            op();
         }
-        (counted.counts().acquires - before) as f64 / f64::from(n)
+        (counted.counts().acquires - before) as f64 / f64::from(counted_n)
     };
-    let take = |counting: &CountingLease, c: &CountedBackend| {
-        let lease = block_on(counting.try_acquire(c, D, &once)).unwrap();
-        block_on(c.release_lease(&lease)).unwrap();
-    };
-    let free_requests = requests(&|c| take(&free, c));
-    let half_requests = requests(&|c| take(&half, c));
-    let full_requests = requests(&|c: &CountedBackend| {
-        block_on(full.try_acquire(c, D, &once)).unwrap_err();
-    });
-    for lease in &others {
-        block_on(store.release_lease(lease)).unwrap();
+    let free_requests = requests(&|| slot(&free, &through));
+    let half_requests = requests(&|| slot(&half, &through));
+    let full_requests = requests(&|| refused(&through));
+    for guard in others {
+        rt.block_on(guard.release()).unwrap();
     }
     let mut ratios = ratios.into_iter().map(median);
     let mut next = || ratios.next().unwrap_or(f64::NAN);
@@ -153,8 +159,8 @@ fn main() {
     let mut md = String::from("## Counting leases: a slot against a plain lease\n\n");
     let _ = writeln!(
         md,
-        "`CountingLease` with N = {LIMIT} against a plain `try_acquire` + `release` of one key on \
-         the same backend (the floor), interleaved over {rounds} rounds (batches of {memory_batch} \
+        "`CountingLease` with N = {LIMIT} against a plain lease's guard (acquire + release of one key on \
+         the same backend, the floor), interleaved over {rounds} rounds (batches of {memory_batch} \
          on memory, {file_batch} on files, kernel mode, in a temporary directory); the ratio is \
          the median of per-round ratios. Target: at most 1.1x with a free slot. Requests are \
          `try_acquire` calls per acquire, averaged over {counted} (the first slot tried is chosen once per thread, at random).\n"

@@ -27,6 +27,10 @@
 //! `--bench`) runs a few iterations of everything, as a smoke test.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+#[path = "../tests/raw/mod.rs"]
+mod raw;
+
+use raw::Raw as _;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Write};
@@ -35,7 +39,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
-use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey};
+use lease_core::{AcquireOptions, LeaseBackend, LeaseKey};
 use lease_file::{DirectoryStore, FileLock, ModePreference};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -345,9 +349,8 @@ fn uncontended(cfg: &Config, d: &Path) -> Uncontended {
     let ttl = Duration::from_secs(30);
     let store_cycle = |store: &DirectoryStore, key: &LeaseKey| {
         let lease =
-            lease_core::executor::block_on(store.try_acquire(key, ttl, &AcquireOptions::default()))
-                .unwrap();
-        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+            pollster::block_on(store.try_acquire(key, ttl, &AcquireOptions::default())).unwrap();
+        pollster::block_on(store.release_lease(&lease)).unwrap();
     };
     let mut variants = vec![
         variant(
@@ -750,7 +753,7 @@ fn heartbeat_cpu(cfg: &Config, filesystems: &[Fs]) -> Vec<Cpu> {
                 hb.clone(),
             ),
             (
-                "`DirectoryStore` + `LeaseGuard::spawn_thread` renewing every 250 ms (30 s lease)",
+                "`DirectoryStore` + a blocking `LeaseGuard` renewing every 250 ms (30 s lease)",
                 vec![
                     "hold-store".into(),
                     arg(&store),
@@ -1240,11 +1243,10 @@ mod helper {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use lease_core::{
-        AcquireOptions, KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseGuard, LeaseKey,
-        WaitOptions,
-    };
+    use lease_core::{AcquireOptions, LeaseBackend, LeaseGuard, LeaseKey, WaitOptions};
     use lease_file::{DirectoryStore, FileLock, ModePreference};
+
+    use crate::raw::Raw as _;
 
     use super::{MARK, cpu_ns, unix_ns};
 
@@ -1391,42 +1393,37 @@ mod helper {
                         .unwrap(),
                 );
                 let wait = WaitOptions::new(Duration::from_secs(60));
-                let lease =
-                    lease_core::executor::block_on(store.acquire_with(&key, TTL, &wait)).unwrap();
                 let every: u64 = arg(3).parse().unwrap();
-                say(&format!("acquired {}", unix_ns()));
                 if every > 0 {
+                    // Kept by a blocking guard: its keeper thread renews every `every` ms.
                     let backend: Arc<dyn LeaseBackend> = store.clone();
-                    let guard = LeaseGuard::spawn_thread(
-                        backend,
-                        lease,
-                        KeeperOptions::default().with_renew_every(Duration::from_millis(every)),
-                    )
-                    .unwrap();
+                    let guard = LeaseGuard::builder(backend, &key, TTL)
+                        .with_wait(wait)
+                        .with_renew_every(Duration::from_millis(every))
+                        .acquire_blocking()
+                        .unwrap();
+                    say(&format!("acquired {}", unix_ns()));
                     serve();
-                    lease_core::executor::block_on(guard.release()).unwrap();
+                    guard.release().unwrap();
                 } else {
+                    let lease = pollster::block_on(store.acquire_with(&key, TTL, &wait)).unwrap();
+                    say(&format!("acquired {}", unix_ns()));
                     serve();
-                    lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+                    pollster::block_on(store.release_lease(&lease)).unwrap();
                 }
             }
             "wait-store" => {
                 let store = DirectoryStore::open(arg(1)).unwrap();
                 assert!(
-                    lease_core::executor::block_on(store.try_acquire(
-                        &key,
-                        TTL,
-                        &AcquireOptions::default()
-                    ))
-                    .unwrap_err()
-                    .is_held()
+                    pollster::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
+                        .unwrap_err()
+                        .is_held()
                 );
                 say("waiting");
                 let wait = WaitOptions::new(Duration::from_secs(60));
-                let lease =
-                    lease_core::executor::block_on(store.acquire_with(&key, TTL, &wait)).unwrap();
+                let lease = pollster::block_on(store.acquire_with(&key, TTL, &wait)).unwrap();
                 say(&format!("acquired {}", unix_ns()));
-                lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+                pollster::block_on(store.release_lease(&lease)).unwrap();
             }
             // Commands run by `lease run`.
             "sleeper" => {
@@ -1468,13 +1465,10 @@ mod helper {
             let store = DirectoryStore::open(dir).unwrap();
             let key = LeaseKey::new("a").unwrap();
             for _ in 0..=n {
-                let lease = lease_core::executor::block_on(store.try_acquire(
-                    &key,
-                    TTL,
-                    &AcquireOptions::default(),
-                ))
-                .unwrap();
-                lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+                let lease =
+                    pollster::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
+                        .unwrap();
+                pollster::block_on(store.release_lease(&lease)).unwrap();
             }
         }
     }
@@ -1539,49 +1533,34 @@ mod helper {
             .build()
             .unwrap();
         let key = LeaseKey::new("a").unwrap();
-        let lease = lease_core::executor::block_on(store.try_acquire(
-            &key,
-            TTL,
-            &AcquireOptions::default(),
-        ))
-        .unwrap();
-        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+        let lease =
+            pollster::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+        pollster::block_on(store.release_lease(&lease)).unwrap();
         floor(dir, n);
         for _ in 0..n {
             mark("acquire");
-            let lease = lease_core::executor::block_on(store.try_acquire(
-                &key,
-                TTL,
-                &AcquireOptions::default(),
-            ))
-            .unwrap();
+            let lease =
+                pollster::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
+                    .unwrap();
             mark("release");
-            lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+            pollster::block_on(store.release_lease(&lease)).unwrap();
         }
         mark("idle");
-        let mut lease = lease_core::executor::block_on(store.try_acquire(
-            &key,
-            TTL,
-            &AcquireOptions::default(),
-        ))
-        .unwrap();
+        let mut lease =
+            pollster::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
         for _ in 0..n {
             mark("heartbeat");
-            lease = lease_core::executor::block_on(store.renew(&lease, TTL)).unwrap();
+            lease = pollster::block_on(store.renew(&lease, TTL)).unwrap();
         }
         for _ in 0..n {
             mark("refused");
             assert!(
-                lease_core::executor::block_on(store.try_acquire(
-                    &key,
-                    TTL,
-                    &AcquireOptions::default()
-                ))
-                .unwrap_err()
-                .is_held()
+                pollster::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
+                    .unwrap_err()
+                    .is_held()
             );
         }
         mark("idle");
-        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+        pollster::block_on(store.release_lease(&lease)).unwrap();
     }
 }

@@ -4,7 +4,7 @@
 //! * Floor: a thread blocked reading an inotify descriptor that watches a directory; another
 //!   thread renames a file in it. Latency: from just before the `rename` to the reader's
 //!   return.
-//! * Observer: a thread blocked in `Observer::next` (its poll interval 10 s, so only the
+//! * Observer: a thread blocked on the `Observer` stream (its poll interval 10 s, so only the
 //!   kernel's wake-up can report in time); another thread acquires the key with a value
 //!   through a second `DirectoryStore`, then releases it. Latency: from just before the
 //!   `try_acquire` (the `release`) to the observer's report of the new leader (the vacancy):
@@ -19,16 +19,20 @@
 //! without `--bench`) runs a few rounds, as a smoke test.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+#[path = "../tests/raw/mod.rs"]
+mod raw;
+
+use raw::Raw as _;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use lease_core::executor::block_on;
-use lease_core::{AcquireOptions, Election, LeaderChange, LeaseBackend, LeaseBackendExt, LeaseKey};
+use lease_core::{AcquireOptions, Election, LeaderChange, LeaseBackend, LeaseKey};
 use lease_file::DirectoryStore;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use pollster::block_on;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -71,11 +75,11 @@ fn measure(dir: &Path, rounds: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let key = LeaseKey::new("leader").unwrap();
     let election = Election::new(observed, &key, Duration::from_secs(30))
         .with_poll_interval(Duration::from_secs(10));
-    let mut observer = election.observe();
-    assert_eq!(observer.next_blocking().unwrap(), LeaderChange::Vacant);
+    let mut observer = futures::executor::block_on_stream(election.observe());
+    assert_eq!(observer.next().unwrap().unwrap(), LeaderChange::Vacant);
     let (report_send, reports) = mpsc::channel();
     std::thread::spawn(move || {
-        while let Ok(change) = observer.next_blocking() {
+        while let Some(Ok(change)) = observer.next() {
             if report_send.send((Instant::now(), change)).is_err() {
                 break;
             }

@@ -7,9 +7,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_core::{
-    FencingToken, Holder, LeaseError, LeaseKey, LossCallback, LossReason, NotOwnedReason,
-    WaitOptions,
+    FencingToken, Holder, LeaseError, LeaseKey, LossReason, NotOwnedReason, WaitOptions,
 };
+
+/// What [`FileLockBuilder::on_lost`] is given: called once, from the heartbeat thread.
+type LossCallback = Arc<dyn Fn(&LossReason) + Send + Sync>;
 
 use crate::engine::{self, Attempt, Claim, Observations, Timebase};
 use crate::error::{FsError, key_of_path, not_held};
@@ -135,15 +137,16 @@ impl FileLockBuilder {
         self.options.stale_threshold = threshold;
         self
     }
-    /// Called once, from the heartbeat thread, when the lease is lost (lease-core's
-    /// [`LossCallback`], as a keeper's `on_lost`), with why:
+    /// Called once, from the heartbeat thread, when the lease is lost (as lease-core's guards'
+    /// `on_lost`), with why; [`FileLockGuard::check`] then fails with the same reason:
     ///
     /// * `NotOwned(TakenOver)`: another owner holds it now, with a greater generation;
     /// * `NotOwned(Missing)`: nobody does (released or removed by somebody else, or the lock
     ///   directory moved away or replaced);
     /// * [`LossReason::DeadlinePassed`]: the state moved on after this holder's deadline;
     /// * [`LossReason::BackendFailing`]: heartbeats failed until the deadline (nobody may have
-    ///   taken it yet, but this process can no longer prove it holds it).
+    ///   taken it yet, but this process can no longer prove it holds it); it carries the last
+    ///   heartbeat's error, also its [`source`](std::error::Error::source).
     pub fn on_lost(mut self, callback: impl Fn(&LossReason) + Send + Sync + 'static) -> Self {
         self.options.on_lost = Some(Arc::new(callback));
         self
@@ -431,8 +434,9 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 ///   the kernel lock and the one that owns the guard); one `renameat`; one `pwrite` of the
 ///   description; `newfstatat`, that the path still names the directory.
 /// * release: `getpid` x2 (the fork checks), one `renameat`, `flock(LOCK_UN)`; a tenure that
-///   lasted first empties its state entry with one `ftruncate` (see the crate docs, *Deleting
-///   and pruning keys*: a free key then holds no data block).
+///   lasted first empties its state entry with one `ftruncate` (see
+///   [*Deleting and pruning keys*](crate::protocol#deleting-and-pruning-keys): a free key then
+///   holds no data block).
 /// * heartbeat: the timed `futex` wait, one `renameat`, `newfstatat` (the path check); plus a
 ///   `flock` try while a takeover from a hung holder waits for its kernel lock.
 /// * refused: `flock` (refused), the listing (3), `getrandom`, `getpid`, the holder's
@@ -596,11 +600,14 @@ impl FileLock {
     }
 
     /// Acquires, waiting up to [`wait`'s timeout](WaitOptions::timeout) (forever when it has
-    /// none), as lease-core's `LeaseBackendExt::acquire_with` does for a store. In kernel
-    /// mode a waiter for a holder that holds the kernel lock blocks in `flock` and is woken by
-    /// the kernel the moment the holder releases or dies; otherwise (and for a hung holder, taken
-    /// over once its lease stood still for its duration) it looks again every `retry_delay`: the
-    /// backoff of `wait` is not used, nor its acquire options or callback.
+    /// none), as a lease-core guard's `with_wait` does for a store; a zero timeout is one attempt
+    /// (its transient races not retried) that fails with [`LeaseError::Held`] naming the holder.
+    /// Only the timeout is read: in
+    /// kernel mode a waiter for a holder that holds the kernel lock blocks in `flock` and is woken
+    /// by the kernel the moment the holder releases or dies; otherwise (and for a hung holder,
+    /// taken over once its lease stood still for its duration) it looks again every
+    /// [`retry_delay`](FileLockBuilder::with_retry_delay). `wait`'s backoff and `on_wait`
+    /// callback are not used.
     ///
     /// ```
     /// use lease_core::WaitOptions;
@@ -664,13 +671,15 @@ impl FileLock {
         loop {
             let had_kernel_lock = locked.is_some();
             match self.try_acquire_with(locked.take()) {
+                // A zero timeout is one attempt, refused as held (as a guard's zero wait is).
+                Err(held @ FsError::Held { .. }) if timeout.is_zero() => return Err(held),
                 Err(FsError::Held {
                     holder,
                     kernel_lock,
                     ..
                 }) => {
                     if had_kernel_lock {
-                        kernel_lock_silent = Some(holder.fencing());
+                        kernel_lock_silent = Some(holder.fencing_token());
                     }
                     let waited = start.elapsed();
                     if waited >= timeout {
@@ -688,7 +697,7 @@ impl FileLock {
                         .max(Duration::from_micros(100));
                     if self.shared.mode == LockMode::Kernel
                         && kernel_lock
-                        && kernel_lock_silent != Some(holder.fencing())
+                        && kernel_lock_silent != Some(holder.fencing_token())
                     {
                         // The kernel wakes us when the holder lets go; a hung holder keeps its
                         // lock, so look again at least once per `stale_threshold / 4`.
@@ -1449,16 +1458,8 @@ fn settle_beat(shared: &Shared, epoch: u64, kd: KeyDir, result: Beat) -> bool {
             shared.wake.notify_all();
             return true;
         }
-        Err(error) => {
-            // The whole chain: the loss carries it as text, with no source of its own.
-            let mut last_error = format!("heartbeats failed until the deadline: {error}");
-            let mut next = std::error::Error::source(&error);
-            while let Some(source) = next {
-                last_error.push_str(&format!(": {source}"));
-                next = source.source();
-            }
-            LossReason::BackendFailing { last_error }
-        }
+        // The last heartbeat's error, whole: it is the loss's source.
+        Err(error) => LossReason::BackendFailing(Arc::new(shared.lease_error(error))),
     };
     state.lost = Some(reason.clone());
     // Keep the tenure's generation visible, but let the kernel lock go to the new owner.

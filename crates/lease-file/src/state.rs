@@ -6,7 +6,7 @@
 //! renewal counter only grows), `rename(observed, next)` therefore succeeds iff the state is still
 //! exactly the one observed: a compare-and-swap on the name. A process paused for any length of
 //! time between looking and renaming finds its source gone, so no decision can ever be replayed
-//! on a state that changed. See the crate docs for the argument in full.
+//! on a state that changed. See the `protocol` module for the argument in full.
 
 use std::ffi::OsStr;
 use std::fs::File;

@@ -154,18 +154,21 @@ struct Tenure {
 /// it to (ext4 never shrinks a directory).
 ///
 /// ```
-/// use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey};
+/// use lease_core::{AcquireOptions, Holder, LeaseBackend, LeaseKey};
 /// use lease_file::DirectoryStore;
+/// use pollster::block_on;
 /// use std::time::Duration;
 ///
 /// let dir = tempfile::tempdir()?;
 /// let store = DirectoryStore::open(dir.path())?;
-/// let key = LeaseKey::new("retired")?;
-/// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
-/// lease_core::executor::block_on(store.delete(&key, Some(lease.token()), lease.fencing_token()))?;
-/// assert!(lease_core::executor::block_on(store.inspect(&key))?.is_none());
+/// let (key, d, once) = (LeaseKey::new("retired")?, Duration::from_secs(30), AcquireOptions::default());
+/// let lease = block_on(store.try_acquire(&key, d, &once))?;
+/// // A delete names the record as it stands: here, held by `lease`.
+/// let record = block_on(store.inspect(&key))?.expect("on record");
+/// block_on(store.delete(&key, record.holder().and_then(Holder::token), record.fencing_token()))?;
+/// assert!(block_on(store.inspect(&key))?.is_none());
 /// assert!(store.keys()?.is_empty());
-/// let again = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+/// let again = block_on(store.try_acquire(&key, d, &once))?;
 /// assert!(again.fencing_token() > lease.fencing_token(), "seeded from the clock");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -454,15 +457,17 @@ impl DirectoryStore {
     /// are not keys and are not listed).
     ///
     /// ```
-    /// use lease_core::{LeaseBackendExt, LeaseKey};
+    /// use lease_core::{LeaseGuard, LeaseKey};
     /// use lease_file::DirectoryStore;
+    /// use std::sync::Arc;
     /// use std::time::Duration;
     ///
     /// let dir = tempfile::tempdir()?;
-    /// let store = DirectoryStore::open(dir.path())?;
+    /// let store = Arc::new(DirectoryStore::open(dir.path())?);
     /// let key = LeaseKey::with_sort_key("jobs", "nightly")?;
-    /// lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
-    /// assert_eq!(store.keys()?, vec![key]);
+    /// let guard = LeaseGuard::builder(store.clone(), &key, Duration::from_secs(30)).acquire_blocking()?;
+    /// guard.release()?;
+    /// assert_eq!(store.keys()?, vec![key], "released keys stay until pruned");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -476,29 +481,38 @@ impl DirectoryStore {
             .collect())
     }
 
-    /// A descriptor that shares the kernel lock of `lease` (kernel mode, acquired through this
-    /// store and not released), for a child process to inherit: the lock is then dropped by the
-    /// kernel only when every process holding a copy has exited, so a contender cannot notice
-    /// the holder's death while a process started under the lease still runs. The descriptor is
+    /// A descriptor that shares the kernel lock of the lease on `key` with fencing token
+    /// `fencing` (kernel mode, acquired through this store and not released; a guard's
+    /// [`key`](lease_core::LeaseGuard::key) and [`fencing_token`](lease_core::LeaseGuard::fencing_token)
+    /// name it), for a child process to inherit: the lock is then dropped by the kernel only
+    /// when every process holding a copy has exited, so a contender cannot notice the holder's
+    /// death while a process started under the lease still runs. The descriptor is
     /// close-on-exec; clear that flag on the copy a child should inherit. `None` when this store
-    /// holds no kernel lock for `lease`.
+    /// holds no kernel lock for that lease (another tenure of the key included).
     ///
     /// ```
-    /// use lease_core::{LeaseBackendExt, LeaseKey};
+    /// use lease_core::{LeaseGuard, LeaseKey};
     /// use lease_file::DirectoryStore;
+    /// use std::sync::Arc;
     /// use std::time::Duration;
     ///
     /// let dir = tempfile::tempdir()?;
-    /// let store = DirectoryStore::open(dir.path())?;
-    /// let lease = lease_core::executor::block_on(store.acquire(&LeaseKey::new("job")?, Duration::from_secs(30)))?;
-    /// assert!(store.kernel_lock_descriptor(&lease).is_some());
+    /// let store = Arc::new(DirectoryStore::open(dir.path())?);
+    /// let key = LeaseKey::new("job")?;
+    /// let guard = LeaseGuard::builder(store.clone(), &key, Duration::from_secs(30)).acquire_blocking()?;
+    /// assert!(store.kernel_lock_descriptor(guard.key(), guard.fencing_token()).is_some());
+    /// guard.release()?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn kernel_lock_descriptor(&self, lease: &Lease) -> Option<std::os::fd::OwnedFd> {
-        let path = self.lock_dir(lease.key()).ok()?;
+    pub fn kernel_lock_descriptor(
+        &self,
+        key: &LeaseKey,
+        fencing: FencingToken,
+    ) -> Option<std::os::fd::OwnedFd> {
+        let path = self.lock_dir(key).ok()?;
         let tenures = self.tenures();
         let tenure = tenures.get(&path)?;
-        (tenure.generation == lease.fencing_token().get())
+        (tenure.generation == fencing.get())
             .then(|| tenure.kd.share().ok())
             .flatten()
     }
@@ -953,7 +967,7 @@ impl DirectoryStore {
                 return Ok(Some(lease_core::backend::new_record(
                     key.clone(),
                     Some(*holder),
-                    FencingToken::NONE,
+                    lease_core::backend::fencing_token(0),
                 )));
             }
             Err(e) => return Err(e.into_lease(key)),
@@ -1357,7 +1371,7 @@ impl DirectoryStore {
     /// The generation a lock directory created now starts from: 0 in a store where no key was
     /// ever deleted; once one was (the marker [`SEEDED`] exists), this store's wall clock in
     /// microseconds since the epoch, so that a re-created key's tokens continue above its old
-    /// ones (the assumption is in the crate docs, *Deleting and pruning keys*).
+    /// ones (the assumption is in [`protocol`](crate::protocol), *Deleting and pruning keys*).
     fn first_generation(&self) -> u64 {
         let marked = nix::sys::stat::fstatat(
             self.inner.base.fd(),
@@ -1440,12 +1454,14 @@ impl DirectoryStore {
         Ok(true)
     }
 
+    /// `fencing` is `None` for a key never acquired (`free.0`: its record has no token yet).
     fn delete_now(
         &self,
         key: &LeaseKey,
         holder: Option<&LeaseToken>,
-        fencing: FencingToken,
+        fencing: Option<FencingToken>,
     ) -> Result<(), LeaseError> {
+        let fence = fencing.map_or(0, FencingToken::get);
         let Some(kd) = self.lease_dir(key, false)? else {
             return Err(missing(key));
         };
@@ -1472,8 +1488,8 @@ impl DirectoryStore {
                 other => other?,
             };
             let refusal = match (holder, &found.state) {
-                (Some(token), _) => engine::mismatch(&found, fencing.get(), token.as_str()),
-                (None, State::Free(g)) if *g == fencing.get() => None,
+                (Some(token), _) => engine::mismatch(&found, fence, token.as_str()),
+                (None, State::Free(g)) if *g == fence => None,
                 (None, _) => Some(Gone::TakenOver),
             };
             if let Some(gone) = refusal {
@@ -1508,8 +1524,8 @@ impl DirectoryStore {
     /// microseconds ([`PruneReport::ahead_of_clock`]), and one whose creation is under way
     /// ([`PruneReport::busy`]; a temporary `.lease-init.<hash>.<nonce>` left by a creator that
     /// crashed counts: remove it by hand). Re-created, a key would start from that
-    /// clock, and its tokens would not continue above the old ones (see the crate docs,
-    /// *Deleting and pruning keys*).
+    /// clock, and its tokens would not continue above the old ones (see
+    /// [*Deleting and pruning keys*](crate::protocol#deleting-and-pruning-keys)).
     ///
     /// Costs, per key: opening its directory and a stream on it (`openat`, `fstat`, four
     /// `fcntl`), listing it (two `getdents64`, an `lseek`), its `fstat` for the idle time, a
@@ -1521,22 +1537,24 @@ impl DirectoryStore {
     /// a few per thousand keys).
     ///
     /// ```
-    /// use lease_core::{LeaseBackendExt, LeaseKey};
+    /// use lease_core::{LeaseGuard, LeaseKey};
     /// use lease_file::DirectoryStore;
+    /// use std::sync::Arc;
     /// use std::time::Duration;
     ///
     /// let dir = tempfile::tempdir()?;
-    /// let store = DirectoryStore::open(dir.path())?;
-    /// let key = LeaseKey::new("job-1")?;
-    /// let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
+    /// let store = Arc::new(DirectoryStore::open(dir.path())?);
+    /// let (key, d) = (LeaseKey::new("job-1")?, Duration::from_secs(30));
+    /// let guard = LeaseGuard::builder(store.clone(), &key, d).acquire_blocking()?;
     /// assert!(store.prune(Duration::ZERO)?.removed.is_empty(), "held: kept");
-    /// lease_core::executor::block_on(store.release_lease(&lease))?;
+    /// let fencing = guard.fencing_token();
+    /// guard.release()?;
     /// let report = store.prune(Duration::ZERO)?;
     /// assert_eq!(report.removed, vec![key.clone()]);
     /// assert!(store.keys()?.is_empty());
     /// // Acquired again, it continues above every earlier token.
-    /// let again = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30)))?;
-    /// assert!(again.fencing_token() > lease.fencing_token());
+    /// let again = LeaseGuard::builder(store.clone(), &key, d).acquire_blocking()?;
+    /// assert!(again.fencing_token() > fencing);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     ///
@@ -1730,12 +1748,12 @@ impl LeaseBackend for DirectoryStore {
 
     /// One rename of the state named to `dead.<g>`, then the directory removed (see *Delete and prune*
     /// on [`DirectoryStore`]). The key's next acquisition continues above its old tokens under
-    /// the clock assumption in the crate docs.
+    /// the clock assumption of [*Deleting and pruning keys*](crate::protocol#deleting-and-pruning-keys).
     fn delete<'a>(
         &'a self,
         key: &'a LeaseKey,
         holder: Option<&'a LeaseToken>,
-        fencing: FencingToken,
+        fencing: Option<FencingToken>,
     ) -> BoxFuture<'a, Result<(), LeaseError>> {
         Box::pin(async move { self.delete_now(key, holder, fencing) })
     }

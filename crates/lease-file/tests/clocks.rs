@@ -3,10 +3,13 @@
 //! monotonic clock, restarted by every renewal.
 #![allow(clippy::unwrap_used)]
 
+mod raw;
+
+use raw::Raw as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, ManualClock};
+use lease_core::{AcquireOptions, Clock, LeaseBackend, LeaseKey, ManualClock};
 use lease_file::DirectoryStore;
 
 const D: Duration = Duration::from_secs(10);
@@ -26,20 +29,17 @@ fn a_forward_wall_clock_step_never_ends_a_lease_early() {
     let contender = store(dir.path(), &clock);
     let key = LeaseKey::new("stepped").unwrap();
     let lease =
-        lease_core::executor::block_on(holder.try_acquire(&key, D, &AcquireOptions::default()))
-            .unwrap();
-    clock.step_wall(Duration::from_secs(3600), true);
+        pollster::block_on(holder.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
+    clock.set_wall(clock.now() + Duration::from_secs(3600));
     let err =
-        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
-            .unwrap_err();
+        pollster::block_on(contender.try_acquire(&key, D, &AcquireOptions::default())).unwrap_err();
     assert!(
         err.is_held(),
         "a wall step of an hour ended the lease: {err}"
     );
     clock.advance(D + Duration::from_millis(1));
     let second =
-        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
-            .unwrap();
+        pollster::block_on(contender.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
     assert!(second.fencing_token() > lease.fencing_token());
 }
 
@@ -53,46 +53,44 @@ fn a_holder_on_another_clock_is_timed_by_observation_and_renewals_restart_it() {
     let contender = store(dir.path(), &contender_clock);
     let key = LeaseKey::new("observed").unwrap();
     let lease =
-        lease_core::executor::block_on(holder.try_acquire(&key, D, &AcquireOptions::default()))
-            .unwrap();
+        pollster::block_on(holder.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
 
     // The contender's own clock runs far ahead: nothing is expired before it has watched the
     // lease stand still for its duration.
     contender_clock.advance(Duration::from_secs(3600));
     assert!(
-        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
+        pollster::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
     contender_clock.advance(D - Duration::from_millis(1));
     assert!(
-        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
+        pollster::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
 
     // A renewal changes the state's name: the observation starts again.
-    let renewed = lease_core::executor::block_on(holder.renew(&lease, D)).unwrap();
+    let renewed = pollster::block_on(holder.renew(&lease, D)).unwrap();
     contender_clock.advance(Duration::from_millis(2));
     assert!(
-        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
+        pollster::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
     contender_clock.advance(D - Duration::from_millis(1));
     assert!(
-        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
+        pollster::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
     contender_clock.advance(Duration::from_millis(1));
     let taken =
-        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
-            .unwrap();
+        pollster::block_on(contender.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
     assert!(taken.fencing_token() > renewed.fencing_token());
 
     // The old holder learns it at its next renewal.
-    let err = lease_core::executor::block_on(holder.renew(&renewed, D)).unwrap_err();
+    let err = pollster::block_on(holder.renew(&renewed, D)).unwrap_err();
     assert!(err.is_not_owned(), "{err}");
 }
 
@@ -104,12 +102,10 @@ fn a_lease_released_on_another_clock_is_free_at_once() {
         Arc::new(store(dir.path(), &Arc::new(ManualClock::new())));
     let key = LeaseKey::new("released").unwrap();
     let lease =
-        lease_core::executor::block_on(holder.try_acquire(&key, D, &AcquireOptions::default()))
-            .unwrap();
-    lease_core::executor::block_on(holder.release_lease(&lease)).unwrap();
+        pollster::block_on(holder.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
+    pollster::block_on(holder.release_lease(&lease)).unwrap();
     let second =
-        lease_core::executor::block_on(contender.try_acquire(&key, D, &AcquireOptions::default()))
-            .unwrap();
+        pollster::block_on(contender.try_acquire(&key, D, &AcquireOptions::default())).unwrap();
     assert!(second.fencing_token() > lease.fencing_token());
 }
 
@@ -128,17 +124,17 @@ fn a_contender_whose_clock_stops_in_a_suspend_only_waits_longer() {
     let contender = store(dir.path(), &contender_clock);
     let key = LeaseKey::new("suspended").unwrap();
     let once = AcquireOptions::default();
-    lease_core::executor::block_on(holder.try_acquire(&key, D, &once)).unwrap();
+    pollster::block_on(holder.try_acquire(&key, D, &once)).unwrap();
     let held = |store: &DirectoryStore| {
-        lease_core::executor::block_on(store.try_acquire(&key, D, &once))
+        pollster::block_on(store.try_acquire(&key, D, &once))
             .unwrap_err()
             .is_held()
     };
     assert!(held(&contender), "first sighting");
     // The contender's host sleeps for an hour: its monotonic clock stands still meanwhile.
     holder_clock.advance(Duration::from_secs(3600));
-    holder_clock.step_wall(Duration::from_secs(3600), true);
-    contender_clock.step_wall(Duration::from_secs(3600), true);
+    holder_clock.set_wall(holder_clock.now() + Duration::from_secs(3600));
+    contender_clock.set_wall(contender_clock.now() + Duration::from_secs(3600));
     assert!(
         held(&contender),
         "time slept elsewhere never ends a lease early"
@@ -146,6 +142,6 @@ fn a_contender_whose_clock_stops_in_a_suspend_only_waits_longer() {
     contender_clock.advance(D - Duration::from_millis(1));
     assert!(held(&contender));
     contender_clock.advance(Duration::from_millis(1));
-    let taken = lease_core::executor::block_on(contender.try_acquire(&key, D, &once)).unwrap();
+    let taken = pollster::block_on(contender.try_acquire(&key, D, &once)).unwrap();
     assert!(taken.fencing_token().get() > 1);
 }

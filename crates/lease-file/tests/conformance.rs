@@ -25,7 +25,7 @@ fn subject(dir: &std::path::Path, mode: ModePreference) -> Subject {
 
 fn harness(_name: &str, case: Case) {
     let dir = tempfile::tempdir().unwrap();
-    lease_core::executor::block_on(case(&subject(dir.path(), ModePreference::Kernel)));
+    pollster::block_on(case(&subject(dir.path(), ModePreference::Kernel)));
 }
 
 lease_core::conformance_tests!(harness);
@@ -35,7 +35,7 @@ mod heartbeat_only {
 
     fn harness(_name: &str, case: Case) {
         let dir = tempfile::tempdir().unwrap();
-        lease_core::executor::block_on(case(&subject(dir.path(), ModePreference::HeartbeatOnly)));
+        pollster::block_on(case(&subject(dir.path(), ModePreference::HeartbeatOnly)));
     }
 
     lease_core::conformance_tests!(harness);
@@ -50,7 +50,7 @@ proptest! {
     fn directory_store_matches_the_model(ops in ops(3, 2, DURATION, 60)) {
         let dir = tempfile::tempdir().unwrap();
         let subject = subject(dir.path(), ModePreference::Kernel);
-        let result = lease_core::executor::block_on(check_against_model(&subject, DURATION, &ops));
+        let result = pollster::block_on(check_against_model(&subject, DURATION, &ops));
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 
@@ -58,7 +58,7 @@ proptest! {
     fn directory_store_matches_the_model_heartbeat_only(ops in ops(3, 2, DURATION, 60)) {
         let dir = tempfile::tempdir().unwrap();
         let subject = subject(dir.path(), ModePreference::HeartbeatOnly);
-        let result = lease_core::executor::block_on(check_against_model(&subject, DURATION, &ops));
+        let result = pollster::block_on(check_against_model(&subject, DURATION, &ops));
         prop_assert!(result.is_ok(), "{}", result.unwrap_err());
     }
 }

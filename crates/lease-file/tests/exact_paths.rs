@@ -6,9 +6,9 @@
 use std::io::Write;
 use std::time::{Duration, SystemTime};
 
-use lease_core::executor::block_on;
 use lease_core::{AcquireOptions, LeaseBackend, LeaseKey};
 use lease_file::{DirectoryStore, FileLock};
+use pollster::block_on;
 
 const TTL: Duration = Duration::from_secs(30);
 

@@ -5,6 +5,9 @@
 //! `tests/conformance.rs`; both faces run one engine.)
 #![allow(clippy::unwrap_used)]
 
+mod raw;
+
+use raw::Raw as _;
 use std::time::Duration;
 
 use lease_file::{FileLock, FileLockBuilder, FileLockGuard, ModePreference};
@@ -66,7 +69,7 @@ fn run(mode: ModePreference, ops: &[Op]) -> Result<(), TestCaseError> {
                 Err(e) if e.is_held() => {
                     prop_assert!(holder.is_some(), "{:?}: {}", op, e);
                     prop_assert_eq!(
-                        e.holder().and_then(|h| h.fencing()).map(|f| f.get()),
+                        e.holder().and_then(|h| h.fencing_token()).map(|f| f.get()),
                         Some(last)
                     );
                 }
@@ -124,7 +127,7 @@ proptest! {
 /// protocol behaves the same.
 #[test]
 fn both_faces_work_with_fsync() {
-    use lease_core::{FencedValues, LeaseBackendExt, LeaseKey};
+    use lease_core::{FencedValues, LeaseKey};
     let dir = tempfile::tempdir().unwrap();
     let lock = options(dir.path().join("durable.lease"), ModePreference::Kernel)
         .with_fsync()
@@ -142,14 +145,12 @@ fn both_faces_work_with_fsync() {
         .build()
         .unwrap();
     let key = LeaseKey::new("durable").unwrap();
-    let lease =
-        lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap();
+    let lease = pollster::block_on(store.acquire(&key, Duration::from_secs(30))).unwrap();
     let name = LeaseKey::new("checkpoint").unwrap();
-    lease_core::executor::block_on(store.put_fenced(&name, lease.fencing_token(), b"v1")).unwrap();
-    let read = lease_core::executor::block_on(
-        store.fence_and_read(&name, lease_core::backend::fencing_token(9)),
-    )
-    .unwrap();
+    pollster::block_on(store.put_fenced(&name, lease.fencing_token(), b"v1")).unwrap();
+    let read =
+        pollster::block_on(store.fence_and_read(&name, lease_core::backend::fencing_token(9)))
+            .unwrap();
     assert_eq!(read.as_deref(), Some(&b"v1"[..]));
-    lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+    pollster::block_on(store.release_lease(&lease)).unwrap();
 }

@@ -4,6 +4,8 @@
 #![cfg(feature = "failpoints")]
 #![allow(clippy::unwrap_used)]
 
+mod raw;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -131,18 +133,19 @@ mod prune {
     //! and at the acquirer's: one holder at a time, tokens above every earlier one.
 
     use super::SERIAL;
+    use crate::raw::Raw as _;
     use std::sync::mpsc;
     use std::sync::{Arc, Mutex, PoisonError};
     use std::time::Duration;
 
-    use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, ManualClock};
+    use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, ManualClock};
     use lease_file::{DirectoryStore, ModePreference};
 
     const MODES: [ModePreference; 2] = [ModePreference::Kernel, ModePreference::HeartbeatOnly];
     const D: Duration = Duration::from_secs(60);
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
-        lease_core::executor::block_on(f)
+        pollster::block_on(f)
     }
 
     fn store(
@@ -236,7 +239,11 @@ mod prune {
             assert!(lease.fencing_token() > old.fencing_token());
             let lease = block_on(acquirer.renew(&lease, D)).unwrap();
             let record = block_on(acquirer.inspect(&key)).unwrap().unwrap();
-            assert_eq!(record.fencing(), lease.fencing_token(), "{mode:?}");
+            assert_eq!(
+                record.fencing_token(),
+                Some(lease.fencing_token()),
+                "{mode:?}"
+            );
         }
     }
 
@@ -272,7 +279,11 @@ mod prune {
             }
             assert!(lease.fencing_token() > old.fencing_token(), "{mode:?}");
             let record = block_on(acquirer.inspect(&key)).unwrap().unwrap();
-            assert_eq!(record.fencing(), lease.fencing_token(), "{mode:?}");
+            assert_eq!(
+                record.fencing_token(),
+                Some(lease.fencing_token()),
+                "{mode:?}"
+            );
             assert!(
                 block_on(store(dir.path(), mode, &clock).try_acquire(
                     &key,
@@ -388,8 +399,8 @@ mod prune {
 /// with no value).
 #[test]
 fn a_leader_read_mid_acquisition_is_shown_with_its_published_value() {
-    use lease_core::executor::block_on;
     use lease_core::{AcquireOptions, LeaseBackend, LeaseKey};
+    use pollster::block_on;
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(lease_file::DirectoryStore::open(dir.path()).unwrap());
@@ -417,7 +428,7 @@ fn a_leader_read_mid_acquisition_is_shown_with_its_published_value() {
     fail::remove("lease-file/before-describe");
     let lease = lease.unwrap();
     let holder = record.unwrap().unwrap().holder().cloned().unwrap();
-    assert_eq!(holder.fencing(), Some(lease.fencing_token()));
+    assert_eq!(holder.fencing_token(), Some(lease.fencing_token()));
     assert_eq!(
         holder.value(),
         Some("10.0.0.7:8080"),
@@ -432,8 +443,8 @@ fn a_leader_read_mid_acquisition_is_shown_with_its_published_value() {
 /// the release.
 #[test]
 fn a_leader_read_mid_release_is_shown_released() {
-    use lease_core::executor::block_on;
     use lease_core::{AcquireOptions, LeaseBackend, LeaseKey};
+    use pollster::block_on;
     let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(lease_file::DirectoryStore::open(dir.path()).unwrap());

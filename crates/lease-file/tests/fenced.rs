@@ -1,6 +1,9 @@
 //! Fenced values on the directory store: their namespace, hostile files, and racing writers.
 #![allow(clippy::unwrap_used)]
 
+mod raw;
+
+use raw::Raw as _;
 mod lease_dir;
 
 use std::os::unix::fs::{MetadataExt, symlink};
@@ -8,12 +11,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use lease_core::executor::block_on;
 use lease_core::{
-    FencedValues, FencingToken, LeaseBackend, LeaseBackendExt, LeaseError, LeaseKey, LeaseListing,
+    FencedValues, FencingToken, LeaseBackend, LeaseError, LeaseKey, LeaseListing,
     MAX_FENCED_VALUE_BYTES, NotOwnedReason,
 };
 use lease_file::{DirectoryStore, MAX_FENCED_FILE_BYTES, ModePreference};
+use pollster::block_on;
 
 /// Prefix of fenced-value directories on disk (the store's private encoding, which these tests
 /// plant and inspect files in).

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-use lease_dir::State;
 use lease_core::{LeaseError, WaitOptions};
+use lease_dir::State;
 use lease_file::{FileLock, FileLockBuilder, LockMode, ModePreference};
 
 const GO_LABEL: &str = "Go kit/lockfile PIDLock";
@@ -142,7 +142,7 @@ fn assert_go_holder(err: &LeaseError, pid: u32) {
     assert_eq!(holder.pid(), Some(pid), "{err}");
     assert!(holder.owner().unwrap().starts_with(GO_LABEL), "{err}");
     // Not a tenure of this protocol: no fencing generation (and no kernel lock of ours).
-    assert_eq!(holder.fencing(), None, "{err}");
+    assert_eq!(holder.fencing_token(), None, "{err}");
 }
 
 #[test]

@@ -6,6 +6,9 @@
 //! panic, a spin, a second holder, or a change to a file this crate did not create.
 #![allow(clippy::unwrap_used)]
 
+mod raw;
+
+use raw::Raw as _;
 mod lease_dir;
 
 use std::os::unix::fs::MetadataExt;
@@ -13,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
-use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey};
+use lease_core::{AcquireOptions, LeaseBackend, LeaseKey};
 use lease_core::{LeaseError, LossReason, NotOwnedReason, WaitOptions};
 use lease_file::{DirectoryStore, FileLock, FileLockBuilder, ModePreference};
 
@@ -207,25 +210,23 @@ fn the_store_ignores_planted_state_like_names() {
             .with_mode(mode)
             .build()
             .unwrap();
-        let lease =
-            lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
-        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+        let lease = pollster::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
+        pollster::block_on(store.release_lease(&lease)).unwrap();
         let lock_dir = lease_dir::key_dir(dir.path(), &key);
         for name in NOT_STATES {
             std::fs::write(lock_dir.join(name), b"planted").unwrap();
         }
         let (store, lease) = within(Duration::from_secs(10), move || {
-            let lease = lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5)))
-                .unwrap();
+            let lease = pollster::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
             (store, lease)
         });
         assert_eq!(lease.fencing_token().get(), 2);
-        let record = lease_core::executor::block_on(store.inspect(lease.key()))
+        let record = pollster::block_on(store.inspect(lease.key()))
             .unwrap()
             .unwrap();
-        assert_eq!(record.fencing().get(), 2);
+        assert_eq!(record.fencing_token().map(|f| f.get()), Some(2));
         assert!(record.holder().is_some());
-        lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+        pollster::block_on(store.release_lease(&lease)).unwrap();
         for name in NOT_STATES {
             assert_eq!(std::fs::read(lock_dir.join(name)).unwrap(), b"planted");
         }
@@ -468,7 +469,9 @@ fn acquire_with_is_honoured_while_a_holder_elsewhere_holds() {
         let waited = start.elapsed();
         assert!(err.is_timeout(), "{mode:?}: {err}");
         assert_eq!(
-            err.holder().and_then(|h| h.fencing()).map(|f| f.get()),
+            err.holder()
+                .and_then(|h| h.fencing_token())
+                .map(|f| f.get()),
             Some(1)
         );
         assert!(
@@ -603,7 +606,7 @@ fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
                     let info = err.holder().unwrap();
                     // Not a tenure of this protocol (no generation, no kernel lock of ours),
                     // described by what is known of it.
-                    assert_eq!(info.fencing(), None, "{context}");
+                    assert_eq!(info.fencing_token(), None, "{context}");
                     assert!(info.owner().is_some(), "{context}");
                     if what == "go pidlock" {
                         assert_eq!(info.pid(), Some(4242), "{context}");
@@ -642,7 +645,7 @@ fn files_at_the_lock_path_give_typed_errors_and_are_never_modified() {
                 .unwrap();
             assert_eq!(lease_dir::key_dir(dir.path(), &key), path);
             let err = within(Duration::from_secs(5), move || {
-                lease_core::executor::block_on(store.try_acquire(
+                pollster::block_on(store.try_acquire(
                     &key,
                     Duration::from_secs(5),
                     &AcquireOptions::default(),
@@ -956,11 +959,12 @@ fn extreme_lock_options_are_invalid_input() {
     let lock = fast(&path).build().unwrap();
     let _guard = lock.acquire_with(&WaitOptions::new(Duration::MAX)).unwrap();
     let other = fast(&path).build().unwrap();
+    // A zero timeout is one attempt, refused as held, as a guard's zero wait is.
     assert!(
         other
             .acquire_with(&WaitOptions::new(Duration::ZERO))
             .unwrap_err()
-            .is_timeout()
+            .is_held()
     );
     // A path that names no file is an invalid option, not a panic.
     invalid_option(fast("/").build(), "path");
@@ -1001,29 +1005,25 @@ fn extreme_store_options_are_invalid_input() {
             .with_safety_margin(margin)
             .build()
             .unwrap();
-        let err = lease_core::executor::block_on(store.acquire(&key, duration)).unwrap_err();
+        let err = pollster::block_on(store.acquire(&key, duration)).unwrap_err();
         assert!(err.is_invalid_input(), "{margin:?}: {err}");
         assert!(err.to_string().contains("safety_margin"), "{err}");
-        assert!(
-            lease_core::executor::block_on(store.inspect(&key))
-                .unwrap()
-                .is_none()
-        );
+        assert!(pollster::block_on(store.inspect(&key)).unwrap().is_none());
     }
     // Zero: trust the whole lease.
     let store = DirectoryStore::builder(dir.path())
         .with_safety_margin(Duration::ZERO)
         .build()
         .unwrap();
-    let lease = lease_core::executor::block_on(store.acquire(&key, duration)).unwrap();
+    let lease = pollster::block_on(store.acquire(&key, duration)).unwrap();
     // Renewing with a margin that eats the lease is refused too.
     let eager = DirectoryStore::builder(dir.path())
         .with_safety_margin(Duration::MAX)
         .build()
         .unwrap();
-    let err = lease_core::executor::block_on(eager.renew(&lease, duration)).unwrap_err();
+    let err = pollster::block_on(eager.renew(&lease, duration)).unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
-    lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+    pollster::block_on(store.release_lease(&lease)).unwrap();
 }
 
 /// A clock at the end of time gives an error, not a panic.
@@ -1050,7 +1050,7 @@ fn a_clock_at_the_end_of_time_is_an_error_not_a_panic() {
         .build()
         .unwrap();
     let err = within(Duration::from_secs(5), move || {
-        lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5)))
+        pollster::block_on(store.acquire(&key, Duration::from_secs(5)))
     })
     .unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
@@ -1193,14 +1193,10 @@ fn store_keys_that_extend_each_other_are_separate_directories() {
     ];
     let leases: Vec<_> = keys
         .iter()
-        .map(|k| lease_core::executor::block_on(store.acquire(k, Duration::from_secs(5))).unwrap())
+        .map(|k| pollster::block_on(store.acquire(k, Duration::from_secs(5))).unwrap())
         .collect();
-    lease_core::executor::block_on(store.put_fenced(
-        &keys[0],
-        lease_core::backend::fencing_token(1),
-        b"v",
-    ))
-    .unwrap();
+    pollster::block_on(store.put_fenced(&keys[0], lease_core::backend::fencing_token(1), b"v"))
+        .unwrap();
     assert!(leases.iter().all(|l| l.fencing_token().get() == 1));
     assert_eq!(
         entries(dir.path()).len(),
@@ -1209,7 +1205,7 @@ fn store_keys_that_extend_each_other_are_separate_directories() {
         entries(dir.path())
     );
     for lease in &leases {
-        lease_core::executor::block_on(store.release_lease(lease)).unwrap();
+        pollster::block_on(store.release_lease(lease)).unwrap();
     }
     assert!(entries(dir.path()).iter().all(|n| !n.starts_with('.')));
     assert_eq!(store.keys().unwrap().len(), keys.len());

@@ -9,6 +9,9 @@
 //! and file sizes.
 #![allow(clippy::unwrap_used)]
 
+mod raw;
+
+use raw::Raw as _;
 mod lease_dir;
 
 use std::os::unix::fs::MetadataExt;
@@ -17,7 +20,7 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
-use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, ManualClock};
+use lease_core::{LeaseBackend, LeaseKey, ManualClock};
 use lease_file::{DirectoryStore, FileLock, ModePreference};
 
 const MODES: [ModePreference; 2] = [ModePreference::Kernel, ModePreference::HeartbeatOnly];
@@ -27,7 +30,7 @@ const D: Duration = Duration::from_secs(60);
 const DIR_BYTES: u64 = 4096;
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    lease_core::executor::block_on(f)
+    pollster::block_on(f)
 }
 
 /// One lock directory's cost: (inodes, allocated bytes of the directory, the state entry's

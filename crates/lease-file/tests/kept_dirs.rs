@@ -3,12 +3,15 @@
 //! hand is dropped and the path opened afresh, whether the kept one looks free or held.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+mod raw;
+
+use raw::Raw as _;
 mod lease_dir;
 
 use std::time::Duration;
 
-use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey};
 use lease_core::NotOwnedReason;
+use lease_core::{AcquireOptions, LeaseBackend, LeaseKey};
 use lease_file::{DirectoryStore, FileLock};
 
 const TTL: Duration = Duration::from_secs(30);
@@ -35,7 +38,9 @@ fn a_file_lock_never_acquires_through_a_kept_directory_that_was_moved_away() {
     let err = a.try_acquire().unwrap_err();
     assert!(err.is_held(), "{err}");
     assert_eq!(
-        err.holder().and_then(|h| h.fencing()).map(|f| f.get()),
+        err.holder()
+            .and_then(|h| h.fencing_token())
+            .map(|f| f.get()),
         Some(held.fencing_token().get())
     );
     let fencing = held.fencing_token();
@@ -75,50 +80,38 @@ fn a_store_never_acquires_through_a_kept_directory_that_was_moved_away() {
     let a = DirectoryStore::open(dir.path()).unwrap();
     let path = lease_dir::key_dir(dir.path(), &key);
     let b = DirectoryStore::open(dir.path()).unwrap();
-    let lease =
-        lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
-            .unwrap();
-    lease_core::executor::block_on(a.release_lease(&lease)).unwrap();
+    let lease = pollster::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+    pollster::block_on(a.release_lease(&lease)).unwrap();
 
     std::fs::rename(&path, dir.path().join("moved")).unwrap();
-    let held = lease_core::executor::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default()))
-        .unwrap();
-    let err = lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
-        .unwrap_err();
+    let held = pollster::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+    let err = pollster::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap_err();
     assert!(err.is_held(), "{err}");
-    lease_core::executor::block_on(b.release_lease(&held)).unwrap();
-    let again =
-        lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
-            .unwrap();
+    pollster::block_on(b.release_lease(&held)).unwrap();
+    let again = pollster::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
     assert!(again.fencing_token() > held.fencing_token());
-    lease_core::executor::block_on(a.release_lease(&again)).unwrap();
+    pollster::block_on(a.release_lease(&again)).unwrap();
 
     std::fs::remove_dir_all(&path).unwrap();
-    let fresh =
-        lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
-            .unwrap();
+    let fresh = pollster::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
     assert!(
-        lease_core::executor::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default()))
+        pollster::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
-    lease_core::executor::block_on(a.release_lease(&fresh)).unwrap();
+    pollster::block_on(a.release_lease(&fresh)).unwrap();
 
     // Refused through a kept directory held in a moved-away copy: the path is free.
-    let lease =
-        lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
-            .unwrap();
-    lease_core::executor::block_on(a.release_lease(&lease)).unwrap();
-    let _held =
-        lease_core::executor::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default()))
-            .unwrap();
+    let lease = pollster::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+    pollster::block_on(a.release_lease(&lease)).unwrap();
+    let _held = pollster::block_on(b.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
     assert!(
-        lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
+        pollster::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default()))
             .unwrap_err()
             .is_held()
     );
     std::fs::rename(&path, dir.path().join("moved-again")).unwrap();
-    lease_core::executor::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
+    pollster::block_on(a.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
 }
 
 #[test]
@@ -128,28 +121,22 @@ fn a_store_renews_and_releases_by_the_name_it_gave_and_notices_a_change() {
     let store = DirectoryStore::open(dir.path()).unwrap();
     let other = DirectoryStore::open(dir.path()).unwrap();
     let lease =
-        lease_core::executor::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default()))
-            .unwrap();
+        pollster::block_on(store.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
     // Renewed through another handle of the same directory: the name this store remembers is
     // gone, so it looks, and carries on.
+    let renewed = pollster::block_on(lease_core::LeaseBackend::renew(&other, &lease, TTL)).unwrap();
     let renewed =
-        lease_core::executor::block_on(lease_core::LeaseBackend::renew(&other, &lease, TTL))
-            .unwrap();
+        pollster::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL)).unwrap();
     let renewed =
-        lease_core::executor::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL))
-            .unwrap();
-    let renewed =
-        lease_core::executor::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL))
-            .unwrap();
-    lease_core::executor::block_on(store.release_lease(&renewed)).unwrap();
+        pollster::block_on(lease_core::LeaseBackend::renew(&store, &renewed, TTL)).unwrap();
+    pollster::block_on(store.release_lease(&renewed)).unwrap();
     assert!(
-        lease_core::executor::block_on(store.release_lease(&renewed))
+        pollster::block_on(store.release_lease(&renewed))
             .unwrap_err()
             .is_not_owned()
     );
     let next =
-        lease_core::executor::block_on(other.try_acquire(&key, TTL, &AcquireOptions::default()))
-            .unwrap();
+        pollster::block_on(other.try_acquire(&key, TTL, &AcquireOptions::default())).unwrap();
     assert!(next.fencing_token() > lease.fencing_token());
 }
 

@@ -4,16 +4,19 @@
 #![cfg(feature = "metrics")]
 #![allow(clippy::unwrap_used)]
 
+mod raw;
+
+use raw::Raw as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::conformance::recording::CapturedMetrics;
-use lease_core::executor::block_on;
 use lease_core::metrics::{
     ACQUISITIONS, RENEWAL_DURATION, RENEWAL_FAILURES, RENEWAL_TIME_LEFT, RENEWALS, TAKEOVERS,
 };
-use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey, ManualClock};
+use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, ManualClock};
 use lease_file::DirectoryStore;
+use pollster::block_on;
 
 const D: Duration = Duration::from_secs(10);
 

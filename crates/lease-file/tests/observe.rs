@@ -21,11 +21,11 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use lease_core::executor::block_on;
 use lease_core::{
-    AcquireOptions, Election, LeaderChange, LeaseBackend, LeaseBackendExt, LeaseKey, WaitOptions,
+    AcquireOptions, Election, LeaderChange, LeaseBackend, LeaseGuard, LeaseKey, WaitOptions,
 };
 use lease_file::DirectoryStore;
+use pollster::block_on;
 
 const ENV: &str = "LEASE_FILE_OBSERVE_HOLDER";
 const KEY: &str = "leader";
@@ -58,19 +58,17 @@ fn hold(args: &[String]) -> Result<(), String> {
     let duration = Duration::from_secs(10);
     for round in 0..rounds {
         let value = format!("{name}-{round}");
-        let wait = WaitOptions::new(Duration::from_secs(30))
-            .with_acquire_options(AcquireOptions::default().with_value(value.clone()));
-        let lease =
-            block_on(store.acquire_with(&key, duration, &wait)).map_err(|e| e.to_string())?;
+        let lease = LeaseGuard::builder(store.clone(), &key, duration)
+            .with_wait(WaitOptions::new(Duration::from_secs(30)))
+            .with_options(AcquireOptions::default().with_value(value.clone()))
+            .acquire_blocking()
+            .map_err(|e| e.to_string())?;
+        let fencing = lease.fencing_token();
         let acquired = Instant::now();
         std::thread::sleep(HOLD);
         let seen_after = loop {
             let seen = std::fs::read_to_string(seen_file).unwrap_or_default();
-            if seen
-                .trim()
-                .parse::<u64>()
-                .is_ok_and(|s| s >= lease.fencing_token().get())
-            {
+            if seen.trim().parse::<u64>().is_ok_and(|s| s >= fencing.get()) {
                 break acquired.elapsed();
             }
             if acquired.elapsed() > ACK_LIMIT {
@@ -83,7 +81,7 @@ fn hold(args: &[String]) -> Result<(), String> {
         };
         let seen_us = seen_after.as_micros();
         println!("tenure {} {value} {seen_us}", lease.fencing_token());
-        block_on(store.release_lease(&lease)).map_err(|e| e.to_string())?;
+        lease.release().map_err(|e| e.to_string())?;
         if round + 1 == rounds {
             break;
         }
@@ -92,7 +90,7 @@ fn hold(args: &[String]) -> Result<(), String> {
         let started = Instant::now();
         loop {
             let record = block_on(store.inspect(&key)).map_err(|e| e.to_string())?;
-            if record.is_some_and(|r| r.fencing() > lease.fencing_token()) {
+            if record.is_some_and(|r| r.fencing_token() > Some(fencing)) {
                 break;
             }
             if started.elapsed() > Duration::from_secs(30) {
@@ -141,18 +139,19 @@ fn an_observer_sees_every_handover_between_processes_once() {
     let seen_dir = tempfile::tempdir().unwrap();
     let seen_file = seen_dir.path().join("seen");
     let (send, changes) = mpsc::channel();
-    let mut observer = election.observe();
+    let mut observer = futures::executor::block_on_stream(election.observe());
     // Report the first (vacant) state before any holder starts.
-    send.send((Instant::now(), observer.next_blocking().unwrap()))
+    send.send((Instant::now(), observer.next().unwrap().unwrap()))
         .unwrap();
     {
         let seen_file = seen_file.clone();
         std::thread::spawn(move || {
-            while let Ok(change) = observer.next_blocking() {
+            while let Some(Ok(change)) = observer.next() {
                 if let LeaderChange::Elected(leader) = &change {
                     // Written whole by one rename: a holder never reads half of it.
                     let next = seen_file.with_extension("next");
-                    std::fs::write(&next, leader.fencing_token().to_string()).unwrap();
+                    let fencing = leader.fencing_token().map_or(0, |f| f.get());
+                    std::fs::write(&next, fencing.to_string()).unwrap();
                     std::fs::rename(&next, &seen_file).unwrap();
                 }
                 if send.send((Instant::now(), change)).is_err() {
@@ -227,7 +226,7 @@ fn an_observer_sees_every_handover_between_processes_once() {
             LeaderChange::Elected(leader) => {
                 previous_vacant = false;
                 reported.push((
-                    leader.fencing_token().get(),
+                    leader.fencing_token().map_or(0, |f| f.get()),
                     leader.value().map(str::to_owned),
                 ));
             }

@@ -8,8 +8,8 @@ mod lease_dir;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use lease_dir::{Held, State, fnv, monotonic_ns};
 use lease_core::WaitOptions;
+use lease_dir::{Held, State, fnv, monotonic_ns};
 use lease_file::{FileLock, FileLockBuilder, LockMode, ModePreference};
 
 fn fast(path: impl Into<std::path::PathBuf>) -> FileLockBuilder {

@@ -12,15 +12,18 @@
 //! `conformance::counting_model::check_trusted_slots` (about 0.1 s).
 #![allow(clippy::unwrap_used)]
 
+mod raw;
+
+use raw::Raw as _;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lease_core::executor::block_on;
-use lease_core::{AcquireOptions, FencedValues, LeaseBackend, LeaseBackendExt, LeaseKey};
+use lease_core::{AcquireOptions, Clock, FencedValues, LeaseBackend, LeaseKey};
 use lease_file::{DirectoryStore, ModePreference};
+use pollster::block_on;
 
 const POINTS: [&str; 6] = [
     "lease-file/before-acquire",
@@ -730,13 +733,27 @@ impl Slots {
         }
     }
 
-    /// One attempt of `client` to take a slot; records (and checks the fencing of) a grant.
+    /// One attempt of `client` to take a slot, as a counting lease's guard makes it (each slot
+    /// in turn, here from slot 0), keeping the raw lease to renew by hand on the manual clock;
+    /// records (and checks the fencing of) a grant.
     fn try_acquire(&self, client: usize) -> Result<u32, lease_core::LeaseError> {
         let once = AcquireOptions::default();
-        let lease = block_on(
-            self.counting
-                .try_acquire(&self.stores[client], SLOT_LEASE, &once),
-        )?;
+        let mut busy = None;
+        let mut granted = None;
+        for slot in 0..self.counting.limit() {
+            let key = self.counting.slot_key(slot).unwrap();
+            match block_on(self.stores[client].try_acquire(key, SLOT_LEASE, &once)) {
+                Ok(lease) => {
+                    granted = Some(lease);
+                    break;
+                }
+                Err(error) if error.is_held() => busy = Some(error),
+                Err(error) => return Err(error),
+            }
+        }
+        let Some(lease) = granted else {
+            return Err(busy.unwrap());
+        };
         let slot = self.counting.slot_of(lease.key()).unwrap();
         let mut granted = self.granted.lock().unwrap();
         let tokens = granted.entry(slot).or_default();
@@ -785,7 +802,7 @@ impl Slots {
     fn trusting(&self) -> usize {
         let held = self.held.lock().unwrap();
         held.values()
-            .filter(|(_, lease)| lease.is_trusted(self.clock.as_ref()))
+            .filter(|(_, lease)| self.clock.monotonic() < lease.deadline())
             .count()
     }
 

@@ -3,6 +3,8 @@
 //! with a checker that proves no overlap.
 #![allow(clippy::unwrap_used)]
 
+mod raw;
+
 mod lease_dir;
 
 use std::collections::HashSet;

@@ -6,12 +6,15 @@
 //! many.
 #![allow(clippy::unwrap_used)]
 
+mod raw;
+
+use raw::Raw as _;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt, LeaseKey};
+use lease_core::{AcquireOptions, LeaseBackend, LeaseKey};
 use lease_file::{DirectoryStore, FileLock};
 
 #[test]
@@ -61,9 +64,9 @@ fn temporaries_swapped_for_links_never_reach_outside_the_store() {
         let key = LeaseKey::new(format!("k{i}")).unwrap();
         let once = AcquireOptions::default();
         if let Ok(lease) =
-            lease_core::executor::block_on(store.try_acquire(&key, Duration::from_secs(5), &once))
+            pollster::block_on(store.try_acquire(&key, Duration::from_secs(5), &once))
         {
-            ok += u32::from(lease_core::executor::block_on(store.release_lease(&lease)).is_ok());
+            ok += u32::from(pollster::block_on(store.release_lease(&lease)).is_ok());
         }
         let lock = FileLock::builder(store_dir.join(format!("f{i}.lock")))
             .with_acquire_retries(0)

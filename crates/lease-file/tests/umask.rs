@@ -4,12 +4,15 @@
 //! single test.
 #![allow(clippy::unwrap_used)]
 
+mod raw;
+
+use raw::Raw as _;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use lease_core::{FencedValues, LeaseBackend, LeaseBackendExt, LeaseKey};
+use lease_core::{FencedValues, LeaseBackend, LeaseKey};
 use lease_file::{DirectoryStore, FileLock, ModePreference};
 use nix::sys::stat::{Mode, umask};
 
@@ -155,19 +158,17 @@ fn created_modes_follow_the_umask_and_tokens_stay_private_unless_shared() {
                 let store = store.build().unwrap();
                 let key = LeaseKey::new("jobs").unwrap();
                 let lease =
-                    lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5)))
-                        .unwrap();
+                    pollster::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap();
                 let lease =
-                    lease_core::executor::block_on(store.renew(&lease, Duration::from_secs(5)))
-                        .unwrap();
-                lease_core::executor::block_on(store.put_fenced(
+                    pollster::block_on(store.renew(&lease, Duration::from_secs(5))).unwrap();
+                pollster::block_on(store.put_fenced(
                     &key,
                     lease_core::backend::fencing_token(1),
                     b"v",
                 ))
                 .unwrap();
                 let only_fenced = LeaseKey::new("fenced-only").unwrap();
-                lease_core::executor::block_on(
+                pollster::block_on(
                     store.fence_and_read(&only_fenced, lease_core::backend::fencing_token(3)),
                 )
                 .unwrap();
@@ -181,7 +182,7 @@ fn created_modes_follow_the_umask_and_tokens_stay_private_unless_shared() {
                     String::from_utf8_lossy(&bytes).contains(lease.token().as_str()),
                     "{context}: the description holds the token"
                 );
-                lease_core::executor::block_on(store.release_lease(&lease)).unwrap();
+                pollster::block_on(store.release_lease(&lease)).unwrap();
                 assert_all(
                     dir.path(),
                     &expected,

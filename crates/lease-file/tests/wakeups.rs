@@ -2,10 +2,13 @@
 //! still takes the lock within milliseconds of its holder letting go, on both faces.
 #![allow(clippy::unwrap_used)]
 
+mod raw;
+
+use raw::Raw as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lease_core::{LeaseBackend, LeaseBackendExt, LeaseKey, WaitOptions};
+use lease_core::{LeaseBackend, LeaseKey, WaitOptions};
 use lease_file::{DirectoryStore, FileLock, LockMode};
 
 /// Far longer than the wake-up the test allows: only a kernel wake-up can beat it.
@@ -19,25 +22,21 @@ fn a_waiting_directory_store_acquisition_is_woken_by_the_release() {
     assert_eq!(holder.mode(), LockMode::Kernel);
     let waiter: Arc<dyn LeaseBackend> = Arc::new(DirectoryStore::open(dir.path()).unwrap());
     let key = LeaseKey::new("woken").unwrap();
-    let lease =
-        lease_core::executor::block_on(holder.acquire(&key, Duration::from_secs(60))).unwrap();
+    let lease = pollster::block_on(holder.acquire(&key, Duration::from_secs(60))).unwrap();
     let thread = {
         let key = key.clone();
         std::thread::spawn(move || {
             let wait = WaitOptions::new(Duration::from_secs(30)).with_backoff(SLOW_POLL, SLOW_POLL);
-            let lease = lease_core::executor::block_on(waiter.acquire_with(
-                &key,
-                Duration::from_secs(60),
-                &wait,
-            ))
-            .unwrap();
+            let lease =
+                pollster::block_on(waiter.acquire_with(&key, Duration::from_secs(60), &wait))
+                    .unwrap();
             (Instant::now(), lease)
         })
     };
     // Let the waiter make its first attempt and block.
     std::thread::sleep(Duration::from_millis(300));
     let released = Instant::now();
-    lease_core::executor::block_on(holder.release_lease(&lease)).unwrap();
+    pollster::block_on(holder.release_lease(&lease)).unwrap();
     let (acquired, second) = thread.join().unwrap();
     let took = acquired.duration_since(released);
     assert!(took < ALLOWED, "the waiter took {took:?} after the release");

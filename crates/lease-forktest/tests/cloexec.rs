@@ -20,7 +20,7 @@ fn a_program_started_while_leases_are_held_inherits_no_descriptor_of_them() {
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
     let key = LeaseKey::new("held").unwrap_or_else(|e| panic!("{e}"));
-    let lease = lease_core::executor::block_on(store.try_acquire(
+    let lease = pollster::block_on(store.try_acquire(
         &key,
         std::time::Duration::from_secs(30),
         &AcquireOptions::default(),
@@ -37,6 +37,6 @@ fn a_program_started_while_leases_are_held_inherits_no_descriptor_of_them() {
         "a started program inherited descriptors under {root}:\n{text}"
     );
     assert!(guard.check().is_ok());
-    lease_core::executor::block_on(store.release(&key, lease.token(), lease.fencing_token()))
+    pollster::block_on(store.release(&key, lease.token(), lease.fencing_token()))
         .unwrap_or_else(|e| panic!("{e}"));
 }

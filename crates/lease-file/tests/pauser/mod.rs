@@ -62,6 +62,7 @@
 #[path = "../reexec/mod.rs"]
 mod reexec;
 
+use crate::raw::Raw as _;
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
@@ -69,12 +70,12 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use lease_core::executor::block_on;
 use lease_core::{
-    AcquireOptions, FencedValues, KeeperOptions, Lease, LeaseBackend, LeaseBackendExt, LeaseGuard,
-    LeaseKey,
+    AcquireOptions, BlockingLeaseGuard, FencedValues, Lease, LeaseBackend, LeaseGuard, LeaseKey,
+    WaitOptions,
 };
 use lease_file::{DirectoryStore, FileLock, FileLockGuard, ModePreference};
+use pollster::block_on;
 
 static HISTORY: OnceLock<(File, String)> = OnceLock::new();
 
@@ -245,7 +246,7 @@ struct StoreFace {
     keeper: bool,
     /// The explicit face's lease and when it was last renewed.
     lease: Option<(Lease, Instant)>,
-    guard: Option<LeaseGuard>,
+    guard: Option<BlockingLeaseGuard>,
 }
 
 impl StoreFace {
@@ -260,19 +261,29 @@ impl StoreFace {
 
 impl Face for StoreFace {
     fn try_acquire(&mut self) -> Result<Option<u64>, String> {
+        if self.keeper {
+            // Kept by lease-core's keeper: one attempt (a zero wait), then renewed on a thread of
+            // its own.
+            let backend: Arc<dyn LeaseBackend> = self.store.clone();
+            let guard = LeaseGuard::builder(backend, &self.key, self.duration)
+                .with_wait(WaitOptions::new(Duration::ZERO))
+                .with_renew_every(self.renew_every)
+                .acquire_blocking();
+            return match guard {
+                Ok(guard) => {
+                    let generation = guard.fencing_token().get();
+                    self.guard = Some(guard);
+                    Ok(Some(generation))
+                }
+                Err(e) if e.is_held() || e.is_transient() => Ok(None),
+                Err(e) => Err(e.to_string()),
+            };
+        }
         let options = AcquireOptions::default();
         match block_on(self.store.try_acquire(&self.key, self.duration, &options)) {
             Ok(lease) => {
                 let generation = lease.fencing_token().get();
-                if self.keeper {
-                    let backend: Arc<dyn LeaseBackend> = self.store.clone();
-                    let options = KeeperOptions::default().with_renew_every(self.renew_every);
-                    let guard = LeaseGuard::spawn_thread(backend, lease, options)
-                        .map_err(|e| e.to_string())?;
-                    self.guard = Some(guard);
-                } else {
-                    self.lease = Some((lease, Instant::now()));
-                }
+                self.lease = Some((lease, Instant::now()));
                 Ok(Some(generation))
             }
             Err(e) if e.is_held() || e.is_transient() => Ok(None),
@@ -287,7 +298,9 @@ impl Face for StoreFace {
         let Some((lease, renewed)) = self.lease.as_mut() else {
             return Err("no lease".into());
         };
-        if renewed.elapsed() >= self.renew_every && lease.is_trusted(self.store.clock()) {
+        if renewed.elapsed() >= self.renew_every
+            && self.store.clock().monotonic() < lease.deadline()
+        {
             // The explicit face: a renewal paused here stops the whole holder.
             match block_on(self.store.renew(lease, self.duration)) {
                 Ok(next) => *lease = next,
@@ -295,7 +308,7 @@ impl Face for StoreFace {
             }
             *renewed = Instant::now();
         }
-        if lease.is_trusted(self.store.clock()) {
+        if self.store.clock().monotonic() < lease.deadline() {
             Ok(())
         } else {
             Err("deadline passed".into())
@@ -308,7 +321,7 @@ impl Face for StoreFace {
 
     fn release(&mut self) -> Result<(), String> {
         if let Some(guard) = self.guard.take() {
-            return block_on(guard.release()).map_err(|e| e.to_string());
+            return guard.release().map_err(|e| e.to_string());
         }
         match self.lease.take() {
             Some((lease, _)) => {

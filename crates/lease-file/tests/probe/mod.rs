@@ -36,6 +36,7 @@
 #[path = "../reexec/mod.rs"]
 mod reexec;
 
+use crate::raw::Raw as _;
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::process::Command;
@@ -67,7 +68,7 @@ fn builder(path: &Path, stale_ms: u64, heartbeat_ms: u64) -> FileLockBuilder {
             let line = match reason {
                 LossReason::NotOwned(NotOwnedReason::TakenOver) => {
                     let now = FileLock::new(&watched).and_then(|l| l.holder());
-                    let generation = now.ok().flatten().and_then(|h| h.fencing());
+                    let generation = now.ok().flatten().and_then(|h| h.fencing_token());
                     format!("lost taken_over {}", generation.map_or(0, |g| g.get()))
                 }
                 _ => "lost untrusted".to_owned(),
@@ -208,16 +209,15 @@ fn cycles(args: &[String], path: &str) -> Result<(), String> {
 }
 
 fn store_cycles(args: &[String], path: &str) -> Result<(), String> {
-    use lease_core::{AcquireOptions, LeaseBackend, LeaseBackendExt};
+    use lease_core::{AcquireOptions, LeaseBackend};
     let n: u64 = arg(args, 3)?;
     let store = lease_file::DirectoryStore::open(path).map_err(|e| e.to_string())?;
     let key = lease_core::LeaseKey::new("bench").map_err(|e| e.to_string())?;
     let once = AcquireOptions::default();
     for _ in 0..n {
-        let lease =
-            lease_core::executor::block_on(store.try_acquire(&key, Duration::from_secs(30), &once))
-                .map_err(|e| e.to_string())?;
-        lease_core::executor::block_on(store.release_lease(&lease)).map_err(|e| e.to_string())?;
+        let lease = pollster::block_on(store.try_acquire(&key, Duration::from_secs(30), &once))
+            .map_err(|e| e.to_string())?;
+        pollster::block_on(store.release_lease(&lease)).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

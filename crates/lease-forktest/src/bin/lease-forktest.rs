@@ -2,7 +2,7 @@
 //! copy of the lease one way, then checks in the parent that the lease is still its own.
 //!
 //! * FACE: `lock` (a [`FileLock`] guard) or `store` (a [`DirectoryStore`] lease kept by a
-//!   lease-core [`LeaseGuard`] on a thread);
+//!   lease-core [`BlockingLeaseGuard`], whose keeper renews it on a thread);
 //! * MODE: `kernel` or `heartbeat` (heartbeat-only);
 //! * HOW the child disposes of its copy: `drop` (then exits), `return` (returns from `main`
 //!   with the copy in `main`'s frame), `unwind` (panics with it on the stack), `exit` (exits
@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    AcquireOptions, FencingToken, KeeperOptions, LeaseBackend, LeaseBackendExt, LeaseGuard,
-    LeaseKey,
+    AcquireOptions, BlockingLeaseGuard, FencingToken, LeaseBackend, LeaseGuard, LeaseKey,
+    WaitOptions,
 };
 use lease_file::{DirectoryStore, FileLock, FileLockGuard, ModePreference};
 use lease_forktest::{Forked, fork, wait};
@@ -38,7 +38,7 @@ enum Held {
     },
     Store {
         store: Arc<DirectoryStore>,
-        guard: LeaseGuard,
+        guard: BlockingLeaseGuard,
     },
 }
 
@@ -83,12 +83,9 @@ fn main() -> ExitCode {
                         Held::Lock { guard, .. } => {
                             guard.release().is_err_and(|e| e.is_unsupported())
                         }
-                        Held::Store { store, guard } => {
-                            let lease = guard.lease();
-                            let result =
-                                lease_core::executor::block_on(store.release_lease(&lease));
-                            std::mem::forget(guard);
-                            result.is_err_and(|e| e.is_unsupported())
+                        // The guard's release goes through the inherited store, which refuses it.
+                        Held::Store { guard, .. } => {
+                            guard.release().is_err_and(|e| e.is_unsupported())
                         }
                     };
                     std::process::exit(if refused { 0 } else { 3 });
@@ -142,19 +139,12 @@ fn acquire(face: &str, mode: ModePreference, dir: &std::path::Path) -> Result<He
         }
         "store" => {
             let store = Arc::new(store_at(dir, mode)?);
-            let lease = lease_core::executor::block_on(store.try_acquire(
-                &key(),
-                LEASE,
-                &AcquireOptions::default(),
-            ))
-            .map_err(|e| format!("acquire: {e}"))?;
             let backend: Arc<dyn LeaseBackend> = store.clone();
-            let guard = LeaseGuard::spawn_thread(
-                backend,
-                lease,
-                KeeperOptions::default().with_renew_every(BEAT),
-            )
-            .map_err(|e| format!("keep: {e}"))?;
+            let guard = LeaseGuard::builder(backend, &key(), LEASE)
+                .with_wait(WaitOptions::new(Duration::ZERO))
+                .with_renew_every(BEAT)
+                .acquire_blocking()
+                .map_err(|e| format!("acquire: {e}"))?;
             Ok(Held::Store { store, guard })
         }
         _ => Err(format!("unknown face {face}")),
@@ -210,7 +200,7 @@ fn contender_refused(
 ) -> Result<(), String> {
     let attempt = match held {
         Held::Lock { .. } => lock_at(dir, mode)?.try_acquire().map(|g| g.fencing_token()),
-        Held::Store { .. } => lease_core::executor::block_on(store_at(dir, mode)?.try_acquire(
+        Held::Store { .. } => pollster::block_on(store_at(dir, mode)?.try_acquire(
             &key(),
             LEASE,
             &AcquireOptions::default(),
@@ -242,14 +232,11 @@ fn release_then_contend(
             lock_at(dir, mode)?.try_acquire().map(|g| g.fencing_token())
         }
         Held::Store { store, guard } => {
-            lease_core::executor::block_on(guard.release())
+            guard
+                .release()
                 .map_err(|e| format!("the parent's release: {e}"))?;
-            lease_core::executor::block_on(store.try_acquire(
-                &key(),
-                LEASE,
-                &AcquireOptions::default(),
-            ))
-            .map(|lease| lease.fencing_token())
+            pollster::block_on(store.try_acquire(&key(), LEASE, &AcquireOptions::default()))
+                .map(|lease| lease.fencing_token())
         }
     }
     .map_err(|e| format!("the contender after the parent's release: {e}"))?;
