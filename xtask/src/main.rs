@@ -10,6 +10,7 @@ mod bench;
 mod chaos;
 mod docker;
 mod dynamo_local;
+mod msrv;
 mod package;
 mod public_api;
 mod quick_start;
@@ -36,14 +37,21 @@ Tasks:
         refusal of --dynamo without that feature, lease-core --all-features),
         DynamoDB Local down, a one-minute chaos
         run (below; --backend all --seed 1), rustdoc with -D warnings, rustdoc as
-        docs.rs renders it (--all-features --cfg docsrs), and the packages: cargo
+        docs.rs renders it (--all-features --cfg docsrs), the packages: cargo
         package of every published crate, each .crate unpacked into
-        target/package-check/ and its tests and benches built from there.
+        target/package-check/ and its tests and benches built from there, and
+        last lease-core, every feature, built with the toolchain of its
+        rust-version (rustup installs it if missing) from a lock of its own
+        (xtask/msrv) into target/msrv.
           --no-dynamo  start no DynamoDB; the DynamoDB suites skip and say so, and
                        the chaos run covers the file backend only
-          --quick      skip fmt, clippy, doc and the packages
+          --quick      skip fmt, clippy, rustdoc, the packages and the
+                       rust-version build (the builds, tests and chaos run remain)
   itest
         Only the suites that need DynamoDB: lease-dynamo and lessor-partition.
+  msrv
+        Only the last step of test: lease-core, every feature, built with the
+        toolchain of its rust-version (see xtask/msrv/Cargo.toml).
   bench [--quick] [--no-dynamo]
         DynamoDB Local up, cargo bench; every bench writes a markdown section into
         $LEASE_BENCH_OUT; they are joined, under the date, the machine and the load
@@ -110,6 +118,7 @@ fn run(task: &str, flags: &[&str]) -> Result {
     match task {
         "test" => test::test(flags),
         "itest" => test::itest(flags),
+        "msrv" => msrv::msrv(flags),
         "bench" => bench::bench(flags),
         "chaos" => chaos::chaos(flags),
         "dynamo" => dynamo_local::serve(flags),
@@ -184,7 +193,7 @@ mod tests {
     use super::*;
 
     /// The tasks `main` dispatches.
-    const TASKS: [&str; 6] = ["test", "itest", "bench", "chaos", "dynamo", "help"];
+    const TASKS: [&str; 7] = ["test", "itest", "msrv", "bench", "chaos", "dynamo", "help"];
 
     #[test]
     fn every_task_has_its_own_help_and_the_help_names_every_task() {
