@@ -10,6 +10,7 @@ mod bench;
 mod chaos;
 mod docker;
 mod dynamo_local;
+mod msrv;
 mod package;
 mod public_api;
 mod quick_start;
@@ -36,14 +37,21 @@ Tasks:
         refusal of --dynamo without that feature, lease-core --all-features),
         DynamoDB Local down, a one-minute chaos
         run (below; --backend all --seed 1), rustdoc with -D warnings, rustdoc as
-        docs.rs renders it (--all-features --cfg docsrs), and the packages: cargo
+        docs.rs renders it (--all-features --cfg docsrs), the packages: cargo
         package of every published crate, each .crate unpacked into
-        target/package-check/ and its tests and benches built from there.
+        target/package-check/ and its tests and benches built from there, and
+        last lease-core, every feature, built with the toolchain of its
+        rust-version (rustup installs it if missing) from a lock of its own
+        (xtask/msrv) into target/msrv.
           --no-dynamo  start no DynamoDB; the DynamoDB suites skip and say so, and
                        the chaos run covers the file backend only
-          --quick      skip fmt, clippy, doc and the packages
+          --quick      skip fmt, clippy, rustdoc, the packages and the
+                       rust-version build (the builds, tests and chaos run remain)
   itest
         Only the suites that need DynamoDB: lease-dynamo and lessor-partition.
+  msrv
+        Only the last step of test: lease-core, every feature, built with the
+        toolchain of its rust-version (see xtask/msrv/Cargo.toml).
   bench [--quick] [--no-dynamo]
         DynamoDB Local up, cargo bench; every bench writes a markdown section into
         $LEASE_BENCH_OUT; they are joined, under the date, the machine and the load
@@ -64,8 +72,8 @@ Tasks:
                        follow (a self-test of the whole harness)
   dynamo
         Start DynamoDB Local, print its endpoint and wait until Ctrl-C.
-  help
-        This text.
+  help [TASK]
+        This text, or only TASK's part of it (as does `cargo xtask TASK --help`).
 
 How DynamoDB is found (test, itest, bench):
   1. LEASE_DYNAMO_ENDPOINT already set: used as is, nothing is started.
@@ -92,17 +100,9 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let outcome = match task.as_str() {
-        "test" => test::test(&flags),
-        "itest" => test::itest(&flags),
-        "bench" => bench::bench(&flags),
-        "chaos" => chaos::chaos(&flags),
-        "dynamo" => dynamo_local::serve(&flags),
-        "help" | "-h" | "--help" => {
-            print!("{HELP}");
-            Ok(())
-        }
-        other => Err(format!("unknown task `{other}`; see `cargo xtask help`").into()),
+    let outcome = match requested_help(task, &flags) {
+        Some(text) => text.map(|text| print!("{text}")),
+        None => run(task, &flags),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -111,6 +111,58 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Runs `task` with `flags`.
+fn run(task: &str, flags: &[&str]) -> Result {
+    match task {
+        "test" => test::test(flags),
+        "itest" => test::itest(flags),
+        "msrv" => msrv::msrv(flags),
+        "bench" => bench::bench(flags),
+        "chaos" => chaos::chaos(flags),
+        "dynamo" => dynamo_local::serve(flags),
+        other => Err(format!("unknown task `{other}`; see `cargo xtask help`").into()),
+    }
+}
+
+/// The help that `cargo xtask <task> <flags>` asks for, if it asks: all of [`HELP`] for `help`,
+/// `--help` or `-h`, one task's part of it for `help TASK` and for `TASK --help` (or `-h`, among
+/// any other flags, which are then not read); an error for a task that does not exist.
+fn requested_help(task: &str, flags: &[&str]) -> Option<Result<String>> {
+    let is_help = |arg: &str| matches!(arg, "-h" | "--help");
+    let task = if is_help(task) || task == "help" {
+        match flags.first() {
+            Some(task) if !is_help(task) => *task,
+            _ => return Some(Ok(HELP.to_owned())),
+        }
+    } else if flags.iter().any(|flag| is_help(flag)) {
+        task
+    } else {
+        return None;
+    };
+    Some(
+        task_help(task)
+            .ok_or_else(|| format!("unknown task `{task}`; see `cargo xtask help`").into()),
+    )
+}
+
+/// `task`'s part of [`HELP`]: its usage line (`cargo xtask <task> [FLAGS]`) and what follows it
+/// up to the next task, then where the rest is.
+fn task_help(task: &str) -> Option<String> {
+    // A task's usage line is indented by two spaces; its description, by more.
+    let is_usage = |line: &str| line.starts_with("  ") && !line.starts_with("   ");
+    let mut lines = HELP
+        .lines()
+        .skip_while(|line| !(is_usage(line) && line.split_whitespace().next() == Some(task)));
+    let usage = lines.next()?;
+    let mut text = format!("cargo xtask {}\n", usage.trim());
+    for line in lines.take_while(|line| line.starts_with("   ")) {
+        text.push_str(line);
+        text.push('\n');
+    }
+    text.push_str("\nEvery task, how DynamoDB is found, the environment: `cargo xtask help`.\n");
+    Some(text)
 }
 
 /// The workspace root: xtask always lives in `<root>/xtask`.
@@ -134,4 +186,54 @@ fn parse_flags(task: &str, flags: &[&str], known: &[&str]) -> Result<Vec<bool>> 
         .into());
     }
     Ok(known.iter().map(|flag| flags.contains(flag)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tasks `main` dispatches.
+    const TASKS: [&str; 7] = ["test", "itest", "msrv", "bench", "chaos", "dynamo", "help"];
+
+    #[test]
+    fn every_task_has_its_own_help_and_the_help_names_every_task() {
+        for task in TASKS {
+            let text = task_help(task).unwrap_or_else(|| panic!("no help for `{task}`"));
+            assert!(text.starts_with(&format!("cargo xtask {task}")), "{text}");
+            assert!(text.lines().count() > 3, "{text}");
+        }
+        assert!(task_help("tests").is_none());
+        assert!(task_help("DynamoDB").is_none());
+    }
+
+    #[test]
+    fn help_is_asked_for_before_and_after_a_task_and_never_runs_it() {
+        let help = |task: &str, flags: &[&str]| {
+            requested_help(task, flags).map(|text| text.map_err(|e| e.to_string()))
+        };
+        let test_help = task_help("test").expect("test has help");
+        assert!(
+            test_help.starts_with("cargo xtask test [--no-dynamo] [--quick]\n"),
+            "{test_help}"
+        );
+        assert!(test_help.contains("--no-dynamo  ") && test_help.contains("--quick  "));
+        assert!(!test_help.contains("cargo xtask itest"), "{test_help}");
+        assert_eq!(help("test", &["--help"]), Some(Ok(test_help.clone())));
+        assert_eq!(
+            help("test", &["--quick", "-h"]),
+            Some(Ok(test_help.clone()))
+        );
+        assert_eq!(help("help", &["test"]), Some(Ok(test_help)));
+        for all in [
+            help("help", &[]),
+            help("--help", &[]),
+            help("-h", &["--help"]),
+        ] {
+            assert_eq!(all, Some(Ok(HELP.to_owned())));
+        }
+        assert!(help("chaos", &["--seed", "1", "--help"]).is_some_and(|text| text.is_ok()));
+        assert!(help("tests", &["--help"]).is_some_and(|text| text.is_err()));
+        assert_eq!(help("test", &["--quick", "--no-dynamo"]), None);
+        assert_eq!(help("dynamo", &[]), None);
+    }
 }
