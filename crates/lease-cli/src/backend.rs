@@ -5,13 +5,14 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use lease_core::{LeaseBackend, LeaseKey};
+use lease_core::{FencingToken, LeaseBackend, LeaseKey};
 
 use crate::exit::Failure;
 
-/// A descriptor sharing a held lease's kernel lock, for the command to inherit (file store).
+/// A descriptor sharing the kernel lock of the lease held on a key with a fencing token, for
+/// the command to inherit (file store).
 pub(crate) type LockSharer =
-    Arc<dyn Fn(&lease_core::Lease) -> Option<std::os::fd::OwnedFd> + Send + Sync>;
+    Arc<dyn Fn(&LeaseKey, FencingToken) -> Option<std::os::fd::OwnedFd> + Send + Sync>;
 
 /// Lists every key of a store that can enumerate them.
 pub(crate) type KeyLister = Arc<dyn Fn() -> Result<Vec<LeaseKey>, String> + Send + Sync>;

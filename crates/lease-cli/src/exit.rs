@@ -71,8 +71,12 @@ impl Failure {
         error: &LeaseError,
         advice: fn(&LeaseError) -> Option<String>,
     ) -> Self {
-        let cause = error.last_error().filter(|last| !last.is_held());
-        if let Some(last) = cause {
+        if let LeaseError::Timeout {
+            last_error: Some(last),
+            ..
+        } = error
+            && !last.is_held()
+        {
             let code = Self::lease(context, last, advice).code;
             return match advice(last) {
                 Some(advice) => Self::new(code, format!("{context}: {}; {advice}", report(error))),

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use lease_core::backend::{default_safety_margin, validate_duration};
 use lease_core::{
-    AcquireOptions, CountingLease, Holder, KeeperOptions, Lease, LeaseBackendExt, LeaseError,
-    LeaseGuard, LeaseKey, LossReason, WaitOptions,
+    AcquireOptions, CountingLease, Holder, LeaseError, LeaseGuard, LeaseKey, LossReason,
+    WaitOptions,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -151,22 +151,20 @@ pub(crate) async fn run(args: RunArgs) -> Result<u8, Failure> {
 /// Acquires, runs the command under the lease, releases. Returns the exit status.
 pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Failure> {
     let mut signals = Signals::install()?;
-    let lease = tokio::select! {
-        lease = acquire(backend, plan) => lease?,
+    let guard = tokio::select! {
+        guard = acquire(backend, plan) => guard?,
         signal = signals.recv() => {
             eprintln!("lease: interrupted by {signal} while waiting for lease {}", plan.key);
             return Ok(signal_status(signal as i32));
         }
     };
-    let fencing = lease.fencing_token();
+    let fencing = guard.fencing_token();
     let slot = plan
         .counting
         .as_ref()
-        .and_then(|counting| counting.slot_of(lease.key()))
+        .and_then(|counting| counting.slot_of(guard.key()))
         .unwrap_or(0);
-    tracing::info!(key = %lease.key(), slot, %fencing, backend = backend.leases.name(), "lease acquired");
-    let guard = LeaseGuard::spawn(backend.leases.clone(), lease, KeeperOptions::default())
-        .map_err(|e| Failure::internal(format!("cannot start the lease keeper: {e}")))?;
+    tracing::info!(key = %guard.key(), slot, %fencing, backend = backend.leases.name(), "lease acquired");
 
     let relay = if plan.foreground {
         None
@@ -190,7 +188,7 @@ pub(crate) async fn run_plan(backend: &Backend, plan: &RunPlan) -> Result<u8, Fa
         backend
             .kernel_lock
             .as_ref()
-            .and_then(|share| share(&guard.lease()))
+            .and_then(|share| share(guard.key(), fencing))
             .and_then(inheritable)
     };
     let (child, link) = match start(plan, (fencing.get(), slot), relay.as_ref(), inherited) {
@@ -279,85 +277,65 @@ type HolderIdentity = (
     Option<lease_core::FencingToken>,
 );
 
-/// Acquires the lease, trying once (`--wait 0`) or waiting with visible progress.
-async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<Lease, Failure> {
+/// Acquires the lease and starts keeping it (renewals every third of the TTL, on this
+/// runtime): one attempt with `--wait 0`, which fails naming the holder when the lease is busy
+/// (and lets the store retry nothing), else waiting with visible progress.
+async fn acquire(backend: &Backend, plan: &RunPlan) -> Result<LeaseGuard, Failure> {
     let mut options = AcquireOptions::default().with_owner(owner_description());
     if let Some(value) = &plan.value {
         options = options.with_value(value.clone());
     }
-    let result = if plan.wait.is_zero() {
-        // One attempt: a deadline already reached lets the store retry nothing.
-        let options = options.with_deadline(backend.leases.clock().monotonic());
-        match &plan.counting {
-            Some(counting) => {
-                counting
-                    .try_acquire(backend.leases.as_ref(), plan.ttl, &options)
-                    .await
-            }
-            None => {
-                backend
-                    .leases
-                    .try_acquire(&plan.key, plan.ttl, &options)
-                    .await
-            }
-        }
-    } else {
-        let announced: Arc<Mutex<Option<HolderIdentity>>> = Arc::default();
-        let seen = announced.clone();
-        let waiting_for = fmt_duration(plan.wait);
-        let wait = WaitOptions::new(plan.wait)
-            .with_acquire_options(options)
-            .with_backoff(Duration::from_millis(25), Duration::from_secs(1))
-            .on_wait(move |event| {
-                let Some(holder) = event.holder else {
-                    tracing::debug!(key = %event.key, error = %event.last_error, "acquire failed; retrying");
-                    return;
-                };
-                // Once per holder, not once per attempt or renewal.
-                let identity = (
-                    holder.owner().map(str::to_owned),
-                    holder.acquired_at(),
-                    holder.fencing(),
-                );
-                let mut last = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                if last.as_ref() != Some(&identity) {
-                    eprintln!(
-                        "lease: waiting for lease {} held by {} (waiting up to {waiting_for})",
-                        event.key,
-                        describe_holder(holder)
-                    );
-                    *last = Some(identity);
-                }
-            });
-        let started = Instant::now();
-        let result = match &plan.counting {
-            Some(counting) => {
-                counting
-                    .acquire_with(backend.leases.as_ref(), plan.ttl, &wait)
-                    .await
-            }
-            None => {
-                backend
-                    .leases
-                    .acquire_with(&plan.key, plan.ttl, &wait)
-                    .await
-            }
-        };
-        let waited = announced
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_some();
-        if let (Ok(lease), true) = (&result, waited) {
-            eprintln!(
-                "lease: acquired lease {} (fencing token {}) after {}",
-                lease.key(),
-                lease.fencing_token(),
-                fmt_duration(started.elapsed())
+    let announced: Arc<Mutex<Option<HolderIdentity>>> = Arc::default();
+    let seen = announced.clone();
+    let waiting_for = fmt_duration(plan.wait);
+    // Not called for a single attempt: only between attempts of a wait.
+    let wait = WaitOptions::new(plan.wait)
+        .with_backoff(Duration::from_millis(25), Duration::from_secs(1))
+        .on_wait(move |event| {
+            let Some(holder) = event.holder else {
+                tracing::debug!(key = %event.key, error = %event.last_error, "acquire failed; retrying");
+                return;
+            };
+            // Once per holder, not once per attempt or renewal.
+            let identity = (
+                holder.owner().map(str::to_owned),
+                holder.acquired_at(),
+                holder.fencing_token(),
             );
-        }
-        result
+            let mut last = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if last.as_ref() != Some(&identity) {
+                eprintln!(
+                    "lease: waiting for lease {} held by {} (waiting up to {waiting_for})",
+                    event.key,
+                    describe_holder(holder)
+                );
+                *last = Some(identity);
+            }
+        });
+    let builder = match &plan.counting {
+        Some(counting) => counting.lease(backend.leases.clone(), plan.ttl),
+        None => LeaseGuard::builder(backend.leases.clone(), &plan.key, plan.ttl),
     };
-    result.map_err(|error| acquire_failure(&plan.key, &error))
+    let started = Instant::now();
+    let guard = builder
+        .with_wait(wait)
+        .with_options(options)
+        .acquire()
+        .await
+        .map_err(|error| acquire_failure(&plan.key, &error))?;
+    let waited = announced
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .is_some();
+    if waited {
+        eprintln!(
+            "lease: acquired lease {} (fencing token {}) after {}",
+            guard.key(),
+            guard.fencing_token(),
+            fmt_duration(started.elapsed())
+        );
+    }
+    Ok(guard)
 }
 
 fn acquire_failure(key: &LeaseKey, error: &LeaseError) -> Failure {
@@ -369,18 +347,22 @@ fn acquire_failure(key: &LeaseKey, error: &LeaseError) -> Failure {
                 holder_or_unknown(error.holder())
             ),
         ),
-        LeaseError::Timeout { waited, .. }
-            if error.last_error().is_none_or(LeaseError::is_held) =>
-        {
-            Failure::new(
-                exit::HELD,
-                format!(
-                    "gave up after {} waiting for lease {key} held by {}",
-                    fmt_duration(*waited),
-                    holder_or_unknown(error.holder())
-                ),
-            )
-        }
+        LeaseError::Timeout {
+            waited, last_error, ..
+        } if last_error.as_deref().is_none_or(LeaseError::is_held) => Failure::new(
+            exit::HELD,
+            format!(
+                "gave up after {} waiting for lease {key} held by {}",
+                fmt_duration(*waited),
+                holder_or_unknown(error.holder())
+            ),
+        ),
+        // No keeper could start (the lease is released): ours, not the store's.
+        LeaseError::Runtime { .. } => Failure::internal(format!(
+            "cannot acquire lease {}: {}",
+            crate::backend::shown_key(key),
+            exit::report(error)
+        )),
         _ => crate::stores::failure(
             &format!("cannot acquire lease {}", crate::backend::shown_key(key)),
             error,
@@ -405,7 +387,7 @@ pub(crate) fn describe_holder(holder: &Holder) -> String {
     if let Some(until) = holder.expires_at() {
         details.push(format!("until {}", fmt_time(until)));
     }
-    if let Some(fencing) = holder.fencing() {
+    if let Some(fencing) = holder.fencing_token() {
         details.push(format!("fencing token {fencing}"));
     }
     if !details.is_empty() {
@@ -593,7 +575,13 @@ enum Stop {
 impl std::fmt::Display for Stop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Lost(reason) => write!(f, "{reason}"),
+            Self::Lost(reason @ LossReason::NotOwned(_)) => write!(f, "lease lost: {reason}"),
+            // Its source (the last renewal's error) says why.
+            Self::Lost(reason) => write!(
+                f,
+                "lease can no longer be trusted: {}",
+                exit::report(reason)
+            ),
             Self::Early { deadline_in } => write!(
                 f,
                 "the lease could not be renewed and can be trusted for only {} more",
@@ -647,8 +635,8 @@ async fn supervise(
                 if let Some(relay) = relay {
                     relay.publish(guard.deadline());
                 }
-                if let Err(reason) = guard.check() {
-                    break Stop::Lost(reason);
+                if let Err(error) = guard.check() {
+                    break Stop::Lost(loss_reason(error));
                 }
                 let deadline_in = guard.deadline().saturating_duration_since(crate::relay::mono_now());
                 if deadline_in <= stop_window {
@@ -672,6 +660,15 @@ async fn supervise(
         }
     };
     stop(plan, guard, child, target, signals, &reason).await
+}
+
+/// Why a guard's [`check`](LeaseGuard::check) failed: the reason its [`LeaseError::Lost`]
+/// carries (the only error `check` returns).
+fn loss_reason(error: LeaseError) -> LossReason {
+    match error {
+        LeaseError::Lost { reason, .. } => reason,
+        other => LossReason::BackendFailing(Arc::new(other)),
+    }
 }
 
 /// The terminal stopped the command's group (Ctrl-Z, or the terminal used from the
@@ -743,7 +740,8 @@ async fn finish(
     if let Some(target) = target.filter(|t| t.group_alive()) {
         stop_stragglers(plan, &guard, target, signals).await;
     }
-    if let Err(reason) = guard.check() {
+    if let Err(error) = guard.check() {
+        let reason = Stop::Lost(loss_reason(error));
         release(guard).await;
         return Err(Failure::new(
             exit::LOST,
@@ -896,7 +894,7 @@ fn announce_stop(plan: &RunPlan, reason: &Stop, grace_period: Duration) {
 pub(crate) const RELEASE_BUDGET: Duration = Duration::from_secs(2);
 
 async fn release(guard: LeaseGuard) {
-    let key = guard.key();
+    let key = guard.key().clone();
     let Ok(released) = tokio::time::timeout(RELEASE_BUDGET, guard.release()).await else {
         eprintln!(
             "lease: could not release lease {key} within {} (it will expire on its own)",
@@ -965,7 +963,7 @@ impl Signals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lease_core::{LeaseBackend, MemoryBackend};
+    use lease_core::{Lease, LeaseBackend, MemoryBackend};
 
     #[test]
     fn a_stat_line_tells_live_members_of_the_group() {
@@ -1041,7 +1039,7 @@ mod tests {
             .expect("held")
             .clone();
         store
-            .release(key, &token, record.fencing())
+            .release(key, &token, record.fencing_token().expect("a counter"))
             .await
             .expect("broken");
     }
@@ -1239,7 +1237,7 @@ mod tests {
             &'a self,
             key: &'a LeaseKey,
             holder: Option<&'a lease_core::LeaseToken>,
-            fencing: lease_core::FencingToken,
+            fencing: Option<lease_core::FencingToken>,
         ) -> lease_core::BoxFuture<'a, Result<(), LeaseError>> {
             self.0.delete(key, holder, fencing)
         }

@@ -2,7 +2,7 @@
 
 use std::time::SystemTime;
 
-use lease_core::{CountingLease, Holder, LeaseError, LeaseKey, LeaseRecord};
+use lease_core::{CountingLease, FencingToken, Holder, LeaseError, LeaseKey, LeaseRecord};
 use serde_json::{Value, json};
 
 use crate::backend::{Backend, lease_key};
@@ -286,10 +286,12 @@ fn seen_json(key: &LeaseKey, seen: &Seen, now: SystemTime) -> Value {
         .and_then(|until| until.duration_since(now).ok())
         .filter(|_| state == State::Held)
         .map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
-    // Another protocol's lock has no fencing token of ours.
+    // Another protocol's lock has no fencing token of ours; a record without a counter (an
+    // item of the Go package) has none at all.
     let fencing = record
         .filter(|_| state != State::HeldByGo)
-        .map(|r| r.fencing().get());
+        .and_then(LeaseRecord::fencing_token)
+        .map(FencingToken::get);
     json!({
         "key": key.to_string(),
         "partition": key.partition(),
@@ -326,7 +328,10 @@ fn record_text(key: &LeaseKey, record: Option<&LeaseRecord>, now: SystemTime) ->
     let Some(record) = record else {
         return format!("{key}: free (never held)\n");
     };
-    let fencing = record.fencing();
+    // A record without a counter (an item of the Go package) has no token to show.
+    let fencing = record
+        .fencing_token()
+        .map_or_else(|| "none".to_owned(), |token| token.to_string());
     match (State::of(Some(record), now), record.holder()) {
         (State::HeldByGo, Some(holder)) => {
             let mut text = format!(
@@ -406,7 +411,9 @@ fn table_text(all: &[(LeaseKey, Seen)], now: SystemTime) -> String {
                 holder
                     .and_then(|h| h.expires_at())
                     .map_or_else(|| "-".to_owned(), fmt_time),
-                record.map_or_else(|| "-".to_owned(), |r| r.fencing().to_string()),
+                record
+                    .and_then(LeaseRecord::fencing_token)
+                    .map_or_else(|| "-".to_owned(), |token| token.to_string()),
             ]
         })
         .collect();
@@ -482,11 +489,13 @@ pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
             backend.description
         )));
     };
-    // Name the holder's tenure exactly: a lease taken over since the inspect is left alone.
+    // Name the holder's tenure exactly: a lease taken over since the inspect is left alone. A
+    // tenure without a fencing counter (an item of the Go package) is named by the raw token 0,
+    // as the stores write it: the release contract has no other way to say "no counter".
     let fencing = holder
-        .fencing()
-        .or_else(|| record.as_ref().map(LeaseRecord::fencing))
-        .unwrap_or(lease_core::FencingToken::NONE);
+        .fencing_token()
+        .or_else(|| record.as_ref().and_then(LeaseRecord::fencing_token))
+        .unwrap_or(lease_core::backend::fencing_token(0));
     backend
         .leases
         .release(&key, token, fencing)
@@ -516,7 +525,7 @@ pub(crate) async fn table_create(args: TableCreateArgs) -> Result<u8, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lease_core::{FencingToken, LeaseToken};
+    use lease_core::LeaseToken;
     use std::time::Duration;
 
     fn record(key: &str, expires_in: Option<i64>, now: SystemTime) -> LeaseRecord {
@@ -589,7 +598,12 @@ mod tests {
         let now = SystemTime::now();
         let key = LeaseKey::new("k").expect("key");
         let foreign = Holder::new().with_token(LeaseToken::new("0123456789abcdef0123").expect("t"));
-        let record = lease_core::backend::new_record(key, Some(foreign), FencingToken::NONE);
+        // A holder written without a fencing counter.
+        let record = lease_core::backend::new_record(
+            key,
+            Some(foreign),
+            lease_core::backend::fencing_token(0),
+        );
         assert_eq!(json_of(&record, now)["state"], "held");
         let text = record_text(record.key(), Some(&record), now);
         assert!(text.starts_with("k: held by"), "{text}");

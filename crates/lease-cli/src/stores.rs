@@ -74,6 +74,17 @@ pub(crate) async fn open_holding(
     }
 }
 
+/// The file store in `dir`, accepting a directory other users can change (`--shared-dir`) only
+/// when `shared`.
+fn file_store(dir: &Path, shared: bool) -> lease_file::DirectoryStoreBuilder {
+    let builder = lease_file::DirectoryStore::builder(dir);
+    if shared {
+        builder.with_shared_directory()
+    } else {
+        builder
+    }
+}
+
 /// Opens the store for `--path PATH` when given (the lock at exactly PATH, see
 /// [`crate::backend::lease_key`]), else the store `args` names.
 pub(crate) async fn open_for(
@@ -90,9 +101,8 @@ pub(crate) async fn open_for(
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => std::path::PathBuf::from("."),
     };
-    let store = lease_file::DirectoryStore::builder(&dir)
-        .with_verbatim_names(true)
-        .with_shared_directory(args.shared_dir)
+    let store = file_store(&dir, args.shared_dir)
+        .with_verbatim_names()
         .build()
         .map_err(|error| {
             Failure::unavailable(format!(
@@ -104,7 +114,9 @@ pub(crate) async fn open_for(
         })?;
     let sharer = store.clone();
     let mut backend = Backend::new(store, format!("lock {}", path.display()));
-    backend.kernel_lock = Some(Arc::new(move |lease| sharer.kernel_lock_descriptor(lease)));
+    backend.kernel_lock = Some(Arc::new(move |key, fencing| {
+        sharer.kernel_lock_descriptor(key, fencing)
+    }));
     Ok(backend)
 }
 
@@ -171,22 +183,21 @@ pub(crate) async fn open_for_status(
 /// operation reports a directory it cannot write, and an existing key stays acquirable on a
 /// file system out of inodes (its state changes are renames).
 pub(crate) fn open_file(dir: &Path, shared: bool) -> Result<Backend, Failure> {
-    let store = lease_file::DirectoryStore::builder(dir)
-        .with_shared_directory(shared)
-        .build()
-        .map_err(|error| {
-            let message = format!("cannot open the lease directory {}: {error}", dir.display());
-            if error.is_invalid_input() {
-                Failure::usage(message)
-            } else {
-                Failure::unavailable(message)
-            }
-        })?;
+    let store = file_store(dir, shared).build().map_err(|error| {
+        let message = format!("cannot open the lease directory {}: {error}", dir.display());
+        if error.is_invalid_input() {
+            Failure::usage(message)
+        } else {
+            Failure::unavailable(message)
+        }
+    })?;
     tracing::debug!(dir = %dir.display(), mode = ?store.mode(), "file store opened");
     let sharer = store.clone();
     let lister = store.clone();
     let mut backend = Backend::new(store, format!("file store {}", dir.display()));
-    backend.kernel_lock = Some(Arc::new(move |lease| sharer.kernel_lock_descriptor(lease)));
+    backend.kernel_lock = Some(Arc::new(move |key, fencing| {
+        sharer.kernel_lock_descriptor(key, fencing)
+    }));
     backend.all_keys = Some(Arc::new(move || {
         // The store decodes its own listing; sorted for a stable display.
         let mut keys = lister.keys().map_err(|e| e.to_string())?;
@@ -215,15 +226,12 @@ pub(crate) fn prune(args: &crate::cli::PruneArgs) -> Result<u8, Failure> {
             )));
         }
     }
-    let store = lease_file::DirectoryStore::builder(&dir)
-        .with_shared_directory(args.shared_dir)
-        .build()
-        .map_err(|error| {
-            failure(
-                &format!("cannot open the lease directory {}", dir.display()),
-                &error,
-            )
-        })?;
+    let store = file_store(&dir, args.shared_dir).build().map_err(|error| {
+        failure(
+            &format!("cannot open the lease directory {}", dir.display()),
+            &error,
+        )
+    })?;
     let report = store
         .prune(args.idle)
         .map_err(|error| failure(&format!("cannot prune {}", dir.display()), &error))?;
@@ -263,21 +271,21 @@ pub(crate) fn advice(_error: &LeaseError) -> Option<String> {
 /// with `--attribute-name`.
 #[cfg(feature = "dynamo")]
 pub(crate) fn advice(error: &LeaseError) -> Option<String> {
-    let dynamo = std::error::Error::source(error)?.downcast_ref::<lease_dynamo::DynamoError>()?;
-    if dynamo.is_key_schema_mismatch() {
-        return Some(
+    use lease_dynamo::{DynamoError, DynamoErrorKind};
+    let dynamo = std::error::Error::source(error)?.downcast_ref::<DynamoError>()?;
+    match dynamo.kind() {
+        DynamoErrorKind::KeySchemaMismatch => Some(
             "name the table's key attributes with --attribute-name pk=NAME --attribute-name \
              sk=NAME (both strings), or use another table"
                 .to_owned(),
-        );
-    }
-    dynamo.is_table_missing().then(|| {
-        format!(
+        ),
+        DynamoErrorKind::TableMissing => Some(format!(
             "create it with `lease table create --dynamo {}` (with this command's --endpoint and \
              --region, if any)",
             dynamo.table()
-        )
-    })
+        )),
+        _ => None,
+    }
 }
 
 /// Creates the DynamoDB table `table` (and enables TTL on it), waiting until it is active.
@@ -315,24 +323,45 @@ fn attribute_names(renames: &[String]) -> Result<AttributeNames, Failure> {
         let (default, name) = rename
             .split_once('=')
             .ok_or_else(|| bad("write it as DEFAULT=NAME, such as pk=id"))?;
-        names = match default {
-            "pk" => names.with_partition_key(name),
-            "sk" => names.with_sort_key(name),
-            "lease_token" => names.with_token(name),
-            "lease_expires_at" => names.with_expires_at(name),
-            "lease_expires_at_ms" => names.with_expires_at_ms(name),
-            "ttl" => names.with_ttl(name),
-            "lease_fence" => names.with_fencing(name),
-            "lease_owner" => names.with_owner(name),
-            "lease_acquired_at" => names.with_acquired_at(name),
-            "lease_request" => names.with_request(name),
-            "fenced_value" => names.with_fenced_value(name),
-            "value_fence" => names.with_value_fence(name),
-            "lease_value" => names.with_value(name),
+        let field = match default {
+            "pk" => &mut names.partition_key,
+            "sk" => &mut names.sort_key,
+            "lease_token" => &mut names.token,
+            "lease_expires_at" => &mut names.expires_at,
+            "lease_expires_at_ms" => &mut names.expires_at_ms,
+            "ttl" => &mut names.ttl,
+            "lease_fence" => &mut names.fencing,
+            "lease_owner" => &mut names.owner,
+            "lease_acquired_at" => &mut names.acquired_at,
+            "lease_request" => &mut names.request,
+            "fenced_value" => &mut names.fenced_value,
+            "value_fence" => &mut names.value_fence,
+            "lease_value" => &mut names.value,
             _ => return Err(bad("no attribute has that default name (see --help)")),
         };
+        name.clone_into(field);
     }
     Ok(names)
+}
+
+/// The SDK client, configured as for any AWS service (credentials and region from the
+/// environment, the AWS profile or instance metadata), with `--endpoint` and `--region` over it.
+/// An endpoint without a region (DynamoDB Local, which wants one but ignores which) gets the
+/// configured region or `us-east-1`, from lease-dynamo's `client_for_endpoint`: its users need
+/// not set one.
+#[cfg(feature = "dynamo")]
+async fn sdk_client(endpoint: Option<&str>, region: Option<&str>) -> aws_sdk_dynamodb::Client {
+    if let (Some(endpoint), None) = (endpoint, region) {
+        return lease_dynamo::client_for_endpoint(endpoint).await;
+    }
+    let mut config = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(region) = region {
+        config = config.region(aws_config::Region::new(region.to_owned()));
+    }
+    if let Some(endpoint) = endpoint {
+        config = config.endpoint_url(endpoint);
+    }
+    aws_sdk_dynamodb::Client::new(&config.load().await)
 }
 
 #[cfg(feature = "dynamo")]
@@ -343,14 +372,7 @@ async fn dynamo(
     options: &TableOptions,
     grace: Duration,
 ) -> Result<lease_dynamo::DynamoLeases, Failure> {
-    // DynamoDB Local wants a region but ignores which; do not make its users set one.
-    let region = region.or_else(|| {
-        let configured = ["AWS_REGION", "AWS_DEFAULT_REGION"]
-            .iter()
-            .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()));
-        (endpoint.is_some() && !configured).then_some("us-east-1")
-    });
-    let client = lease_dynamo::sdk_client(endpoint, region).await;
+    let client = sdk_client(endpoint, region).await;
     let mut builder = lease_dynamo::DynamoLeases::builder(client, table)
         .with_attribute_names(attribute_names(&options.attribute_name)?)
         .with_max_clock_skew(options.max_clock_skew.unwrap_or_default())
@@ -407,11 +429,18 @@ mod tests {
         )
         .await
         .expect("configured");
-        assert_eq!(leases.max_clock_skew(), Duration::from_secs(2));
-        assert_eq!(leases.lock_sort_key(), "MUTEX");
-        assert_eq!(leases.attribute_names().partition_key(), "id");
-        assert_eq!(leases.attribute_names().token(), "holder");
-        assert_eq!(leases.recreation_grace(), Duration::from_secs(30));
+        // The manager echoes its settings only in its `Debug` form (it has no getters).
+        let settings = format!("{leases:?}");
+        for set in [
+            "max_clock_skew: 2s",
+            r#"lock_sort_key: "MUTEX""#,
+            r#"partition_key: "id""#,
+            r#"token: "holder""#,
+            r#"sort_key: "sk""#,
+            "recreation_grace: 30s",
+        ] {
+            assert!(settings.contains(set), "{set} not in {settings}");
+        }
 
         let bad = attribute_names(&["lease_tokn=x".to_owned()]).expect_err("unknown default");
         assert_eq!(bad.code, crate::exit::USAGE);

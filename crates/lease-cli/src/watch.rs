@@ -1,9 +1,12 @@
 //! `lease watch`: the current holder of a lease, then one line per change, until interrupted.
 
+use std::pin::Pin;
 use std::time::Duration;
 
+use futures_core::Stream;
+
 use lease_core::backend::fmt_time;
-use lease_core::{Election, Leader, LeaderChange, LeaseKey};
+use lease_core::{Election, FencingToken, Leader, LeaderChange, LeaseKey};
 use serde_json::json;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -31,8 +34,10 @@ pub(crate) async fn watch(args: WatchArgs) -> Result<u8, Failure> {
     let (mut interrupt, mut terminate) = signals
         .map_err(|e| Failure::internal(format!("cannot listen for SIGINT and SIGTERM: {e}")))?;
     loop {
+        let next = std::future::poll_fn(|cx| Pin::new(&mut observer).poll_next(cx));
         let change = tokio::select! {
-            change = observer.next() => change,
+            // The stream reports changes for as long as it is read: it never ends.
+            change = next => change.ok_or_else(|| Failure::internal("the lease observer ended"))?,
             _ = interrupt.recv() => return Ok(0),
             _ = terminate.recv() => return Ok(0),
         };
@@ -63,7 +68,9 @@ fn change_text(key: &LeaseKey, change: &LeaderChange) -> String {
             if let Some(since) = leader.since() {
                 text.push_str(&format!(", since {}", fmt_time(since)));
             }
-            text.push_str(&format!(", fencing token {}", leader.fencing_token()));
+            if let Some(fencing) = leader.fencing_token() {
+                text.push_str(&format!(", fencing token {fencing}"));
+            }
             text
         }
         _ => format!("{key}: free"),
@@ -84,7 +91,7 @@ fn change_json(key: &LeaseKey, change: &LeaderChange) -> serde_json::Value {
         "value": leader.and_then(Leader::value),
         "since": leader.and_then(Leader::since).map(fmt_time),
         "until": holder.and_then(|h| h.expires_at()).map(fmt_time),
-        "fencing": leader.map(|l| l.fencing_token().get()),
+        "fencing": leader.and_then(Leader::fencing_token).map(FencingToken::get),
     })
 }
 

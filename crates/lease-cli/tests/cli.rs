@@ -697,7 +697,7 @@ fn dynamo_go_leases_are_held_shown_and_breakable() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let client = lease_dynamo::sdk_client(Some(&endpoint), Some("us-east-1")).await;
+        let client = lease_dynamo::client_for_endpoint(&endpoint).await;
         use aws_sdk_dynamodb::types::AttributeValue::{N, S};
         client
             .put_item()

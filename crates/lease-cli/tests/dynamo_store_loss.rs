@@ -124,7 +124,7 @@ fn a_recreated_table_never_grants_a_lease_while_its_old_holder_runs() {
         .enable_all()
         .build()
         .expect("runtime");
-    let client = runtime.block_on(lease_dynamo::sdk_client(Some(&endpoint), Some("us-east-1")));
+    let client = runtime.block_on(lease_dynamo::client_for_endpoint(&endpoint));
     let dir = tempfile::tempdir().expect("tempdir");
     let mut jitter = unix_nanos(SystemTime::now()) as u64 | 1;
     let table = format!("store-loss-{}-{}", std::process::id(), jitter % 100_000);

@@ -19,10 +19,22 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lease_core::{FencedValues, LeaseBackend, LeaseBackendExt, LeaseKey};
+use std::sync::Arc;
+
+use lease_core::{AcquireOptions, FencedValues, LeaseBackend, LeaseGuard, LeaseKey, WaitOptions};
 use lease_file::{DirectoryStore, FileLock};
 
 const NOBODY: u32 = 65534;
+
+/// Drives the store's futures (they complete without waiting on anything) on this thread.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    thread_local! {
+        static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+    }
+    RUNTIME.with(|runtime| runtime.block_on(future))
+}
 
 fn root_only() -> Option<(PathBuf, PathBuf)> {
     if !nix::unistd::geteuid().is_root() {
@@ -142,7 +154,7 @@ fn another_user_racing_symlinks_never_makes_root_touch_anything_outside_the_stor
     };
     let open = || {
         DirectoryStore::builder(&store_dir)
-            .with_shared_directory(true)
+            .with_shared_directory()
             .build()
     };
     let mut store = None;
@@ -160,21 +172,15 @@ fn another_user_racing_symlinks_never_makes_root_touch_anything_outside_the_stor
         let key = LeaseKey::new(format!("k{}", if i % 8 == 0 { i } else { i % 64 })).unwrap();
         let run = || -> Result<(), lease_core::LeaseError> {
             // One attempt: a lease left held by a round the attacker broke is not waited for.
-            let lease = lease_core::executor::block_on(store.try_acquire(
+            let lease = block_on(store.try_acquire(
                 &key,
                 Duration::from_secs(5),
-                &lease_core::AcquireOptions::default(),
+                &AcquireOptions::default(),
             ))?;
-            let written =
-                lease_core::executor::block_on(store.renew(&lease, Duration::from_secs(5)))
-                    .and_then(|lease| {
-                        lease_core::executor::block_on(store.put_fenced(
-                            &key,
-                            lease.fencing_token(),
-                            b"v",
-                        ))
-                    });
-            let released = lease_core::executor::block_on(store.release_lease(&lease));
+            let written = block_on(store.renew(&lease, Duration::from_secs(5)))
+                .and_then(|lease| block_on(store.put_fenced(&key, lease.fencing_token(), b"v")));
+            let released =
+                block_on(store.release(lease.key(), lease.token(), lease.fencing_token()));
             written.and(released)
         };
         let result = run();
@@ -199,17 +205,17 @@ fn another_user_racing_symlinks_never_makes_root_touch_anything_outside_the_stor
         }
         if i % 50 == 0 {
             let planted = LeaseKey::new("planted").unwrap();
-            if let Ok(lease) = lease_core::executor::block_on(store.try_acquire(
+            if let Ok(lease) = block_on(store.try_acquire(
                 &planted,
                 Duration::from_secs(5),
-                &lease_core::AcquireOptions::default(),
+                &AcquireOptions::default(),
             )) {
-                let _ = lease_core::executor::block_on(store.release_lease(&lease));
+                let _ = block_on(store.release(lease.key(), lease.token(), lease.fencing_token()));
             }
         }
         if i % 3 == 0 {
             let lock = FileLock::builder(store_dir.join(format!("f{i}.lock")))
-                .with_shared_directory(true)
+                .with_shared_directory()
                 .with_acquire_retries(0)
                 .build();
             count(
@@ -302,7 +308,7 @@ fn directories_other_users_can_change_are_refused_unless_shared() {
     );
     assert!(shown.contains("with_shared_directory"), "{shown}");
     DirectoryStore::builder(&theirs)
-        .with_shared_directory(true)
+        .with_shared_directory()
         .build()
         .unwrap();
     // A group-writable store of root's.
@@ -313,7 +319,7 @@ fn directories_other_users_can_change_are_refused_unless_shared() {
     let world = top.path().join("world");
     mkdir_owned(&world, 0, 0o777);
     let err = DirectoryStore::builder(&world)
-        .with_shared_directory(true)
+        .with_shared_directory()
         .build()
         .unwrap_err();
     assert!(
@@ -327,24 +333,26 @@ fn directories_other_users_can_change_are_refused_unless_shared() {
 
     // A lock directory another user made in it first.
     let key = LeaseKey::new("squatted").unwrap();
-    mkdir_owned(&store.lock_dir(&key).unwrap(), NOBODY, 0o777);
-    std::fs::write(store.lock_dir(&key).unwrap().join("free.0"), b"").unwrap();
-    let err =
-        lease_core::executor::block_on(store.acquire(&key, Duration::from_secs(5))).unwrap_err();
+    // The key's lock directory: DIR/<encoded key>.lease (a plain name encodes as itself).
+    let lock_dir = sticky.join("squatted.lease");
+    mkdir_owned(&lock_dir, NOBODY, 0o777);
+    std::fs::write(lock_dir.join("free.0"), b"").unwrap();
+    let err = LeaseGuard::builder(Arc::new(store.clone()), &key, Duration::from_secs(5))
+        .with_wait(WaitOptions::new(Duration::ZERO))
+        .acquire_blocking()
+        .unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
     assert!(err.to_string().contains("nobody"), "{err}");
-    std::fs::set_permissions(
-        store.lock_dir(&key).unwrap(),
-        std::fs::Permissions::from_mode(0o755),
-    )
-    .unwrap();
+    std::fs::set_permissions(&lock_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let shared = DirectoryStore::builder(&sticky)
-        .with_shared_directory(true)
+        .with_shared_directory()
         .build()
         .unwrap();
-    let lease =
-        lease_core::executor::block_on(shared.acquire(&key, Duration::from_secs(5))).unwrap();
-    lease_core::executor::block_on(shared.release_lease(&lease)).unwrap();
+    LeaseGuard::builder(Arc::new(shared), &key, Duration::from_secs(5))
+        .acquire_blocking()
+        .unwrap()
+        .release()
+        .unwrap();
 
     // A FileLock whose lock directory, or whose parent, another user owns.
     let lock_path = sticky.join("job.lock");
@@ -357,7 +365,7 @@ fn directories_other_users_can_change_are_refused_unless_shared() {
         "{err}"
     );
     let lock = FileLock::builder(&lock_path)
-        .with_shared_directory(true)
+        .with_shared_directory()
         .build()
         .unwrap();
     lock.try_acquire().unwrap().release().unwrap();

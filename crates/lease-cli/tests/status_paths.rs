@@ -567,7 +567,7 @@ fn dynamo_status_shows_malformed_items_corrupt() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let client = lease_dynamo::sdk_client(Some(&endpoint), Some("us-east-1")).await;
+        let client = lease_dynamo::client_for_endpoint(&endpoint).await;
         for (pk, attributes, _) in &cases {
             let mut put = client
                 .put_item()
@@ -628,7 +628,7 @@ fn dynamo_status_shows_malformed_items_corrupt() {
         "{shown}"
     );
     runtime.block_on(async {
-        let client = lease_dynamo::sdk_client(Some(&endpoint), Some("us-east-1")).await;
+        let client = lease_dynamo::client_for_endpoint(&endpoint).await;
         let deleted = client.delete_table().table_name(&table).send().await;
         assert!(deleted.is_ok(), "{deleted:?}");
     });
