@@ -50,10 +50,7 @@ fn main() {
             rt.block_on(run(&endpoint, workers, units, kills))
         }
         _ => {
-            eprintln!(
-                "SKIPPED: dynamo_fleet bench: {} not set",
-                ENDPOINT_ENV
-            );
+            eprintln!("SKIPPED: dynamo_fleet bench: {} not set", ENDPOINT_ENV);
             format!(
                 "## lessor-partition on DynamoDB Local\n\nSkipped: `{}` was not set (run \
                  `cargo xtask bench`).\n",

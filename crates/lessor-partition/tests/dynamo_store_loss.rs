@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use support::endpoint;
 
+use futures::StreamExt;
 use lease_core::LeaseBackend;
 use lease_dynamo::DynamoLeases;
-use futures::StreamExt;
 use lessor_partition::{Checkpoint, FleetEvent, Worker, WorkerHandle};
 
 const WORKERS: usize = 4;
@@ -245,9 +245,5 @@ async fn run_through_a_loss(
     for task in tasks {
         let _ = task.await;
     }
-    let _ = client
-        .delete_table()
-        .table_name(&table)
-        .send()
-        .await;
+    let _ = client.delete_table().table_name(&table).send().await;
 }

@@ -174,10 +174,9 @@ fn checkpoints_follow_the_owner(
         ((&mut b, "b"), (&mut a, "a"))
     };
     let old_fencing = owns(owner, "only").expect("owned");
-    pollster::block_on(owner.handle().save_checkpoint("only", b"offset=41"))
-        .expect("owner saves");
-    let err = pollster::block_on(other.handle().save_checkpoint("only", b"nope"))
-        .expect_err("not owner");
+    pollster::block_on(owner.handle().save_checkpoint("only", b"offset=41")).expect("owner saves");
+    let err =
+        pollster::block_on(other.handle().save_checkpoint("only", b"nope")).expect_err("not owner");
     assert!(err.is_not_owned(), "{err:?}");
     assert_eq!(
         err.key().and_then(LeaseKey::sort),
@@ -201,8 +200,8 @@ fn checkpoints_follow_the_owner(
         None => store,
     };
     let name = LeaseKey::with_sort_key("fleet/cp/checkpoints", "only").expect("name");
-    let late = pollster::block_on(values.put_fenced(&name, old_fencing, b"late"))
-        .expect_err("fenced out");
+    let late =
+        pollster::block_on(values.put_fenced(&name, old_fencing, b"late")).expect_err("fenced out");
     assert!(late.is_not_owned(), "{late:?}");
     assert_eq!(late.not_owned_reason(), Some(NotOwnedReason::Fenced));
 }
@@ -278,8 +277,7 @@ fn units_added_and_retired_at_run_time_are_planned_by_every_worker() {
     assert_eq!(owned_total(&[&a, &b]).0, 0, "no units yet");
 
     let added =
-        pollster::block_on(a.handle().add_units((0..6).map(|u| format!("s{u}"))))
-            .expect("add");
+        pollster::block_on(a.handle().add_units((0..6).map(|u| format!("s{u}")))).expect("add");
     assert_eq!(added, 6);
     tick_all(&mut [&mut a, &mut b], &clock, 3);
     assert_eq!(owned_total(&[&a, &b]), (6, vec![3, 3]));
@@ -307,13 +305,18 @@ fn units_added_and_retired_at_run_time_are_planned_by_every_worker() {
     pollster::block_on(task.retire()).expect("retire");
     let retired = task.check().expect_err("retired");
     assert!(
-        matches!(&retired, lease_core::LeaseError::Lost { reason: LossReason::NotOwned(NotOwnedReason::Missing), .. }),
+        matches!(
+            &retired,
+            lease_core::LeaseError::Lost {
+                reason: LossReason::NotOwned(NotOwnedReason::Missing),
+                ..
+            }
+        ),
         "{retired:?}"
     );
     assert_eq!(task.fencing_token(), fencing);
     assert_eq!(
-        pollster::block_on(lease_core::LeaseBackend::inspect(&store, &key))
-            .expect("inspect"),
+        pollster::block_on(lease_core::LeaseBackend::inspect(&store, &key)).expect("inspect"),
         None,
         "the retired unit's record is deleted"
     );
@@ -348,13 +351,17 @@ fn a_handoff_waits_for_the_tasks_final_checkpoint() {
     let mut b = make("0b");
     let mut b_events = b.handle().events();
     tick_all(&mut [&mut a, &mut b], &clock, 3);
-    assert!(owns(&a, "only").is_some(), "still a's while its task finishes");
+    assert!(
+        owns(&a, "only").is_some(),
+        "still a's while its task finishes"
+    );
     assert!(owns(&b, "only").is_none());
     assert_eq!(pollster::block_on(task.lost()), UnitEnd::HandedOver);
     assert!(
         task.check().is_ok(),
         "a handoff leaves the unit owned until the task is done"
     );
+    assert!(task.deadline() > lease_core::Clock::monotonic(&*clock));
     pollster::block_on(task.save_checkpoint(b"final")).expect("final save");
     drop(task);
     tick_all(&mut [&mut a, &mut b], &clock, 3);
@@ -467,11 +474,7 @@ fn balancing_by_load_gives_the_heavy_units_owner_fewer_units() {
     let gains = |w: &Worker| w.handle().stats().gains;
     let moves = gains(&a) + gains(&b);
     tick_all(&mut [&mut a, &mut b], &clock, 40);
-    assert_eq!(
-        gains(&a) + gains(&b),
-        moves,
-        "settled: no more moves"
-    );
+    assert_eq!(gains(&a) + gains(&b), moves, "settled: no more moves");
 }
 
 /// Found by the DynamoDB process test: once an ownership ended while its task was alive, the
@@ -505,12 +508,25 @@ fn the_units_and_events_streams_end_when_the_worker_stops() {
     );
     let lost = task.check().expect_err("lost");
     assert!(
-        matches!(&lost, lease_core::LeaseError::Lost { reason: LossReason::DeadlinePassed, .. }),
+        matches!(
+            &lost,
+            lease_core::LeaseError::Lost {
+                reason: LossReason::DeadlinePassed,
+                ..
+            }
+        ),
         "{lost:?}"
     );
+    assert!(task.deadline() <= lease_core::Clock::monotonic(&*clock));
     drop(task);
     pollster::block_on(a.shutdown()).expect("shutdown");
-    assert!(matches!(units.next().now_or_never(), Some(None)), "units end");
+    assert!(
+        matches!(units.next().now_or_never(), Some(None)),
+        "units end"
+    );
     queued(&mut events);
-    assert!(matches!(events.next().now_or_never(), Some(None)), "events end");
+    assert!(
+        matches!(events.next().now_or_never(), Some(None)),
+        "events end"
+    );
 }

@@ -63,7 +63,10 @@ fn a_fleet_reports_units_owned_gained_lost_and_imbalance_per_worker() {
     assert_eq!(gauge(FLEET_IMBALANCE, "b"), [0.0]);
     let handed = [(LABEL_WORKER, "a"), ("reason", "handed_over")];
     assert_eq!(recording.counter(FLEET_UNITS_LOST, &handed), 6);
-    assert_eq!(recording.counter(FLEET_UNITS_GAINED, &[(LABEL_WORKER, "b")]), 6);
+    assert_eq!(
+        recording.counter(FLEET_UNITS_GAINED, &[(LABEL_WORKER, "b")]),
+        6
+    );
 
     // b shuts down: its units are lost with the reason, and it owns none.
     block_on(b.shutdown()).unwrap();

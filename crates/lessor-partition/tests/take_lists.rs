@@ -136,7 +136,10 @@ fn doubly_trusted(workers: &BTreeMap<String, Worker>) -> Vec<String> {
 }
 
 fn owned(workers: &BTreeMap<String, Worker>) -> usize {
-    workers.values().map(|w| w.handle().owned_units().len()).sum()
+    workers
+        .values()
+        .map(|w| w.handle().owned_units().len())
+        .sum()
 }
 
 #[test]

@@ -674,8 +674,8 @@ impl Simulation {
         for w in self.workers.iter().filter(|w| w.status == Status::Running) {
             owned.extend(w.handle.owned_units().into_keys());
         }
-        let records = pollster::block_on(self.store.list_partition("fleet/sim/units"))
-            .unwrap_or_default();
+        let records =
+            pollster::block_on(self.store.list_partition("fleet/sim/units")).unwrap_or_default();
         self.units
             .iter()
             .filter(|u| !owned.contains(*u))

@@ -570,7 +570,7 @@ enum Verdict {
 /// ```
 /// use futures::StreamExt;
 /// use lessor_partition::{Checkpoint, Worker};
-/// use lease_core::{ManualClock, MemoryBackend};
+/// use lease_core::{Clock, ManualClock, MemoryBackend};
 /// use std::sync::Arc;
 /// use std::time::Duration;
 ///
@@ -591,6 +591,7 @@ enum Verdict {
 /// let fencing = task.check()?; // before every act; writes carry the fencing token
 /// pollster::block_on(task.save_checkpoint(b"offset=1"))?;
 /// assert_eq!(fencing, task.fencing_token());
+/// assert!(task.deadline() > clock.monotonic()); // trusted until then unless renewed first
 /// # Ok::<(), lease_core::LeaseError>(())
 /// ```
 pub struct UnitTask {
@@ -644,6 +645,24 @@ impl UnitTask {
         match unit_key(&self.shared, &self.unit) {
             Ok(key) => Err(LeaseError::lost(key, reason)),
             Err(error) => Err(error),
+        }
+    }
+
+    /// The instant, on the store's monotonic clock, until which the worker may act on the unit
+    /// unless its session (and, rarely, the unit's own lease) is renewed first: what
+    /// [`check`](Self::check) and [`lost`](Self::lost) compare with the clock. Once the
+    /// ownership is over, no later than now.
+    pub fn deadline(&self) -> Instant {
+        let now = self.shared.clock().monotonic();
+        let state = self.shared.lock();
+        match Self::verdict(&state, &self.unit, self.fencing, now) {
+            Verdict::Owned(until) => until,
+            Verdict::HandingOver(_) => state
+                .units
+                .get(&self.unit)
+                .zip(state.session)
+                .map_or(now, |(owned, (_, session))| owned.deadline.min(session)),
+            Verdict::Ended(_) => now,
         }
     }
 

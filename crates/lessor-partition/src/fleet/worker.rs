@@ -17,8 +17,8 @@ use super::assigner::{self, Assigner, Heard, Published};
 use super::builder::{Config, WorkerBuilder};
 use super::checkpoint::{Checkpoints, EpochCheck};
 use super::counted::CountedStore;
-use super::session::{Kept, Session};
 use super::join::join_all;
+use super::session::{Kept, Session};
 use super::shared::{Shared, SharedUnit, UnitTask, WorkerHandle};
 use super::types::{Checkpoint, FleetEvent, TickReport, UnitEnd, WorkerStats};
 use super::units::{self, Give, Members, Reading, Units, unit_key};
@@ -411,11 +411,7 @@ impl Worker {
         Some(lease)
     }
 
-    pub(crate) fn lose_all(
-        &mut self,
-        reason: UnitEnd,
-        events: &mut Vec<FleetEvent>,
-    ) -> Vec<Lease> {
+    pub(crate) fn lose_all(&mut self, reason: UnitEnd, events: &mut Vec<FleetEvent>) -> Vec<Lease> {
         let units: Vec<String> = self.units.owned.keys().cloned().collect();
         units
             .iter()

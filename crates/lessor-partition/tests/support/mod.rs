@@ -14,10 +14,7 @@ pub(crate) fn endpoint(test: &str) -> Option<String> {
     {
         return Some(endpoint);
     }
-    let why = format!(
-        "{test}: set {} or run cargo xtask itest",
-        ENDPOINT_ENV
-    );
+    let why = format!("{test}: set {} or run cargo xtask itest", ENDPOINT_ENV);
     if std::env::var("LEASE_REQUIRE_DYNAMO").is_ok_and(|v| v == "1") {
         panic!("DynamoDB Local required (LEASE_REQUIRE_DYNAMO=1) but unavailable: {why}");
     }

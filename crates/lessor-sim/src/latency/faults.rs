@@ -178,8 +178,7 @@ impl LatencySim {
             .with_owner("foreign holder")
             .with_token(token);
         let store = self.store.clone();
-        let Ok(mut held) = pollster::block_on(store.try_acquire(&key, lease, &options))
-        else {
+        let Ok(mut held) = pollster::block_on(store.try_acquire(&key, lease, &options)) else {
             return false;
         };
         let clock = self.clock.clone();

@@ -208,8 +208,7 @@ impl LatencySim {
         let key =
             lease_core::LeaseKey::with_sort_key(format!("fleet/{FLEET}/assigner"), "lease").ok()?;
         let record =
-            pollster::block_on(lease_core::LeaseBackend::inspect(&self.store, &key))
-                .ok()??;
+            pollster::block_on(lease_core::LeaseBackend::inspect(&self.store, &key)).ok()??;
         let holder = record.holder()?;
         if holder.expires_at().is_some_and(|at| at <= self.clock.now()) {
             return None;
