@@ -8,8 +8,8 @@ use lease_dynamo::{DynamoLeases, RetryPolicy};
 use crate::actor::Actor;
 use crate::cli::DynamoArgs;
 
-/// The region when the environment names none: DynamoDB Local accepts any.
-const DEFAULT_REGION: &str = "us-east-1";
+/// The sort key lease-dynamo writes for a key without one (its default).
+const LOCK_SORT_KEY: &str = "LOCK";
 
 /// A manager on `args`' table with this actor's steppable clock, the declared skew and the
 /// attempt timeout; the table is created if missing (retried until it works or the actor
@@ -19,11 +19,11 @@ const DEFAULT_REGION: &str = "us-east-1";
 /// No table given, an invalid configuration, or a stop before the table was ready.
 pub(crate) async fn leases(args: &DynamoArgs, actor: &Actor) -> Result<Arc<DynamoLeases>, String> {
     let table = args.table.as_deref().ok_or("--table is required")?;
-    let region = std::env::var("AWS_REGION").ok();
-    let region = region.as_deref().unwrap_or(DEFAULT_REGION);
-    let client = lease_dynamo::sdk_client(args.endpoint.as_deref(), Some(region)).await;
-    let retry = RetryPolicy::default()
-        .with_attempt_timeout(Some(Duration::from_millis(args.attempt_timeout_ms)));
+    let endpoint = args.endpoint.as_deref().ok_or("--endpoint is required")?;
+    // The region from the environment, else us-east-1: DynamoDB Local accepts any.
+    let client = lease_dynamo::client_for_endpoint(endpoint).await;
+    let retry =
+        RetryPolicy::default().with_attempt_timeout(Duration::from_millis(args.attempt_timeout_ms));
     let leases = DynamoLeases::builder(client, table)
         .with_clock(actor.clock.clone())
         .with_max_clock_skew(Duration::from_millis(args.skew_ms))
@@ -44,5 +44,5 @@ pub(crate) async fn leases(args: &DynamoArgs, actor: &Actor) -> Result<Arc<Dynam
 /// The namespaced history key of lease `pk` (no sort key): `dynamo:<table>/<pk>/<sk>`, with the
 /// sort key the store writes for it.
 pub(crate) fn lease_key(leases: &DynamoLeases, pk: &str) -> String {
-    format!("dynamo:{}/{pk}/{}", leases.table(), leases.lock_sort_key())
+    format!("dynamo:{}/{pk}/{LOCK_SORT_KEY}", leases.table())
 }

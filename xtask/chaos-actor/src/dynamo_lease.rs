@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    AcquireOptions, FencedValues, FencingToken, KeeperOptions, LeaseBackend, LeaseError,
-    LeaseGuard, LeaseKey, NotOwnedReason,
+    FencedValues, FencingToken, LeaseBackend, LeaseError, LeaseGuard, LeaseKey, NotOwnedReason,
+    WaitOptions,
 };
 use lease_dynamo::DynamoLeases;
 
@@ -74,18 +74,21 @@ impl<'a> Tenure<'a> {
     async fn run(&self, rng: &mut Rng) -> Result<bool, LeaseError> {
         let backend: Arc<dyn LeaseBackend> = self.leases.clone();
         let sent = mono_ns();
-        let once = AcquireOptions::default();
-        let lease = match backend.try_acquire(&self.key, self.ttl, &once).await {
-            Ok(lease) => lease,
+        // One attempt, kept by its guard on this actor's runtime.
+        let acquired = LeaseGuard::builder(backend, &self.key, self.ttl)
+            .with_wait(WaitOptions::new(Duration::ZERO))
+            .acquire()
+            .await;
+        let guard = match acquired {
+            Ok(guard) => guard,
             Err(error) if error.is_held() => return Ok(false),
             Err(error) => return Err(error),
         };
         let acquired = mono_ns();
-        let token = lease.fencing_token();
+        let token = guard.fencing_token();
         let history = &self.actor.history;
         let wall = self.actor.wall_ms();
         history.acq(SURFACE, &self.key_name, token.get(), sent, acquired, wall);
-        let guard = LeaseGuard::spawn(backend, lease, KeeperOptions::default())?;
         let mut seq = self.read(token).await;
         let steps = 2 * (2 + rng.below(3));
         for _ in 0..steps {

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use lease_core::{Clock, Election, KeeperOptions, LeaderChange, LeaseBackend, LeaseKey};
+use futures_core::Stream;
+use lease_core::{Clock, Election, LeaderChange, LeaseBackend, LeaseKey};
 use lease_file::DirectoryStore;
 
 use crate::actor::{Actor, Rng};
@@ -43,7 +44,7 @@ pub(crate) fn run(args: &ElectionArgs, actor: &Actor) -> Result<(), String> {
                 actor,
             };
             // No runtime: the file store needs none, and the guard's keeper gets a thread.
-            lease_core::executor::block_on(side.run(args))
+            pollster::block_on(side.run(args))
         }
         Backend::Dynamo => crate::actor::block_on(async {
             let leases = crate::dynamo::leases(&args.dynamo, actor).await?;
@@ -94,20 +95,12 @@ impl Side<'_> {
         let (actor, name, surface) = (self.actor, self.name.as_str(), self.surface);
         let proc = actor.history.proc_id().to_owned();
         let mut rng = Rng::new();
-        let keeper = KeeperOptions::default();
         while !actor.stopping() {
             let sent = mono_ns();
             actor.history.campaign(surface, name, sent);
             // Waits until elected; at the end of the run every leader resigns, so it returns.
-            let builder = self
-                .election
-                .campaign(proc.clone())
-                .with_keeper(keeper.clone());
-            let elected = if self.tokio {
-                builder.acquire_spawned().await
-            } else {
-                builder.acquire_blocking()
-            };
+            // The keeper runs on the runtime where there is one (DynamoDB), else on a thread.
+            let elected = self.election.campaign(proc.clone()).acquire().await;
             let guard = match elected {
                 Ok(guard) => guard,
                 Err(error) => {
@@ -151,7 +144,8 @@ impl Side<'_> {
         let mut observer = self.election.observe();
         let clock = lease_core::SystemClock;
         while !actor.stopping() {
-            let change = first(observer.next(), clock.sleep(STOP_POLL)).await;
+            let next = std::future::poll_fn(|cx| Pin::new(&mut observer).poll_next(cx));
+            let change = first(next, clock.sleep(STOP_POLL)).await.flatten();
             let Some(change) = change else {
                 continue;
             };
@@ -160,7 +154,10 @@ impl Side<'_> {
                 LeaderChange::Elected(leader) => actor.history.observe(
                     surface,
                     name,
-                    Some((leader.fencing_token().get(), leader.value().unwrap_or("?"))),
+                    Some((
+                        leader.fencing_token().map_or(0, |t| t.get()),
+                        leader.value().unwrap_or("?"),
+                    )),
                     at,
                 ),
                 _ => actor.history.observe(surface, name, None, at),

@@ -2,9 +2,8 @@
 
 use std::time::Duration;
 
-use lease_file::{
-    FileLock, FileLockBuilder, FileLockGuard, LeaseError, ModePreference, WaitOptions,
-};
+use lease_core::{LeaseError, WaitOptions};
+use lease_file::{FileLock, FileLockBuilder, FileLockGuard, ModePreference};
 
 use lease_forktest::Forked;
 

@@ -4,9 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease_core::{LeaseBackend, LeaseError, LeaseKey, LossReason};
+use futures_core::Stream;
+use lease_core::{LeaseBackend, LeaseError, LeaseKey};
 use lease_file::DirectoryStore;
-use lessor_partition::{UnitTask, Worker, WorkerHandle};
+use lessor_partition::{Checkpoint, UnitEnd, UnitTask, Worker};
 
 use crate::actor::Actor;
 use crate::cli::{Backend, FleetArgs};
@@ -24,15 +25,14 @@ pub(crate) fn run(args: &FleetArgs, actor: &Actor) -> Result<(), String> {
         let store = store(args, actor).await?;
         let worker = build(args, store.clone())?;
         let handle = worker.handle();
-        // Hand units out as tasks (with graceful handoffs) from the first gain on.
-        let _none = handle.try_next_unit();
+        // Hand units out as tasks (with graceful handoffs) from the first gain on: asking for
+        // the stream switches the worker to it before it runs.
+        let stream = handle.units();
         let units = Arc::new(Units::new(args, actor.history.clone(), store));
-        let tasks = tokio::spawn(hand_out(handle.clone(), units));
+        let tasks = tokio::spawn(hand_out(stream, units));
         let running = match args.backend {
             // The file store does blocking I/O: its worker gets a thread, as `spawn_thread` would.
-            Backend::File => {
-                tokio::task::spawn_blocking(move || lease_core::executor::block_on(worker.run()))
-            }
+            Backend::File => tokio::task::spawn_blocking(move || pollster::block_on(worker.run())),
             Backend::Dynamo => tokio::spawn(worker.run()),
         };
         while actor.pause(Duration::from_millis(200)).await {}
@@ -93,9 +93,14 @@ fn build(args: &FleetArgs, store: Arc<dyn LeaseBackend>) -> Result<Worker, Strin
 
 /// One task per unit gained, until the worker has stopped; then waits for them all, so every
 /// final save is in the history before the process exits.
-async fn hand_out(handle: WorkerHandle, units: Arc<Units>) {
+async fn hand_out(
+    mut stream: impl Stream<Item = UnitTask> + Send + Unpin + 'static,
+    units: Arc<Units>,
+) {
     let mut tasks = tokio::task::JoinSet::new();
-    while let Some(task) = handle.next_unit().await {
+    while let Some(task) =
+        std::future::poll_fn(|cx| std::pin::Pin::new(&mut stream).poll_next(cx)).await
+    {
         tasks.spawn(units.clone().work_on(task));
         while tasks.try_join_next().is_some() {}
     }
@@ -152,10 +157,13 @@ impl Units {
     /// token, as a paused application would, for the fence to refuse; then it stops.
     async fn work_on(self: Arc<Self>, task: UnitTask) {
         let start = mono_ns();
-        let token = task.fencing().get();
+        let token = task.fencing_token().get();
         let key = format!("{}/{}", self.keys, task.unit());
         let name = format!("{}/{}", self.names, task.unit());
-        let seen = task.checkpoint().and_then(parse_value);
+        let seen = match task.checkpoint() {
+            Checkpoint::Saved(bytes) => parse_value(bytes),
+            _ => None,
+        };
         let history = &self.history;
         history.read(self.surface, &name, token, (start, start), seen);
         let mut seq = seen.map_or(0, |(_, seq)| seq);
@@ -167,7 +175,7 @@ impl Units {
             seq += 1;
             let (step, last) = match reason {
                 None => (self.save(&task, (&key, &name), seq).await, false),
-                Some(LossReason::HandedOver | LossReason::Shutdown) => {
+                Some(UnitEnd::HandedOver | UnitEnd::Shutdown) => {
                     (self.save(&task, (&key, &name), seq).await, true)
                 }
                 Some(_) => (Step::NotOwned, true),
@@ -180,12 +188,12 @@ impl Units {
         }
     }
 
-    /// The instant, `is_owned()`, the claim if it passed, then the fenced save of checkpoint
+    /// The instant, `check()`, the claim if it passed, then the fenced save of checkpoint
     /// `seq` through the task.
     async fn save(&self, task: &UnitTask, (key, name): (&str, &str), seq: u64) -> Step {
-        let token = task.fencing().get();
+        let token = task.fencing_token().get();
         let at = mono_ns();
-        if !task.is_owned() {
+        if task.check().is_err() {
             return Step::NotOwned;
         }
         self.history.claim(self.surface, key, token, at);
@@ -203,7 +211,7 @@ impl Units {
     /// A save with the task's token straight to the checkpoint store, past the task's own
     /// ownership check: `ok` only while no newer owner has read the checkpoint.
     async fn late_save(&self, task: &UnitTask, name: &str, seq: u64) {
-        let token = task.fencing();
+        let token = task.fencing_token();
         let text = value(self.history.proc_id(), token.get(), seq);
         let sent = mono_ns();
         let result = match (self.store.as_fenced_values(), self.checkpoint_name(task)) {

@@ -14,7 +14,7 @@ use crate::cli::PruneArgs;
 /// The store cannot be opened at all.
 pub(crate) fn run(args: &PruneArgs, actor: &Actor) -> Result<(), String> {
     let store = DirectoryStore::builder(&args.dir)
-        .with_shared_directory(true)
+        .with_shared_directory()
         .build()
         .map_err(|e| format!("open {}: {e}", args.dir.display()))?;
     // Removed, held, busy (a creation under way), ahead of the clock, left in place, failed.
