@@ -1,4 +1,5 @@
-//! The metrics table of `docs/metrics.md` lists exactly the names `lease_core::metrics` defines,
+//! The metrics table of `docs/metrics.md` lists exactly the names `lease_core::metrics` and
+//! `lessor_partition::metrics` define,
 //! and every name is exercised by one of the recording tests (`tests/metrics.rs` of a crate), so
 //! the docs, the code and the tests cannot drift apart.
 
@@ -36,12 +37,17 @@ fn table_names(doc: &str) -> Vec<String> {
         .collect()
 }
 
-/// The metric names (the constants whose value is a series name, not a label).
+/// The metric names (the constants whose value is a series name, not a label): lease-core's,
+/// and the fleet's own in lessor-partition.
 fn metric_names() -> BTreeMap<String, String> {
-    string_constants(&read(&root().join("crates/lease-core/src/metrics.rs")))
-        .into_iter()
-        .filter(|(name, _)| !name.starts_with("LABEL_"))
-        .collect()
+    [
+        "crates/lease-core/src/metrics.rs",
+        "crates/lessor-partition/src/metrics.rs",
+    ]
+    .iter()
+    .flat_map(|path| string_constants(&read(&root().join(path))))
+    .filter(|(name, _)| !name.starts_with("LABEL_"))
+    .collect()
 }
 
 #[test]
@@ -62,7 +68,7 @@ fn the_docs_table_lists_exactly_the_metric_names_of_the_code() {
     let extra: Vec<_> = documented.iter().filter(|n| !in_code.contains(n)).collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "docs/metrics.md and lease_core::metrics differ: not documented {missing:?}, \
+        "docs/metrics.md and the metrics modules (lease-core, lessor-partition) differ: not documented {missing:?}, \
          documented but not in the code {extra:?}"
     );
 }
