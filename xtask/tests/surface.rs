@@ -210,43 +210,67 @@ fn the_list_holds_trait_methods_enum_variants_and_impls() {
     assert!(has("pub fn lease_core::LeaseBackend::renew<"));
     assert!(has("pub lease_core::LeaseError::Held"));
     assert!(has("impl core::fmt::Debug for lease_core::LeaseKey"));
-    assert!(has(
-        "pub use lease_core::prelude::LeaseKey = lease_core::LeaseKey"
-    ));
-    let file = &entries()["lease-file"];
+}
+
+/// A backend re-exports nothing of lease-core: users depend on lease-core themselves, and
+/// `MemoryBackend` or `ManualClock` are never reached through a backend (issue 33).
+#[test]
+fn no_crate_reexports_another_crates_items() {
+    for (package, entries) in entries() {
+        let foreign: Vec<&str> = entries
+            .iter()
+            .map(|entry| entry.line.as_str())
+            .filter(|line| line.starts_with("pub use ") && line.contains(" = lease_core"))
+            .filter(|_| package != "lease-core")
+            .collect();
+        assert!(foreign.is_empty(), "{package} re-exports lease-core: {foreign:?}");
+    }
+}
+
+/// The most public functions (methods, trait methods and free functions) the four library
+/// crates may have together: one obvious way per use keeps the surface a user reads small.
+const PUBLIC_FUNCTION_BUDGET: usize = 330;
+
+#[test]
+fn the_public_functions_stay_within_the_budget() {
+    let mut total = 0;
+    let mut counts = Vec::new();
+    for (package, entries) in entries() {
+        let functions = entries
+            .iter()
+            .filter(|entry| {
+                entry.line.starts_with("pub fn ")
+                    || entry.line.starts_with("pub async fn ")
+                    || entry.line.starts_with("pub const fn ")
+                    || entry.line.starts_with("pub unsafe fn ")
+            })
+            .count();
+        counts.push(format!("{package}: {functions}"));
+        total += functions;
+    }
     assert!(
-        file.iter()
-            .any(|entry| entry.line == "pub use lease_file::LeaseKey = lease_core::LeaseKey"),
-        "a re-export of another crate's glob resolves to the item"
+        total <= PUBLIC_FUNCTION_BUDGET,
+        "{total} public functions ({}), over the budget of {PUBLIC_FUNCTION_BUDGET}",
+        counts.join(", ")
     );
 }
 
 #[test]
-fn the_runtime_helpers_live_in_lease_core_executor_only() {
+fn no_runtime_helper_is_public() {
+    // A home-made executor is not public API: async users bring their runtime, blocking users
+    // get a blocking guard. fmt_time formats messages, as fmt_duration does: it sits beside it
+    // in the implementors' module.
     let helpers = ["block_on", "join_all", "JoinAll", "sleep_until", "fmt_time"];
     for (package, entries) in entries() {
         for entry in entries {
             let name = entry.key.rsplit("::").next().unwrap_or_default();
-            // fmt_time formats messages, as fmt_duration does: it sits beside it in the
-            // implementors' module, never at a root or in a prelude.
-            let home = match name {
-                "fmt_time" => entry.key == "lease_core::backend::fmt_time",
-                _ => entry.key.starts_with("lease_core::executor::"),
-            };
+            let allowed = name == "fmt_time" && entry.key == "lease_core::backend::fmt_time";
             assert!(
-                !helpers.contains(&name) || home,
-                "{package}: {} (the runtime helpers belong in lease_core::executor, fmt_time in lease_core::backend)",
+                !helpers.contains(&name) || allowed,
+                "{package}: {} (no executor is public; fmt_time belongs in lease_core::backend)",
                 entry.line
             );
         }
-    }
-    let core = &entries()["lease-core"];
-    for helper in &helpers[..4] {
-        let path = format!("lease_core::executor::{helper}");
-        assert!(
-            core.iter().any(|entry| entry.key == path),
-            "{path} is not listed"
-        );
     }
 }
 
@@ -409,7 +433,8 @@ fn the_quick_start_check_counts_lines_and_crates() {
 }
 
 /// What is wrong with the first Rust example of a crate's README: too long, or using a crate
-/// other than this one, `std` and `tokio`.
+/// other than this one, `lease_core` (whose types every backend's user names), `std` and
+/// `tokio`.
 fn quick_start_problems(name: &str, readme: &str) -> Vec<String> {
     let Some(start) = readme.find("```rust") else {
         return vec![format!("{name}/README.md has no Rust quick start")];
@@ -432,7 +457,7 @@ fn quick_start_problems(name: &str, readme: &str) -> Vec<String> {
     for line in &lines {
         let path = line.trim_start().strip_prefix("use ").unwrap_or("");
         let first = path.split("::").next().unwrap_or("").trim_end_matches(';');
-        if !first.is_empty() && ![own.as_str(), "std", "tokio"].contains(&first) {
+        if !first.is_empty() && ![own.as_str(), "lease_core", "std", "tokio"].contains(&first) {
             problems.push(format!(
                 "{name}/README.md: the quick start uses `{first}`: {line}"
             ));
