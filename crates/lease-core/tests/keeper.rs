@@ -108,6 +108,20 @@ fn keep(backend: &Arc<Flaky>, key: &LeaseKey) -> BlockingLeaseGuard {
         .unwrap()
 }
 
+/// As [`keep`], with every loss its `on_lost` callback is told.
+fn keep_telling(
+    backend: &Arc<Flaky>,
+    key: &LeaseKey,
+) -> (BlockingLeaseGuard, Arc<Mutex<Vec<LossReason>>>) {
+    let reasons = Arc::new(Mutex::new(Vec::new()));
+    let seen = reasons.clone();
+    let guard = LeaseGuard::builder(backend.clone(), key, D)
+        .on_lost(move |r| seen.lock().unwrap().push(r.clone()))
+        .acquire_blocking()
+        .unwrap();
+    (guard, reasons)
+}
+
 /// The store's record of `key`: its holder's token and expiry.
 fn holder(backend: &Flaky, key: &LeaseKey) -> (LeaseToken, std::time::SystemTime) {
     let record = pollster::block_on(backend.inspect(key)).unwrap().unwrap();
@@ -194,12 +208,7 @@ fn the_builder_waits_as_told_and_keeps_what_it_acquires() {
 #[test]
 fn transient_failures_are_ridden_out_until_the_deadline_then_reported() {
     let (clock, backend, key) = setup();
-    let reasons = Arc::new(Mutex::new(Vec::new()));
-    let seen = reasons.clone();
-    let guard = LeaseGuard::builder(backend.clone(), &key, D)
-        .on_lost(move |r| seen.lock().unwrap().push(r.clone()))
-        .acquire_blocking()
-        .unwrap();
+    let (guard, reasons) = keep_telling(&backend, &key);
     backend.fail_renewals.store(true, Ordering::SeqCst);
     // Before the deadline the holder still trusts the lease while renewals fail.
     let mut elapsed = Duration::ZERO;
@@ -237,12 +246,7 @@ fn transient_failures_are_ridden_out_until_the_deadline_then_reported() {
 #[test]
 fn a_hung_renewal_is_cut_off_at_the_deadline() {
     let (clock, backend, key) = setup();
-    let reasons = Arc::new(Mutex::new(Vec::new()));
-    let seen = reasons.clone();
-    let guard = LeaseGuard::builder(backend.clone(), &key, D)
-        .on_lost(move |r| seen.lock().unwrap().push(r.clone()))
-        .acquire_blocking()
-        .unwrap();
+    let (guard, reasons) = keep_telling(&backend, &key);
     backend.hang_renewals.store(true, Ordering::SeqCst);
     step(&clock, D / 3);
     wait_for(|| backend.renewals.load(Ordering::SeqCst) == 1);
@@ -269,12 +273,7 @@ fn check_fails_at_the_deadline_even_if_the_keeper_never_noticed() {
 #[test]
 fn takeover_is_reported_as_not_owned() {
     let (clock, backend, key) = setup();
-    let reasons = Arc::new(Mutex::new(Vec::new()));
-    let seen = reasons.clone();
-    let guard = LeaseGuard::builder(backend.clone(), &key, D)
-        .on_lost(move |r| seen.lock().unwrap().push(r.clone()))
-        .acquire_blocking()
-        .unwrap();
+    let (guard, reasons) = keep_telling(&backend, &key);
     let (token, _) = holder(&backend, &key);
     pollster::block_on(backend.inner.release(&key, &token, guard.fencing_token())).unwrap();
     let once = AcquireOptions::default();
