@@ -490,16 +490,17 @@ pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
         )));
     };
     // Name the holder's tenure exactly: a lease taken over since the inspect is left alone. A
-    // tenure without a fencing counter (an item of the Go package) is named by the raw token 0,
-    // as the stores write it: the release contract has no other way to say "no counter".
+    // tenure without a fencing counter (an item of the Go package) has no fencing token for
+    // `release` to name: the compare-and-delete names it as it stands (holder token, no
+    // counter), and deleting such a record loses no counter.
     let fencing = holder
         .fencing_token()
-        .or_else(|| record.as_ref().and_then(LeaseRecord::fencing_token))
-        .unwrap_or(lease_core::backend::fencing_token(0));
-    backend
-        .leases
-        .release(&key, token, fencing)
-        .await
+        .or_else(|| record.as_ref().and_then(LeaseRecord::fencing_token));
+    let broken = match fencing {
+        Some(fencing) => backend.leases.release(&key, token, fencing).await,
+        None => backend.leases.delete(&key, Some(token), None).await,
+    };
+    broken
         .map_err(|e| crate::stores::failure(&format!("cannot break lease {key}"), &e))?;
     tracing::warn!(%key, holder = %describe_holder(holder), "lease broken by an operator");
     outln!(
@@ -602,7 +603,7 @@ mod tests {
         let record = lease_core::backend::new_record(
             key,
             Some(foreign),
-            lease_core::backend::fencing_token(0),
+            lease_core::backend::fencing_token(0), // the raw "no counter" a store reads
         );
         assert_eq!(json_of(&record, now)["state"], "held");
         let text = record_text(record.key(), Some(&record), now);

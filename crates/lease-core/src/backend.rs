@@ -41,7 +41,7 @@
 //! let forged = Lease::new(
 //!     LeaseKey::new("k").unwrap(),
 //!     LeaseToken::new("t").unwrap(),
-//!     FencingToken::NONE,
+//!     lease_core::backend::fencing_token(1),
 //!     Duration::from_secs(1),
 //!     SystemTime::now(),
 //!     Instant::now(),
@@ -106,7 +106,7 @@ pub fn new_record(key: LeaseKey, holder: Option<Holder>, fencing: FencingToken) 
 
 /// The decision of every fenced write ([`FencedValues`](crate::FencedValues)), whatever the
 /// store: a write carrying `offered` passes iff the name's fence (the highest token that touched
-/// it, [`FencingToken::NONE`] for a name never touched) is not above it.
+/// it, none for a name never touched) is not above it.
 ///
 /// ```
 /// use lease_core::{NotOwnedReason, backend::{fenced_write, fencing_token}};

@@ -31,7 +31,7 @@ const DESCRIPTION_RETRY: Duration = Duration::from_millis(1);
 /// A leader election on one key of any backend: the leader is the holder of the key's lease.
 ///
 /// * [`campaign`](Self::campaign) acquires the lease with a value published in its record (an
-///   address, an id), waiting like [`acquire`](crate::LeaseBackendExt::acquire), and keeps it
+///   address, an id), waiting like [`LeaseGuard::builder`]'s `acquire`, and keeps it
 ///   with a [`LeaseGuard`]; the guard's fencing token proves the leadership to the resources
 ///   the leader writes to.
 /// * [`leader`](Self::leader) reads who leads now: value, since when, fencing token.

@@ -173,7 +173,7 @@ impl LeaseRecord {
         self.holder.as_ref()
     }
 
-    /// The raw fencing counter, [`FencingToken::NONE`] for none: this crate's own checks.
+    /// The raw fencing counter, zero for none: this crate's own checks.
     #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
     pub(crate) fn fencing(&self) -> FencingToken {
         self.fencing

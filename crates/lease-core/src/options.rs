@@ -72,7 +72,7 @@ impl AcquireOptions {
     /// timeout, if it has one); it starts no retry at or past the deadline, and a retry's attempt
     /// timeout is capped by the time left. So a call given a deadline that has already passed
     /// makes exactly one attempt, and one given `now + d` returns within `d` plus one attempt
-    /// timeout. [`LeaseBackendExt::acquire_with`](crate::LeaseBackendExt::acquire_with) sets it
+    /// timeout. A [`LeaseGuardBuilder`](crate::LeaseGuardBuilder) that waits sets it
     /// to the end of its wait (or keeps an earlier one set here). Backends without internal
     /// retries may ignore it. The deadline is on the backend's [`Clock::monotonic`](crate::Clock::monotonic)
     /// (not std's `Instant::now`, which [`SystemClock`](crate::SystemClock) runs ahead of after a

@@ -11,8 +11,8 @@ use crate::{Holder, LeaseError, LeaseKey};
 /// A callback told about each failed attempt while waiting.
 pub type WaitCallback = Arc<dyn Fn(&WaitEvent<'_>) + Send + Sync>;
 
-/// How [`LeaseBackendExt::acquire`](crate::LeaseBackendExt::acquire) and
-/// [`acquire_with`](crate::LeaseBackendExt::acquire_with) wait.
+/// How a [`LeaseGuardBuilder`](crate::LeaseGuardBuilder) (and the file backend's `FileLock`)
+/// waits for a held lease.
 ///
 /// [`WaitOptions::default()`] waits **until acquired**, with no timeout: what `lock()` and
 /// `acquire()` mean in `std`, `lock_api` and `tokio::sync`. A held lease is waited out, and so
@@ -57,7 +57,8 @@ impl WaitOptions {
     pub const MAX_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
     /// Wait up to `timeout` (longer than [`MAX_TIMEOUT`](Self::MAX_TIMEOUT): forever); backoff
-    /// from 25 ms doubling to at most 1 s.
+    /// from 25 ms doubling to at most 1 s. `Duration::ZERO` makes one attempt, whose error
+    /// (`Held`, naming the holder) is returned as it is.
     pub fn new(timeout: Duration) -> Self {
         Self {
             timeout: (timeout <= Self::MAX_TIMEOUT).then_some(timeout),
@@ -67,8 +68,8 @@ impl WaitOptions {
         }
     }
 
-    /// Wait for as long as it takes (the [`Default`]): [`LeaseBackendExt::acquire_with`](crate::LeaseBackendExt::acquire_with)
-    /// returns only with the lease or an error that waiting cannot cure.
+    /// Wait for as long as it takes (the [`Default`]): an acquire returns only with the lease or
+    /// an error that waiting cannot cure.
     pub fn forever() -> Self {
         Self::new(Duration::MAX)
     }
