@@ -71,7 +71,7 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<Lease, LeaseError>>;
 
     /// Gives up the tenure of `key` identified by its owner `token` and `fencing` token (both as
-    /// the [`Lease`] or the store's [`Holder`] reports them). A record that no backend of this
+    /// the [`Lease`] or the store's [`Holder`](crate::Holder) reports them). A record that no backend of this
     /// project wrote may carry no fencing counter (an item of the Go `lease` package): it has no
     /// tenure to name here; [`delete`](Self::delete) names it as it stands, with `fencing: None`.
     fn release<'a>(

@@ -68,7 +68,7 @@ use crate::{BoxFuture, Holder, Lease, LeaseBackend, LeaseError, LeaseKey, LeaseR
 ///
 /// # Cost
 ///
-/// [`try_acquire`](Self::try_acquire) starts at a slot chosen once per thread at random (so
+/// Each attempt starts at a slot chosen once per thread at random (so
 /// processes spread over the slots, and a thread that takes and gives back a slot in a loop
 /// finds the same one free again) and tries slots in turn, one [`LeaseBackend::try_acquire`]
 /// each, until one is granted: **one request when that slot is free**; with `k` of `N` slots
