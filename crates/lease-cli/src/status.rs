@@ -500,8 +500,7 @@ pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
         Some(fencing) => backend.leases.release(&key, token, fencing).await,
         None => backend.leases.delete(&key, Some(token), None).await,
     };
-    broken
-        .map_err(|e| crate::stores::failure(&format!("cannot break lease {key}"), &e))?;
+    broken.map_err(|e| crate::stores::failure(&format!("cannot break lease {key}"), &e))?;
     tracing::warn!(%key, holder = %describe_holder(holder), "lease broken by an operator");
     outln!(
         "{key}: released the lease of {}; its holder loses it at its next renewal",
