@@ -223,7 +223,10 @@ fn no_crate_reexports_another_crates_items() {
             .filter(|line| line.starts_with("pub use ") && line.contains(" = lease_core"))
             .filter(|_| package != "lease-core")
             .collect();
-        assert!(foreign.is_empty(), "{package} re-exports lease-core: {foreign:?}");
+        assert!(
+            foreign.is_empty(),
+            "{package} re-exports lease-core: {foreign:?}"
+        );
     }
 }
 
