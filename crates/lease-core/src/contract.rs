@@ -2,16 +2,12 @@
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::options::AcquireOptions;
 use crate::wait::{Backoff, WaitEvent, WaitOptions};
-use crate::{Clock, FencingToken, Lease, LeaseError, LeaseKey, LeaseRecord, LeaseToken};
-
-/// A boxed, `Send` future: what the dyn-compatible contract returns, with no runtime attached.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+use crate::{BoxFuture, Clock, FencingToken, Lease, LeaseError, LeaseKey, LeaseRecord, LeaseToken};
 
 /// The backend contract: single-attempt operations on one lease store.
 ///

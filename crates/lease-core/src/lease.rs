@@ -100,12 +100,6 @@ impl Lease {
         &self.key
     }
 
-    /// Whether the holder may still act on this lease by `clock`: this crate's own checks.
-    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
-    pub(crate) fn is_trusted(&self, clock: &dyn crate::Clock) -> bool {
-        clock.monotonic() < self.deadline
-    }
-
     /// The owner token of this acquisition.
     pub fn token(&self) -> &LeaseToken {
         &self.token

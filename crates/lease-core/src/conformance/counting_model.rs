@@ -311,7 +311,7 @@ pub fn check_trusted_slots<'a>(
 ) -> Result<(), String> {
     let trusting: Vec<(u32, u32, &Lease)> = held
         .into_iter()
-        .filter(|(_, _, lease)| lease.is_trusted(clock))
+        .filter(|(_, _, lease)| super::trusted(lease, clock))
         .collect();
     let slots: BTreeSet<u32> = trusting.iter().map(|(slot, _, _)| *slot).collect();
     if slots.len() < trusting.len() {

@@ -252,7 +252,7 @@ impl ModelRun<'_> {
             let trusting: Vec<usize> = self
                 .leases
                 .iter()
-                .filter(|((_, key), lease)| *key == k && lease.is_trusted(clock.as_ref()))
+                .filter(|((_, key), lease)| *key == k && super::trusted(lease, clock.as_ref()))
                 .map(|((client, _), _)| *client)
                 .collect();
             if trusting.len() > 1 {
