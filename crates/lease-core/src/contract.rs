@@ -5,6 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+// `LeaseListing` extends the contract, which offers it through `as_listing`.
+pub(crate) mod listing;
+
 use crate::options::AcquireOptions;
 use crate::wait::{Backoff, WaitEvent, WaitOptions};
 use crate::{BoxFuture, Clock, FencingToken, Lease, LeaseError, LeaseKey, LeaseRecord, LeaseToken};

@@ -7,6 +7,11 @@ use std::time::{Duration, SystemTime};
 
 use crate::{FencingToken, LeaseKey, LeaseToken};
 
+// Keys and tokens are validated into this module's `LeaseError`, which is made of them: the
+// module that assembles the error owns them, so the dependency points one way.
+pub(crate) mod key;
+pub(crate) mod token;
+
 /// What is known of the current holder of a lease.
 ///
 /// Backends fill in what they know: the DynamoDB backend learns the holder's expiry and fencing
@@ -166,7 +171,7 @@ const MAX_SHOWN_OWNER_CHARS: usize = 120;
 
 /// `text` up to `max` characters, control characters escaped, with what was left out counted.
 fn shorten(text: &str, max: usize) -> String {
-    let (mut shown, rest) = crate::token::printable_prefix(text, max);
+    let (mut shown, rest) = token::printable_prefix(text, max);
     if !rest.is_empty() {
         shown.push_str(&format!("… ({} more bytes)", rest.len()));
     }

@@ -9,7 +9,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::contract::wait_for_lease;
-use crate::counting::CountingLease;
+// A counting lease hands out this module's guards through a builder target of its own.
+pub(crate) mod counting;
+
 use crate::executor::sleep_until;
 use crate::options::AcquireOptions;
 use crate::sync::lock;
@@ -17,6 +19,7 @@ use crate::{
     Backoff, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey, LossReason,
     NotOwnedReason, WaitOptions,
 };
+use counting::CountingLease;
 
 /// A callback told once when the lease is lost.
 type LossCallback = Arc<dyn Fn(&LossReason) + Send + Sync>;

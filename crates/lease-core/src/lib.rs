@@ -74,7 +74,6 @@
 pub mod backend;
 mod clock;
 mod contract;
-mod counting;
 mod election;
 mod error;
 mod executor;
@@ -82,14 +81,11 @@ mod fenced;
 mod future;
 mod human;
 mod keeper;
-mod key;
 mod lease;
-mod listing;
 mod memory;
 pub mod metrics;
 mod options;
 mod sync;
-mod token;
 mod wait;
 mod watch;
 
@@ -99,19 +95,19 @@ pub mod conformance;
 pub use clock::{Clock, ManualClock, SystemClock};
 #[cfg(any(test, feature = "conformance"))]
 pub(crate) use contract::LeaseBackendExt;
+pub use contract::listing::LeaseListing;
 pub use contract::{LeaseBackend, RecordWatch};
-pub use counting::CountingLease;
 pub use election::{DEFAULT_POLL_INTERVAL, Election, Leader, LeaderChange, Observer};
+pub use error::key::{LeaseKey, MAX_KEY_PART_BYTES};
+pub use error::token::{FencingToken, LeaseToken, MAX_TOKEN_BYTES, RandomTokens, TokenSource};
 pub use error::{Holder, LeaseError, LossReason, NotOwnedReason};
 pub use fenced::{FencedValues, MAX_FENCED_VALUE_BYTES};
 pub use future::BoxFuture;
+pub use keeper::counting::CountingLease;
 pub use keeper::{BlockingLeaseGuard, LeaseGuard, LeaseGuardBuilder, Lost};
-pub use key::{LeaseKey, MAX_KEY_PART_BYTES};
 pub use lease::{Lease, LeaseRecord, MAX_LEASE_DURATION, MIN_LEASE_DURATION};
-pub use listing::LeaseListing;
 pub use memory::{MemoryBackend, MemoryBackendBuilder};
 pub use options::{AcquireOptions, MAX_LEASE_VALUE_BYTES};
-pub use token::{FencingToken, LeaseToken, MAX_TOKEN_BYTES, RandomTokens, TokenSource};
 pub use wait::{Backoff, WaitCallback, WaitEvent, WaitOptions};
 
 /// The README's examples, compiled and run as doctests.

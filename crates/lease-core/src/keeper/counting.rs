@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::{LeaseGuardBuilder, Target};
 use crate::contract::wait_for_lease;
-use crate::keeper::{LeaseGuardBuilder, Target};
 use crate::options::AcquireOptions;
 use crate::wait::{WaitOptions, start_below};
 use crate::{BoxFuture, Holder, Lease, LeaseBackend, LeaseError, LeaseKey, LeaseRecord};
