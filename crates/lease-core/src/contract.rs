@@ -313,7 +313,10 @@ pub(crate) trait LeaseBackendExt: LeaseBackend {
         key: &'a LeaseKey,
         duration: Duration,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(async move { acquire_waiting(self, key, duration, &WaitOptions::default()).await })
+        Box::pin(async move {
+            let (wait, options) = (WaitOptions::default(), AcquireOptions::default());
+            acquire_waiting(self, key, duration, &wait, &options).await
+        })
     }
 
     /// Acquires `key` for `duration`, retrying while the lease is held (or the backend fails
@@ -330,7 +333,9 @@ pub(crate) trait LeaseBackendExt: LeaseBackend {
         duration: Duration,
         wait: &'a WaitOptions,
     ) -> BoxFuture<'a, Result<Lease, LeaseError>> {
-        Box::pin(acquire_waiting(self, key, duration, wait))
+        Box::pin(async move {
+            acquire_waiting(self, key, duration, wait, &AcquireOptions::default()).await
+        })
     }
 
     /// Releases `lease` (Go: `Release`).
@@ -342,23 +347,20 @@ pub(crate) trait LeaseBackendExt: LeaseBackend {
 #[cfg(any(test, feature = "conformance"))]
 impl<B: LeaseBackend + ?Sized> LeaseBackendExt for B {}
 
-#[cfg(any(test, feature = "conformance"))]
-async fn acquire_waiting<B: LeaseBackend + ?Sized>(
+/// Acquires `key`, waiting as `wait` says, with `options` on every attempt: what a guard builder
+/// of one key runs.
+pub(crate) async fn acquire_waiting<B: LeaseBackend + ?Sized>(
     backend: &B,
     key: &LeaseKey,
     duration: Duration,
     wait: &WaitOptions,
+    options: &AcquireOptions,
 ) -> Result<Lease, LeaseError> {
     let attempt =
         |options: AcquireOptions| async move { backend.try_acquire(key, duration, &options).await };
-    wait_for_lease(
-        backend.clock(),
-        key,
-        wait,
-        &AcquireOptions::default(),
-        attempt,
-        || backend.changed(key),
-    )
+    wait_for_lease(backend.clock(), key, wait, options, attempt, || {
+        backend.changed(key)
+    })
     .await
 }
 

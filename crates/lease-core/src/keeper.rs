@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::contract::wait_for_lease;
+use crate::contract::acquire_waiting;
 // A counting lease hands out this module's guards through a builder target of its own.
 pub(crate) mod counting;
 
@@ -292,7 +292,7 @@ impl LeaseGuard {
     /// The fencing token: pass it with every write to the protected resource. It stays the
     /// same across renewals.
     pub fn fencing_token(&self) -> FencingToken {
-        self.shared.lease().fencing_token()
+        lock(&self.shared.state).lease.fencing_token()
     }
 
     /// `Ok(fencing token)` while the lease can be trusted.
@@ -317,7 +317,7 @@ impl LeaseGuard {
     /// The holder-side deadline of the latest renewal, on the backend's monotonic clock: after
     /// it, [`check`](Self::check) fails.
     pub fn deadline(&self) -> Instant {
-        self.shared.lease().deadline()
+        lock(&self.shared.state).lease.deadline()
     }
 
     /// Completes with the reason when the lease is lost. Cancel-safe; any number may wait.
@@ -543,15 +543,7 @@ impl LeaseGuardBuilder {
         let backend = self.backend.as_ref();
         let (duration, options) = (self.duration, &self.options);
         match &self.target {
-            Target::Key(key) => {
-                let attempt = |options: AcquireOptions| async move {
-                    backend.try_acquire(key, duration, &options).await
-                };
-                wait_for_lease(backend.clock(), key, &self.wait, options, attempt, || {
-                    backend.changed(key)
-                })
-                .await
-            }
+            Target::Key(key) => acquire_waiting(backend, key, duration, &self.wait, options).await,
             Target::Slots(counting) => {
                 counting
                     .acquire_slot(backend, duration, &self.wait, options)

@@ -185,7 +185,7 @@ pub fn counting_lease_waits_for_a_slot(s: &Subject) -> BoxFuture<'_, ()> {
         let short = WaitOptions::new(D / 4)
             .with_backoff(Duration::from_millis(10), Duration::from_millis(500));
         let err = two
-            .acquire_with(backend, D, &short)
+            .acquire_slot(backend, D, &short, &AcquireOptions::default())
             .await
             .expect_err("times out while both are held");
         assert!(err.is_timeout(), "{err}");
@@ -193,7 +193,9 @@ pub fn counting_lease_waits_for_a_slot(s: &Subject) -> BoxFuture<'_, ()> {
         assert!(err.holder().is_some(), "the timeout names a holder: {err}");
         let long = WaitOptions::new(D * 3)
             .with_backoff(Duration::from_millis(10), Duration::from_secs(60));
-        let next = two.acquire_with(backend, D, &long).await;
+        let next = two
+            .acquire_slot(backend, D, &long, &AcquireOptions::default())
+            .await;
         s.clock().set_auto_advance(false);
         let next = must(next, "wait for a slot");
         assert_eq!(

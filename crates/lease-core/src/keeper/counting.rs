@@ -174,53 +174,18 @@ impl CountingLease {
 
     /// Takes a slot, waiting as `wait` says: what a [`LeaseGuardBuilder`] of [`lease`](Self::lease)
     /// runs.
-    pub(crate) async fn acquire_slot(
+    pub(crate) async fn acquire_slot<B: LeaseBackend + ?Sized>(
         &self,
-        backend: &dyn LeaseBackend,
+        backend: &B,
         duration: Duration,
         wait: &WaitOptions,
         options: &AcquireOptions,
     ) -> Result<Lease, LeaseError> {
         let attempt = |options: AcquireOptions| async move {
-            self.try_slots(backend, duration, &options).await
+            self.try_acquire(backend, duration, &options).await
         };
         let changed = || self.any_slot_changed(backend);
         wait_for_lease(backend.clock(), &self.name, wait, options, attempt, changed).await
-    }
-
-    /// One attempt to take a free slot, for this crate's conformance suite.
-    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
-    pub(crate) async fn try_acquire<B: LeaseBackend + ?Sized>(
-        &self,
-        backend: &B,
-        duration: Duration,
-        options: &AcquireOptions,
-    ) -> Result<Lease, LeaseError> {
-        self.try_slots(backend, duration, options).await
-    }
-
-    /// Takes a slot waiting as `wait` says, for this crate's conformance suite.
-    #[cfg_attr(not(feature = "conformance"), allow(dead_code))]
-    pub(crate) async fn acquire_with<B: LeaseBackend + ?Sized>(
-        &self,
-        backend: &B,
-        duration: Duration,
-        wait: &WaitOptions,
-    ) -> Result<Lease, LeaseError> {
-        let attempt = |options: AcquireOptions| async move {
-            self.try_slots(backend, duration, &options).await
-        };
-        let changed = || self.any_slot_changed(backend);
-        let options = AcquireOptions::default();
-        wait_for_lease(
-            backend.clock(),
-            &self.name,
-            wait,
-            &options,
-            attempt,
-            changed,
-        )
-        .await
     }
 
     /// The record of every slot on record, by slot, slots at or above the limit included (held
@@ -256,7 +221,8 @@ impl CountingLease {
         })
     }
 
-    async fn try_slots<B: LeaseBackend + ?Sized>(
+    /// One attempt: each slot in turn from this thread's starting slot until one is granted.
+    pub(crate) async fn try_acquire<B: LeaseBackend + ?Sized>(
         &self,
         backend: &B,
         duration: Duration,
