@@ -372,8 +372,9 @@ impl WorkerHandle {
     /// # Ok::<(), lease_core::LeaseError>(())
     /// ```
     pub fn events(&self) -> impl Stream<Item = FleetEvent> + Send + Unpin + 'static {
-        Events {
+        Queue {
             shared: self.shared.clone(),
+            pop: |state: &mut State| state.events.pop_front(),
         }
     }
 
@@ -403,8 +404,9 @@ impl WorkerHandle {
     /// ```
     pub fn units(&self) -> impl Stream<Item = UnitTask> + Send + Unpin + 'static {
         self.shared.lock().tasks_wanted = true;
-        Units {
+        Queue {
             shared: self.shared.clone(),
+            pop: |state: &mut State| state.new_tasks.pop_front(),
         }
     }
 
@@ -447,39 +449,20 @@ impl WorkerHandle {
     }
 }
 
-/// [`WorkerHandle::events`]: pops the shared event queue.
-struct Events {
+/// [`WorkerHandle::events`] and [`WorkerHandle::units`]: pops one of the shared queues, and
+/// ends once the worker has finished and the queue is empty.
+struct Queue<T> {
     shared: Arc<Shared>,
+    pop: fn(&mut State) -> Option<T>,
 }
 
-impl Stream for Events {
-    type Item = FleetEvent;
+impl<T> Stream for Queue<T> {
+    type Item = T;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<FleetEvent>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
         let mut state = self.shared.lock();
-        if let Some(event) = state.events.pop_front() {
-            return Poll::Ready(Some(event));
-        }
-        if state.finished {
-            return Poll::Ready(None);
-        }
-        Shared::wake_on_change(&mut state, cx.waker());
-        Poll::Pending
-    }
-}
-
-/// [`WorkerHandle::units`]: pops the shared queue of new unit tasks.
-struct Units {
-    shared: Arc<Shared>,
-}
-
-impl Stream for Units {
-    type Item = UnitTask;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<UnitTask>> {
-        let mut state = self.shared.lock();
-        if let Some(task) = state.new_tasks.pop_front() {
-            return Poll::Ready(Some(task));
+        if let Some(item) = (self.pop)(&mut state) {
+            return Poll::Ready(Some(item));
         }
         if state.finished {
             return Poll::Ready(None);
