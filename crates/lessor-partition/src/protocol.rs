@@ -186,7 +186,7 @@
 //!    extended `X`'s trust, which ended before `c - m_X`, and `X` never renews a lapsed session.
 //!    This holds whatever the requests cost: a verdict made at `c` stays true however late `Y`
 //!    acts on it. Assumptions: clock rates differ by less than `m / (2d)` (5 % at the default
-//!    margin), a worker has one session renewal in flight at a time, and the store's clock
+//!    margin; a margin below the floor `d / 50`, 1 %, is refused), a worker has one session renewal in flight at a time, and the store's clock
 //!    advances between two writes of one record;
 //! 3. `expires_at + skew` had passed on `Y`'s wall clock at the send `c` of a listing that showed
 //!    `v`: with wall clocks within `skew`, `r`'s trust (before `expires_at`) ended before `c`, and

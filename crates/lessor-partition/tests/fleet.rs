@@ -530,3 +530,42 @@ fn the_units_and_events_streams_end_when_the_worker_stops() {
         "events end"
     );
 }
+
+/// Issue 37, item 13: the fleet is safe while clock rates differ by less than `m / (2d)`; a
+/// margin that leaves less than the 1 % floor (`d / 50`) is refused when the worker is built.
+/// Before, a 10 ms margin on 10 s sessions (a 0.05 % tolerance) was accepted.
+#[test]
+fn a_safety_margin_below_the_clock_rate_floor_is_refused() {
+    let store = MemoryBackend::new();
+    let build = |session: Duration, margin: Option<Duration>| {
+        let mut builder = Worker::builder("t", "w")
+            .with_store(Arc::new(store.clone()))
+            .with_units(["u0"])
+            .with_session_duration(session);
+        if let Some(margin) = margin {
+            builder = builder.with_safety_margin(margin);
+        }
+        builder.build()
+    };
+    let secs = Duration::from_secs;
+    let millis = Duration::from_millis;
+    for (session, margin) in [
+        (secs(10), millis(10)),
+        (secs(10), millis(199)),
+        (secs(60), millis(1199)),
+    ] {
+        let error = build(session, Some(margin)).expect_err("a margin below d / 50 is refused");
+        assert!(error.is_invalid_input(), "{error}");
+        assert!(error.to_string().contains("safety margin"), "{error}");
+    }
+    for (session, margin) in [
+        (secs(10), Some(millis(200))),
+        (secs(60), Some(millis(1200))),
+    ] {
+        build(session, margin).expect("a margin at the floor is accepted");
+    }
+    // Defaults stay at or above the floor at any session duration (the 5 s cap gives way).
+    for session in [secs(10), secs(60), secs(600), secs(3600)] {
+        build(session, None).expect("the default margin is accepted");
+    }
+}

@@ -186,10 +186,17 @@ impl WorkerBuilder {
         self
     }
 
-    /// The part of each session the worker does not trust (default a tenth, at most 5 s). It
-    /// covers clock-rate drift between workers and slow replies: a session renewal extends trust
-    /// only if its reply came back within half the margin, so a store slower than that cannot
-    /// keep a session (see the crate docs, "Slow stores"). At most a third of the session.
+    /// The part of each session the worker does not trust (default a tenth, at most 5 s, and
+    /// never below the floor). It covers clock-rate drift between workers and slow replies: a
+    /// session renewal extends trust only if its reply came back within half the margin, so a
+    /// store slower than that cannot keep a session (see the crate docs, "Slow stores").
+    ///
+    /// The fleet is safe while workers' clock rates differ by less than `m / (2d)` (`m` the
+    /// margin, `d` the session duration; 5 % at the default, 4.2 % at `d` = 60 s where the 5 s cap
+    /// applies). [`build`](Self::build) refuses a margin below the **floor** `d / 50`, a 1 %
+    /// tolerance (200 ms at 10 s sessions), or above a third of the session, with
+    /// [`LeaseError::InvalidInput`] naming `safety margin`. `docs/correctness.md` (*The fleet's
+    /// clock-rate bound*) states the assumption.
     pub fn with_safety_margin(mut self, margin: Duration) -> Self {
         self.margin = Some(margin);
         self
@@ -354,17 +361,30 @@ impl WorkerBuilder {
                 "must be at least the session duration",
             ));
         }
+        let floor = margin_floor(self.session_duration);
         let margin = self
             .margin
-            .unwrap_or_else(|| default_safety_margin(self.session_duration));
-        if margin.is_zero() || margin > self.session_duration / 3 {
+            .unwrap_or_else(|| default_safety_margin(self.session_duration).max(floor));
+        if margin < floor || margin > self.session_duration / 3 {
             return Err(LeaseError::invalid(
                 "safety margin",
-                "must be positive and at most a third of the session duration",
+                format!(
+                    "is {margin:?}; it must be at least {floor:?} (a fiftieth of the {:?} session: \
+                     workers' clock rates may then differ by up to 1 %, m / (2d)) and at most a \
+                     third of the session",
+                    self.session_duration
+                ),
             ));
         }
         Ok((interval, margin))
     }
+}
+
+/// The smallest safety margin a worker accepts for sessions of `session`: a fiftieth, so the
+/// fleet tolerates clock rates that differ by up to `m / (2d)` = 1 %
+/// (`docs/correctness.md`, *The fleet's clock-rate bound*).
+fn margin_floor(session: Duration) -> Duration {
+    session / 50
 }
 
 /// FNV-1a over the sorted unit list: equal lists, equal hashes.
