@@ -100,9 +100,10 @@ pub(crate) struct Units {
     /// A unit was handed over by load since the epoch last moved.
     pub(crate) gave_by_load: bool,
     pub(crate) target: Option<usize>,
-    /// Dead members' units the assigner took for the members its plan dealt them to: handed
-    /// over before any other surplus.
-    pub(crate) hand_on: BTreeSet<String>,
+    /// Dead members' units the assigner's plan dealt to other members, with the dead hold to
+    /// release: the assigner releases each (its verdict came first) and takes none of them, so
+    /// each moves once, from the dead member to the one it was dealt to.
+    pub(crate) free_for_others: Vec<(String, DeadHold)>,
 }
 
 /// The units of a units listing, each with its holder if the record names one.
@@ -139,7 +140,6 @@ impl Units {
     pub(crate) fn forget(&mut self, unit: &str) -> Option<Lease> {
         let lease = self.owned.remove(unit)?;
         self.handing_over.remove(unit);
-        self.hand_on.remove(unit);
         self.load_dirty = true;
         Some(lease)
     }
@@ -260,20 +260,21 @@ impl Units {
                 (u, dead)
             })
             .collect();
+        self.free_for_others.clear();
         if take_all_dead {
             // The assigner judges a death first (it lists the sessions every tick; a follower
-            // starts reading a suspect's record only once the assigner names it): it takes every
-            // dead member's unit at once, so the fleet owns them a session duration after the
-            // crash, and hands the ones dealt to others on (released, so free to take with no
-            // verdict) before any other surplus.
+            // starts reading a suspect's record only once the assigner names it): it releases
+            // the dead hold of every dead member's unit that its plan dealt to another member,
+            // so the unit is free to take with no verdict, and the member it was dealt to takes
+            // it from its take list. Each unit moves once (before, the assigner took them all
+            // and then handed most of them on: two moves, two restarts of the unit's work).
             // A set of the takes so far: a dead member's units can be half of a big fleet's,
             // and a scan of the list per unit made this quadratic in them.
             let dealt: BTreeSet<String> =
                 self.pending_takes.iter().map(|(u, _)| u.clone()).collect();
             for (unit, dead) in &reading.dead {
                 if !dealt.contains(unit) && !self.owned.contains_key(unit) {
-                    self.pending_takes.push((unit.clone(), Some(dead.clone())));
-                    self.hand_on.insert(unit.clone());
+                    self.free_for_others.push((unit.clone(), dead.clone()));
                 }
             }
         }
@@ -364,9 +365,7 @@ impl Units {
             .collect()
     }
 
-    /// The units above the target to hand over: first every unit taken to hand on (a dead
-    /// member's, which nobody has begun to work on under this plan: the move bound, which
-    /// limits moving live work, does not apply), then at most `max_moves` more, the highest ids.
+    /// The units above the target to hand over: at most `max_moves`, the highest ids.
     pub(crate) fn surplus(&self, max_moves: usize) -> Vec<String> {
         let Some(target) = self.target else {
             return Vec::new();
@@ -376,21 +375,8 @@ impl Units {
             .keys()
             .filter(|u| !self.handing_over.contains(*u))
             .collect();
-        let excess = kept.len().saturating_sub(target);
-        let handed_on: Vec<String> = kept
-            .iter()
-            .filter(|u| self.hand_on.contains(**u))
-            .take(excess)
-            .map(|u| (*u).clone())
-            .collect();
-        let rest = (excess - handed_on.len()).min(max_moves);
-        let others = kept
-            .iter()
-            .rev()
-            .filter(|u| !self.hand_on.contains(**u))
-            .take(rest)
-            .map(|u| (*u).clone());
-        handed_on.into_iter().chain(others).collect()
+        let excess = kept.len().saturating_sub(target).min(max_moves);
+        kept.iter().rev().take(excess).map(|u| (*u).clone()).collect()
     }
 
     /// The configured units no listing shows and this worker does not hold, at most

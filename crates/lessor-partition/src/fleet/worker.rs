@@ -924,6 +924,7 @@ impl Worker {
             self.assigner
                 .publish_takes(&self.config, &self.store, plan, dealt.others)
                 .await;
+            self.free_dead_for_others(events).await;
         }
         match dealt.give {
             Give::ByLoad(units) => {
@@ -937,6 +938,36 @@ impl Worker {
         self.take_pending(events).await;
         self.register_missing(&reading, events).await;
         self.units.planned(dealt.dealt);
+    }
+
+    /// The assigner's part in a dead member's units dealt to others: releases each dead hold
+    /// ([`units::release_dead`], conditional on the token and fencing its listing judged dead),
+    /// [`TAKES_IN_FLIGHT`] at a time, the session kept before each batch. One request per unit;
+    /// the member each was dealt to then takes it from its take list (one read and one acquire),
+    /// so the unit changes owner once.
+    async fn free_dead_for_others(&mut self, events: &mut Vec<FleetEvent>) {
+        let free = std::mem::take(&mut self.units.free_for_others);
+        if free.is_empty() {
+            return;
+        }
+        tracing::info!(worker = %self.config.worker_id, units = free.len(), "fleet: releasing dead members' units for the members they are dealt to");
+        for batch in free.chunks(TAKES_IN_FLIGHT) {
+            if !self.keep_session(events).await {
+                return;
+            }
+            let (config, store) = (&self.config, &*self.store);
+            let releases: Vec<_> = batch
+                .iter()
+                .map(|(unit, dead)| {
+                    Box::pin(async move {
+                        if let Some(key) = unit_key(config, unit) {
+                            units::release_dead(config, store, &key, unit, dead).await;
+                        }
+                    })
+                })
+                .collect();
+            join_all(releases).await;
+        }
     }
 
     /// Takes every unit the latest plan dealt this worker: they are all free or held by a dead
