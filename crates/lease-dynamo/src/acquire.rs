@@ -18,6 +18,15 @@ use crate::item::{
 use crate::leases::MAX_OWNER_BYTES;
 use crate::retry::{Failed, with_retries};
 
+/// What undoing an acquisition does to the fencing counter its write incremented.
+#[derive(Debug, Clone, Copy)]
+enum Undo {
+    /// Remove it: the write created it.
+    ForgetCounter,
+    /// Take the increment back: the counter is not a whole number.
+    Decrement,
+}
+
 /// What one acquire call sends, and what it needs to read the reply.
 struct Attempt<'a> {
     key: &'a LeaseKey,
@@ -176,13 +185,14 @@ impl DynamoLeases {
             (None, false) => attempt.seed.saturating_add(1),
             (None, true) => {
                 // The condition passed a counter that is not whole (DynamoDB cannot test for
-                // that): give the key back rather than hold it under a token nobody can use.
+                // that): give the key back rather than hold it under a token nobody can use, and
+                // the counter as it was (DynamoDB's decimal arithmetic is exact).
                 let shown = match decoded.malformed {
-                    Some(Malformed::Fence(value)) => plus_one(&value),
+                    Some(Malformed::Fence(value)) => value,
                     _ => "nothing".to_owned(),
                 };
-                self.undo_acquire(attempt, false).await;
-                return Err(self.bad_fence(attempt.key, &format!("{shown} after the increment")));
+                self.undo_acquire(attempt, Some(Undo::Decrement)).await;
+                return Err(self.bad_fence(attempt.key, &shown));
             }
         };
         // The condition let the write replace a holder only if its lease had expired; a
@@ -191,13 +201,11 @@ impl DynamoLeases {
             tracing::debug!("took over a lease that expired unreleased");
             lease_core::metrics::takeover(crate::BACKEND);
         }
-        // The write created the counter: the item was missing, perhaps with its table.
-        if !decoded.fence_present
-            && let Err(error) = self.check_recreation_grace(attempt.key).await
-        {
-            self.undo_acquire(attempt, true).await;
-            return Err(error);
-        }
+        // A write that created the counter found the item missing, perhaps with its table:
+        // undone, the counter goes too, so that the next attempt starts from the clock again.
+        let fencing = self
+            .settle_incarnation(attempt, fencing, !decoded.fence_present)
+            .await?;
         tracing::Span::current().record("fencing", fencing);
         tracing::debug!("lease acquired");
         Ok(lease_core::backend::new_lease(
@@ -207,6 +215,82 @@ impl DynamoLeases {
             attempt.duration,
             from_millis(attempt.expires_ms),
             attempt.trust_until,
+        ))
+    }
+
+    /// The incarnation check of a landed acquisition holding `fencing` (see
+    /// [`check_incarnation`](DynamoLeases::check_incarnation)): the fencing token to issue, the
+    /// counter raised first when it may come from a table this one replaced; or, in a table
+    /// too young to trust (or when the check or the raise fails), the acquisition undone and
+    /// the error. Sends nothing without a recreation grace.
+    async fn settle_incarnation(
+        &self,
+        attempt: &Attempt<'_>,
+        fencing: u64,
+        created_counter: bool,
+    ) -> Result<u64, LeaseError> {
+        let floor = match self.check_incarnation(attempt.key, fencing).await {
+            Ok(None) => return Ok(fencing),
+            Ok(Some(floor)) => floor,
+            Err(error) => {
+                self.undo_acquire(attempt, created_counter.then_some(Undo::ForgetCounter))
+                    .await;
+                return Err(error);
+            }
+        };
+        match self.raise_fence(attempt, fencing, floor).await {
+            Ok(()) => Ok(floor),
+            Err(error) => {
+                self.undo_acquire(attempt, None).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Raises the counter of the key this call holds from `from` to `to` (one conditional
+    /// `UpdateItem`, on this call's request id and the counter it wrote).
+    async fn raise_fence(
+        &self,
+        attempt: &Attempt<'_>,
+        from: u64,
+        to: u64,
+    ) -> Result<(), LeaseError> {
+        let inner = &self.inner;
+        let values = vec![
+            (":request", s(&attempt.request)),
+            (":from", n(from)),
+            (":to", n(to)),
+        ];
+        let request = self.conditional_update(
+            attempt.key,
+            "#request = :request AND #fence = :from",
+            "SET #fence = :to",
+            values,
+        );
+        let result = with_retries(
+            &inner.retry,
+            &*inner.clock,
+            Some(attempt.trust_until),
+            "UpdateItem",
+            || request.clone().send(),
+        )
+        .await;
+        let error = match result {
+            Ok(_) => {
+                tracing::info!(from, to, "fencing counter raised");
+                return Ok(());
+            }
+            Err(Failed { error, .. }) => error,
+        };
+        let old = Decoded::from_item(&inner.names, &self.refused_item(error)?);
+        // An earlier attempt whose reply was lost raised it.
+        if old.request.as_deref() == Some(attempt.request.as_str()) && old.fencing == Some(to) {
+            return Ok(());
+        }
+        Err(malformed(
+            attempt.key,
+            &inner.table,
+            "the fencing counter changed under an acquisition raising it past a restored table's",
         ))
     }
 
@@ -220,7 +304,7 @@ impl DynamoLeases {
     ) -> Result<Lease, LeaseError> {
         let old = Decoded::from_item(&self.inner.names, old);
         if old.request.as_deref() == Some(attempt.request.as_str()) {
-            return self.reconciled(attempt, &old, attempts);
+            return self.reconciled(attempt, &old, attempts).await;
         }
         match &old.malformed {
             Some(Malformed::Fence(value)) => return Err(self.bad_fence(attempt.key, value)),
@@ -238,7 +322,7 @@ impl DynamoLeases {
     }
 
     /// An earlier attempt of this very call wrote the item: the lease is ours.
-    fn reconciled(
+    async fn reconciled(
         &self,
         attempt: &Attempt<'_>,
         old: &Decoded,
@@ -251,6 +335,7 @@ impl DynamoLeases {
                 "our acquisition landed but the item lacks a valid fencing counter",
             )
         })?;
+        let fencing = self.settle_incarnation(attempt, fencing, false).await?;
         let stored_ms = old.expires_ms.unwrap_or(attempt.expires_ms);
         let shortfall = Duration::from_millis(attempt.expires_ms.saturating_sub(stored_ms));
         tracing::Span::current().record("fencing", fencing);
@@ -272,30 +357,34 @@ impl DynamoLeases {
         ))
     }
 
-    /// Gives back a key this call took (best effort, one request): with an unusable counter, or
-    /// (`forget_counter`) one it created in a table too young to trust, whose next acquisition
-    /// must find no counter again.
-    async fn undo_acquire(&self, attempt: &Attempt<'_>, forget_counter: bool) {
+    /// Gives back a key this call took (best effort, one request), and with `counter` undoes
+    /// what the write did to its fencing counter: removes one it created in a table too young
+    /// to trust (whose next acquisition must find no counter again), or takes back the
+    /// increment of an unusable (fractional) one, so that refused acquisitions leave it as
+    /// they found it.
+    async fn undo_acquire(&self, attempt: &Attempt<'_>, counter: Option<Undo>) {
         let inner = &self.inner;
         let values = vec![
             (":request", s(&attempt.request)),
             (":undone", s(&format!("{}-undone", attempt.request))),
         ];
-        let update = if forget_counter {
-            "SET #expires = :zero, #request = :undone REMOVE #token, #owner, #value, #acquired, #expires_ms, #fence"
-        } else {
-            "SET #expires = :zero, #request = :undone REMOVE #token, #owner, #value, #acquired, #expires_ms"
+        let base = "SET #expires = :zero, #request = :undone";
+        let remove = "REMOVE #token, #owner, #value, #acquired, #expires_ms";
+        let update = match counter {
+            Some(Undo::ForgetCounter) => format!("{base} {remove}, #fence"),
+            Some(Undo::Decrement) => format!("{base}, #fence = #fence - :one {remove}"),
+            None => format!("{base} {remove}"),
         };
-        let request = self.conditional_update(attempt.key, "#request = :request", update, values);
+        let request = self.conditional_update(attempt.key, "#request = :request", &update, values);
         let result = with_retries(&inner.retry, &*inner.clock, None, "UpdateItem", || {
             request.clone().send()
         })
         .await;
         match result {
-            Ok(_) => tracing::warn!(forget_counter, "acquisition undone"),
+            Ok(_) => tracing::warn!(counter = ?counter, "acquisition undone"),
             Err(failed) => tracing::error!(
                 error = %backend_error_in("UpdateItem", &self.error_context(), failed.error),
-                "could not undo an acquisition with an unusable fencing counter"
+                "could not undo an acquisition"
             ),
         }
     }
@@ -326,19 +415,5 @@ impl DynamoLeases {
                 self.inner.names.expires_at.as_str()
             ),
         )
-    }
-}
-
-/// A shown counter (`N 1.5`) as the increment left it (`N 2.5`): the reply holds the value
-/// before it. Shown unchanged with `plus 1` where it is not a plain decimal.
-fn plus_one(shown: &str) -> String {
-    let number = shown.strip_prefix("N ").unwrap_or(shown);
-    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
-    match whole.parse::<u128>() {
-        Ok(whole) if fraction.bytes().all(|b| b.is_ascii_digit()) => {
-            let dot = if fraction.is_empty() { "" } else { "." };
-            format!("N {}{dot}{fraction}", whole.saturating_add(1))
-        }
-        _ => format!("{shown} plus 1"),
     }
 }

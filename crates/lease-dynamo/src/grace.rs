@@ -1,9 +1,12 @@
-//! Store loss: a table deleted and recreated (or restored, or DynamoDB Local restarted) has
-//! forgotten every holder, who keep running until their next renewal fails. An acquisition that
-//! finds no item is therefore checked against the table's age: in a table younger than the
-//! recreation grace (the longest lease any holder may have in the table it replaced), the key is
-//! given back and reported held until the grace ends (Chubby's grace period after a master
-//! change).
+//! Store loss: a table deleted and recreated (or restored from a backup, or DynamoDB Local
+//! restarted) has forgotten every holder, who keep running until their next renewal fails; a
+//! restored one also holds items from the past, whose holders look expired and whose fencing
+//! counters are older than tokens already issued. With a recreation grace, every acquisition
+//! that wrote is therefore checked against the table it landed in: in a table younger than the
+//! grace (the longest lease any holder may have in the table it replaced), the key is given back
+//! and reported held until the grace ends (Chubby's grace period after a master change); past
+//! it, a counter not above the end of the grace is raised to the clock, so tokens never repeat
+//! or go backwards across a restore.
 
 use std::time::SystemTime;
 
@@ -12,6 +15,7 @@ use lease_core::{Holder, LeaseError, LeaseKey};
 use crate::DynamoErrorKind;
 use crate::DynamoLeases;
 use crate::error::{DynamoError, backend_error_in};
+use crate::item::epoch_micros;
 
 impl DynamoLeases {
     /// When the table was created, by DynamoDB (`DescribeTable`, one request).
@@ -42,19 +46,52 @@ impl DynamoLeases {
             })
     }
 
-    /// `Err(Held)` while the table is younger than the recreation grace (plus the clock skew
-    /// allowance), as seen by this manager's clock; `Ok` when no grace is configured or it has
-    /// passed. Called only for acquisitions that created their key's fencing counter.
-    pub(crate) async fn check_recreation_grace(&self, key: &LeaseKey) -> Result<(), LeaseError> {
+    /// The incarnation check of an acquisition whose write landed, holding fencing token
+    /// `fencing`: `Err(Held)` while the table (as `DescribeTable` reports it *after* the write,
+    /// so it is the table the write landed in) is younger than the recreation grace plus the
+    /// clock skew allowance, as seen by this manager's clock; `Ok(Some(floor))` when the token
+    /// may belong to a table this one replaced (it is not above the instant the grace ended, in
+    /// microseconds: every counter this crate seeds or raises in this table is above it) and
+    /// must be raised to `floor`; `Ok(None)` when nothing is to be done, or no grace is
+    /// configured (then nothing is sent).
+    ///
+    /// A restored table is a new table (its creation time is the restore's) holding old items:
+    /// every acquisition is checked, not only one that created its key's counter, because
+    /// nothing in a restored item tells it from a live one. Cost: one `DescribeTable` per
+    /// acquisition that wrote, none for a refused one.
+    pub(crate) async fn check_incarnation(
+        &self,
+        key: &LeaseKey,
+        fencing: u64,
+    ) -> Result<Option<u64>, LeaseError> {
         let inner = &self.inner;
         if inner.recreation_grace.is_zero() {
-            return Ok(());
+            return Ok(None);
         }
         let created = self.table_created().await?;
         let trusted_from = created + inner.recreation_grace + inner.max_clock_skew;
         let now = inner.clock.now();
         if now >= trusted_from {
-            return Ok(());
+            // Tokens issued in a table this one replaced were issued before it was created, so
+            // are at most the issuing clock's reading then (see *Fencing* in `design`): below
+            // the end of this table's grace whenever the grace is at least the skew allowance.
+            // Every token issued here after the grace is above it: seeded or raised to a clock
+            // reading past it, then only incremented.
+            let grace_end = epoch_micros(trusted_from);
+            if fencing > grace_end {
+                return Ok(None);
+            }
+            let floor = epoch_micros(now).max(fencing.saturating_add(1));
+            tracing::info!(
+                table = %inner.table,
+                %key,
+                created = %lease_core::backend::fmt_time(created),
+                from = fencing,
+                to = floor,
+                "fencing counter from before this table's grace ended (a restored or recreated \
+                 table): raising it to the clock"
+            );
+            return Ok(Some(floor));
         }
         tracing::warn!(
             table = %inner.table,
