@@ -126,11 +126,20 @@ use lease_core::LeaseError;
 /// The backend name in [`LeaseError::Backend`] errors.
 const BACKEND: &str = "file";
 
-/// The refusal of a release in a process other than the one that acquired the lease: a
-/// `fork`ed child's copy of a lease is its parent's, and releasing it would free the parent's.
-fn forked_release() -> LeaseError {
+/// The refusal of `op` (a release, renewal or delete) in a process other than the one that
+/// acquired the lease: a `fork`ed child's copy of a lease is its parent's, and ending or
+/// changing it would end or change the parent's.
+fn forked_refusal(op: &str) -> LeaseError {
     LeaseError::unsupported(
         BACKEND,
-        "release in a process other than the one that acquired the lease (a forked child)",
+        match op {
+            "renew" => {
+                "renew in a process other than the one that acquired the lease (a forked child)"
+            }
+            "delete" => {
+                "delete in a process other than the one that acquired the lease (a forked child)"
+            }
+            _ => "release in a process other than the one that acquired the lease (a forked child)",
+        },
     )
 }

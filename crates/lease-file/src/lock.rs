@@ -308,6 +308,9 @@ fn observations() -> &'static Observations {
 struct Waiter {
     rx: mpsc::Receiver<Result<Option<KeyDir>, FsError>>,
     wanted: Arc<Mutex<bool>>,
+    /// The process whose thread blocks: in a `fork`ed child that thread does not exist, so the
+    /// child starts its own.
+    started_in: u32,
 }
 
 struct Shared {
@@ -729,6 +732,10 @@ impl FileLock {
             .waiter
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        let pid = std::process::id();
+        if waiter.as_ref().is_some_and(|w| w.started_in != pid) {
+            *waiter = None;
+        }
         let w = waiter.get_or_insert_with(|| {
             let (tx, rx) = mpsc::channel();
             let wanted = Arc::new(Mutex::new(true));
@@ -743,7 +750,11 @@ impl FileLock {
                     let _ = tx.send(got);
                 } // else the lock goes with `got`, here
             });
-            Waiter { rx, wanted }
+            Waiter {
+                rx,
+                wanted,
+                started_in: pid,
+            }
         });
         *w.wanted.lock().unwrap_or_else(PoisonError::into_inner) = true;
         match w.rx.recv_timeout(wait) {
@@ -789,7 +800,11 @@ impl FileLock {
                     .idle
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .take();
+                    .take()
+                    // One kept by the process this one was forked from shares its kernel lock
+                    // with that process: closed here (the parent's copy keeps its lock), and
+                    // the path opened afresh.
+                    .filter(KeyDir::opened_here);
                 match idle {
                     Some(kd) => self.attempt(kd, true),
                     None => self.attempt(self.open_dir()?, false),
@@ -1068,7 +1083,9 @@ impl Shared {
     /// Keeps `kd` (not holding the kernel lock) for the next acquisition.
     fn keep_idle(&self, mut kd: KeyDir) {
         kd.unlock();
-        *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(kd);
+        if kd.opened_here() {
+            *self.idle.lock().unwrap_or_else(PoisonError::into_inner) = Some(kd);
+        }
     }
 
     /// The guard is gone: the lock can be acquired again, and once the [`FileLock`] is gone too,
@@ -1213,7 +1230,7 @@ impl FileLockGuard {
         if self.pid != std::process::id() {
             // A forked child's copy: the tenure and its kernel lock are the parent's.
             tracing::warn!(acquired_by = self.pid, "release refused in a forked child");
-            return Err(crate::forked_release());
+            return Err(crate::forked_refusal("release"));
         }
         let result = self.shared.release_tenure();
         if result.as_ref().is_err_and(|e| !e.is_not_owned()) {

@@ -202,31 +202,57 @@
 //! A process that holds a lease and calls `fork` gives its child a copy of everything: the
 //! [`FileLockGuard`] or the [`DirectoryStore`] and its [`Lease`], their descriptors, and with them
 //! the kernel lock, which lives on the open file description that parent and child now share
-//! (`flock(LOCK_UN)` or the last close of it in *either* process would free it). The lease stays
-//! the parent's, whatever the child does:
+//! (`flock(LOCK_UN)` or the last close of it in *either* process would free it). A shared
+//! description also makes `flock` meaningless between the two: `flock` on a description that
+//! already holds the lock succeeds, so parent and child would each "take" the lock the other
+//! holds, and each would read the other's tenure as its dead holder's. So the rule, at the
+//! mechanism rather than per call:
 //!
+//! * **No descriptor opened by another process ever decides holding or liveness.** Every
+//!   open lock directory records the process that opened it. Its kernel lock is taken, trusted
+//!   ("this handle holds it", "the holder is dead") and let go only in that process; in any
+//!   other, `flock` through it is refused before it is made, and the handle holds nothing.
+//!   Every cache of open lock directories (the directories a [`FileLock`] and a
+//!   [`DirectoryStore`] keep open between tenures, their threads blocked in `flock` for
+//!   waiters, the descriptor [`DirectoryStore::kernel_lock_descriptor`] shares) checks the
+//!   opener first and, in a child, drops the inherited copy (closing only the child's
+//!   descriptor, so the parent keeps its lock) and opens the path afresh, as any other process
+//!   would. A fresh descriptor has a description of its own, and `flock` on it excludes the
+//!   parent as it excludes anyone. This costs one `getpid` per use of a cached directory: the
+//!   crate holds no `unsafe` code, so it cannot register a `pthread_atfork` handler, and a
+//!   pid read once and cached would be the parent's in the child.
+//! * **A lease is ended or changed only by the process that acquired it.** A store records
+//!   the acquiring process with each lease it grants, and a guard with its tenure. From any
+//!   other process, a release ([`FileLockGuard::release`], [`LeaseBackend::release`]), a
+//!   renewal ([`LeaseBackend::renew`]) or a delete ([`LeaseBackend::delete`]) of that lease
+//!   through the inherited store or guard is refused with [`LeaseError::Unsupported`],
+//!   renaming and unlocking nothing, even with the lease's own owner and fencing tokens.
 //! * Dropping the copy, returning from `main`, unwinding or exiting with it does nothing: a
-//!   guard releases on drop only in the process that acquired it, and no descriptor of a held
-//!   lease is ever unlocked by a process other than the one that locked it (the child only
-//!   forgets the lock; the parent's copy keeps it).
-//! * An explicit release of the parent's lease from the child ([`FileLockGuard::release`],
-//!   [`LeaseBackend::release`] through the inherited store) is refused with
-//!   [`LeaseError::Unsupported`], renaming and unlocking nothing.
+//!   guard releases on drop only in the process that acquired it, and the child only forgets
+//!   the kernel lock (the parent's copy keeps it).
 //! * The child may read: [`FileLockGuard::fencing_token`], and the store's `inspect` and
 //!   listings. Its copy's [`FileLockGuard::check`] knows only what the parent knew at the fork:
 //!   it has no heartbeat thread or keeper (threads do not survive `fork`), so it keeps saying
 //!   `Ok` until that moment's deadline even if the parent released meanwhile, and fails after it
 //!   even while the parent renews. A child must not act on it: pass the fencing token with its
-//!   writes, and let the resource's fencing decide. The child may acquire *other* leases
-//!   through the inherited store; they are its own.
+//!   writes, and let the resource's fencing decide. The child may acquire leases through the
+//!   inherited store or lock, its parent's keys included; they are its own, on descriptors it
+//!   opened, and exclude the parent (and the parent them) as another process's would.
 //! * To hand a lease to a child, let the child acquire its own, or pass the fencing token for
 //!   it to check against the parent; a release with the lease's token through a store the child
 //!   opens itself is a deliberate hand-off and is not refused.
 //!
+//! *Assumption:* a process's id does not change while it runs, and a child never has its
+//! parent's id (both hold while the parent lives, which is all that matters: a handle is only
+//! ever compared with the process that holds it). Processes that share a descriptor without a
+//! `fork` (passed over a Unix socket, or inherited across an `exec` with close-on-exec cleared,
+//! as `lease run` does for its guard process on purpose) are outside the rule.
+//!
 //! Every descriptor the crate opens is close-on-exec, so a program a child `exec`s inherits
 //! nothing (`lease run` passes its lock to its guard process on purpose: see the CLI).
 //! `tests/fork.rs` of the unpublished `lease-forktest` crate forks for real, in both modes and
-//! both faces.
+//! both faces: a child's drop, exit, unwind, release, renewal and delete of its parent's lease,
+//! and parent and child both acquiring a key whose directory was kept open across the fork.
 //!
 //! # Shared directories and other users
 //!
@@ -317,6 +343,7 @@
 //! [`AcquireOptions::with_value`]: lease_core::AcquireOptions::with_value
 //! [`DirectoryStore`]: crate::DirectoryStore
 //! [`DirectoryStore::prune`]: crate::DirectoryStore::prune
+//! [`DirectoryStore::kernel_lock_descriptor`]: crate::DirectoryStore::kernel_lock_descriptor
 //! [`DirectoryStoreBuilder::with_shared_directory`]: crate::DirectoryStoreBuilder::with_shared_directory
 //! [`FencedValues::fence_and_read`]: lease_core::FencedValues::fence_and_read
 //! [`FileLock`]: crate::FileLock
@@ -329,6 +356,7 @@
 //! [`Lease`]: lease_core::Lease
 //! [`LeaseBackend::delete`]: lease_core::LeaseBackend::delete
 //! [`LeaseBackend::release`]: lease_core::LeaseBackend::release
+//! [`LeaseBackend::renew`]: lease_core::LeaseBackend::renew
 //! [`LeaseBackend::watch_record`]: lease_core::LeaseBackend::watch_record
 //! [`LeaseError::Corrupt`]: lease_core::LeaseError::Corrupt
 //! [`LeaseError::Foreign`]: lease_core::LeaseError::Foreign

@@ -295,10 +295,14 @@ pub(crate) struct KeyDir {
     id: u64,
     dev_ino: (u64, u64),
     locked: bool,
-    /// The process that took the kernel lock. A forked child shares the lock (it lives on the
-    /// open file description, which `fork` shares), so only this process may let it go: a
-    /// child's `flock(LOCK_UN)` would free its parent's lock.
-    locked_in: u32,
+    /// The process that opened `file` (and so the open file description the kernel lock lives
+    /// on). After a `fork` the child shares that description with its parent: `flock` on it
+    /// succeeds in both at once, and `flock(LOCK_UN)` in either frees the other's lock. So the
+    /// kernel lock is taken, trusted and let go only through a descriptor opened by the calling
+    /// process ([`opened_here`](Self::opened_here)); a copy inherited across a `fork` is
+    /// refused for that, and its holders open the directory afresh (see
+    /// [*Forks*](crate::protocol#forks)).
+    opened_in: u32,
     /// fsync the directory after every rename.
     durable: bool,
     /// A directory stream on a duplicate of `file`, made at the first listing and rewound after
@@ -372,7 +376,7 @@ impl KeyDir {
                         id: fnv(&id_bytes),
                         dev_ino,
                         locked: false,
-                        locked_in: 0,
+                        opened_in: std::process::id(),
                         durable: false,
                         stream: Mutex::new(stream),
                         entry: Mutex::new(None),
@@ -414,9 +418,18 @@ impl KeyDir {
         self.id
     }
 
-    /// Whether this handle holds the kernel lock.
+    /// Whether this handle holds the kernel lock: it took it, through a descriptor this process
+    /// opened (a copy inherited across a `fork` holds nothing for the child).
     pub(crate) fn locked(&self) -> bool {
-        self.locked && self.locked_in == std::process::id()
+        self.locked && self.opened_here()
+    }
+
+    /// Whether this process opened the directory: a handle inherited across a `fork` shares its
+    /// open file description with the parent, so its kernel lock cannot tell the two apart.
+    /// Every cache of open lock directories drops a handle for which this is false and opens
+    /// the directory afresh.
+    pub(crate) fn opened_here(&self) -> bool {
+        self.opened_in == std::process::id()
     }
 
     /// Whether this handle took the kernel lock, in this process or (before a `fork`) in its
@@ -429,18 +442,17 @@ impl KeyDir {
     /// Tries the kernel lock (`flock(LOCK_EX|LOCK_NB)` on the directory): true if now held.
     ///
     /// # Errors
-    /// An I/O error other than "held by someone else".
+    /// An I/O error other than "held by someone else"; a handle this process did not open
+    /// ([`inherited`]): `flock` on a description shared with the parent would succeed in both.
     pub(crate) fn try_lock(&mut self) -> Result<bool, FsError> {
+        if !self.opened_here() {
+            return Err(inherited(&self.path));
+        }
         if self.locked {
-            // Taken by the parent this process was forked from: `flock` on the shared open
-            // file description would succeed without excluding the parent.
-            return Ok(self.locked());
+            return Ok(true);
         }
         match self.file.try_lock() {
-            Ok(()) => {
-                self.locked = true;
-                self.locked_in = std::process::id();
-            }
+            Ok(()) => self.locked = true,
             Err(std::fs::TryLockError::WouldBlock) => {}
             Err(std::fs::TryLockError::Error(e)) => return Err(io_error("flock", &self.path, e)),
         }
@@ -450,28 +462,27 @@ impl KeyDir {
     /// Blocks until this handle holds the kernel lock (the kernel wakes it).
     ///
     /// # Errors
-    /// An I/O error.
+    /// An I/O error; a handle this process did not open ([`inherited`]).
     pub(crate) fn lock_blocking(&mut self) -> Result<(), FsError> {
-        if self.locked && !self.locked() {
-            return Err(io_error(
-                "flock",
-                &self.path,
-                io::Error::other("the kernel lock was taken by the process this one forked from"),
-            ));
+        if !self.opened_here() {
+            return Err(inherited(&self.path));
         }
         if !self.locked {
             self.file
                 .lock()
                 .map_err(|e| io_error("flock", &self.path, e))?;
             self.locked = true;
-            self.locked_in = std::process::id();
         }
         Ok(())
     }
 
     /// Another descriptor of this directory, sharing its open file description and so its
     /// kernel lock (`O_CLOEXEC`, like every descriptor here).
+    /// A handle inherited across a `fork` shares nothing: its lock is the parent's.
     pub(crate) fn share(&self) -> io::Result<std::os::fd::OwnedFd> {
+        if !self.opened_here() {
+            return Err(io::Error::other(INHERITED));
+        }
         self.file.try_clone().map(std::os::fd::OwnedFd::from)
     }
 
@@ -480,7 +491,7 @@ impl KeyDir {
     /// with the parent, whose tenure it still guards.
     pub(crate) fn unlock(&mut self) {
         if self.locked {
-            if self.locked_in == std::process::id() {
+            if self.opened_here() {
                 let _ = self.file.unlock();
             }
             self.locked = false;
@@ -948,6 +959,21 @@ pub(crate) fn remove_ended(
     match nix::unistd::unlinkat(base.fd(), name, nix::unistd::UnlinkatFlags::RemoveDir) {
         Ok(()) | Err(Errno::ENOENT) => true,
         Err(_) => false,
+    }
+}
+
+/// Why a handle inherited across a `fork` is refused for the kernel lock.
+const INHERITED: &str = "the lock directory was opened by the process this one was forked from: \
+                         its kernel lock is shared with that process";
+
+/// The refusal of the kernel lock through a handle this process did not open (see
+/// [`KeyDir::opened_here`]). Transient: the caller's retry opens the directory afresh.
+fn inherited(path: &Path) -> FsError {
+    FsError::Io {
+        op: "flock",
+        path: path.to_owned(),
+        transient: true,
+        source: io::Error::other(INHERITED),
     }
 }
 

@@ -488,7 +488,8 @@ impl DirectoryStore {
     /// when every process holding a copy has exited, so a contender cannot notice the holder's
     /// death while a process started under the lease still runs. The descriptor is
     /// close-on-exec; clear that flag on the copy a child should inherit. `None` when this store
-    /// holds no kernel lock for that lease (another tenure of the key included).
+    /// holds no kernel lock for that lease (another tenure of the key included), and in a
+    /// `fork`ed child of the process that acquired it (the lock is the parent's).
     ///
     /// ```
     /// use lease_core::{LeaseGuard, LeaseKey};
@@ -611,15 +612,25 @@ impl DirectoryStore {
         record
     }
 
-    /// A released lock directory kept for `path`, if any.
+    /// A released lock directory kept for `path`, if any, opened by this process: one kept by
+    /// the process this one was `fork`ed from shares its kernel lock with that process, so it
+    /// is dropped (closing this process's copy only) and the caller opens the path afresh.
     fn take_idle(&self, path: &Path) -> Option<KeyDir> {
-        self.idle().remove(path)
+        let kd = self.idle().remove(path)?;
+        if kd.opened_here() {
+            return Some(kd);
+        }
+        tracing::debug!(path = %path.display(), "lock directory opened before a fork dropped");
+        None
     }
 
     /// Keeps `kd` (without its kernel lock) for the next acquisition of its key, if there is
-    /// room.
+    /// room and this process opened it.
     fn keep_idle(&self, mut kd: KeyDir) {
         kd.unlock();
+        if !kd.opened_here() {
+            return;
+        }
         let mut idle = self.idle();
         if idle.len() < IDLE_DIRS || idle.contains_key(kd.path()) {
             idle.insert(kd.path().to_owned(), kd);
@@ -730,6 +741,7 @@ impl DirectoryStore {
         Self::expiry(self.inner.time.now().wall, duration)?;
         let key = lease.key();
         let path = self.lock_dir(key)?;
+        self.refuse_if_forked(key, &path, lease.fencing_token(), "renew")?;
         let mut tenures = self.tenures();
         if let Some(t) = tenures
             .get_mut(&path)
@@ -856,13 +868,7 @@ impl DirectoryStore {
         fencing: FencingToken,
     ) -> Result<(), LeaseError> {
         let path = self.lock_dir(key)?;
-        if let Some(&(generation, pid)) = self.acquired_by().get(&path)
-            && generation == fencing.get()
-            && pid != std::process::id()
-        {
-            tracing::warn!(%key, generation, acquired_by = pid, "release refused in a forked child");
-            return Err(crate::forked_release());
-        }
+        self.refuse_if_forked(key, &path, fencing, "release")?;
         let result = self.release_own(key, token, fencing);
         if result
             .as_ref()
@@ -877,6 +883,28 @@ impl DirectoryStore {
             }
         }
         result
+    }
+
+    /// Refuses `op` on the tenure `fencing` of `key` (at `path`) when this store acquired it
+    /// in another process: the process this one was `fork`ed from, which still holds it. A
+    /// release, renewal or delete from the child would end or change the parent's lease. One
+    /// `getpid` when this store acquired that tenure; nothing otherwise (a lease acquired
+    /// elsewhere and handed over by its token is the caller's to end).
+    fn refuse_if_forked(
+        &self,
+        key: &LeaseKey,
+        path: &Path,
+        fencing: FencingToken,
+        op: &'static str,
+    ) -> Result<(), LeaseError> {
+        if let Some(&(generation, pid)) = self.acquired_by().get(path)
+            && generation == fencing.get()
+            && pid != std::process::id()
+        {
+            tracing::warn!(%key, generation, acquired_by = pid, op, "refused in a forked child");
+            return Err(crate::forked_refusal(op));
+        }
+        Ok(())
     }
 
     fn release_own(
@@ -1462,6 +1490,9 @@ impl DirectoryStore {
         fencing: Option<FencingToken>,
     ) -> Result<(), LeaseError> {
         let fence = fencing.map_or(0, FencingToken::get);
+        if let Some(fencing) = fencing {
+            self.refuse_if_forked(key, &self.lock_dir(key)?, fencing, "delete")?;
+        }
         let Some(kd) = self.lease_dir(key, false)? else {
             return Err(missing(key));
         };

@@ -48,9 +48,14 @@ impl Future for Woken {
     }
 }
 
-/// The store's blocked `flock`s, one per lock directory at most.
+/// The store's blocked `flock`s, one per lock directory at most, each with the process whose
+/// thread blocks: in a `fork`ed child that thread does not exist (and its descriptor is the
+/// parent's), so the child starts its own.
 #[derive(Debug, Default)]
-pub(crate) struct Waiters(Arc<Mutex<HashMap<PathBuf, Arc<Signal>>>>);
+pub(crate) struct Waiters(Arc<Mutex<HashMap<PathBuf, Started>>>);
+
+/// A blocked `flock`'s signal, with the process whose thread blocks in it.
+type Started = (u32, Arc<Signal>);
 
 impl Waiters {
     /// A future woken when the holder of the lock at `path` lets go, if that holder holds the
@@ -63,8 +68,10 @@ impl Waiters {
     ) -> Option<Woken> {
         let path = &base.join(name);
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(signal) = map.get(path) {
-            return Some(Woken(signal.clone()));
+        let pid = std::process::id();
+        match map.get(path) {
+            Some((started_in, signal)) if *started_in == pid => return Some(Woken(signal.clone())),
+            _ => {}
         }
         let kd = KeyDir::open(base, name, Kind::Lease, None).ok()??;
         let found = kd.state().ok()?;
@@ -75,7 +82,7 @@ impl Waiters {
             return None;
         }
         let signal = Arc::new(Signal::default());
-        map.insert(path.to_owned(), signal.clone());
+        map.insert(path.to_owned(), (pid, signal.clone()));
         let waiters = self.0.clone();
         let key = path.to_owned();
         let fired = signal.clone();

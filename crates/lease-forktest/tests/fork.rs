@@ -2,6 +2,11 @@
 //! explicitly releases its copy of a held lease leaves its parent holding, for a `FileLock` and
 //! a `DirectoryStore` lease, in kernel-lock and heartbeat-only mode (issue 22, item 4).
 //!
+//! The `delete` and `renew` cases (issue 37, item 2) have the child end or change its parent's
+//! lease through the inherited store with the lease's own tokens: refused. The `cached` cases
+//! (issue 37, item 1) acquire and release first, so that the face keeps the lock directory open
+//! across the fork, then parent and child both try to acquire: never both.
+//!
 //! Each case runs the `lease-forktest` scenario binary, which acquires, forks and checks in the
 //! parent that a contender is refused and the parent's fencing token keeps checking.
 
@@ -51,4 +56,12 @@ cases! {
     store_heartbeat_child_returns_from_main: "store" "heartbeat" "return";
     store_heartbeat_child_unwinds: "store" "heartbeat" "unwind";
     store_heartbeat_child_release_is_refused: "store" "heartbeat" "release";
+    store_kernel_child_delete_is_refused: "store" "kernel" "delete";
+    store_heartbeat_child_delete_is_refused: "store" "heartbeat" "delete";
+    store_kernel_child_renew_is_refused: "store" "kernel" "renew";
+    store_heartbeat_child_renew_is_refused: "store" "heartbeat" "renew";
+    lock_kernel_cached_directory_is_never_shared_with_a_child: "lock" "kernel" "cached";
+    lock_heartbeat_cached_directory_is_never_shared_with_a_child: "lock" "heartbeat" "cached";
+    store_kernel_cached_directory_is_never_shared_with_a_child: "store" "kernel" "cached";
+    store_heartbeat_cached_directory_is_never_shared_with_a_child: "store" "heartbeat" "cached";
 }

@@ -8,6 +8,14 @@
 //!   with the copy in `main`'s frame), `unwind` (panics with it on the stack), `exit` (exits
 //!   without dropping anything), `release` (an explicit release, which must be refused).
 //!
+//! * `delete`, `renew` (store only): the child deletes or renews the parent's lease through the
+//!   inherited store with the lease's own owner and fencing tokens (read from the store's
+//!   record, as any reader can), which must be refused;
+//! * `cached` instead acquires and releases (so the face keeps the lock directory open, the
+//!   idle cache), forks, and then parent and child both try to acquire: exactly one may get it,
+//!   in each of `LEASE_FORK_ROUNDS` rounds (default 25), each in a fresh directory. The output
+//!   says in how many rounds both got it.
+//!
 //! Exit status 0 when the parent still holds: a contender on the same path is refused, the
 //! parent's fencing token still checks, and keeps checking across its next heartbeats or
 //! renewals; then the parent releases and the contender's token is greater. 1 and a message on
@@ -56,6 +64,9 @@ fn main() -> ExitCode {
         _ => return ExitCode::from(2),
     };
     let dir = std::path::PathBuf::from(dir);
+    if how == "cached" {
+        return both_after_cached(face, mode, &dir);
+    }
     let held = match acquire(face, mode, &dir) {
         Ok(held) => held,
         Err(message) => {
@@ -90,6 +101,25 @@ fn main() -> ExitCode {
                     };
                     std::process::exit(if refused { 0 } else { 3 });
                 }
+                "delete" | "renew" => {
+                    let Held::Store { store, .. } = &held else {
+                        std::process::exit(2)
+                    };
+                    let refused = match end_through(store, how) {
+                        Ok(()) => {
+                            eprintln!(
+                                "lease-forktest: the child's {how} of its parent's lease succeeded"
+                            );
+                            false
+                        }
+                        Err(e) if e.is_unsupported() => true,
+                        Err(e) => {
+                            eprintln!("lease-forktest: the child's {how} failed otherwise: {e}");
+                            false
+                        }
+                    };
+                    std::process::exit(if refused { 0 } else { 3 });
+                }
                 _ => std::process::exit(2),
             }
         }
@@ -99,6 +129,10 @@ fn main() -> ExitCode {
         }
     };
     let status = wait(child).unwrap_or(-1);
+    if matches!(how.as_str(), "release" | "delete" | "renew") && status != 0 {
+        eprintln!("lease-forktest: the child's {how} was not refused (exit status {status})");
+        return ExitCode::from(1);
+    }
     match still_ours(&held, mode, &dir)
         .and_then(|fencing| release_then_contend(held, mode, &dir, fencing))
     {
@@ -247,4 +281,165 @@ fn release_then_contend(
             "the contender's token {next} is not above the parent's {fencing}"
         ))
     }
+}
+
+/// The child's `delete` or `renew` of the parent's lease through the inherited store, with the
+/// owner token and fencing token the store's record names (the tokens the child's copy of the
+/// lease carries).
+fn end_through(store: &DirectoryStore, how: &str) -> Result<(), lease_core::LeaseError> {
+    let key = key();
+    let record = pollster::block_on(store.inspect(&key))?.ok_or_else(|| {
+        lease_core::LeaseError::not_owned(key.clone(), lease_core::NotOwnedReason::Missing)
+    })?;
+    let token = record
+        .holder()
+        .and_then(lease_core::Holder::token)
+        .cloned()
+        .ok_or_else(|| {
+            lease_core::LeaseError::not_owned(key.clone(), lease_core::NotOwnedReason::Missing)
+        })?;
+    let fencing = record.fencing_token().ok_or_else(|| {
+        lease_core::LeaseError::not_owned(key.clone(), lease_core::NotOwnedReason::Missing)
+    })?;
+    if how == "delete" {
+        return pollster::block_on(store.delete(&key, Some(&token), Some(fencing)));
+    }
+    let lease = lease_core::backend::new_lease(
+        key.clone(),
+        token,
+        fencing,
+        LEASE,
+        std::time::SystemTime::now() + LEASE,
+        std::time::Instant::now() + LEASE / 2,
+    );
+    pollster::block_on(store.renew(&lease, LEASE)).map(drop)
+}
+
+/// `cached`: acquire and release (the face keeps the lock directory open), fork, both try to
+/// acquire; counts the rounds in which both got it. Exit 0 when none did.
+fn both_after_cached(face: &str, mode: ModePreference, dir: &std::path::Path) -> ExitCode {
+    let rounds: u32 = std::env::var("LEASE_FORK_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(25);
+    let mut both = 0;
+    for round in 0..rounds {
+        let dir = dir.join(format!("round-{round}"));
+        if let Err(e) = std::fs::create_dir(&dir) {
+            eprintln!("lease-forktest: {}: {e}", dir.display());
+            return ExitCode::from(1);
+        }
+        match one_cached_round(face, mode, &dir) {
+            Ok(true) => both += 1,
+            Ok(false) => {}
+            Err(message) => {
+                eprintln!("lease-forktest: round {round}: {message}");
+                return ExitCode::from(1);
+            }
+        }
+    }
+    println!("both held in {both} of {rounds} rounds");
+    if both == 0 {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!(
+            "lease-forktest: {face}: parent and child both acquired in {both} of {rounds} rounds"
+        );
+        ExitCode::from(1)
+    }
+}
+
+/// One round of `cached`: whether parent and child both held the lease at the same moment
+/// (the child keeps what it acquired until the parent has tried, then exits without
+/// releasing).
+fn one_cached_round(
+    face: &str,
+    mode: ModePreference,
+    dir: &std::path::Path,
+) -> Result<bool, String> {
+    enum Face {
+        Lock(FileLock),
+        Store(DirectoryStore),
+    }
+    type Kept = (FencingToken, Box<dyn std::any::Any>);
+    let once = AcquireOptions::default();
+    let face = match face {
+        "lock" => {
+            let lock = lock_at(dir, mode)?;
+            lock.try_acquire()
+                .and_then(FileLockGuard::release)
+                .map_err(|e| format!("first tenure: {e}"))?;
+            Face::Lock(lock)
+        }
+        "store" => {
+            let store = store_at(dir, mode)?;
+            let lease = pollster::block_on(store.try_acquire(&key(), LEASE, &once))
+                .map_err(|e| format!("first tenure: {e}"))?;
+            pollster::block_on(store.release(&key(), lease.token(), lease.fencing_token()))
+                .map_err(|e| format!("first release: {e}"))?;
+            Face::Store(store)
+        }
+        other => return Err(format!("unknown face {other}")),
+    };
+    let attempt = |face: &Face| -> Result<Kept, lease_core::LeaseError> {
+        match face {
+            Face::Lock(lock) => lock
+                .try_acquire()
+                .map(|g| (g.fencing_token(), Box::new(g) as Box<dyn std::any::Any>)),
+            Face::Store(store) => pollster::block_on(store.try_acquire(&key(), LEASE, &once))
+                .map(|l| (l.fencing_token(), Box::new(l) as Box<dyn std::any::Any>)),
+        }
+    };
+    // The child reports on `report` (0: refused as held, else the fencing token it got), then
+    // waits for `go` to close before it exits.
+    let (report_rx, report_tx) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (go_rx, go_tx) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let child = match fork() {
+        Ok(Forked::Parent(child)) => child,
+        Ok(Forked::Child) => {
+            drop(go_tx);
+            let (code, got) = match attempt(&face) {
+                Ok((fencing, kept)) => (0, Some((fencing.get(), kept))),
+                Err(e) if e.is_held() => (0, None),
+                Err(e) => {
+                    eprintln!("lease-forktest: the child's attempt failed otherwise: {e}");
+                    (11, None)
+                }
+            };
+            let word = got.as_ref().map_or(0, |(fencing, _)| *fencing);
+            let _ = nix::unistd::write(&report_tx, &word.to_le_bytes());
+            let mut byte = [0u8; 1];
+            let _ = nix::unistd::read(&go_rx, &mut byte);
+            // Exits without dropping anything (a guard's drop would release).
+            std::process::exit(code);
+        }
+        Err(e) => return Err(format!("fork: {e}")),
+    };
+    drop(report_tx);
+    drop(go_rx);
+    let mine = attempt(&face);
+    let mut word = [0u8; 8];
+    let read = nix::unistd::read(&report_rx, &mut word).map_err(|e| format!("read: {e}"));
+    drop(go_tx);
+    let status = wait(child).map_err(|e| format!("wait: {e}"))?;
+    if read? != 8 || status != 0 {
+        return Err(format!("the child's attempt failed (exit status {status})"));
+    }
+    let child_got = u64::from_le_bytes(word);
+    let parent_got = match &mine {
+        Ok((fencing, _)) => fencing.get(),
+        Err(e) if e.is_held() => 0,
+        Err(e) => return Err(format!("the parent's attempt failed otherwise: {e}")),
+    };
+    if parent_got == 0 && child_got == 0 {
+        return Err("neither got the free lease".into());
+    }
+    let both = parent_got != 0 && child_got != 0;
+    if both {
+        eprintln!(
+            "lease-forktest: both held: the parent with token {parent_got}, the child with {child_got}"
+        );
+    }
+    drop(mine);
+    Ok(both)
 }
