@@ -209,15 +209,19 @@ impl DynamoLeasesBuilder {
     }
 
     /// The longest lease any holder takes in this table: after the table is created (or
-    /// deleted and recreated, restored, or DynamoDB Local restarted), no key is granted for this
-    /// long plus [`with_max_clock_skew`](Self::with_max_clock_skew), because a holder of the table
-    /// it replaced may still run until its next renewal fails. An acquisition whose write
-    /// created the key's fencing counter (the item was missing) reads the table's creation time
-    /// (`DescribeTable`, one more request, IAM `dynamodb:DescribeTable`); in a younger table it
+    /// deleted and recreated, restored from a backup, or DynamoDB Local restarted), no key is
+    /// granted for this long plus [`with_max_clock_skew`](Self::with_max_clock_skew), because a
+    /// holder of the table it replaced may still run until its next renewal fails. Every
+    /// acquisition whose write landed then reads the creation time of the table it landed in
+    /// (`DescribeTable`, one more request, IAM `dynamodb:DescribeTable`; a restored table is a
+    /// new table, and nothing in its old items tells them from live ones); in a younger table it
     /// gives the key back and fails with [`LeaseError::Held`] until the grace ends, so a waiting
-    /// acquire sleeps until then. Acquisitions of existing items send nothing more. Zero (the
-    /// default, as in the Go package) turns the check off. See `docs/correctness.md`,
-    /// *Store loss*.
+    /// acquire sleeps until then. Past the grace, a fencing counter not above the grace's end (a
+    /// restored item's, older than tokens already issued) is raised to the clock in
+    /// microseconds first (one conditional `UpdateItem`, once per key and table), so fencing
+    /// tokens never repeat or go backwards across a restore when the grace is at least the skew
+    /// allowance. Refused acquisitions send nothing more. Zero (the default, as in the Go
+    /// package) turns the check off and sends nothing. See `docs/correctness.md`, *Store loss*.
     pub fn with_recreation_grace(mut self, grace: Duration) -> Self {
         self.recreation_grace = grace;
         self
