@@ -37,15 +37,21 @@ pub(crate) enum Command {
     /// --holders) in its environment: pass the fencing token with every write to the resource
     /// the lease protects. It runs in its own process
     /// group (unless --foreground); SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and
-    /// SIGALRM sent to lease are forwarded to it.
+    /// SIGALRM sent to lease are forwarded to it. SIGINT, SIGTERM, SIGHUP and SIGQUIT end the
+    /// run within --grace: a stopped command is continued to handle them, and one still running
+    /// after the grace is SIGKILLed.
     ///
-    /// On a terminal (standard input is one and lease is in its foreground) the command's group
-    /// gets the terminal's foreground, so it reads it and gets Ctrl-C as under flock(1); lease
-    /// takes the terminal back when the command ends. A command stopped by the terminal (Ctrl-Z,
-    /// or using it from the background) never keeps the lease renewed: lease stops its own job
-    /// too, so the shell shows the job stopped; `fg` continues the command if the lease can still
-    /// be trusted, and otherwise kills it where it stands (exit 76). Where no job-control shell
-    /// can continue lease, Ctrl-Z is ignored, as the kernel ignores it there.
+    /// On a terminal (standard input is one) the command's group gets the terminal's foreground
+    /// whenever lease has it (at the start, or after `fg` for a job started with `&`), so it
+    /// reads it and gets Ctrl-C as under flock(1); lease takes the terminal back when the
+    /// command ends. A command stopped for job control (Ctrl-Z, using the terminal from the
+    /// background, or stopping itself with SIGTSTP) never keeps the lease renewed: lease stops
+    /// its own job too, so the shell shows the job stopped; `fg` and `bg` continue the command if
+    /// the lease can still be trusted, and otherwise kill it where it stands (exit 76). Where no
+    /// job-control shell can continue lease, Ctrl-Z is ignored, as the kernel ignores it there.
+    /// A command stopped any other way (kill -STOP, or stopping itself with no terminal) keeps
+    /// its lease for one --ttl at most: lease then ends the run (SIGTERM, SIGKILL after --grace)
+    /// and exits 76.
     ///
     /// The command never outlives its lease. If renewals fail for so long that the lease could
     /// end, the command gets SIGTERM early enough that SIGKILL lands by the holder's deadline

@@ -149,7 +149,7 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
     }
     if args.terminal {
         // Before the command exists, so it never reads the terminal as a background job.
-        crate::terminal::take_foreground_for_own_group();
+        crate::terminal::take_foreground_for_own_group(Pid::from_raw(parent));
     }
     // `lease hold-lock` reports `lease`'s death itself; the guard then kills quietly.
     let mut holder = match (args.lock_fd, args.parent_link_fd) {
@@ -161,6 +161,7 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
         .kill_on_drop(false)
         .spawn()
         .map_err(|error| start_failure(&args.command[0], &error))?;
+    let mut stops = install(SignalKind::child())?;
     let mut watch = watch;
     let kill_before = Duration::from_millis(args.kill_before_ms);
     // Also look at the parent on a timer, in case the signal went astray.
@@ -176,6 +177,7 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
                 return Ok(exit::status_code(status));
             }
             _ = death.recv() => false,
+            _ = stops.recv() => false,
             _ = poll.tick() => false,
             () = &mut kill_timer => true,
             _ = a.recv() => false,
@@ -187,6 +189,9 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
         };
         if !parent_alive(parent) {
             return Err(parent_died(parent, watch.as_ref(), !running(&mut holder)));
+        }
+        if args.terminal {
+            extend_stop_to_group(&child);
         }
         if let Some(watch) = watch.as_mut()
             && let Some(left) = watch.left()
@@ -202,6 +207,23 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
             kill_timer
                 .as_mut()
                 .reset(tokio::time::Instant::now() + Duration::from_secs(3600));
+        }
+    }
+}
+
+/// On a terminal, a command that stopped itself (`kill -TSTP $$`, a program's own suspend) is
+/// a stopped job to its shell; under `lease` the guard would run on and the shell would never
+/// see it. The guard stops its whole group with the same signal, as the terminal's Ctrl-Z
+/// would, and `lease run` then stops its job (`run.rs`): `fg` and `bg` work as for any command.
+/// A stop by another signal (SIGSTOP) is not job control and is left to `lease run`'s bound.
+fn extend_stop_to_group(child: &tokio::process::Child) {
+    let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
+        return;
+    };
+    if let Some(signal) = crate::terminal::stopped_by_terminal(Pid::from_raw(pid)) {
+        tracing::info!(%signal, "the command stopped itself; stopping its group with it");
+        if let Err(error) = killpg(getpgrp(), signal) {
+            tracing::debug!(%error, "cannot stop the command's group");
         }
     }
 }

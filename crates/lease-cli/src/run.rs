@@ -42,8 +42,8 @@ pub(crate) struct RunPlan {
     pub(crate) wait: Duration,
     pub(crate) grace: Duration,
     pub(crate) foreground: bool,
-    /// Standard input is a terminal whose foreground `lease` has: the command's group gets it
-    /// (see `terminal.rs`).
+    /// Standard input is this session's terminal: the command's group gets its foreground
+    /// whenever `lease` has it, at the start or after `fg` (see `terminal.rs`).
     pub(crate) terminal: bool,
     pub(crate) command: Vec<OsString>,
     /// The `lease` binary, started again as the guard or exec step.
@@ -126,7 +126,7 @@ impl RunPlan {
             wait: args.wait,
             grace,
             foreground: args.foreground,
-            terminal: !args.foreground && crate::terminal::foreground_terminal().is_some(),
+            terminal: !args.foreground && crate::terminal::controlling_terminal(),
             command: args.command.clone(),
             link_program: PathBuf::from("/proc/self/exe"),
             value: args.value.clone(),
@@ -485,6 +485,17 @@ impl Target {
         }
     }
 
+    /// What is stopped in the command's group (nothing in the foreground, where there is no
+    /// group of its own): see [`crate::terminal::stopped_in`].
+    fn stopped(self) -> crate::terminal::Stopped {
+        if self.group {
+            let leader = Pid::from_raw(self.pid);
+            crate::terminal::stopped_in(leader, leader)
+        } else {
+            crate::terminal::Stopped::default()
+        }
+    }
+
     /// Whether any process of the command's group is still alive (always false in the
     /// foreground, where the group is `lease`'s own); see [`group_alive`].
     fn group_alive(self) -> bool {
@@ -570,6 +581,9 @@ enum Stop {
     /// The terminal stopped the command for reading or writing it from the background, and
     /// nothing can continue `lease` (its process group is orphaned): it would never run again.
     Stalled { signal: Signal },
+    /// The command stayed stopped (SIGSTOP, or a stop no job-control shell follows) for a
+    /// whole TTL while `lease` ran: a stopped command does not keep its lease.
+    StoppedTooLong { stopped: Duration },
 }
 
 impl std::fmt::Display for Stop {
@@ -598,9 +612,21 @@ impl std::fmt::Display for Stop {
                 "the command was stopped by {signal} (the terminal, used from the background) \
                  and nothing can continue it"
             ),
+            Self::StoppedTooLong { stopped } => write!(
+                f,
+                "the command has been stopped for {}, as long as the lease's TTL: a stopped \
+                 command does not keep its lease",
+                fmt_duration(*stopped)
+            ),
         }
     }
 }
+
+/// How long `lease`, continued after stopping its job with its command, waits for a signal that
+/// came with the continue (a shell's `kill %N` sends SIGTERM, then SIGCONT) before it continues
+/// the command: the signal is acted on first, so one `kill %N` ends a job whose command would
+/// stop again at once (reading the terminal from the background).
+const SIGNAL_WINDOW: Duration = Duration::from_millis(50);
 
 /// Runs until the command exits or the lease is lost; returns lease's exit status.
 async fn supervise(
@@ -618,19 +644,57 @@ async fn supervise(
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let lost = guard.lost();
     tokio::pin!(lost);
+    // Since when the command has been stopped while `lease` ran (see `Stop::StoppedTooLong`).
+    let mut stopped_since: Option<Instant> = None;
+    // A signal that ends a process was forwarded: the command has its grace, then SIGKILL.
+    let mut ending: Option<Ending> = None;
     let reason = loop {
         tokio::select! {
+            // A signal first: after a stop, it must not wait behind a check that stops again.
+            biased;
+            signal = signals.recv() => forward(plan, target, signal, &mut ending),
             status = child.wait() => {
                 let status = status.map_err(|e| Failure::internal(format!("waiting for the command: {e}")))?;
                 return finish(plan, guard, status, target, signals).await;
             }
             reason = &mut lost => break Stop::Lost(reason),
             _ = check.tick() => {
-                if let Some(target) = target.filter(|t| t.group)
-                    && let Some(signal) = crate::terminal::stopped_by_terminal(Pid::from_raw(target.pid))
-                    && let Err(stop) = follow_terminal_stop(plan, &guard, target, signal, stop_window)
-                {
-                    break stop;
+                if let Some(ending) = &mut ending {
+                    ending.enforce(plan, target);
+                } else if let Some(target) = target.filter(|t| t.group) {
+                    if plan.terminal
+                        && let Some(signal) = crate::terminal::stopped_by_terminal(Pid::from_raw(target.pid))
+                    {
+                        let orphaned = crate::terminal::own_group_orphaned().unwrap_or(true);
+                        let stopped_at = Instant::now();
+                        if !orphaned {
+                            stop_own_job(plan, signal);
+                            // Continued: by `fg`, `bg`, or a shell's `kill %N` whose signal
+                            // comes with the continue and is acted on first.
+                            tokio::select! {
+                                biased;
+                                signal = signals.recv() => {
+                                    forward(plan, Some(target), signal, &mut ending);
+                                    continue;
+                                }
+                                () = tokio::time::sleep(SIGNAL_WINDOW) => {}
+                            }
+                        }
+                        if let Err(stop) = resume_after_terminal_stop(
+                            plan, &guard, target, signal, stop_window, orphaned, stopped_at.elapsed(),
+                        ) {
+                            break stop;
+                        }
+                        stopped_since = None;
+                    }
+                    if target.stopped().command {
+                        let since = *stopped_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= plan.ttl {
+                            break Stop::StoppedTooLong { stopped: since.elapsed() };
+                        }
+                    } else {
+                        stopped_since = None;
+                    }
                 }
                 if let Some(relay) = relay {
                     relay.publish(guard.deadline());
@@ -643,23 +707,81 @@ async fn supervise(
                     break Stop::Early { deadline_in };
                 }
             }
-            signal = signals.recv() => {
-                tracing::info!(%signal, "forwarding signal to the command");
-                if let Some(target) = target {
-                    target.send(signal);
-                    // A stopped command (SIGSTOP by hand) would act on it only once continued;
-                    // a shell's `kill` continues a stopped job it terminates, and so does lease.
-                    if matches!(signal, Signal::SIGTERM | Signal::SIGHUP)
-                        && target.group
-                        && crate::terminal::stopped(Pid::from_raw(target.pid))
-                    {
-                        target.send(Signal::SIGCONT);
-                    }
-                }
-            }
         }
     };
     stop(plan, guard, child, target, signals, &reason).await
+}
+
+/// A signal that ends a process by default and that someone sent to end the run (not SIGUSR1,
+/// SIGUSR2 or SIGALRM, which programs use for their own purposes).
+fn ends_the_run(signal: Signal) -> bool {
+    matches!(
+        signal,
+        Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP | Signal::SIGQUIT
+    )
+}
+
+/// The run is ending on a signal sent to `lease`: the command has its grace to exit.
+struct Ending {
+    signal: Signal,
+    kill_at: Instant,
+    killed: bool,
+}
+
+impl Ending {
+    /// Keeps a stopped command going (it handles the signal only once continued), and SIGKILLs
+    /// it once its grace is over.
+    fn enforce(&mut self, plan: &RunPlan, target: Option<Target>) {
+        let Some(target) = target else {
+            return;
+        };
+        if self.killed {
+            return;
+        }
+        if Instant::now() >= self.kill_at {
+            eprintln!(
+                "lease: {} still running {} after {}; sending SIGKILL",
+                plan.program(),
+                fmt_duration(plan.grace),
+                self.signal
+            );
+            target.send(Signal::SIGKILL);
+            self.killed = true;
+        } else if target.group && target.stopped().any {
+            target.send(Signal::SIGCONT);
+        }
+    }
+}
+
+/// Forwards `signal` to the command. One that ends a process (see [`ends_the_run`]) is followed
+/// by SIGCONT if the command is stopped, as a shell's `kill` continues a stopped job it
+/// terminates, and starts the grace after which the command is SIGKILLed: a signal to `lease`
+/// ends the run within its grace, stopped command or not.
+fn forward(plan: &RunPlan, target: Option<Target>, signal: Signal, ending: &mut Option<Ending>) {
+    tracing::info!(%signal, "forwarding signal to the command");
+    let Some(target) = target else {
+        return;
+    };
+    target.send(signal);
+    if !ends_the_run(signal) {
+        return;
+    }
+    let stopped = if target.group {
+        target.stopped().any
+    } else {
+        crate::terminal::stopped_by(Pid::from_raw(target.pid)).is_some()
+    };
+    if stopped {
+        target.send(Signal::SIGCONT);
+    }
+    if ending.is_none() {
+        tracing::info!(key = %plan.key, %signal, grace = ?plan.grace, "ending the run");
+        *ending = Some(Ending {
+            signal,
+            kill_at: Instant::now() + plan.grace,
+            killed: false,
+        });
+    }
 }
 
 /// Why a guard's [`check`](LeaseGuard::check) failed: the reason its [`LeaseError::Lost`]
@@ -671,40 +793,43 @@ fn loss_reason(error: LeaseError) -> LossReason {
     }
 }
 
-/// The terminal stopped the command's group (Ctrl-Z, or the terminal used from the
-/// background): a stopped command must not keep the lease renewed. When a job-control shell can
-/// continue `lease` (its group is not orphaned), `lease` stops its own group (the shell's job)
-/// with the same signal, so the shell shows the job stopped and renewals stop with it; `fg` or `bg` continues `lease`,
-/// which continues the command (giving it the terminal when `lease` has it) if the lease can
-/// still be trusted, or kills it where it stands if not. When nothing can continue `lease`, the
-/// kernel's rule for orphaned groups applies: Ctrl-Z is ignored (the command is continued at
-/// once), and a command that needs the terminal it cannot get is stopped.
-fn follow_terminal_stop(
+/// The terminal stopped the command's group (Ctrl-Z, the terminal used from the background, or
+/// the command stopping itself, which the guard extends to its group): a stopped command must
+/// not keep the lease renewed. A job-control shell can continue `lease` (its group is not
+/// orphaned), so `lease` stops its own group (the shell's job) with the same signal: the shell
+/// shows the job stopped and renewals stop with it. Returns once `lease` is continued (`fg`,
+/// `bg`, a shell's `kill %N`).
+fn stop_own_job(plan: &RunPlan, signal: Signal) {
+    tracing::info!(key = %plan.key, %signal, "the command was stopped; stopping lease's job with it");
+    // SIGTTOU is blocked in every thread of `lease` (see terminal.rs), so it would stay
+    // pending: SIGTSTP stops it as well.
+    let own = if signal == Signal::SIGTTOU {
+        Signal::SIGTSTP
+    } else {
+        signal
+    };
+    // The whole of `lease`'s own group: it is the shell's job (a script running `lease`
+    // included), which the terminal would have stopped had the command been in it.
+    if let Err(error) = nix::sys::signal::killpg(nix::unistd::getpgrp(), own) {
+        tracing::debug!(%error, "cannot stop lease itself");
+    }
+}
+
+/// After a terminal stop (see [`stop_own_job`]): continues the command (giving it the terminal
+/// when `lease` has it now: `fg`) if the lease can still be trusted, or kills it where it
+/// stands if not. When nothing can continue `lease` (`orphaned`), the kernel's rule for orphaned
+/// groups applies: Ctrl-Z is ignored (the command is continued at once), and a command that
+/// needs the terminal it cannot get is stopped.
+fn resume_after_terminal_stop(
     plan: &RunPlan,
     guard: &LeaseGuard,
     target: Target,
     signal: Signal,
     stop_window: Duration,
+    orphaned: bool,
+    suspended: Duration,
 ) -> Result<(), Stop> {
     let command_group = Pid::from_raw(target.pid);
-    let orphaned = crate::terminal::own_group_orphaned().unwrap_or(true);
-    let stopped_at = Instant::now();
-    if !orphaned {
-        tracing::info!(key = %plan.key, %signal, "the command was stopped; stopping lease's job with it");
-        // SIGTTOU is blocked in every thread of `lease` (see terminal.rs), so it would stay
-        // pending: SIGTSTP stops it as well.
-        let own = if signal == Signal::SIGTTOU {
-            Signal::SIGTSTP
-        } else {
-            signal
-        };
-        // The whole of `lease`'s own group: it is the shell's job (a script running `lease`
-        // included), which the terminal would have stopped had the command been in it.
-        if let Err(error) = nix::sys::signal::killpg(nix::unistd::getpgrp(), own) {
-            tracing::debug!(%error, "cannot stop lease itself");
-        }
-    }
-    let suspended = stopped_at.elapsed();
     let trusted = guard.check().is_ok()
         && guard
             .deadline()
@@ -714,9 +839,8 @@ fn follow_terminal_stop(
         target.send(Signal::SIGKILL);
         return Err(Stop::Suspended { signal, suspended });
     }
-    let can_have_terminal = plan.terminal
-        && (crate::terminal::is_foreground(nix::unistd::getpgrp())
-            || crate::terminal::is_foreground(command_group));
+    let can_have_terminal = crate::terminal::is_foreground(nix::unistd::getpgrp())
+        || crate::terminal::is_foreground(command_group);
     if can_have_terminal {
         crate::terminal::give_foreground(command_group);
     } else if orphaned && signal != Signal::SIGTSTP {
@@ -863,6 +987,12 @@ async fn stop(
     };
     let what = match reason {
         Stop::Stalled { .. } => format!("{program} could not go on under lease {}", plan.key),
+        Stop::StoppedTooLong { .. } => {
+            format!(
+                "{program} stayed stopped, and lease {} was given up",
+                plan.key
+            )
+        }
         _ => format!("lease {} was lost while {program} ran", plan.key),
     };
     Err(Failure::new(

@@ -96,6 +96,18 @@ impl Terminal {
         }
     }
 
+    /// Whether the terminal shows `text` (counting from byte `from`) within `limit`.
+    fn shows(&self, text: &str, from: usize, limit: Duration) -> bool {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if self.screen().get(from..).is_some_and(|s| s.contains(text)) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
     /// Waits for `script` (so the command line) to end; its exit status.
     fn wait_exit(&mut self, limit: Duration) -> i32 {
         let started = Instant::now();
@@ -444,4 +456,320 @@ fn killed_lease_runs_leave_no_relay_directories_behind() {
         target.path().join("keep").exists() && link.symlink_metadata().is_ok(),
         "a symlink is neither followed nor removed"
     );
+}
+
+/// Whether a `lease run --wait 0` on `key` gets in within `limit`: the run holding it ended and
+/// released it.
+fn freed_within(store: &Path, key: &str, limit: Duration) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        let out = lease(store)
+            .args(["run", "--key", key, "--wait", "0", "--", "true"])
+            .output()
+            .expect("lease runs");
+        if out.status.code() == Some(0) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// Issue 37 item 5: a `lease run ... &` whose command reads the terminal was stopped (SIGTTIN)
+/// and `fg` stopped it again, 4 of 4: `lease` had decided at its start, in the background, that
+/// it had no terminal, so it never gave the command's group the foreground. Now `fg` gives it,
+/// the command reads the line typed, and the job ends.
+#[test]
+fn fg_brings_a_background_job_that_reads_the_terminal_to_the_foreground() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let mut terminal = job_shell(store.path());
+    let mut stuck = 0;
+    for round in 0..4 {
+        let key = format!("bg{round}");
+        let mark = terminal.screen().len();
+        terminal.type_keys(&format!(
+            "{LEASE} run --key {key} -- sh -c 'read x; echo \"go\"\"t $x\"' &\n"
+        ));
+        terminal.wait_for("Stopped", mark, Duration::from_secs(10));
+        let mark = terminal.screen().len();
+        terminal.type_keys("fg\n");
+        // Time for `fg` to land before the line is typed (typed earlier, it waits in the
+        // terminal's buffer anyway).
+        std::thread::sleep(Duration::from_millis(300));
+        terminal.type_keys(&format!("line{round}\n"));
+        if !terminal.shows(&format!("got line{round}"), mark, Duration::from_secs(3)) {
+            stuck += 1;
+            // `fg` stopped it again: end it so the next round starts clean.
+            terminal.type_keys("kill -9 %1\n");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        assert!(
+            freed_within(store.path(), &key, Duration::from_secs(5)),
+            "round {round}: the job's lease was never released:\n{}",
+            terminal.screen()
+        );
+    }
+    assert_eq!(
+        stuck,
+        0,
+        "fg stopped the job again in {stuck} of 4 rounds:\n{}",
+        terminal.screen()
+    );
+    terminal.type_keys("exit\n");
+    terminal.wait_exit(Duration::from_secs(5));
+}
+
+/// A job-control shell on a pty, ready for commands, reporting job changes at once.
+fn job_shell(store: &Path) -> Terminal {
+    let mut terminal = Terminal::start("bash --norc --noprofile -i", store);
+    terminal.wait_for("bash-", 0, Duration::from_secs(10));
+    terminal.type_keys("set -b\n");
+    terminal
+}
+
+/// Issue 37 item 5: `kill %1` often had to be repeated. Ctrl-Z, `bg` (the command reads the
+/// terminal again from the background and its job stops again), then one `kill %1` ends the
+/// run and frees the lease.
+#[test]
+fn ctrl_z_bg_and_one_kill_end_a_job() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let mut terminal = job_shell(store.path());
+    let mark = terminal.screen().len();
+    terminal.type_keys(&format!(
+        "{LEASE} run --key ctl -- sh -c 'echo re\"\"ady; read x; sleep 30'\n"
+    ));
+    terminal.wait_for("ready", mark, Duration::from_secs(10));
+    let mark = terminal.screen().len();
+    terminal.type_keys("\x1a");
+    terminal.wait_for("Stopped", mark, Duration::from_secs(5));
+    let mark = terminal.screen().len();
+    terminal.type_keys("bg\n");
+    // From the background the command reads the terminal again, and its job stops again.
+    terminal.wait_for("Stopped", mark, Duration::from_secs(5));
+    terminal.type_keys("kill %1\n");
+    assert!(
+        freed_within(store.path(), "ctl", Duration::from_secs(3)),
+        "one kill %1 did not end the job:\n{}",
+        terminal.screen()
+    );
+
+    terminal.type_keys("exit\n");
+    terminal.wait_exit(Duration::from_secs(5));
+}
+
+/// Issue 37 item 5: a command that stopped itself (`kill -TSTP $$`) left the terminal hanging,
+/// its job never shown stopped. Now it is a stopped job, and `fg` continues it.
+#[test]
+fn a_command_that_stops_itself_is_a_stopped_job() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let mut terminal = job_shell(store.path());
+    let mark = terminal.screen().len();
+    terminal.type_keys(&format!(
+        "{LEASE} run --key self -- sh -c 'kill -TSTP $$; echo ba\"\"ck'\n"
+    ));
+    assert!(
+        terminal.shows("Stopped", mark, Duration::from_secs(5)),
+        "a command that stopped itself left the terminal hanging:\n{}",
+        terminal.screen()
+    );
+    let mark = terminal.screen().len();
+    terminal.type_keys("fg\n");
+    terminal.wait_for("back", mark, Duration::from_secs(5));
+    assert!(freed_within(store.path(), "self", Duration::from_secs(3)));
+    terminal.type_keys("exit\n");
+    terminal.wait_exit(Duration::from_secs(5));
+}
+
+/// `lease run` started on its own (no terminal), in a process group of its own so that nothing
+/// it does to its group can reach the test.
+fn spawn_run(store: &Path, args: &[&str]) -> Child {
+    use std::os::unix::process::CommandExt;
+    lease(store)
+        .arg("run")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("lease starts")
+}
+
+/// Waits up to `limit` for `child` to exit; kills it (and the group `group`, if any) and
+/// returns `None` if it does not.
+fn exit_within(child: &mut Child, group: Option<Pid>, limit: Duration) -> Option<i32> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status.code().unwrap_or(-1));
+        }
+        if started.elapsed() > limit {
+            if let Some(group) = group {
+                let _ = nix::sys::signal::killpg(group, Signal::SIGKILL);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The pid a command wrote to `file`, once it has.
+fn read_pid(file: &Path) -> Pid {
+    let started = Instant::now();
+    loop {
+        if let Some(pid) = std::fs::read_to_string(file)
+            .ok()
+            .and_then(|text| text.trim().parse::<i32>().ok())
+        {
+            return Pid::from_raw(pid);
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never ready");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Issue 37 item 5: a command that stopped itself (`kill -TSTP $$`) or was stopped with `kill
+/// -STOP` kept its lease renewed for as long as it stayed stopped. Now a stopped command keeps
+/// its lease for one TTL at most: `lease` then ends the run (SIGTERM and SIGCONT, SIGKILL after
+/// the grace), releases and exits 76. A command continued within the TTL keeps its lease.
+#[test]
+fn a_stopped_command_keeps_its_lease_for_one_ttl_at_most() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let ready = store.path().join("ready");
+    let by_hand = format!("echo $$ > '{}'; sleep 30", ready.display());
+    for (how, script) in [
+        ("stopped itself", "kill -TSTP $$; sleep 30"),
+        ("stopped by hand", by_hand.as_str()),
+    ] {
+        let _ = std::fs::remove_file(&ready);
+        let started = Instant::now();
+        let mut child = spawn_run(
+            store.path(),
+            &["--key", "stopped", "--ttl", "1s", "--", "sh", "-c", script],
+        );
+        if how == "stopped by hand" {
+            kill(read_pid(&ready), Signal::SIGSTOP).expect("stop the command");
+        }
+        let group =
+            nix::unistd::getpgid(Some(Pid::from_raw(i32::try_from(child.id()).expect("pid")))).ok();
+        let status = exit_within(&mut child, group, Duration::from_secs(6));
+        let took = started.elapsed();
+        let out = child.wait_with_output().expect("output");
+        assert_eq!(
+            status,
+            Some(LOST),
+            "{how}: lease still ran after {took:?}, renewing for a stopped command: {}",
+            stderr(&out)
+        );
+        assert!(took < Duration::from_secs(4), "{how}: took {took:?}");
+        assert!(
+            stderr(&out).contains("stopped for"),
+            "{how}: {}",
+            stderr(&out)
+        );
+        assert_free(store.path(), "stopped");
+    }
+
+    // Continued within the TTL: the command goes on under its lease and ends as it would.
+    let _ = std::fs::remove_file(&ready);
+    let script = format!("echo $$ > '{}'; sleep 1; exit 3", ready.display());
+    let mut child = spawn_run(
+        store.path(),
+        &["--key", "paused", "--ttl", "2s", "--", "sh", "-c", &script],
+    );
+    let pid = read_pid(&ready);
+    kill(pid, Signal::SIGSTOP).expect("stop");
+    std::thread::sleep(Duration::from_millis(700));
+    kill(pid, Signal::SIGCONT).expect("continue");
+    let status = exit_within(&mut child, None, Duration::from_secs(10));
+    assert_eq!(
+        status,
+        Some(3),
+        "{}",
+        stderr(&child.wait_with_output().expect("out"))
+    );
+}
+
+/// Issue 37 item 5: while its command was stopped (it stopped itself), `lease` ignored SIGTERM
+/// and SIGINT: they were forwarded to a stopped process, and only SIGKILL ended `lease`. Now
+/// the command is continued to handle them, as a shell's `kill` continues a stopped job.
+#[test]
+fn sigterm_and_sigint_reach_a_command_that_stopped_itself() {
+    let store = tempfile::tempdir().expect("tempdir");
+    for (signal, code) in [(Signal::SIGTERM, 143), (Signal::SIGINT, 130)] {
+        let ready = store.path().join(format!("ready-{signal}"));
+        let script = format!("echo $$ > '{}'; kill -TSTP $$; sleep 30", ready.display());
+        let mut child = spawn_run(
+            store.path(),
+            &["--key", "self-stopped", "--", "sh", "-c", &script],
+        );
+        let command = read_pid(&ready);
+        // Until it has stopped.
+        let started = Instant::now();
+        while !std::fs::read_to_string(format!("/proc/{command}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        }) {
+            assert!(started.elapsed() < Duration::from_secs(5), "never stopped");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let group = nix::unistd::getpgid(Some(command)).ok();
+        let sent = Instant::now();
+        kill(
+            Pid::from_raw(i32::try_from(child.id()).expect("pid")),
+            signal,
+        )
+        .expect("signal");
+        let status = exit_within(&mut child, group, Duration::from_secs(5));
+        let took = sent.elapsed();
+        let out = child.wait_with_output().expect("output");
+        assert_eq!(
+            status,
+            Some(code),
+            "{signal} never reached the stopped command: {}",
+            stderr(&out)
+        );
+        assert!(took < Duration::from_secs(2), "{signal}: took {took:?}");
+        assert_free(store.path(), "self-stopped");
+    }
+}
+
+/// Issue 37 item 5: a signal to `lease` must end the run within its grace. A command that
+/// ignores SIGTERM ran on for as long as it liked; now it is SIGKILLed once `--grace` is over.
+#[test]
+fn a_signal_ends_the_run_within_the_grace() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let ready = store.path().join("ready");
+    let script = format!(
+        "trap '' TERM; echo $$ > '{}'; sleep 30 & wait; sleep 30",
+        ready.display()
+    );
+    let mut child = spawn_run(
+        store.path(),
+        &[
+            "--key", "stubborn", "--grace", "1s", "--", "sh", "-c", &script,
+        ],
+    );
+    let group = nix::unistd::getpgid(Some(read_pid(&ready))).ok();
+    let sent = Instant::now();
+    kill(
+        Pid::from_raw(i32::try_from(child.id()).expect("pid")),
+        Signal::SIGTERM,
+    )
+    .expect("term");
+    let status = exit_within(&mut child, group, Duration::from_secs(6));
+    let took = sent.elapsed();
+    let out = child.wait_with_output().expect("output");
+    assert_eq!(
+        status,
+        Some(137),
+        "still running after {took:?}: {}",
+        stderr(&out)
+    );
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+        "the grace is 1s: {took:?}"
+    );
+    assert_free(store.path(), "stubborn");
 }
