@@ -924,6 +924,33 @@ impl CheckReport {
         self.violation_totals.values().any(|&n| n > 0)
     }
 
+    /// One line per kind of violation that fails the run: the kind, its count, and the first
+    /// one kept (key, surfaces, procs, tokens, when): what a failing run prints last, so the
+    /// reason is on screen without opening the report.
+    pub(crate) fn failure_lines(&self) -> Vec<String> {
+        ViolationKind::ALL
+            .into_iter()
+            .filter_map(|kind| {
+                let total = self.violation_totals.get(&kind).copied().unwrap_or(0);
+                if total == 0 {
+                    return None;
+                }
+                let first = self.violations.iter().find(|v| v.kind == kind);
+                Some(match first {
+                    Some(v) => format!(
+                        "{} x{total}: first on `{}` ({}) at mono {}: {}",
+                        kind.as_str(),
+                        v.key_or_name,
+                        v.surface,
+                        v.at_mono,
+                        v.description
+                    ),
+                    None => format!("{} x{total}", kind.as_str()),
+                })
+            })
+            .collect()
+    }
+
     /// The report's sections (`###` headings, under the orchestrator's `## Chaos`): what was
     /// checked, the faults injected, and every violation kept with the `seed` and the `faults`
     /// within 5 s of it, so that it can be replayed.
@@ -1199,6 +1226,18 @@ mod tests {
             assert!(v.description.contains(part), "{part} in {}", v.description);
         }
         assert!(report.failed() && report.beyond_assumption.is_empty());
+        // What a failing run prints last names the rule, the key, both procs and tokens.
+        let lines = report.failure_lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        for part in [
+            "overlap x1",
+            k,
+            "run-file/filelock-kernel",
+            "run-f0.3 token 1",
+            "fk1.2",
+        ] {
+            assert!(lines[0].contains(part), "{part} in {}", lines[0]);
+        }
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::dynamo_local::Server;
 use crate::step::{Kind, Steps};
 use crate::{Result, project_root};
 use faults::{Faults, Targets};
-use slots::{Context, Slot, TABLE};
+use slots::{Context, Slot, TABLE, TABLE_RESTORED};
 
 /// Which store a slot or a fault belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -197,7 +197,47 @@ pub(crate) fn chaos(flags: &[&str]) -> Result {
     let verdict = report::write(&options, &run, &outcome);
     steps.finish(title, started);
     steps.summary();
-    verdict
+    verdict.map_err(|error| {
+        // The next run of this seed starts by clearing `<seed>/`: a failed run's history,
+        // logs and store move aside so that the evidence survives the replay.
+        match keep_failed(&run) {
+            Ok(kept) => format!(
+                "{error}\nthe failed run's history is kept in {}",
+                kept.display()
+            ),
+            Err(why) => format!("{error}\n(its history could not be kept aside: {why})"),
+        }
+        .into()
+    })
+}
+
+/// How many failed runs' directories `target/chaos/failed/` keeps (oldest removed first).
+const FAILED_KEPT: usize = 5;
+
+/// Moves a failed run's directory to `target/chaos/failed/<seed>-<unix ms>` and removes all
+/// but the newest [`FAILED_KEPT`] there.
+fn keep_failed(run: &Path) -> std::io::Result<PathBuf> {
+    let failed = run
+        .parent()
+        .map_or_else(|| PathBuf::from("failed"), |p| p.join("failed"));
+    fs::create_dir_all(&failed)?;
+    let name = run
+        .file_name()
+        .map_or_else(|| "run".to_owned(), |n| n.to_string_lossy().into_owned());
+    let kept = failed.join(format!("{name}-{}", wall_ms()));
+    fs::rename(run, &kept)?;
+    let mut all: Vec<(std::time::SystemTime, PathBuf)> = fs::read_dir(&failed)?
+        .filter_map(|entry| {
+            let entry = entry.ok()?;
+            Some((entry.metadata().ok()?.modified().ok()?, entry.path()))
+        })
+        .collect();
+    all.sort();
+    let excess = all.len().saturating_sub(FAILED_KEPT);
+    for (_, old) in all.into_iter().take(excess) {
+        let _ = fs::remove_dir_all(old);
+    }
+    Ok(kept)
 }
 
 /// DynamoDB Local and the proxy in front of it, when DynamoDB is in the run.
@@ -226,22 +266,26 @@ impl Stores {
             server.endpoint()
         );
         let lease = target_dir().join("debug").join("lease");
-        let mut create = Command::new(lease);
-        create
-            .args([
-                "table",
-                "create",
-                "--dynamo",
-                TABLE,
-                "--region",
-                "us-east-1",
-                "--endpoint",
-            ])
-            .arg(server.endpoint())
-            .envs(slots::AWS_ENV);
-        let status = create.status()?;
-        if !status.success() {
-            return Err(format!("`lease table create` failed ({status})").into());
+        for table in [TABLE, TABLE_RESTORED] {
+            let mut create = Command::new(&lease);
+            create
+                .args([
+                    "table",
+                    "create",
+                    "--dynamo",
+                    table,
+                    "--region",
+                    "us-east-1",
+                    "--endpoint",
+                ])
+                .arg(server.endpoint())
+                .envs(slots::AWS_ENV);
+            let status = create.status()?;
+            if !status.success() {
+                return Err(
+                    format!("`lease table create --dynamo {table}` failed ({status})").into(),
+                );
+            }
         }
         Ok(Self {
             server: Some(Arc::new(Mutex::new(server))),
@@ -296,7 +340,7 @@ fn run_under_faults(options: &Options, context: &Context, stores: &Stores) -> Re
             break;
         }
         for slot in &mut slots {
-            spawned += u64::from(slot.poll(context, now)?);
+            spawned += u64::from(slot.poll(context, now));
         }
         let mut targets = Targets {
             slots: &mut slots,
@@ -343,8 +387,35 @@ fn run_under_faults(options: &Options, context: &Context, stores: &Stores) -> Re
 
 #[cfg(test)]
 mod tests {
-    use super::{Backend, Options};
+    use super::{Backend, FAILED_KEPT, Options, keep_failed};
     use std::time::Duration;
+
+    #[test]
+    fn a_failed_runs_history_is_kept_aside_and_only_the_newest_few() {
+        let root = std::env::temp_dir().join(format!("xtask-keep-failed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut kept = Vec::new();
+        for round in 0..FAILED_KEPT + 2 {
+            let run = root.join("277599");
+            std::fs::create_dir_all(run.join("history")).expect("run dir");
+            std::fs::write(run.join("history").join("a.log"), round.to_string()).expect("log");
+            let moved = keep_failed(&run).expect("kept aside");
+            assert!(!run.exists(), "the seed's directory is free for the replay");
+            assert_eq!(
+                std::fs::read_to_string(moved.join("history").join("a.log")).expect("kept log"),
+                round.to_string()
+            );
+            kept.push(moved);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let left = std::fs::read_dir(root.join("failed"))
+            .expect("failed dir")
+            .count();
+        assert_eq!(left, FAILED_KEPT);
+        assert!(kept.last().is_some_and(|newest| newest.exists()));
+        assert!(!kept[0].exists(), "the oldest is removed first");
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     #[test]
     fn flags_parse_and_bad_ones_say_why() {

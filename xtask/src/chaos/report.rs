@@ -88,16 +88,24 @@ pub(crate) fn write(options: &Options, run: &Path, outcome: &Outcome) -> Result 
     }
     if checked.failed() {
         return Err(format!(
-            "the chaos run (seed {}) broke a guarantee: see {}; replay with \
+            "the chaos run (seed {}) broke a guarantee:\n  {}\nsee {}; replay with \
              `cargo xtask chaos --seed {}`",
             options.seed,
+            checked.failure_lines().join("\n  "),
             path.display(),
             options.seed
         )
         .into());
     }
     if !idle.is_empty() {
-        return Err(format!("surfaces that did nothing: {}", idle.join(", ")).into());
+        return Err(format!(
+            "the chaos run (seed {}) found no violation, but these surfaces did nothing, so \
+             it proves nothing about them: {} (their logs: {})",
+            options.seed,
+            idle.join(", "),
+            run.join("logs").display()
+        )
+        .into());
     }
     Ok(())
 }
