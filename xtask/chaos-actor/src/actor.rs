@@ -51,6 +51,30 @@ impl Actor {
         })
     }
 
+    /// The actor of a child forked from this one, logging as `proc_id` to a history file of
+    /// its own: tied to this process (its parent now) as this one is to the orchestrator, and
+    /// keeping the clock offset as it was at the fork (the child lives for one tenure).
+    ///
+    /// # Errors
+    /// The parent-death signal cannot be set, or the history cannot be opened.
+    pub(crate) fn forked(&self, proc_id: &str) -> Result<Self, String> {
+        set_pdeathsig(Signal::SIGKILL).map_err(|e| format!("cannot set PR_SET_PDEATHSIG: {e}"))?;
+        let history = History::open(&self.run, proc_id)
+            .map(Arc::new)
+            .map_err(|e| format!("cannot open the history in {}: {e}", self.run.display()))?;
+        Ok(Self {
+            run: self.run.clone(),
+            history,
+            clock: self.clock.clone(),
+            parent: getppid(),
+        })
+    }
+
+    /// The run directory.
+    pub(crate) fn run_dir(&self) -> &std::path::Path {
+        &self.run
+    }
+
     /// Whether to wind down: `<run>/stop` exists, or the parent is gone (should the kernel's
     /// parent-death signal not have come: it follows the parent *thread*).
     pub(crate) fn stopping(&self) -> bool {

@@ -42,6 +42,19 @@ pub(crate) enum Mode {
     /// published is the proc id) waits until elected, claims every 10 ms for HOLD_MS after `check()`, then
     /// resigns (releases); again. `observe` logs every change its `Observer` reports.
     Election(ElectionArgs),
+    /// The table restore (DynamoDB): scan the table every second; when `<RUN>/restore/<n>`
+    /// appears (the age wanted, in ms), delete the table, create it again and put back the
+    /// items of a scan at least that old, as a backup restore does; write `<n>.done`.
+    Restore(RestoreArgs),
+}
+
+/// `restore`.
+#[derive(Debug, Args)]
+pub(crate) struct RestoreArgs {
+    #[command(flatten)]
+    pub(crate) common: Common,
+    #[command(flatten)]
+    pub(crate) dynamo: DynamoArgs,
 }
 
 /// `election`.
@@ -172,6 +185,13 @@ pub(crate) struct FileLockArgs {
     /// child that freed the parent's lease would let a contender's claims overlap these.
     #[arg(long)]
     pub(crate) fork_child: bool,
+    /// The idle-fork actor: after each released tenure (the lock's directory descriptor is
+    /// then idle in its cache), fork a child that contends for the same path with its copy of
+    /// the same `FileLock` while this process goes on to its next tenure. Each child logs as a
+    /// process of its own (`<proc>-f<n>`): a descriptor shared across the fork that let both
+    /// hold would show as an overlap.
+    #[arg(long)]
+    pub(crate) fork_idle: bool,
 }
 
 /// The `FileLock` modes.

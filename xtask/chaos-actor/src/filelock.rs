@@ -1,6 +1,10 @@
 //! `filelock`: a `FileLock` acquired, claimed and released in a loop.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
 
 use lease_core::{LeaseError, WaitOptions};
 use lease_file::{FileLock, FileLockBuilder, FileLockGuard, ModePreference};
@@ -30,7 +34,9 @@ pub(crate) fn run(args: &FileLockArgs, actor: &Actor) -> Result<(), String> {
     };
     let mut rng = Rng::new();
     let mut lock: Option<FileLock> = None;
+    let mut children = Children::default();
     while !actor.stopping() {
+        children.reap();
         let current = match lock.take() {
             Some(current) => current,
             None => match options(&args.path, args).build() {
@@ -43,6 +49,9 @@ pub(crate) fn run(args: &FileLockArgs, actor: &Actor) -> Result<(), String> {
         };
         match tenure.once(&current) {
             Ok(()) => {
+                if args.fork_idle {
+                    children.fork_contender(&tenure, &current);
+                }
                 lock = Some(current);
                 // Let a contender in between two tenures of this process.
                 actor.sleep(rng.millis(0, 20));
@@ -51,7 +60,80 @@ pub(crate) fn run(args: &FileLockArgs, actor: &Actor) -> Result<(), String> {
         }
     }
     // A tenure cut short by a stop is released by its guard's drop.
+    children.finish();
     Ok(())
+}
+
+/// How long a forked contender may live before its parent kills it: one acquisition's wait
+/// and one tenure, with room for a loaded machine. (A child of a multi-threaded process may
+/// find a lock held forever by a thread that did not come with it; it must not linger.)
+const CHILD_LIMIT: Duration = Duration::from_secs(5);
+
+/// The contenders an idle-fork actor has forked and not yet reaped.
+#[derive(Default)]
+struct Children {
+    running: Vec<(Pid, Instant)>,
+    forked: u64,
+}
+
+impl Children {
+    /// Forks a child that makes one tenure of the same path with its copy of `lock` (idle
+    /// after a release, its cached descriptors shared with this process) while the parent
+    /// goes on, and exits.
+    fn fork_contender(&mut self, tenure: &Tenure<'_>, lock: &FileLock) {
+        if self.running.len() >= 2 {
+            return;
+        }
+        self.forked += 1;
+        let proc_id = format!("{}-f{}", tenure.actor.history.proc_id(), self.forked);
+        match lease_forktest::fork() {
+            Ok(Forked::Child) => {
+                let code = match tenure.actor.forked(&proc_id) {
+                    Ok(actor) => {
+                        let contender = Tenure {
+                            actor: &actor,
+                            ..*tenure
+                        };
+                        match contender.once(lock) {
+                            Ok(()) => 0,
+                            Err((what, error)) => {
+                                eprintln!("{proc_id}: {what}: {error}");
+                                1
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        eprintln!("{proc_id}: {error}");
+                        2
+                    }
+                };
+                std::process::exit(code)
+            }
+            Ok(Forked::Parent(child)) => self.running.push((child, Instant::now())),
+            Err(error) => eprintln!("{proc_id}: fork: {error}"),
+        }
+    }
+
+    /// Reaps the children that exited; kills those past [`CHILD_LIMIT`].
+    fn reap(&mut self) {
+        self.running.retain(|&(pid, started)| {
+            if started.elapsed() > CHILD_LIMIT {
+                let _ = kill(pid, Signal::SIGKILL);
+            }
+            !matches!(
+                waitpid(pid, Some(WaitPidFlag::WNOHANG)),
+                Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_)
+            )
+        });
+    }
+
+    /// Waits for every child (killing the late ones) before the actor exits.
+    fn finish(&mut self) {
+        while !self.running.is_empty() {
+            self.reap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 fn options(path: &std::path::Path, args: &FileLockArgs) -> FileLockBuilder {

@@ -7,7 +7,7 @@
 //!
 //! touch        --surface run-file|run-dynamo --key <NSKEY> --ticks N --every-ms M
 //! filelock     --path P --mode kernel|heartbeat --stale-ms S --heartbeat-ms H --hold-ms X
-//!              --claims K [--acquire-timeout-ms MS]
+//!              --claims K [--acquire-timeout-ms MS] [--fork-child | --fork-idle]
 //! dynamo-lease --endpoint URL --table T --keys k1,k2 --ttl-ms D [--skew-ms S]
 //!              [--attempt-timeout-ms A]
 //! fleet        --backend file|dynamo [--dir D] [--steppable-file-clock]
@@ -16,12 +16,15 @@
 //!              --save-every-ms E [--session-skew-ms MS]
 //! prune        --dir D --every-ms MS
 //! election     --dir D --key K --role campaign|observe [--ttl-ms T] [--hold-ms H]
+//! restore      --endpoint URL --table T
 //! ```
 //!
 //! * `touch` is the command `lease run` runs: `acq` with `$LEASE_FENCING_TOKEN` at its first
 //!   instant, a `claim` every M ms (being alive is its check), `rel`, exit 0.
 //! * `filelock` loops over `FileLock` tenures (kernel or heartbeat-only mode): acquire with a
-//!   timeout, K claims spread over X ms each after `check()`, release.
+//!   timeout, K claims spread over X ms each after `check()`, release. With `--fork-idle`,
+//!   after each tenure a forked child contends for the same lock with the parent's `FileLock`
+//!   (its idle cached descriptors shared across the fork), logging as `<ID>-f<n>`.
 //! * `dynamo-lease` loops over `DynamoLeases` tenures kept by a `LeaseGuard` on random keys:
 //!   a fenced read of `value-<key>` after acquiring, then claims and fenced writes (one late
 //!   write after a loss, for the fence to refuse), release.
@@ -35,6 +38,8 @@
 //! * `election` campaigns on a `DirectoryStore` or `DynamoLeases` key with its proc id as the
 //!   published value (`Election::campaign`), claims while it leads, resigns; or observes the
 //!   election and logs every report as an `observe` line.
+//! * `restore` restores the DynamoDB table from one of its own scans when the orchestrator
+//!   asks (`<RUN_DIR>/restore/<n>`): table deleted, created again, old items put back.
 //!
 //! Every mode appends the lines of `docs/chaos.md` to `<RUN_DIR>/history/<ID>.log` (one
 //! `write(2)` per line, `O_APPEND`), reads the instant of a claim *before* the check that
@@ -53,6 +58,7 @@ mod filelock;
 mod fleet;
 mod history;
 mod prune;
+mod restore;
 mod touch;
 
 use std::process::ExitCode;
@@ -71,6 +77,7 @@ fn main() -> ExitCode {
         Mode::Fleet(args) => &args.common,
         Mode::Prune(args) => &args.common,
         Mode::Election(args) => &args.common,
+        Mode::Restore(args) => &args.common,
     };
     let actor = match Actor::start(common) {
         Ok(actor) => actor,
@@ -86,6 +93,7 @@ fn main() -> ExitCode {
         Mode::Fleet(args) => fleet::run(args, &actor),
         Mode::Prune(args) => prune::run(args, &actor),
         Mode::Election(args) => election::run(args, &actor),
+        Mode::Restore(args) => restore::run(args, &actor),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,8 +16,8 @@ const NOBODY: u32 = 65534;
 /// The sentinel's known content.
 const SECRET: &[u8] = b"root's secret: mode 0600, never to change\n";
 /// What the run directory may gain at its top while running, besides what [`prepare`](super::slots::prepare)
-/// created: the stop file, the fault log, DynamoDB Local's database.
-const RUN_GAINS: [&str; 3] = ["stop", "faults.log", "dynamodb"];
+/// created: the stop file, the fault log, DynamoDB Local's database, the table restore's requests.
+const RUN_GAINS: [&str; 4] = ["stop", "faults.log", "dynamodb", "restore"];
 
 /// The sentinel's metadata and content.
 #[derive(Debug, PartialEq, Eq)]

@@ -13,6 +13,10 @@ use super::Backend;
 
 /// The DynamoDB table every DynamoDB surface shares.
 pub(crate) const TABLE: &str = "chaos";
+/// The table the `table-restore` fault restores, and only the `runr*` slots use: a restore puts
+/// old fenced values back too, which no store can prevent, so the actors whose history records
+/// values stay on [`TABLE`].
+pub(crate) const TABLE_RESTORED: &str = "chaos-restored";
 /// Dummy credentials and region for DynamoDB Local, which accepts any.
 pub(crate) const AWS_ENV: [(&str, &str); 3] = [
     ("AWS_ACCESS_KEY_ID", "local"),
@@ -22,15 +26,27 @@ pub(crate) const AWS_ENV: [(&str, &str); 3] = [
 /// The skew allowance of the DynamoDB actors (`max_clock_skew`), which the checker is told.
 pub(crate) const DYNAMO_SKEW: Duration = Duration::from_millis(500);
 
+/// What a `FileLock` actor forks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fork {
+    /// Nothing.
+    No,
+    /// In each tenure, a child that disposes of its copy of the held guard (`--fork-child`).
+    Held,
+    /// After each tenure, a child that contends for the lock with the parent's `FileLock`,
+    /// its cached directory descriptor shared with the parent (`--fork-idle`).
+    Idle,
+}
+
 /// What a slot runs.
 #[derive(Debug, Clone)]
 pub(crate) enum Role {
-    /// `lease-chaos-actor filelock` on `files/locks/<lock>`, kernel or heartbeat-only mode;
-    /// `fork`: the forking actor, whose forked child disposes of a copy of each held guard.
+    /// `lease-chaos-actor filelock` on `files/locks/<lock>`, kernel or heartbeat-only mode,
+    /// forking as `fork` says.
     FileLock {
         lock: &'static str,
         kernel: bool,
-        fork: bool,
+        fork: Fork,
     },
     /// `lease run --file` of `lease-chaos-actor touch`.
     RunFile,
@@ -52,6 +68,12 @@ pub(crate) enum Role {
     /// `lease-chaos-actor election` on `files/election` or on DynamoDB (through the proxy),
     /// key `leader`: a campaigner, or (`observe`) an observer.
     Election { observe: bool },
+    /// `lease run --dynamo chaos-restored` of `touch`: the holders of the table that the
+    /// `table-restore` fault restores.
+    RunRestored,
+    /// `lease-chaos-actor restore`: scans [`TABLE_RESTORED`] every second and restores it from
+    /// an old scan when the `table-restore` fault asks. Never killed or stopped by a fault.
+    Restorer,
 }
 
 /// Paths and endpoints every slot's command is built from.
@@ -136,43 +158,70 @@ impl Slot {
 
     /// Reaps an exited incarnation, resumes a stop that is over, and starts the next
     /// incarnation when due. Returns whether a process was started.
-    pub(crate) fn poll(&mut self, context: &Context, now: Instant) -> std::io::Result<bool> {
+    ///
+    /// A process that cannot be started or waited for (`EAGAIN` from `fork` on a loaded
+    /// machine, a full disk for its log) does not end the run, which would leave every other
+    /// slot's process running with no one to stop it: the failure is counted in the slot's
+    /// exits under what the system said, shown in the report, and the start retried in a
+    /// second.
+    pub(crate) fn poll(&mut self, context: &Context, now: Instant) -> bool {
         if self.stopped_until.is_some_and(|until| until <= now) {
             self.signal(Signal::SIGCONT);
             self.stopped_until = None;
         }
-        if let Some(child) = &mut self.child
-            && let Some(status) = child.try_wait()?
-        {
-            let what = match (
-                status.code(),
-                std::os::unix::process::ExitStatusExt::signal(&status),
-            ) {
-                (Some(code), _) => format!("exit {code}"),
-                (None, Some(signal)) => format!("signal {signal}"),
-                (None, None) => "unknown".to_owned(),
+        if let Some(child) = &mut self.child {
+            let what = match child.try_wait() {
+                Ok(None) => None,
+                Ok(Some(status)) => Some(
+                    match (
+                        status.code(),
+                        std::os::unix::process::ExitStatusExt::signal(&status),
+                    ) {
+                        (Some(code), _) => format!("exit {code}"),
+                        (None, Some(signal)) => format!("signal {signal}"),
+                        (None, None) => "unknown".to_owned(),
+                    },
+                ),
+                Err(error) => Some(format!("lost (wait failed: {error})")),
             };
-            *self.exits.entry(what).or_default() += 1;
-            self.child = None;
-            self.stopped_until = None;
-            self.respawn_at = Some(now + Duration::from_millis(100));
+            if let Some(what) = what {
+                *self.exits.entry(what).or_default() += 1;
+                self.child = None;
+                self.stopped_until = None;
+                self.respawn_at = Some(now + Duration::from_millis(100));
+            }
         }
         if self.child.is_none() && self.respawn_at.is_some_and(|at| at <= now) {
             self.respawn_at = None;
             self.incarnation += 1;
-            let mut command = self.command(context);
-            let log = context.run.join("logs").join(format!("{}.log", self.name));
-            let out = File::options().create(true).append(true).open(log)?;
-            command
-                .envs(AWS_ENV)
-                .env("TMPDIR", context.run.join("tmp"))
-                .stdin(Stdio::null())
-                .stdout(out.try_clone()?)
-                .stderr(out);
-            self.child = Some(command.spawn()?);
-            return Ok(true);
+            match self.spawn(context) {
+                Ok(child) => {
+                    self.child = Some(child);
+                    return true;
+                }
+                Err(error) => {
+                    *self
+                        .exits
+                        .entry(format!("not started: {error}"))
+                        .or_default() += 1;
+                    self.respawn_at = Some(now + Duration::from_secs(1));
+                }
+            }
         }
-        Ok(false)
+        false
+    }
+
+    fn spawn(&self, context: &Context) -> std::io::Result<Child> {
+        let mut command = self.command(context);
+        let log = context.run.join("logs").join(format!("{}.log", self.name));
+        let out = File::options().create(true).append(true).open(log)?;
+        command
+            .envs(AWS_ENV)
+            .env("TMPDIR", context.run.join("tmp"))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out);
+        command.spawn()
     }
 
     /// Sends `signal` to the running incarnation; false if there is none.
@@ -209,9 +258,11 @@ impl Slot {
                     .args(["--claims", "4"]);
                 if context.sabotage {
                     command.args(["--hold-ms", "400", "--skip-check"]);
-                } else if *fork {
+                } else if *fork == Fork::Held {
                     // Long enough for a contender to get in after a child that freed the lease.
                     command.args(["--hold-ms", "60", "--fork-child"]);
+                } else if *fork == Fork::Idle {
+                    command.args(["--hold-ms", "30", "--fork-idle"]);
                 } else {
                     command.args(["--hold-ms", "8"]);
                 }
@@ -262,6 +313,29 @@ impl Slot {
                     .args(["--key", "r0", "--ttl", "3s", "--wait", "4s", "--"]);
                 let key = format!("dynamo:{TABLE}/r0/LOCK");
                 touch(&mut command, context, &proc, "run-dynamo", &key, 60);
+                command
+            }
+            (Role::RunRestored, _) => {
+                let mut command = Command::new(&context.lease);
+                command
+                    .args(["run", "--dynamo", TABLE_RESTORED, "--region", "us-east-1"])
+                    .args([
+                        "--endpoint",
+                        context.endpoint.as_deref().unwrap_or_default(),
+                    ])
+                    .args(["--key", "r0", "--ttl", "3s", "--wait", "4s", "--"]);
+                let key = format!("dynamo:{TABLE_RESTORED}/r0/LOCK");
+                touch(&mut command, context, &proc, "run-dynamo", &key, 60);
+                command
+            }
+            (Role::Restorer, _) => {
+                let mut command = actor(context, "restore", &proc);
+                command
+                    .args([
+                        "--endpoint",
+                        context.endpoint.as_deref().unwrap_or_default(),
+                    ])
+                    .args(["--table", TABLE_RESTORED]);
                 command
             }
             (Role::RunCounting, backend) => counting(context, &proc, backend),
@@ -420,7 +494,7 @@ pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
                     Role::FileLock {
                         lock,
                         kernel,
-                        fork: false,
+                        fork: Fork::No,
                     },
                 );
             }
@@ -430,7 +504,17 @@ pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
                     Role::FileLock {
                         lock,
                         kernel,
-                        fork: true,
+                        fork: Fork::Held,
+                    },
+                );
+            }
+            for (i, (lock, kernel)) in [("a", true), ("b", false)].into_iter().enumerate() {
+                add(
+                    format!("flidle{i}"),
+                    Role::FileLock {
+                        lock,
+                        kernel,
+                        fork: Fork::Idle,
                     },
                 );
             }
@@ -461,6 +545,10 @@ pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
             for i in 0..3 {
                 add(format!("dl{i}"), Role::DynamoLease);
             }
+            for i in 0..3 {
+                add(format!("runr{i}"), Role::RunRestored);
+            }
+            add("restorer".to_owned(), Role::Restorer);
             for i in 0..3 {
                 add(format!("countd{i}"), Role::RunCounting);
             }
