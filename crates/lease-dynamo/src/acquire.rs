@@ -10,7 +10,7 @@ use tracing::Instrument;
 
 use crate::DynamoLeases;
 use crate::error::{backend_error_in, malformed};
-use crate::expr::{FENCE_USABLE, KEY_FREE};
+use crate::expr::{FENCE_USABLE, KEY_FREE, TOKEN_USABLE};
 use crate::item::{
     Decoded, FENCE_LIMIT, Item, Malformed, epoch_micros, epoch_millis, from_millis, millis, n, s,
     seconds_up,
@@ -153,7 +153,7 @@ impl DynamoLeases {
         if !remove.is_empty() {
             update.push_str(&format!(" REMOVE {}", remove.join(", ")));
         }
-        let condition = format!("{FENCE_USABLE} AND {KEY_FREE}");
+        let condition = format!("{FENCE_USABLE} AND {TOKEN_USABLE} AND {KEY_FREE}");
         let values = vec![
             (":token", s(attempt.token.as_str())),
             (":expires", n(seconds_up(attempt.expires_ms))),
@@ -306,15 +306,8 @@ impl DynamoLeases {
         if old.request.as_deref() == Some(attempt.request.as_str()) {
             return self.reconciled(attempt, &old, attempts).await;
         }
-        match &old.malformed {
-            Some(Malformed::Fence(value)) => return Err(self.bad_fence(attempt.key, value)),
-            Some(Malformed::Expiry(value)) => {
-                return Err(self.bad_expiry(attempt.key, value.as_deref()));
-            }
-            None => {}
-        }
-        if old.fencing.is_some_and(|f| f >= FENCE_LIMIT) {
-            return Err(self.bad_fence(attempt.key, &format!("N {FENCE_LIMIT} (exhausted)")));
+        if let Some(error) = self.corrupt(attempt.key, &old) {
+            return Err(error);
         }
         let holder = old.holder();
         tracing::debug!(holder = ?holder, "lease held by another owner");
@@ -389,6 +382,26 @@ impl DynamoLeases {
         }
     }
 
+    /// The error an item [`Decoded::corruption`] refuses is reported as, or `None` for a
+    /// usable one: what acquire, `inspect` and `inspect_strict` say of it alike.
+    pub(crate) fn corrupt(&self, key: &LeaseKey, item: &Decoded) -> Option<LeaseError> {
+        Some(match item.corruption()? {
+            Malformed::Fence(value) => self.bad_fence(key, &value),
+            Malformed::Expiry(value) => self.bad_expiry(key, value.as_deref()),
+            Malformed::Token(value) => malformed(
+                key,
+                &self.inner.table,
+                format!(
+                    "attribute `{}` holds {value}, which is not a holder token (a string): no \
+                     writer of this crate or the Go package writes it so, and no acquisition \
+                     takes the key over. Check that every writer uses the same attribute \
+                     names, then repair or delete the item",
+                    self.inner.names.token.as_str()
+                ),
+            ),
+        })
+    }
+
     pub(crate) fn bad_fence(&self, key: &LeaseKey, value: &str) -> LeaseError {
         malformed(
             key,
@@ -410,8 +423,8 @@ impl DynamoLeases {
             format!(
                 "the item has a holder token but attribute `{}` {found}, so it never \
                  expires: neither this crate nor the Go package writes an item so. Check that \
-                 every writer uses the same attribute names, or break the lease with a forced \
-                 release of the holder's token",
+                 every writer uses the same attribute names, then repair the attribute or \
+                 delete the item",
                 self.inner.names.expires_at.as_str()
             ),
         )

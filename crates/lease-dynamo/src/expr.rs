@@ -23,6 +23,12 @@ pub(crate) const FENCE_USABLE: &str = "(attribute_not_exists(#fence) OR (attribu
 /// early and the milliseconds rule frees them on time.
 pub(crate) const KEY_FREE: &str = "(attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up))";
 
+/// A holder token an acquisition may replace: none, or a string. A token of another type is a
+/// corrupt item (see `Decoded::corruption`), refused like an unusable counter, never taken over
+/// whatever its expiry says.
+pub(crate) const TOKEN_USABLE: &str =
+    "(attribute_not_exists(#token) OR attribute_type(#token, :string))";
+
 /// The caller's tenure: its token and its fencing counter.
 pub(crate) const TENURE: &str = "#token = :token AND #fence = :fence";
 
@@ -60,6 +66,7 @@ pub(crate) fn common(names: &AttributeNames) -> (Placeholders<'_>, Values) {
     ];
     let constants = vec![
         (":number", s("N")),
+        (":string", s("S")),
         (":zero", n(0)),
         (":one", n(1)),
         (":fence_limit", n(FENCE_LIMIT)),

@@ -101,6 +101,9 @@ pub(crate) enum Malformed {
     Fence(String),
     /// A holder's token with no usable expiry (missing, or not a number).
     Expiry(Option<String>),
+    /// A holder's token that is not a string: an item of another writer, which every
+    /// acquisition refuses (the condition tests the type).
+    Token(String),
 }
 
 /// What a lease item says, decoded.
@@ -142,6 +145,11 @@ impl Decoded {
         let mut malformed = None;
         if let (Some(raw), None) = (fence, fencing) {
             malformed = Some(Malformed::Fence(show(raw)));
+        } else if let Some(raw) = item
+            .get(names.token.as_str())
+            .filter(|raw| !matches!(raw, AttributeValue::S(_)))
+        {
+            malformed = Some(Malformed::Token(show(raw)));
         } else if token.is_some() && seconds.is_none() {
             // Every writer (Go's and ours) writes the seconds; the acquire condition reads them,
             // so without them the lease never expires, whatever else the item says.
@@ -162,9 +170,24 @@ impl Decoded {
         }
     }
 
-    /// Whether the item is a lease record at all (an item holding only a fenced value is not).
+    /// Whether the item is a lease record at all (an item holding only a fenced value is not;
+    /// one whose holder token is of the wrong type is, a corrupt one).
     pub(crate) fn is_lease(&self) -> bool {
-        self.token.is_some() || self.fence_present
+        self.token.is_some()
+            || self.fence_present
+            || matches!(self.malformed, Some(Malformed::Token(_)))
+    }
+
+    /// What every acquisition refuses this item for, or `None` when it is a usable record: the
+    /// one classifier of corrupt items, which acquire, inspect and listing answer by.
+    pub(crate) fn corruption(&self) -> Option<Malformed> {
+        match &self.malformed {
+            Some(malformed) => Some(malformed.clone()),
+            None if self.fencing.is_some_and(|f| f >= FENCE_LIMIT) => {
+                Some(Malformed::Fence(format!("N {FENCE_LIMIT} (exhausted)")))
+            }
+            None => None,
+        }
     }
 
     /// The holder, if the item has an owner token.

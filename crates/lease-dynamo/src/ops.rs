@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use crate::DynamoLeases;
 use crate::error::backend_error_in;
-use crate::item::{Decoded, FENCE_LIMIT, Item, Malformed, get_str, s};
+use crate::item::{Decoded, Item, get_str, s};
 use crate::leases::{MAX_PARTITION_KEY_BYTES, MAX_SORT_KEY_BYTES};
 use crate::retry::with_retries;
 
@@ -72,24 +72,29 @@ impl DynamoLeases {
         ])
     }
 
-    /// One strongly consistent `GetItem`.
+    /// One strongly consistent `GetItem`; an item every acquisition refuses is
+    /// [`LeaseError::Corrupt`], never a record (which would read free or expired).
     pub(crate) async fn inspect_inner(
         &self,
         key: &LeaseKey,
     ) -> Result<Option<LeaseRecord>, LeaseError> {
-        Ok(self
-            .inspect_decoded(key)
-            .await?
-            .map(|d| d.record(key.clone())))
+        let Some(decoded) = self.inspect_decoded(key).await? else {
+            return Ok(None);
+        };
+        match self.corrupt(key, &decoded) {
+            Some(error) => Err(error),
+            None => Ok(Some(decoded.record(key.clone()))),
+        }
     }
 
-    /// As [`LeaseBackend::inspect`], but an item that every acquisition refuses as corrupt is
-    /// that error instead of a record: a fencing counter that is not one (or is exhausted), or
-    /// a holder's token with no usable expiry, as [`LeaseError::Corrupt`] naming the attribute,
-    /// the value found and what to do. `inspect` shows such an item as a record, so that its
-    /// holder's token can be broken with a forced release, but the record alone reads as free
-    /// or expired; this is what `lease status` shows. One strongly consistent `GetItem`, as
-    /// `inspect`.
+    /// The same as [`LeaseBackend::inspect`] on this manager: the record of `key`, or, for an
+    /// item that every acquisition refuses as corrupt, that error instead of a record: a
+    /// fencing counter that is not one (or is exhausted), a holder's token that is not a string,
+    /// or a holder's token with no usable expiry, as [`LeaseError::Corrupt`] naming the
+    /// attribute, the value found and what to do. Every reader (`inspect`, this, `lease
+    /// status`, `lease watch`, an [`Election`](lease_core::Election)'s observer) and every
+    /// acquisition classify an item by the same rule, so a corrupt item is never shown free.
+    /// One strongly consistent `GetItem`.
     ///
     /// ```no_run
     /// # async fn demo(leases: lease_dynamo::DynamoLeases) -> Result<(), lease_core::LeaseError> {
@@ -106,18 +111,7 @@ impl DynamoLeases {
     /// # Errors
     /// [`LeaseError::Corrupt`] for such an item; otherwise as `inspect`.
     pub async fn inspect_strict(&self, key: &LeaseKey) -> Result<Option<LeaseRecord>, LeaseError> {
-        let Some(decoded) = self.inspect_decoded(key).await? else {
-            return Ok(None);
-        };
-        match &decoded.malformed {
-            Some(Malformed::Fence(value)) => return Err(self.bad_fence(key, value)),
-            Some(Malformed::Expiry(value)) => return Err(self.bad_expiry(key, value.as_deref())),
-            None => {}
-        }
-        if decoded.fencing.is_some_and(|f| f >= FENCE_LIMIT) {
-            return Err(self.bad_fence(key, &format!("N {FENCE_LIMIT} (exhausted)")));
-        }
-        Ok(Some(decoded.record(key.clone())))
+        self.inspect_inner(key).await
     }
 
     /// The lease item of `key`, decoded (`None` when there is none, or it holds only a fenced

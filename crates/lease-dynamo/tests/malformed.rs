@@ -150,9 +150,15 @@ fn a_holder_without_a_usable_expiry_is_explained_and_breakable() {
                 let text = report(&err);
                 assert!(text.contains("`lease_expires_at`"), "{pk}: {text}");
                 assert!(text.contains("never expires"), "{pk}: {text}");
-                let record = LeaseBackend::inspect(&leases, &key).await.unwrap().unwrap();
-                let token = record.holder().and_then(|h| h.token()).unwrap().clone();
-                LeaseBackend::release(&leases, &key, &token, support::tenure_fencing(&record))
+                // Every reader says the same (issue 37, item 7): corrupt, never a record that
+                // reads free or expired.
+                let read = LeaseBackend::inspect(&leases, &key).await.unwrap_err();
+                assert!(read.is_corrupt(), "{pk}: {read}");
+                assert!(report(&read).contains("never expires"), "{pk}: {read}");
+                // Its holder (who knows its token) still breaks it, naming a tenure without a
+                // counter.
+                let token = lease_core::LeaseToken::new("go-token").unwrap();
+                LeaseBackend::release(&leases, &key, &token, lease_core::backend::fencing_token(0))
                     .await
                     .unwrap();
                 leases
@@ -238,6 +244,83 @@ fn a_malformed_fencing_counter_never_half_acquires() {
                 .unwrap_err();
             assert!(err.is_corrupt(), "{err}");
             assert!(report(&err).contains("exhausted"), "{err}");
+        },
+    );
+}
+
+/// One verdict for a corrupt item (issue 37, item 7): acquire, inspect, `inspect_strict`, an
+/// election's leader and a waiting guard all say corrupt, never free and never held: a holder
+/// token that is a number (expiry in the future or past: before, inspect said free, acquire held
+/// or took it over), and counters that are negative, fractional or too large (before, inspect
+/// read them free).
+#[test]
+fn a_corrupt_item_has_one_verdict_everywhere() {
+    support::run(
+        "a_corrupt_item_has_one_verdict_everywhere",
+        |endpoint| async move {
+            let (leases, client, clock) = rig(&endpoint).await;
+            let later = future_seconds(&clock);
+            let cases: Vec<(&str, Vec<(&str, AttributeValue)>)> = vec![
+                (
+                    "number-token",
+                    vec![("lease_token", n("42")), ("lease_expires_at", n(&later))],
+                ),
+                (
+                    "number-token-expired",
+                    vec![
+                        ("lease_token", n("42")),
+                        ("lease_expires_at", n("5")),
+                        ("lease_fence", n("7")),
+                    ],
+                ),
+                ("negative", vec![("lease_fence", n("-5"))]),
+                ("fraction", vec![("lease_fence", n("1.5"))]),
+                (
+                    "too-large",
+                    vec![("lease_fence", n("18446744073709551615"))],
+                ),
+            ];
+            let store: Arc<dyn LeaseBackend> = Arc::new(leases.clone());
+            for (pk, attributes) in cases {
+                plant(&client, leases.table(), pk, &attributes).await;
+                let key = LeaseKey::new(pk).unwrap();
+                let acquire = leases
+                    .try_acquire(&key, D, &AcquireOptions::default())
+                    .await
+                    .unwrap_err();
+                assert!(acquire.is_corrupt(), "{pk}: acquire: {acquire}");
+                let inspect = LeaseBackend::inspect(&leases, &key).await.unwrap_err();
+                assert!(inspect.is_corrupt(), "{pk}: inspect: {inspect}");
+                let strict = leases.inspect_strict(&key).await.unwrap_err();
+                assert_eq!(report(&strict), report(&inspect), "{pk}");
+                let leader = lease_core::Election::new(store.clone(), &key, D)
+                    .leader()
+                    .await
+                    .map(|l| l.is_some());
+                assert!(
+                    leader
+                        .as_ref()
+                        .is_err_and(lease_core::LeaseError::is_corrupt),
+                    "{pk}: leader: {leader:?}"
+                );
+                let wait = WaitOptions::new(Duration::from_secs(5));
+                let guard = support::guard(&leases, &key, D, wait).await.map(|_| ());
+                assert!(
+                    guard
+                        .as_ref()
+                        .is_err_and(lease_core::LeaseError::is_corrupt),
+                    "{pk}: guard: {guard:?}"
+                );
+                // Nothing was taken over or changed.
+                let item = raw(&client, leases.table(), pk).await;
+                for (name, value) in &attributes {
+                    assert_eq!(item.get(*name), Some(value), "{pk}: {item:?}");
+                }
+                assert!(
+                    !item.get("lease_token").is_some_and(|t| t.is_s()),
+                    "{pk}: {item:?}"
+                );
+            }
         },
     );
 }
