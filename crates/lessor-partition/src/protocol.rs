@@ -158,11 +158,13 @@
 //! each), judges each as a listing's record, hands its surplus above the target over and takes
 //! what it found free; a list of neither its own membership nor the assigner's current one, a
 //! missing or too long one, or eight hinted plans in a row below target make it list as before.
-//! The assigner also takes every dead member's unit itself once its own listing judges the
-//! session ended, and every unit whose foreign or absent holder it judges free (it lists the
-//! units again when such a verdict falls due, even at its own target), and hands the ones dealt
-//! to others over before any other surplus, all at once: the move bound limits moving live work. A list decides only which units a follower looks at, so
-//! a wrong one costs requests or balance, never a unit trusted twice.
+//! Once its own listing judges a member's session ended (or a unit's foreign or absent holder
+//! free; it lists the units again when such a verdict falls due, even at its own target), the
+//! assigner takes the units its plan dealt to itself and releases the dead hold of every one
+//! dealt to another member (one conditional release each, all at once: the move bound limits
+//! moving live work), so that member takes it from its take list on its next tick with no
+//! verdict at all: each unit changes owner once. A list decides only which units a follower
+//! looks at, so a wrong one costs requests or balance, never a unit trusted twice.
 //!
 //! # Why no unit ever has two trusting owners
 //!
@@ -242,7 +244,17 @@
 //! deadlines, and nothing in the store says who they were), and reports every unit it gains
 //! without a checkpoint with [`Checkpoint::Lost`] (in its [`FleetEvent::Gained`] and its
 //! [`UnitTask::checkpoint`]), never as "never saved". A loss that no worker that knew the old store survives to check looks
-//! like a new store. See `docs/correctness.md` (*A fleet whose store loses its data*).
+//! like a new store.
+//!
+//! A unit's fencing counter starts again with its re-created record, while a checkpoint that an
+//! old owner saved again before it noticed the loss keeps the old fence. So an ownership fences
+//! its checkpoint at `losses << 52 | fencing` (the losses the worker's store epoch recorded when
+//! it took the unit; the token alone before any loss), fixed for the ownership: after a recorded
+//! loss every new owner fences above every owner from before it, and each unit is taken once,
+//! a session duration after the loss was seen, whatever its old counter. A worker whose fenced
+//! read is refused while it holds the unit's lease records one more loss itself (the counter
+//! started again without a loss it knew of), gives the unit back and waits a session duration
+//! like any worker that finds a loss. See `docs/correctness.md` (*A fleet whose store loses its data*).
 //!
 //! # Slow stores
 //!

@@ -482,6 +482,37 @@ impl Simulation {
         self.store.wipe();
     }
 
+    /// Acquires and releases the record of every unit that nobody holds `count` times, so its
+    /// fencing counter stands `count` higher (a fleet that has run for a while: every change of
+    /// owner raises it by one). Requests made here are not counted. Returns how many units were
+    /// raised.
+    pub fn raise_unit_fencing(&mut self, count: u64) -> usize {
+        let store = self.store.inner();
+        let mut raised = 0;
+        for unit in &self.units {
+            let Ok(key) = LeaseKey::with_sort_key("fleet/sim/units", unit.as_str()) else {
+                continue;
+            };
+            let mut all = true;
+            for _ in 0..count {
+                let options = AcquireOptions::default().with_owner("raise");
+                let Ok(lease) = pollster::block_on(store.try_acquire(&key, FOREIGN_HOLD, &options))
+                else {
+                    all = false;
+                    break;
+                };
+                if pollster::block_on(store.release(&key, lease.token(), lease.fencing_token()))
+                    .is_err()
+                {
+                    all = false;
+                    break;
+                }
+            }
+            raised += usize::from(all);
+        }
+        raised
+    }
+
     /// The events the workers reported since the last call, each with the worker's id (recorded
     /// only with [`SimConfig::with_checkpoints`]).
     pub fn take_events(&mut self) -> Vec<(String, FleetEvent)> {

@@ -38,6 +38,13 @@ pub(crate) struct Checkpoints {
 /// refuses another (the value is what matters, not the fence).
 const EPOCH_FENCING: u64 = 1;
 
+/// Where the loss count sits in a checkpoint fence: `losses << LOSS_SHIFT | unit fencing`. A
+/// unit's fencing counter starts again when the store loses its records, so the fence of an
+/// ownership taken after a loss the fleet recorded is above every fence from before it, whatever
+/// the old counters were. 52 bits leave room for the clock-seeded counters of DynamoDB
+/// (microseconds since 1970, under 2^52 until 2112) and for 4,095 recorded losses.
+const LOSS_SHIFT: u32 = 52;
+
 /// What checking the store epoch found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum EpochCheck {
@@ -160,6 +167,69 @@ impl Checkpoints {
         }
         *self.adopted.lock().unwrap_or_else(PoisonError::into_inner) = Some(known);
         Ok(check)
+    }
+
+    /// The fence this worker gives an ownership of a unit whose lease carries `fencing`: the
+    /// fencing token itself until a store loss is recorded, then the loss count adopted now
+    /// above it (`losses << 52 | fencing`), so that an owner that took the unit after a
+    /// recorded loss fences out every owner from before it, even though the unit's fencing
+    /// counter started again. Fixed for the ownership: every save of it uses the fence its
+    /// load used. No request.
+    ///
+    /// # Errors
+    /// [`LeaseError::Runtime`] when the token or the loss count does not fit (a token of 2^52
+    /// or more with a loss recorded, more than 4,095 losses).
+    pub(crate) fn fence_for(&self, fencing: FencingToken) -> Result<FencingToken, LeaseError> {
+        let losses = self
+            .adopted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or(0);
+        if losses == 0 {
+            return Ok(fencing);
+        }
+        let token = fencing.get();
+        losses
+            .checked_shl(LOSS_SHIFT)
+            .filter(|base| base >> LOSS_SHIFT == losses && token >> LOSS_SHIFT == 0)
+            .map(|base| lease_core::backend::fencing_token(base | token))
+            .ok_or_else(|| {
+                LeaseError::runtime(format!(
+                    "checkpoint fence out of range: fencing token {token} after {losses} \
+                     recorded store losses of {}",
+                    self.epoch_name
+                ))
+            })
+    }
+
+    /// Records one more store loss than this worker adopted, after a checkpoint fence above the
+    /// fence of an ownership this worker holds: the unit's fencing counter started again since
+    /// the fence was raised (the store lost its unit records, or another store keeps the
+    /// checkpoints and kept them), and no loss this worker knew of accounts for it. Reads the
+    /// epoch first: one that already counts more losses is adopted instead. Two requests.
+    pub(crate) async fn record_loss(&self) -> Result<(), LeaseError> {
+        let name = LeaseKey::new(self.epoch_name.clone())?;
+        let values = self.values()?;
+        let level = lease_core::backend::fencing_token(EPOCH_FENCING);
+        let found = values.fence_and_read(&name, level).await?;
+        let current = found
+            .as_deref()
+            .and_then(|bytes| std::str::from_utf8(bytes).ok())
+            .and_then(|text| text.parse::<u64>().ok())
+            .unwrap_or(0);
+        let adopted = self
+            .adopted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or(0);
+        let known = current.max(adopted + 1);
+        if known != current || found.is_none() {
+            values
+                .put_fenced(&name, level, known.to_string().as_bytes())
+                .await?;
+        }
+        *self.adopted.lock().unwrap_or_else(PoisonError::into_inner) = Some(known);
+        Ok(())
     }
 
     /// Raises the fence of `unit` to `fencing` and returns its checkpoint. One request.

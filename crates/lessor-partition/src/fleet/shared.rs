@@ -30,6 +30,9 @@ const EVENT_QUEUE: usize = 65_536;
 #[derive(Debug)]
 pub(crate) struct SharedUnit {
     pub(crate) fencing: FencingToken,
+    /// The fence of this ownership's checkpoint saves: the one its load raised
+    /// (`Checkpoints::fence_for`).
+    pub(crate) checkpoint_fencing: FencingToken,
     /// The unit lease's token, for a retirement's conditional delete.
     pub(crate) token: LeaseToken,
     /// Set while the application retires the unit: not trusted from then on.
@@ -527,8 +530,19 @@ async fn save_fenced(
         .checkpoints
         .clone()
         .ok_or_else(|| LeaseError::invalid("checkpoints", "no checkpoints configured"))?;
-    shared.lock().saves += 1;
-    store.save(unit, fencing, data).await
+    let fence = {
+        let mut state = shared.lock();
+        state.saves += 1;
+        state
+            .units
+            .get(unit)
+            .filter(|owned| owned.fencing == fencing)
+            .map(|owned| owned.checkpoint_fencing)
+    };
+    let Some(fence) = fence else {
+        return Err(not_owned(shared, unit));
+    };
+    store.save(unit, fence, data).await
 }
 
 /// Where one ownership stands, as a unit task sees it.

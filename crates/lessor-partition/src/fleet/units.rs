@@ -376,7 +376,11 @@ impl Units {
             .filter(|u| !self.handing_over.contains(*u))
             .collect();
         let excess = kept.len().saturating_sub(target).min(max_moves);
-        kept.iter().rev().take(excess).map(|u| (*u).clone()).collect()
+        kept.iter()
+            .rev()
+            .take(excess)
+            .map(|u| (*u).clone())
+            .collect()
     }
 
     /// The configured units no listing shows and this worker does not hold, at most

@@ -332,7 +332,7 @@ impl Worker {
         &mut self,
         unit: &str,
         lease: Lease,
-        checkpoint: Option<Vec<u8>>,
+        (checkpoint, checkpoint_fencing): (Option<Vec<u8>>, FencingToken),
         events: &mut Vec<FleetEvent>,
     ) {
         let fencing = lease.fencing_token();
@@ -354,6 +354,7 @@ impl Worker {
                 unit.to_owned(),
                 SharedUnit {
                     fencing,
+                    checkpoint_fencing,
                     token: lease.token().clone(),
                     retiring: false,
                     load: 1.0,
@@ -628,10 +629,7 @@ impl Worker {
         self.finish_handoffs(events).await;
         self.keep_units(events).await;
         self.publish_load(false).await;
-        if self
-            .takes_frozen_until
-            .is_some_and(|until| self.clock().monotonic() < until)
-        {
+        if self.takes_frozen() {
             return Ok(());
         }
         if first {
@@ -1039,33 +1037,58 @@ impl Worker {
         units::acquire_unit(&self.config, &self.store, session, key, unit).await
     }
 
-    /// Fences and reads the unit's checkpoint: `Some(checkpoint)` once the fence is raised
-    /// (`Some(None)`: no checkpoint stored, or no checkpoint store), `None` if every attempt
-    /// failed or the session stopped being trusted.
+    /// Fences and reads the unit's checkpoint: `Some((checkpoint, fence))` once the fence is
+    /// raised (checkpoint `None`: no checkpoint stored, or no checkpoint store; the fence every
+    /// save of this ownership uses, [`Checkpoints::fence_for`]), `None` if every attempt failed,
+    /// the fence was above this ownership's, or the session stopped being trusted.
     async fn load_checkpoint(
         &mut self,
         unit: &str,
         fencing: FencingToken,
         events: &mut Vec<FleetEvent>,
-    ) -> Option<Option<Vec<u8>>> {
+    ) -> Option<(Option<Vec<u8>>, FencingToken)> {
         let Some(store) = self.checkpoints.clone() else {
-            return Some(None);
+            return Some((None, fencing));
+        };
+        if self.takes_frozen() {
+            // A loss found earlier in this batch: the unit's owner from before it may still
+            // trust the unit.
+            return None;
+        }
+        let fence = match store.fence_for(fencing) {
+            Ok(fence) => fence,
+            Err(error) => {
+                tracing::error!(worker = %self.config.worker_id, unit, %error, "fleet: giving the unit back");
+                return None;
+            }
         };
         for attempt in 1..=CHECKPOINT_ATTEMPTS {
             if !self.keep_session(events).await {
                 return None;
             }
             self.stats.checkpoint_requests += 1;
-            match store.load(unit, fencing).await {
+            match store.load(unit, fence).await {
                 Ok(None) => {
                     // Empty: never saved, or vanished with the store's data (a store whose
                     // sessions survived, such as a separate checkpoint store). Once per tick.
                     if self.epoch_checked_at != Some(self.stats.ticks) {
                         self.check_store_epoch().await;
+                        if self.takes_frozen() {
+                            return None;
+                        }
                     }
-                    return Some(None);
+                    return Some((None, fence));
                 }
-                Ok(data) => return Some(data),
+                Ok(data) => return Some((data, fence)),
+                Err(error) if error.not_owned_reason() == Some(NotOwnedReason::Fenced) => {
+                    // This worker holds the unit's lease, yet an earlier owner fenced above it:
+                    // the unit's fencing counter started again since (a store loss), and no
+                    // loss this worker adopted accounts for it. Retrying at this fence cannot
+                    // pass; the next take, after the loss is recorded, fences above.
+                    self.stats.checkpoint_failures += 1;
+                    self.fence_refused(unit).await;
+                    return None;
+                }
                 Err(error) => {
                     tracing::warn!(worker = %self.config.worker_id, unit, attempt, %error, "fleet: checkpoint load failed");
                 }
@@ -1074,6 +1097,41 @@ impl Worker {
         self.stats.checkpoint_failures += 1;
         tracing::warn!(worker = %self.config.worker_id, unit, "fleet: giving the unit back: its checkpoint could not be fenced");
         None
+    }
+
+    /// Whether this worker takes no unit now: it found a store loss less than a session
+    /// duration ago.
+    fn takes_frozen(&self) -> bool {
+        self.takes_frozen_until
+            .is_some_and(|until| self.clock().monotonic() < until)
+    }
+
+    /// After a checkpoint fence above an ownership this worker holds: records the store loss
+    /// that reset the unit's fencing counter ([`Checkpoints::record_loss`]; two requests, at
+    /// most once a tick) and, as for any loss it finds, takes no unit for a session duration,
+    /// so that the owner that raised the fence, which may still trust the unit, has stopped.
+    /// Its takes after that fence above every owner's from before the loss, so each unit is
+    /// retaken once, not once per step of its old fencing counter.
+    async fn fence_refused(&mut self, unit: &str) {
+        let Some(store) = self.checkpoints.clone() else {
+            return;
+        };
+        if self.epoch_checked_at == Some(self.stats.ticks) && self.takes_frozen_until.is_some() {
+            return;
+        }
+        self.stats.checkpoint_requests += 2;
+        match store.record_loss().await {
+            Ok(()) => {
+                self.epoch_checked_at = Some(self.stats.ticks);
+                self.stats.store_losses += 1;
+                self.takes_frozen_until =
+                    Some(self.clock().monotonic() + self.config.session_duration);
+                tracing::error!(worker = %self.config.worker_id, unit, "fleet: a unit's checkpoint is fenced above its lease (the store lost its unit records); store loss recorded, taking no unit for a session duration");
+            }
+            Err(error) => {
+                tracing::warn!(worker = %self.config.worker_id, unit, %error, "fleet: recording a store loss failed");
+            }
+        }
     }
 
     /// Reads the fleet's store epoch ([`Checkpoints::check_epoch`]; one request, two when it
