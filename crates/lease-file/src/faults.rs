@@ -9,6 +9,7 @@
 //! | `lease-file/before-fence` | a fenced value's entry to a higher fence, same data |
 //! | `lease-file/before-put` | a fenced value's entry to a new data file |
 //! | `lease-file/before-end` | `free.<g>` or `held.<g>...` to `dead.<g>` (a delete or prune) |
+//! | `lease-file/before-open-temp` | not a rename: the `openat` of a new lock directory's temporary, just made by `mkdirat` |
 //! | `lease-file/before-create` | the rename that puts a new lock directory in place (its first generation already read) |
 //! | `lease-file/before-rmdir` | the `rmdir` that removes an ended lock directory |
 //! | `lease-file/before-describe` | not a rename: a new holder's description (owner, value), written just after the rename that made it the holder |

@@ -266,11 +266,22 @@
 //!   Every later operation is relative to a descriptor: `mkdirat`, `openat` with
 //!   `O_NOFOLLOW` (and `O_CREAT|O_EXCL` for every create), `renameat`, `unlinkat`, `fstat`,
 //!   `fchmod`. No `chmod`, `open` or `rename` ever takes a path another user could swap.
-//! * A new lock directory is built in a private temporary directory (`mkdirat`, opened with
-//!   `O_NOFOLLOW` and checked by `fstat` to be this user's), its first entry created inside it
-//!   exclusively, then renamed into place. A description is written only into a state entry
-//!   this user owns that has no other name (never through a planted hard link), and truncated
-//!   only after that check.
+//! * **Only what this process made is written, truncated or `chmod`ed, checked by identity,
+//!   not by owner.** A file of the caller's that another user moved into a directory they can
+//!   write (a root-owned file, under root) is owned by the caller and has one link, so
+//!   ownership proves nothing. A new lock directory is built in a private temporary directory:
+//!   `mkdirat`, then opened with `O_NOFOLLOW` and checked by `fstat` on the descriptor to be
+//!   this user's *and born (`statx` birth time) no earlier than the kernel's coarse clock read
+//!   before the `mkdirat`*: another user can only swap in a directory that existed before (they
+//!   cannot make one that is the caller's), and one that is older is refused (not `fchmod`ed,
+//!   not used, not removed). Where no birth time is recorded (NFS) it is never `fchmod`ed. Its
+//!   first entry is created inside it exclusively, its device and inode read from the
+//!   descriptor, then the directory is renamed into place. A description is written (and
+//!   truncated, only after the check) only into a regular file with no other name that is
+//!   either that very entry (same device and inode) or the caller's in a lock directory only
+//!   the caller can write (its own, writable by neither group nor others: every entry in it was
+//!   put there by the caller). A file planted in a lock directory someone else can write is
+//!   renamed like any state entry, never written.
 //! * **Ownership, like OpenSSH's `StrictModes`.** A store directory, a `FileLock`'s parent or
 //!   a lock directory that a user other than the caller and root can change (owned by another
 //!   user, or writable by group or others without the sticky bit) is refused with

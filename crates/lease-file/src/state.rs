@@ -305,6 +305,13 @@ pub(crate) struct KeyDir {
     opened_in: u32,
     /// fsync the directory after every rename.
     durable: bool,
+    /// What a description may be written into (see [`describe`](Self::describe)): the state
+    /// entry this handle's open created, by device and inode (recorded from the descriptor it
+    /// was created through), and whether the directory admits no writer but this user (owned
+    /// by the effective user, writable by nobody else: `fstat` on the descriptor at open), so
+    /// that every entry in it was put there by this user.
+    created_entry: Option<(u64, u64)>,
+    sole_writer: bool,
     /// A directory stream on a duplicate of `file`, made at the first listing and rewound after
     /// each: a listing is then `getdents64` twice and an `lseek`, instead of also opening,
     /// checking and closing a stream every time.
@@ -354,6 +361,7 @@ impl KeyDir {
         let path = base.join(name);
         let path = path.as_path();
         check_name(name)?;
+        let mut created_entry = None;
         for _ in 0..8 {
             match nix::fcntl::openat(base.fd(), name, dir_flags(), Mode::empty()) {
                 Ok(fd) => {
@@ -361,6 +369,8 @@ impl KeyDir {
                     let meta = file.metadata().map_err(|e| io_error("fstat", path, e))?;
                     crate::fsio::trusted(path, &meta, base.shared(), "lock directory")?;
                     let dev_ino = (meta.dev(), meta.ino());
+                    let sole_writer =
+                        meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o022 == 0;
                     let mut id_bytes = [0u8; 16];
                     id_bytes[..8].copy_from_slice(&dev_ino.0.to_le_bytes());
                     id_bytes[8..].copy_from_slice(&dev_ino.1.to_le_bytes());
@@ -378,13 +388,19 @@ impl KeyDir {
                         locked: false,
                         opened_in: std::process::id(),
                         durable: false,
+                        created_entry,
+                        sole_writer,
                         stream: Mutex::new(stream),
                         entry: Mutex::new(None),
                     }));
                 }
                 Err(Errno::ENOENT) => match create {
                     None => return Ok(None),
-                    Some(modes) => init(base, name, kind, modes, seed)?,
+                    Some(modes) => {
+                        if let Some(entry) = init(base, name, kind, modes, seed)? {
+                            created_entry = Some(entry);
+                        }
+                    }
                 },
                 // Another protocol's file, or something hostile; or it changed under the look
                 // (a Go lock released, or this lock's directory created meanwhile): look again.
@@ -691,10 +707,11 @@ impl KeyDir {
             let Ok(meta) = file.metadata() else {
                 return;
             };
-            // Only an entry this process's user made, with no other name: a hard link to
-            // someone's file planted under a state name is renamed like any entry, but never
+            // Only an entry known to be the lock's own (see `writable`): a file planted under a
+            // state name (a hard link to someone's file, or a file of this very user moved in
+            // by someone who can write the directory) is renamed like any entry, but never
             // written (truncated only after this check, never by `O_TRUNC`).
-            if meta.is_file() && ours(&meta) {
+            if self.writable(&meta) {
                 if !fits {
                     let _ = file.set_len(0);
                 }
@@ -704,6 +721,20 @@ impl KeyDir {
                 }
             }
         }
+    }
+
+    /// Whether the state entry described by `meta` (from `fstat` on its descriptor) may be
+    /// written: a regular file with no other name, that is either the very entry this handle's
+    /// open created (same device and inode), or this user's in a directory nobody else can
+    /// write (so this user put it there; no other user could have moved anything in). Ownership
+    /// alone proves nothing: a user who can write the lock directory (a shared store, a lock
+    /// directory squatted by another user) can move into it a file of the caller's that was
+    /// never a state entry, a root-owned file under root.
+    fn writable(&self, meta: &std::fs::Metadata) -> bool {
+        meta.is_file()
+            && meta.nlink() == 1
+            && (self.created_entry == Some((meta.dev(), meta.ino()))
+                || (self.sole_writer && meta.uid() == nix::unistd::geteuid().as_raw()))
     }
 
     /// Erases the description from the state entry kept open by the last
@@ -1026,19 +1057,32 @@ fn init(
     kind: Kind,
     modes: Modes,
     seed: &dyn Fn() -> u64,
-) -> Result<(), FsError> {
+) -> Result<Option<(u64, u64)>, FsError> {
     let path = base.join(name);
     let temp = init_temp_name(name);
     let temp_path = base.join(&temp);
     let modes = modes.for_base(base);
+    // The coarse clock the kernel stamps new inodes with, read before the `mkdirat`: the
+    // directory it makes is born no earlier (see `open_temp`).
+    let made_after = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME_COARSE)
+        .ok()
+        .and_then(|t| {
+            let secs = u64::try_from(t.tv_sec()).ok()?;
+            let nanos = u32::try_from(t.tv_nsec()).ok()?;
+            std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(secs, nanos))
+        });
     nix::sys::stat::mkdirat(
         base.fd(),
         temp.as_os_str(),
         Mode::from_bits_truncate(modes.dir),
     )
     .map_err(|e| io_error("create lock directory", &temp_path, e.into()))?;
-    let result = init_place(base, &temp, name, kind, modes, seed);
-    if !matches!(result, Ok(true)) {
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!("lease-file/before-open-temp");
+    let result = init_place(base, &temp, name, kind, modes, seed, made_after);
+    // A directory swapped in for the temporary is not ours to remove, even empty.
+    let swapped = matches!(&result, Err(FsError::Io { op, .. }) if *op == SWAPPED_TEMP);
+    if !swapped && !matches!(result, Ok(Some(_))) {
         // Removes an empty directory only, and only an entry of the base directory.
         let _ = nix::unistd::unlinkat(
             base.fd(),
@@ -1046,7 +1090,7 @@ fn init(
             nix::unistd::UnlinkatFlags::RemoveDir,
         );
     }
-    if matches!(result, Ok(false)) {
+    if matches!(result, Ok(None)) {
         // Whatever is at the path now is looked at by the next open.
         let meta =
             nix::sys::stat::fstatat(base.fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
@@ -1061,7 +1105,7 @@ fn init(
         }
     }
     let _ = path;
-    result.map(|_| ())
+    result
 }
 
 /// A private temporary name to build the lock directory `name` in:
@@ -1109,16 +1153,30 @@ pub(crate) fn check_name(name: &OsStr) -> Result<(), FsError> {
     Ok(())
 }
 
-/// Whether `meta` is a file this user made that has no other name (not a hard link to
-/// someone's file): the only kind of entry this crate ever writes to.
-pub(crate) fn ours(meta: &std::fs::Metadata) -> bool {
-    meta.uid() == nix::unistd::geteuid().as_raw() && meta.nlink() == 1
-}
+/// The operation an error names when the temporary directory was swapped for an older one:
+/// then it is left where it is (not removed, even if empty).
+const SWAPPED_TEMP: &str = "check the temporary lock directory";
 
-/// Opens the temporary directory `temp` just made, checking with `fstat` that it is this
-/// user's (not something another user swapped in), and gives it the configured mode exactly in
-/// a shared directory.
-fn open_temp(base: &Base, temp: &OsStr, modes: Modes) -> Result<File, FsError> {
+/// Opens the temporary directory `temp` just made (`mkdirat` at or after the coarse wall time
+/// `made_after`), checking with `fstat` that it is the one this call made, not something
+/// another user swapped in under its name, and gives it the configured mode exactly in a shared
+/// directory.
+///
+/// `mkdirat` returns no descriptor, so the directory's identity is checked by what no other
+/// user can forge: it is this user's, and it was born (`statx` birth time) no earlier than
+/// `made_after`, the kernel's coarse clock read before the `mkdirat`. Another user can only swap
+/// in a directory that already existed (they cannot create one owned by this user), born
+/// before this call; the check's resolution is the coarse clock's tick (a few milliseconds), so
+/// only a directory this user made within that tick before (its own creations of that instant,
+/// which a user who can write the store can rename anyway) is not told apart. Where the file
+/// system records no birth time (NFS), a directory owned by this user is accepted, as before,
+/// but never `fchmod`ed: the configured mode is then given less the umask.
+fn open_temp(
+    base: &Base,
+    temp: &OsStr,
+    modes: Modes,
+    made_after: Option<std::time::SystemTime>,
+) -> Result<File, FsError> {
     let temp_path = base.join(temp);
     let dir = nix::fcntl::openat(base.fd(), temp, dir_flags(), Mode::empty())
         .map(File::from)
@@ -1132,18 +1190,33 @@ fn open_temp(base: &Base, temp: &OsStr, modes: Modes) -> Result<File, FsError> {
             reason: "the temporary directory was replaced by another user's".into(),
         });
     }
+    let born = meta.created().ok();
+    if let (Some(born), Some(after)) = (born, made_after)
+        && born < after
+    {
+        tracing::warn!(path = %temp_path.display(), "temporary lock directory swapped for an older one");
+        return Err(FsError::Io {
+            op: SWAPPED_TEMP,
+            path: temp_path,
+            transient: true,
+            source: io::Error::other(
+                "the temporary directory was replaced by an older directory (not created here)",
+            ),
+        });
+    }
     // In a directory explicitly shared, the configured modes are given exactly (through the
-    // descriptors, so only to what this call created), so that the group can use the lock
-    // whatever the creator's umask; elsewhere the umask applies.
-    if base.shared() {
+    // descriptor, and only to a directory proven to be the one just made), so that the group
+    // can use the lock whatever the creator's umask; elsewhere the umask applies.
+    if base.shared() && born.is_some() && made_after.is_some() {
         nix::sys::stat::fchmod(dir.as_fd(), Mode::from_bits_truncate(modes.dir))
             .map_err(|e| io_error("chmod", &temp_path, e.into()))?;
     }
     Ok(dir)
 }
 
-/// Writes the first entry into the temporary directory `temp` and renames it to `name`: true
-/// when this call created the lock directory, false when one (or a file) was there first.
+/// Writes the first entry into the temporary directory `temp` and renames it to `name`: the
+/// first entry's device and inode when this call created the lock directory, `None` when one
+/// (or a file) was there first.
 fn init_place(
     base: &Base,
     temp: &OsStr,
@@ -1151,9 +1224,10 @@ fn init_place(
     kind: Kind,
     modes: Modes,
     seed: &dyn Fn() -> u64,
-) -> Result<bool, FsError> {
+    made_after: Option<std::time::SystemTime>,
+) -> Result<Option<(u64, u64)>, FsError> {
     let temp_path = base.join(temp);
-    let dir = open_temp(base, temp, modes)?;
+    let dir = open_temp(base, temp, modes, made_after)?;
     let first = match kind {
         // Read now that the temporary directory exists, never earlier: see `creating`.
         Kind::Lease => State::Free(seed()).name(),
@@ -1181,6 +1255,9 @@ fn init_place(
         nix::sys::stat::fchmod(&created, Mode::from_bits_truncate(first_mode))
             .map_err(|e| io_error("chmod", &temp_path.join(&first), e.into()))?;
     }
+    let entry = nix::sys::stat::fstat(&created)
+        .map(|m| (m.st_dev, m.st_ino))
+        .map_err(|e| io_error("fstat", &temp_path.join(&first), e.into()))?;
     drop(created);
     let path = base.join(name);
     #[cfg(feature = "failpoints")]
@@ -1193,7 +1270,7 @@ fn init_place(
                     .sync_all()
                     .map_err(|e| io_error("fsync directory", base.path(), e))?;
             }
-            Ok(true)
+            Ok(Some(entry))
         }
         Err(e) => {
             let _ = nix::unistd::unlinkat(
@@ -1203,7 +1280,7 @@ fn init_place(
             );
             match e {
                 // Someone else created it first, or a file sits there (looked at by the caller).
-                Errno::EEXIST | Errno::ENOTEMPTY | Errno::ENOTDIR | Errno::EISDIR => Ok(false),
+                Errno::EEXIST | Errno::ENOTEMPTY | Errno::ENOTDIR | Errno::EISDIR => Ok(None),
                 e => Err(io_error(
                     "rename lock directory into place",
                     &path,
