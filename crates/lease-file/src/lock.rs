@@ -115,6 +115,7 @@ impl FileLockBuilder {
     /// Mode of created files (default 0644), less the umask, as `open(2)` applies it: nothing
     /// is ever made more readable than the umask allows. The lock directory gets it too, plus
     /// the matching search (`x`) bits: 0664 gives 0775, 0600 gives 0700 (before the umask).
+    /// Never writable by others: 0666 gives a 0775 lock directory, in a shared directory too.
     pub fn with_file_mode(mut self, mode: u32) -> Self {
         self.options.file_mode = mode & 0o7777;
         self

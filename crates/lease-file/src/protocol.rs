@@ -306,7 +306,10 @@
 //!   is readable by its owner only (other users see the state's name in a listing, not who
 //!   holds it). In a shared directory the configured mode is given exactly, through the
 //!   descriptor of what was just created, so a group can share the lock whatever the
-//!   creator's umask.
+//!   creator's umask, except that a lock directory never gets write permission for others
+//!   (one anyone can write without the sticky bit is refused: `with_file_mode(0o666)` makes
+//!   0775 lock directories). The fencing marker of a store that deletes keys is created like
+//!   every other file.
 //!
 //! # Design choices
 //!

@@ -18,7 +18,8 @@ use lease_core::LeaseKey;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PruneReport {
-    /// The keys removed, in the order the store directory listed them.
+    /// The keys removed (their lock directories are gone), in the order the store directory
+    /// listed them.
     pub removed: Vec<LeaseKey>,
     /// Keys kept because they are held (expired holders included: release or take them over
     /// first).
@@ -33,15 +34,22 @@ pub struct PruneReport {
     pub ahead_of_clock: usize,
     /// Keys kept because they could not be read (damaged, foreign, or an I/O error).
     pub unreadable: usize,
-    /// Of the keys removed, how many had their (ended, empty of state) directory left in
-    /// place because a creation of the same key was under way: the next acquisition of the
-    /// key, or the next prune, removes it.
+    /// Keys ended (no holder can take them any more) whose directory is still in place, and
+    /// so not in `removed`: a creation of the same key was under way (the next acquisition of
+    /// the key, or the next prune, removes it), or the directory could not be removed (an entry
+    /// that is not the lease's was put in it: see the key's error for what to remove by hand).
     pub left_in_place: usize,
 }
 
 impl PruneReport {
-    /// How many keys were kept, for any reason.
+    /// How many keys were kept, for any reason ([`left_in_place`](Self::left_in_place)
+    /// included: their directories are still there).
     pub fn kept(&self) -> usize {
-        self.held + self.recent + self.busy + self.ahead_of_clock + self.unreadable
+        self.held
+            + self.recent
+            + self.busy
+            + self.ahead_of_clock
+            + self.unreadable
+            + self.left_in_place
     }
 }

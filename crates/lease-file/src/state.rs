@@ -269,7 +269,13 @@ impl Modes {
     /// writable by group or others (such a lock directory would be refused as untrusted).
     fn for_base(self, base: &Base) -> Self {
         if base.shared() {
-            self
+            // Never a lock directory anyone can write: one without the sticky bit is refused
+            // even with the opt-in, so a world-writable mode (`with_file_mode(0o666)`) would
+            // make a lock directory this very lock then refuses. The group keeps its bits.
+            Self {
+                dir: self.dir & !0o002,
+                ..self
+            }
         } else {
             Self {
                 file: self.file & !0o022,
@@ -512,6 +518,17 @@ impl KeyDir {
             }
             self.locked = false;
         }
+    }
+
+    /// Whether the store directory holding this lock directory has an entry `name` (looked up
+    /// through the store's descriptor, never its path, which may name another directory now).
+    pub(crate) fn store_has(&self, name: &str) -> bool {
+        nix::sys::stat::fstatat(
+            self.base.fd(),
+            name,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .is_ok()
     }
 
     /// Whether the path still names this directory (not removed, moved or replaced).
@@ -989,7 +1006,9 @@ pub(crate) fn remove_ended(
     fail::fail_point!("lease-file/before-rmdir");
     match nix::unistd::unlinkat(base.fd(), name, nix::unistd::UnlinkatFlags::RemoveDir) {
         Ok(()) | Err(Errno::ENOENT) => true,
-        Err(_) => false,
+        // Not empty, or not ours to remove: removed only if the ended directory is no longer
+        // at the path (someone finished the removal, and perhaps created the key afresh).
+        Err(_) => !kd.still_at_path(),
     }
 }
 

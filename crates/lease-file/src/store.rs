@@ -296,8 +296,9 @@ impl DirectoryStoreBuilder {
 
     /// Mode of created files (default 0644), less the umask, as `open(2)` applies it: nothing
     /// is ever made more readable than the umask allows. Lock directories get the same mode
-    /// plus the matching search (`x`) bits. Anyone who can write a lock directory can act as
-    /// any owner, so the modes are the access control.
+    /// plus the matching search (`x`) bits, never write for others (0666 gives 0775). Anyone
+    /// who can write a lock directory can act as any owner, so the modes are the access
+    /// control.
     pub fn with_file_mode(mut self, mode: u32) -> Self {
         let mode = mode & 0o7777;
         self.file_mode = mode;
@@ -1309,11 +1310,7 @@ fn deleted_in(kd: &KeyDir, store_deletes: impl FnOnce() -> bool) -> bool {
 }
 
 fn deleted(kd: &KeyDir) -> bool {
-    deleted_in(kd, || {
-        kd.path()
-            .parent()
-            .is_some_and(|dir| nix::sys::stat::lstat(&dir.join(SEEDED)).is_ok())
-    })
+    deleted_in(kd, || kd.store_has(SEEDED))
 }
 
 fn missing(key: &LeaseKey) -> LeaseError {
@@ -1419,17 +1416,28 @@ impl DirectoryStore {
     /// lock directory created here starts from the clock.
     fn mark_seeded(&self, store: &impl std::os::fd::AsFd) -> Result<(), FsError> {
         use nix::fcntl::OFlag;
+        // As every file the store creates: the configured mode less the umask and never
+        // writable by others, or, in a shared directory, exactly the configured mode, given
+        // through the descriptor of the file just created.
+        let shared = self.inner.base.shared();
+        let mode = if shared {
+            self.inner.file_mode
+        } else {
+            self.inner.file_mode & !0o022
+        };
         match nix::fcntl::openat(
             store.as_fd(),
             SEEDED,
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::from_bits_truncate(self.inner.file_mode),
+            nix::sys::stat::Mode::from_bits_truncate(mode),
         ) {
             Ok(fd) => {
-                let file = std::fs::File::from(fd);
-                let _ = file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(
-                    self.inner.file_mode,
-                ));
+                if shared {
+                    nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_truncate(mode))
+                        .map_err(|e| {
+                            crate::fsio::io_error("chmod", &self.inner.dir.join(SEEDED), e.into())
+                        })?;
+                }
                 if self.inner.fsync {
                     nix::unistd::fsync(store.as_fd()).map_err(|e| {
                         crate::fsio::io_error("fsync store directory", &self.inner.dir, e.into())
@@ -1643,12 +1651,14 @@ impl DirectoryStore {
                         // Removed by someone else already (and perhaps created afresh).
                         Ok(None) | Err(_) => true,
                     };
-                if !removed {
+                if removed {
+                    report.removed.push(key.clone());
+                } else {
+                    tracing::info!(%key, "prune: ended key's directory left in place");
                     report.left_in_place += 1;
                 }
             }
         }
-        report.removed = ended;
         tracing::info!(
             dir = %dir.display(),
             removed = report.removed.len(),

@@ -399,3 +399,64 @@ fn a_link_planted_at_a_temporarys_name_does_not_keep_a_key() {
     let again = block_on(store.acquire(&key, D)).unwrap();
     assert!(again.fencing_token() > lease.fencing_token());
 }
+
+/// Issue 37, item 9: a key whose ended directory stays (an entry that is not the lease's was
+/// put in it, so its `rmdir` fails) is not reported removed: it is counted in
+/// `left_in_place` (and kept), and its directory, with `dead.<g>`, is still there. Before, the
+/// report named it removed while `dead.1` stayed and every later acquisition of the key failed.
+#[test]
+fn an_ended_key_whose_directory_stays_is_not_reported_removed() {
+    for mode in MODES {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DirectoryStore::builder(dir.path())
+            .with_mode(mode)
+            .build()
+            .unwrap();
+        let key = LeaseKey::new("job").unwrap();
+        let lease = block_on(store.acquire(&key, D)).unwrap();
+        block_on(store.release_lease(&lease)).unwrap();
+        let key_dir = lease_dir::key_dir(dir.path(), &key);
+        std::fs::write(key_dir.join("notes.txt"), b"not the lease's\n").unwrap();
+
+        let report = store.prune(Duration::ZERO).unwrap();
+        assert!(report.removed.is_empty(), "{mode:?}: {report:?}");
+        assert_eq!(report.left_in_place, 1, "{mode:?}: {report:?}");
+        assert_eq!(report.kept(), 1, "{mode:?}: {report:?}");
+        assert!(
+            key_dir.join("dead.1").exists(),
+            "{mode:?}: the ended entry stays"
+        );
+    }
+}
+
+/// Issue 37, item 9: whether a key's empty directory is an interrupted removal (a store that
+/// deletes keys, marked by `.fencing-from-clock`) is looked up through the store's descriptor,
+/// not its path: after the store directory is moved and another put at its path, the store
+/// still finishes the removal and acquires the key afresh. Before, it looked at the new
+/// directory, found no marker, and refused the key as damaged.
+#[test]
+fn an_interrupted_removal_is_recognised_through_the_stores_descriptor() {
+    for mode in MODES {
+        let top = tempfile::tempdir().unwrap();
+        let path = top.path().join("store");
+        let store = DirectoryStore::builder(&path)
+            .with_mode(mode)
+            .build()
+            .unwrap();
+        let key = LeaseKey::new("job").unwrap();
+        let lease = block_on(store.acquire(&key, D)).unwrap();
+        block_on(store.release_lease(&lease)).unwrap();
+        let (name, fencing) = (lease_dir::key_dir(&path, &key), lease.fencing_token());
+        block_on(store.delete(&key, None, Some(fencing))).unwrap();
+        // A removal interrupted between its unlink and its rmdir: the key's directory, empty.
+        std::fs::create_dir(&name).unwrap();
+        let moved = top.path().join("moved");
+        std::fs::rename(&path, &moved).unwrap();
+        std::fs::create_dir(&path).unwrap();
+
+        let again = block_on(store.acquire(&key, D));
+        let again = again.unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        assert!(again.fencing_token() > fencing, "{mode:?}");
+        block_on(store.release_lease(&again)).unwrap();
+    }
+}
