@@ -88,7 +88,8 @@ pub(crate) enum Command {
     /// (inotify), so every holder that holds the lease for longer than one wake-up and one read
     /// is printed; on DynamoDB the lease is read every --poll-interval (one GetItem each), so
     /// every holder that holds it longer than that is. SIGINT and SIGTERM end it with status 0,
-    /// as does a closed standard output.
+    /// as does a closed standard output (`| head -1`), found at once even while nothing changes.
+    /// A store that cannot be reached is said so on stderr within --timeout and 2s.
     Watch(WatchArgs),
     /// Break a lease held by someone else (an operator's tool; needs --force --yes-i-know).
     Release(ReleaseArgs),
@@ -329,6 +330,9 @@ pub(crate) struct StatusArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Give up after DURATION when the store does not answer (exit 69).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
 }
 
 /// `lease watch`.
@@ -346,6 +350,11 @@ pub(crate) struct WatchArgs {
     /// where it can, how often to read it anyway.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub(crate) poll_interval: Duration,
+    /// After DURATION without a change, read the lease once (waiting at most 2s for the answer)
+    /// and say on stderr if the store cannot be reached (and again when it answers); watching
+    /// goes on. Opening the store is bounded by it.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
 }
 
 /// `lease release`.
@@ -367,6 +376,10 @@ pub(crate) struct ReleaseArgs {
     /// Confirm: the holder may still be running and will lose its lease at its next renewal.
     #[arg(long = "yes-i-know")]
     pub(crate) yes_i_know: bool,
+    /// Give up after DURATION when the store does not answer (exit 69; the lease may or may
+    /// not have been released: check with `lease status`).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
 }
 
 /// `lease prune`.
@@ -404,6 +417,11 @@ pub(crate) struct TableCreateArgs {
     /// AWS region of the table [default: from the AWS environment].
     #[arg(long, value_name = "REGION")]
     pub(crate) region: Option<String>,
+    /// Give up after DURATION (exit 69): creating a table and waiting for it to become active.
+    /// An endpoint that does not answer a first read within 10s (or DURATION, if shorter) is
+    /// reported unreachable at once.
+    #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = parse_duration)]
+    pub(crate) timeout: Duration,
     #[command(flatten)]
     pub(crate) table: TableOptions,
 }

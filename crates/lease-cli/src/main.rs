@@ -107,11 +107,21 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Run(args) => run::run(args).await,
-        Command::Status(args) => status::status(args).await,
+        Command::Status(args) => {
+            let limit = args.timeout;
+            within(limit, "read the leases", status::status(args)).await
+        }
         Command::Watch(args) => watch::watch(args).await,
-        Command::Release(args) => status::release(args).await,
+        Command::Release(args) => {
+            let limit = args.timeout;
+            let what = "release the lease (it may or may not be released: see `lease status`)";
+            within(limit, what, status::release(args)).await
+        }
         Command::Prune(args) => stores::prune(&args),
-        Command::Table(TableCommand::Create(args)) => status::table_create(args).await,
+        Command::Table(TableCommand::Create(args)) => {
+            let limit = args.timeout;
+            within(limit, "create the table", status::table_create(args)).await
+        }
         Command::Demo(args) => demo::demo(args).await,
         Command::DemoWorker(args) => demo::worker(args).await,
         Command::Guard(args) => guard::guard(args).await,
@@ -119,6 +129,24 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             "lease exec and lease hold-lock run before the runtime starts",
         )),
     }
+}
+
+/// `command`, given up after `limit` (`--timeout`): a store that never answers must not hold an
+/// operator's command forever. Exit 69, saying what could not be done.
+async fn within(
+    limit: Duration,
+    what: &str,
+    command: impl std::future::Future<Output = Result<u8, Failure>>,
+) -> Result<u8, Failure> {
+    tokio::time::timeout(limit, command)
+        .await
+        .unwrap_or_else(|_| {
+            tracing::warn!(?limit, what, "the store did not answer in time");
+            Err(Failure::unavailable(format!(
+                "the store did not answer within {} (--timeout): could not {what}",
+                duration::fmt_duration(limit)
+            )))
+        })
 }
 
 /// Diagnostics to stderr, filtered by `LEASE_LOG`: a level (`warn`, `debug`), or

@@ -41,3 +41,42 @@ macro_rules! outln {
     };
 }
 pub(crate) use outln;
+
+/// Resolves once standard output is closed by its reader (a pipe whose reader exited: `lease
+/// watch ... | head -1`), without writing to it: one thread blocked in `poll` on it, asking for
+/// no event, so that it wakes only on an error or a hang-up (a regular file or `/dev/null`
+/// never wakes it). A command that prints only on changes learns so that its reader is gone
+/// while nothing changes.
+pub(crate) async fn reader_gone() {
+    use std::os::fd::AsFd;
+    let (gone, wait) = tokio::sync::oneshot::channel::<()>();
+    let started = std::thread::Builder::new()
+        .name("stdout-watch".to_owned())
+        .spawn(move || {
+            let stdout = std::io::stdout();
+            loop {
+                let mut fds = [nix::poll::PollFd::new(
+                    stdout.as_fd(),
+                    nix::poll::PollFlags::empty(),
+                )];
+                match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
+                    Ok(n) if n > 0 => break,
+                    Err(nix::errno::Errno::EINTR) | Ok(_) => {}
+                    Err(error) => {
+                        tracing::debug!(%error, "cannot watch standard output");
+                        return;
+                    }
+                }
+            }
+            CLOSED.store(true, Ordering::Relaxed);
+            let _ = gone.send(());
+        });
+    if let Err(error) = started {
+        tracing::debug!(%error, "cannot start the standard output watch");
+        std::future::pending::<()>().await;
+    }
+    // A watch that could not poll never resolves: the output is then found closed at a write.
+    if wait.await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

@@ -516,6 +516,7 @@ pub(crate) async fn table_create(args: TableCreateArgs) -> Result<u8, Failure> {
         args.endpoint.as_deref(),
         args.region.as_deref(),
         &args.table,
+        args.timeout,
     )
     .await?;
     outln!("table {} is ready", args.dynamo);

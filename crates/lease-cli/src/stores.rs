@@ -295,6 +295,7 @@ pub(crate) async fn create_table(
     _endpoint: Option<&str>,
     _region: Option<&str>,
     _options: &crate::cli::TableOptions,
+    _timeout: Duration,
 ) -> Result<(), Failure> {
     Err(without_dynamo())
 }
@@ -306,13 +307,41 @@ pub(crate) async fn create_table(
     endpoint: Option<&str>,
     region: Option<&str>,
     options: &TableOptions,
+    timeout: Duration,
 ) -> Result<(), Failure> {
-    dynamo(table, endpoint, region, options, Duration::ZERO)
-        .await?
+    let leases = dynamo(table, endpoint, region, options, Duration::ZERO).await?;
+    // The table requests wait 30 s per attempt for a cold control plane, 150 s in all against an
+    // endpoint that never answers: one read first says at once whether anything answers.
+    let probe = timeout.min(TABLE_PROBE_LIMIT);
+    let key = lease_core::LeaseKey::new("lease-table-create-probe")
+        .map_err(|e| Failure::internal(format!("the probe's key: {e}")))?;
+    let place = endpoint.map_or_else(|| "DynamoDB".to_owned(), |e| format!("DynamoDB at {e}"));
+    let read = lease_core::LeaseBackend::inspect(&leases, &key);
+    match tokio::time::timeout(probe, read).await {
+        Err(_) => {
+            return Err(Failure::unavailable(format!(
+                "cannot create table {table}: {place} did not answer within {}",
+                lease_core::backend::fmt_duration(probe)
+            )));
+        }
+        Ok(Err(error)) if error.is_transient() => {
+            return Err(failure(
+                &format!("cannot create table {table}: {place} cannot be reached"),
+                &error,
+            ));
+        }
+        // An answer: the table is missing, there, or not ours (`ensure_table` says which).
+        Ok(_) => {}
+    }
+    leases
         .ensure_table()
         .await
         .map_err(|e| failure(&format!("cannot create table {table}"), &e))
 }
+
+/// How long `lease table create` waits for a first answer from the endpoint.
+#[cfg(feature = "dynamo")]
+const TABLE_PROBE_LIMIT: Duration = Duration::from_secs(10);
 
 /// The attribute names with `--attribute-name DEFAULT=NAME` applied.
 #[cfg(feature = "dynamo")]

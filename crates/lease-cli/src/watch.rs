@@ -12,6 +12,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::backend::lease_key;
 use crate::cli::WatchArgs;
+use crate::duration::fmt_duration;
 use crate::exit::Failure;
 use crate::out::outln;
 
@@ -19,9 +20,20 @@ use crate::out::outln;
 const UNUSED_DURATION: Duration = Duration::from_secs(30);
 
 /// `lease watch`. Exit status 0 when interrupted (SIGINT, SIGTERM) or when standard output is
-/// closed; an error reading the lease ends it with that error's status.
+/// closed (found closed at once, not at the next change); an error reading the lease ends it
+/// with that error's status. A store that gives no answer for `--timeout` is reported on stderr
+/// (and its return too), while watching goes on.
 pub(crate) async fn watch(args: WatchArgs) -> Result<u8, Failure> {
-    let (backend, _) = crate::stores::open_for_status(&args.backend, None).await?;
+    let timeout = args.timeout;
+    let opened = tokio::time::timeout(timeout, crate::stores::open_for_status(&args.backend, None))
+        .await
+        .map_err(|_| {
+            Failure::unavailable(format!(
+                "cannot open the store within {}",
+                fmt_duration(timeout)
+            ))
+        })?;
+    let (backend, _) = opened?;
     let file_store = args.backend.dynamo.is_none();
     let key = lease_key(Some(&args.key), None, file_store)?;
     let election = Election::new(backend.leases.clone(), &key, UNUSED_DURATION)
@@ -33,16 +45,30 @@ pub(crate) async fn watch(args: WatchArgs) -> Result<u8, Failure> {
     });
     let (mut interrupt, mut terminate) = signals
         .map_err(|e| Failure::internal(format!("cannot listen for SIGINT and SIGTERM: {e}")))?;
+    let reader_gone = crate::out::reader_gone();
+    tokio::pin!(reader_gone);
+    // The observer retries failed reads quietly; a silence as long as `--timeout` is checked
+    // with one read of our own, which says whether the store answers.
+    let mut unreachable = false;
     loop {
         let next = std::future::poll_fn(|cx| Pin::new(&mut observer).poll_next(cx));
         let change = tokio::select! {
             // The stream reports changes for as long as it is read: it never ends.
             change = next => change.ok_or_else(|| Failure::internal("the lease observer ended"))?,
+            () = tokio::time::sleep(timeout) => {
+                unreachable = report_reachability(&backend, &key, timeout, unreachable).await;
+                continue;
+            }
+            () = &mut reader_gone => return Ok(0),
             _ = interrupt.recv() => return Ok(0),
             _ = terminate.recv() => return Ok(0),
         };
         let change =
             change.map_err(|e| crate::stores::failure(&format!("cannot read lease {key}"), &e))?;
+        if unreachable {
+            eprintln!("lease: the {} answers again", backend.description);
+            unreachable = false;
+        }
         if args.json {
             outln!("{}", change_json(&key, &change));
         } else {
@@ -52,6 +78,40 @@ pub(crate) async fn watch(args: WatchArgs) -> Result<u8, Failure> {
             return Ok(0);
         }
     }
+}
+
+/// The longest a reachability read of `lease watch` waits for its answer.
+const PROBE_LIMIT: Duration = Duration::from_secs(2);
+
+/// After `timeout` without a change: one read of the lease, bounded by `timeout` and
+/// [`PROBE_LIMIT`], says whether the store answers. Says so on stderr when that changes (`was_unreachable` is what was said
+/// last); returns whether the store is unreachable now.
+async fn report_reachability(
+    backend: &crate::backend::Backend,
+    key: &LeaseKey,
+    timeout: Duration,
+    was_unreachable: bool,
+) -> bool {
+    let limit = timeout.min(PROBE_LIMIT);
+    let why = match tokio::time::timeout(limit, backend.leases.inspect(key)).await {
+        Ok(Ok(_)) => None,
+        // A record the store refuses is an answer: the observer reports it.
+        Ok(Err(error)) if !error.is_transient() => None,
+        Ok(Err(error)) => Some(crate::exit::report(&error)),
+        Err(_) => Some(format!("no answer within {}", fmt_duration(limit))),
+    };
+    match (&why, was_unreachable) {
+        (Some(why), false) => {
+            tracing::warn!(key = %key, %why, "the store cannot be reached");
+            eprintln!(
+                "lease: cannot reach the {} to read lease {key}: {why}; still watching",
+                backend.description
+            );
+        }
+        (None, true) => eprintln!("lease: the {} answers again", backend.description),
+        _ => {}
+    }
+    why.is_some()
 }
 
 fn change_text(key: &LeaseKey, change: &LeaderChange) -> String {

@@ -295,3 +295,116 @@ fn table_create_waits_for_a_slow_control_plane() {
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(took < Duration::from_secs(10), "took {took:?}");
 }
+
+/// A loopback port nothing listens on: connections are refused.
+fn refused_port() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    drop(listener);
+    url
+}
+
+/// Issue 37 item 6: `lease status` took 10 s against an endpoint that never answers; it gives
+/// up at its `--timeout` (5 s by default) with exit 69, and so does a refused port.
+#[test]
+fn status_gives_up_at_its_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (what, endpoint) in [("silent", serve(0, never)), ("refused", refused_port())] {
+        let (output, took) = timed(lease(dir.path()).args([
+            "status",
+            "--dynamo",
+            "leases",
+            "--endpoint",
+            &endpoint,
+            "--key",
+            "k",
+        ]));
+        eprintln!("status against a {what} endpoint: {took:?}");
+        assert_eq!(
+            output.status.code(),
+            Some(69),
+            "{what}: {}",
+            stderr(&output)
+        );
+        assert!(
+            took < Duration::from_secs(5) + Duration::from_millis(500),
+            "{what}: took {took:?}"
+        );
+    }
+}
+
+/// Issue 37 item 6: `lease table create` took 150 s against an endpoint that never answers; a
+/// first read that gets no answer within 10 s fails it at once (exit 69), naming the endpoint.
+#[test]
+fn table_create_reports_a_silent_endpoint_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let endpoint = serve(0, never);
+    let mut child = lease(dir.path())
+        .args([
+            "table",
+            "create",
+            "--dynamo",
+            "leases",
+            "--endpoint",
+            &endpoint,
+        ])
+        .spawn()
+        .expect("lease runs");
+    let started = Instant::now();
+    let limit = Duration::from_secs(20);
+    while child.try_wait().expect("try_wait").is_none() && started.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = started.elapsed();
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("output");
+    eprintln!("table create against a silent endpoint: {took:?}");
+    assert_eq!(
+        output.status.code(),
+        Some(69),
+        "after {took:?}: {}",
+        stderr(&output)
+    );
+    assert!(took < Duration::from_secs(11), "took {took:?}");
+    assert!(stderr(&output).contains(&endpoint), "{}", stderr(&output));
+}
+
+/// Issue 37 item 6: `lease watch` printed nothing at all, forever, against an endpoint that
+/// never answers or a refused port. It says on stderr within seconds that the store cannot be
+/// reached (its `--timeout` plus a 2 s read), and goes on watching.
+#[test]
+fn watch_says_when_the_store_cannot_be_reached() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (what, endpoint) in [("silent", serve(0, never)), ("refused", refused_port())] {
+        let mut child = lease(dir.path())
+            .args([
+                "watch",
+                "--dynamo",
+                "leases",
+                "--endpoint",
+                &endpoint,
+                "--key",
+                "k",
+            ])
+            .spawn()
+            .expect("lease watch starts");
+        let stderr_pipe = child.stderr.take().expect("piped");
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr_pipe).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let started = Instant::now();
+        let said = lines.recv_timeout(Duration::from_secs(12));
+        let took = started.elapsed();
+        let _ = child.kill();
+        let _ = child.wait();
+        eprintln!("watch against a {what} endpoint said {said:?} after {took:?}");
+        let said = said.unwrap_or_else(|_| panic!("{what}: nothing said in {took:?}"));
+        assert!(said.contains("cannot reach"), "{what}: {said}");
+        assert!(took < Duration::from_secs(8), "{what}: took {took:?}");
+    }
+}

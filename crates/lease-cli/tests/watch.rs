@@ -189,3 +189,28 @@ fn watch_shows_each_holder_on_dynamodb() {
     ];
     two_holders(dir.path(), &backend);
 }
+
+/// Issue 37 item 6: `lease watch ... | head -1` never exited while the holder stayed the same:
+/// a closed output was found only at the next line written. It is found at once now.
+#[test]
+fn watch_exits_when_its_reader_goes_away_while_nothing_changes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("store");
+    let mut watch = lease(dir.path())
+        .arg("watch")
+        .args(["--file", store.to_str().expect("utf-8 path"), "--key", "k"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("lease watch starts");
+    let mut reader = BufReader::new(watch.stdout.take().expect("piped"));
+    let mut first = String::new();
+    reader.read_line(&mut first).expect("the first line");
+    assert!(first.contains("k: free"), "{first}");
+    // `head -1` exits: the pipe's only reader is gone, and nothing changes any more.
+    drop(reader);
+    let closed = Instant::now();
+    assert_eq!(wait_exit(watch, Duration::from_secs(5)), 0);
+    let took = closed.elapsed();
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+}
