@@ -1,10 +1,11 @@
 //! `restore`: the table restore of the chaos run, done as a backup restore does it.
 //!
-//! Every second it scans the whole table and keeps the scans of the last 30 s. When the
-//! orchestrator asks (a file `<run>/restore/<n>` holding the age wanted, in ms), it deletes the
-//! table, creates it again under the same name (`ensure_table`, as `lease table create` does),
-//! and puts back the items of the newest scan at least that old: what a point-in-time or backup
-//! restore leaves. Holders from before, and their fencing tokens, must survive it: no second
+//! Every second it scans the whole table and keeps the scans of the last 60 s (across restores:
+//! a restore from an older backup is a restore too). When the orchestrator asks (a file
+//! `<run>/restore/<n>` holding the age wanted, in ms), it deletes the table, creates it again
+//! under the same name (`ensure_table`, as `lease table create` does), and puts back the items
+//! of the newest scan at least that old (else the oldest kept, if a second old): what a
+//! point-in-time or backup restore leaves. Holders from before, and their fencing tokens, must survive it: no second
 //! holder beside one from before the restore, no token issued twice or going backwards. Writes
 //! no history lines; what it did goes to `<run>/restore/<n>.done` and its log.
 
@@ -23,7 +24,11 @@ use crate::dynamo;
 type Item = HashMap<String, AttributeValue>;
 
 /// How long scans are kept.
-const KEPT: Duration = Duration::from_secs(30);
+const KEPT: Duration = Duration::from_secs(60);
+/// The youngest scan a restore uses when none is as old as asked.
+const YOUNGEST: Duration = Duration::from_secs(1);
+/// Attempts of each request of a restore (DynamoDB Local may be restarting).
+const ATTEMPTS: u32 = 20;
 /// The pause between two scans.
 const SCAN_EVERY: Duration = Duration::from_secs(1);
 
@@ -54,7 +59,11 @@ async fn restorer(args: &RestoreArgs, actor: &Actor) -> Result<(), String> {
     while !actor.stopping() {
         if let Some((request, age)) = next_request(&requests) {
             let wanted = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
-            let scan = scans.iter().rev().find(|(at, _)| *at <= wanted);
+            let scan = scans
+                .iter()
+                .rev()
+                .find(|(at, _)| *at <= wanted)
+                .or_else(|| scans.front().filter(|(at, _)| at.elapsed() >= YOUNGEST));
             let outcome = match scan {
                 Some((at, items)) => {
                     let age = at.elapsed();
@@ -71,9 +80,6 @@ async fn restorer(args: &RestoreArgs, actor: &Actor) -> Result<(), String> {
                 request.display()
             );
             let _ = std::fs::write(request.with_extension("done"), format!("{outcome}\n"));
-            // Scans from before the restore describe another incarnation of the table.
-            scans.clear();
-            next_scan = Instant::now();
         }
         if Instant::now() >= next_scan {
             next_scan = Instant::now() + SCAN_EVERY;
@@ -129,50 +135,78 @@ async fn scan_all(client: &Client, table: &str) -> Result<Vec<Item>, String> {
     }
 }
 
-/// Deletes `table`, waits until it is gone, creates it again and puts `items` back.
+/// Deletes `table`, waits until it is gone, creates it again and puts `items` back; each
+/// request tried up to [`ATTEMPTS`] times, 250 ms apart (DynamoDB Local may be restarting).
 async fn restore(
     client: &Client,
     leases: &lease_dynamo::DynamoLeases,
     table: &str,
     items: &[Item],
 ) -> Result<(), String> {
-    let deleted = client.delete_table().table_name(table).send().await;
-    if let Err(error) = deleted {
-        return Err(format!(
-            "DeleteTable: {}",
-            aws_sdk_dynamodb::error::DisplayErrorContext(error)
-        ));
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match client.delete_table().table_name(table).send().await {
+            Ok(_) => break,
+            // An earlier attempt's reply lost: the table is gone already.
+            Err(error)
+                if error
+                    .as_service_error()
+                    .is_some_and(|e| e.is_resource_not_found_exception()) =>
+            {
+                break;
+            }
+            Err(error) if attempt >= ATTEMPTS => {
+                return Err(format!(
+                    "DeleteTable: {}",
+                    aws_sdk_dynamodb::error::DisplayErrorContext(error)
+                ));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
     }
     let gone_by = Instant::now() + Duration::from_secs(30);
-    while client
-        .describe_table()
-        .table_name(table)
-        .send()
-        .await
-        .is_ok()
-    {
-        if Instant::now() > gone_by {
-            return Err("the table was still there 30 s after DeleteTable".to_owned());
+    loop {
+        match client.describe_table().table_name(table).send().await {
+            Err(error)
+                if error
+                    .as_service_error()
+                    .is_some_and(|e| e.is_resource_not_found_exception()) =>
+            {
+                break;
+            }
+            _ if Instant::now() > gone_by => {
+                return Err("the table was still there 30 s after DeleteTable".to_owned());
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    leases
-        .ensure_table()
-        .await
-        .map_err(|e| format!("ensure_table: {e}"))?;
+    let mut attempt = 0;
+    while let Err(error) = leases.ensure_table().await {
+        attempt += 1;
+        if attempt >= ATTEMPTS {
+            return Err(format!("ensure_table: {error}"));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
     for item in items {
-        client
+        let mut attempt = 0;
+        while let Err(error) = client
             .put_item()
             .table_name(table)
             .set_item(Some(item.clone()))
             .send()
             .await
-            .map_err(|e| {
-                format!(
+        {
+            attempt += 1;
+            if attempt >= ATTEMPTS {
+                return Err(format!(
                     "PutItem: {}",
-                    aws_sdk_dynamodb::error::DisplayErrorContext(e)
-                )
-            })?;
+                    aws_sdk_dynamodb::error::DisplayErrorContext(error)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
     Ok(())
 }

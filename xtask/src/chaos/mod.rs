@@ -186,6 +186,12 @@ pub(crate) fn chaos(flags: &[&str]) -> Result {
         lease: debug.join("lease"),
         run: run.clone(),
         endpoint: stores.proxy.as_ref().map(proxy::Proxy::endpoint),
+        store_endpoint: stores.server.as_ref().map(|server| {
+            server
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .endpoint()
+        }),
         sabotage: options.sabotage,
     };
     let outcome = run_under_faults(&options, &context, &stores)?;

@@ -72,7 +72,8 @@ pub(crate) enum Role {
     /// `table-restore` fault restores.
     RunRestored,
     /// `lease-chaos-actor restore`: scans [`TABLE_RESTORED`] every second and restores it from
-    /// an old scan when the `table-restore` fault asks. Never killed or stopped by a fault.
+    /// an old scan when the `table-restore` fault asks, talking to DynamoDB Local directly (not
+    /// through the proxy). Never killed or stopped by a fault.
     Restorer,
 }
 
@@ -87,6 +88,9 @@ pub(crate) struct Context {
     pub(crate) run: PathBuf,
     /// The proxy's endpoint, which every DynamoDB client uses.
     pub(crate) endpoint: Option<String>,
+    /// DynamoDB Local's own endpoint (the same port across restarts): only the `restorer`
+    /// uses it, as an operator restoring a table does not go through the clients' network.
+    pub(crate) store_endpoint: Option<String>,
     /// `FileLock` actors claim without checking and hold 400 ms (`--sabotage`).
     pub(crate) sabotage: bool,
 }
@@ -333,7 +337,7 @@ impl Slot {
                 command
                     .args([
                         "--endpoint",
-                        context.endpoint.as_deref().unwrap_or_default(),
+                        context.store_endpoint.as_deref().unwrap_or_default(),
                     ])
                     .args(["--table", TABLE_RESTORED]);
                 command
