@@ -426,18 +426,19 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 ///
 /// | operation | syscalls |
 /// |---|---:|
-/// | acquire | 12 |
-/// | release | 4 |
-/// | release of a tenure that lasted 10 ms or was renewed | 5 |
+/// | acquire | 13 |
+/// | release | 5 |
+/// | release of a tenure that lasted 10 ms or was renewed | 6 |
 /// | heartbeat (its thread) | 3 |
 /// | refused attempt | 12 |
-/// | first acquisition, or after the directory was replaced | +10 |
+/// | first acquisition, or after the directory was replaced (or in a forked child) | +11 |
 ///
 /// * acquire: `flock(LOCK_EX|LOCK_NB)`; the listing, `getdents64` x2 and `lseek`; `getrandom`
-///   for the owner token; `getpid` x4 (the record, and the fork checks: the process that took
-///   the kernel lock and the one that owns the guard); one `renameat`; one `pwrite` of the
+///   for the owner token; `getpid` x5 (the record, and the fork checks: the process that
+///   opened the kept directory, took the kernel lock and owns the guard); one `renameat`; one `pwrite` of the
 ///   description; `newfstatat`, that the path still names the directory.
-/// * release: `getpid` x2 (the fork checks), one `renameat`, `flock(LOCK_UN)`; a tenure that
+/// * release: `getpid` x3 (the fork checks, the last before the directory is kept), one
+///   `renameat`, `flock(LOCK_UN)`; a tenure that
 ///   lasted first empties its state entry with one `ftruncate` (see
 ///   [*Deleting and pruning keys*](crate::protocol#deleting-and-pruning-keys): a free key then
 ///   holds no data block).
@@ -445,13 +446,13 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 ///   `flock` try while a takeover from a hung holder waits for its kernel lock.
 /// * refused: `flock` (refused), the listing (3), `getrandom`, `getpid`, the holder's
 ///   description (`openat`, `statx`, `read` x2, `close`), `newfstatat` (the path check).
-/// * first acquisition: also `openat`, `statx` and `geteuid` (the ownership check) of the
+/// * first acquisition: also `openat`, `statx` and `geteuid` x2 (the ownership checks) of the
 ///   directory, a stream on it (`fcntl` x3, `newfstatat`), and `openat`, `statx`, `geteuid` of
 ///   the state entry for the description. A process's first acquisition also reads its
 ///   identity once (`uname`, `/proc/self/stat`, the boot id).
 ///
 /// The floor, `open(O_CREAT|O_EXCL)` + `close` + `unlink`, is 3. Heartbeat-only mode is the
-/// same without `flock` and the kernel lock's `getpid` (acquire 9, release 2 or 3); [`with_fsync`](FileLockBuilder::with_fsync) adds an `fsync` of the
+/// same without `flock` and the kernel lock's `getpid` (acquire 10, release 3 or 4); [`with_fsync`](FileLockBuilder::with_fsync) adds an `fsync` of the
 /// directory after each rename. The bench's times for these, each beside its floor measured in
 /// the same run, are in
 /// [docs/benchmarks.md](https://github.com/lease-rs/lease/blob/main/docs/benchmarks.md).

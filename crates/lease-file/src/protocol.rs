@@ -329,8 +329,9 @@
 //!   [`DirectoryStore`] the directories of the leases it holds and up to 32 released ones, so
 //!   that an acquisition opens nothing. A kept directory is trusted only while the path still
 //!   names it: that is checked after every win and before a refusal is reported, and a directory
-//!   moved away or removed by hand is dropped and the path opened afresh.
-//! * **Inline I/O in the store's futures.** The operations are a few local syscalls (17 per
+//!   moved away or removed by hand is dropped and the path opened afresh. It is used only in
+//!   the process that opened it (see [*Forks*](#forks)).
+//! * **Inline I/O in the store's futures.** The operations are a few local syscalls (19 per
 //!   acquire + release in kernel mode, one more when the tenure lasted; counted with
 //!   `strace`), shorter than a thread hop, so the futures do
 //!   them when first polled and need no runtime; on a network file system they can block the
@@ -339,7 +340,7 @@
 //!   `benches/file_lease.rs` measures the times, each beside a floor measured in the same run,
 //!   and `cargo xtask bench` writes them to [docs/benchmarks.md](https://github.com/lease-rs/lease/blob/main/docs/benchmarks.md)).
 //!   Heartbeat-only mode costs the same syscalls on the fast path less the kernel lock's.
-//!   - An uncontended acquire + release is 17 syscalls on descriptors kept open (7 of them
+//!   - An uncontended acquire + release is 19 syscalls on descriptors kept open (9 of them
 //!     `getpid` for the fork checks), beside a floor
 //!     of a bare `open(O_CREAT|O_EXCL)` + `close` + `unlink` in the same directory. The lease's
 //!     renames allocate no inode, so on ext4 its cost does not grow as the journal fills, while

@@ -83,8 +83,8 @@ struct Tenure {
 /// each operation.
 ///
 /// The futures do their file I/O inline when first polled: a few local syscalls (in kernel
-/// mode an acquire is 13, [`FileLock`](crate::FileLock)'s and one more `getpid` for the fork
-/// check; a release 4, or 5 with the `ftruncate` that empties the entry of a tenure that
+/// mode an acquire is 14, [`FileLock`](crate::FileLock)'s and one more `getpid` for the fork
+/// check; a release 5, or 6 with the `ftruncate` that empties the entry of a tenure that
 /// lasted; a renewal of a lease this store holds is one `rename`; counted with `strace` on
 /// `benches/file_lease.rs`'s helper), no thread hop, no
 /// runtime needed. The store keeps the lock directories of the leases it holds open, and up to
