@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use lease_core::backend::validate_duration;
 use lease_core::{
     AcquireOptions, BoxFuture, FencingToken, Lease, LeaseBackend, LeaseError, LeaseKey,
-    LeaseListing, LeaseRecord, LossReason,
+    LeaseListing, LeaseRecord, LossReason, NotOwnedReason,
 };
 
 use crate::{Partition, PartitionSet};
@@ -99,10 +99,29 @@ pub trait Lessor: Send + Sync + fmt::Debug {
 /// otherwise one more round (an acquire per free piece, one listing) per collision or partly
 /// held range, plus a release of what was given back. A record is judged live until its `expires_at` plus
 /// the skew bound (default one second) has passed, so wall clocks of callers may disagree by that
-/// much. Released records stay in the store (they carry the fencing counter), so a section's
-/// listing grows with the number of distinct ranges ever leased in it, unless
-/// [`with_compaction`](Self::with_compaction) deletes them (see there for why it is not the
-/// default).
+/// much.
+///
+/// **Bounded records.** A released range's record is deleted (one compare-and-delete), and each
+/// call's listing also deletes up to 64 records of others that are free or whose holder's lease
+/// expired more than the skew bound ago (a caller that died inside its callback): one
+/// compare-and-delete each, naming the record exactly as listed, so a record someone acquired
+/// meanwhile stays. A section therefore holds the ranges leased now, plus those of callers that
+/// died since its last call. On a store that cannot delete, the records stay.
+///
+/// **Fencing tokens.** A deleted record's fencing counter starts again when the range is leased
+/// next, so a grant's token does not come from the records alone. Each section keeps two fenced
+/// values in the store's [`FencedValues`](lease_core::FencedValues): a *guard*
+/// (`lessor/<section>` / `~token-guard`) whose fence stands above every token granted in the
+/// section, and a *hint* of that figure. After its acquisitions a grant picks `T`, at least the
+/// hint and every granted range's record counter, checks it with a write to the guard at fence
+/// `T` (refused while the fence is above `T`: then it reads the hint again and tries a greater
+/// `T`), raises the guard to `T + 1` and the hint to `T + 1`, and only then runs the callback
+/// with `T` for every range (four requests per call that grants anything; a grant whose deadline
+/// passed meanwhile is given back unused). The next holder of a range acquires it after the
+/// previous one released it or its lease expired, so after that raise, and its check is
+/// refused at every `T` up to the previous token: a range's tokens only grow, deleted records or
+/// not (tokens of different ranges are not comparable, as before). A store without fenced values
+/// keeps every record, and grants the records' own counters.
 ///
 /// ```
 /// use lessor_partition::{Lessor, Partition, PartitionSet, StoreLessor};
@@ -141,21 +160,17 @@ impl StoreLessor {
             store,
             skew: Duration::from_secs(1),
             rounds: 4,
-            compact: false,
+            compact: true,
         })
     }
 
-    /// Deletes the record of every range this lessor released, so a section's listing holds
-    /// only the ranges leased now (one delete request per released range; a store that cannot
-    /// delete keeps them).
+    /// Deletes the record of every range this lessor released, and the records of callers
+    /// that died: the default now (see the type's docs, *Bounded records*), so this changes
+    /// nothing; kept so that code written for the earlier opt-in still builds.
     ///
-    /// Not the default, because a record carries its range's fencing counter: the memory and
-    /// DynamoDB stores start a re-created key's counter at 1 again, so after compaction a later
-    /// grant of the *same* range can carry a smaller fencing token than an earlier one, and a
-    /// resource that fences writes with the grant's tokens would refuse the new holder and
-    /// accept a stale one. Use it when callers rely on the grant's deadline alone (as LUCI's
-    /// callers do) and do not fence writes with [`Grant::leases`]. Without it, a section's
-    /// listing grows with the number of distinct ranges ever leased in it.
+    /// The earlier opt-in let a later grant of the same range carry a smaller fencing token
+    /// than an earlier one (a re-created record's counter starts again); the section's token
+    /// floor now keeps a range's tokens growing across deletions.
     pub fn with_compaction(mut self) -> Self {
         self.compact = true;
         self
@@ -175,7 +190,8 @@ impl StoreLessor {
         })
     }
 
-    /// The live leased ranges of `section` other than `mine`.
+    /// The live leased ranges of `section` other than `mine`; deletes up to [`SWEEP_PER_CALL`]
+    /// records of others that are free or expired ([`Self::sweep`]).
     async fn held(
         &self,
         partition_key: &str,
@@ -186,6 +202,7 @@ impl StoreLessor {
             .await?;
         let now = self.store.clock().now();
         let mut held = PartitionSet::new();
+        let mut stale = Vec::new();
         for record in &records {
             let Some(range) = record
                 .key()
@@ -197,11 +214,129 @@ impl StoreLessor {
             let own = mine.get(&range).is_some_and(|lease| {
                 record.holder().and_then(|h| h.token()) == Some(lease.token())
             });
-            if !own && self.is_live(record, now) {
+            if own {
+                continue;
+            }
+            if self.is_live(record, now) {
                 held.insert(range);
+            } else if stale.len() < SWEEP_PER_CALL {
+                stale.push(record);
             }
         }
+        self.sweep(&stale).await;
         Ok(held)
+    }
+
+    /// Deletes `stale` records (free, or held by a lease that expired more than the skew bound
+    /// ago: a caller that died inside its callback), each by the compare-and-delete that names
+    /// it as listed, so a record acquired or renewed since stays. One request each; nothing
+    /// without compaction, nothing more on a store that cannot delete.
+    async fn sweep(&self, stale: &[&LeaseRecord]) {
+        if !self.compact {
+            return;
+        }
+        for record in stale {
+            let holder = record.holder().and_then(|h| h.token());
+            if record.holder().is_some() && holder.is_none() {
+                continue;
+            }
+            match self
+                .store
+                .delete(record.key(), holder, record.fencing_token())
+                .await
+            {
+                Ok(()) => {
+                    tracing::debug!(key = %record.key(), expired = holder.is_some(), "lessor: deleted a stale record");
+                }
+                Err(error) if error.is_unsupported() => return,
+                Err(error) => {
+                    tracing::debug!(key = %record.key(), %error, "lessor: stale record changed; kept");
+                }
+            }
+        }
+    }
+
+    /// The fencing token of a grant (see the type's docs, *Fencing tokens*): `T`, at least
+    /// every range's record counter and the section's hint, such that the section's guard
+    /// accepts a write at fence `T` (so every token granted before is below `T`); then the
+    /// guard is raised to `T + 1` and the hint to `T + 1`. Four requests when the hint is
+    /// current (read the hint, check, raise, write the hint), one more check per grant that
+    /// raced past it; the records' own counters on a store without fenced values.
+    ///
+    /// # Errors
+    /// The store's error when the guard cannot be checked or raised, or
+    /// [`LeaseError::Runtime`] after [`TOKEN_ATTEMPTS`] checks refused: the grant is given
+    /// back, since its token could repeat an earlier holder's.
+    async fn tokens(
+        &self,
+        partition_key: &str,
+        leases: &BTreeMap<Partition, Lease>,
+    ) -> Result<Vec<(Partition, FencingToken)>, LeaseError> {
+        let own = || {
+            leases
+                .iter()
+                .map(|(range, lease)| (*range, lease.fencing_token()))
+                .collect()
+        };
+        let Some(values) = self.store.as_fenced_values() else {
+            return Ok(own());
+        };
+        if leases.is_empty() || !self.compact {
+            return Ok(own());
+        }
+        let hint_name = LeaseKey::with_sort_key(partition_key, "~token-hint")?;
+        let guard_name = LeaseKey::with_sort_key(partition_key, "~token-guard")?;
+        let constant = lease_core::backend::fencing_token(1);
+        let read_hint = || async {
+            let bytes = values.fence_and_read(&hint_name, constant).await?;
+            Ok::<u64, LeaseError>(
+                bytes
+                    .as_deref()
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                    .and_then(|text| text.parse::<u64>().ok())
+                    .unwrap_or(0),
+            )
+        };
+        let counters = leases
+            .values()
+            .map(|lease| lease.fencing_token().get())
+            .max()
+            .unwrap_or(1);
+        let mut token = read_hint().await?.max(counters).max(1);
+        let mut accepted = false;
+        for _ in 0..TOKEN_ATTEMPTS {
+            let level = lease_core::backend::fencing_token(token);
+            match values.put_fenced(&guard_name, level, b"").await {
+                Ok(()) => {
+                    accepted = true;
+                    break;
+                }
+                Err(error) if error.not_owned_reason() == Some(NotOwnedReason::Fenced) => {
+                    // A grant after the hint was read (or a hint lowered by a late writer).
+                    let hint = read_hint().await?;
+                    token = hint.max(token.saturating_add(1));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let next = token.checked_add(1).filter(|_| accepted).ok_or_else(|| {
+            LeaseError::runtime(format!(
+                "no fencing token for a grant in {partition_key}: the section's token guard \
+                 refused {TOKEN_ATTEMPTS} candidates"
+            ))
+        })?;
+        let raised = lease_core::backend::fencing_token(next);
+        let text = next.to_string();
+        match values.put_fenced(&guard_name, raised, b"").await {
+            Ok(()) => {}
+            Err(error) if error.not_owned_reason() == Some(NotOwnedReason::Fenced) => {}
+            Err(error) => return Err(error),
+        }
+        values
+            .put_fenced(&hint_name, constant, text.as_bytes())
+            .await?;
+        let level = lease_core::backend::fencing_token(token);
+        Ok(leases.keys().map(|range| (*range, level)).collect())
     }
 
     async fn release_all(&self, leases: &BTreeMap<Partition, Lease>) {
@@ -362,13 +497,30 @@ impl Lessor for StoreLessor {
                         lease_core::backend::default_safety_margin(duration),
                     )
                 });
+            let tokens = match self.tokens(&partition_key, &leases).await {
+                Ok(tokens) => tokens,
+                Err(error) => {
+                    self.release_all(&leases).await;
+                    self.compact(&leases).await;
+                    return Err(error);
+                }
+            };
+            if clock.monotonic() >= deadline {
+                // The floor's write may have landed after the leases expired, when the next
+                // holder of a range could already have read the floor below it: this grant's
+                // tokens are not known to be greater, so it is never used.
+                self.release_all(&leases).await;
+                self.compact(&leases).await;
+                tracing::warn!(
+                    section,
+                    "lessor: the grant's deadline passed before its tokens were fenced"
+                );
+                return Err(LeaseError::lost(section_key, LossReason::DeadlinePassed));
+            }
             let grant = Grant {
                 partitions: leases.keys().copied().collect(),
                 deadline,
-                leases: leases
-                    .iter()
-                    .map(|(range, lease)| (*range, lease.fencing_token()))
-                    .collect(),
+                leases: tokens,
             };
             tracing::debug!(section, requested = %partition, granted = %grant.partitions, "lessor: granted");
             let outcome = Race {
@@ -390,6 +542,13 @@ impl Lessor for StoreLessor {
         })
     }
 }
+
+/// How many candidate tokens a grant checks against the section's guard before it gives up.
+const TOKEN_ATTEMPTS: u32 = 8;
+
+/// The most stale records one call deletes: a section left with many by callers that died (or
+/// by a version that kept every record) is cleaned over several calls, each at a bounded cost.
+const SWEEP_PER_CALL: usize = 64;
 
 /// Completes with `true` when `work` finishes first, `false` when `timer` does.
 struct Race<'a> {
