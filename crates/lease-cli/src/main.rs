@@ -64,14 +64,14 @@ fn main() -> ExitCode {
     if cli.dynamo_table().is_some()
         && let Err(failure) = stores::dynamo_available()
     {
-        eprintln!("lease: {failure}");
+        eprintln!("lease: {}", for_people(&failure.message));
         return ExitCode::from(failure.code);
     }
     init_tracing();
     if let Command::Exec(args) = &cli.command {
         // No runtime: this process becomes the command.
         let failure = guard::exec(args);
-        eprintln!("lease: {failure}");
+        eprintln!("lease: {}", for_people(&failure.message));
         return ExitCode::from(failure.code);
     }
     if let Command::HoldLock(args) = &cli.command {
@@ -98,7 +98,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            eprintln!("lease: {failure}");
+            eprintln!("lease: {}", for_people(&failure.message));
             ExitCode::from(failure.code)
         }
     }
@@ -129,6 +129,16 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
             "lease exec and lease hold-lock run before the runtime starts",
         )),
     }
+}
+
+/// A failure's message for stderr: it may quote the store (a record's reason, a holder's
+/// description), so each line is shown through [`out::safe`].
+fn for_people(message: &str) -> String {
+    message
+        .split('\n')
+        .map(out::safe)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `command`, given up after `limit` (`--timeout`): a store that never answers must not hold an

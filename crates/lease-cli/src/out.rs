@@ -80,3 +80,55 @@ pub(crate) async fn reader_gone() {
         std::future::pending::<()>().await;
     }
 }
+
+/// `text` that came from the store or another user (a holder's description, a Go lock file's
+/// owner, a key name, a record's reason), made safe to print for people: control characters
+/// (escape sequences that retitle, clear or recolour a terminal, carriage returns that overwrite
+/// a line, C1 controls) and the invisible characters that reorder or hide text (bidirectional
+/// overrides and isolates such as U+202E, zero-width characters) are shown escaped, as
+/// `\u{1b}`. Everything else, non-ASCII letters included, is shown as it is. `--json` output is
+/// not passed through it: it stays exact.
+pub(crate) fn safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(hidden) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if hidden(c) {
+            shown.extend(c.escape_unicode());
+        } else {
+            shown.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(shown)
+}
+
+/// Whether `c` acts on the terminal or on the order or visibility of text instead of showing.
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{feff}'
+                | '\u{fff9}'..='\u{fffb}'
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_and_bidi_overrides_are_shown_escaped() {
+        assert_eq!(safe("pid 7 on host h"), "pid 7 on host h");
+        assert_eq!(safe("héllo 世界"), "héllo 世界");
+        assert_eq!(
+            safe("a\u{1b}]0;x\u{7}b\u{202e}c\r\n"),
+            "a\\u{1b}]0;x\\u{7}b\\u{202e}c\\u{d}\\u{a}"
+        );
+        assert_eq!(safe("\u{9b}31m"), "\\u{9b}31m");
+    }
+}

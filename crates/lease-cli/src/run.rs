@@ -376,7 +376,8 @@ fn holder_or_unknown(holder: Option<&Holder>) -> String {
 
 /// `pid 4242 on host build-7 since T (until U, fencing token 9)`: a holder for people.
 pub(crate) fn describe_holder(holder: &Holder) -> String {
-    let mut text = holder.owner().unwrap_or("another owner").to_owned();
+    // Another process's text (a Go lock file's owner, another user's label): shown escaped.
+    let mut text = crate::out::safe(holder.owner().unwrap_or("another owner")).into_owned();
     if let Some(value) = holder.value() {
         text.push_str(&format!(" (value {value:?})"));
     }

@@ -9,7 +9,7 @@ use crate::backend::{Backend, lease_key};
 use crate::cli::{ReleaseArgs, StatusArgs, TableCreateArgs};
 use crate::duration::fmt_duration;
 use crate::exit::{self, Failure};
-use crate::out::outln;
+use crate::out::{outln, safe};
 use crate::run::describe_holder;
 use lease_core::backend::fmt_time;
 
@@ -314,17 +314,21 @@ fn seen_text(key: &LeaseKey, seen: &Seen, now: SystemTime) -> String {
     match seen {
         Seen::Record(record) => record_text(key, record.as_ref(), now),
         Seen::Refused { state, reason } => format!(
-            "{key}: {}: {reason}\n",
+            "{}: {}: {}\n",
+            safe(&key.to_string()),
             if *state == State::Foreign {
                 "another protocol's record"
             } else {
                 "corrupt"
-            }
+            },
+            safe(reason)
         ),
     }
 }
 
 fn record_text(key: &LeaseKey, record: Option<&LeaseRecord>, now: SystemTime) -> String {
+    // Another user's key name, shown for people.
+    let key = safe(&key.to_string()).into_owned();
     let Some(record) = record else {
         return format!("{key}: free (never held)\n");
     };
@@ -336,7 +340,7 @@ fn record_text(key: &LeaseKey, record: Option<&LeaseRecord>, now: SystemTime) ->
         (State::HeldByGo, Some(holder)) => {
             let mut text = format!(
                 "{key}: held by Go: {}\n",
-                holder.owner().unwrap_or("a Go kit/lockfile PIDLock")
+                safe(holder.owner().unwrap_or("a Go kit/lockfile PIDLock"))
             );
             if let Some(pid) = holder.pid() {
                 text.push_str(&format!("  pid      {pid}\n"));
@@ -362,7 +366,7 @@ fn record_text(key: &LeaseKey, record: Option<&LeaseRecord>, now: SystemTime) ->
         (State::Held, Some(holder)) => {
             let mut text = format!(
                 "{key}: held by {}\n",
-                holder.owner().unwrap_or("an unnamed owner")
+                safe(holder.owner().unwrap_or("an unnamed owner"))
             );
             if let Some(value) = holder.value() {
                 text.push_str(&format!("  value    {value:?}\n"));
@@ -402,12 +406,14 @@ fn table_text(all: &[(LeaseKey, Seen)], now: SystemTime) -> String {
             };
             let holder = record.and_then(LeaseRecord::holder);
             [
-                key.to_string(),
+                safe(&key.to_string()).into_owned(),
                 seen.state(now).name().to_owned(),
-                holder
-                    .and_then(|h| h.owner())
-                    .unwrap_or(if holder.is_some() { "?" } else { "-" })
-                    .to_owned(),
+                safe(
+                    holder
+                        .and_then(|h| h.owner())
+                        .unwrap_or(if holder.is_some() { "?" } else { "-" }),
+                )
+                .into_owned(),
                 holder
                     .and_then(|h| h.expires_at())
                     .map_or_else(|| "-".to_owned(), fmt_time),
@@ -436,7 +442,7 @@ fn table_text(all: &[(LeaseKey, Seen)], now: SystemTime) -> String {
     }
     for (key, seen) in all {
         if let Seen::Refused { reason, .. } = seen {
-            text.push_str(&format!("{key}: {reason}\n"));
+            text.push_str(&format!("{}: {}\n", safe(&key.to_string()), safe(reason)));
         }
     }
     text

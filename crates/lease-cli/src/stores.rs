@@ -236,7 +236,8 @@ pub(crate) fn prune(args: &crate::cli::PruneArgs) -> Result<u8, Failure> {
         .prune(args.idle)
         .map_err(|error| failure(&format!("cannot prune {}", dir.display()), &error))?;
     for key in &report.removed {
-        crate::out::outln!("{key}");
+        // Another user's key names, shown for people.
+        crate::out::outln!("{}", crate::out::safe(&key.to_string()));
     }
     eprintln!(
         "lease: removed {} key(s) from {}; kept {} (held {}, changed within {} {}, being \

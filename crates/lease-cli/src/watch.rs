@@ -119,8 +119,9 @@ fn change_text(key: &LeaseKey, change: &LeaderChange) -> String {
         LeaderChange::Elected(leader) => {
             let holder = leader.holder();
             let mut text = format!(
-                "{key}: held by {}",
-                holder.owner().unwrap_or("an unnamed owner")
+                "{}: held by {}",
+                crate::out::safe(&key.to_string()),
+                crate::out::safe(holder.owner().unwrap_or("an unnamed owner"))
             );
             if let Some(value) = leader.value() {
                 text.push_str(&format!(", value {value:?}"));
@@ -133,7 +134,7 @@ fn change_text(key: &LeaseKey, change: &LeaderChange) -> String {
             }
             text
         }
-        _ => format!("{key}: free"),
+        _ => format!("{}: free", crate::out::safe(&key.to_string())),
     }
 }
 

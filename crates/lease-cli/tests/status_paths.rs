@@ -633,3 +633,99 @@ fn dynamo_status_shows_malformed_items_corrupt() {
         assert!(deleted.is_ok(), "{deleted:?}");
     });
 }
+
+/// Characters that act on a terminal or reorder text: none may reach it raw from another user.
+fn raw_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| {
+            (c.is_control() && c != '\n')
+                || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        })
+        .collect()
+}
+
+/// Issue 37 item 8: the owner text of a Go lock file (another user's), and key names, reached
+/// the terminal raw in `lease status`, `lease run`'s "held by" lines and `lease prune`: escape
+/// sequences (a title change, a screen clear) and bidi overrides (U+202E). They are shown
+/// escaped now; `--json` keeps them exact.
+#[test]
+fn untrusted_text_reaches_the_terminal_escaped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("evil.lock");
+    // JSON escapes in the file: the owner Go reads back holds the raw characters.
+    let owner_json = r"x\u001b]0;pwned\u0007\u001b[2J\u202eevil";
+    let owner = "x\u{1b}]0;pwned\u{7}\u{1b}[2J\u{202e}evil";
+    go_create(
+        &p,
+        &go_record(owner_json, std::process::id(), SystemTime::now()),
+    )
+    .expect("plant");
+    let mut leaks = Vec::new();
+    let status = output(lease(dir.path()).arg("status").arg("--path").arg(&p));
+    let shown = text(&status.stdout);
+    assert!(shown.contains("held by Go"), "{shown}");
+    leaks.push(("status", raw_controls(&shown)));
+    let run = output(
+        lease(dir.path())
+            .args(["run", "--wait", "0", "--path"])
+            .arg(&p)
+            .args(["--", "true"]),
+    );
+    assert_eq!(code(&run), HELD, "{}", text(&run.stderr));
+    leaks.push(("run", raw_controls(&text(&run.stderr))));
+    let json = output(
+        lease(dir.path())
+            .args(["status", "--json", "--path"])
+            .arg(&p),
+    );
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert!(
+        value["holder"].as_str().is_some_and(|h| h.contains(owner)),
+        "--json stays exact: {value}"
+    );
+
+    // A key whose name reverses what follows it, in a store, listed and pruned.
+    let store = dir.path().join("store");
+    let key = "a\u{202e}gpj.exe";
+    let made = output(
+        lease(dir.path())
+            .arg("run")
+            .arg("--file")
+            .arg(&store)
+            .args(["--key", key, "--", "true"]),
+    );
+    assert_eq!(code(&made), 0, "{}", text(&made.stderr));
+    let all = output(
+        lease(dir.path())
+            .arg("status")
+            .arg("--file")
+            .arg(&store)
+            .arg("--all"),
+    );
+    let listed = text(&all.stdout);
+    leaks.push(("status --all", raw_controls(&listed)));
+    let pruned = output(
+        lease(dir.path())
+            .args(["prune", "--idle", "0s", "--file"])
+            .arg(&store),
+    );
+    assert_eq!(code(&pruned), 0, "{}", text(&pruned.stderr));
+    leaks.push(("prune", raw_controls(&text(&pruned.stdout))));
+    let leaked: Vec<_> = leaks.iter().filter(|(_, raw)| !raw.is_empty()).collect();
+    eprintln!(
+        "{} of {} outputs leaked raw controls",
+        leaked.len(),
+        leaks.len()
+    );
+    assert!(
+        leaked.is_empty(),
+        "raw terminal controls reached the terminal: {leaked:?}"
+    );
+    assert!(shown.contains(r"\u{1b}]0;pwned"), "shown escaped: {shown}");
+    assert!(listed.contains(r"a\u{202e}gpj.exe"), "{listed}");
+    assert!(
+        text(&pruned.stdout).contains(r"a\u{202e}gpj.exe"),
+        "{}",
+        text(&pruned.stdout)
+    );
+}
