@@ -481,3 +481,152 @@ fn a_leader_read_mid_release_is_shown_released() {
         record.holder()
     );
 }
+
+/// Issue 37, item 4: another user swaps an existing directory of root's in for the temporary
+/// root has just made to build a lock directory in. Root-only (the attacker runs as `nobody`
+/// through `setpriv`); skipped with the reason printed otherwise. The rest of the item (files
+/// moved into a squatted lock directory) is `tests/moved_in.rs`.
+mod moved_in {
+    use super::SERIAL;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::sync::PoisonError;
+    use std::time::Duration;
+
+    use lease_core::{AcquireOptions, LeaseBackend, LeaseKey};
+    use lease_file::DirectoryStore;
+
+    const NOBODY: u32 = 65534;
+
+    fn root_only() -> Option<PathBuf> {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("SKIPPED: the attacker runs as another user, which needs root");
+            return None;
+        }
+        let setpriv = PathBuf::from("/usr/bin/setpriv");
+        if !setpriv.exists() {
+            eprintln!("SKIPPED: needs /usr/bin/setpriv for the attacker");
+            return None;
+        }
+        Some(setpriv)
+    }
+
+    /// Runs `script` with `sh -c` as `nobody`.
+    fn as_nobody(setpriv: &Path, script: &str) {
+        let status = Command::new(setpriv)
+            .args([
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                "sh",
+                "-c",
+                script,
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success(), "the attacker's `{script}` failed");
+    }
+
+    fn mkdir_owned(path: &Path, uid: u32, mode: u32) {
+        std::fs::create_dir(path).unwrap();
+        std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// A root-owned directory made before (a mode no lock directory has, 0700) swapped in for root's
+    /// temporary directory, between its `mkdirat` and its `openat`, by `nobody`, who owns the
+    /// store: root refuses it (the creation fails, transiently), never `fchmod`s it, never
+    /// creates an entry in it, never renames it into place.
+    #[test]
+    fn an_older_directory_swapped_in_for_a_temporary_is_never_chmodded_or_used() {
+        let _serial = SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(setpriv) = root_only() else {
+            return;
+        };
+        let top = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let store_dir = top.path().join("store");
+        mkdir_owned(&store_dir, NOBODY, 0o755);
+        let store = DirectoryStore::builder(&store_dir)
+            .with_shared_directory()
+            .build()
+            .unwrap();
+        let rounds = 10;
+        let mut touched = Vec::new();
+        for round in 0..rounds {
+            // Root's own directory in the store, made earlier, with a mode no lock directory has.
+            let decoy = store_dir.join(format!("decoy-{round}"));
+            std::fs::create_dir(&decoy).unwrap();
+            std::fs::set_permissions(&decoy, std::fs::Permissions::from_mode(0o700)).unwrap();
+            let decoy_ino = std::fs::metadata(&decoy).unwrap().ino();
+            // Made before, as an existing directory is: more than a clock tick before root's
+            // `mkdirat` (the check's resolution: the kernel stamps inodes from its coarse clock).
+            std::thread::sleep(Duration::from_millis(30));
+            let (store_path, decoy_path, setpriv) =
+                (store_dir.clone(), decoy.clone(), setpriv.clone());
+            fail::cfg_callback("lease-file/before-open-temp", move || {
+                let Some(temp) = std::fs::read_dir(&store_path)
+                    .unwrap()
+                    .flatten()
+                    .map(|e| e.path())
+                    .find(|p| {
+                        p.file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with(".lease-init."))
+                    })
+                else {
+                    return;
+                };
+                if decoy_path.exists() {
+                    as_nobody(
+                        &setpriv,
+                        &format!("mv -T '{}' '{}'", decoy_path.display(), temp.display()),
+                    );
+                }
+            })
+            .unwrap();
+            let key = LeaseKey::new(format!("k{round}")).unwrap();
+            let result = pollster::block_on(store.try_acquire(
+                &key,
+                Duration::from_secs(30),
+                &AcquireOptions::default(),
+            ));
+            fail::remove("lease-file/before-open-temp");
+            if let Ok(lease) = &result {
+                pollster::block_on(store.release(&key, lease.token(), lease.fencing_token()))
+                    .unwrap();
+            }
+            // Wherever the decoy is now, by its inode.
+            let found = walk(&store_dir)
+                .into_iter()
+                .find(|(_, meta)| meta.ino() == decoy_ino);
+            let (path, meta) = found.expect("the decoy is somewhere in the store");
+            let entries = std::fs::read_dir(&path).unwrap().count();
+            if meta.mode() & 0o7777 != 0o700 || entries != 0 {
+                touched.push(format!(
+                    "round {round}: the decoy is now {} (mode {:o}, {entries} entries); the acquire: {:?}",
+                    path.display(),
+                    meta.mode() & 0o7777,
+                    result.as_ref().map(|l| l.fencing_token())
+                ));
+            }
+        }
+        assert!(
+            touched.is_empty(),
+            "root used a directory swapped in for its temporary in {} of {rounds} rounds: {touched:#?}",
+            touched.len()
+        );
+    }
+
+    fn walk(dir: &Path) -> Vec<(PathBuf, std::fs::Metadata)> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let meta = std::fs::symlink_metadata(entry.path()).unwrap();
+            if meta.is_dir() {
+                found.extend(walk(&entry.path()));
+                found.push((entry.path(), meta));
+            }
+        }
+        found
+    }
+}
