@@ -229,7 +229,9 @@
 //!   renaming and unlocking nothing, even with the lease's own owner and fencing tokens.
 //! * Dropping the copy, returning from `main`, unwinding or exiting with it does nothing: a
 //!   guard releases on drop only in the process that acquired it, and the child only forgets
-//!   the kernel lock (the parent's copy keeps it).
+//!   the kernel lock (the parent's copy keeps it). Conversely, while the child keeps its copy
+//!   of a held lease's descriptor, the kernel lock outlives the parent: a parent that crashes
+//!   then loses its lease by expiry, not at once (later, never earlier).
 //! * The child may read: [`FileLockGuard::fencing_token`], and the store's `inspect` and
 //!   listings. Its copy's [`FileLockGuard::check`] knows only what the parent knew at the fork:
 //!   it has no heartbeat thread or keeper (threads do not survive `fork`), so it keeps saying
