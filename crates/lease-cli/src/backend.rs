@@ -68,7 +68,24 @@ pub(crate) fn default_dir() -> PathBuf {
 /// belonging to this user and writable by nobody else: in `/tmp`, another user could otherwise
 /// create it first and read or break our leases. A directory named with `--file` is created
 /// and checked by the store itself (`DirectoryStore`'s ownership checks), through descriptors.
+///
+/// Either way at most the last component of the path is created: a missing parent is refused
+/// (exit 69), so that a typo (`--file /var/lib/jbos/leases`) does not make a second store in
+/// which every lease is free.
 pub(crate) fn prepare_dir(dir: &Path, private: bool) -> Result<PathBuf, Failure> {
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty())
+        && std::fs::symlink_metadata(dir).is_err()
+        && !std::fs::metadata(parent).is_ok_and(|m| m.is_dir())
+    {
+        tracing::debug!(dir = %dir.display(), "the store's parent directory is missing");
+        return Err(Failure::unavailable(format!(
+            "cannot use {} as the lease directory: its parent {} does not exist; lease creates \
+             only the last component of a store's path (a mistyped path must not make a second \
+             store): create the parent first, or check the path",
+            dir.display(),
+            parent.display()
+        )));
+    }
     if !private {
         return Ok(dir.to_path_buf());
     }
@@ -78,12 +95,10 @@ pub(crate) fn prepare_dir(dir: &Path, private: bool) -> Result<PathBuf, Failure>
             dir.display()
         ))
     };
-    if let Err(error) = std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-    {
-        return Err(cannot("cannot create it", &error));
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => tracing::info!(dir = %dir.display(), "created the lease directory"),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(cannot("cannot create it", &error)),
     }
     let meta = std::fs::metadata(dir).map_err(|e| cannot("cannot read it", &e))?;
     if !meta.is_dir() {

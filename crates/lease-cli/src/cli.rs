@@ -196,7 +196,9 @@ const NO_DYNAMO: &str = "Keep leases in the DynamoDB table TABLE: not in this bu
 /// Where leases are kept.
 #[derive(Debug, Clone, Default, Args)]
 pub(crate) struct BackendArgs {
-    /// Keep leases as files in DIR [default: $LEASE_DIR, else /tmp/lease-$UID].
+    /// Keep leases as files in DIR [default: $LEASE_DIR, else /tmp/lease-$UID]. DIR is created
+    /// if missing, but not its parent: a mistyped path is refused (exit 69), not made a second
+    /// store.
     #[arg(long, value_name = "DIR", conflicts_with = "dynamo")]
     pub(crate) file: Option<PathBuf>,
     /// Keep leases in the DynamoDB table TABLE (credentials and region from the AWS environment).

@@ -1320,3 +1320,56 @@ fn a_straggler_named_in_bytes_that_are_not_utf8_is_stopped_before_the_release() 
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
+
+/// Issue 37 item 9: `--file /nonexistent/dir` silently created the whole path, so a typo made a
+/// second store in which every lease was free. Only the last component is created now; a
+/// missing parent is refused (exit 69) and nothing is created, for `--file` and `$LEASE_DIR`
+/// alike.
+#[test]
+fn a_store_path_with_a_missing_parent_is_refused_not_created() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let typo = dir.path().join("jbos").join("leases");
+    let typo_text = typo.to_str().expect("utf-8 path");
+    for args in [
+        vec!["run", "--file", typo_text, "--key", "k", "--", "true"],
+        vec!["status", "--file", typo_text, "--key", "k"],
+    ] {
+        let out = lease(dir.path()).args(&args).output().expect("lease runs");
+        assert_eq!(
+            out.status.code(),
+            Some(UNAVAILABLE),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("does not exist"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert!(
+            !dir.path().join("jbos").exists(),
+            "{args:?} created the path"
+        );
+    }
+    let out = lease(dir.path())
+        .env("LEASE_DIR", &typo)
+        .args(["run", "--key", "k", "--", "true"])
+        .output()
+        .expect("lease runs");
+    assert_eq!(out.status.code(), Some(UNAVAILABLE), "{}", stderr(&out));
+    assert!(
+        !dir.path().join("jbos").exists(),
+        "$LEASE_DIR created the path"
+    );
+    // The last component alone is created, as before.
+    let store = dir.path().join("leases");
+    let out = lease(dir.path())
+        .arg("run")
+        .arg("--file")
+        .arg(&store)
+        .args(["--key", "k", "--", "true"])
+        .output()
+        .expect("lease runs");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(store.is_dir());
+}
