@@ -46,8 +46,9 @@ fn holder(
     grace: &[&str],
 ) -> Child {
     let script = format!(
-        "echo \"start {name} $(date +%s%N)\" >> {}; exec sleep 30",
-        log.display()
+        "echo \"fence {name} $LEASE_FENCING_TOKEN\" >> {log}; \
+         echo \"start {name} $(date +%s%N)\" >> {log}; exec sleep 30",
+        log = log.display()
     );
     lease(dir)
         .args([
@@ -78,6 +79,18 @@ fn started(log: &Path, name: &str) -> Option<u128> {
         let rest = line.strip_prefix(&format!("start {name} "))?;
         rest.trim().parse().ok()
     })
+}
+
+/// Every fencing token the log's commands were given, in the order they started.
+fn fences(log: &Path) -> Vec<(String, u64)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.strip_prefix("fence ")?.split_whitespace();
+            let name = words.next()?.to_owned();
+            Some((name, words.next()?.parse().ok()?))
+        })
+        .collect()
 }
 
 fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
@@ -163,6 +176,129 @@ fn a_recreated_table_never_grants_a_lease_while_its_old_holder_runs() {
             "round {round}: the new command started {} ms before the old one's lease run \
              exited: two holders at once",
             (first_end - second_start) / 1_000_000,
+        );
+        first = second;
+    }
+    let _ = first.kill();
+    let _ = first.wait();
+    runtime.block_on(async {
+        let _ = client.delete_table().table_name(&table).send().await;
+    });
+}
+
+/// A restore under a running `lease run` (issue 37, item 3): the table is deleted, created again
+/// and given back the items scanned a few tenures earlier (a released item whose counter is
+/// older than tokens issued since). A second `lease run` never starts its command before the
+/// first's `lease run` has exited, and its fencing token is above every one issued before.
+/// Before the fix, the second command started at once beside the first, with a token issued
+/// before.
+#[test]
+fn a_restored_table_never_grants_a_lease_while_its_old_holder_runs() {
+    let Some(endpoint) = support::dynamo_endpoint("dynamo_store_loss restore") else {
+        return;
+    };
+    let rounds = if std::env::var("LEASE_LONG").as_deref() == Ok("1") {
+        20
+    } else {
+        2
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = runtime.block_on(lease_dynamo::client_for_endpoint(&endpoint));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut jitter = unix_nanos(SystemTime::now()) as u64 | 1;
+    let table = format!("store-restore-{}-{}", std::process::id(), jitter % 100_000);
+    create(&table, dir.path(), &endpoint);
+    let log = dir.path().join("claims");
+    let no_grace = ["--recreation-grace", "0"];
+    // A few short tenures; the snapshot is taken after the first.
+    let mut snapshot = Vec::new();
+    for tenure in 0..3 {
+        let name = format!("t{tenure}");
+        let script = format!(
+            "echo \"fence {name} $LEASE_FENCING_TOKEN\" >> {}",
+            log.display()
+        );
+        let out = lease(dir.path())
+            .args([
+                "run",
+                "--dynamo",
+                &table,
+                "--endpoint",
+                &endpoint,
+                "--key",
+                "k",
+            ])
+            .args(["--ttl", TTL, "--wait", "20s"])
+            .args(no_grace)
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .expect("lease run");
+        assert!(out.status.success(), "{}", support::stderr(&out));
+        if tenure == 0 {
+            snapshot = runtime
+                .block_on(
+                    client
+                        .scan()
+                        .table_name(&table)
+                        .consistent_read(true)
+                        .send(),
+                )
+                .expect("scan")
+                .items()
+                .to_vec();
+        }
+    }
+    let mut first = holder(dir.path(), &table, &endpoint, "h0", &log, &no_grace);
+    wait_for("the first command starts", Duration::from_secs(15), || {
+        started(&log, "h0").is_some()
+    });
+    for round in 1..=rounds {
+        jitter ^= jitter << 13;
+        jitter ^= jitter >> 7;
+        jitter ^= jitter << 17;
+        std::thread::sleep(Duration::from_millis(jitter % 600));
+        runtime.block_on(async {
+            recreate(&client, &table, dir.path(), &endpoint).await;
+            for item in &snapshot {
+                client
+                    .put_item()
+                    .table_name(&table)
+                    .set_item(Some(item.clone()))
+                    .send()
+                    .await
+                    .expect("put back");
+            }
+        });
+        let name = format!("h{round}");
+        let second = holder(dir.path(), &table, &endpoint, &name, &log, &[]);
+        let mut first_end = None;
+        wait_for("the old lease run exits", Duration::from_secs(15), || {
+            if first.try_wait().expect("try_wait").is_some() {
+                first_end = Some(unix_nanos(SystemTime::now()));
+            }
+            first_end.is_some()
+        });
+        wait_for("the new command starts", Duration::from_secs(20), || {
+            started(&log, &name).is_some()
+        });
+        let second_start = started(&log, &name).expect("started");
+        let first_end = first_end.expect("ended");
+        assert!(
+            second_start > first_end,
+            "round {round}: the new command started {} ms before the old one's lease run \
+             exited: two holders at once",
+            (first_end - second_start) / 1_000_000,
+        );
+        let issued = fences(&log);
+        let (newest, earlier) = issued.split_last().expect("fences logged");
+        assert_eq!(newest.0, name, "{issued:?}");
+        assert!(
+            earlier.iter().all(|(_, token)| *token < newest.1),
+            "round {round}: token {} repeats or falls below one issued before: {issued:?}",
+            newest.1
         );
         first = second;
     }
