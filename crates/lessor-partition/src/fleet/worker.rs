@@ -1116,7 +1116,7 @@ impl Worker {
         let Some(store) = self.checkpoints.clone() else {
             return;
         };
-        if self.epoch_checked_at == Some(self.stats.ticks) && self.takes_frozen_until.is_some() {
+        if self.epoch_checked_at == Some(self.stats.ticks) && self.takes_frozen() {
             return;
         }
         self.stats.checkpoint_requests += 2;
