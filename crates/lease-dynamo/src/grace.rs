@@ -69,6 +69,11 @@ impl DynamoLeases {
             return Ok(None);
         }
         let created = self.table_created().await?;
+        tracing::debug!(
+            table = %inner.table,
+            created = %lease_core::backend::fmt_time(created),
+            "DescribeTable: the incarnation the acquisition landed in"
+        );
         let trusted_from = created + inner.recreation_grace + inner.max_clock_skew;
         let now = inner.clock.now();
         if now >= trusted_from {
