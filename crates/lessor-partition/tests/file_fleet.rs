@@ -289,11 +289,13 @@ fn a_wiped_lease_directory_under_a_separate_checkpoint_store_is_owned_again() {
         rounds += 1;
         assert!(rounds < 60, "the fleet never owned every unit");
     }
+    let mut old_owners = Vec::new();
     for w in &workers {
         let handle = w.handle();
         for (unit, fencing) in handle.owned_units() {
             let data = format!("{unit}@{fencing}");
             pollster::block_on(handle.save_checkpoint(&unit, data.as_bytes())).expect("save");
+            old_owners.push((unit, fencing));
         }
     }
     for entry in std::fs::read_dir(dir.path()).expect("read_dir") {
@@ -340,4 +342,21 @@ fn a_wiped_lease_directory_under_a_separate_checkpoint_store_is_owned_again() {
     );
     assert!(owned && waited <= limit, "not owned again within {limit:?}");
     assert_eq!(restored, units, "every checkpoint read back");
+    // An old owner's save still in flight lands now, at its old fence: refused, though the
+    // new owners' unit fencing tokens count from 1 again.
+    for (unit, fencing) in &old_owners {
+        let name = LeaseKey::with_sort_key("fleet/files/checkpoints", unit.as_str()).expect("key");
+        let late = pollster::block_on(lease_core::FencedValues::put_fenced(
+            &*checkpoints,
+            &name,
+            *fencing,
+            b"stale",
+        ));
+        let error = late.expect_err("an old owner's late save is refused");
+        assert_eq!(
+            error.not_owned_reason(),
+            Some(lease_core::NotOwnedReason::Fenced),
+            "{error}"
+        );
+    }
 }
