@@ -95,9 +95,11 @@ pub trait Lessor: Send + Sync + fmt::Debug {
 /// each other both give back, and the next round (up to four) acquires what that listing showed
 /// free.
 ///
-/// Cost per call: one acquire, one listing and one release when nobody holds part of the range;
-/// otherwise one more round (an acquire per free piece, one listing) per collision or partly
-/// held range, plus a release of what was given back. A record is judged live until its `expires_at` plus
+/// Cost per call: one acquire, one listing, four requests for the grant's fencing token (below),
+/// one release and one delete when nobody holds part of the range (eight in all; three before
+/// records were deleted and tokens guarded); otherwise one more round (an acquire per free
+/// piece, one listing) per collision or partly held range, plus a release and a delete of what
+/// was given back, and one delete per stale record a listing finds (at most 64 a call). A record is judged live until its `expires_at` plus
 /// the skew bound (default one second) has passed, so wall clocks of callers may disagree by that
 /// much.
 ///
