@@ -534,25 +534,38 @@ fn job_shell(store: &Path) -> Terminal {
 fn ctrl_z_bg_and_one_kill_end_a_job() {
     let store = tempfile::tempdir().expect("tempdir");
     let mut terminal = job_shell(store.path());
-    let mark = terminal.screen().len();
-    terminal.type_keys(&format!(
-        "{LEASE} run --key ctl -- sh -c 'echo re\"\"ady; read x; sleep 30'\n"
-    ));
-    terminal.wait_for("ready", mark, Duration::from_secs(10));
-    let mark = terminal.screen().len();
-    terminal.type_keys("\x1a");
-    terminal.wait_for("Stopped", mark, Duration::from_secs(5));
-    let mark = terminal.screen().len();
-    terminal.type_keys("bg\n");
-    // From the background the command reads the terminal again, and its job stops again.
-    terminal.wait_for("Stopped", mark, Duration::from_secs(5));
-    terminal.type_keys("kill %1\n");
-    assert!(
-        freed_within(store.path(), "ctl", Duration::from_secs(3)),
-        "one kill %1 did not end the job:\n{}",
+    let mut repeated = 0;
+    for round in 0..4 {
+        let key = format!("ctl{round}");
+        let mark = terminal.screen().len();
+        terminal.type_keys(&format!(
+            "{LEASE} run --key {key} -- sh -c 'echo re\"\"ady; read x; sleep 30'\n"
+        ));
+        terminal.wait_for("ready", mark, Duration::from_secs(10));
+        let mark = terminal.screen().len();
+        terminal.type_keys("\x1a");
+        terminal.wait_for("Stopped", mark, Duration::from_secs(5));
+        let mark = terminal.screen().len();
+        terminal.type_keys("bg\n");
+        // From the background the command reads the terminal again, and its job stops again.
+        terminal.wait_for("Stopped", mark, Duration::from_secs(5));
+        terminal.type_keys("kill %1\n");
+        if !freed_within(store.path(), &key, Duration::from_secs(3)) {
+            repeated += 1;
+            terminal.type_keys("kill -9 %1\n");
+            assert!(
+                freed_within(store.path(), &key, Duration::from_secs(5)),
+                "round {round}: not even kill -9 ended the job:\n{}",
+                terminal.screen()
+            );
+        }
+    }
+    assert_eq!(
+        repeated,
+        0,
+        "one kill %1 did not end the job in {repeated} of 4 rounds:\n{}",
         terminal.screen()
     );
-
     terminal.type_keys("exit\n");
     terminal.wait_exit(Duration::from_secs(5));
 }
