@@ -332,9 +332,10 @@ pub(crate) struct StatusArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
-    /// Give up after DURATION when the store does not answer (exit 69).
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
-    pub(crate) timeout: Duration,
+    /// Give up after DURATION when the store does not answer (exit 69) [default: 5s for one
+    /// lease, 1m with --all or --holders, which read one lease per key].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub(crate) timeout: Option<Duration>,
 }
 
 /// `lease watch`.

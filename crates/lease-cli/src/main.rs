@@ -108,7 +108,12 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Run(args) => run::run(args).await,
         Command::Status(args) => {
-            let limit = args.timeout;
+            let many = args.all || args.holders.is_some();
+            let limit = args.timeout.unwrap_or(if many {
+                Duration::from_secs(60)
+            } else {
+                Duration::from_secs(5)
+            });
             within(limit, "read the leases", status::status(args)).await
         }
         Command::Watch(args) => watch::watch(args).await,
