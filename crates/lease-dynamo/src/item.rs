@@ -71,6 +71,35 @@ pub(crate) fn get_u64(item: &Item, name: &str) -> Option<u64> {
     }
 }
 
+/// Reads the seconds expiry as the acquire condition compares it: a whole number as it is, a
+/// negative number as 0 (long past), a fraction rounded up (never earlier than the truth);
+/// `None` when absent, not a number, or beyond `u64`. So a number that no writer leaves gets
+/// the verdict acquisitions give it (expired, or held until then), not "corrupt" beside an
+/// acquisition that takes it over.
+pub(crate) fn get_seconds(item: &Item, name: &str) -> Option<u64> {
+    let Some(AttributeValue::N(text)) = item.get(name) else {
+        return None;
+    };
+    if let Ok(whole) = text.parse::<u64>() {
+        return Some(whole);
+    }
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let (unsigned, negative) = match text.strip_prefix('-') {
+        Some(rest) => (rest, true),
+        None => (text.as_str(), false),
+    };
+    let (whole, fraction) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+    if !digits(whole) || !(fraction.is_empty() || digits(fraction)) {
+        return None;
+    }
+    if negative {
+        return Some(0);
+    }
+    let whole: u64 = whole.parse().ok()?;
+    let up = u64::from(fraction.bytes().any(|b| b != b'0'));
+    whole.checked_add(up)
+}
+
 pub(crate) fn get_str<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
     match item.get(name) {
         Some(AttributeValue::S(v)) => Some(v.as_str()),
@@ -135,7 +164,7 @@ impl Decoded {
             Some(AttributeValue::S(t)) => Some(lease_core::backend::stored_token(t.as_str())),
             _ => None,
         };
-        let seconds = get_u64(item, names.expires_at.as_str()).map(|s| s.saturating_mul(1000));
+        let seconds = get_seconds(item, names.expires_at.as_str()).map(|s| s.saturating_mul(1000));
         // Go writes whole seconds rounded down: its holder may run to the end of that second.
         let expires_ms = get_u64(item, names.expires_at_ms.as_str())
             .or_else(|| seconds.filter(|s| *s > 0).map(|s| s.saturating_add(1000)))
@@ -240,6 +269,19 @@ mod tests {
         assert_eq!(seconds_up(1_001), 2);
         assert_eq!(seconds_up(0), 0);
         assert_eq!(seconds_up(u64::MAX), u64::MAX.div_ceil(1000));
+    }
+
+    #[test]
+    fn expiries_read_as_the_acquire_condition_compares_them() {
+        let at = |v: &str| get_seconds(&item(&[("e", AttributeValue::N(v.into()))]), "e");
+        assert_eq!(at("17"), Some(17));
+        assert_eq!(at("-5"), Some(0));
+        assert_eq!(at("-0.5"), Some(0));
+        assert_eq!(at("1.5"), Some(2));
+        assert_eq!(at("2.000"), Some(2));
+        assert_eq!(at("1e3"), None);
+        assert_eq!(at("99999999999999999999"), None);
+        assert_eq!(get_seconds(&item(&[("e", s("7"))]), "e"), None);
     }
 
     #[test]

@@ -325,6 +325,50 @@ fn a_corrupt_item_has_one_verdict_everywhere() {
     );
 }
 
+/// An expiry that is a negative or fractional number of seconds: every reader gives it the
+/// verdict the acquire condition gives it (long expired, or held until the second after), never
+/// "corrupt" beside an acquisition that takes the key over.
+#[test]
+fn odd_numeric_expiries_read_as_acquisitions_read_them() {
+    support::run(
+        "odd_numeric_expiries_read_as_acquisitions_read_them",
+        |endpoint| async move {
+            let (leases, client, clock) = rig(&endpoint).await;
+            let past = clock
+                .now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+                - 60;
+            for (pk, expiry) in [
+                ("negative", "-5".to_owned()),
+                ("fraction", format!("{past}.5")),
+            ] {
+                plant(
+                    &client,
+                    leases.table(),
+                    pk,
+                    &[
+                        ("lease_token", s("odd-holder")),
+                        ("lease_expires_at", n(&expiry)),
+                    ],
+                )
+                .await;
+                let key = LeaseKey::new(pk).unwrap();
+                let record = LeaseBackend::inspect(&leases, &key)
+                    .await
+                    .unwrap_or_else(|e| panic!("{pk}: {e}"))
+                    .unwrap();
+                assert!(!record.is_held_at(clock.now()), "{pk}: {record:?}");
+                leases
+                    .try_acquire(&key, D, &AcquireOptions::default())
+                    .await
+                    .unwrap_or_else(|e| panic!("{pk}: {e}"));
+            }
+        },
+    );
+}
+
 /// A `Held` error shows a huge owner description short.
 #[test]
 fn a_huge_owner_makes_a_short_message() {
