@@ -134,7 +134,7 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
         signal(kind).map_err(|e| Failure::internal(format!("cannot handle signals: {e}")))
     };
     let mut death = install(SignalKind::user_defined2())?;
-    // Forwarded by `lease` to the whole group: meant for the command, not for the guard.
+    // Forwarded by `lease` (meant for the command), and SIGCHLD (see `extend_stop_to_group`).
     let mut ignored = [
         install(SignalKind::interrupt())?,
         install(SignalKind::terminate())?,
@@ -142,8 +142,9 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
         install(SignalKind::quit())?,
         install(SignalKind::user_defined1())?,
         install(SignalKind::alarm())?,
+        install(SignalKind::child())?,
     ];
-    let watch = args.deadline_file.clone().map(DeadlineWatch::new);
+    let mut watch = args.deadline_file.clone().map(DeadlineWatch::new);
     if !parent_alive(parent) {
         return Err(parent_died(parent, watch.as_ref(), true));
     }
@@ -161,8 +162,6 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
         .kill_on_drop(false)
         .spawn()
         .map_err(|error| start_failure(&args.command[0], &error))?;
-    let mut stops = install(SignalKind::child())?;
-    let mut watch = watch;
     let kill_before = Duration::from_millis(args.kill_before_ms);
     // Also look at the parent on a timer, in case the signal went astray.
     let mut poll = tokio::time::interval(Duration::from_millis(args.poll_ms.max(1)));
@@ -170,14 +169,13 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
     let kill_timer = tokio::time::sleep(Duration::MAX);
     tokio::pin!(kill_timer);
     loop {
-        let [a, b, c, d, e, f] = &mut ignored;
+        let [a, b, c, d, e, f, g] = &mut ignored;
         let due = tokio::select! {
             status = child.wait() => {
                 let status = status.map_err(|e| Failure::internal(format!("waiting for the command: {e}")))?;
                 return Ok(exit::status_code(status));
             }
             _ = death.recv() => false,
-            _ = stops.recv() => false,
             _ = poll.tick() => false,
             () = &mut kill_timer => true,
             _ = a.recv() => false,
@@ -186,13 +184,12 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
             _ = d.recv() => false,
             _ = e.recv() => false,
             _ = f.recv() => false,
+            _ = g.recv() => false,
         };
         if !parent_alive(parent) {
             return Err(parent_died(parent, watch.as_ref(), !running(&mut holder)));
         }
-        if args.terminal {
-            extend_stop_to_group(&child);
-        }
+        extend_stop_to_group(args.terminal, &child);
         if let Some(watch) = watch.as_mut()
             && let Some(left) = watch.left()
         {
@@ -215,11 +212,15 @@ pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
 /// a stopped job to its shell; under `lease` the guard would run on and the shell would never
 /// see it. The guard stops its whole group with the same signal, as the terminal's Ctrl-Z
 /// would, and `lease run` then stops its job (`run.rs`): `fg` and `bg` work as for any command.
-/// A stop by another signal (SIGSTOP) is not job control and is left to `lease run`'s bound.
-fn extend_stop_to_group(child: &tokio::process::Child) {
+/// A stop by another signal (SIGSTOP) is not job control and is left to `lease run`'s bound;
+/// without a terminal (`terminal` false) there is no job control to follow.
+fn extend_stop_to_group(terminal: bool, child: &tokio::process::Child) {
     let Some(pid) = child.id().and_then(|pid| i32::try_from(pid).ok()) else {
         return;
     };
+    if !terminal {
+        return;
+    }
     if let Some(signal) = crate::terminal::stopped_by_terminal(Pid::from_raw(pid)) {
         tracing::info!(%signal, "the command stopped itself; stopping its group with it");
         if let Err(error) = killpg(getpgrp(), signal) {

@@ -662,40 +662,13 @@ async fn supervise(
             _ = check.tick() => {
                 if let Some(ending) = &mut ending {
                     ending.enforce(plan, target);
-                } else if let Some(target) = target.filter(|t| t.group) {
-                    if plan.terminal
-                        && let Some(signal) = crate::terminal::stopped_by_terminal(Pid::from_raw(target.pid))
-                    {
-                        let orphaned = crate::terminal::own_group_orphaned().unwrap_or(true);
-                        let stopped_at = Instant::now();
-                        if !orphaned {
-                            stop_own_job(plan, signal);
-                            // Continued: by `fg`, `bg`, or a shell's `kill %N` whose signal
-                            // comes with the continue and is acted on first.
-                            tokio::select! {
-                                biased;
-                                signal = signals.recv() => {
-                                    forward(plan, Some(target), signal, &mut ending);
-                                    continue;
-                                }
-                                () = tokio::time::sleep(SIGNAL_WINDOW) => {}
-                            }
-                        }
-                        if let Err(stop) = resume_after_terminal_stop(
-                            plan, &guard, target, signal, stop_window, orphaned, stopped_at.elapsed(),
-                        ) {
-                            break stop;
-                        }
-                        stopped_since = None;
-                    }
-                    if target.stopped().command {
-                        let since = *stopped_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() >= plan.ttl {
-                            break Stop::StoppedTooLong { stopped: since.elapsed() };
-                        }
-                    } else {
-                        stopped_since = None;
-                    }
+                } else if let Some(target) = target.filter(|t| t.group)
+                    && let Err(stop) = follow_stops(
+                        plan, &guard, target, signals, &mut ending, &mut stopped_since, stop_window,
+                    )
+                    .await
+                {
+                    break stop;
                 }
                 if let Some(relay) = relay {
                     relay.publish(guard.deadline());
@@ -711,6 +684,66 @@ async fn supervise(
         }
     };
     stop(plan, guard, child, target, signals, &reason).await
+}
+
+/// Follows the command's stops at a check (see `docs/correctness.md`). A stop for job control on
+/// a terminal (the guard stopped by SIGTSTP, SIGTTIN or SIGTTOU) stops `lease`'s own job when a
+/// job-control shell can continue it (see [`stop_own_job`]); once continued, a signal that came
+/// with the continue is acted on first, then [`resume_after_terminal_stop`] decides. Any other
+/// stop of the command (`stopped_since` says since when) is borne for one TTL, then the run
+/// ends ([`Stop::StoppedTooLong`]).
+async fn follow_stops(
+    plan: &RunPlan,
+    guard: &LeaseGuard,
+    target: Target,
+    signals: &mut Signals,
+    ending: &mut Option<Ending>,
+    stopped_since: &mut Option<Instant>,
+    stop_window: Duration,
+) -> Result<(), Stop> {
+    if plan.terminal
+        && let Some(signal) = crate::terminal::stopped_by_terminal(Pid::from_raw(target.pid))
+    {
+        let orphaned = crate::terminal::own_group_orphaned().unwrap_or(true);
+        let stopped_at = Instant::now();
+        if !orphaned {
+            stop_own_job(plan, signal);
+            // Continued: by `fg`, `bg`, or a shell's `kill %N`, whose signal comes with the
+            // continue and is acted on first.
+            tokio::select! {
+                biased;
+                signal = signals.recv() => {
+                    forward(plan, Some(target), signal, ending);
+                    if ending.is_some() {
+                        return Ok(());
+                    }
+                }
+                () = tokio::time::sleep(SIGNAL_WINDOW) => {}
+            }
+        }
+        let suspended = stopped_at.elapsed();
+        resume_after_terminal_stop(
+            plan,
+            guard,
+            target,
+            signal,
+            stop_window,
+            orphaned,
+            suspended,
+        )?;
+        *stopped_since = None;
+    }
+    if !target.stopped().command {
+        *stopped_since = None;
+        return Ok(());
+    }
+    let since = *stopped_since.get_or_insert_with(Instant::now);
+    if since.elapsed() >= plan.ttl {
+        return Err(Stop::StoppedTooLong {
+            stopped: since.elapsed(),
+        });
+    }
+    Ok(())
 }
 
 /// A signal that ends a process by default and that someone sent to end the run (not SIGUSR1,
