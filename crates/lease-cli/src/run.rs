@@ -686,7 +686,8 @@ async fn supervise(
     stop(plan, guard, child, target, signals, &reason).await
 }
 
-/// Follows the command's stops at a check (see `docs/correctness.md`). A stop for job control on
+/// Follows the command's stops at a check (see `docs/correctness.md`), and gives the command's
+/// group the terminal whenever `lease` has it. A stop for job control on
 /// a terminal (the guard stopped by SIGTSTP, SIGTTIN or SIGTTOU) stops `lease`'s own job when a
 /// job-control shell can continue it (see [`stop_own_job`]); once continued, a signal that came
 /// with the continue is acted on first, then [`resume_after_terminal_stop`] decides. Any other
@@ -732,6 +733,9 @@ async fn follow_stops(
             suspended,
         )?;
         *stopped_since = None;
+    } else if plan.terminal && crate::terminal::is_foreground(nix::unistd::getpgrp()) {
+        // `fg` of a job started with `&` that was not stopped: the terminal is the command's.
+        crate::terminal::give_foreground(Pid::from_raw(target.pid));
     }
     if !target.stopped().command {
         *stopped_since = None;

@@ -519,6 +519,34 @@ fn fg_brings_a_background_job_that_reads_the_terminal_to_the_foreground() {
     terminal.wait_exit(Duration::from_secs(5));
 }
 
+/// `fg` of a `lease run ... &` job that has not stopped: its command gets the terminal, and
+/// reads the line typed next (not the shell).
+#[test]
+fn fg_of_a_running_background_job_gives_its_command_the_terminal() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let mut terminal = job_shell(store.path());
+    let mark = terminal.screen().len();
+    terminal.type_keys(&format!(
+        "{LEASE} run --key running -- sh -c 'sleep 1; read x; echo \"go\"\"t $x\"' &\n"
+    ));
+    std::thread::sleep(Duration::from_millis(300));
+    terminal.type_keys("fg\n");
+    std::thread::sleep(Duration::from_millis(1500));
+    terminal.type_keys("typed\n");
+    assert!(
+        terminal.shows("got typed", mark, Duration::from_secs(5)),
+        "the line went elsewhere:\n{}",
+        terminal.screen()
+    );
+    assert!(freed_within(
+        store.path(),
+        "running",
+        Duration::from_secs(3)
+    ));
+    terminal.type_keys("exit\n");
+    terminal.wait_exit(Duration::from_secs(5));
+}
+
 /// A job-control shell on a pty, ready for commands, reporting job changes at once.
 fn job_shell(store: &Path) -> Terminal {
     let mut terminal = Terminal::start("bash --norc --noprofile -i", store);
