@@ -77,51 +77,12 @@ fn main() -> ExitCode {
     let child = match fork() {
         Ok(Forked::Parent(child)) => child,
         Ok(Forked::Child) => {
-            // The child, with its copy of `held` in this frame.
-            match how.as_str() {
-                "drop" => {
-                    drop(held);
-                    std::process::exit(0);
-                }
-                "return" => return ExitCode::SUCCESS,
-                "unwind" => {
-                    let _copy = &held;
-                    panic!("the forked child unwinds with its copy of the lease");
-                }
-                "exit" => std::process::exit(0),
-                "release" => {
-                    let refused = match held {
-                        Held::Lock { guard, .. } => {
-                            guard.release().is_err_and(|e| e.is_unsupported())
-                        }
-                        // The guard's release goes through the inherited store, which refuses it.
-                        Held::Store { guard, .. } => {
-                            guard.release().is_err_and(|e| e.is_unsupported())
-                        }
-                    };
-                    std::process::exit(if refused { 0 } else { 3 });
-                }
-                "delete" | "renew" => {
-                    let Held::Store { store, .. } = &held else {
-                        std::process::exit(2)
-                    };
-                    let refused = match end_through(store, how) {
-                        Ok(()) => {
-                            eprintln!(
-                                "lease-forktest: the child's {how} of its parent's lease succeeded"
-                            );
-                            false
-                        }
-                        Err(e) if e.is_unsupported() => true,
-                        Err(e) => {
-                            eprintln!("lease-forktest: the child's {how} failed otherwise: {e}");
-                            false
-                        }
-                    };
-                    std::process::exit(if refused { 0 } else { 3 });
-                }
-                _ => std::process::exit(2),
+            // The child, with its copy of `held` in this frame: returning from `main` runs its
+            // destructors as a child that simply returns would.
+            if how == "return" {
+                return ExitCode::SUCCESS;
             }
+            child_disposes(held, how)
         }
         Err(error) => {
             eprintln!("lease-forktest: fork: {error}");
@@ -141,6 +102,48 @@ fn main() -> ExitCode {
             eprintln!("lease-forktest: after the child ({how}, exit status {status}): {message}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// The forked child's part: dispose of its copy of the parent's lease as `how` says and exit:
+/// 0 when what must be refused was refused, 3 when the parent's lease was ended through it.
+fn child_disposes(held: Held, how: &str) -> ! {
+    match how {
+        "drop" => {
+            drop(held);
+            std::process::exit(0);
+        }
+        "unwind" => {
+            let _copy = held;
+            panic!("the forked child unwinds with its copy of the lease");
+        }
+        "exit" => std::process::exit(0),
+        "release" => {
+            let refused = match held {
+                Held::Lock { guard, .. } => guard.release().is_err_and(|e| e.is_unsupported()),
+                // The guard's release goes through the inherited store, which refuses it.
+                Held::Store { guard, .. } => guard.release().is_err_and(|e| e.is_unsupported()),
+            };
+            std::process::exit(if refused { 0 } else { 3 });
+        }
+        "delete" | "renew" => {
+            let Held::Store { store, .. } = &held else {
+                std::process::exit(2)
+            };
+            let refused = match end_through(store, how) {
+                Ok(()) => {
+                    eprintln!("lease-forktest: the child's {how} of its parent's lease succeeded");
+                    false
+                }
+                Err(e) if e.is_unsupported() => true,
+                Err(e) => {
+                    eprintln!("lease-forktest: the child's {how} failed otherwise: {e}");
+                    false
+                }
+            };
+            std::process::exit(if refused { 0 } else { 3 });
+        }
+        _ => std::process::exit(2),
     }
 }
 
@@ -349,6 +352,52 @@ fn both_after_cached(face: &str, mode: ModePreference, dir: &std::path::Path) ->
     }
 }
 
+/// The face a `cached` round works through, after one tenure left its directory open.
+enum Face {
+    Lock(FileLock),
+    Store(DirectoryStore),
+}
+
+/// What an attempt of a `cached` round got: its fencing token and what keeps it held.
+type Kept = (FencingToken, Box<dyn std::any::Any>);
+
+/// A face of `face`'s kind over `dir`, after one acquire and release (its lock directory is
+/// then open in the face's cache).
+fn cached_face(face: &str, mode: ModePreference, dir: &std::path::Path) -> Result<Face, String> {
+    match face {
+        "lock" => {
+            let lock = lock_at(dir, mode)?;
+            lock.try_acquire()
+                .and_then(FileLockGuard::release)
+                .map_err(|e| format!("first tenure: {e}"))?;
+            Ok(Face::Lock(lock))
+        }
+        "store" => {
+            let store = store_at(dir, mode)?;
+            let once = AcquireOptions::default();
+            let lease = pollster::block_on(store.try_acquire(&key(), LEASE, &once))
+                .map_err(|e| format!("first tenure: {e}"))?;
+            pollster::block_on(store.release(&key(), lease.token(), lease.fencing_token()))
+                .map_err(|e| format!("first release: {e}"))?;
+            Ok(Face::Store(store))
+        }
+        other => Err(format!("unknown face {other}")),
+    }
+}
+
+/// One attempt, not waiting, through `face`.
+fn attempt(face: &Face) -> Result<Kept, lease_core::LeaseError> {
+    match face {
+        Face::Lock(lock) => lock
+            .try_acquire()
+            .map(|g| (g.fencing_token(), Box::new(g) as Box<dyn std::any::Any>)),
+        Face::Store(store) => {
+            pollster::block_on(store.try_acquire(&key(), LEASE, &AcquireOptions::default()))
+                .map(|l| (l.fencing_token(), Box::new(l) as Box<dyn std::any::Any>))
+        }
+    }
+}
+
 /// One round of `cached`: whether parent and child both held the lease at the same moment
 /// (the child keeps what it acquired until the parent has tried, then exits without
 /// releasing).
@@ -357,39 +406,7 @@ fn one_cached_round(
     mode: ModePreference,
     dir: &std::path::Path,
 ) -> Result<bool, String> {
-    enum Face {
-        Lock(FileLock),
-        Store(DirectoryStore),
-    }
-    type Kept = (FencingToken, Box<dyn std::any::Any>);
-    let once = AcquireOptions::default();
-    let face = match face {
-        "lock" => {
-            let lock = lock_at(dir, mode)?;
-            lock.try_acquire()
-                .and_then(FileLockGuard::release)
-                .map_err(|e| format!("first tenure: {e}"))?;
-            Face::Lock(lock)
-        }
-        "store" => {
-            let store = store_at(dir, mode)?;
-            let lease = pollster::block_on(store.try_acquire(&key(), LEASE, &once))
-                .map_err(|e| format!("first tenure: {e}"))?;
-            pollster::block_on(store.release(&key(), lease.token(), lease.fencing_token()))
-                .map_err(|e| format!("first release: {e}"))?;
-            Face::Store(store)
-        }
-        other => return Err(format!("unknown face {other}")),
-    };
-    let attempt = |face: &Face| -> Result<Kept, lease_core::LeaseError> {
-        match face {
-            Face::Lock(lock) => lock
-                .try_acquire()
-                .map(|g| (g.fencing_token(), Box::new(g) as Box<dyn std::any::Any>)),
-            Face::Store(store) => pollster::block_on(store.try_acquire(&key(), LEASE, &once))
-                .map(|l| (l.fencing_token(), Box::new(l) as Box<dyn std::any::Any>)),
-        }
-    };
+    let face = cached_face(face, mode, dir)?;
     // The child reports on `report` (0: refused as held, else the fencing token it got), then
     // waits for `go` to close before it exits.
     let (report_rx, report_tx) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
