@@ -15,49 +15,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use lease_core::{AcquireOptions, LeaseBackend, LeaseKey};
 use lease_file::{DirectoryStore, FileLock};
 
-const NOBODY: u32 = 65534;
-
-fn root_only() -> Option<PathBuf> {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("SKIPPED: the attacker runs as another user, which needs root");
-        return None;
-    }
-    let setpriv = PathBuf::from("/usr/bin/setpriv");
-    if !setpriv.exists() {
-        eprintln!("SKIPPED: needs /usr/bin/setpriv for the attacker");
-        return None;
-    }
-    Some(setpriv)
-}
-
-/// Runs `script` with `sh -c` as `nobody`.
-fn as_nobody(setpriv: &Path, script: &str) {
-    let status = Command::new(setpriv)
-        .args([
-            "--reuid=nobody",
-            "--regid=nogroup",
-            "--clear-groups",
-            "sh",
-            "-c",
-            script,
-        ])
-        .status()
-        .unwrap();
-    assert!(status.success(), "the attacker's `{script}` failed");
-}
-
-fn mkdir_owned(path: &Path, uid: u32, mode: u32) {
-    std::fs::create_dir(path).unwrap();
-    std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-}
+mod nobody;
+use nobody::{NOBODY, as_nobody, mkdir_owned, root_only};
 
 /// The file with inode `ino` in `dir`: its size and bytes.
 fn by_inode(dir: &Path, ino: u64) -> Option<(u64, Vec<u8>)> {
