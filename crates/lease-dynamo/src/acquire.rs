@@ -287,11 +287,18 @@ impl DynamoLeases {
         if old.request.as_deref() == Some(attempt.request.as_str()) && old.fencing == Some(to) {
             return Ok(());
         }
-        Err(malformed(
-            attempt.key,
-            &inner.table,
-            "the fencing counter changed under an acquisition raising it past a restored table's",
-        ))
+        // Not ours any more: the table was restored again, or the key taken over after this
+        // call's lease ran out, between the acquisition and the raise. That is a key held (or
+        // freed) by somebody else, not a corrupt item, unless the item says otherwise; a
+        // waiting acquire tries again.
+        if let Some(error) = self.corrupt(attempt.key, &old) {
+            return Err(error);
+        }
+        tracing::debug!(
+            holder = ?old.holder(),
+            "the item changed under the fencing counter's raise"
+        );
+        Err(LeaseError::held(attempt.key.clone(), old.holder()))
     }
 
     /// The condition failed: an earlier attempt of this call may have landed (its reply lost),

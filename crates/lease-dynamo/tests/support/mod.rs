@@ -107,6 +107,8 @@ impl Intercept for CountingInterceptor {
 pub struct Faults {
     /// Runs after the next lost reply's request was applied, before the failure is returned.
     meanwhile: std::sync::Mutex<Option<lease_core::BoxFuture<'static, ()>>>,
+    /// Runs before the write request it names (0: the next) is sent.
+    before_write: std::sync::Mutex<Option<(u32, lease_core::BoxFuture<'static, ()>)>>,
     lose_replies: AtomicU32,
     throttles: AtomicU32,
     server_errors: AtomicU32,
@@ -159,6 +161,25 @@ impl Faults {
         self.server_errors.store(n, Ordering::SeqCst);
     }
 
+    /// Runs `meanwhile` before the write request after the next `skip` ones is sent: something
+    /// another process does between two requests of one call.
+    pub fn before_write(&self, skip: u32, meanwhile: lease_core::BoxFuture<'static, ()>) {
+        *self.before_write.lock().unwrap() = Some((skip, meanwhile));
+    }
+
+    /// The `before_write` future, if the write about to be sent is the one it names.
+    fn due_before_write(&self) -> Option<lease_core::BoxFuture<'static, ()>> {
+        let mut slot = self.before_write.lock().unwrap();
+        match slot.as_mut() {
+            Some((0, _)) => slot.take().map(|(_, meanwhile)| meanwhile),
+            Some((skip, _)) => {
+                *skip -= 1;
+                None
+            }
+            None => None,
+        }
+    }
+
     /// Replies lost so far.
     pub fn lost(&self) -> u32 {
         self.lost.load(Ordering::SeqCst)
@@ -201,6 +222,13 @@ impl HttpConnector for FaultyConnector {
         if is_write && take(&faults.server_errors) {
             faults.throttled.fetch_add(1, Ordering::SeqCst);
             return HttpConnectorFuture::ready(Ok(error_response(500, "InternalServerError")));
+        }
+        if is_write && let Some(meanwhile) = faults.due_before_write() {
+            let inner = self.inner.clone();
+            return HttpConnectorFuture::new(async move {
+                meanwhile.await;
+                inner.call(request).await
+            });
         }
         let reply = self.inner.call(request);
         HttpConnectorFuture::new(async move {
