@@ -96,9 +96,12 @@ fn now_ms() -> u64 {
     .unwrap()
 }
 
-/// The condition of an acquire (`FENCE_USABLE AND KEY_FREE` in `src/expr.rs`), verbatim.
+/// The condition of an acquire (`FENCE_USABLE AND TOKEN_USABLE AND KEY_FREE` in
+/// `src/expr.rs`), verbatim.
 const ACQUIRE_CONDITION: &str = concat!(
     "(attribute_not_exists(#fence) OR (attribute_type(#fence, :number) AND #fence >= :zero AND #fence < :fence_limit))",
+    " AND ",
+    "(attribute_not_exists(#token) OR attribute_type(#token, :string))",
     " AND ",
     "(attribute_not_exists(#token) OR #expires <= :cutoff_s OR (#expires_ms <= :cutoff_ms AND #expires <= :cutoff_s_up))",
 );
@@ -158,6 +161,7 @@ impl Raw<'_> {
             .expression_attribute_names("#request", "lease_request")
             .expression_attribute_names("#ttl", "ttl")
             .expression_attribute_values(":number", s("N"))
+            .expression_attribute_values(":string", s("S"))
             .expression_attribute_values(":zero", n(0))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":fence_limit", n(i64::MAX as u64))
