@@ -1,0 +1,1 @@
+//! Placeholder until the metrics test lands.
