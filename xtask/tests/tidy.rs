@@ -633,6 +633,19 @@ const ALLOWED_AMBIENT: &[(&str, &str, &str)] = &[
         "Uuid::new_v4",
         "temporary file nonce",
     ),
+    // lease-testservers (test support, never published): how long a throwaway server may take
+    // to start, stop, stream or promote is bounded on the real clock; the servers' own clocks
+    // are what the suites test, not these waits.
+    (
+        "lease-testservers/src/postgres.rs",
+        "Instant::now()",
+        "server readiness deadline",
+    ),
+    (
+        "lease-testservers/src/supervisor.rs",
+        "Instant::now()",
+        "server exit deadline",
+    ),
     // lease-file's prune: a key's idle time is the system clock's reading against its lock
     // directory's modification time, which the kernel set from that same clock; an injected
     // clock cannot move file times, so it cannot time them either.
