@@ -1,165 +1,33 @@
 //! A fleet on DynamoDB Local with its assigner (the default): what it costs on the wire against
 //! the simulator's figures for the same fleet, and how soon a killed worker's units are owned
-//! again against the bound `d + 2I` (session duration plus two intervals).
-//!
-//! Eight workers, 1,024 units, 2 s sessions, 0.5 s interval. Every request and every record its
-//! reads return is counted on the way to the store (`CountedBackend`). After a cold start and a
-//! settle, a steady window of 16 intervals is measured; then three workers are killed one after
-//! the other (the task dropped mid-flight, no release), each timed from the kill until every
-//! unit is trusted again.
+//! again against the bound `d + 2I`; the benchmark itself is `support/mod.rs`, which the
+//! PostgreSQL fleet benchmark runs too.
 //!
 //! Writes `$LEASE_BENCH_OUT/42-lessor-dynamo.md` when that variable is set, and prints the same
-//! section. A run without `--bench` (the smoke test) uses 2 workers and 32 units and kills one.
-//! Without `LEASE_DYNAMO_ENDPOINT` it says it was skipped.
+//! section. Without `LEASE_DYNAMO_ENDPOINT` it says it was skipped.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-#[path = "../tests/support/fleet.rs"]
-mod fleet;
+#[path = "../tests/support/dynamo_table.rs"]
+mod dynamo_table;
+mod support;
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use fleet::all_owned;
-use lease_core::LeaseBackend;
-use lessor_partition::WorkerHandle;
-
-const SECTION: &str = "42-lessor-dynamo.md";
 /// Where DynamoDB Local answers (as `cargo xtask itest` and `cargo xtask bench` set it).
 const ENDPOINT_ENV: &str = "LEASE_DYNAMO_ENDPOINT";
-const SESSION: Duration = Duration::from_secs(2);
-const INTERVAL: Duration = Duration::from_millis(500);
-const WINDOW: u32 = 16;
-/// The simulator's steady state for 8 workers x 1,024 units at these timings, with an
-/// assigner (`lessor_sim::scale`; `crates/lessor-sim/tests/assigner.rs` checks it still is):
-/// requests and records read per worker per tick.
-const SIM_REQUESTS: f64 = 2.16;
-const SIM_RECORDS: f64 = 18.0;
 
 fn main() {
-    let smoke_test = !std::env::args().any(|a| a == "--bench");
-    let section = match std::env::var(ENDPOINT_ENV) {
-        Ok(endpoint) if !endpoint.is_empty() => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            let (workers, units, kills) = if smoke_test { (2, 32, 1) } else { (8, 1024, 3) };
-            rt.block_on(run(&endpoint, workers, units, kills))
-        }
-        _ => {
-            eprintln!("SKIPPED: dynamo_fleet bench: {} not set", ENDPOINT_ENV);
-            format!(
-                "## lessor-partition on DynamoDB Local\n\nSkipped: `{}` was not set (run \
-                 `cargo xtask bench`).\n",
-                ENDPOINT_ENV
-            )
-        }
-    };
-    println!("{section}");
-    if let Ok(dir) = std::env::var("LEASE_BENCH_OUT") {
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(std::path::Path::new(&dir).join(SECTION), section).unwrap();
-    }
-}
-
-async fn wait_until(limit: Duration, done: impl Fn() -> bool) -> Duration {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "not done within {limit:?}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    start.elapsed()
-}
-
-/// The worker holding the assigner lease, if any.
-async fn assigner_of(store: &dyn LeaseBackend) -> Option<String> {
-    let key = lease_core::LeaseKey::with_sort_key("fleet/bench/assigner", "lease").ok()?;
-    let record = store.inspect(&key).await.ok()??;
-    record.holder()?.owner().map(str::to_owned)
-}
-
-async fn run(endpoint: &str, workers: usize, units: usize, kills: usize) -> String {
-    let counting = fleet::counted_table(endpoint, "lessor-bench").await;
-    let store: Arc<dyn LeaseBackend> = counting.clone();
-    let fleet::Fleet {
-        mut handles,
-        mut tasks,
-    } = fleet::start("bench", &store, (workers, units), (SESSION, INTERVAL));
-    let cold = wait_until(Duration::from_secs(120), || all_owned(&handles, units)).await;
-    tokio::time::sleep(SESSION * 2).await;
-
-    let before = counting.counts();
-    let ticks =
-        |h: &BTreeMap<usize, WorkerHandle>| h.values().map(|w| w.stats().ticks).sum::<u64>();
-    let ticks_before = ticks(&handles);
-    tokio::time::sleep(INTERVAL * WINDOW).await;
-    let after = counting.counts();
-    let worker_ticks = (ticks(&handles) - ticks_before).max(1) as f64;
-    let requests = (after.requests - before.requests) as f64 / worker_ticks;
-    let records = (after.records - before.records) as f64 / worker_ticks;
-
-    let bound = SESSION + INTERVAL * 2;
-    let mut takeovers = Vec::new();
-    for victim in 0..kills {
-        let role = if assigner_of(&*store).await.as_deref() == Some(&format!("w{victim}")) {
-            "the assigner"
-        } else {
-            "a follower"
-        };
-        tasks.remove(&victim).unwrap().abort();
-        handles.remove(&victim);
-        let took = wait_until(Duration::from_secs(60), || all_owned(&handles, units)).await;
-        takeovers.push((role, took));
-        tokio::time::sleep(SESSION).await;
-    }
-    for handle in handles.values() {
-        handle.stop();
-    }
-    for (_, task) in tasks {
-        let _ = task.await;
-    }
-
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "## lessor-partition on DynamoDB Local: a fleet with its assigner\n\n{workers} workers, \
-         {units} units, 2 s sessions, 0.5 s interval, the assigner on (the default), on the \
-         DynamoDB Local above. Requests and records counted on the way to the store; the \
-         simulator's figures are `lessor_sim::scale`'s for the same fleet. Takeover: a worker's \
-         task dropped mid-flight (no release), timed until every unit is trusted again, {kills} \
-         kills one after the other; the bound is a session duration plus two intervals.\n"
+    let endpoint = std::env::var(ENDPOINT_ENV)
+        .ok()
+        .filter(|endpoint| !endpoint.is_empty());
+    let open = endpoint
+        .map(|endpoint| {
+            move || async move { dynamo_table::counted_table(&endpoint, "lessor-bench").await }
+        })
+        .ok_or_else(|| format!("`{ENDPOINT_ENV}` was not set"));
+    support::main(
+        "42-lessor-dynamo.md",
+        support::Store {
+            name: "DynamoDB Local",
+            open,
+        },
     );
-    let _ = writeln!(out, "| what | on DynamoDB Local | reference | ratio |");
-    let _ = writeln!(out, "|---|---:|---:|---:|");
-    let _ = writeln!(
-        out,
-        "| cold start: every unit owned | {:.2} s | – | – |",
-        cold.as_secs_f64()
-    );
-    let _ = writeln!(
-        out,
-        "| steady: requests per worker per tick | {requests:.2} | {SIM_REQUESTS} (simulator) | \
-         {:.2}x |",
-        requests / SIM_REQUESTS
-    );
-    let _ = writeln!(
-        out,
-        "| steady: records read per worker per tick | {records:.1} | {SIM_RECORDS} (simulator) | \
-         {:.2}x |",
-        records / SIM_RECORDS
-    );
-    for (n, (role, took)) in takeovers.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            "| kill {} ({role}): every unit owned again | {:.2} s | {:.1} s (`d + 2I`) | {:.2}x |",
-            n + 1,
-            took.as_secs_f64(),
-            bound.as_secs_f64(),
-            took.as_secs_f64() / bound.as_secs_f64()
-        );
-    }
-    out
 }

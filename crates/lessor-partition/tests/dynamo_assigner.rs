@@ -11,6 +11,8 @@
 //! Needs `LEASE_DYNAMO_ENDPOINT` (as `cargo xtask itest` sets, with dummy AWS credentials);
 //! without it the test prints `SKIPPED:` to stderr and passes, unless `LEASE_REQUIRE_DYNAMO=1`.
 
+#[path = "support/dynamo_table.rs"]
+mod dynamo_table;
 #[path = "support/fleet.rs"]
 mod fleet;
 mod support;
@@ -75,7 +77,7 @@ fn eight_workers_with_an_assigner_cost_what_the_simulator_says_on_dynamodb_local
     let (units, sim_requests, sim_records) = figures();
     runtime.block_on(async {
         // Every request and every record its reads return.
-        let counting = fleet::counted_table(&endpoint, "lessor-assigner").await;
+        let counting = dynamo_table::counted_table(&endpoint, "lessor-assigner").await;
         let counts = || {
             let now = counting.counts();
             (now.requests, now.records)

@@ -1,34 +1,17 @@
-//! A fleet of workers running as tasks on one DynamoDB Local table, every request counted: what
-//! the DynamoDB fleet test and the DynamoDB fleet benchmark both start.
+//! A fleet of workers running as tasks on one store: what the DynamoDB assigner test and the
+//! fleet benchmarks (DynamoDB, PostgreSQL) start.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use lease_core::conformance::CountedBackend;
 use lease_core::{LeaseBackend, LeaseError};
-use lease_dynamo::DynamoLeases;
 use lessor_partition::{Worker, WorkerHandle, WorkerStats};
 
 /// The workers by index: their handles, and the tasks that run them.
 pub(crate) struct Fleet {
     pub(crate) handles: BTreeMap<usize, WorkerHandle>,
     pub(crate) tasks: BTreeMap<usize, tokio::task::JoinHandle<Result<WorkerStats, LeaseError>>>,
-}
-
-/// A fresh table named after `prefix` on DynamoDB Local, behind a store that counts every
-/// request and every record its reads return.
-pub(crate) async fn counted_table(endpoint: &str, prefix: &str) -> Arc<CountedBackend> {
-    let client = lease_dynamo::client_for_endpoint(endpoint).await;
-    let stamp = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    let leases = DynamoLeases::new(client, format!("{prefix}-{stamp}")).expect("leases");
-    leases
-        .ensure_table()
-        .await
-        .expect("table on DynamoDB Local");
-    Arc::new(CountedBackend::new(Arc::new(leases)))
 }
 
 /// Starts `workers` workers `w0`.. of fleet `name` over `units` units, with the default assigner.
