@@ -50,8 +50,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// xtask drops its [`Server`] and also when xtask is killed outright, where no `Drop` runs.
 /// (Background jobs of a non-interactive shell read /dev/null, hence stdin is kept as fd 3.)
 const SUPERVISOR: &str = r#"exec 3<&0; "$@" </dev/null & jvm=$!; (cat <&3 >/dev/null; kill $jvm 2>/dev/null) & wait $jvm"#;
-/// How long `docker info` may take before Docker counts as absent.
-const DOCKER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How the DynamoDB suites reach DynamoDB during one task run.
 #[derive(Debug)]
@@ -74,7 +72,7 @@ impl Dynamo {
         let dynamo = if let Some(endpoint) = endpoint_from_env() {
             println!("    {ENDPOINT_VAR} is set: using {endpoint}, starting nothing");
             Self::External { endpoint }
-        } else if docker_answers() {
+        } else if crate::docker::answers() {
             println!("    docker answers: DynamoDB Local in an amazon/dynamodb-local container");
             Self::Docker(Container::start()?)
         } else {
@@ -370,32 +368,6 @@ fn endpoint_from_env() -> Option<String> {
     std::env::var(ENDPOINT_VAR)
         .ok()
         .filter(|endpoint| !endpoint.trim().is_empty())
-}
-
-/// Whether `docker info` succeeds within [`DOCKER_TIMEOUT`] (a client without daemon fails fast,
-/// an unreachable remote daemon may hang).
-fn docker_answers() -> bool {
-    let spawned = Command::new("docker")
-        .arg("info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    let Ok(mut docker) = spawned else {
-        return false;
-    };
-    let deadline = Instant::now() + DOCKER_TIMEOUT;
-    loop {
-        match docker.try_wait() {
-            Ok(Some(status)) => return status.success(),
-            Ok(None) if Instant::now() < deadline => sleep(Duration::from_millis(100)),
-            _ => {
-                let _ = docker.kill();
-                let _ = docker.wait();
-                return false;
-            }
-        }
-    }
 }
 
 fn cache_dir() -> PathBuf {

