@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use lease_core::backend::default_safety_margin;
@@ -45,29 +45,16 @@ pub(crate) struct Inner {
     pub(crate) pool: Pool,
     pub(crate) table: TableName,
     pub(crate) clock: Arc<dyn Clock>,
-    /// Where the clock's wall time stood against the system's when it was attached: the
-    /// `$shift` added to the server's clock (zero for a [`SystemClock`]).
-    pub(crate) shift: ClockShift,
+    /// The test hook: statements take the clock's wall time for the server's.
+    pub(crate) manual_clock: bool,
     pub(crate) tokens: Arc<dyn TokenSource>,
     pub(crate) max_clock_skew: Duration,
     pub(crate) recreation_grace: Duration,
     pub(crate) safety_margin: Option<Duration>,
     pub(crate) retry: RetryPolicy,
     pub(crate) listener: Option<tokio_postgres::Config>,
-}
-
-/// The test hook that lets a [`ManualClock`](lease_core::ManualClock) move the server's time:
-/// statements add `clock.now() - (system now - offset at attach)` to `statement_timestamp()`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum ClockShift {
-    /// Production: the server's clock alone judges expiry; the client's wall clock is never read.
-    None,
-    /// A manual clock attached when its wall time was `clock_at_attach` and the system's was
-    /// `system_at_attach`.
-    Manual {
-        clock_at_attach: SystemTime,
-        system_at_attach: SystemTime,
-    },
+    pub(crate) listener_state: Arc<crate::listen::Listener>,
+    pub(crate) statements: crate::sql::Statements,
 }
 
 impl fmt::Debug for PgLeases {
@@ -130,12 +117,11 @@ impl fmt::Debug for PgLeasesBuilder {
 }
 
 impl PgLeasesBuilder {
-    /// The clock for the holder's deadlines (its monotonic time). Expiry is judged by the
-    /// database server's clock, never this one's wall time, with one exception meant for tests:
-    /// a clock whose wall time is not the system's (a
-    /// [`ManualClock`](lease_core::ManualClock)) *shifts the server's clock* in every statement
-    /// by how far it has moved from the system's since it was attached, so that advancing it
-    /// expires leases without sleeping. Production code keeps the default [`SystemClock`].
+    /// **A test hook**: a clock whose time every statement takes for the server's, so that a
+    /// test advancing a [`ManualClock`](lease_core::ManualClock) expires leases without
+    /// sleeping. Without it (the default, and what production code keeps), expiry is judged by
+    /// the database server's clock alone and the client's wall clock is never read; the
+    /// holder's deadlines come from the [`SystemClock`]'s monotonic time either way.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self.manual_clock = true;
@@ -200,27 +186,21 @@ impl PgLeasesBuilder {
     /// [`LeaseError::InvalidInput`] for an invalid table name.
     pub fn build(self) -> Result<PgLeases, LeaseError> {
         let table = TableName::parse(&self.table)?;
-        let shift = if self.manual_clock {
-            ClockShift::Manual {
-                clock_at_attach: self.clock.now(),
-                system_at_attach: SystemTime::now(),
-            }
-        } else {
-            ClockShift::None
-        };
         let listener = self.listener;
         Ok(PgLeases {
             inner: Arc::new(Inner {
                 pool: self.pool,
-                table,
                 clock: self.clock,
-                shift,
+                manual_clock: self.manual_clock,
                 tokens: self.tokens,
                 max_clock_skew: self.max_clock_skew,
                 recreation_grace: self.recreation_grace,
                 safety_margin: self.safety_margin,
                 retry: self.retry,
                 listener,
+                listener_state: Arc::default(),
+                statements: crate::sql::Statements::new(&table),
+                table,
             }),
         })
     }

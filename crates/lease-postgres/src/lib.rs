@@ -27,17 +27,20 @@
 // docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
-// The skeleton: the statements that read these fields land next.
-#![allow(dead_code)]
 
 /// This backend's [`name`](lease_core::LeaseBackend::name), in errors, traces and metrics.
 pub(crate) const BACKEND: &str = "postgres";
 
 mod backend;
+mod call;
 mod connect;
 mod error;
+mod fenced;
 mod leases;
+mod listen;
+mod record;
 mod retry;
+mod sql;
 mod table;
 
 pub use connect::pool_from_url;
