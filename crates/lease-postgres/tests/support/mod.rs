@@ -105,14 +105,19 @@ pub async fn fresh_table(url: &str, prefix: &str) -> String {
     table
 }
 
-/// Runs `sql` on its own connection to `url`.
-pub async fn psql(url: &str, sql: &str) {
+/// A connection of its own to `url`, for the tests' own statements.
+pub async fn connect(url: &str) -> tokio_postgres::Client {
     let (client, connection) = config(url, None)
         .connect(tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(connection);
-    client.batch_execute(sql).await.unwrap();
+    client
+}
+
+/// Runs `sql` on its own connection to `url`.
+pub async fn psql(url: &str, sql: &str) {
+    connect(url).await.batch_execute(sql).await.unwrap();
 }
 
 /// Drops `table` (best effort: the test is over).
@@ -135,9 +140,11 @@ pub async fn leases(
 ) -> (PgLeases, Arc<Proxy>, String) {
     let table = fresh_table(url, prefix).await;
     let proxy = Proxy::start(url).await;
+    let mut through_proxy = config(url, Some(proxy.port()));
+    // So a test can find (and terminate) this manager's server connections.
+    through_proxy.application_name(&table);
     let leases = configure(
-        PgLeases::builder(pool(config(url, Some(proxy.port()))), &table)
-            .with_listener_config(config(url, None)),
+        PgLeases::builder(pool(through_proxy), &table).with_listener_config(config(url, None)),
     )
     .build()
     .unwrap();

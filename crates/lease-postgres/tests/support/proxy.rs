@@ -75,6 +75,7 @@ pub struct Proxy {
     pub faults: Arc<Faults>,
     cut: watch::Sender<u64>,
     statements: Arc<AtomicU32>,
+    syncs: Arc<AtomicU32>,
 }
 
 impl Proxy {
@@ -93,6 +94,7 @@ impl Proxy {
             faults: Arc::new(Faults::default()),
             cut,
             statements: Arc::new(AtomicU32::new(0)),
+            syncs: Arc::new(AtomicU32::new(0)),
         });
         let weak = Arc::downgrade(&proxy);
         tokio::spawn(async move {
@@ -109,6 +111,7 @@ impl Proxy {
                     proxy.faults.clone(),
                     proxy.cut.subscribe(),
                     proxy.statements.clone(),
+                    proxy.syncs.clone(),
                 ));
             }
         });
@@ -125,9 +128,15 @@ impl Proxy {
         self.cut.send_modify(|n| *n += 1);
     }
 
-    /// Statements (`Parse` messages) seen so far: round trips, for the cost tests.
+    /// Statements (`Parse` messages) seen so far.
     pub fn statements(&self) -> u32 {
         self.statements.load(Ordering::SeqCst)
+    }
+
+    /// Round trips so far: `Sync` messages (the client waits for `ReadyForQuery` after each),
+    /// and simple queries (`Query`).
+    pub fn round_trips(&self) -> u32 {
+        self.syncs.load(Ordering::SeqCst)
     }
 }
 
@@ -158,6 +167,7 @@ async fn pump(
     faults: Arc<Faults>,
     mut cut: watch::Receiver<u64>,
     statements: Arc<AtomicU32>,
+    syncs: Arc<AtomicU32>,
 ) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
@@ -174,6 +184,8 @@ async fn pump(
                     .get(4..8)
                     .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]));
                 typed = !matches!(code, Some(80_877_103 | 80_877_104));
+            } else if kind == b'S' || kind == b'Q' {
+                syncs.fetch_add(1, Ordering::SeqCst);
             } else if kind == b'P' {
                 statements.fetch_add(1, Ordering::SeqCst);
                 let text = String::from_utf8_lossy(&frame[5..]);
