@@ -4,14 +4,16 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{ArgGroup, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::duration::{parse_duration, parse_wait};
+use crate::pg_url::PostgresUrl;
 
 /// Run a command under a lease, inspect and break leases, and watch a fleet share work.
 ///
-/// Leases live in a directory of files by default (see --file), or in a DynamoDB table with
-/// --dynamo; --path PATH names a lock at an exact path instead (flock(1)'s and Go
+/// Leases live in a directory of files by default (see --file), in a DynamoDB table with
+/// --dynamo, or in a PostgreSQL table with --postgres; --path PATH names a lock at an exact path instead (flock(1)'s and Go
 /// kit/lockfile's kind). Exit statuses: the command's own for `run`; 64 bad input, 65 the
 /// store's record is corrupt or another protocol's (`status` says why), 69 backend error, 75
 /// held by another or wait timed out, 76 lease lost while the command ran, 126/127 command not
@@ -105,14 +107,8 @@ pub(crate) enum Command {
     /// about 30 syscalls; an idle key kept costs 4 KiB and 2 inodes on ext4. A non-zero --idle
     /// keeps keys in current use out of the prune's way.
     Prune(PruneArgs),
-    /// Manage the DynamoDB table.
+    /// Manage the DynamoDB or PostgreSQL table.
     #[command(subcommand)]
-    #[cfg_attr(
-        not(feature = "dynamo"),
-        command(
-            about = "Manage the DynamoDB table: not in this build, which lacks the `dynamo` feature"
-        )
-    )]
     Table(TableCommand),
     /// Start a small fleet of worker processes sharing units of work, kill one, and show the
     /// partitions move.
@@ -193,8 +189,22 @@ pub(crate) struct LinkArgs {
 const NO_DYNAMO: &str = "Keep leases in the DynamoDB table TABLE: not in this build, which lacks \
      the `dynamo` feature (cargo install lease-cli --features dynamo)";
 
+/// The help of `--postgres` in a `lease` built without the `postgres` feature (as
+/// [`NO_DYNAMO`]).
+#[cfg(not(feature = "postgres"))]
+const NO_POSTGRES: &str = "Keep leases in the PostgreSQL database at URL: not in this build, \
+     which lacks the `postgres` feature (cargo install lease-cli --features postgres)";
+
+/// The environment variable `--postgres` is read from when not given: a URL there, unlike one
+/// on the command line, is not visible to other users in the process list.
+pub(crate) const POSTGRES_URL_ENV: &str = "LEASE_POSTGRES_URL";
+
+/// The table `--table` names by default.
+pub(crate) const DEFAULT_PG_TABLE: &str = "leases";
+
 /// Where leases are kept.
 #[derive(Debug, Clone, Default, Args)]
+#[command(group(ArgGroup::new("table_store").args(["dynamo", "postgres"]).multiple(true)))]
 pub(crate) struct BackendArgs {
     /// Keep leases as files in DIR [default: $LEASE_DIR, else /tmp/lease-$UID]. DIR is created
     /// if missing, but not its parent: a mistyped path is refused (exit 69), not made a second
@@ -205,6 +215,17 @@ pub(crate) struct BackendArgs {
     #[arg(long, value_name = "TABLE")]
     #[cfg_attr(not(feature = "dynamo"), arg(help = NO_DYNAMO))]
     pub(crate) dynamo: Option<String>,
+    /// Keep leases in the PostgreSQL database at URL (postgres://USER:PASSWORD@HOST:PORT/DB,
+    /// `?sslmode=require` for TLS, or the key=value form), in the table --table. Pass a URL with
+    /// a password through the environment variable: the command line is visible to other users.
+    /// A URL from the environment gives way to --file, --dynamo, --path or --shared-dir; the
+    /// password is never printed.
+    #[arg(long, value_name = "URL", env = POSTGRES_URL_ENV, hide_env_values = true, value_parser = PostgresUrl::from_arg)]
+    #[cfg_attr(not(feature = "postgres"), arg(help = NO_POSTGRES))]
+    pub(crate) postgres: Option<PostgresUrl>,
+    /// The PostgreSQL table (or SCHEMA.TABLE) of --postgres [default: leases].
+    #[arg(long = "table", value_name = "NAME", requires = "postgres")]
+    pub(crate) pg_table: Option<String>,
     /// DynamoDB endpoint URL, such as http://localhost:8000 for DynamoDB Local.
     #[arg(long, value_name = "URL", requires = "dynamo")]
     pub(crate) endpoint: Option<String>,
@@ -221,15 +242,17 @@ pub(crate) struct BackendArgs {
     pub(crate) table: TableOptions,
 }
 
-/// How a DynamoDB table is laid out and trusted (`--dynamo` only).
+/// How a DynamoDB table is laid out and trusted (`--dynamo` only, but for --max-clock-skew and
+/// --recreation-grace, which PostgreSQL's table takes too).
 #[derive(Debug, Clone, Default, Args)]
 pub(crate) struct TableOptions {
     /// The most any two hosts' wall clocks using this table may differ (assumption A1 of
     /// docs/correctness.md): a contender takes an expired lease only once its own clock reads
     /// the expiry plus this. Set it to what your clock sync guarantees (e.g. 500ms with NTP in
     /// one region); clocks further apart than this can grant one lease twice [default: 0, as the
-    /// Go package].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "dynamo")]
+    /// Go package]. On PostgreSQL, where the server's clock alone judges expiry: how far that
+    /// clock may step between two statements (a failover to a server whose clock differs).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "table_store")]
     pub(crate) max_clock_skew: Option<Duration>,
     /// The sort key of leases named without one (--key NAME) [default: LOCK, as the Go package].
     #[arg(long, value_name = "SORT", requires = "dynamo")]
@@ -241,11 +264,19 @@ pub(crate) struct TableOptions {
     #[arg(long, value_name = "DEFAULT=NAME", requires = "dynamo")]
     pub(crate) attribute_name: Vec<String>,
     /// After the table is created (or deleted and recreated, restored, or DynamoDB Local
-    /// restarted), grant no lease for this long: a holder in the table it replaced may still
+    /// restarted; on PostgreSQL also truncated, or the database restored or failed over to a
+    /// replica), grant no lease for this long: a holder in the table it replaced may still
     /// run. Set it to the longest --ttl used on the table; 0 turns the check off [default: this
-    /// command's --ttl].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "dynamo")]
+    /// command's --ttl]. DynamoDB and PostgreSQL.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "table_store")]
     pub(crate) recreation_grace: Option<Duration>,
+}
+
+impl BackendArgs {
+    /// Whether the leases are files: no table store is named.
+    pub(crate) fn is_file_store(&self) -> bool {
+        self.dynamo.is_none() && self.postgres.is_none()
+    }
 }
 
 /// `lease run`.
@@ -403,26 +434,35 @@ pub(crate) struct PruneArgs {
 /// `lease table ...`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum TableCommand {
-    /// Create the DynamoDB table (on-demand billing) and wait until it is active.
+    /// Create the DynamoDB table (on-demand billing) and wait until it is active, or the
+    /// PostgreSQL table (--postgres URL [--table NAME]; nothing changes when it exists).
     Create(TableCreateArgs),
 }
 
 /// `lease table create`.
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("table_store").args(["dynamo", "postgres"]).multiple(true).required(true)))]
 pub(crate) struct TableCreateArgs {
-    /// The table to create.
+    /// The DynamoDB table to create.
     #[arg(long, value_name = "TABLE")]
     #[cfg_attr(not(feature = "dynamo"), arg(help = NO_DYNAMO))]
-    pub(crate) dynamo: String,
+    pub(crate) dynamo: Option<String>,
+    /// Create the table --table in the PostgreSQL database at URL (see `lease run --help`).
+    #[arg(long, value_name = "URL", env = POSTGRES_URL_ENV, hide_env_values = true, value_parser = PostgresUrl::from_arg)]
+    #[cfg_attr(not(feature = "postgres"), arg(help = NO_POSTGRES))]
+    pub(crate) postgres: Option<PostgresUrl>,
+    /// The PostgreSQL table (or SCHEMA.TABLE) to create [default: leases].
+    #[arg(long = "table", value_name = "NAME", requires = "postgres")]
+    pub(crate) pg_table: Option<String>,
     /// DynamoDB endpoint URL, such as http://localhost:8000 for DynamoDB Local.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", requires = "dynamo")]
     pub(crate) endpoint: Option<String>,
     /// AWS region of the table [default: from the AWS environment].
-    #[arg(long, value_name = "REGION")]
+    #[arg(long, value_name = "REGION", requires = "dynamo")]
     pub(crate) region: Option<String>,
     /// Give up after DURATION (exit 69): creating a table and waiting for it to become active.
-    /// An endpoint that does not answer a first read within 10s (or DURATION, if shorter) is
-    /// reported unreachable at once.
+    /// A DynamoDB endpoint that does not answer a first read within 10s (or DURATION, if
+    /// shorter) is reported unreachable at once.
     #[arg(long, value_name = "DURATION", default_value = "3m", value_parser = parse_duration)]
     pub(crate) timeout: Duration,
     #[command(flatten)]
@@ -481,12 +521,85 @@ pub(crate) struct DemoWorkerArgs {
 
 impl Cli {
     /// Parses `args`; `Err` carries clap's message and whether it is help/version (status 0).
+    ///
+    /// A PostgreSQL URL from [`POSTGRES_URL_ENV`] gives way to a store named on the command
+    /// line (`--file`, `--dynamo`, `--path`, `--shared-dir`): an exported variable must not turn
+    /// `lease run --file DIR` into an error, nor send it to a database. The same URL given as
+    /// `--postgres` with another store is refused, as clap refuses `--file` with `--dynamo`.
     pub(crate) fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
     where
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
-        Self::try_parse_from(args)
+        let mut command = Self::command();
+        let mut matches = command.try_get_matches_from_mut(args)?;
+        let postgres_yields = match postgres_source(&matches) {
+            Some((ValueSource::EnvVariable, other)) => other.is_some(),
+            Some((_, Some(other))) => {
+                let error = clap::Error::raw(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!("the argument '--postgres <URL>' cannot be used with '{other}'"),
+                );
+                // With the subcommand's usage, as clap's own conflicts.
+                let mut names = Vec::new();
+                let mut at = matches.subcommand();
+                while let Some((name, sub)) = at {
+                    names.push(name.to_owned());
+                    at = sub.subcommand();
+                }
+                let mut subcommand = command;
+                for name in &names {
+                    match subcommand.find_subcommand(name) {
+                        Some(found) => subcommand = found.clone(),
+                        None => break,
+                    }
+                }
+                return Err(error.format(&mut subcommand));
+            }
+            _ => false,
+        };
+        let mut cli = Self::from_arg_matches_mut(&mut matches)?;
+        if postgres_yields {
+            cli.drop_postgres();
+        }
+        Ok(cli)
+    }
+
+    /// Forgets the PostgreSQL URL that came from the environment (see [`Self::parse_args`]).
+    fn drop_postgres(&mut self) {
+        match &mut self.command {
+            Command::Run(args) => args.backend.postgres = None,
+            Command::Status(args) => args.backend.postgres = None,
+            Command::Watch(args) => args.backend.postgres = None,
+            Command::Release(args) => args.backend.postgres = None,
+            Command::DemoWorker(args) => args.backend.postgres = None,
+            Command::Table(TableCommand::Create(args)) => args.postgres = None,
+            Command::Demo(_)
+            | Command::Prune(_)
+            | Command::Guard(_)
+            | Command::Exec(_)
+            | Command::HoldLock(_) => {}
+        }
+    }
+
+    /// The PostgreSQL URL the command names with `--postgres` or [`POSTGRES_URL_ENV`], if any:
+    /// `main` refuses it at once in a `lease` built without the `postgres` feature. Every
+    /// subcommand is listed, as in [`Self::dynamo_table`].
+    pub(crate) fn postgres_url(&self) -> Option<&PostgresUrl> {
+        let backend = match &self.command {
+            Command::Run(args) => &args.backend,
+            Command::Status(args) => &args.backend,
+            Command::Watch(args) => &args.backend,
+            Command::Release(args) => &args.backend,
+            Command::DemoWorker(args) => &args.backend,
+            Command::Table(TableCommand::Create(args)) => return args.postgres.as_ref(),
+            Command::Demo(_)
+            | Command::Prune(_)
+            | Command::Guard(_)
+            | Command::Exec(_)
+            | Command::HoldLock(_) => return None,
+        };
+        backend.postgres.as_ref()
     }
 
     /// The DynamoDB table the command names with `--dynamo`, if any: `main` refuses it at once
@@ -500,7 +613,7 @@ impl Cli {
             Command::Release(args) => &args.backend,
             Command::DemoWorker(args) => &args.backend,
             Command::Demo(args) => return args.dynamo.as_deref(),
-            Command::Table(TableCommand::Create(args)) => return Some(&args.dynamo),
+            Command::Table(TableCommand::Create(args)) => return args.dynamo.as_deref(),
             Command::Prune(_) | Command::Guard(_) | Command::Exec(_) | Command::HoldLock(_) => {
                 return None;
             }
@@ -509,10 +622,33 @@ impl Cli {
     }
 }
 
+/// Where the subcommand's `--postgres` came from, and the first other store named on the
+/// command line with it (`--file DIR`), if any.
+fn postgres_source(matches: &ArgMatches) -> Option<(ValueSource, Option<&'static str>)> {
+    let (_, mut sub) = matches.subcommand()?;
+    if let Some((_, nested)) = sub.subcommand() {
+        sub = nested;
+    }
+    let present = |id: &str| sub.ids().any(|known| known.as_str() == id);
+    if !present("postgres") {
+        return None;
+    }
+    let source = sub.value_source("postgres")?;
+    let other = [
+        ("file", "--file <DIR>"),
+        ("dynamo", "--dynamo <TABLE>"),
+        ("path", "--path <PATH>"),
+        ("shared_dir", "--shared-dir"),
+    ]
+    .into_iter()
+    .find(|(id, _)| present(id) && sub.value_source(id) == Some(ValueSource::CommandLine))
+    .map(|(_, flag)| flag);
+    Some((source, other))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn the_command_line_is_consistent() {
@@ -612,6 +748,137 @@ mod tests {
         }
     }
 
+    /// Every command that can name a PostgreSQL database reports it, as for DynamoDB; with
+    /// another store on the command line `--postgres` is refused; `--table` needs it.
+    #[test]
+    fn every_postgres_url_named_is_found() {
+        let url = "postgres://a:pw@h/db";
+        let named: &[&[&str]] = &[
+            &[
+                "lease",
+                "run",
+                "--postgres",
+                url,
+                "--key",
+                "k",
+                "--",
+                "true",
+            ],
+            &[
+                "lease",
+                "status",
+                "--postgres",
+                url,
+                "--all",
+                "--table",
+                "t",
+            ],
+            &["lease", "watch", "--postgres", url, "--key", "k"],
+            &[
+                "lease",
+                "release",
+                "--postgres",
+                url,
+                "--key",
+                "k",
+                "--force",
+                "--yes-i-know",
+            ],
+            &[
+                "lease",
+                "table",
+                "create",
+                "--postgres",
+                url,
+                "--table",
+                "s.t",
+            ],
+        ];
+        for args in named {
+            let cli = Cli::parse_args(*args).expect("parses");
+            let found = cli.postgres_url().map(PostgresUrl::secret_text);
+            assert_eq!(found, Some(url), "{args:?}");
+            assert_eq!(cli.dynamo_table(), None, "{args:?}");
+            assert!(!format!("{cli:?}").contains("pw"), "{cli:?}");
+        }
+        let refused: &[&[&str]] = &[
+            &[
+                "lease",
+                "run",
+                "--postgres",
+                url,
+                "--file",
+                "/x",
+                "--key",
+                "k",
+                "--",
+                "true",
+            ],
+            &[
+                "lease",
+                "run",
+                "--postgres",
+                url,
+                "--dynamo",
+                "t",
+                "--key",
+                "k",
+                "--",
+                "true",
+            ],
+            &[
+                "lease",
+                "run",
+                "--postgres",
+                url,
+                "--path",
+                "/x",
+                "--",
+                "true",
+            ],
+            &[
+                "lease",
+                "status",
+                "--postgres",
+                url,
+                "--shared-dir",
+                "--all",
+            ],
+            &[
+                "lease",
+                "table",
+                "create",
+                "--postgres",
+                url,
+                "--dynamo",
+                "t",
+            ],
+            &[
+                "lease",
+                "run",
+                "--postgres",
+                url,
+                "--endpoint",
+                "http://x",
+                "--key",
+                "k",
+                "--",
+                "true",
+            ],
+        ];
+        for args in refused {
+            let error = Cli::parse_args(*args).expect_err("two stores");
+            assert!(!error.to_string().contains("pw"), "{error}");
+        }
+        // Where the environment names no database (it would satisfy `requires`).
+        if std::env::var_os(POSTGRES_URL_ENV).is_none() {
+            assert!(Cli::parse_args(["lease", "status", "--all", "--table", "t"]).is_err());
+            assert!(Cli::parse_args(["lease", "table", "create"]).is_err());
+            let cli = Cli::parse_args(["lease", "status", "--all"]).expect("parses");
+            assert!(cli.postgres_url().is_none());
+        }
+    }
+
     /// Without the `dynamo` feature, `--dynamo` is refused as bad input with the feature to
     /// build with, never ignored.
     #[test]
@@ -627,6 +894,25 @@ mod tests {
             failure
                 .message
                 .contains("cargo install lease-cli --features dynamo"),
+            "{failure}"
+        );
+    }
+
+    /// Without the `postgres` feature, `--postgres` (or `LEASE_POSTGRES_URL`) is refused as
+    /// bad input with the feature to build with, never ignored.
+    #[test]
+    fn without_the_postgres_feature_postgres_names_the_feature() {
+        let refused = crate::stores::postgres_available();
+        if cfg!(feature = "postgres") {
+            assert!(refused.is_ok());
+            return;
+        }
+        let failure = refused.expect_err("no postgres feature");
+        assert_eq!(failure.code, crate::exit::USAGE);
+        assert!(
+            failure
+                .message
+                .contains("cargo install lease-cli --features postgres"),
             "{failure}"
         );
     }

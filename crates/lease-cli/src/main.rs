@@ -10,9 +10,11 @@
 //! ```
 //!
 //! Leases live in a directory of files by default (`$LEASE_DIR`, else `/tmp/lease-$UID`; `--file
-//! DIR` picks another), or in a DynamoDB table with `--dynamo TABLE` when built with the
+//! DIR` picks another), in a DynamoDB table with `--dynamo TABLE` when built with the
 //! `dynamo` feature (`cargo install lease-cli --features dynamo`; without it, `--dynamo` fails
-//! with exit 64 and says so). Exit statuses are listed in
+//! with exit 64 and says so), or in a PostgreSQL table with `--postgres URL` (or
+//! `LEASE_POSTGRES_URL`) when built with the `postgres` feature, refused the same way without
+//! it. Exit statuses are listed in
 //! the `exit` module: the command's own, 64 bad input, 65 corrupt or foreign record, 69 backend
 //! error, 75 held or wait timed out, 76 lost while running, 126/127 command not executable/not
 //! found. `--path PATH` instead of `--key KEY` names a lock at an exact path (flock(1)'s and Go
@@ -30,6 +32,7 @@ mod exit;
 mod guard;
 mod hold;
 mod out;
+mod pg_url;
 mod relay;
 mod run;
 mod status;
@@ -66,6 +69,14 @@ fn main() -> ExitCode {
     {
         eprintln!("lease: {}", for_people(&failure.message));
         return ExitCode::from(failure.code);
+    }
+    if let Some(url) = cli.postgres_url() {
+        // Before anything could print it.
+        pg_url::register(url);
+        if let Err(failure) = stores::postgres_available() {
+            eprintln!("lease: {}", for_people(&failure.message));
+            return ExitCode::from(failure.code);
+        }
     }
     init_tracing();
     if let Command::Exec(args) = &cli.command {
@@ -137,9 +148,10 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
 }
 
 /// A failure's message for stderr: it may quote the store (a record's reason, a holder's
-/// description), so each line is shown through [`out::safe`].
+/// description), so each line is shown through [`out::safe`], and never a password of
+/// `--postgres` ([`pg_url::scrub`]).
 fn for_people(message: &str) -> String {
-    message
+    pg_url::scrub(message)
         .split('\n')
         .map(out::safe)
         .collect::<Vec<_>>()
@@ -180,7 +192,7 @@ fn init_tracing() {
     let installed = tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
+                .with_writer(|| pg_url::ScrubbedStderr)
                 .with_ansi(std::io::stderr().is_terminal())
                 .with_target(false)
                 .with_filter(filter),

@@ -77,7 +77,7 @@ pub(crate) fn max_grace(ttl: Duration) -> Duration {
 
 impl RunPlan {
     fn from_args(args: &RunArgs) -> Result<Self, Failure> {
-        let file_store = args.backend.dynamo.is_none();
+        let file_store = args.backend.is_file_store();
         let key = lease_key(args.key.as_deref(), args.path.as_deref(), file_store)?;
         validate_duration(args.ttl).map_err(|e| Failure::usage(format!("bad --ttl: {e}")))?;
         if args.ttl < Duration::from_millis(100) {

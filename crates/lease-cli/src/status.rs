@@ -118,11 +118,11 @@ pub(crate) async fn status(args: StatusArgs) -> Result<u8, Failure> {
         crate::stores::open_for_status(&args.backend, args.path.as_deref()).await?;
     let now = SystemTime::now();
     if let (Some(holders), Some(text)) = (args.holders, args.key.as_deref()) {
-        let key = lease_key(Some(text), None, args.backend.dynamo.is_none())?;
+        let key = lease_key(Some(text), None, args.backend.is_file_store())?;
         return slots_status(&backend, strict.as_ref(), &key, holders, args.json).await;
     }
     if args.key.is_some() || args.path.is_some() {
-        let file_store = args.backend.dynamo.is_none();
+        let file_store = args.backend.is_file_store();
         let key = lease_key(args.key.as_deref(), args.path.as_deref(), file_store)?;
         let result = match &strict {
             Some(strict) => strict.inspect(&key).await,
@@ -450,7 +450,7 @@ fn table_text(all: &[(LeaseKey, Seen)], now: SystemTime) -> String {
 
 /// `lease release --force --yes-i-know`: inspect, then release the holder's token.
 pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
-    let file_store = args.backend.dynamo.is_none();
+    let file_store = args.backend.is_file_store();
     let key = lease_key(args.key.as_deref(), args.path.as_deref(), file_store)?;
     if !args.force {
         return Err(Failure::usage(format!(
@@ -515,17 +515,32 @@ pub(crate) async fn release(args: ReleaseArgs) -> Result<u8, Failure> {
     Ok(0)
 }
 
-/// `lease table create`.
+/// `lease table create`: the DynamoDB table of `--dynamo`, or the PostgreSQL table of
+/// `--postgres` (clap requires one of them; `main` refuses both).
 pub(crate) async fn table_create(args: TableCreateArgs) -> Result<u8, Failure> {
-    crate::stores::create_table(
-        &args.dynamo,
-        args.endpoint.as_deref(),
-        args.region.as_deref(),
-        &args.table,
-        args.timeout,
-    )
-    .await?;
-    outln!("table {} is ready", args.dynamo);
+    let table = match (&args.dynamo, &args.postgres) {
+        (Some(table), _) => {
+            crate::stores::create_table(
+                table,
+                args.endpoint.as_deref(),
+                args.region.as_deref(),
+                &args.table,
+                args.timeout,
+            )
+            .await?;
+            table.clone()
+        }
+        (None, Some(url)) => {
+            let table = args
+                .pg_table
+                .clone()
+                .unwrap_or_else(|| crate::cli::DEFAULT_PG_TABLE.to_owned());
+            crate::stores::create_pg_table(url, &table).await?;
+            table
+        }
+        (None, None) => return Err(Failure::usage("pass --dynamo TABLE or --postgres URL")),
+    };
+    outln!("table {table} is ready");
     Ok(0)
 }
 

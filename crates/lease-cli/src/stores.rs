@@ -1,8 +1,10 @@
-//! The concrete stores: the only module that names lease-file and lease-dynamo.
+//! The concrete stores: the only module that names lease-file, lease-dynamo and
+//! lease-postgres.
 //!
 //! DynamoDB is the `dynamo` feature: without it, lease-dynamo and the AWS SDK are not compiled,
 //! the `--dynamo` flags still parse, and a command that names a table fails with
-//! [`dynamo_available`]'s message, which says how to get a `lease` that has them.
+//! [`dynamo_available`]'s message, which says how to get a `lease` that has them. PostgreSQL is
+//! the `postgres` feature, offered the same way ([`postgres_available`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,10 +15,11 @@ use lease_core::LeaseError;
 use lease_dynamo::AttributeNames;
 
 use crate::backend::{Backend, default_dir, prepare_dir};
-use crate::cli::BackendArgs;
-#[cfg(feature = "dynamo")]
+#[cfg(any(feature = "dynamo", feature = "postgres"))]
 use crate::cli::TableOptions;
+use crate::cli::{BackendArgs, DEFAULT_PG_TABLE};
 use crate::exit::Failure;
+use crate::pg_url::PostgresUrl;
 
 /// `Ok` if this `lease` was built with DynamoDB (the `dynamo` feature), else
 /// [`without_dynamo`]. `main` asks before it runs any command that names a table.
@@ -40,20 +43,41 @@ fn without_dynamo() -> Failure {
     )
 }
 
-/// Opens the store `args` names: DynamoDB with `--dynamo`, else the file store. For a command
-/// that acquires leases of `ttl`, the DynamoDB recreation grace defaults to it (commands that
-/// only read pass zero).
-pub(crate) async fn open_holding(
-    args: &BackendArgs,
-    // Only DynamoDB's recreation grace uses it.
-    #[cfg_attr(not(feature = "dynamo"), expect(unused_variables))] ttl: Duration,
-) -> Result<Backend, Failure> {
+/// `Ok` if this `lease` was built with PostgreSQL (the `postgres` feature), else
+/// [`without_postgres`]. `main` asks before it runs any command that names a database.
+pub(crate) fn postgres_available() -> Result<(), Failure> {
+    if cfg!(feature = "postgres") {
+        Ok(())
+    } else {
+        Err(without_postgres())
+    }
+}
+
+/// As [`without_dynamo`], for a command that names a PostgreSQL database (`--postgres`, or
+/// `LEASE_POSTGRES_URL` in the environment) in a `lease` built without the `postgres` feature.
+fn without_postgres() -> Failure {
+    Failure::usage(
+        "--postgres (or LEASE_POSTGRES_URL): this lease is built without PostgreSQL support \
+         (lease-cli's `postgres` feature); install one with it: `cargo install lease-cli \
+         --features postgres` (from a clone of the repository: `cargo run -p lease-cli \
+         --features postgres -- ...`)",
+    )
+}
+
+/// Opens the store `args` names: DynamoDB with `--dynamo`, PostgreSQL with `--postgres`, else
+/// the file store. For a command that acquires leases of `ttl`, the tables' recreation grace
+/// defaults to it (commands that only read pass zero).
+pub(crate) async fn open_holding(args: &BackendArgs, ttl: Duration) -> Result<Backend, Failure> {
+    let grace = args.table.recreation_grace.unwrap_or(ttl);
+    if let Some(url) = &args.postgres {
+        let table = args.pg_table.as_deref().unwrap_or(DEFAULT_PG_TABLE);
+        return postgres(url, table, &args.table, grace);
+    }
     match &args.dynamo {
         #[cfg(not(feature = "dynamo"))]
         Some(_) => Err(without_dynamo()),
         #[cfg(feature = "dynamo")]
         Some(table) => {
-            let grace = args.table.recreation_grace.unwrap_or(ttl);
             let leases = dynamo(
                 table,
                 args.endpoint.as_deref(),
@@ -155,6 +179,10 @@ pub(crate) async fn open_for_status(
     path: Option<&Path>,
 ) -> Result<(Backend, Option<StrictInspect>), Failure> {
     match (&args.dynamo, path) {
+        // PostgreSQL reads strictly already: a row every acquisition refuses reads corrupt.
+        _ if args.postgres.is_some() && path.is_none() => {
+            Ok((open_holding(args, Duration::ZERO).await?, None))
+        }
         #[cfg(not(feature = "dynamo"))]
         (Some(_), None) => Err(without_dynamo()),
         #[cfg(feature = "dynamo")]
@@ -261,17 +289,20 @@ pub(crate) fn failure(context: &str, error: &LeaseError) -> Failure {
     Failure::lease(context, error, advice)
 }
 
-/// No advice without the `dynamo` feature: the file store's errors say what to do themselves.
+/// What to do about a store's error, where the CLI knows better than the library: a missing
+/// table is made with `lease table create`; a DynamoDB key schema that does not match is named
+/// with `--attribute-name`. The file store's errors say what to do themselves.
+pub(crate) fn advice(error: &LeaseError) -> Option<String> {
+    dynamo_advice(error).or_else(|| postgres_advice(error))
+}
+
 #[cfg(not(feature = "dynamo"))]
-pub(crate) fn advice(_error: &LeaseError) -> Option<String> {
+fn dynamo_advice(_error: &LeaseError) -> Option<String> {
     None
 }
 
-/// What to do about a store's error, where the CLI knows better than the library: a missing
-/// DynamoDB table is made with `lease table create`; a key schema that does not match is named
-/// with `--attribute-name`.
 #[cfg(feature = "dynamo")]
-pub(crate) fn advice(error: &LeaseError) -> Option<String> {
+fn dynamo_advice(error: &LeaseError) -> Option<String> {
     use lease_dynamo::{DynamoError, DynamoErrorKind};
     let dynamo = std::error::Error::source(error)?.downcast_ref::<DynamoError>()?;
     match dynamo.kind() {
@@ -287,6 +318,25 @@ pub(crate) fn advice(error: &LeaseError) -> Option<String> {
         )),
         _ => None,
     }
+}
+
+#[cfg(not(feature = "postgres"))]
+fn postgres_advice(_error: &LeaseError) -> Option<String> {
+    None
+}
+
+/// The library names `lease table create --postgres URL`; the exact command names the table.
+#[cfg(feature = "postgres")]
+fn postgres_advice(error: &LeaseError) -> Option<String> {
+    use lease_postgres::{PgError, PgErrorKind};
+    let pg = std::error::Error::source(error)?.downcast_ref::<PgError>()?;
+    (pg.kind() == PgErrorKind::MissingTable).then(|| {
+        format!(
+            "that is `lease table create --table {}` with this command's --postgres URL (or \
+             LEASE_POSTGRES_URL)",
+            pg.table()
+        )
+    })
 }
 
 /// Creates the DynamoDB table `table` (and enables TTL on it), waiting until it is active.
@@ -343,6 +393,57 @@ pub(crate) async fn create_table(
 /// How long `lease table create` waits for a first answer from the endpoint.
 #[cfg(feature = "dynamo")]
 const TABLE_PROBE_LIMIT: Duration = Duration::from_secs(10);
+
+/// The PostgreSQL store: the table `table` in the database at `url`, granting nothing for
+/// `grace` after it finds the table or the database replaced (see `--recreation-grace`).
+/// Nothing is sent yet: the first operation connects.
+#[cfg(feature = "postgres")]
+fn postgres(
+    url: &PostgresUrl,
+    table: &str,
+    options: &TableOptions,
+    grace: Duration,
+) -> Result<Backend, Failure> {
+    // The pool and the LISTEN connection that wakes waiters and `lease watch`, from one URL.
+    let leases = lease_postgres::PgLeases::builder_for_url(url.secret_text(), table)
+        .map_err(|e| failure(&format!("bad --postgres {}", url.redacted()), &e))?
+        .with_max_clock_skew(options.max_clock_skew.unwrap_or_default())
+        .with_recreation_grace(grace)
+        .build()
+        .map_err(|e| failure(&format!("bad --table {table:?}"), &e))?;
+    Ok(Backend::new(
+        leases,
+        format!("PostgreSQL table {table} at {}", url.redacted()),
+    ))
+}
+
+/// Without the `postgres` feature: refused, naming it (see [`without_postgres`]).
+#[cfg(not(feature = "postgres"))]
+fn postgres(
+    _url: &PostgresUrl,
+    _table: &str,
+    _options: &crate::cli::TableOptions,
+    _grace: Duration,
+) -> Result<Backend, Failure> {
+    Err(without_postgres())
+}
+
+/// `lease table create --postgres URL [--table NAME]`: creates the table (nothing changes when
+/// it exists). Bounded by `--timeout` in `main`, as every other wait on a store.
+#[cfg(feature = "postgres")]
+pub(crate) async fn create_pg_table(url: &PostgresUrl, table: &str) -> Result<(), Failure> {
+    let pool = lease_postgres::pool_from_url(url.secret_text())
+        .map_err(|e| failure(&format!("bad --postgres {}", url.redacted()), &e))?;
+    lease_postgres::create_table(&pool, table)
+        .await
+        .map_err(|e| failure(&format!("cannot create table {table}"), &e))
+}
+
+/// Without the `postgres` feature: refused, naming it (see [`without_postgres`]).
+#[cfg(not(feature = "postgres"))]
+pub(crate) async fn create_pg_table(_url: &PostgresUrl, _table: &str) -> Result<(), Failure> {
+    Err(without_postgres())
+}
 
 /// The attribute names with `--attribute-name DEFAULT=NAME` applied.
 #[cfg(feature = "dynamo")]

@@ -34,7 +34,7 @@ pub(crate) async fn watch(args: WatchArgs) -> Result<u8, Failure> {
             ))
         })?;
     let (backend, _) = opened?;
-    let file_store = args.backend.dynamo.is_none();
+    let file_store = args.backend.is_file_store();
     let key = lease_key(Some(&args.key), None, file_store)?;
     let election = Election::new(backend.leases.clone(), &key, UNUSED_DURATION)
         .with_poll_interval(args.poll_interval);

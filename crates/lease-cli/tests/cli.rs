@@ -23,6 +23,8 @@ fn lease(default_dir: &Path) -> Command {
     command
         .env("LEASE_DIR", default_dir)
         .env_remove("LEASE_LOG")
+        // An exported PostgreSQL URL would make PostgreSQL the default store.
+        .env_remove("LEASE_POSTGRES_URL")
         .stdin(Stdio::null());
     command
 }
@@ -389,6 +391,84 @@ fn without_the_dynamo_feature_dynamo_is_refused_naming_it() {
         stderr(&out).contains("cannot be used with"),
         "{}",
         stderr(&out)
+    );
+}
+
+/// A `lease` built without the `postgres` feature refuses every command that names a PostgreSQL
+/// database, on the command line or in `LEASE_POSTGRES_URL`, before doing anything, with the
+/// usage status and the feature to build with: never using files instead, and never printing
+/// the URL's password.
+#[cfg(not(feature = "postgres"))]
+#[test]
+fn without_the_postgres_feature_postgres_is_refused_naming_it() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let marker = store.path().join("ran");
+    let marker = marker.to_str().expect("utf-8 path");
+    let url = "postgres://app:never-printed@127.0.0.1:1/app";
+    let cases: &[&[&str]] = &[
+        &["run", "--key", "k", "--", "touch", marker],
+        &["status", "--key", "k"],
+        &["status", "--all", "--table", "t"],
+        &["watch", "--key", "k"],
+        &["release", "--key", "k", "--force", "--yes-i-know"],
+        &["table", "create"],
+    ];
+    for args in cases {
+        for from_env in [false, true] {
+            let mut command = lease(store.path());
+            if from_env {
+                command.env("LEASE_POSTGRES_URL", url).args(*args);
+            } else {
+                let words = if args[0] == "table" { 2 } else { 1 };
+                command
+                    .args(&args[..words])
+                    .args(["--postgres", url])
+                    .args(&args[words..]);
+            }
+            let (out, took) = finish(spawn(&mut command), Duration::from_secs(10));
+            let text = stderr(&out);
+            assert_eq!(code(out.status), USAGE, "{args:?}: {text}");
+            assert!(
+                text.contains("cargo install lease-cli --features postgres"),
+                "{args:?}: {text}"
+            );
+            assert!(!text.contains("never-printed"), "{args:?}: {text}");
+            assert!(took < Duration::from_secs(5), "{args:?}: took {took:?}");
+        }
+    }
+    assert!(!Path::new(marker).exists(), "a command ran");
+    let entries = std::fs::read_dir(store.path())
+        .expect("read the store")
+        .count();
+    assert_eq!(entries, 0, "the default file store was used");
+    // A URL in the environment gives way to a store named on the command line.
+    let files = store.path().join("files");
+    std::fs::create_dir(&files).expect("mkdir");
+    let out = output(
+        lease(store.path())
+            .env("LEASE_POSTGRES_URL", url)
+            .arg("run")
+            .arg("--file")
+            .arg(&files)
+            .args(["--key", "k", "--", "true"]),
+    );
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+}
+
+/// As [`the_dynamo_tests_need_the_dynamo_feature`], for `LEASE_REQUIRE_POSTGRES=1` and the
+/// `postgres` feature.
+#[cfg(not(feature = "postgres"))]
+#[test]
+fn the_postgres_tests_need_the_postgres_feature() {
+    use std::io::Write as _;
+    assert!(
+        std::env::var("LEASE_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+        "LEASE_REQUIRE_POSTGRES=1 but lease-cli's PostgreSQL tests are not compiled: pass \
+         `--features lease-cli/postgres`"
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: lease-cli's PostgreSQL tests (built without the `postgres` feature)"
     );
 }
 

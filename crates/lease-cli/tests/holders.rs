@@ -47,6 +47,8 @@ fn lease(home: &Path) -> Command {
     command
         .env("LEASE_DIR", home)
         .env_remove("LEASE_LOG")
+        // An exported PostgreSQL URL would make PostgreSQL the default store.
+        .env_remove("LEASE_POSTGRES_URL")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -15,6 +15,8 @@ fn lease(dir: &Path) -> Command {
     command
         .env("LEASE_DIR", dir)
         .env_remove("LEASE_LOG")
+        // An exported PostgreSQL URL would make PostgreSQL the default store.
+        .env_remove("LEASE_POSTGRES_URL")
         .stdin(Stdio::null());
     command
 }

@@ -25,6 +25,8 @@ fn lease(store: &Path) -> Command {
     command
         .env("LEASE_DIR", store)
         .env_remove("LEASE_LOG")
+        // An exported PostgreSQL URL would make PostgreSQL the default store.
+        .env_remove("LEASE_POSTGRES_URL")
         .stdin(Stdio::null());
     command
 }
@@ -43,6 +45,8 @@ impl Terminal {
             .args(["-qec", line, "/dev/null"])
             .env("LEASE_DIR", store)
             .env_remove("LEASE_LOG")
+            // An exported PostgreSQL URL would make PostgreSQL the default store.
+            .env_remove("LEASE_POSTGRES_URL")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

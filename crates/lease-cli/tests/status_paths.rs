@@ -29,6 +29,8 @@ fn lease(default_dir: &Path) -> Command {
     command
         .env("LEASE_DIR", default_dir)
         .env_remove("LEASE_LOG")
+        // An exported PostgreSQL URL would make PostgreSQL the default store.
+        .env_remove("LEASE_POSTGRES_URL")
         .stdin(Stdio::null());
     command
 }

@@ -21,6 +21,8 @@ fn lease(default_dir: &Path) -> Command {
     command
         .env("LEASE_DIR", default_dir)
         .env_remove("LEASE_LOG")
+        // An exported PostgreSQL URL would make PostgreSQL the default store.
+        .env_remove("LEASE_POSTGRES_URL")
         .env(
             "AWS_ACCESS_KEY_ID",
             std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_else(|_| "local".into()),
