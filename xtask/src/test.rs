@@ -80,15 +80,16 @@ pub(crate) fn test(flags: &[&str]) -> Result {
             ]),
         )?;
         // The workspace step above built lease-cli as the README's first command does, without
-        // DynamoDB; its `dynamo` feature adds the table store's code paths and tests.
+        // DynamoDB or PostgreSQL; its `dynamo` and `postgres` features add the table stores'
+        // code paths and tests.
         steps.run(
-            "clippy, lease-cli --features dynamo",
+            "clippy, lease-cli --features dynamo,postgres",
             &mut cargo(&[
                 "clippy",
                 "-p",
                 "lease-cli",
                 "--features",
-                "dynamo",
+                "dynamo,postgres",
                 "--all-targets",
                 "--",
                 "-D",
@@ -129,11 +130,12 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         "doc tests",
         test_command(&servers, &["test", "--workspace", "--doc"]).args(CLI_DYNAMO),
     )?;
-    // Plain cargo, as lease-core's below: without LEASE_REQUIRE_DYNAMO, which these tests
-    // refuse (built without the feature, the CLI's DynamoDB tests do not exist).
+    // Plain cargo, as lease-core's below: without LEASE_REQUIRE_DYNAMO or
+    // LEASE_REQUIRE_POSTGRES, which these tests refuse (built without the features, the CLI's
+    // DynamoDB and PostgreSQL tests do not exist).
     steps.run_as(
         Kind::Test,
-        "lease-cli without `dynamo`: --dynamo refused, naming the feature",
+        "lease-cli without `dynamo` and `postgres`: each store refused, naming its feature",
         &mut cargo(&CLI_WITHOUT_DYNAMO),
     )?;
     // Each backend's metrics as its operations happen (lease-core's run with --all-features).
@@ -192,15 +194,17 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     Ok(())
 }
 
-/// Every workspace build and test passes lease-cli's `dynamo` feature, so that the CLI's
-/// DynamoDB code and suites are built and run (with LEASE_REQUIRE_DYNAMO=1, they fail rather
-/// than skip); the README's first command builds lease-cli without it, and
-/// [`CLI_WITHOUT_DYNAMO`] checks that build.
-pub(crate) const CLI_DYNAMO: [&str; 2] = ["--features", "lease-cli/dynamo"];
+/// Every workspace build and test passes lease-cli's `dynamo` and `postgres` features, so that
+/// the CLI's DynamoDB and PostgreSQL code and suites are built and run (with
+/// LEASE_REQUIRE_DYNAMO=1 and LEASE_REQUIRE_POSTGRES=1, they fail rather than skip); the
+/// README's first command builds lease-cli without them, and [`CLI_WITHOUT_DYNAMO`] checks that
+/// build. (The name predates the `postgres` feature.)
+pub(crate) const CLI_DYNAMO: [&str; 2] = ["--features", "lease-cli/dynamo,lease-cli/postgres"];
 
-/// The tests of lease-cli that exist only without its `dynamo` feature (their names begin
-/// with `without_the_dynamo_feature`): `--dynamo` refused with the feature to build with.
-const CLI_WITHOUT_DYNAMO: [&str; 8] = [
+/// The tests of lease-cli that exist only without its `dynamo` and `postgres` features (their
+/// names begin with `without_the_dynamo_feature` and `without_the_postgres_feature`): each
+/// store refused with the feature to build with. The first seven words build them.
+const CLI_WITHOUT_DYNAMO: [&str; 10] = [
     "test",
     "-p",
     "lease-cli",
@@ -208,7 +212,9 @@ const CLI_WITHOUT_DYNAMO: [&str; 8] = [
     "lease",
     "--test",
     "cli",
+    "--",
     "without_the_dynamo_feature",
+    "without_the_postgres_feature",
 ];
 
 /// The lease-core tests with every feature (the conformance suite and the model checker).
