@@ -1,7 +1,8 @@
 //! What each operation costs on the wire, counted by the proxy in front of a real server: one
 //! round trip (one `Sync`) and one statement for acquire (granted or refused, with or without the
 //! incarnation check), renew, release, delete, inspect, listing and each fenced-value call; a
-//! lost reply costs one more of each and nothing else.
+//! lost reply costs one more of each and nothing else. Every statement is unnamed (no prepared
+//! statement a transaction-mode pooler could lose).
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -77,6 +78,12 @@ fn every_operation_is_one_round_trip() {
             let (r, rt, st) = counted(&proxy, leases.delete(&key, None, Some(f))).await;
             r.unwrap();
             assert_eq!((rt, st), (1, 1), "delete");
+
+            let texts = proxy.take_statements();
+            assert!(
+                texts.iter().all(|t| t.starts_with("/* lease_postgres ")),
+                "unnamed statements only (transaction-mode poolers): {texts:?}"
+            );
 
             // A lost reply: one more round trip, and the call still succeeds.
             proxy.faults.lose_replies(1);

@@ -76,6 +76,7 @@ pub struct Proxy {
     cut: watch::Sender<u64>,
     statements: Arc<AtomicU32>,
     syncs: Arc<AtomicU32>,
+    texts: Arc<Mutex<Vec<String>>>,
 }
 
 impl Proxy {
@@ -95,6 +96,7 @@ impl Proxy {
             cut,
             statements: Arc::new(AtomicU32::new(0)),
             syncs: Arc::new(AtomicU32::new(0)),
+            texts: Arc::default(),
         });
         let weak = Arc::downgrade(&proxy);
         tokio::spawn(async move {
@@ -112,6 +114,7 @@ impl Proxy {
                     proxy.cut.subscribe(),
                     proxy.statements.clone(),
                     proxy.syncs.clone(),
+                    proxy.texts.clone(),
                 ));
             }
         });
@@ -131,6 +134,12 @@ impl Proxy {
     /// Statements (`Parse` messages) seen so far.
     pub fn statements(&self) -> u32 {
         self.statements.load(Ordering::SeqCst)
+    }
+
+    /// The text of every statement parsed so far, and forgets them: what the benchmark's raw
+    /// client sends verbatim.
+    pub fn take_statements(&self) -> Vec<String> {
+        std::mem::take(&mut *self.texts.lock().unwrap())
     }
 
     /// Round trips so far: `Sync` messages (the client waits for `ReadyForQuery` after each),
@@ -168,6 +177,7 @@ async fn pump(
     mut cut: watch::Receiver<u64>,
     statements: Arc<AtomicU32>,
     syncs: Arc<AtomicU32>,
+    texts: Arc<Mutex<Vec<String>>>,
 ) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
@@ -188,7 +198,21 @@ async fn pump(
                 syncs.fetch_add(1, Ordering::SeqCst);
             } else if kind == b'P' {
                 statements.fetch_add(1, Ordering::SeqCst);
-                let text = String::from_utf8_lossy(&frame[5..]);
+                // Parse: the statement's name (empty: unnamed), NUL, the text, NUL, ...
+                let body = &frame[5..];
+                let name_end = body.iter().position(|b| *b == 0).unwrap_or(0);
+                let text_bytes = &body[name_end + 1..];
+                let text_end = text_bytes
+                    .iter()
+                    .position(|b| *b == 0)
+                    .unwrap_or(text_bytes.len());
+                let text = String::from_utf8_lossy(&text_bytes[..text_end]).into_owned();
+                if name_end > 0 {
+                    // A named (prepared) statement: what a transaction-mode pooler breaks.
+                    texts.lock().unwrap().push(format!("NAMED {text}"));
+                } else {
+                    texts.lock().unwrap().push(text.clone());
+                }
                 if WRITES.iter().any(|w| text.contains(w))
                     && let Some(meanwhile) = faults.take()
                 {
