@@ -117,7 +117,7 @@ impl PgLeases {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(error)) => {
                 let error = from_driver(operation, table, error);
-                if error.kind() != PgErrorKind::Rejected {
+                if error.is_transient() {
                     discard(client);
                 }
                 Err(error)
