@@ -49,7 +49,10 @@ impl Postgres {
             );
             Self::Cluster(start_cluster()?)
         };
-        println!("    the PostgreSQL suites run against {}", postgres.describe());
+        println!(
+            "    the PostgreSQL suites run against {}",
+            postgres.describe()
+        );
         steps.finish(title, started);
         Ok(postgres)
     }

@@ -49,7 +49,7 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     let given = parse_flags("test", flags, &["--no-dynamo", "--no-postgres", "--quick"])?;
     let (no_dynamo, no_postgres, quick) = (given[0], given[1], given[2]);
     let servers_up = usize::from(!no_dynamo) + usize::from(!no_postgres);
-    let total = 15 + servers_up + if quick { 0 } else { 10 };
+    let total = 16 + servers_up + if quick { 0 } else { 10 };
     let mut steps = Steps::new("test", total).with_test_budget(TEST_TIME_BUDGET);
 
     if !quick {
@@ -120,10 +120,16 @@ pub(crate) fn test(flags: &[&str]) -> Result {
 
     let servers = Servers::provision(&mut steps, no_dynamo, no_postgres)?;
     build_tests(&mut steps, &servers)?;
-    steps.run_as(
+    steps.run_beside_as(
         Kind::Test,
-        "tests, all targets",
-        test_command(&servers, &["test", "--workspace", "--all-targets"]).args(CLI_DYNAMO),
+        "tests, all targets (the PostgreSQL suites beside the rest)",
+        test_command(&servers, &["test", "--workspace", "--all-targets"])
+            .args(CLI_DYNAMO)
+            .args(WITHOUT_POSTGRES_SUITES),
+        (
+            "postgres-suites",
+            test_command(&servers, &POSTGRES_SUITES).arg("--all-targets"),
+        ),
     )?;
     steps.run_as(
         Kind::Test,
@@ -201,6 +207,23 @@ pub(crate) fn test(flags: &[&str]) -> Result {
 /// build. (The name predates the `postgres` feature.)
 pub(crate) const CLI_DYNAMO: [&str; 2] = ["--features", "lease-cli/dynamo,lease-cli/postgres"];
 
+/// The PostgreSQL suites: run beside the rest of the workspace's tests, since they wait on
+/// servers (and start, stop, restart and promote servers of their own) far more than they
+/// compute, so their waits overlap the CPU-bound suites instead of adding to them. Their own
+/// package selection builds tokio with other features than the workspace's (in a build step of
+/// its own, so that the test step measures tests).
+const POSTGRES_SUITES: [&str; 5] = ["test", "-p", "lease-postgres", "-p", "lease-testservers"];
+
+/// [`POSTGRES_SUITES`] left out of the workspace's run. Feature-neutral: what they alone need
+/// (their dev-dependencies) changes no feature of what the rest builds, so the doc tests and
+/// the other steps reuse that build.
+const WITHOUT_POSTGRES_SUITES: [&str; 4] = [
+    "--exclude",
+    "lease-postgres",
+    "--exclude",
+    "lease-testservers",
+];
+
 /// The tests of lease-cli that exist only without its `dynamo` and `postgres` features (their
 /// names begin with `without_the_dynamo_feature` and `without_the_postgres_feature`): each
 /// store refused with the feature to build with. The first seven words build them.
@@ -257,7 +280,13 @@ fn build_tests(steps: &mut Steps, servers: &Servers) -> Result {
             servers,
             &["test", "--workspace", "--all-targets", "--no-run"],
         )
-        .args(CLI_DYNAMO),
+        .args(CLI_DYNAMO)
+        .args(WITHOUT_POSTGRES_SUITES),
+    )?;
+    steps.run_as(
+        Kind::Build,
+        "build the PostgreSQL suites",
+        test_command(servers, &POSTGRES_SUITES).args(["--all-targets", "--no-run"]),
     )?;
     steps.run_as(
         Kind::Build,
