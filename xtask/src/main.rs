@@ -66,15 +66,17 @@ Tasks:
           --no-dynamo  start no DynamoDB; only the lease-core and lease-file benches
           --no-postgres
                        start no PostgreSQL; the PostgreSQL benches say they skipped
-  chaos [--minutes N] [--backend file|dynamo|all] [--seed S] [--sabotage]
-        Real processes of every surface (lease run, FileLock in both modes, a kept
-        DynamoDB lease with fenced values, fleet workers) on files and on DynamoDB
-        Local behind a fault proxy, under a seeded fault schedule (SIGKILL, SIGSTOP,
-        delays, drops, resets, black holes, lost replies, throttling, DynamoDB Local
-        restarts, clock steps, deleted and planted files); then a checker reads
-        their history. Fails on any violation. Report: target/chaos-report.md;
-        run directory: target/chaos/<seed>/. Defaults: 1 minute, all, a seed
-        from the clock (printed). See docs/chaos.md.
+  chaos [--minutes N] [--backend file|dynamo|postgres|all] [--seed S] [--sabotage]
+        Real processes of every surface (lease run, FileLock in both modes, kept
+        DynamoDB and PostgreSQL leases with fenced values, elections, fleet workers)
+        on files, and on DynamoDB Local and a PostgreSQL cluster of its own behind
+        fault proxies, under a seeded fault schedule (SIGKILL, SIGSTOP, delays,
+        drops, resets, black holes, lost replies, throttling, store restarts (for
+        PostgreSQL: fast and immediate shutdowns), pg_terminate_backend, clock
+        steps, deleted and planted files); then a checker reads their history.
+        Fails on any violation. Report: target/chaos-report.md; run directory:
+        target/chaos/<seed>/. Defaults: 1 minute, all, a seed from the clock
+        (printed). See docs/chaos.md.
           --sabotage   the FileLock actors claim without checking their lease: the
                        run passes only if the checker finds the violations that
                        follow (a self-test of the whole harness)

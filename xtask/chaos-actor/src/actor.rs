@@ -101,6 +101,24 @@ impl Actor {
         }
     }
 
+    /// Tries `attempt` (creating a table: `what`) every half second until it works; an error
+    /// if the actor stops first. Each failure is printed.
+    pub(crate) async fn until_ready<E: std::fmt::Display, F: Future<Output = Result<(), E>>>(
+        &self,
+        what: &str,
+        mut attempt: impl FnMut() -> F,
+    ) -> Result<(), String> {
+        loop {
+            match attempt().await {
+                Ok(()) => return Ok(()),
+                Err(error) => eprintln!("{}: {what}: {error}", self.history.proc_id()),
+            }
+            if !self.pause(Duration::from_millis(500)).await {
+                return Err("stopped before the table was ready".to_owned());
+            }
+        }
+    }
+
     /// [`sleep`](Self::sleep) for async code.
     pub(crate) async fn pause(&self, duration: Duration) -> bool {
         let end = tokio::time::Instant::now() + duration;

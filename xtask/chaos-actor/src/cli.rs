@@ -29,7 +29,9 @@ pub(crate) enum Mode {
     Filelock(FileLockArgs),
     /// `DynamoLeases` kept by a `LeaseGuard`: pick a key, acquire, for 2 to 4 renewal periods
     /// claim and make fenced writes to `value-<key>` (after one fenced read), release; again.
-    DynamoLease(DynamoLeaseArgs),
+    DynamoLease(KeptLeaseArgs),
+    /// As `dynamo-lease`, on `PgLeases` (`--postgres URL --table T`).
+    PgLease(KeptLeaseArgs),
     /// One lessor-partition worker with fenced checkpoints: a task per unit gained reads its
     /// checkpoint, then every SAVE_EVERY_MS claims the unit and saves the next checkpoint.
     Fleet(FleetArgs),
@@ -54,7 +56,7 @@ pub(crate) struct RestoreArgs {
     #[command(flatten)]
     pub(crate) common: Common,
     #[command(flatten)]
-    pub(crate) dynamo: DynamoArgs,
+    pub(crate) store: TableArgs,
 }
 
 /// `election`.
@@ -69,7 +71,7 @@ pub(crate) struct ElectionArgs {
     #[arg(long, value_name = "D", required_if_eq("backend", "file"))]
     pub(crate) dir: Option<PathBuf>,
     #[command(flatten)]
-    pub(crate) dynamo: DynamoArgs,
+    pub(crate) store: TableArgs,
     /// The election's key in the store.
     #[arg(long, value_name = "KEY")]
     pub(crate) key: String,
@@ -139,11 +141,15 @@ pub(crate) struct TouchArgs {
 
 /// The `lease run` surfaces.
 #[derive(Clone, Copy, Debug, ValueEnum)]
+// The values are the history's surface names (`--surface run-postgres`), which all start so.
+#[allow(clippy::enum_variant_names)]
 pub(crate) enum RunSurface {
     /// `lease run --file`.
     RunFile,
     /// `lease run --dynamo`.
     RunDynamo,
+    /// `lease run --postgres`.
+    RunPostgres,
 }
 
 /// `filelock`.
@@ -203,31 +209,34 @@ pub(crate) enum LockModeArg {
     Heartbeat,
 }
 
-/// Where DynamoDB is.
+/// Where the table store is: DynamoDB (`--endpoint`) or PostgreSQL (`--postgres`).
 #[derive(Debug, Args)]
-pub(crate) struct DynamoArgs {
+pub(crate) struct TableArgs {
     /// DynamoDB endpoint URL (AWS credentials and region from the environment; region defaults
     /// to us-east-1).
     #[arg(long, value_name = "URL")]
     pub(crate) endpoint: Option<String>,
+    /// PostgreSQL URL (`postgres://USER@HOST:PORT/DB`).
+    #[arg(long, value_name = "URL")]
+    pub(crate) postgres: Option<String>,
     /// The table (created if missing).
     #[arg(long, value_name = "T")]
     pub(crate) table: Option<String>,
     /// The declared clock skew allowance, in milliseconds (`with_max_clock_skew`).
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub(crate) skew_ms: u64,
-    /// The per-attempt timeout of DynamoDB requests, in milliseconds.
+    /// The per-attempt timeout of DynamoDB requests (PostgreSQL statements), in milliseconds.
     #[arg(long, value_name = "A", default_value_t = 2000)]
     pub(crate) attempt_timeout_ms: u64,
 }
 
-/// `dynamo-lease`.
+/// `dynamo-lease` and `pg-lease`.
 #[derive(Debug, Args)]
-pub(crate) struct DynamoLeaseArgs {
+pub(crate) struct KeptLeaseArgs {
     #[command(flatten)]
     pub(crate) common: Common,
     #[command(flatten)]
-    pub(crate) dynamo: DynamoArgs,
+    pub(crate) store: TableArgs,
     /// The partition keys to lease, comma-separated.
     #[arg(long, value_name = "K1,K2", value_delimiter = ',', required = true)]
     pub(crate) keys: Vec<String>,
@@ -254,7 +263,7 @@ pub(crate) struct FleetArgs {
     #[arg(long)]
     pub(crate) steppable_file_clock: bool,
     #[command(flatten)]
-    pub(crate) dynamo: DynamoArgs,
+    pub(crate) store: TableArgs,
     /// The fleet's name.
     #[arg(long, value_name = "NAME")]
     pub(crate) fleet: String,
@@ -289,4 +298,6 @@ pub(crate) enum Backend {
     File,
     /// `DynamoLeases`.
     Dynamo,
+    /// `PgLeases`.
+    Postgres,
 }

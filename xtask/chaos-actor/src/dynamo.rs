@@ -6,7 +6,7 @@ use std::time::Duration;
 use lease_dynamo::{DynamoLeases, RetryPolicy};
 
 use crate::actor::Actor;
-use crate::cli::DynamoArgs;
+use crate::cli::TableArgs;
 
 /// The sort key lease-dynamo writes for a key without one (its default).
 const LOCK_SORT_KEY: &str = "LOCK";
@@ -17,7 +17,7 @@ const LOCK_SORT_KEY: &str = "LOCK";
 ///
 /// # Errors
 /// No table given, an invalid configuration, or a stop before the table was ready.
-pub(crate) async fn leases(args: &DynamoArgs, actor: &Actor) -> Result<Arc<DynamoLeases>, String> {
+pub(crate) async fn leases(args: &TableArgs, actor: &Actor) -> Result<Arc<DynamoLeases>, String> {
     let table = args.table.as_deref().ok_or("--table is required")?;
     let endpoint = args.endpoint.as_deref().ok_or("--endpoint is required")?;
     // The region from the environment, else us-east-1: DynamoDB Local accepts any.
@@ -30,19 +30,14 @@ pub(crate) async fn leases(args: &DynamoArgs, actor: &Actor) -> Result<Arc<Dynam
         .with_retry_policy(retry)
         .build()
         .map_err(|e| format!("cannot configure DynamoLeases: {e}"))?;
-    loop {
-        match leases.ensure_table().await {
-            Ok(()) => return Ok(Arc::new(leases)),
-            Err(error) => eprintln!("{}: ensure_table: {error}", actor.history.proc_id()),
-        }
-        if !actor.pause(Duration::from_millis(500)).await {
-            return Err("stopped before the table was ready".to_owned());
-        }
-    }
+    actor
+        .until_ready("ensure_table", || leases.ensure_table())
+        .await?;
+    Ok(Arc::new(leases))
 }
 
-/// The namespaced history key of lease `pk` (no sort key): `dynamo:<table>/<pk>/<sk>`, with the
+/// The namespaced history key of lease `pk` (no sort key) in `table`: `dynamo:<table>/<pk>/<sk>`, with the
 /// sort key the store writes for it.
-pub(crate) fn lease_key(leases: &DynamoLeases, pk: &str) -> String {
-    format!("dynamo:{}/{pk}/{LOCK_SORT_KEY}", leases.table())
+pub(crate) fn lease_key(table: &str, pk: &str) -> String {
+    format!("dynamo:{table}/{pk}/{LOCK_SORT_KEY}")
 }

@@ -1,4 +1,4 @@
-//! `election`: a leader election on a `DirectoryStore` or `DynamoLeases` key, campaigning or
+//! `election`: a leader election on a `DirectoryStore`, `DynamoLeases` or `PgLeases` key, campaigning or
 //! observing.
 
 use std::future::Future;
@@ -47,12 +47,26 @@ pub(crate) fn run(args: &ElectionArgs, actor: &Actor) -> Result<(), String> {
             pollster::block_on(side.run(args))
         }
         Backend::Dynamo => crate::actor::block_on(async {
-            let leases = crate::dynamo::leases(&args.dynamo, actor).await?;
-            let name = crate::dynamo::lease_key(&leases, &args.key);
+            let leases = crate::dynamo::leases(&args.store, actor).await?;
+            let name = crate::dynamo::lease_key(leases.table(), &args.key);
             let side = Side {
                 election: Election::new(leases, &key, ttl).with_poll_interval(DYNAMO_POLL),
                 name,
                 surface: Surface::ElectionDynamo,
+                tokio: true,
+                actor,
+            };
+            side.run(args).await
+        })?,
+        Backend::Postgres => crate::actor::block_on(async {
+            let leases = crate::postgres::leases(&args.store, actor).await?;
+            let name = crate::postgres::lease_key(leases.table(), &args.key);
+            let side = Side {
+                // Woken by NOTIFY; the poll is the fallback when the LISTEN connection is down.
+                election: Election::new(leases, &key, ttl)
+                    .with_poll_interval(Duration::from_secs(1)),
+                name,
+                surface: Surface::ElectionPostgres,
                 tokio: true,
                 actor,
             };

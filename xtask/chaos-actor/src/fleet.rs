@@ -33,7 +33,7 @@ pub(crate) fn run(args: &FleetArgs, actor: &Actor) -> Result<(), String> {
         let running = match args.backend {
             // The file store does blocking I/O: its worker gets a thread, as `spawn_thread` would.
             Backend::File => tokio::task::spawn_blocking(move || pollster::block_on(worker.run())),
-            Backend::Dynamo => tokio::spawn(worker.run()),
+            Backend::Dynamo | Backend::Postgres => tokio::spawn(worker.run()),
         };
         while actor.pause(Duration::from_millis(200)).await {}
         handle.stop();
@@ -69,7 +69,8 @@ async fn store(args: &FleetArgs, actor: &Actor) -> Result<Arc<dyn LeaseBackend>,
                 .map_err(|e| format!("cannot open the store in {}: {e}", dir.display()))?;
             Ok(Arc::new(store))
         }
-        Backend::Dynamo => Ok(crate::dynamo::leases(&args.dynamo, actor).await?),
+        Backend::Dynamo => Ok(crate::dynamo::leases(&args.store, actor).await?),
+        Backend::Postgres => Ok(crate::postgres::leases(&args.store, actor).await?),
     }
 }
 
@@ -127,9 +128,9 @@ struct Units {
     store: Arc<dyn LeaseBackend>,
     /// The fleet name, for the checkpoints' names in the store.
     fleet: String,
-    /// `<file|dynamo>:<fleet>`: unit keys are `<this>/<unit>`.
+    /// `<file|dynamo|postgres>:<fleet>`: unit keys are `<this>/<unit>`.
     keys: String,
-    /// `fleet-<file|dynamo>:<fleet>`: checkpoint names are `<this>/<unit>`.
+    /// `fleet-<file|dynamo|postgres>:<fleet>`: checkpoint names are `<this>/<unit>`.
     names: String,
     every: Duration,
 }
@@ -139,6 +140,7 @@ impl Units {
         let (surface, backend) = match args.backend {
             Backend::File => (Surface::FleetFile, "file"),
             Backend::Dynamo => (Surface::FleetDynamo, "dynamo"),
+            Backend::Postgres => (Surface::FleetPostgres, "postgres"),
         };
         Self {
             history,

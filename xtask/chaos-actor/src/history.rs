@@ -31,6 +31,14 @@ pub(crate) enum Surface {
     ElectionFile,
     /// A leader election (`Election`) on `DynamoLeases`.
     ElectionDynamo,
+    /// A `lease run --postgres` child.
+    RunPostgres,
+    /// A `LeaseGuard` over `PgLeases`.
+    LeasePostgres,
+    /// A fleet worker on `PgLeases`.
+    FleetPostgres,
+    /// A leader election (`Election`) on `PgLeases`.
+    ElectionPostgres,
 }
 
 impl Surface {
@@ -46,6 +54,10 @@ impl Surface {
             Self::FleetDynamo => "fleet-dynamo",
             Self::ElectionFile => "election-file",
             Self::ElectionDynamo => "election-dynamo",
+            Self::RunPostgres => "run-postgres",
+            Self::LeasePostgres => "lease-postgres",
+            Self::FleetPostgres => "fleet-postgres",
+            Self::ElectionPostgres => "election-postgres",
         }
     }
 }

@@ -5,17 +5,21 @@
 //! ```text
 //! lease-chaos-actor <mode> --proc <ID> --run <RUN_DIR> ...
 //!
-//! touch        --surface run-file|run-dynamo --key <NSKEY> --ticks N --every-ms M
+//! touch        --surface run-file|run-dynamo|run-postgres --key <NSKEY> --ticks N --every-ms M
 //! filelock     --path P --mode kernel|heartbeat --stale-ms S --heartbeat-ms H --hold-ms X
 //!              --claims K [--acquire-timeout-ms MS] [--fork-child | --fork-idle]
 //! dynamo-lease --endpoint URL --table T --keys k1,k2 --ttl-ms D [--skew-ms S]
 //!              [--attempt-timeout-ms A]
-//! fleet        --backend file|dynamo [--dir D] [--steppable-file-clock]
-//!              [--endpoint URL --table T [--skew-ms S] [--attempt-timeout-ms A]]
+//! pg-lease     --postgres URL --table T --keys k1,k2 --ttl-ms D [--skew-ms S]
+//!              [--attempt-timeout-ms A]
+//! fleet        --backend file|dynamo|postgres [--dir D] [--steppable-file-clock]
+//!              [--endpoint URL | --postgres URL] [--table T [--skew-ms S]
+//!              [--attempt-timeout-ms A]]
 //!              --fleet NAME --worker W --units N --session-ms S --interval-ms I --margin-ms M
 //!              --save-every-ms E [--session-skew-ms MS]
 //! prune        --dir D --every-ms MS
-//! election     --dir D --key K --role campaign|observe [--ttl-ms T] [--hold-ms H]
+//! election     [--backend file|dynamo|postgres] (--dir D | --endpoint URL | --postgres URL
+//!              --table T) --key K --role campaign|observe [--ttl-ms T] [--hold-ms H]
 //! restore      --endpoint URL --table T
 //! ```
 //!
@@ -27,7 +31,8 @@
 //!   (its idle cached descriptors shared across the fork), logging as `<ID>-f<n>`.
 //! * `dynamo-lease` loops over `DynamoLeases` tenures kept by a `LeaseGuard` on random keys:
 //!   a fenced read of `value-<key>` after acquiring, then claims and fenced writes (one late
-//!   write after a loss, for the fence to refuse), release.
+//!   write after a loss, for the fence to refuse), release. `pg-lease` does the same on
+//!   `PgLeases`.
 //! * `fleet` runs one lessor-partition `Worker` with checkpoints in the store's fenced values
 //!   (`with_checkpoints`): a task per unit gained logs the checkpoint it was handed, then claims
 //!   and saves the next one every E ms (one late save with the old token after a loss, for the
@@ -52,11 +57,12 @@ mod actor;
 mod cli;
 mod clock;
 mod dynamo;
-mod dynamo_lease;
 mod election;
 mod filelock;
 mod fleet;
 mod history;
+mod kept_lease;
+mod postgres;
 mod prune;
 mod restore;
 mod touch;
@@ -73,7 +79,7 @@ fn main() -> ExitCode {
     let common = match &cli.mode {
         Mode::Touch(args) => &args.common,
         Mode::Filelock(args) => &args.common,
-        Mode::DynamoLease(args) => &args.common,
+        Mode::DynamoLease(args) | Mode::PgLease(args) => &args.common,
         Mode::Fleet(args) => &args.common,
         Mode::Prune(args) => &args.common,
         Mode::Election(args) => &args.common,
@@ -89,7 +95,8 @@ fn main() -> ExitCode {
     let result = match &cli.mode {
         Mode::Touch(args) => touch::run(args, &actor),
         Mode::Filelock(args) => filelock::run(args, &actor),
-        Mode::DynamoLease(args) => dynamo_lease::run(args, &actor),
+        Mode::DynamoLease(args) => kept_lease::run_dynamo(args, &actor),
+        Mode::PgLease(args) => kept_lease::run_postgres(args, &actor),
         Mode::Fleet(args) => fleet::run(args, &actor),
         Mode::Prune(args) => prune::run(args, &actor),
         Mode::Election(args) => election::run(args, &actor),

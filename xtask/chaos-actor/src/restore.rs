@@ -45,9 +45,9 @@ pub(crate) fn run(args: &RestoreArgs, actor: &Actor) -> Result<(), String> {
 }
 
 async fn restorer(args: &RestoreArgs, actor: &Actor) -> Result<(), String> {
-    let leases = dynamo::leases(&args.dynamo, actor).await?;
+    let leases = dynamo::leases(&args.store, actor).await?;
     let endpoint = args
-        .dynamo
+        .store
         .endpoint
         .as_deref()
         .ok_or("--endpoint is required")?;

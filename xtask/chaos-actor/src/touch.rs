@@ -29,6 +29,7 @@ pub(crate) fn run(args: &TouchArgs, actor: &Actor) -> Result<(), String> {
     let surface = match args.surface {
         RunSurface::RunFile => Surface::RunFile,
         RunSurface::RunDynamo => Surface::RunDynamo,
+        RunSurface::RunPostgres => Surface::RunPostgres,
     };
     let key = match std::env::var(SLOT_ENV)
         .ok()

@@ -1345,6 +1345,62 @@ mod tests {
     }
 
     #[test]
+    fn postgres_keys_are_checked_as_the_other_stores_are() {
+        // Two holders of one PostgreSQL lease at once (a `lease run` child and a kept lease),
+        // then a token handed out again and one below an earlier acquisition's.
+        let (k, run) = ("postgres:chaos/r0", TempRun::new("postgres"));
+        run.log(
+            "runp0.1",
+            &[
+                acq("runp0.1", "run-postgres", k, 10, 0, 0),
+                claim("runp0.1", "run-postgres", k, 10, 100),
+                claim("runp0.1", "run-postgres", k, 10, 500),
+            ],
+        );
+        run.log(
+            "pl0.1",
+            &[
+                acq("pl0.1", "lease-postgres", k, 11, 200, 250),
+                claim("pl0.1", "lease-postgres", k, 11, 300),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("overlap", k)]);
+        assert_eq!(report.violations[0].surface, "run-postgres/lease-postgres");
+        assert!(report.beyond_assumption.is_empty());
+
+        let (k, run) = ("postgres:chaos/p0", TempRun::new("postgres-tokens"));
+        run.log(
+            "pl1.1",
+            &[
+                acq("pl1.1", "lease-postgres", k, 7, 0, 20),
+                claim("pl1.1", "lease-postgres", k, 7, 30),
+                rel("pl1.1", "lease-postgres", k, 7, 40),
+            ],
+        );
+        run.log(
+            "pl2.1",
+            &[
+                acq("pl2.1", "lease-postgres", k, 7, 100, 120),
+                claim("pl2.1", "lease-postgres", k, 7, 130),
+                rel("pl2.1", "lease-postgres", k, 7, 140),
+            ],
+        );
+        run.log(
+            "pl3.1",
+            &[
+                acq("pl3.1", "lease-postgres", k, 6, 1000, 1030),
+                claim("pl3.1", "lease-postgres", k, 6, 1100),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        let mut kinds: Vec<&str> = found(&report).iter().map(|(kind, _)| *kind).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        assert_eq!(kinds, ["token-regression", "token-twice"]);
+    }
+
+    #[test]
     fn one_token_granted_to_two_procs_is_caught() {
         // Two racing acquisitions both got token 3; ln1.0 was killed before its first claim,
         // so the tenures never overlap and neither acquisition came after the other.

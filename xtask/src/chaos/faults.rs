@@ -19,6 +19,7 @@ use super::rng::Rng;
 use super::slots::{DYNAMO_SKEW, Role, Slot};
 use super::{Backend, mono_ns, wall_ms};
 use crate::dynamo_local::Server;
+use lease_testservers::{PgCluster, StopMode};
 
 /// Every kind of fault, as `docs/chaos.md` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -43,8 +44,12 @@ pub(crate) enum Kind {
     LostReply,
     /// Proxy: answered with DynamoDB's throttling error, not forwarded.
     Throttle,
-    /// DynamoDB Local killed with SIGKILL and started again (on-disk database kept).
+    /// DynamoDB Local killed with SIGKILL and started again (on-disk database kept); PostgreSQL
+    /// stopped (fast or immediate shutdown) and started again after an outage.
     StoreRestart,
+    /// PostgreSQL: 1 to 4 client connections ended by `pg_terminate_backend`, as an operator
+    /// or an idle-session timeout does.
+    TerminateBackend,
     /// The `chaos-restored` table deleted, created again and filled with the items of a scan
     /// 3 to 12 s old, as a backup or point-in-time restore does (by the `restorer` slot).
     TableRestore,
@@ -70,6 +75,7 @@ impl Kind {
             Self::LostReply => "lost-reply",
             Self::Throttle => "throttle",
             Self::StoreRestart => "store-restart",
+            Self::TerminateBackend => "terminate-backend",
             Self::TableRestore => "table-restore",
             Self::ClockStep => "clock-step",
             Self::FileDelete => "file-delete",
@@ -102,6 +108,22 @@ impl Kind {
                 Self::StoreRestart,
                 Self::TableRestore,
             ],
+            // No clock step: PostgreSQL judges expiry by the server's clock alone, and the
+            // actors' wall clocks are never read (a clock given to `PgLeases::with_clock` moves
+            // the server's time: the crate's test hook). No throttle: PostgreSQL has no such
+            // answer.
+            Backend::Postgres => &[
+                Self::SigKill,
+                Self::SigStop,
+                Self::CommandStop,
+                Self::Delay,
+                Self::Drop,
+                Self::Reset,
+                Self::Blackhole,
+                Self::LostReply,
+                Self::StoreRestart,
+                Self::TerminateBackend,
+            ],
         }
     }
 }
@@ -118,6 +140,49 @@ const WARM_UP: Duration = Duration::from_secs(5);
 /// sooner is tried again half a second later, then counted as skipped.
 const STORE_UP_BEFORE_RESTART: Duration = Duration::from_secs(15);
 
+/// How long PostgreSQL stays down in a `store-restart`, at most (drawn from 0.2 s): stopped
+/// under its holders for up to a lease (3 s), so that some holders' deadlines pass while it is
+/// down and some renewals succeed after it is back.
+const PG_DOWN_MAX_MS: u64 = 3000;
+
+/// A store's restarts: whether one is under way, and since when the store is up.
+#[derive(Debug, Clone)]
+struct Restarts {
+    restarting: Arc<AtomicBool>,
+    up_since: Arc<Mutex<Instant>>,
+}
+
+impl Restarts {
+    fn new() -> Self {
+        Self {
+            restarting: Arc::new(AtomicBool::new(false)),
+            up_since: Arc::new(Mutex::new(Instant::now())),
+        }
+    }
+
+    /// Runs `restart` on a thread of its own, unless the store has been up for less than
+    /// [`STORE_UP_BEFORE_RESTART`] or a restart is under way; returns whether it started.
+    fn start(&self, restart: impl FnOnce() + Send + 'static) -> bool {
+        let up_since = *self.up_since.lock().unwrap_or_else(PoisonError::into_inner);
+        if up_since.elapsed() < STORE_UP_BEFORE_RESTART
+            || self.restarting.swap(true, Ordering::SeqCst)
+        {
+            return false;
+        }
+        let (restarting, up) = (self.restarting.clone(), self.up_since.clone());
+        std::thread::spawn(move || {
+            restart();
+            *up.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+            restarting.store(false, Ordering::SeqCst);
+        });
+        true
+    }
+
+    fn under_way(&self) -> bool {
+        self.restarting.load(Ordering::SeqCst)
+    }
+}
+
 /// What faults act on.
 #[derive(Debug)]
 pub(crate) struct Targets<'a> {
@@ -127,6 +192,10 @@ pub(crate) struct Targets<'a> {
     pub(crate) proxy: Option<&'a Proxy>,
     /// DynamoDB Local, if in the run.
     pub(crate) store: Option<&'a Arc<Mutex<Server>>>,
+    /// The proxy in front of PostgreSQL, if PostgreSQL is in the run.
+    pub(crate) pg_proxy: Option<&'a Proxy>,
+    /// The run's PostgreSQL cluster, if in the run.
+    pub(crate) pg: Option<&'a Arc<Mutex<PgCluster>>>,
     /// The run directory.
     pub(crate) run: &'a Path,
 }
@@ -152,9 +221,10 @@ pub(crate) struct Faults {
     /// The slot whose clock is stepped, per backend (at most one at a time, so that every
     /// step's size is also the largest disagreement between two processes).
     stepped: Vec<(Backend, PathBuf)>,
-    restarting: Arc<AtomicBool>,
-    /// When DynamoDB Local last came up (the run's start, or the end of a restart).
-    store_up_since: Arc<Mutex<Instant>>,
+    /// DynamoDB Local's restarts.
+    dynamo_restarts: Restarts,
+    /// PostgreSQL's restarts.
+    pg_restarts: Restarts,
     /// How many faults of each kind were done, per backend.
     pub(crate) done: std::collections::BTreeMap<(Backend, Kind), u64>,
     /// How many could not be done when drawn (no target at that moment), per kind.
@@ -195,8 +265,8 @@ impl Faults {
             stopped_commands: Vec::new(),
             restores: 0,
             stepped: Vec::new(),
-            restarting: Arc::new(AtomicBool::new(false)),
-            store_up_since: Arc::new(Mutex::new(Instant::now())),
+            dynamo_restarts: Restarts::new(),
+            pg_restarts: Restarts::new(),
             done: Default::default(),
             skipped: Default::default(),
             steps_beyond: 0,
@@ -272,10 +342,13 @@ impl Faults {
             Kind::SigStop => self.sigstop(backend, targets),
             Kind::CommandStop => self.command_stop(backend, targets),
             Kind::ClockStep => self.clock_step(backend, targets),
+            Kind::StoreRestart if backend == Backend::Postgres => self.pg_restart(targets),
             Kind::StoreRestart => self.store_restart(targets),
+            Kind::TerminateBackend => self.terminate_backend(targets),
             Kind::TableRestore => self.table_restore(targets),
             Kind::FileDelete => self.file_delete(targets.run),
             Kind::FileGarbage => self.file_garbage(targets.run),
+            proxied if backend == Backend::Postgres => self.proxy_fault(proxied, targets.pg_proxy?),
             proxied => self.proxy_fault(proxied, targets.proxy?),
         }
     }
@@ -358,6 +431,7 @@ impl Faults {
                 Role::RunFile
                     | Role::RunShared
                     | Role::RunDynamo
+                    | Role::RunPostgres
                     | Role::RunRestored
                     | Role::RunCounting
             )
@@ -384,7 +458,11 @@ impl Faults {
         let clocked = |slot: &Slot| {
             !matches!(
                 slot.role,
-                Role::RunFile | Role::RunDynamo | Role::RunRestored | Role::RunCounting
+                Role::RunFile
+                    | Role::RunDynamo
+                    | Role::RunPostgres
+                    | Role::RunRestored
+                    | Role::RunCounting
             )
         };
         let proc = self.pick(backend, targets.slots, clocked)?.proc_name();
@@ -440,26 +518,69 @@ impl Faults {
     /// to start); skipped while the previous restart is still under way.
     fn store_restart(&mut self, targets: &mut Targets<'_>) -> Option<(String, String)> {
         let store = targets.store?.clone();
-        let up_since = *self
-            .store_up_since
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if up_since.elapsed() < STORE_UP_BEFORE_RESTART {
-            return None;
-        }
-        if self.restarting.swap(true, Ordering::SeqCst) {
-            return None;
-        }
-        let (restarting, up) = (self.restarting.clone(), self.store_up_since.clone());
-        std::thread::spawn(move || {
+        let started = self.dynamo_restarts.start(move || {
             let mut server = store.lock().unwrap_or_else(PoisonError::into_inner);
             if let Err(error) = server.restart() {
                 eprintln!("chaos: DynamoDB Local did not come back: {error}");
             }
-            *up.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
-            restarting.store(false, Ordering::SeqCst);
         });
-        Some(("dynamodb-local".to_owned(), "-".to_owned()))
+        started.then(|| ("dynamodb-local".to_owned(), "-".to_owned()))
+    }
+
+    /// Stops PostgreSQL (a fast shutdown, which ends every session, or an immediate one, a
+    /// crash: crash recovery at the next start) and starts it again 0.2 to 3 s later, on a
+    /// thread of its own; skipped as DynamoDB Local's restarts are.
+    fn pg_restart(&mut self, targets: &mut Targets<'_>) -> Option<(String, String)> {
+        let cluster = targets.pg?.clone();
+        let mode = if self.rng.chance_percent(50) {
+            StopMode::Fast
+        } else {
+            StopMode::Immediate
+        };
+        let down = Duration::from_millis(self.rng.between(200, PG_DOWN_MAX_MS));
+        let started = self.pg_restarts.start(move || {
+            let mut cluster = cluster.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(error) = cluster.stop(mode) {
+                eprintln!("chaos: PostgreSQL did not stop ({mode:?}): {error}");
+            }
+            std::thread::sleep(down);
+            if let Err(error) = cluster.start_again() {
+                eprintln!("chaos: PostgreSQL did not come back: {error}");
+            }
+            super::renice(&cluster);
+        });
+        let mode = if mode == StopMode::Fast {
+            "fast"
+        } else {
+            "immediate"
+        };
+        started.then(|| {
+            (
+                "postgres".to_owned(),
+                format!("mode={mode},down_ms={}", down.as_millis()),
+            )
+        })
+    }
+
+    /// Ends 1 to 4 random client connections of PostgreSQL with `pg_terminate_backend` (a
+    /// `psql` of its own, directly to the server); none while a restart is under way.
+    fn terminate_backend(&mut self, targets: &mut Targets<'_>) -> Option<(String, String)> {
+        if self.pg_restarts.under_way() {
+            return None;
+        }
+        let cluster = targets.pg?.try_lock().ok()?;
+        let wanted = self.rng.between(1, 4);
+        let ended = cluster
+            .psql(&format!(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM (SELECT pid \
+                 FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> \
+                 pg_backend_pid() ORDER BY random() LIMIT {wanted}) AS chosen"
+            ))
+            .ok()?;
+        Some((
+            "postgres".to_owned(),
+            format!("wanted={wanted},ended={}", ended.trim()),
+        ))
     }
 
     /// Deletes one companion or temporary file: `lease run`'s deadline relay file (the guard
@@ -559,7 +680,7 @@ impl Faults {
 
     /// Whether a store restart is under way.
     pub(crate) fn restarting(&self) -> bool {
-        self.restarting.load(Ordering::SeqCst)
+        self.dynamo_restarts.under_way() || self.pg_restarts.under_way()
     }
 }
 
@@ -673,11 +794,10 @@ mod tests {
     #[test]
     fn every_kind_of_every_backend_is_drawn_once_per_round() {
         let run = TempRun::new("bag");
-        let backends = [Backend::File, Backend::Dynamo];
+        let backends = [Backend::File, Backend::Dynamo, Backend::Postgres];
         let mut faults =
             Faults::new(7, &backends, Duration::from_secs(1), &run.dir).expect("faults");
-        let per_round =
-            Kind::for_backend(Backend::File).len() + Kind::for_backend(Backend::Dynamo).len();
+        let per_round: usize = backends.iter().map(|&b| Kind::for_backend(b).len()).sum();
         let mut drawn: std::collections::BTreeMap<(Backend, Kind), u32> = Default::default();
         for _ in 0..3 * per_round {
             *drawn.entry(faults.draw().expect("a fault")).or_default() += 1;

@@ -77,11 +77,19 @@ pub(crate) enum Surface {
     ElectionFile,
     /// A leader election (`Election`) over DynamoDB, through the proxy.
     ElectionDynamo,
+    /// `lease run` over PostgreSQL: the child process.
+    RunPostgres,
+    /// A `LeaseGuard` over `PgLeases`.
+    LeasePostgres,
+    /// A fleet worker over PostgreSQL; keys are units.
+    FleetPostgres,
+    /// A leader election (`Election`) over PostgreSQL, through the proxy.
+    ElectionPostgres,
 }
 
 impl Surface {
     /// Every surface with its name in history lines.
-    pub(crate) const ALL: [(Surface, &'static str); 9] = [
+    pub(crate) const ALL: [(Surface, &'static str); 13] = [
         (Surface::RunFile, "run-file"),
         (Surface::RunDynamo, "run-dynamo"),
         (Surface::FilelockKernel, "filelock-kernel"),
@@ -91,6 +99,10 @@ impl Surface {
         (Surface::FleetDynamo, "fleet-dynamo"),
         (Surface::ElectionFile, "election-file"),
         (Surface::ElectionDynamo, "election-dynamo"),
+        (Surface::RunPostgres, "run-postgres"),
+        (Surface::LeasePostgres, "lease-postgres"),
+        (Surface::FleetPostgres, "fleet-postgres"),
+        (Surface::ElectionPostgres, "election-postgres"),
     ];
 
     /// The surface named `name` in a history line.
@@ -109,8 +121,28 @@ impl Surface {
             .map_or("?", |(_, n)| n)
     }
 
+    /// The store the surface keeps its leases in.
+    pub(crate) fn backend(self) -> super::Backend {
+        match self {
+            Surface::RunFile
+            | Surface::FilelockKernel
+            | Surface::FilelockHeartbeat
+            | Surface::FleetFile
+            | Surface::ElectionFile => super::Backend::File,
+            Surface::RunDynamo
+            | Surface::LeaseDynamo
+            | Surface::FleetDynamo
+            | Surface::ElectionDynamo => super::Backend::Dynamo,
+            Surface::RunPostgres
+            | Surface::LeasePostgres
+            | Surface::FleetPostgres
+            | Surface::ElectionPostgres => super::Backend::Postgres,
+        }
+    }
+
     /// Whether the surface keeps its leases in DynamoDB, whose expiry compares wall clocks
-    /// (assumption A1 of docs/correctness.md); file surfaces never read a wall clock.
+    /// (assumption A1 of docs/correctness.md); file surfaces never read a wall clock, and
+    /// PostgreSQL's expiry is judged by the server's clock alone.
     pub(crate) fn is_dynamo(self) -> bool {
         matches!(
             self,
@@ -124,12 +156,18 @@ impl Surface {
     /// Whether the surface is a leader election (its `acq` lines are elections, and observers
     /// report on its keys).
     pub(crate) fn is_election(self) -> bool {
-        matches!(self, Surface::ElectionFile | Surface::ElectionDynamo)
+        matches!(
+            self,
+            Surface::ElectionFile | Surface::ElectionDynamo | Surface::ElectionPostgres
+        )
     }
 
     /// Whether the surface is a fleet worker (its keys are units).
     pub(crate) fn is_fleet(self) -> bool {
-        matches!(self, Surface::FleetFile | Surface::FleetDynamo)
+        matches!(
+            self,
+            Surface::FleetFile | Surface::FleetDynamo | Surface::FleetPostgres
+        )
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! Real processes of every surface (`lease run`, `FileLock` in both modes, a `LeaseGuard` with
 //! fenced values, fleet workers) run against real stores (a directory of lock files; DynamoDB
-//! Local with its database on disk, behind this module's own TCP proxy), while a seeded schedule
-//! kills, stops, delays, cuts, throttles, restarts, steps clocks and plants or deletes files. Every
+//! Local with its database on disk; a PostgreSQL cluster of the run's own; the two servers
+//! behind this module's own TCP proxy), while a seeded schedule kills, stops, delays, cuts,
+//! throttles, restarts, terminates server connections, steps clocks and plants or deletes files. Every
 //! process writes what it did, and when, to its history; the checker then looks for two holders
 //! at once, a fencing token issued twice or going backwards, a fenced value replaced by an older
 //! writer, and a fleet unit trusted by two workers. `docs/chaos.md` has the formats and rules.
@@ -12,6 +13,7 @@ mod attacker;
 pub(crate) mod check;
 mod faults;
 pub(crate) mod history;
+mod pg_proxy;
 pub(crate) mod proxy;
 mod report;
 mod rng;
@@ -27,6 +29,7 @@ use crate::dynamo_local::Server;
 use crate::step::{Kind, Steps};
 use crate::{Result, project_root};
 use faults::{Faults, Targets};
+use lease_testservers::PgCluster;
 use slots::{Context, Slot, TABLE, TABLE_RESTORED};
 
 /// Which store a slot or a fault belongs to.
@@ -36,6 +39,8 @@ pub(crate) enum Backend {
     File,
     /// DynamoDB Local behind the proxy (`lease-dynamo`).
     Dynamo,
+    /// A PostgreSQL cluster of the run's own behind a proxy (`lease-postgres`).
+    Postgres,
 }
 
 impl Backend {
@@ -44,9 +49,13 @@ impl Backend {
         match self {
             Self::File => "file",
             Self::Dynamo => "dynamo",
+            Self::Postgres => "postgres",
         }
     }
 }
+
+/// Every backend: `--backend all`, the default.
+const ALL: [Backend; 3] = [Backend::File, Backend::Dynamo, Backend::Postgres];
 
 /// The flags of `cargo xtask chaos`.
 #[derive(Debug, Clone)]
@@ -62,7 +71,7 @@ impl Options {
     fn parse(flags: &[&str]) -> Result<Self> {
         let mut options = Self {
             duration: Duration::from_secs(60),
-            backends: vec![Backend::File, Backend::Dynamo],
+            backends: ALL.to_vec(),
             seed: u64::try_from(wall_ms()).unwrap_or(1) % 1_000_000,
             sabotage: false,
         };
@@ -86,9 +95,13 @@ impl Options {
                     options.backends = match *value()? {
                         "file" => vec![Backend::File],
                         "dynamo" => vec![Backend::Dynamo],
-                        "all" => vec![Backend::File, Backend::Dynamo],
+                        "postgres" => vec![Backend::Postgres],
+                        "all" => ALL.to_vec(),
                         other => {
-                            return Err(format!("--backend file|dynamo|all, not `{other}`").into());
+                            return Err(format!(
+                                "--backend file|dynamo|postgres|all, not `{other}`"
+                            )
+                            .into());
                         }
                     }
                 }
@@ -101,7 +114,8 @@ impl Options {
                 other => {
                     return Err(format!(
                         "`cargo xtask chaos` does not take `{other}` (accepted: --minutes N, \
-                         --backend file|dynamo|all, --seed S, --sabotage); see `cargo xtask help`"
+                         --backend file|dynamo|postgres|all, --seed S, --sabotage); see `cargo \
+                         xtask help`"
                     )
                     .into());
                 }
@@ -143,9 +157,9 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| project_root().join("target"))
 }
 
-/// What the run builds first: the actors, and `lease` with its `dynamo` feature (the actors
-/// build lease-dynamo anyway, so it costs no more with `--backend file`; `cargo xtask test`
-/// builds the same beforehand).
+/// What the run builds first: the actors, and `lease` with its `dynamo` and `postgres` features
+/// (the actors build lease-dynamo and lease-postgres anyway, so it costs no more with `--backend
+/// file`; `cargo xtask test` builds the same beforehand).
 pub(crate) const BUILD: [&str; 8] = [
     "build",
     "--quiet",
@@ -154,10 +168,10 @@ pub(crate) const BUILD: [&str; 8] = [
     "-p",
     "lease-cli",
     "--features",
-    "lease-cli/dynamo",
+    "lease-cli/dynamo,lease-cli/postgres",
 ];
 
-/// `cargo xtask chaos [--minutes N] [--backend file|dynamo|all] [--seed S]`.
+/// `cargo xtask chaos [--minutes N] [--backend file|dynamo|postgres|all] [--seed S]`.
 pub(crate) fn chaos(flags: &[&str]) -> Result {
     let options = Options::parse(flags)?;
     let run = project_root()
@@ -192,6 +206,7 @@ pub(crate) fn chaos(flags: &[&str]) -> Result {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .endpoint()
         }),
+        pg_url: stores.pg_proxy.as_ref().map(|proxy| pg_url(proxy.addr())),
         sabotage: options.sabotage,
     };
     let outcome = run_under_faults(&options, &context, &stores)?;
@@ -246,19 +261,35 @@ fn keep_failed(run: &Path) -> std::io::Result<PathBuf> {
     Ok(kept)
 }
 
-/// DynamoDB Local and the proxy in front of it, when DynamoDB is in the run.
+/// The URL of the PostgreSQL database `postgres` at `addr`, as the superuser (trusted).
+fn pg_url(addr: std::net::SocketAddr) -> String {
+    format!("postgres://postgres@{addr}/postgres")
+}
+
+/// DynamoDB Local and the proxy in front of it, when DynamoDB is in the run; a PostgreSQL
+/// cluster of the run's own and a proxy in front of it, when PostgreSQL is.
 #[derive(Debug)]
 struct Stores {
     server: Option<Arc<Mutex<Server>>>,
     proxy: Option<proxy::Proxy>,
+    pg: Option<Arc<Mutex<PgCluster>>>,
+    pg_proxy: Option<proxy::Proxy>,
 }
 
 impl Stores {
     fn start(options: &Options, run: &Path) -> Result<Self> {
+        let (pg, pg_proxy) = if options.has(Backend::Postgres) {
+            let (cluster, proxy) = start_postgres()?;
+            (Some(Arc::new(Mutex::new(cluster))), Some(proxy))
+        } else {
+            (None, None)
+        };
         if !options.has(Backend::Dynamo) {
             return Ok(Self {
                 server: None,
                 proxy: None,
+                pg,
+                pg_proxy,
             });
         }
         let server = Server::start_persistent(
@@ -296,8 +327,51 @@ impl Stores {
         Ok(Self {
             server: Some(Arc::new(Mutex::new(server))),
             proxy: Some(proxy),
+            pg,
+            pg_proxy,
         })
     }
+}
+
+/// Lowers the priority of `cluster`'s postmaster to [`slots::PG_NICENESS`], which the server
+/// processes it forks from then on inherit (best effort: a failure only costs DynamoDB Local CPU).
+pub(crate) fn renice(cluster: &PgCluster) {
+    if let Ok(pid) = cluster.pid() {
+        let _ = Command::new("renice")
+            .args(["-n", slots::PG_NICENESS, "-p", &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// A throwaway PostgreSQL cluster (lease-testservers: the distribution's binaries, a free
+/// loopback port, stopped and removed when dropped), the proxy in front of it, and the table
+/// [`slots::PG_TABLE`] created (directly, not through the proxy).
+fn start_postgres() -> Result<(PgCluster, proxy::Proxy)> {
+    let cluster = PgCluster::start().map_err(|error| {
+        format!(
+            "PostgreSQL for the chaos run: {error} (Debian's `postgresql` package has the binaries)"
+        )
+    })?;
+    renice(&cluster);
+    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.port()));
+    let proxy = proxy::Proxy::start_postgres(upstream)?;
+    println!("    proxy {} -> PostgreSQL {}", proxy.addr(), cluster.url());
+    let lease = target_dir().join("debug").join("lease");
+    let status = Command::new(&lease)
+        .args(["table", "create", "--postgres"])
+        .arg(cluster.url())
+        .args(["--table", slots::PG_TABLE])
+        .status()?;
+    if !status.success() {
+        return Err(format!(
+            "`lease table create --postgres {} --table {}` failed ({status})",
+            cluster.url(),
+            slots::PG_TABLE
+        )
+        .into());
+    }
+    Ok((cluster, proxy))
 }
 
 /// What the run did, for the report.
@@ -306,6 +380,8 @@ pub(crate) struct Outcome {
     slots: Vec<Slot>,
     faults: Faults,
     proxy: Option<proxy::ProxyCounters>,
+    /// The PostgreSQL proxy's counters, when PostgreSQL ran.
+    pg_proxy: Option<proxy::ProxyCounters>,
     elapsed: Duration,
     spawned: u64,
     /// The attacker's actions and checks, when the file backend ran.
@@ -352,6 +428,8 @@ fn run_under_faults(options: &Options, context: &Context, stores: &Stores) -> Re
             slots: &mut slots,
             proxy: stores.proxy.as_ref(),
             store: stores.server.as_ref(),
+            pg_proxy: stores.pg_proxy.as_ref(),
+            pg: stores.pg.as_ref(),
             run: &context.run,
         };
         faults.tick(now, &mut targets);
@@ -381,10 +459,12 @@ fn run_under_faults(options: &Options, context: &Context, stores: &Stores) -> Re
         attacker_report = Some(attacker.finish(Instant::now() + Duration::from_secs(5)));
     }
     let proxy = stores.proxy.as_ref().map(proxy::Proxy::counters);
+    let pg_proxy = stores.pg_proxy.as_ref().map(proxy::Proxy::counters);
     Ok(Outcome {
         slots,
         faults,
         proxy,
+        pg_proxy,
         elapsed: started.elapsed(),
         spawned,
         attacker: attacker_report,
@@ -432,13 +512,18 @@ mod tests {
         assert_eq!((options.seed, options.sabotage), (9, false));
         let defaults = Options::parse(&[]).expect("no flags");
         assert_eq!(defaults.duration, Duration::from_secs(60));
-        assert_eq!(defaults.backends, [Backend::File, Backend::Dynamo]);
+        assert_eq!(
+            defaults.backends,
+            [Backend::File, Backend::Dynamo, Backend::Postgres]
+        );
+        let postgres = Options::parse(&["--backend", "postgres"]).expect("postgres");
+        assert_eq!(postgres.backends, [Backend::Postgres]);
         assert!(Options::parse(&["--sabotage"]).expect("sabotage").sabotage);
         for (flags, says) in [
             (&["--minutes", "0"][..], "above 0"),
             (&["--minutes", "x"][..], "a number"),
             (&["--minutes"][..], "needs a value"),
-            (&["--backend", "s3"][..], "file|dynamo|all"),
+            (&["--backend", "s3"][..], "file|dynamo|postgres|all"),
             (&["--seed", "-1"][..], "unsigned"),
             (&["--fast"][..], "does not take `--fast`"),
         ] {

@@ -1,4 +1,5 @@
-//! A fault-injecting TCP proxy between the chaos actors and DynamoDB Local (HTTP/1.1).
+//! A fault-injecting TCP proxy between the chaos actors and DynamoDB Local (HTTP/1.1), or
+//! PostgreSQL (its protocol is framed in `super::pg_proxy`, with the same faults and counters).
 //!
 //! The proxy frames HTTP/1.1 itself, so that it can pick out one request and inject a [`Fault`]
 //! into it without disturbing any other: it reads a whole request (head up to `\r\n\r\n`, then
@@ -147,8 +148,20 @@ pub(crate) struct Proxy {
 }
 
 impl Proxy {
-    /// Listens on an ephemeral loopback port and forwards to `upstream`.
+    /// Listens on an ephemeral loopback port and forwards HTTP/1.1 to `upstream` (DynamoDB
+    /// Local).
     pub(crate) fn start(upstream: SocketAddr) -> io::Result<Self> {
+        Self::start_with(upstream, serve)
+    }
+
+    /// Listens on an ephemeral loopback port and forwards PostgreSQL's protocol to `upstream`
+    /// (`super::pg_proxy`): the same faults, each hitting one query.
+    pub(crate) fn start_postgres(upstream: SocketAddr) -> io::Result<Self> {
+        Self::start_with(upstream, super::pg_proxy::serve)
+    }
+
+    /// Listens on an ephemeral loopback port; each connection is served by `serve`.
+    fn start_with(upstream: SocketAddr, serve: fn(TcpStream, &Shared)) -> io::Result<Self> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -163,7 +176,7 @@ impl Proxy {
             .name("chaos-proxy-accept".into())
             .spawn({
                 let shared = Arc::clone(&shared);
-                move || accept_loop(&listener, &shared)
+                move || accept_loop(&listener, &shared, serve)
             })?;
         Ok(Self {
             addr,
@@ -222,9 +235,9 @@ impl Drop for Proxy {
 
 /// What the accept loop, the connection threads and the [`Proxy`] handle share.
 #[derive(Debug)]
-struct Shared {
+pub(super) struct Shared {
     /// Where requests are forwarded.
-    upstream: SocketAddr,
+    pub(super) upstream: SocketAddr,
     /// Set once by [`Proxy::stop`].
     stop: AtomicBool,
     /// Armed faults and how many more requests each is to hit, oldest first.
@@ -239,7 +252,7 @@ struct Shared {
 
 impl Shared {
     /// Whether [`Proxy::stop`] was called.
-    fn stopping(&self) -> bool {
+    pub(super) fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
 
@@ -253,12 +266,12 @@ impl Shared {
     }
 
     /// Updates the counters.
-    fn count(&self, update: impl FnOnce(&mut ProxyCounters)) {
+    pub(super) fn count(&self, update: impl FnOnce(&mut ProxyCounters)) {
         update(&mut lock(&self.counters));
     }
 
     /// Takes the fault for the next request, if one is armed, and counts its hit.
-    fn take_fault(&self) -> Option<Fault> {
+    pub(super) fn take_fault(&self) -> Option<Fault> {
         let fault = {
             let mut armed = lock(&self.armed);
             let (fault, left) = armed.front_mut()?;
@@ -302,8 +315,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Accepts client connections, one thread each, until the proxy stops.
-fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>) {
+/// Accepts client connections, one thread each (running `serve`), until the proxy stops.
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, serve: fn(TcpStream, &Shared)) {
     for incoming in listener.incoming() {
         if shared.stopping() {
             return;

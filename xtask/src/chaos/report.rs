@@ -11,7 +11,7 @@ use super::check::{Assumptions, check};
 use super::faults::Kind;
 use super::history::{History, Surface};
 use super::slots::DYNAMO_SKEW;
-use super::{Backend, Options, Outcome};
+use super::{Options, Outcome};
 use crate::Result;
 
 /// Checks the run's history, writes the report, prints it, and fails on any violation or on a
@@ -209,7 +209,13 @@ fn faults(options: &Options, outcome: &Outcome) -> String {
         DYNAMO_SKEW.as_millis(),
         outcome.faults.steps_beyond
     );
-    if let Some(proxy) = &outcome.proxy {
+    for (proxy, server) in [
+        (&outcome.proxy, "DynamoDB Local"),
+        (&outcome.pg_proxy, "PostgreSQL"),
+    ] {
+        let Some(proxy) = proxy else {
+            continue;
+        };
         let hits: Vec<String> = [
             "delay",
             "drop",
@@ -223,9 +229,9 @@ fn faults(options: &Options, outcome: &Outcome) -> String {
         .collect();
         let _ = writeln!(
             text,
-            "\nThe proxy read {} requests on {} connections and forwarded {}; requests hit by \
-             each fault: {}; connections closed because DynamoDB Local was down: {}; malformed: \
-             {}; proxy threads that panicked: {}.",
+            "\nThe {server} proxy read {} requests on {} connections and forwarded {}; requests \
+             hit by each fault: {}; connections closed because {server} was down: {}; \
+             malformed: {}; proxy threads that panicked: {}.",
             proxy.requests,
             proxy.connections,
             proxy.forwarded,
@@ -273,12 +279,7 @@ fn idle_surfaces(options: &Options, history: &History) -> Vec<String> {
         .iter()
         .map(|(surface, _)| surface)
         .filter(|surface| {
-            let backend = if surface.is_dynamo() {
-                Backend::Dynamo
-            } else {
-                Backend::File
-            };
-            options.has(backend)
+            options.has(surface.backend())
                 && !history.acqs.iter().any(|acq| acq.surface == **surface)
                 && !history.claims.iter().any(|span| span.surface == **surface)
         })

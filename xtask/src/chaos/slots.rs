@@ -17,6 +17,11 @@ pub(crate) const TABLE: &str = "chaos";
 /// old fenced values back too, which no store can prevent, so the actors whose history records
 /// values stay on [`TABLE`].
 pub(crate) const TABLE_RESTORED: &str = "chaos-restored";
+/// The PostgreSQL table every PostgreSQL surface shares.
+pub(crate) const PG_TABLE: &str = "chaos";
+/// The per-attempt timeout of the PostgreSQL actors (and DynamoDB's): a blackholed statement
+/// is given up and retried on a fresh connection while the holder's deadline allows.
+const ATTEMPT_TIMEOUT_MS: &str = "800";
 /// Dummy credentials and region for DynamoDB Local, which accepts any.
 pub(crate) const AWS_ENV: [(&str, &str); 3] = [
     ("AWS_ACCESS_KEY_ID", "local"),
@@ -58,15 +63,18 @@ pub(crate) enum Role {
     Prune,
     /// `lease run --dynamo` (through the proxy) of `lease-chaos-actor touch`.
     RunDynamo,
+    /// `lease run --postgres` (through the PostgreSQL proxy) of `lease-chaos-actor touch`.
+    RunPostgres,
     /// `lease run --holders 2` of `lease-chaos-actor touch` on the key `slots2`, on the files
-    /// or through the proxy on DynamoDB: a counting lease, each holder in a slot.
+    /// or through a proxy on DynamoDB or PostgreSQL: a counting lease, each holder in a slot.
     RunCounting,
-    /// `lease-chaos-actor dynamo-lease`: a kept lease and fenced values, through the proxy.
-    DynamoLease,
-    /// `lease-chaos-actor fleet` worker on the files or on DynamoDB.
+    /// `lease-chaos-actor dynamo-lease` or `pg-lease`: a kept lease and fenced values, through
+    /// the proxy.
+    KeptLease,
+    /// `lease-chaos-actor fleet` worker on the files, on DynamoDB or on PostgreSQL.
     Fleet { worker: u32 },
-    /// `lease-chaos-actor election` on `files/election` or on DynamoDB (through the proxy),
-    /// key `leader`: a campaigner, or (`observe`) an observer.
+    /// `lease-chaos-actor election` on `files/election` or on DynamoDB or PostgreSQL (through
+    /// the proxy), key `leader`: a campaigner, or (`observe`) an observer.
     Election { observe: bool },
     /// `lease run --dynamo chaos-restored` of `touch`: the holders of the table that the
     /// `table-restore` fault restores.
@@ -93,6 +101,8 @@ pub(crate) struct Context {
     pub(crate) store_endpoint: Option<String>,
     /// `FileLock` actors claim without checking and hold 400 ms (`--sabotage`).
     pub(crate) sabotage: bool,
+    /// The PostgreSQL URL through the PostgreSQL proxy, which every PostgreSQL client uses.
+    pub(crate) pg_url: Option<String>,
 }
 
 impl Context {
@@ -217,10 +227,16 @@ impl Slot {
 
     fn spawn(&self, context: &Context) -> std::io::Result<Child> {
         let mut command = self.command(context);
+        if self.backend == Backend::Postgres {
+            command = niced(&command);
+        }
         let log = context.run.join("logs").join(format!("{}.log", self.name));
         let out = File::options().create(true).append(true).open(log)?;
         command
             .envs(AWS_ENV)
+            // Every PostgreSQL surface is told its URL (the proxy's); `lease` would otherwise
+            // take one from the environment of `cargo xtask test`.
+            .env_remove("LEASE_POSTGRES_URL")
             .env("TMPDIR", context.run.join("tmp"))
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
@@ -319,6 +335,27 @@ impl Slot {
                 touch(&mut command, context, &proc, "run-dynamo", &key, 60);
                 command
             }
+            (Role::RunPostgres, _) => {
+                let mut command = Command::new(&context.lease);
+                command
+                    .args([
+                        "run",
+                        "--postgres",
+                        context.pg_url.as_deref().unwrap_or_default(),
+                    ])
+                    .args(["--table", PG_TABLE])
+                    .args(["--key", "r0", "--ttl", "3s", "--wait", "4s", "--"]);
+                let key = format!("postgres:{PG_TABLE}/r0");
+                touch(
+                    &mut command,
+                    context,
+                    &proc,
+                    "run-postgres",
+                    &key,
+                    PG_TOUCH_EVERY,
+                );
+                command
+            }
             (Role::RunRestored, _) => {
                 let mut command = Command::new(&context.lease);
                 command
@@ -343,7 +380,13 @@ impl Slot {
                 command
             }
             (Role::RunCounting, backend) => counting(context, &proc, backend),
-            (Role::DynamoLease, _) => {
+            (Role::KeptLease, Backend::Postgres) => {
+                let mut command = actor(context, "pg-lease", &proc);
+                postgres(&mut command, context);
+                command.args(["--keys", "p0,p1", "--ttl-ms", "3000"]);
+                command
+            }
+            (Role::KeptLease, _) => {
                 let mut command = actor(context, "dynamo-lease", &proc);
                 command
                     .args([
@@ -352,7 +395,7 @@ impl Slot {
                     ])
                     .args(["--table", TABLE, "--keys", "d0,d1", "--ttl-ms", "3000"])
                     .args(["--skew-ms", &DYNAMO_SKEW.as_millis().to_string()])
-                    .args(["--attempt-timeout-ms", "800"]);
+                    .args(["--attempt-timeout-ms", ATTEMPT_TIMEOUT_MS]);
                 command
             }
             (Role::Fleet { worker }, backend) => fleet(context, &proc, *worker, backend),
@@ -373,8 +416,14 @@ impl Slot {
                             context.endpoint.as_deref().unwrap_or_default(),
                         ])
                         .args(["--skew-ms", &DYNAMO_SKEW.as_millis().to_string()])
-                        .args(["--attempt-timeout-ms", "800"])
+                        .args(["--attempt-timeout-ms", ATTEMPT_TIMEOUT_MS])
                         .args(["--ttl-ms", "3000", "--hold-ms", "400"]),
+                    // As on DynamoDB; observers are woken by NOTIFY.
+                    Backend::Postgres => {
+                        command.args(["--backend", "postgres"]);
+                        postgres(&mut command, context);
+                        command.args(["--ttl-ms", "3000", "--hold-ms", "400"])
+                    }
                 };
                 command
                     .args(["--key", "leader"])
@@ -383,6 +432,23 @@ impl Slot {
             }
         }
     }
+}
+
+/// The niceness of the PostgreSQL side of a run (its actors and its server): below the rest, so
+/// that on a loaded machine it does not starve DynamoDB Local, whose restarts (a JVM starting)
+/// then came too late in `--backend all` runs for `fleet-dynamo` to gain a unit in a minute (3
+/// runs in 3 on a 2-core machine at a load of 15 to 25; none without the PostgreSQL side). The
+/// PostgreSQL side pays with longer pauses, which are faults it must survive anyway.
+pub(crate) const PG_NICENESS: &str = "10";
+
+/// `command` run by `nice -n` [`PG_NICENESS`], which execs it: the same process id.
+fn niced(command: &Command) -> Command {
+    let mut niced = Command::new("nice");
+    niced
+        .args(["-n", PG_NICENESS])
+        .arg(command.get_program())
+        .args(command.get_args());
+    niced
 }
 
 /// `lease-chaos-actor <mode> --proc <proc> --run <run>`.
@@ -394,6 +460,21 @@ fn actor(context: &Context, mode: &str, proc: &str) -> Command {
         .arg("--run")
         .arg(&context.run);
     command
+}
+
+/// How far apart (ms) the command of a PostgreSQL `lease run` writes its claims: twice the
+/// others' gap, so that each `lease` process (a new pool, a new `LISTEN` connection, each a
+/// server process forked by PostgreSQL) lives about a second. Shorter, their churn starved
+/// DynamoDB Local of a loaded 2-core machine in `--backend all` runs.
+const PG_TOUCH_EVERY: u32 = 120;
+
+/// Appends where PostgreSQL is to an actor's `command`: the proxy's URL, the table, the
+/// attempt timeout.
+fn postgres(command: &mut Command, context: &Context) {
+    command
+        .args(["--postgres", context.pg_url.as_deref().unwrap_or_default()])
+        .args(["--table", PG_TABLE])
+        .args(["--attempt-timeout-ms", ATTEMPT_TIMEOUT_MS]);
 }
 
 /// Appends `lease-chaos-actor touch ...` (the command `lease run` runs) to `command`.
@@ -419,7 +500,7 @@ fn touch(
 pub(crate) const COUNTING_HOLDERS: u32 = 2;
 
 /// `lease run --holders 2` of `touch` on the key `slots2`: on the files (ttl 2 s) or on
-/// DynamoDB (ttl 3 s, through the proxy).
+/// DynamoDB or PostgreSQL (ttl 3 s, through the proxy).
 fn counting(context: &Context, proc: &str, backend: Backend) -> Command {
     let name = format!("slots{COUNTING_HOLDERS}");
     let mut command = Command::new(&context.lease);
@@ -440,19 +521,26 @@ fn counting(context: &Context, proc: &str, backend: Backend) -> Command {
                 .args(["--ttl", "3s"]);
             format!("dynamo:{TABLE}/{name}/LOCK")
         }
+        Backend::Postgres => {
+            command
+                .args(["--postgres", context.pg_url.as_deref().unwrap_or_default()])
+                .args(["--table", PG_TABLE, "--ttl", "3s"]);
+            format!("postgres:{PG_TABLE}/{name}")
+        }
     };
     command
         .args(["--key", &name, "--holders", &COUNTING_HOLDERS.to_string()])
         .args(["--wait", "4s", "--"]);
-    let surface = match backend {
-        Backend::File => "run-file",
-        Backend::Dynamo => "run-dynamo",
+    let (surface, every) = match backend {
+        Backend::File => ("run-file", 40),
+        Backend::Dynamo => ("run-dynamo", 40),
+        Backend::Postgres => ("run-postgres", PG_TOUCH_EVERY),
     };
-    touch(&mut command, context, proc, surface, &key, 40);
+    touch(&mut command, context, proc, surface, &key, every);
     command
 }
 
-/// A fleet worker on the files or on DynamoDB.
+/// A fleet worker on the files, on DynamoDB or on PostgreSQL.
 fn fleet(context: &Context, proc: &str, worker: u32, backend: Backend) -> Command {
     let mut command = actor(context, "fleet", proc);
     let worker = format!("w{worker}");
@@ -471,7 +559,15 @@ fn fleet(context: &Context, proc: &str, worker: u32, backend: Backend) -> Comman
             .args(["--session-ms", "3000", "--interval-ms", "600"])
             .args(["--margin-ms", "1000", "--save-every-ms", "400"])
             .args(["--skew-ms", &DYNAMO_SKEW.as_millis().to_string()])
-            .args(["--attempt-timeout-ms", "800"]),
+            .args(["--attempt-timeout-ms", ATTEMPT_TIMEOUT_MS]),
+        // The timings of DynamoDB's workers.
+        Backend::Postgres => {
+            command.args(["--backend", "postgres"]);
+            postgres(&mut command, context);
+            command
+                .args(["--session-ms", "3000", "--interval-ms", "600"])
+                .args(["--margin-ms", "1000", "--save-every-ms", "400"])
+        }
     };
     command.args(["--fleet", "chaos", "--worker", &worker, "--units", "12"]);
     command
@@ -547,7 +643,7 @@ pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
                 add(format!("rund{i}"), Role::RunDynamo);
             }
             for i in 0..3 {
-                add(format!("dl{i}"), Role::DynamoLease);
+                add(format!("dl{i}"), Role::KeptLease);
             }
             for i in 0..3 {
                 add(format!("runr{i}"), Role::RunRestored);
@@ -565,6 +661,23 @@ pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
             for i in 0..2 {
                 add(format!("watchd{i}"), Role::Election { observe: true });
             }
+        }
+        // Fewer than DynamoDB's, and niced (`PG_NICENESS`): the run's machine is shared.
+        Backend::Postgres => {
+            add("runp0".to_owned(), Role::RunPostgres);
+            for i in 0..2 {
+                add(format!("pl{i}"), Role::KeptLease);
+            }
+            for i in 0..3 {
+                add(format!("countp{i}"), Role::RunCounting);
+            }
+            for worker in 0..2 {
+                add(format!("fleetp{worker}"), Role::Fleet { worker });
+            }
+            for i in 0..2 {
+                add(format!("electp{i}"), Role::Election { observe: false });
+            }
+            add("watchp0".to_owned(), Role::Election { observe: true });
         }
     }
     slots

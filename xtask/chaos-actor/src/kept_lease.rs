@@ -1,4 +1,5 @@
-//! `dynamo-lease`: `DynamoLeases` kept by a `LeaseGuard`, with fenced writes beside the lease.
+//! `dynamo-lease` and `pg-lease`: `DynamoLeases` or `PgLeases` kept by a `LeaseGuard`, with
+//! fenced writes beside the lease.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,22 +8,58 @@ use lease_core::{
     FencedValues, FencingToken, LeaseBackend, LeaseError, LeaseGuard, LeaseKey, NotOwnedReason,
     WaitOptions,
 };
-use lease_dynamo::DynamoLeases;
 
 use crate::actor::{Actor, Rng};
-use crate::cli::DynamoLeaseArgs;
+use crate::cli::KeptLeaseArgs;
 use crate::history::{Outcome, Surface, mono_ns, parse_value, value};
 
-const SURFACE: Surface = Surface::LeaseDynamo;
-
-/// Runs tenures on randomly picked keys until the actor stops.
-pub(crate) fn run(args: &DynamoLeaseArgs, actor: &Actor) -> Result<(), String> {
+/// `dynamo-lease`: tenures on `DynamoLeases` until the actor stops.
+pub(crate) fn run_dynamo(args: &KeptLeaseArgs, actor: &Actor) -> Result<(), String> {
     crate::actor::block_on(async {
-        let leases = crate::dynamo::leases(&args.dynamo, actor).await?;
+        let leases = crate::dynamo::leases(&args.store, actor).await?;
+        let table = leases.table().to_owned();
+        let store = Store {
+            surface: Surface::LeaseDynamo,
+            key_name: Box::new(move |pk| crate::dynamo::lease_key(&table, pk)),
+            value_prefix: format!("dynamo:{}", leases.table()),
+            leases,
+        };
+        store.run(args, actor).await
+    })?
+}
+
+/// `pg-lease`: tenures on `PgLeases` until the actor stops.
+pub(crate) fn run_postgres(args: &KeptLeaseArgs, actor: &Actor) -> Result<(), String> {
+    crate::actor::block_on(async {
+        let leases = crate::postgres::leases(&args.store, actor).await?;
+        let table = leases.table().to_owned();
+        let store = Store {
+            surface: Surface::LeasePostgres,
+            value_prefix: format!("postgres:{table}"),
+            key_name: Box::new(move |pk| crate::postgres::lease_key(&table, pk)),
+            leases,
+        };
+        store.run(args, actor).await
+    })?
+}
+
+/// A store the tenures run on, and how the history names its leases and values.
+struct Store<L> {
+    leases: Arc<L>,
+    surface: Surface,
+    /// The history's name of the lease `pk`.
+    key_name: Box<dyn Fn(&str) -> String + Send + Sync>,
+    /// The history's names of values are `<this>/value-<pk>`.
+    value_prefix: String,
+}
+
+impl<L: LeaseBackend + FencedValues + 'static> Store<L> {
+    /// Runs tenures on randomly picked keys until the actor stops.
+    async fn run(&self, args: &KeptLeaseArgs, actor: &Actor) -> Result<(), String> {
         let mut rng = Rng::new();
         while !actor.stopping() {
             let pk = &args.keys[usize::try_from(rng.below(args.keys.len() as u64)).unwrap_or(0)];
-            let tenure = Tenure::new(&leases, actor, pk, Duration::from_millis(args.ttl_ms))?;
+            let tenure = Tenure::new(self, actor, pk, Duration::from_millis(args.ttl_ms))?;
             let pause = match tenure.run(&mut rng).await {
                 Ok(true) => rng.millis(0, 50),
                 Ok(false) => rng.millis(50, 250),
@@ -34,12 +71,12 @@ pub(crate) fn run(args: &DynamoLeaseArgs, actor: &Actor) -> Result<(), String> {
             actor.pause(pause).await;
         }
         Ok(())
-    })?
+    }
 }
 
 /// One attempt at a tenure of one key.
-struct Tenure<'a> {
-    leases: &'a Arc<DynamoLeases>,
+struct Tenure<'a, L> {
+    store: &'a Store<L>,
     actor: &'a Actor,
     key: LeaseKey,
     /// The history's name of the lease.
@@ -50,21 +87,16 @@ struct Tenure<'a> {
     ttl: Duration,
 }
 
-impl<'a> Tenure<'a> {
-    fn new(
-        leases: &'a Arc<DynamoLeases>,
-        actor: &'a Actor,
-        pk: &str,
-        ttl: Duration,
-    ) -> Result<Self, String> {
+impl<'a, L: LeaseBackend + FencedValues + 'static> Tenure<'a, L> {
+    fn new(store: &'a Store<L>, actor: &'a Actor, pk: &str, ttl: Duration) -> Result<Self, String> {
         let invalid = |e: LeaseError| format!("key {pk}: {e}");
         Ok(Self {
-            leases,
+            store,
             actor,
             key: LeaseKey::new(pk).map_err(invalid)?,
-            key_name: crate::dynamo::lease_key(leases, pk),
+            key_name: (store.key_name)(pk),
             value: LeaseKey::new(format!("value-{pk}")).map_err(invalid)?,
-            value_name: format!("dynamo:{}/value-{pk}", leases.table()),
+            value_name: format!("{}/value-{pk}", store.value_prefix),
             ttl,
         })
     }
@@ -72,7 +104,7 @@ impl<'a> Tenure<'a> {
     /// Acquires (one attempt: `Ok(false)` if held), then for 2 to 4 renewal periods (a third of
     /// the lease each) claims and writes every sixth of the lease, then releases.
     async fn run(&self, rng: &mut Rng) -> Result<bool, LeaseError> {
-        let backend: Arc<dyn LeaseBackend> = self.leases.clone();
+        let backend: Arc<dyn LeaseBackend> = self.store.leases.clone();
         let sent = mono_ns();
         // One attempt, kept by its guard on this actor's runtime.
         let acquired = LeaseGuard::builder(backend, &self.key, self.ttl)
@@ -88,7 +120,14 @@ impl<'a> Tenure<'a> {
         let token = guard.fencing_token();
         let history = &self.actor.history;
         let wall = self.actor.wall_ms();
-        history.acq(SURFACE, &self.key_name, token.get(), sent, acquired, wall);
+        history.acq(
+            self.store.surface,
+            &self.key_name,
+            token.get(),
+            sent,
+            acquired,
+            wall,
+        );
         let mut seq = self.read(token).await;
         let steps = 2 * (2 + rng.below(3));
         for _ in 0..steps {
@@ -103,12 +142,12 @@ impl<'a> Tenure<'a> {
                 self.write(token, seq).await;
                 break;
             }
-            history.claim(SURFACE, &self.key_name, token.get(), at);
+            history.claim(self.store.surface, &self.key_name, token.get(), at);
             seq += 1;
             self.write(token, seq).await;
         }
         match guard.release().await {
-            Ok(()) => history.rel(SURFACE, &self.key_name, token.get(), mono_ns()),
+            Ok(()) => history.rel(self.store.surface, &self.key_name, token.get(), mono_ns()),
             Err(error) => eprintln!("{}: release: {error}", history.proc_id()),
         }
         Ok(true)
@@ -117,13 +156,19 @@ impl<'a> Tenure<'a> {
     /// The fenced read a new holder makes first; returns the sequence number to go on from.
     async fn read(&self, token: FencingToken) -> u64 {
         let sent = mono_ns();
-        let result = self.leases.fence_and_read(&self.value, token).await;
+        let result = self.store.leases.fence_and_read(&self.value, token).await;
         let done = mono_ns();
         match result {
             Ok(seen) => {
                 let seen = seen.as_deref().and_then(parse_value);
                 let history = &self.actor.history;
-                history.read(SURFACE, &self.value_name, token.get(), (sent, done), seen);
+                history.read(
+                    self.store.surface,
+                    &self.value_name,
+                    token.get(),
+                    (sent, done),
+                    seen,
+                );
                 seen.map_or(0, |(_, seq)| seq)
             }
             Err(error) => {
@@ -139,6 +184,7 @@ impl<'a> Tenure<'a> {
         let text = value(history.proc_id(), token.get(), seq);
         let sent = mono_ns();
         let result = self
+            .store
             .leases
             .put_fenced(&self.value, token, text.as_bytes())
             .await;
@@ -154,7 +200,7 @@ impl<'a> Tenure<'a> {
             }
         };
         history.write(
-            SURFACE,
+            self.store.surface,
             &self.value_name,
             token.get(),
             seq,
