@@ -288,3 +288,69 @@ fn a_recreated_table_grants_nothing_until_the_grace_ends() {
         },
     );
 }
+
+/// A dump restored into the live table: its rows (the `meta` row with them) are as they were
+/// before the holder's grant, in the same cluster, timeline and table; only the file node the
+/// `TRUNCATE` of the restore gave the table tells the new incarnation.
+#[test]
+fn rows_restored_from_a_dump_grant_nothing_until_the_grace_ends() {
+    support::run(
+        "rows_restored_from_a_dump_grant_nothing_until_the_grace_ends",
+        |url| async move {
+            let grace = Duration::from_secs(30);
+            let clock = Arc::new(ManualClock::new());
+            let (holder, _proxy, table) = support::leases(&url, "restore", |b| {
+                b.with_clock(clock.clone()).with_recreation_grace(grace)
+            })
+            .await;
+            let other = contender(&url, &table, &clock, grace);
+            let key = LeaseKey::new("restored").unwrap();
+            let once = AcquireOptions::default();
+            assert!(
+                holder
+                    .try_acquire(&key, D, &once)
+                    .await
+                    .unwrap_err()
+                    .is_held()
+            );
+            clock.advance(grace + Duration::from_secs(1));
+            let first = holder.try_acquire(&key, D, &once).await.unwrap();
+            holder
+                .release(first.key(), first.token(), first.fencing_token())
+                .await
+                .unwrap();
+            let dump = format!("{table}_dump");
+            support::psql(
+                &url,
+                &format!("CREATE TABLE \"{dump}\" AS SELECT * FROM \"{table}\""),
+            )
+            .await;
+            let lease = holder.try_acquire(&key, D, &once).await.unwrap();
+
+            support::psql(
+                &url,
+                &format!(
+                    "BEGIN; TRUNCATE \"{table}\"; INSERT INTO \"{table}\" SELECT * FROM \"{dump}\"; \
+                     COMMIT; DROP TABLE \"{dump}\""
+                ),
+            )
+            .await;
+            let err = other.try_acquire(&key, D, &once).await.unwrap_err();
+            assert!(
+                err.is_held(),
+                "the restored row is free, but the grace holds: {err}"
+            );
+            let lost = holder.renew(&lease, D).await.unwrap_err();
+            assert!(lost.is_not_owned(), "{lost}");
+            clock.advance(grace + Duration::from_secs(1));
+            let next = other.try_acquire(&key, D, &once).await.unwrap();
+            assert!(
+                next.fencing_token() > lease.fencing_token(),
+                "above the grant the dump missed: {} after {}",
+                next.fencing_token(),
+                lease.fencing_token()
+            );
+            support::drop_table(&url, &table).await;
+        },
+    );
+}
