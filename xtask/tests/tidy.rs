@@ -598,6 +598,12 @@ const ALLOWED_AMBIENT: &[(&str, &str, &str)] = &[
         "Uuid::new_v4",
         "per-call request id",
     ),
+    // lease-postgres: the same per-call request ids, for the same reason, drawn in one function.
+    (
+        "lease-postgres/src/backend.rs",
+        "Uuid::new_v4",
+        "per-call request id",
+    ),
     // Table provisioning (an operator's call, not a lease operation): how long it waited for the
     // table to become active, for its error message.
     (

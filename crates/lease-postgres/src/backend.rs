@@ -18,6 +18,31 @@ use crate::record::{Current, key_of};
 /// Longest owner description accepted, in bytes.
 const MAX_OWNER_BYTES: usize = 1024;
 
+/// A fresh id for one call (its retries reuse it). Not from the caller's
+/// [`TokenSource`](lease_core::TokenSource): request ids must be unique even when a caller's
+/// tokens repeat (the exception docs/architecture.md states for lease-dynamo too).
+fn request_id() -> Uuid {
+    Uuid::new_v4()
+}
+
+/// Checks what an acquire stores beside the key; nothing is sent otherwise.
+fn check_acquire_options(options: &AcquireOptions) -> Result<(), LeaseError> {
+    validate_acquire_options(options)?;
+    if let Some(owner) = options.owner() {
+        if owner.len() > MAX_OWNER_BYTES {
+            return Err(LeaseError::invalid(
+                "owner",
+                format!("is {} bytes; the limit is {MAX_OWNER_BYTES}", owner.len()),
+            ));
+        }
+        check_text("owner", owner)?;
+    }
+    if let Some(value) = options.value() {
+        check_text("lease value", value)?;
+    }
+    Ok(())
+}
+
 /// Microseconds of a duration, as the statements take them.
 fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
@@ -67,25 +92,13 @@ impl PgLeases {
         options: &AcquireOptions,
     ) -> Result<Lease, LeaseError> {
         validate_duration(duration)?;
-        validate_acquire_options(options)?;
-        if let Some(owner) = options.owner() {
-            if owner.len() > MAX_OWNER_BYTES {
-                return Err(LeaseError::invalid(
-                    "owner",
-                    format!("is {} bytes; the limit is {MAX_OWNER_BYTES}", owner.len()),
-                ));
-            }
-            check_text("owner", owner)?;
-        }
-        if let Some(value) = options.value() {
-            check_text("lease value", value)?;
-        }
+        check_acquire_options(options)?;
         let inner = &self.inner;
         let token = options
             .token()
             .cloned()
             .unwrap_or_else(|| inner.tokens.next_token());
-        let request = Uuid::new_v4();
+        let request = request_id();
         let (partition, sort) = (key.partition(), Self::sort_value(key));
         let (d, test_now, skew) = (
             micros(duration),
@@ -120,6 +133,21 @@ impl PgLeases {
             .await
             .map_err(crate::PgError::into_lease_error)?;
         let row = answer.rows.first().ok_or_else(|| self.no_row("acquire"))?;
+        self.acquire_outcome(key, duration, &token, request, sent_at, row)
+    }
+
+    /// What an acquire statement's answer means: granted, granted by an earlier attempt of
+    /// this call whose reply was lost, refused in a new incarnation's grace, or held.
+    fn acquire_outcome(
+        &self,
+        key: &LeaseKey,
+        duration: Duration,
+        token: &LeaseToken,
+        request: Uuid,
+        sent_at: std::time::Instant,
+        row: &tokio_postgres::Row,
+    ) -> Result<Lease, LeaseError> {
+        let inner = &self.inner;
         let cur = Current::read(key, row)?;
         let read = |column: &str| -> Result<Option<SystemTime>, LeaseError> {
             row.try_get(column)
@@ -206,7 +234,7 @@ impl PgLeases {
         validate_duration(duration)?;
         let inner = &self.inner;
         let key = lease.key();
-        let request = Uuid::new_v4();
+        let request = request_id();
         let (partition, sort) = (key.partition(), Self::sort_value(key));
         let (token, fencing) = (lease.token().as_str(), fencing_param(lease.fencing_token()));
         let (d, test_now) = (micros(duration), self.clock_override());
@@ -274,7 +302,7 @@ impl PgLeases {
         fencing: FencingToken,
     ) -> Result<(), LeaseError> {
         let inner = &self.inner;
-        let request = Uuid::new_v4();
+        let request = request_id();
         let (partition, sort) = (key.partition(), Self::sort_value(key));
         let (token_text, fencing_value) = (token.as_str(), fencing_param(fencing));
         let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 5] = [

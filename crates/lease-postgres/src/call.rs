@@ -91,7 +91,7 @@ impl PgLeases {
     ) -> Result<Vec<Row>, PgError> {
         let inner = &self.inner;
         let table = &inner.table.plain;
-        let started = Instant::now();
+        let started = inner.clock.monotonic();
         let client = match tokio::time::timeout(budget, inner.pool.get()).await {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => {
@@ -112,7 +112,8 @@ impl PgLeases {
                 ));
             }
         };
-        let left = budget.saturating_sub(started.elapsed());
+        let left =
+            budget.saturating_sub(inner.clock.monotonic().saturating_duration_since(started));
         match tokio::time::timeout(left, client.query_typed(sql, params)).await {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(error)) => {

@@ -34,19 +34,43 @@ pub(crate) const RECORD_COLUMNS: &str =
 impl Statements {
     pub(crate) fn new(table: &TableName) -> Self {
         let t = &table.quoted;
-        let regclass = table.regclass_literal();
-        let channel = &table.channel;
         let key = "kind = 'lease' AND partition = $1 AND sort_key = $2";
         let cur = format!("cur AS (SELECT {RECORD_COLUMNS} FROM {t} WHERE {key})");
-        // Acquire, parameters: $1 partition, $2 sort key ('' for none), $3 holder token,
-        // $4 owner, $5 value, $6 duration (µs), $7 the test clock's time or NULL, $8 skew
-        // allowance (µs), $9 request id, and for the checked form $10 the recreation grace (µs).
-        let acquire_with = |gate: &str| {
-            format!(
-                "/* lease_postgres acquire */ WITH {now}, {cur}, {gate},
+        let (fence_and_read, put_fenced) = fenced(t);
+        Self {
+            acquire: acquire(
+                table,
+                &cur,
+                "gate AS (SELECT '-infinity'::timestamptz AS grants_from)",
+            ),
+            acquire_checked: acquire(table, &cur, &incarnation_gate(table)),
+            renew: renew(t, &cur),
+            release: release(table, &cur),
+            delete: delete(table, &cur),
+            inspect: format!(
+                "/* lease_postgres inspect */ SELECT {RECORD_COLUMNS} FROM {t} WHERE {key}"
+            ),
+            list: format!(
+                "/* lease_postgres list */ SELECT sort_key, {RECORD_COLUMNS} FROM {t}
+WHERE kind = 'lease' AND partition = $1"
+            ),
+            fence_and_read,
+            put_fenced,
+        }
+    }
+}
+
+/// The acquire statement, with `gate` deciding whether grants are open.
+fn acquire(table: &TableName, cur: &str, gate: &str) -> String {
+    let (t, channel) = (&table.quoted, &table.channel);
+    // Acquire, parameters: $1 partition, $2 sort key ('' for none), $3 holder token,
+    // $4 owner, $5 value, $6 duration (µs), $7 the test clock's time or NULL, $8 skew
+    // allowance (µs), $9 request id, and for the checked form $10 the recreation grace (µs).
+    format!(
+        "/* lease_postgres acquire */ WITH {now}, {cur}, {gate},
 won AS (
   INSERT INTO {t} AS l (kind, partition, sort_key, holder, owner, value, fencing, duration_ms,
-                        acquired_at, renewed_at, expires_at, request_id)
+                acquired_at, renewed_at, expires_at, request_id)
   SELECT 'lease', $1, $2, $3, $4, $5,
          GREATEST(1, floor(extract(epoch FROM now.t) * 1000000)::int8),
          $6::int8 / 1000, now.t, now.t, now.t + $6::int8 * interval '1 microsecond', $9
@@ -68,17 +92,20 @@ SELECT (SELECT fencing FROM won) AS won_fencing, (SELECT expires_at FROM won) AS
        (SELECT CASE WHEN isfinite(grants_from) THEN grants_from END FROM gate) AS grants_from,
        now.t AS now, cur.*
 FROM now LEFT JOIN cur ON true",
-                now = now_cte(7),
-            )
-        };
-        let acquire = acquire_with("gate AS (SELECT '-infinity'::timestamptz AS grants_from)");
-        // The incarnation of the table: the cluster (system identifier), its history (the
-        // timeline: a promoted replica or a point-in-time recovery starts a new one) and the
-        // table's storage (its oid: dropped and recreated; its file node: truncated). A mismatch
-        // with the meta row writes the new incarnation with `grants_from` = now + grace; a match
-        // writes nothing and takes no lock.
-        let checked_gate = format!(
-            "inc AS (
+        now = now_cte(7),
+    )
+}
+
+/// The gate of the checked acquire: the incarnation compared with the `meta` row.
+fn incarnation_gate(table: &TableName) -> String {
+    let (t, regclass) = (&table.quoted, table.regclass_literal());
+    // The incarnation of the table: the cluster (system identifier), its history (the
+    // timeline: a promoted replica or a point-in-time recovery starts a new one) and the
+    // table's storage (its oid: dropped and recreated; its file node: truncated). A mismatch
+    // with the meta row writes the new incarnation with `grants_from` = now + grace; a match
+    // writes nothing and takes no lock.
+    format!(
+        "inc AS (
   SELECT concat_ws('/', (SELECT system_identifier FROM pg_control_system()),
                    substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8),
                    {regclass}::regclass::oid, pg_relation_filenode({regclass}::regclass)) AS id
@@ -102,12 +129,15 @@ gate AS (
     ELSE 'infinity'::timestamptz
   END AS grants_from
 )"
-        );
-        let acquire_checked = acquire_with(&checked_gate);
-        // Renew: $1, $2 key, $3 token, $4 fencing, $5 duration (µs), $6 the test clock's time or
-        // NULL, $7 request id.
-        let renew = format!(
-            "/* lease_postgres renew */ WITH {now}, {cur},
+    )
+}
+
+/// The renew statement.
+fn renew(t: &str, cur: &str) -> String {
+    // Renew: $1, $2 key, $3 token, $4 fencing, $5 duration (µs), $6 the test clock's time or
+    // NULL, $7 request id.
+    format!(
+        "/* lease_postgres renew */ WITH {now}, {cur},
 upd AS (
   UPDATE {t} AS l SET expires_at = now.t + $5::int8 * interval '1 microsecond',
     renewed_at = now.t, duration_ms = $5::int8 / 1000, request_id = $7
@@ -118,11 +148,16 @@ upd AS (
 )
 SELECT (SELECT expires_at FROM upd) AS new_expires_at, now.t AS now, cur.*
 FROM now LEFT JOIN cur ON true",
-            now = now_cte(6),
-        );
-        // Release: $1, $2 key, $3 token, $4 fencing, $5 request id.
-        let release = format!(
-            "/* lease_postgres release */ WITH {cur},
+        now = now_cte(6),
+    )
+}
+
+/// The release statement.
+fn release(table: &TableName, cur: &str) -> String {
+    let (t, channel) = (&table.quoted, &table.channel);
+    // Release: $1, $2 key, $3 token, $4 fencing, $5 request id.
+    format!(
+        "/* lease_postgres release */ WITH {cur},
 upd AS (
   UPDATE {t} AS l SET holder = NULL, owner = NULL, value = NULL, expires_at = NULL,
     request_id = $5
@@ -133,10 +168,15 @@ upd AS (
 woke AS (SELECT pg_notify('{channel}', $1 || chr(31) || $2) FROM upd)
 SELECT (SELECT count(*) FROM upd) AS done, (SELECT count(*) FROM woke) AS woke, cur.*
 FROM (SELECT 1) AS one LEFT JOIN cur ON true"
-        );
-        // Delete: $1, $2 key, $3 token or NULL, $4 fencing or NULL.
-        let delete = format!(
-            "/* lease_postgres delete */ WITH {cur},
+    )
+}
+
+/// The delete statement.
+fn delete(table: &TableName, cur: &str) -> String {
+    let (t, channel) = (&table.quoted, &table.channel);
+    // Delete: $1, $2 key, $3 token or NULL, $4 fencing or NULL.
+    format!(
+        "/* lease_postgres delete */ WITH {cur},
 del AS (
   DELETE FROM {t} AS l
   WHERE l.kind = 'lease' AND l.partition = $1 AND l.sort_key = $2
@@ -146,39 +186,26 @@ del AS (
 woke AS (SELECT pg_notify('{channel}', $1 || chr(31) || $2) FROM del)
 SELECT (SELECT count(*) FROM del) AS done, (SELECT count(*) FROM woke) AS woke, cur.*
 FROM (SELECT 1) AS one LEFT JOIN cur ON true"
-        );
-        let inspect =
-            format!("/* lease_postgres inspect */ SELECT {RECORD_COLUMNS} FROM {t} WHERE {key}");
-        let list = format!(
-            "/* lease_postgres list */ SELECT sort_key, {RECORD_COLUMNS} FROM {t}
-WHERE kind = 'lease' AND partition = $1"
-        );
-        // Fenced values: $1, $2 name, $3 fencing; put_fenced also $4 the value.
-        let fence_and_read = format!(
-            "/* lease_postgres fence_and_read */
+    )
+}
+
+/// The fenced-value statements: fence_and_read and put_fenced.
+fn fenced(t: &str) -> (String, String) {
+    // Fenced values: $1, $2 name, $3 fencing; put_fenced also $4 the value.
+    let fence_and_read = format!(
+        "/* lease_postgres fence_and_read */
 INSERT INTO {t} AS v (kind, partition, sort_key, fencing) VALUES ('value', $1, $2, $3)
 ON CONFLICT (kind, partition, sort_key) DO UPDATE SET fencing = excluded.fencing
 WHERE v.fencing <= excluded.fencing
 RETURNING v.data"
-        );
-        let put_fenced = format!(
-            "/* lease_postgres put_fenced */
+    );
+    let put_fenced = format!(
+        "/* lease_postgres put_fenced */
 INSERT INTO {t} AS v (kind, partition, sort_key, fencing, data) VALUES ('value', $1, $2, $3, $4)
 ON CONFLICT (kind, partition, sort_key) DO UPDATE SET fencing = excluded.fencing,
   data = excluded.data
 WHERE v.fencing <= excluded.fencing
 RETURNING 1"
-        );
-        Self {
-            acquire,
-            acquire_checked,
-            renew,
-            release,
-            delete,
-            inspect,
-            list,
-            fence_and_read,
-            put_fenced,
-        }
-    }
+    );
+    (fence_and_read, put_fenced)
 }
