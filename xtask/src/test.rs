@@ -244,15 +244,17 @@ const CLI_WITHOUT_DYNAMO: [&str; 10] = [
 const LEASE_CORE_ALL_FEATURES: [&str; 4] = ["test", "-p", "lease-core", "--all-features"];
 
 /// The backend crates with their `metrics` feature (lease-core's is in `--all-features`).
-const METRICS: [&str; 8] = [
+const METRICS: [&str; 10] = [
     "-p",
     "lease-file",
     "-p",
     "lease-dynamo",
     "-p",
+    "lease-postgres",
+    "-p",
     "lessor-partition",
     "--features",
-    "lease-file/metrics,lease-dynamo/metrics,lessor-partition/metrics",
+    "lease-file/metrics,lease-dynamo/metrics,lease-postgres/metrics,lessor-partition/metrics",
 ];
 
 /// The pause-injection suites, which need lease-file's `failpoints` feature.
