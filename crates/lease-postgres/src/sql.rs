@@ -101,14 +101,18 @@ fn incarnation_gate(table: &TableName) -> String {
     let (t, regclass) = (&table.quoted, table.regclass_literal());
     // The incarnation of the table: the cluster (system identifier), its history (the
     // timeline: a promoted replica or a point-in-time recovery starts a new one) and the
-    // table's storage (its oid: dropped and recreated; its file node: truncated). A mismatch
+    // table's storage (its oid: dropped and recreated; its file node: truncated), and while
+    // commits are asynchronous (`synchronous_commit = off`, which acknowledges a commit a crash
+    // can still lose) the postmaster's start time: every restart may have lost grants. A mismatch
     // with the meta row writes the new incarnation with `grants_from` = now + grace; a match
     // writes nothing and takes no lock.
     format!(
         "inc AS (
   SELECT concat_ws('/', (SELECT system_identifier FROM pg_control_system()),
                    substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8),
-                   {regclass}::regclass::oid, pg_relation_filenode({regclass}::regclass)) AS id
+                   {regclass}::regclass::oid, pg_relation_filenode({regclass}::regclass),
+                   CASE WHEN current_setting('synchronous_commit') = 'off'
+                        THEN pg_postmaster_start_time()::text END) AS id
 ),
 meta AS (SELECT incarnation, grants_from FROM {t}
          WHERE kind = 'meta' AND partition = '' AND sort_key = ''),

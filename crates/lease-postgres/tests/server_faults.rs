@@ -248,3 +248,78 @@ async fn leases_record(url: &str, table: &str, key: &LeaseKey) -> Option<u64> {
         .unwrap()?;
     Some(u64::try_from(row.get::<_, i64>(0)).unwrap())
 }
+
+/// `synchronous_commit = off`: the server acknowledges a commit before its WAL reaches the disk,
+/// so stopping it immediately loses the last grants while the cluster, timeline and table stay
+/// the same. The restart is the new incarnation then (the postmaster's start time is part of it
+/// while commits are asynchronous): no key is granted until the grace ends, and the holder whose
+/// grant vanished is never joined by a second one before it stops trusting its lease.
+#[test]
+fn asynchronous_commits_lost_in_a_crash_grant_nothing_until_the_grace_ends() {
+    let test = "asynchronous_commits_lost_in_a_crash_grant_nothing_until_the_grace_ends";
+    let Some(mut cluster) = cluster(test) else {
+        return;
+    };
+    support::runtime().block_on(async {
+        let url = cluster.url();
+        let grace = Duration::from_secs(30);
+        // The WAL writer flushes asynchronous commits every wal_writer_delay: 10 s leaves the
+        // grant below in memory only, which the immediate stop then throws away.
+        for sql in [
+            "ALTER SYSTEM SET synchronous_commit = off",
+            "ALTER SYSTEM SET wal_writer_delay = '10s'",
+            "ALTER SYSTEM SET wal_writer_flush_after = 0",
+            "SELECT pg_reload_conf()",
+        ] {
+            support::psql(&url, sql).await;
+        }
+        let table = support::fresh_table(&url, "asynccommit").await;
+        let clock = Arc::new(ManualClock::new());
+        let holder = manager(&url, &table, &clock, grace);
+        let key = LeaseKey::new("async-commit").unwrap();
+        let once = AcquireOptions::default();
+        // The new table's grace, served; its incarnation row then made durable.
+        assert!(
+            holder
+                .try_acquire(&key, D, &once)
+                .await
+                .unwrap_err()
+                .is_held()
+        );
+        clock.advance(grace + Duration::from_secs(1));
+        support::psql(&url, "CHECKPOINT").await;
+        let lease = holder.try_acquire(&key, D, &once).await.unwrap();
+
+        blocking(|| cluster.stop(StopMode::Immediate)).unwrap();
+        blocking(|| cluster.start_again()).unwrap();
+        assert_eq!(
+            leases_record(&url, &table, &key).await,
+            None,
+            "the fault: the acknowledged grant was lost with the server's memory"
+        );
+
+        let contender = manager(&url, &table, &clock, grace);
+        let err = contender.try_acquire(&key, D, &once).await.unwrap_err();
+        assert!(
+            err.is_held(),
+            "a restart that lost acknowledged commits is a new incarnation: {err}"
+        );
+        let lost = holder.renew(&lease, D).await.unwrap_err();
+        assert_eq!(
+            lost.not_owned_reason(),
+            Some(NotOwnedReason::Missing),
+            "{lost}"
+        );
+        clock.advance(grace - Duration::from_secs(1));
+        assert!(
+            contender
+                .try_acquire(&key, D, &once)
+                .await
+                .unwrap_err()
+                .is_held()
+        );
+        clock.advance(Duration::from_secs(2));
+        let next = contender.try_acquire(&key, D, &once).await.unwrap();
+        assert!(next.fencing_token() > lease.fencing_token());
+    });
+}
