@@ -231,29 +231,46 @@ fn no_crate_reexports_another_crates_items() {
 }
 
 /// The most public functions (methods, trait methods and free functions) the four library
-/// crates may have together: one obvious way per use keeps the surface a user reads small.
+/// crates of issue 33's review may have together: one obvious way per use keeps the surface a
+/// user reads small.
 const PUBLIC_FUNCTION_BUDGET: usize = 330;
+const BUDGETED: [&str; 4] = ["lease-core", "lease-file", "lease-dynamo", "lessor-partition"];
+/// A backend added since has a budget of its own: a builder, its manager and the errors it
+/// reports, everything else being lease-core's contract.
+const NEW_BACKEND_BUDGET: usize = 40;
+
+fn public_functions(entries: &[Entry]) -> usize {
+    entries
+        .iter()
+        .filter(|entry| {
+            entry.line.starts_with("pub fn ")
+                || entry.line.starts_with("pub async fn ")
+                || entry.line.starts_with("pub const fn ")
+                || entry.line.starts_with("pub unsafe fn ")
+        })
+        .count()
+}
 
 #[test]
 fn the_public_functions_stay_within_the_budget() {
     let mut total = 0;
     let mut counts = Vec::new();
     for (package, entries) in entries() {
-        let functions = entries
-            .iter()
-            .filter(|entry| {
-                entry.line.starts_with("pub fn ")
-                    || entry.line.starts_with("pub async fn ")
-                    || entry.line.starts_with("pub const fn ")
-                    || entry.line.starts_with("pub unsafe fn ")
-            })
-            .count();
+        let functions = public_functions(entries);
         counts.push(format!("{package}: {functions}"));
-        total += functions;
+        if BUDGETED.contains(&package.as_str()) {
+            total += functions;
+        } else {
+            assert!(
+                functions <= NEW_BACKEND_BUDGET,
+                "{package}: {functions} public functions, over a backend's {NEW_BACKEND_BUDGET}"
+            );
+        }
     }
     assert!(
         total <= PUBLIC_FUNCTION_BUDGET,
-        "{total} public functions ({}), over the budget of {PUBLIC_FUNCTION_BUDGET}",
+        "{total} public functions in {BUDGETED:?} ({}), over the budget of \
+         {PUBLIC_FUNCTION_BUDGET}",
         counts.join(", ")
     );
 }

@@ -51,9 +51,9 @@
 //!
 //! Expiry is judged by the database server's clock inside the statement that changes the row;
 //! the holder trusts its lease until its own monotonic deadline, measured from before the
-//! statement was sent. Fencing tokens are `GREATEST(previous + 1, server time in µs)`: they never
-//! repeat or go backwards, across a `TRUNCATE`, a restored backup or a promoted replica too,
-//! while the server's clock does not step back. With a recreation grace, a new incarnation of the
+//! statement was sent. Fencing tokens are `GREATEST(previous + 1, server time in
+//! microseconds)`: they never repeat or go backwards, across a `TRUNCATE`, a restored backup or
+//! a promoted replica too, while the server's clock does not step back. With a recreation grace, a new incarnation of the
 //! table grants nothing until the longest lease of the one it replaced is over. A retry after a
 //! lost reply reports success only when its own attempt landed. Needs a tokio runtime.
 #![forbid(unsafe_code)]
