@@ -234,7 +234,12 @@ fn no_crate_reexports_another_crates_items() {
 /// crates of issue 33's review may have together: one obvious way per use keeps the surface a
 /// user reads small.
 const PUBLIC_FUNCTION_BUDGET: usize = 330;
-const BUDGETED: [&str; 4] = ["lease-core", "lease-file", "lease-dynamo", "lessor-partition"];
+const BUDGETED: [&str; 4] = [
+    "lease-core",
+    "lease-file",
+    "lease-dynamo",
+    "lessor-partition",
+];
 /// A backend added since has a budget of its own: a builder, its manager and the errors it
 /// reports, everything else being lease-core's contract.
 const NEW_BACKEND_BUDGET: usize = 40;
