@@ -505,7 +505,13 @@ impl LeaseBackend for PgLeases {
     }
 
     fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn RecordWatch>> {
-        crate::listen::watch(self, key)
+        let inner = &self.inner;
+        crate::listen::watch(
+            &inner.listener_state,
+            inner.listener.as_ref(),
+            &inner.table,
+            key,
+        )
     }
 }
 

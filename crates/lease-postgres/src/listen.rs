@@ -11,7 +11,7 @@ use lease_core::{LeaseKey, RecordWatch};
 use tokio_postgres::config::SslMode;
 use tokio_postgres::{AsyncMessage, Config};
 
-use crate::PgLeases;
+use crate::table::TableName;
 
 /// The watches of one manager: the change counter of every key watched, and whether the
 /// listening task runs.
@@ -57,11 +57,14 @@ fn payload(key: &LeaseKey) -> String {
 
 /// A watch on `key`, armed now; `None` (the caller polls) without a listener configuration or
 /// outside a tokio runtime.
-pub(crate) fn watch(leases: &PgLeases, key: &LeaseKey) -> Option<Box<dyn RecordWatch>> {
-    let inner = &leases.inner;
-    let config = inner.listener.clone()?;
+pub(crate) fn watch(
+    listener: &Arc<Listener>,
+    config: Option<&Config>,
+    table: &TableName,
+    key: &LeaseKey,
+) -> Option<Box<dyn RecordWatch>> {
+    let config = config?.clone();
     let runtime = tokio::runtime::Handle::try_current().ok()?;
-    let listener = &inner.listener_state;
     let (watch, start) = {
         let mut state = listener.lock();
         let changes = state.keys.entry(payload(key)).or_default().clone();
@@ -73,8 +76,8 @@ pub(crate) fn watch(leases: &PgLeases, key: &LeaseKey) -> Option<Box<dyn RecordW
         let task = ListenTask {
             listener: Arc::downgrade(listener),
             config,
-            channel: inner.table.channel.clone(),
-            table: inner.table.plain.clone(),
+            channel: table.channel.clone(),
+            table: table.plain.clone(),
         };
         runtime.spawn(task.run());
     }
