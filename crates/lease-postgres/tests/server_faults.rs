@@ -10,7 +10,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, ManualClock, NotOwnedReason};
+use lease_core::{AcquireOptions, LeaseBackend, LeaseKey, ManualClock};
 use lease_postgres::{PgLeases, RetryPolicy};
 use lease_testservers::{PgCluster, StopMode};
 
@@ -208,31 +208,8 @@ fn a_promoted_replica_that_missed_the_last_write_grants_nothing_until_the_grace_
 
         // Clients fail over to the promoted replica.
         let contender = manager(&r_url, &table, &clock, grace);
-        let err = contender.try_acquire(&key, D, &once).await.unwrap_err();
-        assert!(err.is_held(), "no grant in the new timeline's grace: {err}");
         let moved = manager(&r_url, &table, &clock, grace);
-        let lost = moved.renew(&lease, D).await.unwrap_err();
-        assert_eq!(
-            lost.not_owned_reason(),
-            Some(NotOwnedReason::Missing),
-            "{lost}"
-        );
-        clock.advance(grace - Duration::from_secs(1));
-        assert!(
-            contender
-                .try_acquire(&key, D, &once)
-                .await
-                .unwrap_err()
-                .is_held()
-        );
-        clock.advance(Duration::from_secs(2));
-        let next = contender.try_acquire(&key, D, &once).await.unwrap();
-        assert!(
-            next.fencing_token() > lease.fencing_token(),
-            "never lower than the grant the replica missed: {} after {}",
-            next.fencing_token(),
-            lease.fencing_token()
-        );
+        support::refused_until_the_grace_ends(&contender, &moved, &lease, &clock, grace).await;
     });
 }
 
@@ -298,28 +275,8 @@ fn asynchronous_commits_lost_in_a_crash_grant_nothing_until_the_grace_ends() {
             "the fault: the acknowledged grant was lost with the server's memory"
         );
 
+        // A restart that lost acknowledged commits is a new incarnation.
         let contender = manager(&url, &table, &clock, grace);
-        let err = contender.try_acquire(&key, D, &once).await.unwrap_err();
-        assert!(
-            err.is_held(),
-            "a restart that lost acknowledged commits is a new incarnation: {err}"
-        );
-        let lost = holder.renew(&lease, D).await.unwrap_err();
-        assert_eq!(
-            lost.not_owned_reason(),
-            Some(NotOwnedReason::Missing),
-            "{lost}"
-        );
-        clock.advance(grace - Duration::from_secs(1));
-        assert!(
-            contender
-                .try_acquire(&key, D, &once)
-                .await
-                .unwrap_err()
-                .is_held()
-        );
-        clock.advance(Duration::from_secs(2));
-        let next = contender.try_acquire(&key, D, &once).await.unwrap();
-        assert!(next.fencing_token() > lease.fencing_token());
+        support::refused_until_the_grace_ends(&contender, &holder, &lease, &clock, grace).await;
     });
 }

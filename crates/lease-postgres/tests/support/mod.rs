@@ -150,3 +150,42 @@ pub async fn leases(
     .unwrap();
     (leases, proxy, table)
 }
+
+/// What every store loss under a holder must come to, once `lease`'s grant is gone: `contender`
+/// is refused (`Held`) from now until the recreation grace `grace` has passed on `clock`, the
+/// holder learns at its next renewal (through `renewer`) that its row is gone, and the first
+/// grant after the grace is above the lost holder's token.
+pub async fn refused_until_the_grace_ends(
+    contender: &PgLeases,
+    renewer: &PgLeases,
+    lease: &lease_core::Lease,
+    clock: &lease_core::ManualClock,
+    grace: std::time::Duration,
+) {
+    use lease_core::{AcquireOptions, LeaseBackend, NotOwnedReason};
+    use std::time::Duration;
+    let (key, d, once) = (lease.key(), lease.duration(), AcquireOptions::default());
+    let err = contender.try_acquire(key, d, &once).await.unwrap_err();
+    assert!(
+        err.is_held(),
+        "no grant in the new incarnation's grace: {err}"
+    );
+    let lost = renewer.renew(lease, d).await.unwrap_err();
+    assert_eq!(
+        lost.not_owned_reason(),
+        Some(NotOwnedReason::Missing),
+        "{lost}"
+    );
+    // Past the holder's lease, still inside the grace: nobody yet.
+    clock.advance(grace - Duration::from_secs(1));
+    let err = contender.try_acquire(key, d, &once).await.unwrap_err();
+    assert!(err.is_held(), "a grant inside the grace: {err}");
+    clock.advance(Duration::from_secs(2));
+    let next = contender.try_acquire(key, d, &once).await.unwrap();
+    assert!(
+        next.fencing_token() > lease.fencing_token(),
+        "tokens never repeat or go back across the loss: {} after {}",
+        next.fencing_token(),
+        lease.fencing_token()
+    );
+}
