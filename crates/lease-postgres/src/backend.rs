@@ -436,7 +436,7 @@ impl LeaseBackend for PgLeases {
         Some(self)
     }
 
-    /// One statement (one round trip): an `INSERT ... ON CONFLICT DO UPDATE ... WHERE` the key
+    /// One attempt, in one statement (one round trip): an `INSERT ... ON CONFLICT DO UPDATE ... WHERE` the key
     /// is free or expired by the server's clock, which also returns the current row, so a
     /// refusal names the holder and a retry after a lost reply finds its own request id. With
     /// a recreation grace, the incarnation check rides in the same statement.

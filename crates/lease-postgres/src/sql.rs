@@ -38,12 +38,12 @@ impl Statements {
         let cur = format!("cur AS (SELECT {RECORD_COLUMNS} FROM {t} WHERE {key})");
         let (fence_and_read, put_fenced) = fenced(t);
         Self {
-            acquire: acquire(
+            acquire: acquire_statement(
                 table,
                 &cur,
                 "gate AS (SELECT '-infinity'::timestamptz AS grants_from)",
             ),
-            acquire_checked: acquire(table, &cur, &incarnation_gate(table)),
+            acquire_checked: acquire_statement(table, &cur, &incarnation_gate(table)),
             renew: renew(t, &cur),
             release: release(table, &cur),
             delete: delete(table, &cur),
@@ -61,7 +61,7 @@ WHERE kind = 'lease' AND partition = $1"
 }
 
 /// The acquire statement, with `gate` deciding whether grants are open.
-fn acquire(table: &TableName, cur: &str, gate: &str) -> String {
+fn acquire_statement(table: &TableName, cur: &str, gate: &str) -> String {
     let (t, channel) = (&table.quoted, &table.channel);
     // Acquire, parameters: $1 partition, $2 sort key ('' for none), $3 holder token,
     // $4 owner, $5 value, $6 duration (µs), $7 the test clock's time or NULL, $8 skew
