@@ -210,15 +210,7 @@ async fn wiped_under_a_holder(url: &str, prefix: &str, wipe: impl AsyncFnOnce(&s
     let key = LeaseKey::new("wiped").unwrap();
     let once = AcquireOptions::default();
     // A new table first waits out the grace, like any new incarnation.
-    assert!(
-        holder
-            .try_acquire(&key, D, &once)
-            .await
-            .unwrap_err()
-            .is_held()
-    );
-    clock.advance(grace + Duration::from_secs(1));
-    let lease = holder.try_acquire(&key, D, &once).await.unwrap();
+    let lease = support::granted_after_the_new_table_grace(&holder, &key, D, &clock, grace).await;
 
     wipe(&table).await;
 
@@ -280,15 +272,8 @@ fn rows_restored_from_a_dump_grant_nothing_until_the_grace_ends() {
             let other = contender(&url, &table, &clock, grace);
             let key = LeaseKey::new("restored").unwrap();
             let once = AcquireOptions::default();
-            assert!(
-                holder
-                    .try_acquire(&key, D, &once)
-                    .await
-                    .unwrap_err()
-                    .is_held()
-            );
-            clock.advance(grace + Duration::from_secs(1));
-            let first = holder.try_acquire(&key, D, &once).await.unwrap();
+            let first =
+                support::granted_after_the_new_table_grace(&holder, &key, D, &clock, grace).await;
             holder
                 .release(first.key(), first.token(), first.fencing_token())
                 .await

@@ -159,15 +159,8 @@ fn a_promoted_replica_that_missed_the_last_write_grants_nothing_until_the_grace_
         let key = LeaseKey::new("failed-over").unwrap();
         let once = AcquireOptions::default();
         // The incarnation the replica knows: the grace of the new table served, one tenure.
-        assert!(
-            holder
-                .try_acquire(&key, D, &once)
-                .await
-                .unwrap_err()
-                .is_held()
-        );
-        clock.advance(grace + Duration::from_secs(1));
-        let first = holder.try_acquire(&key, D, &once).await.unwrap();
+        let first =
+            support::granted_after_the_new_table_grace(&holder, &key, D, &clock, grace).await;
         holder
             .release(first.key(), first.token(), first.fencing_token())
             .await

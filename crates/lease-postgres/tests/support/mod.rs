@@ -189,3 +189,20 @@ pub async fn refused_until_the_grace_ends(
         lease.fencing_token()
     );
 }
+
+/// A key's first grant in a new table with a recreation grace: refused (`Held`) until `grace`
+/// has passed on `clock`, like any new incarnation, then granted to `holder`.
+pub async fn granted_after_the_new_table_grace(
+    holder: &PgLeases,
+    key: &lease_core::LeaseKey,
+    d: std::time::Duration,
+    clock: &lease_core::ManualClock,
+    grace: std::time::Duration,
+) -> lease_core::Lease {
+    use lease_core::{AcquireOptions, LeaseBackend};
+    let once = AcquireOptions::default();
+    let err = holder.try_acquire(key, d, &once).await.unwrap_err();
+    assert!(err.is_held(), "a new table waits out the grace: {err}");
+    clock.advance(grace + std::time::Duration::from_secs(1));
+    holder.try_acquire(key, d, &once).await.unwrap()
+}
