@@ -24,7 +24,7 @@ struct ReadmeDoctests;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
 /// Which side of a [`fork`] this process is on.
@@ -81,24 +81,6 @@ pub fn drop_copy_and_exit<T>(value: &T, code: i32) -> ! {
     let copy = unsafe { std::ptr::read(value) };
     drop(copy);
     std::process::exit(code)
-}
-
-/// Waits up to `limit` for `child` to end; kills it (SIGKILL) and reaps it if it has not:
-/// whether it ended by itself.
-pub fn exits_within(child: Pid, limit: std::time::Duration) -> bool {
-    let started = std::time::Instant::now();
-    loop {
-        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => {}
-            Ok(_) | Err(_) => return true,
-        }
-        if started.elapsed() >= limit {
-            let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
-            let _ = waitpid(child, None);
-            return false;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
 }
 
 /// Waits for `child` to end: its exit code, or 128 + N when signal N killed it.

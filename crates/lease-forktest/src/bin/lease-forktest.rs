@@ -36,7 +36,9 @@ use lease_core::{
     WaitOptions,
 };
 use lease_file::{DirectoryStore, FileLock, FileLockGuard, ModePreference};
-use lease_forktest::{Forked, exits_within, fork, wait};
+use lease_forktest::{Forked, fork, wait};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
 
 /// The lease's length in the store face, and the FileLock's stale threshold: short, so that
 /// renewals and heartbeats happen within the scenario.
@@ -566,4 +568,22 @@ fn fork_dropping<T>(rounds: u32, handle: &T) -> Result<u32, String> {
 fn fail(message: &str) -> ExitCode {
     eprintln!("lease-forktest: {message}");
     ExitCode::from(1)
+}
+
+/// Waits up to `limit` for `child` to end; kills it (SIGKILL) and reaps it if it has not:
+/// whether it ended by itself.
+fn exits_within(child: Pid, limit: std::time::Duration) -> bool {
+    let started = std::time::Instant::now();
+    loop {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(_) | Err(_) => return true,
+        }
+        if started.elapsed() >= limit {
+            let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
+            let _ = waitpid(child, None);
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
