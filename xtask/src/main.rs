@@ -14,7 +14,11 @@ mod msrv;
 mod package;
 mod postgres_local;
 mod public_api;
+// Issue 36's next step provisions Redis for `cargo xtask test`; until it is wired in, the module
+// is compiled (so it cannot rot) and unused.
 mod quick_start;
+#[allow(dead_code)]
+mod redis_local;
 mod step;
 mod test;
 
