@@ -21,11 +21,11 @@ pub(crate) fn text(value: &Value) -> Option<String> {
 pub(crate) fn entries<'v>(key: &LeaseKey, value: &'v Value) -> Result<&'v [Value], LeaseError> {
     match value {
         Value::Array(items) => Ok(items),
-        other => Err(LeaseError::corrupt(
+        // Not the value itself: it may hold an owner token, which is never printed in full.
+        _ => Err(LeaseError::corrupt(
             key.clone(),
-            format!(
-                "a script answered {other:?}, not an array: are the keys written by another program?"
-            ),
+            "a script answered something other than an array: are the keys written by another \
+             program?",
         )),
     }
 }

@@ -24,6 +24,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RedisOptions {
     appendonly: bool,
+    tls: bool,
 }
 
 impl RedisOptions {
@@ -36,6 +37,14 @@ impl RedisOptions {
     /// An append-only file (`appendonly yes`, `appendfsync everysec`): a restart reloads it.
     pub fn with_appendonly(mut self) -> Self {
         self.appendonly = true;
+        self
+    }
+
+    /// A TLS port besides the plain one ([`RedisServer::tls_url`]), with a certificate for
+    /// `127.0.0.1` signed by a throwaway CA ([`RedisServer::ca_cert`]) that the `openssl`
+    /// command makes in the server's directory. Clients need no certificate of their own.
+    pub fn with_tls(mut self) -> Self {
+        self.tls = true;
         self
     }
 }
@@ -88,6 +97,8 @@ pub struct RedisServer {
     run_as: RunAs,
     dir: PathBuf,
     port: u16,
+    /// The TLS port, with [`RedisOptions::with_tls`].
+    tls_port: Option<u16>,
     options: RedisOptions,
     replica_of: Option<u16>,
     server: Option<Supervised>,
@@ -114,11 +125,16 @@ impl RedisServer {
             run_as,
             dir,
             port: free_loopback_port()?,
+            tls_port: None,
             options,
             replica_of,
             server: None,
         };
         run_as.own(&server.dir)?;
+        if options.tls {
+            server.tls_port = Some(free_loopback_port()?);
+            make_certificates(&server.dir, run_as)?;
+        }
         server.launch()?;
         Ok(server)
     }
@@ -126,6 +142,19 @@ impl RedisServer {
     /// `redis://127.0.0.1:PORT`: no password, database 0.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT`, with [`RedisOptions::with_tls`]: trust
+    /// [`RedisServer::ca_cert`] to reach it.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port
+            .map(|port| format!("rediss://127.0.0.1:{port}"))
+    }
+
+    /// The PEM of the throwaway CA that signed the TLS certificate, with
+    /// [`RedisOptions::with_tls`].
+    pub fn ca_cert(&self) -> io::Result<Vec<u8>> {
+        fs::read(self.dir.join("ca.crt"))
     }
 
     /// The TCP port on 127.0.0.1 (kept across [`RedisServer::stop`] and
@@ -259,6 +288,17 @@ impl RedisServer {
         } else {
             server.args(["--appendonly", "no"]);
         }
+        if let Some(tls_port) = self.tls_port {
+            server
+                .args(["--tls-port", &tls_port.to_string()])
+                .args([
+                    "--tls-cert-file",
+                    "server.crt",
+                    "--tls-key-file",
+                    "server.key",
+                ])
+                .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no"]);
+        }
         if let Some(primary) = self.replica_of {
             server.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
         }
@@ -320,6 +360,81 @@ impl Drop for RedisServer {
         }
         let _ = fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A throwaway CA (`ca.crt`) and a certificate for `127.0.0.1` signed by it (`server.crt`,
+/// `server.key`) in `dir`, made with the `openssl` command and readable by the server's user.
+fn make_certificates(dir: &std::path::Path, run_as: RunAs) -> io::Result<()> {
+    fs::write(
+        dir.join("san.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )?;
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let steps: [&[&str]; 3] = [
+        &[
+            &["req", "-x509"][..],
+            &ec[..],
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=lease-testservers CA",
+            ][..],
+        ]
+        .concat(),
+        &[
+            &["req"][..],
+            &ec[..],
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ][..],
+        ]
+        .concat(),
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "san.cnf",
+        ],
+    ];
+    for args in steps {
+        crate::scratch::run(
+            std::process::Command::new("openssl")
+                .current_dir(dir)
+                .args(args),
+        )
+        .map_err(|e| io::Error::new(e.kind(), format!("making a test certificate: {e}")))?;
+    }
+    for file in ["ca.crt", "server.crt", "server.key"] {
+        run_as.own(&dir.join(file))?;
+    }
+    Ok(())
 }
 
 /// `redis-server` on `PATH`, else Debian's `/usr/bin/redis-server`.
