@@ -520,7 +520,7 @@ impl LeaseBackend for RedisLeases {
 
     fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn RecordWatch>> {
         let inner = &self.inner;
-        crate::listen::watch(&inner.listener, &inner.client, &inner.keys, key)
+        crate::listen::watch(&inner.listener, &inner.source, &inner.keys, key)
     }
 }
 

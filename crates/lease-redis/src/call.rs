@@ -102,22 +102,15 @@ impl RedisLeases {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(budget))
             .set_response_timeout(None);
-        let mut connection = inner
-            .client
+        let client = inner
+            .source
+            .client()
+            .await
+            .map_err(|e| connection_failed(operation, prefix, e))?;
+        let mut connection = client
             .get_multiplexed_async_connection_with_config(&config)
             .await
-            .map_err(|e| {
-                let mut error = from_driver(operation, prefix, e);
-                if error.kind() == RedisErrorKind::Rejected {
-                    error = RedisError::new(
-                        operation,
-                        prefix,
-                        RedisErrorKind::Connection,
-                        "could not connect (is the server up, and the URL right?)",
-                    );
-                }
-                error
-            })?;
+            .map_err(|e| connection_failed(operation, prefix, e))?;
         let incarnation = if inner.recreation_grace.is_zero() {
             String::new()
         } else {
@@ -272,6 +265,27 @@ impl RedisLeases {
             )),
         }
     }
+}
+
+/// A connection that could not be made: a refusal the driver classifies as anything but
+/// transient is still a connection failure here (a wrong address, a Sentinel that knows no
+/// primary), so it is retried as one.
+fn connection_failed(
+    operation: &'static str,
+    prefix: &str,
+    error: redis::RedisError,
+) -> RedisError {
+    let classified = from_driver(operation, prefix, error);
+    if classified.kind() != RedisErrorKind::Rejected {
+        return classified;
+    }
+    RedisError::new(
+        operation,
+        prefix,
+        RedisErrorKind::Connection,
+        "could not connect (is the server up, the URL right, and do the Sentinels name a primary?)",
+    )
+    .with_source(classified)
 }
 
 fn timed_out(operation: &'static str, prefix: &str, budget: Duration, what: &str) -> RedisError {

@@ -41,7 +41,7 @@ pub struct RedisLeases {
 }
 
 pub(crate) struct Inner {
-    pub(crate) client: redis::Client,
+    pub(crate) source: crate::source::Source,
     pub(crate) keys: Keys,
     pub(crate) clock: Arc<dyn Clock>,
     /// The test hook: scripts take the clock's wall time for the server's.
@@ -94,7 +94,7 @@ impl fmt::Debug for RedisLeases {
 /// # let _ = leases; Ok(()) }
 /// ```
 pub struct RedisLeasesBuilder {
-    client: redis::Client,
+    source: crate::source::Source,
     prefix: String,
     clock: Arc<dyn Clock>,
     manual_clock: bool,
@@ -175,7 +175,7 @@ impl RedisLeasesBuilder {
         let keys = Keys::parse(&self.prefix)?;
         Ok(RedisLeases {
             inner: Arc::new(Inner {
-                client: self.client,
+                source: self.source,
                 keys,
                 clock: self.clock,
                 manual_clock: self.manual_clock,
@@ -205,8 +205,41 @@ impl RedisLeases {
     /// # let _ = leases; Ok(()) }
     /// ```
     pub fn builder(client: redis::Client, prefix: impl Into<String>) -> RedisLeasesBuilder {
+        Self::builder_on(crate::source::Source::Direct(Box::new(client)), prefix)
+    }
+
+    /// A builder that asks `sentinel` for the primary (built with
+    /// [`SentinelServerType::Master`](redis::sentinel::SentinelServerType::Master)) whenever it
+    /// opens a connection: after a failover, the next call finds the promoted replica (the
+    /// calls in flight fail and are retried on a fresh connection). Every key is in the one
+    /// primary, so [`with_recreation_grace`](RedisLeasesBuilder::with_recreation_grace) is what
+    /// keeps a failover that lost a grant from granting a second holder.
+    ///
+    /// ```
+    /// use redis::sentinel::{SentinelClient, SentinelServerType};
+    /// # fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let sentinel = SentinelClient::build(
+    ///     vec!["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"],
+    ///     "leases-primary",
+    ///     None,
+    ///     SentinelServerType::Master,
+    /// )?;
+    /// let leases = lease_redis::RedisLeases::builder_for_sentinel(sentinel, "leases")
+    ///     .with_recreation_grace(std::time::Duration::from_secs(60))
+    ///     .build()?;
+    /// # let _ = leases; Ok(()) }
+    /// ```
+    pub fn builder_for_sentinel(
+        sentinel: redis::sentinel::SentinelClient,
+        prefix: impl Into<String>,
+    ) -> RedisLeasesBuilder {
+        let sentinel = std::sync::Arc::new(tokio::sync::Mutex::new(sentinel));
+        Self::builder_on(crate::source::Source::Sentinel(sentinel), prefix)
+    }
+
+    fn builder_on(source: crate::source::Source, prefix: impl Into<String>) -> RedisLeasesBuilder {
         RedisLeasesBuilder {
-            client,
+            source,
             prefix: prefix.into(),
             clock: Arc::new(SystemClock),
             manual_clock: false,

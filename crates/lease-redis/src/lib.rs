@@ -31,7 +31,10 @@
 //!   [`LeaseBackend`](lease_core::LeaseBackend) (so guards, counting leases and elections run on
 //!   it), [`LeaseListing`](lease_core::LeaseListing) and
 //!   [`FencedValues`](lease_core::FencedValues).
-//! * [`RedisLeasesBuilder`]: every option; [`RetryPolicy`] for connection failures.
+//! * [`RedisLeasesBuilder`]: every option; [`RetryPolicy`] for connection failures. One
+//!   primary, by URL ([`RedisLeases::builder_for_url`], `rediss://` for TLS), by your own
+//!   [`redis::Client`] ([`RedisLeases::builder`]) or through Sentinel
+//!   ([`RedisLeases::builder_for_sentinel`]).
 //! * [`RedisError`]: what a failed call means ([`RedisErrorKind`]), under
 //!   [`LeaseError::Backend`](lease_core::LeaseError::Backend), with redis-rs's error as its
 //!   source.
@@ -85,6 +88,7 @@ mod listen;
 mod record;
 mod retry;
 mod scripts;
+mod source;
 
 pub use error::{RedisError, RedisErrorKind};
 pub use leases::{RedisLeases, RedisLeasesBuilder};

@@ -52,7 +52,7 @@ impl Listener {
 /// A watch on `key`, armed now; `None` (the caller polls) outside a tokio runtime.
 pub(crate) fn watch(
     listener: &Arc<Listener>,
-    client: &redis::Client,
+    source: &crate::source::Source,
     keys: &Keys,
     key: &LeaseKey,
 ) -> Option<Box<dyn RecordWatch>> {
@@ -67,7 +67,7 @@ pub(crate) fn watch(
     if start {
         let task = SubscribeTask {
             listener: Arc::downgrade(listener),
-            client: client.clone(),
+            source: source.clone(),
             channel: keys.channel.clone(),
             prefix: keys.prefix.clone(),
         };
@@ -78,7 +78,7 @@ pub(crate) fn watch(
 
 struct SubscribeTask {
     listener: Weak<Listener>,
-    client: redis::Client,
+    source: crate::source::Source,
     channel: String,
     prefix: String,
 }
@@ -109,11 +109,15 @@ impl SubscribeTask {
     /// One connection: `SUBSCRIBE`, then deliver messages until it fails (`Err`) or the
     /// manager is gone (`Ok`).
     async fn subscribe_once(&self) -> Result<(), String> {
-        let mut pubsub =
-            tokio::time::timeout(Duration::from_secs(5), self.client.get_async_pubsub())
-                .await
-                .map_err(|_| "connecting timed out".to_owned())?
-                .map_err(|e| e.to_string())?;
+        // With Sentinel, the primary of now: after a failover the subscription follows it.
+        let connect = async {
+            let client = self.source.client().await?;
+            client.get_async_pubsub().await
+        };
+        let mut pubsub = tokio::time::timeout(Duration::from_secs(5), connect)
+            .await
+            .map_err(|_| "connecting timed out".to_owned())?
+            .map_err(|e| e.to_string())?;
         pubsub
             .subscribe(&self.channel)
             .await

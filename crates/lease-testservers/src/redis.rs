@@ -101,6 +101,8 @@ pub struct RedisServer {
     tls_port: Option<u16>,
     options: RedisOptions,
     replica_of: Option<u16>,
+    /// A Sentinel's group name and the port of the primary it monitors.
+    sentinel_of: Option<(String, u16)>,
     server: Option<Supervised>,
 }
 
@@ -112,10 +114,14 @@ impl RedisServer {
 
     /// Starts a server with `options`; returns once it answers.
     pub fn start_with(options: RedisOptions) -> io::Result<Self> {
-        Self::create(options, None)
+        Self::create(options, None, None)
     }
 
-    fn create(options: RedisOptions, replica_of: Option<u16>) -> io::Result<Self> {
+    fn create(
+        options: RedisOptions,
+        replica_of: Option<u16>,
+        sentinel_of: Option<(String, u16)>,
+    ) -> io::Result<Self> {
         let program = find_program()?;
         let run_as = RunAs::unprivileged()?;
         let dir = fresh_dir("redis")?;
@@ -128,6 +134,7 @@ impl RedisServer {
             tls_port: None,
             options,
             replica_of,
+            sentinel_of,
             server: None,
         };
         run_as.own(&server.dir)?;
@@ -239,7 +246,7 @@ impl RedisServer {
         if self.server.is_none() {
             return Err(not_running("replica"));
         }
-        let replica = Self::create(self.options, Some(self.port))?;
+        let replica = Self::create(self.options, Some(self.port), None)?;
         replica.wait_for("in sync with its primary", || {
             let info = replica.info("replication")?;
             Ok(
@@ -263,6 +270,44 @@ impl RedisServer {
         })
     }
 
+    /// Starts a Sentinel (`redis-server --sentinel`, quorum 1, the primary down after 500 ms
+    /// without an answer, a failover timeout of 5 s) that monitors this server as the primary of
+    /// group `name`, and returns once it names it. Start the replicas first: the Sentinel learns
+    /// them from the primary's `INFO` when it starts.
+    pub fn sentinel(&self, name: &str) -> io::Result<RedisServer> {
+        if self.server.is_none() {
+            return Err(not_running("sentinel"));
+        }
+        let sentinel = Self::create(
+            RedisOptions::new(),
+            None,
+            Some((name.to_owned(), self.port)),
+        )?;
+        Ok(sentinel)
+    }
+
+    /// The port of the primary this Sentinel names for `name` now
+    /// (`SENTINEL get-master-addr-by-name`).
+    pub fn primary_port(&self, name: &str) -> io::Result<u16> {
+        match self.command(&["SENTINEL", "get-master-addr-by-name", name])? {
+            Reply::Array(items) if items.len() == 2 => items[1]
+                .text()
+                .parse()
+                .map_err(|_| io::Error::other(format!("a port that is no number: {items:?}"))),
+            other => Err(io::Error::other(format!(
+                "no primary named {name}: {other:?}"
+            ))),
+        }
+    }
+
+    /// Waits until this Sentinel names the server on `port` as the primary of `name` (after a
+    /// failover), for up to 30 s.
+    pub fn wait_for_primary(&self, name: &str, port: u16) -> io::Result<()> {
+        self.wait_for(&format!("naming port {port} the primary"), || {
+            Ok(self.primary_port(name).ok() == Some(port))
+        })
+    }
+
     /// Promotes this replica (`REPLICAOF NO ONE`) and returns once it reports itself primary.
     pub fn promote(&self) -> io::Result<()> {
         self.command(&["REPLICAOF", "NO", "ONE"])?;
@@ -274,6 +319,9 @@ impl RedisServer {
 
     /// Starts `redis-server` under the supervisor and waits until it answers as this server.
     fn launch(&mut self) -> io::Result<()> {
+        if let Some((name, primary)) = self.sentinel_of.clone() {
+            return self.launch_sentinel(&name, primary);
+        }
         let mut server = self.run_as.command(&self.program);
         server
             .current_dir(&self.dir)
@@ -308,6 +356,31 @@ impl RedisServer {
         self.wait_for("ready", || {
             let reply = self.command(&["CONFIG", "GET", "dir"])?;
             Ok(matches!(&reply, Reply::Array(items) if items.get(1).map(Reply::text) == Some(expected.as_str())))
+        })
+    }
+
+    /// Starts a Sentinel from a configuration file of its own (Sentinel rewrites it) and waits
+    /// until it names the primary it monitors.
+    fn launch_sentinel(&mut self, name: &str, primary: u16) -> io::Result<()> {
+        let config = self.dir.join("sentinel.conf");
+        fs::write(
+            &config,
+            format!(
+                "port {port}\nbind 127.0.0.1\nprotected-mode yes\ndaemonize no\nlogfile \"\"\n\
+                 dir {dir}\n\
+                 sentinel monitor {name} 127.0.0.1 {primary} 1\n\
+                 sentinel down-after-milliseconds {name} 500\n\
+                 sentinel failover-timeout {name} 5000\n",
+                port = self.port,
+                dir = self.dir.display(),
+            ),
+        )?;
+        self.run_as.own(&config)?;
+        let mut server = self.run_as.command(&self.program);
+        server.current_dir(&self.dir).arg(&config).arg("--sentinel");
+        self.server = Some(Supervised::spawn(&server, "TERM", &self.log_path())?);
+        self.wait_for("naming its primary", || {
+            Ok(self.primary_port(name).ok() == Some(primary))
         })
     }
 
