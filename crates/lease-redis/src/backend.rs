@@ -40,6 +40,16 @@ fn flag(present: bool) -> Vec<u8> {
     arg(if present { "1" } else { "0" })
 }
 
+/// Whether an acquire script's answer is a grant to this call: granted now, or found as an
+/// earlier attempt of the call left it (the request id, entry 12: see the script's reply).
+fn ours_granted(answer: &Value, request: &str) -> bool {
+    let Value::Array(items) = answer else {
+        return false;
+    };
+    let entry = |i: usize| items.get(i).and_then(text);
+    entry(0).as_deref() == Some("granted") || entry(12).as_deref() == Some(request)
+}
+
 /// A reply's status (its first entry) and the rest.
 fn status<'v>(key: &LeaseKey, value: &'v Value) -> Result<(String, &'v [Value]), LeaseError> {
     let items = entries(key, value)?;
@@ -124,11 +134,66 @@ impl RedisLeases {
             incarnation: Some(11),
         };
         let sent_at = inner.clock.monotonic();
-        let answer = self
-            .send("acquire", &call, options.deadline())
+        let wait = inner.wait_for_replicas;
+        let then = |answer: &Value| {
+            let (replicas, timeout) = wait?;
+            ours_granted(answer, &request).then(|| {
+                let mut cmd = redis::cmd("WAIT");
+                cmd.arg(replicas)
+                    .arg(timeout.as_millis().max(1).to_string());
+                cmd
+            })
+        };
+        let (answer, acknowledged) = self
+            .send_then("acquire", &call, options.deadline(), &then)
             .await
             .map_err(crate::RedisError::into_lease_error)?;
-        self.acquire_outcome(key, duration, &token, &request, sent_at, &answer)
+        let lease = self.acquire_outcome(key, duration, &token, &request, sent_at, &answer)?;
+        match (wait, acknowledged) {
+            (Some((replicas, timeout)), Some(acked)) => {
+                self.replicated(lease, replicas, timeout, &acked).await
+            }
+            _ => Ok(lease),
+        }
+    }
+
+    /// `lease` when `acked` (`WAIT`'s answer) counts `replicas`; else the grant is released
+    /// (best effort) and the acquisition fails, transiently.
+    async fn replicated(
+        &self,
+        lease: Lease,
+        replicas: u32,
+        timeout: Duration,
+        acked: &Value,
+    ) -> Result<Lease, LeaseError> {
+        let count = text(acked).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+        if count >= u64::from(replicas) {
+            return Ok(lease);
+        }
+        let prefix = &self.inner.keys.prefix;
+        tracing::warn!(
+            prefix = %prefix, key = %lease.key(), fencing = %lease.fencing_token(),
+            acknowledged = count, asked = replicas,
+            "grant not acknowledged by enough replicas; releasing it"
+        );
+        if let Err(error) = self
+            .release_inner(lease.key(), lease.token(), lease.fencing_token())
+            .await
+        {
+            tracing::warn!(prefix = %prefix, key = %lease.key(), %error, "releasing an unreplicated grant failed; it expires");
+        }
+        Err(crate::RedisError::new(
+            "acquire",
+            prefix,
+            crate::RedisErrorKind::Unreplicated,
+            format!(
+                "the grant reached {count} of the {replicas} replicas asked for within {} \
+                 (with_wait_for_replicas); it was released, so that no holder works on a grant \
+                 a failover would forget",
+                fmt_duration(timeout)
+            ),
+        )
+        .into_lease_error())
     }
 
     /// What an acquire script's answer means: granted, granted by an earlier attempt of this

@@ -27,6 +27,9 @@ pub(crate) enum Request<'a> {
     Command(redis::Cmd),
 }
 
+/// Picks the command to send after a request's answer, on the same connection.
+pub(crate) type FollowUp<'a> = dyn Fn(&Value) -> Option<redis::Cmd> + Sync + 'a;
+
 /// A connection and what it was opened to.
 struct Live {
     connection: MultiplexedConnection,
@@ -150,6 +153,20 @@ impl RedisLeases {
         request: &Request<'_>,
         until: Option<Instant>,
     ) -> Result<Value, RedisError> {
+        let (value, _) = self.send_then(operation, request, until, &|_| None).await?;
+        Ok(value)
+    }
+
+    /// [`send`](Self::send), then, on the same connection (so that it covers the request's
+    /// write), the command `then` picks from the answer, if any: `WAIT` after a grant. Its
+    /// answer comes second. A failure of either is the attempt's, retried as one.
+    pub(crate) async fn send_then(
+        &self,
+        operation: &'static str,
+        request: &Request<'_>,
+        until: Option<Instant>,
+        then: &FollowUp<'_>,
+    ) -> Result<(Value, Option<Value>), RedisError> {
         let inner = &self.inner;
         let policy = &inner.retry;
         let mut backoff = policy.backoff();
@@ -167,7 +184,7 @@ impl RedisLeases {
                 attempt = attempts
             );
             let error = match self
-                .attempt(operation, request, budget)
+                .attempt(operation, request, budget, then)
                 .instrument(span)
                 .await
             {
@@ -204,7 +221,8 @@ impl RedisLeases {
         operation: &'static str,
         request: &Request<'_>,
         budget: Duration,
-    ) -> Result<Value, RedisError> {
+        then: &FollowUp<'_>,
+    ) -> Result<(Value, Option<Value>), RedisError> {
         let inner = &self.inner;
         let prefix = &inner.keys.prefix;
         let started = inner.clock.monotonic();
@@ -218,7 +236,7 @@ impl RedisLeases {
         let mut connection = live.connection.clone();
         let identity = live.incarnation.as_bytes();
         let sent = async {
-            match request {
+            let value = match request {
                 Request::Script {
                     script,
                     keys,
@@ -239,13 +257,18 @@ impl RedisLeases {
                     invocation.invoke_async::<Value>(&mut connection).await
                 }
                 Request::Command(cmd) => cmd.query_async::<Value>(&mut connection).await,
-            }
+            }?;
+            let next = match then(&value) {
+                Some(cmd) => Some(cmd.query_async::<Value>(&mut connection).await?),
+                None => None,
+            };
+            Ok((value, next))
         };
         let answer = tokio::time::timeout(left, sent).await;
         match answer {
-            Ok(Ok(value)) => {
+            Ok(Ok(answer)) => {
                 inner.connections.give_back(live);
-                Ok(value)
+                Ok(answer)
             }
             Ok(Err(error)) => {
                 let error = from_driver(operation, prefix, error);

@@ -17,6 +17,10 @@ pub enum RedisErrorKind {
     /// (`LOADING`), a replica answering writes (`READONLY`, during a failover), `MASTERDOWN`,
     /// `TRYAGAIN`, `CLUSTERDOWN`, a script running too long (`BUSY`). Transient.
     Busy,
+    /// A grant fewer replicas acknowledged than
+    /// [`with_wait_for_replicas`](crate::RedisLeasesBuilder::with_wait_for_replicas) asks for
+    /// (a replica down or lagging); the grant was released. Transient.
+    Unreplicated,
     /// The user may not run the command (`NOPERM`) or could not authenticate.
     Permission,
     /// A script answered something this crate does not write: another program wrote the
@@ -92,7 +96,10 @@ impl RedisError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self.kind,
-            RedisErrorKind::Connection | RedisErrorKind::Timeout | RedisErrorKind::Busy
+            RedisErrorKind::Connection
+                | RedisErrorKind::Timeout
+                | RedisErrorKind::Busy
+                | RedisErrorKind::Unreplicated
         )
     }
 

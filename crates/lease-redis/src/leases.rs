@@ -51,6 +51,8 @@ pub(crate) struct Inner {
     pub(crate) recreation_grace: Duration,
     pub(crate) safety_margin: Option<Duration>,
     pub(crate) retry: RetryPolicy,
+    /// `WAIT` after each grant: how many replicas, within how long.
+    pub(crate) wait_for_replicas: Option<(u32, Duration)>,
     pub(crate) connections: crate::call::Connections,
     pub(crate) listener: Arc<crate::listen::Listener>,
     pub(crate) scripts: crate::scripts::Scripts,
@@ -66,6 +68,7 @@ impl fmt::Debug for RedisLeases {
             .field("clock", &i.clock)
             .field("safety_margin", &i.safety_margin)
             .field("retry", &i.retry)
+            .field("wait_for_replicas", &i.wait_for_replicas)
             .finish_non_exhaustive()
     }
 }
@@ -80,6 +83,7 @@ impl fmt::Debug for RedisLeases {
 /// | [`with_recreation_grace`](Self::with_recreation_grace) | 0 (off) |
 /// | [`with_safety_margin`](Self::with_safety_margin) | [`default_safety_margin`] |
 /// | [`with_retry_policy`](Self::with_retry_policy) | [`RetryPolicy::default`] |
+/// | [`with_wait_for_replicas`](Self::with_wait_for_replicas) | none: a grant is reported once the primary has it |
 ///
 /// ```
 /// use lease_redis::{RedisLeases, RetryPolicy};
@@ -103,6 +107,7 @@ pub struct RedisLeasesBuilder {
     recreation_grace: Duration,
     safety_margin: Option<Duration>,
     retry: RetryPolicy,
+    wait_for_replicas: Option<(u32, Duration)>,
 }
 
 impl fmt::Debug for RedisLeasesBuilder {
@@ -167,6 +172,34 @@ impl RedisLeasesBuilder {
         self
     }
 
+    /// Reports a grant only once `replicas` replicas have acknowledged it (`WAIT replicas
+    /// timeout`, on the same connection right after the acquire script: one more round trip
+    /// per grant, none for a refusal). A grant fewer replicas acknowledged within `timeout` is
+    /// released at once and the acquisition fails with a transient
+    /// [`RedisErrorKind::Unreplicated`](crate::RedisErrorKind::Unreplicated) error, so that no
+    /// holder works on a grant that a failover would forget.
+    ///
+    /// What it means, and what it does not: Redis replicates asynchronously and `WAIT` does
+    /// not change that. It tells that `replicas` replicas *received* the grant; a failover may
+    /// still promote one that did not (Sentinel and Cluster prefer the most up-to-date replica
+    /// they can reach, but do not require it), and renewals and releases are not waited for.
+    /// So it narrows the window in which a failover loses a grant, and does not close it: the
+    /// [recreation grace](Self::with_recreation_grace) is what makes a lost grant safe.
+    ///
+    /// ```
+    /// # fn demo() -> Result<(), lease_core::LeaseError> {
+    /// use std::time::Duration;
+    /// let leases = lease_redis::RedisLeases::builder_for_url("redis://127.0.0.1", "leases")?
+    ///     .with_wait_for_replicas(1, Duration::from_millis(200))
+    ///     .with_recreation_grace(Duration::from_secs(60))
+    ///     .build()?;
+    /// # let _ = leases; Ok(()) }
+    /// ```
+    pub fn with_wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.wait_for_replicas = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+
     /// Checks the configuration and builds the manager. Sends nothing.
     ///
     /// # Errors
@@ -184,6 +217,7 @@ impl RedisLeasesBuilder {
                 recreation_grace: self.recreation_grace,
                 safety_margin: self.safety_margin,
                 retry: self.retry,
+                wait_for_replicas: self.wait_for_replicas,
                 connections: crate::call::Connections::default(),
                 listener: Arc::default(),
                 scripts: crate::scripts::Scripts::new(),
@@ -248,6 +282,7 @@ impl RedisLeases {
             recreation_grace: Duration::ZERO,
             safety_margin: None,
             retry: RetryPolicy::default(),
+            wait_for_replicas: None,
         }
     }
 
