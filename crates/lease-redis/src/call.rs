@@ -58,6 +58,15 @@ impl Connections {
             .pop()
     }
 
+    /// Closes every idle connection: one failed in transit or reached a server that is no
+    /// longer the primary (or no longer owns the slot), and the others reached the same one.
+    fn forget_idle(&self) {
+        self.idle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+
     fn give_back(&self, live: Live) {
         let mut idle = self
             .idle
@@ -274,7 +283,9 @@ impl RedisLeases {
                 let error = from_driver(operation, prefix, error);
                 // A connection that failed, or reached a server that is no longer the primary
                 // (its identity must be read again), is closed.
-                if !error.poisons_connection() {
+                if error.poisons_connection() {
+                    inner.connections.forget_idle();
+                } else {
                     inner.connections.give_back(live);
                 }
                 Err(error)

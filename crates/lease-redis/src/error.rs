@@ -148,11 +148,13 @@ pub(crate) fn from_driver(
             | ServerErrorKind::ReadOnly
             | ServerErrorKind::MasterDown
             | ServerErrorKind::TryAgain
-            | ServerErrorKind::ClusterDown,
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::Moved
+            | ServerErrorKind::Ask,
         ) => (
             RedisErrorKind::Busy,
-            "the server cannot take writes now (loading, a replica, or its primary is down); \
-             retried on a fresh connection"
+            "the server cannot take this write now (loading, a replica, its primary down, or the \
+             prefix's hash slot moved to another node); retried on a fresh connection"
                 .to_owned(),
         ),
         ErrorKind::Server(ServerErrorKind::NoPerm) | ErrorKind::AuthenticationFailed => (

@@ -271,6 +271,50 @@ impl RedisLeases {
         Self::builder_on(crate::source::Source::Sentinel(sentinel), prefix)
     }
 
+    /// A builder for a Redis Cluster: every key of `prefix` is in one hash slot (the hash tag
+    /// `{prefix}`), so every script runs on the one primary that owns it, found by asking the
+    /// first of `nodes` that answers (`CLUSTER SLOTS`) whenever a connection is opened. A slot
+    /// moved or failed over answers `MOVED` (or the node is gone): the call is retried on a
+    /// fresh connection to the new owner. Credentials and TLS come from the seed URLs
+    /// (`rediss://` for TLS). A failover is a new incarnation, as with Sentinel.
+    ///
+    /// ```
+    /// # fn demo() -> Result<(), lease_core::LeaseError> {
+    /// let nodes = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"];
+    /// let leases = lease_redis::RedisLeases::builder_for_cluster(&nodes, "leases")?
+    ///     .with_recreation_grace(std::time::Duration::from_secs(60))
+    ///     .build()?;
+    /// # let _ = leases; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`LeaseError::InvalidInput`] when no URL is given or one does not parse. Nothing is
+    /// sent.
+    pub fn builder_for_cluster(
+        nodes: &[&str],
+        prefix: impl Into<String>,
+    ) -> Result<RedisLeasesBuilder, LeaseError> {
+        if nodes.is_empty() {
+            return Err(LeaseError::invalid("Redis Cluster nodes", "none given"));
+        }
+        if nodes.iter().any(|url| url.starts_with("rediss:")) {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let seeds = nodes
+            .iter()
+            .map(|url| {
+                redis::Client::open(*url)
+                    .map_err(|e| LeaseError::invalid("Redis Cluster node URL", e.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let prefix = prefix.into();
+        let source = crate::source::Source::Cluster {
+            seeds: std::sync::Arc::new(seeds),
+            slot: crate::source::hash_slot(&prefix),
+        };
+        Ok(Self::builder_on(source, prefix))
+    }
+
     fn builder_on(source: crate::source::Source, prefix: impl Into<String>) -> RedisLeasesBuilder {
         RedisLeasesBuilder {
             source,

@@ -33,8 +33,9 @@
 //!   [`FencedValues`](lease_core::FencedValues).
 //! * [`RedisLeasesBuilder`]: every option; [`RetryPolicy`] for connection failures. One
 //!   primary, by URL ([`RedisLeases::builder_for_url`], `rediss://` for TLS), by your own
-//!   [`redis::Client`] ([`RedisLeases::builder`]) or through Sentinel
-//!   ([`RedisLeases::builder_for_sentinel`]).
+//!   [`redis::Client`] ([`RedisLeases::builder`]), through Sentinel
+//!   ([`RedisLeases::builder_for_sentinel`]), or the owner of the prefix's hash slot in a
+//!   Cluster ([`RedisLeases::builder_for_cluster`]).
 //! * [`RedisError`]: what a failed call means ([`RedisErrorKind`]), under
 //!   [`LeaseError::Backend`](lease_core::LeaseError::Backend), with redis-rs's error as its
 //!   source.

@@ -25,6 +25,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 pub struct RedisOptions {
     appendonly: bool,
     tls: bool,
+    cluster: bool,
 }
 
 impl RedisOptions {
@@ -45,6 +46,13 @@ impl RedisOptions {
     /// command makes in the server's directory. Clients need no certificate of their own.
     pub fn with_tls(mut self) -> Self {
         self.tls = true;
+        self
+    }
+
+    /// Cluster mode (`cluster-enabled yes`, its bus on a free loopback port of its own, a node
+    /// timeout of 1 s) and no slots yet: [`RedisServer::cluster`] starts and joins several.
+    pub fn with_cluster(mut self) -> Self {
+        self.cluster = true;
         self
     }
 }
@@ -99,6 +107,8 @@ pub struct RedisServer {
     port: u16,
     /// The TLS port, with [`RedisOptions::with_tls`].
     tls_port: Option<u16>,
+    /// The cluster bus port, with [`RedisOptions::with_cluster`].
+    cluster_port: Option<u16>,
     options: RedisOptions,
     replica_of: Option<u16>,
     /// A Sentinel's group name and the port of the primary it monitors.
@@ -132,12 +142,16 @@ impl RedisServer {
             dir,
             port: free_loopback_port()?,
             tls_port: None,
+            cluster_port: None,
             options,
             replica_of,
             sentinel_of,
             server: None,
         };
         run_as.own(&server.dir)?;
+        if options.cluster {
+            server.cluster_port = Some(free_loopback_port()?);
+        }
         if options.tls {
             server.tls_port = Some(free_loopback_port()?);
             make_certificates(&server.dir, run_as)?;
@@ -270,6 +284,44 @@ impl RedisServer {
         })
     }
 
+    /// Starts a Redis Cluster of `primaries` nodes (each [`RedisOptions::with_cluster`], no
+    /// replicas), joined with `CLUSTER MEET`, the 16384 hash slots split evenly in order, and
+    /// returns once every node reports `cluster_state:ok`.
+    pub fn cluster(primaries: usize) -> io::Result<Vec<RedisServer>> {
+        let nodes = (0..primaries.max(1))
+            .map(|_| Self::start_with(RedisOptions::new().with_cluster()))
+            .collect::<io::Result<Vec<_>>>()?;
+        let count = u32::try_from(nodes.len()).map_err(io::Error::other)?;
+        for (i, node) in (0u32..).zip(&nodes) {
+            let (first, last) = (16384 * i / count, 16384 * (i + 1) / count - 1);
+            node.command(&[
+                "CLUSTER",
+                "ADDSLOTSRANGE",
+                &first.to_string(),
+                &last.to_string(),
+            ])?;
+            if i > 0 {
+                let bus = node.cluster_port.unwrap_or_default().to_string();
+                nodes[0].command(&[
+                    "CLUSTER",
+                    "MEET",
+                    "127.0.0.1",
+                    &node.port.to_string(),
+                    &bus,
+                ])?;
+            }
+        }
+        for node in &nodes {
+            node.wait_for("a cluster member with every slot served", || {
+                let info = node.command(&["CLUSTER", "INFO"])?.text().to_owned();
+                Ok(info_field(&info, "cluster_state").as_deref() == Some("ok")
+                    && info_field(&info, "cluster_known_nodes").as_deref()
+                        == Some(count.to_string().as_str()))
+            })?;
+        }
+        Ok(nodes)
+    }
+
     /// Starts a Sentinel (`redis-server --sentinel`, quorum 1, the primary down after 500 ms
     /// without an answer, a failover timeout of 5 s) that monitors this server as the primary of
     /// group `name`, and returns once it names it. Start the replicas first: the Sentinel learns
@@ -346,6 +398,17 @@ impl RedisServer {
                     "server.key",
                 ])
                 .args(["--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no"]);
+        }
+        if let Some(bus) = self.cluster_port {
+            server
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ])
+                .args(["--cluster-node-timeout", "1000"])
+                .args(["--cluster-port", &bus.to_string()]);
         }
         if let Some(primary) = self.replica_of {
             server.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
