@@ -10,6 +10,7 @@ mod bench;
 mod chaos;
 mod docker;
 mod dynamo_local;
+mod lanes;
 mod msrv;
 mod package;
 mod postgres_local;

@@ -2,10 +2,7 @@
 //! with the time spent building kept apart from the time spent running tests.
 
 use std::fmt::Write as _;
-use std::fs::{self, File};
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus};
-use std::thread::sleep;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::{Result, project_root};
@@ -115,51 +112,47 @@ impl Steps {
         Ok(())
     }
 
-    /// Runs `main` and `beside` at the same time as one step of `kind`, each in the workspace
-    /// root unless it names its own directory: for suites that wait on servers, sleeps and child
-    /// processes more than they compute, so that one's waits overlap the other's work. `main`
-    /// prints to the terminal as it runs; `beside`'s output goes to `target/xtask-logs/<name>.log`
-    /// and is printed whole when both have ended. The step fails, after both have ended, if
-    /// either failed; it records the wall time, and prints each command's own.
-    pub(crate) fn run_beside_as(
+    /// Runs `command` as one step of `kind`, its standard output captured and returned (its
+    /// standard error goes to the terminal); a non-zero exit ends the task.
+    pub(crate) fn run_capturing_as(
         &mut self,
         kind: Kind,
         title: &str,
-        main: &mut Command,
-        (name, beside): (&str, &mut Command),
+        command: &mut Command,
+    ) -> Result<String> {
+        let started = self.announce(title);
+        if command.get_current_dir().is_none() {
+            command.current_dir(project_root());
+        }
+        println!("    $ {}", command_line(command));
+        let output = command.stdout(Stdio::piped()).output().map_err(|error| {
+            format!(
+                "{title}: could not start `{}`: {error}",
+                command_line(command)
+            )
+        })?;
+        if !output.status.success() {
+            return Err(format!(
+                "step `{title}` failed ({}): {}",
+                output.status,
+                command_line(command)
+            )
+            .into());
+        }
+        self.finish_as(kind, title, started);
+        String::from_utf8(output.stdout)
+            .map_err(|_| format!("{title}: the output is not UTF-8").into())
+    }
+
+    /// Runs `work` as one step of `kind`: for steps that are not one command.
+    pub(crate) fn run_fn_as(
+        &mut self,
+        kind: Kind,
+        title: &str,
+        work: impl FnOnce() -> Result,
     ) -> Result {
         let started = self.announce(title);
-        let log = project_root()
-            .join("target")
-            .join("xtask-logs")
-            .join(format!("{name}.log"));
-        let mut running = Vec::new();
-        for (command, output) in [(beside, Some(&log)), (main, None)] {
-            if command.get_current_dir().is_none() {
-                command.current_dir(project_root());
-            }
-            running.push(spawn(title, command, output)?);
-        }
-        let ended = wait_all(&mut running, started)?;
-        let [(beside_took, beside_status), (main_took, main_status)] = ended[..] else {
-            return Err(format!("{title}: expected two commands to end").into());
-        };
-        println!(
-            "\n    --- {name}, run beside the above (log {}) ---",
-            log.display()
-        );
-        print!("{}", fs::read_to_string(&log).unwrap_or_default());
-        println!(
-            "    {name}: {:.1}s; the rest: {:.1}s; both at once: {:.1}s",
-            beside_took.as_secs_f64(),
-            main_took.as_secs_f64(),
-            started.elapsed().as_secs_f64()
-        );
-        for (status, which) in [(main_status, "the main command"), (beside_status, name)] {
-            if !status.success() {
-                return Err(format!("step `{title}` failed ({status}) in {which}").into());
-            }
-        }
+        work().map_err(|error| format!("step `{title}` failed: {error}"))?;
         self.finish_as(kind, title, started);
         Ok(())
     }
@@ -220,43 +213,6 @@ pub(crate) fn cargo(args: &[&str]) -> Command {
     let mut command = Command::new("cargo");
     command.args(args);
     command
-}
-
-/// Starts one command of the step `title`, printing its line; its stdout and stderr go to the
-/// file `output` when given (created with its folder), else to the terminal.
-fn spawn(title: &str, command: &mut Command, output: Option<&PathBuf>) -> Result<Child> {
-    println!("    $ {}", command_line(command));
-    if let Some(path) = output {
-        if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir)?;
-        }
-        let file = File::create(path)?;
-        command.stdout(file.try_clone()?).stderr(file);
-    }
-    command.spawn().map_err(|error| {
-        format!(
-            "{title}: could not start `{}`: {error}",
-            command_line(command)
-        )
-        .into()
-    })
-}
-
-/// Waits for every child and returns, in their order, how long each ran since `started` and
-/// how it ended.
-fn wait_all(children: &mut [Child], started: Instant) -> Result<Vec<(Duration, ExitStatus)>> {
-    let mut ended: Vec<Option<(Duration, ExitStatus)>> = vec![None; children.len()];
-    while ended.iter().any(Option::is_none) {
-        for (child, end) in children.iter_mut().zip(&mut ended) {
-            if end.is_none()
-                && let Some(status) = child.try_wait()?
-            {
-                *end = Some((started.elapsed(), status));
-            }
-        }
-        sleep(Duration::from_millis(50));
-    }
-    Ok(ended.into_iter().flatten().collect())
 }
 
 /// Runs one command of the step `title`, printing its line; a failure names the step and the
@@ -321,45 +277,6 @@ fn shell_quote(word: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_command_run_beside_another_runs_at_the_same_time_and_its_failure_fails_the_step() {
-        let sh = |script: &str| {
-            let mut command = Command::new("sh");
-            command.args(["-c", script]);
-            command
-        };
-        let mut steps = Steps::new("test", 2);
-        let started = Instant::now();
-        steps
-            .run_beside_as(
-                Kind::Test,
-                "both pass",
-                &mut sh("sleep 1"),
-                ("xtask-step-test-beside", &mut sh("sleep 1; echo beside")),
-            )
-            .expect("both pass");
-        assert!(
-            started.elapsed() < Duration::from_millis(1900),
-            "not at once"
-        );
-        let log = project_root().join("target/xtask-logs/xtask-step-test-beside.log");
-        assert_eq!(fs::read_to_string(&log).expect("log"), "beside\n");
-        let failed = steps
-            .run_beside_as(
-                Kind::Test,
-                "beside fails",
-                &mut sh("true"),
-                ("xtask-step-test-beside", &mut sh("exit 3")),
-            )
-            .expect_err("fails");
-        assert!(
-            failed.to_string().contains("xtask-step-test-beside"),
-            "{failed}"
-        );
-        assert_eq!(steps.done.len(), 1, "a failed step is not recorded as done");
-        let _ = fs::remove_file(log);
-    }
 
     #[test]
     fn the_summary_adds_up_build_and_test_time_apart_and_holds_tests_to_the_budget() {

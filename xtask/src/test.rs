@@ -6,7 +6,7 @@ use std::process::Command;
 use crate::dynamo_local::Dynamo;
 use crate::postgres_local::Postgres;
 use crate::step::{Kind, Steps, TEST_TIME_BUDGET, cargo};
-use crate::{Result, parse_flags, project_root, public_api, quick_start};
+use crate::{Result, lanes, parse_flags, project_root, public_api, quick_start};
 
 /// The suites that need a server (DynamoDB, PostgreSQL or both); `cargo xtask test` runs them as
 /// part of the workspace.
@@ -119,17 +119,13 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     }
 
     let servers = Servers::provision(&mut steps, no_dynamo, no_postgres)?;
-    build_tests(&mut steps, &servers)?;
-    steps.run_beside_as(
+    let binaries = build_tests(&mut steps, &servers)?;
+    let environment = test_command(&servers, &[]);
+    let logs = project_root().join("target/xtask-logs/tests");
+    steps.run_fn_as(
         Kind::Test,
-        "tests, all targets (the PostgreSQL suites beside the rest)",
-        test_command(&servers, &["test", "--workspace", "--all-targets"])
-            .args(CLI_DYNAMO)
-            .args(WITHOUT_POSTGRES_SUITES),
-        (
-            "postgres-suites",
-            test_command(&servers, &POSTGRES_SUITES).arg("--all-targets"),
-        ),
+        "tests, all targets: every test binary, two at a time",
+        || lanes::run(binaries, &environment, &logs),
     )?;
     steps.run_as(
         Kind::Test,
@@ -207,22 +203,23 @@ pub(crate) fn test(flags: &[&str]) -> Result {
 /// build. (The name predates the `postgres` feature.)
 pub(crate) const CLI_DYNAMO: [&str; 2] = ["--features", "lease-cli/dynamo,lease-cli/postgres"];
 
-/// The PostgreSQL suites: run beside the rest of the workspace's tests, since they wait on
-/// servers (and start, stop, restart and promote servers of their own) far more than they
-/// compute, so their waits overlap the CPU-bound suites instead of adding to them. Their own
-/// package selection builds tokio with other features than the workspace's (in a build step of
-/// its own, so that the test step measures tests).
+/// The PostgreSQL suites, built on their own: their package selection builds tokio with other
+/// features than the workspace's, so leaving them out of the workspace's build keeps the doc
+/// tests and the other steps on that build.
 const POSTGRES_SUITES: [&str; 5] = ["test", "-p", "lease-postgres", "-p", "lease-testservers"];
 
-/// [`POSTGRES_SUITES`] left out of the workspace's run. Feature-neutral: what they alone need
-/// (their dev-dependencies) changes no feature of what the rest builds, so the doc tests and
-/// the other steps reuse that build.
+/// [`POSTGRES_SUITES`] left out of the workspace's build. Feature-neutral: what they alone need
+/// (their dev-dependencies) changes no feature of what the rest builds.
 const WITHOUT_POSTGRES_SUITES: [&str; 4] = [
     "--exclude",
     "lease-postgres",
     "--exclude",
     "lease-testservers",
 ];
+
+/// Makes a `cargo test --no-run` print its artifacts as JSON (its diagnostics still rendered on
+/// the terminal), from which [`lanes::from_cargo_messages`] lists the test binaries.
+const AS_JSON: &str = "--message-format=json-render-diagnostics";
 
 /// The tests of lease-cli that exist only without its `dynamo` and `postgres` features (their
 /// names begin with `without_the_dynamo_feature` and `without_the_postgres_feature`): each
@@ -271,25 +268,29 @@ const PAUSE_INJECTION: [&str; 9] = [
 ];
 
 /// Builds everything the test steps run, with the same features, so that their steps measure
-/// running tests and the build is timed on its own. The CPU-bound suites (the model check, the
-/// simulators, the fleet benchmark's smoke run) are optimised by the `[profile.dev.package.*]`
-/// entries of the root `Cargo.toml`, so they build here with everything else.
-fn build_tests(steps: &mut Steps, servers: &Servers) -> Result {
-    steps.run_as(
+/// running tests and the build is timed on its own, and returns the test binaries of the
+/// workspace's and the PostgreSQL suites' builds, which the test step runs. The CPU-bound suites
+/// (the model check, the simulators, the fleet benchmark's smoke run) are optimised by the
+/// `[profile.dev.package.*]` entries of the root `Cargo.toml`, so they build here with
+/// everything else.
+fn build_tests(steps: &mut Steps, servers: &Servers) -> Result<Vec<lanes::Binary>> {
+    let workspace = steps.run_capturing_as(
         Kind::Build,
         "build tests, all targets",
         test_command(
             servers,
-            &["test", "--workspace", "--all-targets", "--no-run"],
+            &["test", "--workspace", "--all-targets", "--no-run", AS_JSON],
         )
         .args(CLI_DYNAMO)
         .args(WITHOUT_POSTGRES_SUITES),
     )?;
-    steps.run_as(
+    let postgres = steps.run_capturing_as(
         Kind::Build,
         "build the PostgreSQL suites",
-        test_command(servers, &POSTGRES_SUITES).args(["--all-targets", "--no-run"]),
+        test_command(servers, &POSTGRES_SUITES).args(["--all-targets", "--no-run", AS_JSON]),
     )?;
+    let mut binaries = lanes::from_cargo_messages(&workspace)?;
+    binaries.extend(lanes::from_cargo_messages(&postgres)?);
     steps.run_as(
         Kind::Build,
         "build lease-cli without `dynamo`",
@@ -318,7 +319,8 @@ fn build_tests(steps: &mut Steps, servers: &Servers) -> Result {
         "build the chaos actors and `lease`",
         &mut cargo(&crate::chaos::BUILD),
     )?;
-    build_what_xtask_tests_check(steps)
+    build_what_xtask_tests_check(steps)?;
+    Ok(binaries)
 }
 
 /// What two xtask tests compile before they check anything: they run the same commands, which
