@@ -1,7 +1,7 @@
 //! Redis for the test suites: found or started, handed to `cargo` as environment, stopped.
-//! Written for issue 36's next step and not yet called: `cargo xtask test` does not provision
-//! Redis (the lease-redis suites start a private `redis-server` per test through
-//! lease-testservers, or skip visibly without one).
+//! The lease-redis suites that only need a server run against it, each test on a key prefix of
+//! its own; those that restart, pause or fail over a server start private ones
+//! (lease-testservers).
 //!
 //! Discovery order, as for PostgreSQL ([`crate::postgres_local`]): a server the caller already
 //! runs (`LEASE_REDIS_URL`), then Docker (a `redis` container, [`crate::docker`]), then a
@@ -25,8 +25,8 @@ const REQUIRE_VAR: &str = "LEASE_REQUIRE_REDIS";
 /// How the Redis suites reach Redis during one task run.
 #[derive(Debug)]
 pub(crate) enum Redis {
-    /// `--no-redis`: nothing is provisioned and the suites skip visibly (or start servers of
-    /// their own).
+    /// `--no-redis`: nothing is provisioned and the suites skip visibly (those with private
+    /// servers still start them).
     Disabled,
     /// `LEASE_REDIS_URL` was set by the caller; nothing is started.
     External { url: String },

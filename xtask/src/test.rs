@@ -1,19 +1,21 @@
 //! `cargo xtask test`, the one test command, and `cargo xtask itest`, the suites that need a
-//! server (DynamoDB, PostgreSQL) alone.
+//! server (DynamoDB, PostgreSQL, Redis) alone.
 
 use std::process::Command;
 
 use crate::dynamo_local::Dynamo;
 use crate::postgres_local::Postgres;
+use crate::redis_local::Redis;
 use crate::step::{Kind, Steps, TEST_TIME_BUDGET, cargo};
 use crate::{Result, lanes, parse_flags, project_root, public_api, quick_start};
 
-/// The suites that need a server (DynamoDB, PostgreSQL or both); `cargo xtask test` runs them as
-/// part of the workspace.
-const SERVER_PACKAGES: [&str; 4] = [
+/// The suites that need a server (DynamoDB, PostgreSQL, Redis or several); `cargo xtask test`
+/// runs them as part of the workspace.
+const SERVER_PACKAGES: [&str; 5] = [
     "lease-dynamo",
     "lessor-partition",
     "lease-postgres",
+    "lease-redis",
     "lease-testservers",
 ];
 
@@ -22,11 +24,17 @@ const SERVER_PACKAGES: [&str; 4] = [
 struct Servers {
     dynamo: Dynamo,
     postgres: Postgres,
+    redis: Redis,
 }
 
 impl Servers {
     /// Finds or starts each server that is not disabled, one announced step each.
-    fn provision(steps: &mut Steps, no_dynamo: bool, no_postgres: bool) -> Result<Self> {
+    fn provision(
+        steps: &mut Steps,
+        no_dynamo: bool,
+        no_postgres: bool,
+        no_redis: bool,
+    ) -> Result<Self> {
         let dynamo = if no_dynamo {
             println!("\n--no-dynamo: no DynamoDB; the DynamoDB suites skip and say so");
             Dynamo::Disabled
@@ -39,16 +47,31 @@ impl Servers {
         } else {
             Postgres::provision(steps)?
         };
-        Ok(Self { dynamo, postgres })
+        let redis = if no_redis {
+            println!("\n--no-redis: no Redis; the Redis suites skip and say so");
+            Redis::Disabled
+        } else {
+            Redis::provision(steps)?
+        };
+        Ok(Self {
+            dynamo,
+            postgres,
+            redis,
+        })
     }
 }
 
-/// `cargo xtask test [--no-dynamo] [--no-postgres] [--quick]`: what CI runs; fails at the first
-/// failing step.
+/// `cargo xtask test [--no-dynamo] [--no-postgres] [--no-redis] [--quick]`: what CI runs; fails
+/// at the first failing step.
 pub(crate) fn test(flags: &[&str]) -> Result {
-    let given = parse_flags("test", flags, &["--no-dynamo", "--no-postgres", "--quick"])?;
-    let (no_dynamo, no_postgres, quick) = (given[0], given[1], given[2]);
-    let servers_up = usize::from(!no_dynamo) + usize::from(!no_postgres);
+    let given = parse_flags(
+        "test",
+        flags,
+        &["--no-dynamo", "--no-postgres", "--no-redis", "--quick"],
+    )?;
+    let (no_dynamo, no_postgres, no_redis, quick) = (given[0], given[1], given[2], given[3]);
+    let servers_up =
+        usize::from(!no_dynamo) + usize::from(!no_postgres) + usize::from(!no_redis);
     let total = 16 + servers_up + if quick { 0 } else { 10 };
     let mut steps = Steps::new("test", total).with_test_budget(TEST_TIME_BUDGET);
 
@@ -118,7 +141,7 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         )?;
     }
 
-    let servers = Servers::provision(&mut steps, no_dynamo, no_postgres)?;
+    let servers = Servers::provision(&mut steps, no_dynamo, no_postgres, no_redis)?;
     let binaries = build_tests(&mut steps, &servers)?;
     let environment = test_command(&servers, &[]);
     let logs = project_root().join("target/xtask-logs/tests");
@@ -132,8 +155,8 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         "doc tests",
         test_command(&servers, &["test", "--workspace", "--doc"]).args(CLI_DYNAMO),
     )?;
-    // Plain cargo, as lease-core's below: without LEASE_REQUIRE_DYNAMO or
-    // LEASE_REQUIRE_POSTGRES, which these tests refuse (built without the features, the CLI's
+    // Plain cargo, as lease-core's below: without LEASE_REQUIRE_DYNAMO,
+    // LEASE_REQUIRE_POSTGRES or LEASE_REQUIRE_REDIS, which these tests refuse (built without the features, the CLI's
     // DynamoDB and PostgreSQL tests do not exist).
     steps.run_as(
         Kind::Test,
@@ -161,8 +184,8 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         "pause injection, lease-file --features failpoints",
         &mut cargo(&PAUSE_INJECTION),
     )?;
-    // Stops DynamoDB Local and PostgreSQL (those this run started): the chaos run starts its
-    // own, which it can kill and restart, and the docs need none.
+    // Stops DynamoDB Local, PostgreSQL and Redis (those this run started): the chaos run starts
+    // its own, which it can kill and restart, and the docs need none.
     drop(servers);
     // Every surface as real processes under a fixed seed's fault schedule, checked from the
     // history they write (docs/chaos.md); any violation fails the step.
@@ -241,7 +264,7 @@ const CLI_WITHOUT_DYNAMO: [&str; 10] = [
 const LEASE_CORE_ALL_FEATURES: [&str; 4] = ["test", "-p", "lease-core", "--all-features"];
 
 /// The backend crates with their `metrics` feature (lease-core's is in `--all-features`).
-const METRICS: [&str; 10] = [
+const METRICS: [&str; 12] = [
     "-p",
     "lease-file",
     "-p",
@@ -249,9 +272,12 @@ const METRICS: [&str; 10] = [
     "-p",
     "lease-postgres",
     "-p",
+    "lease-redis",
+    "-p",
     "lessor-partition",
     "--features",
-    "lease-file/metrics,lease-dynamo/metrics,lease-postgres/metrics,lessor-partition/metrics",
+    "lease-file/metrics,lease-dynamo/metrics,lease-postgres/metrics,lease-redis/metrics,\
+     lessor-partition/metrics",
 ];
 
 /// The pause-injection suites, which need lease-file's `failpoints` feature.
@@ -373,12 +399,12 @@ fn quick_start_builds(root: &std::path::Path) -> Result<Vec<Command>> {
     Ok(builds)
 }
 
-/// `cargo xtask itest`: only the suites that need a server, with DynamoDB and PostgreSQL
+/// `cargo xtask itest`: only the suites that need a server, with DynamoDB, PostgreSQL and Redis
 /// provisioned.
 pub(crate) fn itest(flags: &[&str]) -> Result {
     parse_flags("itest", flags, &[])?;
-    let mut steps = Steps::new("itest", 2 + SERVER_PACKAGES.len());
-    let servers = Servers::provision(&mut steps, false, false)?;
+    let mut steps = Steps::new("itest", 3 + SERVER_PACKAGES.len());
+    let servers = Servers::provision(&mut steps, false, false, false)?;
     for package in SERVER_PACKAGES {
         steps.run(
             &format!("{package} tests"),
@@ -390,11 +416,12 @@ pub(crate) fn itest(flags: &[&str]) -> Result {
     Ok(())
 }
 
-/// [`with_dynamo`] and PostgreSQL's environment, and since `--all-targets` runs each bench
+/// [`with_dynamo`], PostgreSQL's and Redis's environment, and since `--all-targets` runs each bench
 /// binary once as a smoke test: quick, and writing no report section.
 fn test_command(servers: &Servers, args: &[&str]) -> Command {
     let mut command = with_dynamo(&servers.dynamo, args);
     servers.postgres.set_env(&mut command);
+    servers.redis.set_env(&mut command);
     command
         .env("LEASE_BENCH_QUICK", "1")
         .env_remove("LEASE_BENCH_OUT");
