@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Script, Value};
 use tracing::Instrument;
 
 use crate::RedisLeases;
+use crate::connections::Live;
 use crate::error::{RedisError, RedisErrorKind, from_driver};
 
 /// One request: a script with its keys and arguments, or a plain command.
@@ -29,62 +29,6 @@ pub(crate) enum Request<'a> {
 
 /// Picks the command to send after a request's answer, on the same connection.
 pub(crate) type FollowUp<'a> = dyn Fn(&Value) -> Option<redis::Cmd> + Sync + 'a;
-
-/// A connection and what it was opened to.
-struct Live {
-    connection: MultiplexedConnection,
-    /// `run_id/master_replid` of the server it reached, read once when it was opened
-    /// (empty when the recreation grace is off: nothing reads it then).
-    incarnation: String,
-}
-
-/// Idle connections kept for the next calls, at most.
-const MAX_IDLE: usize = 16;
-
-/// The manager's connections: each call takes one for itself (so a call whose reply is late
-/// never holds up another, and a connection whose call timed out is closed, never handed on)
-/// and gives it back when its call was answered.
-#[derive(Default)]
-pub(crate) struct Connections {
-    idle: std::sync::Mutex<Vec<Live>>,
-    opened: std::sync::atomic::AtomicU64,
-}
-
-impl Connections {
-    fn take(&self) -> Option<Live> {
-        self.idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop()
-    }
-
-    /// Closes every idle connection: one failed in transit or reached a server that is no
-    /// longer the primary (or no longer owns the slot), and the others reached the same one.
-    fn forget_idle(&self) {
-        self.idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clear();
-    }
-
-    fn give_back(&self, live: Live) {
-        let mut idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if idle.len() < MAX_IDLE {
-            idle.push(live);
-        }
-    }
-}
-
-impl std::fmt::Debug for Connections {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connections")
-            .field("opened", &self.opened)
-            .finish_non_exhaustive()
-    }
-}
 
 /// `run_id/master_replid` from an `INFO` reply: which server process answered (a new one after
 /// every restart) and which replication history its data set follows (a new one after every

@@ -53,7 +53,7 @@ pub(crate) struct Inner {
     pub(crate) retry: RetryPolicy,
     /// `WAIT` after each grant: how many replicas, within how long.
     pub(crate) wait_for_replicas: Option<(u32, Duration)>,
-    pub(crate) connections: crate::call::Connections,
+    pub(crate) connections: crate::connections::Connections,
     pub(crate) listener: Arc<crate::listen::Listener>,
     pub(crate) scripts: crate::scripts::Scripts,
 }
@@ -218,7 +218,7 @@ impl RedisLeasesBuilder {
                 safety_margin: self.safety_margin,
                 retry: self.retry,
                 wait_for_replicas: self.wait_for_replicas,
-                connections: crate::call::Connections::default(),
+                connections: crate::connections::Connections::default(),
                 listener: Arc::default(),
                 scripts: crate::scripts::Scripts::new(),
             }),

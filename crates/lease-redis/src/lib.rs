@@ -81,6 +81,7 @@ pub mod design {}
 
 mod backend;
 mod call;
+mod connections;
 mod error;
 mod fenced;
 mod keys;
