@@ -34,8 +34,9 @@ end
 ";
 
 /// Acquire. KEYS: lease hash, incarnation record, partition index. ARGV: op, token,
-/// has owner, owner, has value, value, duration (µs), test time or '', skew allowance (µs),
-/// request id, recreation grace (µs, '0' off), incarnation id, channel, payload, sort key.
+/// has owner, owner, has value, value, duration (microseconds), test time or '', skew
+/// allowance (microseconds), request id, recreation grace (microseconds, '0' off), incarnation
+/// id, channel, payload, sort key.
 /// Reply: status (`granted`, `held`, `grace`), now, grants_from or false, fencing granted or
 /// false, expires_at granted or false, then the lease hash as it was (8 fields).
 const ACQUIRE: &str = r"
@@ -74,8 +75,8 @@ redis.call('PUBLISH', ARGV[13], ARGV[14])
 return reply({'granted', fmt(now), false, fmt(fencing), fmt(until_us)}, cur)
 ";
 
-/// Renew. KEYS: lease hash. ARGV: op, token, fencing, duration (µs), test time or '',
-/// request id. Reply: status (`renewed`, `refused`), now, new expires_at or false, then the
+/// Renew. KEYS: lease hash. ARGV: op, token, fencing, duration (microseconds), test time or
+/// '', request id. Reply: status (`renewed`, `refused`), now, new expires_at or false, then the
 /// lease hash as it was.
 const RENEW: &str = r"
 local now = now_us(ARGV[5])
