@@ -6,6 +6,7 @@
 //! (unless `LEASE_REQUIRE_REDIS=1`).
 #![allow(clippy::unwrap_used)]
 
+mod private;
 mod support;
 
 use std::sync::Arc;
@@ -40,7 +41,7 @@ fn sleep_server(
 #[test]
 fn calls_that_time_out_behind_a_busy_server_are_retried_and_reconciled() {
     let test = "calls_that_time_out_behind_a_busy_server_are_retried_and_reconciled";
-    let Some(server) = support::private(test) else {
+    let Some(server) = private::private(test) else {
         return;
     };
     support::runtime().block_on(async {

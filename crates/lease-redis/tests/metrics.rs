@@ -1,7 +1,7 @@
 //! With the feature `metrics`, the Redis backend reports acquisitions by outcome, takeovers,
 //! renewals, lost replies reconciled (replies lost for real by the proxy) and retries
 //! (docs/metrics.md). One test: the recorder is global to the process. Needs a server
-//! (a private `redis-server`, or `LEASE_REDIS_URL`), and skips visibly without it.
+//! (`LEASE_REDIS_URL`), and skips visibly without it.
 #![cfg(feature = "metrics")]
 #![allow(clippy::unwrap_used)]
 

@@ -6,6 +6,7 @@
 //! `redis-server` (unless `LEASE_REQUIRE_REDIS=1`).
 #![allow(clippy::unwrap_used)]
 
+mod private;
 mod support;
 
 use std::sync::Arc;
@@ -25,10 +26,13 @@ fn manager(sentinel: &str, prefix: &str, clock: &Arc<ManualClock>) -> RedisLease
     RedisLeases::builder_for_sentinel(client, prefix)
         .with_clock(clock.clone())
         .with_recreation_grace(GRACE)
+        // Enough attempts to outlast the moment after a failover when `SENTINEL
+        // get-master-addr-by-name` already names the promoted replica but `SENTINEL MASTERS`,
+        // which redis-rs reads, still names the dead primary (connections to it are refused).
         .with_retry_policy(
             RetryPolicy::default()
-                .with_max_attempts(4)
-                .with_backoff(Duration::from_millis(20), Duration::from_millis(100))
+                .with_max_attempts(10)
+                .with_backoff(Duration::from_millis(50), Duration::from_millis(500))
                 .with_attempt_timeout(Duration::from_secs(2)),
         )
         .build()
@@ -38,7 +42,7 @@ fn manager(sentinel: &str, prefix: &str, clock: &Arc<ManualClock>) -> RedisLease
 #[test]
 fn a_sentinel_failover_is_followed_and_waits_out_the_grace() {
     let test = "a_sentinel_failover_is_followed_and_waits_out_the_grace";
-    let Some(mut primary) = support::private(test) else {
+    let Some(mut primary) = private::private(test) else {
         return;
     };
     let replica = primary.replica().unwrap();

@@ -5,6 +5,7 @@
 //! lower token. Skipped, saying why, without `redis-server` (unless `LEASE_REQUIRE_REDIS=1`).
 #![allow(clippy::unwrap_used)]
 
+mod private;
 mod support;
 
 use std::sync::Arc;
@@ -39,7 +40,7 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 
 #[test]
 fn a_server_restarted_empty_grants_nothing_until_the_grace_ends() {
-    let Some(mut server) = support::private("a_server_restarted_empty_grants_nothing") else {
+    let Some(mut server) = private::private("a_server_restarted_empty_grants_nothing") else {
         return;
     };
     support::runtime().block_on(async {
@@ -75,7 +76,7 @@ fn a_server_restarted_empty_grants_nothing_until_the_grace_ends() {
 #[test]
 fn a_server_restarted_from_its_append_only_file_keeps_its_holder() {
     let test = "restarted_from_its_append_only_file";
-    let Some(mut server) = support::private_with(test, RedisOptions::new().with_appendonly())
+    let Some(mut server) = private::private_with(test, RedisOptions::new().with_appendonly())
     else {
         return;
     };
@@ -133,7 +134,7 @@ fn a_server_restarted_from_its_append_only_file_keeps_its_holder() {
 
 #[test]
 fn flushed_scripts_and_killed_connections_cost_a_retry() {
-    let Some(server) = support::private("flushed_scripts_and_killed_connections") else {
+    let Some(server) = private::private("flushed_scripts_and_killed_connections") else {
         return;
     };
     support::runtime().block_on(async {
@@ -165,7 +166,7 @@ fn flushed_scripts_and_killed_connections_cost_a_retry() {
 #[test]
 fn a_replica_promoted_after_missing_the_last_grant_waits_out_the_grace() {
     let test = "a_replica_promoted_after_missing_the_last_grant";
-    let Some(mut primary) = support::private(test) else {
+    let Some(mut primary) = private::private(test) else {
         return;
     };
     let replica = primary.replica().unwrap();

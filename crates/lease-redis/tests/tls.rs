@@ -5,6 +5,7 @@
 //! `redis-server` or `openssl` (unless `LEASE_REQUIRE_REDIS=1`).
 #![allow(clippy::unwrap_used)]
 
+mod private;
 mod support;
 
 use std::sync::Arc;
@@ -19,7 +20,7 @@ const D: Duration = Duration::from_secs(10);
 #[test]
 fn leases_and_wake_ups_run_over_tls_with_a_trusted_ca_only() {
     let test = "leases_and_wake_ups_run_over_tls_with_a_trusted_ca_only";
-    let Some(server) = support::private_with(test, RedisOptions::new().with_tls()) else {
+    let Some(server) = private::private_with(test, RedisOptions::new().with_tls()) else {
         return;
     };
     let url = server.tls_url().unwrap();

@@ -4,6 +4,7 @@
 //! servers; skipped, saying why, without `redis-server` (unless `LEASE_REQUIRE_REDIS=1`).
 #![allow(clippy::unwrap_used)]
 
+mod private;
 mod support;
 
 use std::sync::Arc;
@@ -17,7 +18,7 @@ const D: Duration = Duration::from_secs(10);
 #[test]
 fn a_grant_waits_for_its_replica_and_is_released_without_one() {
     let test = "a_grant_waits_for_its_replica_and_is_released_without_one";
-    let Some(primary) = support::private(test) else {
+    let Some(primary) = private::private(test) else {
         return;
     };
     let replica = primary.replica().unwrap();

@@ -2,10 +2,12 @@
 //! loopback proxy that counts commands and loses replies for real (the script runs, the
 //! client's connection drops before the reply reaches it).
 //!
-//! Server: `LEASE_REDIS_URL` when set; else a private `redis-server` per test
-//! (`lease-testservers`, the distribution's binary on a free loopback port, gone with the
-//! test); without either the test prints `SKIPPED: <test>: ...` to stderr and returns, or fails
-//! when `LEASE_REQUIRE_REDIS=1`.
+//! Server: the one `LEASE_REDIS_URL` names (`cargo xtask test` and `cargo xtask itest` provision
+//! it), shared by every test, each on a key prefix of its own; without it the test prints
+//! `SKIPPED: <test>: ...` to stderr and returns, or fails when `LEASE_REQUIRE_REDIS=1`. The
+//! faults that restart, pause or fail over a server start private ones (`tests/private/`, through
+//! lease-testservers, which is never published: those files are left out of the package, and
+//! this module needs nothing of it).
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod proxy;
@@ -14,7 +16,6 @@ use std::io::Write as _;
 use std::sync::Arc;
 
 use lease_redis::{RedisLeases, RedisLeasesBuilder};
-use lease_testservers::RedisServer;
 
 pub use proxy::Proxy;
 
@@ -23,12 +24,10 @@ pub const URL_ENV: &str = "LEASE_REDIS_URL";
 /// Set to `1` to fail instead of skipping when no server can be had.
 pub const REQUIRE_ENV: &str = "LEASE_REQUIRE_REDIS";
 
-/// A server for one test: the one `LEASE_REDIS_URL` names, or a private one.
+/// The server `LEASE_REDIS_URL` names.
 #[derive(Debug)]
 pub struct Server {
     pub url: String,
-    /// The private server, when there is one (stops when dropped).
-    pub private: Option<RedisServer>,
 }
 
 fn required() -> bool {
@@ -47,31 +46,12 @@ pub fn skip(test: &str, why: &str) {
 
 /// The server to test against, or `None` after printing why the test is skipped.
 pub fn server(test: &str) -> Option<Server> {
-    if let Ok(url) = std::env::var(URL_ENV)
-        && !url.is_empty()
-    {
-        return Some(Server { url, private: None });
-    }
-    private(test).map(|server| Server {
-        url: server.url(),
-        private: Some(server),
-    })
-}
-
-/// A private server of the test's own (for faults that restart or fail it over), or `None`
-/// after printing why the test is skipped.
-pub fn private(test: &str) -> Option<RedisServer> {
-    private_with(test, lease_testservers::RedisOptions::new())
-}
-
-/// [`private`] with `options` (persistence).
-pub fn private_with(test: &str, options: lease_testservers::RedisOptions) -> Option<RedisServer> {
-    match RedisServer::start_with(options) {
-        Ok(server) => Some(server),
-        Err(e) => {
+    match std::env::var(URL_ENV) {
+        Ok(url) if !url.is_empty() => Some(Server { url }),
+        _ => {
             skip(
                 test,
-                &format!("set {URL_ENV} or install redis-server: no private server: {e}"),
+                &format!("{URL_ENV} is not set (`cargo xtask itest` provisions Redis)"),
             );
             None
         }
