@@ -70,8 +70,7 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         &["--no-dynamo", "--no-postgres", "--no-redis", "--quick"],
     )?;
     let (no_dynamo, no_postgres, no_redis, quick) = (given[0], given[1], given[2], given[3]);
-    let servers_up =
-        usize::from(!no_dynamo) + usize::from(!no_postgres) + usize::from(!no_redis);
+    let servers_up = usize::from(!no_dynamo) + usize::from(!no_postgres) + usize::from(!no_redis);
     let total = 16 + servers_up + if quick { 0 } else { 10 };
     let mut steps = Steps::new("test", total).with_test_budget(TEST_TIME_BUDGET);
 
