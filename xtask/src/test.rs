@@ -102,16 +102,16 @@ pub(crate) fn test(flags: &[&str]) -> Result {
             ]),
         )?;
         // The workspace step above built lease-cli as the README's first command does, without
-        // DynamoDB or PostgreSQL; its `dynamo` and `postgres` features add the table stores'
-        // code paths and tests.
+        // DynamoDB, PostgreSQL or Redis; its `dynamo`, `postgres` and `redis` features add the
+        // server stores' code paths and tests.
         steps.run(
-            "clippy, lease-cli --features dynamo,postgres",
+            "clippy, lease-cli --features dynamo,postgres,redis",
             &mut cargo(&[
                 "clippy",
                 "-p",
                 "lease-cli",
                 "--features",
-                "dynamo,postgres",
+                "dynamo,postgres,redis",
                 "--all-targets",
                 "--",
                 "-D",
@@ -154,12 +154,13 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         "doc tests",
         test_command(&servers, &["test", "--workspace", "--doc"]).args(CLI_DYNAMO),
     )?;
-    // Plain cargo, as lease-core's below: without LEASE_REQUIRE_DYNAMO,
-    // LEASE_REQUIRE_POSTGRES or LEASE_REQUIRE_REDIS, which these tests refuse (built without the features, the CLI's
-    // DynamoDB and PostgreSQL tests do not exist).
+    // Plain cargo, as lease-core's below: without LEASE_REQUIRE_DYNAMO, LEASE_REQUIRE_POSTGRES
+    // or LEASE_REQUIRE_REDIS, which these tests refuse (built without the features, the CLI's
+    // DynamoDB, PostgreSQL and Redis tests do not exist).
     steps.run_as(
         Kind::Test,
-        "lease-cli without `dynamo` and `postgres`: each store refused, naming its feature",
+        "lease-cli without `dynamo`, `postgres` and `redis`: each store refused, naming its \
+         feature",
         &mut cargo(&CLI_WITHOUT_DYNAMO),
     )?;
     // Each backend's metrics as its operations happen (lease-core's run with --all-features).
@@ -218,12 +219,15 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     Ok(())
 }
 
-/// Every workspace build and test passes lease-cli's `dynamo` and `postgres` features, so that
-/// the CLI's DynamoDB and PostgreSQL code and suites are built and run (with
-/// LEASE_REQUIRE_DYNAMO=1 and LEASE_REQUIRE_POSTGRES=1, they fail rather than skip); the
-/// README's first command builds lease-cli without them, and [`CLI_WITHOUT_DYNAMO`] checks that
-/// build. (The name predates the `postgres` feature.)
-pub(crate) const CLI_DYNAMO: [&str; 2] = ["--features", "lease-cli/dynamo,lease-cli/postgres"];
+/// Every workspace build and test passes lease-cli's `dynamo`, `postgres` and `redis` features,
+/// so that the CLI's DynamoDB, PostgreSQL and Redis code and suites are built and run (with
+/// LEASE_REQUIRE_DYNAMO=1, LEASE_REQUIRE_POSTGRES=1 and LEASE_REQUIRE_REDIS=1, they fail rather
+/// than skip); the README's first command builds lease-cli without them, and
+/// [`CLI_WITHOUT_DYNAMO`] checks that build. (The name predates the `postgres` feature.)
+pub(crate) const CLI_DYNAMO: [&str; 2] = [
+    "--features",
+    "lease-cli/dynamo,lease-cli/postgres,lease-cli/redis",
+];
 
 /// The PostgreSQL suites, built on their own: their package selection builds tokio with other
 /// features than the workspace's, so leaving them out of the workspace's build keeps the doc
@@ -243,10 +247,11 @@ const WITHOUT_POSTGRES_SUITES: [&str; 4] = [
 /// the terminal), from which [`lanes::from_cargo_messages`] lists the test binaries.
 const AS_JSON: &str = "--message-format=json-render-diagnostics";
 
-/// The tests of lease-cli that exist only without its `dynamo` and `postgres` features (their
-/// names begin with `without_the_dynamo_feature` and `without_the_postgres_feature`): each
-/// store refused with the feature to build with. The first seven words build them.
-const CLI_WITHOUT_DYNAMO: [&str; 10] = [
+/// The tests of lease-cli that exist only without its `dynamo`, `postgres` and `redis` features
+/// (their names begin with `without_the_dynamo_feature`, `without_the_postgres_feature` and
+/// `without_the_redis_feature`): each store refused with the feature to build with. The first
+/// seven words build them.
+const CLI_WITHOUT_DYNAMO: [&str; 11] = [
     "test",
     "-p",
     "lease-cli",
@@ -257,6 +262,7 @@ const CLI_WITHOUT_DYNAMO: [&str; 10] = [
     "--",
     "without_the_dynamo_feature",
     "without_the_postgres_feature",
+    "without_the_redis_feature",
 ];
 
 /// The lease-core tests with every feature (the conformance suite and the model checker).
