@@ -62,8 +62,8 @@ Tasks:
   msrv
         Only the last step of test: lease-core, every feature, built with the
         toolchain of its rust-version (see xtask/msrv/Cargo.toml).
-  bench [--quick] [--no-dynamo] [--no-postgres]
-        DynamoDB Local and PostgreSQL up, cargo bench; every bench writes a markdown
+  bench [--quick] [--no-dynamo] [--no-postgres] [--no-redis]
+        DynamoDB Local, PostgreSQL and Redis up, cargo bench; every bench writes a markdown
         section into $LEASE_BENCH_OUT; they are joined, under the date, the machine
         and the load average, into docs/benchmarks.md (committed) and
         target/bench-report.md.
@@ -71,6 +71,7 @@ Tasks:
           --no-dynamo  start no DynamoDB; only the lease-core and lease-file benches
           --no-postgres
                        start no PostgreSQL; the PostgreSQL benches say they skipped
+          --no-redis   start no Redis; the Redis benches say they skipped
   chaos [--minutes N] [--backend file|dynamo|postgres|all] [--seed S] [--sabotage]
         Real processes of every surface (lease run, FileLock in both modes, kept
         DynamoDB and PostgreSQL leases with fenced values, elections, fleet workers)
@@ -106,7 +107,7 @@ How PostgreSQL is found (test, itest, bench):
      as the postgres user (or nobody) when run as root, a free port on 127.0.0.1,
      data and socket in a temporary directory, removed at the end of the run.
 
-How Redis is found (test, itest):
+How Redis is found (test, itest, bench):
   1. LEASE_REDIS_URL already set: used as is, nothing is started.
   2. `docker info` answers: a redis:7 container on a loopback port Docker picks;
      removed at the end of the run.
