@@ -72,20 +72,22 @@ Tasks:
           --no-postgres
                        start no PostgreSQL; the PostgreSQL benches say they skipped
           --no-redis   start no Redis; the Redis benches say they skipped
-  chaos [--minutes N] [--backend file|dynamo|postgres|all] [--seed S] [--sabotage]
+  chaos [--minutes N] [--backend file|dynamo|postgres|redis|all] [--seed S] [--sabotage]
         Real processes of every surface (lease run, FileLock in both modes, kept
-        DynamoDB and PostgreSQL leases with fenced values, elections, fleet workers)
-        on files, and on DynamoDB Local and a PostgreSQL cluster of its own behind
-        fault proxies, under a seeded fault schedule (SIGKILL, SIGSTOP, delays,
-        drops, resets, black holes, lost replies, throttling, store restarts (for
-        PostgreSQL: fast and immediate shutdowns), pg_terminate_backend, clock
-        steps, deleted and planted files); then a checker reads their history.
+        DynamoDB, PostgreSQL and Redis leases with fenced values, elections, fleet
+        workers) on files, and on DynamoDB Local, a PostgreSQL cluster and a Redis
+        server of its own behind fault proxies, under a seeded fault schedule
+        (SIGKILL, SIGSTOP, delays, drops, resets, black holes, lost replies,
+        throttling, store restarts (for PostgreSQL: fast and immediate shutdowns),
+        pg_terminate_backend, Redis CLIENT KILL and SCRIPT FLUSH, clock steps,
+        deleted and planted files); then a checker reads their history.
         Fails on any violation. Report: target/chaos-report.md; run directory:
         target/chaos/<seed>/. Defaults: 1 minute, all, a seed from the clock
         (printed). See docs/chaos.md.
-          --sabotage   the FileLock actors claim without checking their lease: the
-                       run passes only if the checker finds the violations that
-                       follow (a self-test of the whole harness)
+          --sabotage   the FileLock actors (and the Redis kept-lease actors) claim
+                       without checking their lease: the run passes only if the
+                       checker finds the violations that follow (a self-test of the
+                       whole harness)
   dynamo
         Start DynamoDB Local, print its endpoint and wait until Ctrl-C.
   help [TASK]
