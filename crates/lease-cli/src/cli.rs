@@ -720,6 +720,24 @@ fn url_stores(matches: &ArgMatches) -> Result<(bool, bool), String> {
     }
     let postgres_yields = from_env("postgres") && !named.is_empty();
     let redis_yields = from_env("redis") && !named.is_empty();
+    // A URL from the environment satisfies `--table`'s and `--prefix`'s `requires`; once it
+    // gives way to another store, they would be ignored.
+    for (yields, id, flag, owner) in [
+        (
+            postgres_yields,
+            "pg_table",
+            "--table <NAME>",
+            "--postgres <URL>",
+        ),
+        (redis_yields, "prefix", "--prefix <PREFIX>", "--redis <URL>"),
+    ] {
+        if yields && on_command_line(id) {
+            return Err(format!(
+                "the argument '{flag}' is for '{owner}', not '{}'",
+                named.join("', '")
+            ));
+        }
+    }
     if from_env("postgres") && from_env("redis") && named.is_empty() {
         return Err(format!(
             "both {POSTGRES_URL_ENV} and {REDIS_URL_ENV} are set: name the store with \
@@ -740,8 +758,9 @@ mod tests {
 
     #[test]
     fn run_takes_the_command_after_the_double_dash() {
+        // The file store named: the environment may name a server (two, even, refused).
         let cli = Cli::parse_args([
-            "lease", "run", "--key", "k", "--wait", "0", "--", "echo", "-n",
+            "lease", "run", "--file", "/x", "--key", "k", "--wait", "0", "--", "echo", "-n",
         ])
         .expect("parses");
         let Command::Run(run) = cli.command else {
@@ -820,7 +839,7 @@ mod tests {
             assert_eq!(cli.dynamo_table(), Some("t"), "{args:?}");
         }
         let unnamed: &[&[&str]] = &[
-            &["lease", "run", "--key", "k", "--", "true"],
+            &["lease", "run", "--file", "/x", "--key", "k", "--", "true"],
             &["lease", "status", "--file", "/x", "--all"],
             &["lease", "prune", "--idle", "1d"],
             &["lease", "demo"],
