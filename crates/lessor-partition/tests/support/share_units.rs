@@ -1,6 +1,6 @@
 //! Workers sharing units on a real store: balance, takeover after a crash, handover on a clean
-//! stop, and fencing tokens that grow with every change of owner. What the DynamoDB and the
-//! PostgreSQL fleet tests both run, each on its own store and timings.
+//! stop, and fencing tokens that grow with every change of owner. What the DynamoDB, PostgreSQL
+//! and Redis fleet tests all run, each on its own store and timings.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
