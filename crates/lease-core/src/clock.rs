@@ -263,9 +263,8 @@ impl Timer {
                 }
             }
         };
-        if let Some(current) = *timer
-            && current.started_in == pid
-        {
+        // (No let-chain: lease-core builds on Rust 1.85.)
+        if let Some(current) = timer.filter(|current| current.started_in == pid) {
             return Some(current);
         }
         let fresh: &'static Timer = Box::leak(Box::new(Timer {
