@@ -3,8 +3,9 @@
 //! holder still runs). The command is stopped before its lease could end, and a second
 //! command starts only after the first ended and after the lease's end; after the empty
 //! restart, only once the recreation grace (`lease run`'s default: its --ttl) is over, however
-//! early it asks. The lease's end is the server's own (`until` of `lease status --json`, read
-//! until the loss: the last expiry seen, a lower bound of the true one), the command's end what
+//! early it asks. The lease's end is the server's own: `until` of `lease status --json`, read
+//! after `CLIENT PAUSE ... WRITE` just before the loss (from then on no renewal runs, a reply
+//! cut off included, so this is the last expiry the server granted). The command's end is what
 //! its TERM trap wrote.
 //!
 //! Each test runs a private server (`lease_testservers::RedisServer`, Debian's `redis-server`,
@@ -140,17 +141,26 @@ fn server_lost_under_a_holder(loss: Loss, test: &str) {
         claim(&claims, "start", "h1").is_some()
     });
     // A renewal or two, then the loss at a point of the renewal cycle that differs run to run;
-    // the lease's end is read until then.
+    // the lease's end is read until then. A renewal may still run after the last read, so the
+    // server's writes are paused first and the end read once more: the exact last expiry.
     let lose_after = Duration::from_millis(1200 + u64::from(std::process::id() % 1000));
     let until = std::time::Instant::now() + lose_after;
-    let mut lease_end: u128 = 0;
+    let mut seen_end: u128 = 0;
     while std::time::Instant::now() < until {
         if let Some(end) = recorded_end(dir, &url) {
-            lease_end = lease_end.max(end);
+            seen_end = seen_end.max(end);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(lease_end > 0, "lease status never showed the holder");
+    assert!(seen_end > 0, "lease status never showed the holder");
+    server
+        .command(&["CLIENT", "PAUSE", "60000", "WRITE"])
+        .expect("CLIENT PAUSE");
+    let lease_end = recorded_end(dir, &url).expect("lease status while writes are paused");
+    assert!(
+        lease_end >= seen_end,
+        "the server holds an expiry ({lease_end} ns) before one it showed ({seen_end} ns)"
+    );
     let now = unix_nanos();
     assert!(
         lease_end.abs_diff(now) < Duration::from_secs(10).as_nanos(),
@@ -188,10 +198,12 @@ fn server_lost_under_a_holder(loss: Loss, test: &str) {
     let margin = lease_end as i128 - ended as i128;
     eprintln!(
         "{loss:?}: the command ended {:.0} ms after the loss, {:.0} ms before the lease's end \
-         (lease run exited {:.0} ms before it); said: {}",
+         (lease run exited {:.0} ms before it; the last expiry seen before the pause was {:.0} \
+         ms earlier); said: {}",
         ms(ended as i128 - lost_at as i128),
         ms(margin),
         ms(lease_end as i128 - exited_at as i128),
+        ms(lease_end as i128 - seen_end as i128),
         said.trim().replace('\n', " | ")
     );
     assert!(
