@@ -2,12 +2,14 @@
 //! argued with its source in the [platforms](crate::platforms) page. Nothing outside this module
 //! names a clock id, a `statfs` magic number, a `/proc` path or a `mode_t` width.
 //!
-//! * `linux`: `CLOCK_BOOTTIME`, `statfs` magic numbers, `/proc` identities, inotify.
-//! * `bsd` (macOS and FreeBSD): `CLOCK_MONOTONIC` (which counts time asleep there), `statfs`'s
-//!   `f_fstypename`, 16-bit `mode_t`, no `/proc`.
-//! * `portable`: the paths with no Linux-only call (no `/proc`, no `CLOCK_BOOTTIME`, no
-//!   coarse clock, no inotify), which macOS and FreeBSD take and which the `portable-paths`
-//!   feature forces on Linux, so that Linux's tests hold them to the same promise.
+//! * `linux`: `CLOCK_BOOTTIME`, `CLOCK_REALTIME_COARSE`, `statfs` magic numbers, `/proc`
+//!   identities (inotify is the crate's `watch` module, compiled on Linux only).
+//! * `bsd` (macOS and FreeBSD): `statfs`'s `f_fstypename`, a 16-bit `mode_t`, macOS's signed
+//!   `dev_t`; the rest is `portable`'s.
+//! * `portable`: the paths with no Linux-only call (`CLOCK_MONOTONIC`, which counts time asleep
+//!   on macOS and FreeBSD; no `/proc`; no coarse clock), which macOS and FreeBSD take and which
+//!   the `portable-paths` feature forces on Linux, so that Linux's tests hold them to the same
+//!   promise.
 
 #[cfg(any(target_os = "macos", target_os = "freebsd"))]
 mod bsd;
