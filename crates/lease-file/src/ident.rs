@@ -1,4 +1,4 @@
-//! Who this process is, and whether the process named by a record is provably gone.
+//! Who this process is, as its records describe it.
 
 use std::sync::Mutex;
 
@@ -22,16 +22,15 @@ pub(crate) fn current() -> Identity {
     if let Some(id) = cache.as_ref().filter(|id| id.pid == pid) {
         return id.clone();
     }
-    let os = crate::sys::identity();
     let id = Identity {
         pid,
         host: nix::unistd::gethostname()
             .ok()
             .and_then(|h| h.into_string().ok())
             .unwrap_or_default(),
-        pid_ns: os.pid_ns,
-        boot_id: os.boot_id,
-        start_time: os.start_time,
+        pid_ns: crate::sys::pid_namespace(),
+        boot_id: crate::sys::boot_id(),
+        start_time: crate::sys::start_time(),
     };
     *cache = Some(id.clone());
     id

@@ -7,7 +7,6 @@ use std::time::{Duration, SystemTime};
 use nix::sys::stat::{FileStat, Mode};
 use nix::sys::statfs::{NFS_SUPER_MAGIC, SMB_SUPER_MAGIC, fstatfs};
 
-use super::ProcessIdentity;
 
 /// `CLOCK_BOOTTIME` in nanoseconds: monotonic, and counting time suspended (clock_gettime(2)).
 #[cfg_attr(feature = "portable-paths", allow(dead_code))]
@@ -23,14 +22,16 @@ pub(crate) fn birth_floor() -> Option<SystemTime> {
     SystemTime::UNIX_EPOCH.checked_add(Duration::from_nanos(ns))
 }
 
-/// The PID namespace, boot id and start time of this process, from `/proc`.
+/// The inode of this process's PID namespace (`/proc/self/ns/pid`).
 #[cfg_attr(feature = "portable-paths", allow(dead_code))]
-pub(crate) fn identity() -> ProcessIdentity {
-    ProcessIdentity {
-        pid_ns: std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino()),
-        boot_id: boot_id(),
-        start_time: start_time_of("self"),
-    }
+pub(crate) fn pid_namespace() -> Option<u64> {
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
+/// This process's start time in clock ticks since boot (`/proc/self/stat`).
+#[cfg_attr(feature = "portable-paths", allow(dead_code))]
+pub(crate) fn start_time() -> Option<u64> {
+    start_time_of("self")
 }
 
 /// This boot and time namespace, which every process on this host that reads
@@ -44,7 +45,9 @@ pub(crate) fn host_instance() -> Option<String> {
     Some(format!("{boot}/{time_ns}"))
 }
 
-fn boot_id() -> Option<String> {
+/// This boot's id (`/proc/sys/kernel/random/boot_id`).
+#[cfg_attr(feature = "portable-paths", allow(dead_code))]
+pub(crate) fn boot_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .ok()
         .map(|s| s.trim().to_owned())

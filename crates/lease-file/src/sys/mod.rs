@@ -23,20 +23,13 @@ pub(crate) use bsd::{dev_ino, mode, network_file_system};
 pub(crate) use linux::{dev_ino, mode, network_file_system};
 
 #[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
-pub(crate) use linux::{birth_floor, host_instance, identity, suspend_clock_ns};
+pub(crate) use linux::{
+    birth_floor, boot_id, host_instance, pid_namespace, start_time, suspend_clock_ns,
+};
 #[cfg(any(not(target_os = "linux"), feature = "portable-paths"))]
-pub(crate) use portable::{birth_floor, host_instance, identity, suspend_clock_ns};
-
-/// What this process's records say about where it runs, beyond its pid and host name.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct ProcessIdentity {
-    /// Inode of the process's PID namespace.
-    pub(crate) pid_ns: Option<u64>,
-    /// This boot's id.
-    pub(crate) boot_id: Option<String>,
-    /// The process's start time, in clock ticks since boot.
-    pub(crate) start_time: Option<u64>,
-}
+pub(crate) use portable::{
+    birth_floor, boot_id, host_instance, pid_namespace, start_time, suspend_clock_ns,
+};
 
 /// A `clock_gettime` reading in nanoseconds (`None` if unreadable).
 fn clock_ns(clock: nix::time::ClockId) -> Option<u64> {
@@ -81,13 +74,14 @@ mod tests {
     /// the system's paths read it.
     #[test]
     fn the_identity_is_stable() {
-        assert_eq!(identity(), identity());
+        assert_eq!(boot_id(), boot_id());
+        assert_eq!(start_time(), start_time());
         assert_eq!(host_instance(), host_instance());
         if cfg!(all(target_os = "linux", not(feature = "portable-paths"))) {
-            assert!(identity().start_time.is_some() && identity().boot_id.is_some());
+            assert!(start_time().is_some() && boot_id().is_some() && pid_namespace().is_some());
             assert!(host_instance().is_some());
         } else {
-            assert_eq!(identity(), ProcessIdentity::default());
+            assert_eq!((pid_namespace(), boot_id(), start_time()), (None, None, None));
             assert_eq!(host_instance(), None);
         }
     }

@@ -3,7 +3,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use super::ProcessIdentity;
 
 /// `CLOCK_MONOTONIC` in nanoseconds: on macOS and FreeBSD it counts time the host spent asleep
 /// (clock_gettime(3) on macOS, clock_gettime(2) on FreeBSD 15), as `CLOCK_BOOTTIME` does on
@@ -33,13 +32,31 @@ pub(crate) fn birth_floor() -> Option<SystemTime> {
     SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(secs))
 }
 
-/// Nothing beyond the pid: no `/proc` to read a PID namespace, a boot id or a start time from.
+/// No `/proc` to read a PID namespace from.
 #[cfg_attr(
     all(target_os = "linux", not(feature = "portable-paths")),
     allow(dead_code)
 )]
-pub(crate) fn identity() -> ProcessIdentity {
-    ProcessIdentity::default()
+pub(crate) fn pid_namespace() -> Option<u64> {
+    None
+}
+
+/// No `/proc` to read a boot id from (see [`host_instance`]).
+#[cfg_attr(
+    all(target_os = "linux", not(feature = "portable-paths")),
+    allow(dead_code)
+)]
+pub(crate) fn boot_id() -> Option<String> {
+    None
+}
+
+/// No `/proc` to read a process's start time from.
+#[cfg_attr(
+    all(target_os = "linux", not(feature = "portable-paths")),
+    allow(dead_code)
+)]
+pub(crate) fn start_time() -> Option<u64> {
+    None
 }
 
 /// No boot identity, so no scale shared with the other processes on this host: contenders time
