@@ -61,6 +61,9 @@ struct Shared {
     backend: Arc<dyn LeaseBackend>,
     state: Mutex<State>,
     on_lost: Option<LossCallback>,
+    /// The process that acquired the lease, whose keeper renews it: a `fork`ed child's copy of
+    /// the guard has no keeper, and must not wait for a lock the keeper held at the fork.
+    acquired_in: u32,
 }
 
 impl Shared {
@@ -226,6 +229,7 @@ impl LeaseGuard {
                 loss_wakers: Vec::new(),
             }),
             on_lost: options.on_lost.clone(),
+            acquired_in: std::process::id(),
         });
         let task = KeeperTask {
             future: Box::pin(tracing::Instrument::instrument(
@@ -357,9 +361,17 @@ impl LeaseGuard {
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        if !self.done {
-            self.shared.request_stop(Stop::Dropped);
+        if self.done {
+            return;
         }
+        if self.shared.acquired_in != std::process::id() {
+            // A `fork`ed child's copy: the keeper (a thread or task of the parent) does not
+            // exist here and goes on renewing in the parent, which still holds the lease. Its
+            // state's lock may have been held by the keeper at the moment of the fork, and then
+            // stays locked here forever: waiting for it would hang the child's drop.
+            return;
+        }
+        self.shared.request_stop(Stop::Dropped);
     }
 }
 

@@ -332,6 +332,9 @@ struct Shared {
     /// The lock directory between tenures, kept open (and its directory stream) so that the next
     /// acquisition need not open it again; checked against the path as an opened one is.
     idle: Mutex<Option<KeyDir>>,
+    /// The process that opened the lock, whose heartbeat thread this is: a `fork`ed child's
+    /// copy has no such thread, and must not wait for a lock that thread held at the fork.
+    opened_in: u32,
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -520,6 +523,7 @@ impl FileLock {
                 wake: Condvar::new(),
                 waiter: Mutex::new(None),
                 idle: Mutex::new(None),
+                opened_in: std::process::id(),
             }),
         })
     }
@@ -1260,7 +1264,18 @@ impl Drop for FileLockGuard {
 
 impl Drop for FileLock {
     fn drop(&mut self) {
-        let mut state = lock(&self.shared.state);
+        let mut state = if self.shared.opened_in == std::process::id() {
+            lock(&self.shared.state)
+        } else {
+            // A `fork`ed child's copy: the heartbeat thread is the parent's, absent here, and
+            // its lock on the state at the moment of the fork would stay locked here forever.
+            // Only a lock this process holds (it acquired through the copy) needs telling.
+            match self.shared.state.try_lock() {
+                Ok(state) => state,
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => return,
+            }
+        };
         state.lock_dropped = true;
         // A guard keeps the heartbeat thread; its end closes it.
         if !state.guarded {

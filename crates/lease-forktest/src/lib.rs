@@ -22,6 +22,8 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
@@ -38,8 +40,8 @@ pub enum Forked {
 ///
 /// Only the calling thread exists in the child. Locks that other threads held at the moment of
 /// the fork stay locked there, so a child that touches them hangs (a test sees a timeout, never
-/// a false pass); the scenarios here fork from the main thread and touch only the lease handles
-/// they fork with, whose locks no other thread holds at that moment.
+/// a false pass). Dropping a lease handle in the child must never be one of those: the `busy`
+/// scenario forks while another thread holds the handle's lock.
 ///
 /// # Errors
 /// `fork` failed (no memory, the process limit).
@@ -51,9 +53,34 @@ pub fn fork() -> nix::Result<Forked> {
     #[allow(unsafe_code)]
     let forked = unsafe { nix::unistd::fork() }?;
     Ok(match forked {
-        ForkResult::Child => Forked::Child,
+        ForkResult::Child => {
+            IN_CHILD.store(true, Ordering::SeqCst);
+            Forked::Child
+        }
         ForkResult::Parent { child } => Forked::Parent(child),
     })
+}
+
+/// Set in the child of [`fork`]: only there may [`drop_copy_and_exit`] take its copy.
+static IN_CHILD: AtomicBool = AtomicBool::new(false);
+
+/// In the child of [`fork`]: drops this process's copy of `value` (destructors run, as when a
+/// child that owns its copy drops it), then exits with `code`. For a value the parent shares
+/// with a thread of its own at the fork (which the child cannot move out of a borrow).
+///
+/// Aborts the process when called anywhere but in a child of [`fork`].
+pub fn drop_copy_and_exit<T>(value: &T, code: i32) -> ! {
+    if !IN_CHILD.load(Ordering::SeqCst) {
+        eprintln!("lease-forktest: drop_copy_and_exit outside a forked child");
+        std::process::abort();
+    }
+    // SAFETY: this process is a child of `fork`, so `value` lies in memory that is this
+    // process's own copy, and the only thread is this one, which never returns from here (it
+    // exits, running no other destructor): nothing reads `value` again after it is read out.
+    #[allow(unsafe_code)]
+    let copy = unsafe { std::ptr::read(value) };
+    drop(copy);
+    std::process::exit(code)
 }
 
 /// Waits for `child` to end: its exit code, or 128 + N when signal N killed it.

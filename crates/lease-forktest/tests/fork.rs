@@ -7,6 +7,10 @@
 //! (issue 37, item 1) acquire and release first, so that the face keeps the lock directory open
 //! across the fork, then parent and child both try to acquire: never both.
 //!
+//! The `busy` cases fork while another thread of the parent holds the handle's lock (the state a
+//! heartbeat or keeper thread locks too): the child's drop of its copy must not wait for a lock
+//! no thread of the child will ever release. Before the fix, children hung in their drop.
+//!
 //! Each case runs the `lease-forktest` scenario binary, which acquires, forks and checks in the
 //! parent that a contender is refused and the parent's fencing token keeps checking.
 
@@ -64,4 +68,8 @@ cases! {
     lock_heartbeat_cached_directory_is_never_shared_with_a_child: "lock" "heartbeat" "cached";
     store_kernel_cached_directory_is_never_shared_with_a_child: "store" "kernel" "cached";
     store_heartbeat_cached_directory_is_never_shared_with_a_child: "store" "heartbeat" "cached";
+    lock_kernel_child_drops_while_a_thread_holds_the_locks_state: "lock" "kernel" "busy";
+    lock_heartbeat_child_drops_while_a_thread_holds_the_locks_state: "lock" "heartbeat" "busy";
+    store_kernel_child_drops_while_a_thread_holds_the_guards_state: "store" "kernel" "busy";
+    store_heartbeat_child_drops_while_a_thread_holds_the_guards_state: "store" "heartbeat" "busy";
 }

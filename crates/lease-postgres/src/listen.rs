@@ -22,7 +22,10 @@ pub(crate) struct Listener {
 
 #[derive(Debug, Default)]
 struct State {
-    keys: HashMap<String, Changes>,
+    /// Each watched key's change counter and how many watches of it are alive: an entry goes
+    /// when its last watch is dropped, so a manager that watches many keys over its life holds
+    /// only those watched now.
+    keys: HashMap<String, (Changes, usize)>,
     running: bool,
 }
 
@@ -35,7 +38,11 @@ impl Listener {
 
     /// Wakes the watches of `payload`'s key.
     fn deliver(&self, payload: &str) {
-        let changes = self.lock().keys.get(payload).cloned();
+        let changes = self
+            .lock()
+            .keys
+            .get(payload)
+            .map(|(changes, _)| changes.clone());
         if let Some(changes) = changes {
             changes.notify();
         }
@@ -43,9 +50,69 @@ impl Listener {
 
     /// Wakes every watch: a notification may have been missed (the connection was down).
     fn wake_all(&self) {
-        let all: Vec<Changes> = self.lock().keys.values().cloned().collect();
+        let all: Vec<Changes> = self
+            .lock()
+            .keys
+            .values()
+            .map(|(changes, _)| changes.clone())
+            .collect();
         for changes in all {
             changes.notify();
+        }
+    }
+
+    /// A new watch of the key whose payload is `payload`, counted until it is dropped.
+    fn watch(self: &Arc<Self>, payload: String) -> (KeyWatch, bool) {
+        let mut state = self.lock();
+        let (changes, watches) = state.keys.entry(payload.clone()).or_default();
+        *watches += 1;
+        let inner = changes.watch();
+        let start = !state.running;
+        state.running = true;
+        let watch = KeyWatch {
+            inner,
+            listener: Arc::downgrade(self),
+            payload,
+        };
+        (watch, start)
+    }
+
+    /// Forgets one watch of `payload`'s key, and the key once none is left.
+    fn unwatch(&self, payload: &str) {
+        let mut state = self.lock();
+        if let Some((_, watches)) = state.keys.get_mut(payload) {
+            *watches = watches.saturating_sub(1);
+            if *watches == 0 {
+                state.keys.remove(payload);
+            }
+        }
+    }
+
+    /// How many keys have a live watch.
+    #[cfg(test)]
+    fn watched_keys(&self) -> usize {
+        self.lock().keys.len()
+    }
+}
+
+/// One watch of a key: lease-core's watch of the key's counter, which it forgets when dropped.
+#[derive(Debug)]
+struct KeyWatch {
+    inner: Box<dyn RecordWatch>,
+    listener: Weak<Listener>,
+    payload: String,
+}
+
+impl RecordWatch for KeyWatch {
+    fn next_change(&mut self) -> lease_core::BoxFuture<'_, ()> {
+        self.inner.next_change()
+    }
+}
+
+impl Drop for KeyWatch {
+    fn drop(&mut self) {
+        if let Some(listener) = self.listener.upgrade() {
+            listener.unwatch(&self.payload);
         }
     }
 }
@@ -65,13 +132,7 @@ pub(crate) fn watch(
 ) -> Option<Box<dyn RecordWatch>> {
     let config = config?.clone();
     let runtime = tokio::runtime::Handle::try_current().ok()?;
-    let (watch, start) = {
-        let mut state = listener.lock();
-        let changes = state.keys.entry(payload(key)).or_default().clone();
-        let start = !state.running;
-        state.running = true;
-        (changes.watch(), start)
-    };
+    let (watch, start) = listener.watch(payload(key));
     if start {
         let task = ListenTask {
             listener: Arc::downgrade(listener),
@@ -81,7 +142,7 @@ pub(crate) fn watch(
         };
         runtime.spawn(task.run());
     }
-    Some(watch)
+    Some(Box::new(watch))
 }
 
 struct ListenTask {
@@ -177,5 +238,36 @@ async fn drive<S, T>(
             Some(Ok(_)) => {}
             Some(Err(_)) | None => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_key_is_forgotten_when_its_last_watch_is_dropped() {
+        let listener = Arc::new(Listener::default());
+        // A server that is not there: the listening task retries in the background, and ends
+        // once the listener is dropped.
+        let config: Config = "host=127.0.0.1 port=1 user=nobody connect_timeout=1"
+            .parse()
+            .unwrap_or_else(|_| Config::new());
+        let table = TableName::parse("leases").expect("a valid table name");
+        let key = |n: usize| LeaseKey::new(format!("key-{n}")).expect("a valid key");
+        let many: Vec<_> = (0..1000)
+            .filter_map(|n| watch(&listener, Some(&config), &table, &key(n)))
+            .collect();
+        assert_eq!(listener.watched_keys(), 1000);
+        let first = watch(&listener, Some(&config), &table, &key(0));
+        drop(many);
+        assert_eq!(listener.watched_keys(), 1, "key-0 still has a watch");
+        let mut first = first.expect("a watch");
+        listener.deliver(&payload(&key(0)));
+        tokio::time::timeout(Duration::from_secs(1), first.next_change())
+            .await
+            .expect("the watch still wakes");
+        drop(first);
+        assert_eq!(listener.watched_keys(), 0);
     }
 }

@@ -16,6 +16,12 @@
 //!   in each of `LEASE_FORK_ROUNDS` rounds (default 25), each in a fresh directory. The output
 //!   says in how many rounds both got it.
 //!
+//! * `busy` instead keeps another thread of the parent locking the lease handle's state (a
+//!   `FileLockGuard::check`, or polling a `LeaseGuard`'s `lost()`) without pause, and forks
+//!   `LEASE_FORK_ROUNDS` children (default 100) that each drop their copy (the `FileLock`, the
+//!   `LeaseGuard`) and exit: a fork lands while that thread holds the lock, which in the child
+//!   stays locked forever. The output says how many children did not exit within 5 s (killed).
+//!
 //! Exit status 0 when the parent still holds: a contender on the same path is refused, the
 //! parent's fencing token still checks, and keeps checking across its next heartbeats or
 //! renewals; then the parent releases and the contender's token is greater. 1 and a message on
@@ -31,6 +37,8 @@ use lease_core::{
 };
 use lease_file::{DirectoryStore, FileLock, FileLockGuard, ModePreference};
 use lease_forktest::{Forked, fork, wait};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
 
 /// The lease's length in the store face, and the FileLock's stale threshold: short, so that
 /// renewals and heartbeats happen within the scenario.
@@ -66,6 +74,9 @@ fn main() -> ExitCode {
     let dir = std::path::PathBuf::from(dir);
     if how == "cached" {
         return both_after_cached(face, mode, &dir);
+    }
+    if how == "busy" {
+        return drops_while_busy(face, mode, &dir);
     }
     let held = match acquire(face, mode, &dir) {
         Ok(held) => held,
@@ -459,4 +470,120 @@ fn one_cached_round(
     }
     drop(mine);
     Ok(both)
+}
+
+/// `busy`: forks children while another thread locks the handle's state; each child drops its
+/// copy and exits. Exit 0 when every child exited within 5 s.
+fn drops_while_busy(face: &str, mode: ModePreference, dir: &std::path::Path) -> ExitCode {
+    let rounds: u32 = std::env::var("LEASE_FORK_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(100);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let hung = match face {
+        "lock" => {
+            let lock = match lock_at(dir, mode) {
+                Ok(lock) => lock,
+                Err(message) => return fail(&message),
+            };
+            let guard = match lock.try_acquire() {
+                Ok(guard) => guard,
+                Err(e) => return fail(&format!("acquire: {e}")),
+            };
+            let hung = std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let _ = guard.check();
+                    }
+                });
+                let hung = fork_dropping(rounds, &lock);
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                hung
+            });
+            drop(guard);
+            hung
+        }
+        "store" => {
+            let store: Arc<dyn LeaseBackend> = match store_at(dir, mode) {
+                Ok(store) => Arc::new(store),
+                Err(message) => return fail(&message),
+            };
+            let guard = match pollster::block_on(
+                LeaseGuard::builder(store, &key(), LEASE)
+                    .with_wait(WaitOptions::new(Duration::ZERO))
+                    .with_renew_every(BEAT)
+                    .acquire(),
+            ) {
+                Ok(guard) => guard,
+                Err(e) => return fail(&format!("acquire: {e}")),
+            };
+            let mut lost = guard.lost();
+            let hung = std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let _ = std::future::Future::poll(std::pin::Pin::new(&mut lost), &mut cx);
+                    }
+                });
+                let hung = fork_dropping(rounds, &guard);
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                hung
+            });
+            drop(guard);
+            hung
+        }
+        other => return fail(&format!("unknown face {other}")),
+    };
+    match hung {
+        Ok(0) => {
+            println!("0 of {rounds} children hung dropping their copy");
+            ExitCode::SUCCESS
+        }
+        Ok(hung) => fail(&format!(
+            "{hung} of {rounds} children hung dropping their copy of the {face} (killed after 5 s)"
+        )),
+        Err(message) => fail(&message),
+    }
+}
+
+/// Forks `rounds` children, one after another, each of which drops its copy of `handle` (read
+/// out of the parent's memory it was given: the parent keeps its own) and exits 0; counts those
+/// still running 5 s later, which are killed.
+fn fork_dropping<T>(rounds: u32, handle: &T) -> Result<u32, String> {
+    let mut hung = 0;
+    for _ in 0..rounds {
+        match fork() {
+            Ok(Forked::Child) => lease_forktest::drop_copy_and_exit(handle, 0),
+            Ok(Forked::Parent(child)) => {
+                if !exits_within(child, Duration::from_secs(5)) {
+                    hung += 1;
+                }
+            }
+            Err(e) => return Err(format!("fork: {e}")),
+        }
+    }
+    Ok(hung)
+}
+
+fn fail(message: &str) -> ExitCode {
+    eprintln!("lease-forktest: {message}");
+    ExitCode::from(1)
+}
+
+/// Waits up to `limit` for `child` to end; kills it (SIGKILL) and reaps it if it has not:
+/// whether it ended by itself.
+fn exits_within(child: Pid, limit: std::time::Duration) -> bool {
+    let started = std::time::Instant::now();
+    loop {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => {}
+            Ok(_) | Err(_) => return true,
+        }
+        if started.elapsed() >= limit {
+            let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
+            let _ = waitpid(child, None);
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
