@@ -37,6 +37,7 @@ mod relay;
 mod run;
 mod status;
 mod stores;
+mod sys;
 mod terminal;
 mod watch;
 

@@ -678,6 +678,10 @@ fn read_pid(file: &Path) -> Pid {
 /// -STOP` kept its lease renewed for as long as it stayed stopped. Now a stopped command keeps
 /// its lease for one TTL at most: `lease` then ends the run (SIGTERM and SIGCONT, SIGKILL after
 /// the grace), releases and exits 76. A command continued within the TTL keeps its lease.
+// Linux only: without `/proc` (macOS, FreeBSD; the `portable-paths` build) `lease` sees a
+// stop of its guard, not of the command alone when no terminal extends it to the group (see
+// terminal.rs, and docs/platforms.md for what is left).
+#[cfg(not(feature = "portable-paths"))]
 #[test]
 fn a_stopped_command_keeps_its_lease_for_one_ttl_at_most() {
     let store = tempfile::tempdir().expect("tempdir");
@@ -739,6 +743,9 @@ fn a_stopped_command_keeps_its_lease_for_one_ttl_at_most() {
 /// Issue 37 item 5: while its command was stopped (it stopped itself), `lease` ignored SIGTERM
 /// and SIGINT: they were forwarded to a stopped process, and only SIGKILL ended `lease`. Now
 /// the command is continued to handle them, as a shell's `kill` continues a stopped job.
+// Linux only, for the same reason as the test above: without `/proc` the command stopped alone
+// is not seen, so it is not continued; it is SIGKILLed after its grace instead.
+#[cfg(not(feature = "portable-paths"))]
 #[test]
 fn sigterm_and_sigint_reach_a_command_that_stopped_itself() {
     let store = tempfile::tempdir().expect("tempdir");
