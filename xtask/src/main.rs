@@ -64,11 +64,13 @@ Tasks:
         Only the other systems' steps of test (issue 34): rustup adds the targets
         it lacks; cargo clippy --all-targets --all-features -D warnings of
         lease-core, lease-file and lessor-partition for x86_64-apple-darwin,
-        aarch64-apple-darwin and x86_64-unknown-freebsd, and of lease-core and
-        lessor-partition's libraries for x86_64-pc-windows-gnu; then lease-file's
-        library and conformance tests with --features portable-paths (the code
-        paths of macOS and FreeBSD, run on Linux). See
-        crates/lease-file/src/docs/platforms.md.
+        aarch64-apple-darwin and x86_64-unknown-freebsd, the same of lease-cli
+        --all-targets (file store: no dynamo, no postgres) for those three, and of
+        lease-core and lessor-partition's libraries for x86_64-pc-windows-gnu;
+        then lease-file's library and conformance tests and lease-cli's tests
+        with --features portable-paths (the code paths of macOS and FreeBSD, run
+        on Linux). See crates/lease-file/src/docs/platforms.md and
+        docs/platforms.md.
   bench [--quick] [--no-dynamo] [--no-postgres]
         DynamoDB Local and PostgreSQL up, cargo bench; every bench writes a markdown
         section into $LEASE_BENCH_OUT; they are joined, under the date, the machine

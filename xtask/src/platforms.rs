@@ -1,15 +1,18 @@
 //! The other systems, checked from Linux on every change (issue 34): clippy with `-D warnings`
 //! for macOS and FreeBSD (every target of lease-core, lease-file and lessor-partition, every
-//! feature) and Windows (the libraries that build there), so that a Linux-only call cannot slip
-//! back in; and lease-file's library tests with `portable-paths`, the macOS and FreeBSD code
-//! paths run on Linux. The rustup targets are installed when missing (std only: `cargo clippy
-//! --target` of pure-Rust crates needs no C cross-compiler).
+//! feature; every target of lease-cli with the file store, its default) and Windows (the
+//! libraries that build there), so that a Linux-only call cannot slip back in; and the tests of
+//! lease-file (library and conformance suite) and lease-cli (all of them) with their
+//! `portable-paths` features, the macOS and FreeBSD code paths run on Linux. The rustup targets
+//! are installed when missing (std only: `cargo clippy --target` of pure-Rust crates needs no C
+//! cross-compiler).
 //!
 //! Not here, and why: lease-dynamo, lease-postgres and lease-cli's `dynamo`/`postgres` features
 //! need a C compiler for the target (aws-lc-sys for the AWS SDK's TLS stack, ring for rustls),
-//! so lessor-partition's DynamoDB and PostgreSQL suites are Linux-only dev-dependencies; lease-cli
-//! with the file backend does not build on macOS or FreeBSD yet (its `lease run` relies on
-//! `prctl` and `/proc`); lease-file on Windows is a `compile_error!` until its port.
+//! so lessor-partition's DynamoDB and PostgreSQL suites are Linux-only dev-dependencies and
+//! lease-cli is checked without those features; lease-cli on Windows (`lease run` is built on
+//! Unix process groups and signals); lease-file on Windows is a `compile_error!` until its
+//! port.
 
 use std::process::Command;
 
@@ -37,8 +40,12 @@ const UNIX_SELECTION: &[&str] = &[
     "--all-features",
 ];
 
+/// lease-cli with the file store alone (no `dynamo`, no `postgres`: those need a C compiler for
+/// the target), every target.
+const CLI_SELECTION: &[&str] = &["-p", "lease-cli", "--all-targets"];
+
 /// Every check, in the order they run.
-pub(crate) const CHECKS: [Check; 4] = [
+pub(crate) const CHECKS: [Check; 7] = [
     Check {
         target: "x86_64-apple-darwin",
         selection: UNIX_SELECTION,
@@ -50,6 +57,18 @@ pub(crate) const CHECKS: [Check; 4] = [
     Check {
         target: "x86_64-unknown-freebsd",
         selection: UNIX_SELECTION,
+    },
+    Check {
+        target: "x86_64-apple-darwin",
+        selection: CLI_SELECTION,
+    },
+    Check {
+        target: "aarch64-apple-darwin",
+        selection: CLI_SELECTION,
+    },
+    Check {
+        target: "x86_64-unknown-freebsd",
+        selection: CLI_SELECTION,
     },
     // lease-file is a `compile_error!` there until its port (see its `platforms` page).
     Check {
@@ -77,9 +96,13 @@ const PORTABLE_TESTS: [&str; 8] = [
     "conformance",
 ];
 
-/// How many steps [`check`] runs: the rustup targets, one clippy per [`CHECKS`] entry, the
-/// portable-path tests.
-pub(crate) const STEPS: usize = CHECKS.len() + 2;
+/// lease-cli's tests on the macOS/FreeBSD paths (`src/sys.rs`): every suite that runs without
+/// a DynamoDB or PostgreSQL server.
+const CLI_PORTABLE_TESTS: [&str; 5] = ["test", "-p", "lease-cli", "--features", "portable-paths"];
+
+/// How many steps [`check`] runs: the rustup targets, one clippy per [`CHECKS`] entry, the two
+/// portable-path test runs.
+pub(crate) const STEPS: usize = CHECKS.len() + 3;
 
 /// `cargo xtask platforms`: these steps of `cargo xtask test` alone.
 pub(crate) fn platforms(flags: &[&str]) -> Result {
@@ -114,7 +137,7 @@ pub(crate) fn check(steps: &mut Steps) -> Result {
     for check in CHECKS {
         steps.run_as(
             Kind::Build,
-            &format!("clippy -D warnings, {}", check.target),
+            &format!("clippy -D warnings, {}, {}", check.target, packages(check)),
             &mut cargo(&clippy_args(check)),
         )?;
     }
@@ -123,7 +146,23 @@ pub(crate) fn check(steps: &mut Steps) -> Result {
         "lease-file on the macOS/FreeBSD paths (--features portable-paths)",
         &mut cargo(&PORTABLE_TESTS),
     )?;
+    steps.run_as(
+        Kind::Test,
+        "lease-cli on the macOS/FreeBSD paths (--features portable-paths)",
+        &mut cargo(&CLI_PORTABLE_TESTS),
+    )?;
     Ok(())
+}
+
+/// The packages a check selects (`lease-core lease-file lessor-partition`), for its step's name.
+fn packages(check: Check) -> String {
+    check
+        .selection
+        .windows(2)
+        .filter(|pair| pair[0] == "-p")
+        .map(|pair| pair[1])
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// `cargo clippy --target <target> <selection> -- -D warnings`.
@@ -176,7 +215,12 @@ mod tests {
             let args = clippy_args(check);
             assert_eq!(&args[..3], &["clippy", "--target", check.target]);
             assert!(args.ends_with(&["--", "-D", "warnings"]), "{args:?}");
-            assert!(args.contains(&"--all-features"), "{args:?}");
+            // lease-cli's `dynamo` and `postgres` need a C compiler for the target.
+            assert_eq!(
+                args.contains(&"--all-features"),
+                !args.contains(&"lease-cli"),
+                "{args:?}"
+            );
         }
     }
 
@@ -207,5 +251,30 @@ mod tests {
             assert!(windows.selection.contains(&krate), "{krate} on windows");
         }
         assert!(PORTABLE_TESTS.contains(&"portable-paths"));
+    }
+
+    /// Issue 34 item 3: lease-cli with the file store on both macOS targets and FreeBSD, and
+    /// its tests on their paths.
+    #[test]
+    fn lease_cli_is_checked_on_macos_and_freebsd() {
+        for target in [
+            "x86_64-apple-darwin",
+            "aarch64-apple-darwin",
+            "x86_64-unknown-freebsd",
+        ] {
+            assert!(
+                CHECKS.iter().any(|check| check.target == target
+                    && check.selection.contains(&"lease-cli")
+                    && check.selection.contains(&"--all-targets")),
+                "lease-cli on {target}"
+            );
+        }
+        assert_eq!(packages(CHECKS[3]), "lease-cli");
+        assert_eq!(
+            packages(CHECKS[0]),
+            "lease-core lease-file lessor-partition"
+        );
+        assert!(CLI_PORTABLE_TESTS.contains(&"lease-cli"));
+        assert!(CLI_PORTABLE_TESTS.contains(&"portable-paths"));
     }
 }

@@ -810,7 +810,13 @@ fn a_signal_ends_the_run_within_the_grace() {
         Signal::SIGTERM,
     )
     .expect("term");
-    let status = exit_within(&mut child, group, Duration::from_secs(6));
+    // Longer on the portable paths: see `most` below.
+    let limit = Duration::from_secs(if cfg!(feature = "portable-paths") {
+        10
+    } else {
+        6
+    });
+    let status = exit_within(&mut child, group, limit);
     let took = sent.elapsed();
     let out = child.wait_with_output().expect("output");
     assert_eq!(
@@ -819,8 +825,16 @@ fn a_signal_ends_the_run_within_the_grace() {
         "still running after {took:?}: {}",
         stderr(&out)
     );
+    // Without `/proc` (the `portable-paths` build: macOS's and FreeBSD's paths) the group ends
+    // when `killpg` says so: its killed members count until init reaps them, and a slow
+    // container init adds that time (stragglers' grace included) to the run's end.
+    let most = if cfg!(feature = "portable-paths") {
+        Duration::from_secs(9)
+    } else {
+        Duration::from_secs(3)
+    };
     assert!(
-        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+        took >= Duration::from_secs(1) && took < most,
         "the grace is 1s: {took:?}"
     );
     assert_free(store.path(), "stubborn");
