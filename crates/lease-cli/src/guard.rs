@@ -70,8 +70,9 @@ fn fault_arm_delay() {
     }
 }
 
-/// Whether `lease` (`parent`) is still this process's parent, and no watcher of the portable
-/// paths saw it die (see `sys.rs`: a pipe's end-of-file can come before the kernel reparents).
+/// Whether `lease` (`parent`) is still this process's parent, and the kqueue watch of macOS and
+/// FreeBSD did not see it die (see `sys.rs`: its exit is reported as it exits, before the
+/// kernel has given the guard another parent).
 fn parent_alive(parent: i32) -> bool {
     getppid() == Pid::from_raw(parent) && !crate::sys::parent_gone()
 }

@@ -165,7 +165,9 @@ fn watch_exit(parent: i32, signal: Signal) -> Result<(), String> {
     );
     let registered = queue.kevent(&[event], &mut [], None);
     if registered.is_err() || nix::unistd::getppid() != nix::unistd::Pid::from_raw(parent) {
-        report_parent_gone(signal);
+        // Gone already: the flag alone, no signal, whose handler may not be installed yet (the
+        // guard checks its parent next, and acts on the flag).
+        PARENT_GONE.store(true, std::sync::atomic::Ordering::SeqCst);
         return Ok(());
     }
     std::thread::Builder::new()
