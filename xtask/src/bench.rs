@@ -17,6 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::dynamo_local::Dynamo;
 use crate::postgres_local::Postgres;
+use crate::redis_local::Redis;
 use crate::step::Steps;
 use crate::test::with_dynamo;
 use crate::{Result, parse_flags, project_root};
@@ -32,12 +33,17 @@ const REPORT: &str = "docs/benchmarks.md";
 /// The packages whose benches need no DynamoDB (and no AWS SDK build): `--no-dynamo` runs these.
 const WITHOUT_DYNAMO: [&str; 2] = ["lease-core", "lease-file"];
 
-/// `cargo xtask bench [--quick] [--no-dynamo] [--no-postgres]`.
+/// `cargo xtask bench [--quick] [--no-dynamo] [--no-postgres] [--no-redis]`.
 pub(crate) fn bench(flags: &[&str]) -> Result {
-    let given = parse_flags("bench", flags, &["--quick", "--no-dynamo", "--no-postgres"])?;
+    let given = parse_flags(
+        "bench",
+        flags,
+        &["--quick", "--no-dynamo", "--no-postgres", "--no-redis"],
+    )?;
     let (quick, no_dynamo) = (given[0], given[1]);
     // `--no-dynamo` runs only benches that need no server.
     let no_postgres = given[2] || no_dynamo;
+    let no_redis = given[3] || no_dynamo;
     let target = project_root().join("target");
     let out = target.join("bench");
     fs::create_dir_all(&out)?;
@@ -46,7 +52,7 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
     }
 
     let load_at_start = load_average();
-    let servers = usize::from(!no_dynamo) + usize::from(!no_postgres);
+    let servers = usize::from(!no_dynamo) + usize::from(!no_postgres) + usize::from(!no_redis);
     let mut steps = Steps::new("bench", 2 + servers);
     let dynamo = if no_dynamo {
         Dynamo::Disabled
@@ -60,6 +66,13 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
     } else {
         Postgres::provision(&mut steps)?
     };
+    // lease-redis's bench and lessor-partition's Redis fleet bench; without it they write a
+    // section saying they were skipped.
+    let redis = if no_redis {
+        Redis::Disabled
+    } else {
+        Redis::provision(&mut steps)?
+    };
     // `--bench '*'`: the bench targets only, not every library's unit tests in release mode.
     let mut args = vec!["bench"];
     if no_dynamo {
@@ -72,6 +85,7 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
     args.extend(["--bench", "*"]);
     let mut command = with_dynamo(&dynamo, &args);
     postgres.set_env(&mut command);
+    redis.set_env(&mut command);
     command.env(OUT_VAR, &out);
     if quick {
         command.env(QUICK_VAR, "1");
@@ -95,6 +109,12 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
         postgres.describe()
     };
     drop(postgres);
+    let redis_used = if no_redis {
+        "not run (--no-redis or --no-dynamo)".to_owned()
+    } else {
+        redis.describe()
+    };
+    drop(redis);
 
     let title = "report";
     let started = steps.announce(title);
@@ -102,6 +122,7 @@ pub(crate) fn bench(flags: &[&str]) -> Result {
         quick,
         dynamo: dynamo_used,
         postgres: postgres_used,
+        redis: redis_used,
         load_at_start,
         load_at_end,
     };
@@ -168,6 +189,7 @@ struct Facts {
     quick: bool,
     dynamo: String,
     postgres: String,
+    redis: String,
     load_at_start: String,
     load_at_end: String,
 }
@@ -216,6 +238,7 @@ fn header(facts: &Facts) -> String {
     );
     let _ = writeln!(text, "- DynamoDB: {}", facts.dynamo);
     let _ = writeln!(text, "- PostgreSQL: {}", facts.postgres);
+    let _ = writeln!(text, "- Redis: {}", facts.redis);
     text
 }
 

@@ -16,6 +16,9 @@ const DYNAMO_IMAGE: &str = "amazon/dynamodb-local:latest";
 /// The PostgreSQL image (a major version pinned: the suites' expectations of the server, such
 /// as its error codes, are checked against it).
 pub(crate) const POSTGRES_IMAGE: &str = "postgres:17";
+/// The Redis image: 7, the major version whose scripts replicate their effects (so `TIME` may be
+/// read in a writing script) and whose `INFO` names `master_replid`.
+pub(crate) const REDIS_IMAGE: &str = "redis:7";
 /// How long a container may take to be ready (DynamoDB's JVM starts in ~2 s, PostgreSQL's
 /// first start runs initdb; a first pull takes longer and happens before this clock starts).
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -115,6 +118,33 @@ impl Container {
         })?;
         println!(
             "    PostgreSQL ready at {} (container {})",
+            container.address, container.id
+        );
+        Ok(container)
+    }
+
+    /// Starts Redis ([`REDIS_IMAGE`]) without persistence on a free loopback port chosen by
+    /// Docker, and returns once it answers `PING` (through `redis-cli` in the container).
+    pub(crate) fn redis() -> Result<Self> {
+        let container = Self::run(
+            "Redis",
+            &[
+                REDIS_IMAGE,
+                "redis-server",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            "6379/tcp",
+        )?;
+        container.wait_until_ready(|container| {
+            let mut ready = Command::new("docker");
+            ready.args(["exec", &container.id, "redis-cli", "PING"]);
+            output(&mut ready).is_ok_and(|out| out.trim() == "PONG")
+        })?;
+        println!(
+            "    Redis ready at {} (container {})",
             container.address, container.id
         );
         Ok(container)

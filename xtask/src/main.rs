@@ -17,6 +17,7 @@ mod platforms;
 mod postgres_local;
 mod public_api;
 mod quick_start;
+mod redis_local;
 mod step;
 mod test;
 
@@ -31,15 +32,15 @@ const HELP: &str = "\
 cargo xtask <TASK> [FLAGS]
 
 Tasks:
-  test [--no-dynamo] [--no-postgres] [--quick]
+  test [--no-dynamo] [--no-postgres] [--no-redis] [--quick]
         THE test command: fmt --check, clippy -D warnings (default features, then
         lease-cli --features dynamo, lease-core --all-features), the other
-        systems (see platforms), DynamoDB Local and PostgreSQL up,
+        systems (see platforms), DynamoDB Local, PostgreSQL and Redis up,
         the builds (every test target, the public API's rustdoc JSON and the README
         quick starts, which two xtask tests then only check and run), cargo test
         (all targets and doc tests with --features lease-cli/dynamo, lease-cli's
         refusal of --dynamo without that feature, lease-core --all-features),
-        DynamoDB Local and PostgreSQL down, a one-minute chaos
+        DynamoDB Local, PostgreSQL and Redis down, a one-minute chaos
         run (below; --backend all --seed 1), rustdoc with -D warnings, rustdoc as
         docs.rs renders it (--all-features --cfg docsrs), the packages: cargo
         package of every published crate, each .crate unpacked into
@@ -51,12 +52,15 @@ Tasks:
                        the chaos run covers the file backend only
           --no-postgres
                        start no PostgreSQL; the PostgreSQL suites skip and say so
+          --no-redis   start no Redis; the Redis suites skip and say so (those that
+                       restart or fail over a server of their own still run)
           --quick      skip fmt, clippy, the other systems, rustdoc, the
                        packages and the rust-version build (the builds, tests
                        and chaos run remain)
   itest
-        Only the suites that need a server, with DynamoDB and PostgreSQL up:
-        lease-dynamo, lessor-partition, lease-postgres and lease-testservers.
+        Only the suites that need a server, with DynamoDB, PostgreSQL and Redis up:
+        lease-dynamo, lessor-partition, lease-postgres, lease-redis and
+        lease-testservers.
   msrv
         Only the last step of test: lease-core, every feature, built with the
         toolchain of its rust-version (see xtask/msrv/Cargo.toml).
@@ -71,8 +75,8 @@ Tasks:
         with --features portable-paths (the code paths of macOS and FreeBSD, run
         on Linux). See crates/lease-file/src/docs/platforms.md and
         docs/platforms.md.
-  bench [--quick] [--no-dynamo] [--no-postgres]
-        DynamoDB Local and PostgreSQL up, cargo bench; every bench writes a markdown
+  bench [--quick] [--no-dynamo] [--no-postgres] [--no-redis]
+        DynamoDB Local, PostgreSQL and Redis up, cargo bench; every bench writes a markdown
         section into $LEASE_BENCH_OUT; they are joined, under the date, the machine
         and the load average, into docs/benchmarks.md (committed) and
         target/bench-report.md.
@@ -80,20 +84,23 @@ Tasks:
           --no-dynamo  start no DynamoDB; only the lease-core and lease-file benches
           --no-postgres
                        start no PostgreSQL; the PostgreSQL benches say they skipped
-  chaos [--minutes N] [--backend file|dynamo|postgres|all] [--seed S] [--sabotage]
+          --no-redis   start no Redis; the Redis benches say they skipped
+  chaos [--minutes N] [--backend file|dynamo|postgres|redis|all] [--seed S] [--sabotage]
         Real processes of every surface (lease run, FileLock in both modes, kept
-        DynamoDB and PostgreSQL leases with fenced values, elections, fleet workers)
-        on files, and on DynamoDB Local and a PostgreSQL cluster of its own behind
-        fault proxies, under a seeded fault schedule (SIGKILL, SIGSTOP, delays,
-        drops, resets, black holes, lost replies, throttling, store restarts (for
-        PostgreSQL: fast and immediate shutdowns), pg_terminate_backend, clock
-        steps, deleted and planted files); then a checker reads their history.
+        DynamoDB, PostgreSQL and Redis leases with fenced values, elections, fleet
+        workers) on files, and on DynamoDB Local, a PostgreSQL cluster and a Redis
+        server of its own behind fault proxies, under a seeded fault schedule
+        (SIGKILL, SIGSTOP, delays, drops, resets, black holes, lost replies,
+        throttling, store restarts (for PostgreSQL: fast and immediate shutdowns),
+        pg_terminate_backend, Redis CLIENT KILL and SCRIPT FLUSH, clock steps,
+        deleted and planted files); then a checker reads their history.
         Fails on any violation. Report: target/chaos-report.md; run directory:
         target/chaos/<seed>/. Defaults: 1 minute, all, a seed from the clock
         (printed). See docs/chaos.md.
-          --sabotage   the FileLock actors claim without checking their lease: the
-                       run passes only if the checker finds the violations that
-                       follow (a self-test of the whole harness)
+          --sabotage   the FileLock actors (and the Redis kept-lease actors) claim
+                       without checking their lease: the run passes only if the
+                       checker finds the violations that follow (a self-test of the
+                       whole harness)
   dynamo
         Start DynamoDB Local, print its endpoint and wait until Ctrl-C.
   help [TASK]
@@ -115,6 +122,14 @@ How PostgreSQL is found (test, itest, bench):
      as the postgres user (or nobody) when run as root, a free port on 127.0.0.1,
      data and socket in a temporary directory, removed at the end of the run.
 
+How Redis is found (test, itest, bench):
+  1. LEASE_REDIS_URL already set: used as is, nothing is started.
+  2. `docker info` answers: a redis:7 container on a loopback port Docker picks;
+     removed at the end of the run.
+  3. Otherwise a throwaway redis-server (on PATH; Debian's `redis-server`
+     package), as nobody when run as root, a free port on 127.0.0.1, no
+     persistence, stopped at the end of the run.
+
 Environment given to the tests:
   LEASE_DYNAMO_ENDPOINT=http://127.0.0.1:PORT   where DynamoDB Local listens
   LEASE_REQUIRE_DYNAMO=1                         fail, not skip, without DynamoDB
@@ -126,6 +141,8 @@ Environment given to the tests:
   LEASE_POSTGRES_URL=postgres://postgres@127.0.0.1:PORT/postgres
                                                  where PostgreSQL listens (a superuser)
   LEASE_REQUIRE_POSTGRES=1                       fail, not skip, without PostgreSQL
+  LEASE_REDIS_URL=redis://127.0.0.1:PORT         where Redis listens
+  LEASE_REQUIRE_REDIS=1                          fail, not skip, without Redis
   LEASE_BENCH_OUT=<abs path>, LEASE_BENCH_QUICK=1  (bench only)
 ";
 
@@ -259,11 +276,14 @@ mod tests {
         };
         let test_help = task_help("test").expect("test has help");
         assert!(
-            test_help.starts_with("cargo xtask test [--no-dynamo] [--no-postgres] [--quick]\n"),
+            test_help.starts_with(
+                "cargo xtask test [--no-dynamo] [--no-postgres] [--no-redis] [--quick]\n"
+            ),
             "{test_help}"
         );
         assert!(test_help.contains("--no-dynamo  ") && test_help.contains("--quick  "));
         assert!(test_help.contains("--no-postgres\n"), "{test_help}");
+        assert!(test_help.contains("--no-redis   "), "{test_help}");
         assert!(!test_help.contains("cargo xtask itest"), "{test_help}");
         assert_eq!(help("test", &["--help"]), Some(Ok(test_help.clone())));
         assert_eq!(

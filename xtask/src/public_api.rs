@@ -10,12 +10,13 @@ use std::process::Command;
 
 /// The library crates listed, in dependency order (a crate's re-exports of another are
 /// resolved through the other's list), with the features documented (`None`: all).
-pub(crate) const LISTED: [(&str, Option<&[&str]>); 5] = [
+pub(crate) const LISTED: [(&str, Option<&[&str]>); 6] = [
     ("lease-core", None),
     ("lease-file", None),
     ("lease-dynamo", None),
     ("lessor-partition", None),
     ("lease-postgres", None),
+    ("lease-redis", None),
 ];
 
 /// Where the JSON is built: its own target dir under the workspace's (`$CARGO_TARGET_DIR` or

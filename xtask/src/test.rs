@@ -1,19 +1,21 @@
 //! `cargo xtask test`, the one test command, and `cargo xtask itest`, the suites that need a
-//! server (DynamoDB, PostgreSQL) alone.
+//! server (DynamoDB, PostgreSQL, Redis) alone.
 
 use std::process::Command;
 
 use crate::dynamo_local::Dynamo;
 use crate::postgres_local::Postgres;
+use crate::redis_local::Redis;
 use crate::step::{Kind, Steps, TEST_TIME_BUDGET, cargo};
 use crate::{Result, lanes, parse_flags, project_root, public_api, quick_start};
 
-/// The suites that need a server (DynamoDB, PostgreSQL or both); `cargo xtask test` runs them as
-/// part of the workspace.
-const SERVER_PACKAGES: [&str; 4] = [
+/// The suites that need a server (DynamoDB, PostgreSQL, Redis or several); `cargo xtask test`
+/// runs them as part of the workspace.
+const SERVER_PACKAGES: [&str; 5] = [
     "lease-dynamo",
     "lessor-partition",
     "lease-postgres",
+    "lease-redis",
     "lease-testservers",
 ];
 
@@ -22,11 +24,17 @@ const SERVER_PACKAGES: [&str; 4] = [
 struct Servers {
     dynamo: Dynamo,
     postgres: Postgres,
+    redis: Redis,
 }
 
 impl Servers {
     /// Finds or starts each server that is not disabled, one announced step each.
-    fn provision(steps: &mut Steps, no_dynamo: bool, no_postgres: bool) -> Result<Self> {
+    fn provision(
+        steps: &mut Steps,
+        no_dynamo: bool,
+        no_postgres: bool,
+        no_redis: bool,
+    ) -> Result<Self> {
         let dynamo = if no_dynamo {
             println!("\n--no-dynamo: no DynamoDB; the DynamoDB suites skip and say so");
             Dynamo::Disabled
@@ -39,16 +47,30 @@ impl Servers {
         } else {
             Postgres::provision(steps)?
         };
-        Ok(Self { dynamo, postgres })
+        let redis = if no_redis {
+            println!("\n--no-redis: no Redis; the Redis suites skip and say so");
+            Redis::Disabled
+        } else {
+            Redis::provision(steps)?
+        };
+        Ok(Self {
+            dynamo,
+            postgres,
+            redis,
+        })
     }
 }
 
-/// `cargo xtask test [--no-dynamo] [--no-postgres] [--quick]`: what CI runs; fails at the first
-/// failing step.
+/// `cargo xtask test [--no-dynamo] [--no-postgres] [--no-redis] [--quick]`: what CI runs; fails
+/// at the first failing step.
 pub(crate) fn test(flags: &[&str]) -> Result {
-    let given = parse_flags("test", flags, &["--no-dynamo", "--no-postgres", "--quick"])?;
-    let (no_dynamo, no_postgres, quick) = (given[0], given[1], given[2]);
-    let servers_up = usize::from(!no_dynamo) + usize::from(!no_postgres);
+    let given = parse_flags(
+        "test",
+        flags,
+        &["--no-dynamo", "--no-postgres", "--no-redis", "--quick"],
+    )?;
+    let (no_dynamo, no_postgres, no_redis, quick) = (given[0], given[1], given[2], given[3]);
+    let servers_up = usize::from(!no_dynamo) + usize::from(!no_postgres) + usize::from(!no_redis);
     let total = 16
         + servers_up
         + if quick {
@@ -86,16 +108,16 @@ pub(crate) fn test(flags: &[&str]) -> Result {
             ]),
         )?;
         // The workspace step above built lease-cli as the README's first command does, without
-        // DynamoDB or PostgreSQL; its `dynamo` and `postgres` features add the table stores'
-        // code paths and tests.
+        // DynamoDB, PostgreSQL or Redis; its `dynamo`, `postgres` and `redis` features add the
+        // server stores' code paths and tests.
         steps.run(
-            "clippy, lease-cli --features dynamo,postgres",
+            "clippy, lease-cli --features dynamo,postgres,redis",
             &mut cargo(&[
                 "clippy",
                 "-p",
                 "lease-cli",
                 "--features",
-                "dynamo,postgres",
+                "dynamo,postgres,redis",
                 "--all-targets",
                 "--",
                 "-D",
@@ -127,7 +149,7 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         crate::platforms::check(&mut steps)?;
     }
 
-    let servers = Servers::provision(&mut steps, no_dynamo, no_postgres)?;
+    let servers = Servers::provision(&mut steps, no_dynamo, no_postgres, no_redis)?;
     let binaries = build_tests(&mut steps, &servers)?;
     let environment = test_command(&servers, &[]);
     let logs = project_root().join("target/xtask-logs/tests");
@@ -141,12 +163,13 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         "doc tests",
         test_command(&servers, &["test", "--workspace", "--doc"]).args(CLI_DYNAMO),
     )?;
-    // Plain cargo, as lease-core's below: without LEASE_REQUIRE_DYNAMO or
-    // LEASE_REQUIRE_POSTGRES, which these tests refuse (built without the features, the CLI's
-    // DynamoDB and PostgreSQL tests do not exist).
+    // Plain cargo, as lease-core's below: without LEASE_REQUIRE_DYNAMO, LEASE_REQUIRE_POSTGRES
+    // or LEASE_REQUIRE_REDIS, which these tests refuse (built without the features, the CLI's
+    // DynamoDB, PostgreSQL and Redis tests do not exist).
     steps.run_as(
         Kind::Test,
-        "lease-cli without `dynamo` and `postgres`: each store refused, naming its feature",
+        "lease-cli without `dynamo`, `postgres` and `redis`: each store refused, naming its \
+         feature",
         &mut cargo(&CLI_WITHOUT_DYNAMO),
     )?;
     // Each backend's metrics as its operations happen (lease-core's run with --all-features).
@@ -170,8 +193,8 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         "pause injection, lease-file --features failpoints",
         &mut cargo(&PAUSE_INJECTION),
     )?;
-    // Stops DynamoDB Local and PostgreSQL (those this run started): the chaos run starts its
-    // own, which it can kill and restart, and the docs need none.
+    // Stops DynamoDB Local, PostgreSQL and Redis (those this run started): the chaos run starts
+    // its own, which it can kill and restart, and the docs need none.
     drop(servers);
     // Every surface as real processes under a fixed seed's fault schedule, checked from the
     // history they write (docs/chaos.md); any violation fails the step.
@@ -205,12 +228,15 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     Ok(())
 }
 
-/// Every workspace build and test passes lease-cli's `dynamo` and `postgres` features, so that
-/// the CLI's DynamoDB and PostgreSQL code and suites are built and run (with
-/// LEASE_REQUIRE_DYNAMO=1 and LEASE_REQUIRE_POSTGRES=1, they fail rather than skip); the
-/// README's first command builds lease-cli without them, and [`CLI_WITHOUT_DYNAMO`] checks that
-/// build. (The name predates the `postgres` feature.)
-pub(crate) const CLI_DYNAMO: [&str; 2] = ["--features", "lease-cli/dynamo,lease-cli/postgres"];
+/// Every workspace build and test passes lease-cli's `dynamo`, `postgres` and `redis` features,
+/// so that the CLI's DynamoDB, PostgreSQL and Redis code and suites are built and run (with
+/// LEASE_REQUIRE_DYNAMO=1, LEASE_REQUIRE_POSTGRES=1 and LEASE_REQUIRE_REDIS=1, they fail rather
+/// than skip); the README's first command builds lease-cli without them, and
+/// [`CLI_WITHOUT_DYNAMO`] checks that build. (The name predates the `postgres` feature.)
+pub(crate) const CLI_DYNAMO: [&str; 2] = [
+    "--features",
+    "lease-cli/dynamo,lease-cli/postgres,lease-cli/redis",
+];
 
 /// The PostgreSQL suites, built on their own: their package selection builds tokio with other
 /// features than the workspace's, so leaving them out of the workspace's build keeps the doc
@@ -230,10 +256,11 @@ const WITHOUT_POSTGRES_SUITES: [&str; 4] = [
 /// the terminal), from which [`lanes::from_cargo_messages`] lists the test binaries.
 const AS_JSON: &str = "--message-format=json-render-diagnostics";
 
-/// The tests of lease-cli that exist only without its `dynamo` and `postgres` features (their
-/// names begin with `without_the_dynamo_feature` and `without_the_postgres_feature`): each
-/// store refused with the feature to build with. The first seven words build them.
-const CLI_WITHOUT_DYNAMO: [&str; 10] = [
+/// The tests of lease-cli that exist only without its `dynamo`, `postgres` and `redis` features
+/// (their names begin with `without_the_dynamo_feature`, `without_the_postgres_feature` and
+/// `without_the_redis_feature`): each store refused with the feature to build with. The first
+/// seven words build them.
+const CLI_WITHOUT_DYNAMO: [&str; 11] = [
     "test",
     "-p",
     "lease-cli",
@@ -244,13 +271,14 @@ const CLI_WITHOUT_DYNAMO: [&str; 10] = [
     "--",
     "without_the_dynamo_feature",
     "without_the_postgres_feature",
+    "without_the_redis_feature",
 ];
 
 /// The lease-core tests with every feature (the conformance suite and the model checker).
 const LEASE_CORE_ALL_FEATURES: [&str; 4] = ["test", "-p", "lease-core", "--all-features"];
 
 /// The backend crates with their `metrics` feature (lease-core's is in `--all-features`).
-const METRICS: [&str; 10] = [
+const METRICS: [&str; 12] = [
     "-p",
     "lease-file",
     "-p",
@@ -258,9 +286,12 @@ const METRICS: [&str; 10] = [
     "-p",
     "lease-postgres",
     "-p",
+    "lease-redis",
+    "-p",
     "lessor-partition",
     "--features",
-    "lease-file/metrics,lease-dynamo/metrics,lease-postgres/metrics,lessor-partition/metrics",
+    "lease-file/metrics,lease-dynamo/metrics,lease-postgres/metrics,lease-redis/metrics,\
+     lessor-partition/metrics",
 ];
 
 /// The pause-injection suites, which need lease-file's `failpoints` feature.
@@ -382,12 +413,12 @@ fn quick_start_builds(root: &std::path::Path) -> Result<Vec<Command>> {
     Ok(builds)
 }
 
-/// `cargo xtask itest`: only the suites that need a server, with DynamoDB and PostgreSQL
+/// `cargo xtask itest`: only the suites that need a server, with DynamoDB, PostgreSQL and Redis
 /// provisioned.
 pub(crate) fn itest(flags: &[&str]) -> Result {
     parse_flags("itest", flags, &[])?;
-    let mut steps = Steps::new("itest", 2 + SERVER_PACKAGES.len());
-    let servers = Servers::provision(&mut steps, false, false)?;
+    let mut steps = Steps::new("itest", 3 + SERVER_PACKAGES.len());
+    let servers = Servers::provision(&mut steps, false, false, false)?;
     for package in SERVER_PACKAGES {
         steps.run(
             &format!("{package} tests"),
@@ -399,11 +430,12 @@ pub(crate) fn itest(flags: &[&str]) -> Result {
     Ok(())
 }
 
-/// [`with_dynamo`] and PostgreSQL's environment, and since `--all-targets` runs each bench
+/// [`with_dynamo`], PostgreSQL's and Redis's environment, and since `--all-targets` runs each bench
 /// binary once as a smoke test: quick, and writing no report section.
 fn test_command(servers: &Servers, args: &[&str]) -> Command {
     let mut command = with_dynamo(&servers.dynamo, args);
     servers.postgres.set_env(&mut command);
+    servers.redis.set_env(&mut command);
     command
         .env("LEASE_BENCH_QUICK", "1")
         .env_remove("LEASE_BENCH_OUT");

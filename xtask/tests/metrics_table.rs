@@ -79,6 +79,8 @@ fn every_metric_is_checked_by_a_recording_test() {
         "crates/lease-core/tests/metrics.rs",
         "crates/lease-file/tests/metrics.rs",
         "crates/lease-dynamo/tests/metrics.rs",
+        "crates/lease-postgres/tests/metrics.rs",
+        "crates/lease-redis/tests/metrics.rs",
         "crates/lessor-partition/tests/metrics.rs",
     ]
     .iter()
@@ -100,6 +102,8 @@ fn without_the_feature_no_library_crate_depends_on_the_metrics_facade() {
         "lease-core",
         "lease-file",
         "lease-dynamo",
+        "lease-postgres",
+        "lease-redis",
         "lessor-partition",
     ] {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());

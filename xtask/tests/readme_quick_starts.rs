@@ -6,7 +6,8 @@
 //! own dev-dependencies; this is what a user who pastes the block gets. A quick start that needs
 //! DynamoDB (lease-dynamo's) is built always and run when `LEASE_DYNAMO_ENDPOINT` is set (`cargo
 //! xtask test` sets it), with the AWS SDK pointed there by `AWS_ENDPOINT_URL`; otherwise its run
-//! prints `SKIPPED`; lease-postgres's reads `LEASE_POSTGRES_URL` and is run when that is set.
+//! prints `SKIPPED`; lease-postgres's reads `LEASE_POSTGRES_URL` and is run when that is set,
+//! lease-redis's reads `LEASE_REDIS_URL` likewise.
 //! `cargo xtask test` builds the quick starts in its build step with the same
 //! code (xtask/src/quick_start.rs); this test builds them again, which cargo finds up to date
 //! unless a README or a crate changed since, and runs them.
@@ -26,6 +27,8 @@ const NEEDS_DYNAMO: &[&str] = &["lease-dynamo"];
 /// The quick starts that talk to PostgreSQL: run only when `LEASE_POSTGRES_URL` names a server
 /// (`cargo xtask test` sets it), which they read as a user's program would.
 const NEEDS_POSTGRES: &[&str] = &["lease-postgres"];
+/// The quick starts that talk to Redis: run only when `LEASE_REDIS_URL` names a server.
+const NEEDS_REDIS: &[&str] = &["lease-redis"];
 
 /// Builds the quick start of `krate` and runs it unless it needs DynamoDB and none is given;
 /// returns what went wrong.
@@ -62,6 +65,11 @@ fn build_and_run(krate: &str, dir: &Path) -> Result<String, String> {
         return Ok(format!(
             "{krate}: built; run SKIPPED (no LEASE_POSTGRES_URL)"
         ));
+    }
+    if NEEDS_REDIS.contains(&krate)
+        && std::env::var("LEASE_REDIS_URL").map_or(true, |url| url.is_empty())
+    {
+        return Ok(format!("{krate}: built; run SKIPPED (no LEASE_REDIS_URL)"));
     }
     let ran = run.output().map_err(|e| e.to_string())?;
     if !ran.status.success() {

@@ -604,6 +604,12 @@ const ALLOWED_AMBIENT: &[(&str, &str, &str)] = &[
         "Uuid::new_v4",
         "per-call request id",
     ),
+    // lease-redis: the same per-call request ids, for the same reason, drawn in one function.
+    (
+        "lease-redis/src/backend.rs",
+        "Uuid::new_v4",
+        "per-call request id",
+    ),
     // Table provisioning (an operator's call, not a lease operation): how long it waited for the
     // table to become active, for its error message.
     (
@@ -644,6 +650,11 @@ const ALLOWED_AMBIENT: &[(&str, &str, &str)] = &[
     // are what the suites test, not these waits.
     (
         "lease-testservers/src/postgres.rs",
+        "Instant::now()",
+        "server readiness deadline",
+    ),
+    (
+        "lease-testservers/src/redis.rs",
         "Instant::now()",
         "server readiness deadline",
     ),

@@ -9,12 +9,13 @@ use clap::{ArgGroup, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, S
 
 use crate::duration::{parse_duration, parse_wait};
 use crate::pg_url::PostgresUrl;
+use crate::redis_url::RedisUrl;
 
 /// Run a command under a lease, inspect and break leases, and watch a fleet share work.
 ///
 /// Leases live in a directory of files by default (see --file), in a DynamoDB table with
-/// --dynamo, or in a PostgreSQL table with --postgres; --path PATH names a lock at an exact path instead (flock(1)'s and Go
-/// kit/lockfile's kind). Exit statuses: the command's own for `run`; 64 bad input, 65 the
+/// --dynamo, in a PostgreSQL table with --postgres, or in Redis with --redis; --path PATH names
+/// a lock at an exact path instead (flock(1)'s and Go kit/lockfile's kind). Exit statuses: the command's own for `run`; 64 bad input, 65 the
 /// store's record is corrupt or another protocol's (`status` says why), 69 backend error, 75
 /// held by another or wait timed out, 76 lease lost while the command ran, 126/127 command not
 /// executable/not found.
@@ -195,6 +196,17 @@ const NO_DYNAMO: &str = "Keep leases in the DynamoDB table TABLE: not in this bu
 const NO_POSTGRES: &str = "Keep leases in the PostgreSQL database at URL: not in this build, \
      which lacks the `postgres` feature (cargo install lease-cli --features postgres)";
 
+/// The help of `--redis` in a `lease` built without the `redis` feature (as [`NO_DYNAMO`]).
+#[cfg(not(feature = "redis"))]
+const NO_REDIS: &str = "Keep leases in the Redis server at URL: not in this build, which lacks \
+     the `redis` feature (cargo install lease-cli --features redis)";
+
+/// The environment variable `--redis` is read from when not given (as [`POSTGRES_URL_ENV`]).
+pub(crate) const REDIS_URL_ENV: &str = "LEASE_REDIS_URL";
+
+/// The key prefix `--prefix` names by default (lease-redis's examples' own).
+pub(crate) const DEFAULT_REDIS_PREFIX: &str = "leases";
+
 /// The environment variable `--postgres` is read from when not given: a URL there, unlike one
 /// on the command line, is not visible to other users in the process list.
 pub(crate) const POSTGRES_URL_ENV: &str = "LEASE_POSTGRES_URL";
@@ -204,7 +216,7 @@ pub(crate) const DEFAULT_PG_TABLE: &str = "leases";
 
 /// Where leases are kept.
 #[derive(Debug, Clone, Default, Args)]
-#[command(group(ArgGroup::new("table_store").args(["dynamo", "postgres"]).multiple(true)))]
+#[command(group(ArgGroup::new("table_store").args(["dynamo", "postgres", "redis"]).multiple(true)))]
 pub(crate) struct BackendArgs {
     /// Keep leases as files in DIR [default: $LEASE_DIR, else /tmp/lease-$UID]. DIR is created
     /// if missing, but not its parent: a mistyped path is refused (exit 69), not made a second
@@ -226,6 +238,18 @@ pub(crate) struct BackendArgs {
     /// The PostgreSQL table (or SCHEMA.TABLE) of --postgres [default: leases].
     #[arg(long = "table", value_name = "NAME", requires = "postgres")]
     pub(crate) pg_table: Option<String>,
+    /// Keep leases in the Redis server at URL (redis://[USER:PASSWORD@]HOST[:PORT][/DB], or
+    /// rediss://... for TLS), under the key prefix --prefix. Pass a URL with a password through
+    /// the environment variable: the command line is visible to other users. A URL from the
+    /// environment gives way to --file, --dynamo, --postgres, --path or --shared-dir; the
+    /// password is never printed.
+    #[arg(long, value_name = "URL", env = REDIS_URL_ENV, hide_env_values = true, value_parser = RedisUrl::from_arg)]
+    #[cfg_attr(not(feature = "redis"), arg(help = NO_REDIS))]
+    pub(crate) redis: Option<RedisUrl>,
+    /// The key prefix of --redis: every key is `{PREFIX}:...` (1 to 64 ASCII letters, digits,
+    /// `_-.:/`) [default: leases].
+    #[arg(long, value_name = "PREFIX", requires = "redis")]
+    pub(crate) prefix: Option<String>,
     /// DynamoDB endpoint URL, such as http://localhost:8000 for DynamoDB Local.
     #[arg(long, value_name = "URL", requires = "dynamo")]
     pub(crate) endpoint: Option<String>,
@@ -243,15 +267,16 @@ pub(crate) struct BackendArgs {
 }
 
 /// How a DynamoDB table is laid out and trusted (`--dynamo` only, but for --max-clock-skew and
-/// --recreation-grace, which PostgreSQL's table takes too).
+/// --recreation-grace, which PostgreSQL's table and Redis take too).
 #[derive(Debug, Clone, Default, Args)]
 pub(crate) struct TableOptions {
     /// The most any two hosts' wall clocks using this table may differ (assumption A1 of
     /// docs/correctness.md): a contender takes an expired lease only once its own clock reads
     /// the expiry plus this. Set it to what your clock sync guarantees (e.g. 500ms with NTP in
     /// one region); clocks further apart than this can grant one lease twice [default: 0, as the
-    /// Go package]. On PostgreSQL, where the server's clock alone judges expiry: how far that
-    /// clock may step between two statements (a failover to a server whose clock differs).
+    /// Go package]. On PostgreSQL and Redis, where the server's clock alone judges expiry: how
+    /// far that clock may step between two statements (a failover to a server whose clock
+    /// differs).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "table_store")]
     pub(crate) max_clock_skew: Option<Duration>,
     /// The sort key of leases named without one (--key NAME) [default: LOCK, as the Go package].
@@ -265,9 +290,10 @@ pub(crate) struct TableOptions {
     pub(crate) attribute_name: Vec<String>,
     /// After the table is created (or deleted and recreated, restored, or DynamoDB Local
     /// restarted; on PostgreSQL also truncated, or the database restored or failed over to a
-    /// replica), grant no lease for this long: a holder in the table it replaced may still
-    /// run. Set it to the longest --ttl used on the table; 0 turns the check off [default: this
-    /// command's --ttl]. DynamoDB and PostgreSQL.
+    /// replica; on Redis a server restarted, failed over, flushed or evicting the prefix's
+    /// keys), grant no lease for this long: a holder in the table it replaced may still run.
+    /// Set it to the longest --ttl used on the table; 0 turns the check off [default: this
+    /// command's --ttl]. DynamoDB, PostgreSQL and Redis.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "table_store")]
     pub(crate) recreation_grace: Option<Duration>,
 }
@@ -275,7 +301,7 @@ pub(crate) struct TableOptions {
 impl BackendArgs {
     /// Whether the leases are files: no table store is named.
     pub(crate) fn is_file_store(&self) -> bool {
-        self.dynamo.is_none() && self.postgres.is_none()
+        self.dynamo.is_none() && self.postgres.is_none() && self.redis.is_none()
     }
 }
 
@@ -524,10 +550,13 @@ pub(crate) struct DemoWorkerArgs {
 impl Cli {
     /// Parses `args`; `Err` carries clap's message and whether it is help/version (status 0).
     ///
-    /// A PostgreSQL URL from [`POSTGRES_URL_ENV`] gives way to a store named on the command
-    /// line (`--file`, `--dynamo`, `--path`, `--shared-dir`): an exported variable must not turn
+    /// A PostgreSQL or Redis URL from the environment ([`POSTGRES_URL_ENV`],
+    /// [`REDIS_URL_ENV`]) gives way to a store named on the command line (`--file`, `--dynamo`,
+    /// `--postgres`, `--redis`, `--path`, `--shared-dir`): an exported variable must not turn
     /// `lease run --file DIR` into an error, nor send it to a database. The same URL given as
-    /// `--postgres` with another store is refused, as clap refuses `--file` with `--dynamo`.
+    /// `--postgres` or `--redis` with another store is refused, as clap refuses `--file` with
+    /// `--dynamo`; so are both variables set when the command line names no store (which one
+    /// was meant cannot be told).
     pub(crate) fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
     where
         I: IntoIterator<Item = T>,
@@ -535,13 +564,10 @@ impl Cli {
     {
         let mut command = Self::command();
         let mut matches = command.try_get_matches_from_mut(args)?;
-        let postgres_yields = match postgres_source(&matches) {
-            Some((ValueSource::EnvVariable, other)) => other.is_some(),
-            Some((_, Some(other))) => {
-                let error = clap::Error::raw(
-                    clap::error::ErrorKind::ArgumentConflict,
-                    format!("the argument '--postgres <URL>' cannot be used with '{other}'"),
-                );
+        let (drop_postgres, drop_redis) = match url_stores(&matches) {
+            Ok(drops) => drops,
+            Err(message) => {
+                let error = clap::Error::raw(clap::error::ErrorKind::ArgumentConflict, message);
                 // With the subcommand's usage, as clap's own conflicts.
                 let mut names = Vec::new();
                 let mut at = matches.subcommand();
@@ -558,30 +584,61 @@ impl Cli {
                 }
                 return Err(error.format(&mut subcommand));
             }
-            _ => false,
         };
         let mut cli = Self::from_arg_matches_mut(&mut matches)?;
-        if postgres_yields {
+        if drop_postgres {
             cli.drop_postgres();
+        }
+        if drop_redis && let Some(backend) = cli.backend_mut() {
+            backend.redis = None;
+            backend.prefix = None;
         }
         Ok(cli)
     }
 
     /// Forgets the PostgreSQL URL that came from the environment (see [`Self::parse_args`]).
     fn drop_postgres(&mut self) {
+        if let Command::Table(TableCommand::Create(args)) = &mut self.command {
+            args.postgres = None;
+        } else if let Some(backend) = self.backend_mut() {
+            backend.postgres = None;
+        }
+    }
+
+    /// The store arguments of the subcommands that take them all.
+    fn backend_mut(&mut self) -> Option<&mut BackendArgs> {
         match &mut self.command {
-            Command::Run(args) => args.backend.postgres = None,
-            Command::Status(args) => args.backend.postgres = None,
-            Command::Watch(args) => args.backend.postgres = None,
-            Command::Release(args) => args.backend.postgres = None,
-            Command::DemoWorker(args) => args.backend.postgres = None,
-            Command::Table(TableCommand::Create(args)) => args.postgres = None,
-            Command::Demo(_)
+            Command::Run(args) => Some(&mut args.backend),
+            Command::Status(args) => Some(&mut args.backend),
+            Command::Watch(args) => Some(&mut args.backend),
+            Command::Release(args) => Some(&mut args.backend),
+            Command::DemoWorker(args) => Some(&mut args.backend),
+            Command::Table(_)
+            | Command::Demo(_)
             | Command::Prune(_)
             | Command::Guard(_)
             | Command::Exec(_)
-            | Command::HoldLock(_) => {}
+            | Command::HoldLock(_) => None,
         }
+    }
+
+    /// The Redis URL the command names with `--redis` or [`REDIS_URL_ENV`], if any: `main`
+    /// refuses it at once in a `lease` built without the `redis` feature.
+    pub(crate) fn redis_url(&self) -> Option<&RedisUrl> {
+        let backend = match &self.command {
+            Command::Run(args) => &args.backend,
+            Command::Status(args) => &args.backend,
+            Command::Watch(args) => &args.backend,
+            Command::Release(args) => &args.backend,
+            Command::DemoWorker(args) => &args.backend,
+            Command::Table(_)
+            | Command::Demo(_)
+            | Command::Prune(_)
+            | Command::Guard(_)
+            | Command::Exec(_)
+            | Command::HoldLock(_) => return None,
+        };
+        backend.redis.as_ref()
     }
 
     /// The PostgreSQL URL the command names with `--postgres` or [`POSTGRES_URL_ENV`], if any:
@@ -624,28 +681,72 @@ impl Cli {
     }
 }
 
-/// Where the subcommand's `--postgres` came from, and the first other store named on the
-/// command line with it (`--file DIR`), if any.
-fn postgres_source(matches: &ArgMatches) -> Option<(ValueSource, Option<&'static str>)> {
-    let (_, mut sub) = matches.subcommand()?;
+/// The stores a subcommand can name, by clap's id, as its conflicts name them.
+const STORES: [(&str, &str); 6] = [
+    ("file", "--file <DIR>"),
+    ("dynamo", "--dynamo <TABLE>"),
+    ("postgres", "--postgres <URL>"),
+    ("redis", "--redis <URL>"),
+    ("path", "--path <PATH>"),
+    ("shared_dir", "--shared-dir"),
+];
+
+/// Which of the subcommand's URLs from the environment (`--postgres`, `--redis`) give way to a
+/// store on the command line: `(postgres, redis)`. `Err` with the conflict's message for a URL
+/// given on the command line with another store, or for both URLs from the environment and no
+/// store on the command line.
+fn url_stores(matches: &ArgMatches) -> Result<(bool, bool), String> {
+    let Some((_, mut sub)) = matches.subcommand() else {
+        return Ok((false, false));
+    };
     if let Some((_, nested)) = sub.subcommand() {
         sub = nested;
     }
     let present = |id: &str| sub.ids().any(|known| known.as_str() == id);
-    if !present("postgres") {
-        return None;
+    let on_command_line =
+        |id: &str| present(id) && sub.value_source(id) == Some(ValueSource::CommandLine);
+    let from_env = |id: &str| present(id) && sub.value_source(id) == Some(ValueSource::EnvVariable);
+    let named: Vec<&str> = STORES
+        .iter()
+        .filter(|(id, _)| on_command_line(id))
+        .map(|(_, flag)| *flag)
+        .collect();
+    for (id, flag) in [("postgres", "--postgres <URL>"), ("redis", "--redis <URL>")] {
+        if on_command_line(id)
+            && let Some(other) = named.iter().find(|other| **other != flag)
+        {
+            return Err(format!(
+                "the argument '{flag}' cannot be used with '{other}'"
+            ));
+        }
     }
-    let source = sub.value_source("postgres")?;
-    let other = [
-        ("file", "--file <DIR>"),
-        ("dynamo", "--dynamo <TABLE>"),
-        ("path", "--path <PATH>"),
-        ("shared_dir", "--shared-dir"),
-    ]
-    .into_iter()
-    .find(|(id, _)| present(id) && sub.value_source(id) == Some(ValueSource::CommandLine))
-    .map(|(_, flag)| flag);
-    Some((source, other))
+    let postgres_yields = from_env("postgres") && !named.is_empty();
+    let redis_yields = from_env("redis") && !named.is_empty();
+    // A URL from the environment satisfies `--table`'s and `--prefix`'s `requires`; once it
+    // gives way to another store, they would be ignored.
+    for (yields, id, flag, owner) in [
+        (
+            postgres_yields,
+            "pg_table",
+            "--table <NAME>",
+            "--postgres <URL>",
+        ),
+        (redis_yields, "prefix", "--prefix <PREFIX>", "--redis <URL>"),
+    ] {
+        if yields && on_command_line(id) {
+            return Err(format!(
+                "the argument '{flag}' is for '{owner}', not '{}'",
+                named.join("', '")
+            ));
+        }
+    }
+    if from_env("postgres") && from_env("redis") && named.is_empty() {
+        return Err(format!(
+            "both {POSTGRES_URL_ENV} and {REDIS_URL_ENV} are set: name the store with \
+             --postgres or --redis (or unset one)"
+        ));
+    }
+    Ok((postgres_yields, redis_yields))
 }
 
 #[cfg(test)]
@@ -659,8 +760,9 @@ mod tests {
 
     #[test]
     fn run_takes_the_command_after_the_double_dash() {
+        // The file store named: the environment may name a server (two, even, refused).
         let cli = Cli::parse_args([
-            "lease", "run", "--key", "k", "--wait", "0", "--", "echo", "-n",
+            "lease", "run", "--file", "/x", "--key", "k", "--wait", "0", "--", "echo", "-n",
         ])
         .expect("parses");
         let Command::Run(run) = cli.command else {
@@ -739,7 +841,7 @@ mod tests {
             assert_eq!(cli.dynamo_table(), Some("t"), "{args:?}");
         }
         let unnamed: &[&[&str]] = &[
-            &["lease", "run", "--key", "k", "--", "true"],
+            &["lease", "run", "--file", "/x", "--key", "k", "--", "true"],
             &["lease", "status", "--file", "/x", "--all"],
             &["lease", "prune", "--idle", "1d"],
             &["lease", "demo"],
@@ -879,6 +981,105 @@ mod tests {
             let cli = Cli::parse_args(["lease", "status", "--all"]).expect("parses");
             assert!(cli.postgres_url().is_none());
         }
+    }
+
+    /// Every command that can name a Redis server reports it, as for PostgreSQL; with another
+    /// store on the command line `--redis` is refused; `--prefix` needs it; the password is in
+    /// no error and no `Debug` form.
+    #[test]
+    fn every_redis_url_named_is_found() {
+        let url = "rediss://app:pw@cache:6380/2";
+        let named: &[&[&str]] = &[
+            &["lease", "run", "--redis", url, "--key", "k", "--", "true"],
+            &[
+                "lease", "status", "--redis", url, "--all", "--prefix", "ops",
+            ],
+            &["lease", "watch", "--redis", url, "--key", "k"],
+            &[
+                "lease",
+                "release",
+                "--redis",
+                url,
+                "--key",
+                "k",
+                "--force",
+                "--yes-i-know",
+            ],
+            &[
+                "lease",
+                "run",
+                "--redis",
+                url,
+                "--max-clock-skew",
+                "1s",
+                "--recreation-grace",
+                "1m",
+                "--key",
+                "k",
+                "--",
+                "true",
+            ],
+        ];
+        for args in named {
+            let cli = Cli::parse_args(*args).expect("parses");
+            let found = cli.redis_url().map(RedisUrl::secret_text);
+            assert_eq!(found, Some(url), "{args:?}");
+            assert_eq!(cli.dynamo_table(), None, "{args:?}");
+            assert!(!format!("{cli:?}").contains("pw"), "{cli:?}");
+        }
+        let refused: &[&[&str]] = &[
+            &[
+                "lease", "run", "--redis", url, "--file", "/x", "--key", "k", "--", "true",
+            ],
+            &[
+                "lease", "run", "--redis", url, "--dynamo", "t", "--key", "k", "--", "true",
+            ],
+            &[
+                "lease",
+                "run",
+                "--redis",
+                url,
+                "--postgres",
+                "postgres://a:pw@h/db",
+                "--key",
+                "k",
+                "--",
+                "true",
+            ],
+            &["lease", "run", "--redis", url, "--path", "/x", "--", "true"],
+            &["lease", "status", "--redis", url, "--shared-dir", "--all"],
+            &["lease", "status", "--redis", url, "--table", "t", "--all"],
+            &["lease", "table", "create", "--redis", url],
+        ];
+        for args in refused {
+            let error = Cli::parse_args(*args).expect_err("two stores");
+            assert!(!error.to_string().contains("pw"), "{error}");
+        }
+        // Where the environment names no server (it would satisfy `requires`).
+        if std::env::var_os(REDIS_URL_ENV).is_none() {
+            assert!(Cli::parse_args(["lease", "status", "--all", "--prefix", "p"]).is_err());
+            let cli = Cli::parse_args(["lease", "status", "--all"]).expect("parses");
+            assert!(cli.redis_url().is_none());
+        }
+    }
+
+    /// Without the `redis` feature, `--redis` (or `LEASE_REDIS_URL`) is refused as bad input
+    /// with the feature to build with, never ignored.
+    #[test]
+    fn without_the_redis_feature_redis_names_the_feature() {
+        let refused = crate::stores::redis_available();
+        if cfg!(feature = "redis") {
+            assert!(refused.is_ok());
+            return;
+        }
+        let failure = refused.expect_err("no redis feature");
+        assert_eq!(failure.code, crate::exit::USAGE);
+        assert!(
+            failure
+                .message
+                .contains("cargo install lease-cli --features redis"),
+            "{failure}"
+        );
     }
 
     /// Without the `dynamo` feature, `--dynamo` is refused as bad input with the feature to

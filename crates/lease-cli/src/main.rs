@@ -13,8 +13,9 @@
 //! DIR` picks another), in a DynamoDB table with `--dynamo TABLE` when built with the
 //! `dynamo` feature (`cargo install lease-cli --features dynamo`; without it, `--dynamo` fails
 //! with exit 64 and says so), or in a PostgreSQL table with `--postgres URL` (or
-//! `LEASE_POSTGRES_URL`) when built with the `postgres` feature, refused the same way without
-//! it. Exit statuses are listed in
+//! `LEASE_POSTGRES_URL`) when built with the `postgres` feature, or in Redis with `--redis URL`
+//! (or `LEASE_REDIS_URL`) when built with the `redis` feature, each refused the same way
+//! without it. Exit statuses are listed in
 //! the `exit` module: the command's own, 64 bad input, 65 corrupt or foreign record, 69 backend
 //! error, 75 held or wait timed out, 76 lost while running, 126/127 command not executable/not
 //! found. `--path PATH` instead of `--key KEY` names a lock at an exact path (flock(1)'s and Go
@@ -33,6 +34,7 @@ mod guard;
 mod hold;
 mod out;
 mod pg_url;
+mod redis_url;
 mod relay;
 mod run;
 mod status;
@@ -75,6 +77,14 @@ fn main() -> ExitCode {
         // Before anything could print it.
         pg_url::register(url);
         if let Err(failure) = stores::postgres_available() {
+            eprintln!("lease: {}", for_people(&failure.message));
+            return ExitCode::from(failure.code);
+        }
+    }
+    if let Some(url) = cli.redis_url() {
+        // Before anything could print it.
+        pg_url::register_secrets(url.secrets());
+        if let Err(failure) = stores::redis_available() {
             eprintln!("lease: {}", for_people(&failure.message));
             return ExitCode::from(failure.code);
         }
@@ -150,7 +160,7 @@ async fn dispatch(cli: Cli) -> Result<u8, Failure> {
 
 /// A failure's message for stderr: it may quote the store (a record's reason, a holder's
 /// description), so each line is shown through [`out::safe`], and never a password of
-/// `--postgres` ([`pg_url::scrub`]).
+/// `--postgres` or `--redis` ([`pg_url::scrub`]).
 fn for_people(message: &str) -> String {
     pg_url::scrub(message)
         .split('\n')

@@ -1,5 +1,5 @@
-//! The PostgreSQL URL of `--postgres` (or `LEASE_POSTGRES_URL`), and keeping its password out of
-//! every message and trace.
+//! The PostgreSQL URL of `--postgres` (or `LEASE_POSTGRES_URL`), and keeping its password (and
+//! that of `--redis`, `crate::redis_url`) out of every message and trace.
 //!
 //! The URL is taken as the driver reads it (`postgres://user:password@host/db?param=value`, or
 //! the `key=value` form) and never shown as given: messages name it [`PostgresUrl::redacted`],
@@ -134,7 +134,7 @@ fn key_value_passwords(text: &str) -> Vec<String> {
 }
 
 /// `text` with its `%XX` escapes decoded, when it has any and they decode to UTF-8.
-fn percent_decoded(text: &str) -> Option<String> {
+pub(crate) fn percent_decoded(text: &str) -> Option<String> {
     if !text.contains('%') {
         return None;
     }
@@ -165,8 +165,14 @@ static SECRETS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// Records `url`'s passwords, so that [`scrub`] removes them from whatever `lease` prints.
 pub(crate) fn register(url: &PostgresUrl) {
+    register_secrets(url.secrets());
+}
+
+/// Records password texts (a PostgreSQL URL's, a Redis URL's: `crate::redis_url`) for
+/// [`scrub`].
+pub(crate) fn register_secrets(found: Vec<String>) {
     let mut secrets = SECRETS.lock().unwrap_or_else(PoisonError::into_inner);
-    secrets.extend(url.secrets());
+    secrets.extend(found.into_iter().filter(|secret| !secret.is_empty()));
     secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
     secrets.dedup();
 }

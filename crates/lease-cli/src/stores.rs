@@ -1,10 +1,11 @@
-//! The concrete stores: the only module that names lease-file, lease-dynamo and
-//! lease-postgres.
+//! The concrete stores: the only module that names lease-file, lease-dynamo, lease-postgres
+//! and lease-redis.
 //!
 //! DynamoDB is the `dynamo` feature: without it, lease-dynamo and the AWS SDK are not compiled,
 //! the `--dynamo` flags still parse, and a command that names a table fails with
 //! [`dynamo_available`]'s message, which says how to get a `lease` that has them. PostgreSQL is
-//! the `postgres` feature, offered the same way ([`postgres_available`]).
+//! the `postgres` feature, offered the same way ([`postgres_available`]); Redis the `redis`
+//! feature ([`redis_available`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,11 +16,12 @@ use lease_core::LeaseError;
 use lease_dynamo::AttributeNames;
 
 use crate::backend::{Backend, default_dir, prepare_dir};
-#[cfg(any(feature = "dynamo", feature = "postgres"))]
+#[cfg(any(feature = "dynamo", feature = "postgres", feature = "redis"))]
 use crate::cli::TableOptions;
-use crate::cli::{BackendArgs, DEFAULT_PG_TABLE};
+use crate::cli::{BackendArgs, DEFAULT_PG_TABLE, DEFAULT_REDIS_PREFIX};
 use crate::exit::Failure;
 use crate::pg_url::PostgresUrl;
+use crate::redis_url::RedisUrl;
 
 /// `Ok` if this `lease` was built with DynamoDB (the `dynamo` feature), else
 /// [`without_dynamo`]. `main` asks before it runs any command that names a table.
@@ -64,11 +66,35 @@ fn without_postgres() -> Failure {
     )
 }
 
-/// Opens the store `args` names: DynamoDB with `--dynamo`, PostgreSQL with `--postgres`, else
-/// the file store. For a command that acquires leases of `ttl`, the tables' recreation grace
-/// defaults to it (commands that only read pass zero).
+/// `Ok` if this `lease` was built with Redis (the `redis` feature), else [`without_redis`].
+/// `main` asks before it runs any command that names a server.
+pub(crate) fn redis_available() -> Result<(), Failure> {
+    if cfg!(feature = "redis") {
+        Ok(())
+    } else {
+        Err(without_redis())
+    }
+}
+
+/// As [`without_dynamo`], for a command that names a Redis server (`--redis`, or
+/// `LEASE_REDIS_URL` in the environment) in a `lease` built without the `redis` feature.
+fn without_redis() -> Failure {
+    Failure::usage(
+        "--redis (or LEASE_REDIS_URL): this lease is built without Redis support (lease-cli's \
+         `redis` feature); install one with it: `cargo install lease-cli --features redis` \
+         (from a clone of the repository: `cargo run -p lease-cli --features redis -- ...`)",
+    )
+}
+
+/// Opens the store `args` names: DynamoDB with `--dynamo`, PostgreSQL with `--postgres`, Redis
+/// with `--redis`, else the file store. For a command that acquires leases of `ttl`, the
+/// stores' recreation grace defaults to it (commands that only read pass zero).
 pub(crate) async fn open_holding(args: &BackendArgs, ttl: Duration) -> Result<Backend, Failure> {
     let grace = args.table.recreation_grace.unwrap_or(ttl);
+    if let Some(url) = &args.redis {
+        let prefix = args.prefix.as_deref().unwrap_or(DEFAULT_REDIS_PREFIX);
+        return redis(url, prefix, &args.table, grace);
+    }
     if let Some(url) = &args.postgres {
         let table = args.pg_table.as_deref().unwrap_or(DEFAULT_PG_TABLE);
         return postgres(url, table, &args.table, grace);
@@ -179,8 +205,9 @@ pub(crate) async fn open_for_status(
     path: Option<&Path>,
 ) -> Result<(Backend, Option<StrictInspect>), Failure> {
     match (&args.dynamo, path) {
-        // PostgreSQL reads strictly already: a row every acquisition refuses reads corrupt.
-        _ if args.postgres.is_some() && path.is_none() => {
+        // PostgreSQL and Redis read strictly already: a row or hash every acquisition refuses
+        // reads corrupt.
+        _ if (args.postgres.is_some() || args.redis.is_some()) && path.is_none() => {
             Ok((open_holding(args, Duration::ZERO).await?, None))
         }
         #[cfg(not(feature = "dynamo"))]
@@ -426,6 +453,40 @@ fn postgres(
     _grace: Duration,
 ) -> Result<Backend, Failure> {
     Err(without_postgres())
+}
+
+/// The Redis store: the keys under `prefix` on the server at `url`, granting nothing for
+/// `grace` after it finds the server a new incarnation (restarted without the data, failed
+/// over, flushed; see `--recreation-grace`). Nothing is sent yet: the first operation
+/// connects.
+#[cfg(feature = "redis")]
+fn redis(
+    url: &RedisUrl,
+    prefix: &str,
+    options: &TableOptions,
+    grace: Duration,
+) -> Result<Backend, Failure> {
+    let leases = lease_redis::RedisLeases::builder_for_url(url.secret_text(), prefix)
+        .map_err(|e| failure(&format!("bad --redis {}", url.redacted()), &e))?
+        .with_max_clock_skew(options.max_clock_skew.unwrap_or_default())
+        .with_recreation_grace(grace)
+        .build()
+        .map_err(|e| failure(&format!("bad --prefix {prefix:?}"), &e))?;
+    Ok(Backend::new(
+        leases,
+        format!("Redis prefix {prefix} at {}", url.redacted()),
+    ))
+}
+
+/// Without the `redis` feature: refused, naming it (see [`without_redis`]).
+#[cfg(not(feature = "redis"))]
+fn redis(
+    _url: &RedisUrl,
+    _prefix: &str,
+    _options: &crate::cli::TableOptions,
+    _grace: Duration,
+) -> Result<Backend, Failure> {
+    Err(without_redis())
 }
 
 /// `lease table create --postgres URL [--table NAME]`: creates the table (nothing changes when

@@ -23,8 +23,9 @@ fn lease(default_dir: &Path) -> Command {
     command
         .env("LEASE_DIR", default_dir)
         .env_remove("LEASE_LOG")
-        // An exported PostgreSQL URL would make PostgreSQL the default store.
+        // An exported PostgreSQL or Redis URL would make that the default store.
         .env_remove("LEASE_POSTGRES_URL")
+        .env_remove("LEASE_REDIS_URL")
         .stdin(Stdio::null());
     command
 }
@@ -469,6 +470,93 @@ fn the_postgres_tests_need_the_postgres_feature() {
     let _ = writeln!(
         std::io::stderr(),
         "SKIPPED: lease-cli's PostgreSQL tests (built without the `postgres` feature)"
+    );
+}
+
+/// A `lease` built without the `redis` feature refuses every command that names a Redis server,
+/// on the command line or in `LEASE_REDIS_URL`, before doing anything, with the usage status
+/// and the feature to build with: never using files instead, and never printing the URL's
+/// password.
+#[cfg(not(feature = "redis"))]
+#[test]
+fn without_the_redis_feature_redis_is_refused_naming_it() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let marker = store.path().join("ran");
+    let marker = marker.to_str().expect("utf-8 path");
+    let url = "rediss://default:never-printed@127.0.0.1:1/0";
+    let cases: &[&[&str]] = &[
+        &["run", "--key", "k", "--", "touch", marker],
+        &["status", "--key", "k"],
+        &["status", "--all", "--prefix", "p"],
+        &["watch", "--key", "k"],
+        &["release", "--key", "k", "--force", "--yes-i-know"],
+    ];
+    for args in cases {
+        for from_env in [false, true] {
+            let mut command = lease(store.path());
+            if from_env {
+                command.env("LEASE_REDIS_URL", url).args(*args);
+            } else {
+                command
+                    .args(&args[..1])
+                    .args(["--redis", url])
+                    .args(&args[1..]);
+            }
+            let (out, took) = finish(spawn(&mut command), Duration::from_secs(10));
+            let text = stderr(&out);
+            assert_eq!(code(out.status), USAGE, "{args:?}: {text}");
+            assert!(
+                text.contains("cargo install lease-cli --features redis"),
+                "{args:?}: {text}"
+            );
+            assert!(!text.contains("never-printed"), "{args:?}: {text}");
+            assert!(took < Duration::from_secs(5), "{args:?}: took {took:?}");
+        }
+    }
+    assert!(!Path::new(marker).exists(), "a command ran");
+    let entries = std::fs::read_dir(store.path())
+        .expect("read the store")
+        .count();
+    assert_eq!(entries, 0, "the default file store was used");
+    // A URL in the environment gives way to a store named on the command line.
+    let files = store.path().join("files");
+    std::fs::create_dir(&files).expect("mkdir");
+    let out = output(
+        lease(store.path())
+            .env("LEASE_REDIS_URL", url)
+            .arg("run")
+            .arg("--file")
+            .arg(&files)
+            .args(["--key", "k", "--", "true"]),
+    );
+    assert_eq!(code(out.status), 0, "{}", stderr(&out));
+    // The clap checks stay as with the feature: --redis and --file conflict.
+    let out = output(lease(store.path()).args([
+        "run", "--redis", url, "--file", "/x", "--key", "k", "--", "true",
+    ]));
+    assert_eq!(code(out.status), USAGE);
+    assert!(
+        stderr(&out).contains("cannot be used with"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("never-printed"), "{}", stderr(&out));
+}
+
+/// As [`the_dynamo_tests_need_the_dynamo_feature`], for `LEASE_REQUIRE_REDIS=1` and the
+/// `redis` feature.
+#[cfg(not(feature = "redis"))]
+#[test]
+fn the_redis_tests_need_the_redis_feature() {
+    use std::io::Write as _;
+    assert!(
+        std::env::var("LEASE_REQUIRE_REDIS").as_deref() != Ok("1"),
+        "LEASE_REQUIRE_REDIS=1 but lease-cli's Redis tests are not compiled: pass \
+         `--features lease-cli/redis`"
+    );
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: lease-cli's Redis tests (built without the `redis` feature)"
     );
 }
 

@@ -27,6 +27,7 @@ fn lease(store: &Path) -> Command {
         .env_remove("LEASE_LOG")
         // An exported PostgreSQL URL would make PostgreSQL the default store.
         .env_remove("LEASE_POSTGRES_URL")
+        .env_remove("LEASE_REDIS_URL")
         .stdin(Stdio::null());
     command
 }
@@ -47,6 +48,7 @@ impl Terminal {
             .env_remove("LEASE_LOG")
             // An exported PostgreSQL URL would make PostgreSQL the default store.
             .env_remove("LEASE_POSTGRES_URL")
+            .env_remove("LEASE_REDIS_URL")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

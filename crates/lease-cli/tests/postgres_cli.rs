@@ -54,6 +54,7 @@ impl Pg {
         command
             .env("LEASE_DIR", self.dir.path())
             .env("LEASE_POSTGRES_URL", &self.url)
+            .env_remove("LEASE_REDIS_URL")
             .env_remove("LEASE_LOG")
             .stdin(Stdio::null());
         command

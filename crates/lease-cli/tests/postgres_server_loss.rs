@@ -27,6 +27,7 @@ fn lease(dir: &Path, url: &str) -> Command {
     command
         .env("LEASE_DIR", dir)
         .env("LEASE_POSTGRES_URL", url)
+        .env_remove("LEASE_REDIS_URL")
         .env_remove("LEASE_LOG")
         .stdin(Stdio::null());
     command

@@ -31,6 +31,7 @@ fn lease(default_dir: &Path) -> Command {
         .env_remove("LEASE_LOG")
         // An exported PostgreSQL URL would make PostgreSQL the default store.
         .env_remove("LEASE_POSTGRES_URL")
+        .env_remove("LEASE_REDIS_URL")
         .stdin(Stdio::null());
     command
 }

@@ -23,6 +23,7 @@ fn lease(default_dir: &Path) -> Command {
         .env_remove("LEASE_LOG")
         // An exported PostgreSQL URL would make PostgreSQL the default store.
         .env_remove("LEASE_POSTGRES_URL")
+        .env_remove("LEASE_REDIS_URL")
         .env(
             "AWS_ACCESS_KEY_ID",
             std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_else(|_| "local".into()),

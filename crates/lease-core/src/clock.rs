@@ -8,8 +8,8 @@ use std::collections::BinaryHeap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, TryLockError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -237,25 +237,64 @@ struct Timer {
     heap: Mutex<BinaryHeap<Reverse<TimerEntry>>>,
     changed: Condvar,
     seq: AtomicU64,
+    /// The process whose thread runs this timer.
+    started_in: u32,
 }
 
 impl Timer {
     /// The process-wide timer, or `None` if its thread could not be started.
+    ///
+    /// One per process, not one per program: a `fork`ed child has a copy of the parent's timer
+    /// but not its thread (threads do not survive `fork`), so a sleep scheduled on it would
+    /// never end; the child starts a timer of its own on its first sleep. Lock-free, so that a
+    /// thread of the parent holding a lock at the fork cannot hang the child here.
     fn global() -> Option<&'static Timer> {
-        static TIMER: OnceLock<Option<&'static Timer>> = OnceLock::new();
-        *TIMER.get_or_init(|| {
-            let timer: &'static Timer = Box::leak(Box::default());
-            match std::thread::Builder::new()
-                .name("lease-core-timer".into())
-                .spawn(move || timer.run())
-            {
-                Ok(_) => Some(timer),
-                Err(error) => {
-                    tracing::error!(%error, "cannot start the lease-core timer thread; sleeps will block");
-                    None
+        static TIMER: Mutex<Option<&'static Timer>> = Mutex::new(None);
+        /// The process whose timer `TIMER` holds (0 before the first sleep).
+        static TIMER_PID: AtomicU32 = AtomicU32::new(0);
+        let pid = std::process::id();
+        let mut timer = if TIMER_PID.load(Ordering::Acquire) == pid {
+            lock(&TIMER)
+        } else {
+            // First sleep of this process, perhaps a forked child: a thread of the parent may
+            // have held `TIMER` at the fork, and then it stays locked here forever. Give up
+            // after a while: the sleep then blocks its thread, which still ends it on time.
+            let mut tries = 0;
+            loop {
+                match TIMER.try_lock() {
+                    Ok(guard) => break guard,
+                    Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
+                    Err(TryLockError::WouldBlock) if tries < 1000 => {
+                        tries += 1;
+                        std::thread::yield_now();
+                    }
+                    Err(TryLockError::WouldBlock) => return None,
                 }
             }
-        })
+        };
+        if let Some(current) = *timer
+            && current.started_in == pid
+        {
+            return Some(current);
+        }
+        let fresh: &'static Timer = Box::leak(Box::new(Timer {
+            started_in: pid,
+            ..Timer::default()
+        }));
+        match std::thread::Builder::new()
+            .name("lease-core-timer".into())
+            .spawn(move || fresh.run())
+        {
+            Ok(_) => {
+                *timer = Some(fresh);
+                TIMER_PID.store(pid, Ordering::Release);
+                Some(fresh)
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot start the lease-core timer thread; sleeps will block");
+                None
+            }
+        }
     }
 
     fn schedule(&self, deadline: Instant) -> Arc<SleepState> {

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -64,9 +64,32 @@ struct Shared {
     /// The process that acquired the lease, whose keeper renews it: a `fork`ed child's copy of
     /// the guard has no keeper, and must not wait for a lock the keeper held at the fork.
     acquired_in: u32,
+    /// The fencing token, which renewals keep: read without the state's lock.
+    fencing: FencingToken,
+    /// The deadline of the acquisition: what a forked child's copy reports when the keeper held
+    /// the state's lock at the fork.
+    first_deadline: Instant,
 }
 
 impl Shared {
+    /// Whether this is a `fork`ed child's copy: the process is not the one that acquired.
+    fn forked(&self) -> bool {
+        self.acquired_in != std::process::id()
+    }
+
+    /// The state, without waiting in a forked child: the keeper there is the parent's, and a
+    /// lock it held at the moment of the fork stays locked forever (`None` then).
+    fn state_here(&self) -> Option<MutexGuard<'_, State>> {
+        if !self.forked() {
+            return Some(lock(&self.state));
+        }
+        match self.state.try_lock() {
+            Ok(state) => Some(state),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
     fn lease(&self) -> Lease {
         lock(&self.state).lease.clone()
     }
@@ -159,11 +182,12 @@ pub struct LeaseGuard {
 
 impl fmt::Debug for LeaseGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = lock(&self.shared.state);
-        f.debug_struct("LeaseGuard")
-            .field("lease", &state.lease)
-            .field("lost", &state.lost)
-            .finish_non_exhaustive()
+        let mut out = f.debug_struct("LeaseGuard");
+        match self.shared.state_here() {
+            Some(state) => out.field("lease", &state.lease).field("lost", &state.lost),
+            None => out.field("key", &self.key).field("forked", &true),
+        };
+        out.finish_non_exhaustive()
     }
 }
 
@@ -218,8 +242,11 @@ impl LeaseGuard {
     ) -> (Self, KeeperTask) {
         let key = lease.key().clone();
         let span = tracing::debug_span!("lease_keeper", key = %lease.key(), fencing = %lease.fencing_token());
+        let (fencing, first_deadline) = (lease.fencing_token(), lease.deadline());
         let shared = Arc::new(Shared {
             backend,
+            fencing,
+            first_deadline,
             state: Mutex::new(State {
                 lease,
                 lost: None,
@@ -296,15 +323,25 @@ impl LeaseGuard {
     /// The fencing token: pass it with every write to the protected resource. It stays the
     /// same across renewals.
     pub fn fencing_token(&self) -> FencingToken {
-        lock(&self.shared.state).lease.fencing_token()
+        self.shared.fencing
     }
 
     /// `Ok(fencing token)` while the lease can be trusted.
     ///
+    /// A `fork`ed child's copy of the guard is never trusted: the keeper that renews the lease
+    /// is the parent's, and so is the lease.
+    ///
     /// # Errors
     /// [`LeaseError::Lost`] with the [`LossReason`] once it cannot, or with
-    /// [`LossReason::DeadlinePassed`] when the deadline passed before the keeper noticed.
+    /// [`LossReason::DeadlinePassed`] when the deadline passed before the keeper noticed (and
+    /// at once in a forked child, which has no keeper).
     pub fn check(&self) -> Result<FencingToken, LeaseError> {
+        if self.shared.forked() {
+            return Err(LeaseError::lost(
+                self.key.clone(),
+                LossReason::DeadlinePassed,
+            ));
+        }
         let state = lock(&self.shared.state);
         if let Some(reason) = &state.lost {
             return Err(LeaseError::lost(self.key.clone(), reason.clone()));
@@ -319,12 +356,17 @@ impl LeaseGuard {
     }
 
     /// The holder-side deadline of the latest renewal, on the backend's monotonic clock: after
-    /// it, [`check`](Self::check) fails.
+    /// it, [`check`](Self::check) fails. In a `fork`ed child, the latest known at the fork,
+    /// read without waiting (the acquisition's if the parent's keeper held the state then).
     pub fn deadline(&self) -> Instant {
-        lock(&self.shared.state).lease.deadline()
+        self.shared
+            .state_here()
+            .map_or(self.shared.first_deadline, |state| state.lease.deadline())
     }
 
-    /// Completes with the reason when the lease is lost. Cancel-safe; any number may wait.
+    /// Completes with the reason when the lease is lost. Cancel-safe; any number may wait. In a
+    /// `fork`ed child it completes at once with [`LossReason::DeadlinePassed`], as
+    /// [`check`](Self::check) fails there.
     pub fn lost(&self) -> Lost {
         Lost {
             shared: self.shared.clone(),
@@ -338,7 +380,20 @@ impl LeaseGuard {
     ///
     /// # Errors
     /// What the backend's release returns, such as [`LeaseError::NotOwned`] after a loss.
+    /// [`LeaseError::Unsupported`] in a `fork`ed child: the lease is the parent's, and the
+    /// child's copy sends nothing (a release with the lease's tokens would end it on any store).
     pub async fn release(mut self) -> Result<(), LeaseError> {
+        if self.shared.forked() {
+            self.done = true;
+            tracing::warn!(
+                acquired_by = self.shared.acquired_in,
+                "release refused in a forked child"
+            );
+            return Err(LeaseError::unsupported(
+                self.shared.backend.name(),
+                "release in a process other than the one that acquired the lease (a forked child)",
+            ));
+        }
         let lease = {
             let mut state = lock(&self.shared.state);
             state.releasing = true;
@@ -581,6 +636,9 @@ impl Future for Lost {
     type Output = LossReason;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<LossReason> {
+        if self.shared.forked() {
+            return Poll::Ready(LossReason::DeadlinePassed);
+        }
         let mut state = lock(&self.shared.state);
         if let Some(reason) = &state.lost {
             return Poll::Ready(reason.clone());

@@ -276,8 +276,9 @@ struct State {
     tenure: Option<Tenure>,
     lost: Option<LossReason>,
     epoch: u64,
-    /// The heartbeat thread runs (it parks between tenures).
-    thread_started: bool,
+    /// The process whose heartbeat thread runs (it parks between tenures): in a `fork`ed
+    /// child, the parent's thread does not exist, and the child's first tenure starts its own.
+    heartbeat_in: Option<u32>,
     /// The heartbeat thread waits for a tenure, so an acquisition must wake it. Otherwise it
     /// wakes by itself at its tenure's next beat and finds out then whether that tenure (or a
     /// newer one) is current: neither release nor acquisition wakes it, which would cost two
@@ -339,6 +340,28 @@ struct Shared {
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    /// `mutex` locked, without waiting in a `fork`ed child of the process that opened the lock:
+    /// a thread of the parent (its heartbeat, a waiter, another caller) that held it at the
+    /// moment of the fork does not exist in the child, and the lock stays locked there forever.
+    fn lock_here<'a, T>(&self, mutex: &'a Mutex<T>) -> Result<MutexGuard<'a, T>, FsError> {
+        if self.opened_in == std::process::id() {
+            return Ok(mutex.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+        match mutex.try_lock() {
+            Ok(guard) => Ok(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(FsError::Io {
+                op: "use in a forked child (a thread of the parent held this FileLock at the \
+                     fork: open a new FileLock in this process) of",
+                path: self.path.clone(),
+                transient: false,
+                source: std::io::Error::from(std::io::ErrorKind::WouldBlock),
+            }),
+        }
+    }
 }
 
 /// A cross-process lease on one path (Go: `lockfile.PIDLock`, see
@@ -650,13 +673,13 @@ impl FileLock {
         // A thread still blocked in `flock` for us is not wanted any more: when it gets the
         // kernel lock, it lets it go at once (it is kept for the next call). Handing it over
         // to nobody, it would keep the kernel lock for as long as this `FileLock` lives, from
-        // whoever holds the lease next, this lock's own tenure included.
-        let mut waiter = self
-            .shared
-            .waiter
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(w) = waiter.as_ref() {
+        // whoever holds the lease next, this lock's own tenure included. (In a forked child, a
+        // parent's waiter is not this process's: its thread does not exist here.)
+        let pid = std::process::id();
+        let Ok(mut waiter) = self.shared.lock_here(&self.shared.waiter) else {
+            return result;
+        };
+        if let Some(w) = waiter.as_ref().filter(|w| w.started_in == pid) {
             let mut wanted = w.wanted.lock().unwrap_or_else(PoisonError::into_inner);
             *wanted = false;
             // It may have handed the lock over just before: let that go too.
@@ -733,11 +756,7 @@ impl FileLock {
     /// kept across the calls of one `acquire_with`) to get the kernel lock, and hands its
     /// descriptor over.
     fn wait_for_kernel_lock(&self, wait: Duration) -> Result<Option<KeyDir>, FsError> {
-        let mut waiter = self
-            .shared
-            .waiter
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut waiter = self.shared.lock_here(&self.shared.waiter)?;
         let pid = std::process::id();
         if waiter.as_ref().is_some_and(|w| w.started_in != pid) {
             *waiter = None;
@@ -787,7 +806,7 @@ impl FileLock {
         let span = tracing::debug_span!("file_lock_acquire", path = %shared.path.display());
         let _enter = span.enter();
         {
-            let mut state = lock(&shared.state);
+            let mut state = shared.lock_here(&shared.state)?;
             if state.guarded {
                 // This lock's own guard holds it: a contender like any other process's.
                 return Err(self.held_by_own_guard(&state));
@@ -803,9 +822,7 @@ impl FileLock {
             None => {
                 let idle = self
                     .shared
-                    .idle
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
+                    .lock_here(&self.shared.idle)?
                     .take()
                     // One kept by the process this one was forked from shares its kernel lock
                     // with that process: closed here (the parent's copy keeps its lock), and
@@ -861,15 +878,15 @@ impl FileLock {
 
     /// Starts the heartbeat thread if it is not running (it parks until a tenure starts).
     fn start_heartbeat(&self) -> Result<(), FsError> {
-        let mut state = lock(&self.shared.state);
-        if state.thread_started {
+        let mut state = self.shared.lock_here(&self.shared.state)?;
+        if state.heartbeat_in == Some(std::process::id()) {
             return Ok(());
         }
         self.spawn_heartbeat(&mut state)
     }
 
     fn spawn_heartbeat(&self, state: &mut State) -> Result<(), FsError> {
-        state.thread_started = true;
+        state.heartbeat_in = Some(std::process::id());
         let shared = self.shared.clone();
         std::thread::Builder::new()
             .name("lease-file-heartbeat".into())
@@ -973,7 +990,7 @@ impl FileLock {
             epoch,
             next_beat: now + opts.heartbeat_interval,
         });
-        if !state.thread_started {
+        if state.heartbeat_in != Some(std::process::id()) {
             self.spawn_heartbeat(&mut state)?;
         } else if state.parked {
             shared.wake.notify_all();
@@ -1190,8 +1207,16 @@ impl FileLockGuard {
     /// [`LeaseError::Lost`] with the [`LossReason`] when the lease was lost (the reason the
     /// [`on_lost`](FileLockBuilder::on_lost) callback was told;
     /// [`LossReason::DeadlinePassed`] once the holder-side deadline passed without a
-    /// heartbeat: paused, or I/O stalled). It is [`is_not_owned`](LeaseError::is_not_owned).
+    /// heartbeat: paused, or I/O stalled; and at once in a `fork`ed child's copy, whose
+    /// heartbeats are the parent's). It is [`is_not_owned`](LeaseError::is_not_owned).
     pub fn check(&self) -> Result<FencingToken, LeaseError> {
+        if self.pid != std::process::id() {
+            // A forked child's copy: the tenure and its heartbeats are the parent's.
+            return Err(LeaseError::lost(
+                self.shared.key.clone(),
+                LossReason::DeadlinePassed,
+            ));
+        }
         self.shared.check_tenure()
     }
 
@@ -1217,6 +1242,16 @@ impl FileLockGuard {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn deadline(&self) -> Instant {
+        if self.pid != std::process::id() {
+            // A forked child's copy: the parent's heartbeat thread may have held the state at
+            // the fork, and nothing is trusted here anyway.
+            return self
+                .shared
+                .lock_here(&self.shared.state)
+                .ok()
+                .and_then(|state| state.tenure.as_ref().map(|t| t.deadline))
+                .unwrap_or_else(mono_now);
+        }
         self.shared.tenure_deadline()
     }
 

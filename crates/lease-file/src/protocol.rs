@@ -233,13 +233,17 @@
 //!   of a held lease's descriptor, the kernel lock outlives the parent: a parent that crashes
 //!   then loses its lease by expiry, not at once (later, never earlier).
 //! * The child may read: [`FileLockGuard::fencing_token`], and the store's `inspect` and
-//!   listings. Its copy's [`FileLockGuard::check`] knows only what the parent knew at the fork:
-//!   it has no heartbeat thread or keeper (threads do not survive `fork`), so it keeps saying
-//!   `Ok` until that moment's deadline even if the parent released meanwhile, and fails after it
-//!   even while the parent renews. A child must not act on it: pass the fencing token with its
-//!   writes, and let the resource's fencing decide. The child may acquire leases through the
-//!   inherited store or lock, its parent's keys included; they are its own, on descriptors it
-//!   opened, and exclude the parent (and the parent them) as another process's would.
+//!   listings. Its copy of a guard is never trusted: [`FileLockGuard::check`] and a lease-core
+//!   guard's `check` fail at once with [`LossReason::DeadlinePassed`] and its `lost()` completes
+//!   at once (the heartbeats and renewals are the parent's, and threads do not survive `fork`),
+//!   and a lease-core guard's `release` is refused whatever the store. To act for the parent,
+//!   pass the fencing token with the child's writes and let the resource's fencing decide. The
+//!   child may acquire leases through the inherited store or lock, its parent's keys included;
+//!   they are its own, on descriptors it opened, kept by a heartbeat thread, a keeper and a
+//!   timer thread of its own (the parent's do not exist in the child), and exclude the parent
+//!   (and the parent them) as another process's would. No call on an inherited copy waits for a
+//!   lock a thread of the parent held at the fork (it would stay locked in the child forever):
+//!   such a call fails instead, saying to open a new `FileLock` in the child.
 //! * To hand a lease to a child, let the child acquire its own, or pass the fencing token for
 //!   it to check against the parent; a release with the lease's token through a store the child
 //!   opens itself is a deliberate hand-off and is not refused.

@@ -5,8 +5,9 @@
 //! description), their state in memory. lease-file promises that nothing the child does with
 //! that copy (dropping it, returning from `main`, unwinding, exiting, an explicit release)
 //! frees the parent's lease. Testing that needs a real fork without `exec`, which is `unsafe`;
-//! this unpublished crate holds the workspace's only `unsafe` block so that every published
-//! crate keeps `unsafe_code = "forbid"`.
+//! this unpublished crate holds the workspace's only `unsafe` blocks (`fork`, and a child's read
+//! of its own copy in [`drop_copy_and_exit`]) so that every published crate keeps
+//! `unsafe_code = "forbid"`.
 //!
 //! ```no_run
 //! match lease_forktest::fork()? {

@@ -7,6 +7,13 @@
 //! (issue 37, item 1) acquire and release first, so that the face keeps the lock directory open
 //! across the fork, then parent and child both try to acquire: never both.
 //!
+//! The `check` cases have the child ask its copy of the guard whether it holds: never (before,
+//! a copy said yes until the deadline known at the fork, and a lease-core guard's copy released
+//! through the child's copy of an in-memory store). The `inherit` cases have the child acquire
+//! through its copy of the `FileLock` or store after the parent's tenure started its heartbeat
+//! thread or keeper, and hold for three lease lengths (before, the child's `FileLock` tenure had
+//! no heartbeat thread: the parent's does not exist in the child, and none was started).
+//!
 //! The `busy` cases fork while another thread of the parent holds the handle's lock (the state a
 //! heartbeat or keeper thread locks too): the child's drop of its copy must not wait for a lock
 //! no thread of the child will ever release. Before the fix, children hung in their drop.
@@ -68,6 +75,14 @@ cases! {
     lock_heartbeat_cached_directory_is_never_shared_with_a_child: "lock" "heartbeat" "cached";
     store_kernel_cached_directory_is_never_shared_with_a_child: "store" "kernel" "cached";
     store_heartbeat_cached_directory_is_never_shared_with_a_child: "store" "heartbeat" "cached";
+    lock_kernel_childs_copy_is_never_trusted: "lock" "kernel" "check";
+    lock_heartbeat_childs_copy_is_never_trusted: "lock" "heartbeat" "check";
+    store_kernel_childs_copy_is_never_trusted: "store" "kernel" "check";
+    store_heartbeat_childs_copy_is_never_trusted: "store" "heartbeat" "check";
+    lock_kernel_child_holds_what_it_acquires_through_its_copy: "lock" "kernel" "inherit";
+    lock_heartbeat_child_holds_what_it_acquires_through_its_copy: "lock" "heartbeat" "inherit";
+    store_kernel_child_holds_what_it_acquires_through_its_copy: "store" "kernel" "inherit";
+    store_heartbeat_child_holds_what_it_acquires_through_its_copy: "store" "heartbeat" "inherit";
     lock_kernel_child_drops_while_a_thread_holds_the_locks_state: "lock" "kernel" "busy";
     lock_heartbeat_child_drops_while_a_thread_holds_the_locks_state: "lock" "heartbeat" "busy";
     store_kernel_child_drops_while_a_thread_holds_the_guards_state: "store" "kernel" "busy";

@@ -19,17 +19,18 @@
 //!
 //! No async runtime: everything is `std::process`, and every call blocks until the server is in
 //! the state it names (bounded by a timeout, an `io::Error` past it). The servers are PostgreSQL
-//! ([`PgCluster`]); a Redis server will sit beside it (issue 36) on the same supervisor and
-//! directory machinery.
+//! ([`PgCluster`]) and Redis ([`RedisServer`]), on the same supervisor and directory machinery.
 //!
 //! Unix only: the servers run under `sh`, and as root under `setpriv` as an unprivileged user.
 #![cfg(unix)]
 
 mod binaries;
 mod postgres;
+mod redis;
 mod scratch;
 mod supervisor;
 mod user;
 
 pub use binaries::PgBinaries;
 pub use postgres::{PgCluster, StopMode};
+pub use redis::{RedisOptions, RedisServer, Reply};

@@ -1,4 +1,5 @@
-//! `election`: a leader election on a `DirectoryStore`, `DynamoLeases` or `PgLeases` key, campaigning or
+//! `election`: a leader election on a `DirectoryStore`, `DynamoLeases`, `PgLeases` or
+//! `RedisLeases` key, campaigning or
 //! observing.
 
 use std::future::Future;
@@ -67,6 +68,21 @@ pub(crate) fn run(args: &ElectionArgs, actor: &Actor) -> Result<(), String> {
                     .with_poll_interval(Duration::from_secs(1)),
                 name,
                 surface: Surface::ElectionPostgres,
+                tokio: true,
+                actor,
+            };
+            side.run(args).await
+        })?,
+        Backend::Redis => crate::actor::block_on(async {
+            let leases = crate::redis::leases(&args.store, actor)?;
+            let name = crate::redis::lease_key(leases.prefix(), &args.key);
+            let side = Side {
+                // Woken by the prefix's pub/sub channel; the poll is the fallback when the
+                // subscription is down.
+                election: Election::new(leases, &key, ttl)
+                    .with_poll_interval(Duration::from_secs(1)),
+                name,
+                surface: Surface::ElectionRedis,
                 tokio: true,
                 actor,
             };

@@ -33,7 +33,7 @@ pub(crate) fn run(args: &FleetArgs, actor: &Actor) -> Result<(), String> {
         let running = match args.backend {
             // The file store does blocking I/O: its worker gets a thread, as `spawn_thread` would.
             Backend::File => tokio::task::spawn_blocking(move || pollster::block_on(worker.run())),
-            Backend::Dynamo | Backend::Postgres => tokio::spawn(worker.run()),
+            Backend::Dynamo | Backend::Postgres | Backend::Redis => tokio::spawn(worker.run()),
         };
         while actor.pause(Duration::from_millis(200)).await {}
         handle.stop();
@@ -71,6 +71,7 @@ async fn store(args: &FleetArgs, actor: &Actor) -> Result<Arc<dyn LeaseBackend>,
         }
         Backend::Dynamo => Ok(crate::dynamo::leases(&args.store, actor).await?),
         Backend::Postgres => Ok(crate::postgres::leases(&args.store, actor).await?),
+        Backend::Redis => Ok(crate::redis::leases(&args.store, actor)?),
     }
 }
 
@@ -128,9 +129,9 @@ struct Units {
     store: Arc<dyn LeaseBackend>,
     /// The fleet name, for the checkpoints' names in the store.
     fleet: String,
-    /// `<file|dynamo|postgres>:<fleet>`: unit keys are `<this>/<unit>`.
+    /// `<file|dynamo|postgres|redis>:<fleet>`: unit keys are `<this>/<unit>`.
     keys: String,
-    /// `fleet-<file|dynamo|postgres>:<fleet>`: checkpoint names are `<this>/<unit>`.
+    /// `fleet-<file|dynamo|postgres|redis>:<fleet>`: checkpoint names are `<this>/<unit>`.
     names: String,
     every: Duration,
 }
@@ -141,6 +142,7 @@ impl Units {
             Backend::File => (Surface::FleetFile, "file"),
             Backend::Dynamo => (Surface::FleetDynamo, "dynamo"),
             Backend::Postgres => (Surface::FleetPostgres, "postgres"),
+            Backend::Redis => (Surface::FleetRedis, "redis"),
         };
         Self {
             history,

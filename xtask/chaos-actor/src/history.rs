@@ -39,6 +39,14 @@ pub(crate) enum Surface {
     FleetPostgres,
     /// A leader election (`Election`) on `PgLeases`.
     ElectionPostgres,
+    /// A `lease run --redis` child.
+    RunRedis,
+    /// A `LeaseGuard` over `RedisLeases`.
+    LeaseRedis,
+    /// A fleet worker on `RedisLeases`.
+    FleetRedis,
+    /// A leader election (`Election`) on `RedisLeases`.
+    ElectionRedis,
 }
 
 impl Surface {
@@ -58,6 +66,10 @@ impl Surface {
             Self::LeasePostgres => "lease-postgres",
             Self::FleetPostgres => "fleet-postgres",
             Self::ElectionPostgres => "election-postgres",
+            Self::RunRedis => "run-redis",
+            Self::LeaseRedis => "lease-redis",
+            Self::FleetRedis => "fleet-redis",
+            Self::ElectionRedis => "election-redis",
         }
     }
 }

@@ -1,12 +1,13 @@
-//! `dynamo-lease` and `pg-lease`: `DynamoLeases` or `PgLeases` kept by a `LeaseGuard`, with
+//! `dynamo-lease`, `pg-lease` and `redis-lease`: `DynamoLeases`, `PgLeases` or `RedisLeases`
+//! kept by a `LeaseGuard`, with
 //! fenced writes beside the lease.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lease_core::{
-    FencedValues, FencingToken, LeaseBackend, LeaseError, LeaseGuard, LeaseKey, NotOwnedReason,
-    WaitOptions,
+    AcquireOptions, FencedValues, FencingToken, LeaseBackend, LeaseError, LeaseGuard, LeaseKey,
+    NotOwnedReason, WaitOptions,
 };
 
 use crate::actor::{Actor, Rng};
@@ -43,6 +44,21 @@ pub(crate) fn run_postgres(args: &KeptLeaseArgs, actor: &Actor) -> Result<(), St
     })?
 }
 
+/// `redis-lease`: tenures on `RedisLeases` until the actor stops.
+pub(crate) fn run_redis(args: &KeptLeaseArgs, actor: &Actor) -> Result<(), String> {
+    crate::actor::block_on(async {
+        let leases = crate::redis::leases(&args.store, actor)?;
+        let prefix = leases.prefix().to_owned();
+        let store = Store {
+            surface: Surface::LeaseRedis,
+            value_prefix: format!("redis:{prefix}"),
+            key_name: Box::new(move |pk| crate::redis::lease_key(&prefix, pk)),
+            leases,
+        };
+        store.run(args, actor).await
+    })?
+}
+
 /// A store the tenures run on, and how the history names its leases and values.
 struct Store<L> {
     leases: Arc<L>,
@@ -60,7 +76,12 @@ impl<L: LeaseBackend + FencedValues + 'static> Store<L> {
         while !actor.stopping() {
             let pk = &args.keys[usize::try_from(rng.below(args.keys.len() as u64)).unwrap_or(0)];
             let tenure = Tenure::new(self, actor, pk, Duration::from_millis(args.ttl_ms))?;
-            let pause = match tenure.run(&mut rng).await {
+            let done = if args.skip_check {
+                tenure.run_unchecked().await
+            } else {
+                tenure.run(&mut rng).await
+            };
+            let pause = match done {
                 Ok(true) => rng.millis(0, 50),
                 Ok(false) => rng.millis(50, 250),
                 Err(error) => {
@@ -149,6 +170,47 @@ impl<'a, L: LeaseBackend + FencedValues + 'static> Tenure<'a, L> {
         match guard.release().await {
             Ok(()) => history.rel(self.store.surface, &self.key_name, token.get(), mono_ns()),
             Err(error) => eprintln!("{}: release: {error}", history.proc_id()),
+        }
+        Ok(true)
+    }
+
+    /// The sabotaged tenure (`--skip-check`): one bare grant, never renewed, claimed every
+    /// sixth of the lease for two lease lengths without a check, then released (which fails
+    /// once another holder took over).
+    async fn run_unchecked(&self) -> Result<bool, LeaseError> {
+        let leases = &self.store.leases;
+        let sent = mono_ns();
+        let lease = match leases
+            .try_acquire(&self.key, self.ttl, &AcquireOptions::default())
+            .await
+        {
+            Ok(lease) => lease,
+            Err(error) if error.is_held() => return Ok(false),
+            Err(error) => return Err(error),
+        };
+        let token = lease.fencing_token();
+        let history = &self.actor.history;
+        let wall = self.actor.wall_ms();
+        history.acq(
+            self.store.surface,
+            &self.key_name,
+            token.get(),
+            sent,
+            mono_ns(),
+            wall,
+        );
+        for _ in 0..12 {
+            if !self.actor.pause(self.ttl / 6).await {
+                break;
+            }
+            history.claim(self.store.surface, &self.key_name, token.get(), mono_ns());
+        }
+        if leases
+            .release(&self.key, lease.token(), token)
+            .await
+            .is_ok()
+        {
+            history.rel(self.store.surface, &self.key_name, token.get(), mono_ns());
         }
         Ok(true)
     }

@@ -5,21 +5,24 @@
 //! ```text
 //! lease-chaos-actor <mode> --proc <ID> --run <RUN_DIR> ...
 //!
-//! touch        --surface run-file|run-dynamo|run-postgres --key <NSKEY> --ticks N --every-ms M
+//! touch        --surface run-file|run-dynamo|run-postgres|run-redis --key <NSKEY> --ticks N --every-ms M
 //! filelock     --path P --mode kernel|heartbeat --stale-ms S --heartbeat-ms H --hold-ms X
 //!              --claims K [--acquire-timeout-ms MS] [--fork-child | --fork-idle]
 //! dynamo-lease --endpoint URL --table T --keys k1,k2 --ttl-ms D [--skew-ms S]
 //!              [--attempt-timeout-ms A]
 //! pg-lease     --postgres URL --table T --keys k1,k2 --ttl-ms D [--skew-ms S]
 //!              [--attempt-timeout-ms A]
-//! fleet        --backend file|dynamo|postgres [--dir D] [--steppable-file-clock]
-//!              [--endpoint URL | --postgres URL] [--table T [--skew-ms S]
-//!              [--attempt-timeout-ms A]]
+//! redis-lease  --redis URL --prefix P --keys k1,k2 --ttl-ms D [--grace-ms G]
+//!              [--attempt-timeout-ms A]
+//! fleet        --backend file|dynamo|postgres|redis [--dir D] [--steppable-file-clock]
+//!              [--endpoint URL | --postgres URL | --redis URL --prefix P [--grace-ms G]]
+//!              [--table T [--skew-ms S] [--attempt-timeout-ms A]]
 //!              --fleet NAME --worker W --units N --session-ms S --interval-ms I --margin-ms M
 //!              --save-every-ms E [--session-skew-ms MS]
 //! prune        --dir D --every-ms MS
-//! election     [--backend file|dynamo|postgres] (--dir D | --endpoint URL | --postgres URL
-//!              --table T) --key K --role campaign|observe [--ttl-ms T] [--hold-ms H]
+//! election     [--backend file|dynamo|postgres|redis] (--dir D | --endpoint URL | --postgres URL
+//!              --table T | --redis URL --prefix P [--grace-ms G]) --key K
+//!              --role campaign|observe [--ttl-ms T] [--hold-ms H]
 //! restore      --endpoint URL --table T
 //! ```
 //!
@@ -32,7 +35,7 @@
 //! * `dynamo-lease` loops over `DynamoLeases` tenures kept by a `LeaseGuard` on random keys:
 //!   a fenced read of `value-<key>` after acquiring, then claims and fenced writes (one late
 //!   write after a loss, for the fence to refuse), release. `pg-lease` does the same on
-//!   `PgLeases`.
+//!   `PgLeases`, `redis-lease` on `RedisLeases`.
 //! * `fleet` runs one lessor-partition `Worker` with checkpoints in the store's fenced values
 //!   (`with_checkpoints`): a task per unit gained logs the checkpoint it was handed, then claims
 //!   and saves the next one every E ms (one late save with the old token after a loss, for the
@@ -64,6 +67,7 @@ mod history;
 mod kept_lease;
 mod postgres;
 mod prune;
+mod redis;
 mod restore;
 mod touch;
 
@@ -79,7 +83,7 @@ fn main() -> ExitCode {
     let common = match &cli.mode {
         Mode::Touch(args) => &args.common,
         Mode::Filelock(args) => &args.common,
-        Mode::DynamoLease(args) | Mode::PgLease(args) => &args.common,
+        Mode::DynamoLease(args) | Mode::PgLease(args) | Mode::RedisLease(args) => &args.common,
         Mode::Fleet(args) => &args.common,
         Mode::Prune(args) => &args.common,
         Mode::Election(args) => &args.common,
@@ -97,6 +101,7 @@ fn main() -> ExitCode {
         Mode::Filelock(args) => filelock::run(args, &actor),
         Mode::DynamoLease(args) => kept_lease::run_dynamo(args, &actor),
         Mode::PgLease(args) => kept_lease::run_postgres(args, &actor),
+        Mode::RedisLease(args) => kept_lease::run_redis(args, &actor),
         Mode::Fleet(args) => fleet::run(args, &actor),
         Mode::Prune(args) => prune::run(args, &actor),
         Mode::Election(args) => election::run(args, &actor),

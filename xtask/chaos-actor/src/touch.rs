@@ -30,6 +30,7 @@ pub(crate) fn run(args: &TouchArgs, actor: &Actor) -> Result<(), String> {
         RunSurface::RunFile => Surface::RunFile,
         RunSurface::RunDynamo => Surface::RunDynamo,
         RunSurface::RunPostgres => Surface::RunPostgres,
+        RunSurface::RunRedis => Surface::RunRedis,
     };
     let key = match std::env::var(SLOT_ENV)
         .ok()

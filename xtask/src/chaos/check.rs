@@ -1401,6 +1401,62 @@ mod tests {
     }
 
     #[test]
+    fn redis_keys_are_checked_as_the_other_stores_are() {
+        // Two holders of one Redis lease at once (a `lease run` child and a kept lease), then a
+        // token handed out again and one below an earlier acquisition's, on every Redis surface.
+        let (k, run) = ("redis:chaos/r0", TempRun::new("redis"));
+        run.log(
+            "runq0.1",
+            &[
+                acq("runq0.1", "run-redis", k, 10, 0, 0),
+                claim("runq0.1", "run-redis", k, 10, 100),
+                claim("runq0.1", "run-redis", k, 10, 500),
+            ],
+        );
+        run.log(
+            "ql0.1",
+            &[
+                acq("ql0.1", "lease-redis", k, 11, 200, 250),
+                claim("ql0.1", "lease-redis", k, 11, 300),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        assert_eq!(found(&report), [("overlap", k)]);
+        assert_eq!(report.violations[0].surface, "run-redis/lease-redis");
+        assert!(report.beyond_assumption.is_empty());
+
+        let (k, run) = ("redis:chaos/leader", TempRun::new("redis-tokens"));
+        run.log(
+            "electq0.1",
+            &[
+                acq("electq0.1", "election-redis", k, 7, 0, 20),
+                claim("electq0.1", "election-redis", k, 7, 30),
+                rel("electq0.1", "election-redis", k, 7, 40),
+            ],
+        );
+        run.log(
+            "electq1.1",
+            &[
+                acq("electq1.1", "election-redis", k, 7, 100, 120),
+                claim("electq1.1", "election-redis", k, 7, 130),
+                rel("electq1.1", "election-redis", k, 7, 140),
+            ],
+        );
+        run.log(
+            "electq0.2",
+            &[
+                acq("electq0.2", "election-redis", k, 6, 1000, 1030),
+                claim("electq0.2", "election-redis", k, 6, 1100),
+            ],
+        );
+        let report = check(&run.load(), &ASSUME);
+        let mut kinds: Vec<&str> = found(&report).iter().map(|(kind, _)| *kind).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        assert_eq!(kinds, ["token-regression", "token-twice"]);
+    }
+
+    #[test]
     fn one_token_granted_to_two_procs_is_caught() {
         // Two racing acquisitions both got token 3; ln1.0 was killed before its first claim,
         // so the tenures never overlap and neither acquisition came after the other.

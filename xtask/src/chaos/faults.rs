@@ -19,7 +19,7 @@ use super::rng::Rng;
 use super::slots::{DYNAMO_SKEW, Role, Slot};
 use super::{Backend, mono_ns, wall_ms};
 use crate::dynamo_local::Server;
-use lease_testservers::{PgCluster, StopMode};
+use lease_testservers::{PgCluster, RedisServer, Reply, StopMode};
 
 /// Every kind of fault, as `docs/chaos.md` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -45,11 +45,18 @@ pub(crate) enum Kind {
     /// Proxy: answered with DynamoDB's throttling error, not forwarded.
     Throttle,
     /// DynamoDB Local killed with SIGKILL and started again (on-disk database kept); PostgreSQL
-    /// stopped (fast or immediate shutdown) and started again after an outage.
+    /// stopped (fast or immediate shutdown) and started again after an outage; Redis stopped
+    /// (`SIGTERM`, its append-only file written) and started again from it after an outage: a
+    /// new incarnation, whose recreation grace every Redis actor waits out.
     StoreRestart,
     /// PostgreSQL: 1 to 4 client connections ended by `pg_terminate_backend`, as an operator
     /// or an idle-session timeout does.
     TerminateBackend,
+    /// Redis: 1 to 4 client connections ended by `CLIENT KILL ID`, as an operator does.
+    ClientKill,
+    /// Redis: `SCRIPT FLUSH`, the server's script cache emptied under its clients (their next
+    /// `EVALSHA` answers `NOSCRIPT`).
+    ScriptFlush,
     /// The `chaos-restored` table deleted, created again and filled with the items of a scan
     /// 3 to 12 s old, as a backup or point-in-time restore does (by the `restorer` slot).
     TableRestore,
@@ -76,6 +83,8 @@ impl Kind {
             Self::Throttle => "throttle",
             Self::StoreRestart => "store-restart",
             Self::TerminateBackend => "terminate-backend",
+            Self::ClientKill => "client-kill",
+            Self::ScriptFlush => "script-flush",
             Self::TableRestore => "table-restore",
             Self::ClockStep => "clock-step",
             Self::FileDelete => "file-delete",
@@ -124,6 +133,23 @@ impl Kind {
                 Self::StoreRestart,
                 Self::TerminateBackend,
             ],
+            // As PostgreSQL: the server's clock (`TIME` in the scripts) judges expiry, and
+            // Redis has no throttling answer. A restart keeps the data set (an append-only
+            // file, written by the `SIGTERM`): one that lost it would lose fenced values and
+            // checkpoints, which the checker holds to never going back and no grace brings back.
+            Backend::Redis => &[
+                Self::SigKill,
+                Self::SigStop,
+                Self::CommandStop,
+                Self::Delay,
+                Self::Drop,
+                Self::Reset,
+                Self::Blackhole,
+                Self::LostReply,
+                Self::StoreRestart,
+                Self::ClientKill,
+                Self::ScriptFlush,
+            ],
         }
     }
 }
@@ -144,6 +170,9 @@ const STORE_UP_BEFORE_RESTART: Duration = Duration::from_secs(15);
 /// under its holders for up to a lease (3 s), so that some holders' deadlines pass while it is
 /// down and some renewals succeed after it is back.
 const PG_DOWN_MAX_MS: u64 = 3000;
+
+/// How long Redis stays down in a `store-restart`, at most (drawn from 0.2 s), as PostgreSQL.
+const REDIS_DOWN_MAX_MS: u64 = 3000;
 
 /// A store's restarts: whether one is under way, and since when the store is up.
 #[derive(Debug, Clone)]
@@ -196,6 +225,10 @@ pub(crate) struct Targets<'a> {
     pub(crate) pg_proxy: Option<&'a Proxy>,
     /// The run's PostgreSQL cluster, if in the run.
     pub(crate) pg: Option<&'a Arc<Mutex<PgCluster>>>,
+    /// The proxy in front of Redis, if Redis is in the run.
+    pub(crate) redis_proxy: Option<&'a Proxy>,
+    /// The run's Redis server, if in the run.
+    pub(crate) redis: Option<&'a Arc<Mutex<RedisServer>>>,
     /// The run directory.
     pub(crate) run: &'a Path,
 }
@@ -225,6 +258,8 @@ pub(crate) struct Faults {
     dynamo_restarts: Restarts,
     /// PostgreSQL's restarts.
     pg_restarts: Restarts,
+    /// Redis's restarts.
+    redis_restarts: Restarts,
     /// How many faults of each kind were done, per backend.
     pub(crate) done: std::collections::BTreeMap<(Backend, Kind), u64>,
     /// How many could not be done when drawn (no target at that moment), per kind.
@@ -267,6 +302,7 @@ impl Faults {
             stepped: Vec::new(),
             dynamo_restarts: Restarts::new(),
             pg_restarts: Restarts::new(),
+            redis_restarts: Restarts::new(),
             done: Default::default(),
             skipped: Default::default(),
             steps_beyond: 0,
@@ -343,12 +379,16 @@ impl Faults {
             Kind::CommandStop => self.command_stop(backend, targets),
             Kind::ClockStep => self.clock_step(backend, targets),
             Kind::StoreRestart if backend == Backend::Postgres => self.pg_restart(targets),
+            Kind::StoreRestart if backend == Backend::Redis => self.redis_restart(targets),
+            Kind::ClientKill => self.client_kill(targets),
+            Kind::ScriptFlush => self.script_flush(targets),
             Kind::StoreRestart => self.store_restart(targets),
             Kind::TerminateBackend => self.terminate_backend(targets),
             Kind::TableRestore => self.table_restore(targets),
             Kind::FileDelete => self.file_delete(targets.run),
             Kind::FileGarbage => self.file_garbage(targets.run),
             proxied if backend == Backend::Postgres => self.proxy_fault(proxied, targets.pg_proxy?),
+            proxied if backend == Backend::Redis => self.proxy_fault(proxied, targets.redis_proxy?),
             proxied => self.proxy_fault(proxied, targets.proxy?),
         }
     }
@@ -432,6 +472,7 @@ impl Faults {
                     | Role::RunShared
                     | Role::RunDynamo
                     | Role::RunPostgres
+                    | Role::RunRedis
                     | Role::RunRestored
                     | Role::RunCounting
             )
@@ -461,6 +502,7 @@ impl Faults {
                 Role::RunFile
                     | Role::RunDynamo
                     | Role::RunPostgres
+                    | Role::RunRedis
                     | Role::RunRestored
                     | Role::RunCounting
             )
@@ -583,6 +625,75 @@ impl Faults {
         ))
     }
 
+    /// Stops Redis (`SIGTERM`: it writes its append-only file) and starts it again from that
+    /// file 0.2 to 3 s later, on a thread of its own; skipped as DynamoDB Local's restarts are.
+    fn redis_restart(&mut self, targets: &mut Targets<'_>) -> Option<(String, String)> {
+        let server = targets.redis?.clone();
+        let down = Duration::from_millis(self.rng.between(200, REDIS_DOWN_MAX_MS));
+        let started = self.redis_restarts.start(move || {
+            let mut server = server.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(error) = server.stop() {
+                eprintln!("chaos: Redis did not stop: {error}");
+            }
+            std::thread::sleep(down);
+            if let Err(error) = server.start_again() {
+                eprintln!("chaos: Redis did not come back: {error}");
+            }
+            super::renice_redis(&server);
+        });
+        started.then(|| ("redis".to_owned(), format!("down_ms={}", down.as_millis())))
+    }
+
+    /// Ends 1 to 4 random client connections of Redis with `CLIENT KILL ID` (a connection of
+    /// its own, directly to the server); none while a restart is under way.
+    fn client_kill(&mut self, targets: &mut Targets<'_>) -> Option<(String, String)> {
+        if self.redis_restarts.under_way() {
+            return None;
+        }
+        let server = targets.redis?.try_lock().ok()?;
+        let list = server.command(&["CLIENT", "LIST"]).ok()?;
+        // Every connection but the one asking (its command is `client|list`).
+        let ids: Vec<String> = list
+            .text()
+            .lines()
+            .filter(|line| !line.contains("cmd=client|list"))
+            .filter_map(|line| line.split(' ').find_map(|f| f.strip_prefix("id=")))
+            .map(str::to_owned)
+            .collect();
+        let wanted = self.rng.between(1, 4);
+        let mut ended = 0;
+        for _ in 0..wanted {
+            let Some(id) = ids.get(self.rng.index(ids.len())) else {
+                break;
+            };
+            if matches!(
+                server.command(&["CLIENT", "KILL", "ID", id]),
+                Ok(Reply::Int(1))
+            ) {
+                ended += 1;
+            }
+        }
+        Some((
+            "redis".to_owned(),
+            format!("wanted={wanted},clients={},ended={ended}", ids.len()),
+        ))
+    }
+
+    /// `SCRIPT FLUSH` on Redis (directly); none while a restart is under way.
+    fn script_flush(&mut self, targets: &mut Targets<'_>) -> Option<(String, String)> {
+        if self.redis_restarts.under_way() {
+            return None;
+        }
+        let server = targets.redis?.try_lock().ok()?;
+        let mode = if self.rng.chance_percent(50) {
+            "SYNC"
+        } else {
+            "ASYNC"
+        };
+        server.command(&["SCRIPT", "FLUSH", mode]).ok()?;
+        Some(("redis".to_owned(), format!("mode={}", mode.to_lowercase())))
+    }
+
     /// Deletes one companion or temporary file: `lease run`'s deadline relay file (the guard
     /// reads the holder's deadline from it), or an entry of a lock or value directory that is
     /// neither its state entry (`free.*`, `held.*`), nor its value entry (`value.*`), nor the
@@ -680,7 +791,9 @@ impl Faults {
 
     /// Whether a store restart is under way.
     pub(crate) fn restarting(&self) -> bool {
-        self.dynamo_restarts.under_way() || self.pg_restarts.under_way()
+        self.dynamo_restarts.under_way()
+            || self.pg_restarts.under_way()
+            || self.redis_restarts.under_way()
     }
 }
 
@@ -794,7 +907,12 @@ mod tests {
     #[test]
     fn every_kind_of_every_backend_is_drawn_once_per_round() {
         let run = TempRun::new("bag");
-        let backends = [Backend::File, Backend::Dynamo, Backend::Postgres];
+        let backends = [
+            Backend::File,
+            Backend::Dynamo,
+            Backend::Postgres,
+            Backend::Redis,
+        ];
         let mut faults =
             Faults::new(7, &backends, Duration::from_secs(1), &run.dir).expect("faults");
         let per_round: usize = backends.iter().map(|&b| Kind::for_backend(b).len()).sum();

@@ -85,11 +85,19 @@ pub(crate) enum Surface {
     FleetPostgres,
     /// A leader election (`Election`) over PostgreSQL, through the proxy.
     ElectionPostgres,
+    /// `lease run` over Redis: the child process.
+    RunRedis,
+    /// A `LeaseGuard` over `RedisLeases`.
+    LeaseRedis,
+    /// A fleet worker over Redis; keys are units.
+    FleetRedis,
+    /// A leader election (`Election`) over Redis, through the proxy.
+    ElectionRedis,
 }
 
 impl Surface {
     /// Every surface with its name in history lines.
-    pub(crate) const ALL: [(Surface, &'static str); 13] = [
+    pub(crate) const ALL: [(Surface, &'static str); 17] = [
         (Surface::RunFile, "run-file"),
         (Surface::RunDynamo, "run-dynamo"),
         (Surface::FilelockKernel, "filelock-kernel"),
@@ -103,6 +111,10 @@ impl Surface {
         (Surface::LeasePostgres, "lease-postgres"),
         (Surface::FleetPostgres, "fleet-postgres"),
         (Surface::ElectionPostgres, "election-postgres"),
+        (Surface::RunRedis, "run-redis"),
+        (Surface::LeaseRedis, "lease-redis"),
+        (Surface::FleetRedis, "fleet-redis"),
+        (Surface::ElectionRedis, "election-redis"),
     ];
 
     /// The surface named `name` in a history line.
@@ -137,12 +149,16 @@ impl Surface {
             | Surface::LeasePostgres
             | Surface::FleetPostgres
             | Surface::ElectionPostgres => super::Backend::Postgres,
+            Surface::RunRedis
+            | Surface::LeaseRedis
+            | Surface::FleetRedis
+            | Surface::ElectionRedis => super::Backend::Redis,
         }
     }
 
     /// Whether the surface keeps its leases in DynamoDB, whose expiry compares wall clocks
     /// (assumption A1 of docs/correctness.md); file surfaces never read a wall clock, and
-    /// PostgreSQL's expiry is judged by the server's clock alone.
+    /// PostgreSQL's and Redis's expiry is judged by the server's clock alone.
     pub(crate) fn is_dynamo(self) -> bool {
         matches!(
             self,
@@ -158,7 +174,10 @@ impl Surface {
     pub(crate) fn is_election(self) -> bool {
         matches!(
             self,
-            Surface::ElectionFile | Surface::ElectionDynamo | Surface::ElectionPostgres
+            Surface::ElectionFile
+                | Surface::ElectionDynamo
+                | Surface::ElectionPostgres
+                | Surface::ElectionRedis
         )
     }
 
@@ -166,7 +185,10 @@ impl Surface {
     pub(crate) fn is_fleet(self) -> bool {
         matches!(
             self,
-            Surface::FleetFile | Surface::FleetDynamo | Surface::FleetPostgres
+            Surface::FleetFile
+                | Surface::FleetDynamo
+                | Surface::FleetPostgres
+                | Surface::FleetRedis
         )
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! Real processes of every surface (`lease run`, `FileLock` in both modes, a `LeaseGuard` with
 //! fenced values, fleet workers) run against real stores (a directory of lock files; DynamoDB
-//! Local with its database on disk; a PostgreSQL cluster of the run's own; the two servers
-//! behind this module's own TCP proxy), while a seeded schedule kills, stops, delays, cuts,
-//! throttles, restarts, terminates server connections, steps clocks and plants or deletes files. Every
+//! Local with its database on disk; a PostgreSQL cluster of the run's own; a Redis server of
+//! the run's own; the three servers behind this module's own TCP proxy), while a seeded
+//! schedule kills, stops, delays, cuts, throttles, restarts, terminates server connections,
+//! flushes Redis's script cache, steps clocks and plants or deletes files. Every
 //! process writes what it did, and when, to its history; the checker then looks for two holders
 //! at once, a fencing token issued twice or going backwards, a fenced value replaced by an older
 //! writer, and a fleet unit trusted by two workers. `docs/chaos.md` has the formats and rules.
@@ -15,6 +16,7 @@ mod faults;
 pub(crate) mod history;
 mod pg_proxy;
 pub(crate) mod proxy;
+mod redis_proxy;
 mod report;
 mod rng;
 mod slots;
@@ -29,7 +31,7 @@ use crate::dynamo_local::Server;
 use crate::step::{Kind, Steps};
 use crate::{Result, project_root};
 use faults::{Faults, Targets};
-use lease_testservers::PgCluster;
+use lease_testservers::{PgCluster, RedisOptions, RedisServer};
 use slots::{Context, Slot, TABLE, TABLE_RESTORED};
 
 /// Which store a slot or a fault belongs to.
@@ -41,6 +43,8 @@ pub(crate) enum Backend {
     Dynamo,
     /// A PostgreSQL cluster of the run's own behind a proxy (`lease-postgres`).
     Postgres,
+    /// A Redis server of the run's own behind a proxy (`lease-redis`).
+    Redis,
 }
 
 impl Backend {
@@ -50,12 +54,18 @@ impl Backend {
             Self::File => "file",
             Self::Dynamo => "dynamo",
             Self::Postgres => "postgres",
+            Self::Redis => "redis",
         }
     }
 }
 
 /// Every backend: `--backend all`, the default.
-const ALL: [Backend; 3] = [Backend::File, Backend::Dynamo, Backend::Postgres];
+const ALL: [Backend; 4] = [
+    Backend::File,
+    Backend::Dynamo,
+    Backend::Postgres,
+    Backend::Redis,
+];
 
 /// The flags of `cargo xtask chaos`.
 #[derive(Debug, Clone)]
@@ -96,10 +106,11 @@ impl Options {
                         "file" => vec![Backend::File],
                         "dynamo" => vec![Backend::Dynamo],
                         "postgres" => vec![Backend::Postgres],
+                        "redis" => vec![Backend::Redis],
                         "all" => ALL.to_vec(),
                         other => {
                             return Err(format!(
-                                "--backend file|dynamo|postgres|all, not `{other}`"
+                                "--backend file|dynamo|postgres|redis|all, not `{other}`"
                             )
                             .into());
                         }
@@ -114,7 +125,7 @@ impl Options {
                 other => {
                     return Err(format!(
                         "`cargo xtask chaos` does not take `{other}` (accepted: --minutes N, \
-                         --backend file|dynamo|postgres|all, --seed S, --sabotage); see `cargo \
+                         --backend file|dynamo|postgres|redis|all, --seed S, --sabotage); see `cargo \
                          xtask help`"
                     )
                     .into());
@@ -157,9 +168,9 @@ fn target_dir() -> PathBuf {
         .unwrap_or_else(|| project_root().join("target"))
 }
 
-/// What the run builds first: the actors, and `lease` with its `dynamo` and `postgres` features
-/// (the actors build lease-dynamo and lease-postgres anyway, so it costs no more with `--backend
-/// file`; `cargo xtask test` builds the same beforehand).
+/// What the run builds first: the actors, and `lease` with its `dynamo`, `postgres` and `redis`
+/// features (the actors build lease-dynamo, lease-postgres and lease-redis anyway, so it costs
+/// no more with `--backend file`; `cargo xtask test` builds the same beforehand).
 pub(crate) const BUILD: [&str; 8] = [
     "build",
     "--quiet",
@@ -168,10 +179,10 @@ pub(crate) const BUILD: [&str; 8] = [
     "-p",
     "lease-cli",
     "--features",
-    "lease-cli/dynamo,lease-cli/postgres",
+    "lease-cli/dynamo,lease-cli/postgres,lease-cli/redis",
 ];
 
-/// `cargo xtask chaos [--minutes N] [--backend file|dynamo|postgres|all] [--seed S]`.
+/// `cargo xtask chaos [--minutes N] [--backend file|dynamo|postgres|redis|all] [--seed S]`.
 pub(crate) fn chaos(flags: &[&str]) -> Result {
     let options = Options::parse(flags)?;
     let run = project_root()
@@ -207,6 +218,10 @@ pub(crate) fn chaos(flags: &[&str]) -> Result {
                 .endpoint()
         }),
         pg_url: stores.pg_proxy.as_ref().map(|proxy| pg_url(proxy.addr())),
+        redis_url: stores
+            .redis_proxy
+            .as_ref()
+            .map(|proxy| format!("redis://{}", proxy.addr())),
         sabotage: options.sabotage,
     };
     let outcome = run_under_faults(&options, &context, &stores)?;
@@ -267,13 +282,16 @@ fn pg_url(addr: std::net::SocketAddr) -> String {
 }
 
 /// DynamoDB Local and the proxy in front of it, when DynamoDB is in the run; a PostgreSQL
-/// cluster of the run's own and a proxy in front of it, when PostgreSQL is.
+/// cluster of the run's own and a proxy in front of it, when PostgreSQL is; a Redis server of
+/// the run's own and a proxy in front of it, when Redis is.
 #[derive(Debug)]
 struct Stores {
     server: Option<Arc<Mutex<Server>>>,
     proxy: Option<proxy::Proxy>,
     pg: Option<Arc<Mutex<PgCluster>>>,
     pg_proxy: Option<proxy::Proxy>,
+    redis: Option<Arc<Mutex<RedisServer>>>,
+    redis_proxy: Option<proxy::Proxy>,
 }
 
 impl Stores {
@@ -284,12 +302,20 @@ impl Stores {
         } else {
             (None, None)
         };
+        let (redis, redis_proxy) = if options.has(Backend::Redis) {
+            let (server, proxy) = start_redis()?;
+            (Some(Arc::new(Mutex::new(server))), Some(proxy))
+        } else {
+            (None, None)
+        };
         if !options.has(Backend::Dynamo) {
             return Ok(Self {
                 server: None,
                 proxy: None,
                 pg,
                 pg_proxy,
+                redis,
+                redis_proxy,
             });
         }
         let server = Server::start_persistent(
@@ -329,7 +355,37 @@ impl Stores {
             proxy: Some(proxy),
             pg,
             pg_proxy,
+            redis,
+            redis_proxy,
         })
+    }
+}
+
+/// A throwaway Redis server (lease-testservers: `/usr/bin/redis-server` or PATH, a free
+/// loopback port, stopped and removed when dropped) with an append-only file, so that a
+/// `store-restart` (`SIGTERM`, which writes it, and a start on the same directory) keeps the
+/// data set: the leases' fenced values and the fleet's checkpoints, which the checker holds to
+/// never going back. The restart is still a new incarnation (a new `run_id`), which every
+/// actor's recreation grace waits out. Its niceness is the PostgreSQL side's.
+fn start_redis() -> Result<(RedisServer, proxy::Proxy)> {
+    let server =
+        RedisServer::start_with(RedisOptions::new().with_appendonly()).map_err(|error| {
+            format!("Redis for the chaos run: {error} (Debian's `redis-server` package has it)")
+        })?;
+    renice_redis(&server);
+    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], server.port()));
+    let proxy = proxy::Proxy::start_redis(upstream)?;
+    println!("    proxy {} -> Redis {}", proxy.addr(), server.url());
+    Ok((server, proxy))
+}
+
+/// Lowers the priority of the Redis server to [`slots::PG_NICENESS`] (best effort).
+pub(crate) fn renice_redis(server: &RedisServer) {
+    if let Ok(pid) = server.pid() {
+        let _ = Command::new("renice")
+            .args(["-n", slots::PG_NICENESS, "-p", &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .status();
     }
 }
 
@@ -382,6 +438,8 @@ pub(crate) struct Outcome {
     proxy: Option<proxy::ProxyCounters>,
     /// The PostgreSQL proxy's counters, when PostgreSQL ran.
     pg_proxy: Option<proxy::ProxyCounters>,
+    /// The Redis proxy's counters, when Redis ran.
+    redis_proxy: Option<proxy::ProxyCounters>,
     elapsed: Duration,
     spawned: u64,
     /// The attacker's actions and checks, when the file backend ran.
@@ -430,6 +488,8 @@ fn run_under_faults(options: &Options, context: &Context, stores: &Stores) -> Re
             store: stores.server.as_ref(),
             pg_proxy: stores.pg_proxy.as_ref(),
             pg: stores.pg.as_ref(),
+            redis_proxy: stores.redis_proxy.as_ref(),
+            redis: stores.redis.as_ref(),
             run: &context.run,
         };
         faults.tick(now, &mut targets);
@@ -460,11 +520,13 @@ fn run_under_faults(options: &Options, context: &Context, stores: &Stores) -> Re
     }
     let proxy = stores.proxy.as_ref().map(proxy::Proxy::counters);
     let pg_proxy = stores.pg_proxy.as_ref().map(proxy::Proxy::counters);
+    let redis_proxy = stores.redis_proxy.as_ref().map(proxy::Proxy::counters);
     Ok(Outcome {
         slots,
         faults,
         proxy,
         pg_proxy,
+        redis_proxy,
         elapsed: started.elapsed(),
         spawned,
         attacker: attacker_report,
@@ -514,16 +576,23 @@ mod tests {
         assert_eq!(defaults.duration, Duration::from_secs(60));
         assert_eq!(
             defaults.backends,
-            [Backend::File, Backend::Dynamo, Backend::Postgres]
+            [
+                Backend::File,
+                Backend::Dynamo,
+                Backend::Postgres,
+                Backend::Redis
+            ]
         );
         let postgres = Options::parse(&["--backend", "postgres"]).expect("postgres");
         assert_eq!(postgres.backends, [Backend::Postgres]);
+        let redis = Options::parse(&["--backend", "redis"]).expect("redis");
+        assert_eq!(redis.backends, [Backend::Redis]);
         assert!(Options::parse(&["--sabotage"]).expect("sabotage").sabotage);
         for (flags, says) in [
             (&["--minutes", "0"][..], "above 0"),
             (&["--minutes", "x"][..], "a number"),
             (&["--minutes"][..], "needs a value"),
-            (&["--backend", "s3"][..], "file|dynamo|postgres|all"),
+            (&["--backend", "s3"][..], "file|dynamo|postgres|redis|all"),
             (&["--seed", "-1"][..], "unsigned"),
             (&["--fast"][..], "does not take `--fast`"),
         ] {

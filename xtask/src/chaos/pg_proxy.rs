@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use super::proxy::{Fault, Shared};
 
 /// How long a blocked socket operation waits before it looks at the stop flags again.
-const TICK: Duration = Duration::from_millis(100);
+pub(super) const TICK: Duration = Duration::from_millis(100);
 /// How long connecting to the server may take before it counts as down.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// The largest message accepted (PostgreSQL's own limit for a message is 1 GB; the leases'
@@ -35,23 +35,23 @@ const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 const ENCRYPTION_REQUESTS: [u32; 2] = [80_877_103, 80_877_104];
 
 /// One client connection and its server connection, as both threads see them.
-struct Conn {
-    client: TcpStream,
-    server: TcpStream,
+pub(super) struct Conn {
+    pub(super) client: TcpStream,
+    pub(super) server: TcpStream,
     /// Set when either side ends: both threads then stop.
     closed: AtomicBool,
     /// Set by [`Fault::LostReply`]: the server's messages are thrown away up to and including
     /// the next `ReadyForQuery`, then the connection is closed.
-    lose_reply: AtomicBool,
+    pub(super) lose_reply: AtomicBool,
 }
 
 impl Conn {
-    fn over(&self, shared: &Shared) -> bool {
+    pub(super) fn over(&self, shared: &Shared) -> bool {
         self.closed.load(Ordering::SeqCst) || shared.stopping()
     }
 
     /// Ends the connection: both sockets shut down (FIN, or RST if `reset`).
-    fn close(&self, reset: bool) {
+    pub(super) fn close(&self, reset: bool) {
         self.closed.store(true, Ordering::SeqCst);
         if reset {
             let _ = nix::sys::socket::setsockopt(
@@ -71,6 +71,18 @@ impl Conn {
 /// Serves one client connection (the accept loop of [`super::proxy::Proxy`] runs it on a
 /// thread of its own): its server connection, and a second thread relaying the replies.
 pub(super) fn serve(client: TcpStream, shared: &Shared) {
+    serve_with(client, shared, forward_requests, relay_replies);
+}
+
+/// Serves one client connection with a protocol's two halves: `forward` reads the client's
+/// requests (taking a fault for each), `relay` relays the server's replies on a second thread
+/// (and throws them away once `lose_reply` is set). The Redis proxy frames its requests so.
+pub(super) fn serve_with(
+    client: TcpStream,
+    shared: &Shared,
+    forward: fn(&Conn, &Shared) -> Result<(), Ending>,
+    relay: fn(&Conn, &Shared),
+) {
     let Ok(server) = TcpStream::connect_timeout(&shared.upstream, CONNECT_TIMEOUT) else {
         shared.count(|c| c.upstream_down += 1);
         return;
@@ -90,8 +102,8 @@ pub(super) fn serve(client: TcpStream, shared: &Shared) {
         lose_reply: AtomicBool::new(false),
     };
     let relayed = thread::scope(|scope| {
-        let relay = scope.spawn(|| relay_replies(&conn, shared));
-        if let Err(Ending::Malformed) = forward_requests(&conn, shared) {
+        let relay = scope.spawn(|| relay(&conn, shared));
+        if let Err(Ending::Malformed) = forward(&conn, shared) {
             shared.count(|c| c.malformed += 1);
         }
         conn.close(false);
@@ -104,7 +116,7 @@ pub(super) fn serve(client: TcpStream, shared: &Shared) {
 
 /// Why a direction of a connection ended early.
 #[derive(Debug)]
-enum Ending {
+pub(super) enum Ending {
     /// Closed: by a side, a fault, or the proxy stopping.
     Closed,
     /// A message the proxy cannot frame.
@@ -159,7 +171,7 @@ fn read_typed(from: &TcpStream, conn: &Conn, shared: &Shared) -> Result<Vec<u8>,
     Ok(message)
 }
 
-fn send(mut to: &TcpStream, bytes: &[u8]) -> Result<(), Ending> {
+pub(super) fn send(mut to: &TcpStream, bytes: &[u8]) -> Result<(), Ending> {
     to.write_all(bytes).map_err(|_| Ending::Closed)
 }
 
@@ -203,7 +215,7 @@ fn forward_requests(conn: &Conn, shared: &Shared) -> Result<(), Ending> {
 }
 
 /// Forwards `request`, or does what `fault` says instead.
-fn inject(
+pub(super) fn inject(
     conn: &Conn,
     shared: &Shared,
     request: &[u8],

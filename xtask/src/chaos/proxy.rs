@@ -1,5 +1,6 @@
-//! A fault-injecting TCP proxy between the chaos actors and DynamoDB Local (HTTP/1.1), or
-//! PostgreSQL (its protocol is framed in `super::pg_proxy`, with the same faults and counters).
+//! A fault-injecting TCP proxy between the chaos actors and DynamoDB Local (HTTP/1.1),
+//! PostgreSQL (its protocol is framed in `super::pg_proxy`, with the same faults and counters),
+//! or Redis (RESP commands framed in `super::redis_proxy`).
 //!
 //! The proxy frames HTTP/1.1 itself, so that it can pick out one request and inject a [`Fault`]
 //! into it without disturbing any other: it reads a whole request (head up to `\r\n\r\n`, then
@@ -158,6 +159,12 @@ impl Proxy {
     /// (`super::pg_proxy`): the same faults, each hitting one query.
     pub(crate) fn start_postgres(upstream: SocketAddr) -> io::Result<Self> {
         Self::start_with(upstream, super::pg_proxy::serve)
+    }
+
+    /// Listens on an ephemeral loopback port and forwards RESP to `upstream` (Redis,
+    /// `super::redis_proxy`): the same faults, each hitting one command.
+    pub(crate) fn start_redis(upstream: SocketAddr) -> io::Result<Self> {
+        Self::start_with(upstream, super::redis_proxy::serve)
     }
 
     /// Listens on an ephemeral loopback port; each connection is served by `serve`.

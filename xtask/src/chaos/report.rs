@@ -61,14 +61,15 @@ pub(crate) fn write(options: &Options, run: &Path, outcome: &Outcome) -> Result 
     if options.sabotage {
         return if checked.failed() {
             println!(
-                "    --sabotage: the FileLock actors claimed without checking, and the checker \
-                 caught it, as it must"
+                "    --sabotage: the FileLock (and Redis kept-lease) actors claimed without \
+                 checking, and the checker caught it, as it must"
             );
             Ok(())
         } else {
             Err(
-                "--sabotage: the FileLock actors claimed without checking, yet the checker \
-                 found no violation: the chaos run would miss a real double holder"
+                "--sabotage: the FileLock (and Redis kept-lease) actors claimed without \
+                 checking, yet the checker found no violation: the chaos run would miss a real \
+                 double holder"
                     .into(),
             )
         };
@@ -116,8 +117,9 @@ fn header(options: &Options, outcome: &Outcome) -> String {
     if options.sabotage {
         text.push_str(
             "**Sabotaged** (`--sabotage`): the `FileLock` actors claim without checking their \
-             lease and hold it 400 ms; violations are expected, and their absence fails the \
-             run.\n\n",
+             lease and hold it 400 ms, and the Redis kept-lease actors hold a bare grant for \
+             two lease lengths without renewing or checking it; violations are expected, and \
+             their absence fails the run.\n\n",
         );
     }
     let _ = writeln!(
@@ -212,6 +214,7 @@ fn faults(options: &Options, outcome: &Outcome) -> String {
     for (proxy, server) in [
         (&outcome.proxy, "DynamoDB Local"),
         (&outcome.pg_proxy, "PostgreSQL"),
+        (&outcome.redis_proxy, "Redis"),
     ] {
         let Some(proxy) = proxy else {
             continue;

@@ -19,6 +19,13 @@ pub(crate) const TABLE: &str = "chaos";
 pub(crate) const TABLE_RESTORED: &str = "chaos-restored";
 /// The PostgreSQL table every PostgreSQL surface shares.
 pub(crate) const PG_TABLE: &str = "chaos";
+/// The key prefix every Redis surface shares.
+pub(crate) const REDIS_PREFIX: &str = "chaos";
+/// The recreation grace of every Redis surface (`lease run --recreation-grace`, the actors'
+/// `--grace-ms`): longer than the longest lease taken under [`REDIS_PREFIX`] (3 s), so that
+/// after a `store-restart` (a new incarnation) nothing is granted while a holder of the one
+/// before may still run (docs/correctness.md, Redis).
+const REDIS_GRACE_MS: u64 = 4000;
 /// The per-attempt timeout of the PostgreSQL actors (and DynamoDB's): a blackholed statement
 /// is given up and retried on a fresh connection while the holder's deadline allows.
 const ATTEMPT_TIMEOUT_MS: &str = "800";
@@ -65,16 +72,19 @@ pub(crate) enum Role {
     RunDynamo,
     /// `lease run --postgres` (through the PostgreSQL proxy) of `lease-chaos-actor touch`.
     RunPostgres,
+    /// `lease run --redis` (through the Redis proxy) of `lease-chaos-actor touch`.
+    RunRedis,
     /// `lease run --holders 2` of `lease-chaos-actor touch` on the key `slots2`, on the files
-    /// or through a proxy on DynamoDB or PostgreSQL: a counting lease, each holder in a slot.
+    /// or through a proxy on DynamoDB, PostgreSQL or Redis: a counting lease, each holder in a
+    /// slot.
     RunCounting,
-    /// `lease-chaos-actor dynamo-lease` or `pg-lease`: a kept lease and fenced values, through
-    /// the proxy.
+    /// `lease-chaos-actor dynamo-lease`, `pg-lease` or `redis-lease`: a kept lease and fenced
+    /// values, through the proxy.
     KeptLease,
-    /// `lease-chaos-actor fleet` worker on the files, on DynamoDB or on PostgreSQL.
+    /// `lease-chaos-actor fleet` worker on the files, on DynamoDB, PostgreSQL or Redis.
     Fleet { worker: u32 },
-    /// `lease-chaos-actor election` on `files/election` or on DynamoDB or PostgreSQL (through
-    /// the proxy), key `leader`: a campaigner, or (`observe`) an observer.
+    /// `lease-chaos-actor election` on `files/election` or on DynamoDB, PostgreSQL or Redis
+    /// (through the proxy), key `leader`: a campaigner, or (`observe`) an observer.
     Election { observe: bool },
     /// `lease run --dynamo chaos-restored` of `touch`: the holders of the table that the
     /// `table-restore` fault restores.
@@ -99,10 +109,14 @@ pub(crate) struct Context {
     /// DynamoDB Local's own endpoint (the same port across restarts): only the `restorer`
     /// uses it, as an operator restoring a table does not go through the clients' network.
     pub(crate) store_endpoint: Option<String>,
-    /// `FileLock` actors claim without checking and hold 400 ms (`--sabotage`).
+    /// `FileLock` actors claim without checking and hold 400 ms, and the Redis kept-lease
+    /// actors hold a bare grant for two lease lengths without renewing or checking it
+    /// (`--sabotage`).
     pub(crate) sabotage: bool,
     /// The PostgreSQL URL through the PostgreSQL proxy, which every PostgreSQL client uses.
     pub(crate) pg_url: Option<String>,
+    /// The Redis URL through the Redis proxy, which every Redis client uses.
+    pub(crate) redis_url: Option<String>,
 }
 
 impl Context {
@@ -227,7 +241,7 @@ impl Slot {
 
     fn spawn(&self, context: &Context) -> std::io::Result<Child> {
         let mut command = self.command(context);
-        if self.backend == Backend::Postgres {
+        if matches!(self.backend, Backend::Postgres | Backend::Redis) {
             command = niced(&command);
         }
         let log = context.run.join("logs").join(format!("{}.log", self.name));
@@ -237,6 +251,7 @@ impl Slot {
             // Every PostgreSQL surface is told its URL (the proxy's); `lease` would otherwise
             // take one from the environment of `cargo xtask test`.
             .env_remove("LEASE_POSTGRES_URL")
+            .env_remove("LEASE_REDIS_URL")
             .env("TMPDIR", context.run.join("tmp"))
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
@@ -356,6 +371,22 @@ impl Slot {
                 );
                 command
             }
+            (Role::RunRedis, _) => {
+                let mut command = Command::new(&context.lease);
+                command.arg("run");
+                redis_lease_run(&mut command, context);
+                command.args(["--key", "r0", "--ttl", "3s", "--wait", "4s", "--"]);
+                let key = format!("redis:{REDIS_PREFIX}/r0");
+                touch(
+                    &mut command,
+                    context,
+                    &proc,
+                    "run-redis",
+                    &key,
+                    PG_TOUCH_EVERY,
+                );
+                command
+            }
             (Role::RunRestored, _) => {
                 let mut command = Command::new(&context.lease);
                 command
@@ -384,6 +415,18 @@ impl Slot {
                 let mut command = actor(context, "pg-lease", &proc);
                 postgres(&mut command, context);
                 command.args(["--keys", "p0,p1", "--ttl-ms", "3000"]);
+                command
+            }
+            (Role::KeptLease, Backend::Redis) => {
+                let mut command = actor(context, "redis-lease", &proc);
+                redis(&mut command, context);
+                // Sabotaged, both actors contend for one key: each holds a bare grant past its
+                // expiry while the other takes it over, a double holder within seconds.
+                let keys = if context.sabotage { "q0" } else { "q0,q1" };
+                command.args(["--keys", keys, "--ttl-ms", "3000"]);
+                if context.sabotage {
+                    command.arg("--skip-check");
+                }
                 command
             }
             (Role::KeptLease, _) => {
@@ -422,6 +465,12 @@ impl Slot {
                     Backend::Postgres => {
                         command.args(["--backend", "postgres"]);
                         postgres(&mut command, context);
+                        command.args(["--ttl-ms", "3000", "--hold-ms", "400"])
+                    }
+                    // As on PostgreSQL; observers are woken by the prefix's pub/sub channel.
+                    Backend::Redis => {
+                        command.args(["--backend", "redis"]);
+                        redis(&mut command, context);
                         command.args(["--ttl-ms", "3000", "--hold-ms", "400"])
                     }
                 };
@@ -477,6 +526,25 @@ fn postgres(command: &mut Command, context: &Context) {
         .args(["--attempt-timeout-ms", ATTEMPT_TIMEOUT_MS]);
 }
 
+/// Appends where Redis is to an actor's `command`: the proxy's URL, the prefix, the
+/// recreation grace, the attempt timeout.
+fn redis(command: &mut Command, context: &Context) {
+    command
+        .args(["--redis", context.redis_url.as_deref().unwrap_or_default()])
+        .args(["--prefix", REDIS_PREFIX])
+        .args(["--grace-ms", &REDIS_GRACE_MS.to_string()])
+        .args(["--attempt-timeout-ms", ATTEMPT_TIMEOUT_MS]);
+}
+
+/// Appends where Redis is to a `lease run` `command`: the proxy's URL, the prefix and the
+/// recreation grace.
+fn redis_lease_run(command: &mut Command, context: &Context) {
+    command
+        .args(["--redis", context.redis_url.as_deref().unwrap_or_default()])
+        .args(["--prefix", REDIS_PREFIX])
+        .args(["--recreation-grace", &format!("{REDIS_GRACE_MS}ms")]);
+}
+
 /// Appends `lease-chaos-actor touch ...` (the command `lease run` runs) to `command`.
 fn touch(
     command: &mut Command,
@@ -500,7 +568,7 @@ fn touch(
 pub(crate) const COUNTING_HOLDERS: u32 = 2;
 
 /// `lease run --holders 2` of `touch` on the key `slots2`: on the files (ttl 2 s) or on
-/// DynamoDB or PostgreSQL (ttl 3 s, through the proxy).
+/// DynamoDB, PostgreSQL or Redis (ttl 3 s, through the proxy).
 fn counting(context: &Context, proc: &str, backend: Backend) -> Command {
     let name = format!("slots{COUNTING_HOLDERS}");
     let mut command = Command::new(&context.lease);
@@ -527,6 +595,11 @@ fn counting(context: &Context, proc: &str, backend: Backend) -> Command {
                 .args(["--table", PG_TABLE, "--ttl", "3s"]);
             format!("postgres:{PG_TABLE}/{name}")
         }
+        Backend::Redis => {
+            redis_lease_run(&mut command, context);
+            command.args(["--ttl", "3s"]);
+            format!("redis:{REDIS_PREFIX}/{name}")
+        }
     };
     command
         .args(["--key", &name, "--holders", &COUNTING_HOLDERS.to_string()])
@@ -535,12 +608,13 @@ fn counting(context: &Context, proc: &str, backend: Backend) -> Command {
         Backend::File => ("run-file", 40),
         Backend::Dynamo => ("run-dynamo", 40),
         Backend::Postgres => ("run-postgres", PG_TOUCH_EVERY),
+        Backend::Redis => ("run-redis", PG_TOUCH_EVERY),
     };
     touch(&mut command, context, proc, surface, &key, every);
     command
 }
 
-/// A fleet worker on the files, on DynamoDB or on PostgreSQL.
+/// A fleet worker on the files, on DynamoDB, on PostgreSQL or on Redis.
 fn fleet(context: &Context, proc: &str, worker: u32, backend: Backend) -> Command {
     let mut command = actor(context, "fleet", proc);
     let worker = format!("w{worker}");
@@ -564,6 +638,13 @@ fn fleet(context: &Context, proc: &str, worker: u32, backend: Backend) -> Comman
         Backend::Postgres => {
             command.args(["--backend", "postgres"]);
             postgres(&mut command, context);
+            command
+                .args(["--session-ms", "3000", "--interval-ms", "600"])
+                .args(["--margin-ms", "1000", "--save-every-ms", "400"])
+        }
+        Backend::Redis => {
+            command.args(["--backend", "redis"]);
+            redis(&mut command, context);
             command
                 .args(["--session-ms", "3000", "--interval-ms", "600"])
                 .args(["--margin-ms", "1000", "--save-every-ms", "400"])
@@ -678,6 +759,23 @@ pub(crate) fn slots_for(backend: Backend) -> Vec<Slot> {
                 add(format!("electp{i}"), Role::Election { observe: false });
             }
             add("watchp0".to_owned(), Role::Election { observe: true });
+        }
+        // As PostgreSQL's, and niced the same (`PG_NICENESS`).
+        Backend::Redis => {
+            add("runq0".to_owned(), Role::RunRedis);
+            for i in 0..2 {
+                add(format!("ql{i}"), Role::KeptLease);
+            }
+            for i in 0..3 {
+                add(format!("countq{i}"), Role::RunCounting);
+            }
+            for worker in 0..2 {
+                add(format!("fleetq{worker}"), Role::Fleet { worker });
+            }
+            for i in 0..2 {
+                add(format!("electq{i}"), Role::Election { observe: false });
+            }
+            add("watchq0".to_owned(), Role::Election { observe: true });
         }
     }
     slots

@@ -1,4 +1,5 @@
-//! Shared by lease-cli's test files: finding DynamoDB Local and PostgreSQL, and reading a finished command.
+//! Shared by lease-cli's test files: finding DynamoDB Local, PostgreSQL and Redis, and reading a
+//! finished command.
 #![allow(dead_code, unreachable_pub)]
 
 use std::io::Write as _;
@@ -46,6 +47,43 @@ pub fn postgres_url(test: &str) -> Option<String> {
         );
     }
     url
+}
+
+/// `LEASE_REDIS_URL`, or `None` after saying visibly that `test` is skipped (a failure instead
+/// when `LEASE_REQUIRE_REDIS=1`: `cargo xtask test` sets it with the URL).
+pub fn redis_url(test: &str) -> Option<String> {
+    let url = std::env::var("LEASE_REDIS_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    if url.is_none() {
+        assert!(
+            std::env::var("LEASE_REQUIRE_REDIS").as_deref() != Ok("1"),
+            "LEASE_REQUIRE_REDIS=1 but LEASE_REDIS_URL is not set"
+        );
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: lease-cli {test} (set LEASE_REDIS_URL)"
+        );
+    }
+    url
+}
+
+/// As [`with_secret`], for a Redis URL: its own password, or, for a server without one (the
+/// `default` user with `nopass`, which accepts any password given with the user's name:
+/// `AUTH default PASSWORD`), a marker as the `default` user's password.
+pub fn with_redis_secret(url: &str) -> (String, String) {
+    let (scheme, rest) = url.split_once("://").expect("a redis:// URL");
+    let head = rest.split(['/', '?']).next().unwrap_or(rest);
+    if let Some((credentials, _)) = head.rsplit_once('@') {
+        if let Some((_, password)) = credentials.split_once(':')
+            && !password.is_empty()
+        {
+            return (url.to_owned(), password.to_owned());
+        }
+        panic!("give LEASE_REDIS_URL a password, or none: {scheme}://{credentials}@...");
+    }
+    let secret = format!("never-printed-{}", std::process::id());
+    (format!("{scheme}://default:{secret}@{rest}"), secret)
 }
 
 /// `url` with a password that must never be printed, and that password: the URL's own, or,

@@ -16,6 +16,15 @@
 //!   in each of `LEASE_FORK_ROUNDS` rounds (default 25), each in a fresh directory. The output
 //!   says in how many rounds both got it.
 //!
+//! * `check`: the child's copy of the guard is not trusted: its `check` fails at once (the
+//!   heartbeats or renewals are the parent's) and its `deadline` answers; and the child's copy of
+//!   a lease-core guard on a [`MemoryBackend`] (the child's own copy of the store) is refused a
+//!   release, which would otherwise reach the store with the parent's tokens;
+//! * `inherit` instead acquires and releases (so the heartbeat thread or keeper runs in the
+//!   parent), forks, and the child acquires through the inherited `FileLock` or store and holds
+//!   for three lease lengths: its guard must keep checking (its own heartbeat thread beats) and a
+//!   fresh contender must be refused all along;
+//!
 //! * `busy` instead keeps another thread of the parent locking the lease handle's state (a
 //!   `FileLockGuard::check`, or polling a `LeaseGuard`'s `lost()`) without pause, and forks
 //!   `LEASE_FORK_ROUNDS` children (default 100) that each drop their copy (the `FileLock`, the
@@ -33,7 +42,7 @@ use std::time::Duration;
 
 use lease_core::{
     AcquireOptions, BlockingLeaseGuard, FencingToken, LeaseBackend, LeaseGuard, LeaseKey,
-    WaitOptions,
+    MemoryBackend, WaitOptions,
 };
 use lease_file::{DirectoryStore, FileLock, FileLockGuard, ModePreference};
 use lease_forktest::{Forked, fork, wait};
@@ -78,8 +87,20 @@ fn main() -> ExitCode {
     if how == "busy" {
         return drops_while_busy(face, mode, &dir);
     }
+    if how == "inherit" {
+        return child_acquires_through_its_copy(face, mode, &dir);
+    }
     let held = match acquire(face, mode, &dir) {
         Ok(held) => held,
+        Err(message) => {
+            eprintln!("lease-forktest: {message}");
+            return ExitCode::from(1);
+        }
+    };
+    // A lease-core guard on a store in this process's memory: the child's copy of the store
+    // would carry out a release of it, so only the guard can refuse.
+    let in_memory = match (how == "check").then(memory_guard).transpose() {
+        Ok(guard) => guard,
         Err(message) => {
             eprintln!("lease-forktest: {message}");
             return ExitCode::from(1);
@@ -93,6 +114,9 @@ fn main() -> ExitCode {
             if how == "return" {
                 return ExitCode::SUCCESS;
             }
+            if let Some(copy) = in_memory {
+                child_checks(&held, copy)
+            }
             child_disposes(held, how)
         }
         Err(error) => {
@@ -101,7 +125,7 @@ fn main() -> ExitCode {
         }
     };
     let status = wait(child).unwrap_or(-1);
-    if matches!(how.as_str(), "release" | "delete" | "renew") && status != 0 {
+    if matches!(how.as_str(), "release" | "delete" | "renew" | "check") && status != 0 {
         eprintln!("lease-forktest: the child's {how} was not refused (exit status {status})");
         return ExitCode::from(1);
     }
@@ -156,6 +180,155 @@ fn child_disposes(held: Held, how: &str) -> ! {
         }
         _ => std::process::exit(2),
     }
+}
+
+/// A blocking lease-core guard on a [`MemoryBackend`] of this process's.
+fn memory_guard() -> Result<BlockingLeaseGuard, String> {
+    let store: Arc<dyn LeaseBackend> = Arc::new(MemoryBackend::new());
+    LeaseGuard::builder(store, &key(), LEASE)
+        .with_wait(WaitOptions::new(Duration::ZERO))
+        .with_renew_every(BEAT)
+        .acquire_blocking()
+        .map_err(|e| format!("acquire in memory: {e}"))
+}
+
+/// The forked child's `check`: its copies are not trusted, and the in-memory guard's release is
+/// refused. Exits 0 when so, 3 otherwise.
+fn child_checks(held: &Held, in_memory: BlockingLeaseGuard) -> ! {
+    // The deadline answers (without waiting for the parent's thread); nothing is trusted here.
+    let check = match held {
+        Held::Lock { guard, .. } => {
+            let _ = guard.deadline();
+            guard.check()
+        }
+        Held::Store { guard, .. } => {
+            let _ = guard.deadline();
+            guard.check()
+        }
+    };
+    let mut failures = Vec::new();
+    match check {
+        Err(e) if e.is_not_owned() => {}
+        other => failures.push(format!("the child's copy of the guard checks: {other:?}")),
+    }
+    match in_memory.check() {
+        Err(e) if e.is_not_owned() => {}
+        other => failures.push(format!("the child's in-memory guard checks: {other:?}")),
+    }
+    match in_memory.release() {
+        Err(e) if e.is_unsupported() => {}
+        other => failures.push(format!("the child's in-memory release: {other:?}")),
+    }
+    if failures.is_empty() {
+        std::process::exit(0);
+    }
+    eprintln!("lease-forktest: {}", failures.join("; "));
+    std::process::exit(3);
+}
+
+/// A face opened but not holding: what `inherit`'s child acquires through.
+enum Opened {
+    Lock(FileLock),
+    Store(Arc<DirectoryStore>),
+}
+
+/// `inherit`: the parent acquires and releases through `face` (its heartbeat thread or keeper
+/// has run), forks, and the child acquires through its copy and holds for three lease lengths
+/// ([`child_holds`]); then the parent's own copy still acquires.
+fn child_acquires_through_its_copy(
+    face: &str,
+    mode: ModePreference,
+    dir: &std::path::Path,
+) -> ExitCode {
+    let run = || -> Result<(), String> {
+        let opened = match acquire(face, mode, dir)? {
+            Held::Lock { lock, guard } => {
+                guard.release().map_err(|e| format!("release: {e}"))?;
+                Opened::Lock(lock)
+            }
+            Held::Store { store, guard } => {
+                guard.release().map_err(|e| format!("release: {e}"))?;
+                Opened::Store(store)
+            }
+        };
+        match fork().map_err(|e| format!("fork: {e}"))? {
+            Forked::Child => std::process::exit(match child_holds(opened, mode, dir) {
+                Ok(()) => 0,
+                Err(message) => {
+                    eprintln!("lease-forktest: the child: {message}");
+                    3
+                }
+            }),
+            Forked::Parent(child) => {
+                let status = wait(child).unwrap_or(-1);
+                if status != 0 {
+                    return Err(format!(
+                        "the child's tenure through its copy failed (exit status {status})"
+                    ));
+                }
+                if let Opened::Lock(lock) = opened {
+                    let guard = lock
+                        .try_acquire()
+                        .map_err(|e| format!("the parent's own copy after the child: {e}"))?;
+                    guard.release().map_err(|e| format!("release: {e}"))?;
+                }
+                Ok(())
+            }
+        }
+    };
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("lease-forktest: inherit: {message}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// In the forked child: acquires through the inherited face, then for three lease lengths
+/// checks that a fresh contender is refused and that its guard still checks with its token;
+/// then releases, and a contender gets a greater token.
+fn child_holds(opened: Opened, mode: ModePreference, dir: &std::path::Path) -> Result<(), String> {
+    let held = match opened {
+        Opened::Lock(lock) => {
+            let guard = lock
+                .try_acquire()
+                .map_err(|e| format!("acquire through the copy: {e}"))?;
+            Held::Lock { lock, guard }
+        }
+        Opened::Store(store) => {
+            let backend: Arc<dyn LeaseBackend> = store.clone();
+            let guard = LeaseGuard::builder(backend, &key(), LEASE)
+                .with_wait(WaitOptions::new(Duration::ZERO))
+                .with_renew_every(BEAT)
+                .acquire_blocking()
+                .map_err(|e| format!("acquire through the copy: {e}"))?;
+            Held::Store { store, guard }
+        }
+    };
+    let fencing = match &held {
+        Held::Lock { guard, .. } => guard.fencing_token(),
+        Held::Store { guard, .. } => guard.fencing_token(),
+    };
+    let rounds = (LEASE * 3).as_millis() / (BEAT * 3).as_millis();
+    for round in 0..rounds {
+        contender_refused(mode, dir, &held).map_err(|e| format!("round {round}: {e}"))?;
+        std::thread::sleep(BEAT * 3);
+        let check = match &held {
+            Held::Lock { guard, .. } => guard.check(),
+            Held::Store { guard, .. } => guard.check(),
+        };
+        match check {
+            Ok(token) if token == fencing => {}
+            other => {
+                return Err(format!(
+                    "round {round} ({:?} in): the child's own tenure no longer checks: {other:?}",
+                    BEAT * 3 * u32::try_from(round + 1).unwrap_or(u32::MAX)
+                ));
+            }
+        }
+    }
+    release_then_contend(held, mode, dir, fencing)
 }
 
 fn key() -> LeaseKey {

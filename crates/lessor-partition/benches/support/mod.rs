@@ -1,4 +1,4 @@
-//! The fleet benchmark on a real store, as the DynamoDB and the PostgreSQL benchmarks both run
+//! The fleet benchmark on a real store, as the DynamoDB, PostgreSQL and Redis benchmarks all run
 //! it: a fleet with its assigner, what it costs on the wire against the simulator's figures for
 //! the same fleet, and how soon a killed worker's units are owned again against the bound
 //! `d + 2I` (session duration plus two intervals).
@@ -33,9 +33,9 @@ const WINDOW: u32 = 16;
 const SIM_REQUESTS: f64 = 2.16;
 const SIM_RECORDS: f64 = 18.0;
 
-/// The store a benchmark measures: its name in the section (`DynamoDB Local`, `PostgreSQL`),
-/// and how to open a fresh counted table on it, or why it cannot (the section then says the
-/// benchmark was skipped).
+/// The store a benchmark measures: its name in the section (`DynamoDB Local`, `PostgreSQL`,
+/// `Redis`), and how to open a fresh counted table (or key prefix) on it, or why it cannot (the
+/// section then says the benchmark was skipped).
 pub(crate) struct Store<F> {
     pub(crate) name: &'static str,
     pub(crate) open: Result<F, String>,

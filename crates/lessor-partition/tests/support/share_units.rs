@@ -1,6 +1,6 @@
 //! Workers sharing units on a real store: balance, takeover after a crash, handover on a clean
-//! stop, and fencing tokens that grow with every change of owner. What the DynamoDB and the
-//! PostgreSQL fleet tests both run, each on its own store and timings.
+//! stop, and fencing tokens that grow with every change of owner. What the DynamoDB, PostgreSQL
+//! and Redis fleet tests all run, each on its own store and timings.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -38,12 +38,41 @@ fn balanced(handles: &BTreeMap<usize, WorkerHandle>, units: usize) -> bool {
         && counts.iter().all(|c| (lo..=hi).contains(c))
 }
 
-async fn wait(what: &str, limit: Duration, done: impl Fn() -> bool) -> Duration {
+/// What each worker trusts it owns and what it sees of the fleet, for a failure's message.
+fn describe(handles: &BTreeMap<usize, WorkerHandle>) -> String {
+    let mut owners: BTreeMap<&String, Vec<usize>> = BTreeMap::new();
+    let snapshots: Vec<_> = handles.iter().map(|(i, h)| (*i, h.snapshot())).collect();
+    let mut out = String::new();
+    for (index, s) in &snapshots {
+        for unit in s.units.keys() {
+            owners.entry(unit).or_default().push(*index);
+        }
+        out += &format!(
+            "\n  worker-{index}: {} units, session {:?}, target {:?}, {} members, stats {:?}",
+            s.units.len(),
+            s.session,
+            s.target,
+            s.members.len(),
+            handles[index].stats()
+        );
+    }
+    let shared: Vec<_> = owners.iter().filter(|(_, w)| w.len() > 1).collect();
+    out += &format!("\n  {} units owned, shared: {shared:?}", owners.len());
+    out
+}
+
+async fn wait(
+    what: &str,
+    limit: Duration,
+    handles: &BTreeMap<usize, WorkerHandle>,
+    done: impl Fn() -> bool,
+) -> Duration {
     let start = Instant::now();
     while !done() {
         assert!(
             start.elapsed() < limit,
-            "timed out after {limit:?} waiting for {what}"
+            "timed out after {limit:?} waiting for {what}:{}",
+            describe(handles)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -93,18 +122,22 @@ async fn share_units(store: Arc<dyn LeaseBackend>, plan: Plan) {
         handles.insert(index, worker.handle());
         tasks.insert(index, tokio::spawn(worker.run()));
     }
-    let took = wait("the workers to balance", balance_within, || {
+    let took = wait("the workers to balance", balance_within, &handles, || {
         balanced(&handles, units)
     })
     .await;
     println!("balanced {workers} workers over {units} units after {took:?}");
 
     // A crash: the task is dropped mid-flight, with no release.
-    tasks.remove(&3).expect("task 3").abort();
-    handles.remove(&3);
-    let took = wait("takeover after a crash", Duration::from_secs(60), || {
-        balanced(&handles, units)
-    })
+    let victim = 3;
+    tasks.remove(&victim).expect("the victim's task").abort();
+    handles.remove(&victim);
+    let took = wait(
+        "takeover after a crash",
+        Duration::from_secs(60),
+        &handles,
+        || balanced(&handles, units),
+    )
     .await;
     println!("crash: reassigned and balanced after {took:?}");
     assert!(
@@ -123,6 +156,7 @@ async fn share_units(store: Arc<dyn LeaseBackend>, plan: Plan) {
     let took = wait(
         "handover after a clean stop",
         Duration::from_secs(60),
+        &handles,
         || balanced(&handles, units),
     )
     .await;

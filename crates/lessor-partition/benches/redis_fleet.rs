@@ -1,0 +1,36 @@
+//! A fleet on Redis with its assigner (the default): what it costs on the wire (one request is
+//! one script or command, one round trip) against the simulator's figures for the same fleet,
+//! and how soon a killed worker's units are owned again against the bound `d + 2I`; the same
+//! benchmark as on DynamoDB Local and PostgreSQL (`support/mod.rs`).
+//!
+//! Writes `$LEASE_BENCH_OUT/44-lessor-redis.md` when that variable is set, and prints the same
+//! section. Without `LEASE_REDIS_URL` it says it was skipped, unless `LEASE_REQUIRE_REDIS=1`,
+//! which makes it fail.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+#[cfg(target_os = "linux")]
+#[path = "../tests/support/redis.rs"]
+mod redis;
+#[cfg(target_os = "linux")]
+mod support;
+
+#[cfg(target_os = "linux")]
+fn main() {
+    let open = redis::url("redis_fleet bench")
+        .map(|url| move || async move { redis::counted_prefix(&url, "lessor_bench").await })
+        .ok_or_else(|| format!("`{}` was not set", redis::URL_ENV));
+    support::main(
+        "44-lessor-redis.md",
+        support::Store {
+            name: "Redis",
+            open,
+        },
+    );
+}
+
+/// Elsewhere the Redis client is not built: rustls's ring needs a C compiler for the target (see
+/// the crate's `Cargo.toml`, `[target.'cfg(target_os = "linux")'.dev-dependencies]`).
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    println!("skipped: the Redis benchmark runs on Linux only");
+}
