@@ -238,8 +238,8 @@ pub(crate) struct BackendArgs {
     /// The PostgreSQL table (or SCHEMA.TABLE) of --postgres [default: leases].
     #[arg(long = "table", value_name = "NAME", requires = "postgres")]
     pub(crate) pg_table: Option<String>,
-    /// Keep leases in the Redis server at URL (redis://[USER:PASSWORD@]HOST[:PORT][/DB], or
-    /// rediss://... for TLS), under the key prefix --prefix. Pass a URL with a password through
+    /// Keep leases in the Redis server at URL (redis://USER:PASSWORD@HOST:PORT/DB, all but HOST
+    /// optional, or rediss://... for TLS), under the key prefix --prefix. Pass a URL with a password through
     /// the environment variable: the command line is visible to other users. A URL from the
     /// environment gives way to --file, --dynamo, --postgres, --path or --shared-dir; the
     /// password is never printed.

@@ -246,8 +246,9 @@ impl Timer {
     ///
     /// One per process, not one per program: a `fork`ed child has a copy of the parent's timer
     /// but not its thread (threads do not survive `fork`), so a sleep scheduled on it would
-    /// never end; the child starts a timer of its own on its first sleep. Lock-free, so that a
-    /// thread of the parent holding a lock at the fork cannot hang the child here.
+    /// never end; the child starts a timer of its own on its first sleep. A process's first
+    /// sleep only tries the lock, so that a thread of the parent holding it at the fork cannot
+    /// hang the child here.
     fn global() -> Option<&'static Timer> {
         static TIMER: Mutex<Option<&'static Timer>> = Mutex::new(None);
         /// The process whose timer `TIMER` holds (0 before the first sleep).
@@ -272,9 +273,8 @@ impl Timer {
                 }
             }
         };
-        if let Some(current) = *timer
-            && current.started_in == pid
-        {
+        // (No let-chain: lease-core builds on Rust 1.85.)
+        if let Some(current) = timer.filter(|current| current.started_in == pid) {
             return Some(current);
         }
         let fresh: &'static Timer = Box::leak(Box::new(Timer {

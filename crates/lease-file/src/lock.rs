@@ -346,13 +346,14 @@ impl Shared {
     /// `mutex` locked, without waiting in a `fork`ed child of the process that opened the lock:
     /// a thread of the parent (its heartbeat, a waiter, another caller) that held it at the
     /// moment of the fork does not exist in the child, and the lock stays locked there forever.
+    /// Free, it is taken at once, in any process, without asking which (no `getpid`).
     fn lock_here<'a, T>(&self, mutex: &'a Mutex<T>) -> Result<MutexGuard<'a, T>, FsError> {
-        if self.opened_in == std::process::id() {
-            return Ok(mutex.lock().unwrap_or_else(PoisonError::into_inner));
-        }
         match mutex.try_lock() {
             Ok(guard) => Ok(guard),
             Err(std::sync::TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if self.opened_in == std::process::id() => {
+                Ok(mutex.lock().unwrap_or_else(PoisonError::into_inner))
+            }
             Err(std::sync::TryLockError::WouldBlock) => Err(FsError::Io {
                 op: "use in a forked child (a thread of the parent held this FileLock at the \
                      fork: open a new FileLock in this process) of",
@@ -675,11 +676,13 @@ impl FileLock {
         // to nobody, it would keep the kernel lock for as long as this `FileLock` lives, from
         // whoever holds the lease next, this lock's own tenure included. (In a forked child, a
         // parent's waiter is not this process's: its thread does not exist here.)
-        let pid = std::process::id();
         let Ok(mut waiter) = self.shared.lock_here(&self.shared.waiter) else {
             return result;
         };
-        if let Some(w) = waiter.as_ref().filter(|w| w.started_in == pid) {
+        if let Some(w) = waiter
+            .as_ref()
+            .filter(|w| w.started_in == std::process::id())
+        {
             let mut wanted = w.wanted.lock().unwrap_or_else(PoisonError::into_inner);
             *wanted = false;
             // It may have handed the lock over just before: let that go too.
@@ -879,14 +882,16 @@ impl FileLock {
     /// Starts the heartbeat thread if it is not running (it parks until a tenure starts).
     fn start_heartbeat(&self) -> Result<(), FsError> {
         let mut state = self.shared.lock_here(&self.shared.state)?;
-        if state.heartbeat_in == Some(std::process::id()) {
+        let here = std::process::id();
+        if state.heartbeat_in == Some(here) {
             return Ok(());
         }
-        self.spawn_heartbeat(&mut state)
+        self.spawn_heartbeat(&mut state, here)
     }
 
-    fn spawn_heartbeat(&self, state: &mut State) -> Result<(), FsError> {
-        state.heartbeat_in = Some(std::process::id());
+    /// Starts the heartbeat thread of process `here` (this one).
+    fn spawn_heartbeat(&self, state: &mut State, here: u32) -> Result<(), FsError> {
+        state.heartbeat_in = Some(here);
         let shared = self.shared.clone();
         std::thread::Builder::new()
             .name("lease-file-heartbeat".into())
@@ -975,6 +980,9 @@ impl FileLock {
             });
         }
         let kernel = held.kernel.is_some();
+        // The directory was opened, or its opener checked, in this process: its opener is this
+        // process's id, known without another `getpid`.
+        let here = kd.opener();
         let mut state = lock(&shared.state);
         state.epoch += 1;
         let epoch = state.epoch;
@@ -990,8 +998,8 @@ impl FileLock {
             epoch,
             next_beat: now + opts.heartbeat_interval,
         });
-        if state.heartbeat_in != Some(std::process::id()) {
-            self.spawn_heartbeat(&mut state)?;
+        if state.heartbeat_in != Some(here) {
+            self.spawn_heartbeat(&mut state, here)?;
         } else if state.parked {
             shared.wake.notify_all();
         }

@@ -454,6 +454,12 @@ impl KeyDir {
         self.opened_in == std::process::id()
     }
 
+    /// The process that opened this handle: the current one, for a handle opened or checked
+    /// with [`opened_here`](Self::opened_here) in this process (no `getpid` needed then).
+    pub(crate) fn opener(&self) -> u32 {
+        self.opened_in
+    }
+
     /// Whether this handle took the kernel lock, in this process or (before a `fork`) in its
     /// parent: [`locked`](Self::locked) without its `getpid`, for a caller that already knows
     /// it runs in the acquiring process (a release, which a forked child is refused first).
