@@ -13,6 +13,7 @@ mod dynamo_local;
 mod lanes;
 mod msrv;
 mod package;
+mod platforms;
 mod postgres_local;
 mod public_api;
 mod quick_start;
@@ -33,8 +34,8 @@ cargo xtask <TASK> [FLAGS]
 Tasks:
   test [--no-dynamo] [--no-postgres] [--no-redis] [--quick]
         THE test command: fmt --check, clippy -D warnings (default features, then
-        lease-cli --features dynamo, lease-core --all-features), DynamoDB Local,
-        PostgreSQL and Redis up,
+        lease-cli --features dynamo, lease-core --all-features), the other
+        systems (see platforms), DynamoDB Local, PostgreSQL and Redis up,
         the builds (every test target, the public API's rustdoc JSON and the README
         quick starts, which two xtask tests then only check and run), cargo test
         (all targets and doc tests with --features lease-cli/dynamo, lease-cli's
@@ -53,8 +54,9 @@ Tasks:
                        start no PostgreSQL; the PostgreSQL suites skip and say so
           --no-redis   start no Redis; the Redis suites skip and say so (those that
                        restart or fail over a server of their own still run)
-          --quick      skip fmt, clippy, rustdoc, the packages and the
-                       rust-version build (the builds, tests and chaos run remain)
+          --quick      skip fmt, clippy, the other systems, rustdoc, the
+                       packages and the rust-version build (the builds, tests
+                       and chaos run remain)
   itest
         Only the suites that need a server, with DynamoDB, PostgreSQL and Redis up:
         lease-dynamo, lessor-partition, lease-postgres, lease-redis and
@@ -62,6 +64,17 @@ Tasks:
   msrv
         Only the last step of test: lease-core, every feature, built with the
         toolchain of its rust-version (see xtask/msrv/Cargo.toml).
+  platforms
+        Only the other systems' steps of test (issue 34): rustup adds the targets
+        it lacks; cargo clippy --all-targets --all-features -D warnings of
+        lease-core, lease-file and lessor-partition for x86_64-apple-darwin,
+        aarch64-apple-darwin and x86_64-unknown-freebsd, the same of lease-cli
+        --all-targets (file store: no dynamo, no postgres) for those three, and of
+        lease-core and lessor-partition's libraries for x86_64-pc-windows-gnu;
+        then lease-file's library and conformance tests and lease-cli's tests
+        with --features portable-paths (the code paths of macOS and FreeBSD, run
+        on Linux). See crates/lease-file/src/docs/platforms.md and
+        docs/platforms.md.
   bench [--quick] [--no-dynamo] [--no-postgres] [--no-redis]
         DynamoDB Local, PostgreSQL and Redis up, cargo bench; every bench writes a markdown
         section into $LEASE_BENCH_OUT; they are joined, under the date, the machine
@@ -159,6 +172,7 @@ fn run(task: &str, flags: &[&str]) -> Result {
         "test" => test::test(flags),
         "itest" => test::itest(flags),
         "msrv" => msrv::msrv(flags),
+        "platforms" => platforms::platforms(flags),
         "bench" => bench::bench(flags),
         "chaos" => chaos::chaos(flags),
         "dynamo" => dynamo_local::serve(flags),
@@ -233,7 +247,16 @@ mod tests {
     use super::*;
 
     /// The tasks `main` dispatches.
-    const TASKS: [&str; 7] = ["test", "itest", "msrv", "bench", "chaos", "dynamo", "help"];
+    const TASKS: [&str; 8] = [
+        "test",
+        "itest",
+        "msrv",
+        "platforms",
+        "bench",
+        "chaos",
+        "dynamo",
+        "help",
+    ];
 
     #[test]
     fn every_task_has_its_own_help_and_the_help_names_every_task() {

@@ -71,7 +71,13 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     )?;
     let (no_dynamo, no_postgres, no_redis, quick) = (given[0], given[1], given[2], given[3]);
     let servers_up = usize::from(!no_dynamo) + usize::from(!no_postgres) + usize::from(!no_redis);
-    let total = 16 + servers_up + if quick { 0 } else { 10 };
+    let total = 16
+        + servers_up
+        + if quick {
+            0
+        } else {
+            10 + crate::platforms::STEPS
+        };
     let mut steps = Steps::new("test", total).with_test_budget(TEST_TIME_BUDGET);
 
     if !quick {
@@ -138,6 +144,9 @@ pub(crate) fn test(flags: &[&str]) -> Result {
                 .args(METRICS)
                 .args(["--all-targets", "--", "-D", "warnings"]),
         )?;
+        // macOS, FreeBSD and Windows, checked from here (issue 34), and lease-file's tests on
+        // the paths those systems take.
+        crate::platforms::check(&mut steps)?;
     }
 
     let servers = Servers::provision(&mut steps, no_dynamo, no_postgres, no_redis)?;

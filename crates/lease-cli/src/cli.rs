@@ -356,6 +356,8 @@ pub(crate) struct RunArgs {
     /// Keep the command in lease's process group instead of a group of its own: only the
     /// command itself is tied to lease and gets forwarded signals, not its children, and there
     /// is no deadline backstop. Rarely needed: the command's own group gets the terminal too.
+    /// Linux only: refused on macOS and FreeBSD, where nothing would kill the command when lease
+    /// dies (Linux's parent-death signal does).
     #[arg(long)]
     pub(crate) foreground: bool,
     /// The command and its arguments.

@@ -30,12 +30,17 @@
 //! The guard also enforces the holder's deadline itself (`relay.rs`): if `lease` is alive but
 //! not running (SIGSTOP, a hung process) and the deadline it last published arrives, the guard
 //! kills the group with SIGKILL just before it. A healthy `lease` stops the command earlier.
+//!
+//! On macOS and FreeBSD (and Linux's `portable-paths` test build) there is no parent-death
+//! signal: the guard hears of `lease`'s death from kqueue's `NOTE_EXIT` on `lease`'s pid (macOS,
+//! FreeBSD), which raises the same SIGUSR2, and from its poll of `getppid`; on files `lease
+//! hold-lock` hears of it from the parent link (there a FIFO in the relay's private directory)
+//! and kills the group, the guard with it. `lease exec` is refused there (`sys.rs`).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
-use nix::sys::prctl::set_pdeathsig;
 use nix::sys::signal::{Signal, killpg};
 use std::os::unix::process::CommandExt;
 
@@ -65,8 +70,11 @@ fn fault_arm_delay() {
     }
 }
 
+/// Whether `lease` (`parent`) is still this process's parent, and the kqueue watch of macOS and
+/// FreeBSD did not see it die (see `sys.rs`: its exit is reported as it exits, before the
+/// kernel has given the guard another parent).
 fn parent_alive(parent: i32) -> bool {
-    getppid() == Pid::from_raw(parent)
+    getppid() == Pid::from_raw(parent) && !crate::sys::parent_gone()
 }
 
 /// Why the guard kills the command's group.
@@ -118,10 +126,12 @@ fn parent_died(parent: i32, watch: Option<&DeadlineWatch>, report: bool) -> Fail
     kill_group(parent, Cause::ParentDied, report)
 }
 
-/// Arms the parent-death signal (after the test-only delay). The caller checks the parent next.
-fn arm(death: Signal) -> Result<(), Failure> {
+/// Arms the parent-death signal on Linux, or starts the kqueue watch of `lease` on macOS and
+/// FreeBSD, after the test-only delay (see `sys::watch_parent`). The caller checks the parent
+/// next.
+fn arm(parent: i32, death: Signal) -> Result<(), Failure> {
     fault_arm_delay();
-    set_pdeathsig(death).map_err(|e| {
+    crate::sys::watch_parent(parent, death).map_err(|e| {
         Failure::internal(format!("cannot link the command to the lease process: {e}"))
     })
 }
@@ -129,7 +139,7 @@ fn arm(death: Signal) -> Result<(), Failure> {
 /// `lease guard --parent PID -- COMMAND...`: see the module docs.
 pub(crate) async fn guard(args: LinkArgs) -> Result<u8, Failure> {
     let parent = args.parent;
-    arm(PARENT_DEATH)?;
+    arm(parent, PARENT_DEATH)?;
     let install = |kind: SignalKind| {
         signal(kind).map_err(|e| Failure::internal(format!("cannot handle signals: {e}")))
     };
@@ -247,10 +257,12 @@ fn hand_over_lock(args: &LinkArgs, lock: i32, link: i32) -> Result<std::process:
         ))
     };
     // The inherited read end, opened again as a file of its own (an inherited descriptor number
-    // cannot be adopted without `unsafe`): a pipe's end-of-file comes once no writer is left,
-    // however many readers there are.
-    let link_end = std::fs::File::open(format!("/proc/self/fd/{link}")).map_err(|e| cannot(&e))?;
-    let mut holder = std::process::Command::new("/proc/self/exe");
+    // cannot be adopted without `unsafe`; see `sys::open_link`): a pipe's end-of-file comes
+    // once no writer is left, however many readers there are.
+    let link_end =
+        crate::sys::open_link(link, args.deadline_file.as_deref()).map_err(|e| cannot(&e))?;
+    let program = crate::sys::own_program().map_err(|e| cannot(&e))?;
+    let mut holder = std::process::Command::new(program);
     holder
         .arg("hold-lock")
         .arg("--group")
@@ -279,7 +291,11 @@ fn hand_over_lock(args: &LinkArgs, lock: i32, link: i32) -> Result<std::process:
 
 /// `lease exec --parent PID -- COMMAND...`: see the module docs. Returns only on failure.
 pub(crate) fn exec(args: &LinkArgs) -> Failure {
-    if let Err(failure) = arm(Signal::SIGKILL) {
+    if !crate::sys::LINUX_CALLS {
+        // `lease run` refuses `--foreground` first; this is for a hand-started `lease exec`.
+        return Failure::usage(crate::sys::NO_FOREGROUND);
+    }
+    if let Err(failure) = arm(args.parent, Signal::SIGKILL) {
         return failure;
     }
     if !parent_alive(args.parent) {

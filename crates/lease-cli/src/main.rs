@@ -39,6 +39,7 @@ mod relay;
 mod run;
 mod status;
 mod stores;
+mod sys;
 mod terminal;
 mod watch;
 

@@ -16,6 +16,10 @@
 //! passed by the time slept and kills the group, even if `lease`'s own monotonic deadline has
 //! not moved.
 //!
+//! On macOS and FreeBSD the clock is `CLOCK_MONOTONIC`, which counts time asleep there (and
+//! `CLOCK_BOOTTIME` does not on FreeBSD before 15.0), the one lease-core's `SystemClock` reads
+//! there: see [`SUSPEND_CLOCK`].
+//!
 //! The directory is removed by `lease run` when it ends, by the guard when `lease` dies, and, when
 //! both were killed at once, by the next `lease run` (one read of the temporary directory at
 //! start: see [`sweep_stale`]).
@@ -28,9 +32,22 @@ use nix::sys::signal::kill;
 use nix::time::{ClockId, clock_gettime};
 use nix::unistd::Pid;
 
-/// `CLOCK_BOOTTIME` now, in nanoseconds: monotonic, and counting time suspended.
+/// The clock that counts time suspended, the one lease-core's `SystemClock` adds to std's (one
+/// clock for every process on the host).
+#[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
+const SUSPEND_CLOCK: ClockId = ClockId::CLOCK_BOOTTIME;
+
+/// macOS (clock_gettime(3): it "will continue to increment while the system is asleep") and
+/// FreeBSD (clock_gettime(2): "even while the system is suspended", 15.0; its `CLOCK_BOOTTIME`
+/// stopped while suspended before 15.0), as lease-core's `SystemClock` reads there; and the
+/// portable paths on Linux, which so run the same call.
+#[cfg(any(not(target_os = "linux"), feature = "portable-paths"))]
+const SUSPEND_CLOCK: ClockId = ClockId::CLOCK_MONOTONIC;
+
+/// The suspend clock now ([`SUSPEND_CLOCK`]: `CLOCK_BOOTTIME` on Linux, `CLOCK_MONOTONIC` on
+/// macOS and FreeBSD), in nanoseconds: monotonic, and counting time suspended.
 pub(crate) fn boottime_ns() -> u64 {
-    clock_gettime(ClockId::CLOCK_BOOTTIME).map_or(0, |t| {
+    clock_gettime(SUSPEND_CLOCK).map_or(0, |t| {
         u64::try_from(t.tv_sec())
             .unwrap_or(0)
             .saturating_mul(1_000_000_000)
@@ -137,6 +154,11 @@ impl DeadlineRelay {
             file,
             published: std::sync::Mutex::new(None),
         })
+    }
+
+    /// The private directory (the parent link's FIFO lives there on the portable paths).
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The file the guard reads.

@@ -112,6 +112,9 @@ impl RunPlan {
                 )));
             }
         };
+        if args.foreground && !crate::sys::LINUX_CALLS {
+            return Err(Failure::usage(crate::sys::NO_FOREGROUND));
+        }
         let counting = match args.holders {
             1 => None,
             n => Some(
@@ -128,7 +131,9 @@ impl RunPlan {
             foreground: args.foreground,
             terminal: !args.foreground && crate::terminal::controlling_terminal(),
             command: args.command.clone(),
-            link_program: PathBuf::from("/proc/self/exe"),
+            link_program: crate::sys::own_program().map_err(|e| {
+                Failure::internal(format!("cannot find the lease program to start again: {e}"))
+            })?,
             value: args.value.clone(),
         })
     }
@@ -227,7 +232,12 @@ fn start(
     inherited: Option<std::os::fd::OwnedFd>,
 ) -> Result<(Child, Option<ParentLink>), Failure> {
     use std::os::fd::AsRawFd;
-    let (link, link_end) = match inherited.as_ref().map(|_| ParentLink::new()) {
+    let link_dir = relay.map(crate::relay::DeadlineRelay::dir);
+    let (link, link_end) = match inherited
+        .as_ref()
+        .zip(link_dir)
+        .map(|(_, dir)| ParentLink::new(dir))
+    {
         Some(Ok((link, end))) => (Some(link), Some(end)),
         Some(Err(error)) => {
             return Err(Failure::internal(format!(
@@ -246,15 +256,16 @@ fn start(
 
 /// The writing end of the parent link (see `hold.rs`): only this process holds it (it is
 /// close-on-exec), so the kernel closes it when `lease` dies. Dropping it says `lease` ended on
-/// its own terms: one byte, then end-of-file.
-struct ParentLink(std::io::PipeWriter);
+/// its own terms: one byte, then end-of-file. A pipe on Linux, a FIFO in the relay's private
+/// directory `dir` on the portable paths (`sys::link_pipe`).
+struct ParentLink(std::fs::File);
 
 impl ParentLink {
     /// The link, and its read end made inheritable for the guard, which hands it to the
     /// holder.
-    fn new() -> std::io::Result<(Self, std::os::fd::OwnedFd)> {
-        let (reader, writer) = std::io::pipe()?;
-        let reader = inheritable(reader.into()).ok_or_else(|| {
+    fn new(dir: &std::path::Path) -> std::io::Result<(Self, std::os::fd::OwnedFd)> {
+        let (writer, reader) = crate::sys::link_pipe(dir)?;
+        let reader = inheritable(reader).ok_or_else(|| {
             std::io::Error::other("cannot clear close-on-exec on the parent link")
         })?;
         Ok((Self(writer), reader))
@@ -509,14 +520,29 @@ impl Target {
 /// `kill(-pgid, 0)` when the group is gone; otherwise a listing of `/proc`, one `getpgid` per
 /// process and one `/proc/PID/stat` read per member of the group. Alive when `/proc` cannot be
 /// read.
+///
+/// On the portable paths (macOS, FreeBSD: no `/proc` there) `killpg(pgid, 0)` alone: alive
+/// until it fails with `ESRCH`. A zombie member keeps the group "alive" until its parent reaps
+/// it (the guard its command, init or a subreaper the orphans), which only delays the lock's
+/// release and the end of the run, never lets anything of the group run on.
 pub(crate) fn group_alive(pgid: i32) -> bool {
-    kill(Pid::from_raw(-pgid), None).is_ok() && has_live_member(pgid, None).unwrap_or(true)
+    let exists = nix::sys::signal::killpg(Pid::from_raw(pgid), None).is_ok();
+    if crate::sys::LINUX_CALLS {
+        exists && has_live_member(pgid, None).unwrap_or(true)
+    } else {
+        exists
+    }
 }
 
 /// [`group_alive`], not counting process `spared` (one that can run nothing more: SIGKILL is
-/// pending for it), and without the first `kill(-pgid, 0)`.
+/// pending for it), and without the first `kill(-pgid, 0)`. On the portable paths no process
+/// can be left out: [`group_alive`] (`spared` counts until it is reaped).
 pub(crate) fn group_alive_besides(pgid: i32, spared: i32) -> bool {
-    has_live_member(pgid, Some(spared)).unwrap_or(true)
+    if crate::sys::LINUX_CALLS {
+        has_live_member(pgid, Some(spared)).unwrap_or(true)
+    } else {
+        group_alive(pgid)
+    }
 }
 
 /// Whether a process of group `pgid` that is not a zombie exists, from `/proc` (`None` if
@@ -1173,12 +1199,44 @@ mod tests {
             .expect("sleep");
         let pgid = i32::try_from(leader.id()).expect("pid");
         assert!(group_alive(pgid));
-        assert!(
-            !group_alive_besides(pgid, pgid),
+        // Without `/proc` no member can be left out: the spared leader counts.
+        assert_eq!(
+            group_alive_besides(pgid, pgid),
+            !crate::sys::LINUX_CALLS,
             "only the spared leader is in it"
         );
         let _ = leader.kill();
         let _ = leader.wait();
+    }
+
+    /// A group's liveness as each path tells it: a live member keeps it alive; a zombie
+    /// member does on the portable paths (`killpg(pgid, 0)` succeeds until it is reaped) and
+    /// does not on Linux (its `/proc` state is `Z`); once reaped, the group is gone on both.
+    #[cfg(any(target_os = "linux", target_os = "freebsd"))]
+    #[test]
+    fn a_group_lives_until_its_last_member_is_reaped_by_killpg() {
+        use std::os::unix::process::CommandExt;
+        let mut leader = std::process::Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .expect("sleep");
+        let pgid = i32::try_from(leader.id()).expect("pid");
+        assert!(group_alive(pgid), "a live member");
+        leader.kill().expect("kill");
+        // Dead, not reaped: a zombie until `wait`.
+        let zombie_by = Instant::now() + Duration::from_secs(5);
+        while !crate::terminal::exited(Pid::from_raw(pgid)) {
+            assert!(Instant::now() < zombie_by, "sleep did not die");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            group_alive(pgid),
+            !crate::sys::LINUX_CALLS,
+            "a zombie member counts only without /proc"
+        );
+        leader.wait().expect("reap");
+        assert!(!group_alive(pgid), "reaped: gone");
     }
 
     fn memory() -> (Arc<MemoryBackend>, Backend) {

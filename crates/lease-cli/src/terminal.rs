@@ -15,12 +15,32 @@
 //! blocks it around the one call. Children start with an empty signal mask (std resets it).
 //!
 //! Every call here is one or two syscalls, except [`own_group_orphaned`] (one `/proc` scan).
+//!
+//! Without `/proc` (macOS, FreeBSD, and Linux's `portable-paths` test build; see `sys.rs`):
+//!
+//! * [`stopped_in`] sees only whether the guard itself is stopped (`waitid` with `WNOWAIT` on
+//!   `lease`'s own child), not each member of the group. A stop of the whole group (the
+//!   terminal's Ctrl-Z, the guard extending the command's own SIGTSTP to its group, a
+//!   `kill -STOP` to the group) stops the guard too and is seen; a SIGSTOP sent to the command
+//!   alone is not, so such a command keeps its lease renewed while stopped (it runs nothing;
+//!   `lease`'s signals and the lease's loss still end it).
+//! * [`own_group_orphaned`] is decided from `lease`'s own parent: not orphaned when it is in
+//!   the same session (a shell's job, or a script that is one), unknown otherwise (the callers
+//!   then take the group as orphaned, as they do when `/proc` cannot be read).
+//! * macOS: nix wraps no `waitid` there, and `waitpid(WUNTRACED)` would consume the exit status
+//!   the runtime waits for, so no stop of a child can be read without reaping it. So the
+//!   command does not get the terminal's foreground there ([`controlling_terminal`] is false):
+//!   it runs as a background job of the terminal, as without a terminal. Reading the terminal
+//!   stops it (SIGTTIN); Ctrl-C and Ctrl-\ reach `lease`, which forwards them to the command's
+//!   group and kills it after its grace; Ctrl-Z stops `lease` alone, and the guard kills the
+//!   command by the deadline `lease` published (`relay.rs`). Giving it the foreground instead
+//!   would leave a Ctrl-Z'd command's group stopped, the shell waiting on a `lease` that
+//!   never stops, and Ctrl-C queued to stopped processes: a terminal that hangs.
 
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
 
 use nix::sys::signal::{SigSet, Signal};
-use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::{Pid, getpgid, getpgrp, getsid, tcgetpgrp, tcsetpgrp};
 
 /// Blocks SIGTTOU in the calling thread and in every thread it starts afterwards: call it on the
@@ -37,6 +57,10 @@ pub(crate) fn block_background_stops() {
 /// can be read), whether or not `lease` is in its foreground now: a job started with `&` gets
 /// the terminal for its command once `fg` gives it to `lease`.
 pub(crate) fn controlling_terminal() -> bool {
+    if cfg!(target_os = "macos") {
+        // No stop of a child can be read there without reaping it: see the module docs.
+        return false;
+    }
     let stdin = std::io::stdin();
     stdin.is_terminal() && tcgetpgrp(stdin.as_fd()).is_ok()
 }
@@ -84,12 +108,32 @@ pub(crate) fn stopped_by_terminal(pid: Pid) -> Option<Signal> {
 }
 
 /// The signal that stopped child `pid`, if it is stopped now (see [`stopped_by_terminal`]).
+#[cfg(any(target_os = "linux", target_os = "freebsd"))]
 pub(crate) fn stopped_by(pid: Pid) -> Option<Signal> {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
     let flags = WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
     match waitid(Id::Pid(pid), flags) {
         Ok(WaitStatus::Stopped(_, signal)) => Some(signal),
         _ => None,
     }
+}
+
+/// Whether child `pid` has exited (a zombie), leaving it to be reaped (`WNOWAIT`). Tests only.
+#[cfg(all(test, any(target_os = "linux", target_os = "freebsd")))]
+pub(crate) fn exited(pid: Pid) -> bool {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    matches!(
+        waitid(Id::Pid(pid), flags),
+        Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..))
+    )
+}
+
+/// macOS: never known (see the module docs: no `waitid` in nix there, and `waitpid` would
+/// reap an exit the runtime waits for).
+#[cfg(not(any(target_os = "linux", target_os = "freebsd")))]
+pub(crate) fn stopped_by(_pid: Pid) -> Option<Signal> {
+    None
 }
 
 /// What is stopped in the command's process group, from `/proc`.
@@ -106,7 +150,15 @@ pub(crate) struct Stopped {
 /// What is stopped in process group `group`, whose leader `guard` started the command. One
 /// listing of `/proc`, one `getpgid` per process, one `stat` read per member; nothing when
 /// `/proc` cannot be read.
+/// Without `/proc` (see the module docs): whether the guard, `lease`'s child, is stopped.
 pub(crate) fn stopped_in(group: Pid, guard: Pid) -> Stopped {
+    if !crate::sys::LINUX_CALLS {
+        let stopped = stopped_by(guard).is_some();
+        return Stopped {
+            command: stopped,
+            any: stopped,
+        };
+    }
     let mut stopped = Stopped::default();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return stopped;
@@ -149,10 +201,22 @@ fn state_and_parent(stat: &[u8]) -> Option<(u8, i32)> {
 }
 /// Whether this process's group is orphaned: no member has a parent in another group of the
 /// same session, so no job-control shell can continue it, and the kernel discards SIGTSTP,
-/// SIGTTIN and SIGTTOU sent to it. Reads `/proc` (`None` if it cannot).
+/// SIGTTIN and SIGTTOU sent to it. Reads `/proc` (`None` if it cannot). Without `/proc`, only
+/// this process's own parent is looked at: `Some(false)` when it is in this session, `None`
+/// otherwise.
 pub(crate) fn own_group_orphaned() -> Option<bool> {
     let group = getpgrp();
     let session = getsid(None).ok()?;
+    if !crate::sys::LINUX_CALLS {
+        // Another member may have a parent in the session when ours is outside it: unknown.
+        // Ours in the session (in another group: a shell's job; in this group: a script run as
+        // the job, whose own parent cannot be read without `/proc`, taken as the job it almost
+        // always is): not orphaned. Wrong only for an orphaned script's group, where the
+        // SIGTSTP `lease` sends its group is discarded and a command stopped reading the
+        // terminal is continued at each check instead of ending the run.
+        let in_session = getsid(Some(nix::unistd::getppid())).ok()? == session;
+        return in_session.then_some(false);
+    }
     let mut has_outside_parent = false;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {

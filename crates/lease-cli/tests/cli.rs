@@ -1290,8 +1290,40 @@ fn nested_lease_runs_die_together() {
     eprintln!("nested: inner command group gone {gone_after:?} after kill -9 of the outer lease");
 }
 
+/// `--foreground` where only Linux's parent-death signal could link the command to `lease`
+/// (macOS, FreeBSD; here the `portable-paths` build, which takes their paths): refused before
+/// the lease is taken, with the usage status and the reason, and the store left untouched.
+#[cfg(feature = "portable-paths")]
+#[test]
+fn without_the_parent_death_signal_foreground_is_refused_naming_why() {
+    let store = tempfile::tempdir().expect("tempdir");
+    let ran = store.path().join("ran");
+    let out = output(
+        lease(store.path())
+            .args(["run", "--foreground", "--key", "fg", "--"])
+            .args(["sh", "-c", &format!(": > {}", ran.display())]),
+    );
+    assert_eq!(code(out.status), 64, "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("--foreground is not available") && said.contains("PR_SET_PDEATHSIG"),
+        "{said}"
+    );
+    assert!(!ran.exists(), "the command ran");
+    // Without --foreground the same command runs.
+    let out = output(
+        lease(store.path())
+            .args(["run", "--key", "fg", "--"])
+            .args(["sh", "-c", &format!(": > {}", ran.display())]),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(ran.exists(), "the command did not run");
+}
+
 /// `--foreground`: the command stays in lease's process group for the terminal, and is itself
-/// linked to die with lease (processes it starts are not: see `lease run --help`).
+/// linked to die with lease (processes it starts are not: see `lease run --help`). Linux's
+/// parent-death signal only: refused on the portable paths (above).
+#[cfg(not(feature = "portable-paths"))]
 #[test]
 fn a_foreground_command_dies_with_lease() {
     let store = tempfile::tempdir().expect("tempdir");

@@ -115,6 +115,9 @@ fn a_command_that_unlocks_every_inherited_descriptor_cannot_let_a_contender_in()
 /// stayed stopped, with its command running on and no lease holder alive: every contender
 /// waited. Now the lock's holder hears of the death from its own link to `lease`, kills the
 /// group (SIGKILL ends a stopped guard too) and lets the lock go.
+// Linux only: it needs a child subreaper (`prctl(PR_SET_CHILD_SUBREAPER)`; FreeBSD's
+// `procctl(PROC_REAP_ACQUIRE)` has no safe wrapper) and reads the group from `/proc`.
+#[cfg(target_os = "linux")]
 #[test]
 fn a_stopped_guard_does_not_keep_the_lock_of_a_dead_lease() {
     use nix::sys::signal::{Signal, kill, killpg};
@@ -158,6 +161,25 @@ fn a_stopped_guard_does_not_keep_the_lock_of_a_dead_lease() {
     std::thread::sleep(Duration::from_millis(100));
     kill(lease_pid, Signal::SIGKILL).unwrap_or_else(|e| panic!("kill -9 lease: {e}"));
     let _ = holder.wait();
+    // The portable paths (macOS, FreeBSD) tell the group's end by `killpg` alone, so its
+    // zombies keep it until reaped: this process, their subreaper, reaps them as a system's
+    // init would, members of that group only.
+    let reaping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(cfg!(
+        feature = "portable-paths"
+    )));
+    let reaper = {
+        let reaping = reaping.clone();
+        std::thread::spawn(move || {
+            use nix::sys::wait::{Id, WaitPidFlag, waitid};
+            while reaping.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = waitid(
+                    Id::PGid(Pid::from_raw(group)),
+                    WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG,
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
     let started = Instant::now();
     let contender = lease(dir.path())
         .arg("run")
@@ -167,6 +189,8 @@ fn a_stopped_guard_does_not_keep_the_lock_of_a_dead_lease() {
         .output()
         .unwrap_or_else(|e| panic!("start the contender: {e}"));
     let waited = started.elapsed();
+    reaping.store(false, std::sync::atomic::Ordering::SeqCst);
+    reaper.join().unwrap_or_else(|_| panic!("the reaper"));
     // Whatever happened, leave no stopped process behind.
     let group_left = killpg(Pid::from_raw(group), Signal::SIGKILL).is_ok()
         && killpg(Pid::from_raw(group), Signal::SIGCONT).is_ok();

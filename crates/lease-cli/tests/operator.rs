@@ -680,6 +680,10 @@ fn read_pid(file: &Path) -> Pid {
 /// -STOP` kept its lease renewed for as long as it stayed stopped. Now a stopped command keeps
 /// its lease for one TTL at most: `lease` then ends the run (SIGTERM and SIGCONT, SIGKILL after
 /// the grace), releases and exits 76. A command continued within the TTL keeps its lease.
+// Linux only: without `/proc` (macOS, FreeBSD; the `portable-paths` build) `lease` sees a
+// stop of its guard, not of the command alone when no terminal extends it to the group (see
+// terminal.rs, and docs/platforms.md for what is left).
+#[cfg(not(feature = "portable-paths"))]
 #[test]
 fn a_stopped_command_keeps_its_lease_for_one_ttl_at_most() {
     let store = tempfile::tempdir().expect("tempdir");
@@ -741,6 +745,9 @@ fn a_stopped_command_keeps_its_lease_for_one_ttl_at_most() {
 /// Issue 37 item 5: while its command was stopped (it stopped itself), `lease` ignored SIGTERM
 /// and SIGINT: they were forwarded to a stopped process, and only SIGKILL ended `lease`. Now
 /// the command is continued to handle them, as a shell's `kill` continues a stopped job.
+// Linux only, for the same reason as the test above: without `/proc` the command stopped alone
+// is not seen, so it is not continued; it is SIGKILLed after its grace instead.
+#[cfg(not(feature = "portable-paths"))]
 #[test]
 fn sigterm_and_sigint_reach_a_command_that_stopped_itself() {
     let store = tempfile::tempdir().expect("tempdir");
@@ -805,7 +812,13 @@ fn a_signal_ends_the_run_within_the_grace() {
         Signal::SIGTERM,
     )
     .expect("term");
-    let status = exit_within(&mut child, group, Duration::from_secs(6));
+    // Longer on the portable paths: see `most` below.
+    let limit = Duration::from_secs(if cfg!(feature = "portable-paths") {
+        10
+    } else {
+        6
+    });
+    let status = exit_within(&mut child, group, limit);
     let took = sent.elapsed();
     let out = child.wait_with_output().expect("output");
     assert_eq!(
@@ -814,8 +827,16 @@ fn a_signal_ends_the_run_within_the_grace() {
         "still running after {took:?}: {}",
         stderr(&out)
     );
+    // Without `/proc` (the `portable-paths` build: macOS's and FreeBSD's paths) the group ends
+    // when `killpg` says so: its killed members count until init reaps them, and a slow
+    // container init adds that time (stragglers' grace included) to the run's end.
+    let most = if cfg!(feature = "portable-paths") {
+        Duration::from_secs(9)
+    } else {
+        Duration::from_secs(3)
+    };
     assert!(
-        took >= Duration::from_secs(1) && took < Duration::from_secs(3),
+        took >= Duration::from_secs(1) && took < most,
         "the grace is 1s: {took:?}"
     );
     assert_free(store.path(), "stubborn");

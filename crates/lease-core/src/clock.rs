@@ -66,9 +66,10 @@ pub trait Clock: Send + Sync + fmt::Debug {
 /// Monotonic time counts time the host spent suspended: on Linux an [`Instant`] is the
 /// process's first reading of std's clock plus the time `CLOCK_BOOTTIME` advanced since then
 /// (`CLOCK_MONOTONIC`, which std's `Instant::now` reads, stops while the host sleeps; boot
-/// time does not). So a lease's deadline, measured on this clock, passes while the host sleeps,
+/// time does not); on macOS and FreeBSD the same with `CLOCK_MONOTONIC`, which counts time
+/// asleep there. So a lease's deadline, measured on this clock, passes while the host sleeps,
 /// as it does for every other host. Elsewhere it is std's `Instant::now`, which may not count
-/// suspended time (on macOS it does not). Time the kernel does not know it lost (a VM paused by
+/// suspended time. Time the kernel does not know it lost (a VM paused by
 /// its hypervisor with the guest's clocks stopped) is not counted either. Readings never go
 /// backwards and never fall behind `Instant::now`; after a suspend they run ahead of it by the
 /// time slept, so compare them only with readings of this clock. A sleep ends when this clock
@@ -149,19 +150,27 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// `CLOCK_BOOTTIME` in nanoseconds: monotonic, and counting time suspended.
-#[cfg(target_os = "linux")]
+/// The clock that counts time suspended, in nanoseconds: `CLOCK_BOOTTIME` on Linux
+/// (clock_gettime(2)); `CLOCK_MONOTONIC` on macOS (clock_gettime(3): it "will continue to
+/// increment while the system is asleep", where std's `Instant` reads `CLOCK_UPTIME_RAW`, which
+/// does not) and on FreeBSD (clock_gettime(2): it increments "even while the system is
+/// suspended"; its `CLOCK_BOOTTIME` was an alias of `CLOCK_UPTIME`, which stops, before 15.0).
+#[cfg(any(target_os = "linux", target_os = "macos", target_os = "freebsd"))]
 fn boottime_ns() -> Option<u64> {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).ok()?;
+    #[cfg(target_os = "linux")]
+    let clock = nix::time::ClockId::CLOCK_BOOTTIME;
+    #[cfg(not(target_os = "linux"))]
+    let clock = nix::time::ClockId::CLOCK_MONOTONIC;
+    let t = nix::time::clock_gettime(clock).ok()?;
     u64::try_from(t.tv_sec())
         .ok()?
         .checked_mul(1_000_000_000)?
         .checked_add(u64::try_from(t.tv_nsec()).ok()?)
 }
 
-/// No boot clock read here: std's `Instant` alone, which may not count suspended time (macOS's
-/// does not): the suspend gap stays open on those systems.
-#[cfg(not(target_os = "linux"))]
+/// No such clock read here: std's `Instant` alone, which may not count suspended time: the
+/// suspend gap stays open on those systems.
+#[cfg(not(any(target_os = "linux", target_os = "macos", target_os = "freebsd")))]
 fn boottime_ns() -> Option<u64> {
     None
 }
@@ -617,12 +626,14 @@ mod tests {
     /// [`SystemClock`] with a suspend that can be injected: the boot clock reading (and wall
     /// time) run on by the time "slept" while std's clock, like `CLOCK_MONOTONIC`, does not.
     /// Its monotonic time goes through the same [`BootScale`] as [`SystemClock`]'s.
+    #[cfg(any(target_os = "linux", target_os = "macos", target_os = "freebsd"))]
     #[derive(Debug)]
     struct SuspendingClock {
         scale: BootScale,
         slept: AtomicU64,
     }
 
+    #[cfg(any(target_os = "linux", target_os = "macos", target_os = "freebsd"))]
     impl SuspendingClock {
         fn new() -> Self {
             Self {
@@ -641,6 +652,7 @@ mod tests {
         }
     }
 
+    #[cfg(any(target_os = "linux", target_os = "macos", target_os = "freebsd"))]
     impl Clock for SuspendingClock {
         fn now(&self) -> SystemTime {
             SystemTime::now() + self.slept()
@@ -654,7 +666,7 @@ mod tests {
         }
     }
 
-    #[cfg(target_os = "linux")]
+    #[cfg(any(target_os = "linux", target_os = "macos", target_os = "freebsd"))]
     #[test]
     fn a_suspend_passes_a_kept_lease_deadline() {
         use crate::{AcquireOptions, LeaseBackend, LeaseError, LeaseGuard, LeaseKey};

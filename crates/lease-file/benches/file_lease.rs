@@ -184,6 +184,14 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
+#[cfg(not(target_os = "linux"))]
+fn fs_kind(path: &Path) -> String {
+    nix::sys::statfs::statfs(path)
+        .map(|s| s.filesystem_type_name().to_owned())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(target_os = "linux")]
 fn fs_kind(path: &Path) -> String {
     use nix::sys::statfs::{
         BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, OVERLAYFS_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC,

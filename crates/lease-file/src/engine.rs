@@ -150,13 +150,8 @@ pub(crate) fn wall_ns(at: SystemTime) -> u64 {
 fn system_shared() -> Option<(u64, u64)> {
     static SCALE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     let scale = (*SCALE.get_or_init(|| {
-        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-        let time_ns = std::fs::read_link("/proc/self/ns/time")
-            .map(|p| p.display().to_string())
-            .unwrap_or_default();
-        Some(fnv(
-            format!("monotonic/{}/{time_ns}", boot.trim()).as_bytes()
-        ))
+        let instance = crate::sys::host_instance()?;
+        Some(fnv(format!("monotonic/{instance}").as_bytes()))
     }))?;
     let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).ok()?;
     let ns = u64::try_from(now.tv_sec())

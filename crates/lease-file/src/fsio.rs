@@ -129,8 +129,7 @@ fn open_dir(path: &Path, create: Option<u32>) -> Result<File, FsError> {
             };
             let parent_dir = open_dir(parent, create)?;
             let mode = create.unwrap_or(0o755);
-            match nix::sys::stat::mkdirat(parent_dir.as_fd(), name, Mode::from_bits_truncate(mode))
-            {
+            match nix::sys::stat::mkdirat(parent_dir.as_fd(), name, crate::sys::mode(mode)) {
                 Ok(()) | Err(Errno::EEXIST) => {}
                 Err(e) => return Err(io_error("create directory", path, e.into())),
             }

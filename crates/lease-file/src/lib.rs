@@ -76,12 +76,29 @@
 //!   ([*Shared directories*](protocol#shared-directories-and-other-users));
 //! * a `fork`ed child never releases its parent's lease ([*Forks*](protocol#forks)).
 //!
+//! # Platforms
+//!
+//! | System | Status |
+//! |---|---|
+//! | Linux | supported, every suite runs |
+//! | macOS (x86_64, aarch64) | builds, tests and benches compile, checked on every change |
+//! | FreeBSD (x86_64) | builds, tests and benches compile, checked on every change |
+//! | Windows, others | a `compile_error!` naming the [`platforms`] page |
+//!
+//! The [`platforms`] page argues, with its sources, each system's clock that counts time
+//! asleep, network file system detection, descriptor-relative calls, and what replaces `/proc`
+//! and inotify where they are missing.
+//!
 //! # Features
 //!
 //! * `metrics`: every acquisition and renewal reports through the `metrics` facade (names in
 //!   lease-core's `metrics` module, every series in `docs/metrics.md`). Off, nothing is recorded.
 //! * `failpoints`: named pauses before every state rename, for the pause-injection tests. Never
 //!   in production builds.
+//! * `portable-paths`: Linux takes the macOS and FreeBSD code paths (no `/proc`, no
+//!   `CLOCK_BOOTTIME`, no inotify), so that its tests hold them to the same promise
+//!   ([*Held to the same tests on Linux*](platforms#held-to-the-same-tests-on-linux)). Never in
+//!   production builds.
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -92,54 +109,77 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
-mod encode;
-mod engine;
-mod error;
-#[cfg(feature = "failpoints")]
-mod faults;
-mod fenced;
-mod foreign;
-mod fsio;
-mod ident;
-mod lock;
-mod mode;
-pub mod protocol;
-mod prune;
-mod record;
-mod state;
-mod store;
-#[cfg(test)]
-mod tests;
-mod wake;
-#[cfg(target_os = "linux")]
-mod watch;
+#[doc = include_str!("docs/platforms.md")]
+pub mod platforms {}
 
-pub use fenced::MAX_FENCED_FILE_BYTES;
-pub use fsio::MAX_RECORD_BYTES;
-pub use lock::{FileLock, FileLockBuilder, FileLockGuard};
-pub use mode::{LockMode, ModePreference};
-pub use prune::PruneReport;
-pub use store::{DirectoryStore, DirectoryStoreBuilder};
+#[cfg(not(any(target_os = "linux", target_os = "macos", target_os = "freebsd")))]
+compile_error!(
+    "lease-file runs on Linux, macOS and FreeBSD only (Windows is planned): see \
+     https://docs.rs/lease-file/latest/lease_file/platforms/"
+);
 
-use lease_core::LeaseError;
+/// The crate's items, on the systems it supports only: elsewhere the `compile_error!` above is
+/// the one error a build reports, not a wall of missing system calls.
+macro_rules! on_supported_systems {
+    ($($item:item)*) => {
+        $(
+            #[cfg(any(target_os = "linux", target_os = "macos", target_os = "freebsd"))]
+            $item
+        )*
+    };
+}
 
-/// The backend name in [`LeaseError::Backend`] errors.
-const BACKEND: &str = "file";
+on_supported_systems! {
+    mod encode;
+    mod engine;
+    mod error;
+    #[cfg(feature = "failpoints")]
+    mod faults;
+    mod fenced;
+    mod foreign;
+    mod fsio;
+    mod ident;
+    mod lock;
+    mod mode;
+    pub mod protocol;
+    mod prune;
+    mod record;
+    mod state;
+    mod store;
+    mod sys;
+    #[cfg(test)]
+    mod tests;
+    mod wake;
+    #[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
+    mod watch;
 
-/// The refusal of `op` (a release, renewal or delete) in a process other than the one that
-/// acquired the lease: a `fork`ed child's copy of a lease is its parent's, and ending or
-/// changing it would end or change the parent's.
-fn forked_refusal(op: &str) -> LeaseError {
-    LeaseError::unsupported(
-        BACKEND,
-        match op {
-            "renew" => {
-                "renew in a process other than the one that acquired the lease (a forked child)"
-            }
-            "delete" => {
-                "delete in a process other than the one that acquired the lease (a forked child)"
-            }
-            _ => "release in a process other than the one that acquired the lease (a forked child)",
-        },
-    )
+    pub use fenced::MAX_FENCED_FILE_BYTES;
+    pub use fsio::MAX_RECORD_BYTES;
+    pub use lock::{FileLock, FileLockBuilder, FileLockGuard};
+    pub use mode::{LockMode, ModePreference};
+    pub use prune::PruneReport;
+    pub use store::{DirectoryStore, DirectoryStoreBuilder};
+
+    use lease_core::LeaseError;
+
+    /// The backend name in [`LeaseError::Backend`] errors.
+    const BACKEND: &str = "file";
+
+    /// The refusal of `op` (a release, renewal or delete) in a process other than the one that
+    /// acquired the lease: a `fork`ed child's copy of a lease is its parent's, and ending or
+    /// changing it would end or change the parent's.
+    fn forked_refusal(op: &str) -> LeaseError {
+        LeaseError::unsupported(
+            BACKEND,
+            match op {
+                "renew" => {
+                    "renew in a process other than the one that acquired the lease (a forked child)"
+                }
+                "delete" => {
+                    "delete in a process other than the one that acquired the lease (a forked child)"
+                }
+                _ => "release in a process other than the one that acquired the lease (a forked child)",
+            },
+        )
+    }
 }

@@ -1338,12 +1338,7 @@ fn mono_now() -> Instant {
 
 /// `CLOCK_BOOTTIME` now, in nanoseconds (0 if unreadable).
 fn boottime_ns() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).map_or(0, |t| {
-        u64::try_from(t.tv_sec())
-            .unwrap_or(0)
-            .saturating_mul(1_000_000_000)
-            .saturating_add(u64::try_from(t.tv_nsec()).unwrap_or(0))
-    })
+    crate::sys::suspend_clock_ns().unwrap_or(0)
 }
 
 /// `deadline` on `CLOCK_BOOTTIME`: now on that clock plus the time left until it (0 if the

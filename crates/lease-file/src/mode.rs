@@ -5,7 +5,6 @@ use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::sys::statfs::{NFS_SUPER_MAGIC, SMB_SUPER_MAGIC, fstatfs};
 
 use crate::error::FsError;
 use crate::fsio::{Base, io_error};
@@ -81,34 +80,6 @@ pub enum ModePreference {
     HeartbeatOnly,
 }
 
-const CIFS_MAGIC: u64 = 0xFF53_4D42;
-const SMB2_MAGIC: u64 = 0xFE53_4D42;
-const FUSE_MAGIC: u64 = 0x6573_5546;
-const V9FS_MAGIC: u64 = 0x0102_1997;
-const AFS_MAGIC: u64 = 0x5346_414F;
-
-/// The kind of network (or user-space) file system `base` is on, where `flock` is not to be
-/// trusted across hosts; `None` for a local one (or when `statfs` fails).
-fn network_file_system(base: &Base) -> Option<&'static str> {
-    let kind = fstatfs(base.fd()).ok()?.filesystem_type();
-    #[allow(clippy::cast_sign_loss, clippy::unnecessary_cast)]
-    let raw = (kind.0 as u64) & 0xffff_ffff;
-    if kind == NFS_SUPER_MAGIC {
-        Some("nfs")
-    } else if kind == SMB_SUPER_MAGIC || raw == CIFS_MAGIC || raw == SMB2_MAGIC {
-        Some("smb/cifs")
-    } else if raw == FUSE_MAGIC {
-        // sshfs, s3fs and friends: the kernel emulates flock for this host only.
-        Some("fuse")
-    } else if raw == V9FS_MAGIC {
-        Some("9p")
-    } else if raw == AFS_MAGIC {
-        Some("afs")
-    } else {
-        None
-    }
-}
-
 /// Decides the mode for locks in `dir`, probing `flock` on the directory itself.
 pub(crate) fn detect(
     base: &Base,
@@ -126,7 +97,7 @@ pub(crate) fn detect(
             "heartbeat-only mode requested".into(),
         ));
     }
-    let network = network_file_system(base);
+    let network = crate::sys::network_file_system(base.fd());
     let fallback = |reason: String, source: Option<std::io::Error>| match preference {
         ModePreference::Kernel => Err(FsError::Unsupported {
             path: probe.to_owned(),

@@ -544,7 +544,7 @@ impl KeyDir {
             self.name.as_os_str(),
             nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
         )
-        .is_ok_and(|m| (m.st_dev, m.st_ino) == self.dev_ino)
+        .is_ok_and(|m| crate::sys::dev_ino(&m) == self.dev_ino)
     }
 
     /// The entries' names and inode numbers, capped at [`MAX_ENTRIES`].
@@ -828,11 +828,11 @@ impl KeyDir {
             self.file.as_fd(),
             name,
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::from_bits_truncate(mode),
+            crate::sys::mode(mode),
         )
         .map_err(|e| io_error("create", &path, e.into()))?;
         if self.base.shared() {
-            nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(mode))
+            nix::sys::stat::fchmod(&fd, crate::sys::mode(mode))
                 .map_err(|e| io_error("chmod", &path, e.into()))?;
         }
         let mut file = File::from(fd);
@@ -1089,19 +1089,9 @@ fn init(
     let modes = modes.for_base(base);
     // The coarse clock the kernel stamps new inodes with, read before the `mkdirat`: the
     // directory it makes is born no earlier (see `open_temp`).
-    let made_after = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME_COARSE)
-        .ok()
-        .and_then(|t| {
-            let secs = u64::try_from(t.tv_sec()).ok()?;
-            let nanos = u32::try_from(t.tv_nsec()).ok()?;
-            std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(secs, nanos))
-        });
-    nix::sys::stat::mkdirat(
-        base.fd(),
-        temp.as_os_str(),
-        Mode::from_bits_truncate(modes.dir),
-    )
-    .map_err(|e| io_error("create lock directory", &temp_path, e.into()))?;
+    let made_after = crate::sys::birth_floor();
+    nix::sys::stat::mkdirat(base.fd(), temp.as_os_str(), crate::sys::mode(modes.dir))
+        .map_err(|e| io_error("create lock directory", &temp_path, e.into()))?;
     #[cfg(feature = "failpoints")]
     fail::fail_point!("lease-file/before-open-temp");
     let result = init_place(base, &temp, name, kind, modes, seed, made_after);
@@ -1233,7 +1223,7 @@ fn open_temp(
     // descriptor, and only to a directory proven to be the one just made), so that the group
     // can use the lock whatever the creator's umask; elsewhere the umask applies.
     if base.shared() && born.is_some() && made_after.is_some() {
-        nix::sys::stat::fchmod(dir.as_fd(), Mode::from_bits_truncate(modes.dir))
+        nix::sys::stat::fchmod(dir.as_fd(), crate::sys::mode(modes.dir))
             .map_err(|e| io_error("chmod", &temp_path, e.into()))?;
     }
     Ok(dir)
@@ -1273,15 +1263,15 @@ fn init_place(
         dir.as_fd(),
         first.as_str(),
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(first_mode),
+        crate::sys::mode(first_mode),
     )
     .map_err(|e| io_error("create", &temp_path.join(&first), e.into()))?;
     if base.shared() {
-        nix::sys::stat::fchmod(&created, Mode::from_bits_truncate(first_mode))
+        nix::sys::stat::fchmod(&created, crate::sys::mode(first_mode))
             .map_err(|e| io_error("chmod", &temp_path.join(&first), e.into()))?;
     }
     let entry = nix::sys::stat::fstat(&created)
-        .map(|m| (m.st_dev, m.st_ino))
+        .map(|m| crate::sys::dev_ino(&m))
         .map_err(|e| io_error("fstat", &temp_path.join(&first), e.into()))?;
     drop(created);
     let path = base.join(name);

@@ -1429,14 +1429,13 @@ impl DirectoryStore {
             store.as_fd(),
             SEEDED,
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::from_bits_truncate(mode),
+            crate::sys::mode(mode),
         ) {
             Ok(fd) => {
                 if shared {
-                    nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_truncate(mode))
-                        .map_err(|e| {
-                            crate::fsio::io_error("chmod", &self.inner.dir.join(SEEDED), e.into())
-                        })?;
+                    nix::sys::stat::fchmod(&fd, crate::sys::mode(mode)).map_err(|e| {
+                        crate::fsio::io_error("chmod", &self.inner.dir.join(SEEDED), e.into())
+                    })?;
                 }
                 if self.inner.fsync {
                     nix::unistd::fsync(store.as_fd()).map_err(|e| {
@@ -1819,12 +1818,12 @@ impl LeaseBackend for DirectoryStore {
     /// watch costs one inotify instance and a thread blocked reading it, and each change one
     /// wake-up. Elsewhere, `None`: observers poll.
     fn watch_record(&self, key: &LeaseKey) -> Option<Box<dyn lease_core::RecordWatch>> {
-        #[cfg(target_os = "linux")]
+        #[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
         {
             let name = self.lock_name(key).ok()?;
             crate::watch::watch(&self.inner.base, name.as_ref())
         }
-        #[cfg(not(target_os = "linux"))]
+        #[cfg(any(not(target_os = "linux"), feature = "portable-paths"))]
         {
             let _ = key;
             None

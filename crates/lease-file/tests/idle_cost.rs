@@ -127,6 +127,12 @@ fn a_released_store_key_costs_its_directory_and_an_empty_entry() {
 /// The same for `FileLock`, released explicitly and by drop, in both modes.
 #[test]
 fn a_released_file_lock_costs_its_directory_and_an_empty_entry() {
+    if cfg!(feature = "portable-paths") {
+        // lease-file's platforms page: the release erases the description only on the shared
+        // scale, which the portable paths lack.
+        eprintln!("SKIPPED: needs the shared scale, which --features portable-paths turns off");
+        return;
+    }
     for mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("deploy.lease");

@@ -126,6 +126,12 @@ async fn futures_first(a: lease_core::BoxFuture<'_, ()>, b: lease_core::BoxFutur
 
 #[test]
 fn an_observer_sees_every_handover_between_processes_once() {
+    if cfg!(feature = "portable-paths") {
+        // lease-file's platforms page: the observer polls slowly and counts on inotify, which
+        // the portable paths lack.
+        eprintln!("SKIPPED: needs inotify, which --features portable-paths turns off");
+        return;
+    }
     let handovers: u32 = if std::env::var("LEASE_LONG").as_deref() == Ok("1") {
         10_000
     } else {

@@ -90,8 +90,8 @@ fn created_modes_follow_the_umask_and_tokens_stay_private_unless_shared() {
     // Made before the umask changes. The crate creates nothing but in them.
     let roots: Vec<_> = (0..64).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut roots = roots.iter();
-    for mask in [0o077, 0o022, 0o027, 0o002] {
-        umask(Mode::from_bits_truncate(mask));
+    for mask in [0o077_u32, 0o022, 0o027, 0o002] {
+        umask(mode(mask));
         for (file_mode, dir_mode) in [(0o644, 0o755), (0o664, 0o775)] {
             for shared in [false, true] {
                 let preference = if file_mode == 0o644 {
@@ -202,5 +202,11 @@ fn created_modes_follow_the_umask_and_tokens_stay_private_unless_shared() {
             }
         }
     }
-    umask(Mode::from_bits_truncate(0o022));
+    umask(mode(0o022));
+}
+
+/// Permission bits as a [`Mode`]: `mode_t` is 32 bits on Linux, 16 on macOS and FreeBSD.
+#[allow(clippy::unnecessary_cast, clippy::cast_possible_truncation)]
+fn mode(bits: u32) -> Mode {
+    Mode::from_bits_truncate(bits as nix::libc::mode_t)
 }

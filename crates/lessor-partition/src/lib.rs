@@ -56,6 +56,13 @@
 //! `metrics`): [`metrics`]. The deterministic simulators that check the protocol in the
 //! workspace's tests and benchmarks are the unpublished crate `lessor-sim`, built on this
 //! crate's public API only.
+//!
+//! # Platforms
+//!
+//! Any platform with `std`, as lease-core. Every change is checked with clippy on macOS (x86_64,
+//! aarch64) and FreeBSD, tests and benches included, and on Windows (the library); the tests run
+//! on Linux. Its DynamoDB and PostgreSQL suites build on Linux only: their clients need a C
+//! compiler for the target.
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
