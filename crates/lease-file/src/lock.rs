@@ -1307,17 +1307,11 @@ impl Drop for FileLockGuard {
 
 impl Drop for FileLock {
     fn drop(&mut self) {
-        let mut state = if self.shared.opened_in == std::process::id() {
-            lock(&self.shared.state)
-        } else {
-            // A `fork`ed child's copy: the heartbeat thread is the parent's, absent here, and
-            // its lock on the state at the moment of the fork would stay locked here forever.
-            // Only a lock this process holds (it acquired through the copy) needs telling.
-            match self.shared.state.try_lock() {
-                Ok(state) => state,
-                Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => return,
-            }
+        // In a `fork`ed child whose parent had a thread inside the state at the fork, the
+        // state stays locked forever: only a lock this process holds (it acquired through the
+        // copy) needs telling, so the copy just goes.
+        let Ok(mut state) = self.shared.lock_here(&self.shared.state) else {
+            return;
         };
         state.lock_dropped = true;
         // A guard keeps the heartbeat thread; its end closes it.
