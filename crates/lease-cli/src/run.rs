@@ -1189,15 +1189,21 @@ mod tests {
         assert!(!group_alive(i32::MAX));
     }
 
-    #[test]
-    fn a_spared_process_does_not_keep_its_group_alive() {
+    /// A `sleep 30` leading a process group of its own, and that group's id.
+    fn sleeping_group_leader() -> (std::process::Child, i32) {
         use std::os::unix::process::CommandExt;
-        let mut leader = std::process::Command::new("sleep")
+        let leader = std::process::Command::new("sleep")
             .arg("30")
             .process_group(0)
             .spawn()
             .expect("sleep");
         let pgid = i32::try_from(leader.id()).expect("pid");
+        (leader, pgid)
+    }
+
+    #[test]
+    fn a_spared_process_does_not_keep_its_group_alive() {
+        let (mut leader, pgid) = sleeping_group_leader();
         assert!(group_alive(pgid));
         // Without `/proc` no member can be left out: the spared leader counts.
         assert_eq!(
@@ -1215,13 +1221,7 @@ mod tests {
     #[cfg(any(target_os = "linux", target_os = "freebsd"))]
     #[test]
     fn a_group_lives_until_its_last_member_is_reaped_by_killpg() {
-        use std::os::unix::process::CommandExt;
-        let mut leader = std::process::Command::new("sleep")
-            .arg("30")
-            .process_group(0)
-            .spawn()
-            .expect("sleep");
-        let pgid = i32::try_from(leader.id()).expect("pid");
+        let (mut leader, pgid) = sleeping_group_leader();
         assert!(group_alive(pgid), "a live member");
         leader.kill().expect("kill");
         // Dead, not reaped: a zombie until `wait`.
