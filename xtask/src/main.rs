@@ -20,6 +20,7 @@ mod quick_start;
 mod redis_local;
 mod step;
 mod test;
+mod wine;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -70,10 +71,15 @@ Tasks:
         lease-core, lease-file and lessor-partition for x86_64-apple-darwin,
         aarch64-apple-darwin and x86_64-unknown-freebsd, the same of lease-cli
         --all-targets (file store: no dynamo, no postgres) for those three, and of
-        lease-core and lessor-partition's libraries for x86_64-pc-windows-gnu;
+        lease-core, lessor-partition and lease-dynamo --all-targets for
+        x86_64-pc-windows-gnu (aws-lc-sys compiled by MinGW-w64's GCC);
         then lease-file's library and conformance tests and lease-cli's tests
         with --features portable-paths (the code paths of macOS and FreeBSD, run
-        on Linux). See crates/lease-file/src/docs/platforms.md and
+        on Linux); last lease-core and lessor-partition's tests (--all-features,
+        doc tests too) built for x86_64-pc-windows-gnu and run under Wine, in a
+        prefix of its own (target/wine/prefix). Needs the Debian packages wine,
+        wine64 and gcc-mingw-w64-x86-64 (installs nothing; says so when they are
+        missing). See crates/lease-file/src/docs/platforms.md and
         docs/platforms.md.
   bench [--quick] [--no-dynamo] [--no-postgres] [--no-redis]
         DynamoDB Local, PostgreSQL and Redis up, cargo bench; every bench writes a markdown

@@ -1,15 +1,21 @@
 //! The other systems, checked from Linux on every change (issue 34): clippy with `-D warnings`
 //! for macOS and FreeBSD (every target of lease-core, lease-file and lessor-partition, every
-//! feature; every target of lease-cli with the file store, its default) and Windows (the
-//! libraries that build there), so that a Linux-only call cannot slip back in; and the tests of
-//! lease-file (library and conformance suite) and lease-cli (all of them) with their
-//! `portable-paths` features, the macOS and FreeBSD code paths run on Linux. The rustup targets
-//! are installed when missing (std only: `cargo clippy --target` of pure-Rust crates needs no C
-//! cross-compiler).
+//! feature; every target of lease-cli with the file store, its default) and Windows (every
+//! target of lease-core and lessor-partition), so that a Linux-only call cannot slip back in;
+//! the tests of lease-file (library and conformance suite) and lease-cli (all of them) with
+//! their `portable-paths` features, the macOS and FreeBSD code paths run on Linux; and
+//! lease-core and lessor-partition's tests built for Windows and run under Wine (the `wine`
+//! module: its prefix, its runner, the Debian packages it needs). The rustup targets are
+//! installed when missing (std only: `cargo clippy --target` of pure-Rust crates needs no C
+//! cross-compiler; the Windows test binaries are linked by MinGW-w64's GCC).
 //!
-//! Not here, and why: lease-dynamo, lease-postgres and lease-cli's `dynamo`/`postgres` features
-//! need a C compiler for the target (aws-lc-sys for the AWS SDK's TLS stack, ring for rustls),
-//! so lessor-partition's DynamoDB and PostgreSQL suites are Linux-only dev-dependencies and
+//! lease-dynamo is checked for Windows too: MinGW-w64's GCC, which links the Windows tests,
+//! compiles aws-lc-sys for it.
+//!
+//! Not here, and why: lease-dynamo on macOS and FreeBSD, lease-postgres and lease-cli's
+//! `dynamo`/`postgres` features need a C compiler for the target (aws-lc-sys for the AWS SDK's
+//! TLS stack, ring for rustls), which a check from Linux has only for Windows, so
+//! lessor-partition's DynamoDB and PostgreSQL suites are Linux-only dev-dependencies and
 //! lease-cli is checked without those features; lease-cli on Windows (`lease run` is built on
 //! Unix process groups and signals); lease-file on Windows is a `compile_error!` until its
 //! port.
@@ -45,7 +51,7 @@ const UNIX_SELECTION: &[&str] = &[
 const CLI_SELECTION: &[&str] = &["-p", "lease-cli", "--all-targets"];
 
 /// Every check, in the order they run.
-pub(crate) const CHECKS: [Check; 7] = [
+pub(crate) const CHECKS: [Check; 8] = [
     Check {
         target: "x86_64-apple-darwin",
         selection: UNIX_SELECTION,
@@ -72,16 +78,39 @@ pub(crate) const CHECKS: [Check; 7] = [
     },
     // lease-file is a `compile_error!` there until its port (see its `platforms` page).
     Check {
-        target: "x86_64-pc-windows-gnu",
-        selection: &[
-            "-p",
-            "lease-core",
-            "-p",
-            "lessor-partition",
-            "--lib",
-            "--all-features",
-        ],
+        target: crate::wine::TARGET,
+        selection: WINDOWS_SELECTION,
     },
+    // aws-lc-sys, under the AWS SDK's TLS stack, compiles with MinGW-w64's GCC (no cmake, no
+    // nasm), which the Windows tests need anyway.
+    Check {
+        target: crate::wine::TARGET,
+        selection: &["-p", "lease-dynamo", "--all-targets", "--all-features"],
+    },
+];
+
+/// What builds on Windows, every target (lessor-partition's file-store suites and README
+/// example are Unix-only until lease-file's port): checked by clippy and run under Wine.
+const WINDOWS_SELECTION: &[&str] = &[
+    "-p",
+    "lease-core",
+    "-p",
+    "lessor-partition",
+    "--all-targets",
+    "--all-features",
+];
+
+/// `cargo test` of [`WINDOWS_SELECTION`] for Windows, doc tests included (`--all-targets`
+/// leaves them out), run under Wine ([`crate::wine::configure`]).
+const WINDOWS_TESTS: [&str; 8] = [
+    "test",
+    "--target",
+    crate::wine::TARGET,
+    "-p",
+    "lease-core",
+    "-p",
+    "lessor-partition",
+    "--all-features",
 ];
 
 /// lease-file's library tests and its conformance suite on the macOS/FreeBSD paths.
@@ -101,8 +130,9 @@ const PORTABLE_TESTS: [&str; 8] = [
 const CLI_PORTABLE_TESTS: [&str; 5] = ["test", "-p", "lease-cli", "--features", "portable-paths"];
 
 /// How many steps [`check`] runs: the rustup targets, one clippy per [`CHECKS`] entry, the two
-/// portable-path test runs and their builds.
-pub(crate) const STEPS: usize = CHECKS.len() + 5;
+/// portable-path test runs and their builds, then Wine's prefix, the Windows test build and its
+/// run.
+pub(crate) const STEPS: usize = CHECKS.len() + 8;
 
 /// `cargo xtask platforms`: these steps of `cargo xtask test` alone.
 pub(crate) fn platforms(flags: &[&str]) -> Result {
@@ -157,6 +187,23 @@ pub(crate) fn check(steps: &mut Steps) -> Result {
             &mut cargo(args),
         )?;
     }
+    steps.run_fn_as(
+        Kind::Other,
+        "Wine prefix for the Windows tests (target/wine/prefix)",
+        crate::wine::prepare,
+    )?;
+    let mut build = cargo(&WINDOWS_TESTS);
+    build.arg("--no-run");
+    steps.run_as(
+        Kind::Build,
+        "build the Windows tests of lease-core and lessor-partition",
+        crate::wine::configure(&mut build),
+    )?;
+    steps.run_as(
+        Kind::Test,
+        "lease-core and lessor-partition's tests on Windows, under Wine",
+        crate::wine::configure(&mut cargo(&WINDOWS_TESTS)),
+    )?;
     Ok(())
 }
 
@@ -256,7 +303,32 @@ mod tests {
         for krate in ["lease-core", "lessor-partition"] {
             assert!(windows.selection.contains(&krate), "{krate} on windows");
         }
+        // Issue 34's Windows item: lease-dynamo builds there too.
+        assert!(
+            CHECKS
+                .iter()
+                .any(|check| check.target == "x86_64-pc-windows-gnu"
+                    && check.selection.contains(&"lease-dynamo")),
+            "lease-dynamo on windows"
+        );
         assert!(PORTABLE_TESTS.contains(&"portable-paths"));
+    }
+
+    /// Issue 34's Windows item: the crates that build there are tested there (under Wine), with
+    /// every feature, not only compiled.
+    #[test]
+    fn the_windows_crates_tests_run_for_windows() {
+        assert_eq!(
+            &WINDOWS_TESTS[..3],
+            &["test", "--target", "x86_64-pc-windows-gnu"]
+        );
+        for krate in ["lease-core", "lessor-partition"] {
+            assert!(WINDOWS_TESTS.contains(&krate), "{krate}");
+            assert!(WINDOWS_SELECTION.contains(&krate), "{krate}");
+        }
+        assert!(WINDOWS_TESTS.contains(&"--all-features"));
+        // Doc tests run too: `--all-targets` would leave them out.
+        assert!(!WINDOWS_TESTS.contains(&"--all-targets"));
     }
 
     /// Issue 34 item 3: lease-cli with the file store on both macOS targets and FreeBSD, and

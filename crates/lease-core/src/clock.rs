@@ -68,8 +68,11 @@ pub trait Clock: Send + Sync + fmt::Debug {
 /// (`CLOCK_MONOTONIC`, which std's `Instant::now` reads, stops while the host sleeps; boot
 /// time does not); on macOS and FreeBSD the same with `CLOCK_MONOTONIC`, which counts time
 /// asleep there. So a lease's deadline, measured on this clock, passes while the host sleeps,
-/// as it does for every other host. Elsewhere it is std's `Instant::now`, which may not count
-/// suspended time. Time the kernel does not know it lost (a VM paused by
+/// as it does for every other host. Elsewhere it is std's `Instant::now`: on Windows that is
+/// `QueryPerformanceCounter`, which counts time asleep (rust-lang/rust#79462 quotes Microsoft:
+/// "including the time when the machine was in a sleep state such as standby, hibernate, or
+/// connected standby"); other systems' may not count suspended time. Time the kernel does not
+/// know it lost (a VM paused by
 /// its hypervisor with the guest's clocks stopped) is not counted either. Readings never go
 /// backwards and never fall behind `Instant::now`; after a suspend they run ahead of it by the
 /// time slept, so compare them only with readings of this clock. A sleep ends when this clock
@@ -168,8 +171,9 @@ fn boottime_ns() -> Option<u64> {
         .checked_add(u64::try_from(t.tv_nsec()).ok()?)
 }
 
-/// No such clock read here: std's `Instant` alone, which may not count suspended time: the
-/// suspend gap stays open on those systems.
+/// No such clock read here: std's `Instant` alone. On Windows it counts suspended time
+/// (`QueryPerformanceCounter`, see [`SystemClock`]); on other systems it may not, and the
+/// suspend gap stays open there.
 #[cfg(not(any(target_os = "linux", target_os = "macos", target_os = "freebsd")))]
 fn boottime_ns() -> Option<u64> {
     None

@@ -6,6 +6,9 @@
 //! The test binary re-runs itself as the worker processes (`child_worker` with
 //! `LESSOR_FILE_CHILD` set); without that variable `child_worker` does nothing.
 
+// lease-file is a `compile_error!` on Windows until its port (its `platforms` page).
+#![cfg(unix)]
+
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
