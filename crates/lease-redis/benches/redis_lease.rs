@@ -123,8 +123,11 @@ fn monitor_args(line: &str) -> Vec<Vec<u8>> {
 }
 
 /// The commands this crate sends for an acquire, a renew and a release of a fresh key, as
-/// `MONITOR` saw them: each an `EVALSHA` of the operation's script (its `ARGV[1]` names it).
-async fn captured(url: &str, leases: &RedisLeases) -> [Vec<Vec<u8>>; 3] {
+/// `MONITOR` saw them: each an `EVALSHA` of the operation's script (its `ARGV[1]` names it)
+/// whose keys are under `prefix`, this run's own: `MONITOR` shows every client of the server,
+/// and under `cargo xtask test` other suites renew their own leases on it meanwhile (CI once
+/// captured another client's renew, which this run's fencing token then could not renew).
+async fn captured(url: &str, leases: &RedisLeases, prefix: &str) -> [Vec<Vec<u8>>; 3] {
     let stream = tokio::net::TcpStream::connect(address(url)).await.unwrap();
     let (read, mut write) = stream.into_split();
     let mut lines = tokio::io::BufReader::new(read).lines();
@@ -160,6 +163,13 @@ async fn captured(url: &str, leases: &RedisLeases) -> [Vec<Vec<u8>>; 3] {
             continue;
         }
         let keys: usize = std::str::from_utf8(&args[2]).unwrap().parse().unwrap();
+        let ours = args[3..3 + keys].iter().all(|key| {
+            key.windows(prefix.len())
+                .any(|part| part == prefix.as_bytes())
+        });
+        if !ours {
+            continue;
+        }
         if let Some(i) = names
             .iter()
             .position(|n| args.get(3 + keys) == Some(&n.to_vec()))
@@ -282,7 +292,7 @@ async fn run(url: &str, quick: bool) -> String {
         .unwrap()
         .build()
         .unwrap();
-    let commands = captured(url, &leases).await;
+    let commands = captured(url, &leases, &prefix).await;
     let client = redis::Client::open(url).unwrap();
     let mut raw = client.get_multiplexed_async_connection().await.unwrap();
     let locks = rslock::LockManager::new(vec![url]);
