@@ -415,10 +415,13 @@ impl RedisServer {
         }
         self.server = Some(Supervised::spawn(&server, "TERM", &self.log_path())?);
         let expected = self.dir.to_string_lossy().into_owned();
-        // Its own directory, not just any answer: another server may have taken the port.
+        // Its own directory, not just any answer: another server may have taken the port. And
+        // done loading its data set: CONFIG and INFO answer while it loads, other commands
+        // fail with `LOADING` (CI once read that from a GET right after a restart).
         self.wait_for("ready", || {
             let reply = self.command(&["CONFIG", "GET", "dir"])?;
-            Ok(matches!(&reply, Reply::Array(items) if items.get(1).map(Reply::text) == Some(expected.as_str())))
+            let own = matches!(&reply, Reply::Array(items) if items.get(1).map(Reply::text) == Some(expected.as_str()));
+            Ok(own && info_field(&self.info("persistence")?, "loading").as_deref() == Some("0"))
         })
     }
 
