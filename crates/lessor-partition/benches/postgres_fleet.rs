@@ -8,13 +8,10 @@
 //! `LEASE_REQUIRE_POSTGRES=1`, which makes it fail.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-#[cfg(target_os = "linux")]
 #[path = "../tests/support/postgres.rs"]
 mod postgres;
-#[cfg(target_os = "linux")]
 mod support;
 
-#[cfg(target_os = "linux")]
 fn main() {
     let open = postgres::url("postgres_fleet bench")
         .map(|url| move || async move { postgres::counted_table(&url, "lessor_bench").await })
@@ -26,11 +23,4 @@ fn main() {
             open,
         },
     );
-}
-
-/// Elsewhere the PostgreSQL client is not built: it needs a C compiler for the target (see the
-/// crate's `Cargo.toml`, `[target.'cfg(target_os = "linux")'.dev-dependencies]`).
-#[cfg(not(target_os = "linux"))]
-fn main() {
-    println!("skipped: the PostgreSQL benchmark runs on Linux only");
 }

@@ -8,13 +8,10 @@
 //! which makes it fail.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-#[cfg(target_os = "linux")]
 #[path = "../tests/support/redis.rs"]
 mod redis;
-#[cfg(target_os = "linux")]
 mod support;
 
-#[cfg(target_os = "linux")]
 fn main() {
     let open = redis::url("redis_fleet bench")
         .map(|url| move || async move { redis::counted_prefix(&url, "lessor_bench").await })
@@ -26,11 +23,4 @@ fn main() {
             open,
         },
     );
-}
-
-/// Elsewhere the Redis client is not built: rustls's ring needs a C compiler for the target (see
-/// the crate's `Cargo.toml`, `[target.'cfg(target_os = "linux")'.dev-dependencies]`).
-#[cfg(not(target_os = "linux"))]
-fn main() {
-    println!("skipped: the Redis benchmark runs on Linux only");
 }

@@ -9,9 +9,6 @@
 //!
 //! Needs `LEASE_POSTGRES_URL` (as `cargo xtask test` sets); without it the test prints
 //! `SKIPPED:` to stderr and passes, unless `LEASE_REQUIRE_POSTGRES=1`.
-// The DynamoDB and PostgreSQL clients need a C compiler for the target (aws-lc-sys, ring):
-// these suites build and run on Linux, where CI runs them.
-#![cfg(target_os = "linux")]
 
 #[path = "support/postgres.rs"]
 mod postgres;
