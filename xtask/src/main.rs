@@ -68,9 +68,11 @@ Tasks:
   platforms
         Only the other systems' steps of test (issue 34): rustup adds the targets
         it lacks; cargo clippy --all-targets --all-features -D warnings of
-        lease-core, lease-file and lessor-partition for x86_64-apple-darwin,
-        aarch64-apple-darwin and x86_64-unknown-freebsd, the same of lease-cli
-        --all-targets (file store: no dynamo, no postgres) for those three, and of
+        lease-core, lease-file, lessor-partition, lease-postgres and lease-redis
+        for x86_64-apple-darwin, aarch64-apple-darwin and x86_64-unknown-freebsd
+        (ring's C built by clang: Debian's package clang), the same of lease-cli
+        --all-targets with the file store, then with --features postgres,redis
+        (not dynamo: aws-lc-sys needs the target's SDK) for those three, and of
         lease-core, lessor-partition and lease-dynamo --all-targets for
         x86_64-pc-windows-gnu (aws-lc-sys compiled by MinGW-w64's GCC);
         then lease-file's library and conformance tests and lease-cli's tests

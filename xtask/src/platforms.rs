@@ -1,25 +1,29 @@
 //! The other systems, checked from Linux on every change (issue 34): clippy with `-D warnings`
-//! for macOS and FreeBSD (every target of lease-core, lease-file and lessor-partition, every
-//! feature; every target of lease-cli with the file store, its default) and Windows (every
-//! target of lease-core and lessor-partition), so that a Linux-only call cannot slip back in;
-//! the tests of lease-file (library and conformance suite) and lease-cli (all of them) with
+//! for macOS and FreeBSD (every target of lease-core, lease-file, lessor-partition,
+//! lease-postgres and lease-redis, every feature; every target of lease-cli with the file store,
+//! its default, and again with its `postgres` and `redis` stores) and Windows (every target of
+//! lease-core, lessor-partition and lease-dynamo), so that a Linux-only call cannot slip back
+//! in; the tests of lease-file (library and conformance suite) and lease-cli (all of them) with
 //! their `portable-paths` features, the macOS and FreeBSD code paths run on Linux; and
 //! lease-core and lessor-partition's tests built for Windows and run under Wine (the `wine`
 //! module: its prefix, its runner, the Debian packages it needs). The rustup targets are
-//! installed when missing (std only: `cargo clippy --target` of pure-Rust crates needs no C
-//! cross-compiler; the Windows test binaries are linked by MinGW-w64's GCC).
+//! installed when missing (std only).
 //!
-//! lease-dynamo is checked for Windows too: MinGW-w64's GCC, which links the Windows tests,
-//! compiles aws-lc-sys for it.
+//! The checks that build ring (rustls's crypto, under lease-postgres and lease-redis) for macOS
+//! and FreeBSD need a C compiler for the target: Debian's clang, with no target sysroot, which
+//! ring's C does not need (its own `RING_CORE_NOSTDLIBINC` switch, clang's freestanding headers,
+//! and for Apple targets a stand-in `TargetConditionals.h`: [`C_INCLUDE`]). Nothing built so is
+//! linked. For Windows, MinGW-w64's GCC, which links the Windows tests, compiles aws-lc-sys.
 //!
-//! Not here, and why: lease-dynamo on macOS and FreeBSD, lease-postgres and lease-cli's
-//! `dynamo`/`postgres` features need a C compiler for the target (aws-lc-sys for the AWS SDK's
-//! TLS stack, ring for rustls), which a check from Linux has only for Windows, so
-//! lessor-partition's DynamoDB and PostgreSQL suites are Linux-only dev-dependencies and
-//! lease-cli is checked without those features; lease-cli on Windows (`lease run` is built on
-//! Unix process groups and signals); lease-file on Windows is a `compile_error!` until its
+//! Not here, and why: lease-dynamo and lease-cli's `dynamo` feature on macOS and FreeBSD
+//! (aws-lc-sys, under the AWS SDK's TLS stack, includes the target's libc headers,
+//! `<stdlib.h>`, `<sys/types.h>`, `<pthread.h>`, which only a macOS SDK or a FreeBSD sysroot
+//! has), so lessor-partition's DynamoDB suites are Linux-only dev-dependencies; lease-cli on
+//! Windows (`lease run` is built on Unix process groups and signals); lease-file on Windows is
+//! a `compile_error!` until its
 //! port.
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use crate::step::{Kind, Steps, cargo};
@@ -32,9 +36,12 @@ pub(crate) struct Check {
     pub(crate) target: &'static str,
     /// What is checked, as cargo arguments (packages and target selection).
     pub(crate) selection: &'static [&'static str],
+    /// Whether it builds C for the target (ring), so runs with [`c_compiler_env`].
+    pub(crate) builds_c: bool,
 }
 
-/// The crates whose tests and benches must compile on the BSD-family systems.
+/// The crates whose tests and benches must compile on the BSD-family systems. lease-postgres,
+/// lease-redis and lessor-partition's suites on them build ring's C.
 const UNIX_SELECTION: &[&str] = &[
     "-p",
     "lease-core",
@@ -42,50 +49,87 @@ const UNIX_SELECTION: &[&str] = &[
     "lease-file",
     "-p",
     "lessor-partition",
+    "-p",
+    "lease-postgres",
+    "-p",
+    "lease-redis",
     "--all-targets",
     "--all-features",
 ];
 
-/// lease-cli with the file store alone (no `dynamo`, no `postgres`: those need a C compiler for
-/// the target), every target.
+/// lease-cli with the file store alone, every target: pure Rust, and the only check of the code
+/// that refuses `--postgres` and `--redis` when their features are off.
 const CLI_SELECTION: &[&str] = &["-p", "lease-cli", "--all-targets"];
 
+/// lease-cli with its PostgreSQL and Redis stores (ring's C), every target. Not `dynamo`:
+/// aws-lc-sys (the module's docs).
+const CLI_STORES_SELECTION: &[&str] = &[
+    "-p",
+    "lease-cli",
+    "--all-targets",
+    "--features",
+    "postgres,redis",
+];
+
 /// Every check, in the order they run.
-pub(crate) const CHECKS: [Check; 8] = [
+pub(crate) const CHECKS: [Check; 11] = [
     Check {
         target: "x86_64-apple-darwin",
         selection: UNIX_SELECTION,
+        builds_c: true,
     },
     Check {
         target: "aarch64-apple-darwin",
         selection: UNIX_SELECTION,
+        builds_c: true,
     },
     Check {
         target: "x86_64-unknown-freebsd",
         selection: UNIX_SELECTION,
+        builds_c: true,
     },
     Check {
         target: "x86_64-apple-darwin",
         selection: CLI_SELECTION,
+        builds_c: false,
     },
     Check {
         target: "aarch64-apple-darwin",
         selection: CLI_SELECTION,
+        builds_c: false,
     },
     Check {
         target: "x86_64-unknown-freebsd",
         selection: CLI_SELECTION,
+        builds_c: false,
+    },
+    Check {
+        target: "x86_64-apple-darwin",
+        selection: CLI_STORES_SELECTION,
+        builds_c: true,
+    },
+    Check {
+        target: "aarch64-apple-darwin",
+        selection: CLI_STORES_SELECTION,
+        builds_c: true,
+    },
+    Check {
+        target: "x86_64-unknown-freebsd",
+        selection: CLI_STORES_SELECTION,
+        builds_c: true,
     },
     // lease-file is a `compile_error!` there until its port (see its `platforms` page).
     Check {
         target: crate::wine::TARGET,
         selection: WINDOWS_SELECTION,
+        builds_c: false,
     },
     // aws-lc-sys, under the AWS SDK's TLS stack, compiles with MinGW-w64's GCC (no cmake, no
     // nasm), which the Windows tests need anyway.
     Check {
         target: crate::wine::TARGET,
         selection: &["-p", "lease-dynamo", "--all-targets", "--all-features"],
+        builds_c: false,
     },
 ];
 
@@ -129,10 +173,40 @@ const PORTABLE_TESTS: [&str; 8] = [
 /// a DynamoDB or PostgreSQL server.
 const CLI_PORTABLE_TESTS: [&str; 5] = ["test", "-p", "lease-cli", "--features", "portable-paths"];
 
-/// How many steps [`check`] runs: the rustup targets, one clippy per [`CHECKS`] entry, the two
-/// portable-path test runs and their builds, then Wine's prefix, the Windows test build and its
-/// run.
-pub(crate) const STEPS: usize = CHECKS.len() + 8;
+/// How many steps [`check`] runs: the rustup targets, the C compiler's probe, one clippy per
+/// [`CHECKS`] entry, the two portable-path test runs and their builds, then Wine's prefix, the
+/// Windows test build and its run.
+pub(crate) const STEPS: usize = CHECKS.len() + 9;
+
+/// The C compiler that the checks which build C give cc-rs, and the Debian package it is in.
+pub(crate) const C_COMPILER: &str = "clang";
+
+/// Where the stand-in `TargetConditionals.h` is, from the workspace root: the one header of the
+/// macOS SDK that ring's C includes on Apple targets (the file says what it holds and why).
+pub(crate) const C_INCLUDE: &str = "xtask/cross-include";
+
+/// cc-rs's flags for ring on a target without its sysroot: no system header directories
+/// (`-nostdlibinc`; clang's own, `<stddef.h>`, `<stdint.h>`, the intrinsics, stay), freestanding
+/// so that those do not reach for libc's (`-ffreestanding`: `<xmmintrin.h>` includes
+/// `<stdlib.h>` otherwise), and ring's own switch for building so (`RING_CORE_NOSTDLIBINC`,
+/// which its build script sets itself for wasm32). A C library that wants libc's headers fails
+/// here, naming the header, instead of compiling against Linux's.
+const C_FLAGS: &str = "-ffreestanding -nostdlibinc -DRING_CORE_NOSTDLIBINC=1";
+
+/// The variables that make cc-rs build C for `target` with [`C_COMPILER`] ([`C_FLAGS`], the
+/// stand-in headers of [`C_INCLUDE`] under `root`). Keyed by target, so the host's own C (build
+/// scripts) is built as always.
+pub(crate) fn c_compiler_env(target: &str, root: &std::path::Path) -> [(String, String); 2] {
+    let key = target.replace('-', "_");
+    let include: PathBuf = root.join(C_INCLUDE);
+    [
+        (format!("CC_{key}"), C_COMPILER.to_string()),
+        (
+            format!("CFLAGS_{key}"),
+            format!("{C_FLAGS} -I{}", include.display()),
+        ),
+    ]
+}
 
 /// `cargo xtask platforms`: these steps of `cargo xtask test` alone.
 pub(crate) fn platforms(flags: &[&str]) -> Result {
@@ -164,11 +238,42 @@ pub(crate) fn check(steps: &mut Steps) -> Result {
                 .args(&missing),
         )
     })?;
+    steps.run_fn_as(
+        Kind::Build,
+        "C compiler for the macOS and FreeBSD targets",
+        || {
+            let version = Command::new(C_COMPILER)
+            .arg("--version")
+            .output()
+            .ok()
+            .filter(|output| output.status.success())
+            .ok_or_else(|| {
+                format!(
+                    "the macOS and FreeBSD checks of lease-postgres, lease-redis and lease-cli's \
+                     `postgres`/`redis` stores build ring's C for those targets with \
+                     `{C_COMPILER}`, which is not on PATH: install Debian's package \
+                     `{C_COMPILER}` (apt-get install --no-install-recommends {C_COMPILER})"
+                )
+            })?;
+            let version = String::from_utf8_lossy(&version.stdout);
+            println!("    {}", version.lines().next().unwrap_or_default());
+            Ok(())
+        },
+    )?;
+    let root = crate::project_root();
     for check in CHECKS {
+        let mut command = cargo(&clippy_args(check));
+        if check.builds_c {
+            command.envs(c_compiler_env(check.target, &root));
+        }
         steps.run_as(
             Kind::Build,
-            &format!("clippy -D warnings, {}, {}", check.target, packages(check)),
-            &mut cargo(&clippy_args(check)),
+            &format!(
+                "clippy -D warnings, {}, {}",
+                check.target,
+                selection_name(check)
+            ),
+            &mut command,
         )?;
     }
     // Built first, in a step of its own, so that the test time counts the tests alone.
@@ -216,6 +321,17 @@ fn packages(check: Check) -> String {
         .map(|pair| pair[1])
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// A check's packages and, when it names some, its features (`lease-cli, features
+/// postgres,redis`), for its step's name: two checks of a package on one target differ there.
+fn selection_name(check: Check) -> String {
+    let features = check
+        .selection
+        .windows(2)
+        .find(|pair| pair[0] == "--features")
+        .map(|pair| format!(", features {}", pair[1]));
+    format!("{}{}", packages(check), features.unwrap_or_default())
 }
 
 /// `cargo clippy --target <target> <selection> -- -D warnings`.
@@ -268,18 +384,68 @@ mod tests {
             let args = clippy_args(check);
             assert_eq!(&args[..3], &["clippy", "--target", check.target]);
             assert!(args.ends_with(&["--", "-D", "warnings"]), "{args:?}");
-            // lease-cli's `dynamo` and `postgres` need a C compiler for the target.
+            // lease-cli's `dynamo` builds aws-lc-sys, which needs the target's libc headers.
             assert_eq!(
                 args.contains(&"--all-features"),
                 !args.contains(&"lease-cli"),
                 "{args:?}"
             );
+            // Except for Windows, where MinGW-w64's GCC has the headers.
+            assert!(
+                check.target == crate::wine::TARGET
+                    || !args.iter().any(|arg| arg.contains("dynamo")),
+                "aws-lc-sys cannot be built without a sysroot: {args:?}"
+            );
         }
     }
 
-    /// The acceptance of issue 34: lease-core, lease-file and lessor-partition with every
-    /// target on both macOS targets and FreeBSD; lease-core and lessor-partition's libraries on
-    /// Windows.
+    /// A check that builds ring (lease-postgres, lease-redis, lease-cli's stores) gets the C
+    /// compiler; the pure-Rust ones do not, so that they keep showing they need none.
+    #[test]
+    fn the_checks_that_build_c_and_only_they_get_the_c_compiler() {
+        for check in CHECKS {
+            let builds_ring = check
+                .selection
+                .iter()
+                .any(|arg| ["lease-postgres", "lease-redis", "postgres,redis"].contains(arg));
+            assert_eq!(check.builds_c, builds_ring, "{check:?}");
+        }
+        assert!(
+            CHECKS
+                .iter()
+                .any(|check| !check.builds_c && check.target.contains("apple"))
+        );
+    }
+
+    #[test]
+    fn the_c_compiler_is_set_for_its_target_alone_without_system_headers() {
+        let root = crate::project_root();
+        let [(cc, compiler), (cflags, flags)] = c_compiler_env("aarch64-apple-darwin", &root);
+        assert_eq!(cc, "CC_aarch64_apple_darwin");
+        assert_eq!(compiler, "clang");
+        assert_eq!(cflags, "CFLAGS_aarch64_apple_darwin");
+        for flag in [
+            "-nostdlibinc",
+            "-ffreestanding",
+            "-DRING_CORE_NOSTDLIBINC=1",
+        ] {
+            assert!(flags.split(' ').any(|f| f == flag), "{flag} in {flags}");
+        }
+        let include = flags
+            .split(' ')
+            .find_map(|flag| flag.strip_prefix("-I"))
+            .unwrap_or_else(|| panic!("no -I in {flags}"));
+        assert!(
+            std::path::Path::new(include)
+                .join("TargetConditionals.h")
+                .is_file(),
+            "{include}"
+        );
+    }
+
+    /// The acceptance of issue 34: every published crate but lease-dynamo (aws-lc-sys, see the
+    /// module's docs) with every target on both macOS targets and FreeBSD; lease-core,
+    /// lessor-partition and lease-dynamo on Windows.
     #[test]
     fn the_issue_s_targets_and_crates_are_all_checked() {
         for target in [
@@ -291,7 +457,13 @@ mod tests {
                 .iter()
                 .find(|check| check.target == target)
                 .unwrap_or_else(|| panic!("{target} is not checked"));
-            for krate in ["lease-core", "lease-file", "lessor-partition"] {
+            for krate in [
+                "lease-core",
+                "lease-file",
+                "lessor-partition",
+                "lease-postgres",
+                "lease-redis",
+            ] {
                 assert!(check.selection.contains(&krate), "{krate} on {target}");
             }
             assert!(check.selection.contains(&"--all-targets"), "{target}");
@@ -331,8 +503,8 @@ mod tests {
         assert!(!WINDOWS_TESTS.contains(&"--all-targets"));
     }
 
-    /// Issue 34 item 3: lease-cli with the file store on both macOS targets and FreeBSD, and
-    /// its tests on their paths.
+    /// Issue 34 item 3: lease-cli with the file store on both macOS targets and FreeBSD, then
+    /// with its PostgreSQL and Redis stores, and its tests on their paths.
     #[test]
     fn lease_cli_is_checked_on_macos_and_freebsd() {
         for target in [
@@ -346,11 +518,23 @@ mod tests {
                     && check.selection.contains(&"--all-targets")),
                 "lease-cli on {target}"
             );
+            assert!(
+                CHECKS.iter().any(|check| check.target == target
+                    && check.selection.contains(&"lease-cli")
+                    && check.selection.contains(&"postgres,redis")
+                    && check.selection.contains(&"--all-targets")),
+                "lease-cli's stores on {target}"
+            );
         }
         assert_eq!(packages(CHECKS[3]), "lease-cli");
+        assert_eq!(selection_name(CHECKS[3]), "lease-cli");
+        assert_eq!(
+            selection_name(CHECKS[6]),
+            "lease-cli, features postgres,redis"
+        );
         assert_eq!(
             packages(CHECKS[0]),
-            "lease-core lease-file lessor-partition"
+            "lease-core lease-file lessor-partition lease-postgres lease-redis"
         );
         assert!(CLI_PORTABLE_TESTS.contains(&"lease-cli"));
         assert!(CLI_PORTABLE_TESTS.contains(&"portable-paths"));

@@ -36,8 +36,9 @@ fn main() {
     );
 }
 
-/// Elsewhere the DynamoDB client is not built: it needs a C compiler for the target (see the
-/// crate's `Cargo.toml`, `[target.'cfg(target_os = "linux")'.dev-dependencies]`).
+/// Elsewhere the DynamoDB client is not built: its TLS stack needs the target's C compiler and
+/// system headers (see the crate's `Cargo.toml`, `[target.'cfg(target_os =
+/// "linux")'.dev-dependencies]`).
 #[cfg(not(target_os = "linux"))]
 fn main() {
     println!("skipped: the DynamoDB benchmark runs on Linux only");

@@ -37,8 +37,8 @@
 //!
 //! A child also checks that [`WorkerHandle::units`](lessor_partition::WorkerHandle::units)
 //! ends once the worker has stopped: the application's loop on it is how its process exits.
-// The DynamoDB and PostgreSQL clients need a C compiler for the target (aws-lc-sys, ring):
-// these suites build and run on Linux, where CI runs them.
+// The DynamoDB client's TLS stack (aws-lc-sys) needs the target's C compiler and system headers,
+// which a check of macOS or FreeBSD from Linux lacks: these suites build and run on Linux.
 #![cfg(target_os = "linux")]
 
 mod support;

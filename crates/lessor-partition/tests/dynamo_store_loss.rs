@@ -5,8 +5,8 @@
 //!
 //! Needs `LEASE_DYNAMO_ENDPOINT` (as `cargo xtask itest` sets, with dummy AWS credentials);
 //! without it the test prints `SKIPPED:` to stderr and passes, unless `LEASE_REQUIRE_DYNAMO=1`.
-// The DynamoDB and PostgreSQL clients need a C compiler for the target (aws-lc-sys, ring):
-// these suites build and run on Linux, where CI runs them.
+// The DynamoDB client's TLS stack (aws-lc-sys) needs the target's C compiler and system headers,
+// which a check of macOS or FreeBSD from Linux lacks: these suites build and run on Linux.
 #![cfg(target_os = "linux")]
 
 mod support;
