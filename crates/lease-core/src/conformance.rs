@@ -716,15 +716,23 @@ pub fn fenced_values_refuse_stale_writers(s: &Subject) -> BoxFuture<'_, ()> {
     })
 }
 
-/// Yields to the executor until `ready()` holds (bounded, so a broken backend fails the case).
+/// How long [`wait_until`] waits, in real time: what the conditions wait on is the backend's
+/// own round trips (a renewal against PostgreSQL or DynamoDB Local), which on a loaded host take
+/// far longer than a count of yields measures.
+const WAIT_UNTIL_LIMIT: Duration = Duration::from_secs(30);
+
+/// Yields to the executor until `ready()` holds, for at most [`WAIT_UNTIL_LIMIT`] of real time
+/// (bounded, so a broken backend fails the case). The bound was 200,000 yields, which a
+/// PostgreSQL renewal outlasted in CI beside a CPU-bound suite ("condition not reached").
 async fn wait_until(mut ready: impl FnMut() -> bool) {
-    for _ in 0..200_000 {
+    let started = std::time::Instant::now();
+    while started.elapsed() < WAIT_UNTIL_LIMIT {
         if ready() {
             return;
         }
         yield_now().await;
     }
-    panic!("condition not reached");
+    panic!("condition not reached within {WAIT_UNTIL_LIMIT:?}");
 }
 
 async fn wait_for_sleepers(s: &Subject) {
