@@ -71,11 +71,16 @@ pub(crate) fn hold_lock(args: &HoldLockArgs) -> u8 {
 
 /// Blocks until `lease run` ends (true: it wrote its byte) or dies (false: end-of-file alone).
 fn parent_ended() -> bool {
+    link_ended(std::io::stdin())
+}
+
+/// Reads the parent link `link` to its end: true if a byte came first (`lease run` ended on its
+/// own terms), false if end-of-file alone (it died).
+pub(crate) fn link_ended(mut link: impl Read) -> bool {
     let mut buffer = [0u8; 64];
-    let mut stdin = std::io::stdin();
     let mut ended = false;
     loop {
-        match stdin.read(&mut buffer) {
+        match link.read(&mut buffer) {
             Ok(0) => return ended,
             Ok(_) => ended = true,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}

@@ -198,21 +198,7 @@ fn watch_exit(_parent: i32, _signal: Signal) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    /// Reads a link to its end as `lease hold-lock` does: true if a byte came first (`lease run`
-    /// ended on its own terms), false if end-of-file alone (it died).
-    fn link_ended(mut link: File) -> bool {
-        use std::io::Read;
-        let mut buffer = [0u8; 64];
-        let mut ended = false;
-        loop {
-            match link.read(&mut buffer) {
-                Ok(0) => return ended,
-                Ok(_) => ended = true,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => return ended,
-            }
-        }
-    }
+    use crate::hold::link_ended;
 
     /// The portable parent link (what macOS and FreeBSD run) read to its end: a writer that
     /// ends on its own terms wrote its byte, one that died did not; a reader opened after the
