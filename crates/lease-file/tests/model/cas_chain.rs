@@ -85,6 +85,40 @@
 //! values lives in a file `ghost` outside `K`, which no modelled process names: it is ghost
 //! state, kept in the file system only so that the generic checker hashes and prints it.
 //!
+//! # Windows renames ([`Renames`])
+//!
+//! Everything above assumes Unix's `rename`, one kernel step that fails once its source name is
+//! gone ([`Renames::Unix`], the default). On Windows a rename opens its source by name and then
+//! renames the *file object* through the handle (`platforms.md`, *Windows (planned)*, points
+//! 3 and 4): [`Renames::Windows`] makes every rename of both models two steps, [`Fs::open`]
+//! then [`Fs::rename_file`], with a crash or pause allowed between them. Two writers that both
+//! open the same name before either renames both succeed, the second moving the file on from
+//! the first one's new name; the checker finds it in six steps for the lease (generation 1
+//! issued twice) and in eight for the chain (a put with fence 1 installed after a
+//! `fence_and_read` with fence 2 was acknowledged).
+//!
+//! [`Renames::WindowsUnderCas`] is the port's design: every rename (acquire, takeover,
+//! heartbeat, release, both chain renames) takes the exclusive lock on `K/cas`, checks that its
+//! source still exists, opens it, renames through the handle and unlocks: five steps, each
+//! atomic, a crash or pause allowed between any two. The lock is a ghost file
+//! `cas-owner.P<n>` outside `K` (no modelled process names it); the lock step is offered only
+//! while nobody owns it (`File::lock` blocks until then). A crashed owner's lock stays taken
+//! until a separate step frees it, which any live process offers (labelled "(the system)"), so
+//! the search may free it at any point after the crash or never: the system frees it later,
+//! never sooner. A holder's release stops believing at its first step (the model's holder
+//! may believe a little longer than the code's while it waits for `cas`, which only makes the
+//! "two believers" check stricter). With the lock, both models pass in every mode they pass
+//! with Unix renames; [`Renames::WindowsUnlockBeforeRename`] (unlock once the handle is open,
+//! before renaming through it) is caught.
+//!
+//! Under the lock the check of the source is redundant in this model: the open by name fails
+//! on a missing name, and no other writer renames between the check and the rename. (With the
+//! check left out, every `windows_rename_under_the_cas_lock_*` test still passes.) It stays
+//! in the design as the port's defence should a rename call not fail on a missing source.
+//!
+//! The [`LeaseMutation`]s and [`ChainMutation`]s are meant for Unix renames (with Windows
+//! renames, their extra list happens at each of the rename's steps).
+//!
 //! Not modelled, in both: the lease entry and the chain together in one `K` (they never name
 //! each other's entries: lists are filtered by prefix), unparseable or foreign entries, `fsync`
 //! and crash recovery of the directory itself, leftover data files of crashed writers (they
@@ -94,7 +128,8 @@
 
 use std::fmt::{self, Write as _};
 
-use super::{Fs, Pid, Proc, Protocol, Snapshot, Stamp, Step, World};
+use super::fs::Ino;
+use super::{Errno, Fs, Pid, Proc, Protocol, Snapshot, Stamp, Step, World};
 
 /// The lock directory.
 const DIR: &str = "K";
@@ -105,6 +140,149 @@ fn path(entry: &str) -> String {
 
 fn pid8(pid: Pid) -> u8 {
     u8::try_from(pid).unwrap_or(u8::MAX)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Renames: Unix, Windows, Windows under the `cas` lock
+// ---------------------------------------------------------------------------------------------
+
+/// How the models rename a state or chain entry (see the module docs, *Windows*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Renames {
+    /// POSIX `rename`: one atomic step that fails once the source name is gone.
+    Unix,
+    /// Windows' rename without a lock: open the source by name ([`Fs::open`]), then rename the
+    /// file object through the handle ([`Fs::rename_file`]); two steps.
+    Windows,
+    /// The port's design: lock `cas` (offered only while it is free: a blocking
+    /// `File::lock`), check that the source still exists, open it, rename through the handle,
+    /// unlock; five steps.
+    WindowsUnderCas,
+    /// A deliberate bug: as [`Renames::WindowsUnderCas`], but `cas` is unlocked in the open's
+    /// step, before the rename through the handle.
+    WindowsUnlockBeforeRename,
+}
+
+/// Where a process is in a Windows rename (always [`Phase::Start`] with Unix renames, and
+/// between renames).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Phase {
+    /// No rename under way (or one about to start).
+    Start,
+    /// Holds `cas`; checks the source next.
+    Locked,
+    /// Holds `cas`, the source existed; opens it next.
+    Checked,
+    /// Holds a handle to the source's file object; renames it next.
+    Opened(Ino),
+    /// The rename is over; unlocks `cas` next, before anything else.
+    Unlock,
+}
+
+/// The ghost file (outside `K`, named by no modelled process) whose presence says that process
+/// `P<n>` owns the `cas` lock; a crashed owner's stays until [`free_crashed_cas`] removes it.
+const CAS_OWNER: &str = "cas-owner.P";
+
+/// Who owns the `cas` lock (possibly a crashed process whose lock the system has not freed yet).
+fn cas_owner<D: Clone>(fs: &Fs<D>) -> Option<Pid> {
+    fs.readdir("")
+        .ok()?
+        .iter()
+        .find_map(|name| name.strip_prefix(CAS_OWNER)?.parse().ok())
+}
+
+fn cas_path(pid: Pid) -> String {
+    format!("{CAS_OWNER}{pid}")
+}
+
+/// What one step of a rename did (see [`swap`]).
+enum Swapped {
+    /// A step short of the rename's end: the phase it leaves the process in, and a label.
+    Part(Phase, String),
+    /// The rename is over, with this result; the phase after it ([`Phase::Unlock`] if `cas`
+    /// is still held) and the verb for the label (`"rename"` for Unix renames, keeping the
+    /// labels the models had before Windows).
+    Over(Result<(), Errno>, Phase, &'static str),
+}
+
+/// The next step of process `pid`'s rename of `from` to `to` (paths), in `phase`, done on `fs`;
+/// `None` while it waits for `cas`. `lock_data`: what the ghost owner file holds.
+fn swap<D: Clone>(
+    how: Renames,
+    fs: &mut Fs<D>,
+    lock_data: D,
+    pid: Pid,
+    phase: Phase,
+    (from, to): (&str, &str),
+) -> Option<Swapped> {
+    let locked = || {
+        if how == Renames::Windows {
+            Phase::Start
+        } else {
+            Phase::Unlock
+        }
+    };
+    Some(match (how, phase) {
+        (Renames::Unix, _) => Swapped::Over(fs.rename(from, to), Phase::Start, "rename"),
+        (Renames::WindowsUnderCas | Renames::WindowsUnlockBeforeRename, Phase::Start) => {
+            if cas_owner(fs).is_some() {
+                return None;
+            }
+            fs.create_excl(&cas_path(pid), lock_data)
+                .expect("the root always exists");
+            Swapped::Part(Phase::Locked, format!("lock cas (to rename {from})"))
+        }
+        (_, Phase::Locked) => {
+            if fs.exists(from) {
+                Swapped::Part(Phase::Checked, format!("check (cas held): {from} exists"))
+            } else {
+                Swapped::Over(Err(Errno::NoEnt), locked(), "check (cas held)")
+            }
+        }
+        (_, Phase::Start | Phase::Checked) => match fs.open(from) {
+            Ok(ino) => {
+                let mut label = format!("open {from} -> handle to #{ino}");
+                if how == Renames::WindowsUnlockBeforeRename {
+                    fs.unlink(&cas_path(pid)).expect("held");
+                    label.push_str("; MUTATION: unlock cas before the rename");
+                }
+                Swapped::Part(Phase::Opened(ino), label)
+            }
+            Err(e) => Swapped::Over(Err(e), locked(), "open"),
+        },
+        (_, Phase::Opened(ino)) => {
+            let after = if cas_owner(fs) == Some(pid) {
+                Phase::Unlock
+            } else {
+                Phase::Start
+            };
+            Swapped::Over(fs.rename_file(ino, to), after, "rename the opened file")
+        }
+        (_, Phase::Unlock) => unreachable!("unlocking is the caller's step"),
+    })
+}
+
+/// The step that unlocks `cas` after a rename (the phase goes back to [`Phase::Start`] in
+/// `next`, which the caller made).
+fn unlock_cas<L: Clone, D: Clone>(pid: Pid, mut next: World<L, D>) -> Step<L, D> {
+    next.fs.unlink(&cas_path(pid)).expect("held");
+    Step::new("unlock cas", next)
+}
+
+/// The system frees a crashed process's `cas` lock: a step any live process offers (the
+/// search may so schedule it at any point after the crash, or never), labelled under that
+/// process's name although it is the system's.
+fn free_crashed_cas<L: Clone, D: Clone>(world: &World<L, D>) -> Option<Step<L, D>> {
+    let owner = cas_owner(&world.fs)?;
+    if !matches!(world.procs[owner], Proc::Crashed) {
+        return None;
+    }
+    let mut next = world.clone();
+    next.fs.unlink(&cas_path(owner)).expect("owned");
+    Some(Step::new(
+        format!("(the system) frees crashed P{owner}'s cas lock, late"),
+        next,
+    ))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -271,6 +449,8 @@ pub(crate) enum Pc {
         from: LeaseState,
     },
     Holding(Tenure),
+    /// Releasing this tenure: stopped believing, the rename (Windows: its later steps) next.
+    Releasing(Tenure),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -281,6 +461,8 @@ pub(crate) struct Local {
     /// A `held` name seen by an acquire attempt, and since when: what staleness is timed on.
     seen: Option<(LeaseState, Snapshot)>,
     acquisitions: u8,
+    /// Where the rename under way is (Windows renames only).
+    rename: Phase,
 }
 
 /// The lease model, with its bounds.
@@ -296,6 +478,8 @@ pub(crate) struct CasLease {
     /// `max_generation` stops trying (a pause that never ends).
     pub(crate) max_generation: u8,
     pub(crate) mutation: LeaseMutation,
+    /// How every rename is done.
+    pub(crate) renames: Renames,
 }
 
 type LeaseWorld = World<Local, Entry>;
@@ -369,14 +553,15 @@ impl CasLease {
         out
     }
 
-    /// The acquire's rename of `from` (the takeover mutation renames whatever is current).
+    /// The acquire's rename of `from` (the takeover mutation renames whatever is current), or
+    /// its next step if it is a Windows rename; `None` while it waits for `cas`.
     fn rename_to_acquire(
         &self,
         pid: Pid,
         local: &Local,
         world: &LeaseWorld,
         from: LeaseState,
-    ) -> Step<Local, Entry> {
+    ) -> Option<Step<Local, Entry>> {
         let mut label = String::new();
         let source = if self.mutation == LeaseMutation::TakeoverRenamesLatest
             && matches!(from, LeaseState::Held { .. })
@@ -386,7 +571,7 @@ impl CasLease {
                     label = format!("MUTATION: lists {DIR} = {current}, ");
                     current
                 }
-                Err(what) => return broken_dir(world, what),
+                Err(what) => return Some(broken_dir(world, what)),
             }
         } else {
             from
@@ -404,7 +589,24 @@ impl CasLease {
         };
         let mut w = world.clone();
         let mut l = local.clone();
-        match w.fs.rename(&source.path(), &to.path()) {
+        let paths = (source.path(), to.path());
+        let (result, after, verb) = match swap(
+            self.renames,
+            &mut w.fs,
+            Entry,
+            pid,
+            local.rename,
+            (&paths.0, &paths.1),
+        )? {
+            Swapped::Part(phase, what) => {
+                l.rename = phase;
+                w.procs[pid] = Proc::Live(l);
+                return Some(Step::new(format!("acquire: {what}"), w));
+            }
+            Swapped::Over(result, after, verb) => (result, after, verb),
+        };
+        l.rename = after;
+        match result {
             Ok(()) => {
                 let stamp = w.time.mark(pid);
                 l.pc = Pc::Holding(Tenure {
@@ -421,25 +623,27 @@ impl CasLease {
                 w.issue(pid, u64::from(generation));
                 let _ = write!(
                     label,
-                    "rename {source} -> {to}: ok; ACQUIRED generation {generation}"
+                    "{verb} {source} -> {to}: ok; ACQUIRED generation {generation}"
                 );
             }
             Err(e) => {
                 l.pc = Pc::Idle;
                 w.procs[pid] = Proc::Live(l);
-                let _ = write!(label, "rename {source} -> {to}: {e}, the state moved on");
+                let _ = write!(label, "{verb} {source} -> {to}: {e}, the state moved on");
             }
         }
-        Step::new(label, w)
+        Some(Step::new(label, w))
     }
 
+    /// A heartbeat's rename, or its next step if it is a Windows rename; `None` while it waits
+    /// for `cas`.
     fn heartbeat(
         &self,
         pid: Pid,
         local: &Local,
         world: &LeaseWorld,
         t: Tenure,
-    ) -> Step<Local, Entry> {
+    ) -> Option<Step<Local, Entry>> {
         let mut label = String::from("heartbeat: ");
         let source = if self.mutation == LeaseMutation::HeartbeatRenamesLatest {
             match list_lease(&world.fs) {
@@ -447,7 +651,7 @@ impl CasLease {
                     let _ = write!(label, "MUTATION: lists {DIR} = {current}, ");
                     current
                 }
-                Err(what) => return broken_dir(world, what),
+                Err(what) => return Some(broken_dir(world, what)),
             }
         } else {
             t.state()
@@ -460,7 +664,25 @@ impl CasLease {
         };
         let mut w = world.clone();
         let mut l = local.clone();
-        match w.fs.rename(&source.path(), &renewed.state().path()) {
+        let paths = (source.path(), renewed.state().path());
+        let (result, after, verb) = match swap(
+            self.renames,
+            &mut w.fs,
+            Entry,
+            pid,
+            local.rename,
+            (&paths.0, &paths.1),
+        )? {
+            Swapped::Part(phase, what) => {
+                l.rename = phase;
+                w.procs[pid] = Proc::Live(l);
+                let _ = write!(label, "{what}");
+                return Some(Step::new(label, w));
+            }
+            Swapped::Over(result, after, verb) => (result, after, verb),
+        };
+        l.rename = after;
+        match result {
             Ok(()) => {
                 l.pc = Pc::Holding(Tenure {
                     stamp: w.time.mark(pid),
@@ -468,7 +690,7 @@ impl CasLease {
                 });
                 let _ = write!(
                     label,
-                    "rename {source} -> {}: ok, deadline renewed",
+                    "{verb} {source} -> {}: ok, deadline renewed",
                     renewed.state()
                 );
             }
@@ -476,29 +698,59 @@ impl CasLease {
                 l.pc = Pc::Idle;
                 let _ = write!(
                     label,
-                    "rename {source} -> {}: {e}, the lease is lost",
+                    "{verb} {source} -> {}: {e}, the lease is lost",
                     renewed.state()
                 );
             }
         }
         w.procs[pid] = Proc::Live(l);
-        Step::new(label, w)
+        Some(Step::new(label, w))
     }
 
-    fn release(pid: Pid, local: &Local, world: &LeaseWorld, t: Tenure) -> Step<Local, Entry> {
+    /// A release's rename (the tenure stops believing at its first step), or its next step if
+    /// it is a Windows rename; `None` while it waits for `cas`.
+    fn release(
+        &self,
+        pid: Pid,
+        local: &Local,
+        world: &LeaseWorld,
+        t: Tenure,
+    ) -> Option<Step<Local, Entry>> {
         let free = LeaseState::Free {
             generation: t.generation,
         };
-        let mut w = with_pc(world, pid, local, Pc::Idle);
-        let r = w.fs.rename(&t.state().path(), &free.path());
-        let result = r.map_or_else(|e| format!("{e}, was no longer ours"), |()| "ok".into());
-        Step::new(
-            format!(
-                "release: stops believing, rename {} -> {free}: {result}",
-                t.state()
-            ),
-            w,
-        )
+        let prefix = if local.pc == Pc::Releasing(t) {
+            "release: "
+        } else {
+            "release: stops believing, "
+        };
+        let mut l = local.clone();
+        let mut w = world.clone();
+        let paths = (t.state().path(), free.path());
+        let swapped = swap(
+            self.renames,
+            &mut w.fs,
+            Entry,
+            pid,
+            local.rename,
+            (&paths.0, &paths.1),
+        )?;
+        let label = match swapped {
+            Swapped::Part(phase, what) => {
+                l.pc = Pc::Releasing(t);
+                l.rename = phase;
+                format!("{prefix}{what}")
+            }
+            Swapped::Over(r, after, verb) => {
+                l.pc = Pc::Idle;
+                l.rename = after;
+                let result =
+                    r.map_or_else(|e| format!("{e}, was no longer ours"), |()| "ok".into());
+                format!("{prefix}{verb} {} -> {free}: {result}", t.state())
+            }
+        };
+        w.procs[pid] = Proc::Live(l);
+        Some(Step::new(label, w))
     }
 }
 
@@ -516,6 +768,7 @@ impl Protocol for CasLease {
             flock: false,
             seen: None,
             acquisitions: 0,
+            rename: Phase::Start,
         };
         World::new(fs, vec![local; self.modes.len()])
     }
@@ -531,41 +784,25 @@ impl Protocol for CasLease {
             l.flock = true;
             out.push(Step::new(format!("flock {DIR} -> ok"), world.with(pid, l)));
         }
-        match local.pc {
-            Pc::Idle => {
-                if local.flock {
-                    let mut l = local.clone();
-                    l.flock = false;
-                    out.push(Step::new(format!("unlock {DIR}"), world.with(pid, l)));
-                }
-                if !exhausted {
-                    out.extend(self.list_to_acquire(pid, local, world));
-                }
-            }
-            Pc::Acquiring { from } => out.push(self.rename_to_acquire(pid, local, world, from)),
-            Pc::Holding(t) => {
-                if local.flock && self.mutation == LeaseMutation::HolderUnlocksEarly {
-                    let mut l = local.clone();
-                    l.flock = false;
-                    out.push(Step::new(
-                        format!("MUTATION: unlock {DIR} while holding"),
-                        world.with(pid, l),
-                    ));
-                }
-                if t.heartbeats < self.max_heartbeats {
-                    out.push(self.heartbeat(pid, local, world, t));
-                }
-                out.push(Self::release(pid, local, world, t));
-            }
+        if self.renames != Renames::Unix {
+            out.extend(free_crashed_cas(world));
         }
-        // A process left with nothing to do (no tenure, no `flock`, no acquisition left) exits:
-        // it is one that is never scheduled again, and merging it with a crash keeps the
-        // search from telling the two apart.
+        if local.rename == Phase::Unlock {
+            let mut l = local.clone();
+            l.rename = Phase::Start;
+            out.push(unlock_cas(pid, world.with(pid, l)));
+        } else {
+            out.extend(self.program_steps(pid, local, world));
+        }
+        // A process left with nothing to do (no tenure, no `flock`, no acquisition left, no
+        // rename under way) exits: it is one that is never scheduled again, and merging it with
+        // a crash keeps the search from telling the two apart.
         for step in &mut out {
             if let Proc::Live(l) = &step.next.procs[pid]
                 && l.pc == Pc::Idle
                 && !l.flock
                 && l.acquisitions >= self.max_acquisitions
+                && l.rename == Phase::Start
             {
                 step.next.procs[pid] = Proc::Crashed;
                 step.label.push_str("; nothing left to do: exits");
@@ -579,6 +816,52 @@ impl Protocol for CasLease {
             Pc::Holding(t) if !world.time.passed(pid, t.stamp) => Some(u64::from(t.generation)),
             _ => None,
         }
+    }
+}
+
+impl CasLease {
+    /// The steps of `pid`'s program (all but the `flock` and the `cas` lock's bookkeeping).
+    fn program_steps(
+        &self,
+        pid: Pid,
+        local: &Local,
+        world: &LeaseWorld,
+    ) -> Vec<Step<Local, Entry>> {
+        let mut out = Vec::new();
+        let exhausted = local.acquisitions >= self.max_acquisitions;
+        match local.pc {
+            Pc::Idle => {
+                if local.flock {
+                    let mut l = local.clone();
+                    l.flock = false;
+                    out.push(Step::new(format!("unlock {DIR}"), world.with(pid, l)));
+                }
+                if !exhausted {
+                    out.extend(self.list_to_acquire(pid, local, world));
+                }
+            }
+            Pc::Acquiring { from } => out.extend(self.rename_to_acquire(pid, local, world, from)),
+            // A heartbeat under way (Windows renames): only its next step.
+            Pc::Holding(t) if local.rename != Phase::Start => {
+                out.extend(self.heartbeat(pid, local, world, t));
+            }
+            Pc::Releasing(t) => out.extend(self.release(pid, local, world, t)),
+            Pc::Holding(t) => {
+                if local.flock && self.mutation == LeaseMutation::HolderUnlocksEarly {
+                    let mut l = local.clone();
+                    l.flock = false;
+                    out.push(Step::new(
+                        format!("MUTATION: unlock {DIR} while holding"),
+                        world.with(pid, l),
+                    ));
+                }
+                if t.heartbeats < self.max_heartbeats {
+                    out.extend(self.heartbeat(pid, local, world, t));
+                }
+                out.extend(self.release(pid, local, world, t));
+            }
+        }
+        out
     }
 }
 
@@ -742,6 +1025,8 @@ pub(crate) struct ChainLocal {
     pc: ChainPc,
     /// Operations finished.
     done: u8,
+    /// Where the rename under way is (Windows renames only).
+    rename: Phase,
 }
 
 /// The fenced-value model, with its bounds.
@@ -752,10 +1037,16 @@ pub(crate) struct FencedChain {
     /// Operations (each a put or a `fence_and_read`) per writer.
     pub(crate) ops: u8,
     pub(crate) mutation: ChainMutation,
+    /// How every chain rename is done.
+    pub(crate) renames: Renames,
 }
 
 type ChainWorld = World<ChainLocal, ChainData>;
 type ChainStep = Step<ChainLocal, ChainData>;
+/// A chain rename's next step ([`FencedChain::swap`]): `Err` with the step if it is short of
+/// the rename's end, else the rename's result, the process's state after it and the label's
+/// verb.
+type ChainSwapped = Result<(Result<(), Errno>, ChainLocal, &'static str), ChainStep>;
 
 fn list_chain(fs: &Fs<ChainData>) -> Result<Chain, String> {
     let names = fs.readdir(DIR).map_err(|e| format!("list {DIR} -> {e}"))?;
@@ -795,6 +1086,7 @@ fn chain_go(world: &ChainWorld, pid: Pid, local: &ChainLocal, pc: ChainPc) -> Ch
         ChainLocal {
             pc,
             done: local.done,
+            rename: local.rename,
         },
     )
 }
@@ -806,6 +1098,7 @@ fn finished(world: &ChainWorld, pid: Pid, local: &ChainLocal) -> ChainWorld {
         ChainLocal {
             pc: ChainPc::Idle,
             done: local.done + 1,
+            rename: local.rename,
         },
     )
 }
@@ -857,13 +1150,15 @@ impl FencedChain {
         }
     }
 
+    /// A put's rename, or its next step if it is a Windows rename; `None` while it waits for
+    /// `cas`.
     fn put_rename(
         &self,
         pid: Pid,
         local: &ChainLocal,
         world: &ChainWorld,
         from: Chain,
-    ) -> ChainStep {
+    ) -> Option<ChainStep> {
         let mut label = String::new();
         let source = if self.mutation == ChainMutation::UnconditionalRename {
             match list_chain(&world.fs) {
@@ -874,7 +1169,7 @@ impl FencedChain {
                 Err(what) => {
                     let mut w = world.clone();
                     fail(&mut w, what.clone());
-                    return Step::new(what, w);
+                    return Some(Step::new(what, w));
                 }
             }
         } else {
@@ -888,9 +1183,14 @@ impl FencedChain {
             nonce: Some(nonce),
         };
         let mut w = world.clone();
-        match w.fs.rename(&source.path(), &to.path()) {
+        let (result, local, verb) = match self.swap(pid, local, &mut w, source, to)? {
+            Err(step) => return Some(step),
+            Ok(over) => over,
+        };
+        let local = &local;
+        match result {
             Ok(()) => {
-                let _ = write!(label, "rename {source} -> {to}: ok; put ACKNOWLEDGED");
+                let _ = write!(label, "{verb} {source} -> {to}: ok; put ACKNOWLEDGED");
                 let mut h = history(&w);
                 if h.fence > f {
                     fail(
@@ -919,13 +1219,50 @@ impl FencedChain {
                 } else {
                     finished(&w, pid, local)
                 };
-                Step::new(label, next)
+                Some(Step::new(label, next))
             }
             Err(e) => {
-                let _ = write!(label, "rename {source} -> {to}: {e}, lists again");
-                Step::new(label, chain_go(world, pid, local, ChainPc::PutList))
+                let _ = write!(label, "{verb} {source} -> {to}: {e}, lists again");
+                Some(Step::new(label, chain_go(&w, pid, local, ChainPc::PutList)))
             }
         }
+    }
+
+    /// The next step of `pid`'s rename of `from` to `to`, done on `w` (a copy of the world):
+    /// `Err` with the step if it is short of the rename's end, else the rename's result, the
+    /// process's state with the phase after it, and the verb for the label. `None` while it
+    /// waits for `cas`.
+    fn swap(
+        &self,
+        pid: Pid,
+        local: &ChainLocal,
+        w: &mut ChainWorld,
+        from: Chain,
+        to: Chain,
+    ) -> Option<ChainSwapped> {
+        let paths = (from.path(), to.path());
+        let mut l = local.clone();
+        Some(
+            match swap(
+                self.renames,
+                &mut w.fs,
+                ChainData::Entry,
+                pid,
+                local.rename,
+                (&paths.0, &paths.1),
+            )? {
+                Swapped::Part(phase, what) => {
+                    l.rename = phase;
+                    w.procs[pid] = Proc::Live(l);
+                    Err(Step::new(what, w.clone()))
+                }
+                Swapped::Over(result, after, verb) => {
+                    l.rename = after;
+                    w.procs[pid] = Proc::Live(l.clone());
+                    Ok((result, l, verb))
+                }
+            },
+        )
     }
 
     /// A `fence_and_read`'s list (`prefix`: the operation this list starts, if it does).
@@ -974,13 +1311,15 @@ impl FencedChain {
         }
     }
 
+    /// A `fence_and_read`'s rename, or its next step if it is a Windows rename; `None` while
+    /// it waits for `cas`.
     fn read_rename(
         &self,
         pid: Pid,
         local: &ChainLocal,
         world: &ChainWorld,
         (floor, from, got): (u8, Chain, Got),
-    ) -> ChainStep {
+    ) -> Option<ChainStep> {
         let f = self.fences[pid];
         let to = Chain {
             fence: f,
@@ -988,7 +1327,12 @@ impl FencedChain {
             nonce: from.nonce,
         };
         let mut w = world.clone();
-        match w.fs.rename(&from.path(), &to.path()) {
+        let (result, local, verb) = match self.swap(pid, local, &mut w, from, to)? {
+            Err(step) => return Some(step),
+            Ok(over) => over,
+        };
+        let local = &local;
+        match result {
             Ok(()) => {
                 let mut h = history(&w);
                 let latest = usize::from(floor).checked_sub(1).map(|i| h.installed[i]);
@@ -1014,15 +1358,15 @@ impl FencedChain {
                 }
                 h.fence = h.fence.max(f);
                 set_history(&mut w, h);
-                Step::new(
-                    format!("rename {from} -> {to}: ok; fence_and_read RETURNS {got:?}"),
+                Some(Step::new(
+                    format!("{verb} {from} -> {to}: ok; fence_and_read RETURNS {got:?}"),
                     finished(&w, pid, local),
-                )
+                ))
             }
-            Err(e) => Step::new(
-                format!("rename {from} -> {to}: {e}, lists again"),
-                chain_go(world, pid, local, ChainPc::ReadList { floor }),
-            ),
+            Err(e) => Some(Step::new(
+                format!("{verb} {from} -> {to}: {e}, lists again"),
+                chain_go(&w, pid, local, ChainPc::ReadList { floor }),
+            )),
         }
     }
 
@@ -1059,11 +1403,34 @@ impl Protocol for FencedChain {
         let local = ChainLocal {
             pc: ChainPc::Idle,
             done: 0,
+            rename: Phase::Start,
         };
         World::new(fs, vec![local; self.fences.len()])
     }
 
     fn steps(&self, pid: Pid, local: &ChainLocal, world: &ChainWorld) -> Vec<ChainStep> {
+        let mut out = Vec::new();
+        if self.renames != Renames::Unix {
+            out.extend(free_crashed_cas(world));
+        }
+        if local.rename == Phase::Unlock {
+            let mut l = local.clone();
+            l.rename = Phase::Start;
+            out.push(unlock_cas(pid, world.with(pid, l)));
+        } else {
+            out.extend(self.program_steps(pid, local, world));
+        }
+        out
+    }
+
+    fn believes(&self, _: Pid, _: &ChainLocal, _: &ChainWorld) -> Option<u64> {
+        None
+    }
+}
+
+impl FencedChain {
+    /// The steps of `pid`'s program (all but the `cas` lock's bookkeeping).
+    fn program_steps(&self, pid: Pid, local: &ChainLocal, world: &ChainWorld) -> Vec<ChainStep> {
         let f = self.fences[pid];
         let nonce = Self::nonce(pid, local);
         let create = |world: &ChainWorld, pc: ChainPc, prefix: &str| {
@@ -1115,7 +1482,10 @@ impl Protocol for FencedChain {
                 vec![Step::new(format!("write the value into data.{nonce:?}"), w)]
             }
             ChainPc::PutList => vec![self.put_list(pid, local, world, "")],
-            ChainPc::PutRename { from } => vec![self.put_rename(pid, local, world, from)],
+            ChainPc::PutRename { from } => self
+                .put_rename(pid, local, world, from)
+                .into_iter()
+                .collect(),
             ChainPc::PutCleanup { replaced } => vec![Self::unlink(
                 pid,
                 local,
@@ -1143,13 +1513,10 @@ impl Protocol for FencedChain {
                     chain_go(world, pid, local, pc),
                 )]
             }
-            ChainPc::ReadRename { floor, from, got } => {
-                vec![self.read_rename(pid, local, world, (floor, from, got))]
-            }
+            ChainPc::ReadRename { floor, from, got } => self
+                .read_rename(pid, local, world, (floor, from, got))
+                .into_iter()
+                .collect(),
         }
-    }
-
-    fn believes(&self, _: Pid, _: &ChainLocal, _: &ChainWorld) -> Option<u64> {
-        None
     }
 }

@@ -1,4 +1,5 @@
-//! A model file system: names bound to inodes, every operation one atomic step.
+//! A model file system: names bound to inodes, every operation one atomic step. Windows'
+//! rename, which is two steps, is [`Fs::open`] then [`Fs::rename_file`].
 
 use std::fmt;
 use std::rc::Rc;
@@ -167,6 +168,37 @@ impl<D: Clone> Fs<D> {
         Ok(())
     }
 
+    /// Windows' first half of a rename: open `path` by name, for a handle to its file object
+    /// (`MoveFileExW`, or std's fallback that opens the source with `DELETE` access). The model
+    /// keeps no handle table: the handle is the inode number, which stays valid as long as the
+    /// file exists. Callers open only files that are never unlinked (state and chain entries,
+    /// which are only ever renamed), so a handle never outlives its file and a freed number is
+    /// never reused under one.
+    pub(crate) fn open(&self, path: &str) -> Result<Ino, Errno> {
+        let ino = self.lookup(path)?;
+        match self.node(ino) {
+            Some(Node::File { .. }) => Ok(ino),
+            Some(Node::Dir) => Err(Errno::IsDir),
+            None => Err(Errno::NoEnt),
+        }
+    }
+
+    /// Windows' second half of a rename: renames the file object `ino` (a handle from
+    /// [`Fs::open`]), under whatever name it has *now*, to `to`, with [`Fs::rename`]'s target
+    /// semantics (`FileRenameInfoEx` with `REPLACE_IF_EXISTS | POSIX_SEMANTICS`). It succeeds
+    /// whenever the file still has a name, whoever renamed it since the open: a rename of a
+    /// file, not of a name. `ENOENT` once the file has no name. (A file with several names is
+    /// renamed from its first; the models never link the files they open.)
+    pub(crate) fn rename_file(&mut self, ino: Ino, to: &str) -> Result<(), Errno> {
+        let from = self
+            .names
+            .iter()
+            .find(|(_, i)| *i == ino)
+            .map(|(name, _)| Rc::clone(name))
+            .ok_or(Errno::NoEnt)?;
+        self.rename(&from, to)
+    }
+
     /// A temporary file with `data`, private to its writer, renamed over `path`: one atomic
     /// step, because nobody else can see (or name) the temporary file.
     pub(crate) fn replace(&mut self, path: &str, data: D) -> Result<Ino, Errno> {
@@ -323,5 +355,22 @@ mod tests {
         fs.rmdir("d").unwrap();
         assert_eq!(fs.create_excl("d/x", 1), Err(Errno::NoEnt));
         assert_eq!(fs.readdir("").unwrap(), Vec::<&str>::new());
+    }
+
+    /// Windows' two-step rename renames the file, not the name: two renames that both opened
+    /// `d/a` both succeed, the second moving the file from the first one's target.
+    #[test]
+    fn a_windows_rename_follows_the_file() {
+        let mut fs = Fs::<u8>::default();
+        fs.mkdir("d").unwrap();
+        fs.create_excl("d/a", 1).unwrap();
+        let first = fs.open("d/a").unwrap();
+        let second = fs.open("d/a").unwrap();
+        fs.rename_file(first, "d/b").unwrap();
+        assert_eq!(fs.open("d/a"), Err(Errno::NoEnt));
+        fs.rename_file(second, "d/c").unwrap();
+        assert_eq!(fs.readdir("d").unwrap(), vec!["c"]);
+        fs.unlink("d/c").unwrap();
+        assert_eq!(fs.rename_file(first, "d/e"), Err(Errno::NoEnt));
     }
 }

@@ -64,7 +64,8 @@
 //! pid-probe fast path (`writer_is_gone`: it only lets a contender act earlier on a crashed
 //! writer, which the stale judgement also allows), unparseable records, kernel mode.
 //! [`cas_chain`] models the proposed compare-and-swap protocol, kernel mode included, and its
-//! fenced values; its module docs say what it leaves out.
+//! fenced values, with Unix renames or Windows' two-step ones (with and without the `cas`
+//! lock); its module docs say what it leaves out.
 //!
 //! # Adding a protocol
 //!
