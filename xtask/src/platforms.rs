@@ -5,9 +5,9 @@
 //! lease-core, lessor-partition and lease-dynamo), so that a Linux-only call cannot slip back
 //! in; the tests of lease-file (library and conformance suite) and lease-cli (all of them) with
 //! their `portable-paths` features, the macOS and FreeBSD code paths run on Linux; and
-//! lease-core and lessor-partition's tests built for Windows and run under Wine (the `wine`
-//! module: its prefix, its runner, the Debian packages it needs). The rustup targets are
-//! installed when missing (std only).
+//! lease-core's, lessor-partition's and lease-file's tests built for Windows and run under Wine
+//! (the `wine` module: its prefix, its runner, the Debian packages it needs). The rustup targets
+//! are installed when missing (std only).
 //!
 //! The checks that build ring (rustls's crypto, under lease-postgres and lease-redis) for macOS
 //! and FreeBSD need a C compiler for the target: Debian's clang, with no target sysroot, which
@@ -19,9 +19,8 @@
 //! (aws-lc-sys, under the AWS SDK's TLS stack, includes the target's libc headers,
 //! `<stdlib.h>`, `<sys/types.h>`, `<pthread.h>`, which only a macOS SDK or a FreeBSD sysroot
 //! has), so lessor-partition's DynamoDB suites are Linux-only dev-dependencies; lease-cli on
-//! Windows (`lease run` is built on Unix process groups and signals); lease-file on Windows is
-//! a `compile_error!` until its
-//! port.
+//! Windows (`lease run` is built on Unix process groups and signals); lease-file's suites that
+//! rest on Unix (each file says why) and its doc tests, which show kernel mode, on Windows.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -118,7 +117,6 @@ pub(crate) const CHECKS: [Check; 11] = [
         selection: CLI_STORES_SELECTION,
         builds_c: true,
     },
-    // lease-file is a `compile_error!` there until its port (see its `platforms` page).
     Check {
         target: crate::wine::TARGET,
         selection: WINDOWS_SELECTION,
@@ -134,12 +132,14 @@ pub(crate) const CHECKS: [Check; 11] = [
 ];
 
 /// What builds on Windows, every target (lessor-partition's file-store suites and README
-/// example are Unix-only until lease-file's port): checked by clippy and run under Wine.
+/// example are Unix-only): checked by clippy and run under Wine.
 const WINDOWS_SELECTION: &[&str] = &[
     "-p",
     "lease-core",
     "-p",
     "lessor-partition",
+    "-p",
+    "lease-file",
     "--all-targets",
     "--all-features",
 ];
@@ -155,6 +155,36 @@ const WINDOWS_TESTS: [&str; 8] = [
     "-p",
     "lessor-partition",
     "--all-features",
+];
+
+/// lease-file's tests for Windows, run under Wine: its library's and every suite that does not
+/// rest on Unix (the others say why in their first lines: signals, permission bits, symbolic
+/// links, inotify, kernel mode), but its model check, which is the same computation on every
+/// system (and takes minutes unoptimised under Wine). Not its doc tests: they show kernel mode,
+/// which Windows has not.
+pub(crate) const WINDOWS_FILE_TESTS: &[&str] = &[
+    "test",
+    "--target",
+    crate::wine::TARGET,
+    "-p",
+    "lease-file",
+    "--features",
+    "metrics",
+    "--lib",
+    "--test",
+    "clocks",
+    "--test",
+    "conformance",
+    "--test",
+    "exact_paths",
+    "--test",
+    "face_model",
+    "--test",
+    "kept_dirs",
+    "--test",
+    "metrics",
+    "--test",
+    "parity",
 ];
 
 /// lease-file's library tests and its conformance suite on the macOS/FreeBSD paths.
@@ -174,9 +204,9 @@ const PORTABLE_TESTS: [&str; 8] = [
 const CLI_PORTABLE_TESTS: [&str; 5] = ["test", "-p", "lease-cli", "--features", "portable-paths"];
 
 /// How many steps [`check`] runs: the rustup targets, the C compiler's probe, one clippy per
-/// [`CHECKS`] entry, the two portable-path test runs and their builds, then Wine's prefix, the
-/// Windows test build and its run.
-pub(crate) const STEPS: usize = CHECKS.len() + 9;
+/// [`CHECKS`] entry, the two portable-path test runs and their builds, then Wine's prefix, and
+/// the two Windows test builds and their runs.
+pub(crate) const STEPS: usize = CHECKS.len() + 11;
 
 /// The C compiler that the checks which build C give cc-rs, and the Debian package it is in.
 pub(crate) const C_COMPILER: &str = "clang";
@@ -308,6 +338,18 @@ pub(crate) fn check(steps: &mut Steps) -> Result {
         Kind::Test,
         "lease-core and lessor-partition's tests on Windows, under Wine",
         crate::wine::configure(&mut cargo(&WINDOWS_TESTS)),
+    )?;
+    let mut build = cargo(WINDOWS_FILE_TESTS);
+    build.arg("--no-run");
+    steps.run_as(
+        Kind::Build,
+        "build lease-file's Windows tests",
+        crate::wine::configure(&mut build),
+    )?;
+    steps.run_as(
+        Kind::Test,
+        "lease-file's tests on Windows, under Wine",
+        crate::wine::configure(&mut cargo(WINDOWS_FILE_TESTS)),
     )?;
     Ok(())
 }
@@ -501,6 +543,21 @@ mod tests {
         assert!(WINDOWS_TESTS.contains(&"--all-features"));
         // Doc tests run too: `--all-targets` would leave them out.
         assert!(!WINDOWS_TESTS.contains(&"--all-targets"));
+        // lease-file's port: checked with every target and feature, and its tests run.
+        assert!(WINDOWS_SELECTION.contains(&"lease-file"));
+        assert_eq!(
+            &WINDOWS_FILE_TESTS[..5],
+            &[
+                "test",
+                "--target",
+                "x86_64-pc-windows-gnu",
+                "-p",
+                "lease-file"
+            ]
+        );
+        for suite in ["--lib", "conformance", "kept_dirs", "parity"] {
+            assert!(WINDOWS_FILE_TESTS.contains(&suite), "{suite}");
+        }
     }
 
     /// Issue 34 item 3: lease-cli with the file store on both macOS targets and FreeBSD, then

@@ -25,6 +25,9 @@
 //! Writes `$LEASE_BENCH_OUT/20-lease-file.md` when that variable is set, prints the section
 //! always; `LEASE_BENCH_QUICK=1` (and `cargo test --all-targets`, which runs this without
 //! `--bench`) runs a few iterations of everything, as a smoke test.
+// Unix only: its floor is the raw Unix system calls (`renameat`, `flock`, `clock_gettime`), and it kills and stops real processes. Elsewhere the bench is an empty program.
+#![cfg_attr(not(unix), no_main)]
+#![cfg(unix)]
 #![allow(clippy::unwrap_used, missing_docs)]
 
 #[path = "../tests/raw/mod.rs"]

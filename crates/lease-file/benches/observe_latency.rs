@@ -17,6 +17,9 @@
 //! Writes `$LEASE_BENCH_OUT/21-lease-file-observe.md` when that variable is set, prints the
 //! section always; `LEASE_BENCH_QUICK=1` (and `cargo test --all-targets`, which runs this
 //! without `--bench`) runs a few rounds, as a smoke test.
+// Unix only: it times inotify and `flock` wake-ups, which Windows has not. Elsewhere the bench is an empty program.
+#![cfg_attr(not(unix), no_main)]
+#![cfg(unix)]
 #![allow(clippy::unwrap_used, missing_docs)]
 
 #[cfg(target_os = "linux")]

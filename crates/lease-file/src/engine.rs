@@ -153,12 +153,7 @@ fn system_shared() -> Option<(u64, u64)> {
         let instance = crate::sys::host_instance()?;
         Some(fnv(format!("monotonic/{instance}").as_bytes()))
     }))?;
-    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).ok()?;
-    let ns = u64::try_from(now.tv_sec())
-        .ok()?
-        .checked_mul(1_000_000_000)?
-        .checked_add(u64::try_from(now.tv_nsec()).ok()?)?;
-    Some((scale, ns))
+    Some((scale, crate::sys::monotonic_ns()?))
 }
 
 /// What a contender has seen of each lock, to time expiry on its own monotonic clock when the

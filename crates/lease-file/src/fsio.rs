@@ -1,15 +1,9 @@
 //! Error mapping and directory creation shared by the protocol's file work.
 
-use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
-use nix::fcntl::OFlag;
-use nix::sys::stat::Mode;
-
+use crate::at::{self, Dir};
 use crate::error::FsError;
 
 /// Largest record accepted, in bytes. Anything larger is refused unread past the cap.
@@ -19,11 +13,14 @@ pub const MAX_RECORD_BYTES: usize = 64 * 1024;
 /// is hostile (its errno says all there is to say); anything else, a permission denied
 /// included, is I/O with the OS error as its source.
 pub(crate) fn io_error(op: &'static str, path: &Path, source: io::Error) -> FsError {
-    let hostile = match source.raw_os_error().map(Errno::from_raw) {
-        Some(Errno::ELOOP) => Some("it is a symbolic link; links are never followed"),
-        Some(Errno::EISDIR) => Some("it is a directory, not a regular file"),
-        Some(Errno::ENXIO) => Some("it is a FIFO or socket, not a regular file"),
-        _ => None,
+    let hostile = if at::is_link(&source) {
+        Some("it is a symbolic link; links are never followed")
+    } else if source.kind() == io::ErrorKind::IsADirectory {
+        Some("it is a directory, not a regular file")
+    } else if at::is_fifo(&source) {
+        Some("it is a FIFO or socket, not a regular file")
+    } else {
+        None
     };
     match hostile {
         Some(reason) => FsError::Hostile {
@@ -34,10 +31,7 @@ pub(crate) fn io_error(op: &'static str, path: &Path, source: io::Error) -> FsEr
             let transient = matches!(
                 source.kind(),
                 io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) || matches!(
-                source.raw_os_error().map(Errno::from_raw),
-                Some(Errno::EAGAIN | Errno::ENOSPC | Errno::EIO | Errno::ESTALE | Errno::ENOLCK)
-            );
+            ) || transient_code(&source);
             FsError::Io {
                 op,
                 path: path.to_owned(),
@@ -48,9 +42,25 @@ pub(crate) fn io_error(op: &'static str, path: &Path, source: io::Error) -> FsEr
     }
 }
 
-/// Flags every directory is opened with: never through a symbolic link, never inherited.
-fn dir_flags() -> OFlag {
-    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+/// Whether the system's code says the error may pass: out of space or locks, an I/O error or
+/// a stale handle (Unix); another handle's share mode or byte-range lock (Windows).
+fn transient_code(source: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        use nix::errno::Errno;
+        matches!(
+            source.raw_os_error().map(Errno::from_raw),
+            Some(Errno::EAGAIN | Errno::ENOSPC | Errno::EIO | Errno::ESTALE | Errno::ENOLCK)
+        )
+    }
+    #[cfg(windows)]
+    {
+        use crate::at::windows::{ERROR_LOCK_VIOLATION, ERROR_SHARING_VIOLATION};
+        matches!(
+            source.raw_os_error(),
+            Some(ERROR_SHARING_VIOLATION | ERROR_LOCK_VIOLATION)
+        )
+    }
 }
 
 /// A directory opened once (a store's directory, a `FileLock`'s parent), that every entry in it
@@ -59,7 +69,7 @@ fn dir_flags() -> OFlag {
 #[derive(Debug)]
 pub(crate) struct Base {
     path: PathBuf,
-    dir: File,
+    dir: Dir,
     shared: bool,
 }
 
@@ -93,12 +103,13 @@ impl Base {
     }
 
     /// The directory's descriptor.
+    #[cfg(unix)]
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.dir.as_fd()
+        self.dir.fd()
     }
 
-    /// The open directory.
-    pub(crate) fn file(&self) -> &File {
+    /// The open directory, for operations on its entries.
+    pub(crate) fn dir(&self) -> &Dir {
         &self.dir
     }
 
@@ -111,16 +122,12 @@ impl Base {
 /// Opens the directory `path`, its last component never through a link; when it is missing
 /// and `create` says with which mode, its missing components are made one by one, each with
 /// `mkdirat` relative to its opened parent and then opened with `O_NOFOLLOW`.
-fn open_dir(path: &Path, create: Option<u32>) -> Result<File, FsError> {
-    match nix::fcntl::open(path, dir_flags(), Mode::empty()) {
-        Ok(fd) => Ok(File::from(fd)),
-        Err(Errno::ENOENT) if create.is_some() => {
+fn open_dir(path: &Path, create: Option<u32>) -> Result<Dir, FsError> {
+    match Dir::open_path(path) {
+        Ok(dir) => Ok(dir),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && create.is_some() => {
             let (Some(name), Some(parent)) = (path.file_name(), path.parent()) else {
-                return Err(io_error(
-                    "open directory",
-                    path,
-                    io::Error::from(Errno::ENOENT),
-                ));
+                return Err(io_error("open directory", path, e));
             };
             let parent = if parent.as_os_str().is_empty() {
                 Path::new(".")
@@ -129,24 +136,24 @@ fn open_dir(path: &Path, create: Option<u32>) -> Result<File, FsError> {
             };
             let parent_dir = open_dir(parent, create)?;
             let mode = create.unwrap_or(0o755);
-            match nix::sys::stat::mkdirat(parent_dir.as_fd(), name, crate::sys::mode(mode)) {
-                Ok(()) | Err(Errno::EEXIST) => {}
-                Err(e) => return Err(io_error("create directory", path, e.into())),
+            match parent_dir.mkdir(name, mode) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io_error("create directory", path, e)),
             }
-            nix::fcntl::openat(parent_dir.as_fd(), name, dir_flags(), Mode::empty())
-                .map(File::from)
-                .map_err(|e| dir_error(path, e))
+            parent_dir.open_dir(name).map_err(|e| dir_error(path, e))
         }
         Err(e) => Err(dir_error(path, e)),
     }
 }
 
-fn dir_error(path: &Path, e: Errno) -> FsError {
-    match e {
-        Errno::ENOTDIR => FsError::NotADirectory {
+fn dir_error(path: &Path, e: io::Error) -> FsError {
+    if e.kind() == io::ErrorKind::NotADirectory {
+        FsError::NotADirectory {
             path: path.to_owned(),
-        },
-        e => io_error("open directory", path, e.into()),
+        }
+    } else {
+        io_error("open directory", path, e)
     }
 }
 
@@ -159,12 +166,14 @@ fn dir_error(path: &Path, e: Errno) -> FsError {
 ///
 /// # Errors
 /// [`FsError::InvalidOption`] naming `path`, its owner and mode, and how to allow it.
+#[cfg(unix)]
 pub(crate) fn trusted(
     path: &Path,
     meta: &std::fs::Metadata,
     shared: bool,
     what: &str,
 ) -> Result<(), FsError> {
+    use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::geteuid().as_raw();
     let mode = meta.mode() & 0o7777;
     let sticky = mode & 0o1000 != 0;
@@ -203,4 +212,21 @@ pub(crate) fn trusted(
             path.display()
         ),
     })
+}
+
+/// On Windows a directory's access control list, not permission bits, says who can change it,
+/// and std reads no ACL: the store directory's ACL is the user's to set (a directory in the
+/// user's profile admits only that user, SYSTEM and administrators). See the
+/// [platforms](crate::platforms) page, *Windows*.
+///
+/// # Errors
+/// Never.
+#[cfg(windows)]
+pub(crate) fn trusted(
+    _path: &Path,
+    _meta: &std::fs::Metadata,
+    _shared: bool,
+    _what: &str,
+) -> Result<(), FsError> {
+    Ok(())
 }

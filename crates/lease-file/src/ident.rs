@@ -24,10 +24,7 @@ pub(crate) fn current() -> Identity {
     }
     let id = Identity {
         pid,
-        host: nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok())
-            .unwrap_or_default(),
+        host: crate::sys::host_name(),
         pid_ns: crate::sys::pid_namespace(),
         boot_id: crate::sys::boot_id(),
         start_time: crate::sys::start_time(),

@@ -112,9 +112,14 @@ struct ReadmeDoctests;
 #[doc = include_str!("docs/platforms.md")]
 pub mod platforms {}
 
-#[cfg(not(any(target_os = "linux", target_os = "macos", target_os = "freebsd")))]
+#[cfg(not(any(
+    target_os = "linux",
+    target_os = "macos",
+    target_os = "freebsd",
+    windows
+)))]
 compile_error!(
-    "lease-file runs on Linux, macOS and FreeBSD only (Windows is planned): see \
+    "lease-file runs on Linux, macOS, FreeBSD and Windows only: see \
      https://docs.rs/lease-file/latest/lease_file/platforms/"
 );
 
@@ -123,13 +128,14 @@ compile_error!(
 macro_rules! on_supported_systems {
     ($($item:item)*) => {
         $(
-            #[cfg(any(target_os = "linux", target_os = "macos", target_os = "freebsd"))]
+            #[cfg(any(target_os = "linux", target_os = "macos", target_os = "freebsd", windows))]
             $item
         )*
     };
 }
 
 on_supported_systems! {
+    mod at;
     mod encode;
     mod engine;
     mod error;

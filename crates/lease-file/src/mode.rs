@@ -1,13 +1,9 @@
 //! Whether kernel locks work where the locks live.
 
-use std::fs::TryLockError;
 use std::path::Path;
 
-use nix::errno::Errno;
-use nix::fcntl::OFlag;
-
 use crate::error::FsError;
-use crate::fsio::{Base, io_error};
+use crate::fsio::Base;
 
 /// How a lock keeps its critical sections and its tenure, as detected (or forced) for its
 /// directory: [`FileLock::mode`](crate::FileLock::mode), [`DirectoryStore::mode`](crate::DirectoryStore::mode).
@@ -97,7 +93,6 @@ pub(crate) fn detect(
             "heartbeat-only mode requested".into(),
         ));
     }
-    let network = crate::sys::network_file_system(base.fd());
     let fallback = |reason: String, source: Option<std::io::Error>| match preference {
         ModePreference::Kernel => Err(FsError::Unsupported {
             path: probe.to_owned(),
@@ -110,7 +105,41 @@ pub(crate) fn detect(
             Ok((LockMode::HeartbeatOnly, reason))
         }
     };
-    if let Some(kind) = network {
+    // Not a fallback on Windows but the design (no warning): every lock is heartbeat-only.
+    #[cfg(windows)]
+    {
+        let _ = (base, fallback);
+        let reason = "kernel mode is not ported to Windows: every lock there is heartbeat-only \
+                      (see the platforms page, Windows)";
+        match preference {
+            ModePreference::Kernel => Err(FsError::Unsupported {
+                path: probe.to_owned(),
+                reason: reason.to_owned(),
+                source: None,
+            }),
+            _ => Ok((LockMode::HeartbeatOnly, reason.to_owned())),
+        }
+    }
+    #[cfg(unix)]
+    probe_unix(base, probe, fallback)
+}
+
+/// The probe on Unix: a network file system falls back; elsewhere `flock` on a second open
+/// file description of the directory says.
+#[cfg(unix)]
+fn probe_unix(
+    base: &Base,
+    probe: &Path,
+    fallback: impl Fn(String, Option<std::io::Error>) -> Result<(LockMode, String), FsError>,
+) -> Result<(LockMode, String), FsError> {
+    use std::fs::TryLockError;
+
+    use nix::errno::Errno;
+    use nix::fcntl::OFlag;
+
+    use crate::fsio::io_error;
+
+    if let Some(kind) = crate::sys::network_file_system(base.fd()) {
         return fallback(
             format!(
                 "{kind} file system: flock is not reliable across hosts there (force \

@@ -11,19 +11,12 @@
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use nix::dir::Dir;
-use nix::errno::Errno;
-use nix::fcntl::{OFlag, renameat};
-use nix::sys::stat::Mode;
-
 use lease_core::Holder;
 
+use crate::at::{self, Dir, EntryKind, Stream};
 use crate::encode::fnv;
 use crate::error::FsError;
 use crate::fsio::{Base, MAX_RECORD_BYTES, io_error};
@@ -296,7 +289,7 @@ pub(crate) struct KeyDir {
     /// looks at, never the path.
     base: Arc<Base>,
     name: std::ffi::OsString,
-    file: File,
+    dir: Dir,
     /// [`fnv`] of the directory's device and inode numbers.
     id: u64,
     dev_ino: (u64, u64),
@@ -318,14 +311,15 @@ pub(crate) struct KeyDir {
     /// that every entry in it was put there by this user.
     created_entry: Option<(u64, u64)>,
     sole_writer: bool,
-    /// A directory stream on a duplicate of `file`, made at the first listing and rewound after
+    /// A directory stream on a duplicate of `dir`, made at the first listing and rewound after
     /// each: a listing is then `getdents64` twice and an `lseek`, instead of also opening,
     /// checking and closing a stream every time.
-    stream: Mutex<Option<Dir>>,
+    stream: Mutex<Option<Stream>>,
     /// The state entry, opened at the first description and kept with its inode number: the
     /// entry is one file renamed from state to state, so while a listing shows that inode under
     /// the state's name, a description is one `pwrite` to it (an open file's inode number is
-    /// never reused by another file).
+    /// never reused by another file). Never kept on Windows, whose listings give no inode
+    /// number (0).
     entry: Mutex<Option<(u64, File)>>,
 }
 
@@ -369,26 +363,23 @@ impl KeyDir {
         check_name(name)?;
         let mut created_entry = None;
         for _ in 0..8 {
-            match nix::fcntl::openat(base.fd(), name, dir_flags(), Mode::empty()) {
-                Ok(fd) => {
-                    let file = File::from(fd);
-                    let meta = file.metadata().map_err(|e| io_error("fstat", path, e))?;
+            match base.dir().open_dir(name) {
+                Ok(dir) => {
+                    let meta = dir.metadata().map_err(|e| io_error("fstat", path, e))?;
                     crate::fsio::trusted(path, &meta, base.shared(), "lock directory")?;
-                    let dev_ino = (meta.dev(), meta.ino());
-                    let sole_writer =
-                        meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o022 == 0;
+                    let (dev_ino, sole_writer) = identity(&meta);
                     let mut id_bytes = [0u8; 16];
                     id_bytes[..8].copy_from_slice(&dev_ino.0.to_le_bytes());
                     id_bytes[8..].copy_from_slice(&dev_ino.1.to_le_bytes());
                     // Made now rather than at the first listing, which every use of a lock
                     // directory starts with: a waiter that opens the directory before blocking
                     // in `flock` then lists it without this cost once woken.
-                    let stream = stream_of(&file).ok();
+                    let stream = Stream::new(&dir).ok();
                     return Ok(Some(Self {
                         path: path.to_owned(),
                         base: base.clone(),
                         name: name.to_owned(),
-                        file,
+                        dir,
                         id: fnv(&id_bytes),
                         dev_ino,
                         locked: false,
@@ -400,7 +391,7 @@ impl KeyDir {
                         entry: Mutex::new(None),
                     }));
                 }
-                Err(Errno::ENOENT) => match create {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => match create {
                     None => return Ok(None),
                     Some(modes) => {
                         if let Some(entry) = init(base, name, kind, modes, seed)? {
@@ -410,7 +401,7 @@ impl KeyDir {
                 },
                 // Another protocol's file, or something hostile; or it changed under the look
                 // (a Go lock released, or this lock's directory created meanwhile): look again.
-                Err(e) => not_a_directory(base, name, e.into())?,
+                Err(e) => not_a_directory(base, name, e)?,
             }
         }
         Err(FsError::Io {
@@ -479,7 +470,7 @@ impl KeyDir {
         if self.locked {
             return Ok(true);
         }
-        match self.file.try_lock() {
+        match self.dir.try_lock() {
             Ok(()) => self.locked = true,
             Err(std::fs::TryLockError::WouldBlock) => {}
             Err(std::fs::TryLockError::Error(e)) => return Err(io_error("flock", &self.path, e)),
@@ -496,7 +487,7 @@ impl KeyDir {
             return Err(inherited(&self.path));
         }
         if !self.locked {
-            self.file
+            self.dir
                 .lock()
                 .map_err(|e| io_error("flock", &self.path, e))?;
             self.locked = true;
@@ -507,11 +498,12 @@ impl KeyDir {
     /// Another descriptor of this directory, sharing its open file description and so its
     /// kernel lock (`O_CLOEXEC`, like every descriptor here).
     /// A handle inherited across a `fork` shares nothing: its lock is the parent's.
+    #[cfg(unix)]
     pub(crate) fn share(&self) -> io::Result<std::os::fd::OwnedFd> {
         if !self.opened_here() {
             return Err(io::Error::other(INHERITED));
         }
-        self.file.try_clone().map(std::os::fd::OwnedFd::from)
+        self.dir.file().try_clone().map(std::os::fd::OwnedFd::from)
     }
 
     /// Drops the kernel lock (also dropped when the last process holding the handle closes
@@ -520,7 +512,7 @@ impl KeyDir {
     pub(crate) fn unlock(&mut self) {
         if self.locked {
             if self.opened_here() {
-                let _ = self.file.unlock();
+                let _ = self.dir.unlock();
             }
             self.locked = false;
         }
@@ -529,22 +521,20 @@ impl KeyDir {
     /// Whether the store directory holding this lock directory has an entry `name` (looked up
     /// through the store's descriptor, never its path, which may name another directory now).
     pub(crate) fn store_has(&self, name: &str) -> bool {
-        nix::sys::stat::fstatat(
-            self.base.fd(),
-            name,
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        )
-        .is_ok()
+        self.base.dir().stat(OsStr::new(name)).is_ok()
     }
 
-    /// Whether the path still names this directory (not removed, moved or replaced).
+    /// Whether the path still names this directory (not removed, moved or replaced). On
+    /// Windows, where every operation goes by path (see [`at`]), whether a directory is at the
+    /// path: a handle there cannot drift from the path, and std gives no stable file identity
+    /// to compare (Wine even changes a directory's creation time as entries are renamed in it).
     pub(crate) fn still_at_path(&self) -> bool {
-        nix::sys::stat::fstatat(
-            self.base.fd(),
-            self.name.as_os_str(),
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        )
-        .is_ok_and(|m| crate::sys::dev_ino(&m) == self.dev_ino)
+        let at_path = self.base.dir().stat(&self.name);
+        if cfg!(windows) {
+            at_path.is_ok_and(|m| m.kind == EntryKind::Dir)
+        } else {
+            at_path.is_ok_and(|m| m.dev_ino == self.dev_ino)
+        }
     }
 
     /// The entries' names and inode numbers, capped at [`MAX_ENTRIES`].
@@ -553,32 +543,29 @@ impl KeyDir {
         let dir = match stream.as_mut() {
             Some(dir) => dir,
             None => stream.insert(
-                stream_of(&self.file)
+                Stream::new(&self.dir)
                     .map_err(|e| io_error("open lock directory", &self.path, e))?,
             ),
         };
         let mut names = Vec::new();
         let mut seen = 0;
-        // The iterator rewinds the stream when dropped, so every listing reads the directory
-        // afresh from its start.
-        for entry in dir.iter() {
-            let entry = entry.map_err(|e| io_error("read lock directory", &self.path, e.into()))?;
-            let name = entry.file_name().to_bytes();
-            if name == b"." || name == b".." {
-                continue;
-            }
-            // Every entry counts towards the cap, names that are not UTF-8 too.
-            seen += 1;
-            if seen > MAX_ENTRIES {
-                return Err(FsError::Hostile {
-                    path: self.path.clone(),
-                    reason: format!("more than {MAX_ENTRIES} entries in a lock directory"),
-                });
-            }
-            if let Ok(name) = std::str::from_utf8(name) {
-                names.push((name.to_owned(), entry.ino()));
-            }
-        }
+        dir.each(
+            |entry| {
+                // Every entry counts towards the cap, names that are not UTF-8 too.
+                seen += 1;
+                if seen > MAX_ENTRIES {
+                    return Err(FsError::Hostile {
+                        path: self.path.clone(),
+                        reason: format!("more than {MAX_ENTRIES} entries in a lock directory"),
+                    });
+                }
+                if let Ok(name) = entry.name.into_string() {
+                    names.push((name, entry.ino));
+                }
+                Ok(())
+            },
+            |e| io_error("read lock directory", &self.path, e),
+        )?;
         Ok(names)
     }
 
@@ -674,28 +661,64 @@ impl KeyDir {
     pub(crate) fn swap(&self, from: &str, to: &str) -> Result<bool, FsError> {
         #[cfg(feature = "failpoints")]
         crate::faults::pause_at(from, to);
-        match renameat(self.file.as_fd(), from, self.file.as_fd(), to) {
+        // On Windows a rename opens its source by name, then renames the file through the
+        // handle: two steps, so two renames of one name can both succeed. Under the lock
+        // directory's `cas` lock the check that `from` is still there and the rename are one
+        // step for every other writer (they all take it), which the rename alone is on Unix.
+        #[cfg(windows)]
+        let _cas = {
+            let cas = self.cas()?;
+            if !self.exists(from)? {
+                return self.exists(to);
+            }
+            cas
+        };
+        match self.dir.rename(OsStr::new(from), OsStr::new(to)) {
             Ok(()) if self.durable => self
-                .file
-                .sync_all()
+                .dir
+                .sync()
                 .map(|()| true)
                 .map_err(|e| io_error("fsync lock directory", &self.path, e)),
             Ok(()) => Ok(true),
-            Err(Errno::ENOENT) => self.exists(to),
-            Err(e) => Err(io_error("rename lease state", &self.path, e.into())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => self.exists(to),
+            Err(e) => Err(io_error("rename lease state", &self.path, e)),
         }
     }
 
+    /// Takes the lock directory's `cas` lock (Windows): `LockFileEx` on the file [`CAS`], made
+    /// if missing, held until the returned guard is dropped.
+    ///
+    /// # Errors
+    /// Transient I/O errors (a `cas` file pending deletion by a pruner refuses opens until its
+    /// last handle closes).
+    #[cfg(windows)]
+    fn cas(&self) -> Result<CasLock, FsError> {
+        let transient = |op, e| FsError::Io {
+            op,
+            path: self.path.join(CAS),
+            transient: true,
+            source: e,
+        };
+        // One `cas` handle per lock directory per process at a time: threads of this process
+        // wait here, not in `LockFileEx`. Wine frees a lock whose `UnlockFileEx` it refused
+        // only when no other handle of the process has the file open.
+        let in_process = cas_in_process(&self.path);
+        let turn = in_process.lock().unwrap_or_else(PoisonError::into_inner);
+        let file = self
+            .dir
+            .open_or_create(OsStr::new(CAS))
+            .map_err(|e| transient("open cas lock", e))?;
+        file.lock().map_err(|e| transient("lock cas", e))?;
+        Ok(CasLock {
+            file,
+            _turn: turn,
+        })
+    }
+
     fn exists(&self, name: &str) -> Result<bool, FsError> {
-        match nix::sys::stat::fstatat(
-            self.file.as_fd(),
-            name,
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        ) {
-            Ok(_) => Ok(true),
-            Err(Errno::ENOENT) => Ok(false),
-            Err(e) => Err(io_error("stat lease state", &self.path, e.into())),
-        }
+        self.dir
+            .exists(OsStr::new(name))
+            .map_err(|e| io_error("stat lease state", &self.path, e))
     }
 
     /// Writes the diagnostic record into the state entry `name`, which a rename just gave the
@@ -713,7 +736,6 @@ impl KeyDir {
         #[cfg(feature = "failpoints")]
         crate::faults::before_describe();
         let mut bytes = record.to_bytes();
-        let flags = OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         let fits = bytes.len() <= DESCRIPTION_BYTES;
         let mut entry = self.entry.lock().unwrap_or_else(PoisonError::into_inner);
         if fits {
@@ -721,12 +743,11 @@ impl KeyDir {
             if let Some((kept, file)) = entry.as_ref()
                 && *kept == ino
             {
-                let _ = file.write_all_at(&bytes, 0);
+                let _ = at::write_all_at(file, &bytes);
                 return;
             }
         }
-        if let Ok(fd) = nix::fcntl::openat(self.file.as_fd(), name, flags, Mode::empty()) {
-            let file = File::from(fd);
+        if let Ok(file) = self.dir.open_write(OsStr::new(name)) {
             let Ok(meta) = file.metadata() else {
                 return;
             };
@@ -738,8 +759,8 @@ impl KeyDir {
                 if !fits {
                     let _ = file.set_len(0);
                 }
-                let _ = file.write_all_at(&bytes, 0);
-                if meta.ino() == ino {
+                let _ = at::write_all_at(&file, &bytes);
+                if ino != 0 && at::ino(&meta) == ino {
                     *entry = Some((ino, file));
                 }
             }
@@ -753,11 +774,22 @@ impl KeyDir {
     /// alone proves nothing: a user who can write the lock directory (a shared store, a lock
     /// directory squatted by another user) can move into it a file of the caller's that was
     /// never a state entry, a root-owned file under root.
+    #[cfg(unix)]
     fn writable(&self, meta: &std::fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt;
         meta.is_file()
             && meta.nlink() == 1
             && (self.created_entry == Some((meta.dev(), meta.ino()))
                 || (self.sole_writer && meta.uid() == nix::unistd::geteuid().as_raw()))
+    }
+
+    /// On Windows std reads neither owners nor link counts: a regular file is written, and the
+    /// store directory's access control list keeps other users from planting one (see the
+    /// [platforms](crate::platforms) page, *Windows*).
+    #[cfg(windows)]
+    fn writable(&self, meta: &std::fs::Metadata) -> bool {
+        let _ = (self.created_entry, self.sole_writer);
+        meta.is_file()
     }
 
     /// Erases the description from the state entry kept open by the last
@@ -795,15 +827,10 @@ impl KeyDir {
 
     /// Opens a file of this directory for reading, if it exists.
     pub(crate) fn open_file(&self, name: &str) -> Result<Option<File>, FsError> {
-        match nix::fcntl::openat(
-            self.file.as_fd(),
-            name,
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        ) {
-            Ok(fd) => Ok(Some(File::from(fd))),
-            Err(Errno::ENOENT) => Ok(None),
-            Err(e) => Err(io_error("open", &self.path.join(name), e.into())),
+        match self.dir.open_read(OsStr::new(name)) {
+            Ok(file) => Ok(Some(file)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_error("open", &self.path.join(name), e)),
         }
     }
 
@@ -824,18 +851,13 @@ impl KeyDir {
         } else {
             mode & !0o022
         };
-        let fd = nix::fcntl::openat(
-            self.file.as_fd(),
-            name,
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            crate::sys::mode(mode),
-        )
-        .map_err(|e| io_error("create", &path, e.into()))?;
+        let mut file = self
+            .dir
+            .create_new(OsStr::new(name), mode)
+            .map_err(|e| io_error("create", &path, e))?;
         if self.base.shared() {
-            nix::sys::stat::fchmod(&fd, crate::sys::mode(mode))
-                .map_err(|e| io_error("chmod", &path, e.into()))?;
+            at::set_mode(&file, mode).map_err(|e| io_error("chmod", &path, e))?;
         }
-        let mut file = File::from(fd);
         file.write_all(bytes)
             .and_then(|()| if fsync { file.sync_all() } else { Ok(()) })
             .map_err(|e| io_error("write", &path, e))
@@ -843,11 +865,7 @@ impl KeyDir {
 
     /// Removes the file `name` (best effort).
     pub(crate) fn remove(&self, name: &str) {
-        let _ = nix::unistd::unlinkat(
-            self.file.as_fd(),
-            name,
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        );
+        let _ = self.dir.unlink(OsStr::new(name));
     }
 }
 
@@ -882,7 +900,9 @@ impl KeyDir {
     /// # Errors
     /// I/O errors listing it.
     pub(crate) fn ended(&self) -> Result<Option<Ended>, FsError> {
-        let names = self.names()?;
+        let mut names = self.names()?;
+        // Windows: the `cas` lock file stays beside a dead entry (and is removed with it).
+        names.retain(|(name, _)| !cfg!(windows) || name != CAS);
         Ok(match names.as_slice() {
             [] => Some(Ended::Empty),
             [(name, _)] if dead_generation(name).is_some() => Some(Ended::Dead(name.clone())),
@@ -892,7 +912,7 @@ impl KeyDir {
 
     /// When the directory was last changed (its mtime: every state rename sets it).
     pub(crate) fn changed_at(&self) -> Option<std::time::SystemTime> {
-        self.file.metadata().and_then(|m| m.modified()).ok()
+        self.dir.metadata().and_then(|m| m.modified()).ok()
     }
 
     /// Drops the state entry kept open for descriptions (so that a network file system need
@@ -913,9 +933,9 @@ pub(crate) fn dead_generation(name: &str) -> Option<u64> {
 ///
 /// # Errors
 /// I/O errors duplicating it.
-pub(crate) fn open_store_dir(base: &Base) -> Result<std::os::fd::OwnedFd, FsError> {
-    base.fd()
-        .try_clone_to_owned()
+pub(crate) fn open_store_dir(base: &Base) -> Result<Dir, FsError> {
+    base.dir()
+        .try_clone()
         .map_err(|e| io_error("open store directory", base.path(), e))
 }
 
@@ -934,7 +954,7 @@ pub(crate) fn creating(listing: &[std::ffi::OsString], name: &str) -> bool {
     let prefix = format!("{INIT_PREFIX}{}.", init_name_hash(OsStr::new(name)));
     listing
         .iter()
-        .any(|entry| entry.as_bytes().starts_with(prefix.as_bytes()))
+        .any(|entry| entry.as_encoded_bytes().starts_with(prefix.as_bytes()))
 }
 
 /// The names whose creation may be under way in the store listing `listing` (as [`creating`]
@@ -944,7 +964,9 @@ pub(crate) fn creations(listing: &[std::ffi::OsString]) -> std::collections::Has
     listing
         .iter()
         .filter_map(|entry| {
-            let temp = entry.as_bytes().strip_prefix(INIT_PREFIX.as_bytes())?;
+            let temp = entry
+                .as_encoded_bytes()
+                .strip_prefix(INIT_PREFIX.as_bytes())?;
             temp.get(..16)
         })
         .collect()
@@ -960,23 +982,31 @@ pub(crate) fn creation_pending(creations: &std::collections::HashSet<&[u8]>, nam
 /// # Errors
 /// I/O errors listing it.
 pub(crate) fn store_listing(base: &Base) -> Result<Vec<std::ffi::OsString>, FsError> {
-    let mut dir = Dir::openat(base.fd(), ".", dir_flags(), Mode::empty())
-        .map_err(|e| io_error("list", base.path(), e.into()))?;
+    let list_error = |e| io_error("list", base.path(), e);
+    // A fresh stream on a fresh descriptor of the directory (`openat(".")`), not the base's.
+    let mut stream = base
+        .dir()
+        .open_dir(OsStr::new("."))
+        .and_then(Stream::from_dir)
+        .map_err(list_error)?;
     let mut names = Vec::new();
-    for entry in dir.iter() {
-        let entry = entry.map_err(|e| io_error("list", base.path(), e.into()))?;
-        let name = entry.file_name().to_bytes();
-        // A creation under way is a directory (`mkdirat`): anything else at a temporary's name
-        // (a link another user planted in a shared store) creates nothing, and is not listed,
-        // so it cannot make a pruner keep a key forever.
-        let planted = name.starts_with(INIT_PREFIX.as_bytes())
-            && entry
-                .file_type()
-                .is_some_and(|kind| kind != nix::dir::Type::Directory);
-        if name != b"." && name != b".." && !planted {
-            names.push(OsStr::from_bytes(name).to_owned());
-        }
-    }
+    stream.each(
+        |entry| {
+            // A creation under way is a directory (`mkdirat`): anything else at a temporary's
+            // name (a link another user planted in a shared store) creates nothing, and is not
+            // listed, so it cannot make a pruner keep a key forever.
+            let planted = entry
+                .name
+                .as_encoded_bytes()
+                .starts_with(INIT_PREFIX.as_bytes())
+                && entry.kind.is_some_and(|kind| kind != EntryKind::Dir);
+            if !planted {
+                names.push(entry.name);
+            }
+            Ok(())
+        },
+        list_error,
+    )?;
     Ok(names)
 }
 
@@ -1002,16 +1032,17 @@ pub(crate) fn remove_ended(
         return false;
     }
     if let Ok(Some(Ended::Dead(dead))) = kd.ended() {
-        let _ = nix::unistd::unlinkat(
-            kd.file.as_fd(),
-            dead.as_str(),
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        );
+        let _ = kd.dir.unlink(OsStr::new(&dead));
     }
+    // Windows: the `cas` lock file goes too. A contender that opens it again meanwhile (its
+    // swap then finds no state to rename) makes the `rmdir` below fail: a later prune ends it.
+    #[cfg(windows)]
+    let _ = kd.dir.unlink(OsStr::new(CAS));
     #[cfg(feature = "failpoints")]
     fail::fail_point!("lease-file/before-rmdir");
-    match nix::unistd::unlinkat(base.fd(), name, nix::unistd::UnlinkatFlags::RemoveDir) {
-        Ok(()) | Err(Errno::ENOENT) => true,
+    match base.dir().rmdir(OsStr::new(name)) {
+        Ok(()) => true,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => true,
         // Not empty, or not ours to remove: removed only if the ended directory is no longer
         // at the path (someone finished the removal, and perhaps created the key afresh).
         Err(_) => !kd.still_at_path(),
@@ -1031,12 +1062,6 @@ fn inherited(path: &Path) -> FsError {
         transient: true,
         source: io::Error::other(INHERITED),
     }
-}
-
-/// A directory stream on a duplicate of `dir`: the duplicate shares the open file description
-/// (and so its kernel lock, which closing the duplicate never drops while `dir` is open).
-fn stream_of(dir: &File) -> io::Result<Dir> {
-    Dir::from_fd(dir.try_clone()?.into()).map_err(io::Error::from)
 }
 
 /// Reads at most [`MAX_RECORD_BYTES`] (or [`crate::MAX_FENCED_FILE_BYTES`]) of a regular file,
@@ -1090,8 +1115,9 @@ fn init(
     // The coarse clock the kernel stamps new inodes with, read before the `mkdirat`: the
     // directory it makes is born no earlier (see `open_temp`).
     let made_after = crate::sys::birth_floor();
-    nix::sys::stat::mkdirat(base.fd(), temp.as_os_str(), crate::sys::mode(modes.dir))
-        .map_err(|e| io_error("create lock directory", &temp_path, e.into()))?;
+    base.dir()
+        .mkdir(&temp, modes.dir)
+        .map_err(|e| io_error("create lock directory", &temp_path, e))?;
     #[cfg(feature = "failpoints")]
     fail::fail_point!("lease-file/before-open-temp");
     let result = init_place(base, &temp, name, kind, modes, seed, made_after);
@@ -1099,24 +1125,14 @@ fn init(
     let swapped = matches!(&result, Err(FsError::Io { op, .. }) if *op == SWAPPED_TEMP);
     if !swapped && !matches!(result, Ok(Some(_))) {
         // Removes an empty directory only, and only an entry of the base directory.
-        let _ = nix::unistd::unlinkat(
-            base.fd(),
-            temp.as_os_str(),
-            nix::unistd::UnlinkatFlags::RemoveDir,
-        );
+        let _ = base.dir().rmdir(&temp);
     }
     if matches!(result, Ok(None)) {
         // Whatever is at the path now is looked at by the next open.
-        let meta =
-            nix::sys::stat::fstatat(base.fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
-        if let Ok(meta) = meta
-            && meta.st_mode & nix::libc::S_IFMT != nix::libc::S_IFDIR
+        if let Ok(meta) = base.dir().stat(name)
+            && meta.kind != EntryKind::Dir
         {
-            not_a_directory(
-                base,
-                name,
-                io::Error::from_raw_os_error(Errno::ENOTDIR as i32),
-            )?;
+            not_a_directory(base, name, io::Error::from(io::ErrorKind::NotADirectory))?;
         }
     }
     let _ = path;
@@ -1142,7 +1158,7 @@ const INIT_PREFIX: &str = ".lease-init.";
 
 /// The part of a temporary lock directory's name that stands for the name being created.
 fn init_name_hash(name: &OsStr) -> String {
-    format!("{:016x}", crate::encode::fnv(name.as_bytes()))
+    format!("{:016x}", crate::encode::fnv(name.as_encoded_bytes()))
 }
 
 /// The longest lock name, in bytes (`NAME_MAX` on Linux file systems).
@@ -1150,7 +1166,7 @@ pub(crate) const MAX_NAME_BYTES: usize = 255;
 
 /// Refuses a lock name the file system cannot hold, up front, naming the limit.
 pub(crate) fn check_name(name: &OsStr) -> Result<(), FsError> {
-    let len = name.as_bytes().len();
+    let len = name.as_encoded_bytes().len();
     if len > MAX_NAME_BYTES {
         return Err(FsError::InvalidOption {
             option: "path",
@@ -1159,7 +1175,8 @@ pub(crate) fn check_name(name: &OsStr) -> Result<(), FsError> {
             ),
         });
     }
-    if len == 0 || name == "." || name == ".." || name.as_bytes().contains(&b'/') {
+    let separator = |b: &u8| *b == b'/' || (cfg!(windows) && *b == b'\\');
+    if len == 0 || name == "." || name == ".." || name.as_encoded_bytes().iter().any(separator) {
         return Err(FsError::InvalidOption {
             option: "path",
             reason: format!("{} is not a lock name", name.to_string_lossy()),
@@ -1191,15 +1208,16 @@ fn open_temp(
     temp: &OsStr,
     modes: Modes,
     made_after: Option<std::time::SystemTime>,
-) -> Result<File, FsError> {
+) -> Result<Dir, FsError> {
     let temp_path = base.join(temp);
-    let dir = nix::fcntl::openat(base.fd(), temp, dir_flags(), Mode::empty())
-        .map(File::from)
-        .map_err(|e| io_error("open lock directory", &temp_path, e.into()))?;
+    let dir = base
+        .dir()
+        .open_dir(temp)
+        .map_err(|e| io_error("open lock directory", &temp_path, e))?;
     let meta = dir
         .metadata()
         .map_err(|e| io_error("fstat", &temp_path, e))?;
-    if meta.uid() != nix::unistd::geteuid().as_raw() {
+    if !at::owned_by_me(&meta) {
         return Err(FsError::Hostile {
             path: temp_path,
             reason: "the temporary directory was replaced by another user's".into(),
@@ -1223,8 +1241,8 @@ fn open_temp(
     // descriptor, and only to a directory proven to be the one just made), so that the group
     // can use the lock whatever the creator's umask; elsewhere the umask applies.
     if base.shared() && born.is_some() && made_after.is_some() {
-        nix::sys::stat::fchmod(dir.as_fd(), crate::sys::mode(modes.dir))
-            .map_err(|e| io_error("chmod", &temp_path, e.into()))?;
+        dir.set_mode(modes.dir)
+            .map_err(|e| io_error("chmod", &temp_path, e))?;
     }
     Ok(dir)
 }
@@ -1259,55 +1277,122 @@ fn init_place(
         Kind::Lease if !base.shared() => modes.file & 0o600,
         _ => modes.file,
     };
-    let created = nix::fcntl::openat(
-        dir.as_fd(),
-        first.as_str(),
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        crate::sys::mode(first_mode),
-    )
-    .map_err(|e| io_error("create", &temp_path.join(&first), e.into()))?;
+    let created = dir
+        .create_new(OsStr::new(&first), first_mode)
+        .map_err(|e| io_error("create", &temp_path.join(&first), e))?;
     if base.shared() {
-        nix::sys::stat::fchmod(&created, crate::sys::mode(first_mode))
-            .map_err(|e| io_error("chmod", &temp_path.join(&first), e.into()))?;
+        at::set_mode(&created, first_mode)
+            .map_err(|e| io_error("chmod", &temp_path.join(&first), e))?;
     }
-    let entry = nix::sys::stat::fstat(&created)
-        .map(|m| crate::sys::dev_ino(&m))
-        .map_err(|e| io_error("fstat", &temp_path.join(&first), e.into()))?;
+    let entry = created
+        .metadata()
+        .map(|m| identity(&m).0)
+        .map_err(|e| io_error("fstat", &temp_path.join(&first), e))?;
     drop(created);
+    // Windows: the `cas` lock file is made with the directory, so that no swap has to.
+    #[cfg(windows)]
+    drop(
+        dir.open_or_create(OsStr::new(CAS))
+            .map_err(|e| io_error("create", &temp_path.join(CAS), e))?,
+    );
     let path = base.join(name);
     #[cfg(feature = "failpoints")]
     fail::fail_point!("lease-file/before-create");
-    match renameat(base.fd(), temp, base.fd(), name) {
+    match base.dir().rename(temp, name) {
         Ok(()) => {
             tracing::debug!(path = %path.display(), "lock directory created");
             if modes.fsync {
-                base.file()
-                    .sync_all()
+                base.dir()
+                    .sync()
                     .map_err(|e| io_error("fsync directory", base.path(), e))?;
             }
             Ok(Some(entry))
         }
         Err(e) => {
-            let _ = nix::unistd::unlinkat(
-                dir.as_fd(),
-                first.as_str(),
-                nix::unistd::UnlinkatFlags::NoRemoveDir,
-            );
-            match e {
+            let _ = dir.unlink(OsStr::new(&first));
+            #[cfg(windows)]
+            let _ = dir.unlink(OsStr::new(CAS));
+            if placed_first(&e) {
                 // Someone else created it first, or a file sits there (looked at by the caller).
-                Errno::EEXIST | Errno::ENOTEMPTY | Errno::ENOTDIR | Errno::EISDIR => Ok(None),
-                e => Err(io_error(
-                    "rename lock directory into place",
-                    &path,
-                    e.into(),
-                )),
+                Ok(None)
+            } else {
+                Err(io_error("rename lock directory into place", &path, e))
             }
         }
     }
 }
 
-fn dir_flags() -> OFlag {
-    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+/// Whether a rename of a new lock directory into place failed because something is there
+/// already: a non-empty directory, or a file (Unix: `EEXIST`, `ENOTEMPTY`, `ENOTDIR`,
+/// `EISDIR`; Windows: "already exists", or access denied, which `MoveFileExW` reports for an
+/// existing directory as target).
+fn placed_first(e: &io::Error) -> bool {
+    use io::ErrorKind as K;
+    matches!(
+        e.kind(),
+        K::AlreadyExists | K::DirectoryNotEmpty | K::NotADirectory | K::IsADirectory
+    ) || (cfg!(windows) && e.kind() == K::PermissionDenied)
+}
+
+/// A directory's or file's identity and whether this user alone can have written it: device
+/// and inode, and (for a directory) owned by the effective user and writable by nobody else
+/// (Unix). On Windows std gives no file index and no owner: `(0, creation time)` and `true`
+/// (the store directory's access control list keeps other users out there).
+#[cfg(unix)]
+fn identity(meta: &std::fs::Metadata) -> ((u64, u64), bool) {
+    use std::os::unix::fs::MetadataExt;
+    (
+        (meta.dev(), meta.ino()),
+        meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o022 == 0,
+    )
+}
+
+/// See the Unix one.
+#[cfg(windows)]
+fn identity(meta: &std::fs::Metadata) -> ((u64, u64), bool) {
+    use std::os::windows::fs::MetadataExt;
+    ((0, meta.creation_time()), true)
+}
+
+/// Windows: the file in every lock directory whose `LockFileEx` lock serializes the swaps
+/// ([`KeyDir::swap`]). Never read, never a state name.
+#[cfg(windows)]
+const CAS: &str = "cas";
+/// Not a file anywhere else (a `cas` planted on Unix is an unknown name, ignored).
+#[cfg(not(windows))]
+const CAS: &str = "";
+
+/// The `cas` lock held ([`KeyDir::cas`]): unlocked explicitly when dropped, since a lock left
+/// to the close is freed "depending upon available system resources" (UnlockFileEx), then
+/// closed (under Wine, whose `UnlockFileEx` refuses std's whole-file range, the close frees
+/// it).
+#[cfg(windows)]
+#[derive(Debug)]
+struct CasLock {
+    file: File,
+    /// This process's turn at the directory's `cas` ([`cas_in_process`]), given back after
+    /// the file is unlocked and closed (fields drop in order).
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+#[cfg(windows)]
+impl Drop for CasLock {
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
+}
+
+/// The in-process turn at the `cas` lock of the lock directory `path`: one mutex per path,
+/// made on first use and kept for the process's life (a few bytes per lock directory used).
+#[cfg(windows)]
+fn cas_in_process(path: &Path) -> &'static Mutex<()> {
+    static TURNS: Mutex<Option<std::collections::HashMap<PathBuf, &'static Mutex<()>>>> =
+        Mutex::new(None);
+    let mut turns = TURNS.lock().unwrap_or_else(PoisonError::into_inner);
+    turns
+        .get_or_insert_with(std::collections::HashMap::new)
+        .entry(path.to_owned())
+        .or_insert_with(|| Box::leak(Box::new(Mutex::new(()))))
 }
 
 /// Explains what sits at a lock path that the directory open failed on with `error`: another
@@ -1320,43 +1405,42 @@ fn dir_flags() -> OFlag {
 fn not_a_directory(base: &Base, name: &OsStr, error: io::Error) -> Result<(), FsError> {
     let path = base.join(name);
     let path = path.as_path();
-    if !matches!(
-        error.raw_os_error().map(Errno::from_raw),
-        Some(Errno::ENOTDIR | Errno::ELOOP)
-    ) {
+    if error.kind() != io::ErrorKind::NotADirectory && !at::is_link(&error) {
         return Err(io_error("open lock directory", path, error));
     }
-    let meta =
-        match nix::sys::stat::fstatat(base.fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(meta) => meta.st_mode & nix::libc::S_IFMT,
-            Err(Errno::ENOENT) => return Ok(()),
-            Err(e) => return Err(io_error("stat lock path", path, e.into())),
-        };
-    if meta == nix::libc::S_IFLNK {
-        return Err(FsError::Hostile {
-            path: path.to_owned(),
-            reason: "it is a symbolic link; links are never followed".into(),
-        });
+    let kind = match base.dir().stat(name) {
+        Ok(meta) => meta.kind,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_error("stat lock path", path, e)),
+    };
+    match kind {
+        EntryKind::Symlink => {
+            return Err(FsError::Hostile {
+                path: path.to_owned(),
+                reason: "it is a symbolic link; links are never followed".into(),
+            });
+        }
+        EntryKind::Dir => return Ok(()),
+        EntryKind::Other => {
+            return Err(FsError::Hostile {
+                path: path.to_owned(),
+                reason: "it is neither a lock directory nor a regular file".into(),
+            });
+        }
+        EntryKind::File => {}
     }
-    if meta == nix::libc::S_IFDIR {
-        return Ok(());
-    }
-    if meta != nix::libc::S_IFREG {
-        return Err(FsError::Hostile {
-            path: path.to_owned(),
-            reason: "it is neither a lock directory nor a regular file".into(),
-        });
-    }
-    let file = match nix::fcntl::openat(
-        base.fd(),
-        name,
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    ) {
-        Ok(fd) => File::from(fd),
+    let file = match base.dir().open_read(name) {
+        Ok(file) => file,
         // Removed, or replaced by a link, a FIFO or a socket since the stat: look again.
-        Err(Errno::ENOENT | Errno::ELOOP | Errno::ENXIO) => return Ok(()),
-        Err(e) => return Err(io_error("open", path, e.into())),
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                || e.kind() == io::ErrorKind::IsADirectory
+                || at::is_link(&e)
+                || at::is_fifo(&e) =>
+        {
+            return Ok(());
+        }
+        Err(e) => return Err(io_error("open", path, e)),
     };
     let meta = file.metadata().map_err(|e| io_error("fstat", path, e))?;
     if !meta.is_file() {
@@ -1376,7 +1460,7 @@ fn not_a_directory(base: &Base, name: &OsStr, error: io::Error) -> Result<(), Fs
 /// through its descriptor.
 pub(crate) fn entry_names(base: &Base) -> Result<Vec<std::ffi::OsString>, FsError> {
     let mut names = store_listing(base)?;
-    names.retain(|name| !name.as_bytes().starts_with(b"."));
+    names.retain(|name| !name.as_encoded_bytes().starts_with(b"."));
     Ok(names)
 }
 

@@ -490,7 +490,8 @@ impl DirectoryStore {
     /// death while a process started under the lease still runs. The descriptor is
     /// close-on-exec; clear that flag on the copy a child should inherit. `None` when this store
     /// holds no kernel lock for that lease (another tenure of the key included), and in a
-    /// `fork`ed child of the process that acquired it (the lock is the parent's).
+    /// `fork`ed child of the process that acquired it (the lock is the parent's). Unix only:
+    /// on Windows every lock is heartbeat-only (see the [platforms](crate::platforms) page).
     ///
     /// ```
     /// use lease_core::{LeaseGuard, LeaseKey};
@@ -506,6 +507,7 @@ impl DirectoryStore {
     /// guard.release()?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[cfg(unix)]
     pub fn kernel_lock_descriptor(
         &self,
         key: &LeaseKey,
@@ -1398,12 +1400,12 @@ impl DirectoryStore {
     /// microseconds since the epoch, so that a re-created key's tokens continue above its old
     /// ones (the assumption is in [`protocol`](crate::protocol), *Deleting and pruning keys*).
     fn first_generation(&self) -> u64 {
-        let marked = nix::sys::stat::fstatat(
-            self.inner.base.fd(),
-            SEEDED,
-            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-        )
-        .is_ok();
+        let marked = self
+            .inner
+            .base
+            .dir()
+            .stat(std::ffi::OsStr::new(SEEDED))
+            .is_ok();
         if marked { self.clock_micros() } else { 0 }
     }
 
@@ -1414,8 +1416,7 @@ impl DirectoryStore {
 
     /// Creates the marker [`SEEDED`] (if missing) before the first delete: from then on every
     /// lock directory created here starts from the clock.
-    fn mark_seeded(&self, store: &impl std::os::fd::AsFd) -> Result<(), FsError> {
-        use nix::fcntl::OFlag;
+    fn mark_seeded(&self, store: &crate::at::Dir) -> Result<(), FsError> {
         // As every file the store creates: the configured mode less the umask and never
         // writable by others, or, in a shared directory, exactly the configured mode, given
         // through the descriptor of the file just created.
@@ -1425,31 +1426,26 @@ impl DirectoryStore {
         } else {
             self.inner.file_mode & !0o022
         };
-        match nix::fcntl::openat(
-            store.as_fd(),
-            SEEDED,
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            crate::sys::mode(mode),
-        ) {
-            Ok(fd) => {
+        match store.create_new(std::ffi::OsStr::new(SEEDED), mode) {
+            Ok(file) => {
                 if shared {
-                    nix::sys::stat::fchmod(&fd, crate::sys::mode(mode)).map_err(|e| {
-                        crate::fsio::io_error("chmod", &self.inner.dir.join(SEEDED), e.into())
+                    crate::at::set_mode(&file, mode).map_err(|e| {
+                        crate::fsio::io_error("chmod", &self.inner.dir.join(SEEDED), e)
                     })?;
                 }
                 if self.inner.fsync {
-                    nix::unistd::fsync(store.as_fd()).map_err(|e| {
-                        crate::fsio::io_error("fsync store directory", &self.inner.dir, e.into())
+                    store.sync().map_err(|e| {
+                        crate::fsio::io_error("fsync store directory", &self.inner.dir, e)
                     })?;
                 }
                 tracing::info!(dir = %self.inner.dir.display(), "fencing now seeded from the clock");
                 Ok(())
             }
-            Err(nix::errno::Errno::EEXIST) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
             Err(e) => Err(crate::fsio::io_error(
                 "create",
                 &self.inner.dir.join(SEEDED),
-                e.into(),
+                e,
             )),
         }
     }
@@ -1471,7 +1467,7 @@ impl DirectoryStore {
     /// ended it. The caller removes it ([`state::remove_ended`]).
     fn end(
         &self,
-        store: &std::os::fd::OwnedFd,
+        store: &crate::at::Dir,
         key: &LeaseKey,
         kd: &KeyDir,
         found: &Found,
@@ -1671,7 +1667,7 @@ impl DirectoryStore {
     /// `Ended` too.
     fn prune_one(
         &self,
-        store: &std::os::fd::OwnedFd,
+        store: &crate::at::Dir,
         key: &LeaseKey,
         idle_for: Duration,
         clock: u64,

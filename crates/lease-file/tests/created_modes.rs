@@ -8,6 +8,8 @@
 //!   made a 0777 lock directory and then refused it as world-writable.
 //!
 //! The umask is process-wide: this binary changes it once, for both tests.
+// Unix only: permission bits and the umask, which Windows has not.
+#![cfg(unix)]
 #![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::PermissionsExt;

@@ -1,6 +1,8 @@
 //! Races that need a pause at an exact point, made with the fault points of the `failpoints`
 //! feature: `cargo test -p lease-file --features failpoints --test fault_points`. The `fail`
 //! registry is process-wide, so this binary holds only tests that configure it, one at a time.
+// Unix only: permission bits and Unix metadata in its checks.
+#![cfg(unix)]
 #![cfg(feature = "failpoints")]
 #![allow(clippy::unwrap_used)]
 

@@ -1,4 +1,6 @@
 //! Fenced values on the directory store: their namespace, hostile files, and racing writers.
+// Unix only: its hostile files are symbolic links and FIFOs, read through Unix metadata.
+#![cfg(unix)]
 #![allow(clippy::unwrap_used)]
 
 mod raw;

@@ -7,6 +7,8 @@
 //! A Go lock file at `P` is held for this crate (named, waited for, never taken over or
 //! touched, however stale); this crate's lock directory at `P` makes every Go `Acquire` fail.
 //! Plus the two modes of this crate on one path, under load.
+// Unix only: the Go PIDLock emulated with Unix pids and permission bits.
+#![cfg(unix)]
 #![allow(clippy::unwrap_used)]
 
 mod lease_dir;

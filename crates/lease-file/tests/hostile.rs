@@ -4,6 +4,8 @@
 //!
 //! Whatever is planted, of any name, size or number, gives a typed error or is ignored: never a
 //! panic, a spin, a second holder, or a change to a file this crate did not create.
+// Unix only: planted symbolic links, FIFOs and permission bits (Windows: links need privileges).
+#![cfg(unix)]
 #![allow(clippy::unwrap_used)]
 
 mod raw;

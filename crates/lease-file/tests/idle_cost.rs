@@ -7,6 +7,8 @@
 //!
 //! Measured on the file system of the test's temporary directory (`TMPDIR`), from `st_blocks`
 //! and file sizes.
+// Unix only: inode and block counts (`MetadataExt`).
+#![cfg(unix)]
 #![allow(clippy::unwrap_used)]
 
 mod raw;

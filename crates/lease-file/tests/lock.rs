@@ -8,6 +8,7 @@ mod raw;
 use raw::Raw as _;
 mod lease_dir;
 
+#[cfg(unix)]
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::mpsc;
@@ -15,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use lease_core::{LossReason, NotOwnedReason, WaitOptions};
-#[cfg(not(feature = "portable-paths"))]
+#[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
 use lease_dir::monotonic_ns;
 use lease_dir::{Held, State, fnv};
 use lease_file::{FileLock, FileLockBuilder, LockMode, ModePreference};
@@ -71,6 +72,7 @@ fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 /// Runs `f` on a thread and fails if it does not return within `limit` (a blocked open fails
 /// the test instead of hanging it).
+#[cfg(unix)]
 fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -81,7 +83,7 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
 }
 
 // Not with `portable-paths` (lease-file's platforms page): asserts the state's shared scale, which the portable paths lack.
-#[cfg(not(feature = "portable-paths"))]
+#[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
 #[test]
 fn acquire_release_held_path_and_fencing() {
     let dir = tempfile::tempdir().unwrap();
@@ -196,9 +198,10 @@ fn held_error_names_pid_host_and_since() {
     assert_eq!(h.owner(), Some("alice"));
     assert!(h.acquired_at().is_some());
     assert!(h.renewed_at().is_some());
-    assert!(
+    assert_eq!(
         held(&path).1.kernel.is_some(),
-        "the holder holds the kernel lock"
+        cfg!(unix),
+        "the holder holds the kernel lock (no kernel mode on Windows)"
     );
     let err = other
         .acquire_with(&WaitOptions::new(Duration::from_millis(100)))
@@ -223,7 +226,7 @@ fn dropped_guard_frees_the_lock_at_once() {
 }
 
 // Not with `portable-paths` (lease-file's platforms page): a free kernel lock proves a holder gone only on the shared scale, which the portable paths lack.
-#[cfg(not(feature = "portable-paths"))]
+#[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
 #[test]
 fn kernel_tenure_lets_a_contender_take_over_when_the_holder_vanishes() {
     // Simulate a crash: the state names a holder on this host that claims the kernel lock of
@@ -443,6 +446,8 @@ fn garbage_file_at_the_path_is_foreign_and_left_untouched() {
     assert!(path.is_file() && std::fs::read(&path).unwrap().is_empty());
 }
 
+// Unix only: symbolic links (Windows: they need a privilege).
+#[cfg(unix)]
 #[test]
 fn symlinks_are_never_followed() {
     let dir = tempfile::tempdir().unwrap();
@@ -482,6 +487,8 @@ fn symlinks_are_never_followed() {
     );
 }
 
+// Unix only: FIFOs.
+#[cfg(unix)]
 #[test]
 fn planted_directories_fifos_and_huge_files_are_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
@@ -536,6 +543,8 @@ fn planted_directories_fifos_and_huge_files_are_refused_clearly() {
     assert_eq!(std::fs::metadata(&huge).unwrap().len(), 10 * 1024 * 1024);
 }
 
+// Unix only: FIFOs.
+#[cfg(unix)]
 #[test]
 fn a_fifo_as_the_state_entry_never_blocks() {
     // Its name is a state like any other; writing the description into it must not wait for a
@@ -569,6 +578,8 @@ fn a_fifo_as_the_state_entry_never_blocks() {
     );
 }
 
+// Unix only: permission bits.
+#[cfg(unix)]
 #[test]
 fn unreadable_lock_directory_gives_a_permission_error() {
     if nix::unistd::geteuid().is_root() {
@@ -584,6 +595,8 @@ fn unreadable_lock_directory_gives_a_permission_error() {
     assert!(err.to_string().contains("permission"), "{err}");
 }
 
+// Unix only: permission bits.
+#[cfg(unix)]
 #[test]
 fn creation_modes_are_honoured() {
     let dir = tempfile::tempdir().unwrap();
@@ -669,6 +682,46 @@ fn a_moved_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
     );
 }
 
+/// Windows: every operation goes by path, so a holder renews in a copy that names its tenure
+/// and keeps it; a contender stays refused. Never two holders either way.
+#[cfg(windows)]
+#[test]
+fn a_replaced_lock_directory_keeps_its_holder_on_windows_and_is_never_held_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.lease");
+    let old = dir.path().join("old.lease");
+    let a = fast(&path).build().unwrap();
+    let guard_a = a.try_acquire().unwrap();
+    std::fs::rename(&path, &old).unwrap();
+    let copy = dir.path().join(".copy");
+    std::fs::create_dir(&copy).unwrap();
+    loop {
+        let (name, _) = lease_dir::state(&old);
+        if std::fs::copy(old.join(&name), copy.join(&name)).is_ok() {
+            break;
+        }
+    }
+    std::fs::rename(&copy, &path).unwrap();
+    let b = fast(&path).build().unwrap();
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        let err = b.try_acquire().map(drop).unwrap_err();
+        assert!(err.is_held(), "{err}");
+        assert!(guard_a.check().is_ok(), "a lost a tenure nobody took");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (_, state) = lease_dir::state(&path);
+    assert_eq!(
+        state.held().map(|h| h.generation),
+        Some(guard_a.fencing_token().get())
+    );
+    let g = guard_a.fencing_token();
+    guard_a.release().unwrap();
+    assert!(b.try_acquire().unwrap().fencing_token() > g);
+}
+
+/// Unix: the holder's descriptor is of the old directory, so the replacement is seen.
+#[cfg(unix)]
 #[test]
 fn a_replaced_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
     let dir = tempfile::tempdir().unwrap();
@@ -858,6 +911,8 @@ fn a_deleted_state_entry_under_a_live_holder_is_refused_never_free() {
     assert!(lease_dir::entries(&path).is_empty());
 }
 
+// Unix only: inode numbers.
+#[cfg(unix)]
 #[test]
 fn readers_always_see_exactly_one_state_entry() {
     let dir = tempfile::tempdir().unwrap();

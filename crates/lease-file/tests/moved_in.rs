@@ -12,6 +12,8 @@
 //! The other half of the item, an existing root-owned directory swapped in for the temporary
 //! root builds a lock directory in (at an exact point, so with a fault point), is in
 //! `fault_points.rs`: `an_older_directory_swapped_in_for_a_temporary_is_never_chmodded_or_used`.
+// Unix only: another user (`nobody`) and permission bits.
+#![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

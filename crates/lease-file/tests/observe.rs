@@ -8,6 +8,8 @@
 //! tenure for 2 ms and then until the observer has reported it; a tenure not reported within
 //! 1 s fails the test. The observer polls only every 10 s: only a kernel wake-up reports a
 //! tenure in time.
+// Linux only: the kernel wake-ups are inotify's (macOS, FreeBSD and Windows observers poll).
+#![cfg(target_os = "linux")]
 #![allow(clippy::unwrap_used)]
 
 #[path = "reexec/mod.rs"]

@@ -9,10 +9,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use lease_core::WaitOptions;
-#[cfg(not(feature = "portable-paths"))]
+#[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
 use lease_dir::monotonic_ns;
 use lease_dir::{Held, State, fnv};
-use lease_file::{FileLock, FileLockBuilder, LockMode, ModePreference};
+use lease_file::{FileLock, FileLockBuilder};
 
 fn fast(path: impl Into<std::path::PathBuf>) -> FileLockBuilder {
     FileLock::builder(path)
@@ -65,13 +65,18 @@ fn record_has_schema_version_owner_pid_and_heartbeat() {
     assert_eq!(r.pid, std::process::id());
     assert!(r.written_at_ns > 0 && r.acquired_at_ns > 0);
     assert_eq!(r.generation, g.get());
-    assert_eq!(r.protocol.as_deref(), Some("kernel"));
+    let mode = if cfg!(windows) {
+        "heartbeat-only"
+    } else {
+        "kernel"
+    };
+    assert_eq!(r.protocol.as_deref(), Some(mode));
     // The lease runs for the stale threshold; renewals count in the name (`seq`).
     assert_eq!(state.duration_ns, 400_000_000);
 }
 
 // Not with `portable-paths` (lease-file's platforms page): renewals move the deadline on the shared scale, which the portable paths lack.
-#[cfg(not(feature = "portable-paths"))]
+#[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
 #[test]
 fn owners_heartbeat_while_held() {
     let dir = tempfile::tempdir().unwrap();
@@ -119,7 +124,7 @@ fn a_stale_lease_is_taken_over_after_its_duration_not_before() {
 }
 
 // Not with `portable-paths` (lease-file's platforms page): asserts the shared scale, which the portable paths lack.
-#[cfg(not(feature = "portable-paths"))]
+#[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
 #[test]
 fn wall_clock_timestamps_do_not_decide_staleness() {
     // A record stamped an hour in the future (a clock jump) is still taken over on time, and one
@@ -242,8 +247,11 @@ fn release_is_fenced_by_ownership_and_never_deletes() {
     assert_eq!(lease_dir::entries(dir.path()), ["a.lease"]);
 }
 
+/// Unix: Windows has heartbeat-only mode alone.
+#[cfg(unix)]
 #[test]
 fn mixed_modes_on_one_path_exclude_each_other() {
+    use lease_file::{LockMode, ModePreference};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.lease");
     let hb = fast(&path)

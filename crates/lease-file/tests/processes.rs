@@ -1,6 +1,8 @@
 //! Real processes: SIGKILL a holder and time the takeover; SIGSTOP a holder past the stale
 //! threshold, let another take over, SIGCONT it and watch it learn; many processes contending
 //! with a checker that proves no overlap.
+// Unix only: SIGKILL and SIGSTOP of real processes.
+#![cfg(unix)]
 #![allow(clippy::unwrap_used)]
 
 mod raw;
@@ -84,7 +86,7 @@ fn field(line: &str, i: usize) -> u128 {
     line.split_whitespace().nth(i).unwrap().parse().unwrap()
 }
 
-#[cfg(not(feature = "portable-paths"))]
+#[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
 fn unix_ns() -> u128 {
     use std::time::SystemTime;
     SystemTime::now()
@@ -115,14 +117,14 @@ fn held(name: &str) -> (u128, u128) {
 }
 
 // Not with `portable-paths` (lease-file's platforms page): takeover at once (or at the published deadline) needs the shared scale, which the portable paths lack.
-#[cfg(not(feature = "portable-paths"))]
+#[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
 #[test]
 fn sigkilled_holder_is_taken_over_at_once() {
     sigkill_takeover("kernel", 3000, 250);
 }
 
 // Not with `portable-paths` (lease-file's platforms page): takeover at the published deadline needs the shared scale, which the portable paths lack.
-#[cfg(not(feature = "portable-paths"))]
+#[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
 #[test]
 fn sigkilled_holder_is_taken_over_at_its_deadline_heartbeat_only() {
     sigkill_takeover("heartbeat-only", 1000, 100);
@@ -133,7 +135,7 @@ fn sigkilled_holder_is_taken_over_at_its_deadline_heartbeat_only() {
 /// before the dead holder's deadline. Heartbeat-only mode: nothing says the holder is dead, so
 /// the waiter takes over only once the deadline of the holder's last state has passed, and soon
 /// after.
-#[cfg(not(feature = "portable-paths"))]
+#[cfg(all(target_os = "linux", not(feature = "portable-paths")))]
 fn sigkill_takeover(mode: &str, stale_ms: u64, heartbeat_ms: u64) {
     let dir = tempfile::tempdir().unwrap();
     let path_buf = dir.path().join("k.lease");

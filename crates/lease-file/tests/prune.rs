@@ -4,6 +4,8 @@
 //! `fault_points.rs`.)
 //!
 //! `LEASE_LONG=1` runs the store-size test with 100,000 keys instead of 2,000.
+// Unix only: disk blocks through Unix metadata and a planted symbolic link.
+#![cfg(unix)]
 #![allow(clippy::unwrap_used)]
 
 mod raw;

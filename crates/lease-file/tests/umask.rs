@@ -2,6 +2,8 @@
 //! created modes follow the umask, and the owner token is readable by its owner only, unless
 //! the directory is explicitly shared. The umask is process-wide, so this binary holds this
 //! single test.
+// Unix only: the umask.
+#![cfg(unix)]
 #![allow(clippy::unwrap_used)]
 
 mod raw;

@@ -1,5 +1,7 @@
 //! Waiters are woken by the kernel, not by polling: with polling slowed to seconds, a waiter
 //! still takes the lock within milliseconds of its holder letting go, on both faces.
+// Unix only: kernel mode, which Windows has not (every lock there is heartbeat-only).
+#![cfg(unix)]
 #![allow(clippy::unwrap_used)]
 
 mod raw;
