@@ -180,11 +180,19 @@ pub(crate) const WINDOWS_FILE_TESTS: &[&str] = &[
     "--test",
     "face_model",
     "--test",
+    "fenced",
+    "--test",
     "kept_dirs",
+    "--test",
+    "lock",
     "--test",
     "metrics",
     "--test",
     "parity",
+    "--test",
+    "processes",
+    "--test",
+    "prune",
 ];
 
 /// lease-file's library tests and its conformance suite on the macOS/FreeBSD paths.

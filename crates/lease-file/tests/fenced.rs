@@ -1,6 +1,7 @@
 //! Fenced values on the directory store: their namespace, hostile files, and racing writers.
-// Unix only: its hostile files are symbolic links and FIFOs, read through Unix metadata.
-#![cfg(unix)]
+// On Windows: every test but the hostile files' (symbolic links and FIFOs, read through Unix
+// metadata) and the kernel mode's race.
+#![cfg_attr(windows, allow(dead_code, unused_imports))]
 #![allow(clippy::unwrap_used)]
 
 mod raw;
@@ -8,6 +9,7 @@ mod raw;
 use raw::Raw as _;
 mod lease_dir;
 
+#[cfg(unix)]
 use std::os::unix::fs::{MetadataExt, symlink};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
@@ -24,7 +26,12 @@ use pollster::block_on;
 /// plant and inspect files in).
 const FENCED_PREFIX: &str = "fenced~";
 
-const MODES: [ModePreference; 2] = [ModePreference::Kernel, ModePreference::HeartbeatOnly];
+/// Both modes (Windows has heartbeat-only alone).
+#[cfg(unix)]
+const MODES: &[ModePreference] = &[ModePreference::Kernel, ModePreference::HeartbeatOnly];
+/// Heartbeat-only alone: Windows has no kernel mode.
+#[cfg(windows)]
+const MODES: &[ModePreference] = &[ModePreference::HeartbeatOnly];
 
 fn t(n: u64) -> FencingToken {
     lease_core::backend::fencing_token(n)
@@ -41,7 +48,7 @@ fn fenced_path(store: &Path, name: &LeaseKey) -> PathBuf {
 
 #[test]
 fn list_partition_never_returns_fenced_values_and_leases_are_independent() {
-    for mode in MODES {
+    for &mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let store = DirectoryStore::builder(dir.path())
             .with_mode(mode)
@@ -68,7 +75,7 @@ fn list_partition_never_returns_fenced_values_and_leases_are_independent() {
 
 #[test]
 fn largest_value_round_trips_and_oversized_touches_nothing() {
-    for mode in MODES {
+    for &mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let store = DirectoryStore::builder(dir.path())
             .with_mode(mode)
@@ -126,6 +133,7 @@ fn chain(dir: &Path) -> Vec<String> {
 }
 
 /// Everything about a path (and what is under it) that a write, rename or removal would change.
+#[cfg(unix)]
 fn snapshot(path: &Path) -> Vec<(String, u64, String, Option<Vec<u8>>)> {
     let meta = std::fs::symlink_metadata(path).unwrap();
     let mut out = vec![(
@@ -180,9 +188,10 @@ fn assert_permanent_naming(err: &LeaseError, path: &Path, what: &str) {
 /// content, a symbolic link, a FIFO, a directory without a chain entry) is a permanent error
 /// naming the path, for reads and writes alike, and is left exactly as it was; once removed by
 /// hand, the name works again.
+#[cfg(unix)]
 #[test]
 fn hostile_files_at_a_fenced_path_are_refused_and_left_alone() {
-    for mode in MODES {
+    for &mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         let store = DirectoryStore::builder(dir.path())
@@ -380,6 +389,7 @@ fn race(mode: ModePreference) {
     assert_no_strays(dir.path());
 }
 
+#[cfg(unix)]
 #[test]
 fn racing_writers_highest_token_wins_kernel() {
     race(ModePreference::Kernel);
@@ -392,7 +402,7 @@ fn racing_writers_highest_token_wins_heartbeat_only() {
 
 #[test]
 fn fence_only_then_value_then_empty() {
-    for mode in MODES {
+    for &mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let store = DirectoryStore::builder(dir.path())
             .with_mode(mode)
@@ -428,7 +438,7 @@ fn fence_only_then_value_then_empty() {
 /// just the same and keeps A's older value.
 #[test]
 fn a_writer_behind_a_newer_fence_is_refused_and_the_newer_value_stays() {
-    for mode in MODES {
+    for &mode in MODES {
         for b_writes in [true, false] {
             let dir = tempfile::tempdir().unwrap();
             let name = LeaseKey::new("checkpoint").unwrap();
@@ -499,9 +509,10 @@ fn a_writer_behind_a_newer_fence_is_refused_and_the_newer_value_stays() {
 /// fence is not raised, the corrupt file is not replaced. (Before, a write replaced a corrupt or
 /// missing value and deleted the corrupt file, a read raised the fence before finding the value
 /// corrupt, and a missing data file was retried eight times and reported as transient.)
+#[cfg(unix)]
 #[test]
 fn a_corrupt_or_missing_value_inside_its_directory_is_refused_and_left_alone() {
-    for mode in MODES {
+    for &mode in MODES {
         let dir = tempfile::tempdir().unwrap();
         let store = DirectoryStore::builder(dir.path())
             .with_mode(mode)

@@ -10,6 +10,9 @@
 //! Counting leases (`CountingLease`): in-process clients on a manual clock, one paused inside
 //! its acquire, takeover or renewal while the others act, checked after every step with
 //! `conformance::counting_model::check_trusted_slots` (about 0.1 s).
+// Unix only: its processes order their histories by one host clock, CLOCK_MONOTONIC, which
+// Windows gives no safe reading of across processes (std's `Instant` is per process).
+#![cfg(unix)]
 #![allow(clippy::unwrap_used)]
 
 mod raw;
