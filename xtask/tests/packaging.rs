@@ -22,6 +22,7 @@ const KNOWN_CATEGORIES: &[&str] = &[
     "database",
     "filesystem",
     "os::unix-apis",
+    "os::windows-apis",
 ];
 
 /// Every crate under `crates/` that is not `publish = false`, as `(name, folder, manifest)`.
