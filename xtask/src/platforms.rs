@@ -182,6 +182,8 @@ pub(crate) const WINDOWS_FILE_TESTS: &[&str] = &[
     "--test",
     "fenced",
     "--test",
+    "hostile",
+    "--test",
     "kept_dirs",
     "--test",
     "lock",
