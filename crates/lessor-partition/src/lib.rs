@@ -68,9 +68,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-/// The README's examples, compiled and run as doctests (on Unix: its fleet example opens a
-/// lease-file store, a `compile_error!` on Windows until that crate's port).
-#[cfg(all(doctest, unix))]
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 

@@ -7,9 +7,6 @@
 //!   checkpoint again before it notices, every unit is owned again within a session duration
 //!   and a few intervals, whatever fencing counters the units had reached.
 
-// lease-file is a `compile_error!` on Windows until its port (its `platforms` page).
-#![cfg(unix)]
-
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;

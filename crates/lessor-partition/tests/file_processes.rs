@@ -6,7 +6,7 @@
 //! The test binary re-runs itself as the worker processes (`child_worker` with
 //! `LESSOR_FILE_CHILD` set); without that variable `child_worker` does nothing.
 
-// lease-file is a `compile_error!` on Windows until its port (its `platforms` page).
+// Unix only: it SIGKILLs worker processes.
 #![cfg(unix)]
 
 use std::collections::BTreeMap;
