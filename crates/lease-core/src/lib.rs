@@ -71,8 +71,9 @@
 //!
 //! Any platform with `std`. [`SystemClock`]'s monotonic time counts time the host spent asleep
 //! on Linux (`CLOCK_BOOTTIME`), macOS and FreeBSD (`CLOCK_MONOTONIC`, which counts it there);
-//! elsewhere it is std's `Instant`, which may not. Every change is checked with clippy on macOS
-//! (x86_64, aarch64), FreeBSD and Windows; the tests run on Linux.
+//! elsewhere it is std's `Instant`, which may not (on Windows, `QueryPerformanceCounter`, which
+//! counts it). Every change is checked with clippy on macOS (x86_64, aarch64), FreeBSD and
+//! Windows; the tests run on Linux, and under Wine on Windows.
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -83,7 +83,8 @@
 //! | Linux | supported, every suite runs |
 //! | macOS (x86_64, aarch64) | builds, tests and benches compile, checked on every change |
 //! | FreeBSD (x86_64) | builds, tests and benches compile, checked on every change |
-//! | Windows, others | a `compile_error!` naming the [`platforms`] page |
+//! | Windows (x86_64) | heartbeat-only, every rename under a `cas` lock; checked on every change, its tests run under Wine |
+//! | others | a `compile_error!` naming the [`platforms`] page |
 //!
 //! The [`platforms`] page argues, with its sources, each system's clock that counts time
 //! asleep, network file system detection, descriptor-relative calls, and what replaces `/proc`

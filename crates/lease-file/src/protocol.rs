@@ -41,6 +41,15 @@
 //!    processes with pauses and crashes at every step and finds no violation (and finds the old
 //!    protocol's duplicate).
 //!
+//! **On Windows** point 3 does not hold of the rename alone: `MoveFileExW` opens its source by
+//! name, then renames the file through the handle, so two renames of one observed name can both
+//! succeed, the second moving the file on from the first one's new name. Every writer there
+//! takes a `LockFileEx` lock on the lock directory's `cas` file around the rename (and checks
+//! that the observed name is still there), which makes the rename one step again for every
+//! other writer. `tests/model_check.rs` models that two-step rename: without the lock it finds a
+//! generation issued twice in six steps; under the lock, none (see the
+//! [platforms](crate::platforms) page, *Windows*).
+//!
 //! Fenced values use the same construction: one chain entry `value.<fence>.<n>.<nonce>` naming a
 //! data file `data.<nonce>` that was written in full, with `O_EXCL`, *before* the rename that
 //! publishes it. A writer whose fence is below the current one is refused; a paused writer's

@@ -682,6 +682,21 @@ fn a_moved_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
     );
 }
 
+/// Moves the lock directory `path` to `old` and puts a copy of it, its state entry as it was
+/// when copied, at `path` (a restore from backup, a sync tool).
+fn replace_with_a_copy(path: &Path, old: &Path) {
+    std::fs::rename(path, old).unwrap();
+    let copy = path.with_file_name(".copy");
+    std::fs::create_dir(&copy).unwrap();
+    loop {
+        let (name, _) = lease_dir::state(old);
+        if std::fs::copy(old.join(&name), copy.join(&name)).is_ok() {
+            break;
+        }
+    }
+    std::fs::rename(&copy, path).unwrap();
+}
+
 /// Windows: every operation goes by path, so a holder renews in a copy that names its tenure
 /// and keeps it; a contender stays refused. Never two holders either way.
 #[cfg(windows)]
@@ -692,16 +707,7 @@ fn a_replaced_lock_directory_keeps_its_holder_on_windows_and_is_never_held_twice
     let old = dir.path().join("old.lease");
     let a = fast(&path).build().unwrap();
     let guard_a = a.try_acquire().unwrap();
-    std::fs::rename(&path, &old).unwrap();
-    let copy = dir.path().join(".copy");
-    std::fs::create_dir(&copy).unwrap();
-    loop {
-        let (name, _) = lease_dir::state(&old);
-        if std::fs::copy(old.join(&name), copy.join(&name)).is_ok() {
-            break;
-        }
-    }
-    std::fs::rename(&copy, &path).unwrap();
+    replace_with_a_copy(&path, &old);
     let b = fast(&path).build().unwrap();
     let until = Instant::now() + Duration::from_secs(2);
     while Instant::now() < until {
@@ -732,16 +738,7 @@ fn a_replaced_lock_directory_is_lost_by_its_holder_and_never_held_twice() {
     let g = guard_a.fencing_token();
     // Replace the directory by a copy of itself (a restore from backup, a sync tool): a new
     // inode whose state still names a's tenure, but not a kernel lock on itself.
-    std::fs::rename(&path, &old).unwrap();
-    let copy = dir.path().join(".copy");
-    std::fs::create_dir(&copy).unwrap();
-    loop {
-        let (name, _) = lease_dir::state(&old);
-        if std::fs::copy(old.join(&name), copy.join(&name)).is_ok() {
-            break;
-        }
-    }
-    std::fs::rename(&copy, &path).unwrap();
+    replace_with_a_copy(&path, &old);
     let replaced = Instant::now();
     let b = fast(&path).build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(3);

@@ -7,7 +7,7 @@
 //! directory (`model/cas_chain.rs`), passes in heartbeat-only, kernel and mixed modes, as do its
 //! fenced values, and the checker catches deliberate bugs in both (`*_mutation_*`).
 //!
-//! The Windows port (`windows_rename_*`; `platforms.md`, *Windows (planned)*): there a rename
+//! The Windows port (`windows_rename_*`; `platforms.md`, *Windows*): there a rename
 //! is two steps, open the source by name, then rename the file object through the handle, so
 //! it is no compare-and-swap on the name. Without a lock the checker finds a generation issued
 //! twice and a fenced value installed below an acknowledged fence; with every rename under the
@@ -330,7 +330,7 @@ fn windows_lease(
     }
 }
 
-/// Windows' rename without the `cas` lock (point 4 of *Windows (planned)* in the platform
+/// Windows' rename without the `cas` lock (point 4 of *Windows* in the platform
 /// docs): two contenders list `free.0`, both open it, the first renames the file to its
 /// `held.1` name, the second renames the same file from there to its own: generation 1 issued
 /// twice. Two heartbeat-only processes, one acquisition each, no heartbeat: six steps.

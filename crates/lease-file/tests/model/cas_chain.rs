@@ -89,7 +89,7 @@
 //!
 //! Everything above assumes Unix's `rename`, one kernel step that fails once its source name is
 //! gone ([`Renames::Unix`], the default). On Windows a rename opens its source by name and then
-//! renames the *file object* through the handle (`platforms.md`, *Windows (planned)*, points
+//! renames the *file object* through the handle (`platforms.md`, *Windows*, points
 //! 3 and 4): [`Renames::Windows`] makes every rename of both models two steps, [`Fs::open`]
 //! then [`Fs::rename_file`], with a crash or pause allowed between them. Two writers that both
 //! open the same name before either renames both succeed, the second moving the file on from
