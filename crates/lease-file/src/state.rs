@@ -702,8 +702,7 @@ impl KeyDir {
         // One `cas` handle per lock directory per process at a time: threads of this process
         // wait here, not in `LockFileEx`. Wine frees a lock whose `UnlockFileEx` it refused
         // only when no other handle of the process has the file open.
-        let in_process = cas_in_process(&self.path);
-        let turn = in_process.lock().unwrap_or_else(PoisonError::into_inner);
+        let turn = CasTurn::take(&self.path);
         let file = self
             .dir
             .open_or_create(OsStr::new(CAS))
@@ -1370,9 +1369,9 @@ const CAS: &str = "";
 #[derive(Debug)]
 struct CasLock {
     file: File,
-    /// This process's turn at the directory's `cas` ([`cas_in_process`]), given back after
-    /// the file is unlocked and closed (fields drop in order).
-    _turn: std::sync::MutexGuard<'static, ()>,
+    /// This process's turn at the directory's `cas` ([`CasTurn`]), given back after the file
+    /// is unlocked and closed (fields drop in order).
+    _turn: CasTurn,
 }
 
 #[cfg(windows)]
@@ -1382,17 +1381,46 @@ impl Drop for CasLock {
     }
 }
 
-/// The in-process turn at the `cas` lock of the lock directory `path`: one mutex per path,
-/// made on first use and kept for the process's life (a few bytes per lock directory used).
+/// A thread's turn at the `cas` lock of one lock directory, within this process: the paths
+/// whose turn is taken are a process-wide list, so it holds only the directories in use at
+/// this moment (a path leaves it when its turn is given back).
 #[cfg(windows)]
-fn cas_in_process(path: &Path) -> &'static Mutex<()> {
-    static TURNS: Mutex<Option<std::collections::HashMap<PathBuf, &'static Mutex<()>>>> =
-        Mutex::new(None);
-    let mut turns = TURNS.lock().unwrap_or_else(PoisonError::into_inner);
-    turns
-        .get_or_insert_with(std::collections::HashMap::new)
-        .entry(path.to_owned())
-        .or_insert_with(|| Box::leak(Box::new(Mutex::new(()))))
+#[derive(Debug)]
+struct CasTurn(PathBuf);
+
+/// The lock directories whose `cas` turn a thread of this process has ([`CasTurn`]), and the
+/// condition the others wait on.
+#[cfg(windows)]
+static CAS_TURNS: (Mutex<Vec<PathBuf>>, std::sync::Condvar) =
+    (Mutex::new(Vec::new()), std::sync::Condvar::new());
+
+#[cfg(windows)]
+impl CasTurn {
+    /// Waits until no other thread of this process has the turn at `path`'s `cas`, and takes it.
+    fn take(path: &Path) -> Self {
+        let (turns, given_back) = &CAS_TURNS;
+        let mut taken = turns.lock().unwrap_or_else(PoisonError::into_inner);
+        while taken.iter().any(|p| p == path) {
+            taken = given_back
+                .wait(taken)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        taken.push(path.to_owned());
+        Self(path.to_owned())
+    }
+}
+
+#[cfg(windows)]
+impl Drop for CasTurn {
+    fn drop(&mut self) {
+        let (turns, given_back) = &CAS_TURNS;
+        let mut taken = turns.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = taken.iter().position(|p| *p == self.0) {
+            taken.swap_remove(i);
+        }
+        drop(taken);
+        given_back.notify_all();
+    }
 }
 
 /// Explains what sits at a lock path that the directory open failed on with `error`: another
