@@ -12,9 +12,11 @@
 //! it is no compare-and-swap on the name. Without a lock the checker finds a generation issued
 //! twice and a fenced value installed below an acknowledged fence; with every rename under the
 //! exclusive lock on `K/cas` (lock, check the source exists, open, rename, unlock; a crashed
-//! owner's lock freed by the system at any later point), the lease passes in heartbeat-only,
-//! kernel and mixed modes and the fenced values pass, within smaller bounds than the Unix
-//! runs (each rename is five steps); unlocking before the rename through the handle is caught.
+//! owner's lock freed by the system at any later point), the lease passes in heartbeat-only
+//! mode (the port's only mode; the kernel and mixed modes passed too, with 720,879 and 471,624
+//! states, and were left out of the suite for its time) and the fenced values pass, within
+//! smaller bounds than the Unix runs (each rename is five steps); unlocking before the rename
+//! through the handle is caught.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod model;
@@ -382,34 +384,6 @@ fn windows_rename_under_the_cas_lock_never_issues_a_generation_twice_heartbeat_o
         println!("CAS protocol, Windows renames under cas, heartbeat-only, {bounds:?}: {report}");
         assert_no_violation(&report);
     }
-}
-
-/// As above, kernel mode: every process also takes the `flock` (Windows: `lock`) and takes
-/// over a `k` holder at once while it holds it. One acquisition per process, two heartbeats per
-/// tenure, generations up to 3: 720,879 states, 4.2 s (test profile, shared machine). Larger
-/// runs that also pass: two acquisitions and no heartbeat (586,628 states), or two acquisitions,
-/// one heartbeat, generations up to 2 (569,580).
-#[test]
-fn windows_rename_under_the_cas_lock_never_issues_a_generation_twice_kernel_mode() {
-    let model = windows_lease(&[Mode::Kernel; 3], (1, 2, 3), Renames::WindowsUnderCas);
-    let report = explore(&model, &Bounds::default());
-    println!("CAS protocol, Windows renames under cas, kernel mode: {report}");
-    assert_no_violation(&report);
-}
-
-/// As above, one heartbeat-only process and two kernel-mode ones; bounds as in kernel mode:
-/// 471,624 states, 3.5 s (test profile, shared machine). A larger run that also passes: two
-/// acquisitions and no heartbeat (356,176 states).
-#[test]
-fn windows_rename_under_the_cas_lock_never_issues_a_generation_twice_mixed_modes() {
-    let model = windows_lease(
-        &[Mode::HeartbeatOnly, Mode::Kernel, Mode::Kernel],
-        (1, 2, 3),
-        Renames::WindowsUnderCas,
-    );
-    let report = explore(&model, &Bounds::default());
-    println!("CAS protocol, Windows renames under cas, mixed modes: {report}");
-    assert_no_violation(&report);
 }
 
 /// Fenced values with every chain rename under `cas`: three writers (fences 1, 2 and 2), one
