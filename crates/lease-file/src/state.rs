@@ -700,8 +700,9 @@ impl KeyDir {
             source: e,
         };
         // One `cas` handle per lock directory per process at a time: threads of this process
-        // wait here, not in `LockFileEx`. Wine frees a lock whose `UnlockFileEx` it refused
-        // only when no other handle of the process has the file open.
+        // wait here, on a condition variable, not in `LockFileEx` on handles of their own
+        // (under Wine, whose `UnlockFileEx` refuses std's range, the close frees the lock: the
+        // case tested there).
         let turn = CasTurn::take(&self.path);
         let file = self
             .dir
