@@ -10,6 +10,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::quick_start::profiles;
 use crate::step::{Steps, cargo, run_command};
 use crate::{Result, project_root};
 
@@ -116,26 +117,6 @@ fn scratch_manifest(members: &[(String, String)]) -> String {
         text.push_str(&format!("{name} = {{ path = \"{folder}\" }}\n"));
     }
     text
-}
-
-/// The `[profile.*]` tables of the workspace manifest, so that the scratch workspace builds with
-/// the same settings and reuses what the workspace's own builds left in the shared target dir.
-fn profiles(root_manifest: &str) -> String {
-    let mut out = String::new();
-    let mut inside = false;
-    for line in root_manifest.lines() {
-        if line.starts_with('[') {
-            inside = line.starts_with("[profile.");
-            if inside {
-                out.push('\n');
-            }
-        }
-        if inside {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
 }
 
 /// Every crate under `crates/` whose manifest does not say `publish = false`, with its version

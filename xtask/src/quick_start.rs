@@ -92,7 +92,30 @@ pub(crate) fn scratch_manifest(
             dep.name
         ));
     }
+    text.push_str(&profiles(workspace));
     Ok(text)
+}
+
+/// The `[profile.*]` tables of the workspace manifest, so that a scratch workspace (a quick start,
+/// the unpacked packages) builds with the same settings and reuses what the workspace's own
+/// builds left in the shared target dir; without them a quick start built every dependency
+/// again with full debug info (its DynamoDB binary alone weighed 198 MB).
+pub(crate) fn profiles(root_manifest: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in root_manifest.lines() {
+        if line.starts_with('[') {
+            inside = line.starts_with("[profile.");
+            if inside {
+                out.push('\n');
+            }
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The version requirement of `name` in the root manifest's `[workspace.dependencies]`.
