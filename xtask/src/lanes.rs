@@ -40,6 +40,7 @@ const LONGEST_FIRST: &[(&str, &str, u32)] = &[
     ("lessor-partition", "dynamo_processes", 42),
     ("lease-cli", "cli", 26),
     ("lease-cli", "dynamo_deadlines", 24),
+    ("lease-file", "pauses", 24),
     ("lease-postgres", "server_faults", 22),
     ("lessor-partition", "lessor_compaction", 20),
     ("lessor-partition", "dynamo_fleet", 19),
@@ -67,6 +68,9 @@ pub(crate) struct Binary {
     pub(crate) path: PathBuf,
     /// The package's folder: the working directory and `CARGO_MANIFEST_DIR` cargo gives it.
     pub(crate) manifest_dir: PathBuf,
+    /// What `cargo test` needs besides `-p` and the target to build it again: `--features`
+    /// with the package's features other than `default`, `--target` for another system's.
+    pub(crate) rerun_args: Vec<String>,
 }
 
 impl Binary {
@@ -81,7 +85,12 @@ impl Binary {
             "lib" => "--lib".to_owned(),
             kind => format!("--{kind} {}", self.name),
         };
-        format!("cargo test -p {} {target}", self.package)
+        let mut line = format!("cargo test -p {}", self.package);
+        for arg in &self.rerun_args {
+            line.push(' ');
+            line.push_str(arg);
+        }
+        format!("{line} {target}")
     }
 
     /// Where it stands in [`LONGEST_FIRST`]: lower runs earlier.
@@ -119,12 +128,25 @@ pub(crate) fn from_cargo_messages(messages: &str) -> Result<Vec<Binary>> {
             .parent()
             .ok_or_else(|| format!("manifest path without a folder: {}", manifest.display()))?
             .to_path_buf();
+        let features: Vec<&str> = message["features"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+            .filter(|feature| *feature != "default")
+            .collect();
+        let rerun_args = if features.is_empty() {
+            Vec::new()
+        } else {
+            vec!["--features".to_owned(), features.join(",")]
+        };
         binaries.push(Binary {
             package: package_name(&text(&message["package_id"], "package_id")?, &manifest_dir),
             kind: text(&message["target"]["kind"][0], "target kind")?,
             name: text(&message["target"]["name"], "target name")?,
             path: PathBuf::from(path),
             manifest_dir,
+            rerun_args,
         });
     }
     Ok(binaries)
@@ -161,9 +183,15 @@ impl Ended {
 
 /// Runs `binaries` [`LANES`] at a time, longest first, each with the environment `template`
 /// sets (its variables, and those it removes), in its package's folder, with its output in
-/// `logs/`. Each binary's output is printed whole when it ends, so outputs never interleave.
+/// `logs/`; through `runner` when one is given (`wine` for Windows binaries: `wine <binary>`).
+/// Each binary's output is printed whole when it ends, so outputs never interleave.
 /// Fails, once all have ended, if any failed.
-pub(crate) fn run(binaries: Vec<Binary>, template: &Command, logs: &Path) -> Result {
+pub(crate) fn run(
+    binaries: Vec<Binary>,
+    template: &Command,
+    logs: &Path,
+    runner: Option<&str>,
+) -> Result {
     fs::create_dir_all(logs)?;
     let mut queue: Vec<Binary> = binaries;
     // Stable: binaries not in the list keep cargo's order.
@@ -182,7 +210,7 @@ pub(crate) fn run(binaries: Vec<Binary>, template: &Command, logs: &Path) -> Res
                 loop {
                     let next = queue.lock().map(|mut queue| queue.pop_front());
                     let Ok(Some(binary)) = next else { break };
-                    let result = run_one(&binary, template, logs);
+                    let result = run_one(&binary, template, logs, runner);
                     let mut ended = ended.lock().unwrap_or_else(|poison| poison.into_inner());
                     match result {
                         Ok(end) => ended.push(end),
@@ -224,13 +252,25 @@ pub(crate) fn run(binaries: Vec<Binary>, template: &Command, logs: &Path) -> Res
 }
 
 /// Runs one binary to its end (or [`TIMEOUT`]), its output in a log file, then prints the log.
-fn run_one(binary: &Binary, template: &Command, logs: &Path) -> Result<Ended> {
+fn run_one(
+    binary: &Binary,
+    template: &Command,
+    logs: &Path,
+    runner: Option<&str>,
+) -> Result<Ended> {
     let log = logs.join(format!(
         "{}-{}-{}.log",
         binary.package, binary.kind, binary.name
     ));
     let file = File::create(&log)?;
-    let mut command = Command::new(&binary.path);
+    let mut command = match runner {
+        Some(runner) => {
+            let mut command = Command::new(runner);
+            command.arg(&binary.path);
+            command
+        }
+        None => Command::new(&binary.path),
+    };
     for (name, value) in template.get_envs() {
         match value {
             Some(value) => command.env(name, value),
@@ -314,7 +354,7 @@ mod tests {
     #[test]
     fn the_binaries_are_those_cargo_test_runs() {
         let messages = r#"   Compiling nothing (a line that is not JSON)
-{"reason":"compiler-artifact","package_id":"path+file:///w/crates/lease-file#0.1.0","manifest_path":"/w/crates/lease-file/Cargo.toml","target":{"kind":["test"],"name":"model_check"},"profile":{"test":true},"executable":"/w/target/debug/deps/model_check-1"}
+{"reason":"compiler-artifact","package_id":"path+file:///w/crates/lease-file#0.1.0","manifest_path":"/w/crates/lease-file/Cargo.toml","target":{"kind":["test"],"name":"model_check"},"features":["default","failpoints"],"profile":{"test":true},"executable":"/w/target/debug/deps/model_check-1"}
 {"reason":"compiler-artifact","package_id":"path+file:///w/xtask/chaos-actor#lease-chaos-actor@0.1.0","manifest_path":"/w/xtask/chaos-actor/Cargo.toml","target":{"kind":["bin"],"name":"lease-chaos-actor"},"profile":{"test":true},"executable":"/w/target/debug/deps/lease_chaos_actor-2"}
 {"reason":"compiler-artifact","package_id":"path+file:///w/crates/lease-cli#0.1.0","manifest_path":"/w/crates/lease-cli/Cargo.toml","target":{"kind":["bin"],"name":"lease"},"profile":{"test":false},"executable":"/w/target/debug/lease"}
 {"reason":"compiler-artifact","package_id":"path+file:///w/crates/lease-core#0.1.0","manifest_path":"/w/crates/lease-core/Cargo.toml","target":{"kind":["lib"],"name":"lease_core"},"profile":{"test":false},"executable":null}
@@ -329,6 +369,7 @@ mod tests {
                     name: "model_check".into(),
                     path: "/w/target/debug/deps/model_check-1".into(),
                     manifest_dir: "/w/crates/lease-file".into(),
+                    rerun_args: vec!["--features".into(), "failpoints".into()],
                 },
                 Binary {
                     package: "lease-chaos-actor".into(),
@@ -336,12 +377,13 @@ mod tests {
                     name: "lease-chaos-actor".into(),
                     path: "/w/target/debug/deps/lease_chaos_actor-2".into(),
                     manifest_dir: "/w/xtask/chaos-actor".into(),
+                    rerun_args: Vec::new(),
                 },
             ]
         );
         assert_eq!(
             binaries[0].rerun(),
-            "cargo test -p lease-file --test model_check"
+            "cargo test -p lease-file --features failpoints --test model_check"
         );
     }
 
@@ -356,6 +398,7 @@ mod tests {
             name: name.into(),
             path,
             manifest_dir: dir.to_path_buf(),
+            rerun_args: Vec::new(),
         }
     }
 
@@ -375,7 +418,7 @@ mod tests {
         let mut template = Command::new("cargo");
         template.env("LANES_TEST", "set").env_remove("GONE");
         let started = Instant::now();
-        run(binaries.clone(), &template, &dir.join("logs")).expect("both pass");
+        run(binaries.clone(), &template, &dir.join("logs"), None).expect("both pass");
         assert!(
             started.elapsed() < Duration::from_millis(1900),
             "not at once"
@@ -387,13 +430,43 @@ mod tests {
             script(&dir, "fails", "exit 3"),
             script(&dir, "passes", "true"),
         ];
-        let error = run(failing, &template, &dir.join("logs"))
+        let error = run(failing, &template, &dir.join("logs"), None)
             .expect_err("one failed")
             .to_string();
         assert!(error.contains("1 of 2 test binaries failed"), "{error}");
         assert!(error.contains("p test fails (exit status: 3)"), "{error}");
         assert!(error.contains("cargo test -p p --test fails"), "{error}");
         assert!(!error.contains("passes"), "{error}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_runner_starts_each_binary() {
+        let dir = crate::project_root().join("target/xtask-lanes-runner-test");
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("dir");
+        // Not executable: only `sh <file>` runs it, as `wine <file.exe>` runs a Windows binary.
+        let path = dir.join("plain");
+        fs::write(&path, "echo \"ran $0\"\n").expect("file");
+        let binary = Binary {
+            package: "p".into(),
+            kind: "test".into(),
+            name: "plain".into(),
+            path: path.clone(),
+            manifest_dir: dir.clone(),
+            rerun_args: vec!["--target".into(), "x86_64-pc-windows-gnu".into()],
+        };
+        let template = Command::new("cargo");
+        run(
+            vec![binary.clone()],
+            &template,
+            &dir.join("logs"),
+            Some("sh"),
+        )
+        .expect("ran");
+        let log = fs::read_to_string(dir.join("logs/p-test-plain.log")).expect("log");
+        assert_eq!(log, format!("ran {}\n", path.display()));
+        assert!(run(vec![binary], &template, &dir.join("logs"), None).is_err());
         let _ = fs::remove_dir_all(&dir);
     }
 
@@ -405,6 +478,7 @@ mod tests {
             name: name.into(),
             path: PathBuf::new(),
             manifest_dir: PathBuf::new(),
+            rerun_args: Vec::new(),
         };
         let mut queue = [
             binary("lease-core", "keeper"),

@@ -316,20 +316,18 @@ pub(crate) fn check(steps: &mut Steps) -> Result {
             &mut command,
         )?;
     }
-    // Built first, in a step of its own, so that the test time counts the tests alone.
+    // Built first, in a step of its own, so that the test time counts the tests alone; run in
+    // lanes, two binaries at a time (most of lease-cli's wait on child processes).
     for (what, args) in [
         ("lease-file", &PORTABLE_TESTS[..]),
         ("lease-cli", &CLI_PORTABLE_TESTS[..]),
     ] {
-        steps.run_as(
-            Kind::Build,
+        build_then_run_in_lanes(
+            steps,
             &format!("build {what}'s tests on the macOS/FreeBSD paths"),
-            cargo(args).arg("--no-run"),
-        )?;
-        steps.run_as(
-            Kind::Test,
             &format!("{what} on the macOS/FreeBSD paths (--features portable-paths)"),
             &mut cargo(args),
+            None,
         )?;
     }
     steps.run_fn_as(
@@ -337,6 +335,7 @@ pub(crate) fn check(steps: &mut Steps) -> Result {
         "Wine prefix for the Windows tests (target/wine/prefix)",
         crate::wine::prepare,
     )?;
+    // With `cargo test`, for the doc tests (lanes run test binaries only).
     let mut build = cargo(&WINDOWS_TESTS);
     build.arg("--no-run");
     steps.run_as(
@@ -349,22 +348,68 @@ pub(crate) fn check(steps: &mut Steps) -> Result {
         "lease-core and lessor-partition's tests on Windows, under Wine",
         crate::wine::configure(&mut cargo(&WINDOWS_TESTS)),
     )?;
-    let mut build = cargo(WINDOWS_FILE_TESTS);
-    build.arg("--no-run");
-    steps.run_as(
-        Kind::Build,
+    build_then_run_in_lanes(
+        steps,
         "build lease-file's Windows tests",
-        crate::wine::configure(&mut build),
-    )?;
-    steps.run_as(
-        Kind::Test,
         "lease-file's tests on Windows, under Wine",
         crate::wine::configure(&mut cargo(WINDOWS_FILE_TESTS)),
+        Some("wine"),
     )?;
-    if std::env::var_os("CI").is_some_and(|ci| ci == "true") {
+    if crate::step::in_ci() {
         free_other_targets();
     }
     Ok(())
+}
+
+/// Builds the tests `command` (a `cargo test`) selects in a build step of `build_title`, then
+/// runs their binaries in lanes ([`crate::lanes`], two at a time) in a test step of `title`,
+/// with `command`'s environment, through `runner` for another system's binaries.
+fn build_then_run_in_lanes(
+    steps: &mut Steps,
+    build_title: &str,
+    title: &str,
+    command: &mut Command,
+    runner: Option<&str>,
+) -> Result {
+    let messages = steps.run_capturing_as(
+        Kind::Build,
+        build_title,
+        command
+            .arg("--no-run")
+            .arg("--message-format=json-render-diagnostics"),
+    )?;
+    let mut binaries = crate::lanes::from_cargo_messages(&messages)?;
+    if let Some(target) = command
+        .get_args()
+        .skip_while(|arg| *arg != "--target")
+        .nth(1)
+    {
+        for binary in &mut binaries {
+            binary
+                .rerun_args
+                .insert(0, target.to_string_lossy().into_owned());
+            binary.rerun_args.insert(0, "--target".to_owned());
+        }
+    }
+    // A folder per step, named after it: `lease-file-s-tests-on-windows-under-wine`.
+    let folder: String = title
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect::<String>()
+        .split('-')
+        .filter(|word| !word.is_empty())
+        .collect::<Vec<_>>()
+        .join("-");
+    let logs = crate::project_root().join("target/xtask-logs").join(folder);
+    steps.run_fn_as(Kind::Test, title, || {
+        crate::lanes::run(binaries, command, &logs, runner)
+    })
 }
 
 /// In CI (`CI=true`, a fresh clone that keeps nothing for a next run), removes what the steps

@@ -29,6 +29,12 @@ impl Kind {
     }
 }
 
+/// Whether this runs in CI (`CI=true`, as `.ci/run` is run): a fresh clone, whose builds no
+/// later run reuses, so steps may remove what they alone needed.
+pub(crate) fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|ci| ci == "true")
+}
+
 /// The most test time `cargo xtask test` may take on 2 cores (issue 25), builds excluded.
 pub(crate) const TEST_TIME_BUDGET: Duration = Duration::from_secs(480);
 

@@ -71,7 +71,7 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     )?;
     let (no_dynamo, no_postgres, no_redis, quick) = (given[0], given[1], given[2], given[3]);
     let servers_up = usize::from(!no_dynamo) + usize::from(!no_postgres) + usize::from(!no_redis);
-    let total = 16
+    let total = 15
         + servers_up
         + if quick {
             0
@@ -153,10 +153,12 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     let binaries = build_tests(&mut steps, &servers)?;
     let environment = test_command(&servers, &[]);
     let logs = project_root().join("target/xtask-logs/tests");
+    let executables: Vec<std::path::PathBuf> =
+        binaries.iter().map(|binary| binary.path.clone()).collect();
     steps.run_fn_as(
         Kind::Test,
         "tests, all targets: every test binary, two at a time",
-        || lanes::run(binaries, &environment, &logs),
+        || lanes::run(binaries, &environment, &logs, None),
     )?;
     steps.run_as(
         Kind::Test,
@@ -186,13 +188,11 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         "tests, lease-core --all-features",
         &mut cargo(&LEASE_CORE_ALL_FEATURES),
     )?;
-    // The named fault points exist only with this feature: real processes paused before every
-    // rename of the file protocol, checked from the history they write.
-    steps.run_as(
-        Kind::Test,
-        "pause injection, lease-file --features failpoints",
-        &mut cargo(&PAUSE_INJECTION),
-    )?;
+    // After the last `cargo test`: one of those may share a binary with the lanes (same package,
+    // same features), which cargo would link again had it been removed.
+    if crate::step::in_ci() {
+        free_test_binaries(&executables);
+    }
     // Stops DynamoDB Local, PostgreSQL and Redis (those this run started): the chaos run starts
     // its own, which it can kill and restart, and the docs need none.
     drop(servers);
@@ -226,6 +226,26 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     }
     steps.summary();
     Ok(())
+}
+
+/// In CI (`CI=true`, a fresh clone that keeps nothing for a next run), removes the test
+/// binaries the lanes have run, about 5 GB, before the packages step builds every package's
+/// tests again: a CI run on 0a6b391 ran out of disk. A developer's run keeps them, so that the
+/// next run links only what changed.
+fn free_test_binaries(executables: &[std::path::PathBuf]) {
+    let mut bytes = 0;
+    let mut removed = 0;
+    for path in executables {
+        let size = std::fs::metadata(path).map_or(0, |meta| meta.len());
+        if std::fs::remove_file(path).is_ok() {
+            bytes += size;
+            removed += 1;
+        }
+    }
+    println!(
+        "    CI: removed the {removed} test binaries run above ({:.0} MB)",
+        bytes as f64 / 1e6
+    );
 }
 
 /// Every workspace build and test passes lease-cli's `dynamo`, `postgres` and `redis` features,
@@ -309,7 +329,8 @@ const PAUSE_INJECTION: [&str; 9] = [
 
 /// Builds everything the test steps run, with the same features, so that their steps measure
 /// running tests and the build is timed on its own, and returns the test binaries of the
-/// workspace's and the PostgreSQL suites' builds, which the test step runs. The CPU-bound suites
+/// workspace's, the PostgreSQL suites' and the pause injection's builds, which the test step
+/// runs. The CPU-bound suites
 /// (the model check, the simulators, the fleet benchmark's smoke run) are optimised by the
 /// `[profile.dev.package.*]` entries of the root `Cargo.toml`, so they build here with
 /// everything else.
@@ -341,11 +362,15 @@ fn build_tests(steps: &mut Steps, servers: &Servers) -> Result<Vec<lanes::Binary
         "build tests, lease-core --all-features",
         cargo(&LEASE_CORE_ALL_FEATURES).arg("--no-run"),
     )?;
-    steps.run_as(
+    // The named fault points exist only with this feature: real processes paused before every
+    // rename of the file protocol, checked from the history they write. Their binaries join the
+    // lanes (`pauses` alone runs ~24 s, which a step of its own spent one after another).
+    let pauses = steps.run_capturing_as(
         Kind::Build,
         "build pause injection, lease-file --features failpoints",
-        cargo(&PAUSE_INJECTION).arg("--no-run"),
+        cargo(&PAUSE_INJECTION).args(["--no-run", AS_JSON]),
     )?;
+    binaries.extend(lanes::from_cargo_messages(&pauses)?);
     steps.run_as(
         Kind::Build,
         "build the metrics tests, the backends --features metrics",
