@@ -165,7 +165,7 @@ fn every_crate_but_lease_core_uses_the_workspace_lints() {
                 "lease-core must carry its own [lints.*] (it builds outside the workspace)"
             );
         } else if folder.is_some_and(|name| name == "lease-forktest") {
-            // Test support holding the workspace's one `unsafe` block (`fork` without `exec`):
+            // Test support holding the workspace's only `unsafe` blocks (`fork` without `exec`):
             // the workspace's lints with `unsafe_code` at `deny` instead of `forbid`, and never
             // published.
             let rust = section(&text, "lints.rust");

@@ -5,13 +5,13 @@
 //! description), their state in memory. lease-file promises that nothing the child does with
 //! that copy (dropping it, returning from `main`, unwinding, exiting, an explicit release)
 //! frees the parent's lease. Testing that needs a real fork without `exec`, which is `unsafe`;
-//! this unpublished crate holds the workspace's only `unsafe` blocks (`fork`, and a child's read
-//! of its own copy in [`drop_copy_and_exit`]) so that every published crate keeps
-//! `unsafe_code = "forbid"`.
+//! this unpublished crate holds the workspace's only `unsafe` blocks (`fork`, a child's read of
+//! its own copy in [`drop_copy_and_exit`], and the `_exit` of [`exit_child`]) so that every
+//! published crate keeps `unsafe_code = "forbid"`.
 //!
 //! ```no_run
 //! match lease_forktest::fork()? {
-//!     lease_forktest::Forked::Child => std::process::exit(0),
+//!     lease_forktest::Forked::Child => lease_forktest::exit_child(0),
 //!     lease_forktest::Forked::Parent(child) => assert_eq!(lease_forktest::wait(child)?, 0),
 //! }
 //! # Ok::<(), nix::Error>(())
@@ -81,7 +81,24 @@ pub fn drop_copy_and_exit<T>(value: &T, code: i32) -> ! {
     #[allow(unsafe_code)]
     let copy = unsafe { std::ptr::read(value) };
     drop(copy);
-    std::process::exit(code)
+    exit_child(code)
+}
+
+/// In the child of [`fork`]: ends the process with `code` at once (`_exit(2)`), running
+/// nothing: no destructor, no `atexit` handler, none of std's clean-up.
+///
+/// A child's test harness ends so, unless how a child ends is what it tests: std's exit (like a
+/// return from `main`) takes a lock of std's own, the list of threads its stack-overflow handler
+/// knows, which a thread of the parent starting or ending at the moment of the fork holds
+/// forever in the child. A CI run on ed01e71 hung there: a child of the cached-directory rounds
+/// blocked in `std::process::exit`, its parent waiting for it, until the test runner's timeout.
+pub fn exit_child(code: i32) -> ! {
+    // SAFETY: `_exit` takes no pointer and touches no memory of the caller's; it is
+    // async-signal-safe, what a child of a multi-threaded process may call (fork(2)).
+    #[allow(unsafe_code)]
+    unsafe {
+        nix::libc::_exit(code)
+    }
 }
 
 /// Waits for `child` to end: its exit code, or 128 + N when signal N killed it.

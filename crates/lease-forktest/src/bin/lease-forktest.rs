@@ -146,7 +146,7 @@ fn child_disposes(held: Held, how: &str) -> ! {
     match how {
         "drop" => {
             drop(held);
-            std::process::exit(0);
+            lease_forktest::exit_child(0);
         }
         "unwind" => {
             let _copy = held;
@@ -159,11 +159,11 @@ fn child_disposes(held: Held, how: &str) -> ! {
                 // The guard's release goes through the inherited store, which refuses it.
                 Held::Store { guard, .. } => guard.release().is_err_and(|e| e.is_unsupported()),
             };
-            std::process::exit(if refused { 0 } else { 3 });
+            lease_forktest::exit_child(if refused { 0 } else { 3 });
         }
         "delete" | "renew" => {
             let Held::Store { store, .. } = &held else {
-                std::process::exit(2)
+                lease_forktest::exit_child(2)
             };
             let refused = match end_through(store, how) {
                 Ok(()) => {
@@ -176,9 +176,9 @@ fn child_disposes(held: Held, how: &str) -> ! {
                     false
                 }
             };
-            std::process::exit(if refused { 0 } else { 3 });
+            lease_forktest::exit_child(if refused { 0 } else { 3 });
         }
-        _ => std::process::exit(2),
+        _ => lease_forktest::exit_child(2),
     }
 }
 
@@ -220,10 +220,10 @@ fn child_checks(held: &Held, in_memory: BlockingLeaseGuard) -> ! {
         other => failures.push(format!("the child's in-memory release: {other:?}")),
     }
     if failures.is_empty() {
-        std::process::exit(0);
+        lease_forktest::exit_child(0);
     }
     eprintln!("lease-forktest: {}", failures.join("; "));
-    std::process::exit(3);
+    lease_forktest::exit_child(3);
 }
 
 /// A face opened but not holding: what `inherit`'s child acquires through.
@@ -252,7 +252,7 @@ fn child_acquires_through_its_copy(
             }
         };
         match fork().map_err(|e| format!("fork: {e}"))? {
-            Forked::Child => std::process::exit(match child_holds(opened, mode, dir) {
+            Forked::Child => lease_forktest::exit_child(match child_holds(opened, mode, dir) {
                 Ok(()) => 0,
                 Err(message) => {
                     eprintln!("lease-forktest: the child: {message}");
@@ -612,7 +612,7 @@ fn one_cached_round(
             let mut byte = [0u8; 1];
             let _ = nix::unistd::read(&go_rx, &mut byte);
             // Exits without dropping anything (a guard's drop would release).
-            std::process::exit(code);
+            lease_forktest::exit_child(code);
         }
         Err(e) => return Err(format!("fork: {e}")),
     };
