@@ -326,6 +326,7 @@ pub(crate) fn check(steps: &mut Steps) -> Result {
             steps,
             &format!("build {what}'s tests on the macOS/FreeBSD paths"),
             &format!("{what} on the macOS/FreeBSD paths (--features portable-paths)"),
+            &format!("{what}-portable-paths"),
             &mut cargo(args),
             None,
         )?;
@@ -352,22 +353,32 @@ pub(crate) fn check(steps: &mut Steps) -> Result {
         steps,
         "build lease-file's Windows tests",
         "lease-file's tests on Windows, under Wine",
+        "lease-file-windows",
         crate::wine::configure(&mut cargo(WINDOWS_FILE_TESTS)),
         Some("wine"),
     )?;
-    if crate::step::in_ci() {
-        free_other_targets();
-    }
+    // About 2 GB, before the test build needs the room.
+    let target = crate::quick_start::target_dir(&crate::project_root());
+    let mut built: Vec<PathBuf> = CHECKS
+        .iter()
+        .map(|check| target.join(check.target))
+        .collect();
+    built.sort();
+    built.dedup();
+    built.push(target.join("wine"));
+    crate::step::free_in_ci("the other systems' builds and the Wine prefix", &built);
     Ok(())
 }
 
 /// Builds the tests `command` (a `cargo test`) selects in a build step of `build_title`, then
 /// runs their binaries in lanes ([`crate::lanes`], two at a time) in a test step of `title`,
-/// with `command`'s environment, through `runner` for another system's binaries.
+/// with `command`'s environment, through `runner` for another system's binaries, their logs in
+/// `target/xtask-logs/<logs>`.
 fn build_then_run_in_lanes(
     steps: &mut Steps,
     build_title: &str,
     title: &str,
+    logs: &str,
     command: &mut Command,
     runner: Option<&str>,
 ) -> Result {
@@ -384,76 +395,16 @@ fn build_then_run_in_lanes(
         .skip_while(|arg| *arg != "--target")
         .nth(1)
     {
+        let target = target.to_string_lossy();
         for binary in &mut binaries {
-            binary
-                .rerun_args
-                .insert(0, target.to_string_lossy().into_owned());
-            binary.rerun_args.insert(0, "--target".to_owned());
+            let flag = ["--target".to_owned(), target.clone().into_owned()];
+            binary.rerun_args.splice(0..0, flag);
         }
     }
-    // A folder per step, named after it: `lease-file-s-tests-on-windows-under-wine`.
-    let folder: String = title
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '-'
-            }
-        })
-        .collect::<String>()
-        .split('-')
-        .filter(|word| !word.is_empty())
-        .collect::<Vec<_>>()
-        .join("-");
-    let logs = crate::project_root().join("target/xtask-logs").join(folder);
+    let logs = crate::project_root().join("target/xtask-logs").join(logs);
     steps.run_fn_as(Kind::Test, title, || {
         crate::lanes::run(binaries, command, &logs, runner)
     })
-}
-
-/// In CI (`CI=true`, a fresh clone that keeps nothing for a next run), removes what the steps
-/// above built for the other systems and the Wine prefix, about 2 GB, before the test build
-/// needs the room: a CI run on 0a6b391 ran out of disk while linking its last binaries.
-/// A developer's run keeps them, so that the next run checks only what changed.
-fn free_other_targets() {
-    let target = crate::quick_start::target_dir(&crate::project_root());
-    let mut dirs: Vec<std::path::PathBuf> = CHECKS
-        .iter()
-        .map(|check| target.join(check.target))
-        .collect();
-    dirs.sort();
-    dirs.dedup();
-    dirs.push(target.join("wine"));
-    for dir in dirs {
-        if !dir.exists() {
-            continue;
-        }
-        let size = dir_size(&dir);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => println!(
-                "    CI: removed {} ({:.0} MB), built for the steps above only",
-                dir.display(),
-                size as f64 / 1e6
-            ),
-            Err(e) => println!("    CI: could not remove {}: {e}", dir.display()),
-        }
-    }
-}
-
-/// The bytes of the files under `dir` (links not followed); what cannot be read counts 0.
-fn dir_size(dir: &std::path::Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|entry| match entry.file_type() {
-            Ok(kind) if kind.is_dir() => dir_size(&entry.path()),
-            Ok(_) => entry.metadata().map_or(0, |meta| meta.len()),
-            Err(_) => 0,
-        })
-        .sum()
 }
 
 /// The packages a check selects (`lease-core lease-file lessor-partition`), for its step's name.

@@ -30,9 +30,56 @@ impl Kind {
 }
 
 /// Whether this runs in CI (`CI=true`, as `.ci/run` is run): a fresh clone, whose builds no
-/// later run reuses, so steps may remove what they alone needed.
+/// later run reuses, so steps may remove what they alone needed ([`free_in_ci`]).
 pub(crate) fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|ci| ci == "true")
+}
+
+/// In CI ([`in_ci`]), removes `paths` (files, or folders with all they hold) and says how much
+/// room that made, naming them `what`; elsewhere does nothing, so that a developer's next run
+/// reuses them. A CI run on 0a6b391 ran out of disk building the README quick starts.
+pub(crate) fn free_in_ci(what: &str, paths: &[std::path::PathBuf]) {
+    if !in_ci() {
+        return;
+    }
+    let (removed, bytes) = remove_all(paths);
+    println!(
+        "    CI: removed {what}, {removed} of {} ({:.0} MB)",
+        paths.len(),
+        bytes as f64 / 1e6
+    );
+}
+
+/// Removes `paths` (files, or folders with all they hold): how many were removed and the bytes
+/// they held. One already gone is skipped; one that cannot be removed is named and kept.
+fn remove_all(paths: &[std::path::PathBuf]) -> (usize, u64) {
+    let (mut removed, mut bytes) = (0, 0);
+    for path in paths {
+        let size = size_of(path);
+        let gone = if path.is_dir() {
+            std::fs::remove_dir_all(path)
+        } else {
+            std::fs::remove_file(path)
+        };
+        match gone {
+            Ok(()) => (removed, bytes) = (removed + 1, bytes + size),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => println!("    CI: could not remove {}: {e}", path.display()),
+        }
+    }
+    (removed, bytes)
+}
+
+/// The bytes of the file at `path`, or of the files under the folder (links not followed);
+/// what cannot be read counts 0.
+fn size_of(path: &std::path::Path) -> u64 {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::read_dir(path).map_or(0, |entries| {
+            entries.flatten().map(|entry| size_of(&entry.path())).sum()
+        }),
+        Ok(meta) => meta.len(),
+        Err(_) => 0,
+    }
 }
 
 /// The most test time `cargo xtask test` may take on 2 cores (issue 25), builds excluded.
@@ -283,6 +330,24 @@ fn shell_quote(word: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_and_folders_are_removed_and_their_bytes_counted() {
+        let dir = project_root().join("target/xtask-remove-all-test");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("folder/inner")).expect("folders");
+        std::fs::write(dir.join("file"), [0u8; 10]).expect("file");
+        std::fs::write(dir.join("folder/a"), [0u8; 20]).expect("file");
+        std::fs::write(dir.join("folder/inner/b"), [0u8; 30]).expect("file");
+        let paths = [
+            dir.join("file"),
+            dir.join("folder"),
+            dir.join("never-there"),
+        ];
+        assert_eq!(remove_all(&paths), (2, 60));
+        assert!(!dir.join("file").exists() && !dir.join("folder").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn the_summary_adds_up_build_and_test_time_apart_and_holds_tests_to_the_budget() {

@@ -188,11 +188,10 @@ pub(crate) fn test(flags: &[&str]) -> Result {
         "tests, lease-core --all-features",
         &mut cargo(&LEASE_CORE_ALL_FEATURES),
     )?;
-    // After the last `cargo test`: one of those may share a binary with the lanes (same package,
-    // same features), which cargo would link again had it been removed.
-    if crate::step::in_ci() {
-        free_test_binaries(&executables);
-    }
+    // After the last `cargo test` (one of those may share a binary with the lanes, same package
+    // and features, which cargo would link again had it been removed), before the packages step
+    // builds every package's tests again: 2.6 GB in a CI run on 3702357.
+    crate::step::free_in_ci("the test binaries run above", &executables);
     // Stops DynamoDB Local, PostgreSQL and Redis (those this run started): the chaos run starts
     // its own, which it can kill and restart, and the docs need none.
     drop(servers);
@@ -226,26 +225,6 @@ pub(crate) fn test(flags: &[&str]) -> Result {
     }
     steps.summary();
     Ok(())
-}
-
-/// In CI (`CI=true`, a fresh clone that keeps nothing for a next run), removes the test
-/// binaries the lanes have run, about 5 GB, before the packages step builds every package's
-/// tests again: a CI run on 0a6b391 ran out of disk. A developer's run keeps them, so that the
-/// next run links only what changed.
-fn free_test_binaries(executables: &[std::path::PathBuf]) {
-    let mut bytes = 0;
-    let mut removed = 0;
-    for path in executables {
-        let size = std::fs::metadata(path).map_or(0, |meta| meta.len());
-        if std::fs::remove_file(path).is_ok() {
-            bytes += size;
-            removed += 1;
-        }
-    }
-    println!(
-        "    CI: removed the {removed} test binaries run above ({:.0} MB)",
-        bytes as f64 / 1e6
-    );
 }
 
 /// Every workspace build and test passes lease-cli's `dynamo`, `postgres` and `redis` features,
@@ -330,10 +309,9 @@ const PAUSE_INJECTION: [&str; 9] = [
 /// Builds everything the test steps run, with the same features, so that their steps measure
 /// running tests and the build is timed on its own, and returns the test binaries of the
 /// workspace's, the PostgreSQL suites' and the pause injection's builds, which the test step
-/// runs. The CPU-bound suites
-/// (the model check, the simulators, the fleet benchmark's smoke run) are optimised by the
-/// `[profile.dev.package.*]` entries of the root `Cargo.toml`, so they build here with
-/// everything else.
+/// runs. The CPU-bound suites (the model check, the simulators, the fleet benchmark's smoke
+/// run) are optimised by the `[profile.dev.package.*]` entries of the root `Cargo.toml`, so
+/// they build here with everything else.
 fn build_tests(steps: &mut Steps, servers: &Servers) -> Result<Vec<lanes::Binary>> {
     let workspace = steps.run_capturing_as(
         Kind::Build,

@@ -61,8 +61,9 @@
 //!
 //! Any platform with `std`, as lease-core. Every change is checked with clippy on macOS (x86_64,
 //! aarch64), FreeBSD and Windows, tests and benches included; the tests run on Linux, and under
-//! Wine on Windows those that need no server and no file-store fleet (each suite says why). Its DynamoDB suites build on Linux only: the AWS SDK's TLS stack (aws-lc-sys)
-//! needs the target's system headers, which a check from Linux lacks.
+//! Wine on Windows those that need no server and no file-store fleet (each suite says why). Its
+//! DynamoDB suites build on Linux only: the AWS SDK's TLS stack (aws-lc-sys) needs the target's
+//! system headers, which a check from Linux lacks.
 #![forbid(unsafe_code)]
 // docs.rs builds with `--cfg docsrs` on nightly: feature-gated items then show their feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
